@@ -1,0 +1,112 @@
+"""The ``profreport`` command line: argument parsing, and the one place errors become exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from profreport import __version__
+from profreport.errors import ProfreportError, UsageError
+
+#: Output formats ``analyze`` writes when ``--format`` is not given.
+DEFAULT_FORMATS = ("html", "md", "json")
+ALL_FORMATS = ("html", "pdf", "md", "json")
+#: Exit status when some inputs failed but a report was still written for the others.
+EXIT_PARTIAL = 1
+EXIT_INTERRUPTED = 130
+
+
+def parse_formats(text: str) -> tuple[str, ...]:
+    """``"html,pdf"`` -> ``("html", "pdf")``, refusing unknown names."""
+    names = tuple(dict.fromkeys(part.strip().lower() for part in text.split(",") if part.strip()))
+    unknown = [name for name in names if name not in ALL_FORMATS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown format {', '.join(unknown) or text!r}; choose from {', '.join(ALL_FORMATS)}")
+    return names
+
+
+def _add_report_options(parser: argparse.ArgumentParser) -> None:
+    """Options shared by every subcommand that writes a report."""
+    parser.add_argument("--out", type=Path, default=Path("profreport-out"),
+                        help="folder for the report files (default: %(default)s)")
+    parser.add_argument("--format", dest="formats", type=parse_formats,
+                        default=DEFAULT_FORMATS, metavar="LIST",
+                        help="comma-separated: html,pdf,md,json (default: html,md,json)")
+    parser.add_argument("--title", help="title of the report")
+    parser.add_argument("--baseline", metavar="NAME",
+                        help="run to compare the others against (default: the first)")
+    parser.add_argument("--open", action="store_true",
+                        help="open the HTML report in a browser when a display exists")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser for every subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="profreport",
+        description="Tells you why your PyTorch training is slow: runs and reads kernprof, "
+                    "torch.profiler and Nsight Systems, and writes one report comparing runs.")
+    parser.add_argument("--version", action="version", version=f"profreport {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    analyze = sub.add_parser(
+        "analyze", help="analyse existing profiles (.nsys-rep, .sqlite, .lprof, trace .json[.gz])",
+        description="Analyse existing profiles. Each INPUT is one run: a profile file, or a "
+                    "folder holding several profiles of the same training (and optionally the "
+                    "manifest.json that run-and-report writes). Writes the report to --out.")
+    analyze.add_argument("inputs", nargs="+", type=Path, metavar="INPUT")
+    analyze.add_argument("--source-root", type=Path,
+                         help="folder to look for line_profiler source files in")
+    analyze.add_argument("--cache-dir", type=Path,
+                         help="where nsys exports are cached (default: ~/.cache/profreport)")
+    _add_report_options(analyze)
+
+    run = sub.add_parser(
+        "run-and-report",
+        help="run training variants under kernprof, torch.profiler and nsys, then report",
+        description="Run a built-in workload (or --script) in several variants, each under "
+                    "kernprof, torch.profiler and nsys plus one plain timed run, then write one "
+                    "report comparing them. With no arguments: the MNIST workload on this "
+                    "machine's CPU or GPU.")
+    from profreport.runner.options import add_run_arguments
+
+    add_run_arguments(run)
+    _add_report_options(run)
+
+    grade = sub.add_parser("grade", help="grade a folder of student submissions (not available yet)",
+                           description="Grade a folder of student submissions against a rubric. "
+                                       "Not available yet in this version.")
+    grade.add_argument("submissions", nargs="?", type=Path)
+    grade.add_argument("--rubric", type=Path)
+    return parser
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    """Run the chosen subcommand and return its exit status."""
+    if args.command == "analyze":
+        from profreport.reports.pipeline import analyze_command
+
+        return analyze_command(args)
+    if args.command == "run-and-report":
+        from profreport.runner.orchestrate import run_and_report_command
+
+        return run_and_report_command(args)
+    if args.command == "grade":
+        raise UsageError("grade is not available yet in this version of profreport")
+    raise UsageError("no command given; try 'profreport --help'")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point: every ProfreportError becomes one line on stderr and its exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return _dispatch(args)
+    except ProfreportError as exc:
+        print(f"profreport: error: {exc.one_line()}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("profreport: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED

@@ -1,0 +1,118 @@
+"""One definition of each concept the analysis relies on, shared by every parser and metric.
+
+Parsers use these to fill ``is_comm``, ``steps``, ``dataloader`` and ``cpu_collectives``;
+metrics use them for launch and sync calls. Nothing else may re-define what these words mean.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+
+#: Copy directions, as nsys and Kineto name them.
+COPY_KINDS = ("HtoD", "DtoH", "DtoD", "HtoH", "PtoP", "unknown")
+#: Memory kinds at either end of a copy.
+MEMORY_KINDS = ("Pageable", "Pinned", "Device", "Managed", "Array", "unknown")
+
+# A kernel that moves data between GPUs for a collective: NCCL (``ncclKernel_*``, the newer
+# ``ncclDevKernel_*``), and RCCL on AMD, which keeps NCCL's names.
+_COMM_KERNEL = r"\b(?:nccl|rccl)(?:Dev)?Kernel"
+
+# A CPU-side collective call: the c10d op, the gloo or NCCL process-group call that Kineto records
+# (``gloo:all_reduce``, ``nccl:all_reduce``), and PyTorch's ``record_param_comms`` wrapper.
+_CPU_COLLECTIVE = r"^(?:c10d::|gloo:|nccl:|ProcessGroupGloo::|ProcessGroupNCCL::)"
+_COLLECTIVE_WRAPPER = "record_param_comms"
+
+# A training iteration: torch.profiler's ``ProfilerStep#12``, or an NVTX range ``step 12`` /
+# ``step_12`` / ``Step 12`` as the tutorials and profreport's own runner annotate them.
+_STEP = re.compile(r"^\s*(?:ProfilerStep#(\d+)|step[ _#]?(\d+))\s*$", re.IGNORECASE)
+
+# Waiting for the next batch: torch.profiler's ``enumerate(DataLoader)#<Iter>.__next__`` for the
+# single- and multi-process iterators, ``enumerate(DataPipe)#...`` for DataPipes, and the NVTX
+# ranges profreport's runner puts around ``next(loader)``.
+_DATALOADER_SPAN = r"^enumerate\((?:DataLoader|DataPipe)\)#.*__next__"
+DATALOADER_RANGE_NAMES = frozenset({"dataloader", "data_loading", "data loading", "next_batch"})
+
+# A source line that iterates a DataLoader: ``for x, y in train_loader:``,
+# ``for i, batch in enumerate(loader):``, ``for b in tqdm(dataloader)``.
+_DATALOADER_LOOP_LINE = re.compile(r"^\s*(?:async\s+)?for\b.+\bin\b.*loader", re.IGNORECASE)
+
+#: CUDA API calls that launch work on the GPU.
+LAUNCH_APIS = frozenset({
+    "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel", "cuLaunchKernel",
+    "cuLaunchKernelEx", "cudaGraphLaunch", "cuGraphLaunch",
+})
+#: CUDA API calls that block the CPU until the GPU has caught up.
+SYNC_APIS = frozenset({
+    "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
+    "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize",
+})
+
+_API_VERSION_SUFFIX = re.compile(r"_v\d+$")
+
+
+def is_comm_kernel(names: pd.Series) -> pd.Series:
+    """Whether each kernel name is a communication (collective) kernel."""
+    return names.astype("string").str.contains(_COMM_KERNEL, regex=True).fillna(False).astype(bool)
+
+
+def is_cpu_collective(names: pd.Series) -> pd.Series:
+    """Whether each CPU op name is a collective call (gloo/NCCL process group, c10d)."""
+    text = names.astype("string")
+    hits = text.str.contains(_CPU_COLLECTIVE, regex=True) | (text == _COLLECTIVE_WRAPPER)
+    return hits.fillna(False).astype(bool)
+
+
+def step_number(name: str) -> int | None:
+    """The iteration number a range name marks, or None when it marks no step."""
+    match = _STEP.match(name)
+    if match is None:
+        return None
+    return int(match.group(1) or match.group(2))
+
+
+def step_numbers(names: pd.Series) -> pd.Series:
+    """Vectorised :func:`step_number`: a nullable Int64 series, <NA> where a name is no step."""
+    parts = names.astype("string").str.extract(_STEP)
+    return parts[0].fillna(parts[1]).astype("Int64")
+
+
+def is_dataloader_span(names: pd.Series) -> pd.Series:
+    """Whether each CPU span is the training loop waiting for the next batch."""
+    text = names.astype("string")
+    hits = text.str.contains(_DATALOADER_SPAN, regex=True)
+    hits |= text.str.strip().str.lower().isin(DATALOADER_RANGE_NAMES)
+    return hits.fillna(False).astype(bool)
+
+
+def is_dataloader_loop_line(source: str | None) -> bool:
+    """Whether a source line is a ``for`` loop over a DataLoader."""
+    return bool(source) and _DATALOADER_LOOP_LINE.match(source) is not None
+
+
+def strip_api_version(name: str) -> str:
+    """``cudaLaunchKernel_v7000`` -> ``cudaLaunchKernel``."""
+    return _API_VERSION_SUFFIX.sub("", name)
+
+
+def short_kernel_name(name: str) -> str:
+    """A kernel's name without return type, template arguments and parameter list."""
+    text = name.strip()
+    if text.startswith("void "):
+        text = text[5:]
+    depth = 0
+    out = []
+    for char in text:
+        if char in "<(":
+            if depth == 0 and char == "(":
+                break
+            depth += 1
+            continue
+        if char in ">)":
+            depth = max(depth - 1, 0)
+            continue
+        if depth == 0:
+            out.append(char)
+    short = "".join(out).strip()
+    return short.rsplit("::", 1)[-1] if short else name

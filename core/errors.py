@@ -1,0 +1,50 @@
+"""The exception hierarchy; the CLI turns each into one line and an exit code (see cli.main)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class ProfreportError(Exception):
+    """Base of every error profreport reports to the user as one line."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, path: str | Path | None = None) -> None:
+        super().__init__(message)
+        self.path = None if path is None else str(path)
+
+    def one_line(self) -> str:
+        """The message as one line, prefixed with the file it concerns."""
+        text = " ".join(str(self.args[0]).split())
+        return f"{self.path}: {text}" if self.path else text
+
+
+class InputError(ProfreportError):
+    """An input file is unreadable, damaged, of an unknown kind, or refused as unsafe."""
+
+
+class UnsupportedFormatError(InputError):
+    """An input file is of a known kind but a version or schema profreport cannot read."""
+
+
+class MissingToolError(ProfreportError):
+    """An external tool (nsys, kernprof, torch, chromium) is needed and not installed."""
+
+    exit_code = 3
+
+
+class UsageError(ProfreportError):
+    """The command line asks for something impossible (bad option values, no inputs)."""
+
+    exit_code = 2
+
+
+class RunError(ProfreportError):
+    """A training run launched by run-and-report failed."""
+
+
+class RubricError(ProfreportError):
+    """A grading rubric is missing, malformed, or names unknown checks."""
+
+    exit_code = 2

@@ -1,0 +1,107 @@
+"""The one shape every parser returns: a :class:`Profile` of named, tidy pandas tables.
+
+All times are integer nanoseconds (``int64``) on the clock of the profile they came from; a
+table's ``start``/``end`` columns are comparable with every other table of the same profile.
+Converting to milliseconds or seconds happens only when something is displayed.
+
+Tables (a parser leaves out what its format cannot hold; :meth:`Profile.table` then returns an
+empty frame with the right columns):
+
+``kernels``        GPU kernels: start, end, device, stream, correlation, name (demangled when the
+                   format has it), short_name, is_comm (NCCL/RCCL, see concepts.is_comm_kernel).
+``memcpy``         GPU copies: start, end, device, stream, correlation, kind (concepts.COPY_KINDS),
+                   bytes (-1 unknown), src_kind, dst_kind (concepts.MEMORY_KINDS).
+``memset``         GPU memsets: start, end, device, stream, correlation, bytes.
+``runtime``        CUDA runtime/driver API calls on the CPU: start, end, pid, tid, correlation,
+                   name (version suffix stripped: ``cudaLaunchKernel``, not ``..._v7000``).
+``sync``           GPU synchronization events recorded by CUPTI (nsys): start, end, device,
+                   stream, kind.
+``ranges``         Annotated CPU ranges (NVTX, torch ``user_annotation``): start, end, pid, tid,
+                   name, domain (NVTX domain name, "" for the default one).
+``cpu_ops``        Framework operators on the CPU (Kineto ``cpu_op``/``Operator``): start, end,
+                   pid, tid, name.
+``steps``          Training iterations: number, start, end, pid, tid, origin (``ProfilerStep`` or
+                   ``nvtx``); one row per step (see concepts.step_number).
+``dataloader``     Waits for the next batch on the training thread: start, end, pid, tid, name
+                   (see concepts.is_dataloader_span).
+``cpu_collectives`` CPU-side collective calls (gloo, c10d, record_param_comms): start, end, pid,
+                   tid, name (see concepts.is_cpu_collective).
+``osrt``           OS runtime calls (nsys ``--trace=osrt``): start, end, pid, tid, name.
+``devices``        GPUs: device, name, memory_bytes, sm_count (-1 unknown).
+``threads``        pid, tid, name (nsys: decoded from globalTid).
+``lines``          line_profiler lines: file, function, lineno, hits, time_ns, time_per_hit_ns,
+                   function_share (0..1 of the function's total), source (text or None),
+                   is_dataloader_loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import pandas as pd
+
+SourceKind = Literal["nsys", "kineto", "lprof"]
+
+_TIME = {"start": "int64", "end": "int64"}
+_CPU = {**_TIME, "pid": "int64", "tid": "int64"}
+_GPU = {**_TIME, "device": "int64", "stream": "int64", "correlation": "int64"}
+
+TABLE_SCHEMAS: dict[str, dict[str, str]] = {
+    "kernels": {**_GPU, "name": "object", "short_name": "object", "is_comm": "bool"},
+    "memcpy": {**_GPU, "kind": "object", "bytes": "int64", "src_kind": "object",
+               "dst_kind": "object"},
+    "memset": {**_GPU, "bytes": "int64"},
+    "runtime": {**_CPU, "correlation": "int64", "name": "object"},
+    "sync": {**_TIME, "device": "int64", "stream": "int64", "kind": "object"},
+    "ranges": {**_CPU, "name": "object", "domain": "object"},
+    "cpu_ops": {**_CPU, "name": "object"},
+    "steps": {"number": "int64", **_CPU, "origin": "object"},
+    "dataloader": {**_CPU, "name": "object"},
+    "cpu_collectives": {**_CPU, "name": "object"},
+    "osrt": {**_CPU, "name": "object"},
+    "devices": {"device": "int64", "name": "object", "memory_bytes": "int64",
+                "sm_count": "int64"},
+    "threads": {"pid": "int64", "tid": "int64", "name": "object"},
+    "lines": {"file": "object", "function": "object", "lineno": "int64", "hits": "int64",
+              "time_ns": "int64", "time_per_hit_ns": "int64", "function_share": "float64",
+              "source": "object", "is_dataloader_loop": "bool"},
+}
+
+
+def empty_table(name: str) -> pd.DataFrame:
+    """An empty frame with the columns and dtypes of table ``name``."""
+    schema = TABLE_SCHEMAS[name]
+    return pd.DataFrame({col: pd.Series(dtype=dtype) for col, dtype in schema.items()})
+
+
+def conform(name: str, frame: pd.DataFrame) -> pd.DataFrame:
+    """Return ``frame`` with exactly the columns of table ``name``, in order, with their dtypes."""
+    schema = TABLE_SCHEMAS[name]
+    missing = [col for col in schema if col not in frame.columns]
+    if missing:
+        raise ValueError(f"table {name} lacks columns {missing}")
+    return frame[list(schema)].astype(schema).reset_index(drop=True)
+
+
+@dataclass
+class Profile:
+    """One parsed profile file: where it came from, and its tables."""
+
+    path: Path
+    kind: SourceKind
+    tool_version: str | None = None
+    rank: int | None = None
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def table(self, name: str) -> pd.DataFrame:
+        """The table called ``name``, or an empty one with its columns when the file has none."""
+        if name not in TABLE_SCHEMAS:
+            raise KeyError(f"unknown table {name!r}")
+        return self.tables.get(name, empty_table(name))
+
+    def has(self, name: str) -> bool:
+        """Whether the profile holds at least one row of table ``name``."""
+        return name in self.tables and not self.tables[name].empty

@@ -1,0 +1,304 @@
+"""Typed result objects: what the analysis computes and every renderer takes.
+
+Data flows one way: parsers -> tables -> metrics (``reports.metrics``) -> findings
+(``reports.findings``) -> these objects -> renderers (``reports.html``, ``reports.pdf``,
+``reports.markdown``, ``reports.json_report``). Renderers only format what is here; they never
+compute a metric. Durations are integer nanoseconds; fractions are floats in 0..1; a field is
+``None`` when the sources of a run cannot tell.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+SCHEMA = "profreport/1"
+
+Severity = Literal["high", "medium", "low", "info"]
+Verdict = Literal["loader-bound", "compute-bound", "communication-bound", "host-bound",
+                  "balanced", "unknown"]
+#: Where a metric came from: a profiler, or the runner's own measurement.
+Origin = Literal["nsys", "kineto", "lprof", "manifest"]
+
+#: The parts of a step, in the order they claim time (each claims only what is not yet claimed).
+BREAKDOWN_PARTS = ("dataloader", "h2d_copy", "compute", "comm_exposed", "host_runtime", "other")
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    """One input file of a run."""
+
+    path: str
+    kind: Literal["nsys", "kineto", "lprof"]
+    tool_version: str | None = None
+    rank: int | None = None
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """Iteration count and duration, from one source."""
+
+    origin: Origin
+    count: int
+    mean_ns: int
+    p50_ns: int
+    p90_ns: int
+    min_ns: int
+    max_ns: int
+    #: Start-to-start time of consecutive steps (includes the gaps between annotated ranges).
+    wall_mean_ns: int | None = None
+
+
+@dataclass(frozen=True)
+class IdleGap:
+    """A stretch of time with nothing running on one GPU."""
+
+    device: int
+    start_ns: int
+    duration_ns: int
+    #: "between steps", "inside step N", or "outside steps".
+    where: str
+
+
+@dataclass(frozen=True)
+class GpuUtilization:
+    """Union of kernel, memcpy and memset intervals over the GPU window, per device."""
+
+    origin: Origin
+    busy_fraction: float
+    window_ns: int
+    busy_ns: int
+    per_device: dict[int, float]
+    largest_gaps: list[IdleGap]
+    #: How many gaps exceed ``long_gap_ns``.
+    long_gap_count: int
+    long_gap_ns: int
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Mean time per step split into parts that add up to the mean step time."""
+
+    origin: Origin
+    step_ns: int
+    #: Keys are BREAKDOWN_PARTS, values mean ns per step; they sum to ``step_ns``.
+    parts_ns: dict[str, int]
+    #: Communication hidden under compute (not a part: compute already claims it).
+    comm_overlapped_ns: int = 0
+
+
+@dataclass(frozen=True)
+class CommStats:
+    """Collective communication: NCCL kernels on GPU, gloo/c10d calls on CPU-only runs."""
+
+    origin: Origin
+    total_ns_per_step: int
+    fraction: float
+    exposed_fraction: float
+    #: Share of communication time that overlaps compute kernels (0..1).
+    overlap_fraction: float
+    calls_per_step: float
+    calls_total: int
+    bytes_total: int | None
+    names: list[str]
+    on_gpu: bool
+
+
+@dataclass(frozen=True)
+class LaunchStats:
+    """How the CPU feeds the GPU."""
+
+    origin: Origin
+    kernels_per_step: float
+    short_kernel_fraction: float
+    short_kernel_ns: int
+    launch_delay_p50_ns: int | None
+    runtime_ns_per_step: int
+    gpu_kernel_ns_per_step: int
+
+
+@dataclass(frozen=True)
+class CopyStats:
+    """Host/device copies and synchronisations."""
+
+    origin: Origin
+    h2d_bytes: int
+    h2d_ns: int
+    h2d_pageable_bytes: int
+    h2d_pinned_bytes: int
+    tiny_d2h_count: int
+    sync_api_ns: int
+    sync_api_calls: int
+
+
+@dataclass(frozen=True)
+class TopItem:
+    """One row of a top-N table (kernels or CPU ops)."""
+
+    name: str
+    total_ns: int
+    count: int
+    share: float
+
+
+@dataclass(frozen=True)
+class LineItem:
+    """One line of a line_profiler listing."""
+
+    file: str
+    function: str
+    lineno: int
+    hits: int
+    time_ns: int
+    time_per_hit_ns: int
+    #: Share of the function's total time (0..1).
+    share: float
+    source: str | None
+    is_dataloader_loop: bool
+
+
+@dataclass(frozen=True)
+class FunctionListing:
+    """All lines of one profiled function, in line order, for the annotated listing."""
+
+    file: str
+    function: str
+    first_lineno: int
+    total_ns: int
+    lines: list[LineItem]
+
+
+@dataclass(frozen=True)
+class CpuPhaseBreakdown:
+    """CPU-only runs: share of step time by phase, from CPU ops/ranges or lines."""
+
+    origin: Origin
+    #: Keys among "dataloader", "forward", "backward", "optimizer", "communication", "other".
+    fractions: dict[str, float]
+
+
+@dataclass(frozen=True)
+class TimelineSegment:
+    """One drawn interval of the timeline chart."""
+
+    lane: str
+    start_ns: int
+    end_ns: int
+    label: str
+    #: "kernel", "comm", "memcpy", "memset", "dataloader", "step", "idle", "cpu_op", "range".
+    category: str
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """A few steps of one run, downsampled for drawing; times relative to ``origin_ns``."""
+
+    origin_ns: int
+    segments: list[TimelineSegment]
+    lanes: list[str]
+    dropped_segments: int
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """A figure the runner measured without a profiler (from the manifest)."""
+
+    name: str
+    value: float
+    unit: str
+
+
+@dataclass
+class RunMetrics:
+    """Every metric of one run; ``None`` where its sources cannot tell."""
+
+    steps: StepStats | None = None
+    #: Step statistics from every source that has them (for the agreement finding).
+    steps_by_origin: list[StepStats] = field(default_factory=list)
+    gpu: GpuUtilization | None = None
+    breakdown: Breakdown | None = None
+    dataloader_fraction: float | None = None
+    dataloader_fraction_by_origin: dict[str, float] = field(default_factory=dict)
+    comm: CommStats | None = None
+    launch: LaunchStats | None = None
+    copies: CopyStats | None = None
+    cpu_phases: CpuPhaseBreakdown | None = None
+    top_kernels: list[TopItem] = field(default_factory=list)
+    top_ops: list[TopItem] = field(default_factory=list)
+    lines: list[LineItem] = field(default_factory=list)
+    listings: list[FunctionListing] = field(default_factory=list)
+    throughput_samples_per_s: float | None = None
+    measurements: list[Measurement] = field(default_factory=list)
+    per_rank_step_ms: dict[int, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One observed fact behind a finding, with the profiler that showed it."""
+
+    text: str
+    origin: Origin
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A diagnosed problem (or a clean bill), with evidence and a fix written for this run."""
+
+    id: str
+    severity: Severity
+    title: str
+    evidence: list[Evidence]
+    recommendation: str
+
+
+@dataclass
+class RunAnalysis:
+    """Everything profreport says about one run."""
+
+    name: str
+    sources: list[SourceInfo]
+    verdict: Verdict
+    verdict_reason: str
+    metrics: RunMetrics
+    findings: list[Finding]
+    timeline: Timeline | None = None
+    #: Variant knobs and environment from the runner's manifest, when the run has one.
+    knobs: dict[str, object] = field(default_factory=dict)
+    environment: dict[str, object] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ComparisonRow:
+    """One run against the baseline."""
+
+    name: str
+    step_time_ns: int | None
+    throughput_samples_per_s: float | None
+    speedup: float | None
+    throughput_gain: float | None
+    #: Change in mean ns per step for each breakdown part (run minus baseline).
+    breakdown_delta_ns: dict[str, int]
+    changed_knobs: dict[str, object]
+    #: One sentence naming what brought the gain (or the loss).
+    explanation: str
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Several runs compared against one baseline."""
+
+    baseline: str
+    rows: list[ComparisonRow]
+
+
+@dataclass
+class Report:
+    """The whole analysis: what every renderer takes."""
+
+    title: str
+    generated_by: str
+    runs: list[RunAnalysis]
+    comparison: Comparison | None = None
+    failures: list[str] = field(default_factory=list)
+    schema: str = SCHEMA
