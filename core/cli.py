@@ -75,7 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_arguments(run)
     _add_report_options(run)
 
-    grade = sub.add_parser("grade", help="grade a folder of student submissions (not available yet)",
+    grade = sub.add_parser("grade",
+                           help="grade a folder of student submissions (not available yet)",
                            description="Grade a folder of student submissions against a rubric. "
                                        "Not available yet in this version.")
     grade.add_argument("submissions", nargs="?", type=Path)
