@@ -23,8 +23,9 @@ def parse_formats(text: str) -> tuple[str, ...]:
     names = tuple(dict.fromkeys(part.strip().lower() for part in text.split(",") if part.strip()))
     unknown = [name for name in names if name not in ALL_FORMATS]
     if unknown or not names:
+        label = ", ".join(unknown) if unknown else repr(text)
         raise argparse.ArgumentTypeError(
-            f"unknown format {', '.join(unknown) or text!r}; choose from {', '.join(ALL_FORMATS)}")
+            f"unknown format {label}; choose from {', '.join(ALL_FORMATS)}")
     return names
 
 

@@ -1,0 +1,52 @@
+"""The command line itself: help, version, and the one-line errors of the CLI's own checks."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from profreport import __version__
+from profreport.cli import main, parse_formats
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m profreport ARGS`` in a subprocess, capturing its output."""
+    return subprocess.run([sys.executable, "-m", "profreport", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_version_names_the_package() -> None:
+    result = run_cli("--version")
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"profreport {__version__}"
+
+
+@pytest.mark.parametrize("command", ["analyze", "run-and-report", "grade"])
+def test_each_subcommand_explains_itself(command: str) -> None:
+    result = run_cli(command, "--help")
+    assert result.returncode == 0
+    assert "usage: profreport " + command in result.stdout
+    assert len(result.stdout.splitlines()) > 5
+
+
+def test_grade_says_it_is_not_available_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["grade"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "not available yet" in err
+
+
+def test_no_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 2
+    assert "try 'profreport --help'" in capsys.readouterr().err
+
+
+def test_formats_are_checked() -> None:
+    assert parse_formats("html, pdf,html") == ("html", "pdf")
+    with pytest.raises(Exception, match="unknown format docx"):
+        parse_formats("html,docx")
+    result = run_cli("analyze", "x.json", "--format", "docx")
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
