@@ -36,3 +36,74 @@ def nsys_available() -> str:
     if path is None:
         pytest.skip("nsys is not installed (scripts/setup.sh --system installs it)")
     return path
+
+
+@pytest.fixture(scope="session")
+def nsys_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One nsys export cache for the test session: each .nsys-rep is exported once (~2 s each)."""
+    return tmp_path_factory.mktemp("nsys-cache")
+
+
+#: Names a hostile trace gives its busiest kernel and CPU op (renderer escaping tests).
+HOSTILE_KERNEL = "<script>alert(1)</script>"
+HOSTILE_OP = "<img src=x onerror=alert(2)>"
+
+
+@pytest.fixture(scope="session")
+def hostile_names() -> tuple[str, str]:
+    """The kernel and op names :func:`hostile_kineto_trace` plants."""
+    return HOSTILE_KERNEL, HOSTILE_OP
+
+
+@pytest.fixture(scope="session")
+def hostile_kineto_trace(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """resnet50_num_workers_4 with its busiest kernel and CPU op renamed to HTML injections."""
+    import gzip
+    import json
+
+    source = corpus / "kineto" / "resnet50_num_workers_4.pt.trace.json.gz"
+    with gzip.open(source, "rt", encoding="utf-8") as handle:
+        trace = json.load(handle)
+    events = trace["traceEvents"]
+    kernel = _busiest(events, {"Kernel", "kernel"}, skip=())
+    op = _busiest(events, {"Operator", "cpu_op"}, skip=("ProfilerStep#", "enumerate(", "Optimizer"))
+    for event in events:
+        if event.get("name") == kernel:
+            event["name"] = HOSTILE_KERNEL
+        elif event.get("name") == op:
+            event["name"] = HOSTILE_OP
+    target = tmp_path_factory.mktemp("hostile") / "hostile.pt.trace.json.gz"
+    with gzip.open(target, "wt", encoding="utf-8") as handle:
+        json.dump(trace, handle)
+    return target
+
+
+def _busiest(events: list[dict], categories: set[str], skip: tuple[str, ...]) -> str:
+    """Name of the event with the largest summed duration among ``categories``."""
+    totals: dict[str, float] = {}
+    for event in events:
+        name = event.get("name", "")
+        if event.get("cat") in categories and not name.startswith(skip):
+            totals[name] = totals.get(name, 0) + event.get("dur", 0)
+    return max(totals, key=totals.__getitem__)
+
+
+@pytest.fixture(scope="session")
+def make_lprof(tmp_path_factory: pytest.TempPathFactory):
+    """A function that writes a script, profiles it with a real ``kernprof -l``, returns the .lprof."""
+    import subprocess
+    import sys
+
+    kernprof = Path(sys.executable).with_name("kernprof")
+
+    def make(name: str, code: str) -> Path:
+        """Profile ``code`` saved as ``<tmp>/<name>.py``; the .lprof lies beside it."""
+        folder = tmp_path_factory.mktemp(name)
+        script = folder / f"{name}.py"
+        script.write_text(code)
+        out = folder / f"{name}.lprof"
+        subprocess.run([str(kernprof), "-l", "-o", str(out), str(script)], check=True,
+                       capture_output=True, timeout=120, cwd=folder)
+        return out
+
+    return make

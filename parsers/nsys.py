@@ -1,0 +1,507 @@
+"""Nsight Systems: ``.nsys-rep`` reports and their SQLite exports, read into tidy tables.
+
+A ``.nsys-rep`` (or older ``.qdrep``) is converted once with ``nsys export --type sqlite`` into
+a cache folder, keyed by the report's content and the nsys version, and reused while the report is
+unchanged. The export is then read with SQL joins into the tables of :mod:`profreport.model`.
+
+The export schema changes between Nsight Systems versions (2022.4 writes schema 3.0.0 with
+``EXPORT_META_DATA``; 2023.4 writes 3.7.x with ``META_DATA_EXPORT``, ``META_DATA_CAPTURE`` and
+extra columns), so every table and column is looked up in ``sqlite_master`` and
+``PRAGMA table_info`` first; a table the export lacks is simply left out of the profile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+from profreport import concepts
+from profreport.errors import InputError, MissingToolError, UnsupportedFormatError
+from profreport.model import Profile, conform, empty_table
+
+NSYS_MISSING = ("nsys is not installed; needed to read .nsys-rep: run scripts/setup.sh --system, "
+                "or pass a .sqlite export")
+SQLITE_MAGIC = b"SQLite format 3\x00"
+REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
+
+# How much of each end of a report goes into its cache key: enough to change with any re-record,
+# cheap on GB-sized reports (the size and mtime cover edits in the middle).
+FINGERPRINT_BYTES = 1 << 20
+# Bump to invalidate every cached export when the way profreport exports changes.
+CACHE_FORMAT = "1"
+
+# globalTid packs the process id and thread id in two 24-bit fields (nsys export docs).
+_ID_SHIFT = 24
+_ID_MASK = 0xFFFFFF
+
+# NVTX event types (ENUM_NSYS_EVENT_TYPE): push/pop and start/end ranges, their NVTXT twins, and
+# the domain-create event that names a domainId. Marks (34) are instants, not ranges.
+NVTX_RANGE_TYPES = (59, 60, 70, 71)
+NVTX_DOMAIN_CREATE = 75
+
+# The tables whose presence makes an SQLite file an nsys export.
+_STRING_TABLE = "StringIds"
+_EXPORT_META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
+_CAPTURE_META_TABLE = "META_DATA_CAPTURE"
+
+# nsys's own enum codes (the ids of ENUM_CUDA_MEMCPY_OPER, ENUM_CUDA_MEM_KIND and
+# ENUM_CUPTI_SYNC_TYPE in 2022.4 and 2023.4), used when an export lacks those tables.
+MEMCPY_OPER_CODES = {0: "UNKNOWN", 1: "HTOD", 2: "DTOH", 3: "HTOA", 4: "ATOH", 5: "ATOA",
+                     6: "ATOD", 7: "DTOA", 8: "DTOD", 9: "HTOH", 10: "PTOP", 11: "UVM_HTOD",
+                     12: "UVM_DTOH", 13: "UVM_DTOD"}
+MEMORY_KIND_CODES = {0: "PAGEABLE", 1: "PINNED", 2: "DEVICE", 3: "ARRAY", 4: "MANAGED",
+                     5: "DEVICE_STATIC", 6: "MANAGED_STATIC", 7: "UNKNOWN"}
+SYNC_TYPE_CODES = {0: "UNKNOWN", 1: "EVENT_SYNCHRONIZE", 2: "STREAM_WAIT_EVENT",
+                   3: "STREAM_SYNCHRONIZE", 4: "CONTEXT_SYNCHRONIZE"}
+_ENUM_TABLES = {"memcpy": "ENUM_CUDA_MEMCPY_OPER", "memory": "ENUM_CUDA_MEM_KIND",
+                "sync": "ENUM_CUPTI_SYNC_TYPE"}
+
+# Enum tokens onto profreport's vocabulary (concepts.COPY_KINDS / MEMORY_KINDS): CUDA arrays are
+# device memory, unified-memory migrations keep their direction.
+COPY_KIND_OF_TOKEN = {"HTOD": "HtoD", "HTOA": "HtoD", "UVM_HTOD": "HtoD",
+                      "DTOH": "DtoH", "ATOH": "DtoH", "UVM_DTOH": "DtoH",
+                      "DTOD": "DtoD", "ATOA": "DtoD", "ATOD": "DtoD", "DTOA": "DtoD",
+                      "UVM_DTOD": "DtoD", "HTOH": "HtoH", "PTOP": "PtoP"}
+MEMORY_KIND_OF_TOKEN = {"PAGEABLE": "Pageable", "PINNED": "Pinned", "DEVICE": "Device",
+                        "DEVICE_STATIC": "Device", "ARRAY": "Array", "MANAGED": "Managed",
+                        "MANAGED_STATIC": "Managed"}
+
+# An enum row's name is ``<PREFIX>_KIND_<TOKEN>`` or ``<PREFIX>_TYPE_<TOKEN>``.
+_ENUM_TOKEN = re.compile(r"^.*?_(?:KIND|TYPE)_")
+# nsys prints progress bars on the same stream as its errors.
+_PROGRESS_LINE = re.compile(r"^(?:Exporting|Processing) \d+ events")
+
+
+def parse(path: Path, *, cache_dir: Path | None = None) -> Profile:
+    """Read an nsys report (exported through the cache) or an nsys SQLite export."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError("no such file", path)
+    if _is_sqlite(path):
+        return read_export(path, source=path)
+    if not path.name.endswith(REPORT_SUFFIXES):
+        raise InputError("not an Nsight Systems report (.nsys-rep) nor an SQLite export", path)
+    export = export_report(path, cache_dir=cache_dir)
+    return read_export(export, source=path)
+
+
+def read_export(export_path: Path, *, source: Path | None = None) -> Profile:
+    """Read the tables of an nsys SQLite export; ``source`` is the report it came from."""
+    source = source or export_path
+    with contextlib.closing(_Export.open(export_path, source)) as export:
+        tables = _read_tables(export)
+        meta = _export_meta(export)
+    meta["export_path"] = str(export_path)
+    return Profile(path=source, kind="nsys", tool_version=meta.get("exporter_version"),
+                   tables=tables, meta=meta)
+
+
+# --- the export cache -------------------------------------------------------------------------
+
+
+def default_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/profreport/nsys``, or ``~/.cache/profreport/nsys``."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "profreport" / "nsys"
+
+
+def export_report(report: Path, *, cache_dir: Path | None = None) -> Path:
+    """The cached SQLite export of ``report``, made with ``nsys export`` when not cached yet."""
+    nsys = shutil.which("nsys")
+    if nsys is None:
+        raise MissingToolError(NSYS_MISSING, report)
+    folder = cache_dir or default_cache_dir()
+    target = folder / cache_name(report, nsys_version(nsys))
+    if target.is_file():
+        return target
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.stem}.", suffix=".tmp.sqlite", dir=folder)
+    except OSError as exc:
+        raise InputError(f"cannot write the nsys export cache {folder}: {exc.strerror or exc}",
+                         report) from None
+    os.close(fd)
+    try:
+        _run_export(nsys, report, Path(tmp))
+        os.replace(tmp, target)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    return target
+
+
+@functools.lru_cache(maxsize=8)
+def nsys_version(nsys: str) -> str:
+    """The version ``nsys --version`` prints (``2022.4.2.1-df9881f``), or "unknown"."""
+    try:
+        out = subprocess.run([nsys, "--version"], capture_output=True, text=True, check=False)
+    except OSError:
+        return "unknown"
+    match = re.search(r"version\s+(\S+)", out.stdout)
+    return match.group(1) if match else "unknown"
+
+
+def cache_name(report: Path, version: str) -> str:
+    """The cache file name of ``report``'s export: its stem plus a key of content and version."""
+    digest = hashlib.sha256(f"{CACHE_FORMAT}|{version}|".encode())
+    digest.update(report_fingerprint(report).encode())
+    stem = re.sub(r"[^A-Za-z0-9._-]", "_", report.name.rsplit(".", 1)[0])[:80]
+    return f"{stem}-{digest.hexdigest()[:24]}.sqlite"
+
+
+def report_fingerprint(report: Path) -> str:
+    """A hash of the report's size, mtime, first and last MiB: changes whenever it is rewritten."""
+    try:
+        info = report.stat()
+        digest = hashlib.sha256(f"{info.st_size}|{info.st_mtime_ns}|".encode())
+        with open(report, "rb") as handle:
+            digest.update(handle.read(FINGERPRINT_BYTES))
+            handle.seek(max(info.st_size - FINGERPRINT_BYTES, 0))
+            digest.update(handle.read(FINGERPRINT_BYTES))
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or exc}", report) from None
+    return digest.hexdigest()
+
+
+def _run_export(nsys: str, report: Path, output: Path) -> None:
+    """Run ``nsys export`` of ``report`` into ``output``; InputError with nsys's last error."""
+    command = [nsys, "export", "--type", "sqlite", "--quiet", "true", "--force-overwrite", "true",
+               "--output", str(output), str(report)]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, errors="replace",
+                              check=False)
+    except OSError as exc:
+        raise MissingToolError(f"cannot run nsys: {exc.strerror or exc}", report) from None
+    if done.returncode != 0 or not _is_sqlite(output):
+        reason = _last_error_line(done.stderr + "\n" + done.stdout)
+        raise InputError(f"nsys export failed: {reason or f'exit status {done.returncode}'}",
+                         report)
+
+
+def _last_error_line(text: str) -> str:
+    """The last line nsys printed that is not a progress bar."""
+    lines = [line.strip() for line in re.split(r"[\r\n]+", text)]
+    lines = [line for line in lines if line and not _PROGRESS_LINE.match(line)]
+    return lines[-1] if lines else ""
+
+
+def _is_sqlite(path: Path) -> bool:
+    """Whether ``path`` starts with the SQLite header."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
+    except OSError:
+        return False
+
+
+# --- reading the export -----------------------------------------------------------------------
+
+
+class _Export:
+    """A read-only connection to one nsys export and what its schema holds."""
+
+    def __init__(self, conn: sqlite3.Connection, source: Path, tables: set[str]) -> None:
+        """Wrap an open connection; use :meth:`open`."""
+        self.conn = conn
+        self.source = source
+        self.tables = tables
+        self._columns: dict[str, set[str]] = {}
+
+    @classmethod
+    def open(cls, export_path: Path, source: Path) -> _Export:
+        """Open ``export_path`` read-only and check that it is an nsys export."""
+        if not _is_sqlite(export_path):
+            raise InputError("not an SQLite database (nor an nsys export)", source)
+        uri = f"{Path(export_path).resolve().as_uri()}?mode=ro"
+        try:
+            conn = sqlite3.connect(uri, uri=True)
+            rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+        except sqlite3.Error as exc:
+            raise InputError(f"unreadable SQLite database: {exc}", source) from None
+        tables = {row[0] for row in rows}
+        if _STRING_TABLE not in tables or not any(
+                name.startswith("TARGET_INFO_") or name in _EXPORT_META_TABLES for name in tables):
+            conn.close()
+            raise InputError("an SQLite database, but not an Nsight Systems export "
+                             "(no StringIds / TARGET_INFO_* tables)", source)
+        return cls(conn, Path(source), tables)
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.conn.close()
+
+    def columns(self, table: str) -> set[str]:
+        """The column names of ``table`` (empty when the export lacks it)."""
+        if table not in self._columns:
+            rows = self.conn.execute(f'PRAGMA table_info("{table}")').fetchall()
+            self._columns[table] = {row[1] for row in rows}
+        return self._columns[table]
+
+    def usable(self, table: str, required: tuple[str, ...]) -> bool:
+        """Whether ``table`` exists; raise when it exists without the ``required`` columns."""
+        if table not in self.tables:
+            return False
+        missing = sorted(set(required) - self.columns(table))
+        if missing:
+            raise UnsupportedFormatError(
+                f"nsys export schema {self.schema_version()}: table {table} lacks {missing}",
+                self.source)
+        return True
+
+    def query(self, sql: str) -> pd.DataFrame:
+        """Run ``sql`` and return its rows; a damaged database becomes an InputError."""
+        try:
+            return pd.read_sql_query(sql, self.conn)
+        except (sqlite3.Error, pd.errors.DatabaseError) as exc:
+            raise InputError(f"damaged nsys export: {exc}", self.source) from None
+
+    def name_value(self, table: str) -> dict[str, str]:
+        """A ``name``/``value`` metadata table as a dict (the first value of repeated names)."""
+        if table not in self.tables or not {"name", "value"} <= self.columns(table):
+            return {}
+        rows = self.query(f'SELECT name, value FROM "{table}"')
+        return dict(rows.drop_duplicates("name").itertuples(index=False, name=None))
+
+    def schema_version(self) -> str:
+        """EXPORT_SCHEMA_VERSION from the export's metadata, or "unknown"."""
+        for table in _EXPORT_META_TABLES:
+            version = self.name_value(table).get("EXPORT_SCHEMA_VERSION")
+            if version:
+                return str(version)
+        return "unknown"
+
+
+def _read_tables(export: _Export) -> dict[str, pd.DataFrame]:
+    """Every table the export holds, keyed by profreport table name."""
+    readers = {"kernels": _kernels, "memcpy": _memcpy, "memset": _memset, "runtime": _runtime,
+               "sync": _sync, "ranges": _ranges, "osrt": _osrt, "devices": _devices,
+               "threads": _threads}
+    tables = {name: frame for name, read in readers.items()
+              if (frame := read(export)) is not None}
+    if "ranges" in tables:
+        tables["steps"] = steps_from_ranges(tables["ranges"])
+        tables["dataloader"] = dataloader_from_ranges(tables["ranges"])
+    return tables
+
+
+def _decoded_tid(column: str) -> str:
+    """SQL selecting ``pid`` and ``tid`` decoded from a globalTid column."""
+    return (f"(({column} >> {_ID_SHIFT}) & {_ID_MASK}) AS pid, "
+            f"({column} & {_ID_MASK}) AS tid")
+
+
+def _string(export: _Export, table: str, column: str, alias: str) -> tuple[str, str]:
+    """SELECT expression and JOIN that resolve a StringIds id column (NULL when absent)."""
+    if column not in export.columns(table):
+        return f"NULL AS {alias}", ""
+    return (f"{alias}_s.value AS {alias}",
+            f"LEFT JOIN StringIds AS {alias}_s ON {alias}_s.id = t.{column}")
+
+
+def _kernels(export: _Export) -> pd.DataFrame | None:
+    """CUPTI_ACTIVITY_KIND_KERNEL with demangled and short names."""
+    table = "CUPTI_ACTIVITY_KIND_KERNEL"
+    if not export.usable(table, ("start", "end", "deviceId", "streamId", "correlationId")):
+        return None
+    long_sel, long_join = _string(export, table, "demangledName", "name")
+    short_sel, short_join = _string(export, table, "shortName", "short_name")
+    frame = export.query(
+        f"SELECT t.start, t.end, t.deviceId AS device, t.streamId AS stream, "
+        f"t.correlationId AS correlation, {long_sel}, {short_sel} FROM {table} AS t "
+        f"{long_join} {short_join} ORDER BY t.start")
+    frame["name"] = frame["name"].fillna(frame["short_name"]).fillna("")
+    missing_short = frame["short_name"].isna()
+    frame.loc[missing_short, "short_name"] = _map_unique(
+        frame.loc[missing_short, "name"], concepts.short_kernel_name)
+    frame["is_comm"] = concepts.is_comm_kernel(frame["name"])
+    return conform("kernels", frame)
+
+
+def _memcpy(export: _Export) -> pd.DataFrame | None:
+    """CUPTI_ACTIVITY_KIND_MEMCPY with copy direction and memory kinds named."""
+    table = "CUPTI_ACTIVITY_KIND_MEMCPY"
+    if not export.usable(table, ("start", "end", "deviceId", "streamId", "correlationId",
+                                 "bytes", "copyKind")):
+        return None
+    kinds = [col if col in export.columns(table) else f"NULL AS {col}"
+             for col in ("srcKind", "dstKind")]
+    frame = export.query(
+        f"SELECT start, end, deviceId AS device, streamId AS stream, "
+        f"correlationId AS correlation, bytes, copyKind, {', '.join(kinds)} "
+        f"FROM {table} ORDER BY start")
+    frame["kind"] = _enum_names(export, "memcpy", frame["copyKind"], MEMCPY_OPER_CODES,
+                                COPY_KIND_OF_TOKEN)
+    for column, alias in (("srcKind", "src_kind"), ("dstKind", "dst_kind")):
+        frame[alias] = _enum_names(export, "memory", frame[column], MEMORY_KIND_CODES,
+                                   MEMORY_KIND_OF_TOKEN)
+    frame["bytes"] = frame["bytes"].fillna(-1)
+    return conform("memcpy", frame)
+
+
+def _memset(export: _Export) -> pd.DataFrame | None:
+    """CUPTI_ACTIVITY_KIND_MEMSET."""
+    table = "CUPTI_ACTIVITY_KIND_MEMSET"
+    if not export.usable(table, ("start", "end", "deviceId", "streamId", "correlationId",
+                                 "bytes")):
+        return None
+    frame = export.query(
+        f"SELECT start, end, deviceId AS device, streamId AS stream, "
+        f"correlationId AS correlation, bytes FROM {table} ORDER BY start")
+    frame["bytes"] = frame["bytes"].fillna(-1)
+    return conform("memset", frame)
+
+
+def _runtime(export: _Export) -> pd.DataFrame | None:
+    """CUPTI_ACTIVITY_KIND_RUNTIME: CUDA runtime/driver calls, version suffixes stripped."""
+    table = "CUPTI_ACTIVITY_KIND_RUNTIME"
+    if not export.usable(table, ("start", "end", "globalTid", "correlationId", "nameId")):
+        return None
+    frame = export.query(
+        f"SELECT t.start, t.end, {_decoded_tid('t.globalTid')}, t.correlationId AS correlation, "
+        f"s.value AS name FROM {table} AS t LEFT JOIN StringIds AS s ON s.id = t.nameId "
+        f"ORDER BY t.start")
+    frame["name"] = _map_unique(frame["name"].fillna(""), concepts.strip_api_version)
+    return conform("runtime", frame)
+
+
+def _sync(export: _Export) -> pd.DataFrame | None:
+    """CUPTI_ACTIVITY_KIND_SYNCHRONIZATION with the sync type named."""
+    table = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
+    if not export.usable(table, ("start", "end", "deviceId", "streamId", "syncType")):
+        return None
+    frame = export.query(
+        f"SELECT start, end, deviceId AS device, streamId AS stream, syncType "
+        f"FROM {table} ORDER BY start")
+    frame["kind"] = _enum_names(export, "sync", frame["syncType"], SYNC_TYPE_CODES)
+    frame[["device", "stream"]] = frame[["device", "stream"]].fillna(-1)
+    return conform("sync", frame)
+
+
+def _ranges(export: _Export) -> pd.DataFrame | None:
+    """NVTX push/pop and start/end ranges: text or textId, domain from domain-create events."""
+    table = "NVTX_EVENTS"
+    if not export.usable(table, ("start", "end", "eventType", "globalTid", "domainId")):
+        return None
+    cols = export.columns(table)
+    text = "t.text" if "text" in cols else "NULL"
+    text_id = "s.value" if "textId" in cols else "NULL"
+    text_join = "LEFT JOIN StringIds AS s ON s.id = t.textId" if "textId" in cols else ""
+    range_types = ", ".join(str(code) for code in NVTX_RANGE_TYPES)
+    frame = export.query(
+        f"WITH domains AS (SELECT domainId, (globalTid >> {_ID_SHIFT}) & {_ID_MASK} AS pid, "
+        f"MIN({text}) AS domain FROM {table} AS t WHERE eventType = {NVTX_DOMAIN_CREATE} "
+        f"GROUP BY 1, 2) "
+        f"SELECT t.start, t.end, {_decoded_tid('t.globalTid')}, "
+        f"COALESCE({text}, {text_id}, '') AS name, COALESCE(d.domain, '') AS domain "
+        f"FROM {table} AS t {text_join} "
+        f"LEFT JOIN domains AS d ON d.domainId = t.domainId "
+        f"AND d.pid = (t.globalTid >> {_ID_SHIFT}) & {_ID_MASK} "
+        f"WHERE t.eventType IN ({range_types}) AND t.end IS NOT NULL AND t.end >= t.start "
+        f"AND t.globalTid IS NOT NULL ORDER BY t.start")
+    return conform("ranges", frame)
+
+
+def _osrt(export: _Export) -> pd.DataFrame | None:
+    """OSRT_API: OS runtime calls (``--trace=osrt``)."""
+    table = "OSRT_API"
+    if not export.usable(table, ("start", "end", "globalTid", "nameId")):
+        return None
+    frame = export.query(
+        f"SELECT t.start, t.end, {_decoded_tid('t.globalTid')}, COALESCE(s.value, '') AS name "
+        f"FROM {table} AS t LEFT JOIN StringIds AS s ON s.id = t.nameId ORDER BY t.start")
+    return conform("osrt", frame)
+
+
+def _devices(export: _Export) -> pd.DataFrame | None:
+    """TARGET_INFO_GPU (id as CUPTI deviceId, name, memory, SM count)."""
+    table = "TARGET_INFO_GPU"
+    if not export.usable(table, ("id", "name")):
+        return None
+    cols = export.columns(table)
+    memory = "totalMemory" if "totalMemory" in cols else "-1"
+    sms = "smCount" if "smCount" in cols else "-1"
+    frame = export.query(
+        f"SELECT DISTINCT id AS device, name, {memory} AS memory_bytes, {sms} AS sm_count "
+        f"FROM {table} ORDER BY id")
+    frame[["memory_bytes", "sm_count"]] = frame[["memory_bytes", "sm_count"]].fillna(-1)
+    return conform("devices", frame.drop_duplicates("device"))
+
+
+def _threads(export: _Export) -> pd.DataFrame | None:
+    """ThreadNames: names of the traced threads, pid/tid decoded from globalTid."""
+    table = "ThreadNames"
+    if not export.usable(table, ("nameId", "globalTid")):
+        return None
+    frame = export.query(
+        f"SELECT {_decoded_tid('t.globalTid')}, COALESCE(s.value, '') AS name "
+        f"FROM {table} AS t LEFT JOIN StringIds AS s ON s.id = t.nameId")
+    return conform("threads", frame.drop_duplicates(["pid", "tid"], keep="last"))
+
+
+def steps_from_ranges(ranges: pd.DataFrame) -> pd.DataFrame:
+    """``step N`` ranges of the thread that has the most of them, one row per step number."""
+    numbers = concepts.step_numbers(ranges["name"])
+    steps = ranges.assign(number=numbers)[numbers.notna().to_numpy()]
+    if steps.empty:
+        return empty_table("steps")
+    pid, tid = steps.groupby(["pid", "tid"]).size().idxmax()
+    steps = steps[(steps["pid"] == pid) & (steps["tid"] == tid)]
+    steps = steps.sort_values("start").drop_duplicates("number", keep="first")
+    return conform("steps", steps.assign(origin="nvtx"))
+
+
+def dataloader_from_ranges(ranges: pd.DataFrame) -> pd.DataFrame:
+    """Ranges that mark waiting for the next batch (concepts.is_dataloader_span)."""
+    return conform("dataloader", ranges[concepts.is_dataloader_span(ranges["name"]).to_numpy()])
+
+
+def _enum_names(export: _Export, enum: str, codes: pd.Series, fallback: dict[int, str],
+                vocabulary: dict[str, str] | None = None) -> pd.Series:
+    """Enum codes as names, from the export's ENUM_* table when present, else nsys's codes.
+
+    With a ``vocabulary`` each enum token is mapped onto it ("unknown" when not in it); without
+    one the token is returned in lower case (``stream_synchronize``).
+    """
+    table = _ENUM_TABLES[enum]
+    tokens = fallback
+    if table in export.tables and {"id", "name"} <= export.columns(table):
+        rows = export.query(f"SELECT id, name FROM {table}")
+        tokens = {int(code): _ENUM_TOKEN.sub("", str(name))
+                  for code, name in zip(rows["id"], rows["name"], strict=True)}
+    if vocabulary is None:
+        names = {code: token.lower() for code, token in tokens.items()}
+    else:
+        names = {code: vocabulary.get(token, "unknown") for code, token in tokens.items()}
+    return codes.map(names).fillna("unknown").astype(object)
+
+
+def _map_unique(values: pd.Series, func: Callable[[str], str]) -> pd.Series:
+    """Apply a scalar string function once per distinct value (names repeat 10^4-10^6 times)."""
+    uniques = pd.unique(values)
+    return values.map(dict(zip(uniques, (func(str(value)) for value in uniques), strict=True)))
+
+
+def _export_meta(export: _Export) -> dict[str, object]:
+    """Exporter version, export schema and capture facts for Profile.meta."""
+    meta_table = next((name for name in _EXPORT_META_TABLES if name in export.tables), None)
+    exported = export.name_value(meta_table) if meta_table else {}
+    capture = export.name_value(_CAPTURE_META_TABLE)
+    meta: dict[str, object] = {
+        "exporter_version": exported.get("EXPORT_PRODUCT_VERSION"),
+        "export_schema": exported.get("EXPORT_SCHEMA_VERSION"),
+        "export_meta_table": meta_table,
+    }
+    if capture:
+        meta["capture"] = {key: value for key, value in capture.items()
+                           if not key.startswith("PROCESS_0:ENVIRONMENT_VARIABLE")}
+    return meta

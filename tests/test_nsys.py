@@ -1,0 +1,258 @@
+"""parsers/nsys.py on the real sc22 tutorial reports (Nsight Systems 2022.4) and their exports."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from profreport.errors import InputError, MissingToolError
+from profreport.model import Profile
+from profreport.parsers import nsys
+
+STEMS = ("sc22_1gpu_baseline", "sc22_4gpu_baseline")
+NCCL_KERNEL = "ncclKernel_AllReduce_RING_LL_Sum_float"
+A100 = "NVIDIA A100-SXM4-40GB"
+#: Set to a folder of <stem>.sqlite exports made by a newer nsys (scripts/nsys_newer_export.sh).
+NEWER_EXPORTS_ENV = "PROFREPORT_NSYS_NEWER_EXPORTS"
+
+
+@pytest.fixture(scope="session")
+def reports(corpus: Path) -> dict[str, Path]:
+    """The corpus .nsys-rep reports by stem."""
+    return {stem: corpus / "nsys" / f"{stem}.nsys-rep" for stem in STEMS}
+
+
+@pytest.fixture(scope="session")
+def exports(reports: dict[str, Path], nsys_available: str,
+            nsys_cache_dir: Path) -> dict[str, Path]:
+    """Each corpus report exported once per session into the shared cache."""
+    return {stem: nsys.export_report(report, cache_dir=nsys_cache_dir)
+            for stem, report in reports.items()}
+
+
+@pytest.fixture(scope="session")
+def profiles(reports: dict[str, Path], exports: dict[str, Path],
+             nsys_cache_dir: Path) -> dict[str, Profile]:
+    """Each corpus report parsed from its .nsys-rep (through the session's export cache)."""
+    return {stem: nsys.parse(report, cache_dir=nsys_cache_dir)
+            for stem, report in reports.items()}
+
+
+def _mean_ms(frame: pd.DataFrame) -> float:
+    """Mean duration of a start/end table in milliseconds."""
+    return float((frame["end"] - frame["start"]).mean()) / 1e6
+
+
+def _sorted(frame: pd.DataFrame) -> pd.DataFrame:
+    """A table in a canonical row order, to compare tables from two exports."""
+    return frame.sort_values(list(frame.columns)).reset_index(drop=True)
+
+
+def test_4gpu_nccl_kernels(profiles: dict[str, Profile]) -> None:
+    """472 NCCL all-reduce kernels, all communication, 8 per step over 59 steps."""
+    kernels = profiles["sc22_4gpu_baseline"].table("kernels")
+    nccl = kernels[kernels["short_name"] == NCCL_KERNEL]
+    assert len(kernels) == 22564
+    assert len(nccl) == 472
+    assert nccl["is_comm"].all()
+    assert kernels["is_comm"].sum() == 472
+    assert len(nccl) / len(profiles["sc22_4gpu_baseline"].table("steps")) == 8
+
+
+def test_4gpu_steps(profiles: dict[str, Profile]) -> None:
+    """59 ``step N`` ranges averaging 29.9 ms, numbered 0..58 on one thread."""
+    steps = profiles["sc22_4gpu_baseline"].table("steps")
+    assert len(steps) == 59
+    assert steps["number"].tolist() == list(range(59))
+    assert set(steps["origin"]) == {"nvtx"}
+    assert steps[["pid", "tid"]].drop_duplicates().shape[0] == 1
+    assert _mean_ms(steps) == pytest.approx(29.89, abs=0.01)
+
+
+def test_4gpu_nccl_ranges_come_from_text_ids(profiles: dict[str, Profile],
+                                             exports: dict[str, Path]) -> None:
+    """NCCL's ranges have no text, only textId; they are named, in domain NCCL, off-step-thread."""
+    with sqlite3.connect(exports["sc22_4gpu_baseline"]) as conn:
+        (by_id_only,) = conn.execute(
+            "SELECT count(*) FROM NVTX_EVENTS AS e JOIN StringIds AS s ON s.id = e.textId "
+            "WHERE e.text IS NULL AND s.value = 'ncclAllReduce'").fetchone()
+    profile = profiles["sc22_4gpu_baseline"]
+    ranges = profile.table("ranges")
+    nccl = ranges[ranges["name"] == "ncclAllReduce"]
+    assert by_id_only == 472
+    assert len(nccl) == 472
+    assert set(nccl["domain"]) == {"NCCL"}
+    step_threads = set(profile.table("steps")["tid"])
+    assert step_threads.isdisjoint(set(nccl["tid"]))
+    assert set(ranges.loc[ranges["name"] == "step 0", "domain"]) == {""}
+
+
+def test_1gpu_steps_and_copies(profiles: dict[str, Profile]) -> None:
+    """59 steps averaging 88.6 ms; pinned HtoD input copies and tiny pageable DtoH copies."""
+    profile = profiles["sc22_1gpu_baseline"]
+    steps = profile.table("steps")
+    assert len(steps) == 59
+    assert _mean_ms(steps) == pytest.approx(88.63, abs=0.01)
+    copies = profile.table("memcpy").groupby(["kind", "src_kind", "dst_kind"])["bytes"]
+    summary = copies.agg(["count", "sum"]).to_dict("index")
+    assert summary == {("DtoH", "Device", "Pageable"): {"count": 59, "sum": 236},
+                       ("HtoD", "Pinned", "Device"): {"count": 118, "sum": 35_634_806_784}}
+    assert profile.table("kernels")["is_comm"].sum() == 0
+
+
+def test_version_devices_runtime_and_sync(profiles: dict[str, Profile]) -> None:
+    """Exporter version and schema, four A100s, suffix-free CUDA API names, named sync kinds."""
+    profile = profiles["sc22_4gpu_baseline"]
+    assert profile.kind == "nsys"
+    assert profile.tool_version == "2022.4.2.1"
+    assert profile.meta["export_schema"] == "3.0.0"
+    assert profile.meta["export_meta_table"] == "EXPORT_META_DATA"
+    devices = profile.table("devices")
+    assert devices["device"].tolist() == [0, 1, 2, 3]
+    assert set(devices["name"]) == {A100}
+    assert set(devices["sm_count"]) == {108}
+    assert set(devices["memory_bytes"]) == {42_350_739_456}
+    assert set(profile.table("kernels")["device"]) == {0}
+    runtime = profile.table("runtime")
+    assert not runtime["name"].str.contains(r"_v\d{4,}$", regex=True).any()
+    assert "cudaStreamGetCaptureInfo_v2" in set(runtime["name"])  # the API's own _v2 stays
+    assert (runtime["name"] == "cudaLaunchKernel").sum() == 21004
+    assert set(runtime["pid"]) == {79184}
+    assert profile.table("sync")["kind"].value_counts().to_dict() == {
+        "stream_synchronize": 2242, "stream_wait_event": 186, "event_synchronize": 1}
+    threads = profile.table("threads")
+    assert len(threads) == 35
+    assert "[NSys Comms]" in set(threads["name"])
+    assert not profile.has("cpu_collectives")
+
+
+def test_sqlite_export_is_read_without_nsys(exports: dict[str, Path], profiles: dict[str, Profile],
+                                            monkeypatch: pytest.MonkeyPatch,
+                                            tmp_path: Path) -> None:
+    """A .sqlite export is read directly: same tables, and nsys is not needed for it."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    direct = nsys.parse(exports["sc22_4gpu_baseline"])
+    via_report = profiles["sc22_4gpu_baseline"]
+    assert direct.path == exports["sc22_4gpu_baseline"]
+    assert set(direct.tables) == set(via_report.tables)
+    for name, table in via_report.tables.items():
+        pd.testing.assert_frame_equal(direct.table(name), table)
+
+
+def test_report_from_read_only_folder_is_exported_once(reports: dict[str, Path],
+                                                       nsys_available: str,
+                                                       tmp_path: Path) -> None:
+    """Nothing is written beside the report; the second parse reuses the cached export."""
+    folder = tmp_path / "readonly"
+    folder.mkdir()
+    report = Path(shutil.copy2(reports["sc22_4gpu_baseline"], folder))
+    folder.chmod(0o555)
+    cache = tmp_path / "cache"
+    try:
+        first = nsys.parse(report, cache_dir=cache)
+        exported = Path(first.meta["export_path"])
+        stamp = exported.stat().st_mtime_ns
+        second = nsys.parse(report, cache_dir=cache)
+    finally:
+        folder.chmod(0o755)
+    assert sorted(path.name for path in folder.iterdir()) == [report.name]
+    assert [path.name for path in cache.iterdir()] == [exported.name]
+    assert second.meta["export_path"] == str(exported)
+    assert exported.stat().st_mtime_ns == stamp
+    assert len(second.table("kernels")) == 22564
+
+
+def test_cache_key_follows_report_content(reports: dict[str, Path], tmp_path: Path) -> None:
+    """A rewritten report or another nsys version gets another cache entry."""
+    report = Path(shutil.copy2(reports["sc22_1gpu_baseline"], tmp_path / "run.nsys-rep"))
+    name = nsys.cache_name(report, "2022.4.2.1")
+    assert name.startswith("run-") and name.endswith(".sqlite")
+    assert nsys.cache_name(report, "2023.4.4.54") != name
+    with open(report, "r+b") as handle:
+        handle.seek(-1, os.SEEK_END)
+        last = handle.read(1)
+        handle.seek(-1, os.SEEK_END)
+        handle.write(bytes([last[0] ^ 0xFF]))
+    os.utime(report, ns=(0, 0))
+    assert nsys.cache_name(report, "2022.4.2.1") != name
+
+
+def test_default_cache_dir_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """$XDG_CACHE_HOME/profreport/nsys when set."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert nsys.default_cache_dir() == tmp_path / "profreport" / "nsys"
+
+
+def test_export_without_enum_and_sync_tables(exports: dict[str, Path],
+                                             profiles: dict[str, Profile],
+                                             tmp_path: Path) -> None:
+    """Without ENUM_* tables the documented codes give the same names; absent tables are empty."""
+    copy = Path(shutil.copy2(exports["sc22_4gpu_baseline"], tmp_path / "stripped.sqlite"))
+    with sqlite3.connect(copy) as conn:
+        for table in ("ENUM_CUDA_MEMCPY_OPER", "ENUM_CUDA_MEM_KIND", "ENUM_CUPTI_SYNC_TYPE",
+                      "CUPTI_ACTIVITY_KIND_MEMSET"):
+            conn.execute(f"DROP TABLE {table}")
+    stripped = nsys.parse(copy)
+    original = profiles["sc22_4gpu_baseline"]
+    pd.testing.assert_frame_equal(stripped.table("memcpy"), original.table("memcpy"))
+    pd.testing.assert_frame_equal(stripped.table("sync"), original.table("sync"))
+    assert not stripped.has("memset")
+    assert list(stripped.table("memset").columns) == list(original.table("memset").columns)
+
+
+def test_text_file_named_sqlite(tmp_path: Path) -> None:
+    """A text file named x.sqlite is refused in one line naming the file."""
+    path = tmp_path / "x.sqlite"
+    path.write_text("step,ms\n1,30\n")
+    with pytest.raises(InputError) as caught:
+        nsys.parse(path)
+    assert "x.sqlite" in caught.value.one_line()
+
+
+def test_sqlite_that_is_not_an_nsys_export(tmp_path: Path) -> None:
+    """Any other SQLite database is refused."""
+    path = tmp_path / "other.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE results (step INTEGER, ms REAL)")
+    with pytest.raises(InputError, match="not an Nsight Systems export") as caught:
+        nsys.parse(path)
+    assert "other.sqlite" in caught.value.one_line()
+
+
+def test_truncated_report(reports: dict[str, Path], nsys_available: str, tmp_path: Path) -> None:
+    """A truncated .nsys-rep fails with nsys's own error line, and leaves no cache file behind."""
+    path = tmp_path / "cut.nsys-rep"
+    path.write_bytes(reports["sc22_1gpu_baseline"].read_bytes()[: 1 << 20])
+    cache = tmp_path / "cache"
+    with pytest.raises(InputError, match="nsys export failed: .*mismatch") as caught:
+        nsys.parse(path, cache_dir=cache)
+    assert "cut.nsys-rep" in caught.value.one_line()
+    assert list(cache.iterdir()) == []
+
+
+def test_report_without_nsys(reports: dict[str, Path], monkeypatch: pytest.MonkeyPatch,
+                             tmp_path: Path) -> None:
+    """Reading a .nsys-rep without nsys says how to get it."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(MissingToolError, match="nsys is not installed"):
+        nsys.parse(reports["sc22_1gpu_baseline"], cache_dir=tmp_path)
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_newer_nsys_export_gives_the_same_tables(stem: str, profiles: dict[str, Profile]) -> None:
+    """An export by a newer nsys (schema 3.7 on 2023.4) yields exactly the same tables."""
+    folder = os.environ.get(NEWER_EXPORTS_ENV)
+    if not folder:
+        pytest.skip(f"{NEWER_EXPORTS_ENV} is not set (scripts/nsys_newer_export.sh makes them)")
+    newer = nsys.parse(Path(folder) / f"{stem}.sqlite")
+    older = profiles[stem]
+    assert newer.tool_version != older.tool_version
+    assert newer.meta["export_schema"] != older.meta["export_schema"]
+    assert set(newer.tables) == set(older.tables)
+    for name, table in older.tables.items():
+        pd.testing.assert_frame_equal(_sorted(newer.table(name)), _sorted(table))
+    assert len(newer.table("steps")) == 59
