@@ -230,6 +230,10 @@ class RunMetrics:
     throughput_samples_per_s: float | None = None
     measurements: list[Measurement] = field(default_factory=list)
     per_rank_step_ms: dict[int, float] = field(default_factory=dict)
+    #: Signs of ``nn.DataParallel``: its Broadcast/Scatter/Gather/ReduceAddCoalesced ops by count.
+    dataparallel_ops: dict[str, int] = field(default_factory=dict)
+    #: Most GPUs one process launched kernels on (several = one process drives many GPUs).
+    max_devices_per_process: int = 0
 
 
 @dataclass(frozen=True)

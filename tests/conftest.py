@@ -90,7 +90,7 @@ def _busiest(events: list[dict], categories: set[str], skip: tuple[str, ...]) ->
 
 @pytest.fixture(scope="session")
 def make_lprof(tmp_path_factory: pytest.TempPathFactory):
-    """A function that writes a script, profiles it with a real ``kernprof -l``, returns the .lprof."""
+    """A function that profiles a script with a real ``kernprof -l`` and returns the .lprof."""
     import subprocess
     import sys
 

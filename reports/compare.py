@@ -1,0 +1,103 @@
+"""Several runs against one baseline: speedup, breakdown deltas, changed knobs, and why."""
+
+from __future__ import annotations
+
+from profreport.errors import UsageError
+from profreport.reports.results import BREAKDOWN_PARTS, Comparison, ComparisonRow, RunAnalysis
+
+#: Readable names of the breakdown parts, for explanations.
+PART_NAMES = {
+    "dataloader": "DataLoader wait", "h2d_copy": "host-to-device copy time",
+    "compute": "compute time", "comm_exposed": "exposed communication",
+    "host_runtime": "CUDA runtime time", "other": "other time",
+}
+#: Which knobs act on which part of the step (to name the change that brought a gain).
+PART_KNOBS = {
+    "dataloader": ("num_workers", "persistent_workers", "pin_memory", "batch_size"),
+    "h2d_copy": ("pin_memory", "non_blocking"),
+    "compute": ("amp", "channels_last", "compile", "batch_size"),
+    "comm_exposed": ("ddp", "nproc", "bucket_cap_mb", "broadcast_buffers", "dataparallel"),
+    "host_runtime": ("compile", "batch_size"),
+    "other": (),
+}
+#: The kind of change each part's knobs make, for the sentence.
+PART_CHANGE = {"dataloader": "the DataLoader change", "h2d_copy": "the copy change",
+               "compute": "the compute change", "comm_exposed": "the parallelism change",
+               "host_runtime": "the launch change", "other": "the change"}
+
+
+def step_time_ns(run: RunAnalysis) -> int | None:
+    """Wall time per step: the breakdown's step when known, else the mean annotated step."""
+    m = run.metrics
+    if m.breakdown is not None:
+        return m.breakdown.step_ns
+    if m.steps is not None:
+        return m.steps.wall_mean_ns or m.steps.mean_ns
+    return None
+
+
+def changed_knobs(base: RunAnalysis, run: RunAnalysis) -> dict[str, object]:
+    """Knobs whose value differs from the baseline's, as ``{name: {"from": a, "to": b}}``."""
+    names = sorted(set(base.knobs) | set(run.knobs))
+    return {name: {"from": base.knobs.get(name), "to": run.knobs.get(name)}
+            for name in names if base.knobs.get(name) != run.knobs.get(name)}
+
+
+def breakdown_delta(base: RunAnalysis, run: RunAnalysis) -> dict[str, int]:
+    """Run minus baseline, mean ns per step, for each breakdown part."""
+    a, b = base.metrics.breakdown, run.metrics.breakdown
+    if a is None or b is None:
+        return {}
+    return {part: b.parts_ns[part] - a.parts_ns[part] for part in BREAKDOWN_PARTS}
+
+
+def _ms(ns: int) -> str:
+    """Nanoseconds as milliseconds text."""
+    return f"{ns / 1e6:.1f} ms" if ns < 10**10 else f"{ns / 1e9:.1f} s"
+
+
+def explain(base: RunAnalysis, run: RunAnalysis, delta: dict[str, int],
+            knobs: dict[str, object]) -> str:
+    """One sentence naming the part that moved most and the knob change behind it."""
+    if not delta:
+        return "No breakdown on both sides: the step time alone is compared."
+    part = max(delta, key=lambda name: (abs(delta[name]), name))
+    before = base.metrics.breakdown.parts_ns[part]  # type: ignore[union-attr]
+    after = run.metrics.breakdown.parts_ns[part]  # type: ignore[union-attr]
+    verb = "fell" if after < before else "grew"
+    gain = "gain" if after < before else "loss"
+    head = f"{PART_NAMES[part]} {verb} from {_ms(before)} to {_ms(after)} per step"
+    related = [name for name in PART_KNOBS[part] if name in knobs]
+    if related:
+        changes = ", ".join(f"{name} {knobs[name]['from']} -> {knobs[name]['to']}"  # type: ignore[index]
+                            for name in related)
+        return f"{head}: {PART_CHANGE[part]} ({changes}) brought the {gain}."
+    if knobs:
+        return f"{head}, the part that changed most (knobs changed: {', '.join(knobs)})."
+    return f"{head}, the part of the step that changed most."
+
+
+def _row(base: RunAnalysis, run: RunAnalysis) -> ComparisonRow:
+    """One run's row against the baseline."""
+    base_step, step = step_time_ns(base), step_time_ns(run)
+    base_tp, tp = base.metrics.throughput_samples_per_s, run.metrics.throughput_samples_per_s
+    knobs = changed_knobs(base, run)
+    delta = breakdown_delta(base, run)
+    is_base = run is base
+    return ComparisonRow(
+        name=run.name, step_time_ns=step, throughput_samples_per_s=tp,
+        speedup=base_step / step if base_step and step else None,
+        throughput_gain=tp / base_tp if tp and base_tp else None,
+        breakdown_delta_ns=delta, changed_knobs=knobs,
+        explanation="baseline" if is_base else explain(base, run, delta, knobs))
+
+
+def compare_runs(runs: list[RunAnalysis], baseline: str | None = None) -> Comparison | None:
+    """Every run against the baseline (the first run, or the one named); None for one run."""
+    if len(runs) < 2:
+        return None
+    names = [run.name for run in runs]
+    if baseline is not None and baseline not in names:
+        raise UsageError(f"--baseline {baseline!r} is not one of the runs: {', '.join(names)}")
+    base = runs[names.index(baseline)] if baseline is not None else runs[0]
+    return Comparison(baseline=base.name, rows=[_row(base, run) for run in runs])

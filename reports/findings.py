@@ -1,0 +1,437 @@
+"""Findings and the verdict: small rules, each a function of one run's metrics and knobs.
+
+Every rule returns a :class:`Finding` (stable id, severity, one-sentence title, evidence naming
+the profiler, a fix written for this run) or None. The thresholds below are the whole policy;
+each comment says why the value is where it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pandas as pd
+from profreport import concepts
+from profreport.reports.results import (
+    Evidence,
+    Finding,
+    Origin,
+    RunMetrics,
+    Severity,
+    TopItem,
+    Verdict,
+)
+
+# --- thresholds -----------------------------------------------------------------------------
+#: A quarter of every step spent waiting for the next batch is the biggest single loss a run can
+#: fix without touching the model, so from here on the run is called loader-bound.
+LOADER_BOUND_FRACTION = 0.25
+#: Below this share of step time, DataLoader wait is noise (fetching a prefetched batch).
+LOADER_OK_FRACTION = 0.05
+#: Communication not hidden under compute for a quarter of the step makes the run comm-bound.
+COMM_BOUND_EXPOSED_FRACTION = 0.25
+#: NCCL/gloo taking a tenth of the step is worth reporting, even when mostly overlapped.
+COMM_REPORT_FRACTION = 0.10
+#: Exposed communication above this share is worth tuning (bucket sizes, overlap).
+COMM_EXPOSED_WARN_FRACTION = 0.05
+#: A GPU busy 80% of its window is limited by its own kernels: the run is compute-bound.
+COMPUTE_BOUND_BUSY = 0.80
+#: Compute (GPU kernels, or CPU framework ops on CPU-only runs) filling 60% of the step makes
+#: the model's own math the bottleneck.
+COMPUTE_BOUND_SHARE = 0.60
+#: Below half busy the GPU idles more than it works: worth a finding on its own.
+LOW_GPU_BUSY = 0.50
+#: Below this the GPU is mostly idle: high severity.
+VERY_LOW_GPU_BUSY = 0.30
+#: GPU kernels covering less than half of the non-loader step time: the GPU waits for the CPU.
+HOST_BOUND_KERNEL_SHARE = 0.50
+#: Half the kernels under SHORT_KERNEL_NS means launch overhead rivals the work itself.
+SHORT_KERNEL_MANY = 0.50
+#: The CUDA runtime taking 30% of the non-loader step on the CPU is launch overhead that shows.
+HOST_RUNTIME_SHARE = 0.30
+#: Pageable copies are staged through a bounce buffer: worth fixing once half the H2D bytes ...
+PAGEABLE_SHARE = 0.50
+#: ... and at least this many bytes (64 MiB) come from pageable memory over the profile.
+PAGEABLE_MIN_BYTES = 64 * 2**20
+#: Blocking sync calls taking 10% of the step while the GPU is not saturated stall the pipeline.
+SYNC_STALL_FRACTION = 0.10
+#: Per-device batches at or below this rarely fill a modern GPU.
+SMALL_BATCH_SIZE = 16
+#: With a mostly idle GPU, 60% of kernels under SHORT_KERNEL_NS says the work per step is tiny.
+SMALL_BATCH_SHORT_KERNELS = 0.60
+#: Two sources agree about the DataLoader when their wait shares differ by at most this much.
+SOURCES_AGREE_DELTA = 0.15
+#: DataLoader workers to suggest when the CPU count is unknown.
+DEFAULT_SUGGESTED_WORKERS = 8
+
+_SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What a rule may know besides the metrics: the manifest's knobs and environment."""
+
+    knobs: dict[str, object] = field(default_factory=dict)
+    environment: dict[str, object] = field(default_factory=dict)
+
+    def knob(self, name: str) -> object | None:
+        """A knob's value, or None when the run has no such knob."""
+        return self.knobs.get(name)
+
+    def cpus(self) -> int | None:
+        """CPUs the run had, when the manifest recorded them."""
+        for key in ("cpus", "cpu_count", "cpus_available", "slurm_cpus_per_task"):
+            value = self.environment.get(key)
+            if isinstance(value, int) and value > 0:
+                return value
+        return None
+
+
+Rule = Callable[[RunMetrics, RunContext], "Finding | None"]
+
+
+def _pct(fraction: float) -> str:
+    """0.1734 -> '17%'; small shares keep a decimal (0.0047 -> '0.5%')."""
+    return f"{fraction * 100:.1f}%" if abs(fraction) < 0.1 else f"{fraction * 100:.0f}%"
+
+
+def _ms(ns: float) -> str:
+    """Nanoseconds as milliseconds text."""
+    return f"{ns / 1e6:.1f} ms"
+
+
+def _gb(nbytes: float) -> str:
+    """Bytes as GB text."""
+    return f"{nbytes / 1e9:.1f} GB"
+
+
+def _step_ns(m: RunMetrics) -> int | None:
+    """The step time the breakdown adds up to (wall time per step when known)."""
+    if m.breakdown is not None:
+        return m.breakdown.step_ns
+    return m.steps.mean_ns if m.steps is not None else None
+
+
+def _non_loader_ns(m: RunMetrics) -> float | None:
+    """Step time not spent waiting for data."""
+    step = _step_ns(m)
+    if step is None:
+        return None
+    return step * (1.0 - (m.dataloader_fraction or 0.0))
+
+
+def _loader_evidence(m: RunMetrics) -> list[Evidence]:
+    """Where the DataLoader share was seen, one line per source."""
+    out = [Evidence(f"{_pct(share)} of step time waits for the next batch", origin)
+           for origin, share in sorted(m.dataloader_fraction_by_origin.items())]
+    if m.steps is not None and m.steps.wall_mean_ns and m.steps.origin != "lprof" \
+            and m.steps.wall_mean_ns > 1.5 * m.steps.mean_ns:
+        out.append(Evidence(f"annotated steps average {_ms(m.steps.mean_ns)} but wall time per "
+                            f"step is {_ms(m.steps.wall_mean_ns)}: the rest goes between steps",
+                            m.steps.origin))
+    if m.gpu is not None:
+        out.append(Evidence(f"GPU busy {_pct(m.gpu.busy_fraction)}; {m.gpu.long_gap_count} idle "
+                            f"gaps over {_ms(m.gpu.long_gap_ns)}", m.gpu.origin))
+    return out
+
+
+def _workers_advice(ctx: RunContext) -> str:
+    """Concrete DataLoader advice using this run's num_workers and CPU count."""
+    workers = ctx.knob("num_workers")
+    cpus = ctx.cpus()
+    target = max(cpus - 1, 1) if cpus else DEFAULT_SUGGESTED_WORKERS
+    if isinstance(workers, int) and workers >= target:
+        return (f"num_workers is already {workers}: make each sample cheaper (decode/augment "
+                "once and cache, smaller images, DALI/GPU augmentation) and set "
+                "persistent_workers=True and prefetch_factor=4.")
+    current = f"from {workers} " if isinstance(workers, int) else ""
+    return (f"Raise DataLoader num_workers {current}to {target} and request "
+            f"--cpus-per-task={target + 1} in Slurm (one core for the training loop); add "
+            "pin_memory=True and persistent_workers=True.")
+
+
+def loader_bound(m: RunMetrics, ctx: RunContext) -> Finding | None:
+    """The training loop waits for batches for a large share of each step."""
+    share = m.dataloader_fraction
+    if share is None or share < LOADER_BOUND_FRACTION:
+        return None
+    return Finding("LOADER_BOUND", "high",
+                   f"The training loop spends {_pct(share)} of each step waiting for data.",
+                   _loader_evidence(m), _workers_advice(ctx))
+
+
+def compute_bound(m: RunMetrics, ctx: RunContext) -> Finding | None:
+    """The GPU is saturated, or compute fills most of the step: the model's math sets the pace."""
+    share = _compute_share(m)
+    busy = m.gpu.busy_fraction if m.gpu is not None else None
+    if not ((busy is not None and busy >= COMPUTE_BOUND_BUSY)
+            or (share is not None and share >= COMPUTE_BOUND_SHARE)):
+        return None
+    evidence = []
+    if share is not None and m.breakdown is not None:
+        evidence.append(Evidence(f"compute {_pct(share)} of {_ms(m.breakdown.step_ns)} per step",
+                                 m.breakdown.origin))
+    if m.gpu is None:
+        return Finding("COMPUTE_BOUND", "info",
+                       f"The CPU spends {_pct(share or 0.0)} of each step in the model's own "
+                       "operators.", evidence,
+                       "Run on a GPU, or give the job more cores (--cpus-per-task and "
+                       "torch.set_num_threads), and try bf16 autocast on CPU.")
+    evidence.append(Evidence(f"GPU busy {_pct(m.gpu.busy_fraction)} of its "
+                             f"{_ms(m.gpu.window_ns)} window", m.gpu.origin))
+    top = _top_compute_kernel(m)
+    if top is not None:
+        evidence.append(Evidence(f"top kernel {top.name[:80]} takes {_pct(top.share)} of "
+                                 "kernel time", m.gpu.origin))
+    amp = "" if ctx.knob("amp") else "enable mixed precision (torch.autocast + GradScaler), "
+    return Finding("COMPUTE_BOUND", "info",
+                   "The GPU's kernels set the pace of training.", evidence,
+                   f"To go faster, {amp}try channels_last and torch.compile, "
+                   "or reduce the model's work per sample.")
+
+
+def _top_compute_kernel(m: RunMetrics) -> TopItem | None:
+    """The kernel with the most time that is not a communication kernel."""
+    names = pd.Series([k.name for k in m.top_kernels], dtype="object")
+    comm = concepts.is_comm_kernel(names).tolist()
+    return next((k for k, is_comm in zip(m.top_kernels, comm, strict=True) if not is_comm), None)
+
+
+def _compute_share(m: RunMetrics) -> float | None:
+    """Compute share of the step in the breakdown."""
+    if m.breakdown is None or m.breakdown.step_ns <= 0:
+        return None
+    return m.breakdown.parts_ns["compute"] / m.breakdown.step_ns
+
+
+def comm_overhead(m: RunMetrics, ctx: RunContext) -> Finding | None:
+    """Collectives take a noticeable share of the step; say how much is hidden under compute."""
+    c = m.comm
+    if c is None or c.fraction < COMM_REPORT_FRACTION:
+        return None
+    severity: Severity = ("high" if c.exposed_fraction >= COMM_BOUND_EXPOSED_FRACTION else
+                          "medium" if c.exposed_fraction >= COMM_EXPOSED_WARN_FRACTION else "low")
+    where = "NCCL kernels" if c.on_gpu else "CPU collectives"
+    evidence = [Evidence(f"{where} take {_pct(c.fraction)} of step time "
+                         f"({_ms(c.total_ns_per_step)} per step, {c.calls_per_step:g} calls "
+                         "per step)", c.origin),
+                Evidence(f"{_pct(c.overlap_fraction)} of communication time overlaps compute; "
+                         f"{_pct(c.exposed_fraction)} of the step is exposed communication",
+                         c.origin)]
+    bucket = ctx.knob("bucket_cap_mb")
+    bucket_text = f"from {bucket:g} MB " if isinstance(bucket, (int, float)) else ""
+    advice = (f"Tune DDP: raise bucket_cap_mb {bucket_text}to cut the {c.calls_per_step:g} "
+              "calls per step, set broadcast_buffers=False, use a larger local batch or "
+              "gradient accumulation with no_sync() so gradients are reduced less often.")
+    if severity == "low":
+        advice = ("Communication is mostly hidden under compute; no change needed unless you "
+                  "scale further. " + advice)
+    title = (f"Communication takes {_pct(c.fraction)} of each step; "
+             f"{_pct(c.overlap_fraction)} of it overlaps compute.")
+    return Finding("COMM_OVERHEAD", severity, title, evidence, advice)
+
+
+def host_launch_bound(m: RunMetrics, ctx: RunContext) -> Finding | None:
+    """The GPU waits for the CPU to launch work: short kernels, heavy runtime time."""
+    if m.launch is None or m.gpu is None or m.gpu.busy_fraction >= COMPUTE_BOUND_BUSY:
+        return None
+    if (m.dataloader_fraction or 0.0) >= LOADER_BOUND_FRACTION:
+        return None
+    non_loader = _non_loader_ns(m)
+    if not non_loader:
+        return None
+    kernel_share = m.launch.gpu_kernel_ns_per_step / non_loader
+    runtime_share = m.launch.runtime_ns_per_step / non_loader
+    many_short = m.launch.short_kernel_fraction >= SHORT_KERNEL_MANY
+    if kernel_share >= HOST_BOUND_KERNEL_SHARE or not (many_short or
+                                                       runtime_share >= HOST_RUNTIME_SHARE):
+        return None
+    evidence = [Evidence(f"GPU kernels cover {_pct(kernel_share)} of the step outside data "
+                         f"waits; {m.launch.kernels_per_step:.0f} kernels per step, "
+                         f"{_pct(m.launch.short_kernel_fraction)} shorter than "
+                         f"{m.launch.short_kernel_ns // 1000} µs", m.launch.origin),
+                Evidence(f"CUDA runtime calls take {_ms(m.launch.runtime_ns_per_step)} of CPU "
+                         "time per step", m.launch.origin)]
+    return Finding("HOST_LAUNCH_BOUND", "high",
+                   "The GPU waits for the CPU to launch many small kernels.", evidence,
+                   "Fuse kernels with torch.compile (mode='reduce-overhead' uses CUDA graphs), "
+                   "raise the batch size, and remove Python work and .item() calls from the step.")
+
+
+def pageable_memcpy(m: RunMetrics, ctx: RunContext) -> Finding | None:
+    """Host-to-device copies come from pageable (unpinned) memory."""
+    c = m.copies
+    if c is None or c.h2d_bytes <= 0:
+        return None
+    if c.h2d_pageable_bytes < PAGEABLE_MIN_BYTES or \
+            c.h2d_pageable_bytes / c.h2d_bytes < PAGEABLE_SHARE:
+        return None
+    pinned = "pin_memory=True" if not ctx.knob("pin_memory") else "pinned buffers"
+    return Finding("PAGEABLE_MEMCPY", "medium",
+                   f"{_pct(c.h2d_pageable_bytes / c.h2d_bytes)} of host-to-device bytes come "
+                   "from pageable memory.",
+                   [Evidence(f"{_gb(c.h2d_pageable_bytes)} of {_gb(c.h2d_bytes)} H2D copied "
+                             f"from pageable memory, {_ms(c.h2d_ns)} of copy time",
+                             c.origin)],
+                   f"Use {pinned} in the DataLoader with .to(device, non_blocking=True): "
+                   f"{_gb(c.h2d_pageable_bytes)} of H2D copies came from pageable memory.")
+
+
+def sync_stall(m: RunMetrics, ctx: RunContext) -> Finding | None:
+    """Blocking synchronisations take a large share of the step while the GPU is not full."""
+    c, step = m.copies, _step_ns(m)
+    if c is None or not step or m.steps is None or c.sync_api_calls == 0:
+        return None
+    per_step = c.sync_api_ns / m.steps.count
+    if per_step / step < SYNC_STALL_FRACTION or \
+            (m.gpu is not None and m.gpu.busy_fraction >= COMPUTE_BOUND_BUSY):
+        return None
+    return Finding("SYNC_STALL", "medium",
+                   f"Blocking synchronisations take {_pct(per_step / step)} of each step.",
+                   [Evidence(f"{c.sync_api_calls} synchronize calls, {_ms(per_step)} per step; "
+                             f"{c.tiny_d2h_count} tiny device-to-host copies (.item()-like)",
+                             c.origin)],
+                   "Remove .item(), .cpu(), print(loss) and torch.cuda.synchronize() from the "
+                   "step; accumulate metrics on the GPU and read them every N steps.")
+
+
+def low_gpu_util(m: RunMetrics, ctx: RunContext) -> Finding | None:
+    """The GPU idles for most of its window."""
+    g = m.gpu
+    if g is None or g.busy_fraction >= LOW_GPU_BUSY:
+        return None
+    severity: Severity = "high" if g.busy_fraction < VERY_LOW_GPU_BUSY else "medium"
+    evidence = [Evidence(f"kernels, copies and memsets cover {_ms(g.busy_ns)} of the "
+                         f"{_ms(g.window_ns)} GPU window", g.origin)]
+    if g.largest_gaps:
+        gap = g.largest_gaps[0]
+        evidence.append(Evidence(f"largest idle gap {_ms(gap.duration_ns)} on GPU {gap.device},"
+                                 f" {gap.where}; {g.long_gap_count} gaps over "
+                                 f"{_ms(g.long_gap_ns)}", g.origin))
+    return Finding("LOW_GPU_UTIL", severity,
+                   f"The GPU is busy only {_pct(g.busy_fraction)} of the time.", evidence,
+                   "Fix what the GPU waits for first (see the DataLoader and launch findings); "
+                   "then raise the batch size to give each step more GPU work.")
+
+
+def small_batch(m: RunMetrics, ctx: RunContext) -> Finding | None:
+    """Each step gives the GPU too little work (by the knobs, or by tiny kernels)."""
+    batch = ctx.knob("batch_size")
+    if m.gpu is None:
+        return None
+    if isinstance(batch, int) and batch <= SMALL_BATCH_SIZE:
+        evidence = [Evidence(f"batch size {batch} per device (manifest)", "manifest")]
+    elif (m.launch is not None and m.gpu.busy_fraction < LOW_GPU_BUSY
+          and m.launch.short_kernel_fraction >= SMALL_BATCH_SHORT_KERNELS
+          and (m.dataloader_fraction or 0.0) < LOADER_BOUND_FRACTION):
+        evidence = [Evidence(f"{_pct(m.launch.short_kernel_fraction)} of kernels are shorter "
+                             f"than {m.launch.short_kernel_ns // 1000} µs and the GPU is busy "
+                             f"{_pct(m.gpu.busy_fraction)}", m.launch.origin)]
+    else:
+        return None
+    return Finding("SMALL_BATCH", "medium", "Each step gives the GPU too little work.", evidence,
+                   "Raise the per-device batch size (scale the learning rate with it) or use "
+                   "gradient accumulation; mixed precision frees memory for a larger batch.")
+
+
+def dataparallel_not_ddp(m: RunMetrics, ctx: RunContext) -> Finding | None:
+    """nn.DataParallel (one process driving several GPUs) instead of DDP."""
+    evidence = []
+    if m.dataparallel_ops:
+        listed = ", ".join(f"{name} ×{count}" for name, count in m.dataparallel_ops.items())
+        origin: Origin = "nsys" if m.gpu is not None and m.gpu.origin == "nsys" else "kineto"
+        evidence.append(Evidence(f"nn.DataParallel ops: {listed[:200]}", origin))
+    if m.max_devices_per_process > 1 and m.gpu is not None:
+        evidence.append(Evidence(f"one process launched kernels on {m.max_devices_per_process} "
+                                 "GPUs", m.gpu.origin))
+    if ctx.knob("dataparallel"):
+        evidence.append(Evidence("the run's knobs use nn.DataParallel", "manifest"))
+    if not evidence:
+        return None
+    return Finding("DATAPARALLEL_NOT_DDP", "high",
+                   "The model uses nn.DataParallel: one process drives every GPU.", evidence,
+                   "Switch to DistributedDataParallel with one process per GPU (torchrun "
+                   "--nproc_per_node=<GPUs>, or srun --ntasks-per-node=<GPUs>) and a "
+                   "DistributedSampler.")
+
+
+def sources_agreement(m: RunMetrics, ctx: RunContext) -> Finding | None:
+    """When several profilers measured the DataLoader share: do they tell the same story?"""
+    shares = m.dataloader_fraction_by_origin
+    if len(shares) < 2:
+        return None
+    evidence = [Evidence(f"{origin}: {_pct(share)} of step time waiting for data", origin)
+                for origin, share in sorted(shares.items())]
+    if m.gpu is not None:
+        evidence.append(Evidence(f"GPU idle {_pct(1 - m.gpu.busy_fraction)}", m.gpu.origin))
+    values = list(shares.values())
+    agree = max(values) - min(values) <= SOURCES_AGREE_DELTA or \
+        len({v >= LOADER_BOUND_FRACTION for v in values}) == 1
+    if agree:
+        return Finding("SOURCES_AGREE", "info",
+                       "The profilers of this run agree on where the time goes.", evidence,
+                       "No action: the diagnosis rests on several independent measurements.")
+    return Finding("SOURCES_DISAGREE", "info",
+                   "The profilers of this run disagree on the DataLoader share.", evidence,
+                   "Trust the trace-based profiler (nsys/torch.profiler) over line_profiler, "
+                   "whose per-line overhead inflates Python-heavy lines; re-run if in doubt.")
+
+
+RULES: tuple[Rule, ...] = (loader_bound, compute_bound, comm_overhead, host_launch_bound,
+                           pageable_memcpy, sync_stall, low_gpu_util, small_batch,
+                           dataparallel_not_ddp, sources_agreement)
+
+
+def find_all(metrics: RunMetrics, ctx: RunContext) -> list[Finding]:
+    """Every rule that fires, most severe first (then by id, for a stable order)."""
+    found = [f for rule in RULES if (f := rule(metrics, ctx)) is not None]
+    return sorted(found, key=lambda f: (_SEVERITY_ORDER[f.severity], f.id))
+
+
+def _host_bound(m: RunMetrics) -> bool:
+    """Whether the host-launch rule fires (it needs no knobs)."""
+    return host_launch_bound(m, RunContext()) is not None
+
+
+def verdict(m: RunMetrics) -> tuple[Verdict, str]:
+    """The run's bottleneck in one word, with the numbers behind it."""
+    if m.steps is None and m.gpu is None:
+        return "unknown", ("no step markers (ProfilerStep, NVTX 'step N', a DataLoader loop "
+                           "line) and no GPU activity in the inputs")
+    loader = m.dataloader_fraction or 0.0
+    exposed = m.comm.exposed_fraction if m.comm is not None else 0.0
+    candidates: list[tuple[float, Verdict, str]] = []
+    if loader >= LOADER_BOUND_FRACTION:
+        candidates.append((loader, "loader-bound", f"{_pct(loader)} of step time waits for data"))
+    if exposed >= COMM_BOUND_EXPOSED_FRACTION:
+        candidates.append((exposed, "communication-bound",
+                           f"{_pct(exposed)} of step time is communication not hidden by "
+                           "compute"))
+    if _host_bound(m):
+        idle = 1.0 - m.gpu.busy_fraction if m.gpu else 0.0
+        candidates.append((idle, "host-bound", f"GPU idle {_pct(idle)} while the CPU launches "
+                           "many short kernels"))
+    elif not candidates and m.gpu is not None and m.gpu.busy_fraction < LOW_GPU_BUSY:
+        idle = 1.0 - m.gpu.busy_fraction
+        candidates.append((idle, "host-bound", f"GPU idle {_pct(idle)} with no data wait or "
+                           "communication to explain it: the CPU side sets the pace"))
+    if candidates:
+        _, name, reason = max(candidates, key=lambda c: c[0])
+        return name, reason
+    return _compute_or_balanced(m)
+
+
+def _compute_or_balanced(m: RunMetrics) -> tuple[Verdict, str]:
+    """Compute-bound when the GPU (or CPU ops) is saturated, else balanced or unknown."""
+    if m.gpu is not None and m.gpu.busy_fraction >= COMPUTE_BOUND_BUSY:
+        return "compute-bound", f"GPU busy {_pct(m.gpu.busy_fraction)} of its window"
+    share = _compute_share(m)
+    if share is not None and share >= COMPUTE_BOUND_SHARE:
+        where = "GPU kernels" if m.gpu is not None else "the model's CPU operators"
+        return "compute-bound", f"{where} take {_pct(share)} of step time"
+    if m.steps is None:
+        return "unknown", (f"GPU busy {_pct(m.gpu.busy_fraction) if m.gpu else '?'} but no step "
+                           "markers to attribute the idle time")
+    if m.breakdown is None:
+        return "unknown", "steps were found but no source could split the step time"
+    return "balanced", "no single part of the step dominates"

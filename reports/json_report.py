@@ -1,0 +1,161 @@
+"""The JSON report, schema ``profreport/1``: a public, stable interface for scripts and graders.
+
+Top level: ``schema``, ``generated_by``, ``title``, ``runs``, ``comparison`` (or null),
+``failures``. Times are milliseconds (``*_ms``) or seconds (``time_s``); fractions are 0..1; a
+metric is null where the run's sources cannot tell. Output is deterministic: keys sorted, lists in
+a meaningful order (findings by severity, top lists by time) or sorted.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from profreport.fileio import write_text
+from profreport.reports.results import (
+    Breakdown,
+    Comparison,
+    Finding,
+    LineItem,
+    Report,
+    RunAnalysis,
+    RunMetrics,
+    StepStats,
+    TopItem,
+)
+
+JSON_NAME = "report.json"
+
+
+def _ms(ns: float | None) -> float | None:
+    """Nanoseconds to milliseconds (3 decimals), None stays None."""
+    return None if ns is None else round(ns / 1e6, 3)
+
+
+def _frac(value: float | None) -> float | None:
+    """A fraction rounded to 4 decimals."""
+    return None if value is None else round(float(value), 4)
+
+
+def _step_time(steps: StepStats | None) -> dict[str, float | None] | None:
+    """mean/p50/p90/min/max of the step time in ms."""
+    if steps is None:
+        return None
+    return {"mean": _ms(steps.mean_ns), "p50": _ms(steps.p50_ns), "p90": _ms(steps.p90_ns),
+            "min": _ms(steps.min_ns), "max": _ms(steps.max_ns)}
+
+
+def metrics_json(m: RunMetrics) -> dict[str, Any]:
+    """The documented metric keys of one run."""
+    comm, launch, copies, gpu = m.comm, m.launch, m.copies, m.gpu
+    return {
+        "steps": m.steps.count if m.steps else None,
+        "steps_origin": m.steps.origin if m.steps else None,
+        "step_time_ms": _step_time(m.steps),
+        "wall_step_time_ms": _ms(m.steps.wall_mean_ns) if m.steps else None,
+        "gpu_busy_fraction": _frac(gpu.busy_fraction) if gpu else None,
+        "gpu_window_ms": _ms(gpu.window_ns) if gpu else None,
+        "gpu_busy_ms": _ms(gpu.busy_ns) if gpu else None,
+        "long_idle_gaps": gpu.long_gap_count if gpu else None,
+        "long_idle_gap_threshold_ms": _ms(gpu.long_gap_ns) if gpu else None,
+        "dataloader_fraction": _frac(m.dataloader_fraction),
+        "dataloader_fraction_by_origin": {k: _frac(v) for k, v in
+                                          sorted(m.dataloader_fraction_by_origin.items())},
+        "comm_fraction": _frac(comm.fraction) if comm else None,
+        "comm_exposed_fraction": _frac(comm.exposed_fraction) if comm else None,
+        "comm_overlap_fraction": _frac(comm.overlap_fraction) if comm else None,
+        "comm_calls_per_step": round(comm.calls_per_step, 3) if comm else None,
+        "comm_on_gpu": comm.on_gpu if comm else None,
+        "h2d_bytes": copies.h2d_bytes if copies else None,
+        "h2d_pageable_bytes": copies.h2d_pageable_bytes if copies else None,
+        "sync_api_calls": copies.sync_api_calls if copies else None,
+        "kernels_per_step": round(launch.kernels_per_step, 3) if launch else None,
+        "short_kernel_fraction": _frac(launch.short_kernel_fraction) if launch else None,
+        "launch_delay_p50_ms": _ms(launch.launch_delay_p50_ns) if launch else None,
+        "throughput_samples_per_s": m.throughput_samples_per_s,
+        "per_rank_step_ms": {str(k): round(v, 3) for k, v in sorted(m.per_rank_step_ms.items())},
+        "cpu_phases": ({k: _frac(v) for k, v in sorted(m.cpu_phases.fractions.items())}
+                       if m.cpu_phases else None),
+        "measurements": [{"name": x.name, "value": x.value, "unit": x.unit}
+                         for x in m.measurements],
+    }
+
+
+def _breakdown(b: Breakdown | None) -> dict[str, float | None] | None:
+    """{part: ms per step}, plus the overlapped communication."""
+    if b is None:
+        return None
+    out = {part: _ms(ns) for part, ns in b.parts_ns.items()}
+    out["comm_overlapped"] = _ms(b.comm_overlapped_ns)
+    return out
+
+
+def _finding(f: Finding) -> dict[str, Any]:
+    """One finding."""
+    return {"id": f.id, "severity": f.severity, "title": f.title,
+            "evidence": [{"text": e.text, "source": e.origin} for e in f.evidence],
+            "recommendation": f.recommendation}
+
+
+def _top(item: TopItem) -> dict[str, Any]:
+    """One top-list entry."""
+    return {"name": item.name, "total_ms": _ms(item.total_ns), "count": item.count,
+            "share": _frac(item.share)}
+
+
+def _line(line: LineItem) -> dict[str, Any]:
+    """One line_profiler line."""
+    return {"file": line.file, "function": line.function, "lineno": line.lineno,
+            "hits": line.hits, "time_s": round(line.time_ns / 1e9, 6),
+            "share": _frac(line.share), "source": line.source,
+            "is_dataloader_loop": line.is_dataloader_loop}
+
+
+def run_json(run: RunAnalysis) -> dict[str, Any]:
+    """One run."""
+    m = run.metrics
+    return {
+        "name": run.name,
+        "sources": [{"path": s.path, "kind": s.kind, "tool_version": s.tool_version,
+                     "rank": s.rank} for s in run.sources],
+        "verdict": run.verdict, "verdict_reason": run.verdict_reason,
+        "metrics": metrics_json(m), "breakdown": _breakdown(m.breakdown),
+        "findings": [_finding(f) for f in run.findings],
+        "top_kernels": [_top(k) for k in m.top_kernels],
+        "top_ops": [_top(k) for k in m.top_ops],
+        "lines": [_line(line) for line in m.lines],
+        "knobs": run.knobs, "environment": run.environment, "notes": run.notes,
+    }
+
+
+def comparison_json(c: Comparison | None) -> dict[str, Any] | None:
+    """The comparison against the baseline."""
+    if c is None:
+        return None
+    return {"baseline": c.baseline, "rows": [{
+        "name": r.name, "step_time_ms": _ms(r.step_time_ns),
+        "throughput_samples_per_s": r.throughput_samples_per_s,
+        "speedup": None if r.speedup is None else round(r.speedup, 4),
+        "throughput_gain": None if r.throughput_gain is None else round(r.throughput_gain, 4),
+        "breakdown_delta_ms": {k: _ms(v) for k, v in r.breakdown_delta_ns.items()},
+        "changed_knobs": r.changed_knobs, "explanation": r.explanation,
+    } for r in c.rows]}
+
+
+def report_json(report: Report) -> dict[str, Any]:
+    """The whole report as plain data."""
+    return {"schema": report.schema, "generated_by": report.generated_by, "title": report.title,
+            "runs": [run_json(run) for run in report.runs],
+            "comparison": comparison_json(report.comparison),
+            "failures": sorted(report.failures)}
+
+
+def render_json(report: Report) -> str:
+    """The report as JSON text (sorted keys, 2-space indent)."""
+    return json.dumps(report_json(report), indent=2, sort_keys=True, default=str) + "\n"
+
+
+def write_json(report: Report, out_dir: Path) -> Path:
+    """Write ``out_dir/report.json`` atomically."""
+    return write_text(out_dir / JSON_NAME, render_json(report))

@@ -1,0 +1,261 @@
+"""``profreport analyze``: inputs -> profiles -> metrics -> findings -> report files.
+
+Each input is one run: a profile file, or a folder holding several profiles of the same training
+(and optionally the runner's ``manifest.json``). A bad file becomes one line in
+``Report.failures`` and the batch goes on; only when nothing at all can be read is it an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import webbrowser
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from profreport import __version__
+from profreport.cli import EXIT_PARTIAL
+from profreport.errors import InputError, ProfreportError
+from profreport.model import Profile
+from profreport.parsers import NSYS_REPORT_SUFFIXES, ParseOptions, parse_file
+from profreport.reports.compare import compare_runs
+from profreport.reports.findings import RunContext, find_all, verdict
+from profreport.reports.metrics import compute_run_metrics, primary_timed
+from profreport.reports.results import Report, RunAnalysis, SourceInfo
+from profreport.reports.timeline import build_timeline
+from profreport.runner.manifest import MANIFEST_NAME, Manifest, load_manifest
+
+#: Name endings of the profiles a folder is searched for (longest first, to strip run names).
+PROFILE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json", ".nsys-rep",
+                    ".qdrep", ".sqlite", ".lprof")
+#: JSON files in a run folder that are not traces: the manifest and profreport's own report.
+NOT_TRACES = frozenset({MANIFEST_NAME, "report.json"})
+#: Folders never searched: hidden ones, caches, environments.
+SKIPPED_DIRS = frozenset({"__pycache__", "node_modules", ".venv", "venv", ".git"})
+#: A run folder's profiles lie at most this deep (run/rank0/trace.json is depth 2).
+MAX_SEARCH_DEPTH = 3
+#: How many findings the terminal summary shows per run.
+SUMMARY_FINDINGS = 3
+
+
+@dataclass(frozen=True)
+class AnalyzeOptions:
+    """What ``analyze`` was asked for besides the inputs."""
+
+    title: str | None = None
+    baseline: str | None = None
+    parse: ParseOptions = field(default_factory=ParseOptions)
+
+
+def run_name(path: Path) -> str:
+    """A file's stem without its profile suffixes (``a.pt.trace.json.gz`` -> ``a``)."""
+    name = path.name
+    for suffix in PROFILE_SUFFIXES:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)]
+    return path.stem
+
+
+def _searched(folder: Path, path: Path) -> bool:
+    """Whether ``path`` lies in a folder the search may enter."""
+    parts = path.relative_to(folder).parts[:-1]
+    return len(parts) < MAX_SEARCH_DEPTH and not any(
+        part.startswith(".") or part in SKIPPED_DIRS for part in parts)
+
+
+def find_profiles(folder: Path) -> list[Path]:
+    """The profile files of a run folder, sorted; an nsys export beside its report is skipped."""
+    found = sorted(p for p in folder.rglob("*") if p.is_file() and _searched(folder, p)
+                   and p.name.endswith(PROFILE_SUFFIXES) and p.name not in NOT_TRACES)
+    reports = {run_name(p) for p in found if p.name.endswith(NSYS_REPORT_SUFFIXES)}
+    return [p for p in found if not (p.suffix == ".sqlite" and run_name(p) in reports)]
+
+
+def _parse_one(path: Path, options: AnalyzeOptions, failures: list[str]) -> Profile | None:
+    """Parse a file; a failure is recorded as one line and None is returned."""
+    try:
+        return parse_file(path, options.parse)
+    except ProfreportError as exc:
+        failures.append(exc.one_line())
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+        failures.append(InputError(f"cannot read ({type(exc).__name__}: {exc})",
+                                   path).one_line())
+    return None
+
+
+def _manifest_of(folder: Path, failures: list[str]) -> Manifest | None:
+    """The folder's manifest, or None (a damaged one is a failure, not a crash)."""
+    path = folder / MANIFEST_NAME
+    if not path.is_file():
+        return None
+    try:
+        return load_manifest(path)
+    except ProfreportError as exc:
+        failures.append(exc.one_line())
+        return None
+
+
+def _profiles_of(path: Path, manifest: Manifest | None, options: AnalyzeOptions,
+                 failures: list[str]) -> list[Profile]:
+    """Parse every profile of one input, giving manifest ranks to profiles that lack one."""
+    if path.is_file():
+        files, ranks = [path], {}
+    elif manifest is not None and manifest.artifacts:
+        files = [path / a.path for a in manifest.artifacts]
+        ranks = {path / a.path: a.rank for a in manifest.artifacts}
+    else:
+        files, ranks = find_profiles(path), {}
+    profiles = []
+    for file in files:
+        profile = _parse_one(file, options, failures)
+        if profile is not None:
+            if profile.rank is None:
+                profile.rank = ranks.get(file)
+            profiles.append(profile)
+    return profiles
+
+
+def _notes(manifest: Manifest | None) -> list[str]:
+    """Notes of the run: the manifest's, its data source, and failed launches."""
+    if manifest is None:
+        return []
+    notes = list(manifest.notes)
+    if manifest.data_source:
+        notes.append(f"data: {manifest.data_source}")
+    notes += [f"{launch.profiler} run failed: {launch.error}" for launch in manifest.launches
+              if launch.error]
+    return notes
+
+
+def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None) -> RunAnalysis:
+    """Metrics, findings, verdict and timeline of one run."""
+    metrics = compute_run_metrics(profiles, manifest)
+    context = RunContext(knobs=dict(manifest.knobs) if manifest else {},
+                         environment=dict(manifest.environment) if manifest else {})
+    name_verdict, reason = verdict(metrics)
+    timed = primary_timed(profiles)
+    return RunAnalysis(
+        name=name,
+        sources=[SourceInfo(path=str(p.path), kind=p.kind, tool_version=p.tool_version,
+                            rank=p.rank) for p in profiles],
+        verdict=name_verdict, verdict_reason=reason, metrics=metrics,
+        findings=find_all(metrics, context),
+        timeline=build_timeline(*timed[0]) if timed else None,
+        knobs=context.knobs, environment=context.environment, notes=_notes(manifest))
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    """``name``, or ``name-2``, ``name-3``... when it is already taken."""
+    candidate, n = name, 1
+    while candidate in taken:
+        n += 1
+        candidate = f"{name}-{n}"
+    taken.add(candidate)
+    return candidate
+
+
+def analyze_paths(inputs: list[Path], options: AnalyzeOptions) -> Report:
+    """Analyse every input (one run each) and compare them; InputError if none can be read."""
+    failures: list[str] = []
+    runs: list[RunAnalysis] = []
+    taken: set[str] = set()
+    for path in inputs:
+        if not path.exists():
+            failures.append(InputError("no such file or folder", path).one_line())
+            continue
+        manifest = _manifest_of(path, failures) if path.is_dir() else None
+        profiles = _profiles_of(path, manifest, options, failures)
+        if path.is_dir() and not profiles and manifest is None:
+            failures.append(InputError("no profiles found in this folder", path).one_line())
+        if profiles or manifest is not None:
+            name = manifest.name if manifest else run_name(path)
+            runs.append(analyze_run(_unique(name, taken), profiles, manifest))
+    if not runs:
+        raise InputError("no input could be read: " + "; ".join(failures))
+    title = options.title or "profreport: " + ", ".join(run.name for run in runs)
+    return Report(title=title, generated_by=f"profreport {__version__}", runs=runs,
+                  comparison=compare_runs(runs, options.baseline), failures=failures)
+
+
+def write_formats(report: Report, out_dir: Path, formats: tuple[str, ...]) -> list[Path]:
+    """Write the report in each format (through reports.render when it is installed)."""
+    try:
+        from profreport.reports.render import write_reports
+    except ImportError:
+        from profreport.reports.json_report import write_json
+
+        return [write_json(report, out_dir)] if "json" in formats else []
+    return write_reports(report, out_dir, formats)
+
+
+def _ms(ns: float | None) -> str:
+    """Nanoseconds as ms text for the terminal."""
+    return "?" if ns is None else f"{ns / 1e6:.1f} ms"
+
+
+def run_summary(run: RunAnalysis) -> list[str]:
+    """A few lines about one run for the terminal."""
+    m = run.metrics
+    lines = [f"{run.name}: {run.verdict} ({run.verdict_reason})"]
+    if m.steps is not None:
+        wall = f", wall {_ms(m.steps.wall_mean_ns)} per step" if m.steps.wall_mean_ns else ""
+        lines.append(f"  steps: {m.steps.count} × {_ms(m.steps.mean_ns)} ({m.steps.origin}"
+                     f"{wall})")
+    lines += [f"  [{f.severity}] {f.title}" for f in run.findings[:SUMMARY_FINDINGS]]
+    if m.top_kernels:
+        k = m.top_kernels[0]
+        lines.append(f"  top kernel: {k.name[:70]} {_ms(k.total_ns)} ({k.share:.0%})")
+    if m.top_ops:
+        lines.append(f"  top op: {m.top_ops[0].name[:70]} {_ms(m.top_ops[0].total_ns)}")
+    if m.lines:
+        line = m.lines[0]
+        lines.append(f"  top line: {Path(line.file).name}:{line.lineno} {line.share:.0%} of "
+                     f"{line.function}: {(line.source or '').strip()[:60]}")
+    return lines
+
+
+def _display_available() -> bool:
+    """Whether a browser window can be shown here."""
+    return sys.platform == "darwin" or bool(os.environ.get("DISPLAY")
+                                            or os.environ.get("WAYLAND_DISPLAY"))
+
+
+def _open_report(written: list[Path]) -> None:
+    """Open the HTML report in a browser when a display exists, else say where it is."""
+    html = next((p for p in written if p.suffix == ".html"), None)
+    if html is None:
+        print("--open: no HTML report was written")
+    elif _display_available():
+        webbrowser.open(html.resolve().as_uri())
+    else:
+        print(f"--open: no display here; open {html} on a machine with a browser")
+
+
+def finish_report(report: Report, args: argparse.Namespace) -> int:
+    """Write the formats, print the summary and the failures; 0, or 1 when an input failed."""
+    written = write_formats(report, Path(args.out), tuple(args.formats))
+    for run in report.runs:
+        print("\n".join(run_summary(run)))
+    if report.comparison is not None:
+        for row in report.comparison.rows:
+            if row.name == report.comparison.baseline:
+                continue
+            speed = f"{row.speedup:.2f}x" if row.speedup else "?"
+            print(f"{row.name} vs {report.comparison.baseline}: {speed}; {row.explanation}")
+    for path in written:
+        print(f"wrote {path}")
+    for failure in report.failures:
+        print(f"profreport: failed: {failure}", file=sys.stderr)
+    if getattr(args, "open", False):
+        _open_report(written)
+    return EXIT_PARTIAL if report.failures else 0
+
+
+def analyze_command(args: argparse.Namespace) -> int:
+    """The ``analyze`` subcommand."""
+    options = AnalyzeOptions(
+        title=args.title, baseline=args.baseline,
+        parse=ParseOptions(cache_dir=getattr(args, "cache_dir", None),
+                           source_root=getattr(args, "source_root", None)))
+    return finish_report(analyze_paths(list(args.inputs), options), args)

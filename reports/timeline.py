@@ -1,0 +1,109 @@
+"""A few steps of one run as drawable lanes: GPU streams, idle gaps, CPU steps and data waits.
+
+The chart shows TIMELINE_STEPS steps around the median step (the typical iteration, not warm-up),
+downsampled so the HTML stays small: neighbouring segments of one lane and category closer than
+one pixel-equivalent are merged, and at most MAX_SEGMENTS are kept (the longest).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from profreport.model import Profile
+from profreport.reports import intervals as iv
+from profreport.reports.metrics import StepWindows, dataloader_intervals, gpu_tables
+from profreport.reports.results import Timeline, TimelineSegment
+
+#: Steps shown: the median one and its neighbours, enough to see the gap between iterations.
+TIMELINE_STEPS = 3
+#: A chart is ~1500 px wide; two segments per pixel column is more than the eye can tell apart.
+MAX_SEGMENTS = 3000
+
+
+def _select_span(windows: StepWindows) -> tuple[int, int]:
+    """Start and end of TIMELINE_STEPS windows centred on the median-length step."""
+    lengths = windows.ends - windows.starts
+    median = int(np.argsort(lengths, kind="stable")[len(lengths) // 2])
+    first = max(min(median - TIMELINE_STEPS // 2, windows.count - TIMELINE_STEPS), 0)
+    last = min(first + TIMELINE_STEPS, windows.count) - 1
+    return int(windows.starts[first]), int(windows.ends[last])
+
+
+def _gpu_segments(profile: Profile) -> pd.DataFrame:
+    """Kernels, copies and memsets with their lane and category."""
+    kernels, memcpy, memset = gpu_tables(profile)
+    parts = [
+        kernels.assign(category=np.where(kernels["is_comm"], "comm", "kernel"),
+                       label=kernels["short_name"]),
+        memcpy.assign(category="memcpy", label="memcpy " + memcpy["kind"].astype(str)),
+        memset.assign(category="memset", label="memset"),
+    ]
+    frame = pd.concat([p[["start", "end", "device", "stream", "category", "label"]]
+                       for p in parts if not p.empty], ignore_index=True)
+    frame["lane"] = ("GPU " + frame["device"].astype(str) + " stream "
+                     + frame["stream"].astype(str))
+    return frame[["lane", "start", "end", "label", "category"]]
+
+
+def _idle_segments(profile: Profile, start: int, end: int) -> pd.DataFrame:
+    """Per device, the holes in its activity inside the span."""
+    frames = []
+    gpu = pd.concat([t[["start", "end", "device"]] for t in gpu_tables(profile) if not t.empty])
+    for device, part in gpu.groupby("device", sort=True):
+        holes = iv.intersect(iv.gaps(iv.union(part["start"], part["end"])),
+                             iv.union(np.array([start]), np.array([end])))
+        frames.append(pd.DataFrame({"lane": f"GPU {device}", "start": holes.starts,
+                                    "end": holes.ends, "label": "idle", "category": "idle"}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def _cpu_segments(profile: Profile, windows: StepWindows) -> pd.DataFrame:
+    """Step ranges and DataLoader waits on the training thread."""
+    steps = profile.table("steps")
+    waits = dataloader_intervals(profile, windows)
+    lane = f"CPU {int(steps['tid'].iloc[0])}" if not steps.empty else "CPU"
+    return pd.concat([
+        pd.DataFrame({"lane": lane, "start": steps["start"], "end": steps["end"],
+                      "label": "step " + steps["number"].astype(str), "category": "step"}),
+        pd.DataFrame({"lane": lane + " data", "start": waits.starts, "end": waits.ends,
+                      "label": "DataLoader wait", "category": "dataloader"}),
+    ], ignore_index=True)
+
+
+def downsample(segments: pd.DataFrame, tolerance_ns: int) -> tuple[pd.DataFrame, int]:
+    """Merge same-lane, same-category neighbours closer than ``tolerance_ns``; cap the count.
+
+    Returns the kept segments and how many were dropped by the cap.
+    """
+    ordered = segments.sort_values(["lane", "category", "start"], kind="stable")
+    ordered = ordered.reset_index(drop=True)
+    key = ordered["lane"] + "\0" + ordered["category"]
+    reach = ordered.groupby(key, sort=False)["end"].cummax()
+    new_group = (key != key.shift()) | (ordered["start"] - reach.shift() > tolerance_ns)
+    merged = ordered.groupby(new_group.cumsum(), sort=False).agg(
+        lane=("lane", "first"), category=("category", "first"), label=("label", "first"),
+        start=("start", "min"), end=("end", "max"), count=("start", "size"))
+    many = merged["count"] > 1
+    merged.loc[many, "label"] = (merged.loc[many, "count"].astype(str) + " × "
+                                 + merged.loc[many, "label"])
+    kept = merged.assign(length=merged["end"] - merged["start"]).nlargest(MAX_SEGMENTS, "length")
+    return kept.sort_values(["lane", "start"], kind="stable"), len(merged) - len(kept)
+
+
+def build_timeline(profile: Profile, windows: StepWindows) -> Timeline:
+    """The timeline of a few typical steps of one profile."""
+    start, end = _select_span(windows)
+    parts = [_cpu_segments(profile, windows)]
+    if any(not t.empty for t in gpu_tables(profile)):
+        parts += [_gpu_segments(profile), _idle_segments(profile, start, end)]
+    frame = pd.concat(parts, ignore_index=True)
+    frame = frame[(frame["end"] > start) & (frame["start"] < end)]
+    frame = frame.assign(start=frame["start"].clip(lower=start), end=frame["end"].clip(upper=end))
+    kept, dropped = downsample(frame, max((end - start) // MAX_SEGMENTS, 1))
+    segments = [TimelineSegment(lane=str(r.lane), start_ns=int(r.start) - start,
+                                end_ns=int(r.end) - start, label=str(r.label),
+                                category=str(r.category))
+                for r in kept.itertuples(index=False)]
+    lanes = sorted(kept["lane"].unique().tolist(), key=lambda lane: (not lane.startswith("CPU"),
+                                                                     lane))
+    return Timeline(origin_ns=start, segments=segments, lanes=lanes, dropped_segments=dropped)

@@ -1,0 +1,116 @@
+"""Metrics against facts measured on real profiles (the corpus), and the interval arithmetic."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from profreport.parsers import parse_file
+from profreport.reports import intervals as iv
+from profreport.reports.metrics import LONG_IDLE_GAP_NS, compute_run_metrics, step_windows
+from profreport.reports.results import RunMetrics
+from profreport.reports.timeline import MAX_SEGMENTS, build_timeline
+
+
+def metrics_of(path: Path) -> RunMetrics:
+    """Parse one corpus file and compute its metrics."""
+    return compute_run_metrics([parse_file(path)])
+
+
+@pytest.fixture(scope="module")
+def sc22_1gpu(corpus: Path, nsys_available: str) -> RunMetrics:
+    """Metrics of the 1-GPU sc22 baseline."""
+    return metrics_of(corpus / "nsys" / "sc22_1gpu_baseline.nsys-rep")
+
+
+@pytest.fixture(scope="module")
+def sc22_4gpu(corpus: Path, nsys_available: str) -> RunMetrics:
+    """Metrics of the 4-GPU sc22 baseline (rank 0)."""
+    return metrics_of(corpus / "nsys" / "sc22_4gpu_baseline.nsys-rep")
+
+
+def test_union_merges_overlaps_and_touching() -> None:
+    """Overlapping and nested intervals merge; disjoint ones stay apart."""
+    merged = iv.union(np.array([0, 5, 2, 20, 30]), np.array([3, 10, 4, 25, 30]))
+    assert merged.starts.tolist() == [0, 5, 20] and merged.ends.tolist() == [4, 10, 25]
+    assert merged.total == 14
+
+
+def test_subtract_intersect_and_windows() -> None:
+    """A minus B, A and B, and the covered length per window."""
+    a = iv.union(np.array([0, 20]), np.array([10, 30]))
+    b = iv.union(np.array([5]), np.array([25]))
+    assert iv.subtract(a, b).starts.tolist() == [0, 25]
+    assert iv.subtract(a, b).total == 10
+    assert iv.intersect(a, b).total == 10
+    per_window = iv.overlap_per_window(a, np.array([0, 8, 100]), np.array([8, 22, 200]))
+    assert per_window.tolist() == [8, 4, 0]
+
+
+def test_sc22_1gpu_gpu_idle_between_steps(sc22_1gpu: RunMetrics) -> None:
+    """Union ≈ 7.7 s of a 44.5 s window (≈ 17%), 28 gaps over 500 ms, between the steps."""
+    gpu = sc22_1gpu.gpu
+    assert gpu is not None and gpu.origin == "nsys"
+    assert gpu.busy_ns / 1e9 == pytest.approx(7.73, abs=0.05)
+    assert gpu.window_ns / 1e9 == pytest.approx(44.5, abs=0.05)
+    assert gpu.busy_fraction == pytest.approx(0.174, abs=0.005)
+    assert gpu.long_gap_count == 28 and gpu.long_gap_ns == LONG_IDLE_GAP_NS
+    assert gpu.largest_gaps[0].where == "between steps"
+    assert gpu.largest_gaps[0].duration_ns > LONG_IDLE_GAP_NS
+
+
+def test_sc22_1gpu_steps_and_wait_between_ranges(sc22_1gpu: RunMetrics) -> None:
+    """59 NVTX steps of ≈ 88.6 ms, but ≈ 750 ms per step of wall time: the wait is between."""
+    steps = sc22_1gpu.steps
+    assert steps is not None and steps.origin == "nsys" and steps.count == 59
+    assert steps.mean_ns / 1e6 == pytest.approx(88.6, abs=0.1)
+    assert steps.wall_mean_ns / 1e6 == pytest.approx(750, rel=0.03)
+    assert sc22_1gpu.dataloader_fraction == pytest.approx(0.88, abs=0.02)
+    breakdown = sc22_1gpu.breakdown
+    assert breakdown is not None and sum(breakdown.parts_ns.values()) == breakdown.step_ns
+    assert breakdown.parts_ns["dataloader"] / breakdown.step_ns > 0.8
+
+
+def test_sc22_4gpu_communication(sc22_4gpu: RunMetrics) -> None:
+    """472 NCCL kernels over 59 steps = 8 per step; most NCCL time overlaps compute."""
+    comm = sc22_4gpu.comm
+    assert comm is not None and comm.on_gpu
+    assert comm.calls_total == 472 and comm.calls_per_step == 8
+    assert comm.names == ["ncclKernel_AllReduce_RING_LL_Sum_float"]
+    assert comm.overlap_fraction == pytest.approx(0.97, abs=0.01)
+    assert comm.exposed_fraction < 0.01 < comm.fraction
+    assert sc22_4gpu.gpu.busy_fraction == pytest.approx(0.97, abs=0.01)
+    assert sc22_4gpu.steps.mean_ns / 1e6 == pytest.approx(29.9, abs=0.05)
+    assert sc22_4gpu.breakdown.comm_overlapped_ns > 0
+
+
+def test_kineto_dataloader_share(corpus: Path) -> None:
+    """num_workers=0: ≈ 416 of ≈ 1049 ms in DataLoader (≈ 40%); num_workers=4: ≈ 1%."""
+    w0 = metrics_of(corpus / "kineto" / "resnet50_num_workers_0.pt.trace.json.gz")
+    w4 = metrics_of(corpus / "kineto" / "resnet50_num_workers_4.pt.trace.json.gz")
+    assert w0.steps.count == 6 and w0.steps.origin == "kineto"
+    assert w0.steps.mean_ns * 6 / 1e6 == pytest.approx(1049, rel=0.01)
+    assert w0.dataloader_fraction == pytest.approx(0.40, abs=0.01)
+    assert w4.dataloader_fraction == pytest.approx(0.01, abs=0.005)
+    assert w0.copies.h2d_bytes > 0 and w0.top_kernels and w0.top_ops
+
+
+def test_hta_nccl_trace_has_rank_and_comm(corpus: Path) -> None:
+    """The HTA distributed trace: rank 0, NCCL kernels found, per-rank step time recorded."""
+    m = metrics_of(corpus / "hta" / "nccl_data.json.gz")
+    assert m.comm is not None and m.comm.on_gpu and m.comm.calls_total > 0
+    assert 0.0 < m.comm.fraction < 1.0 and 0.0 <= m.comm.overlap_fraction <= 1.0
+    assert list(m.per_rank_step_ms) == [0]
+
+
+def test_timeline_is_small_and_relative(corpus: Path, nsys_available: str) -> None:
+    """Three steps around the median, lanes for CPU and GPU, idle gaps, capped segment count."""
+    profile = parse_file(corpus / "nsys" / "sc22_4gpu_baseline.nsys-rep")
+    timeline = build_timeline(profile, step_windows(profile))
+    categories = {s.category for s in timeline.segments}
+    assert {"step", "kernel", "comm", "idle"} <= categories
+    assert sum(s.category == "step" for s in timeline.segments) == 3
+    assert 0 < len(timeline.segments) <= MAX_SEGMENTS
+    assert min(s.start_ns for s in timeline.segments) == 0
+    assert timeline.lanes[0].startswith("CPU")

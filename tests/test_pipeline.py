@@ -1,0 +1,131 @@
+"""The analyze pipeline end to end: runs, comparison, the JSON report, and the CLI."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from profreport.errors import InputError, UsageError
+from profreport.reports.json_report import render_json
+from profreport.reports.pipeline import AnalyzeOptions, analyze_paths, find_profiles, run_name
+from profreport.runner.manifest import Artifact, Manifest, write_manifest
+
+RUN_KEYS = {"name", "sources", "verdict", "verdict_reason", "metrics", "breakdown", "findings",
+            "top_kernels", "top_ops", "lines", "knobs", "notes"}
+METRIC_KEYS = {"steps", "step_time_ms", "wall_step_time_ms", "gpu_busy_fraction",
+               "dataloader_fraction", "comm_fraction", "comm_exposed_fraction",
+               "comm_overlap_fraction", "comm_calls_per_step", "h2d_bytes", "h2d_pageable_bytes",
+               "kernels_per_step", "short_kernel_fraction", "throughput_samples_per_s"}
+PROFREPORT = Path(sys.executable).with_name("profreport")
+
+
+def kineto(corpus: Path, workers: int) -> Path:
+    """A resnet50 corpus trace."""
+    return corpus / "kineto" / f"resnet50_num_workers_{workers}.pt.trace.json.gz"
+
+
+def run_folder(root: Path, corpus: Path, workers: int) -> Path:
+    """A run folder as run-and-report writes it: the trace and a manifest with knobs."""
+    folder = root / f"w{workers}"
+    folder.mkdir()
+    shutil.copy(kineto(corpus, workers), folder / "trace.pt.trace.json.gz")
+    write_manifest(folder, Manifest(
+        name=f"workers{workers}", workload="resnet50", knobs={"num_workers": workers},
+        environment={"cpus": 8}, artifacts=[Artifact("trace.pt.trace.json.gz", "torch.profiler")],
+        throughput_samples_per_s=100.0 + workers, notes=["corpus trace"]))
+    return folder
+
+
+def test_run_names_strip_profile_suffixes() -> None:
+    """Run names drop the profile suffixes."""
+    assert run_name(Path("a/resnet.pt.trace.json.gz")) == "resnet"
+    assert run_name(Path("x/sc22.nsys-rep")) == "sc22"
+    assert run_name(Path("t.lprof")) == "t"
+
+
+def test_folder_search_skips_nsys_cache_and_outputs(tmp_path: Path) -> None:
+    """A folder's .sqlite beside its .nsys-rep, manifest.json and report.json are not profiles."""
+    for name in ("p.nsys-rep", "p.sqlite", "manifest.json", "report.json", "rank1/t.json.gz",
+                 ".hidden/x.lprof", "train.lprof"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"x")
+    found = [p.relative_to(tmp_path).as_posix() for p in find_profiles(tmp_path)]
+    assert found == ["p.nsys-rep", "rank1/t.json.gz", "train.lprof"]
+
+
+def test_comparison_names_the_dataloader_change(corpus: Path, tmp_path: Path) -> None:
+    """Two run folders with manifests: speedup and the num_workers change named as the gain."""
+    report = analyze_paths([run_folder(tmp_path, corpus, 0), run_folder(tmp_path, corpus, 4)],
+                           AnalyzeOptions())
+    assert [run.name for run in report.runs] == ["workers0", "workers4"]
+    row = report.comparison.rows[1]
+    assert report.comparison.baseline == "workers0"
+    assert row.speedup == pytest.approx(1.2, abs=0.1)
+    assert row.changed_knobs == {"num_workers": {"from": 0, "to": 4}}
+    assert row.breakdown_delta_ns["dataloader"] < -60_000_000
+    assert "DataLoader wait fell from 69" in row.explanation
+    assert "the DataLoader change (num_workers 0 -> 4) brought the gain" in row.explanation
+    assert report.runs[0].knobs == {"num_workers": 0} and report.runs[0].notes == ["corpus trace"]
+    assert "num_workers from 0" in report.runs[0].findings[0].recommendation
+
+
+def test_comparison_without_knobs_and_baseline_choice(corpus: Path) -> None:
+    """Without manifests the part that shrank most is named; --baseline picks the reference."""
+    files = [kineto(corpus, 0), kineto(corpus, 4)]
+    report = analyze_paths(files, AnalyzeOptions())
+    assert "DataLoader wait fell" in report.comparison.rows[1].explanation
+    flipped = analyze_paths(files, AnalyzeOptions(baseline="resnet50_num_workers_4"))
+    assert flipped.comparison.baseline == "resnet50_num_workers_4"
+    assert "DataLoader wait grew" in flipped.comparison.rows[0].explanation
+    with pytest.raises(UsageError):
+        analyze_paths(files, AnalyzeOptions(baseline="nope"))
+
+
+def test_json_report_has_the_documented_keys(corpus: Path) -> None:
+    """schema profreport/1 with every documented key, deterministic text."""
+    report = analyze_paths([kineto(corpus, 0), corpus / "hta" / "nccl_data.json.gz"],
+                           AnalyzeOptions(title="t"))
+    text = render_json(report)
+    assert text == render_json(report)
+    data = json.loads(text)
+    assert data["schema"] == "profreport/1" and data["generated_by"].startswith("profreport ")
+    assert set(data) == {"schema", "generated_by", "title", "runs", "comparison", "failures"}
+    for run in data["runs"]:
+        assert set(run) >= RUN_KEYS and set(run["metrics"]) >= METRIC_KEYS
+        assert set(run["metrics"]["step_time_ms"]) == {"mean", "p50", "p90", "min", "max"}
+    w0, hta = data["runs"]
+    assert w0["verdict"] == "loader-bound"
+    assert w0["metrics"]["dataloader_fraction"] == pytest.approx(0.40, abs=0.01)
+    assert w0["metrics"]["comm_fraction"] is None
+    assert hta["sources"][0]["rank"] == 0 and hta["metrics"]["comm_calls_per_step"] > 0
+    assert {"id", "severity", "title", "evidence", "recommendation"} == set(w0["findings"][0])
+
+
+def test_nothing_readable_is_an_input_error(tmp_path: Path) -> None:
+    """No input parses at all: one InputError naming the file."""
+    bad = tmp_path / "bad.json"
+    bad.write_text("not json")
+    with pytest.raises(InputError, match="bad.json"):
+        analyze_paths([bad], AnalyzeOptions())
+
+
+def test_cli_bad_file_among_good(corpus: Path, tmp_path: Path) -> None:
+    """`profreport analyze good bad --format json`: exit 1, one line naming bad, report written."""
+    bad = tmp_path / "broken.pt.trace.json"
+    bad.write_text('{"traceEvents": [')
+    out = tmp_path / "out"
+    done = subprocess.run([str(PROFREPORT), "analyze", str(kineto(corpus, 0)), str(bad),
+                           "--out", str(out), "--format", "json"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr + done.stdout
+    errors = [line for line in done.stderr.splitlines() if "broken.pt.trace.json" in line]
+    assert len(errors) == 1
+    assert "resnet50_num_workers_0: loader-bound" in done.stdout
+    data = json.loads((out / "report.json").read_text())
+    assert [run["name"] for run in data["runs"]] == ["resnet50_num_workers_0"]
+    assert len(data["failures"]) == 1 and "broken.pt.trace.json" in data["failures"][0]
