@@ -10,6 +10,13 @@ from pathlib import Path
 from typing import IO
 
 
+def _current_umask() -> int:
+    """The process umask (reading it means setting it, so set it straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_open(path: str | Path, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
     """Open a temporary file beside ``path``; rename it onto ``path`` only if the block succeeds."""
@@ -20,6 +27,8 @@ def atomic_open(path: str | Path, mode: str = "w", encoding: str | None = "utf-8
     try:
         with os.fdopen(fd, mode, encoding=None if binary else encoding) as handle:
             yield handle
+        # mkstemp makes the file private (0600); a report is shared like any file the user makes.
+        os.chmod(tmp, 0o666 & ~_current_umask())
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

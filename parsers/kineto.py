@@ -30,6 +30,7 @@ from typing import Any, BinaryIO
 import msgspec
 import numpy as np
 import pandas as pd
+
 from profreport import concepts
 from profreport.errors import InputError, UnsupportedFormatError
 from profreport.model import Profile, conform

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
 from profreport.concepts import is_dataloader_loop_line
 from profreport.errors import InputError
 from profreport.model import Profile, conform

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
+
 from profreport import concepts
 from profreport.errors import InputError, MissingToolError, UnsupportedFormatError
 from profreport.model import Profile, conform, empty_table

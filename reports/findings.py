@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pandas as pd
+
 from profreport import concepts
 from profreport.reports.results import (
     Evidence,

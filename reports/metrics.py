@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+
 from profreport import concepts
 from profreport.model import Profile
 from profreport.reports import intervals as iv

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
 from profreport.model import Profile
 from profreport.reports import intervals as iv
 from profreport.reports.metrics import StepWindows, dataloader_intervals, gpu_tables

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from profreport.parsers import parse_file
 from profreport.reports.findings import RunContext, find_all, verdict
 from profreport.reports.metrics import compute_run_metrics

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from profreport.errors import InputError, UnsupportedFormatError
 from profreport.parsers import detect_kind, kineto
 

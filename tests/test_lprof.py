@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from line_profiler.line_profiler import LineStats
+
 from profreport.errors import InputError
 from profreport.parsers import lprof
 

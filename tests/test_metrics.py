@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from profreport.parsers import parse_file
 from profreport.reports import intervals as iv
 from profreport.reports.metrics import LONG_IDLE_GAP_NS, compute_run_metrics, step_windows

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+
 from profreport.errors import InputError, MissingToolError
 from profreport.model import Profile
 from profreport.parsers import nsys

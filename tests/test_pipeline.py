@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from profreport.errors import InputError, UsageError
 from profreport.reports.json_report import render_json
 from profreport.reports.pipeline import AnalyzeOptions, analyze_paths, find_profiles, run_name

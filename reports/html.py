@@ -1,0 +1,105 @@
+"""The HTML report: one self-contained page (plotly.js embedded once, no network access).
+
+The same template renders the print version the PDF is made from (``images`` given: charts as
+static images, no scripts). Everything from input files is autoescaped; chart data reaches the
+page only through jinja2's ``tojson``.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import json
+from dataclasses import dataclass
+from functools import cache
+
+import jinja2
+import plotly.offline
+from markupsafe import Markup
+
+from profreport.reports import display
+from profreport.reports.charts import Chart, comparison_charts, run_charts
+from profreport.reports.display import MetricRow
+from profreport.reports.results import BREAKDOWN_PARTS, Report, RunAnalysis
+
+TEMPLATE = "report.html.j2"
+
+_FILTERS = {
+    "duration": display.duration,
+    "signed_duration": display.signed_duration,
+    "percent": display.percent,
+    "ratio": display.ratio,
+    "number": display.number,
+    "nbytes": display.nbytes,
+    "verdict_label": display.verdict_label,
+    "part_label": display.part_label,
+    "origin_label": display.origin_label,
+    "heat_bucket": display.heat_bucket,
+    "elide": display.elide,
+}
+#: Longest kernel or op name a table shows (templated kernels run to thousands of characters;
+#: the page keeps the full name in the cell's tooltip).
+SCREEN_NAME_LIMIT = 240
+PRINT_NAME_LIMIT = 140
+
+
+@dataclass(frozen=True)
+class RunView:
+    """What the template shows of one run besides the run itself."""
+
+    index: int
+    run: RunAnalysis
+    charts: list[Chart]
+    metric_rows: list[MetricRow]
+
+
+@dataclass(frozen=True)
+class ReportView:
+    """The report with the charts of every section, ready for the template."""
+
+    report: Report
+    runs: list[RunView]
+    comparison_charts: list[Chart]
+
+    def charts(self) -> list[Chart]:
+        """Every chart of the page, in page order."""
+        return self.comparison_charts + [chart for view in self.runs for chart in view.charts]
+
+
+def templates_environment(autoescape: bool = True, **options: object) -> jinja2.Environment:
+    """A jinja2 environment over the ``profreport.templates`` package with the display filters."""
+    folder = importlib.resources.files("profreport.templates")
+    environment = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(folder)), autoescape=autoescape,
+        undefined=jinja2.StrictUndefined, keep_trailing_newline=True, **options)
+    environment.filters.update(_FILTERS)
+    return environment
+
+
+@cache
+def _html_environment() -> jinja2.Environment:
+    """The (cached) environment of the HTML templates."""
+    return templates_environment(autoescape=True)
+
+
+def build_view(report: Report) -> ReportView:
+    """Charts and display rows of every run and of the comparison."""
+    runs = [RunView(index, run, run_charts(run, index), display.metric_rows(run.metrics))
+            for index, run in enumerate(report.runs, start=1)]
+    return ReportView(report, runs, comparison_charts(report.runs, report.comparison))
+
+
+def render_page(view: ReportView, images: dict[str, str] | None = None) -> str:
+    """The page: interactive (``images`` None) or for print, charts as image data URIs by id."""
+    context = {"report": view.report, "runs": view.runs, "parts": BREAKDOWN_PARTS,
+               "comparison_charts": view.comparison_charts, "images": images,
+               "name_limit": SCREEN_NAME_LIMIT if images is None else PRINT_NAME_LIMIT}
+    if images is None:
+        context["plotly_js"] = Markup(plotly.offline.get_plotlyjs())  # trusted: plotly's own file
+        context["charts"] = [{"id": chart.id, "figure": json.loads(chart.figure.to_json())}
+                             for chart in view.charts()]
+    return _html_environment().get_template(TEMPLATE).render(context)
+
+
+def render_html(report: Report) -> str:
+    """The self-contained interactive HTML report."""
+    return render_page(build_view(report))

@@ -1,0 +1,145 @@
+"""The HTML report, rendered from reports the real pipeline makes of the corpus, in a browser."""
+
+from __future__ import annotations
+
+import html
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import plotly.offline
+import pytest
+
+from profreport.errors import UsageError
+from profreport.parsers import ParseOptions
+from profreport.reports.html import render_html
+from profreport.reports.pipeline import AnalyzeOptions, analyze_paths
+from profreport.reports.render import write_reports
+from profreport.reports.results import Report
+
+pytestmark = pytest.mark.corpus
+
+#: The task's size budget for one report page (plotly.js alone is about 4.8 MB).
+MAX_HTML_BYTES = 5_000_000
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CORPUS_FILES = [
+    "kineto/resnet50_num_workers_0.pt.trace.json.gz",
+    "kineto/resnet50_num_workers_4.pt.trace.json.gz",
+    "hta/nccl_data.json.gz",
+    "nsys/sc22_1gpu_baseline.nsys-rep",
+    "nsys/sc22_4gpu_baseline.nsys-rep",
+]
+
+
+def analyze(paths: list[Path], cache_dir: Path | None = None) -> Report:
+    """The report the real pipeline makes of ``paths``."""
+    return analyze_paths(paths, AnalyzeOptions(parse=ParseOptions(cache_dir=cache_dir)))
+
+
+@pytest.fixture(scope="module")
+def kineto_pair(corpus: Path) -> Report:
+    """Both ResNet-50 traces as two runs: the first is the baseline of the comparison."""
+    return analyze([corpus / "kineto" / "resnet50_num_workers_0.pt.trace.json.gz",
+                    corpus / "kineto" / "resnet50_num_workers_4.pt.trace.json.gz"])
+
+
+def chromium_dump(page: Path, tmp_path: Path) -> tuple[str, str]:
+    """The DOM of ``page`` after its scripts ran in headless chromium, and the browser's log."""
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed")
+    result = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--no-first-run", f"--user-data-dir={tmp_path / 'chromium-profile'}",
+         "--enable-logging=stderr", "--v=0", "--virtual-time-budget=5000", "--dump-dom",
+         page.as_uri()],
+        capture_output=True, text=True, timeout=120, check=True)
+    return result.stdout, result.stderr
+
+
+def console_problems(log: str) -> list[str]:
+    """Console lines of the page that report an error, a CSP violation or a blocked load."""
+    return [line for line in log.splitlines() if ":CONSOLE" in line
+            and re.search(r"Uncaught|violates|Failed to load|Error", line)]
+
+
+def test_page_is_self_contained(kineto_pair: Report) -> None:
+    """One plotly.js, chart data via tojson, a strict CSP, nothing loaded from elsewhere."""
+    page = render_html(kineto_pair)
+    assert page.count("<script") == 2  # plotly.js once, then the small drawing script
+    assert page.count(plotly.offline.get_plotlyjs()) == 1
+    page = page.replace(plotly.offline.get_plotlyjs(), "")  # its own help links load nothing
+    assert "Plotly.newPlot" in page
+    assert "default-src 'none'" in page
+    assert not re.search(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", page)
+    assert "<link" not in page and "@import" not in page
+
+
+def test_verdict_and_comparison_come_before_detail(kineto_pair: Report) -> None:
+    """The first screen tells what to change: comparison, verdicts and findings, then detail."""
+    page = render_html(kineto_pair)
+    first_detail = page.index('class="run-detail"')
+    assert page.index('id="comparison"') < page.index('class="verdict') < first_detail
+    if kineto_pair.runs[0].findings:
+        assert page.index('class="finding') < first_detail
+    for run in kineto_pair.runs:
+        assert html.escape(run.verdict_reason) in page[:first_detail]
+
+
+@pytest.mark.parametrize("name", CORPUS_FILES)
+def test_corpus_page_stays_small(corpus: Path, name: str, nsys_cache_dir: Path) -> None:
+    """Each corpus file's page stays under 5 MB, plotly.js included."""
+    path = corpus / name
+    if path.suffix == ".nsys-rep" and shutil.which("nsys") is None:
+        pytest.skip("nsys is not installed")
+    page = render_html(analyze([path], cache_dir=nsys_cache_dir))
+    assert len(page.encode("utf-8")) < MAX_HTML_BYTES
+
+
+def test_browser_draws_every_chart_without_errors(kineto_pair: Report, tmp_path: Path) -> None:
+    """Chromium draws each chart from file:// with no console error and no blocked request."""
+    page = tmp_path / "report.html"
+    page.write_text(render_html(kineto_pair), encoding="utf-8")
+    dom, log = chromium_dump(page, tmp_path)
+    charts = dom.count('class="plot js-plotly-plot"')
+    assert charts >= 4  # comparison + per-run breakdown/timeline/kernels/ops
+    assert dom.count('class="main-svg"') >= charts
+    assert console_problems(log) == []
+
+
+def test_hostile_names_show_as_text(hostile_kineto_trace: Path, hostile_names: tuple[str, str],
+                                    tmp_path: Path) -> None:
+    """A kernel named <script> and an op named <img onerror> are drawn as text, never as tags."""
+    hostile_kernel, hostile_op = hostile_names
+    report = analyze([hostile_kineto_trace])
+    metrics = report.runs[0].metrics
+    assert hostile_kernel in [item.name for item in metrics.top_kernels]
+    assert hostile_op in [item.name for item in metrics.top_ops]
+    page = render_html(report)
+    assert hostile_kernel not in page and hostile_op not in page
+    assert html.escape(hostile_kernel) in page and html.escape(hostile_op) in page
+    path = tmp_path / "report.html"
+    path.write_text(page, encoding="utf-8")
+    dom, log = chromium_dump(path, tmp_path)
+    assert "<script>alert" not in dom and "<img" not in dom
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dom
+    assert "alert(" not in " ".join(console_problems(log) + [ln for ln in log.splitlines()
+                                                            if ":CONSOLE" in ln])
+
+
+def test_write_reports_writes_each_format_atomically(kineto_pair: Report, tmp_path: Path) -> None:
+    """write_reports creates the folder, writes the files, leaves no temporary files."""
+    out = tmp_path / "new" / "folder"
+    written = write_reports(kineto_pair, out, ["html", "md", "json"])
+    assert [path.name for path in written] == ["report.html", "report.md", "report.json"]
+    assert sorted(path.name for path in out.iterdir()) == ["report.html", "report.json",
+                                                           "report.md"]
+    assert written[0].read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+
+
+def test_write_reports_refuses_unknown_format(kineto_pair: Report, tmp_path: Path) -> None:
+    """An unknown format is a usage error and writes nothing."""
+    with pytest.raises(UsageError):
+        write_reports(kineto_pair, tmp_path / "out", ["html", "docx"])
+    assert not (tmp_path / "out").exists()
