@@ -1,0 +1,54 @@
+"""The README documents what the code does: every threshold with its value, every finding id."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from profreport.reports import findings, metrics
+
+README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+
+
+def documented_constants(module: object) -> list[tuple[str, str]]:
+    """Module-level constants with a ``#:`` comment (the thresholds), as (name, value text)."""
+    source = Path(module.__file__).read_text(encoding="utf-8")
+    lines = source.splitlines()
+    found = []
+    for node in ast.parse(source).body:
+        if (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
+                and re.fullmatch(r"[A-Z][A-Z0-9_]+", node.targets[0].id)
+                and lines[node.lineno - 2].strip().startswith("#:")
+                and not node.targets[0].id.startswith("TOP_")):
+            found.append((node.targets[0].id, ast.get_source_segment(source, node.value)))
+    return found
+
+
+@pytest.mark.parametrize("module", [metrics, findings], ids=["metrics", "findings"])
+def test_every_threshold_is_in_the_readme_with_its_value(module: object) -> None:
+    constants = documented_constants(module)
+    assert len(constants) >= 3
+    for name, value in constants:
+        assert f"| `{name}` | `{value}` |" in README, f"README lacks {name} = {value}"
+
+
+def test_every_finding_id_is_in_the_readme() -> None:
+    ids = set(re.findall(r'"([A-Z][A-Z_]+)"', Path(findings.__file__).read_text()))
+    required = {"LOADER_BOUND", "COMPUTE_BOUND", "COMM_OVERHEAD", "HOST_LAUNCH_BOUND",
+                "PAGEABLE_MEMCPY", "SYNC_STALL", "LOW_GPU_UTIL", "SMALL_BATCH",
+                "DATAPARALLEL_NOT_DDP"}
+    assert required <= ids
+    for finding_id in ids & (required | {"SOURCES_AGREE", "SOURCES_DISAGREE"}):
+        assert f"`{finding_id}`" in README
+
+
+def test_quick_start_is_two_commands_and_ci_runs_the_readme_test_command() -> None:
+    quick = README.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    commands = re.findall(r"```bash\n(.+?)\n```", quick, re.S)
+    assert commands == ["bash scripts/setup.sh && .venv/bin/profreport run-and-report",
+                        ".venv/bin/python -m pytest"]
+    ci = (Path(__file__).resolve().parents[1] / ".ci" / "run").read_text()
+    assert commands[1] in ci and "scripts/setup.sh" in ci
