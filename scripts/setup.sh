@@ -11,14 +11,30 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV=${PROFREPORT_VENV:-$ROOT/.venv}
 TORCH_VERSION=${PROFREPORT_TORCH:-2.13.0}
-NSYS_HOST_DIR=/usr/lib/x86_64-linux-gnu/nsight-systems/host-linux-x64
-NSYS_EXPECTED_HOST_DIR=/usr/lib/nsight-systems/host-linux-x64
+# Debian installs the host tools (QdstrmImporter) here ...
+NSYS_HOST_DIR=/usr/lib/nsight-systems/host-linux-x64
+# ... but nsys looks for them beside its target folder, here.
+NSYS_EXPECTED_HOST_DIR=/usr/lib/x86_64-linux-gnu/nsight-systems/host-linux-x64
 
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
 
 say() { printf '[setup] %s\n' "$*"; }
 die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
+
+check_nsys_profile() {
+    # A real capture must end as an .nsys-rep that exports to SQLite with NVTX-capable tables.
+    local scratch
+    scratch=$(mktemp -d)
+    nsys profile --trace=osrt --sample=none --cpuctxsw=none --force-overwrite=true \
+        -o "$scratch/check" true >"$scratch/log" 2>&1 || true
+    [ -f "$scratch/check.nsys-rep" ] || { cat "$scratch/log" >&2; rm -rf "$scratch";
+        die "nsys profile wrote no .nsys-rep (is $NSYS_EXPECTED_HOST_DIR linked?)"; }
+    nsys export --type sqlite -o "$scratch/check.sqlite" "$scratch/check.nsys-rep" \
+        >"$scratch/log" 2>&1 || { cat "$scratch/log" >&2; rm -rf "$scratch";
+        die "nsys export failed"; }
+    rm -rf "$scratch"
+}
 
 install_system() {
     # Nsight Systems lives in Debian's non-free component; chromium renders HTML checks and
@@ -37,13 +53,14 @@ install_system() {
     say "installing nsight-systems, chromium, poppler-utils, fonts"
     $SUDO apt-get install -y -qq --no-install-recommends \
         nsight-systems nsight-systems-target chromium poppler-utils fonts-dejavu-core >/dev/null
-    # Debian's nsys looks for its importer under /usr/lib/nsight-systems; the files are elsewhere.
+    # Debian's nsys looks for its importer in the wrong place: without this link `nsys profile`
+    # leaves a .qdstrm and no .nsys-rep.
     if [ -d "$NSYS_HOST_DIR" ] && [ ! -e "$NSYS_EXPECTED_HOST_DIR" ]; then
-        $SUDO mkdir -p "$(dirname "$NSYS_EXPECTED_HOST_DIR")"
         $SUDO ln -s "$NSYS_HOST_DIR" "$NSYS_EXPECTED_HOST_DIR"
     fi
     command -v nsys >/dev/null || die "nsys is not on PATH after installing nsight-systems"
     nsys --version >/dev/null 2>&1 || die "nsys is installed but does not run"
+    check_nsys_profile
     say "$(nsys --version)"
 }
 
