@@ -20,9 +20,15 @@ MEMORY_KINDS = ("Pageable", "Pinned", "Device", "Managed", "Array", "unknown")
 _COMM_KERNEL = r"\b(?:nccl|rccl)(?:Dev)?Kernel"
 
 # A CPU-side collective call: the c10d op, the gloo or NCCL process-group call that Kineto records
-# (``gloo:all_reduce``, ``nccl:all_reduce``), and PyTorch's ``record_param_comms`` wrapper.
-_CPU_COLLECTIVE = r"^(?:c10d::|gloo:|nccl:|ProcessGroupGloo::|ProcessGroupNCCL::)"
-_COLLECTIVE_WRAPPER = "record_param_comms"
+# (``gloo:all_reduce``, ``nccl:all_reduce``), and PyTorch's ``record_param_comms`` wrapper. One
+# call of the program shows up once in each of these layers that the profiler recorded (the c10d
+# op on the calling thread, the backend op on the process group's own thread), so calls are
+# counted within one layer.
+_COLLECTIVE_LAYERS = {
+    "c10d": r"^c10d::",
+    "backend": r"^(?:gloo:|nccl:|ProcessGroupGloo::|ProcessGroupNCCL::)",
+    "wrapper": r"^record_param_comms$",
+}
 
 # A training iteration: torch.profiler's ``ProfilerStep#12``, or an NVTX range ``step 12`` /
 # ``step_12`` / ``Step 12`` as the tutorials and profreport's own runner annotate them.
@@ -57,11 +63,20 @@ def is_comm_kernel(names: pd.Series) -> pd.Series:
     return names.astype("string").str.contains(_COMM_KERNEL, regex=True).fillna(False).astype(bool)
 
 
+def collective_layer(names: pd.Series) -> pd.Series:
+    """Which layer of a collective call each CPU op name is ("c10d", "backend", "wrapper"), or
+    <NA> for a name that is no collective."""
+    text = names.astype("string")
+    layer = pd.Series(pd.NA, index=names.index, dtype="string")
+    for name, pattern in _COLLECTIVE_LAYERS.items():
+        layer = layer.mask(text.str.contains(pattern, regex=True).fillna(False).astype(bool),
+                           name)
+    return layer
+
+
 def is_cpu_collective(names: pd.Series) -> pd.Series:
     """Whether each CPU op name is a collective call (gloo/NCCL process group, c10d)."""
-    text = names.astype("string")
-    hits = text.str.contains(_CPU_COLLECTIVE, regex=True) | (text == _COLLECTIVE_WRAPPER)
-    return hits.fillna(False).astype(bool)
+    return collective_layer(names).notna().astype(bool)
 
 
 def step_number(name: str) -> int | None:

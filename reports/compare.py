@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from profreport.errors import UsageError
+from profreport.reports.findings import RunContext, cpu_load
 from profreport.reports.results import BREAKDOWN_PARTS, Comparison, ComparisonRow, RunAnalysis
 
 #: Readable names of the breakdown parts, for explanations.
@@ -56,6 +57,22 @@ def _ms(ns: int) -> str:
     return f"{ns / 1e6:.1f} ms" if ns < 10**10 else f"{ns / 1e9:.1f} s"
 
 
+def _core_contention(base: RunAnalysis, run: RunAnalysis, part: str,
+                     knobs: dict[str, object]) -> str | None:
+    """Why compute moved with num_workers on a CPU-only run: in the run with more busy threads
+    than CPUs, the loader workers and PyTorch's intra-op threads share the cores."""
+    if part != "compute" or "num_workers" not in knobs or run.metrics.gpu is not None:
+        return None
+    loads = [cpu_load(RunContext(r.knobs, r.environment)) for r in (run, base)]
+    crowded = next((load for load in loads if load is not None and load.oversubscribed), None)
+    if crowded is None:
+        return None
+    change = knobs["num_workers"]
+    return (f"num_workers went {change['from']} -> {change['to']}"  # type: ignore[index]
+            f" ({crowded.describe()}): the loader workers compete with PyTorch's intra-op "
+            "threads for the same cores.")
+
+
 def explain(base: RunAnalysis, run: RunAnalysis, delta: dict[str, int],
             knobs: dict[str, object]) -> str:
     """One sentence naming the part that moved most and the knob change behind it."""
@@ -67,6 +84,9 @@ def explain(base: RunAnalysis, run: RunAnalysis, delta: dict[str, int],
     verb = "fell" if after < before else "grew"
     gain = "gain" if after < before else "loss"
     head = f"{PART_NAMES[part]} {verb} from {_ms(before)} to {_ms(after)} per step"
+    contention = _core_contention(base, run, part, knobs)
+    if contention is not None:
+        return f"{head} when {contention}"
     related = [name for name in PART_KNOBS[part] if name in knobs]
     if related:
         changes = ", ".join(f"{name} {knobs[name]['from']} -> {knobs[name]['to']}"  # type: ignore[index]

@@ -13,9 +13,11 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from profreport import concepts
+from profreport.reports.display import origin_label
 from profreport.reports.results import (
     Evidence,
     Finding,
+    LineItem,
     Origin,
     RunMetrics,
     Severity,
@@ -64,8 +66,14 @@ SMALL_BATCH_SHORT_KERNELS = 0.60
 SOURCES_AGREE_DELTA = 0.15
 #: DataLoader workers to suggest when the CPU count is unknown.
 DEFAULT_SUGGESTED_WORKERS = 8
+#: When half the step is time no source could attribute (a CPU-only nsys capture holds only NVTX
+#: ranges), calling the run "balanced" would be a guess: the verdict is unknown instead.
+UNATTRIBUTED_SHARE = 0.50
 
 _SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
+# ATen's reference kernels used when no optimised one fits the dtype/layout
+# (``aten::_slow_conv2d_forward`` for bf16 convolutions on CPUs without native bf16).
+_SLOW_FALLBACK_OP = "_slow_"
 
 
 @dataclass(frozen=True)
@@ -80,12 +88,72 @@ class RunContext:
         return self.knobs.get(name)
 
     def cpus(self) -> int | None:
-        """CPUs the run had, when the manifest recorded them."""
-        for key in ("cpus", "cpu_count", "cpus_available", "slurm_cpus_per_task"):
+        """CPUs the run could use, when the manifest recorded them (its affinity mask before the
+        machine's count: a Slurm job or taskset sees fewer CPUs than the node has)."""
+        for key in ("cpus", "cpus_usable", "slurm_cpus_per_task", "cpus_available", "cpu_count"):
             value = self.environment.get(key)
             if isinstance(value, int) and value > 0:
                 return value
         return None
+
+    def torch_threads(self) -> int | None:
+        """PyTorch's intra-op thread count in the run (``torch.get_num_threads()``), if recorded."""
+        value = self.environment.get("torch_threads")
+        return value if isinstance(value, int) and value > 0 else None
+
+    def on_gpu(self) -> bool:
+        """Whether the manifest says the run had a GPU (CUDA available)."""
+        return bool(self.environment.get("cuda"))
+
+
+@dataclass(frozen=True)
+class CpuLoad:
+    """Busy threads against CPUs on a CPU-only run: DataLoader workers plus compute threads."""
+
+    workers: int
+    #: PyTorch's intra-op threads; at least the training thread when the run did not record it.
+    threads: int
+    threads_known: bool
+    cpus: int
+    #: Training processes sharing the CPUs (DDP ranks on one node), each with its own workers.
+    processes: int = 1
+
+    @property
+    def busy(self) -> int:
+        """Threads that want a CPU at once while the loader prefetches and the model computes."""
+        return self.processes * (self.workers + self.threads)
+
+    @property
+    def oversubscribed(self) -> bool:
+        """More busy threads than CPUs."""
+        return self.busy > self.cpus
+
+    def describe(self) -> str:
+        """'2 DataLoader workers + 2 PyTorch intra-op threads on 2 CPUs'."""
+        threads = (f"{self.threads} PyTorch intra-op thread{'s' if self.threads != 1 else ''}"
+                   if self.threads_known else "the training thread")
+        per_process = (f"{self.workers} DataLoader worker{'s' if self.workers != 1 else ''} + "
+                       f"{threads}")
+        if self.processes > 1:
+            per_process = f"{self.processes} ranks × ({per_process})"
+        return f"{per_process} on {self.cpus} CPU{'s' if self.cpus != 1 else ''}"
+
+    @property
+    def cpus_per_process(self) -> int:
+        """The CPUs each training process can have without contention (at least one)."""
+        return max(self.cpus // self.processes, 1)
+
+
+def cpu_load(ctx: RunContext) -> CpuLoad | None:
+    """Workers and compute threads against CPUs, for a CPU-only run whose manifest has them."""
+    workers, cpus = ctx.knob("num_workers"), ctx.cpus()
+    if ctx.on_gpu() or not isinstance(workers, int) or isinstance(workers, bool) or not cpus:
+        return None
+    threads = ctx.torch_threads()
+    nproc = ctx.knob("nproc")
+    processes = nproc if ctx.knob("ddp") and isinstance(nproc, int) and nproc > 1 else 1
+    return CpuLoad(workers=workers, threads=threads or 1, threads_known=threads is not None,
+                   cpus=cpus, processes=processes)
 
 
 Rule = Callable[[RunMetrics, RunContext], "Finding | None"]
@@ -173,11 +241,7 @@ def compute_bound(m: RunMetrics, ctx: RunContext) -> Finding | None:
         evidence.append(Evidence(f"compute {_pct(share)} of {_ms(m.breakdown.step_ns)} per step",
                                  m.breakdown.origin))
     if m.gpu is None:
-        return Finding("COMPUTE_BOUND", "info",
-                       f"The CPU spends {_pct(share or 0.0)} of each step in the model's own "
-                       "operators.", evidence,
-                       "Run on a GPU, or give the job more cores (--cpus-per-task and "
-                       "torch.set_num_threads), and try bf16 autocast on CPU.")
+        return _cpu_compute_bound(m, ctx, share or 0.0, evidence)
     evidence.append(Evidence(f"GPU busy {_pct(m.gpu.busy_fraction)} of its "
                              f"{_ms(m.gpu.window_ns)} window", m.gpu.origin))
     top = _top_compute_kernel(m)
@@ -189,6 +253,23 @@ def compute_bound(m: RunMetrics, ctx: RunContext) -> Finding | None:
                    "The GPU's kernels set the pace of training.", evidence,
                    f"To go faster, {amp}try channels_last and torch.compile, "
                    "or reduce the model's work per sample.")
+
+
+def _cpu_compute_bound(m: RunMetrics, ctx: RunContext, share: float,
+                       evidence: list[Evidence]) -> Finding:
+    """COMPUTE_BOUND on a CPU-only run: the top operator, and advice that fits its knobs."""
+    slow = [op for op in m.top_ops if _SLOW_FALLBACK_OP in op.name]
+    for top in m.top_ops[:1] + slow[:1]:
+        evidence.append(Evidence(f"top CPU operator {top.name[:80]}: {_ms(top.total_ns)}, "
+                                 f"{_pct(top.share)} of step time", "kineto"))
+    advice = ("Run on a GPU, or give the job more cores (--cpus-per-task) and match "
+              "torch.set_num_threads to the cores left after the DataLoader workers.")
+    if ctx.knob("amp"):
+        advice += (" Autocast is on: on a CPU without native bf16 (AMX, AVX512-BF16) it runs "
+                   "slow fallback kernels, so compare against a run without it.")
+    return Finding("COMPUTE_BOUND", "info",
+                   f"The CPU spends {_pct(share)} of each step in the model's own operators.",
+                   evidence, advice)
 
 
 def _top_compute_kernel(m: RunMetrics) -> TopItem | None:
@@ -213,16 +294,17 @@ def comm_overhead(m: RunMetrics, ctx: RunContext) -> Finding | None:
     severity: Severity = ("high" if c.exposed_fraction >= COMM_BOUND_EXPOSED_FRACTION else
                           "medium" if c.exposed_fraction >= COMM_EXPOSED_WARN_FRACTION else "low")
     where = "NCCL kernels" if c.on_gpu else "CPU collectives"
+    calls = f"{c.calls_per_step:g} call{'' if c.calls_per_step == 1 else 's'} per step"
     evidence = [Evidence(f"{where} take {_pct(c.fraction)} of step time "
-                         f"({_ms(c.total_ns_per_step)} per step, {c.calls_per_step:g} calls "
-                         "per step)", c.origin),
+                         f"({_ms(c.total_ns_per_step)} per step, {calls})", c.origin),
                 Evidence(f"{_pct(c.overlap_fraction)} of communication time overlaps compute; "
                          f"{_pct(c.exposed_fraction)} of the step is exposed communication",
                          c.origin)]
     bucket = ctx.knob("bucket_cap_mb")
     bucket_text = f"from {bucket:g} MB " if isinstance(bucket, (int, float)) else ""
-    advice = (f"Tune DDP: raise bucket_cap_mb {bucket_text}to cut the {c.calls_per_step:g} "
-              "calls per step, set broadcast_buffers=False, use a larger local batch or "
+    buckets = (f"raise bucket_cap_mb {bucket_text}to cut the {calls}, "
+               if c.calls_per_step > 1 else "")
+    advice = (f"Tune DDP: {buckets}set broadcast_buffers=False, use a larger local batch or "
               "gradient accumulation with no_sync() so gradients are reduced less often.")
     if severity == "low":
         advice = ("Communication is mostly hidden under compute; no change needed unless you "
@@ -356,31 +438,82 @@ def dataparallel_not_ddp(m: RunMetrics, ctx: RunContext) -> Finding | None:
                    "DistributedSampler.")
 
 
+def cpu_oversubscribed(m: RunMetrics, ctx: RunContext) -> Finding | None:
+    """CPU-only run: DataLoader workers and PyTorch's intra-op threads want more CPUs than the run
+    has, so the loader steals cores from the model's operators."""
+    load = cpu_load(ctx)
+    if load is None or m.gpu is not None or not load.oversubscribed:
+        return None
+    evidence = [Evidence(f"{load.describe()}: {load.busy} busy threads", "manifest")]
+    share = _compute_share(m)
+    if share is not None and m.breakdown is not None:
+        evidence.append(Evidence(f"the model's operators take {_pct(share)} of the "
+                                 f"{_ms(m.breakdown.step_ns)} step, on the same cores",
+                                 m.breakdown.origin))
+    trials = {x.name: x.value for x in m.measurements}
+    if "trial_synthetic" in trials and "trial_full" in trials:
+        evidence.append(Evidence(f"{trials['trial_synthetic']:.0f} samples/s on synthetic data "
+                                 f"(no DataLoader) against {trials['trial_full']:.0f} with it",
+                                 "manifest"))
+    budget = load.cpus_per_process
+    if load.workers < budget:
+        left = budget - load.workers
+        advice = (f"Call torch.set_num_threads({left}) (or set OMP_NUM_THREADS={left}) so the "
+                  f"{load.workers} DataLoader worker{'s' if load.workers != 1 else ''} and the "
+                  f"intra-op threads share {budget} CPU{'s' if budget != 1 else ''} per process "
+                  "without contention")
+    else:
+        advice = (f"Lower num_workers from {load.workers} to {budget - 1} and call "
+                  "torch.set_num_threads(1)")
+    return Finding("CPU_OVERSUBSCRIBED", "medium",
+                   f"{load.describe()}: the DataLoader competes with the model for cores.",
+                   evidence, f"{advice}; or request --cpus-per-task={load.busy} in Slurm.")
+
+
+def _loop_line(m: RunMetrics) -> LineItem | None:
+    """line_profiler's DataLoader loop line, if the run has one."""
+    lines = [line for listing in m.listings for line in listing.lines] or m.lines
+    loops = [line for line in lines if line.is_dataloader_loop]
+    return max(loops, key=lambda line: line.time_ns) if loops else None
+
+
+def _wait_evidence(m: RunMetrics, origin: str, share: float) -> Evidence:
+    """What one profiler measured of the DataLoader wait, in its own terms."""
+    loop = _loop_line(m) if origin == "lprof" else None
+    if loop is not None:
+        return Evidence(f"line_profiler: {_pct(share)} of {loop.function}() on the DataLoader "
+                        f"loop line {loop.file.rsplit('/', 1)[-1]}:{loop.lineno}", "lprof")
+    return Evidence(f"{origin_label(origin)}: {_pct(share)} of step time waiting for the next "
+                    "batch", origin)  # type: ignore[arg-type]
+
+
 def sources_agreement(m: RunMetrics, ctx: RunContext) -> Finding | None:
     """When several profilers measured the DataLoader share: do they tell the same story?"""
     shares = m.dataloader_fraction_by_origin
     if len(shares) < 2:
         return None
-    evidence = [Evidence(f"{origin}: {_pct(share)} of step time waiting for data", origin)
-                for origin, share in sorted(shares.items())]
+    evidence = [_wait_evidence(m, origin, share) for origin, share in sorted(shares.items())]
     if m.gpu is not None:
         evidence.append(Evidence(f"GPU idle {_pct(1 - m.gpu.busy_fraction)}", m.gpu.origin))
     values = list(shares.values())
+    spread = f"{_pct(min(values))} to {_pct(max(values))}"
     agree = max(values) - min(values) <= SOURCES_AGREE_DELTA or \
         len({v >= LOADER_BOUND_FRACTION for v in values}) == 1
     if agree:
         return Finding("SOURCES_AGREE", "info",
-                       "The profilers of this run agree on where the time goes.", evidence,
+                       f"The {len(values)} profilers of this run agree on the DataLoader wait "
+                       f"({spread} of step time).", evidence,
                        "No action: the diagnosis rests on several independent measurements.")
     return Finding("SOURCES_DISAGREE", "info",
-                   "The profilers of this run disagree on the DataLoader share.", evidence,
+                   f"The profilers of this run disagree on the DataLoader wait ({spread} of "
+                   "step time).", evidence,
                    "Trust the trace-based profiler (nsys/torch.profiler) over line_profiler, "
                    "whose per-line overhead inflates Python-heavy lines; re-run if in doubt.")
 
 
 RULES: tuple[Rule, ...] = (loader_bound, compute_bound, comm_overhead, host_launch_bound,
                            pageable_memcpy, sync_stall, low_gpu_util, small_batch,
-                           dataparallel_not_ddp, sources_agreement)
+                           dataparallel_not_ddp, cpu_oversubscribed, sources_agreement)
 
 
 def find_all(metrics: RunMetrics, ctx: RunContext) -> list[Finding]:
@@ -435,4 +568,8 @@ def _compute_or_balanced(m: RunMetrics) -> tuple[Verdict, str]:
                            "markers to attribute the idle time")
     if m.breakdown is None:
         return "unknown", "steps were found but no source could split the step time"
+    other = m.breakdown.parts_ns["other"] / max(m.breakdown.step_ns, 1)
+    if other >= UNATTRIBUTED_SHARE:
+        return "unknown", (f"{_pct(other)} of the step is time {origin_label(m.breakdown.origin)} "
+                           "cannot attribute (no GPU events, CPU operators or source lines)")
     return "balanced", "no single part of the step dominates"

@@ -1,9 +1,19 @@
 """Metrics of one run: small typed functions of a profile's tables, combined once per run.
 
 Each metric records its origin (the profiler that showed it). When several sources of a run have
-the same metric, GPU metrics come from nsys, else from a Kineto trace with GPU events; step
-statistics from ``ProfilerStep``/NVTX ranges before line_profiler; the others are kept in
-``steps_by_origin`` and ``dataloader_fraction_by_origin`` for the agreement finding.
+the same metric, each metric comes from the source that can attribute it, judged by what the
+source holds (never by its file name):
+
+- step count and wall time: a source with GPU events, else nsys, else Kineto (``ProfilerStep``/
+  NVTX ranges), before line_profiler;
+- the step breakdown, DataLoader share, CPU phases and communication: the source that can
+  *attribute* step time (:func:`attribution_level`): GPU events first; on CPU-only runs a trace
+  with framework ops (Kineto ``cpu_op``), then line_profiler's lines; a source with only NVTX
+  ranges (nsys on a CPU-only capture) splits the step into DataLoader wait and unattributed time
+  only, so it comes last.
+
+The other sources' figures are kept in ``steps_by_origin`` and ``dataloader_fraction_by_origin``
+for the agreement finding.
 
 Step windows: a step's window runs from its start to the next step's start (the last step's
 window is its own range), so the time between annotated ranges belongs to a step. Inside a
@@ -291,22 +301,36 @@ def _cpu_ops_matching(profile: Profile, pattern: str | None) -> pd.DataFrame:
 
 
 def cpu_breakdown(profile: Profile, windows: StepWindows) -> Breakdown:
-    """CPU-only runs: DataLoader wait, then CPU collectives as exposed communication (a CPU
-    collective blocks the training thread), then framework ops as compute; the rest is other."""
+    """CPU-only runs: DataLoader wait, then framework ops (any thread) as compute, then CPU
+    collectives while no framework op runs as exposed communication; the rest is other.
+
+    A profile with ranges but no framework ops (nsys NVTX on a CPU-only capture) gets DataLoader
+    wait and "other" only: it cannot tell compute from anything else."""
     parts = [("dataloader", dataloader_intervals(profile, windows)),
-             ("comm_exposed", iv.union_of([profile.table("cpu_collectives")])),
-             ("compute", iv.union_of([_cpu_ops_matching(profile, None)]))]
+             ("compute", iv.union_of([_cpu_ops_matching(profile, None)])),
+             ("comm_exposed", iv.union_of([profile.table("cpu_collectives")]))]
     return _breakdown(profile.kind, windows, parts)
 
 
+def _spans_matching(profile: Profile, pattern: str) -> pd.DataFrame:
+    """CPU ops and annotated ranges whose name matches ``pattern`` (Kineto records
+    ``Optimizer.step#...`` as a user annotation, i.e. a range, not a ``cpu_op``)."""
+    ranges = profile.table("ranges")
+    names = ranges["name"].astype("string")
+    hits = ranges[names.str.contains(pattern, regex=True).fillna(False).astype(bool)]
+    return pd.concat([_cpu_ops_matching(profile, pattern)[["start", "end"]],
+                      hits[["start", "end"]]], ignore_index=True)
+
+
 def cpu_phases(profile: Profile, windows: StepWindows) -> CpuPhaseBreakdown:
-    """CPU-only runs: share of step time in DataLoader, communication, optimizer, backward and
-    forward (the remaining framework ops), each claiming only unclaimed time."""
+    """CPU-only runs: share of step time in DataLoader, optimizer, backward, forward (the
+    remaining framework ops) and communication while no op runs, each claiming only unclaimed
+    time."""
     parts = [("dataloader", dataloader_intervals(profile, windows)),
-             ("communication", iv.union_of([profile.table("cpu_collectives")])),
-             ("optimizer", iv.union_of([_cpu_ops_matching(profile, _OPTIMIZER_OP)])),
-             ("backward", iv.union_of([_cpu_ops_matching(profile, _BACKWARD_OP)])),
-             ("forward", iv.union_of([_cpu_ops_matching(profile, None)]))]
+             ("optimizer", iv.union_of([_spans_matching(profile, _OPTIMIZER_OP)])),
+             ("backward", iv.union_of([_spans_matching(profile, _BACKWARD_OP)])),
+             ("forward", iv.union_of([_cpu_ops_matching(profile, None)])),
+             ("communication", iv.union_of([profile.table("cpu_collectives")]))]
     mean = _claim(parts, windows)
     step_ns = max(windows.total_ns // max(windows.count, 1), 1)
     fractions = {name: ns / step_ns for name, ns in mean.items()}
@@ -350,17 +374,31 @@ def gpu_comm_stats(profile: Profile, windows: StepWindows) -> CommStats | None:
                      names=sorted(kernels["short_name"].unique().tolist()), on_gpu=True)
 
 
+def collective_calls(calls: pd.DataFrame) -> int:
+    """Collective calls the program made: one call is recorded once per layer (the c10d op and
+    the gloo/NCCL op that runs it), so the count is that of the layer with the most records."""
+    if calls.empty:
+        return 0
+    return int(concepts.collective_layer(calls["name"]).value_counts().max())
+
+
 def cpu_comm_stats(profile: Profile, windows: StepWindows) -> CommStats | None:
-    """CPU collectives (gloo, c10d): they block the training thread, so all of it is exposed."""
+    """CPU collectives (gloo, c10d): time with a collective in flight on any thread, and the
+    exposed part, when no framework op runs beside it (the training thread waits for it)."""
     calls = profile.table("cpu_collectives")
     if calls.empty:
         return None
-    spent = iv.overlap_per_window(iv.union_of([calls]), windows.starts, windows.ends).sum()
-    fraction = float(spent) / max(windows.total_ns, 1)
+    comm = iv.union_of([calls])
+    exposed = iv.subtract(comm, iv.union_of([_cpu_ops_matching(profile, None)]))
+    spent = iv.overlap_per_window(comm, windows.starts, windows.ends).sum()
+    exposed_in_steps = iv.overlap_per_window(exposed, windows.starts, windows.ends).sum()
+    total = max(windows.total_ns, 1)
     return CommStats(origin=profile.kind, total_ns_per_step=int(spent) // windows.count,
-                     fraction=fraction, exposed_fraction=fraction, overlap_fraction=0.0,
-                     calls_per_step=len(_in_windows(calls, windows)) / windows.count,
-                     calls_total=len(calls), bytes_total=None,
+                     fraction=float(spent) / total,
+                     exposed_fraction=float(exposed_in_steps) / total,
+                     overlap_fraction=1.0 - exposed.total / max(comm.total, 1),
+                     calls_per_step=collective_calls(_in_windows(calls, windows)) / windows.count,
+                     calls_total=collective_calls(calls), bytes_total=None,
                      names=sorted(calls["name"].unique().tolist()), on_gpu=False)
 
 
@@ -405,12 +443,28 @@ def copy_stats(profile: Profile) -> CopyStats | None:
                      sync_api_calls=len(syncs))
 
 
-def top_items(frame: pd.DataFrame, key: str, limit: int, total_ns: int) -> list[TopItem]:
-    """The ``limit`` names with the most total time, with their share of ``total_ns``."""
+def outermost_spans(frame: pd.DataFrame, key: str) -> pd.DataFrame:
+    """Per row, the time it adds to the union of same-``key`` rows before it (``ns``) and whether
+    it starts outside all of them (``outer``): a call nested in a same-name call (``aten::conv2d``
+    re-entered under autocast) adds no time and is no new call."""
+    ordered = frame.sort_values([key, "start"], kind="stable")
+    reach = ordered.groupby(key, sort=False)["end"].cummax()
+    before = reach.groupby(ordered[key], sort=False).shift().fillna(np.iinfo(np.int64).min)
+    before = before.astype(np.int64)
+    begin = np.maximum(ordered["start"].to_numpy(np.int64), before.to_numpy(np.int64))
+    ns = np.maximum(ordered["end"].to_numpy(np.int64) - begin, 0)
+    return ordered.assign(ns=ns, outer=(ordered["start"] >= before).to_numpy())
+
+
+def top_items(frame: pd.DataFrame, key: str, limit: int, total_ns: int,
+              nested: bool = False) -> list[TopItem]:
+    """The ``limit`` names with the most total time, with their share of ``total_ns``; with
+    ``nested`` (CPU ops) a name's time is the union of its spans, so re-entered calls count once."""
     if frame.empty:
         return []
-    grouped = (frame.assign(ns=frame["end"] - frame["start"])
-               .groupby(key, sort=False)["ns"].agg(["sum", "count"])
+    spans = (outermost_spans(frame, key) if nested
+             else frame.assign(ns=frame["end"] - frame["start"], outer=True))
+    grouped = (spans.groupby(key, sort=False).agg(sum=("ns", "sum"), count=("outer", "sum"))
                .sort_values(["sum", "count"], ascending=False).head(limit))
     return [TopItem(name=str(name), total_ns=int(row["sum"]), count=int(row["count"]),
                     share=float(row["sum"]) / max(total_ns, 1))
@@ -429,7 +483,7 @@ def top_ops(profile: Profile, windows: StepWindows | None) -> list[TopItem]:
     if ops.empty:
         return []
     total = windows.total_ns if windows else int(ops["end"].max() - ops["start"].min())
-    return top_items(ops, "name", TOP_OPS, total)
+    return top_items(ops, "name", TOP_OPS, total, nested=True)
 
 
 def _line_item(row: pd.Series) -> LineItem:
@@ -485,31 +539,68 @@ def manifest_measurements(manifest: Manifest) -> list[Measurement]:
 
 
 def _preference(profile: Profile) -> tuple[int, int, int]:
-    """Sort key: profiles with GPU events first, nsys before Kineto, lowest rank first."""
+    """Sort key for step statistics: profiles with GPU events first, nsys before Kineto, lowest
+    rank first."""
     return (0 if has_gpu_events(profile) else 1, 0 if profile.kind == "nsys" else 1,
             profile.rank if profile.rank is not None else 0)
 
 
+#: Levels of :func:`attribution_level`: what a source can say about where step time goes.
+ATTRIBUTES_GPU, ATTRIBUTES_CPU_OPS, RANGES_ONLY = 0, 1, 2
 _OPS_ORIGIN_ORDER = {"kineto": 0, "nsys": 1, "lprof": 2}
 
 
-def primary_timed(profiles: list[Profile]) -> list[tuple[Profile, StepWindows]]:
-    """Profiles with steps of the run's primary rank, preferred source first."""
+def attribution_level(profile: Profile) -> int:
+    """How well a profile can attribute step time: GPU events (kernels, copies), else framework
+    ops on the CPU (forward/backward/optimizer), else only ranges (steps, DataLoader waits)."""
+    if has_gpu_events(profile):
+        return ATTRIBUTES_GPU
+    return ATTRIBUTES_CPU_OPS if not _cpu_ops_matching(profile, None).empty else RANGES_ONLY
+
+
+def _attribution_key(timed: tuple[Profile, StepWindows]) -> tuple[int, int, int]:
+    """Sort key for the breakdown's source: best attribution, then nsys first, lowest rank."""
+    return (attribution_level(timed[0]),) + _preference(timed[0])[1:]
+
+
+def _timed(profiles: list[Profile]) -> list[tuple[Profile, StepWindows]]:
+    """Profiles with steps (not line_profiler), preferred step source first, with their windows."""
     ordered = sorted(profiles, key=_preference)
-    timed = [(p, w) for p in ordered if p.kind != "lprof" and (w := step_windows(p)) is not None]
+    return [(p, w) for p in ordered if p.kind != "lprof" and (w := step_windows(p)) is not None]
+
+
+def primary_timed(profiles: list[Profile]) -> list[tuple[Profile, StepWindows]]:
+    """Profiles with steps of the run's primary rank, preferred step source first."""
+    timed = _timed(profiles)
     primary_rank = min((p.rank for p, _ in timed if p.rank is not None), default=None)
     return [(p, w) for p, w in timed if p.rank in (primary_rank, None)]
+
+
+def per_rank_step_ms(profiles: list[Profile]) -> dict[int, float]:
+    """Mean annotated step time of every rank, in ms, from each rank's preferred step source."""
+    out: dict[int, float] = {}
+    for profile, windows in _timed(profiles):
+        if profile.rank is not None:
+            out.setdefault(int(profile.rank), float(step_stats(windows).mean_ns) / 1e6)
+    return dict(sorted(out.items()))
+
+
+def _lines_of(profiles: list[Profile]) -> pd.DataFrame:
+    """The line_profiler lines of every lprof profile, in one table."""
+    tables = [p.table("lines") for p in profiles if p.kind == "lprof" and p.has("lines")]
+    return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
 
 
 def compute_run_metrics(profiles: list[Profile], manifest: Manifest | None = None) -> RunMetrics:
     """Every metric of one run from all its profiles (and its manifest, when there is one)."""
     metrics = RunMetrics()
+    timed = primary_timed(profiles)
+    lines = _lines_of(profiles)
+    _add_step_metrics(metrics, timed)
+    _add_lprof_metrics(metrics, lines)
+    _add_attributed_metrics(metrics, timed, lines)
+    metrics.per_rank_step_ms = per_rank_step_ms(profiles)
     ordered = sorted(profiles, key=_preference)
-    timed = [(p, w) for p in ordered if p.kind != "lprof" and (w := step_windows(p)) is not None]
-    _add_timed_metrics(metrics, primary_timed(profiles))
-    _add_lprof_metrics(metrics, [p for p in ordered if p.kind == "lprof"])
-    metrics.per_rank_step_ms = {int(p.rank): float(step_stats(w).mean_ns) / 1e6
-                                for p, w in timed if p.rank is not None}
     gpu_profile = next((p for p in ordered if has_gpu_events(p)), None)
     if gpu_profile is not None:
         metrics.top_kernels = top_kernels(gpu_profile)
@@ -526,35 +617,51 @@ def compute_run_metrics(profiles: list[Profile], manifest: Manifest | None = Non
     return metrics
 
 
-def _add_timed_metrics(metrics: RunMetrics, timed: list[tuple[Profile, StepWindows]]) -> None:
-    """Steps, GPU, breakdown, communication and launch metrics from ranged profiles."""
+def _add_step_metrics(metrics: RunMetrics, timed: list[tuple[Profile, StepWindows]]) -> None:
+    """Step statistics and the DataLoader share from every ranged profile; CPU ops to list."""
     for profile, windows in timed:
         metrics.steps_by_origin.append(step_stats(windows))
         metrics.dataloader_fraction_by_origin.setdefault(
             profile.kind, dataloader_fraction(profile, windows))
-    if not timed:
+    if timed:
+        metrics.steps = metrics.steps_by_origin[0]
+    with_ops = [(p, w) for p, w in timed if attribution_level(p) <= ATTRIBUTES_CPU_OPS]
+    if with_ops:
+        ops_profile, ops_windows = min(with_ops, key=lambda pw: _OPS_ORIGIN_ORDER[pw[0].kind])
+        metrics.top_ops = top_ops(ops_profile, ops_windows)
+
+
+def _add_attributed_metrics(metrics: RunMetrics, timed: list[tuple[Profile, StepWindows]],
+                            lines: pd.DataFrame) -> None:
+    """Breakdown, DataLoader share, CPU phases, communication, GPU and launch metrics, from the
+    source that can attribute step time best (see the module docstring)."""
+    best = min(timed, key=_attribution_key, default=None)
+    lprof_steps = lprof_step_stats(lines) if not lines.empty else None
+    if lprof_steps is not None and (best is None or attribution_level(best[0]) == RANGES_ONLY):
+        # NVTX-only ranges still time the DataLoader well; the lines split the rest.
+        metrics.breakdown = lprof_breakdown(lines, lprof_steps)
+        metrics.dataloader_fraction = metrics.dataloader_fraction_by_origin[
+            best[0].kind if best is not None else "lprof"]
         return
-    profile, windows = timed[0]
-    metrics.steps = metrics.steps_by_origin[0]
+    if best is None:
+        return
+    profile, windows = best
     metrics.dataloader_fraction = metrics.dataloader_fraction_by_origin[profile.kind]
-    ops_profile, ops_windows = min(timed, key=lambda pw: _OPS_ORIGIN_ORDER[pw[0].kind])
-    metrics.top_ops = top_ops(ops_profile, ops_windows)
     if has_gpu_events(profile):
         metrics.gpu = gpu_utilization(profile, windows)
         metrics.breakdown = gpu_breakdown(profile, windows)
         metrics.comm = gpu_comm_stats(profile, windows)
         metrics.launch = launch_stats(profile, windows)
-    else:
-        metrics.breakdown = cpu_breakdown(profile, windows)
-        metrics.cpu_phases = cpu_phases(profile, windows)
-        metrics.comm = cpu_comm_stats(profile, windows)
-
-
-def _add_lprof_metrics(metrics: RunMetrics, profiles: list[Profile]) -> None:
-    """Lines, listings, and (when no profiler timed the steps) steps from line_profiler."""
-    if not profiles:
         return
-    lines = pd.concat([p.table("lines") for p in profiles], ignore_index=True)
+    metrics.breakdown = cpu_breakdown(profile, windows)
+    metrics.comm = cpu_comm_stats(profile, windows)
+    if attribution_level(profile) == ATTRIBUTES_CPU_OPS:
+        metrics.cpu_phases = cpu_phases(profile, windows)
+
+
+def _add_lprof_metrics(metrics: RunMetrics, lines: pd.DataFrame) -> None:
+    """Lines, listings, line_profiler's step and DataLoader figures; its steps stand in when no
+    profiler timed the steps."""
     if lines.empty:
         return
     metrics.lines = top_lines(lines)
@@ -563,10 +670,7 @@ def _add_lprof_metrics(metrics: RunMetrics, profiles: list[Profile]) -> None:
     fraction = lprof_dataloader_fraction(lines)
     if steps is not None:
         metrics.steps_by_origin.append(steps)
+        if metrics.steps is None:
+            metrics.steps = steps
     if fraction is not None:
         metrics.dataloader_fraction_by_origin["lprof"] = fraction
-    if metrics.steps is None and steps is not None:
-        metrics.steps = steps
-        metrics.dataloader_fraction = fraction
-        metrics.breakdown = lprof_breakdown(lines, steps)
-

@@ -8,6 +8,7 @@ Each input is one run: a profile file, or a folder holding several profiles of t
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import os
 import sys
 import webbrowser
@@ -29,8 +30,9 @@ from profreport.runner.manifest import MANIFEST_NAME, Manifest, load_manifest
 #: Name endings of the profiles a folder is searched for (longest first, to strip run names).
 PROFILE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json", ".nsys-rep",
                     ".qdrep", ".sqlite", ".lprof")
-#: JSON files in a run folder that are not traces: the manifest and profreport's own report.
-NOT_TRACES = frozenset({MANIFEST_NAME, "report.json"})
+#: JSON files in a run folder that are not traces: the manifest, profreport's own report, and the
+#: runner's launch configs and plain-run result (runner/orchestrate.py CONFIG_NAME, RESULT_NAME).
+NOT_TRACES = (MANIFEST_NAME, "report.json", "train_config.*.json", "plain_result.json")
 #: Folders never searched: hidden ones, caches, environments.
 SKIPPED_DIRS = frozenset({"__pycache__", "node_modules", ".venv", "venv", ".git"})
 #: A run folder's profiles lie at most this deep (run/rank0/trace.json is depth 2).
@@ -67,7 +69,8 @@ def _searched(folder: Path, path: Path) -> bool:
 def find_profiles(folder: Path) -> list[Path]:
     """The profile files of a run folder, sorted; an nsys export beside its report is skipped."""
     found = sorted(p for p in folder.rglob("*") if p.is_file() and _searched(folder, p)
-                   and p.name.endswith(PROFILE_SUFFIXES) and p.name not in NOT_TRACES)
+                   and p.name.endswith(PROFILE_SUFFIXES)
+                   and not any(fnmatch.fnmatchcase(p.name, name) for name in NOT_TRACES))
     reports = {run_name(p) for p in found if p.name.endswith(NSYS_REPORT_SUFFIXES)}
     return [p for p in found if not (p.suffix == ".sqlite" and run_name(p) in reports)]
 

@@ -107,3 +107,26 @@ def make_lprof(tmp_path_factory: pytest.TempPathFactory):
         return out
 
     return make
+
+
+@pytest.fixture(scope="session")
+def raw_collectives_per_step():
+    """A function counting, in a raw Kineto trace, the collective calls per profiled step."""
+    import gzip
+    import json
+
+    def count_collectives_per_step(trace: Path) -> tuple[float, float]:
+        """From the raw JSON: c10d::allreduce_ ops and gloo:all_reduce spans starting inside the
+        ProfilerStep spans, each per step (one program call is recorded once in each)."""
+        events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+        steps = [e for e in events if e.get("name", "").startswith("ProfilerStep#")]
+        first = min(e["ts"] for e in steps)
+        last = max(e["ts"] + e["dur"] for e in steps)
+
+        def count(name: str) -> int:
+            """Events called ``name`` starting within the profiled steps."""
+            return sum(e.get("name") == name and first <= e["ts"] < last for e in events)
+
+        return count("c10d::allreduce_") / len(steps), count("gloo:all_reduce") / len(steps)
+
+    return count_collectives_per_step

@@ -144,3 +144,89 @@ def test_dataparallel_knob_and_ops() -> None:
 def test_sources_agreement(fractions: dict[str, float], expected: str) -> None:
     """Two sources that measured the DataLoader share either agree or not."""
     assert expected in ids(RunMetrics(dataloader_fraction_by_origin=fractions))
+
+
+def fixture_metrics(folder: Path, *names: str) -> RunMetrics:
+    """Metrics of some files (all profiles when none are named) of a project fixture folder."""
+    from profreport.reports.pipeline import find_profiles
+
+    paths = [folder / name for name in names] or find_profiles(folder)
+    return compute_run_metrics([parse_file(path) for path in paths])
+
+
+def fixture_context(folder: Path, **environment: object) -> RunContext:
+    """The knobs and environment of a fixture's manifest, with some environment keys replaced."""
+    from profreport.runner.manifest import load_manifest
+
+    manifest = load_manifest(folder / "manifest.json")
+    return RunContext(knobs=dict(manifest.knobs),
+                      environment={**manifest.environment, **environment})
+
+
+def test_fixture_lprof_alone(fixtures_dir: Path) -> None:
+    """The runner's .lprof files alone: loader_heavy is loader-bound, compute_heavy is not."""
+    loader = fixture_metrics(fixtures_dir / "loader_heavy", "train.lprof")
+    compute = fixture_metrics(fixtures_dir / "compute_heavy", "train.lprof")
+    assert loader.steps.origin == "lprof" and verdict(loader)[0] == "loader-bound"
+    assert loader.dataloader_fraction > 0.5 > 0.1 > compute.dataloader_fraction
+    assert verdict(compute)[0] == "compute-bound" and "LOADER_BOUND" not in ids(compute)
+
+
+def test_fixture_loader_heavy_folder(fixtures_dir: Path, nsys_available: str) -> None:
+    """All three profilers see the loader: each one's own figure is in SOURCES_AGREE."""
+    m = fixture_metrics(fixtures_dir / "loader_heavy")
+    name, reason = verdict(m)
+    assert name == "loader-bound" and m.breakdown.origin == "kineto"
+    assert set(m.dataloader_fraction_by_origin) == {"kineto", "lprof", "nsys"}
+    assert min(m.dataloader_fraction_by_origin.values()) >= 0.5
+    found = ids(m, fixture_context(fixtures_dir / "loader_heavy"))
+    assert "LOADER_BOUND" in found and "CPU_OVERSUBSCRIBED" not in found
+    texts = [e.text for e in found["SOURCES_AGREE"].evidence]
+    shares = m.dataloader_fraction_by_origin
+    assert texts[0] == (f"torch.profiler: {shares['kineto']:.0%} of step time waiting for the "
+                        "next batch")
+    assert texts[1].startswith(f"line_profiler: {shares['lprof']:.0%} of train() on the "
+                               "DataLoader loop line train.py:")
+    assert texts[2].startswith(f"Nsight Systems: {shares['nsys']:.0%} of step time")
+
+
+def test_fixture_compute_heavy_folder(fixtures_dir: Path, nsys_available: str) -> None:
+    """Not loader-bound: torch.profiler's CPU ops fill the step; nsys alone cannot tell."""
+    m = fixture_metrics(fixtures_dir / "compute_heavy")
+    name, reason = verdict(m)
+    assert name == "compute-bound" and "CPU operators" in reason
+    assert m.dataloader_fraction < 0.1 and "LOADER_BOUND" not in ids(m)
+    assert "SOURCES_AGREE" in ids(m)
+    nsys_only = fixture_metrics(fixtures_dir / "compute_heavy", "nsys.nsys-rep")
+    name, reason = verdict(nsys_only)
+    assert name == "unknown" and "Nsight Systems cannot attribute" in reason
+
+
+def test_cpu_oversubscribed_only_with_evidence(fixtures_dir: Path, nsys_available: str) -> None:
+    """compute_heavy (1 worker, 2 CPUs): with 2 intra-op threads it is oversubscribed; with 1
+    thread, unknown threads, or a GPU run, it is not."""
+    folder = fixtures_dir / "compute_heavy"
+    m = fixture_metrics(folder)
+    found = ids(m, fixture_context(folder, torch_threads=2, cpus_usable=2))["CPU_OVERSUBSCRIBED"]
+    assert found.title.startswith("1 DataLoader worker + 2 PyTorch intra-op threads on 2 CPUs")
+    assert found.evidence[0].origin == "manifest" and "3 busy threads" in found.evidence[0].text
+    assert any(e.origin == "kineto" for e in found.evidence)
+    assert "torch.set_num_threads(1)" in found.recommendation
+    for environment in ({"torch_threads": 1}, {"torch_threads": None},
+                        {"torch_threads": 2, "cuda": "12.4"}):
+        context = fixture_context(folder, cpus_usable=2, **environment)
+        assert "CPU_OVERSUBSCRIBED" not in ids(m, context)
+
+
+def test_ddp_gloo_verdict_and_comm(fixtures_dir: Path) -> None:
+    """2 gloo ranks on 2 CPUs: a real verdict, communication reported with one call per bucket,
+    and no oversubscription when torchrun gave each rank one thread."""
+    folder = fixtures_dir / "ddp_gloo"
+    m = fixture_metrics(folder)
+    assert verdict(m)[0] in ("compute-bound", "communication-bound")
+    found = ids(m, fixture_context(folder, torch_threads=1))
+    assert "CPU_OVERSUBSCRIBED" not in found
+    if "COMM_OVERHEAD" in found and m.comm.calls_per_step == 1:
+        assert "1 call per step" in found["COMM_OVERHEAD"].evidence[0].text
+        assert "bucket_cap_mb" not in found["COMM_OVERHEAD"].recommendation
+    assert "CPU_OVERSUBSCRIBED" in ids(m, fixture_context(folder, torch_threads=2))

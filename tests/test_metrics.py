@@ -5,11 +5,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from profreport.parsers import parse_file
 from profreport.reports import intervals as iv
-from profreport.reports.metrics import LONG_IDLE_GAP_NS, compute_run_metrics, step_windows
+from profreport.reports.metrics import (
+    ATTRIBUTES_CPU_OPS,
+    LONG_IDLE_GAP_NS,
+    RANGES_ONLY,
+    attribution_level,
+    compute_run_metrics,
+    outermost_spans,
+    step_windows,
+    top_items,
+)
 from profreport.reports.results import RunMetrics
 from profreport.reports.timeline import MAX_SEGMENTS, build_timeline
 
@@ -115,3 +125,67 @@ def test_timeline_is_small_and_relative(corpus: Path, nsys_available: str) -> No
     assert 0 < len(timeline.segments) <= MAX_SEGMENTS
     assert min(s.start_ns for s in timeline.segments) == 0
     assert timeline.lanes[0].startswith("CPU")
+
+
+def fixture_profiles(folder: Path) -> list:
+    """Every profile of one of the project's fixture run folders, parsed."""
+    from profreport.reports.pipeline import find_profiles
+
+    return [parse_file(path) for path in find_profiles(folder)]
+
+
+def test_ddp_gloo_ranks_and_collectives(fixtures_dir: Path, raw_collectives_per_step) -> None:
+    """2 gloo ranks: both ranks' step times; calls per step = c10d calls per step in the raw
+    trace (the gloo op running each call on its own thread is not counted again)."""
+    folder = fixtures_dir / "ddp_gloo"
+    m = compute_run_metrics(fixture_profiles(folder))
+    assert sorted(m.per_rank_step_ms) == [0, 1]
+    assert all(ms > 0 for ms in m.per_rank_step_ms.values())
+    assert m.per_rank_step_ms[0] == pytest.approx(m.steps.mean_ns / 1e6)
+    c10d, gloo = raw_collectives_per_step(next((folder / "trace").glob("rank0.*")))
+    assert c10d == gloo > 0
+    comm = m.comm
+    assert comm is not None and not comm.on_gpu and comm.origin == "kineto"
+    assert comm.calls_per_step == pytest.approx(c10d)
+    assert {"c10d::allreduce_", "gloo:all_reduce"} <= set(comm.names)
+    assert 0 < comm.exposed_fraction <= comm.fraction < 1
+    assert m.breakdown.parts_ns["comm_exposed"] > 0
+    assert sum(m.breakdown.parts_ns.values()) == m.breakdown.step_ns
+
+
+def test_cpu_only_breakdown_comes_from_the_trace(fixtures_dir: Path, nsys_available: str) -> None:
+    """compute_heavy (lprof + torch.profiler + NVTX-only nsys): steps from nsys, but the breakdown
+    from torch.profiler's CPU ops, where the model's forward/backward/optimizer fill the step."""
+    profiles = fixture_profiles(fixtures_dir / "compute_heavy")
+    assert sorted(p.kind for p in profiles) == ["kineto", "lprof", "nsys"]
+    levels = {p.kind: attribution_level(p) for p in profiles if p.kind != "lprof"}
+    assert levels == {"kineto": ATTRIBUTES_CPU_OPS, "nsys": RANGES_ONLY}
+    m = compute_run_metrics(profiles)
+    assert m.steps.origin == "nsys"
+    b = m.breakdown
+    assert b.origin == "kineto" and sum(b.parts_ns.values()) == b.step_ns
+    assert b.parts_ns["compute"] / b.step_ns > 0.8
+    assert b.parts_ns["other"] < b.parts_ns["compute"] / 10
+    phases = m.cpu_phases.fractions
+    assert min(phases["forward"], phases["backward"], phases["optimizer"]) > 0.02
+    assert set(m.dataloader_fraction_by_origin) == {"kineto", "lprof", "nsys"}
+    assert 0 < m.top_ops[0].share <= 1
+
+
+def test_nvtx_only_nsys_attributes_no_compute(fixtures_dir: Path, nsys_available: str) -> None:
+    """The CPU-only nsys capture alone: DataLoader wait and unattributed time, no compute."""
+    m = metrics_of(fixtures_dir / "compute_heavy" / "nsys.nsys-rep")
+    assert m.breakdown.origin == "nsys" and m.breakdown.parts_ns["compute"] == 0
+    assert m.breakdown.parts_ns["other"] / m.breakdown.step_ns > 0.5
+    assert m.cpu_phases is None
+
+
+def test_nested_same_name_ops_count_once() -> None:
+    """A call re-entered under itself (aten::conv2d under autocast) adds no time and no call."""
+    frame = pd.DataFrame({"name": ["conv", "conv", "conv", "relu"],
+                          "start": [0, 10, 200, 5], "end": [100, 90, 250, 20]})
+    spans = outermost_spans(frame, "name").set_index(["name", "start"])
+    assert spans.loc[("conv", 10), "ns"] == 0 and not spans.loc[("conv", 10), "outer"]
+    items = {t.name: t for t in top_items(frame, "name", 5, 1000, nested=True)}
+    assert (items["conv"].total_ns, items["conv"].count) == (150, 2)
+    assert (items["relu"].total_ns, items["relu"].count) == (15, 1)

@@ -49,9 +49,10 @@ def test_run_names_strip_profile_suffixes() -> None:
 
 
 def test_folder_search_skips_nsys_cache_and_outputs(tmp_path: Path) -> None:
-    """A folder's .sqlite beside its .nsys-rep, manifest.json and report.json are not profiles."""
+    """A folder's .sqlite beside its .nsys-rep, manifest.json, report.json and the runner's
+    configs and plain-run result are not profiles."""
     for name in ("p.nsys-rep", "p.sqlite", "manifest.json", "report.json", "rank1/t.json.gz",
-                 ".hidden/x.lprof", "train.lprof"):
+                 ".hidden/x.lprof", "train.lprof", "plain_result.json", "train_config.nsys.json"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes(b"x")
     found = [p.relative_to(tmp_path).as_posix() for p in find_profiles(tmp_path)]
@@ -130,3 +131,43 @@ def test_cli_bad_file_among_good(corpus: Path, tmp_path: Path) -> None:
     data = json.loads((out / "report.json").read_text())
     assert [run["name"] for run in data["runs"]] == ["resnet50_num_workers_0"]
     assert len(data["failures"]) == 1 and "broken.pt.trace.json" in data["failures"][0]
+
+
+def test_fixture_folders_end_to_end(fixtures_dir: Path, nsys_available: str,
+                                    raw_collectives_per_step) -> None:
+    """The project's three fixture runs: verdicts, both DDP ranks, and gloo calls counted once."""
+    folders = [fixtures_dir / name for name in ("loader_heavy", "compute_heavy", "ddp_gloo")]
+    data = json.loads(render_json(analyze_paths(folders, AnalyzeOptions())))
+    runs = {run["name"]: run for run in data["runs"]}
+    assert runs["loader_heavy"]["verdict"] == "loader-bound"
+    assert runs["compute_heavy"]["verdict"] == "compute-bound"
+    assert runs["compute_heavy"]["breakdown"]["other"] < runs["compute_heavy"]["breakdown"][
+        "compute"] / 10
+    ddp = runs["ddp_gloo"]
+    assert ddp["verdict"] in ("compute-bound", "communication-bound")
+    assert set(ddp["metrics"]["per_rank_step_ms"]) == {"0", "1"}
+    c10d, _ = raw_collectives_per_step(next((fixtures_dir / "ddp_gloo" / "trace").glob("rank0.*")))
+    assert ddp["metrics"]["comm_calls_per_step"] == pytest.approx(c10d)
+    assert ddp["metrics"]["comm_on_gpu"] is False
+    assert all(item["share"] <= 1 for run in data["runs"] for item in run["top_ops"])
+
+
+def test_comparison_names_core_contention() -> None:
+    """CPU-only, num_workers 1 -> 2 on 2 CPUs, compute grew: the sentence says why."""
+    from profreport.reports.compare import compare_runs
+    from profreport.reports.results import BREAKDOWN_PARTS, Breakdown, RunAnalysis, RunMetrics
+
+    def run(name: str, workers: int, compute_ms: int) -> RunAnalysis:
+        """A CPU-only run whose step is mostly compute."""
+        parts = dict.fromkeys(BREAKDOWN_PARTS, 0) | {"compute": compute_ms * 10**6,
+                                                     "dataloader": 3 * 10**6}
+        metrics = RunMetrics(breakdown=Breakdown("kineto", sum(parts.values()), parts))
+        return RunAnalysis(name, [], "compute-bound", "", metrics, [],
+                           knobs={"num_workers": workers},
+                           environment={"cpus_usable": 2, "cuda": None, "torch_threads": 2})
+
+    row = compare_runs([run("baseline", 1, 90), run("workers", 2, 102)]).rows[1]
+    assert row.explanation == (
+        "compute time grew from 90.0 ms to 102.0 ms per step when num_workers went 1 -> 2 "
+        "(2 DataLoader workers + 2 PyTorch intra-op threads on 2 CPUs): the loader workers "
+        "compete with PyTorch's intra-op threads for the same cores.")
