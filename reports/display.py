@@ -191,17 +191,6 @@ def _launch_and_copy_rows(metrics: RunMetrics) -> list[MetricRow]:
     return rows
 
 
-ORIGIN_LABELS = {
-    "nsys": "Nsight Systems",
-    "kineto": "torch.profiler",
-    "lprof": "line_profiler",
-    "manifest": "runner measurement",
-}
-
-
-def origin_label(origin: str) -> str:
-    """The name of the profiler (or the runner) a figure came from."""
-    return ORIGIN_LABELS.get(origin, origin)
 
 
 #: Heat colours of the line_profiler listing: share of the function's time in tenths, 0..10.

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from profreport import concepts
-from profreport.reports.display import origin_label
 from profreport.reports.results import (
     Evidence,
     Finding,
@@ -23,6 +22,7 @@ from profreport.reports.results import (
     Severity,
     TopItem,
     Verdict,
+    origin_label,
 )
 
 # --- thresholds -----------------------------------------------------------------------------

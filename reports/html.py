@@ -20,7 +20,7 @@ import plotly.offline
 from profreport.reports import display
 from profreport.reports.charts import Chart, comparison_charts, run_charts
 from profreport.reports.display import MetricRow
-from profreport.reports.results import BREAKDOWN_PARTS, Report, RunAnalysis
+from profreport.reports.results import BREAKDOWN_PARTS, Report, RunAnalysis, origin_label
 
 TEMPLATE = "report.html.j2"
 
@@ -33,7 +33,7 @@ _FILTERS = {
     "nbytes": display.nbytes,
     "verdict_label": display.verdict_label,
     "part_label": display.part_label,
-    "origin_label": display.origin_label,
+    "origin_label": origin_label,
     "heat_bucket": display.heat_bucket,
     "elide": display.elide,
 }

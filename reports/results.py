@@ -20,6 +20,19 @@ Verdict = Literal["loader-bound", "compute-bound", "communication-bound", "host-
 #: Where a metric came from: a profiler, or the runner's own measurement.
 Origin = Literal["nsys", "kineto", "lprof", "manifest"]
 
+#: The name people know each origin by, for evidence sentences and tables.
+ORIGIN_LABELS: dict[str, str] = {
+    "nsys": "Nsight Systems",
+    "kineto": "torch.profiler",
+    "lprof": "line_profiler",
+    "manifest": "runner measurement",
+}
+
+
+def origin_label(origin: str) -> str:
+    """The name of the profiler (or the runner) a figure came from."""
+    return ORIGIN_LABELS.get(origin, origin)
+
 #: The parts of a step, in the order they claim time (each claims only what is not yet claimed).
 BREAKDOWN_PARTS = ("dataloader", "h2d_copy", "compute", "comm_exposed", "host_runtime", "other")
 
