@@ -44,6 +44,36 @@ DATALOADER_RANGE_NAMES = frozenset({"dataloader", "data_loading", "data loading"
 # ``for i, batch in enumerate(loader):``, ``for b in tqdm(dataloader)``.
 _DATALOADER_LOOP_LINE = re.compile(r"^\s*(?:async\s+)?for\b.+\bin\b.*loader", re.IGNORECASE)
 
+# A kernel computing in reduced precision: fp16 (``__half``, ``c10::Half``, cuDNN/cuBLAS names
+# with ``f16``/``fp16``), bfloat16 (``c10::BFloat16``, ``bf16``), and the tensor-core HMMA
+# instructions (``hmma``, ``h884``/``h1688``/``h16816`` tiles). TF32 (``tf32``, ``s1688``) is
+# single precision on tensor cores, not mixed precision, and does not match.
+_REDUCED_PRECISION_KERNEL = (r"(?i)__half|c10::Half\b|\bhalf\b|bfloat16|c10::BFloat16|"
+                             r"(?<![a-z0-9])(?:b?f16|fp16)|hmma|\bh(?:884|1688|16816)")
+
+# A kernel that only converts a tensor between NCHW and NHWC (cuDNN's ``nchwToNhwcKernel`` /
+# ``nhwcToNchwKernel``, also spelt ``nchw2nhwc``): the model's layout differs from the one the
+# convolution kernels want, and every convolution pays a transpose.
+_LAYOUT_CONVERSION_KERNEL = r"(?i)nchw_?to_?nhwc|nhwc_?to_?nchw|nchw2nhwc|nhwc2nchw"
+
+# An optimizer running as fused multi-tensor kernels (``foreach=True``/``fused=True``, apex):
+# ``multi_tensor_apply_kernel``, except GradScaler's unscale/inf check, which uses the same
+# machinery under any optimizer.
+_MULTI_TENSOR_KERNEL = r"multi_tensor_apply"
+_AMP_SCALER_KERNEL = r"_amp_foreach|amp_update_scale"
+
+# One optimizer step: torch.profiler's ``Optimizer.step#AdamW.step``, or an NVTX range / user
+# annotation called ``optimizer`` / ``optimizer.step`` / ``## optimizer ##`` (the sc22 tutorial,
+# HTA's sample traces).
+_OPTIMIZER_STEP_SPAN = r"(?i)^(?:Optimizer\.step#|[#\s]*optimizer(?:[._ ]step)?[#\s]*$)"
+_OPTIMIZER_CLASS = re.compile(r"^Optimizer\.step#(\w+)\.step")
+
+# ATen's reference CPU kernels, used when no optimised (oneDNN/mkldnn) kernel fits the dtype or
+# layout: ``aten::_slow_conv2d_forward`` runs bf16 convolutions on CPUs without native bf16.
+_SLOW_FALLBACK_OP = r"^aten::_slow_|^aten::thnn_"
+# oneDNN (formerly MKL-DNN) operators: the optimised CPU path for convolutions and matmuls.
+_ONEDNN_OP = r"(?i)mkldnn|onednn"
+
 #: CUDA API calls that launch work on the GPU.
 LAUNCH_APIS = frozenset({
     "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel", "cuLaunchKernel",
@@ -72,6 +102,48 @@ def collective_layer(names: pd.Series) -> pd.Series:
         layer = layer.mask(text.str.contains(pattern, regex=True).fillna(False).astype(bool),
                            name)
     return layer
+
+
+def _matches(names: pd.Series, pattern: str) -> pd.Series:
+    """Whether each name matches ``pattern`` (missing names do not)."""
+    return names.astype("string").str.contains(pattern, regex=True).fillna(False).astype(bool)
+
+
+def is_reduced_precision_kernel(names: pd.Series) -> pd.Series:
+    """Whether each kernel computes in fp16/bf16 (mixed precision is on for its work)."""
+    return _matches(names, _REDUCED_PRECISION_KERNEL)
+
+
+def is_layout_conversion_kernel(names: pd.Series) -> pd.Series:
+    """Whether each kernel only converts between NCHW and NHWC memory layouts."""
+    return _matches(names, _LAYOUT_CONVERSION_KERNEL)
+
+
+def is_fused_optimizer_kernel(names: pd.Series) -> pd.Series:
+    """Whether each kernel is a multi-tensor (foreach/fused) optimizer kernel."""
+    return _matches(names, _MULTI_TENSOR_KERNEL) & ~_matches(names, _AMP_SCALER_KERNEL)
+
+
+def is_optimizer_step_span(names: pd.Series) -> pd.Series:
+    """Whether each CPU op or range is one optimizer step."""
+    return _matches(names, _OPTIMIZER_STEP_SPAN)
+
+
+def optimizer_class(name: str) -> str | None:
+    """The optimizer a torch.profiler step span names (``Optimizer.step#AdamW.step`` ->
+    ``AdamW``), or None (an NVTX ``optimizer`` range does not say)."""
+    match = _OPTIMIZER_CLASS.match(name)
+    return match.group(1) if match else None
+
+
+def is_slow_fallback_op(names: pd.Series) -> pd.Series:
+    """Whether each CPU op is one of ATen's slow reference kernels (no oneDNN kernel fit)."""
+    return _matches(names, _SLOW_FALLBACK_OP)
+
+
+def is_onednn_op(names: pd.Series) -> pd.Series:
+    """Whether each CPU op runs on oneDNN (mkldnn), the optimised CPU path."""
+    return _matches(names, _ONEDNN_OP)
 
 
 def is_cpu_collective(names: pd.Series) -> pd.Series:

@@ -1,4 +1,14 @@
-"""Several runs against one baseline: speedup, breakdown deltas, changed knobs, and why."""
+"""Several runs against one baseline: speedup, breakdown deltas, changed knobs, and why.
+
+Which speedup: a profiler slows each run by its own amount (torch.profiler by the number of
+operators, line_profiler by the Python lines), and a step holds a batch whose size may differ
+between runs, so step times of profiled runs can move the other way from the samples per second
+the run achieves without a profiler. When both runs have the runner's
+unprofiled throughput, the speedup is the throughput ratio (run over baseline) and the
+profiled step-time ratio (baseline over run) is kept beside it (``step_speedup``); otherwise the
+speedup is the step-time ratio. When the two ratios point in opposite directions the row's
+explanation says so before naming the part of the step that moved.
+"""
 
 from __future__ import annotations
 
@@ -97,19 +107,45 @@ def explain(base: RunAnalysis, run: RunAnalysis, delta: dict[str, int],
     return f"{head}, the part of the step that changed most."
 
 
+def _ratio_text(ratio: float) -> str:
+    """1.0213 -> '1.02×'."""
+    return f"{ratio:.2f}×"
+
+
+def disagreement(throughput_gain: float | None, step_speedup: float | None) -> str | None:
+    """A sentence when unprofiled throughput and profiled step time moved in opposite
+    directions, else None."""
+    if throughput_gain is None or step_speedup is None:
+        return None
+    if (throughput_gain > 1) == (step_speedup > 1) or 1.0 in (throughput_gain, step_speedup):
+        return None
+    moved = "rose" if throughput_gain > 1 else "fell"
+    step = "shrank" if step_speedup > 1 else "grew"
+    return (f"Unprofiled throughput {moved} ({_ratio_text(throughput_gain)}) while the profiled "
+            f"step time {step} ({_ratio_text(step_speedup)}); the speedup is the throughput "
+            "ratio, measured without profilers (step times also move with the batch size and "
+            "with how much each profiler slows a run).")
+
+
 def _row(base: RunAnalysis, run: RunAnalysis) -> ComparisonRow:
-    """One run's row against the baseline."""
+    """One run's row against the baseline (speedup: see the module docstring)."""
     base_step, step = step_time_ns(base), step_time_ns(run)
     base_tp, tp = base.metrics.throughput_samples_per_s, run.metrics.throughput_samples_per_s
     knobs = changed_knobs(base, run)
     delta = breakdown_delta(base, run)
-    is_base = run is base
+    step_speedup = base_step / step if base_step and step else None
+    throughput_gain = tp / base_tp if tp and base_tp else None
+    explanation = "baseline"
+    if run is not base:
+        explanation = explain(base, run, delta, knobs)
+        note = disagreement(throughput_gain, step_speedup)
+        explanation = f"{note} {explanation[:1].upper()}{explanation[1:]}" if note else explanation
     return ComparisonRow(
         name=run.name, step_time_ns=step, throughput_samples_per_s=tp,
-        speedup=base_step / step if base_step and step else None,
-        throughput_gain=tp / base_tp if tp and base_tp else None,
-        breakdown_delta_ns=delta, changed_knobs=knobs,
-        explanation="baseline" if is_base else explain(base, run, delta, knobs))
+        speedup=throughput_gain if throughput_gain is not None else step_speedup,
+        throughput_gain=throughput_gain, breakdown_delta_ns=delta, changed_knobs=knobs,
+        explanation=explanation, step_speedup=step_speedup,
+        speedup_basis="throughput" if throughput_gain is not None else "step time")
 
 
 def compare_runs(runs: list[RunAnalysis], baseline: str | None = None) -> Comparison | None:

@@ -14,13 +14,16 @@ import pandas as pd
 
 from profreport import concepts
 from profreport.reports.results import (
+    CpuOpMix,
     Evidence,
     Finding,
+    KernelMix,
     LineItem,
     Origin,
     RunMetrics,
     Severity,
     TopItem,
+    Trials,
     Verdict,
     origin_label,
 )
@@ -66,14 +69,33 @@ SMALL_BATCH_SHORT_KERNELS = 0.60
 SOURCES_AGREE_DELTA = 0.15
 #: DataLoader workers to suggest when the CPU count is unknown.
 DEFAULT_SUGGESTED_WORKERS = 8
+#: Under autocast the convolutions and matmuls, which hold most kernel time, run in fp16/bf16:
+#: half of compute-kernel time in such kernels says mixed precision is already on.
+AMP_PRESENT_FRACTION = 0.50
+#: NCHW <-> NHWC conversion kernels above this share of kernel time are a transpose per
+#: convolution that channels_last removes.
+LAYOUT_CONVERSION_SHARE = 0.05
+#: A foreach/fused optimizer launches a handful of kernels per step; more than this is one or
+#: several small kernels per parameter.
+OPTIMIZER_KERNELS_MANY = 50
+#: Elementwise kernels taking this share of kernel time are worth fusing with torch.compile.
+ELEMENTWISE_SHARE = 0.15
+#: ATen's slow reference kernels taking a fifth of the operators' self time is the CPU running
+#: without its optimised (oneDNN) path.
+SLOW_FALLBACK_SHARE = 0.20
+#: In the runner's trials, the DataLoader alone or the model alone is the limit when the other
+#: runs at least this much faster on its own; closer than that both matter and neither is named.
+TRIAL_LIMIT_RATIO = 1.5
 #: When half the step is time no source could attribute (a CPU-only nsys capture holds only NVTX
 #: ranges), calling the run "balanced" would be a guess: the verdict is unknown instead.
 UNATTRIBUTED_SHARE = 0.50
 
 _SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
-# ATen's reference kernels used when no optimised one fits the dtype/layout
-# (``aten::_slow_conv2d_forward`` for bf16 convolutions on CPUs without native bf16).
-_SLOW_FALLBACK_OP = "_slow_"
+# Which limit (in the runner's trials' terms) each profiler verdict points at: the synthetic
+# trial runs the whole model step, so launch overhead and communication count as the model's.
+_VERDICT_LIMIT = {"loader-bound": "loader", "compute-bound": "compute",
+                  "host-bound": "compute", "communication-bound": "compute"}
+_LIMIT_VERDICT: dict[str, Verdict] = {"loader": "loader-bound", "compute": "compute-bound"}
 
 
 @dataclass(frozen=True)
@@ -226,7 +248,38 @@ def loader_bound(m: RunMetrics, ctx: RunContext) -> Finding | None:
         return None
     return Finding("LOADER_BOUND", "high",
                    f"The training loop spends {_pct(share)} of each step waiting for data.",
-                   _loader_evidence(m), _workers_advice(ctx))
+                   _loader_evidence(m) + _trial_evidence(m.trials, "loader"),
+                   _workers_advice(ctx))
+
+
+def trial_limit(trials: Trials | None) -> str | None:
+    """What the runner's trials say limits throughput: "loader" when the model alone runs
+    TRIAL_LIMIT_RATIO times faster than the DataLoader alone, "compute" the other way round,
+    None when they are close or missing."""
+    if trials is None or not trials.io or not trials.synthetic:
+        return None
+    if trials.synthetic >= TRIAL_LIMIT_RATIO * trials.io:
+        return "loader"
+    if trials.io >= TRIAL_LIMIT_RATIO * trials.synthetic:
+        return "compute"
+    return None
+
+
+def _trial_sentence(trials: Trials) -> str:
+    """'the DataLoader alone delivers 1767 samples/s, the model alone 858 (one cached batch),
+    the real loop 652'."""
+    full = f", the real loop {trials.full:.0f}" if trials.full else ""
+    return (f"the DataLoader alone delivers {trials.io:.0f} samples/s, the model alone "
+            f"{trials.synthetic:.0f} (one cached batch){full}")
+
+
+def _trial_evidence(trials: Trials | None, limit: str) -> list[Evidence]:
+    """The trials as evidence, when they point at ``limit``."""
+    if trials is None or trial_limit(trials) != limit:
+        return []
+    who = "the DataLoader" if limit == "loader" else "the model"
+    return [Evidence(f"without a profiler, {_trial_sentence(trials)}: {who} sets the pace",
+                     "manifest")]
 
 
 def compute_bound(m: RunMetrics, ctx: RunContext) -> Finding | None:
@@ -240,6 +293,7 @@ def compute_bound(m: RunMetrics, ctx: RunContext) -> Finding | None:
     if share is not None and m.breakdown is not None:
         evidence.append(Evidence(f"compute {_pct(share)} of {_ms(m.breakdown.step_ns)} per step",
                                  m.breakdown.origin))
+    evidence += _trial_evidence(m.trials, "compute")
     if m.gpu is None:
         return _cpu_compute_bound(m, ctx, share or 0.0, evidence)
     evidence.append(Evidence(f"GPU busy {_pct(m.gpu.busy_fraction)} of its "
@@ -248,28 +302,112 @@ def compute_bound(m: RunMetrics, ctx: RunContext) -> Finding | None:
     if top is not None:
         evidence.append(Evidence(f"top kernel {top.name[:80]} takes {_pct(top.share)} of "
                                  "kernel time", m.gpu.origin))
-    amp = "" if ctx.knob("amp") else "enable mixed precision (torch.autocast + GradScaler), "
+    if m.kernel_mix is not None:
+        evidence += _kernel_mix_evidence(m.kernel_mix)
     return Finding("COMPUTE_BOUND", "info",
                    "The GPU's kernels set the pace of training.", evidence,
-                   f"To go faster, {amp}try channels_last and torch.compile, "
-                   "or reduce the model's work per sample.")
+                   _gpu_compute_advice(m.kernel_mix, ctx))
+
+
+def _optimizer_many_kernels(mix: KernelMix) -> bool:
+    """Whether the optimizer step launches many small kernels instead of fused ones."""
+    per_step = mix.optimizer_kernels_per_step
+    return per_step is not None and per_step >= OPTIMIZER_KERNELS_MANY and not mix.fused_optimizer
+
+
+def _kernel_mix_evidence(mix: KernelMix) -> list[Evidence]:
+    """What the kernel names say: precision, layout conversions, how the optimizer runs."""
+    precision = (f"{_pct(mix.reduced_precision_fraction)} of compute-kernel time runs in "
+                 "fp16/bf16 kernels" if mix.reduced_precision_fraction > 0 else
+                 "no compute kernel runs in fp16/bf16: the model trains in full precision")
+    out = [Evidence(precision, mix.origin)]
+    if mix.layout_conversion_fraction >= LAYOUT_CONVERSION_SHARE:
+        out.append(Evidence(f"NCHW/NHWC layout conversion kernels (nchwToNhwc, nhwcToNchw) take "
+                            f"{_pct(mix.layout_conversion_fraction)} of compute-kernel time",
+                            mix.origin))
+    if mix.fused_optimizer:
+        out.append(Evidence("the optimizer already runs as fused multi_tensor_apply kernels",
+                            mix.origin))
+    elif _optimizer_many_kernels(mix):
+        out.append(Evidence(f"{mix.optimizer_kernels_per_step:.0f} kernels launched per "
+                            "optimizer step, none of them multi-tensor (fused)", mix.origin))
+    return out
+
+
+def _gpu_compute_advice(mix: KernelMix | None, ctx: RunContext) -> str:
+    """What to change, from what the kernels show (and the run's knobs)."""
+    if mix is None:
+        amp = "" if ctx.knob("amp") else "enable mixed precision (torch.autocast + GradScaler), "
+        return (f"To go faster, {amp}try channels_last and torch.compile, or reduce the model's "
+                "work per sample.")
+    steps = []
+    if mix.reduced_precision_fraction < AMP_PRESENT_FRACTION and not ctx.knob("amp"):
+        now = (f"{_pct(mix.reduced_precision_fraction)} of kernel time is fp16/bf16 now"
+               if mix.reduced_precision_fraction > 0 else "every kernel runs in fp32 now")
+        steps.append(f"enable mixed precision (torch.autocast + GradScaler; {now})")
+    if mix.layout_conversion_fraction >= LAYOUT_CONVERSION_SHARE:
+        steps.append("put the model and every batch in channels_last (model.to(memory_format="
+                     "torch.channels_last), x.to(memory_format=torch.channels_last)): layout "
+                     f"conversions take {_pct(mix.layout_conversion_fraction)} of kernel time")
+    if _optimizer_many_kernels(mix):
+        optimizer = f"torch.optim.{mix.optimizer_name or 'AdamW'}"
+        steps.append(f"build the optimizer with foreach=True ({optimizer}(..., foreach=True), or "
+                     "fused=True where it supports it): each step launches "
+                     f"{mix.optimizer_kernels_per_step:.0f} optimizer kernels")
+    if mix.elementwise_fraction >= ELEMENTWISE_SHARE and not ctx.knob("compile"):
+        steps.append("try torch.compile to fuse the elementwise kernels "
+                     f"({_pct(mix.elementwise_fraction)} of kernel time)")
+    if not steps:
+        return ("The kernels already run in reduced precision without layout conversions or an "
+                "unfused optimizer: the remaining levers are less work per sample (a smaller "
+                "model or input) or more GPUs.")
+    return "To go faster: " + "; ".join(steps) + "."
 
 
 def _cpu_compute_bound(m: RunMetrics, ctx: RunContext, share: float,
                        evidence: list[Evidence]) -> Finding:
-    """COMPUTE_BOUND on a CPU-only run: the top operator, and advice that fits its knobs."""
-    slow = [op for op in m.top_ops if _SLOW_FALLBACK_OP in op.name]
-    for top in m.top_ops[:1] + slow[:1]:
-        evidence.append(Evidence(f"top CPU operator {top.name[:80]}: {_ms(top.total_ns)}, "
-                                 f"{_pct(top.share)} of step time", "kineto"))
-    advice = ("Run on a GPU, or give the job more cores (--cpus-per-task) and match "
-              "torch.set_num_threads to the cores left after the DataLoader workers.")
-    if ctx.knob("amp"):
-        advice += (" Autocast is on: on a CPU without native bf16 (AMX, AVX512-BF16) it runs "
-                   "slow fallback kernels, so compare against a run without it.")
+    """COMPUTE_BOUND on a CPU-only run: the top operators by self time, and advice that fits
+    the operators' implementation (oneDNN or ATen's slow fallback) and the run's knobs."""
+    origin: Origin = m.top_ops_origin or "kineto"
+    for top in m.top_ops[:1]:
+        evidence.append(Evidence(f"top CPU operator by self time {top.name[:80]}: "
+                                 f"{_ms(top.total_ns)}, {_pct(top.share)} of step time", origin))
+    mix = m.cpu_op_mix
+    slow = mix is not None and mix.slow_fallback_fraction >= SLOW_FALLBACK_SHARE
+    if mix is not None and slow:
+        names = ", ".join(mix.slow_fallback_ops[:2])
+        evidence.append(Evidence(f"ATen's slow reference kernels ({names}) take "
+                                 f"{_pct(mix.slow_fallback_fraction)} of operator self time, "
+                                 + (f"oneDNN ops {_pct(mix.onednn_fraction)}" if mix.onednn_fraction
+                                    else "none on oneDNN"), mix.origin))
+    elif mix is not None and mix.onednn_fraction > 0:
+        evidence.append(Evidence(f"oneDNN (mkldnn) ops take {_pct(mix.onednn_fraction)} of "
+                                 "operator self time: the optimised CPU path", mix.origin))
     return Finding("COMPUTE_BOUND", "info",
                    f"The CPU spends {_pct(share)} of each step in the model's own operators.",
-                   evidence, advice)
+                   evidence, _cpu_compute_advice(mix, ctx, slow))
+
+
+def _cpu_compute_advice(mix: CpuOpMix | None, ctx: RunContext, slow: bool) -> str:
+    """CPU advice: autocast without native bf16, a missed oneDNN path, or more cores."""
+    native_bf16 = ctx.environment.get("cpu_native_bf16")
+    cores = ("give the job more cores (--cpus-per-task) and match torch.set_num_threads to the "
+             "cores left after the DataLoader workers")
+    if ctx.knob("amp") and native_bf16 is False:
+        where = (f" ({', '.join(mix.slow_fallback_ops[:2])})" if slow and mix is not None
+                 else "")
+        return ("Turn autocast off on this CPU: it has no native bf16 (AVX512-BF16 or AMX), so "
+                f"bf16 operators run emulated or on ATen's slow reference kernels{where}; fp32 "
+                f"runs the convolutions on oneDNN. Then {cores}.")
+    if ctx.knob("amp") and slow:
+        return ("Autocast is on and the bf16 convolutions run on ATen's slow reference kernels: "
+                "this CPU probably lacks native bf16 (look for avx512_bf16 or amx_bf16 in lscpu); "
+                f"compare a run with amp off. Then {cores}.")
+    if slow:
+        return ("The convolutions miss oneDNN and run on ATen's slow reference kernels: keep "
+                "inputs and weights float32 and contiguous, and check "
+                f"torch.backends.mkldnn.is_available(). Then {cores}.")
+    return f"Run on a GPU, or {cores}."
 
 
 def _top_compute_kernel(m: RunMetrics) -> TopItem | None:
@@ -481,10 +619,10 @@ def _wait_evidence(m: RunMetrics, origin: str, share: float) -> Evidence:
     """What one profiler measured of the DataLoader wait, in its own terms."""
     loop = _loop_line(m) if origin == "lprof" else None
     if loop is not None:
-        return Evidence(f"line_profiler: {_pct(share)} of {loop.function}() on the DataLoader "
-                        f"loop line {loop.file.rsplit('/', 1)[-1]}:{loop.lineno}", "lprof")
-    return Evidence(f"{origin_label(origin)}: {_pct(share)} of step time waiting for the next "
-                    "batch", origin)  # type: ignore[arg-type]
+        return Evidence(f"{_pct(share)} of {loop.function}() on the DataLoader loop line "
+                        f"{loop.file.rsplit('/', 1)[-1]}:{loop.lineno}", "lprof")
+    return Evidence(f"{_pct(share)} of step time waiting for the next batch",
+                    origin)  # type: ignore[arg-type]
 
 
 def sources_agreement(m: RunMetrics, ctx: RunContext) -> Finding | None:
@@ -511,9 +649,34 @@ def sources_agreement(m: RunMetrics, ctx: RunContext) -> Finding | None:
                    "whose per-line overhead inflates Python-heavy lines; re-run if in doubt.")
 
 
+def _profiler_limit(m: RunMetrics) -> str | None:
+    """What the profilers' verdict points at, in the trials' terms ("loader", "compute")."""
+    return _VERDICT_LIMIT.get(profiler_verdict(m)[0])
+
+
+def trials_disagree(m: RunMetrics, ctx: RunContext) -> Finding | None:
+    """The runner's unprofiled trials point at another limit than the profilers."""
+    limit, profiled = trial_limit(m.trials), _profiler_limit(m)
+    if m.trials is None or limit is None or profiled is None or limit == profiled:
+        return None
+    name, reason = profiler_verdict(m)
+    origin: Origin = m.breakdown.origin if m.breakdown is not None else (
+        m.steps.origin if m.steps is not None else "manifest")
+    who = {"loader": "the DataLoader", "compute": "the model"}
+    return Finding("TRIALS", "info",
+                   f"The runner's trials point at {who[limit]}, the profilers at "
+                   f"{who[profiled]}.",
+                   [Evidence(f"without a profiler, {_trial_sentence(m.trials)}", "manifest"),
+                    Evidence(f"profiled: {name} ({reason})", origin)],
+                   "Profilers slow down what they trace (every operator, every Python line), "
+                   "so the unprofiled trials are the better guide to throughput; compare the "
+                   "step breakdown with a longer profiled run before acting on either.")
+
+
 RULES: tuple[Rule, ...] = (loader_bound, compute_bound, comm_overhead, host_launch_bound,
                            pageable_memcpy, sync_stall, low_gpu_util, small_batch,
-                           dataparallel_not_ddp, cpu_oversubscribed, sources_agreement)
+                           dataparallel_not_ddp, cpu_oversubscribed, sources_agreement,
+                           trials_disagree)
 
 
 def find_all(metrics: RunMetrics, ctx: RunContext) -> list[Finding]:
@@ -528,7 +691,23 @@ def _host_bound(m: RunMetrics) -> bool:
 
 
 def verdict(m: RunMetrics) -> tuple[Verdict, str]:
-    """The run's bottleneck in one word, with the numbers behind it."""
+    """The run's bottleneck in one word, with the numbers behind it: the profilers' verdict,
+    supported by the runner's trials when they agree, and taken from the trials when the
+    profilers cannot tell (unknown) or see no dominant part (balanced)."""
+    name, reason = profiler_verdict(m)
+    limit = trial_limit(m.trials)
+    if m.trials is None or limit is None:
+        return name, reason
+    if name in ("unknown", "balanced"):
+        return _LIMIT_VERDICT[limit], (f"without a profiler, {_trial_sentence(m.trials)} "
+                                       f"(the runner's trials); the profilers: {reason}")
+    if _VERDICT_LIMIT.get(name) == limit:
+        return name, f"{reason}; the runner's unprofiled trials agree"
+    return name, reason
+
+
+def profiler_verdict(m: RunMetrics) -> tuple[Verdict, str]:
+    """The bottleneck the profiles alone show, with the numbers behind it."""
     if m.steps is None and m.gpu is None:
         return "unknown", ("no step markers (ProfilerStep, NVTX 'step N', a DataLoader loop "
                            "line) and no GPU activity in the inputs")

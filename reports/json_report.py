@@ -16,13 +16,16 @@ from profreport.fileio import write_text
 from profreport.reports.results import (
     Breakdown,
     Comparison,
+    CpuOpMix,
     Finding,
+    KernelMix,
     LineItem,
     Report,
     RunAnalysis,
     RunMetrics,
     StepStats,
     TopItem,
+    Trials,
 )
 
 JSON_NAME = "report.json"
@@ -79,7 +82,36 @@ def metrics_json(m: RunMetrics) -> dict[str, Any]:
                        if m.cpu_phases else None),
         "measurements": [{"name": x.name, "value": x.value, "unit": x.unit}
                          for x in m.measurements],
+        "trials": _trials(m.trials),
+        "kernel_mix": _kernel_mix(m.kernel_mix),
+        "cpu_op_mix": _cpu_op_mix(m.cpu_op_mix),
     }
+
+
+def _trials(t: Trials | None) -> dict[str, float | None] | None:
+    """The runner's trials, samples/s."""
+    return None if t is None else {"io": t.io, "synthetic": t.synthetic, "full": t.full}
+
+
+def _kernel_mix(k: KernelMix | None) -> dict[str, Any] | None:
+    """Precision, layout conversions, elementwise share and optimizer kernels."""
+    if k is None:
+        return None
+    per_step = k.optimizer_kernels_per_step
+    return {"reduced_precision_fraction": _frac(k.reduced_precision_fraction),
+            "layout_conversion_fraction": _frac(k.layout_conversion_fraction),
+            "elementwise_fraction": _frac(k.elementwise_fraction),
+            "optimizer_kernels_per_step": None if per_step is None else round(per_step, 3),
+            "fused_optimizer": k.fused_optimizer, "source": k.origin}
+
+
+def _cpu_op_mix(c: CpuOpMix | None) -> dict[str, Any] | None:
+    """Slow-fallback and oneDNN shares of CPU operator self time."""
+    if c is None:
+        return None
+    return {"slow_fallback_fraction": _frac(c.slow_fallback_fraction),
+            "onednn_fraction": _frac(c.onednn_fraction),
+            "slow_fallback_ops": c.slow_fallback_ops, "source": c.origin}
 
 
 def _breakdown(b: Breakdown | None) -> dict[str, float | None] | None:
@@ -137,6 +169,8 @@ def comparison_json(c: Comparison | None) -> dict[str, Any] | None:
         "name": r.name, "step_time_ms": _ms(r.step_time_ns),
         "throughput_samples_per_s": r.throughput_samples_per_s,
         "speedup": None if r.speedup is None else round(r.speedup, 4),
+        "speedup_basis": r.speedup_basis,
+        "step_speedup": None if r.step_speedup is None else round(r.step_speedup, 4),
         "throughput_gain": None if r.throughput_gain is None else round(r.throughput_gain, 4),
         "breakdown_delta_ms": {k: _ms(v) for k, v in r.breakdown_delta_ns.items()},
         "changed_knobs": r.changed_knobs, "explanation": r.explanation,

@@ -37,10 +37,12 @@ from profreport.reports.results import (
     Breakdown,
     CommStats,
     CopyStats,
+    CpuOpMix,
     CpuPhaseBreakdown,
     FunctionListing,
     GpuUtilization,
     IdleGap,
+    KernelMix,
     LaunchStats,
     LineItem,
     Measurement,
@@ -48,6 +50,7 @@ from profreport.reports.results import (
     RunMetrics,
     StepStats,
     TopItem,
+    Trials,
 )
 from profreport.runner.manifest import Manifest
 
@@ -69,6 +72,9 @@ TOP_LINES = 20
 # engine nodes.
 _OPTIMIZER_OP = r"^Optimizer\.(?:step|zero_grad)#"
 _BACKWARD_OP = r"^autograd::engine::evaluate_function"
+# ATen's elementwise CUDA kernels (``vectorized_elementwise_kernel``, ``unrolled_...``,
+# ``elementwise_kernel``): one launch per pointwise op, what torch.compile fuses.
+_ELEMENTWISE_KERNEL = r"elementwise_kernel"
 # nn.DataParallel's autograd functions (replicate = Broadcast, scatter/gather of the batch, the
 # gradient reduction ReduceAddCoalesced) and their backward nodes; capitalised, so a model's own
 # ``aten::scatter`` does not count.
@@ -443,32 +449,79 @@ def copy_stats(profile: Profile) -> CopyStats | None:
                      sync_api_calls=len(syncs))
 
 
-def outermost_spans(frame: pd.DataFrame, key: str) -> pd.DataFrame:
-    """Per row, the time it adds to the union of same-``key`` rows before it (``ns``) and whether
-    it starts outside all of them (``outer``): a call nested in a same-name call (``aten::conv2d``
-    re-entered under autocast) adds no time and is no new call."""
+def outer_calls(frame: pd.DataFrame, key: str) -> pd.Series:
+    """Whether each row starts outside every earlier same-``key`` row, aligned with ``frame``: a
+    call re-entered under a same-name call (``aten::conv2d`` under autocast) is no new call."""
     ordered = frame.sort_values([key, "start"], kind="stable")
     reach = ordered.groupby(key, sort=False)["end"].cummax()
-    before = reach.groupby(ordered[key], sort=False).shift().fillna(np.iinfo(np.int64).min)
-    before = before.astype(np.int64)
-    begin = np.maximum(ordered["start"].to_numpy(np.int64), before.to_numpy(np.int64))
-    ns = np.maximum(ordered["end"].to_numpy(np.int64) - begin, 0)
-    return ordered.assign(ns=ns, outer=(ordered["start"] >= before).to_numpy())
+    before = reach.groupby(ordered[key], sort=False).shift()
+    return (before.isna() | (ordered["start"] >= before)).reindex(frame.index)
 
 
-def top_items(frame: pd.DataFrame, key: str, limit: int, total_ns: int,
-              nested: bool = False) -> list[TopItem]:
-    """The ``limit`` names with the most total time, with their share of ``total_ns``; with
-    ``nested`` (CPU ops) a name's time is the union of its spans, so re-entered calls count once."""
-    if frame.empty:
+def _nesting_depth(starts: np.ndarray, ends: np.ndarray, threads: np.ndarray) -> np.ndarray:
+    """How many spans of the same thread are open when each span starts (spans sorted by thread,
+    start, longest first): a sweep over start (+1) and end (-1) events, ends first on ties."""
+    n = len(starts)
+    times = np.concatenate([starts, ends])
+    is_start = np.concatenate([np.ones(n, dtype=bool), np.zeros(n, dtype=bool)])
+    rank = np.concatenate([np.arange(n), np.arange(n)])
+    events = np.lexsort((rank, is_start, times, np.concatenate([threads, threads])))
+    open_after = np.cumsum(np.where(is_start[events], 1, -1))
+    depth = np.empty(n, dtype=np.int64)
+    starting = is_start[events]
+    depth[rank[events][starting]] = open_after[starting] - 1
+    return depth
+
+
+def _parents(depth: np.ndarray) -> np.ndarray:
+    """Index of each span's direct parent (-1 for none): the nearest earlier span one level up,
+    found with one searchsorted per nesting level (levels are few, spans many)."""
+    parent = np.full(len(depth), -1, dtype=np.int64)
+    for level in range(1, int(depth.max(initial=0)) + 1):
+        above, here = np.flatnonzero(depth == level - 1), np.flatnonzero(depth == level)
+        k = np.searchsorted(above, here) - 1
+        parent[here] = np.where(k >= 0, above[np.maximum(k, 0)], -1)
+    return parent
+
+
+def self_time_ns(ops: pd.DataFrame) -> np.ndarray:
+    """Each op's self (exclusive) time: its duration minus the part of it its direct children on
+    the same thread cover, aligned with ``ops``' rows. Vectorised: nesting depth from a sweep over
+    start/end events, parents by depth level. A child that overruns its parent's end (trace
+    rounding) only takes its overlap; self time never goes below zero."""
+    if ops.empty:
+        return np.empty(0, dtype=np.int64)
+    start = ops["start"].to_numpy(np.int64)
+    end = np.maximum(ops["end"].to_numpy(np.int64), start)
+    thread = ops.groupby(["pid", "tid"], sort=False).ngroup().to_numpy(np.int64)
+    order = np.lexsort((-end, start, thread))
+    s, e = start[order], end[order]
+    parent = _parents(_nesting_depth(s, e, thread[order]))
+    child = parent >= 0
+    covered = np.clip(np.minimum(e[child], e[parent[child]]) - s[child], 0, None)
+    children_ns = np.bincount(parent[child], weights=covered, minlength=len(s)).astype(np.int64)
+    own = np.empty(len(s), dtype=np.int64)
+    own[order] = np.maximum(e - s - children_ns, 0)
+    return own
+
+
+def _ranked(spans: pd.DataFrame, key: str, limit: int, total_ns: int,
+            exclusive: bool) -> list[TopItem]:
+    """The ``limit`` names with the most ``ns`` (calls: the ``outer`` rows), with their share of
+    ``total_ns``."""
+    if spans.empty:
         return []
-    spans = (outermost_spans(frame, key) if nested
-             else frame.assign(ns=frame["end"] - frame["start"], outer=True))
     grouped = (spans.groupby(key, sort=False).agg(sum=("ns", "sum"), count=("outer", "sum"))
                .sort_values(["sum", "count"], ascending=False).head(limit))
     return [TopItem(name=str(name), total_ns=int(row["sum"]), count=int(row["count"]),
-                    share=float(row["sum"]) / max(total_ns, 1))
+                    share=float(row["sum"]) / max(total_ns, 1), exclusive=exclusive)
             for name, row in grouped.iterrows()]
+
+
+def top_items(frame: pd.DataFrame, key: str, limit: int, total_ns: int) -> list[TopItem]:
+    """The ``limit`` names with the most summed duration (kernels: they do not nest)."""
+    return _ranked(frame.assign(ns=frame["end"] - frame["start"], outer=True), key, limit,
+                   total_ns, exclusive=False)
 
 
 def top_kernels(profile: Profile) -> list[TopItem]:
@@ -477,13 +530,97 @@ def top_kernels(profile: Profile) -> list[TopItem]:
     return top_items(kernels, "name", TOP_KERNELS, int((kernels["end"] - kernels["start"]).sum()))
 
 
+def _op_self_times(profile: Profile, windows: StepWindows | None) -> pd.DataFrame:
+    """Framework ops (not steps, DataLoader waits or collectives) with their self time ``ns``
+    and ``outer`` (a call not re-entered under a same-name call), inside the step windows' span
+    when there are steps. Nesting is worked out over all CPU ops, so a step or DataLoader span
+    still owns the time between its children."""
+    ops = profile.table("cpu_ops")
+    framework = _cpu_ops_matching(profile, None)
+    if framework.empty:
+        return framework.assign(ns=pd.Series(dtype="int64"), outer=pd.Series(dtype=bool))
+    spans = ops.assign(ns=self_time_ns(ops)).loc[framework.index]
+    spans = spans.assign(outer=outer_calls(spans, "name"))
+    return _in_windows(spans, windows) if windows is not None else spans
+
+
 def top_ops(profile: Profile, windows: StepWindows | None) -> list[TopItem]:
-    """CPU ops by total (inclusive) time, share of the step time (nested ops overlap)."""
-    ops = _cpu_ops_matching(profile, None)
-    if ops.empty:
+    """CPU ops by self time (duration minus direct children), so a chain of wrappers
+    (``autograd::engine::evaluate_function: ConvolutionBackward0`` > ``ConvolutionBackward0`` >
+    ``aten::convolution_backward``) is counted once, where the work is done. ``share`` is the
+    self time over the summed step windows (first to last op without steps); ops on several
+    threads (autograd's device threads, workers) run beside each other, so shares of different
+    threads can add up to more than 1."""
+    spans = _op_self_times(profile, windows)
+    if spans.empty:
         return []
-    total = windows.total_ns if windows else int(ops["end"].max() - ops["start"].min())
-    return top_items(ops, "name", TOP_OPS, total, nested=True)
+    total = windows.total_ns if windows else int(spans["end"].max() - spans["start"].min())
+    return _ranked(spans, "name", TOP_OPS, total, exclusive=True)
+
+
+def cpu_op_mix(profile: Profile, windows: StepWindows) -> CpuOpMix | None:
+    """CPU-only runs: share of framework-op self time in ATen's slow reference kernels and in
+    oneDNN (mkldnn) ops."""
+    spans = _op_self_times(profile, windows)
+    total = int(spans["ns"].sum()) if not spans.empty else 0
+    if total <= 0:
+        return None
+    slow = spans[concepts.is_slow_fallback_op(spans["name"]).to_numpy()]
+    onednn = spans[concepts.is_onednn_op(spans["name"]).to_numpy()]
+    by_name = slow.groupby("name")["ns"].sum().sort_values(ascending=False)
+    return CpuOpMix(origin=profile.kind, op_self_ns=total,
+                    slow_fallback_fraction=float(slow["ns"].sum()) / total,
+                    onednn_fraction=float(onednn["ns"].sum()) / total,
+                    slow_fallback_ops=[str(name) for name in by_name.index])
+
+
+def _launched_in(profile: Profile, spans: iv.Intervals) -> pd.DataFrame:
+    """Kernels whose launch call started inside ``spans`` (joined on the correlation id)."""
+    runtime = profile.table("runtime")
+    launches = runtime[runtime["name"].isin(concepts.LAUNCH_APIS)]
+    at = launches["start"].to_numpy(np.int64)
+    inside = iv.overlap_per_window(spans, at, at + 1) > 0
+    return profile.table("kernels").merge(launches.loc[inside, ["correlation"]], on="correlation")
+
+
+def _optimizer_spans(profile: Profile) -> pd.DataFrame:
+    """Optimizer-step spans among the CPU ops and annotated ranges."""
+    frames = [table[concepts.is_optimizer_step_span(table["name"]).to_numpy()]
+              for table in (profile.table("cpu_ops"), profile.table("ranges"))]
+    return pd.concat([f[["start", "end", "name"]] for f in frames], ignore_index=True)
+
+
+def kernel_mix(profile: Profile, windows: StepWindows | None) -> KernelMix | None:
+    """Precision, layout conversions, elementwise share and optimizer kernels of the compute
+    kernels (communication kernels left out)."""
+    kernels = _kernels(profile, False)
+    duration = (kernels["end"] - kernels["start"]).to_numpy(np.int64)
+    total = int(duration.sum())
+    if total <= 0:
+        return None
+    names = kernels["name"]
+
+    def share(mask: pd.Series) -> float:
+        """Share of compute-kernel time in the kernels ``mask`` selects."""
+        return float(duration[mask.to_numpy()].sum()) / total
+
+    spans = _optimizer_spans(profile)
+    optimizer = iv.union_of([spans])
+    in_optimizer = _launched_in(profile, optimizer) if len(optimizer) else kernels.iloc[:0]
+    classes = [c for c in map(concepts.optimizer_class, spans["name"].unique()) if c]
+    per_step = None
+    if len(optimizer) and windows is not None:
+        per_step = len(_in_windows(in_optimizer, windows)) / windows.count
+    fused_pool = in_optimizer if not in_optimizer.empty else kernels
+    return KernelMix(
+        origin=profile.kind, compute_kernel_ns=total,
+        reduced_precision_fraction=share(concepts.is_reduced_precision_kernel(names)),
+        layout_conversion_fraction=share(concepts.is_layout_conversion_kernel(names)),
+        elementwise_fraction=share(names.astype("string").str.contains(
+            _ELEMENTWISE_KERNEL, regex=True).fillna(False).astype(bool)),
+        optimizer_kernels_per_step=per_step,
+        fused_optimizer=bool(concepts.is_fused_optimizer_kernel(fused_pool["name"]).any()),
+        optimizer_name=classes[0] if classes else None)
 
 
 def _line_item(row: pd.Series) -> LineItem:
@@ -530,6 +667,15 @@ def max_devices_per_process(profile: Profile) -> int:
     if launched.empty:
         return int(kernels["device"].nunique())
     return int(launched.groupby("pid")["device"].nunique().max())
+
+
+def manifest_trials(manifest: Manifest) -> Trials | None:
+    """The runner's trial throughputs (loader alone, model alone, real loop), when it ran them."""
+    trials = {name: float(value) for name, value in manifest.trials.items()
+              if isinstance(value, (int, float)) and value > 0}
+    if not trials:
+        return None
+    return Trials(io=trials.get("io"), synthetic=trials.get("synthetic"), full=trials.get("full"))
 
 
 def manifest_measurements(manifest: Manifest) -> list[Measurement]:
@@ -604,6 +750,7 @@ def compute_run_metrics(profiles: list[Profile], manifest: Manifest | None = Non
     gpu_profile = next((p for p in ordered if has_gpu_events(p)), None)
     if gpu_profile is not None:
         metrics.top_kernels = top_kernels(gpu_profile)
+        metrics.kernel_mix = kernel_mix(gpu_profile, _windows_of(gpu_profile, timed))
         metrics.copies = copy_stats(gpu_profile)
         metrics.max_devices_per_process = max_devices_per_process(gpu_profile)
         if metrics.gpu is None:
@@ -614,7 +761,13 @@ def compute_run_metrics(profiles: list[Profile], manifest: Manifest | None = Non
     if manifest is not None:
         metrics.throughput_samples_per_s = manifest.throughput_samples_per_s
         metrics.measurements = manifest_measurements(manifest)
+        metrics.trials = manifest_trials(manifest)
     return metrics
+
+
+def _windows_of(profile: Profile, timed: list[tuple[Profile, StepWindows]]) -> StepWindows | None:
+    """The step windows of ``profile`` when it is among the timed profiles."""
+    return next((w for p, w in timed if p is profile), None)
 
 
 def _add_step_metrics(metrics: RunMetrics, timed: list[tuple[Profile, StepWindows]]) -> None:
@@ -629,6 +782,7 @@ def _add_step_metrics(metrics: RunMetrics, timed: list[tuple[Profile, StepWindow
     if with_ops:
         ops_profile, ops_windows = min(with_ops, key=lambda pw: _OPS_ORIGIN_ORDER[pw[0].kind])
         metrics.top_ops = top_ops(ops_profile, ops_windows)
+        metrics.top_ops_origin = ops_profile.kind if metrics.top_ops else None
 
 
 def _add_attributed_metrics(metrics: RunMetrics, timed: list[tuple[Profile, StepWindows]],
@@ -657,6 +811,7 @@ def _add_attributed_metrics(metrics: RunMetrics, timed: list[tuple[Profile, Step
     metrics.comm = cpu_comm_stats(profile, windows)
     if attribution_level(profile) == ATTRIBUTES_CPU_OPS:
         metrics.cpu_phases = cpu_phases(profile, windows)
+        metrics.cpu_op_mix = cpu_op_mix(profile, windows)
 
 
 def _add_lprof_metrics(metrics: RunMetrics, lines: pd.DataFrame) -> None:

@@ -149,9 +149,57 @@ class TopItem:
     """One row of a top-N table (kernels or CPU ops)."""
 
     name: str
+    #: Kernels: summed duration. CPU ops: summed self (exclusive) time, see ``exclusive``.
     total_ns: int
     count: int
     share: float
+    #: True when ``total_ns`` is self time: the op's duration minus its direct children's.
+    exclusive: bool = False
+
+
+@dataclass(frozen=True)
+class KernelMix:
+    """What the compute (non-communication) kernels are: their precision, layout conversions, and
+    how the optimizer runs (see the kernel-name patterns in ``concepts``)."""
+
+    origin: Origin
+    compute_kernel_ns: int
+    #: Share of compute-kernel time in fp16/bf16 kernels (0..1).
+    reduced_precision_fraction: float
+    #: Share of compute-kernel time in NCHW <-> NHWC conversion kernels (0..1).
+    layout_conversion_fraction: float
+    #: Share of compute-kernel time in elementwise kernels, what torch.compile fuses (0..1).
+    elementwise_fraction: float
+    #: Kernels launched inside optimizer-step spans, per step; None without such spans.
+    optimizer_kernels_per_step: float | None
+    #: Whether the optimizer runs as multi-tensor (foreach/fused) kernels.
+    fused_optimizer: bool
+    #: The optimizer's class when the trace names it (``SGD``, ``AdamW``), else None.
+    optimizer_name: str | None = None
+
+
+@dataclass(frozen=True)
+class CpuOpMix:
+    """CPU-only runs: which implementation the framework ops' self time goes to."""
+
+    origin: Origin
+    op_self_ns: int
+    #: Share of op self time in ATen's slow reference kernels (``aten::_slow_conv2d_*``).
+    slow_fallback_fraction: float
+    #: Share of op self time in oneDNN (mkldnn) ops.
+    onednn_fraction: float
+    #: The slow reference ops seen, by self time, most first.
+    slow_fallback_ops: list[str]
+
+
+@dataclass(frozen=True)
+class Trials:
+    """The runner's Benchy-style trials without a profiler, samples/s: the DataLoader alone
+    (``io``), the model on one cached batch (``synthetic``) and the real loop (``full``)."""
+
+    io: float | None
+    synthetic: float | None
+    full: float | None
 
 
 @dataclass(frozen=True)
@@ -237,7 +285,12 @@ class RunMetrics:
     copies: CopyStats | None = None
     cpu_phases: CpuPhaseBreakdown | None = None
     top_kernels: list[TopItem] = field(default_factory=list)
+    #: CPU ops by self time; ``top_ops_origin`` is the profiler they came from.
     top_ops: list[TopItem] = field(default_factory=list)
+    top_ops_origin: Origin | None = None
+    kernel_mix: KernelMix | None = None
+    cpu_op_mix: CpuOpMix | None = None
+    trials: Trials | None = None
     lines: list[LineItem] = field(default_factory=list)
     listings: list[FunctionListing] = field(default_factory=list)
     throughput_samples_per_s: float | None = None
@@ -292,6 +345,8 @@ class ComparisonRow:
     name: str
     step_time_ns: int | None
     throughput_samples_per_s: float | None
+    #: The run's speed against the baseline's (>1 faster): the unprofiled throughput ratio when
+    #: both runs have one, else the step-time ratio (``speedup_basis`` says which).
     speedup: float | None
     throughput_gain: float | None
     #: Change in mean ns per step for each breakdown part (run minus baseline).
@@ -299,6 +354,10 @@ class ComparisonRow:
     changed_knobs: dict[str, object]
     #: One sentence naming what brought the gain (or the loss).
     explanation: str
+    #: Baseline step time over this run's (profiled runs), shown beside the speedup.
+    step_speedup: float | None = None
+    #: "throughput" or "step time": what ``speedup`` is the ratio of.
+    speedup_basis: str = "step time"
 
 
 @dataclass(frozen=True)

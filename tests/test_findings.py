@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from profreport.parsers import parse_file
-from profreport.reports.findings import RunContext, find_all, verdict
+from profreport.reports.findings import TRIAL_LIMIT_RATIO, RunContext, find_all, verdict
 from profreport.reports.metrics import compute_run_metrics
 from profreport.reports.results import RunMetrics
 
@@ -84,6 +84,53 @@ def test_sc22_4gpu_comm_overlap_reported(corpus: Path, nsys_available: str) -> N
     assert comm.severity == "low" and "97% of it overlaps compute" in comm.title
     assert any("8 calls per step" in e.text for e in comm.evidence)
     assert "bucket_cap_mb from 25 MB" in comm.recommendation
+
+
+def test_sc22_4gpu_advice_comes_from_the_kernels(corpus: Path, nsys_available: str) -> None:
+    """Already fp16 (76% of kernel time) with a fused Adam: no AMP advice; the NCHW/NHWC
+    conversions (19% of kernel time) make channels_last the first fix."""
+    m = metrics_of(corpus / "nsys" / "sc22_4gpu_baseline.nsys-rep")
+    finding = ids(m)["COMPUTE_BOUND"]
+    texts = [e.text for e in finding.evidence]
+    assert "76% of compute-kernel time runs in fp16/bf16 kernels" in texts
+    assert any("layout conversion kernels" in t and "19%" in t for t in texts)
+    assert "the optimizer already runs as fused multi_tensor_apply kernels" in texts
+    fix = finding.recommendation
+    assert "mixed precision" not in fix and "foreach" not in fix
+    assert fix.startswith("To go faster: put the model and every batch in channels_last")
+    assert "layout conversions take 19% of kernel time" in fix
+
+
+def test_resnet50_advice_comes_from_the_kernels(corpus: Path) -> None:
+    """resnet50, 4 workers (compute-bound): fp32 kernels and an unfused SGD launching 402
+    kernels per step: mixed precision and foreach, with the figures."""
+    m = metrics_of(corpus / "kineto" / "resnet50_num_workers_4.pt.trace.json.gz")
+    fix = ids(m)["COMPUTE_BOUND"].recommendation
+    assert "enable mixed precision (torch.autocast + GradScaler; every kernel runs in fp32" in fix
+    assert "torch.optim.SGD(..., foreach=True)" in fix and "launches 402 optimizer kernels" in fix
+    assert "channels_last" not in fix
+
+
+def test_cpu_advice_for_autocast_without_native_bf16() -> None:
+    """A CPU run whose convolutions fell back to ATen's slow kernels under bf16 autocast, on a
+    CPU the manifest says lacks native bf16: turn autocast off, naming the slow ops."""
+    from profreport.reports.results import BREAKDOWN_PARTS, Breakdown, CpuOpMix, TopItem
+
+    parts = dict.fromkeys(BREAKDOWN_PARTS, 0) | {"compute": 640, "other": 14}
+    mix = CpuOpMix("kineto", 2_600, 0.71, 0.0,
+                   ["aten::_slow_conv2d_forward", "aten::_slow_conv2d_backward"])
+    m = RunMetrics(breakdown=Breakdown("kineto", 654, parts), cpu_op_mix=mix,
+                   top_ops=[TopItem("aten::_slow_conv2d_forward", 1338, 8, 0.51, True)],
+                   top_ops_origin="kineto")
+    bare = ids(m, RunContext(knobs={"amp": True}, environment={"cpu_native_bf16": False}))
+    finding = bare["COMPUTE_BOUND"]
+    assert finding.recommendation.startswith("Turn autocast off on this CPU: it has no native "
+                                             "bf16")
+    assert "aten::_slow_conv2d_forward" in finding.recommendation
+    assert any("71% of operator self time, none on oneDNN" in e.text for e in finding.evidence)
+    unsure = ids(m, RunContext(knobs={"amp": True}))["COMPUTE_BOUND"].recommendation
+    assert "probably lacks native bf16" in unsure
+    assert "miss oneDNN" in ids(m, RunContext(knobs={"amp": False}))["COMPUTE_BOUND"].recommendation
 
 
 def test_resnet50_workers(corpus: Path) -> None:
@@ -183,11 +230,12 @@ def test_fixture_loader_heavy_folder(fixtures_dir: Path, nsys_available: str) ->
     assert "LOADER_BOUND" in found and "CPU_OVERSUBSCRIBED" not in found
     texts = [e.text for e in found["SOURCES_AGREE"].evidence]
     shares = m.dataloader_fraction_by_origin
-    assert texts[0] == (f"torch.profiler: {shares['kineto']:.0%} of step time waiting for the "
-                        "next batch")
-    assert texts[1].startswith(f"line_profiler: {shares['lprof']:.0%} of train() on the "
-                               "DataLoader loop line train.py:")
-    assert texts[2].startswith(f"Nsight Systems: {shares['nsys']:.0%} of step time")
+    origins = [e.origin for e in found["SOURCES_AGREE"].evidence]
+    assert origins[:3] == ["kineto", "lprof", "nsys"]
+    assert texts[0] == f"{shares['kineto']:.0%} of step time waiting for the next batch"
+    assert texts[1].startswith(f"{shares['lprof']:.0%} of train() on the DataLoader loop line "
+                               "train.py:")
+    assert texts[2].startswith(f"{shares['nsys']:.0%} of step time")
 
 
 def test_fixture_compute_heavy_folder(fixtures_dir: Path, nsys_available: str) -> None:
@@ -230,3 +278,63 @@ def test_ddp_gloo_verdict_and_comm(fixtures_dir: Path) -> None:
         assert "1 call per step" in found["COMM_OVERHEAD"].evidence[0].text
         assert "bucket_cap_mb" not in found["COMM_OVERHEAD"].recommendation
     assert "CPU_OVERSUBSCRIBED" in ids(m, fixture_context(folder, torch_threads=2))
+
+
+def fixture_manifest_metrics(folder: Path, *names: str) -> RunMetrics:
+    """Like :func:`fixture_metrics`, with the folder's manifest (throughput and trials)."""
+    from profreport.reports.pipeline import find_profiles
+    from profreport.runner.manifest import load_manifest
+
+    paths = [folder / name for name in names] or find_profiles(folder)
+    return compute_run_metrics([parse_file(path) for path in paths],
+                               load_manifest(folder / "manifest.json"))
+
+
+def test_trials_back_the_verdict(fixtures_dir: Path, nsys_available: str) -> None:
+    """loader_heavy's trials (the loader alone slower than the model alone) agree with the
+    profilers: LOADER_BOUND quotes them and the verdict says so. compute_heavy's NVTX-only nsys
+    capture cannot attribute the step, but its trials (the loader alone many times faster than
+    the model alone) can: compute-bound. Figures are the fixtures' own manifests'."""
+    from profreport.runner.manifest import load_manifest
+
+    folder = fixtures_dir / "loader_heavy"
+    trials = load_manifest(folder / "manifest.json").trials
+    assert trials["synthetic"] >= TRIAL_LIMIT_RATIO * trials["io"]
+    loader = fixture_manifest_metrics(folder)
+    assert (loader.trials.io, loader.trials.synthetic) == (trials["io"], trials["synthetic"])
+    name, reason = verdict(loader)
+    assert name == "loader-bound" and reason.endswith("; the runner's unprofiled trials agree")
+    found = ids(loader, fixture_context(folder))
+    trial = [e for e in found["LOADER_BOUND"].evidence if e.origin == "manifest"]
+    assert trial[0].text == (
+        f"without a profiler, the DataLoader alone delivers {trials['io']:.0f} samples/s, the "
+        f"model alone {trials['synthetic']:.0f} (one cached batch), the real loop "
+        f"{trials['full']:.0f}: the DataLoader sets the pace")
+    assert "TRIALS" not in found
+    folder = fixtures_dir / "compute_heavy"
+    trials = load_manifest(folder / "manifest.json").trials
+    assert trials["io"] >= TRIAL_LIMIT_RATIO * trials["synthetic"]
+    name, reason = verdict(fixture_manifest_metrics(folder, "nsys.nsys-rep"))
+    assert name == "compute-bound"
+    assert reason.startswith(f"without a profiler, the DataLoader alone delivers "
+                             f"{trials['io']:.0f} samples/s, the model alone "
+                             f"{trials['synthetic']:.0f}")
+    assert "Nsight Systems cannot attribute" in reason
+
+
+def test_trials_that_disagree_are_reported(corpus: Path) -> None:
+    """resnet50 with 0 workers is loader-bound by torch.profiler; trials saying the model is the
+    limit (loader alone 2000 samples/s, model alone 500) give the TRIALS finding."""
+    from dataclasses import replace
+
+    from profreport.reports.results import Trials
+
+    m = metrics_of(corpus / "kineto" / "resnet50_num_workers_0.pt.trace.json.gz")
+    disagreeing = replace(m, trials=Trials(io=2000.0, synthetic=500.0, full=450.0))
+    assert verdict(disagreeing)[0] == "loader-bound"
+    finding = ids(disagreeing)["TRIALS"]
+    assert finding.title == ("The runner's trials point at the model, the profilers at the "
+                             "DataLoader.")
+    assert [e.origin for e in finding.evidence] == ["manifest", "kineto"]
+    agreeing = replace(m, trials=Trials(io=100.0, synthetic=500.0, full=95.0))
+    assert "TRIALS" not in ids(agreeing)

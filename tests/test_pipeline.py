@@ -29,15 +29,17 @@ def kineto(corpus: Path, workers: int) -> Path:
     return corpus / "kineto" / f"resnet50_num_workers_{workers}.pt.trace.json.gz"
 
 
-def run_folder(root: Path, corpus: Path, workers: int) -> Path:
-    """A run folder as run-and-report writes it: the trace and a manifest with knobs."""
+def run_folder(root: Path, corpus: Path, workers: int, throughput: float | None = None) -> Path:
+    """A run folder as run-and-report writes it: the trace and a manifest with knobs and an
+    unprofiled throughput (100 + workers samples/s unless given)."""
     folder = root / f"w{workers}"
     folder.mkdir()
     shutil.copy(kineto(corpus, workers), folder / "trace.pt.trace.json.gz")
     write_manifest(folder, Manifest(
         name=f"workers{workers}", workload="resnet50", knobs={"num_workers": workers},
         environment={"cpus": 8}, artifacts=[Artifact("trace.pt.trace.json.gz", "torch.profiler")],
-        throughput_samples_per_s=100.0 + workers, notes=["corpus trace"]))
+        throughput_samples_per_s=100.0 + workers if throughput is None else throughput,
+        notes=["corpus trace"]))
     return folder
 
 
@@ -66,7 +68,9 @@ def test_comparison_names_the_dataloader_change(corpus: Path, tmp_path: Path) ->
     assert [run.name for run in report.runs] == ["workers0", "workers4"]
     row = report.comparison.rows[1]
     assert report.comparison.baseline == "workers0"
-    assert row.speedup == pytest.approx(1.2, abs=0.1)
+    assert row.speedup_basis == "throughput" and row.speedup == pytest.approx(1.04)
+    assert row.step_speedup == pytest.approx(1.25, abs=0.01)
+    assert not row.explanation.startswith("Unprofiled")
     assert row.changed_knobs == {"num_workers": {"from": 0, "to": 4}}
     assert row.breakdown_delta_ns["dataloader"] < -60_000_000
     assert "DataLoader wait fell from 69" in row.explanation
@@ -75,11 +79,31 @@ def test_comparison_names_the_dataloader_change(corpus: Path, tmp_path: Path) ->
     assert "num_workers from 0" in report.runs[0].findings[0].recommendation
 
 
+def test_comparison_says_when_throughput_and_step_time_disagree(corpus: Path,
+                                                                 tmp_path: Path) -> None:
+    """Profiled step time shrank 1.25× but the unprofiled throughput fell (100 -> 95 samples/s):
+    the speedup is the throughput ratio, and the sentence names both."""
+    report = analyze_paths([run_folder(tmp_path, corpus, 0, 100.0),
+                            run_folder(tmp_path, corpus, 4, 95.0)], AnalyzeOptions())
+    row = report.comparison.rows[1]
+    assert row.speedup == pytest.approx(0.95) and row.speedup_basis == "throughput"
+    assert row.explanation.startswith(
+        "Unprofiled throughput fell (0.95×) while the profiled step time shrank (1.25×); the "
+        "speedup is the throughput ratio, measured without profilers (step times also move with "
+        "the batch size and with how much each profiler slows a run). DataLoader wait fell "
+        "from 69")
+    data = json.loads(render_json(report))["comparison"]["rows"][1]
+    assert data["speedup_basis"] == "throughput" and data["step_speedup"] == pytest.approx(1.25,
+                                                                                           abs=0.01)
+
+
 def test_comparison_without_knobs_and_baseline_choice(corpus: Path) -> None:
     """Without manifests the part that shrank most is named; --baseline picks the reference."""
     files = [kineto(corpus, 0), kineto(corpus, 4)]
     report = analyze_paths(files, AnalyzeOptions())
     assert "DataLoader wait fell" in report.comparison.rows[1].explanation
+    row = report.comparison.rows[1]
+    assert row.speedup_basis == "step time" and row.speedup == row.step_speedup
     flipped = analyze_paths(files, AnalyzeOptions(baseline="resnet50_num_workers_4"))
     assert flipped.comparison.baseline == "resnet50_num_workers_4"
     assert "DataLoader wait grew" in flipped.comparison.rows[0].explanation
