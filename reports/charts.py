@@ -7,6 +7,7 @@ before it goes into a figure: plotly renders labels and hover text as a subset o
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import dataclass
 
 import pandas as pd
@@ -48,6 +49,25 @@ CATEGORY_COLOURS = {
     "cpu_op": "#17becf",
     "range": "#8c564b",
 }
+#: Legend names of the timeline's categories.
+CATEGORY_LABELS = {
+    "kernel": "Compute kernel",
+    "comm": "Communication kernel",
+    "memcpy": "Memory copy",
+    "memset": "Memset",
+    "dataloader": "DataLoader wait",
+    "step": "Training step",
+    "idle": "GPU idle",
+    "cpu_op": "CPU operator",
+    "range": "NVTX range",
+}
+#: Lane names the timeline uses, and how the chart names them for people.
+_LANE_NAMES = (
+    (re.compile(r"CPU (\d+) data"), r"CPU thread \1: data waits"),
+    (re.compile(r"CPU (\d+)"), r"CPU thread \1: steps"),
+    (re.compile(r"GPU (\d+)"), r"GPU \1: idle"),
+)
+_DIGITS = re.compile(r"(\d+)")
 #: Small shared look for every figure (the default plotly template adds ~10 KB per chart).
 LAYOUT = {
     "template": "none",
@@ -55,7 +75,10 @@ LAYOUT = {
     "paper_bgcolor": "white",
     "plot_bgcolor": "white",
     "margin": {"l": 10, "r": 10, "t": 40, "b": 40},
-    "legend": {"orientation": "h", "y": -0.15, "traceorder": "normal"},
+    # The legend sits under the plot, measured from the figure's bottom edge, so it never covers
+    # the axis labels of a short chart.
+    "legend": {"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom",
+               "traceorder": "normal"},
     "xaxis": {"gridcolor": "#e5e5e5", "zerolinecolor": "#bbb", "automargin": True},
     "yaxis": {"gridcolor": "#e5e5e5", "zerolinecolor": "#bbb", "automargin": True},
 }
@@ -73,6 +96,29 @@ class Chart:
 def safe_label(text: str) -> str:
     """An untrusted name made fit for a plotly label: elided and HTML-escaped."""
     return html.escape(elide(str(text), NAME_LIMIT))
+
+
+def lane_label(lane: str) -> str:
+    """The name a timeline lane is shown under (``CPU 26216`` -> ``CPU thread 26216: steps``)."""
+    for pattern, name in _LANE_NAMES:
+        if pattern.fullmatch(lane):
+            return pattern.sub(name, lane)
+    return lane
+
+
+def _natural_key(text: str) -> tuple[object, ...]:
+    """Sort key that orders ``stream 7`` before ``stream 16``."""
+    return tuple(int(part) if part.isdigit() else part for part in _DIGITS.split(text))
+
+
+def _lane_order(lanes: list[str]) -> list[str]:
+    """CPU lanes first, then each GPU's idle lane and its streams in numeric order."""
+    return sorted(lanes, key=lambda lane: (not lane.startswith("CPU"), _natural_key(lane)))
+
+
+def kernel_label(name: str) -> str:
+    """A kernel or op name for a chart axis: without the ``void`` return type, elided, escaped."""
+    return safe_label(name.removeprefix("void "))
 
 
 def _figure(title: str, height: int, **layout: object) -> go.Figure:
@@ -112,7 +158,7 @@ def _segment_frame(timeline: Timeline) -> pd.DataFrame:
     })
     frame["base_ms"] = (frame["start"] / 1e6).round(3)
     frame["width_ms"] = ((frame["end"] - frame["start"]) / 1e6).round(3)
-    frame["lane"] = frame["lane"].map(safe_label)
+    frame["lane"] = frame["lane"].map(lambda lane: safe_label(lane_label(lane)))
     frame["label"] = frame["label"].map(safe_label)
     return frame
 
@@ -122,13 +168,14 @@ def timeline_figure(timeline: Timeline | None) -> go.Figure | None:
     if timeline is None or not timeline.segments:
         return None
     frame = _segment_frame(timeline)
-    lanes = [safe_label(lane) for lane in timeline.lanes]
+    lanes = [safe_label(lane_label(lane)) for lane in _lane_order(timeline.lanes)]
     figure = _figure("Timeline of a few steps (ms from the start of the window)",
                      FRAME_PX + ROW_PX * 2 * max(len(lanes), 1), barmode="overlay", bargap=0.25)
     for category, group in frame.groupby("category", sort=False):
         figure.add_trace(go.Bar(
             y=group["lane"], base=group["base_ms"], x=group["width_ms"], orientation="h",
-            name=html.escape(str(category)), hovertext=group["label"],
+            name=html.escape(CATEGORY_LABELS.get(str(category), str(category))),
+            hovertext=group["label"],
             marker_color=CATEGORY_COLOURS.get(str(category), "#aaaaaa"),
             hovertemplate="%{hovertext}<br>%{base:.3f} ms + %{x:.3f} ms<extra></extra>"))
     figure.update_yaxes(type="category", categoryorder="array", categoryarray=lanes,
@@ -141,9 +188,9 @@ def top_items_figure(items: list[TopItem], title: str) -> go.Figure | None:
     if not items:
         return None
     shown = items[:TOP_BARS]
-    labels = [f"{index + 1}. {safe_label(item.name)}" for index, item in enumerate(shown)]
-    figure = _figure(title, FRAME_PX + ROW_PX * len(shown), xaxis_title="total ms",
-                     showlegend=False)
+    labels = [f"{index + 1}. {kernel_label(item.name)}" for index, item in enumerate(shown)]
+    what = "self ms" if shown[0].exclusive else "total ms"
+    figure = _figure(title, FRAME_PX + ROW_PX * len(shown), xaxis_title=what, showlegend=False)
     figure.add_trace(go.Bar(
         y=labels, x=[ns_to_ms(item.total_ns) for item in shown], orientation="h",
         marker_color="#1f77b4", customdata=[round(item.share * 100, 1) for item in shown],
@@ -173,36 +220,58 @@ def comm_overlap_figure(run: RunAnalysis) -> go.Figure | None:
 
 
 def per_rank_figure(run: RunAnalysis) -> go.Figure | None:
-    """Mean step time of each rank, when several ranks were profiled."""
+    """Mean step time of each rank as labelled bars, when several ranks were profiled."""
     per_rank = run.metrics.per_rank_step_ms
     if len(per_rank) < 2:
         return None
     ranks = sorted(per_rank)
-    figure = _figure("Mean step time per rank", 320, yaxis_title="ms per step",
-                     showlegend=False)
-    figure.add_trace(go.Bar(x=[f"rank {rank}" for rank in ranks],
-                            y=[round(per_rank[rank], 3) for rank in ranks],
-                            marker_color="#1f77b4",
-                            hovertemplate="%{x}: %{y:.2f} ms<extra></extra>"))
+    figure = _figure("Mean step time per rank (ms)", FRAME_PX + ROW_PX * 2 * len(ranks),
+                     xaxis_title="mean ms per step", showlegend=False)
+    figure.add_trace(go.Bar(
+        y=[f"rank {rank}" for rank in ranks], x=[round(per_rank[rank], 3) for rank in ranks],
+        orientation="h", marker_color="#1f77b4",
+        text=[f"{per_rank[rank]:,.1f} ms" for rank in ranks], textposition="auto",
+        hovertemplate="%{y}: %{x:.2f} ms<extra></extra>"))
+    figure.update_yaxes(autorange="reversed", type="category")
     return figure
 
 
 def comparison_figure(comparison: Comparison | None) -> go.Figure | None:
-    """Mean step time of every run, labelled with its speedup over the baseline."""
+    """Every run against the baseline: unprofiled throughput when every run has one (what the
+    speedup is the ratio of), else mean step time; each bar labelled with its speedup."""
     if comparison is None or not comparison.rows:
         return None
-    rows = [row for row in comparison.rows if row.step_time_ns is not None]
+    rows = comparison.rows
+    baseline = elide(comparison.baseline, NAME_LIMIT)
+    if all(row.throughput_samples_per_s is not None and row.speedup_basis == "throughput"
+           for row in rows):
+        title = f"Throughput against the baseline ({baseline}), unprofiled"
+        values = [round(row.throughput_samples_per_s, 1) for row in rows]
+        unit, speedups = "samples/s", [row.speedup for row in rows]
+    else:
+        rows = [row for row in rows if row.step_time_ns is not None]
+        title = f"Step time against the baseline ({baseline})"
+        values = [ns_to_ms(row.step_time_ns) for row in rows]
+        unit = "mean ms per step"
+        speedups = [row.step_speedup if row.speedup_basis == "throughput" else row.speedup
+                    for row in rows]
     if not rows:
         return None
-    figure = _figure(f"Step time against the baseline ({elide(comparison.baseline, NAME_LIMIT)})",
-                     FRAME_PX + ROW_PX * 2 * len(rows), xaxis_title="mean ms per step",
+    figure = _figure(title, FRAME_PX + ROW_PX * 2 * len(rows), xaxis_title=unit,
                      showlegend=False)
     figure.add_trace(go.Bar(
-        y=[safe_label(row.name) for row in rows], x=[ns_to_ms(row.step_time_ns) for row in rows],
-        orientation="h", marker_color="#1f77b4", text=[ratio(row.speedup) for row in rows],
-        textposition="auto", hovertemplate="%{y}: %{x:.2f} ms, %{text}<extra></extra>"))
+        y=[safe_label(row.name) for row in rows], x=values, orientation="h",
+        marker_color="#1f77b4", text=[ratio(speedup) for speedup in speedups],
+        textposition="auto", hovertemplate="%{y}: %{x:,.1f} " + unit + ", %{text}<extra></extra>"))
     figure.update_yaxes(autorange="reversed", type="category")
     return figure
+
+
+def _ops_title(run: RunAnalysis) -> str:
+    """Title of the CPU-operator chart: by self time when the analysis measured self time."""
+    ops = run.metrics.top_ops
+    return ("Top CPU operators by self time" if ops and ops[0].exclusive
+            else "Top CPU operators by total time")
 
 
 def run_charts(run: RunAnalysis, index: int) -> list[Chart]:
@@ -212,8 +281,7 @@ def run_charts(run: RunAnalysis, index: int) -> list[Chart]:
         ("timeline", "Timeline", timeline_figure(run.timeline)),
         ("kernels", "Top GPU kernels", top_items_figure(run.metrics.top_kernels,
                                                          "Top GPU kernels by total time")),
-        ("ops", "Top CPU operators", top_items_figure(run.metrics.top_ops,
-                                                       "Top CPU operators by total time")),
+        ("ops", "Top CPU operators", top_items_figure(run.metrics.top_ops, _ops_title(run))),
         ("comm", "Communication and compute", comm_overlap_figure(run)),
         ("ranks", "Per-rank step time", per_rank_figure(run)),
     ]

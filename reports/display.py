@@ -7,8 +7,9 @@ text (nanoseconds to ms or s, fractions to percent) and names the verdicts.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import PurePath
 
-from profreport.reports.results import RunMetrics
+from profreport.reports.results import Finding, RunAnalysis, RunMetrics, Trials
 
 #: Shown where a metric is unknown (its sources cannot tell).
 MISSING = "—"
@@ -57,7 +58,7 @@ def duration(ns: float | None) -> str:
     if ns is None:
         return MISSING
     if ns == 0:
-        return "0"
+        return "0 ms"
     if abs(ns) < _MICROSECOND_BELOW_NS:
         return f"{ns / 1e3:,.1f} µs"
     if abs(ns) < _SECOND_FROM_NS:
@@ -70,6 +71,46 @@ def signed_duration(ns: float | None) -> str:
     if ns is None:
         return MISSING
     return ("+" if ns > 0 else "") + duration(ns)
+
+
+def delta_ms(ns: float | None) -> str:
+    """A change per step in milliseconds whatever its size, so a column reads in one unit."""
+    if ns is None:
+        return MISSING
+    if ns == 0:
+        return "0 ms"
+    digits = 1 if abs(ns) >= _MICROSECOND_BELOW_NS else 2
+    return f"{ns / 1e6:+,.{digits}f} ms"
+
+
+def sentence(text: str) -> str:
+    """``text`` as a sentence: first letter capitalised, closing full stop (reasons are clauses)."""
+    text = text.strip()
+    if text and text[-1] not in ".!?":
+        text += "."
+    return text[:1].upper() + text[1:]
+
+
+def source_place(file: str, lineno: int, function: str) -> str:
+    """Where a source line is, short: ``train.py:114 (train)``; the full path is in the listing."""
+    return f"{PurePath(file).name}:{lineno} ({function})"
+
+
+def plain(value: object) -> str:
+    """A manifest value as text: lists joined, None as a dash."""
+    if value is None:
+        return MISSING
+    if isinstance(value, list | tuple):
+        return ", ".join(str(item) for item in value) or MISSING
+    return str(value)
+
+
+def indent_width(source: str | None) -> int:
+    """Columns of leading whitespace of a source line (tabs to 8), for its hanging indent."""
+    if not source:
+        return 0
+    expanded = source.expandtabs(8)
+    return len(expanded) - len(expanded.lstrip(" "))
 
 
 def percent(fraction: float | None) -> str:
@@ -117,6 +158,57 @@ class MetricRow:
     origin: str
 
 
+@dataclass(frozen=True)
+class MetricGroup:
+    """The key metrics one source measured (its profiler, or the runner)."""
+
+    origin: str
+    rows: list[MetricRow]
+
+
+#: The runner's trials without a profiler, by measurement name, in the order they are read:
+#: the DataLoader alone, the model alone, then both together.
+TRIAL_LABELS = {
+    "trial_io": "Loader only (IO trial)",
+    "trial_synthetic": "Model on one cached batch (synthetic trial)",
+    "trial_full": "Real loop (full trial)",
+}
+#: Order in which the key-metrics table shows its sources (the runner's own figures last).
+ORIGIN_ORDER = ("nsys", "kineto", "lprof", "manifest")
+
+
+@dataclass(frozen=True)
+class TrialBar:
+    """One trial as a labelled bar: its rate as text and its length relative to the fastest."""
+
+    label: str
+    value: str
+    #: Bar length, 0..1 of the fastest trial (drawing only).
+    length: float
+
+
+def trial_bars(trials: Trials | None) -> list[TrialBar]:
+    """The three unprofiled trials as bars (empty when the run has none)."""
+    if trials is None:
+        return []
+    rates = {"trial_io": trials.io, "trial_synthetic": trials.synthetic, "trial_full": trials.full}
+    shown = {key: value for key, value in rates.items() if value}
+    if not shown:
+        return []
+    fastest = max(shown.values())
+    return [TrialBar(TRIAL_LABELS[key], f"{number(round(value))} samples/s", value / fastest)
+            for key, value in shown.items()]
+
+
+def metric_groups(metrics: RunMetrics) -> list[MetricGroup]:
+    """The key metrics of a run grouped by source, leaving out those its sources cannot tell."""
+    rows = metric_rows(metrics)
+    origins = sorted({row.origin for row in rows},
+                     key=lambda origin: (ORIGIN_ORDER + (origin,)).index(origin))
+    return [MetricGroup(origin, [row for row in rows if row.origin == origin])
+            for origin in origins]
+
+
 def metric_rows(metrics: RunMetrics) -> list[MetricRow]:
     """The key metrics of a run as display rows, leaving out those its sources cannot tell."""
     rows: list[MetricRow] = []
@@ -132,10 +224,10 @@ def metric_rows(metrics: RunMetrics) -> list[MetricRow]:
                                   duration(steps.wall_mean_ns), steps.origin))
     for other in metrics.steps_by_origin:
         if metrics.steps is None or other.origin != metrics.steps.origin:
-            rows.append(MetricRow(f"Mean step time ({other.origin})", duration(other.mean_ns),
-                                  other.origin))
+            rows.append(MetricRow("Mean step time", duration(other.mean_ns), other.origin))
     if metrics.throughput_samples_per_s is not None:
-        rows.append(MetricRow("Throughput", f"{number(metrics.throughput_samples_per_s)} samples/s",
+        rows.append(MetricRow("Throughput (unprofiled)",
+                              f"{number(metrics.throughput_samples_per_s)} samples/s",
                               "manifest"))
     if metrics.gpu is not None:
         gpu = metrics.gpu
@@ -148,9 +240,46 @@ def metric_rows(metrics: RunMetrics) -> list[MetricRow]:
         rows.append(MetricRow("Share of step time waiting for data", percent(fraction), origin))
     rows.extend(_comm_rows(metrics))
     rows.extend(_launch_and_copy_rows(metrics))
-    rows.extend(MetricRow(item.name, f"{number(item.value, 3)} {item.unit}", "manifest")
-                for item in metrics.measurements)
+    rows.extend(_mix_rows(metrics))
+    rows.extend(_measurement_rows(metrics))
     return rows
+
+
+def _mix_rows(metrics: RunMetrics) -> list[MetricRow]:
+    """Display rows for what the compute kernels (GPU) or the framework ops (CPU) are."""
+    rows: list[MetricRow] = []
+    if metrics.kernel_mix is not None:
+        mix = metrics.kernel_mix
+        rows += [
+            MetricRow("Compute-kernel time in fp16/bf16 kernels",
+                      percent(mix.reduced_precision_fraction), mix.origin),
+            MetricRow("Compute-kernel time in layout conversions (NCHW ↔ NHWC)",
+                      percent(mix.layout_conversion_fraction), mix.origin),
+            MetricRow("Compute-kernel time in elementwise kernels",
+                      percent(mix.elementwise_fraction), mix.origin),
+        ]
+        if mix.optimizer_kernels_per_step is not None:
+            fused = "multi-tensor" if mix.fused_optimizer else "one kernel per tensor"
+            rows.append(MetricRow(f"Optimizer ({mix.optimizer_name or 'unnamed'}) kernels per step",
+                                  f"{number(mix.optimizer_kernels_per_step)} ({fused})",
+                                  mix.origin))
+    if metrics.cpu_op_mix is not None:
+        ops = metrics.cpu_op_mix
+        rows += [
+            MetricRow("Operator self time in oneDNN (mkldnn) ops", percent(ops.onednn_fraction),
+                      ops.origin),
+            MetricRow("Operator self time in ATen's slow reference kernels",
+                      percent(ops.slow_fallback_fraction), ops.origin),
+        ]
+    return rows
+
+
+def _measurement_rows(metrics: RunMetrics) -> list[MetricRow]:
+    """The runner's other measurements (the trials have a table of their own when present)."""
+    return [MetricRow(TRIAL_LABELS.get(item.name, item.name),
+                      f"{number(item.value)} {item.unit}", "manifest")
+            for item in metrics.measurements
+            if metrics.trials is None or item.name not in TRIAL_LABELS]
 
 
 def _comm_rows(metrics: RunMetrics) -> list[MetricRow]:
@@ -183,14 +312,34 @@ def _launch_and_copy_rows(metrics: RunMetrics) -> list[MetricRow]:
                                   launch.origin))
     if metrics.copies is not None:
         copies = metrics.copies
-        rows.append(MetricRow("Host-to-device copies", f"{nbytes(copies.h2d_bytes)} in "
-                              f"{duration(copies.h2d_ns)} ({nbytes(copies.h2d_pageable_bytes)} "
-                              "from pageable memory)", copies.origin))
+        copied = (f"{nbytes(copies.h2d_bytes)} in {duration(copies.h2d_ns)} "
+                  f"({nbytes(copies.h2d_pageable_bytes)} from pageable memory)"
+                  if copies.h2d_bytes else "none recorded")
+        rows.append(MetricRow("Host-to-device copies", copied, copies.origin))
         rows.append(MetricRow("Synchronising API calls", f"{number(copies.sync_api_calls)} "
                               f"({duration(copies.sync_api_ns)})", copies.origin))
     return rows
 
 
+#: Human names of the CPU phases of CPU-only runs.
+PHASE_LABELS = {
+    "dataloader": "Waiting for data",
+    "forward": "Forward",
+    "backward": "Backward",
+    "optimizer": "Optimizer step",
+    "communication": "Communication",
+    "other": "Other",
+}
+
+
+def phase_label(phase: str) -> str:
+    """The human name of a CPU phase."""
+    return PHASE_LABELS.get(phase, phase)
+
+
+def headline_finding(run: RunAnalysis) -> Finding | None:
+    """The finding a reader should act on first: the most severe one (findings come sorted)."""
+    return next(iter(run.findings), None)
 
 
 #: Heat colours of the line_profiler listing: share of the function's time in tenths, 0..10.

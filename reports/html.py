@@ -19,14 +19,20 @@ import plotly.offline
 
 from profreport.reports import display
 from profreport.reports.charts import Chart, comparison_charts, run_charts
-from profreport.reports.display import MetricRow
-from profreport.reports.results import BREAKDOWN_PARTS, Report, RunAnalysis, origin_label
+from profreport.reports.display import MetricGroup, TrialBar
+from profreport.reports.results import BREAKDOWN_PARTS, Finding, Report, RunAnalysis, origin_label
 
 TEMPLATE = "report.html.j2"
 
 _FILTERS = {
     "duration": display.duration,
     "signed_duration": display.signed_duration,
+    "delta_ms": display.delta_ms,
+    "sentence": display.sentence,
+    "source_place": display.source_place,
+    "phase_label": display.phase_label,
+    "indent_width": display.indent_width,
+    "plain": display.plain,
     "percent": display.percent,
     "ratio": display.ratio,
     "number": display.number,
@@ -41,6 +47,8 @@ _FILTERS = {
 #: the page keeps the full name in the cell's tooltip).
 SCREEN_NAME_LIMIT = 240
 PRINT_NAME_LIMIT = 140
+#: Rows of the slowest-lines table (the annotated listing below it has every line).
+SLOWEST_LINES = 10
 
 
 @dataclass(frozen=True)
@@ -50,7 +58,10 @@ class RunView:
     index: int
     run: RunAnalysis
     charts: list[Chart]
-    metric_rows: list[MetricRow]
+    metric_groups: list[MetricGroup]
+    trials: list[TrialBar]
+    #: The finding to act on first (the summary at the top of a several-run report).
+    headline: Finding | None
 
 
 @dataclass(frozen=True)
@@ -93,17 +104,25 @@ def _html_environment() -> jinja2.Environment:
     return templates_environment(autoescape=True)
 
 
+def build_run_views(report: Report, with_charts: bool = True) -> list[RunView]:
+    """Display rows (and charts, unless ``with_charts`` is False) of every run."""
+    return [RunView(index, run, run_charts(run, index) if with_charts else [],
+                    display.metric_groups(run.metrics), display.trial_bars(run.metrics.trials),
+                    display.headline_finding(run))
+            for index, run in enumerate(report.runs, start=1)]
+
+
 def build_view(report: Report) -> ReportView:
     """Charts and display rows of every run and of the comparison."""
-    runs = [RunView(index, run, run_charts(run, index), display.metric_rows(run.metrics))
-            for index, run in enumerate(report.runs, start=1)]
-    return ReportView(report, runs, comparison_charts(report.runs, report.comparison))
+    return ReportView(report, build_run_views(report),
+                      comparison_charts(report.runs, report.comparison))
 
 
 def render_page(view: ReportView, images: dict[str, str] | None = None) -> str:
     """The page: interactive (``images`` None) or for print, charts as image data URIs by id."""
     context = {"report": view.report, "runs": view.runs, "parts": BREAKDOWN_PARTS,
                "comparison_charts": view.comparison_charts, "images": images,
+               "line_limit": SLOWEST_LINES,
                "name_limit": SCREEN_NAME_LIMIT if images is None else PRINT_NAME_LIMIT}
     if images is None:
         context["plotly_js_gzip_base64"] = compressed_plotly_js()

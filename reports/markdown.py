@@ -11,13 +11,18 @@ from functools import cache
 
 import jinja2
 
-from profreport.reports.display import metric_rows
-from profreport.reports.html import templates_environment
+from profreport.reports.html import build_run_views, templates_environment
 from profreport.reports.results import BREAKDOWN_PARTS, Report
 
 TEMPLATE = "report.md.j2"
 #: Longest kernel or op name a Markdown table shows (comments have no horizontal scroll).
 NAME_LIMIT = 120
+#: Rows of the slowest-lines table: a comment shows the lines that matter, not the listing.
+SLOWEST_LINES = 5
+#: Rows of the top-kernel and top-operator tables (the HTML report lists more).
+TOP_ROWS = 5
+#: Width in characters of the longest trial bar.
+BAR_WIDTH = 20
 
 # CommonMark lets a backslash escape any ASCII punctuation; these are the characters that can
 # start emphasis, an HTML tag or entity, a link, a code span, a table cell, strikethrough, or a
@@ -44,5 +49,7 @@ def _markdown_environment() -> jinja2.Environment:
 def render_markdown(report: Report) -> str:
     """The Markdown report."""
     context = {"report": report, "parts": BREAKDOWN_PARTS, "name_limit": NAME_LIMIT,
-               "metric_rows": [metric_rows(run.metrics) for run in report.runs]}
+               "runs": build_run_views(report, with_charts=False), "line_limit": SLOWEST_LINES,
+               "top_limit": TOP_ROWS,
+               "bar_width": BAR_WIDTH}
     return _markdown_environment().get_template(TEMPLATE).render(context)

@@ -57,35 +57,25 @@ def hostile_names() -> tuple[str, str]:
 
 @pytest.fixture(scope="session")
 def hostile_kineto_trace(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """resnet50_num_workers_4 with its busiest kernel and CPU op renamed to HTML injections."""
+    """resnet50_num_workers_4 with the kernel and the CPU op the analysis ranks first renamed to
+    HTML injections (chosen by the real pipeline, so the test follows how it ranks them)."""
     import gzip
     import json
 
+    from profreport.reports.pipeline import AnalyzeOptions, analyze_paths
+
     source = corpus / "kineto" / "resnet50_num_workers_4.pt.trace.json.gz"
+    metrics = analyze_paths([source], AnalyzeOptions()).runs[0].metrics
+    renames = {metrics.top_kernels[0].name: HOSTILE_KERNEL, metrics.top_ops[0].name: HOSTILE_OP}
     with gzip.open(source, "rt", encoding="utf-8") as handle:
         trace = json.load(handle)
-    events = trace["traceEvents"]
-    kernel = _busiest(events, {"Kernel", "kernel"}, skip=())
-    op = _busiest(events, {"Operator", "cpu_op"}, skip=("ProfilerStep#", "enumerate(", "Optimizer"))
-    for event in events:
-        if event.get("name") == kernel:
-            event["name"] = HOSTILE_KERNEL
-        elif event.get("name") == op:
-            event["name"] = HOSTILE_OP
+    for event in trace["traceEvents"]:
+        if event.get("name") in renames:
+            event["name"] = renames[event["name"]]
     target = tmp_path_factory.mktemp("hostile") / "hostile.pt.trace.json.gz"
     with gzip.open(target, "wt", encoding="utf-8") as handle:
         json.dump(trace, handle)
     return target
-
-
-def _busiest(events: list[dict], categories: set[str], skip: tuple[str, ...]) -> str:
-    """Name of the event with the largest summed duration among ``categories``."""
-    totals: dict[str, float] = {}
-    for event in events:
-        name = event.get("name", "")
-        if event.get("cat") in categories and not name.startswith(skip):
-            totals[name] = totals.get(name, 0) + event.get("dur", 0)
-    return max(totals, key=totals.__getitem__)
 
 
 @pytest.fixture(scope="session")
