@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from profreport.runner.manifest import Artifact, ProfiledRun
+from profreport.runner.variants import cpu_has_native_bf16, cpus_available
 
 PROFILERS = ("kernprof", "torch", "nsys")
 #: The profiler names the manifest uses for each ``--profilers`` entry.
@@ -172,7 +173,8 @@ def _module_missing(name: str) -> bool:
 
 
 def environment() -> dict[str, Any]:
-    """Python, torch, CUDA, devices, CPUs, Slurm job and host of this machine."""
+    """Python, torch, CUDA, devices, CPUs, Slurm job and host of this machine (``cpus``: the
+    CPUs this job may use; the runner adds ``torch_threads`` from the training process)."""
     import torch
 
     cuda = torch.cuda.is_available()
@@ -184,6 +186,8 @@ def environment() -> dict[str, Any]:
         if cuda else [platform.processor() or platform.machine()],
         "cpu_count": os.cpu_count(),
         "cpus_usable": len(os.sched_getaffinity(0)),
+        "cpus": cpus_available(),
+        "cpu_native_bf16": cpu_has_native_bf16(),
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
         "hostname": socket.gethostname(),
         "platform": platform.platform(),

@@ -47,6 +47,10 @@ class Manifest:
     name: str
     workload: str
     knobs: dict[str, Any]
+    #: python, torch, cuda, devices, cpu_count, cpus_usable (affinity), cpus (what the job may
+    #: use: SLURM_CPUS_PER_TASK, else affinity), cpu_native_bf16, slurm_job_id, hostname,
+    #: platform; torch_threads (torch.get_num_threads() in the training process, per process)
+    #: once the plain run has finished.
     environment: dict[str, Any]
     launches: list[ProfiledRun] = field(default_factory=list)
     artifacts: list[Artifact] = field(default_factory=list)

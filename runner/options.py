@@ -3,15 +3,47 @@
 from __future__ import annotations
 
 import argparse
+import textwrap
 from pathlib import Path
 
 from profreport.runner.launch import PROFILERS
-from profreport.runner.variants import DEFAULT_VARIANTS
+from profreport.runner.variants import (
+    CPU_DEFAULT_VARIANTS,
+    GPU_DEFAULT_VARIANTS,
+    variant_registry,
+)
 from profreport.runner.workloads import WORKLOADS
 
 #: Training iterations per launch by default: enough for stable figures, and the default three
 #: variants under all profilers finish in under 3 minutes on 2 CPU cores.
 DEFAULT_STEPS = 12
+#: Width of the variant list in ``--help`` (argparse's own default for an 80-column terminal).
+HELP_WIDTH = 78
+#: Column where each variant's description starts in that list.
+VARIANT_COLUMN = 17
+
+
+class KeepLinesFormatter(argparse.HelpFormatter):
+    """Wraps one-line descriptions as usual; keeps a text that holds line breaks as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        """The text filled to ``width``, or line by line when it is laid out already."""
+        if "\n" not in text:
+            return super()._fill_text(text, width, indent)
+        return "".join(indent + line for line in text.splitlines(keepends=True))
+
+
+def variants_epilog() -> str:
+    """Every variant with one line of what it does, and the default sets, for ``--help``."""
+    lines = ["variants (for --variants):"]
+    for variant in variant_registry().values():
+        lines.append(textwrap.fill(variant.description, HELP_WIDTH,
+                                   initial_indent=f"  {variant.name:<{VARIANT_COLUMN - 2}}",
+                                   subsequent_indent=" " * VARIANT_COLUMN))
+    default = (f"default: {','.join(GPU_DEFAULT_VARIANTS)} on a GPU; "
+               f"{','.join(CPU_DEFAULT_VARIANTS)} on a CPU, plus amp where the CPU has native "
+               "bf16 (avx512_bf16 or amx_bf16; elsewhere bf16 is emulated and slower than fp32)")
+    return "\n".join([*lines, "", textwrap.fill(default, HELP_WIDTH)]) + "\n"
 
 
 def parse_profilers(text: str) -> tuple[str, ...]:
@@ -36,11 +68,14 @@ def positive_int(text: str) -> int:
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add run-and-report's own options to ``parser``."""
+    """Add run-and-report's own options to ``parser``, and the variant list to its help."""
+    parser.formatter_class = KeepLinesFormatter
+    parser.epilog = variants_epilog()
     parser.add_argument("--workload", choices=WORKLOADS, default="mnist",
                         help="built-in training to run (default: %(default)s)")
     parser.add_argument("--variants", metavar="LIST",
-                        help=f"comma-separated variants (default: {','.join(DEFAULT_VARIANTS)})")
+                        help="comma-separated variants, listed below (default: depends on the "
+                             "device, see below)")
     parser.add_argument("--data-dir", type=Path, metavar="DIR",
                         help="folder with MNIST IDX files (MNIST/raw layout); generated data "
                              "otherwise")

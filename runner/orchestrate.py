@@ -29,7 +29,15 @@ from profreport.runner.manifest import Manifest, ProfiledRun, write_manifest
 from profreport.runner.script_profile import module_level_loader_loop
 from profreport.runner.slurm import SlurmPlan, emit_slurm
 from profreport.runner.train import TrainConfig
-from profreport.runner.variants import Knobs, Variant, parse_variant_names, resolve_variants
+from profreport.runner.variants import (
+    Knobs,
+    Variant,
+    cpu_has_native_bf16,
+    default_variants,
+    device_notes,
+    parse_variant_names,
+    resolve_variants,
+)
 from profreport.runner.workloads import require_workload
 
 #: Steps of the Benchy-style io and synthetic trials in the plain launch.
@@ -160,6 +168,7 @@ def record_launch(manifest: Manifest, folder: Path, profiler: str, record: Profi
         manifest.throughput_samples_per_s = result.get("throughput_samples_per_s")
         manifest.trials = result.get("trials", {})
         manifest.data_source = result.get("data_source", "")
+        manifest.environment["torch_threads"] = result.get("torch_threads")
 
 
 def run_variant(variant: Variant, options: RunOptions, started: float) -> tuple[Path, str | None]:
@@ -168,15 +177,20 @@ def run_variant(variant: Variant, options: RunOptions, started: float) -> tuple[
     folder.mkdir(parents=True, exist_ok=True)
     clear_outputs(folder)
     knobs = variant.knobs(options.base_knobs())
+    notes = [variant.description, *device_notes(knobs, options.on_gpu, cpu_has_native_bf16())]
     manifest = Manifest(variant.name, options.workload, knobs.as_dict(), environment(),
-                        notes=[variant.description])
-    write_manifest(folder, manifest)
+                        notes=notes)
     try:
+        write_manifest(folder, manifest)
         launch_variant(manifest, folder, knobs, options, started)
     except RunError as exc:
         manifest.notes.append(f"variant failed: {exc.one_line()}")
         write_manifest(folder, manifest)
         return folder, exc.one_line()
+    except KeyboardInterrupt:
+        manifest.notes.append("interrupted by Ctrl-C: only the launches listed finished")
+        write_manifest(folder, manifest)
+        raise
     return folder, None
 
 
@@ -263,36 +277,46 @@ def runnable_variants(variants: list[Variant], options: RunOptions) -> list[Vari
 
 
 def run_all(variants: list[Variant], options: RunOptions) -> tuple[list[Path], list[str], bool]:
-    """Run every variant; returns the folders, the failures, and whether Ctrl-C stopped it."""
+    """Run every variant; returns the folders of those that finished, the failures, and whether
+    Ctrl-C stopped it (the variant it stopped and those not started are listed as failures)."""
     started = time.perf_counter()
-    folders: list[Path] = []
-    failures: list[str] = []
+    outcomes: list[tuple[Path, str | None]] = []
+    interrupted = False
     try:
         if options.script is not None:
-            outcomes = [run_script(options, started)]
+            outcomes.append(run_script(options, started))
         else:
-            outcomes = []
             for variant in variants:
-                folders.append(options.runs_dir / variant.name)
                 outcomes.append(run_variant(variant, options, started))
     except KeyboardInterrupt:
-        progress(started, "interrupted: reporting on what finished")
-        return folders, failures, True
+        progress(started, "interrupted: reporting on the variants that finished")
+        interrupted = True
     folders = [folder for folder, _error in outcomes]
     failures = [f"{folder.name}: {error}" for folder, error in outcomes if error]
-    progress(started, f"runs done in {options.runs_dir}")
-    return folders, failures, False
+    planned = [options.script.stem] if options.script is not None else [v.name for v in variants]
+    if interrupted:
+        failures += [f"{name}: not finished (interrupted by Ctrl-C)"
+                     for name in planned[len(outcomes):]]
+    else:
+        progress(started, f"runs done in {options.runs_dir}")
+    return folders, failures, interrupted
 
 
 def run_and_report_command(args: argparse.Namespace) -> int:
     """Run the variants (or the script), then analyse every run folder into one report."""
     options = run_options(args)
-    variants = resolve_variants(parse_variant_names(args.variants))
+    # --emit-slurm cannot see the compute nodes' CPUs, so amp is left to an explicit --variants.
+    native_bf16 = not args.emit_slurm and cpu_has_native_bf16()
+    defaults = default_variants(options.on_gpu, native_bf16)
+    variants = resolve_variants(parse_variant_names(args.variants, defaults))
     if options.script is None:
         require_workload(options.workload)
     if args.emit_slurm:
         return write_slurm(args, variants, options)
     folders, failures, interrupted = run_all(runnable_variants(variants, options), options)
+    if interrupted and not folders:
+        print("profreport: interrupted before any variant finished", file=sys.stderr)
+        return EXIT_INTERRUPTED
     status = report_on(folders, failures, args)
     return EXIT_INTERRUPTED if interrupted else status
 

@@ -251,6 +251,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
         step_ends = train(model, device, annotated(train_loader), optimizer, config, on_step)
     scheduler.step()
     result: dict[str, Any] = {"data_source": source, "world_size": rank.world_size,
+                              "torch_threads": torch.get_num_threads(),
                               "steps": len(step_ends) - 1,
                               "throughput_samples_per_s": _global(
                                   samples_per_second(step_ends, config.batch_size), rank)}

@@ -3,22 +3,55 @@ Slurm scripts."""
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
+import os
+import platform
+import shutil
+import signal
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
-from profreport.cli import build_parser
+from profreport.cli import EXIT_INTERRUPTED, build_parser
 from profreport.errors import InputError, UsageError
-from profreport.runner.manifest import load_manifest
-from profreport.runner.orchestrate import RunOptions, run_all, run_options, write_slurm
+from profreport.parsers import ParseOptions, parse_file
+from profreport.runner.launch import (
+    NSYS_OUTPUT,
+    Launch,
+    qdstrm_importer,
+    run_launch,
+    wrap_command,
+)
+from profreport.runner.manifest import Manifest, load_manifest
+from profreport.runner.options import add_run_arguments
+from profreport.runner.orchestrate import (
+    RunOptions,
+    record_launch,
+    run_all,
+    run_options,
+    write_slurm,
+)
 from profreport.runner.script_profile import module_level_loader_loop
-from profreport.runner.variants import DEFAULT_VARIANTS, Variant, resolve_variants
+from profreport.runner.variants import (
+    CPU_DEFAULT_VARIANTS,
+    Knobs,
+    Variant,
+    cpu_flags,
+    cpu_has_native_bf16,
+    cpus_available,
+    default_variants,
+    device_notes,
+    resolve_variants,
+    variant_registry,
+)
 from profreport.runner.workloads import load_mnist, read_idx
 
 #: A tiny run: enough steps for the torch.profiler schedule (1 wait + 1 warm-up + 2 active).
@@ -80,17 +113,23 @@ def test_baseline_trace_has_profiler_steps_and_nvtx_ranges(baseline_run: Path) -
     assert any(n.startswith("enumerate(DataLoader)#") for n in names)
 
 
+def loader_line_hits(lprof: Path) -> int:
+    """Hits of train()'s ``for ... in enumerate(train_loader)`` line in a real .lprof."""
+    from line_profiler import load_stats
+
+    stats = load_stats(str(lprof))
+    (key, lines), = [(k, v) for k, v in stats.timings.items() if k[2] == "train"]
+    source = Path(key[0]).read_text().splitlines()
+    loop = [hits for lineno, hits, _t in lines
+            if "in enumerate(train_loader)" in source[lineno - 1]]
+    assert loop, f"no loader line in {lprof}"
+    return loop[0]
+
+
 @pytest.mark.slow
 def test_baseline_line_profile_shows_the_loader_line(baseline_run: Path) -> None:
     """kernprof recorded train(): the ``for ... in enumerate(train_loader)`` line has 4 hits."""
-    from line_profiler import load_stats
-
-    stats = load_stats(str(baseline_run / "train.lprof"))
-    (key, lines), = [(k, v) for k, v in stats.timings.items() if k[2] == "train"]
-    source = Path(key[0]).read_text().splitlines()
-    loop = [(lineno, hits) for lineno, hits, _t in lines
-            if "in enumerate(train_loader)" in source[lineno - 1]]
-    assert loop and loop[0][1] == TINY_STEPS
+    assert loader_line_hits(baseline_run / "train.lprof") == TINY_STEPS
 
 
 def test_generated_data_is_labelled(tmp_path: Path) -> None:
@@ -125,8 +164,8 @@ def test_damaged_idx_file_is_an_input_error(tmp_path: Path) -> None:
 
 def test_variant_registry_and_unknown_variant() -> None:
     """Default variants resolve; an unknown name lists the known ones."""
-    assert [v.name for v in resolve_variants(list(DEFAULT_VARIANTS))] == [
-        "baseline", "workers", "amp"]
+    assert [v.name for v in resolve_variants(list(CPU_DEFAULT_VARIANTS))] == [
+        "baseline", "workers", "channels_last"]
     workers = resolve_variants(["workers"])[0]
     assert workers.changes["num_workers"] >= 1
     with pytest.raises(UsageError, match="unknown variant fast.*known variants: baseline"):
@@ -229,3 +268,141 @@ def test_user_script_is_profiled_through_the_optimizer_hook(tmp_path: Path) -> N
     # Each ProfilerStep holds one whole iteration: both optimizers' step() calls.
     sgd_steps = [e for e in events if e.get("name", "").startswith("Optimizer.step#SGD")]
     assert len(sgd_steps) == 4
+
+
+def test_default_variants_depend_on_the_device() -> None:
+    """GPU: pinned and amp; CPU: channels_last, with amp only where bf16 is native."""
+    assert default_variants(on_gpu=True, native_bf16=False) == (
+        "baseline", "workers", "pinned", "amp")
+    assert default_variants(on_gpu=False, native_bf16=False) == (
+        "baseline", "workers", "channels_last")
+    assert default_variants(on_gpu=False, native_bf16=True) == (
+        "baseline", "workers", "channels_last", "amp")
+
+
+def test_cpu_flags_are_read_from_x86_and_arm_cpuinfo(tmp_path: Path) -> None:
+    """x86 ``flags`` and Arm ``Features`` lines both count; other lines do not."""
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("model name\t: bf16 in a name\nflags\t\t: fpu avx2 avx512_bf16\n"
+                       "Features\t: fp asimd sve\n")
+    assert cpu_flags(cpuinfo) == {"fpu", "avx2", "avx512_bf16", "fp", "asimd", "sve"}
+    assert cpu_flags(tmp_path / "absent") == set()
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="torch's probes compared are x86 ones")
+def test_native_bf16_detection_agrees_with_torch() -> None:
+    """/proc/cpuinfo's answer matches torch's own CPU probes (False on this AVX2 machine)."""
+    torch_says = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    assert cpu_has_native_bf16() == torch_says
+
+
+def test_device_notes_say_what_this_device_cannot_do() -> None:
+    """amp on a CPU without native bf16 and pin_memory without a GPU are noted; nothing else."""
+    amp, pinned = Knobs(amp=True), Knobs(pin_memory=True)
+    assert device_notes(amp, on_gpu=False, native_bf16=False)[0].startswith(
+        "amp: this CPU has no native bf16")
+    assert device_notes(amp, on_gpu=False, native_bf16=True) == []
+    assert device_notes(amp, on_gpu=True, native_bf16=False) == []
+    assert device_notes(pinned, on_gpu=False, native_bf16=True)[0].startswith(
+        "pin_memory: no GPU is in use")
+    assert device_notes(pinned, on_gpu=True, native_bf16=False) == []
+
+
+def test_help_lists_every_variant_with_what_it_does() -> None:
+    """``run-and-report --help`` has one line per variant and names both default sets."""
+    parser = argparse.ArgumentParser(prog="profreport run-and-report")
+    add_run_arguments(parser)
+    text = parser.format_help()
+    for variant in variant_registry().values():
+        assert f"  {variant.name:<15}{variant.description}" in text
+    assert "default: baseline,workers,pinned,amp on a GPU; baseline,workers,channels_last" in text
+
+
+@pytest.mark.slow
+def test_pinned_and_channels_last_run_on_the_cpu(tmp_path: Path) -> None:
+    """pinned: torch warns and ignores pin_memory, the manifest says so; channels_last trains;
+    both record the intra-op threads and CPUs of the run."""
+    folders, failures, _ = run_all(resolve_variants(["pinned", "channels_last"]),
+                                   tiny_options(tmp_path, ()))
+    assert failures == []
+    pinned, channels = (load_manifest(folder / "manifest.json") for folder in folders)
+    assert pinned.knobs["pin_memory"] and pinned.knobs["non_blocking"]
+    assert any(note.startswith("pin_memory: no GPU is in use") for note in pinned.notes)
+    assert "'pin_memory' argument is set as true" in (folders[0] / "none.log").read_text()
+    assert channels.knobs["channels_last"] and not any("pin_memory" in n for n in channels.notes)
+    for manifest in (pinned, channels):
+        assert manifest.throughput_samples_per_s > 0
+        assert manifest.environment["torch_threads"] == torch.get_num_threads()
+        assert manifest.environment["cpus"] == cpus_available()
+
+
+@pytest.mark.slow
+def test_kernprof_under_torchrun_writes_one_line_profile_per_rank(tmp_path: Path) -> None:
+    """ddp under kernprof: train.rank0/1.lprof, each with every step on the loader line; each
+    rank ran one intra-op thread (torchrun sets OMP_NUM_THREADS=1 unless it is set)."""
+    folders, failures, _ = run_all(resolve_variants(["ddp"]), tiny_options(tmp_path, ("kernprof",)))
+    assert failures == []
+    manifest = load_manifest(folders[0] / "manifest.json")
+    assert sorted((a.path, a.rank) for a in manifest.artifacts) == [
+        ("train.rank0.lprof", 0), ("train.rank1.lprof", 1)]
+    assert [loader_line_hits(folders[0] / a.path) for a in manifest.artifacts] == [TINY_STEPS] * 2
+    assert manifest.environment["torch_threads"] == int(os.environ.get("OMP_NUM_THREADS", "1"))
+
+
+@pytest.mark.slow
+def test_ctrl_c_keeps_the_finished_variant_and_reports_it(tmp_path: Path) -> None:
+    """Ctrl-C while the second variant runs: exit 130, the first variant's folder and a report
+    on it remain, and the report lists the second as not finished."""
+    out = tmp_path / "out"
+    command = [str(Path(sys.executable).with_name("profreport")), "run-and-report",
+               "--variants", "baseline,workers", "--steps", str(TINY_STEPS), "--profilers",
+               "torch", "--device", "cpu", "--format", "md,json", "--out", str(out)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    second = out / "runs" / "workers" / "manifest.json"
+    deadline = time.monotonic() + 120
+    while not second.is_file() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends: the whole group
+    _stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == EXIT_INTERRUPTED, stderr
+    baseline = load_manifest(out / "runs" / "baseline" / "manifest.json")
+    assert [a.profiler for a in baseline.artifacts] == ["torch.profiler"]
+    workers = load_manifest(second)
+    assert workers.notes[-1].startswith("interrupted by Ctrl-C")
+    report = json.loads((out / "report.json").read_text())
+    assert [run["name"] for run in report["runs"]] == ["baseline"]
+    assert report["failures"] == ["workers: not finished (interrupted by Ctrl-C)"]
+    assert (out / "report.md").is_file()
+
+
+@pytest.mark.nsys
+def test_qdstrm_left_by_nsys_is_converted(tmp_path: Path, nsys_available: str,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """nsys without its importer beside it (no setup.sh link) leaves nsys.qdstrm: reproduced
+    with a copy of the real nsys in a folder without host-linux-x64; the runner converts it
+    and the report parses with the script's 3 NVTX steps."""
+    importer = qdstrm_importer()
+    if importer is None:
+        pytest.skip("no QdstrmImporter on this machine")
+    real = Path(nsys_available).resolve()
+    target = tmp_path / "target-linux-x64"
+    target.mkdir()
+    for item in real.parent.iterdir():
+        if item.name != real.name:
+            (target / item.name).symlink_to(item)
+    shutil.copy2(real, target / real.name)
+    monkeypatch.setenv("PATH", f"{target}{os.pathsep}{os.environ['PATH']}")
+    folder = tmp_path / "run"
+    script = ("import nvtx\nfor n in range(3):\n    with nvtx.annotate(f'step {n}'):\n"
+              "        sum(range(200_000))\n")
+    command = wrap_command("nsys", folder, ["-c", script], on_gpu=False)
+    record = run_launch(Launch("nsys", command, folder / "nsys.log"))
+    assert record.exit_status == 0 and (folder / f"{NSYS_OUTPUT}.qdstrm").is_file()
+    manifest = Manifest("qdstrm", "script", {}, {})
+    record_launch(manifest, folder, "nsys", record, multi_process=False)
+    assert record.note == f"nsys could not find its importer; converted nsys.qdstrm with {importer}"
+    assert not (folder / f"{NSYS_OUTPUT}.qdstrm").exists()
+    assert [a.path for a in manifest.artifacts] == ["nsys.nsys-rep"]
+    profile = parse_file(folder / "nsys.nsys-rep", ParseOptions(cache_dir=tmp_path / "cache"))
+    assert len(profile.tables["steps"]) == 3
