@@ -38,9 +38,11 @@ PART_CHANGE = {"dataloader": "the DataLoader change", "h2d_copy": "the copy chan
 
 
 def step_time_ns(run: RunAnalysis) -> int | None:
-    """Wall time per step: the breakdown's step when known, else the mean annotated step."""
+    """Time per step from the run's step source (the least intrusive profiler that timed steps,
+    see metrics): the breakdown's step when the breakdown comes from that same source, else the
+    source's wall time per step; the breakdown's step when no source timed steps."""
     m = run.metrics
-    if m.breakdown is not None:
+    if m.breakdown is not None and (m.steps is None or m.steps.origin == m.breakdown.origin):
         return m.breakdown.step_ns
     if m.steps is not None:
         return m.steps.wall_mean_ns or m.steps.mean_ns

@@ -40,10 +40,14 @@ from profreport.runner.variants import (
 )
 from profreport.runner.workloads import require_workload
 
-#: Steps of the Benchy-style io and synthetic trials in the plain launch.
-TRIAL_STEPS = 6
+#: Steps of the Benchy-style io and synthetic trials in the plain launch: fewer than ~15 timed
+#: batches swing by a quarter between identical runs on a busy 2-core machine.
+TRIAL_STEPS = 16
+#: The plain launch times this many times --steps: its throughput is what variants are compared
+#: on, so it gets the longest, least noisy measurement (it costs no profiler overhead).
+PLAIN_STEPS_FACTOR = 3
 #: Steps torch.profiler records (after one waiting and one warm-up step).
-ACTIVE_STEPS = 4
+ACTIVE_STEPS = 6
 #: Each launch's training config: ``train_config.<profiler>.json`` in the run folder.
 CONFIG_NAME = "train_config.{profiler}.json"
 RESULT_NAME = "plain_result.json"
@@ -108,7 +112,8 @@ def progress(started: float, text: str) -> None:
 
 def train_config(knobs: Knobs, options: RunOptions, profiler: str, folder: Path) -> TrainConfig:
     """The training config of one launch of a variant."""
-    return TrainConfig(workload=options.workload, steps=options.steps,
+    steps = options.steps * PLAIN_STEPS_FACTOR if profiler == "none" else options.steps
+    return TrainConfig(workload=options.workload, steps=steps,
                        batch_size=options.batch_size,
                        data_dir=str(options.data_dir) if options.data_dir else None,
                        device=options.device, augment=options.augment, width=options.width,
