@@ -86,6 +86,9 @@ SLOW_FALLBACK_SHARE = 0.20
 #: In the runner's trials, the DataLoader alone or the model alone is the limit when the other
 #: runs at least this much faster on its own; closer than that both matter and neither is named.
 TRIAL_LIMIT_RATIO = 1.5
+#: A loader that needs less than half a core at the real loop's pace costs the model less than
+#: taking an intra-op thread away would: then more CPUs, not fewer threads, is the fix.
+LIGHT_LOADER_CORES = 0.5
 #: When half the step is time no source could attribute (a CPU-only nsys capture holds only NVTX
 #: ranges), calling the run "balanced" would be a guess: the verdict is unknown instead.
 UNATTRIBUTED_SHARE = 0.50
@@ -576,6 +579,14 @@ def dataparallel_not_ddp(m: RunMetrics, ctx: RunContext) -> Finding | None:
                    "DistributedSampler.")
 
 
+def loader_core_demand(load: CpuLoad, trials: Trials | None) -> float | None:
+    """Cores the DataLoader keeps busy at the real loop's pace: its workers, scaled by how much
+    of the loader-only (IO trial) throughput the real loop (full trial) uses."""
+    if trials is None or not trials.io or not trials.full or load.workers == 0:
+        return None
+    return load.workers * min(trials.full / trials.io, 1.0)
+
+
 def cpu_oversubscribed(m: RunMetrics, ctx: RunContext) -> Finding | None:
     """CPU-only run: DataLoader workers and PyTorch's intra-op threads want more CPUs than the run
     has, so the loader steals cores from the model's operators."""
@@ -588,22 +599,34 @@ def cpu_oversubscribed(m: RunMetrics, ctx: RunContext) -> Finding | None:
         evidence.append(Evidence(f"the model's operators take {_pct(share)} of the "
                                  f"{_ms(m.breakdown.step_ns)} step, on the same cores",
                                  m.breakdown.origin))
-    trials = {x.name: x.value for x in m.measurements}
-    if "trial_synthetic" in trials and "trial_full" in trials:
-        evidence.append(Evidence(f"{trials['trial_synthetic']:.0f} samples/s on synthetic data "
-                                 f"(no DataLoader) against {trials['trial_full']:.0f} with it",
+    trials = m.trials
+    if trials is not None and trials.synthetic and trials.full:
+        evidence.append(Evidence(f"{trials.synthetic:.0f} samples/s on synthetic data "
+                                 f"(no DataLoader) against {trials.full:.0f} with it",
                                  "manifest"))
+    demand = loader_core_demand(load, trials)
+    if demand is not None:
+        evidence.append(Evidence(f"the DataLoader needs about {demand:.1f} of a core at the real "
+                                 "loop's pace (workers × full / IO trial throughput)", "manifest"))
     budget = load.cpus_per_process
-    if load.workers < budget:
+    if demand is not None and demand < LIGHT_LOADER_CORES:
+        advice = (f"Keep PyTorch's {load.threads} intra-op threads: the loader needs only "
+                  f"{demand:.1f} of a core, less than a thread taken from the model would cost. "
+                  "Make the per-sample work cheaper (precompute or cache the transformed "
+                  "samples)")
+        severity: Severity = "low"
+    elif load.workers < budget:
         left = budget - load.workers
         advice = (f"Call torch.set_num_threads({left}) (or set OMP_NUM_THREADS={left}) so the "
                   f"{load.workers} DataLoader worker{'s' if load.workers != 1 else ''} and the "
                   f"intra-op threads share {budget} CPU{'s' if budget != 1 else ''} per process "
                   "without contention")
+        severity = "medium"
     else:
         advice = (f"Lower num_workers from {load.workers} to {budget - 1} and call "
                   "torch.set_num_threads(1)")
-    return Finding("CPU_OVERSUBSCRIBED", "medium",
+        severity = "medium"
+    return Finding("CPU_OVERSUBSCRIBED", severity,
                    f"{load.describe()}: the DataLoader competes with the model for cores.",
                    evidence, f"{advice}; or request --cpus-per-task={load.busy} in Slurm.")
 

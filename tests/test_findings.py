@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from profreport.parsers import parse_file
-from profreport.reports.findings import TRIAL_LIMIT_RATIO, RunContext, find_all, verdict
+from profreport.reports.findings import (
+    LIGHT_LOADER_CORES,
+    TRIAL_LIMIT_RATIO,
+    RunContext,
+    find_all,
+    verdict,
+)
 from profreport.reports.metrics import compute_run_metrics
 from profreport.reports.results import RunMetrics
 
@@ -259,7 +266,18 @@ def test_cpu_oversubscribed_only_with_evidence(fixtures_dir: Path, nsys_availabl
     assert found.title.startswith("1 DataLoader worker + 2 PyTorch intra-op threads on 2 CPUs")
     assert found.evidence[0].origin == "manifest" and "3 busy threads" in found.evidence[0].text
     assert any(e.origin == "kineto" for e in found.evidence)
-    assert "torch.set_num_threads(1)" in found.recommendation
+    m = fixture_manifest_metrics(folder)
+    found = ids(m, fixture_context(folder, torch_threads=2, cpus_usable=2))["CPU_OVERSUBSCRIBED"]
+    demand = m.trials.full / m.trials.io
+    assert demand < LIGHT_LOADER_CORES  # its loader is cheap: keep the threads, add CPUs
+    assert found.severity == "low" and f"{demand:.1f} of a core" in found.recommendation
+    assert "torch.set_num_threads" not in found.recommendation
+    assert "--cpus-per-task=3" in found.recommendation
+    # The same run with a loader as slow as the real loop needs a whole core: give it one.
+    heavy = dataclasses.replace(m, trials=dataclasses.replace(m.trials, io=m.trials.full))
+    found = ids(heavy, fixture_context(folder, torch_threads=2, cpus_usable=2))
+    assert found["CPU_OVERSUBSCRIBED"].severity == "medium"
+    assert "torch.set_num_threads(1)" in found["CPU_OVERSUBSCRIBED"].recommendation
     for environment in ({"torch_threads": 1}, {"torch_threads": None},
                         {"torch_threads": 2, "cuda": "12.4"}):
         context = fixture_context(folder, cpus_usable=2, **environment)
