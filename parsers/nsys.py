@@ -5,9 +5,9 @@ a cache folder, keyed by the report's content and the nsys version, and reused w
 unchanged. The export is then read with SQL joins into the tables of :mod:`profreport.model`.
 
 The export schema changes between Nsight Systems versions (2022.4 writes schema 3.0.0 with
-``EXPORT_META_DATA``; 2023.4 writes 3.7.x with ``META_DATA_EXPORT``, ``META_DATA_CAPTURE`` and
-extra columns), so every table and column is looked up in ``sqlite_master`` and
-``PRAGMA table_info`` first; a table the export lacks is simply left out of the profile.
+``EXPORT_META_DATA``; 2023.4 writes 3.7.x and 2024.2 writes 3.11.x with ``META_DATA_EXPORT``,
+``META_DATA_CAPTURE`` and extra columns), so every table and column is looked up in
+``sqlite_master`` and ``PRAGMA table_info`` first; a table the export lacks is left out.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@
 #
 # usage: scripts/nsys_newer_export.sh SCRATCH_DIR [SUITE] [REPORT...]
 #   SCRATCH_DIR  where the package, its unpacked files and the exports go (exports/ under it)
-#   SUITE        Debian suite to take the package from (default: trixie; sid also works)
+#   SUITE        Debian suite to take the package from (default: experimental, which has
+#                2024.2; trixie and sid have 2023.4)
 #   REPORT       reports to export (default: ../shared/corpus/nsys/*.nsys-rep)
 # then: PROFREPORT_NSYS_NEWER_EXPORTS=SCRATCH_DIR/exports .venv/bin/pytest tests/test_nsys.py
 set -euo pipefail
@@ -15,7 +16,7 @@ if [[ $# -lt 1 ]]; then
     exit 2
 fi
 scratch=$(realpath -m "$1")
-suite=${2:-trixie}
+suite=${2:-experimental}
 shift $(( $# >= 2 ? 2 : 1 ))
 repo=$(cd "$(dirname "$0")/.." && pwd)
 if [[ $# -eq 0 ]]; then
@@ -30,7 +31,7 @@ apt_opts=(-o "Dir::Etc::SourceList=$apt_dir/sources.list" -o "Dir::Etc::SourcePa
           -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache")
 
 apt-get "${apt_opts[@]}" update
-(cd "$apt_dir/cache" && apt-get "${apt_opts[@]}" download nsight-systems-target)
+(cd "$apt_dir/cache" && apt-get "${apt_opts[@]}" download "nsight-systems-target/$suite")
 deb=$(ls "$apt_dir"/cache/nsight-systems-target_*.deb | head -n 1)
 rm -rf "$scratch/unpacked"
 dpkg -x "$deb" "$scratch/unpacked"
