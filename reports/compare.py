@@ -8,9 +8,23 @@ unprofiled throughput, the speedup is the throughput ratio (run over baseline) a
 profiled step-time ratio (baseline over run) is kept beside it (``step_speedup``); otherwise the
 speedup is the step-time ratio. When the two ratios point in opposite directions the row's
 explanation says so before naming the part of the step that moved.
+
+Noise: identical work on a shared machine varies by tens of percent between launches. Each side's
+step samples (the plain run's per-step durations, averaged in consecutive blocks; else the step
+source's mean, standard deviation and count) give the relative standard error of its mean; a
+Welch t-interval on the log of the ratio gives the band (``noise_fraction``) at
+``NOISE_CONFIDENCE``. A speedup inside it is ``within_noise``: its explanation says so first and
+names the part that moved without claiming a cause or a gain. A part's gain or loss is claimed
+only when the part moved the same way as the whole run.
 """
 
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import NormalDist
+
+import numpy as np
 
 from profreport.errors import UsageError
 from profreport.reports.findings import RunContext, cpu_load
@@ -35,6 +49,79 @@ PART_KNOBS = {
 PART_CHANGE = {"dataloader": "the DataLoader change", "h2d_copy": "the copy change",
                "compute": "the compute change", "comm_exposed": "the parallelism change",
                "host_runtime": "the launch change", "other": "the change"}
+#: Confidence a speedup's interval must reach before it counts as a change: 95%, the usual bar;
+#: steps on a shared machine wobble by tens of percent, and a lower bar would call that a gain.
+NOISE_CONFIDENCE = 0.95
+#: The plain run's steps are averaged in this many consecutive blocks before the test: load on a
+#: shared machine comes in stretches, so neighbouring steps are not independent samples.
+NOISE_BLOCKS = 5
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Mean, sample standard deviation and count of one run's step samples, ns."""
+
+    mean: float
+    stdev: float
+    count: int
+
+    @property
+    def relative_variance(self) -> float:
+        """Squared relative standard error of the mean (the variance of its logarithm)."""
+        return (self.stdev / self.mean) ** 2 / self.count
+
+
+def block_means(samples: list[int], blocks: int = NOISE_BLOCKS) -> np.ndarray:
+    """Means of ``blocks`` consecutive runs of samples (the samples themselves when there are
+    fewer than two per block)."""
+    values = np.asarray(samples, dtype=np.float64)
+    if len(values) < 2 * blocks:
+        return values
+    return np.array([chunk.mean() for chunk in np.array_split(values, blocks)])
+
+
+def step_spread(run: RunAnalysis) -> Spread | None:
+    """Spread of the run's step samples: the plain run's steps in blocks (see NOISE_BLOCKS), else
+    the step source's statistics; None when neither has two samples."""
+    samples = block_means(run.metrics.plain_step_ns)
+    if len(samples) >= 2 and samples.mean() > 0:
+        return Spread(float(samples.mean()), float(samples.std(ddof=1)), len(samples))
+    steps = run.metrics.steps
+    if steps is None or steps.stdev_ns is None or steps.count < 2 or steps.mean_ns <= 0:
+        return None
+    return Spread(float(steps.mean_ns), float(steps.stdev_ns), steps.count)
+
+
+def t_quantile(probability: float, df: float) -> float:
+    """Student's t quantile from the normal one (Cornish-Fisher expansion; within 0.01 of the
+    exact value from 3 degrees of freedom up)."""
+    z = NormalDist().inv_cdf(probability)
+    return (z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+            + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * df**3))
+
+
+def noise_band(base: Spread, run: Spread, confidence: float = NOISE_CONFIDENCE) -> float:
+    """Half-width of the confidence interval of the ratio of the two means, as a fraction: a
+    Welch t-interval on the log of the ratio (the delta method: the log of a mean has the
+    variance of its relative standard error squared), Welch-Satterthwaite degrees of freedom."""
+    va, vb = base.relative_variance, run.relative_variance
+    if va + vb == 0:
+        return 0.0
+    df = (va + vb) ** 2 / (va**2 / (base.count - 1) + vb**2 / (run.count - 1))
+    half = t_quantile(0.5 + confidence / 2, df) * math.sqrt(va + vb)
+    return math.expm1(half)
+
+
+def within_noise(speedup: float, band: float) -> bool:
+    """Whether ``speedup`` lies inside the interval 1 ±``band`` (taken on the log scale)."""
+    return abs(math.log(speedup)) <= math.log1p(band)
+
+
+def noise_text(speedup: float, band: float) -> str:
+    """The sentence that says a speedup is indistinguishable from noise."""
+    return (f"{_ratio_text(speedup)} is within this machine's run-to-run noise "
+            f"(±{band:.0%} at {NOISE_CONFIDENCE:.0%} confidence, from the step-to-step spread of "
+            "both runs): no change is shown.")
 
 
 def step_time_ns(run: RunAnalysis) -> int | None:
@@ -71,42 +158,69 @@ def _ms(ns: int) -> str:
 
 def _core_contention(base: RunAnalysis, run: RunAnalysis, part: str,
                      knobs: dict[str, object]) -> str | None:
-    """Why compute moved with num_workers on a CPU-only run: in the run with more busy threads
-    than CPUs, the loader workers and PyTorch's intra-op threads share the cores."""
+    """Why compute moved with num_workers on a CPU-only run, when it moved the way contention
+    predicts (grew with more workers, fell with fewer): in the run with more busy threads than
+    CPUs, the loader workers and PyTorch's intra-op threads share the cores."""
     if part != "compute" or "num_workers" not in knobs or run.metrics.gpu is not None:
         return None
-    loads = [cpu_load(RunContext(r.knobs, r.environment)) for r in (run, base)]
-    crowded = next((load for load in loads if load is not None and load.oversubscribed), None)
-    if crowded is None:
-        return None
     change = knobs["num_workers"]
-    return (f"num_workers went {change['from']} -> {change['to']}"  # type: ignore[index]
-            f" ({crowded.describe()}): the loader workers compete with PyTorch's intra-op "
+    before, after = change["from"], change["to"]  # type: ignore[index]
+    if not isinstance(before, int) or not isinstance(after, int) or before == after:
+        return None
+    grew = run.metrics.breakdown.parts_ns[part] > base.metrics.breakdown.parts_ns[part]  # type: ignore[union-attr]
+    if grew != (after > before):
+        return None
+    more = run if after > before else base
+    load = cpu_load(RunContext(more.knobs, more.environment))
+    if load is None or not load.oversubscribed:
+        return None
+    who = "the loader workers compete" if grew else "fewer loader workers compete"
+    return (f"num_workers went {before} -> {after} ({load.describe()}"
+            f"{'' if more is run else ' in ' + base.name}): {who} with PyTorch's intra-op "
             "threads for the same cores.")
 
 
+def _overall(speedup: float | None, part_fell: bool) -> str | None:
+    """The clause saying the whole run moved the other way from the part that moved most, or
+    None when they agree (or the speedup is unknown or exactly 1)."""
+    if speedup is None or speedup == 1.0 or (speedup > 1) == part_fell:
+        return None
+    way = "faster" if speedup > 1 else "slower"
+    return f"yet the run is {way} overall ({_ratio_text(speedup)})"
+
+
 def explain(base: RunAnalysis, run: RunAnalysis, delta: dict[str, int],
-            knobs: dict[str, object]) -> str:
-    """One sentence naming the part that moved most and the knob change behind it."""
+            knobs: dict[str, object], speedup: float | None = None,
+            causal: bool = True) -> str:
+    """One sentence naming the part that moved most and, when ``causal`` (the change is not
+    noise), the knob change behind it; a gain or loss is claimed only when the part and the
+    whole run (``speedup``) moved the same way."""
     if not delta:
         return "No breakdown on both sides: the step time alone is compared."
     part = max(delta, key=lambda name: (abs(delta[name]), name))
     before = base.metrics.breakdown.parts_ns[part]  # type: ignore[union-attr]
     after = run.metrics.breakdown.parts_ns[part]  # type: ignore[union-attr]
     verb = "fell" if after < before else "grew"
-    gain = "gain" if after < before else "loss"
     head = f"{PART_NAMES[part]} {verb} from {_ms(before)} to {_ms(after)} per step"
+    overall = _overall(speedup, after < before)
+    tail = f"; {overall}." if overall else "."
+    related = [name for name in PART_KNOBS[part] if name in knobs]
+    changes = ", ".join(f"{name} {knobs[name]['from']} -> {knobs[name]['to']}"  # type: ignore[index]
+                        for name in related)
+    if not causal:
+        named = f" ({changes})" if changes else ""
+        return f"{head}{named}, the part of the step that moved most{tail}"
     contention = _core_contention(base, run, part, knobs)
     if contention is not None:
-        return f"{head} when {contention}"
-    related = [name for name in PART_KNOBS[part] if name in knobs]
-    if related:
-        changes = ", ".join(f"{name} {knobs[name]['from']} -> {knobs[name]['to']}"  # type: ignore[index]
-                            for name in related)
+        return f"{head} when {contention[:-1]}{tail}"
+    if related and overall is None:
+        gain = "gain" if after < before else "loss"
         return f"{head}: {PART_CHANGE[part]} ({changes}) brought the {gain}."
+    if related:
+        return f"{head} with {PART_CHANGE[part]} ({changes}){tail}"
     if knobs:
-        return f"{head}, the part that changed most (knobs changed: {', '.join(knobs)})."
-    return f"{head}, the part of the step that changed most."
+        return f"{head}, the part that changed most (knobs changed: {', '.join(knobs)}){tail}"
+    return f"{head}, the part of the step that changed most{tail}"
 
 
 def _ratio_text(ratio: float) -> str:
@@ -129,25 +243,38 @@ def disagreement(throughput_gain: float | None, step_speedup: float | None) -> s
             "with how much each profiler slows a run).")
 
 
+def _noise(base: RunAnalysis, run: RunAnalysis, speedup: float | None) -> float | None:
+    """The noise band of ``speedup`` (see noise_band), or None when a side's spread is unknown."""
+    spreads = step_spread(base), step_spread(run)
+    if speedup is None or speedup <= 0 or spreads[0] is None or spreads[1] is None:
+        return None
+    return noise_band(spreads[0], spreads[1])
+
+
 def _row(base: RunAnalysis, run: RunAnalysis) -> ComparisonRow:
-    """One run's row against the baseline (speedup: see the module docstring)."""
+    """One run's row against the baseline (speedup and noise: see the module docstring)."""
     base_step, step = step_time_ns(base), step_time_ns(run)
     base_tp, tp = base.metrics.throughput_samples_per_s, run.metrics.throughput_samples_per_s
     knobs = changed_knobs(base, run)
     delta = breakdown_delta(base, run)
     step_speedup = base_step / step if base_step and step else None
     throughput_gain = tp / base_tp if tp and base_tp else None
-    explanation = "baseline"
+    speedup = throughput_gain if throughput_gain is not None else step_speedup
+    explanation, band, noise = "baseline", None, None
     if run is not base:
-        explanation = explain(base, run, delta, knobs)
-        note = disagreement(throughput_gain, step_speedup)
-        explanation = f"{note} {explanation[:1].upper()}{explanation[1:]}" if note else explanation
+        band = _noise(base, run, speedup)
+        noise = None if band is None else within_noise(speedup, band)  # type: ignore[arg-type]
+        explanation = explain(base, run, delta, knobs, speedup, causal=noise is not True)
+        explanation = explanation[:1].upper() + explanation[1:]
+        note = (noise_text(speedup, band) if noise  # type: ignore[arg-type]
+                else disagreement(throughput_gain, step_speedup))
+        explanation = f"{note} {explanation}" if note else explanation
     return ComparisonRow(
-        name=run.name, step_time_ns=step, throughput_samples_per_s=tp,
-        speedup=throughput_gain if throughput_gain is not None else step_speedup,
+        name=run.name, step_time_ns=step, throughput_samples_per_s=tp, speedup=speedup,
         throughput_gain=throughput_gain, breakdown_delta_ns=delta, changed_knobs=knobs,
         explanation=explanation, step_speedup=step_speedup,
-        speedup_basis="throughput" if throughput_gain is not None else "step time")
+        speedup_basis="throughput" if throughput_gain is not None else "step time",
+        within_noise=noise, noise_fraction=band)
 
 
 def compare_runs(runs: list[RunAnalysis], baseline: str | None = None) -> Comparison | None:
@@ -158,4 +285,5 @@ def compare_runs(runs: list[RunAnalysis], baseline: str | None = None) -> Compar
     if baseline is not None and baseline not in names:
         raise UsageError(f"--baseline {baseline!r} is not one of the runs: {', '.join(names)}")
     base = runs[names.index(baseline)] if baseline is not None else runs[0]
-    return Comparison(baseline=base.name, rows=[_row(base, run) for run in runs])
+    return Comparison(baseline=base.name, rows=[_row(base, run) for run in runs],
+                      noise_confidence=NOISE_CONFIDENCE)

@@ -123,6 +123,15 @@ def ratio(value: float | None) -> str:
     return MISSING if value is None else f"{value:.2f}×"
 
 
+def noise_mark(within_noise: bool | None, noise_fraction: float | None) -> str:
+    """A comparison row's noise mark: ``within noise (±7%)``, ``±7%`` for a change that clears
+    the noise, nothing when the noise is unknown."""
+    if noise_fraction is None:
+        return ""
+    band = f"±{noise_fraction:.0%}"
+    return f"within noise ({band})" if within_noise else band
+
+
 def number(value: float | None, digits: int = 1) -> str:
     """A count or rate with thousands separators."""
     if value is None:

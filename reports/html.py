@@ -35,6 +35,7 @@ _FILTERS = {
     "plain": display.plain,
     "percent": display.percent,
     "ratio": display.ratio,
+    "noise_mark": display.noise_mark,
     "number": display.number,
     "nbytes": display.nbytes,
     "verdict_label": display.verdict_label,

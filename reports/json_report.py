@@ -165,7 +165,7 @@ def comparison_json(c: Comparison | None) -> dict[str, Any] | None:
     """The comparison against the baseline."""
     if c is None:
         return None
-    return {"baseline": c.baseline, "rows": [{
+    return {"baseline": c.baseline, "noise_confidence": c.noise_confidence, "rows": [{
         "name": r.name, "step_time_ms": _ms(r.step_time_ns),
         "throughput_samples_per_s": r.throughput_samples_per_s,
         "speedup": None if r.speedup is None else round(r.speedup, 4),
@@ -174,6 +174,8 @@ def comparison_json(c: Comparison | None) -> dict[str, Any] | None:
         "throughput_gain": None if r.throughput_gain is None else round(r.throughput_gain, 4),
         "breakdown_delta_ms": {k: _ms(v) for k, v in r.breakdown_delta_ns.items()},
         "changed_knobs": r.changed_knobs, "explanation": r.explanation,
+        "within_noise": r.within_noise,
+        "noise_fraction": None if r.noise_fraction is None else round(r.noise_fraction, 4),
     } for r in c.rows]}
 
 

@@ -137,7 +137,8 @@ def step_stats(windows: StepWindows) -> StepStats:
     return StepStats(origin=windows.origin, count=windows.count, mean_ns=int(durations.mean()),
                      p50_ns=_pct(durations, 50), p90_ns=_pct(durations, 90),
                      min_ns=int(durations.min()), max_ns=int(durations.max()),
-                     wall_mean_ns=int(wall.mean()) if len(wall) else None)
+                     wall_mean_ns=int(wall.mean()) if len(wall) else None,
+                     stdev_ns=int(durations.std(ddof=1)) if len(durations) > 1 else None)
 
 
 def lprof_loop_line(lines: pd.DataFrame) -> pd.Series | None:
@@ -760,6 +761,7 @@ def compute_run_metrics(profiles: list[Profile], manifest: Manifest | None = Non
             metrics.dataparallel_ops[name] = metrics.dataparallel_ops.get(name, 0) + count
     if manifest is not None:
         metrics.throughput_samples_per_s = manifest.throughput_samples_per_s
+        metrics.plain_step_ns = list(manifest.plain_step_ns)
         metrics.measurements = manifest_measurements(manifest)
         metrics.trials = manifest_trials(manifest)
     return metrics

@@ -60,6 +60,9 @@ class StepStats:
     max_ns: int
     #: Start-to-start time of consecutive steps (includes the gaps between annotated ranges).
     wall_mean_ns: int | None = None
+    #: Sample standard deviation of the step durations; None with fewer than 2 steps or when the
+    #: source knows only the mean (line_profiler).
+    stdev_ns: int | None = None
 
 
 @dataclass(frozen=True)
@@ -294,6 +297,9 @@ class RunMetrics:
     lines: list[LineItem] = field(default_factory=list)
     listings: list[FunctionListing] = field(default_factory=list)
     throughput_samples_per_s: float | None = None
+    #: Each timed step of the runner's plain (unprofiled) run, ns: the samples behind the
+    #: throughput (empty without a manifest that has them).
+    plain_step_ns: list[int] = field(default_factory=list)
     measurements: list[Measurement] = field(default_factory=list)
     per_rank_step_ms: dict[int, float] = field(default_factory=dict)
     #: Signs of ``nn.DataParallel``: its Broadcast/Scatter/Gather/ReduceAddCoalesced ops by count.
@@ -358,6 +364,11 @@ class ComparisonRow:
     step_speedup: float | None = None
     #: "throughput" or "step time": what ``speedup`` is the ratio of.
     speedup_basis: str = "step time"
+    #: Whether ``speedup`` is indistinguishable from 1 given the step-to-step spread of both runs
+    #: (see compare.noise_band); None when the spread of either side is unknown (and baseline).
+    within_noise: bool | None = None
+    #: Half-width of the confidence interval of ``speedup``, as a fraction (0.04 = ±4%).
+    noise_fraction: float | None = None
 
 
 @dataclass(frozen=True)
@@ -366,6 +377,8 @@ class Comparison:
 
     baseline: str
     rows: list[ComparisonRow]
+    #: Confidence level of every row's noise band (``ComparisonRow.noise_fraction``).
+    noise_confidence: float | None = None
 
 
 @dataclass

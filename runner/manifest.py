@@ -56,6 +56,9 @@ class Manifest:
     artifacts: list[Artifact] = field(default_factory=list)
     #: Samples per second of the plain (unprofiled) run.
     throughput_samples_per_s: float | None = None
+    #: Duration of each timed step of the plain run (rank 0, after the warm-up step), integer ns:
+    #: the samples behind ``throughput_samples_per_s``, for telling a change from noise.
+    plain_step_ns: list[int] = field(default_factory=list)
     #: Benchy-style trials, samples per second: "io" (loader only), "synthetic" (model on one
     #: cached batch), "full" (the real loop).
     trials: dict[str, float] = field(default_factory=dict)

@@ -171,6 +171,7 @@ def record_launch(manifest: Manifest, folder: Path, profiler: str, record: Profi
     if profiler == "none" and record.exit_status == 0 and result_path.is_file():
         result = json.loads(result_path.read_text(encoding="utf-8"))
         manifest.throughput_samples_per_s = result.get("throughput_samples_per_s")
+        manifest.plain_step_ns = [int(ns) for ns in result.get("step_ns", [])]
         manifest.trials = result.get("trials", {})
         manifest.data_source = result.get("data_source", "")
         manifest.environment["torch_threads"] = result.get("torch_threads")

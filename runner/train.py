@@ -140,6 +140,12 @@ def samples_per_second(step_ends: list[float], batch_size: int) -> float | None:
     return (len(timed) - 1) * batch_size / (timed[-1] - timed[0])
 
 
+def step_durations_ns(step_ends: list[float]) -> list[int]:
+    """Duration of each step after the warm-up ones, integer ns (the steps throughput counts)."""
+    timed = step_ends[WARMUP_STEPS:]
+    return [round((end - start) * 1e9) for start, end in zip(timed[:-1], timed[1:], strict=True)]
+
+
 def choose_device(requested: str, rank: Rank) -> torch.device:
     """The device of this process: CUDA (this rank's GPU) when asked for or when auto finds one."""
     if requested == "cuda" or (requested == "auto" and torch.cuda.is_available()):
@@ -253,6 +259,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
     result: dict[str, Any] = {"data_source": source, "world_size": rank.world_size,
                               "torch_threads": torch.get_num_threads(),
                               "steps": len(step_ends) - 1,
+                              "step_ns": step_durations_ns(step_ends),
                               "throughput_samples_per_s": _global(
                                   samples_per_second(step_ends, config.batch_size), rank)}
     if config.trials:  # on every rank: a DDP model's backward needs all ranks

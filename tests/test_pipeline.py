@@ -12,6 +12,7 @@ import pytest
 
 from profreport.errors import InputError, UsageError
 from profreport.reports.json_report import render_json
+from profreport.reports.markdown import render_markdown
 from profreport.reports.pipeline import AnalyzeOptions, analyze_paths, find_profiles, run_name
 from profreport.runner.manifest import Artifact, Manifest, write_manifest
 
@@ -62,36 +63,65 @@ def test_folder_search_skips_nsys_cache_and_outputs(tmp_path: Path) -> None:
 
 
 def test_comparison_names_the_dataloader_change(corpus: Path, tmp_path: Path) -> None:
-    """Two run folders with manifests: speedup and the num_workers change named as the gain."""
-    report = analyze_paths([run_folder(tmp_path, corpus, 0), run_folder(tmp_path, corpus, 4)],
-                           AnalyzeOptions())
+    """Two run folders with manifests, 100 -> 140 samples/s: beyond the ±22% band of the traces'
+    step spread, so the num_workers change is named as the gain; the other way round, the loss."""
+    folders = [run_folder(tmp_path, corpus, 0, 100.0), run_folder(tmp_path, corpus, 4, 140.0)]
+    report = analyze_paths(folders, AnalyzeOptions())
     assert [run.name for run in report.runs] == ["workers0", "workers4"]
     row = report.comparison.rows[1]
     assert report.comparison.baseline == "workers0"
-    assert row.speedup_basis == "throughput" and row.speedup == pytest.approx(1.04)
+    assert row.speedup_basis == "throughput" and row.speedup == pytest.approx(1.40)
     assert row.step_speedup == pytest.approx(1.25, abs=0.01)
-    assert not row.explanation.startswith("Unprofiled")
+    assert row.within_noise is False and row.noise_fraction == pytest.approx(0.218, abs=0.001)
+    assert report.comparison.rows[0].within_noise is None
     assert row.changed_knobs == {"num_workers": {"from": 0, "to": 4}}
     assert row.breakdown_delta_ns["dataloader"] < -60_000_000
-    assert "DataLoader wait fell from 69" in row.explanation
-    assert "the DataLoader change (num_workers 0 -> 4) brought the gain" in row.explanation
+    assert row.explanation == ("DataLoader wait fell from 69.4 ms to 1.5 ms per step: the "
+                               "DataLoader change (num_workers 0 -> 4) brought the gain.")
     assert report.runs[0].knobs == {"num_workers": 0} and report.runs[0].notes == ["corpus trace"]
     assert "num_workers from 0" in report.runs[0].findings[0].recommendation
+    flipped = analyze_paths(folders, AnalyzeOptions(baseline="workers4")).comparison.rows[0]
+    assert flipped.speedup == pytest.approx(100 / 140) and flipped.within_noise is False
+    assert flipped.explanation == ("DataLoader wait grew from 1.5 ms to 69.4 ms per step: the "
+                                   "DataLoader change (num_workers 4 -> 0) brought the loss.")
+
+
+def test_comparison_calls_a_small_difference_noise(corpus: Path, tmp_path: Path) -> None:
+    """100 -> 104 samples/s is inside the ±22% band the traces' step spread gives (6 steps each,
+    3.3% and 18.9% relative spread): the row says so and claims no gain."""
+    report = analyze_paths([run_folder(tmp_path, corpus, 0), run_folder(tmp_path, corpus, 4)],
+                           AnalyzeOptions())
+    row = report.comparison.rows[1]
+    assert row.speedup == pytest.approx(1.04) and row.within_noise is True
+    assert row.explanation == (
+        "1.04× is within this machine's run-to-run noise (±22% at 95% confidence, from the "
+        "step-to-step spread of both runs): no change is shown. DataLoader wait fell from 69.4 ms "
+        "to 1.5 ms per step (num_workers 0 -> 4), the part of the step that moved most.")
+    data = json.loads(render_json(report))["comparison"]
+    assert data["noise_confidence"] == 0.95
+    assert data["rows"][1]["within_noise"] is True
+    assert data["rows"][1]["noise_fraction"] == pytest.approx(0.2181, abs=1e-4)
+    table_row = next(line for line in render_markdown(report).splitlines()
+                     if line.startswith("| workers4 |"))
+    assert "1.04× (within noise (±22%))" in table_row
 
 
 def test_comparison_says_when_throughput_and_step_time_disagree(corpus: Path,
                                                                  tmp_path: Path) -> None:
-    """Profiled step time shrank 1.25× but the unprofiled throughput fell (100 -> 95 samples/s):
-    the speedup is the throughput ratio, and the sentence names both."""
+    """Profiled step time shrank 1.25× but the unprofiled throughput fell (100 -> 75 samples/s,
+    beyond the noise): the speedup is the throughput ratio, the sentence names both, and the
+    DataLoader change is not credited with a gain the run did not make."""
     report = analyze_paths([run_folder(tmp_path, corpus, 0, 100.0),
-                            run_folder(tmp_path, corpus, 4, 95.0)], AnalyzeOptions())
+                            run_folder(tmp_path, corpus, 4, 75.0)], AnalyzeOptions())
     row = report.comparison.rows[1]
-    assert row.speedup == pytest.approx(0.95) and row.speedup_basis == "throughput"
-    assert row.explanation.startswith(
-        "Unprofiled throughput fell (0.95×) while the profiled step time shrank (1.25×); the "
+    assert row.speedup == pytest.approx(0.75) and row.speedup_basis == "throughput"
+    assert row.within_noise is False
+    assert row.explanation == (
+        "Unprofiled throughput fell (0.75×) while the profiled step time shrank (1.25×); the "
         "speedup is the throughput ratio, measured without profilers (step times also move with "
         "the batch size and with how much each profiler slows a run). DataLoader wait fell "
-        "from 69")
+        "from 69.4 ms to 1.5 ms per step with the DataLoader change (num_workers 0 -> 4); yet the "
+        "run is slower overall (0.75×).")
     data = json.loads(render_json(report))["comparison"]["rows"][1]
     assert data["speedup_basis"] == "throughput" and data["step_speedup"] == pytest.approx(1.25,
                                                                                            abs=0.01)
@@ -177,7 +207,9 @@ def test_fixture_folders_end_to_end(fixtures_dir: Path, nsys_available: str,
 
 
 def test_comparison_names_core_contention() -> None:
-    """CPU-only, num_workers 1 -> 2 on 2 CPUs, compute grew: the sentence says why."""
+    """CPU-only, num_workers 1 -> 2 on 2 CPUs: contention is named only when compute moved the
+    way it predicts (grew with more workers, fell with fewer), never when compute fell with more
+    workers; a gain is never claimed for a run that got slower."""
     from profreport.reports.compare import compare_runs
     from profreport.reports.results import BREAKDOWN_PARTS, Breakdown, RunAnalysis, RunMetrics
 
@@ -191,7 +223,17 @@ def test_comparison_names_core_contention() -> None:
                            environment={"cpus_usable": 2, "cuda": None, "torch_threads": 2})
 
     row = compare_runs([run("baseline", 1, 90), run("workers", 2, 102)]).rows[1]
+    assert row.within_noise is None and row.noise_fraction is None
     assert row.explanation == (
-        "compute time grew from 90.0 ms to 102.0 ms per step when num_workers went 1 -> 2 "
+        "Compute time grew from 90.0 ms to 102.0 ms per step when num_workers went 1 -> 2 "
         "(2 DataLoader workers + 2 PyTorch intra-op threads on 2 CPUs): the loader workers "
         "compete with PyTorch's intra-op threads for the same cores.")
+    fewer = compare_runs([run("workers", 2, 102), run("baseline", 1, 90)]).rows[1]
+    assert fewer.explanation == (
+        "Compute time fell from 102.0 ms to 90.0 ms per step when num_workers went 2 -> 1 "
+        "(2 DataLoader workers + 2 PyTorch intra-op threads on 2 CPUs in workers): fewer loader "
+        "workers compete with PyTorch's intra-op threads for the same cores.")
+    fell = compare_runs([run("baseline", 1, 103), run("workers", 2, 94)]).rows[1]
+    assert fell.speedup == pytest.approx(103 / 94, rel=0.01)
+    assert fell.explanation == ("Compute time fell from 103.0 ms to 94.0 ms per step, the part "
+                                "that changed most (knobs changed: num_workers).")

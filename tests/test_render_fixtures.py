@@ -3,12 +3,12 @@ human labels, the trials next to the verdict, grouped metrics, the per-rank char
 
 from __future__ import annotations
 
-import html
 import json
 import re
 from pathlib import Path
 
 import pytest
+from markupsafe import escape
 
 from profreport.reports.display import TRIAL_LABELS, metric_groups
 from profreport.reports.html import build_view, render_html
@@ -124,7 +124,7 @@ def test_several_runs_start_with_what_to_change(all_three: Report) -> None:
     todo = page[page.index('id="what-to-change"'):page.index('id="comparison"')]
     for run in all_three.runs:
         assert run.name in todo
-        assert html.escape(run.findings[0].recommendation) in todo
+        assert str(escape(run.findings[0].recommendation)) in todo  # jinja2's escaping
 
 
 def test_markdown_reads_as_a_comment(all_three: Report) -> None:

@@ -33,6 +33,7 @@ from profreport.runner.launch import (
 from profreport.runner.manifest import Manifest, load_manifest
 from profreport.runner.options import add_run_arguments
 from profreport.runner.orchestrate import (
+    PLAIN_STEPS_FACTOR,
     RunOptions,
     record_launch,
     run_all,
@@ -40,6 +41,7 @@ from profreport.runner.orchestrate import (
     write_slurm,
 )
 from profreport.runner.script_profile import module_level_loader_loop
+from profreport.runner.train import WARMUP_STEPS, TrainConfig
 from profreport.runner.variants import (
     CPU_DEFAULT_VARIANTS,
     Knobs,
@@ -95,6 +97,12 @@ def test_baseline_run_writes_every_artifact_and_a_valid_manifest(baseline_run: P
     assert kinds["torch.profiler"].endswith(".pt.trace.json.gz")
     assert set(manifest.trials) == {"io", "synthetic", "full"}
     assert manifest.trials["full"] == manifest.throughput_samples_per_s > 0
+    steps = manifest.plain_step_ns  # every timed step of the plain run, integer ns
+    assert len(steps) == TINY_STEPS * PLAIN_STEPS_FACTOR - WARMUP_STEPS
+    assert all(isinstance(ns, int) and ns > 0 for ns in steps)
+    batch = TrainConfig.load(baseline_run / "train_config.none.json").batch_size
+    assert len(steps) * batch / (sum(steps) / 1e9) == pytest.approx(
+        manifest.throughput_samples_per_s, rel=1e-6)
     assert manifest.environment["torch"].startswith("2.") and manifest.environment["cpu_count"]
     if "nsys" in kinds:
         assert (baseline_run / kinds["nsys"]).stat().st_size > 10_000
@@ -406,3 +414,11 @@ def test_qdstrm_left_by_nsys_is_converted(tmp_path: Path, nsys_available: str,
     assert [a.path for a in manifest.artifacts] == ["nsys.nsys-rep"]
     profile = parse_file(folder / "nsys.nsys-rep", ParseOptions(cache_dir=tmp_path / "cache"))
     assert len(profile.tables["steps"]) == 3
+
+
+def test_manifest_without_plain_steps_still_loads(tmp_path: Path) -> None:
+    """A manifest written before plain_step_ns existed loads with an empty list."""
+    data = json.loads(Manifest("old", "mnist", {}, {}).to_json())
+    del data["plain_step_ns"]
+    (tmp_path / "manifest.json").write_text(json.dumps(data), encoding="utf-8")
+    assert load_manifest(tmp_path / "manifest.json").plain_step_ns == []
