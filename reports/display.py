@@ -175,12 +175,12 @@ class MetricGroup:
     rows: list[MetricRow]
 
 
-#: The runner's trials without a profiler, by measurement name, in the order they are read:
-#: the DataLoader alone, the model alone, then both together.
+#: The runner's trials without a profiler, in the order they are read: the DataLoader alone,
+#: the model alone, then both together.
 TRIAL_LABELS = {
-    "trial_io": "Loader only (IO trial)",
-    "trial_synthetic": "Model on one cached batch (synthetic trial)",
-    "trial_full": "Real loop (full trial)",
+    "io": "Loader only (IO trial)",
+    "synthetic": "Model on one cached batch (synthetic trial)",
+    "full": "Real loop (full trial)",
 }
 #: Order in which the key-metrics table shows its sources (the runner's own figures last).
 ORIGIN_ORDER = ("nsys", "kineto", "lprof", "manifest")
@@ -200,7 +200,7 @@ def trial_bars(trials: Trials | None) -> list[TrialBar]:
     """The three unprofiled trials as bars (empty when the run has none)."""
     if trials is None:
         return []
-    rates = {"trial_io": trials.io, "trial_synthetic": trials.synthetic, "trial_full": trials.full}
+    rates = {"io": trials.io, "synthetic": trials.synthetic, "full": trials.full}
     shown = {key: value for key, value in rates.items() if value}
     if not shown:
         return []
@@ -250,7 +250,6 @@ def metric_rows(metrics: RunMetrics) -> list[MetricRow]:
     rows.extend(_comm_rows(metrics))
     rows.extend(_launch_and_copy_rows(metrics))
     rows.extend(_mix_rows(metrics))
-    rows.extend(_measurement_rows(metrics))
     return rows
 
 
@@ -281,14 +280,6 @@ def _mix_rows(metrics: RunMetrics) -> list[MetricRow]:
                       percent(ops.slow_fallback_fraction), ops.origin),
         ]
     return rows
-
-
-def _measurement_rows(metrics: RunMetrics) -> list[MetricRow]:
-    """The runner's other measurements (the trials have a table of their own when present)."""
-    return [MetricRow(TRIAL_LABELS.get(item.name, item.name),
-                      f"{number(item.value)} {item.unit}", "manifest")
-            for item in metrics.measurements
-            if metrics.trials is None or item.name not in TRIAL_LABELS]
 
 
 def _comm_rows(metrics: RunMetrics) -> list[MetricRow]:

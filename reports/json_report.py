@@ -80,8 +80,6 @@ def metrics_json(m: RunMetrics) -> dict[str, Any]:
         "per_rank_step_ms": {str(k): round(v, 3) for k, v in sorted(m.per_rank_step_ms.items())},
         "cpu_phases": ({k: _frac(v) for k, v in sorted(m.cpu_phases.fractions.items())}
                        if m.cpu_phases else None),
-        "measurements": [{"name": x.name, "value": x.value, "unit": x.unit}
-                         for x in m.measurements],
         "trials": _trials(m.trials),
         "kernel_mix": _kernel_mix(m.kernel_mix),
         "cpu_op_mix": _cpu_op_mix(m.cpu_op_mix),

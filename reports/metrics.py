@@ -45,7 +45,6 @@ from profreport.reports.results import (
     KernelMix,
     LaunchStats,
     LineItem,
-    Measurement,
     Origin,
     RunMetrics,
     StepStats,
@@ -679,12 +678,6 @@ def manifest_trials(manifest: Manifest) -> Trials | None:
     return Trials(io=trials.get("io"), synthetic=trials.get("synthetic"), full=trials.get("full"))
 
 
-def manifest_measurements(manifest: Manifest) -> list[Measurement]:
-    """The runner's trial throughputs as measurements."""
-    return [Measurement(name=f"trial_{name}", value=float(value), unit="samples/s")
-            for name, value in sorted(manifest.trials.items())]
-
-
 def _preference(profile: Profile) -> tuple[int, int, int]:
     """Sort key for step statistics: profiles with GPU events first, nsys before Kineto, lowest
     rank first."""
@@ -762,7 +755,6 @@ def compute_run_metrics(profiles: list[Profile], manifest: Manifest | None = Non
     if manifest is not None:
         metrics.throughput_samples_per_s = manifest.throughput_samples_per_s
         metrics.plain_step_ns = list(manifest.plain_step_ns)
-        metrics.measurements = manifest_measurements(manifest)
         metrics.trials = manifest_trials(manifest)
     return metrics
 

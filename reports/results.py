@@ -263,15 +263,6 @@ class Timeline:
     dropped_segments: int
 
 
-@dataclass(frozen=True)
-class Measurement:
-    """A figure the runner measured without a profiler (from the manifest)."""
-
-    name: str
-    value: float
-    unit: str
-
-
 @dataclass
 class RunMetrics:
     """Every metric of one run; ``None`` where its sources cannot tell."""
@@ -300,7 +291,6 @@ class RunMetrics:
     #: Each timed step of the runner's plain (unprofiled) run, ns: the samples behind the
     #: throughput (empty without a manifest that has them).
     plain_step_ns: list[int] = field(default_factory=list)
-    measurements: list[Measurement] = field(default_factory=list)
     per_rank_step_ms: dict[int, float] = field(default_factory=dict)
     #: Signs of ``nn.DataParallel``: its Broadcast/Scatter/Gather/ReduceAddCoalesced ops by count.
     dataparallel_ops: dict[str, int] = field(default_factory=dict)
