@@ -367,17 +367,25 @@ def gpu_comm_stats(profile: Profile, windows: StepWindows) -> CommStats | None:
     if kernels.empty:
         return None
     comm = iv.union_of([kernels])
-    exposed = iv.subtract(comm, compute_intervals(profile))
-    in_steps = iv.overlap_per_window(comm, windows.starts, windows.ends).sum()
+    return _comm_stats(profile, windows, comm, iv.subtract(comm, compute_intervals(profile)),
+                       (len(_in_windows(kernels, windows)), len(kernels)),
+                       kernels["short_name"], on_gpu=True)
+
+
+def _comm_stats(profile: Profile, windows: StepWindows, comm: iv.Intervals,
+                exposed: iv.Intervals, calls: tuple[int, int], names: pd.Series,
+                on_gpu: bool) -> CommStats:
+    """CommStats from the communication intervals, their exposed part and the call counts
+    (inside the step windows, and in all)."""
+    spent = iv.overlap_per_window(comm, windows.starts, windows.ends).sum()
     exposed_in_steps = iv.overlap_per_window(exposed, windows.starts, windows.ends).sum()
     total = max(windows.total_ns, 1)
-    return CommStats(origin=profile.kind, total_ns_per_step=int(in_steps) // windows.count,
-                     fraction=float(in_steps) / total,
+    return CommStats(origin=profile.kind, total_ns_per_step=int(spent) // windows.count,
+                     fraction=float(spent) / total,
                      exposed_fraction=float(exposed_in_steps) / total,
                      overlap_fraction=1.0 - exposed.total / max(comm.total, 1),
-                     calls_per_step=len(_in_windows(kernels, windows)) / windows.count,
-                     calls_total=len(kernels), bytes_total=None,
-                     names=sorted(kernels["short_name"].unique().tolist()), on_gpu=True)
+                     calls_per_step=calls[0] / windows.count, calls_total=calls[1],
+                     bytes_total=None, names=sorted(names.unique().tolist()), on_gpu=on_gpu)
 
 
 def collective_calls(calls: pd.DataFrame) -> int:
@@ -396,16 +404,9 @@ def cpu_comm_stats(profile: Profile, windows: StepWindows) -> CommStats | None:
         return None
     comm = iv.union_of([calls])
     exposed = iv.subtract(comm, iv.union_of([_cpu_ops_matching(profile, None)]))
-    spent = iv.overlap_per_window(comm, windows.starts, windows.ends).sum()
-    exposed_in_steps = iv.overlap_per_window(exposed, windows.starts, windows.ends).sum()
-    total = max(windows.total_ns, 1)
-    return CommStats(origin=profile.kind, total_ns_per_step=int(spent) // windows.count,
-                     fraction=float(spent) / total,
-                     exposed_fraction=float(exposed_in_steps) / total,
-                     overlap_fraction=1.0 - exposed.total / max(comm.total, 1),
-                     calls_per_step=collective_calls(_in_windows(calls, windows)) / windows.count,
-                     calls_total=collective_calls(calls), bytes_total=None,
-                     names=sorted(calls["name"].unique().tolist()), on_gpu=False)
+    return _comm_stats(profile, windows, comm, exposed,
+                       (collective_calls(_in_windows(calls, windows)), collective_calls(calls)),
+                       calls["name"], on_gpu=False)
 
 
 def launch_stats(profile: Profile, windows: StepWindows) -> LaunchStats | None:
