@@ -422,3 +422,19 @@ def test_manifest_without_plain_steps_still_loads(tmp_path: Path) -> None:
     del data["plain_step_ns"]
     (tmp_path / "manifest.json").write_text(json.dumps(data), encoding="utf-8")
     assert load_manifest(tmp_path / "manifest.json").plain_step_ns == []
+
+
+def test_multi_process_variants_use_srun_inside_an_allocation(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inside a Slurm allocation torchrun is started through srun; outside, or with one
+    process, it is not."""
+    entry = ["-m", "profreport.runner.train", "--config", "x.json"]
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    assert wrap_command("torch", tmp_path, entry, False, nproc=2)[:3] == [
+        sys.executable, "-m", "torch.distributed.run"]
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    inside = wrap_command("torch", tmp_path, entry, False, nproc=2)
+    assert inside[:2] == ["srun", "--ntasks=1"] and "--nproc_per_node=2" in inside
+    kernprof = wrap_command("kernprof", tmp_path, entry, False, nproc=2)
+    assert kernprof[0] == "srun" and '"$RANK".lprof' in kernprof[-1]
+    assert wrap_command("torch", tmp_path, entry, False, nproc=1)[0] == sys.executable
