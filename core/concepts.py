@@ -151,16 +151,8 @@ def is_cpu_collective(names: pd.Series) -> pd.Series:
     return collective_layer(names).notna().astype(bool)
 
 
-def step_number(name: str) -> int | None:
-    """The iteration number a range name marks, or None when it marks no step."""
-    match = _STEP.match(name)
-    if match is None:
-        return None
-    return int(match.group(1) or match.group(2))
-
-
 def step_numbers(names: pd.Series) -> pd.Series:
-    """Vectorised :func:`step_number`: a nullable Int64 series, <NA> where a name is no step."""
+    """The iteration number each range name marks: nullable Int64, <NA> where it marks no step."""
     parts = names.astype("string").str.extract(_STEP)
     return parts[0].fillna(parts[1]).astype("Int64")
 

@@ -42,9 +42,3 @@ class UsageError(ProfreportError):
 
 class RunError(ProfreportError):
     """A training run launched by run-and-report failed."""
-
-
-class RubricError(ProfreportError):
-    """A grading rubric is missing, malformed, or names unknown checks."""
-
-    exit_code = 2

@@ -21,7 +21,7 @@ empty frame with the right columns):
 ``cpu_ops``        Framework operators on the CPU (Kineto ``cpu_op``/``Operator``): start, end,
                    pid, tid, name.
 ``steps``          Training iterations: number, start, end, pid, tid, origin (``ProfilerStep`` or
-                   ``nvtx``); one row per step (see concepts.step_number).
+                   ``nvtx``); one row per step (see concepts.step_numbers).
 ``dataloader``     Waits for the next batch on the training thread: start, end, pid, tid, name
                    (see concepts.is_dataloader_span).
 ``cpu_collectives`` CPU-side collective calls (gloo, c10d, record_param_comms): start, end, pid,

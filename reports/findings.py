@@ -32,8 +32,6 @@ from profreport.reports.results import (
 #: A quarter of every step spent waiting for the next batch is the biggest single loss a run can
 #: fix without touching the model, so from here on the run is called loader-bound.
 LOADER_BOUND_FRACTION = 0.25
-#: Below this share of step time, DataLoader wait is noise (fetching a prefetched batch).
-LOADER_OK_FRACTION = 0.05
 #: Communication not hidden under compute for a quarter of the step makes the run comm-bound.
 COMM_BOUND_EXPOSED_FRACTION = 0.25
 #: NCCL/gloo taking a tenth of the step is worth reporting, even when mostly overlapped.
