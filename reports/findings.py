@@ -700,10 +700,20 @@ RULES: tuple[Rule, ...] = (loader_bound, compute_bound, comm_overhead, host_laun
                            trials_disagree)
 
 
-def find_all(metrics: RunMetrics, ctx: RunContext) -> list[Finding]:
-    """Every rule that fires, most severe first (then by id, for a stable order)."""
+#: The finding that explains each verdict: it leads the run's findings, whatever its severity.
+VERDICT_FINDINGS: dict[str, str] = {
+    "loader-bound": "LOADER_BOUND", "compute-bound": "COMPUTE_BOUND",
+    "communication-bound": "COMM_OVERHEAD", "host-bound": "HOST_LAUNCH_BOUND",
+}
+
+
+def find_all(metrics: RunMetrics, ctx: RunContext,
+             run_verdict: Verdict | None = None) -> list[Finding]:
+    """Every rule that fires: the one explaining ``run_verdict`` first, then most severe first
+    (then by id, for a stable order)."""
     found = [f for rule in RULES if (f := rule(metrics, ctx)) is not None]
-    return sorted(found, key=lambda f: (_SEVERITY_ORDER[f.severity], f.id))
+    lead = VERDICT_FINDINGS.get(run_verdict or "")
+    return sorted(found, key=lambda f: (f.id != lead, _SEVERITY_ORDER[f.severity], f.id))
 
 
 def _host_bound(m: RunMetrics) -> bool:

@@ -143,7 +143,7 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None) -
         sources=[SourceInfo(path=str(p.path), kind=p.kind, tool_version=p.tool_version,
                             rank=p.rank) for p in profiles],
         verdict=name_verdict, verdict_reason=reason, metrics=metrics,
-        findings=find_all(metrics, context),
+        findings=find_all(metrics, context, name_verdict),
         timeline=build_timeline(*timed[0]) if timed else None,
         knobs=context.knobs, environment=context.environment, notes=_notes(manifest))
 

@@ -153,6 +153,18 @@ def test_resnet50_workers(corpus: Path) -> None:
     assert "pin_memory=True" in ids(w4)["PAGEABLE_MEMCPY"].recommendation
 
 
+def test_the_finding_behind_the_verdict_leads(corpus: Path) -> None:
+    """The finding that explains the verdict comes first, ahead of more severe side issues:
+    resnet50 with 4 workers is compute-bound, and its pageable copies (medium) come after."""
+    w4 = metrics_of(corpus / "kineto" / "resnet50_num_workers_4.pt.trace.json.gz")
+    name = verdict(w4)[0]
+    assert name == "compute-bound"
+    found = find_all(w4, RunContext(), name)
+    assert found[0].id == "COMPUTE_BOUND" and found[0].severity == "info"
+    assert "PAGEABLE_MEMCPY" in [f.id for f in found[1:]]
+    assert find_all(w4, RunContext())[0].id == "PAGEABLE_MEMCPY"  # by severity alone
+
+
 def test_hta_trace_is_diagnosed(corpus: Path) -> None:
     """The HTA trace has steps and a GPU: a real verdict, not unknown."""
     m = metrics_of(corpus / "hta" / "nccl_data.json.gz")
