@@ -8,24 +8,18 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from profreport import __version__
-from profreport.errors import ProfreportError, UsageError
-
-#: Output formats ``analyze`` writes when ``--format`` is not given.
-DEFAULT_FORMATS = ("html", "md", "json")
-ALL_FORMATS = ("html", "pdf", "md", "json")
-#: Exit status when some inputs failed but a report was still written for the others.
-EXIT_PARTIAL = 1
-EXIT_INTERRUPTED = 130
+from profreport.errors import EXIT_INTERRUPTED, ProfreportError, UsageError
+from profreport.reports.render import DEFAULT_FORMATS, RENDERERS
 
 
 def parse_formats(text: str) -> tuple[str, ...]:
     """``"html,pdf"`` -> ``("html", "pdf")``, refusing unknown names."""
     names = tuple(dict.fromkeys(part.strip().lower() for part in text.split(",") if part.strip()))
-    unknown = [name for name in names if name not in ALL_FORMATS]
+    unknown = [name for name in names if name not in RENDERERS]
     if unknown or not names:
         label = ", ".join(unknown) if unknown else repr(text)
         raise argparse.ArgumentTypeError(
-            f"unknown format {label}; choose from {', '.join(ALL_FORMATS)}")
+            f"unknown format {label}; choose from {', '.join(RENDERERS)}")
     return names
 
 
@@ -35,7 +29,8 @@ def _add_report_options(parser: argparse.ArgumentParser) -> None:
                         help="folder for the report files (default: %(default)s)")
     parser.add_argument("--format", dest="formats", type=parse_formats,
                         default=DEFAULT_FORMATS, metavar="LIST",
-                        help="comma-separated: html,pdf,md,json (default: html,md,json)")
+                        help=f"comma-separated: {','.join(RENDERERS)} "
+                             f"(default: {','.join(DEFAULT_FORMATS)})")
     parser.add_argument("--title", help="title of the report")
     parser.add_argument("--baseline", metavar="NAME",
                         help="run to compare the others against (default: the first)")
@@ -88,11 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
 def _dispatch(args: argparse.Namespace) -> int:
     """Run the chosen subcommand and return its exit status."""
     if args.command == "analyze":
-        from profreport.reports.pipeline import analyze_command
+        from profreport.commands import analyze_command
 
         return analyze_command(args)
     if args.command == "run-and-report":
-        from profreport.runner.orchestrate import run_and_report_command
+        from profreport.commands import run_and_report_command
 
         return run_and_report_command(args)
     if args.command == "grade":

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+#: Exit status when some inputs failed but a report was still written for the others.
+EXIT_PARTIAL = 1
+#: Exit status after Ctrl-C (128 + SIGINT, as shells report it).
+EXIT_INTERRUPTED = 130
+
 
 class ProfreportError(Exception):
     """Base of every error profreport reports to the user as one line."""

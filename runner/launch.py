@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from profreport.runner.manifest import Artifact, ProfiledRun
+from profreport.manifest import Artifact, ProfiledRun
 from profreport.runner.variants import cpu_has_native_bf16, cpus_available
 
 PROFILERS = ("kernprof", "torch", "nsys")

@@ -10,9 +10,9 @@ from profreport.runner.launch import PROFILERS
 from profreport.runner.variants import (
     CPU_DEFAULT_VARIANTS,
     GPU_DEFAULT_VARIANTS,
+    WORKLOADS,
     variant_registry,
 )
-from profreport.runner.workloads import WORKLOADS
 
 #: Training iterations per launch by default: enough for stable figures, and the default three
 #: variants under all profilers finish in under 3 minutes on 2 CPU cores.

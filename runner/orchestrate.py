@@ -11,8 +11,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from profreport.cli import EXIT_INTERRUPTED, EXIT_PARTIAL
 from profreport.errors import RunError, UsageError
+from profreport.manifest import Manifest, ProfiledRun, write_manifest
 from profreport.runner.launch import (
     LPROF_NAME,
     NSYS_OUTPUT,
@@ -25,7 +25,6 @@ from profreport.runner.launch import (
     tool_missing,
     wrap_command,
 )
-from profreport.runner.manifest import Manifest, ProfiledRun, write_manifest
 from profreport.runner.script_profile import module_level_loader_loop
 from profreport.runner.slurm import SlurmPlan, emit_slurm
 from profreport.runner.train import TrainConfig
@@ -247,7 +246,7 @@ def script_launch_entries(script: Path, options: RunOptions, folder: Path) -> di
     return entries
 
 
-def write_slurm(args: argparse.Namespace, variants: list[Variant], options: RunOptions) -> int:
+def write_slurm(args: argparse.Namespace, variants: list[Variant], options: RunOptions) -> None:
     """``--emit-slurm``: write the sbatch scripts and the driver; run nothing."""
     out = args.emit_slurm
     run_args = ["--workload", options.workload, "--steps", str(options.steps),
@@ -267,7 +266,6 @@ def write_slurm(args: argparse.Namespace, variants: list[Variant], options: RunO
             configs[variant.name] = config.save(out / f"{variant.name}.train.json")
     written = emit_slurm(variants, plan, options.base_knobs(), out, configs)
     print(f"wrote {len(written)} scripts to {out}; submit with: bash {out / 'submit_all.sh'}")
-    return 0
 
 
 def runnable_variants(variants: list[Variant], options: RunOptions) -> list[Variant]:
@@ -308,8 +306,9 @@ def run_all(variants: list[Variant], options: RunOptions) -> tuple[list[Path], l
     return folders, failures, interrupted
 
 
-def run_and_report_command(args: argparse.Namespace) -> int:
-    """Run the variants (or the script), then analyse every run folder into one report."""
+def run_from_args(args: argparse.Namespace) -> tuple[list[Path], list[str], bool] | None:
+    """Run the variants (or the script) the command line asks for; None after --emit-slurm,
+    which only writes scripts. Returns what :func:`run_all` returns."""
     options = run_options(args)
     # --emit-slurm cannot see the compute nodes' CPUs, so amp is left to an explicit --variants.
     native_bf16 = not args.emit_slurm and cpu_has_native_bf16()
@@ -318,24 +317,6 @@ def run_and_report_command(args: argparse.Namespace) -> int:
     if options.script is None:
         require_workload(options.workload)
     if args.emit_slurm:
-        return write_slurm(args, variants, options)
-    folders, failures, interrupted = run_all(runnable_variants(variants, options), options)
-    if interrupted and not folders:
-        print("profreport: interrupted before any variant finished", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    status = report_on(folders, failures, args)
-    return EXIT_INTERRUPTED if interrupted else status
-
-
-def report_on(folders: list[Path], failures: list[str], args: argparse.Namespace) -> int:
-    """Analyse the folders that hold profiles; failed variants are listed in the report."""
-    from profreport.reports.pipeline import AnalyzeOptions, analyze_paths, finish_report
-
-    usable = [folder for folder in folders if any(folder.glob("**/*.pt.trace.json.gz"))
-              or any(folder.glob("*.lprof")) or any(folder.glob("*.nsys-rep"))]
-    if not usable:
-        raise RunError("no variant produced a profile: " + "; ".join(failures or ["none ran"]))
-    report = analyze_paths(usable, AnalyzeOptions(title=args.title, baseline=args.baseline))
-    report.failures.extend(failures)
-    status = finish_report(report, args)
-    return max(status, EXIT_PARTIAL) if failures else status
+        write_slurm(args, variants, options)
+        return None
+    return run_all(runnable_variants(variants, options), options)

@@ -10,6 +10,8 @@ from typing import Any
 
 from profreport.errors import UsageError
 
+#: The built-in workloads (runner/workloads.py builds them).
+WORKLOADS = ("mnist", "resnet18")
 #: What run-and-report runs on a GPU when ``--variants`` is not given.
 GPU_DEFAULT_VARIANTS = ("baseline", "workers", "pinned", "amp")
 #: The same on a CPU: pinned memory does nothing without a GPU; channels-last made the MNIST net

@@ -23,7 +23,6 @@ from torch.utils.data import Dataset
 
 from profreport.errors import InputError, MissingToolError
 
-WORKLOADS = ("mnist", "resnet18")
 #: MNIST's mean and standard deviation, as in the PyTorch example's Normalize((0.1307,), (0.3081,)).
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
 #: Elastic distortion of Simard et al. (2003), the classic MNIST augmentation: displacement

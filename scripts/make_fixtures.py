@@ -18,8 +18,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from profreport.manifest import load_manifest
 from profreport.parsers import parse_file
-from profreport.runner.manifest import load_manifest
 from profreport.runner.orchestrate import RunOptions, run_variant
 from profreport.runner.variants import Variant
 

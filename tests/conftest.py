@@ -62,7 +62,7 @@ def hostile_kineto_trace(corpus: Path, tmp_path_factory: pytest.TempPathFactory)
     import gzip
     import json
 
-    from profreport.reports.pipeline import AnalyzeOptions, analyze_paths
+    from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
 
     source = corpus / "kineto" / "resnet50_num_workers_4.pt.trace.json.gz"
     metrics = analyze_paths([source], AnalyzeOptions()).runs[0].metrics

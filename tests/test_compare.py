@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from profreport.reports.compare import (
+from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+from profreport.reports.analysis.compare import (
     NOISE_BLOCKS,
     Spread,
     noise_band,
@@ -18,8 +19,7 @@ from profreport.reports.compare import (
     t_quantile,
     within_noise,
 )
-from profreport.reports.html import render_html
-from profreport.reports.pipeline import AnalyzeOptions, analyze_paths
+from profreport.reports.render.html import render_html
 
 
 def test_t_quantile_matches_the_tables() -> None:

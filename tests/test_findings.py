@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 
 from profreport.parsers import parse_file
-from profreport.reports.findings import (
+from profreport.reports.analysis.findings import (
     LIGHT_LOADER_CORES,
     TRIAL_LIMIT_RATIO,
     RunContext,
     find_all,
     verdict,
 )
-from profreport.reports.metrics import compute_run_metrics
-from profreport.reports.results import RunMetrics
+from profreport.reports.analysis.metrics import compute_run_metrics
+from profreport.reports.analysis.results import RunMetrics
 
 # A training loop whose loader sleeps per batch while the step itself is light.
 LOADER_HEAVY = """\
@@ -121,7 +121,7 @@ def test_resnet50_advice_comes_from_the_kernels(corpus: Path) -> None:
 def test_cpu_advice_for_autocast_without_native_bf16() -> None:
     """A CPU run whose convolutions fell back to ATen's slow kernels under bf16 autocast, on a
     CPU the manifest says lacks native bf16: turn autocast off, naming the slow ops."""
-    from profreport.reports.results import BREAKDOWN_PARTS, Breakdown, CpuOpMix, TopItem
+    from profreport.reports.analysis.results import BREAKDOWN_PARTS, Breakdown, CpuOpMix, TopItem
 
     parts = dict.fromkeys(BREAKDOWN_PARTS, 0) | {"compute": 640, "other": 14}
     mix = CpuOpMix("kineto", 2_600, 0.71, 0.0,
@@ -214,7 +214,7 @@ def test_sources_agreement(fractions: dict[str, float], expected: str) -> None:
 
 def fixture_metrics(folder: Path, *names: str) -> RunMetrics:
     """Metrics of some files (all profiles when none are named) of a project fixture folder."""
-    from profreport.reports.pipeline import find_profiles
+    from profreport.reports.analysis.analyze import find_profiles
 
     paths = [folder / name for name in names] or find_profiles(folder)
     return compute_run_metrics([parse_file(path) for path in paths])
@@ -222,7 +222,7 @@ def fixture_metrics(folder: Path, *names: str) -> RunMetrics:
 
 def fixture_context(folder: Path, **environment: object) -> RunContext:
     """The knobs and environment of a fixture's manifest, with some environment keys replaced."""
-    from profreport.runner.manifest import load_manifest
+    from profreport.manifest import load_manifest
 
     manifest = load_manifest(folder / "manifest.json")
     return RunContext(knobs=dict(manifest.knobs),
@@ -312,8 +312,8 @@ def test_ddp_gloo_verdict_and_comm(fixtures_dir: Path) -> None:
 
 def fixture_manifest_metrics(folder: Path, *names: str) -> RunMetrics:
     """Like :func:`fixture_metrics`, with the folder's manifest (throughput and trials)."""
-    from profreport.reports.pipeline import find_profiles
-    from profreport.runner.manifest import load_manifest
+    from profreport.manifest import load_manifest
+    from profreport.reports.analysis.analyze import find_profiles
 
     paths = [folder / name for name in names] or find_profiles(folder)
     return compute_run_metrics([parse_file(path) for path in paths],
@@ -325,7 +325,7 @@ def test_trials_back_the_verdict(fixtures_dir: Path, nsys_available: str) -> Non
     profilers: LOADER_BOUND quotes them and the verdict says so. compute_heavy's NVTX-only nsys
     capture cannot attribute the step, but its trials (the loader alone many times faster than
     the model alone) can: compute-bound. Figures are the fixtures' own manifests'."""
-    from profreport.runner.manifest import load_manifest
+    from profreport.manifest import load_manifest
 
     folder = fixtures_dir / "loader_heavy"
     trials = load_manifest(folder / "manifest.json").trials
@@ -357,7 +357,7 @@ def test_trials_that_disagree_are_reported(corpus: Path) -> None:
     limit (loader alone 2000 samples/s, model alone 500) give the TRIALS finding."""
     from dataclasses import replace
 
-    from profreport.reports.results import Trials
+    from profreport.reports.analysis.results import Trials
 
     m = metrics_of(corpus / "kineto" / "resnet50_num_workers_0.pt.trace.json.gz")
     disagreeing = replace(m, trials=Trials(io=2000.0, synthetic=500.0, full=450.0))

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from profreport.parsers import parse_file
-from profreport.reports import intervals as iv
-from profreport.reports.metrics import (
+from profreport.reports.analysis import intervals as iv
+from profreport.reports.analysis.metrics import (
     ATTRIBUTES_CPU_OPS,
     LONG_IDLE_GAP_NS,
     RANGES_ONLY,
@@ -20,8 +20,8 @@ from profreport.reports.metrics import (
     self_time_ns,
     step_windows,
 )
-from profreport.reports.results import RunMetrics
-from profreport.reports.timeline import MAX_SEGMENTS, build_timeline
+from profreport.reports.analysis.results import RunMetrics
+from profreport.reports.analysis.timeline import MAX_SEGMENTS, build_timeline
 
 
 def metrics_of(path: Path) -> RunMetrics:
@@ -129,7 +129,7 @@ def test_timeline_is_small_and_relative(corpus: Path, nsys_available: str) -> No
 
 def fixture_profiles(folder: Path) -> list:
     """Every profile of one of the project's fixture run folders, parsed."""
-    from profreport.reports.pipeline import find_profiles
+    from profreport.reports.analysis.analyze import find_profiles
 
     return [parse_file(path) for path in find_profiles(folder)]
 

@@ -11,10 +11,15 @@ from pathlib import Path
 import pytest
 
 from profreport.errors import InputError, UsageError
-from profreport.reports.json_report import render_json
-from profreport.reports.markdown import render_markdown
-from profreport.reports.pipeline import AnalyzeOptions, analyze_paths, find_profiles, run_name
-from profreport.runner.manifest import Artifact, Manifest, write_manifest
+from profreport.manifest import Artifact, Manifest, write_manifest
+from profreport.reports.analysis.analyze import (
+    AnalyzeOptions,
+    analyze_paths,
+    find_profiles,
+    run_name,
+)
+from profreport.reports.render.json import render_json
+from profreport.reports.render.markdown import render_markdown
 
 RUN_KEYS = {"name", "sources", "verdict", "verdict_reason", "metrics", "breakdown", "findings",
             "top_kernels", "top_ops", "lines", "knobs", "notes"}
@@ -210,8 +215,13 @@ def test_comparison_names_core_contention() -> None:
     """CPU-only, num_workers 1 -> 2 on 2 CPUs: contention is named only when compute moved the
     way it predicts (grew with more workers, fell with fewer), never when compute fell with more
     workers; a gain is never claimed for a run that got slower."""
-    from profreport.reports.compare import compare_runs
-    from profreport.reports.results import BREAKDOWN_PARTS, Breakdown, RunAnalysis, RunMetrics
+    from profreport.reports.analysis.compare import compare_runs
+    from profreport.reports.analysis.results import (
+        BREAKDOWN_PARTS,
+        Breakdown,
+        RunAnalysis,
+        RunMetrics,
+    )
 
     def run(name: str, workers: int, compute_ms: int) -> RunAnalysis:
         """A CPU-only run whose step is mostly compute."""

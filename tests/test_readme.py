@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from profreport.reports import compare, findings, metrics
+from profreport.reports.analysis import compare, findings, metrics
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from markupsafe import escape
 
-from profreport.reports.display import TRIAL_LABELS, metric_groups
-from profreport.reports.html import build_view, render_html
-from profreport.reports.markdown import SLOWEST_LINES, escape_markdown, render_markdown
-from profreport.reports.pipeline import AnalyzeOptions, analyze_paths
-from profreport.reports.results import Report
+from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+from profreport.reports.analysis.results import Report
+from profreport.reports.render.display import TRIAL_LABELS, metric_groups
+from profreport.reports.render.html import build_view, render_html
+from profreport.reports.render.markdown import SLOWEST_LINES, escape_markdown, render_markdown
 
 RAW_TRIAL_KEY = re.compile(r"\btrial_(?:io|full|synthetic)\b")
 
@@ -147,7 +147,7 @@ def test_markdown_reads_as_a_comment(all_three: Report) -> None:
 
 def test_display_units_read_in_one_unit() -> None:
     """Deltas stay in ms whatever their size; clauses become sentences; indents are counted."""
-    from profreport.reports.display import delta_ms, duration, indent_width, plain, sentence
+    from profreport.reports.render.display import delta_ms, duration, indent_width, plain, sentence
 
     assert [delta_ms(-519_900), delta_ms(11_900_000), delta_ms(0)] == ["-0.52 ms", "+11.9 ms",
                                                                       "0 ms"]

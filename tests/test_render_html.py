@@ -15,10 +15,10 @@ import pytest
 
 from profreport.errors import UsageError
 from profreport.parsers import ParseOptions
-from profreport.reports.html import render_html
-from profreport.reports.pipeline import AnalyzeOptions, analyze_paths
+from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+from profreport.reports.analysis.results import Report
 from profreport.reports.render import write_reports
-from profreport.reports.results import Report
+from profreport.reports.render.html import render_html
 
 pytestmark = pytest.mark.corpus
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from profreport.reports.markdown import escape_markdown, render_markdown
-from profreport.reports.pipeline import AnalyzeOptions, analyze_paths
+from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+from profreport.reports.render.markdown import escape_markdown, render_markdown
 
 pytestmark = pytest.mark.corpus
 

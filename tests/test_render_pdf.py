@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from profreport.errors import MissingToolError
-from profreport.reports.display import verdict_label
-from profreport.reports.pipeline import AnalyzeOptions, analyze_paths
+from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
 from profreport.reports.render import write_reports
+from profreport.reports.render.display import verdict_label
 
 pytestmark = pytest.mark.corpus
 

@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 
 from profreport.model import Profile
-from profreport.reports import intervals as iv
-from profreport.reports.metrics import StepWindows, dataloader_intervals, gpu_tables
-from profreport.reports.results import Timeline, TimelineSegment
+from profreport.reports.analysis import intervals as iv
+from profreport.reports.analysis.metrics import StepWindows, dataloader_intervals, gpu_tables
+from profreport.reports.analysis.results import Timeline, TimelineSegment
 
 #: Steps shown: the median one and its neighbours, enough to see the gap between iterations.
 TIMELINE_STEPS = 3

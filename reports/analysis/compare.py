@@ -27,8 +27,13 @@ from statistics import NormalDist
 import numpy as np
 
 from profreport.errors import UsageError
-from profreport.reports.findings import RunContext, cpu_load
-from profreport.reports.results import BREAKDOWN_PARTS, Comparison, ComparisonRow, RunAnalysis
+from profreport.reports.analysis.findings import RunContext, cpu_load
+from profreport.reports.analysis.results import (
+    BREAKDOWN_PARTS,
+    Comparison,
+    ComparisonRow,
+    RunAnalysis,
+)
 
 #: Readable names of the breakdown parts, for explanations.
 PART_NAMES = {

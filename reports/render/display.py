@@ -1,7 +1,8 @@
 """Display formatting shared by the HTML, PDF and Markdown renderers: units and labels only.
 
-Nothing here computes a metric; it turns the numbers of :mod:`profreport.reports.results` into
-text (nanoseconds to ms or s, fractions to percent) and names the verdicts.
+Nothing here computes a metric; it turns the numbers of
+:mod:`profreport.reports.analysis.results` into text (nanoseconds to ms or s, fractions to
+percent) and names the verdicts.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import PurePath
 
-from profreport.reports.results import Finding, RunAnalysis, RunMetrics, Trials
+from profreport.reports.analysis.results import Finding, RunAnalysis, RunMetrics, Trials
 
 #: Shown where a metric is unknown (its sources cannot tell).
 MISSING = "—"

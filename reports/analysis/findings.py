@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from profreport import concepts
-from profreport.reports.results import (
+from profreport.reports.analysis.results import (
     CpuOpMix,
     Evidence,
     Finding,

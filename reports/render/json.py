@@ -9,11 +9,9 @@ a meaningful order (findings by severity, top lists by time) or sorted.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
-from profreport.fileio import write_text
-from profreport.reports.results import (
+from profreport.reports.analysis.results import (
     Breakdown,
     Comparison,
     CpuOpMix,
@@ -27,8 +25,6 @@ from profreport.reports.results import (
     TopItem,
     Trials,
 )
-
-JSON_NAME = "report.json"
 
 
 def _ms(ns: float | None) -> float | None:
@@ -188,8 +184,3 @@ def report_json(report: Report) -> dict[str, Any]:
 def render_json(report: Report) -> str:
     """The report as JSON text (sorted keys, 2-space indent)."""
     return json.dumps(report_json(report), indent=2, sort_keys=True, default=str) + "\n"
-
-
-def write_json(report: Report, out_dir: Path) -> Path:
-    """Write ``out_dir/report.json`` atomically."""
-    return write_text(out_dir / JSON_NAME, render_json(report))

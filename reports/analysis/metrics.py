@@ -30,9 +30,10 @@ import numpy as np
 import pandas as pd
 
 from profreport import concepts
+from profreport.manifest import Manifest
 from profreport.model import Profile
-from profreport.reports import intervals as iv
-from profreport.reports.results import (
+from profreport.reports.analysis import intervals as iv
+from profreport.reports.analysis.results import (
     BREAKDOWN_PARTS,
     Breakdown,
     CommStats,
@@ -51,7 +52,6 @@ from profreport.reports.results import (
     TopItem,
     Trials,
 )
-from profreport.runner.manifest import Manifest
 
 #: An idle GPU gap longer than this is a stall, not launch jitter: the sc22 tutorial reads its
 #: 500 ms gaps as the GPU waiting for the DataLoader between iterations.

@@ -13,14 +13,14 @@ from dataclasses import dataclass
 import pandas as pd
 import plotly.graph_objects as go
 
-from profreport.reports.display import elide, ns_to_ms, part_label, ratio
-from profreport.reports.results import (
+from profreport.reports.analysis.results import (
     BREAKDOWN_PARTS,
     Comparison,
     RunAnalysis,
     Timeline,
     TopItem,
 )
+from profreport.reports.render.display import elide, ns_to_ms, part_label, ratio
 
 #: Longest name shown on a chart axis or in hover text; the tables show names in full.
 NAME_LIMIT = 60

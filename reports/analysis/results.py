@@ -1,10 +1,9 @@
 """Typed result objects: what the analysis computes and every renderer takes.
 
-Data flows one way: parsers -> tables -> metrics (``reports.metrics``) -> findings
-(``reports.findings``) -> these objects -> renderers (``reports.html``, ``reports.pdf``,
-``reports.markdown``, ``reports.json_report``). Renderers only format what is here; they never
-compute a metric. Durations are integer nanoseconds; fractions are floats in 0..1; a field is
-``None`` when the sources of a run cannot tell.
+Data flows one way: parsers -> tables -> metrics (``reports.analysis.metrics``) -> findings
+(``reports.analysis.findings``) -> these objects -> renderers (``reports.render``). Renderers only
+format what is here; they never compute a metric. Durations are integer nanoseconds; fractions
+are floats in 0..1; a field is ``None`` when the sources of a run cannot tell.
 """
 
 from __future__ import annotations

@@ -7,25 +7,20 @@ Each input is one run: a profile file, or a folder holding several profiles of t
 
 from __future__ import annotations
 
-import argparse
 import fnmatch
-import os
-import sys
-import webbrowser
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from profreport import __version__
-from profreport.cli import EXIT_PARTIAL
 from profreport.errors import InputError, ProfreportError
+from profreport.manifest import MANIFEST_NAME, Manifest, load_manifest
 from profreport.model import Profile
 from profreport.parsers import NSYS_REPORT_SUFFIXES, ParseOptions, parse_file
-from profreport.reports.compare import compare_runs
-from profreport.reports.findings import RunContext, find_all, verdict
-from profreport.reports.metrics import compute_run_metrics, primary_timed
-from profreport.reports.results import Report, RunAnalysis, SourceInfo
-from profreport.reports.timeline import build_timeline
-from profreport.runner.manifest import MANIFEST_NAME, Manifest, load_manifest
+from profreport.reports.analysis.compare import compare_runs
+from profreport.reports.analysis.findings import RunContext, find_all, verdict
+from profreport.reports.analysis.metrics import compute_run_metrics, primary_timed
+from profreport.reports.analysis.results import Report, RunAnalysis, SourceInfo
+from profreport.reports.analysis.timeline import build_timeline
 
 #: Name endings of the profiles a folder is searched for (longest first, to strip run names).
 PROFILE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json", ".nsys-rep",
@@ -37,8 +32,6 @@ NOT_TRACES = (MANIFEST_NAME, "report.json", "train_config.*.json", "plain_result
 SKIPPED_DIRS = frozenset({"__pycache__", "node_modules", ".venv", "venv", ".git"})
 #: A run folder's profiles lie at most this deep (run/rank0/trace.json is depth 2).
 MAX_SEARCH_DEPTH = 3
-#: How many findings the terminal summary shows per run.
-SUMMARY_FINDINGS = 3
 
 
 @dataclass(frozen=True)
@@ -179,86 +172,3 @@ def analyze_paths(inputs: list[Path], options: AnalyzeOptions) -> Report:
     title = options.title or "profreport: " + ", ".join(run.name for run in runs)
     return Report(title=title, generated_by=f"profreport {__version__}", runs=runs,
                   comparison=compare_runs(runs, options.baseline), failures=failures)
-
-
-def write_formats(report: Report, out_dir: Path, formats: tuple[str, ...]) -> list[Path]:
-    """Write the report in each format (through reports.render when it is installed)."""
-    try:
-        from profreport.reports.render import write_reports
-    except ImportError:
-        from profreport.reports.json_report import write_json
-
-        return [write_json(report, out_dir)] if "json" in formats else []
-    return write_reports(report, out_dir, formats)
-
-
-def _ms(ns: float | None) -> str:
-    """Nanoseconds as ms text for the terminal."""
-    return "?" if ns is None else f"{ns / 1e6:.1f} ms"
-
-
-def run_summary(run: RunAnalysis) -> list[str]:
-    """A few lines about one run for the terminal."""
-    m = run.metrics
-    lines = [f"{run.name}: {run.verdict} ({run.verdict_reason})"]
-    if m.steps is not None:
-        wall = f", wall {_ms(m.steps.wall_mean_ns)} per step" if m.steps.wall_mean_ns else ""
-        lines.append(f"  steps: {m.steps.count} × {_ms(m.steps.mean_ns)} ({m.steps.origin}"
-                     f"{wall})")
-    lines += [f"  [{f.severity}] {f.title}" for f in run.findings[:SUMMARY_FINDINGS]]
-    if m.top_kernels:
-        k = m.top_kernels[0]
-        lines.append(f"  top kernel: {k.name[:70]} {_ms(k.total_ns)} ({k.share:.0%})")
-    if m.top_ops:
-        lines.append(f"  top op: {m.top_ops[0].name[:70]} {_ms(m.top_ops[0].total_ns)}")
-    if m.lines:
-        line = m.lines[0]
-        lines.append(f"  top line: {Path(line.file).name}:{line.lineno} {line.share:.0%} of "
-                     f"{line.function}: {(line.source or '').strip()[:60]}")
-    return lines
-
-
-def _display_available() -> bool:
-    """Whether a browser window can be shown here."""
-    return sys.platform == "darwin" or bool(os.environ.get("DISPLAY")
-                                            or os.environ.get("WAYLAND_DISPLAY"))
-
-
-def _open_report(written: list[Path]) -> None:
-    """Open the HTML report in a browser when a display exists, else say where it is."""
-    html = next((p for p in written if p.suffix == ".html"), None)
-    if html is None:
-        print("--open: no HTML report was written")
-    elif _display_available():
-        webbrowser.open(html.resolve().as_uri())
-    else:
-        print(f"--open: no display here; open {html} on a machine with a browser")
-
-
-def finish_report(report: Report, args: argparse.Namespace) -> int:
-    """Write the formats, print the summary and the failures; 0, or 1 when an input failed."""
-    written = write_formats(report, Path(args.out), tuple(args.formats))
-    for run in report.runs:
-        print("\n".join(run_summary(run)))
-    if report.comparison is not None:
-        for row in report.comparison.rows:
-            if row.name == report.comparison.baseline:
-                continue
-            speed = f"{row.speedup:.2f}x" if row.speedup else "?"
-            print(f"{row.name} vs {report.comparison.baseline}: {speed}; {row.explanation}")
-    for path in written:
-        print(f"wrote {path}")
-    for failure in report.failures:
-        print(f"profreport: failed: {failure}", file=sys.stderr)
-    if getattr(args, "open", False):
-        _open_report(written)
-    return EXIT_PARTIAL if report.failures else 0
-
-
-def analyze_command(args: argparse.Namespace) -> int:
-    """The ``analyze`` subcommand."""
-    options = AnalyzeOptions(
-        title=args.title, baseline=args.baseline,
-        parse=ParseOptions(cache_dir=getattr(args, "cache_dir", None),
-                           source_root=getattr(args, "source_root", None)))
-    return finish_report(analyze_paths(list(args.inputs), options), args)

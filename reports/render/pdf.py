@@ -14,9 +14,9 @@ import plotly.io
 import weasyprint
 
 from profreport.errors import MissingToolError
-from profreport.reports.charts import Chart
-from profreport.reports.html import build_view, render_page
-from profreport.reports.results import Report
+from profreport.reports.analysis.results import Report
+from profreport.reports.render.charts import Chart
+from profreport.reports.render.html import build_view, render_page
 
 #: Width of an exported chart in CSS pixels: about the text width of an A4 page at 96 dpi.
 CHART_WIDTH_PX = 720

@@ -11,8 +11,8 @@ from functools import cache
 
 import jinja2
 
-from profreport.reports.html import build_run_views, templates_environment
-from profreport.reports.results import BREAKDOWN_PARTS, Report
+from profreport.reports.analysis.results import BREAKDOWN_PARTS, Report
+from profreport.reports.render.html import build_run_views, templates_environment
 
 TEMPLATE = "report.md.j2"
 #: Longest kernel or op name a Markdown table shows (comments have no horizontal scroll).

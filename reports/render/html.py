@@ -17,10 +17,16 @@ from functools import cache
 import jinja2
 import plotly.offline
 
-from profreport.reports import display
-from profreport.reports.charts import Chart, comparison_charts, run_charts
-from profreport.reports.display import MetricGroup, TrialBar
-from profreport.reports.results import BREAKDOWN_PARTS, Finding, Report, RunAnalysis, origin_label
+from profreport.reports.analysis.results import (
+    BREAKDOWN_PARTS,
+    Finding,
+    Report,
+    RunAnalysis,
+    origin_label,
+)
+from profreport.reports.render import display
+from profreport.reports.render.charts import Chart, comparison_charts, run_charts
+from profreport.reports.render.display import MetricGroup, TrialBar
 
 TEMPLATE = "report.html.j2"
 

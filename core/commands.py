@@ -1,0 +1,131 @@
+"""The subcommands: each composes the layers (runner -> parsers -> analysis -> renderers) and
+talks to the terminal. Nothing below this module prints a summary or returns an exit status."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+import webbrowser
+from pathlib import Path
+
+from profreport.errors import EXIT_INTERRUPTED, EXIT_PARTIAL, MissingToolError, RunError
+from profreport.parsers import ParseOptions
+from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+from profreport.reports.analysis.results import Report, RunAnalysis
+from profreport.reports.render import write_reports
+
+#: How many findings the terminal summary shows per run.
+SUMMARY_FINDINGS = 3
+#: Modules of the ``train`` extra that run-and-report imports.
+TRAIN_MODULES = ("torch", "line_profiler", "nvtx")
+
+
+def _ms(ns: float | None) -> str:
+    """Nanoseconds as ms text for the terminal."""
+    return "?" if ns is None else f"{ns / 1e6:.1f} ms"
+
+
+def run_summary(run: RunAnalysis) -> list[str]:
+    """A few lines about one run for the terminal."""
+    m = run.metrics
+    lines = [f"{run.name}: {run.verdict} ({run.verdict_reason})"]
+    if m.steps is not None:
+        wall = f", wall {_ms(m.steps.wall_mean_ns)} per step" if m.steps.wall_mean_ns else ""
+        lines.append(f"  steps: {m.steps.count} × {_ms(m.steps.mean_ns)} ({m.steps.origin}"
+                     f"{wall})")
+    lines += [f"  [{f.severity}] {f.title}" for f in run.findings[:SUMMARY_FINDINGS]]
+    if m.top_kernels:
+        k = m.top_kernels[0]
+        lines.append(f"  top kernel: {k.name[:70]} {_ms(k.total_ns)} ({k.share:.0%})")
+    if m.top_ops:
+        lines.append(f"  top op: {m.top_ops[0].name[:70]} {_ms(m.top_ops[0].total_ns)}")
+    if m.lines:
+        line = m.lines[0]
+        lines.append(f"  top line: {Path(line.file).name}:{line.lineno} {line.share:.0%} of "
+                     f"{line.function}: {(line.source or '').strip()[:60]}")
+    return lines
+
+
+def _display_available() -> bool:
+    """Whether a browser window can be shown here."""
+    return sys.platform == "darwin" or bool(os.environ.get("DISPLAY")
+                                            or os.environ.get("WAYLAND_DISPLAY"))
+
+
+def _open_report(written: list[Path]) -> None:
+    """Open the HTML report in a browser when a display exists, else say where it is."""
+    html = next((p for p in written if p.suffix == ".html"), None)
+    if html is None:
+        print("--open: no HTML report was written")
+    elif _display_available():
+        webbrowser.open(html.resolve().as_uri())
+    else:
+        print(f"--open: no display here; open {html} on a machine with a browser")
+
+
+def finish_report(report: Report, args: argparse.Namespace) -> int:
+    """Write the formats, print the summary and the failures; 0, or 1 when an input failed."""
+    written = write_reports(report, Path(args.out), tuple(args.formats))
+    for run in report.runs:
+        print("\n".join(run_summary(run)))
+    if report.comparison is not None:
+        for row in report.comparison.rows:
+            if row.name == report.comparison.baseline:
+                continue
+            speed = f"{row.speedup:.2f}x" if row.speedup else "?"
+            print(f"{row.name} vs {report.comparison.baseline}: {speed}; {row.explanation}")
+    for path in written:
+        print(f"wrote {path}")
+    for failure in report.failures:
+        print(f"profreport: failed: {failure}", file=sys.stderr)
+    if getattr(args, "open", False):
+        _open_report(written)
+    return EXIT_PARTIAL if report.failures else 0
+
+
+def analyze_command(args: argparse.Namespace) -> int:
+    """The ``analyze`` subcommand."""
+    options = AnalyzeOptions(
+        title=args.title, baseline=args.baseline,
+        parse=ParseOptions(cache_dir=getattr(args, "cache_dir", None),
+                           source_root=getattr(args, "source_root", None)))
+    return finish_report(analyze_paths(list(args.inputs), options), args)
+
+
+def require_train_extra() -> None:
+    """MissingToolError naming the extra when what run-and-report imports is not installed."""
+    missing = [name for name in TRAIN_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise MissingToolError(
+            f"run-and-report needs {', '.join(missing)}, which is not installed: "
+            "pip install 'profreport[train]' (pin torch first, see the README)")
+
+
+def run_and_report_command(args: argparse.Namespace) -> int:
+    """Run the variants (or the script), then analyse every run folder into one report."""
+    require_train_extra()
+    from profreport.runner import orchestrate
+
+    outcome = orchestrate.run_from_args(args)
+    if outcome is None:  # --emit-slurm: scripts written, nothing run
+        return 0
+    folders, failures, interrupted = outcome
+    if interrupted and not folders:
+        print("profreport: interrupted before any variant finished", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    status = report_on(folders, failures, args)
+    return EXIT_INTERRUPTED if interrupted else status
+
+
+def report_on(folders: list[Path], failures: list[str], args: argparse.Namespace) -> int:
+    """Analyse the folders that hold profiles; failed variants are listed in the report."""
+    usable = [folder for folder in folders if any(folder.glob("**/*.pt.trace.json.gz"))
+              or any(folder.glob("*.lprof")) or any(folder.glob("*.nsys-rep"))]
+    if not usable:
+        raise RunError("no variant produced a profile: " + "; ".join(failures or ["none ran"]))
+    report = analyze_paths(usable, AnalyzeOptions(title=args.title, baseline=args.baseline))
+    report.failures.extend(failures)
+    status = finish_report(report, args)
+    return max(status, EXIT_PARTIAL) if failures else status
