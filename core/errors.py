@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from profreport.text import MAX_ERROR_NAME, error_text
+
 #: Exit status when some inputs failed but a report was still written for the others.
 EXIT_PARTIAL = 1
+#: An error line's message (after the file name) is elided to this many characters.
+MAX_ERROR_MESSAGE = 4 * MAX_ERROR_NAME
 #: Exit status after Ctrl-C (128 + SIGINT, as shells report it).
 EXIT_INTERRUPTED = 130
 
@@ -20,9 +24,9 @@ class ProfreportError(Exception):
         self.path = None if path is None else str(path)
 
     def one_line(self) -> str:
-        """The message as one line, prefixed with the file it concerns."""
-        text = " ".join(str(self.args[0]).split())
-        return f"{self.path}: {text}" if self.path else text
+        """The message as one line after the file it concerns; names elided and neutralised."""
+        text = error_text(self.args[0], MAX_ERROR_MESSAGE)
+        return f"{error_text(self.path)}: {text}" if self.path else text
 
 
 class InputError(ProfreportError):

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from profreport.errors import InputError
+from profreport.inputs import open_input
 from profreport.model import Profile, SourceKind
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -34,7 +35,7 @@ class ParseOptions:
 def detect_kind(path: Path) -> SourceKind:
     """Which parser reads ``path``, judged from its first bytes and then its name."""
     try:
-        with open(path, "rb") as handle:
+        with open_input(path) as handle:
             head = handle.read(64)
     except OSError as exc:
         raise InputError(f"cannot read: {exc.strerror or exc}", path) from None

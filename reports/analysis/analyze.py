@@ -13,6 +13,7 @@ from pathlib import Path
 
 from profreport import __version__
 from profreport.errors import InputError, ProfreportError
+from profreport.inputs import check_regular_file
 from profreport.manifest import MANIFEST_NAME, Manifest, load_manifest
 from profreport.model import Profile
 from profreport.parsers import NSYS_REPORT_SUFFIXES, ParseOptions, parse_file
@@ -68,15 +69,25 @@ def find_profiles(folder: Path) -> list[Path]:
     return [p for p in found if not (p.suffix == ".sqlite" and run_name(p) in reports)]
 
 
+def failure_line(exc: BaseException, path: Path) -> str:
+    """One line for any error met while reading or analysing ``path``."""
+    if isinstance(exc, ProfreportError):
+        return exc.one_line() if exc.path else InputError(str(exc), path).one_line()
+    if isinstance(exc, RecursionError):
+        reason = "nested too deeply to analyse (RecursionError)"
+    elif isinstance(exc, MemoryError):
+        reason = "too large to analyse in this machine's memory (MemoryError)"
+    else:
+        reason = f"cannot read ({type(exc).__name__}: {exc})"
+    return InputError(reason, path).one_line()
+
+
 def _parse_one(path: Path, options: AnalyzeOptions, failures: list[str]) -> Profile | None:
     """Parse a file; a failure is recorded as one line and None is returned."""
     try:
         return parse_file(path, options.parse)
-    except ProfreportError as exc:
-        failures.append(exc.one_line())
-    except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
-        failures.append(InputError(f"cannot read ({type(exc).__name__}: {exc})",
-                                   path).one_line())
+    except Exception as exc:  # one bad file never stops the batch
+        failures.append(failure_line(exc, path))
     return None
 
 
@@ -151,22 +162,36 @@ def _unique(name: str, taken: set[str]) -> str:
     return candidate
 
 
+def _analyze_input(path: Path, options: AnalyzeOptions, failures: list[str],
+                   taken: set[str]) -> RunAnalysis | None:
+    """The run of one input (a file or a run folder), or None when it holds nothing to read."""
+    if not path.exists():
+        raise InputError("no such file or folder", path)
+    if not path.is_dir():
+        check_regular_file(path)
+    manifest = _manifest_of(path, failures) if path.is_dir() else None
+    profiles = _profiles_of(path, manifest, options, failures)
+    if path.is_dir() and not profiles and manifest is None:
+        raise InputError("no profiles found in this folder", path)
+    if not profiles and manifest is None:
+        return None
+    name = manifest.name if manifest else run_name(path)
+    return analyze_run(_unique(name, taken), profiles, manifest)
+
+
 def analyze_paths(inputs: list[Path], options: AnalyzeOptions) -> Report:
     """Analyse every input (one run each) and compare them; InputError if none can be read."""
     failures: list[str] = []
     runs: list[RunAnalysis] = []
     taken: set[str] = set()
     for path in inputs:
-        if not path.exists():
-            failures.append(InputError("no such file or folder", path).one_line())
+        try:
+            run = _analyze_input(path, options, failures, taken)
+        except Exception as exc:  # one bad input never stops the batch
+            failures.append(failure_line(exc, path))
             continue
-        manifest = _manifest_of(path, failures) if path.is_dir() else None
-        profiles = _profiles_of(path, manifest, options, failures)
-        if path.is_dir() and not profiles and manifest is None:
-            failures.append(InputError("no profiles found in this folder", path).one_line())
-        if profiles or manifest is not None:
-            name = manifest.name if manifest else run_name(path)
-            runs.append(analyze_run(_unique(name, taken), profiles, manifest))
+        if run is not None:
+            runs.append(run)
     if not runs:
         raise InputError("no input could be read: " + "; ".join(failures))
     title = options.title or "profreport: " + ", ".join(run.name for run in runs)
