@@ -27,6 +27,12 @@ empty frame with the right columns):
 ``cpu_collectives`` CPU-side collective calls (gloo, c10d, record_param_comms): start, end, pid,
                    tid, name (see concepts.is_cpu_collective).
 ``osrt``           OS runtime calls (nsys ``--trace=osrt``): start, end, pid, tid, name.
+``memory``         Allocator events (Kineto ``[memory]``, nsys CUDA memory usage): time, pid, tid
+                   (-1 unknown), device (-1 host), device_kind (``cpu``, ``cuda``...), bytes
+                   (signed: + allocation, - release), total_allocated and total_reserved after
+                   the event (-1 when the format does not record them), addr (-1 unknown),
+                   counts (``allocated``: tensor allocations of the framework's allocator;
+                   ``reserved``: driver allocations, i.e. the caching allocator's segments).
 ``devices``        GPUs: device, name, memory_bytes, sm_count (-1 unknown).
 ``threads``        pid, tid, name (nsys: decoded from globalTid).
 ``lines``          line_profiler lines: file, function, lineno, hits, time_ns, time_per_hit_ns,
@@ -61,6 +67,9 @@ TABLE_SCHEMAS: dict[str, dict[str, str]] = {
     "dataloader": {**_CPU, "name": "object"},
     "cpu_collectives": {**_CPU, "name": "object"},
     "osrt": {**_CPU, "name": "object"},
+    "memory": {"time": "int64", "pid": "int64", "tid": "int64", "device": "int64",
+               "device_kind": "object", "bytes": "int64", "total_allocated": "int64",
+               "total_reserved": "int64", "addr": "int64", "counts": "object"},
     "devices": {"device": "int64", "name": "object", "memory_bytes": "int64",
                 "sm_count": "int64"},
     "threads": {"pid": "int64", "tid": "int64", "name": "object"},

@@ -15,6 +15,9 @@ Both dialects are read: the 2021 one (``cat`` ``Operator``, ``Kernel``, ``Runtim
 ``Memset``) and the current one (``cpu_op``, ``kernel``, ``cuda_runtime``, ``cuda_driver``,
 ``gpu_memcpy``, ``gpu_memset``, ``user_annotation``, ``python_function``). ``ProfilerStep#N``
 spans go to ``ranges`` (and ``steps``), not ``cpu_ops``, whichever category recorded them.
+``[memory]`` instant events (``profile_memory=True``) go to ``memory`` in both dialects: 2021
+ones carry ``Device Type``, ``Device Id`` and ``Bytes``; current ones add ``Total Allocated``,
+``Total Reserved`` and ``Addr``.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import pandas as pd
 
 from profreport import concepts
 from profreport.errors import InputError, UnsupportedFormatError
-from profreport.model import Profile, conform
+from profreport.model import Profile, conform, empty_table
 
 #: Kineto's ``schemaVersion`` values this parser knows (every release so far writes 1).
 SUPPORTED_SCHEMA_VERSIONS = frozenset({1})
@@ -68,6 +71,10 @@ MEMSET_CATS = frozenset({"gpu_memset", "memset"})
 RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "runtime"})
 ANNOTATION_CATS = frozenset({"user_annotation"})
 PYTHON_CATS = frozenset({"python_function"})
+#: Name of the instant events that record one allocation or release of the framework allocator.
+MEMORY_EVENT_NAME = "[memory]"
+#: c10::DeviceType codes of a memory event's ``Device Type`` (c10/core/DeviceType.h).
+DEVICE_TYPE_NAMES = {0: "cpu", 1: "cuda", 6: "hip", 12: "xpu", 13: "mps", 19: "mtia"}
 #: Categories that exist only in the 2021 dialect.
 LEGACY_CATS = frozenset({"Operator", "Kernel", "Runtime", "Memcpy", "Memset"})
 
@@ -81,6 +88,13 @@ class _Args(msgspec.Struct, gc=False):
     bytes: int = -1
     bandwidth: float = msgspec.field(default=-1.0, name="memory bandwidth (GB/s)")
     name: Any = None
+    # Memory events' fields, typed loosely: other events may reuse these keys for other values.
+    device_type: Any = msgspec.field(default=None, name="Device Type")
+    device_id: Any = msgspec.field(default=None, name="Device Id")
+    memory_bytes: Any = msgspec.field(default=None, name="Bytes")
+    total_allocated: Any = msgspec.field(default=None, name="Total Allocated")
+    total_reserved: Any = msgspec.field(default=None, name="Total Reserved")
+    addr: Any = msgspec.field(default=None, name="Addr")
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -152,12 +166,14 @@ class _ColumnBuilder:
         self.cats = _Symbols()
         self.threads = _Symbols()
         self.metadata: list[_Event] = []
+        self.memory = _MemoryEvents()
         self._parts: list[dict[str, np.ndarray]] = []
 
     def add(self, events: list[_Event]) -> None:
         """Append one batch: "X" events become columns, "M" events are kept as they are."""
         spans = [e for e in events if e.ph == "X"]
         self.metadata.extend(e for e in events if e.ph == "M")
+        self.memory.add(events)
         if not spans:
             return
         args = [e.args or _NO_ARGS for e in spans]
@@ -184,6 +200,53 @@ class _ColumnBuilder:
         columns = {key: np.concatenate([part[key] for part in self._parts]) for key in fields}
         self._parts.clear()
         return _Columns(**columns)
+
+
+class _MemoryEvents:
+    """The ``[memory]`` instant events of a trace, one numpy array per field and batch."""
+
+    # Each field and its value when an event lacks it (a release's Bytes is negative, so an
+    # absent size reads as a change of 0, never as -1 byte).
+    _FIELDS = {"device_type": -1, "device_id": -1, "memory_bytes": 0, "total_allocated": -1,
+               "total_reserved": -1, "addr": -1}
+
+    def __init__(self) -> None:
+        self._parts: list[dict[str, np.ndarray]] = []
+
+    def add(self, events: list[_Event]) -> None:
+        """Keep the memory events of one batch."""
+        found = [e for e in events if e.ph == "i" and e.name == MEMORY_EVENT_NAME]
+        if not found:
+            return
+        args = [e.args or _NO_ARGS for e in found]
+        part = {"time": _us_to_ns(np.array([e.ts for e in found], dtype=np.float64)),
+                "pid": np.array([_as_int(e.pid) for e in found], dtype=np.int64),
+                "tid": np.array([_as_int(e.tid) for e in found], dtype=np.int64)}
+        for key, absent in self._FIELDS.items():
+            part[key] = np.array([_int_field(getattr(a, key), absent) for a in args], np.int64)
+        self._parts.append(part)
+
+    def frame(self) -> pd.DataFrame:
+        """The ``memory`` table: the framework allocator's events, sorted by time."""
+        if not self._parts:
+            return empty_table("memory")
+        columns = {key: np.concatenate([part[key] for part in self._parts])
+                   for key in self._parts[0]}
+        kinds = [DEVICE_TYPE_NAMES.get(code, f"device type {code}")
+                 for code in columns["device_type"]]
+        frame = pd.DataFrame({
+            "time": columns["time"], "pid": columns["pid"], "tid": columns["tid"],
+            "device": np.where(columns["device_type"] == 0, -1, columns["device_id"]),
+            "device_kind": kinds, "bytes": columns["memory_bytes"],
+            "total_allocated": columns["total_allocated"],
+            "total_reserved": columns["total_reserved"], "addr": columns["addr"],
+            "counts": "allocated"})
+        return conform("memory", frame.sort_values("time", kind="stable"))
+
+
+def _int_field(value: Any, absent: int) -> int:
+    """An integer field of a memory event, ``absent`` when missing or not an integer."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else absent
 
 
 def _us_to_ns(micros: np.ndarray) -> np.ndarray:
@@ -602,6 +665,7 @@ def parse(path: Path) -> Profile:
             "steps": tables.steps(ranges), "dataloader": tables.dataloader(),
             "cpu_collectives": tables.cpu_collectives(),
             "devices": _devices(header), "threads": tables.threads(),
+            "memory": builder.memory.frame(),
         },
         meta=_meta(header, dialect),
     )

@@ -67,6 +67,13 @@ SYNC_TYPE_CODES = {0: "UNKNOWN", 1: "EVENT_SYNCHRONIZE", 2: "STREAM_WAIT_EVENT",
 _ENUM_TABLES = {"memcpy": "ENUM_CUDA_MEMCPY_OPER", "memory": "ENUM_CUDA_MEM_KIND",
                 "sync": "ENUM_CUPTI_SYNC_TYPE"}
 
+# ENUM_CUDA_DEV_MEM_EVENT_OPER: the operation code of a release in CUDA_GPU_MEMORY_USAGE_EVENTS
+# (0 is an allocation), used when the export lacks the enum table.
+MEMORY_RELEASE_CODE = 1
+_MEMORY_OPER_TABLE = "ENUM_CUDA_DEV_MEM_EVENT_OPER"
+# Memory kinds that live on the GPU; the others (pinned, pageable) are host memory.
+DEVICE_MEMORY_KINDS = frozenset({"Device", "Array", "Managed"})
+
 # Enum tokens onto profreport's vocabulary (concepts.COPY_KINDS / MEMORY_KINDS): CUDA arrays are
 # device memory, unified-memory migrations keep their direction.
 COPY_KIND_OF_TOKEN = {"HTOD": "HtoD", "HTOA": "HtoD", "UVM_HTOD": "HtoD",
@@ -286,7 +293,7 @@ def _read_tables(export: _Export) -> dict[str, pd.DataFrame]:
     """Every table the export holds, keyed by profreport table name."""
     readers = {"kernels": _kernels, "memcpy": _memcpy, "memset": _memset, "runtime": _runtime,
                "sync": _sync, "ranges": _ranges, "osrt": _osrt, "devices": _devices,
-               "threads": _threads}
+               "threads": _threads, "memory": _memory}
     tables = {name: frame for name, read in readers.items()
               if (frame := read(export)) is not None}
     if "ranges" in tables:
@@ -436,6 +443,43 @@ def _devices(export: _Export) -> pd.DataFrame | None:
         f"FROM {table} ORDER BY id")
     frame[["memory_bytes", "sm_count"]] = frame[["memory_bytes", "sm_count"]].fillna(-1)
     return conform("devices", frame.drop_duplicates("device"))
+
+
+def _memory(export: _Export) -> pd.DataFrame | None:
+    """CUDA_GPU_MEMORY_USAGE_EVENTS (``--cuda-memory-usage=true``): driver allocations.
+
+    These are the CUDA driver's allocations and releases, which for PyTorch are the caching
+    allocator's segments: the running sum is reserved memory (``counts`` = ``reserved``).
+    """
+    table = "CUDA_GPU_MEMORY_USAGE_EVENTS"
+    if not export.usable(table, ("start", "globalPid", "deviceId", "bytes", "memKind",
+                                 "memoryOperationType")):
+        return None
+    address = "address" if "address" in export.columns(table) else "-1"
+    frame = export.query(
+        f"SELECT start AS time, (globalPid >> {_ID_SHIFT}) & {_ID_MASK} AS pid, deviceId, "
+        f"bytes, memoryOperationType, memKind, {address} AS addr "
+        f"FROM {table} ORDER BY start")
+    on_device = _enum_names(export, "memory", frame["memKind"], MEMORY_KIND_CODES,
+                            MEMORY_KIND_OF_TOKEN).isin(DEVICE_MEMORY_KINDS)
+    released = frame["memoryOperationType"] == _memory_release_code(export)
+    frame["bytes"] = frame["bytes"].where(~released, -frame["bytes"])
+    frame["device"] = frame["deviceId"].where(on_device, -1)
+    frame["device_kind"] = on_device.map({True: "cuda", False: "cpu"})
+    frame[["addr", "device"]] = frame[["addr", "device"]].fillna(-1)
+    frame = frame.assign(tid=-1, total_allocated=-1, total_reserved=-1, counts="reserved")
+    return conform("memory", frame)
+
+
+def _memory_release_code(export: _Export) -> int:
+    """The memoryOperationType of a release, from the export's enum table when it has one."""
+    if _MEMORY_OPER_TABLE in export.tables and {"id", "name"} <= export.columns(
+            _MEMORY_OPER_TABLE):
+        rows = export.query(f"SELECT id, name FROM {_MEMORY_OPER_TABLE}")
+        releases = rows.loc[rows["name"].astype(str).str.endswith("DEALLOCATION"), "id"]
+        if not releases.empty:
+            return int(releases.iloc[0])
+    return MEMORY_RELEASE_CODE
 
 
 def _threads(export: _Export) -> pd.DataFrame | None:
