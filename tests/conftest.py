@@ -120,3 +120,40 @@ def raw_collectives_per_step():
         return count("c10d::allreduce_") / len(steps), count("gloo:all_reduce") / len(steps)
 
     return count_collectives_per_step
+
+
+#: A hand-built Kineto trace: two 10 ms steps, a 4 ms DataLoader wait, one GEMM kernel per step
+#: launched through a correlation id. The good file beside each bad one in the safety tests.
+TINY_TRACE = {
+    "schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 1},
+    "traceEvents": [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1,
+         "ts": 1000, "dur": 10000},
+        {"ph": "X", "cat": "user_annotation",
+         "name": "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", "pid": 1,
+         "tid": 1, "ts": 1000, "dur": 4000},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 5100,
+         "dur": 3000},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+         "ts": 5200, "dur": 20, "args": {"correlation": 7}},
+        {"ph": "X", "cat": "kernel", "name": "gemm_kernel", "pid": 0, "tid": 7, "ts": 5300,
+         "dur": 2500, "args": {"correlation": 7, "stream": 7, "device": 0}},
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#2", "pid": 1, "tid": 1,
+         "ts": 11000, "dur": 10000},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 12000,
+         "dur": 3000},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+         "ts": 12100, "dur": 20, "args": {"correlation": 8}},
+        {"ph": "X", "cat": "kernel", "name": "gemm_kernel", "pid": 0, "tid": 7, "ts": 12200,
+         "dur": 2500, "args": {"correlation": 8, "stream": 7, "device": 0}},
+    ]}
+
+
+@pytest.fixture
+def tiny_trace(tmp_path: Path) -> Path:
+    """:data:`TINY_TRACE` written to ``good.pt.trace.json`` (a fresh copy per test)."""
+    import json
+
+    path = tmp_path / "good.pt.trace.json"
+    path.write_text(json.dumps(TINY_TRACE), encoding="utf-8")
+    return path

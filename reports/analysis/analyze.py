@@ -13,8 +13,8 @@ from pathlib import Path
 
 from profreport import __version__
 from profreport.errors import InputError, ProfreportError
-from profreport.inputs import check_regular_file
-from profreport.manifest import MANIFEST_NAME, Manifest, load_manifest
+from profreport.inputs import check_regular_file, resolve_inside
+from profreport.manifest import MANIFEST_NAME, Manifest, read_manifest
 from profreport.model import Profile
 from profreport.parsers import NSYS_REPORT_SUFFIXES, ParseOptions, parse_file
 from profreport.reports.analysis.compare import compare_runs
@@ -92,15 +92,36 @@ def _parse_one(path: Path, options: AnalyzeOptions, failures: list[str]) -> Prof
 
 
 def _manifest_of(folder: Path, failures: list[str]) -> Manifest | None:
-    """The folder's manifest, or None (a damaged one is a failure, not a crash)."""
+    """The folder's manifest, or None (a damaged one is a failure, not a crash); entries left
+    out as invalid are one failure line and notes of the run."""
     path = folder / MANIFEST_NAME
-    if not path.is_file():
+    if not path.exists():
         return None
     try:
-        return load_manifest(path)
+        manifest, problems = read_manifest(path)
     except ProfreportError as exc:
         failures.append(exc.one_line())
         return None
+    if problems:
+        failures.append(InputError(f"invalid entries left out: {'; '.join(problems)}",
+                                   path).one_line())
+        manifest.notes += [f"{MANIFEST_NAME}: {problem}" for problem in problems]
+    return manifest
+
+
+def _artifact_files(folder: Path, manifest: Manifest,
+                    failures: list[str]) -> dict[Path, int | None]:
+    """The manifest's artifacts that lie inside the run folder, with their ranks; any other is
+    refused with one line and never opened."""
+    files: dict[Path, int | None] = {}
+    for artifact in manifest.artifacts:
+        try:
+            resolve_inside(artifact.path, [folder], owner=folder / MANIFEST_NAME)
+        except InputError as exc:
+            failures.append(exc.one_line())
+            continue
+        files.setdefault(folder / artifact.path, artifact.rank)
+    return files
 
 
 def _profiles_of(path: Path, manifest: Manifest | None, options: AnalyzeOptions,
@@ -109,8 +130,8 @@ def _profiles_of(path: Path, manifest: Manifest | None, options: AnalyzeOptions,
     if path.is_file():
         files, ranks = [path], {}
     elif manifest is not None and manifest.artifacts:
-        files = [path / a.path for a in manifest.artifacts]
-        ranks = {path / a.path: a.rank for a in manifest.artifacts}
+        ranks = _artifact_files(path, manifest, failures)
+        files = list(ranks)
     else:
         files, ranks = find_profiles(path), {}
     profiles = []
