@@ -11,6 +11,8 @@ import pytest
 
 from profreport.model import Profile
 from profreport.parsers import kineto, nsys
+from profreport.reports.analysis import memory
+from profreport.reports.analysis.results import MemoryStats
 
 RESNET_GPU_MEMORY_EVENTS = 8_220
 RESNET_PEAK_ABOVE_START = 2_791_636_480  # bytes: 2.79 GB, 2.60 GiB
@@ -117,3 +119,134 @@ def test_nsys_memory_usage_events(corpus: Path, nsys_available: str, nsys_cache_
     assert memory["pid"].tolist() == [4242] * 3
     assert set(memory["counts"]) == {"reserved"}
     assert int(profile.table("devices")["memory_bytes"].iloc[0]) > 0  # TARGET_INFO_GPU
+
+
+# --- analysis ---------------------------------------------------------------------------------
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+
+def _step_span(number: int, start_us: float, dur_us: float) -> dict:
+    """A ProfilerStep#N span as current torch.profiler writes it."""
+    return {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{number}", "pid": 7,
+            "tid": 7, "ts": start_us, "dur": dur_us}
+
+
+class _Allocator:
+    """Builds current-format memory events with the running totals a real allocator reports."""
+
+    def __init__(self, reserved: int = 0) -> None:
+        self.allocated = 0
+        self.reserved = reserved
+        self.events: list[dict] = []
+
+    def change(self, ts: float, size: int, reserve: int = 0) -> None:
+        """Allocate (size > 0) or release; ``reserve`` grows the reserved total first."""
+        self.allocated += size
+        self.reserved = max(self.reserved + reserve, self.allocated)
+        self.events.append(_memory_event(ts, size, totals=(self.allocated, self.reserved),
+                                         addr=0x7F0000000000 + len(self.events)))
+
+
+def _analysed(path: Path, settings: memory.TrainingSettings) -> tuple[MemoryStats, list]:
+    """Memory statistics and findings of one trace file."""
+    stats = memory.memory_stats([kineto.parse(path)])
+    assert stats is not None
+    return stats, memory.memory_findings(stats, settings)
+
+
+def _training(tmp_path: Path, *, kept_per_step: int, temporary: int, device_total: int,
+              reserve_each_step: int = 0, fixed: int = GIB, steps: int = 4) -> Path:
+    """A trace of ``steps`` steps: ``fixed`` bytes before the first, then per step
+    ``temporary`` bytes allocated and released and ``kept_per_step`` bytes kept."""
+    allocator = _Allocator()
+    allocator.change(1.0, fixed, reserve=fixed)
+    events = []
+    for n in range(steps):
+        start = 100.0 + n * 100
+        events.append(_step_span(n + 1, start, 90.0))
+        allocator.change(start + 10, temporary, reserve=reserve_each_step)
+        if kept_per_step:
+            allocator.change(start + 20, kept_per_step)
+        allocator.change(start + 30, -temporary, reserve=-reserve_each_step)
+    devices = [{"id": 0, "name": "Test GPU", "totalGlobalMem": device_total, "numSms": 1}]
+    return _write_trace(tmp_path / "train.json", events + allocator.events, devices)
+
+
+@pytest.mark.corpus
+def test_resnet50_memory_analysis(resnet: Profile) -> None:
+    """Relative levels (no totals in 2021): peak 2.79 GB above the window's start, net zero,
+    every one of the 6 steps allocates the same; no headroom claim without absolute levels."""
+    stats = memory.memory_stats([resnet])
+    assert stats is not None
+    gpu = next(d for d in stats.devices if d.device_kind == "cuda")
+    assert gpu.basis == "relative to window start"
+    assert gpu.events == RESNET_GPU_MEMORY_EVENTS
+    assert gpu.peak_allocated == RESNET_PEAK_ABOVE_START
+    assert gpu.net_bytes == 0
+    assert gpu.total_bytes == V100_MEMORY and gpu.device_name == "Tesla V100-DGXS-32GB"
+    assert [s.number for s in gpu.steps] == [5, 6, 7, 8, 9, 10]
+    assert {s.peak_allocated for s in gpu.steps} == {RESNET_PEAK_ABOVE_START}
+    assert len({(s.allocations, s.allocated_bytes) for s in gpu.steps}) == 1
+    assert gpu.largest[0].bytes == max(s for s in resnet.table("memory")["bytes"])
+    assert gpu.largest[0].op is not None and gpu.largest[0].step == 5
+    findings = memory.memory_findings(stats, memory.TrainingSettings(batch_size=32))
+    assert "memory-headroom" not in {f.id for f in findings}  # a relative peak is a lower bound
+    assert "memory-growth" not in {f.id for f in findings}
+
+
+def test_growth_from_step_to_step_is_a_leak(tmp_path: Path) -> None:
+    """4 MiB kept in each of 4 steps: the level ends every step higher, +12 MiB over them."""
+    path = _training(tmp_path, kept_per_step=4 * MIB, temporary=64 * MIB, device_total=16 * GIB)
+    stats, findings = _analysed(path, memory.TrainingSettings())
+    device = stats.devices[0]
+    assert device.basis == "absolute"
+    assert [s.end_level - GIB for s in device.steps] == [4 * MIB, 8 * MIB, 12 * MIB, 16 * MIB]
+    assert device.net_bytes == GIB + 16 * MIB
+    growth = next(f for f in findings if f.id == "memory-growth")
+    assert "12.6 MB (12.0 MiB)" in growth.evidence[0].text
+    assert "loss.item()" in growth.recommendation
+
+
+def test_steady_level_is_no_leak(tmp_path: Path) -> None:
+    """Allocations that are all released within their step leave no growth finding."""
+    path = _training(tmp_path, kept_per_step=0, temporary=64 * MIB, device_total=16 * GIB)
+    _, findings = _analysed(path, memory.TrainingSettings())
+    assert "memory-growth" not in {f.id for f in findings}
+
+
+def test_headroom_suggests_batch_and_learning_rate(tmp_path: Path) -> None:
+    """1 GiB fixed + 2 GiB per step on 16 GiB: the batch that fills 80% is 32 * (12.8 - 1) / 2
+    = 188, learning rate 0.1 * sqrt(188 / 32) = 0.242."""
+    path = _training(tmp_path, kept_per_step=0, temporary=2 * GIB, device_total=16 * GIB)
+    stats, findings = _analysed(path, memory.TrainingSettings(batch_size=32, learning_rate=0.1))
+    device = stats.devices[0]
+    assert device.peak_allocated == 3 * GIB and device.peak_reserved == 3 * GIB
+    advice = next(f for f in findings if f.id == "memory-headroom")
+    assert "19%" in advice.title
+    assert "from 32 to about 188" in advice.recommendation
+    assert "from 0.1 to 0.242" in advice.recommendation
+
+
+def test_peak_near_device_memory_is_an_oom_risk(tmp_path: Path) -> None:
+    """3 GiB at peak on a 3.2 GiB device: above 90%, the fix names batch, checkpointing, AMP."""
+    path = _training(tmp_path, kept_per_step=0, temporary=2 * GIB,
+                     device_total=int(3.2 * GIB))
+    _, findings = _analysed(path, memory.TrainingSettings(batch_size=32))
+    risk = next(f for f in findings if f.id == "memory-oom-risk")
+    assert "94%" in risk.title
+    assert "checkpoint" in risk.recommendation and "AMP" in risk.recommendation
+    assert "memory-headroom" not in {f.id for f in findings}
+
+
+def test_reserving_in_every_step_is_churn(tmp_path: Path) -> None:
+    """Reserved memory grown and given back inside every step: the allocator calls the driver."""
+    path = _training(tmp_path, kept_per_step=0, temporary=512 * MIB, device_total=16 * GIB,
+                     reserve_each_step=GIB)
+    stats, findings = _analysed(path, memory.TrainingSettings())
+    assert stats.devices[0].driver_calls_per_step == 2.0
+    assert stats.devices[0].reserved_gap_bytes == GIB
+    assert "memory-churn" in {f.id for f in findings}
+    steady = _training(tmp_path, kept_per_step=0, temporary=512 * MIB, device_total=16 * GIB)
+    assert _analysed(steady, memory.TrainingSettings())[0].devices[0].driver_calls_per_step == 0

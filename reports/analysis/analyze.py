@@ -19,6 +19,7 @@ from profreport.model import Profile
 from profreport.parsers import NSYS_REPORT_SUFFIXES, ParseOptions, parse_file
 from profreport.reports.analysis.compare import compare_runs
 from profreport.reports.analysis.findings import RunContext, find_all, verdict
+from profreport.reports.analysis.memory import memory_findings, memory_stats, training_settings
 from profreport.reports.analysis.metrics import compute_run_metrics, primary_timed
 from profreport.reports.analysis.results import Report, RunAnalysis, SourceInfo
 from profreport.reports.analysis.timeline import build_timeline
@@ -159,6 +160,7 @@ def _notes(manifest: Manifest | None) -> list[str]:
 def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None) -> RunAnalysis:
     """Metrics, findings, verdict and timeline of one run."""
     metrics = compute_run_metrics(profiles, manifest)
+    metrics.memory = memory_stats(profiles)
     context = RunContext(knobs=dict(manifest.knobs) if manifest else {},
                          environment=dict(manifest.environment) if manifest else {})
     name_verdict, reason = verdict(metrics)
@@ -168,7 +170,8 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None) -
         sources=[SourceInfo(path=str(p.path), kind=p.kind, tool_version=p.tool_version,
                             rank=p.rank) for p in profiles],
         verdict=name_verdict, verdict_reason=reason, metrics=metrics,
-        findings=find_all(metrics, context, name_verdict),
+        findings=find_all(metrics, context, name_verdict)
+        + memory_findings(metrics.memory, training_settings(manifest)),
         timeline=build_timeline(*timed[0]) if timed else None,
         knobs=context.knobs, environment=context.environment, notes=_notes(manifest))
 

@@ -295,6 +295,8 @@ class RunMetrics:
     dataparallel_ops: dict[str, int] = field(default_factory=dict)
     #: Most GPUs one process launched kernels on (several = one process drives many GPUs).
     max_devices_per_process: int = 0
+    #: Memory per device from allocator events (profile_memory / --cuda-memory-usage).
+    memory: MemoryStats | None = None
 
 
 @dataclass(frozen=True)
@@ -380,3 +382,91 @@ class Report:
     comparison: Comparison | None = None
     failures: list[str] = field(default_factory=list)
     schema: str = SCHEMA
+
+
+# --- memory (reports.analysis.memory) -----------------------------------------------------------
+
+#: How a memory level is measured: the allocator's own totals, or the running sum of the
+#: allocations and releases since the profile's window opened (its level there unknown).
+MemoryBasis = Literal["absolute", "relative to window start"]
+
+
+@dataclass(frozen=True)
+class MemoryStep:
+    """One training step on one device; levels in bytes on the device's ``basis``."""
+
+    number: int
+    #: Highest allocated level inside the step; None when the source records only reserved.
+    peak_allocated: int | None
+    #: Highest reserved level inside the step; None when the source does not record it.
+    peak_reserved: int | None
+    #: Level (allocated, else reserved) when the step starts and when it ends.
+    start_level: int
+    end_level: int
+    #: Allocator calls that took memory in the step, and the bytes they took.
+    allocations: int
+    allocated_bytes: int
+
+
+@dataclass(frozen=True)
+class LargeAllocation:
+    """One of the largest single allocations on a device."""
+
+    bytes: int
+    #: Time since the device's first event, ns.
+    at_ns: int
+    #: The step it happened in, when steps are known.
+    step: int | None
+    #: The innermost framework operator running on the allocating thread; None when the
+    #: source records no operators (nsys) or none encloses the event.
+    op: str | None
+
+
+@dataclass(frozen=True)
+class MemoryPoint:
+    """One point of the memory timeline (bytes on the device's basis)."""
+
+    at_ns: int
+    allocated: int | None
+    reserved: int | None
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """Memory of one device of one process, from one profiler."""
+
+    origin: Origin
+    rank: int | None
+    #: "cuda", "cpu", ...; ``device`` is -1 for host memory.
+    device_kind: str
+    device: int
+    device_name: str | None
+    #: Total memory of the device, bytes; None when the profile does not say (host memory).
+    total_bytes: int | None
+    #: "allocated": the framework allocator's tensors (Kineto); "reserved": driver allocations,
+    #: i.e. the caching allocator's segments (nsys).
+    counts: str
+    basis: MemoryBasis
+    events: int
+    peak_allocated: int | None
+    peak_reserved: int | None
+    #: Level at the end minus level at the start of the window, bytes.
+    net_bytes: int
+    #: Largest reserved minus allocated over the window (cached, fragmented); None unknown.
+    reserved_gap_bytes: int | None
+    steps: list[MemoryStep]
+    largest: list[LargeAllocation]
+    #: A few steps of the level over time, downsampled; times from the first drawn step's start.
+    timeline: list[MemoryPoint]
+    #: Step boundaries inside the timeline (ns, same origin), with their numbers.
+    timeline_steps: list[tuple[int, int]]
+    #: Driver allocations (cudaMalloc/cudaFree, reserved-level changes) per step after the first
+    #: step; None when the source cannot tell.
+    driver_calls_per_step: float | None = None
+
+
+@dataclass(frozen=True)
+class MemoryStats:
+    """Every device whose memory events a run recorded."""
+
+    devices: list[DeviceMemory]

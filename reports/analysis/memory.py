@@ -1,0 +1,437 @@
+"""Memory: per-device levels, steps, largest allocations and the findings they support.
+
+The input is each profile's ``memory`` table (Kineto ``[memory]`` events, nsys CUDA memory usage
+events). A level is the allocator's own total when the format records it (``absolute``), else the
+running sum of the signed sizes since the profile's window opened (``relative to window start``:
+what was allocated before the window is unknown). Kineto events count the framework allocator's
+tensors (allocated); nsys events count the driver's allocations, which for PyTorch are the caching
+allocator's segments (reserved).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from profreport.manifest import Manifest
+from profreport.model import Profile
+from profreport.reports.analysis.results import (
+    DeviceMemory,
+    Evidence,
+    Finding,
+    LargeAllocation,
+    MemoryBasis,
+    MemoryPoint,
+    MemoryStats,
+    MemoryStep,
+    Origin,
+)
+
+# --- thresholds -------------------------------------------------------------------------------
+#: Above 90% of the device's memory a longer sequence, a larger image or fragmentation is enough
+#: to run out of memory.
+OOM_RISK_FRACTION = 0.90
+#: Below half the device's memory at peak, the batch can grow (at least double, less the fixed
+#: part) without touching the model.
+HEADROOM_FRACTION = 0.50
+#: The share of the device a suggested larger batch is sized to fill: leaves room for the
+#: allocator's rounding and fragmentation.
+TARGET_FILL_FRACTION = 0.80
+#: A leak shows as the level at the end of each step above the previous one: at least this many
+#: consecutive growing steps, so a one-off (optimizer state made on the first step) is not one.
+LEAK_MIN_STEPS = 3
+#: ... and growth of at least 1 MiB over them: allocator rounding moves levels by a few kB.
+LEAK_MIN_BYTES = 1 << 20
+#: Driver allocations in steady-state steps: even one per step means cudaMalloc/cudaFree (which
+#: synchronise the device) in every iteration instead of reusing cached blocks.
+CHURN_DRIVER_CALLS_PER_STEP = 1.0
+
+#: How many of the largest allocations each device lists.
+LARGEST_ALLOCATIONS = 5
+#: Steps drawn in the memory timeline.
+TIMELINE_STEPS = 3
+#: Points kept per device in the timeline (each bucket keeps its lowest and highest level).
+TIMELINE_POINTS = 1500
+#: CUDA runtime calls that take or give back device memory from the driver.
+DRIVER_ALLOCATION_APIS = frozenset({"cudaMalloc", "cudaFree", "cudaMallocAsync", "cudaFreeAsync",
+                                    "cuMemAlloc", "cuMemFree", "cuMemCreate", "cuMemRelease"})
+
+
+@dataclass(frozen=True)
+class _Levels:
+    """One device's events and its allocated and reserved levels (None: unknown), each with the
+    level before the first event prepended: ``level[i]`` is the level just before event ``i``."""
+
+    events: pd.DataFrame
+    allocated: np.ndarray | None
+    reserved: np.ndarray | None
+    basis: MemoryBasis
+
+    @property
+    def main(self) -> np.ndarray:
+        """The level the steps follow: allocated when known, else reserved."""
+        level = self.allocated if self.allocated is not None else self.reserved
+        assert level is not None
+        return level
+
+
+def _running_sum(sizes: np.ndarray) -> np.ndarray:
+    """Levels relative to the window's start: 0, then the running sum of the sizes."""
+    return np.concatenate([[0], np.cumsum(sizes)])
+
+
+def _levels(events: pd.DataFrame) -> _Levels:
+    """Allocated and reserved levels of one device's events, absolute when totals exist."""
+    sizes = events["bytes"].to_numpy(np.int64)
+    if (events["counts"] == "reserved").all():
+        return _Levels(events, None, _running_sum(sizes), "relative to window start")
+    totals = events["total_allocated"].to_numpy(np.int64)
+    if not (totals >= 0).all():
+        return _Levels(events, _running_sum(sizes), None, "relative to window start")
+    allocated = np.concatenate([[totals[0] - sizes[0]], totals])
+    reserved = events["total_reserved"].to_numpy(np.int64)
+    on_host = (events["device_kind"] == "cpu").all()
+    if on_host or not (reserved >= 0).all():
+        return _Levels(events, allocated, None, "absolute")
+    return _Levels(events, allocated, np.concatenate([[reserved[0]], reserved]), "absolute")
+
+
+def _peak(level: np.ndarray | None, lo: int = 0, hi: int | None = None) -> int | None:
+    """Highest level from just before event ``lo`` to just after event ``hi - 1``."""
+    if level is None:
+        return None
+    return int(level[lo:(len(level) if hi is None else hi + 1)].max())
+
+
+def _step_stats(levels: _Levels, steps: pd.DataFrame) -> list[MemoryStep]:
+    """Peak, start/end level and allocations of every step."""
+    times = levels.events["time"].to_numpy(np.int64)
+    sizes = levels.events["bytes"].to_numpy(np.int64)
+    out = []
+    for step in steps.sort_values("start").itertuples(index=False):
+        lo, hi = (int(i) for i in np.searchsorted(times, [step.start, step.end]))
+        taken = sizes[lo:hi][sizes[lo:hi] > 0]
+        out.append(MemoryStep(
+            number=int(step.number), peak_allocated=_peak(levels.allocated, lo, hi),
+            peak_reserved=_peak(levels.reserved, lo, hi), start_level=int(levels.main[lo]),
+            end_level=int(levels.main[hi]), allocations=int(taken.size),
+            allocated_bytes=int(taken.sum())))
+    return out
+
+
+def _enclosing_op(cpu_ops: pd.DataFrame, pid: int, tid: int, time: int) -> str | None:
+    """The operators on thread (pid, tid) running at ``time``: the outermost (what the model
+    called) and the innermost (what allocated), ``outer › inner``."""
+    if tid < 0 or cpu_ops.empty:
+        return None
+    ops = cpu_ops[(cpu_ops["pid"] == pid) & (cpu_ops["tid"] == tid) & (cpu_ops["start"] <= time)
+                  & (cpu_ops["end"] >= time)].sort_values("start", kind="stable")
+    if ops.empty:
+        return None
+    outer, inner = str(ops["name"].iloc[0]), str(ops["name"].iloc[-1])
+    return outer if outer == inner else f"{outer} › {inner}"
+
+
+def _step_of(steps: pd.DataFrame, time: int) -> int | None:
+    """The number of the step holding ``time``."""
+    holding = steps[(steps["start"] <= time) & (steps["end"] > time)]
+    return None if holding.empty else int(holding["number"].iloc[0])
+
+
+def _largest(events: pd.DataFrame, profile: Profile, origin_ns: int) -> list[LargeAllocation]:
+    """The largest single allocations and the operators that made them."""
+    top = events[events["bytes"] > 0].nlargest(LARGEST_ALLOCATIONS, "bytes", keep="first")
+    cpu_ops, steps = profile.table("cpu_ops"), profile.table("steps")
+    return [LargeAllocation(bytes=int(row.bytes), at_ns=int(row.time) - origin_ns,
+                            step=_step_of(steps, int(row.time)),
+                            op=_enclosing_op(cpu_ops, int(row.pid), int(row.tid), int(row.time)))
+            for row in top.itertuples(index=False)]
+
+
+def _downsample(times: np.ndarray, series: list[np.ndarray | None],
+                limit: int) -> np.ndarray:
+    """Indices of the events to draw: all when few, else each bucket's lowest and highest."""
+    if times.size <= limit:
+        return np.arange(times.size)
+    level = next(s for s in series if s is not None)
+    buckets = np.array_split(np.arange(times.size), limit // 2)
+    keep = {int(b[np.argmin(level[b])]) for b in buckets} | {int(b[np.argmax(level[b])])
+                                                             for b in buckets}
+    return np.array(sorted(keep))
+
+
+def _timeline(levels: _Levels, steps: pd.DataFrame) -> tuple[list[MemoryPoint],
+                                                              list[tuple[int, int]]]:
+    """The level over the first few steps (the whole window without steps), downsampled."""
+    times = levels.events["time"].to_numpy(np.int64)
+    drawn = steps.sort_values("start").head(TIMELINE_STEPS)
+    start = int(drawn["start"].min()) if not drawn.empty else int(times[0])
+    end = int(drawn["end"].max()) if not drawn.empty else int(times[-1]) + 1
+    lo, hi = np.searchsorted(times, [start, end])
+    picked = lo + _downsample(times[lo:hi], [a[lo + 1:hi + 1] if a is not None else None
+                                             for a in (levels.allocated, levels.reserved)],
+                              TIMELINE_POINTS)
+
+    def value(level: np.ndarray | None, index: int) -> int | None:
+        """The level just after event ``index``, None when unknown."""
+        return None if level is None else int(level[index + 1])
+
+    points = [MemoryPoint(at_ns=int(times[i]) - start, allocated=value(levels.allocated, i),
+                          reserved=value(levels.reserved, i)) for i in picked]
+    marks = [(int(row.start) - start, int(row.number)) for row in drawn.itertuples(index=False)]
+    return points, marks
+
+
+def _driver_calls_per_step(levels: _Levels, profile: Profile, device: int) -> float | None:
+    """Driver allocations per step after the first: reserved-level changes when the events
+    record them, else cudaMalloc/cudaFree calls of the process; None without steps."""
+    steps = profile.table("steps").sort_values("start").iloc[1:]
+    if steps.empty:
+        return None
+    if levels.reserved is not None:
+        changed = levels.events["time"].to_numpy()[np.flatnonzero(np.diff(levels.reserved))]
+    elif device >= 0 and profile.has("runtime"):
+        runtime = profile.table("runtime")
+        changed = runtime.loc[runtime["name"].isin(DRIVER_ALLOCATION_APIS), "start"].to_numpy()
+    else:
+        return None
+    inside = sum(int(((changed >= s) & (changed < e)).sum())
+                 for s, e in zip(steps["start"], steps["end"], strict=True))
+    return inside / len(steps)
+
+
+def _device_memory(profile: Profile, events: pd.DataFrame) -> DeviceMemory:
+    """Everything about one device's events in one profile."""
+    levels = _levels(events.reset_index(drop=True))
+    kind, device = str(events["device_kind"].iloc[0]), int(events["device"].iloc[0])
+    devices = profile.table("devices")
+    row = devices[devices["device"] == device] if kind != "cpu" else devices.iloc[0:0]
+    total = int(row["memory_bytes"].iloc[0]) if not row.empty else -1
+    steps = profile.table("steps")
+    gap = (None if levels.allocated is None or levels.reserved is None
+           else int((levels.reserved - levels.allocated).max()))
+    points, marks = _timeline(levels, steps)
+    origin: Origin = profile.kind  # type: ignore[assignment]
+    return DeviceMemory(
+        origin=origin, rank=profile.rank, device_kind=kind, device=device,
+        device_name=str(row["name"].iloc[0]) if not row.empty else None,
+        total_bytes=total if total > 0 else None, counts=str(events["counts"].iloc[0]),
+        basis=levels.basis, events=len(events),
+        peak_allocated=_peak(levels.allocated), peak_reserved=_peak(levels.reserved),
+        net_bytes=int(levels.main[-1] - levels.main[0]), reserved_gap_bytes=gap,
+        steps=_step_stats(levels, steps),
+        largest=_largest(events, profile, int(events["time"].iloc[0])),
+        timeline=points, timeline_steps=marks,
+        driver_calls_per_step=_driver_calls_per_step(levels, profile, device))
+
+
+def memory_stats(profiles: list[Profile]) -> MemoryStats | None:
+    """Memory of every device of every profile that recorded allocator events."""
+    devices = []
+    for profile in profiles:
+        memory = profile.table("memory")
+        for _, events in memory.groupby(["device_kind", "device"], sort=True):
+            devices.append(_device_memory(profile, events))
+    return MemoryStats(devices=devices) if devices else None
+
+
+# --- findings ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrainingSettings:
+    """What the runner knows about the training that sizing advice needs (None: unknown)."""
+
+    batch_size: int | None = None
+    learning_rate: float | None = None
+
+
+def _number(sources: list[object], keys: tuple[str, ...]) -> float | None:
+    """The first of ``keys`` found with a number in any of ``sources`` (dicts or objects)."""
+    for source in sources:
+        for key in keys:
+            value = source.get(key) if isinstance(source, dict) else getattr(source, key, None)
+            if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+                return float(value)
+    return None
+
+
+def training_settings(manifest: Manifest | None) -> TrainingSettings:
+    """Per-process batch size and learning rate from the runner's manifest, when it has them."""
+    if manifest is None:
+        return TrainingSettings()
+    sources: list[object] = [getattr(manifest, "scaling", None) or {}, manifest.knobs, manifest]
+    batch = _number(sources, ("local_batch_size", "batch_size"))
+    return TrainingSettings(batch_size=int(batch) if batch else None,
+                            learning_rate=_number(sources, ("lr", "learning_rate")))
+
+
+def _size(nbytes: float) -> str:
+    """Bytes as decimal and binary gigabytes (or megabytes below one GB)."""
+    if abs(nbytes) >= 1e9:
+        return f"{nbytes / 1e9:.2f} GB ({nbytes / 2**30:.2f} GiB)"
+    return f"{nbytes / 1e6:.1f} MB ({nbytes / 2**20:.1f} MiB)"
+
+
+def _where(device: DeviceMemory) -> str:
+    """``rank 1 cuda:0 (Tesla V100)`` for evidence sentences."""
+    rank = f"rank {device.rank} " if device.rank is not None else ""
+    place = "host memory" if device.device < 0 else f"{device.device_kind}:{device.device}"
+    return f"{rank}{place}" + (f" ({device.device_name})" if device.device_name else "")
+
+
+def _peak_used(device: DeviceMemory) -> int | None:
+    """What the device held at most: reserved when known (the GPU holds it), else allocated."""
+    return device.peak_reserved if device.peak_reserved is not None else device.peak_allocated
+
+
+def _peak_evidence(device: DeviceMemory, fraction: float) -> Evidence:
+    """The peak and its share of the device, labelled with what it counts."""
+    what = "reserved" if device.peak_reserved is not None else "allocated"
+    basis = "" if device.basis == "absolute" else f" ({device.basis}: a lower bound)"
+    total = device.total_bytes or 0
+    return Evidence(f"{_where(device)}: peak {what} {_size(_peak_used(device) or 0)}{basis} of "
+                    f"{_size(total)}, {fraction * 100:.0f}% of the device", device.origin)
+
+
+def _gpu_fractions(stats: MemoryStats) -> list[tuple[float, DeviceMemory]]:
+    """Peak share of the device's memory for every device whose total is known."""
+    return [((_peak_used(d) or 0) / d.total_bytes, d) for d in stats.devices
+            if d.total_bytes and _peak_used(d) is not None]
+
+
+def oom_risk(stats: MemoryStats, settings: TrainingSettings) -> Finding | None:
+    """Peak memory above OOM_RISK_FRACTION of the device."""
+    risky = [(f, d) for f, d in _gpu_fractions(stats) if f > OOM_RISK_FRACTION]
+    if not risky:
+        return None
+    fraction, device = max(risky, key=lambda item: item[0])
+    return Finding(
+        id="memory-oom-risk", severity="high",
+        title=f"Memory peaks at {fraction * 100:.0f}% of the device: close to out-of-memory",
+        evidence=[_peak_evidence(device, fraction)],
+        recommendation="Free room before it runs out: lower the per-process batch size, "
+                       "recompute activations in backward (torch.utils.checkpoint on the "
+                       "largest blocks), or train in mixed precision (AMP halves activations); "
+                       "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True when reserved "
+                       "memory runs well above allocated.")
+
+
+def _fitting_batch(device: DeviceMemory, batch: int) -> int | None:
+    """The batch that would fill TARGET_FILL_FRACTION of the device: the fixed part (weights,
+    gradients, optimizer state: the lowest level at a step's start) stays, the per-step part
+    (activations: peak minus that) grows with the batch."""
+    if not device.steps or device.peak_allocated is None or not device.total_bytes:
+        return None
+    fixed = min(step.start_level for step in device.steps)
+    per_step = device.peak_allocated - fixed
+    room = TARGET_FILL_FRACTION * device.total_bytes - fixed
+    if per_step <= 0 or room <= per_step:
+        return None
+    return int(batch * room / per_step)
+
+
+def _batch_advice(device: DeviceMemory, settings: TrainingSettings) -> str:
+    """Which batch would fit and what to do with the learning rate (square-root rule)."""
+    if settings.batch_size is None:
+        return ("Raise the per-process batch size until the peak nears "
+                f"{TARGET_FILL_FRACTION * 100:.0f}% of the device (the runner did not record "
+                "the batch size, so the fitting size is unknown); scale the learning rate by "
+                "the square root of the batch ratio.")
+    batch = settings.batch_size
+    fitting = _fitting_batch(device, batch)
+    if fitting is None:
+        return (f"Try a larger per-process batch than {batch} (the steps do not show which part "
+                "of the peak grows with the batch); scale the learning rate by the square root "
+                "of the batch ratio.")
+    factor = math.sqrt(fitting / batch)
+    lr = (f"from {settings.learning_rate:g} to {settings.learning_rate * factor:.3g}"
+          if settings.learning_rate is not None else f"by {factor:.2f}")
+    return (f"Raise the per-process batch from {batch} to about {fitting} (fills "
+            f"~{TARGET_FILL_FRACTION * 100:.0f}% of the device, counting the fixed weights and "
+            f"optimizer state once), and scale the learning rate {lr} (square-root rule: "
+            f"sqrt({fitting}/{batch})); check the loss curve over the first epoch.")
+
+
+def headroom(stats: MemoryStats, settings: TrainingSettings) -> Finding | None:
+    """Peak below HEADROOM_FRACTION of the device, on absolute levels only."""
+    roomy = [(f, d) for f, d in _gpu_fractions(stats)
+             if f < HEADROOM_FRACTION and d.basis == "absolute"]
+    if not roomy or len(roomy) < len(_gpu_fractions(stats)):
+        return None
+    fraction, device = max(roomy, key=lambda item: item[0])
+    return Finding(
+        id="memory-headroom", severity="low",
+        title=f"Memory peaks at only {fraction * 100:.0f}% of the device: room for a larger "
+              "batch",
+        evidence=[_peak_evidence(device, fraction)],
+        recommendation=_batch_advice(device, settings))
+
+
+def _growing(device: DeviceMemory) -> int | None:
+    """Bytes the level grew by over the steps when it ends every step higher than the last."""
+    ends = [step.end_level for step in device.steps]
+    if len(ends) < LEAK_MIN_STEPS or not all(b > a for a, b in zip(ends, ends[1:], strict=False)):
+        return None
+    growth = ends[-1] - ends[0]
+    return growth if growth >= LEAK_MIN_BYTES else None
+
+
+def memory_growth(stats: MemoryStats, settings: TrainingSettings) -> Finding | None:
+    """The level at the end of each step above the previous step's: a leak."""
+    leaking = [(g, d) for d in stats.devices if (g := _growing(d)) is not None]
+    if not leaking:
+        return None
+    growth, device = max(leaking, key=lambda item: item[0])
+    steps = len(device.steps)
+    return Finding(
+        id="memory-growth", severity="high",
+        title="Memory grows from step to step: something keeps tensors alive across iterations",
+        evidence=[Evidence(f"{_where(device)}: the level at the end of each of {steps} steps is "
+                           f"above the previous one, +{_size(growth)} in all "
+                           f"(+{_size(growth / (steps - 1))} per step); it will run out of "
+                           "memory in a long run", device.origin)],
+        recommendation="Find what keeps a reference from one step to the next: accumulating "
+                       "the loss tensor (total += loss keeps every step's graph; use "
+                       "loss.item() every N steps, or loss.detach()), lists of outputs or "
+                       "hidden states kept for logging, a cache filled every step.")
+
+
+def allocation_churn(stats: MemoryStats, settings: TrainingSettings) -> Finding | None:
+    """Driver allocations in every steady-state step instead of reuse of cached blocks."""
+    churning = [d for d in stats.devices if d.device >= 0 and d.driver_calls_per_step is not None
+                and d.driver_calls_per_step >= CHURN_DRIVER_CALLS_PER_STEP]
+    if not churning:
+        return None
+    device = max(churning, key=lambda d: d.driver_calls_per_step or 0.0)
+    evidence = [Evidence(f"{_where(device)}: {device.driver_calls_per_step:.1f} driver "
+                         "allocations or releases per step after the first (cudaMalloc/cudaFree "
+                         "synchronise the device)", device.origin)]
+    if device.steps:
+        mean_calls = sum(s.allocations for s in device.steps) / len(device.steps)
+        mean_bytes = sum(s.allocated_bytes for s in device.steps) / len(device.steps)
+        evidence.append(Evidence(f"{mean_calls:.0f} allocations of {_size(mean_bytes)} per step "
+                                 "from the framework allocator", device.origin))
+    return Finding(
+        id="memory-churn", severity="medium",
+        title="The allocator goes back to the driver in every step",
+        evidence=evidence,
+        recommendation="Let the caching allocator reuse its blocks: remove "
+                       "torch.cuda.empty_cache() from the loop, keep tensor shapes constant "
+                       "between steps (pad or bucket variable lengths), set "
+                       "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation, "
+                       "and call optimizer.zero_grad(set_to_none=True).")
+
+
+#: Every memory rule, in the order they are tried.
+MEMORY_RULES = (oom_risk, headroom, memory_growth, allocation_churn)
+
+
+def memory_findings(stats: MemoryStats | None, settings: TrainingSettings) -> list[Finding]:
+    """Every memory rule that fires for a run."""
+    if stats is None:
+        return []
+    return [f for rule in MEMORY_RULES if (f := rule(stats, settings)) is not None]
