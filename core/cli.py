@@ -38,8 +38,13 @@ def _add_report_options(parser: argparse.ArgumentParser) -> None:
                         help="open the HTML report in a browser when a display exists")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser for every subcommand."""
+#: The subcommand whose options come from the runner (imported only when it is asked for).
+RUN_COMMAND = "run-and-report"
+
+
+def build_parser(run_options: bool = True) -> argparse.ArgumentParser:
+    """The argument parser for every subcommand; ``run_options=False`` leaves run-and-report's
+    own options out, which spares ``--help`` and ``analyze`` importing the runner."""
     parser = argparse.ArgumentParser(
         prog="profreport",
         description="Tells you why your PyTorch training is slow: runs and reads kernprof, "
@@ -60,15 +65,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_report_options(analyze)
 
     run = sub.add_parser(
-        "run-and-report",
+        RUN_COMMAND,
         help="run training variants under kernprof, torch.profiler and nsys, then report",
         description="Run a built-in workload (or --script) in several variants, each under "
                     "kernprof, torch.profiler and nsys plus one plain timed run, then write one "
                     "report comparing them. With no arguments: the MNIST workload on this "
                     "machine's CPU or GPU.")
-    from profreport.runner.options import add_run_arguments
+    if run_options:
+        from profreport.runner.options import add_run_arguments
 
-    add_run_arguments(run)
+        add_run_arguments(run)
     _add_report_options(run)
 
     grade = sub.add_parser("grade",
@@ -86,7 +92,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         from profreport.commands import analyze_command
 
         return analyze_command(args)
-    if args.command == "run-and-report":
+    if args.command == RUN_COMMAND:
         from profreport.commands import run_and_report_command
 
         return run_and_report_command(args)
@@ -97,8 +103,8 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: every ProfreportError becomes one line on stderr and its exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(run_options=RUN_COMMAND in words).parse_args(words)
     try:
         return _dispatch(args)
     except ProfreportError as exc:

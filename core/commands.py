@@ -14,7 +14,7 @@ from profreport.errors import EXIT_INTERRUPTED, EXIT_PARTIAL, MissingToolError, 
 from profreport.parsers import ParseOptions
 from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
 from profreport.reports.analysis.results import Report, RunAnalysis
-from profreport.reports.render import write_reports
+from profreport.reports.render import require_renderers, write_reports
 
 #: How many findings the terminal summary shows per run.
 SUMMARY_FINDINGS = 3
@@ -87,6 +87,7 @@ def finish_report(report: Report, args: argparse.Namespace) -> int:
 
 def analyze_command(args: argparse.Namespace) -> int:
     """The ``analyze`` subcommand."""
+    require_renderers(args.formats)
     options = AnalyzeOptions(
         title=args.title, baseline=args.baseline,
         parse=ParseOptions(cache_dir=getattr(args, "cache_dir", None),
@@ -98,14 +99,14 @@ def require_train_extra() -> None:
     """MissingToolError naming the extra when what run-and-report imports is not installed."""
     missing = [name for name in TRAIN_MODULES if importlib.util.find_spec(name) is None]
     if missing:
-        raise MissingToolError(
-            f"run-and-report needs {', '.join(missing)}, which is not installed: "
-            "pip install 'profreport[train]' (pin torch first, see the README)")
+        raise MissingToolError.for_extra("run-and-report", missing, "train",
+                                         " (pin torch first, see the README)")
 
 
 def run_and_report_command(args: argparse.Namespace) -> int:
     """Run the variants (or the script), then analyse every run folder into one report."""
     require_train_extra()
+    require_renderers(args.formats)
     from profreport.runner import orchestrate
 
     outcome = orchestrate.run_from_args(args)

@@ -7,6 +7,7 @@ metrics use them for launch and sync calls. Nothing else may re-define what thes
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import pandas as pd
 
@@ -88,14 +89,24 @@ SYNC_APIS = frozenset({
 _API_VERSION_SUFFIX = re.compile(r"_v\d+$")
 
 
+def _per_distinct(names: pd.Series, classify: Callable[[pd.Series], pd.Series]) -> pd.Series:
+    """``classify`` run once per distinct name and spread back over ``names`` (same index).
+
+    A table holds one name per event (hundreds of thousands of kernels) but only hundreds of
+    distinct names, so a regular expression per distinct name instead of per row."""
+    codes, distinct = pd.factorize(names)
+    classified = classify(pd.Series([*distinct, None], dtype=object))
+    codes[codes < 0] = len(distinct)  # a missing name is classified as the trailing None
+    return classified.iloc[codes].set_axis(names.index)
+
+
 def is_comm_kernel(names: pd.Series) -> pd.Series:
     """Whether each kernel name is a communication (collective) kernel."""
-    return names.astype("string").str.contains(_COMM_KERNEL, regex=True).fillna(False).astype(bool)
+    return _matches(names, _COMM_KERNEL)
 
 
-def collective_layer(names: pd.Series) -> pd.Series:
-    """Which layer of a collective call each CPU op name is ("c10d", "backend", "wrapper"), or
-    <NA> for a name that is no collective."""
+def _collective_layer(names: pd.Series) -> pd.Series:
+    """:func:`collective_layer` of distinct names."""
     text = names.astype("string")
     layer = pd.Series(pd.NA, index=names.index, dtype="string")
     for name, pattern in _COLLECTIVE_LAYERS.items():
@@ -104,9 +115,16 @@ def collective_layer(names: pd.Series) -> pd.Series:
     return layer
 
 
+def collective_layer(names: pd.Series) -> pd.Series:
+    """Which layer of a collective call each CPU op name is ("c10d", "backend", "wrapper"), or
+    <NA> for a name that is no collective."""
+    return _per_distinct(names, _collective_layer)
+
+
 def _matches(names: pd.Series, pattern: str) -> pd.Series:
     """Whether each name matches ``pattern`` (missing names do not)."""
-    return names.astype("string").str.contains(pattern, regex=True).fillna(False).astype(bool)
+    return _per_distinct(names, lambda distinct: distinct.astype("string").str.contains(
+        pattern, regex=True).fillna(False).astype(bool))
 
 
 def is_reduced_precision_kernel(names: pd.Series) -> pd.Series:
@@ -151,18 +169,28 @@ def is_cpu_collective(names: pd.Series) -> pd.Series:
     return collective_layer(names).notna().astype(bool)
 
 
-def step_numbers(names: pd.Series) -> pd.Series:
-    """The iteration number each range name marks: nullable Int64, <NA> where it marks no step."""
+def _step_numbers(names: pd.Series) -> pd.Series:
+    """:func:`step_numbers` of distinct names."""
     parts = names.astype("string").str.extract(_STEP)
     return parts[0].fillna(parts[1]).astype("Int64")
 
 
-def is_dataloader_span(names: pd.Series) -> pd.Series:
-    """Whether each CPU span is the training loop waiting for the next batch."""
+def step_numbers(names: pd.Series) -> pd.Series:
+    """The iteration number each range name marks: nullable Int64, <NA> where it marks no step."""
+    return _per_distinct(names, _step_numbers)
+
+
+def _dataloader_spans(names: pd.Series) -> pd.Series:
+    """:func:`is_dataloader_span` of distinct names."""
     text = names.astype("string")
     hits = text.str.contains(_DATALOADER_SPAN, regex=True)
     hits |= text.str.strip().str.lower().isin(DATALOADER_RANGE_NAMES)
     return hits.fillna(False).astype(bool)
+
+
+def is_dataloader_span(names: pd.Series) -> pd.Series:
+    """Whether each CPU span is the training loop waiting for the next batch."""
+    return _per_distinct(names, _dataloader_spans)
 
 
 def is_dataloader_loop_line(source: str | None) -> bool:

@@ -42,6 +42,14 @@ class MissingToolError(ProfreportError):
 
     exit_code = 3
 
+    @classmethod
+    def for_extra(cls, what: str, modules: list[str], extra: str,
+                  note: str = "") -> MissingToolError:
+        """``WHAT needs A, B, which are not installed: pip install 'profreport[EXTRA]'``."""
+        verb = "is" if len(modules) == 1 else "are"
+        return cls(f"{what} needs {', '.join(modules)}, which {verb} not installed: "
+                   f"pip install 'profreport[{extra}]'{note}")
+
 
 class UsageError(ProfreportError):
     """The command line asks for something impossible (bad option values, no inputs)."""

@@ -109,7 +109,8 @@ class Profile:
         """The table called ``name``, or an empty one with its columns when the file has none."""
         if name not in TABLE_SCHEMAS:
             raise KeyError(f"unknown table {name!r}")
-        return self.tables.get(name, empty_table(name))
+        table = self.tables.get(name)
+        return empty_table(name) if table is None else table
 
     def has(self, name: str) -> bool:
         """Whether the profile holds at least one row of table ``name``."""

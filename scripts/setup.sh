@@ -72,7 +72,7 @@ install_python() {
     say "installing torch==$TORCH_VERSION"
     "$VENV/bin/python" -m pip install -q "torch==$TORCH_VERSION"
     say "installing profreport with its train and test extras"
-    "$VENV/bin/python" -m pip install -q -e "$ROOT[train,test]"
+    "$VENV/bin/python" -m pip install -q -e "$ROOT[train,pdf,test]"
     say "done: $("$VENV/bin/profreport" --version)"
 }
 

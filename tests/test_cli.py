@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -50,3 +51,32 @@ def test_formats_are_checked() -> None:
     result = run_cli("analyze", "x.json", "--format", "docx")
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
+
+
+#: Modules that only run-and-report or the PDF renderer need: the analysis path never loads them.
+HEAVY_MODULES = ("torch", "plotly", "weasyprint", "kaleido", "line_profiler", "nvtx",
+                 "profreport.runner")
+
+
+def _loaded_after(code: str) -> list[str]:
+    """The HEAVY_MODULES (or their submodules) loaded once ``code`` has run in a fresh Python."""
+    probe = (f"import sys\n{code}\n"
+             f"print(sorted({{m.split('.')[0] if not m.startswith('profreport') else m"
+             f" for m in sys.modules if m.startswith({HEAVY_MODULES!r})}}))")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            timeout=300, check=True)
+    return result.stdout.strip().splitlines()[-1]
+
+
+def test_help_loads_neither_the_runner_nor_torch() -> None:
+    assert _loaded_after("from profreport.cli import main\n"
+                         "try:\n    main(['--help'])\nexcept SystemExit:\n    pass") == "[]"
+
+
+def test_analysis_to_json_and_markdown_loads_nothing_it_does_not_use(
+        fixtures_dir: Path, tmp_path: Path) -> None:
+    trace = next((fixtures_dir / "compute_heavy" / "trace").glob("*.pt.trace.json.gz"))
+    assert _loaded_after(f"from profreport.cli import main\n"
+                         f"assert main(['analyze', {str(trace)!r}, '--out', {str(tmp_path)!r},"
+                         f" '--format', 'json,md']) == 0") == "[]"
+    assert (tmp_path / "report.json").is_file()

@@ -18,7 +18,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
+
+# Without the train extra (an analysis-only install) the runner cannot be imported: skip it all.
+torch = pytest.importorskip("torch", reason="the runner needs pip install 'profreport[train]'")
 
 from profreport.cli import build_parser
 from profreport.errors import EXIT_INTERRUPTED, InputError, UsageError

@@ -13,9 +13,9 @@ import importlib.resources
 import json
 from dataclasses import dataclass
 from functools import cache
+from typing import TYPE_CHECKING
 
 import jinja2
-import plotly.offline
 
 from profreport.reports.analysis.results import (
     BREAKDOWN_PARTS,
@@ -25,8 +25,10 @@ from profreport.reports.analysis.results import (
     origin_label,
 )
 from profreport.reports.render import display
-from profreport.reports.render.charts import Chart, comparison_charts, run_charts
 from profreport.reports.render.display import MetricGroup, TrialBar
+
+if TYPE_CHECKING:  # plotly (behind the charts) loads only when a page with charts is rendered
+    from profreport.reports.render.charts import Chart
 
 TEMPLATE = "report.html.j2"
 
@@ -101,6 +103,8 @@ def compressed_plotly_js() -> str:
     The page decompresses it with the browser's DecompressionStream (every current browser),
     so the report stays self-contained and small enough to attach to a ticket.
     """
+    import plotly.offline
+
     source = plotly.offline.get_plotlyjs().encode("utf-8")
     return base64.b64encode(gzip.compress(source, compresslevel=9, mtime=0)).decode("ascii")
 
@@ -113,6 +117,8 @@ def _html_environment() -> jinja2.Environment:
 
 def build_run_views(report: Report, with_charts: bool = True) -> list[RunView]:
     """Display rows (and charts, unless ``with_charts`` is False) of every run."""
+    if with_charts:
+        from profreport.reports.render.charts import run_charts
     return [RunView(index, run, run_charts(run, index) if with_charts else [],
                     display.metric_groups(run.metrics), display.trial_bars(run.metrics.trials),
                     display.headline_finding(run))
@@ -121,6 +127,8 @@ def build_run_views(report: Report, with_charts: bool = True) -> list[RunView]:
 
 def build_view(report: Report) -> ReportView:
     """Charts and display rows of every run and of the comparison."""
+    from profreport.reports.render.charts import comparison_charts
+
     return ReportView(report, build_run_views(report),
                       comparison_charts(report.runs, report.comparison))
 
