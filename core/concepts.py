@@ -87,6 +87,10 @@ SYNC_APIS = frozenset({
 })
 
 _API_VERSION_SUFFIX = re.compile(r"_v\d+$")
+# Names people give the function that runs the training loop (``train``, ``train_one_epoch``,
+# ``fit``, ``run_epoch``): with no source, they make a loop found from hit counts more likely
+# the training loop.
+_TRAINING_FUNCTION = re.compile(r"(?i)train|epoch|(?:^|_)fit(?:$|_)")
 
 
 def _per_distinct(names: pd.Series, classify: Callable[[pd.Series], pd.Series]) -> pd.Series:
@@ -223,3 +227,8 @@ def short_kernel_name(name: str) -> str:
             out.append(char)
     short = "".join(out).strip()
     return short.rsplit("::", 1)[-1] if short else name
+
+
+def is_training_function(name: str) -> bool:
+    """Whether a profiled function's name says it runs the training loop."""
+    return _TRAINING_FUNCTION.search(name) is not None

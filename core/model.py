@@ -36,8 +36,10 @@ empty frame with the right columns):
 ``devices``        GPUs: device, name, memory_bytes, sm_count (-1 unknown).
 ``threads``        pid, tid, name (nsys: decoded from globalTid).
 ``lines``          line_profiler lines: file, function, lineno, hits, time_ns, time_per_hit_ns,
-                   function_share (0..1 of the function's total), source (text or None),
-                   is_dataloader_loop.
+                   function_share (0..1 of the function's total), source (text or None, see
+                   parsers.lprof: only from allowed Python files), is_dataloader_loop (from the
+                   source, or from the hit counts when it is not shown), is_loop_header (hits =
+                   next line's hits + the function's calls).
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ TABLE_SCHEMAS: dict[str, dict[str, str]] = {
     "threads": {"pid": "int64", "tid": "int64", "name": "object"},
     "lines": {"file": "object", "function": "object", "lineno": "int64", "hits": "int64",
               "time_ns": "int64", "time_per_hit_ns": "int64", "function_share": "float64",
-              "source": "object", "is_dataloader_loop": "bool"},
+              "source": "object", "is_dataloader_loop": "bool", "is_loop_header": "bool"},
 }
 
 

@@ -5,23 +5,40 @@ An ``.lprof`` is a pickled ``LineStats(timings, unit)``: ``timings`` maps
 ``unit`` is seconds per timer tick. The class lives at a different path in each era of
 line_profiler; those paths are the only globals the unpickler admits, and each becomes the plain
 :class:`_PickledLineStats` here, never line_profiler's own class.
+
+The file names inside are whatever wrote the pickle: a source line is shown only from a regular
+Python source file inside the ``.lprof``'s folder, its run folder (the nearest folder above it
+with a ``manifest.json``) or ``--source-root``; anything else (``/etc/passwd``, ``/proc``,
+``../..``) is refused and ``Profile.meta["notes"]`` says which source was not shown and why.
+
+Without its source, the training loop is still found from the hit counts: a ``for``/``while``
+header runs once more per call than its body (the last test that ends the loop), so a line whose
+hits equal the next line's hits plus the function's calls is a loop header; when that header
+takes more time than any line of its body, the time goes into fetching the next item, which for
+a training loop is the DataLoader. ``Profile.meta["loop"]`` records the line, the evidence and
+how sure that is.
 """
 
 from __future__ import annotations
 
 import io
 import math
+import os
 import pickle
 import re
+import stat
 import tokenize
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from profreport.concepts import is_dataloader_loop_line
+from profreport.concepts import is_dataloader_loop_line, is_training_function
 from profreport.errors import InputError
+from profreport.inputs import MAX_LINE_ENTRIES, RefusedPathError, open_input, resolve_inside
+from profreport.manifest import MANIFEST_NAME
 from profreport.model import Profile, conform
+from profreport.text import error_text
 
 #: Where each era of line_profiler defines the pickled class, and the era that path tells.
 LINESTATS_CLASS_PATHS: dict[tuple[str, str], str] = {
@@ -31,10 +48,15 @@ LINESTATS_CLASS_PATHS: dict[tuple[str, str], str] = {
 }
 # kernprof always pickles with HIGHEST_PROTOCOL, which is 2 even on Python 2.
 MIN_PICKLE_PROTOCOL = 2
-# A whole program profiled line by line is a few MB; anything far larger is not a real .lprof.
-MAX_LPROF_BYTES = 64 * 1024 * 1024
-# Bounds the work of validation: shared sub-lists could otherwise make it quadratic.
-MAX_LINES = 5_000_000
+# A whole program profiled line by line is a few MB. Each line entry takes at least 7 bytes of
+# pickle, so 32 MiB also bounds the unpickled objects (~100 B per entry) to a few hundred MB.
+MAX_LPROF_BYTES = 32 * 1024 * 1024
+# Bytes of one source file read for its lines: real modules are far smaller.
+MAX_SOURCE_BYTES = 8 * 1024 * 1024
+# Only Python source is ever read as a "source file" (never /etc/passwd and the like).
+PYTHON_SUFFIXES = (".py", ".pyw")
+# How many folders above the .lprof are searched for the run folder's manifest.json.
+RUN_FOLDER_DEPTH = 3
 # Recorded names like ``<string>`` or ``<ipython-input-3-...>`` have no file behind them.
 _NO_FILE = re.compile(r"^<.*>$")
 # The tables hold int64: larger counts or times cannot come from a real profile.
@@ -70,9 +92,12 @@ class _LprofUnpickler(pickle.Unpickler):
 def _unpickle(path: Path) -> tuple[Timings, float, tuple[str, str], int]:
     """Read ``path`` safely: its timings, unit, LineStats class path and pickle protocol."""
     try:
-        data = path.read_bytes() if path.stat().st_size <= MAX_LPROF_BYTES else None
+        with open_input(path) as handle:
+            data = handle.read(MAX_LPROF_BYTES + 1)
     except OSError as exc:
         raise InputError(f"cannot read: {exc.strerror or exc}", path) from None
+    if len(data) > MAX_LPROF_BYTES:
+        data = None
     if data is None:
         raise InputError(f"larger than {MAX_LPROF_BYTES >> 20} MiB: not a line_profiler file",
                          path)
@@ -105,17 +130,17 @@ def _validated(state: object, path: Path) -> tuple[Timings, float]:
         raise InputError(f"malformed .lprof: timer unit {unit!r} is not a positive float", path)
     if not isinstance(timings, dict):
         raise InputError("malformed .lprof: timings is not a dict", path)
-    if sum(len(v) if isinstance(v, list) else 0 for v in timings.values()) > MAX_LINES:
-        raise InputError(f"malformed .lprof: more than {MAX_LINES} profiled lines", path)
+    MAX_LINE_ENTRIES.check(sum(len(v) if isinstance(v, list) else 0
+                               for v in timings.values()), path)
     for key, lines in timings.items():
         if not (type(key) is tuple and len(key) == 3 and type(key[0]) is str
                 and _is_int(key[1]) and type(key[2]) is str):
-            raise InputError(f"malformed .lprof: function key {key!r:.80} is not "
+            raise InputError(f"malformed .lprof: function key {error_text(repr(key))} is not "
                              "(file, first line, name)", path)
         if type(lines) is not list or not all(
                 type(row) is tuple and len(row) == 3 and _is_int(row[0])
                 and _is_int(row[1]) and _is_int(row[2]) for row in lines):
-            raise InputError(f"malformed .lprof: lines of {key[2]} are not "
+            raise InputError(f"malformed .lprof: lines of {error_text(key[2])} are not "
                              "(line, hits, time) integer triples", path)
     longest = max((row[2] for lines in timings.values() for row in lines), default=0)
     if longest * unit * 1e9 >= INT64_MAX:
@@ -138,18 +163,64 @@ def _trailing_match(candidate: Path, parts: list[str]) -> int:
     return count
 
 
-def find_source(recorded: str, lprof_path: Path, source_root: Path | None) -> Path | None:
-    """The source file a recorded filename names: as recorded, beside the .lprof, or under root."""
+def source_roots(lprof_path: Path, source_root: Path | None) -> list[Path]:
+    """Folders a source may be read from: the .lprof's, its run folder's, ``--source-root``."""
+    here = lprof_path.resolve().parent
+    roots = [here]
+    run = next((folder for folder in list(here.parents)[:RUN_FOLDER_DEPTH]
+                if (folder / MANIFEST_NAME).is_file()), None)
+    roots += [folder for folder in (run, source_root) if folder is not None]
+    return roots
+
+
+def _candidates(recorded: str, lprof_path: Path, source_root: Path | None) -> list[Path]:
+    """Where a recorded file may be: as recorded, beside the .lprof, then under the root
+    (best trailing-path match first)."""
     parts = _parts(recorded)
-    if _NO_FILE.match(recorded) or not parts:
-        return None
     here = lprof_path.parent
-    as_recorded = Path(recorded) if Path(recorded).is_absolute() else here / Path(*parts)
-    found = next((c for c in (as_recorded, here / parts[-1]) if c.is_file()), None)
-    if found is not None or source_root is None:
-        return found
-    matches = sorted(p for p in source_root.rglob(parts[-1]) if p.is_file())
-    return max(matches, key=lambda p: _trailing_match(p, parts), default=None)
+    found = [Path(recorded) if Path(recorded).is_absolute() else here / recorded,
+             here / parts[-1]]
+    if source_root is not None and source_root.is_dir():
+        matches = sorted(p for p in source_root.rglob(parts[-1]) if p.is_file())
+        found += sorted(matches, key=lambda p: -_trailing_match(p, parts))[:1]
+    return found
+
+
+def _refusal(candidate: Path, roots: list[Path], owner: Path) -> str | None:
+    """Why ``candidate`` may not be shown as source, or None when it may."""
+    try:
+        real = resolve_inside(candidate, roots, owner=owner)
+    except RefusedPathError as exc:
+        return exc.reason
+    if real.suffix not in PYTHON_SUFFIXES:
+        return "not a Python source file (.py)"
+    try:
+        info = real.stat()
+    except OSError as exc:
+        return f"cannot read: {exc.strerror or exc}"
+    if not stat.S_ISREG(info.st_mode):
+        return "not a regular file"
+    return "larger than a source file can be" if info.st_size > MAX_SOURCE_BYTES else None
+
+
+def find_source(recorded: str, lprof_path: Path, source_root: Path | None
+                ) -> tuple[Path | None, str | None]:
+    """The source file a recorded filename names, or None and why it is not shown.
+
+    Tried as recorded, beside the .lprof, then under ``source_root``; a candidate counts only
+    when it exists and may be shown (see :func:`_refusal`).
+    """
+    if _NO_FILE.match(recorded) or not _parts(recorded):
+        return None, "the profile names no file"
+    roots = source_roots(lprof_path, source_root)
+    reason = None
+    for candidate in _candidates(recorded, lprof_path, source_root):
+        if not os.path.lexists(candidate) and ".." not in candidate.parts:
+            continue
+        reason = _refusal(candidate, roots, lprof_path)
+        if reason is None:
+            return candidate, None
+    return None, reason or "not found beside the .lprof (pass --source-root)"
 
 
 def _source_lines(path: Path | None) -> list[str] | None:
@@ -158,7 +229,7 @@ def _source_lines(path: Path | None) -> list[str] | None:
         return None
     try:
         with tokenize.open(path) as handle:
-            return handle.read().splitlines()
+            return handle.read(MAX_SOURCE_BYTES).splitlines()
     except (OSError, SyntaxError, UnicodeDecodeError):
         return None
 
@@ -172,6 +243,9 @@ def _source_table(sources: dict[str, list[str] | None]) -> pd.DataFrame:
         {name: pd.Series(dtype=dtype) for name, dtype in columns.items()})
 
 
+_FUNCTION_KEY = ["file", "first_lineno", "function"]
+
+
 def _lines_table(timings: Timings, unit: float, sources: dict[str, list[str] | None]
                  ) -> pd.DataFrame:
     """The ``lines`` table: one row per recorded line, times in ns, share of its function."""
@@ -182,13 +256,86 @@ def _lines_table(timings: Timings, unit: float, sources: dict[str, list[str] | N
         columns=["file", "function", "first_lineno", "lineno", "hits", "ticks"])
     frame["time_ns"] = (frame["ticks"].astype("float64") * (unit * 1e9)).round().astype("int64")
     frame["time_per_hit_ns"] = (frame["time_ns"] // frame["hits"].clip(lower=1)).astype("int64")
-    total = frame.groupby(["file", "first_lineno", "function"])["time_ns"].transform("sum")
+    total = frame.groupby(_FUNCTION_KEY)["time_ns"].transform("sum")
     frame["function_share"] = (frame["time_ns"] / total.where(total > 0)).fillna(0.0)
     frame = frame.merge(_source_table(sources), on=["file", "lineno"], how="left")
     frame["source"] = frame["source"].astype("object").where(frame["source"].notna(), None)
     frame["is_dataloader_loop"] = frame["source"].map(is_dataloader_loop_line).astype(bool)
-    frame = frame.sort_values(["file", "first_lineno", "lineno"], kind="stable")
-    return conform("lines", frame)
+    frame = frame.sort_values(_FUNCTION_KEY + ["lineno"], kind="stable").reset_index(drop=True)
+    frame["is_loop_header"] = loop_headers(frame)
+    return frame
+
+
+def loop_headers(frame: pd.DataFrame) -> pd.Series:
+    """Lines whose hit counts are those of a loop header (``frame`` sorted by function, line).
+
+    A loop entered ``n`` times (the hits of the line before it) whose body ran ``m`` times has
+    its header hit ``m + n`` times: once more per entry, for the test that ends it (``m`` when
+    every entry left through ``break``/``return``). The body runs more often than the line
+    before the loop, which no straight-line code does.
+    """
+    by_function = frame.groupby(_FUNCTION_KEY, sort=False)["hits"]
+    before, body = by_function.shift(1), by_function.shift(-1)
+    hits = frame["hits"]
+    return ((body > before) & (hits >= body) & (hits <= body + before)).astype(bool)
+
+
+def _loop_of(frame: pd.DataFrame, header: int) -> dict[str, Any]:
+    """A loop header's facts: entries, iterations, its time, and its body's (the later lines of
+    the function that run at least once per iteration)."""
+    row = frame.loc[header]
+    iterations = int(frame.loc[header + 1, "hits"])
+    same = (frame["file"] == row["file"]) & (frame["first_lineno"] == row["first_lineno"]) & (
+        frame["function"] == row["function"])
+    body = frame[same & (frame.index > header) & (frame["hits"] >= iterations)]
+    entries = int(frame.loc[header - 1, "hits"]) if header - 1 in frame.index else 1
+    return {"file": str(row["file"]), "function": str(row["function"]),
+            "lineno": int(row["lineno"]), "hits": int(row["hits"]), "iterations": iterations,
+            "entries": entries, "ended_by_break": int(row["hits"]) < iterations + entries,
+            "time_ns": int(row["time_ns"]), "body_ns": int(body["time_ns"].sum()),
+            "largest_body_line_ns": int(body["time_ns"].max()) if not body.empty else 0}
+
+
+def training_loop(frame: pd.DataFrame) -> dict[str, Any] | None:
+    """The training loop among the loop headers (the one with the most time in itself and its
+    body), whether its header is the line that fetches batches, the evidence, how sure.
+
+    With the source shown, a ``for`` over a DataLoader says so (confidence high). Without it,
+    two signs say that the header fetches batches: it takes more time than any line of its body
+    (``next(loader)`` runs in the header), and the function's name says it trains. Both: medium
+    confidence; one: low; none: the loop is recorded but not taken for the DataLoader loop.
+    """
+    headers = frame.index[frame["is_loop_header"] | frame["is_dataloader_loop"]]
+    loops = [_loop_of(frame, i) for i in headers if i + 1 in frame.index]
+    if not loops:
+        return None
+    loop = max(loops, key=lambda item: item["time_ns"] + item["body_ns"])
+    row = frame[(frame["file"] == loop["file"]) & (frame["function"] == loop["function"])
+                & (frame["lineno"] == loop["lineno"])].iloc[0]
+    if row["source"] is not None:
+        loop.update(evidence="source", dataloader=bool(row["is_dataloader_loop"]),
+                    confidence="high")
+        return loop
+    largest = loop["time_ns"] > loop["largest_body_line_ns"]
+    named = is_training_function(loop["function"])
+    loop.update(evidence="hit counts", header_is_largest=largest, training_name=named,
+                dataloader=largest or named,
+                confidence={2: "medium", 1: "low", 0: "none"}[int(largest) + int(named)])
+    return loop
+
+
+def _mark_loader(frame: pd.DataFrame, loop: dict[str, Any] | None) -> pd.DataFrame:
+    """Flag the training loop's header as the DataLoader line when the hit counts say so."""
+    if loop is not None and loop["evidence"] == "hit counts" and loop["dataloader"]:
+        frame.loc[(frame["file"] == loop["file"]) & (frame["function"] == loop["function"])
+                  & (frame["lineno"] == loop["lineno"]), "is_dataloader_loop"] = True
+    return frame
+
+
+def _note(function: dict[str, Any]) -> str:
+    """The note saying that a function's source is not shown, and why."""
+    return (f"source of {error_text(function['function'])} "
+            f"({error_text(function['file'])}) not shown: {function['source_note']}")
 
 
 def parse(path: Path, *, source_root: Path | None = None) -> Profile:
@@ -196,11 +343,15 @@ def parse(path: Path, *, source_root: Path | None = None) -> Profile:
     path = Path(path)
     timings, unit, class_path, protocol = _unpickle(path)
     located = {file: find_source(file, path, source_root) for file, _, _ in timings}
-    sources = {file: _source_lines(where) for file, where in located.items()}
+    sources = {file: _source_lines(where) for file, (where, _) in located.items()}
     functions = [{"file": file, "function": name, "first_lineno": first,
-                  "source_path": None if located[file] is None else str(located[file])}
+                  "source_path": None if located[file][0] is None else str(located[file][0]),
+                  "source_note": located[file][1]}
                  for file, first, name in sorted(timings)]
+    frame = _lines_table(timings, unit, sources)
+    loop = training_loop(frame)
     meta: dict[str, Any] = {"unit": unit, "functions": functions, "pickle_protocol": protocol,
-                            "class_path": ".".join(class_path)}
+                            "class_path": ".".join(class_path), "loop": loop,
+                            "notes": [_note(f) for f in functions if f["source_note"]]}
     return Profile(path=path, kind="lprof", tool_version=LINESTATS_CLASS_PATHS[class_path],
-                   tables={"lines": _lines_table(timings, unit, sources)}, meta=meta)
+                   tables={"lines": conform("lines", _mark_loader(frame, loop))}, meta=meta)

@@ -14,6 +14,7 @@ import pytest
 from line_profiler.line_profiler import LineStats
 
 from profreport.errors import InputError
+from profreport.inputs import Limit
 from profreport.parsers import lprof
 
 KERNPROF = Path(sys.executable).with_name("kernprof")
@@ -111,7 +112,7 @@ def by_line(profile: lprof.Profile) -> dict[int, dict]:
 
 def test_loader_line_is_flagged_and_carries_the_time(loader_run: tuple[Path, Path]) -> None:
     script, path = loader_run
-    profile = lprof.parse(path)
+    profile = lprof.parse(path, source_root=script.parent)
     lines = by_line(profile)
     loop = lines[LOADER_LOOP_LINE]
     assert loop["source"].strip().startswith("for batch_idx, (data, target) in enumerate(")
@@ -127,11 +128,12 @@ def test_loader_line_is_flagged_and_carries_the_time(loader_run: tuple[Path, Pat
     assert profile.tool_version == "line_profiler 3.x or 5.1+"
     first = line_of(LOADER_SCRIPT, "@profile")  # a decorated function starts at its decorator
     assert profile.meta["functions"] == [{"file": str(script), "function": "train",
-                                          "first_lineno": first, "source_path": str(script)}]
+                                          "first_lineno": first, "source_path": str(script),
+                                          "source_note": None}]
 
 
 def test_compute_loop_is_not_a_loader(compute_run: tuple[Path, Path]) -> None:
-    profile = lprof.parse(compute_run[1])
+    profile = lprof.parse(compute_run[1], source_root=compute_run[0].parent)
     lines = by_line(profile)
     assert not profile.table("lines")["is_dataloader_loop"].any()
     assert lines[4]["source"] == "    for row in rows:"
@@ -208,7 +210,8 @@ def test_source_found_under_source_root_then_nowhere(tmp_path: Path) -> None:
     shutil.rmtree(root)
     gone = lprof.parse(path, source_root=tmp_path)
     assert gone.table("lines")["source"].tolist() == [None] * 4
-    assert not gone.table("lines")["is_dataloader_loop"].any()
+    # Without the source the loop is still found, from the hit counts (see the tests below).
+    assert gone.meta["loop"]["evidence"] == "hit counts"
     assert gone.table("lines")["hits"].tolist() == [1, LOADER_BATCHES + 1, LOADER_BATCHES, 1]
 
 
@@ -317,8 +320,148 @@ def test_absurd_sizes_are_refused(tmp_path: Path, loader_run: tuple[Path, Path],
     huge = tmp_path / "huge.lprof"
     with open(huge, "wb") as handle:  # sparse: costs no disk
         handle.truncate(lprof.MAX_LPROF_BYTES + 1)
-    with pytest.raises(InputError, match="larger than 64 MiB"):
+    with pytest.raises(InputError, match="larger than 32 MiB"):
         lprof.parse(huge)
-    monkeypatch.setattr(lprof, "MAX_LINES", 3)
-    with pytest.raises(InputError, match="more than 3 profiled lines"):
+    monkeypatch.setattr(lprof, "MAX_LINE_ENTRIES", Limit("line entries", 3, "a test limit"))
+    with pytest.raises(InputError, match="4 line entries where at most 3"):
         lprof.parse(loader_run[1])
+
+
+# --- source containment: nothing outside the allowed folders reaches a report ---
+
+
+def stats_file(path: Path, timings: dict) -> Path:
+    """Write a genuine LineStats pickle with these timings (as kernprof would)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(pickle.dumps(LineStats(timings, 1e-9), protocol=5))
+    return path
+
+
+def one_function(recorded: str) -> dict:
+    """Timings of one function recorded in file ``recorded``: a loop and its body."""
+    return {(recorded, 1, "train"): [(2, 1, 10), (3, 6, 900), (4, 5, 50), (5, 1, 5)]}
+
+
+@pytest.mark.parametrize("recorded", [
+    "/etc/passwd", "/proc/self/environ", "../../../../etc/passwd", "/dev/zero",
+    "secrets.txt", "linked.py", "sub/../../outside.py"])
+def test_sources_outside_the_allowed_folders_are_never_read(tmp_path: Path,
+                                                            recorded: str) -> None:
+    run = tmp_path / "run"
+    (run / "sub").mkdir(parents=True)
+    (run / "secrets.txt").write_text("TOKEN=hunter2\n" * 5)  # inside, but not Python source
+    (run / "linked.py").symlink_to("/etc/passwd")  # a Python name pointing outside
+    (tmp_path / "outside.py").write_text("TOKEN = 'hunter2'\n" * 5)
+    profile = lprof.parse(stats_file(run / "x.lprof", one_function(recorded)))
+    lines = profile.table("lines")
+    assert lines["source"].isna().all()
+    assert lines["hits"].tolist() == [1, 6, 5, 1]
+    (note,) = profile.meta["notes"]
+    assert note.startswith("source of train (") and "not shown: " in note
+    assert profile.meta["functions"][0]["source_path"] is None
+
+
+def test_source_reasons_say_why(tmp_path: Path) -> None:
+    cases = {"/etc/passwd": "outside", "../../etc/passwd": "'..'",
+             "/proc/self/environ": "system folders", "nowhere.py": "--source-root"}
+    for recorded, reason in cases.items():
+        profile = lprof.parse(stats_file(tmp_path / "r" / "x.lprof", one_function(recorded)))
+        assert reason in profile.meta["notes"][0], recorded
+
+
+def test_source_in_the_run_folder_is_shown(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    (run / "rank0").mkdir(parents=True)
+    (run / "manifest.json").write_text("{}")
+    (run / "train.py").write_text(COMPUTE_SCRIPT)
+    path = stats_file(run / "rank0" / "x.lprof", one_function(str(run / "train.py")))
+    profile = lprof.parse(path)
+    assert by_line(profile)[4]["source"] == "    for row in rows:"
+    assert profile.meta["notes"] == []
+
+
+def test_a_huge_file_name_is_read_and_elided_in_notes(tmp_path: Path) -> None:
+    name = "/" + "a" * 100_000 + ".py"
+    profile = lprof.parse(stats_file(tmp_path / "x.lprof", one_function(name)))
+    assert profile.table("lines")["file"].iloc[0] == name  # the table keeps the full name
+    assert len(profile.meta["notes"][0]) < 1000
+
+
+def test_a_huge_file_name_in_a_bad_file_gives_a_short_error(tmp_path: Path) -> None:
+    path = stats_file(tmp_path / "x.lprof", {("/" + "a" * 100_000, 1, "f"): [(1, -1, 0)]})
+    with pytest.raises(InputError) as caught:
+        lprof.parse(path)
+    assert len(caught.value.one_line()) < 1000
+
+
+def test_millions_of_line_entries_are_refused_before_any_table(tmp_path: Path) -> None:
+    entry = (1, 1, 1)  # one shared tuple: 2 bytes of pickle per entry, as an attacker writes it
+    path = stats_file(tmp_path / "x.lprof", {("a.py", 1, "f"): [entry] * 4_900_000})
+    assert path.stat().st_size < 16 << 20
+    with pytest.raises(InputError, match="4,900,000 line entries where at most 1,000,000"):
+        lprof.parse(path)
+
+
+# --- the training loop found from hit counts when no source is shown (issue #10) ---
+
+
+def test_loader_loop_found_from_hit_counts_alone(loader_run: tuple[Path, Path]) -> None:
+    profile = lprof.parse(loader_run[1])  # the script is outside every allowed folder
+    lines = by_line(profile)
+    assert all(row["source"] is None for row in lines.values())
+    assert [n for n, row in lines.items() if row["is_loop_header"]] == [LOADER_LOOP_LINE]
+    assert [n for n, row in lines.items() if row["is_dataloader_loop"]] == [LOADER_LOOP_LINE]
+    loop = profile.meta["loop"]
+    assert loop["lineno"] == LOADER_LOOP_LINE and loop["function"] == "train"
+    assert (loop["iterations"], loop["entries"], loop["ended_by_break"]) == (LOADER_BATCHES, 1,
+                                                                             False)
+    assert loop["evidence"] == "hit counts" and loop["dataloader"]
+    assert loop["confidence"] == "medium"  # the function is called train
+
+
+def test_compute_loop_found_from_hit_counts_is_no_loader(compute_run: tuple[Path, Path]) -> None:
+    profile = lprof.parse(compute_run[1])
+    lines = by_line(profile)
+    assert [n for n, row in lines.items() if row["is_loop_header"]] == [4]
+    assert not profile.table("lines")["is_dataloader_loop"].any()
+    loop = profile.meta["loop"]
+    assert (loop["lineno"], loop["iterations"], loop["dataloader"]) == (4, COMPUTE_ROWS, False)
+    assert loop["confidence"] == "none"  # small header time, "compute" says nothing of training
+    with_source = lprof.parse(compute_run[1], source_root=compute_run[0].parent)
+    assert with_source.meta["loop"]["evidence"] == "source"
+    assert with_source.meta["loop"]["confidence"] == "high"
+
+
+def test_loop_header_of_a_function_called_several_times(tmp_path: Path) -> None:
+    # 3 calls of 4 iterations: the header runs 3 * (4 + 1) = 15 times, its body 12.
+    timings = {("gone.py", 1, "run_epoch"): [(2, 3, 30), (3, 15, 9000), (4, 12, 600),
+                                             (5, 12, 700), (6, 3, 10)]}
+    profile = lprof.parse(stats_file(tmp_path / "x.lprof", timings))
+    assert profile.table("lines")["is_loop_header"].tolist() == [False, True, False, False,
+                                                                 False]
+    loop = profile.meta["loop"]
+    assert (loop["lineno"], loop["entries"], loop["iterations"]) == (3, 3, 12)
+    assert loop["dataloader"] and loop["body_ns"] == 1300 and loop["confidence"] == "medium"
+
+
+def test_loop_left_by_break_is_found(tmp_path: Path) -> None:
+    # ``for ...: ...; if i + 1 >= steps: break``: the header is hit as often as its body.
+    timings = {("gone.py", 1, "fit"): [(2, 1, 30), (3, 6, 200), (4, 6, 900), (5, 12, 50),
+                                       (6, 6, 10), (7, 1, 5)]}
+    profile = lprof.parse(stats_file(tmp_path / "x.lprof", timings))
+    assert profile.table("lines")["is_loop_header"].tolist() == [False, True, False, False,
+                                                                 False, False]
+    loop = profile.meta["loop"]
+    assert loop["ended_by_break"] and loop["iterations"] == 6
+    # The body's line 4 outweighs the header: only the name says "training loop".
+    assert loop["dataloader"] and loop["confidence"] == "low"
+    assert by_line(profile)[3]["is_dataloader_loop"]
+
+
+def test_runner_fixture_loops_found_without_source(fixtures_dir: Path) -> None:
+    loader = lprof.parse(fixtures_dir / "loader_heavy" / "train.lprof").meta["loop"]
+    compute = lprof.parse(fixtures_dir / "compute_heavy" / "train.lprof").meta["loop"]
+    assert loader["function"] == compute["function"] == "train"
+    assert loader["lineno"] == compute["lineno"] and loader["ended_by_break"]
+    assert loader["header_is_largest"] and not compute["header_is_largest"]
+    assert (loader["confidence"], compute["confidence"]) == ("medium", "low")
