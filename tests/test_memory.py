@@ -192,8 +192,8 @@ def test_resnet50_memory_analysis(resnet: Profile) -> None:
     assert gpu.largest[0].bytes == max(s for s in resnet.table("memory")["bytes"])
     assert gpu.largest[0].op is not None and gpu.largest[0].step == 5
     findings = memory.memory_findings(stats, memory.TrainingSettings(batch_size=32))
-    assert "memory-headroom" not in {f.id for f in findings}  # a relative peak is a lower bound
-    assert "memory-growth" not in {f.id for f in findings}
+    assert "MEMORY_HEADROOM" not in {f.id for f in findings}  # a relative peak is a lower bound
+    assert "MEMORY_GROWTH" not in {f.id for f in findings}
 
 
 def test_growth_from_step_to_step_is_a_leak(tmp_path: Path) -> None:
@@ -204,7 +204,7 @@ def test_growth_from_step_to_step_is_a_leak(tmp_path: Path) -> None:
     assert device.basis == "absolute"
     assert [s.end_level - GIB for s in device.steps] == [4 * MIB, 8 * MIB, 12 * MIB, 16 * MIB]
     assert device.net_bytes == GIB + 16 * MIB
-    growth = next(f for f in findings if f.id == "memory-growth")
+    growth = next(f for f in findings if f.id == "MEMORY_GROWTH")
     assert "12.6 MB (12.0 MiB)" in growth.evidence[0].text
     assert "loss.item()" in growth.recommendation
 
@@ -213,7 +213,7 @@ def test_steady_level_is_no_leak(tmp_path: Path) -> None:
     """Allocations that are all released within their step leave no growth finding."""
     path = _training(tmp_path, kept_per_step=0, temporary=64 * MIB, device_total=16 * GIB)
     _, findings = _analysed(path, memory.TrainingSettings())
-    assert "memory-growth" not in {f.id for f in findings}
+    assert "MEMORY_GROWTH" not in {f.id for f in findings}
 
 
 def test_headroom_suggests_batch_and_learning_rate(tmp_path: Path) -> None:
@@ -223,7 +223,7 @@ def test_headroom_suggests_batch_and_learning_rate(tmp_path: Path) -> None:
     stats, findings = _analysed(path, memory.TrainingSettings(batch_size=32, learning_rate=0.1))
     device = stats.devices[0]
     assert device.peak_allocated == 3 * GIB and device.peak_reserved == 3 * GIB
-    advice = next(f for f in findings if f.id == "memory-headroom")
+    advice = next(f for f in findings if f.id == "MEMORY_HEADROOM")
     assert "19%" in advice.title
     assert "from 32 to about 188" in advice.recommendation
     assert "from 0.1 to 0.242" in advice.recommendation
@@ -234,10 +234,10 @@ def test_peak_near_device_memory_is_an_oom_risk(tmp_path: Path) -> None:
     path = _training(tmp_path, kept_per_step=0, temporary=2 * GIB,
                      device_total=int(3.2 * GIB))
     _, findings = _analysed(path, memory.TrainingSettings(batch_size=32))
-    risk = next(f for f in findings if f.id == "memory-oom-risk")
+    risk = next(f for f in findings if f.id == "MEMORY_OOM_RISK")
     assert "94%" in risk.title
     assert "checkpoint" in risk.recommendation and "AMP" in risk.recommendation
-    assert "memory-headroom" not in {f.id for f in findings}
+    assert "MEMORY_HEADROOM" not in {f.id for f in findings}
 
 
 def test_reserving_in_every_step_is_churn(tmp_path: Path) -> None:
@@ -247,6 +247,6 @@ def test_reserving_in_every_step_is_churn(tmp_path: Path) -> None:
     stats, findings = _analysed(path, memory.TrainingSettings())
     assert stats.devices[0].driver_calls_per_step == 2.0
     assert stats.devices[0].reserved_gap_bytes == GIB
-    assert "memory-churn" in {f.id for f in findings}
+    assert "MEMORY_CHURN" in {f.id for f in findings}
     steady = _training(tmp_path, kept_per_step=0, temporary=512 * MIB, device_total=16 * GIB)
     assert _analysed(steady, memory.TrainingSettings())[0].devices[0].driver_calls_per_step == 0

@@ -22,6 +22,7 @@ from profreport.reports.analysis.findings import RunContext, find_all, verdict
 from profreport.reports.analysis.memory import memory_findings, memory_stats, training_settings
 from profreport.reports.analysis.metrics import compute_run_metrics, primary_timed
 from profreport.reports.analysis.results import Report, RunAnalysis, SourceInfo
+from profreport.reports.analysis.scaling import run_world_size, scaling_studies
 from profreport.reports.analysis.timeline import build_timeline
 
 #: Name endings of the profiles a folder is searched for (longest first, to strip run names).
@@ -173,7 +174,9 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None) -
         findings=find_all(metrics, context, name_verdict)
         + memory_findings(metrics.memory, training_settings(manifest)),
         timeline=build_timeline(*timed[0]) if timed else None,
-        knobs=context.knobs, environment=context.environment, notes=_notes(manifest))
+        knobs=context.knobs, environment=context.environment, notes=_notes(manifest),
+        world_size=run_world_size(manifest, profiles),
+        scaling_point=dict(getattr(manifest, "scaling", None) or {}))
 
 
 def _unique(name: str, taken: set[str]) -> str:
@@ -220,4 +223,5 @@ def analyze_paths(inputs: list[Path], options: AnalyzeOptions) -> Report:
         raise InputError("no input could be read: " + "; ".join(failures))
     title = options.title or "profreport: " + ", ".join(run.name for run in runs)
     return Report(title=title, generated_by=f"profreport {__version__}", runs=runs,
-                  comparison=compare_runs(runs, options.baseline), failures=failures)
+                  comparison=compare_runs(runs, options.baseline), failures=failures,
+                  scaling=scaling_studies(runs))

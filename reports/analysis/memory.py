@@ -49,13 +49,13 @@ LEAK_MIN_BYTES = 1 << 20
 #: synchronise the device) in every iteration instead of reusing cached blocks.
 CHURN_DRIVER_CALLS_PER_STEP = 1.0
 
-#: How many of the largest allocations each device lists.
+# How many of the largest allocations each device lists.
 LARGEST_ALLOCATIONS = 5
-#: Steps drawn in the memory timeline.
+# Steps drawn in the memory timeline.
 TIMELINE_STEPS = 3
-#: Points kept per device in the timeline (each bucket keeps its lowest and highest level).
+# Points kept per device in the timeline (each bucket keeps its lowest and highest level).
 TIMELINE_POINTS = 1500
-#: CUDA runtime calls that take or give back device memory from the driver.
+# CUDA runtime calls that take or give back device memory from the driver.
 DRIVER_ALLOCATION_APIS = frozenset({"cudaMalloc", "cudaFree", "cudaMallocAsync", "cudaFreeAsync",
                                     "cuMemAlloc", "cuMemFree", "cuMemCreate", "cuMemRelease"})
 
@@ -310,7 +310,7 @@ def oom_risk(stats: MemoryStats, settings: TrainingSettings) -> Finding | None:
         return None
     fraction, device = max(risky, key=lambda item: item[0])
     return Finding(
-        id="memory-oom-risk", severity="high",
+        id="MEMORY_OOM_RISK", severity="high",
         title=f"Memory peaks at {fraction * 100:.0f}% of the device: close to out-of-memory",
         evidence=[_peak_evidence(device, fraction)],
         recommendation="Free room before it runs out: lower the per-process batch size, "
@@ -364,7 +364,7 @@ def headroom(stats: MemoryStats, settings: TrainingSettings) -> Finding | None:
         return None
     fraction, device = max(roomy, key=lambda item: item[0])
     return Finding(
-        id="memory-headroom", severity="low",
+        id="MEMORY_HEADROOM", severity="low",
         title=f"Memory peaks at only {fraction * 100:.0f}% of the device: room for a larger "
               "batch",
         evidence=[_peak_evidence(device, fraction)],
@@ -388,7 +388,7 @@ def memory_growth(stats: MemoryStats, settings: TrainingSettings) -> Finding | N
     growth, device = max(leaking, key=lambda item: item[0])
     steps = len(device.steps)
     return Finding(
-        id="memory-growth", severity="high",
+        id="MEMORY_GROWTH", severity="high",
         title="Memory grows from step to step: something keeps tensors alive across iterations",
         evidence=[Evidence(f"{_where(device)}: the level at the end of each of {steps} steps is "
                            f"above the previous one, +{_size(growth)} in all "
@@ -416,7 +416,7 @@ def allocation_churn(stats: MemoryStats, settings: TrainingSettings) -> Finding 
         evidence.append(Evidence(f"{mean_calls:.0f} allocations of {_size(mean_bytes)} per step "
                                  "from the framework allocator", device.origin))
     return Finding(
-        id="memory-churn", severity="medium",
+        id="MEMORY_CHURN", severity="medium",
         title="The allocator goes back to the driver in every step",
         evidence=evidence,
         recommendation="Let the caching allocator reuse its blocks: remove "
@@ -426,7 +426,7 @@ def allocation_churn(stats: MemoryStats, settings: TrainingSettings) -> Finding 
                        "and call optimizer.zero_grad(set_to_none=True).")
 
 
-#: Every memory rule, in the order they are tried.
+# Every memory rule, in the order they are tried.
 MEMORY_RULES = (oom_risk, headroom, memory_growth, allocation_churn)
 
 

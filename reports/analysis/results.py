@@ -333,6 +333,10 @@ class RunAnalysis:
     knobs: dict[str, object] = field(default_factory=dict)
     environment: dict[str, object] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: Processes of the job (manifest, distributedInfo, or rank traces); None when unknown.
+    world_size: int | None = None
+    #: The runner's ``scaling`` record of this run when it is one point of a scaling study.
+    scaling_point: dict[str, object] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -381,6 +385,8 @@ class Report:
     runs: list[RunAnalysis]
     comparison: Comparison | None = None
     failures: list[str] = field(default_factory=list)
+    #: Throughput against process count, one study per group of runs (see reports.analysis.scaling).
+    scaling: list[ScalingStudy] = field(default_factory=list)
     schema: str = SCHEMA
 
 
@@ -470,3 +476,46 @@ class MemoryStats:
     """Every device whose memory events a run recorded."""
 
     devices: list[DeviceMemory]
+
+
+# --- scaling (reports.analysis.scaling) ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ScalingPoint:
+    """One process count of a scaling study (throughputs of the whole job)."""
+
+    run: str
+    processes: int
+    throughput: float | None
+    #: The first point's throughput per process times ``processes``.
+    ideal: float | None
+    #: ``throughput / ideal`` (1.0 = perfect scaling).
+    efficiency: float | None
+    #: The runner's trials at this point: the data loader alone, the model on one cached batch.
+    loader_alone: float | None
+    synthetic: float | None
+    #: Mean step time (annotated steps of the primary rank), ns.
+    step_ns: int | None
+    #: Collective communication per step, and the part of it not hidden by compute, ns.
+    comm_ns_per_step: int | None
+    comm_exposed_ns_per_step: int | None
+    #: Slowest rank's mean step over the fastest's (1.0 = even); None with one rank traced.
+    rank_imbalance: float | None
+    local_batch_size: int | None = None
+    #: The profiler the step, communication and per-rank figures came from.
+    profile_origin: Origin | None = None
+
+
+@dataclass(frozen=True)
+class ScalingStudy:
+    """Throughput against process count for runs of one training at several world sizes."""
+
+    group: str
+    #: "weak" (fixed local batch), "strong" (fixed global batch) or "unknown".
+    mode: str
+    #: "samples/s" (the runner's unprofiled runs) or "local batches/s" (from profiled steps).
+    unit: str
+    points: list[ScalingPoint]
+    #: Where and why scaling breaks, with the fix (empty when it holds up).
+    findings: list[Finding] = field(default_factory=list)

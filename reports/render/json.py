@@ -15,12 +15,15 @@ from profreport.reports.analysis.results import (
     Breakdown,
     Comparison,
     CpuOpMix,
+    DeviceMemory,
     Finding,
     KernelMix,
     LineItem,
+    MemoryStats,
     Report,
     RunAnalysis,
     RunMetrics,
+    ScalingStudy,
     StepStats,
     TopItem,
     Trials,
@@ -152,6 +155,7 @@ def run_json(run: RunAnalysis) -> dict[str, Any]:
         "top_ops": [_top(k) for k in m.top_ops],
         "lines": [_line(line) for line in m.lines],
         "knobs": run.knobs, "environment": run.environment, "notes": run.notes,
+        "memory": memory_json(m.memory), "world_size": run.world_size,
     }
 
 
@@ -178,9 +182,53 @@ def report_json(report: Report) -> dict[str, Any]:
     return {"schema": report.schema, "generated_by": report.generated_by, "title": report.title,
             "runs": [run_json(run) for run in report.runs],
             "comparison": comparison_json(report.comparison),
-            "failures": sorted(report.failures)}
+            "failures": sorted(report.failures),
+            "scaling": [scaling_json(study) for study in report.scaling]}
 
 
 def render_json(report: Report) -> str:
     """The report as JSON text (sorted keys, 2-space indent)."""
     return json.dumps(report_json(report), indent=2, sort_keys=True, default=str) + "\n"
+
+
+def _device_memory(d: DeviceMemory) -> dict[str, Any]:
+    """One device's memory: peaks in bytes on its basis, steps, largest allocations."""
+    return {
+        "source": d.origin, "rank": d.rank, "device_kind": d.device_kind, "device": d.device,
+        "device_name": d.device_name, "total_bytes": d.total_bytes, "counts": d.counts,
+        "basis": d.basis, "events": d.events, "peak_allocated_bytes": d.peak_allocated,
+        "peak_reserved_bytes": d.peak_reserved, "net_bytes": d.net_bytes,
+        "reserved_gap_bytes": d.reserved_gap_bytes,
+        "driver_calls_per_step": (None if d.driver_calls_per_step is None
+                                  else round(d.driver_calls_per_step, 3)),
+        "steps": [{"number": s.number, "peak_allocated_bytes": s.peak_allocated,
+                   "peak_reserved_bytes": s.peak_reserved, "start_bytes": s.start_level,
+                   "end_bytes": s.end_level, "allocations": s.allocations,
+                   "allocated_bytes": s.allocated_bytes} for s in d.steps],
+        "largest_allocations": [{"bytes": a.bytes, "at_ms": _ms(a.at_ns), "step": a.step,
+                                 "op": a.op} for a in d.largest],
+    }
+
+
+def memory_json(stats: MemoryStats | None) -> list[dict[str, Any]] | None:
+    """Memory per device, or null when the run recorded no allocator events."""
+    return None if stats is None else [_device_memory(d) for d in stats.devices]
+
+
+def scaling_json(study: ScalingStudy) -> dict[str, Any]:
+    """One scaling study: throughput, ideal and efficiency per process count."""
+    def rounded(value: float | None, digits: int = 3) -> float | None:
+        """A throughput or ratio rounded, None stays None."""
+        return None if value is None else round(value, digits)
+
+    return {"group": study.group, "mode": study.mode, "unit": study.unit,
+            "findings": [_finding(f) for f in study.findings],
+            "points": [{"run": p.run, "processes": p.processes,
+                        "throughput": rounded(p.throughput), "ideal": rounded(p.ideal),
+                        "efficiency": _frac(p.efficiency),
+                        "loader_alone": rounded(p.loader_alone),
+                        "synthetic": rounded(p.synthetic), "step_time_ms": _ms(p.step_ns),
+                        "comm_ms_per_step": _ms(p.comm_ns_per_step),
+                        "comm_exposed_ms_per_step": _ms(p.comm_exposed_ns_per_step),
+                        "rank_imbalance": rounded(p.rank_imbalance, 4),
+                        "local_batch_size": p.local_batch_size} for p in study.points]}

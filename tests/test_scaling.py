@@ -1,0 +1,88 @@
+"""Scaling studies: world sizes, points against the ideal line, and why scaling breaks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from profreport.reports.analysis import scaling
+from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+from profreport.reports.analysis.results import ScalingPoint
+
+MS = 1_000_000
+
+
+def _point(processes: int, throughput: float, *, step_ms: float = 100.0,
+           exposed_ms: float = 0.0, comm_ms: float = 0.0, loader: float | None = None,
+           synthetic: float | None = None, imbalance: float | None = None,
+           base_per_process: float = 100.0) -> ScalingPoint:
+    """A point as scaling._points makes it, against an ideal of ``base_per_process`` each."""
+    ideal = base_per_process * processes
+    return ScalingPoint(run=f"np{processes}", processes=processes, throughput=throughput,
+                        ideal=ideal, efficiency=throughput / ideal, loader_alone=loader,
+                        synthetic=synthetic, step_ns=int(step_ms * MS),
+                        comm_ns_per_step=int(comm_ms * MS),
+                        comm_exposed_ns_per_step=int(exposed_ms * MS), rank_imbalance=imbalance,
+                        profile_origin="kineto")
+
+
+def test_exposed_communication_growth_is_named_with_the_sc22_fix() -> None:
+    """78% at 4 processes, exposed communication grown by 25 of the 28 ms lost per step."""
+    points = [_point(1, 100.0, synthetic=120.0, loader=500.0),
+              _point(4, 312.0, step_ms=128.0, comm_ms=40.0, exposed_ms=25.0, loader=2000.0,
+                     synthetic=470.0)]
+    finding = scaling.scaling_findings(points, "samples/s", "weak")[0]
+    assert finding.title == "Scaling breaks at 4 processes: 78% of ideal"
+    assert finding.severity == "medium"
+    assert "4 proc: 40.0 ms (25.0 ms exposed)" in finding.evidence[1].text
+    assert "Double the local batch" in finding.recommendation
+    assert len(finding.evidence) == 2  # the loader and the synthetic trial scale
+
+
+def test_loader_cap_straggler_and_synthetic_causes() -> None:
+    """A loader barely above the loop, an uneven rank, and no scaling on synthetic data."""
+    points = [_point(1, 100.0, synthetic=120.0),
+              _point(2, 130.0, step_ms=150.0, loader=140.0, synthetic=150.0, imbalance=1.4)]
+    finding = scaling.scaling_findings(points, "samples/s", "weak")[0]
+    assert finding.severity == "high"  # 65%
+    texts = " | ".join(e.text for e in finding.evidence)
+    assert "data loader alone delivers 140.0 samples/s" in texts
+    assert "1.40x the fastest" in texts
+    assert "reach 150.0 samples/s of an ideal 240.0 (62%)" in texts
+
+
+def test_good_scaling_has_no_finding() -> None:
+    """95% of ideal is not reported."""
+    points = [_point(1, 100.0), _point(2, 190.0)]
+    assert scaling.scaling_findings(points, "samples/s", "weak") == []
+
+
+@pytest.mark.slow
+def test_real_one_and_two_process_runs(tmp_path: Path) -> None:
+    """A real CPU run (gloo) of 1 and 2 processes: the points, ideal and efficiency come from
+    the runner's measured throughputs, the world sizes from the manifests."""
+    out = tmp_path / "out"
+    subprocess.run([sys.executable, "-m", "profreport", "run-and-report", "--variants",
+                    "baseline,ddp", "--nproc", "2", "--steps", "4", "--profilers", "torch",
+                    "--device", "cpu", "--out", str(out), "--format", "json"],
+                   check=True, capture_output=True, timeout=900)
+    runs = out / "runs"
+    report = analyze_paths([runs / "baseline", runs / "ddp"], AnalyzeOptions())
+    study = report.scaling[0]
+    measured = {name: json.loads((runs / name / "manifest.json").read_text())
+                for name in ("baseline", "ddp")}
+    one, two = study.points
+    assert (one.processes, two.processes) == (1, 2)
+    assert study.unit == "samples/s" and study.mode == "weak"
+    assert one.throughput == measured["baseline"]["throughput_samples_per_s"]
+    assert two.throughput == measured["ddp"]["throughput_samples_per_s"]
+    assert two.ideal == pytest.approx(2 * one.throughput)
+    assert two.efficiency == pytest.approx(two.throughput / (2 * one.throughput))
+    assert two.loader_alone == measured["ddp"]["trials"]["io"]
+    assert two.comm_ns_per_step is not None and two.comm_ns_per_step > 0  # gloo all_reduce
+    written = json.loads((out / "report.json").read_text())
+    assert written["scaling"][0]["points"][1]["efficiency"] == pytest.approx(two.efficiency)
