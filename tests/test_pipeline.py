@@ -154,7 +154,9 @@ def test_json_report_has_the_documented_keys(corpus: Path) -> None:
     assert text == render_json(report)
     data = json.loads(text)
     assert data["schema"] == "profreport/1" and data["generated_by"].startswith("profreport ")
-    assert set(data) == {"schema", "generated_by", "title", "runs", "comparison", "failures"}
+    assert set(data) == {"schema", "generated_by", "title", "runs", "comparison", "failures",
+                         "scaling"}
+    assert data["scaling"] == []  # a ResNet-50 and another model: no scaling curve
     for run in data["runs"]:
         assert set(run) >= RUN_KEYS and set(run["metrics"]) >= METRIC_KEYS
         assert set(run["metrics"]["step_time_ms"]) == {"mean", "p50", "p90", "min", "max"}

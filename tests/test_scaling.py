@@ -84,5 +84,8 @@ def test_real_one_and_two_process_runs(tmp_path: Path) -> None:
     assert two.efficiency == pytest.approx(two.throughput / (2 * one.throughput))
     assert two.loader_alone == measured["ddp"]["trials"]["io"]
     assert two.comm_ns_per_step is not None and two.comm_ns_per_step > 0  # gloo all_reduce
+    bare = analyze_paths([runs / "baseline" / "trace", runs / "ddp" / "trace"], AnalyzeOptions())
+    assert [run.world_size for run in bare.runs] == [1, 2]  # no process group; two rank traces
+    assert bare.scaling[0].unit == "local batches/s"
     written = json.loads((out / "report.json").read_text())
     assert written["scaling"][0]["points"][1]["efficiency"] == pytest.approx(two.efficiency)

@@ -35,6 +35,9 @@ LOADER_CAP_MARGIN = 1.10
 STRAGGLER_IMBALANCE = 1.15
 #: Exposed communication that grew by half the time each step lost explains the loss.
 COMM_GROWTH_SHARE = 0.5
+#: Traces without a manifest are one training when at least half of their busiest operators
+#: (by name) are the same: another model runs other operators.
+SAME_MODEL_OP_OVERLAP = 0.5
 
 # Knobs that only say how many processes there are and how they talk: runs differing only in
 # these are points of one curve.
@@ -43,7 +46,8 @@ PROCESS_KNOBS = frozenset({"ddp", "nproc", "bucket_cap_mb", "broadcast_buffers"}
 
 def run_world_size(manifest: Manifest | None, profiles: list[Profile]) -> int | None:
     """Processes of a run: the manifest's world size (or its DDP knobs), else the traces'
-    ``distributedInfo.world_size``, else the number of distinct rank traces."""
+    ``distributedInfo.world_size``, else the number of distinct rank traces; 1 for Kineto traces
+    without a process group."""
     if manifest is not None:
         recorded = getattr(manifest, "world_size", None)
         if isinstance(recorded, int) and recorded > 0:
@@ -54,27 +58,34 @@ def run_world_size(manifest: Manifest | None, profiles: list[Profile]) -> int | 
     if sizes:
         return max(sizes)
     ranks = {p.rank for p in profiles if p.rank is not None}
-    return len(ranks) or None
+    if ranks:
+        return len(ranks)
+    traces = [p for p in profiles if p.kind == "kineto"]
+    # torch.profiler writes distributedInfo whenever a process group exists: none, one process.
+    return 1 if traces and not any(p.meta.get("distributedInfo") for p in traces) else None
 
 
 def _same_training(run: RunAnalysis, other: RunAnalysis) -> bool:
-    """Whether two runs differ only in their process knobs."""
-    def strip(knobs: dict[str, object]) -> dict[str, object]:
-        """The knobs that are not about processes."""
-        return {k: v for k, v in knobs.items() if k not in PROCESS_KNOBS}
-    return strip(run.knobs) == strip(other.knobs)
+    """Whether two runs train the same thing: with knobs, they differ only in their process
+    knobs; without, their busiest operators are mostly the same ones."""
+    if run.knobs and other.knobs:
+        def strip(knobs: dict[str, object]) -> dict[str, object]:
+            """The knobs that are not about processes."""
+            return {k: v for k, v in knobs.items() if k not in PROCESS_KNOBS}
+        return strip(run.knobs) == strip(other.knobs)
+    ops = [{item.name for item in r.metrics.top_ops} for r in (run, other)]
+    shared = len(ops[0] & ops[1]) / max(min(len(ops[0]), len(ops[1])), 1)
+    return bool(ops[0] and ops[1]) and shared >= SAME_MODEL_OP_OVERLAP
 
 
 def _implicit_points(runs: list[RunAnalysis]) -> list[RunAnalysis]:
-    """One run per world size: the first of each, the reference matched to the largest run."""
+    """One run per world size, each the same training as the largest run (the first such)."""
     sized = [run for run in runs if run.world_size]
     largest = max(sized, key=lambda r: r.world_size or 0, default=None)
     chosen: dict[int, RunAnalysis] = {}
     for run in sized:
-        size = run.world_size or 0
-        if size not in chosen or (largest is not None and not _same_training(chosen[size], largest)
-                                  and _same_training(run, largest)):
-            chosen[size] = run
+        if largest is not None and (run is largest or _same_training(run, largest)):
+            chosen.setdefault(run.world_size or 0, run)
     return [chosen[size] for size in sorted(chosen)]
 
 
