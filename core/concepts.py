@@ -79,11 +79,14 @@ _ONEDNN_OP = r"(?i)mkldnn|onednn"
 LAUNCH_APIS = frozenset({
     "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel", "cuLaunchKernel",
     "cuLaunchKernelEx", "cudaGraphLaunch", "cuGraphLaunch",
+    # ROCm's HIP runtime, as Kineto records it on AMD GPUs.
+    "hipLaunchKernel", "hipExtLaunchKernel", "hipModuleLaunchKernel", "hipGraphLaunch",
 })
 #: CUDA API calls that block the CPU until the GPU has caught up.
 SYNC_APIS = frozenset({
     "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
     "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize",
+    "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize",
 })
 
 _API_VERSION_SUFFIX = re.compile(r"_v\d+$")

@@ -5,16 +5,32 @@ Kineto writes one JSON object: a few small members (``schemaVersion``, ``deviceP
 is never loaded whole: the reader keeps a few megabytes of text at a time, cuts the event array
 at event boundaries, decodes each batch with msgspec into small structs holding only the fields
 the analysis uses, and appends them to columns (numpy arrays; names, categories and thread ids
-interned to integer ids). The small members before and after the array are decoded once.
+interned to integer ids). The small members before and after the array are decoded once. A large
+plain ``.json`` is cut into byte ranges at verified event boundaries and the ranges are decoded in
+parallel processes, one per core.
 
 A cut is checked by decoding: a batch that starts at an event and ends at an event's closing
 brace decodes as a JSON array exactly when the brace closes a top-level event; a cut inside a
 string or a nested object fails at the last byte, and an error earlier than that is real damage.
 
-Both dialects are read: the 2021 one (``cat`` ``Operator``, ``Kernel``, ``Runtime``, ``Memcpy``,
-``Memset``) and the current one (``cpu_op``, ``kernel``, ``cuda_runtime``, ``cuda_driver``,
-``gpu_memcpy``, ``gpu_memset``, ``user_annotation``, ``python_function``). ``ProfilerStep#N``
-spans go to ``ranges`` (and ``steps``), not ``cpu_ops``, whichever category recorded them.
+Every vendor and shape torch.profiler writes is read: the 2021 dialect (``cat`` ``Operator``,
+``Kernel``, ``Runtime``, ``Memcpy``, ``Memset``) and the current one (``cpu_op``, ``kernel``,
+``cuda_runtime``, ``cuda_driver``, ``gpu_memcpy``, ``gpu_memset``, ``cuda_sync``,
+``user_annotation``, ``python_function``); ROCm/HIP (stream ids as hex strings such as ``"0x0"``),
+MTIA (``mtia_runtime`` calls, ``mtia_ccp_events`` device work) and other accelerators' runtime
+categories; Triton kernels; CPU-only traces; traces without ``distributedInfo``, rank or
+``ProfilerStep`` spans (steps then come from the optimizer step or a repeated top-level op, and
+the ``steps`` table's ``origin`` says which). ``ProfilerStep#N`` spans go to ``ranges`` (and
+``steps``), not ``cpu_ops``, whichever category recorded them. The launch -> device link is kept:
+each GPU activity's ``correlation`` is the Kineto ``correlation`` arg, or else the id of the
+``ac2g`` flow that ends on it; the launching runtime call carries the same id.
+
+Values are checked at the edge: an event without ``ts``/``dur``, with a negative or impossible
+duration, a time outside the int64 nanosecond range or an id/size that is no int64 is dropped and
+counted in ``Profile.meta["dropped_records"]`` (reason -> count); the tables hold only possible
+values. Limits (``profreport.inputs``) refuse a file with one line: decompressed size, events,
+name length, one event's size, JSON nesting.
+
 ``[memory]`` instant events (``profile_memory=True``) go to ``memory`` in both dialects: 2021
 ones carry ``Device Type``, ``Device Id`` and ``Bytes``; current ones add ``Total Allocated``,
 ``Total Reserved`` and ``Addr``.
@@ -23,9 +39,14 @@ ones carry ``Device Type``, ``Device Id`` and ``Bytes``; current ones add ``Tota
 from __future__ import annotations
 
 import gzip
+import io
+import multiprocessing
+import os
 import re
 import zlib
+from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -36,6 +57,16 @@ import pandas as pd
 
 from profreport import concepts
 from profreport.errors import InputError, UnsupportedFormatError
+from profreport.inputs import (
+    MAX_DECOMPRESSED_BYTES,
+    MAX_EVENTS,
+    MAX_JSON_DEPTH,
+    MAX_NAME_CHARS,
+    BoundedReader,
+    Limit,
+    decompressed_limit,
+    open_input,
+)
 from profreport.model import Profile, conform, empty_table
 
 #: Kineto's ``schemaVersion`` values this parser knows (every release so far writes 1).
@@ -43,32 +74,54 @@ SUPPORTED_SCHEMA_VERSIONS = frozenset({1})
 
 # Uncompressed bytes read at a time; large enough that Python's per-call costs vanish, small
 # enough that the text in memory stays a few MB whatever the size of the trace.
-READ_CHUNK = 256 << 10
+READ_CHUNK = 1 << 20
 # Target size of one decoded batch of events: its structs live only until they are columns.
-BATCH_BYTES = 1 << 20
+BATCH_BYTES = 4 << 20
 # Tail of the buffer searched first for a cut between two events; events are ~0.3 kB each.
 CUT_WINDOW = 64 << 10
 # Cuts tried before the buffer is checked for damage: a wrong cut needs "},{" inside a string
 # or a nested object, which Kineto's events almost never hold.
 MAX_CUT_TRIES = 8
-# Members before traceEvents are a few kB in every Kineto trace; this much text without the
-# array means the file is some other JSON document.
-HEADER_LIMIT = 64 << 20
+#: Text before ``traceEvents``: a few kB in every Kineto trace.
+MAX_HEADER_BYTES = Limit("bytes before traceEvents", 64 << 20,
+                         "Kineto writes a few kB of members before its event array")
+#: One event's text: real events are well under 100 kB even with shapes and stacks recorded.
+MAX_EVENT_BYTES = Limit("bytes in one event or between two", 16 << 20,
+                        "real events are well under 100 kB, even with shapes and stacks")
+# Plain text per parallel range: below this a worker process costs more than it saves.
+PARALLEL_MIN_BYTES = 32 << 20
+# Text searched after a split target for a verified cut between two events.
+SPLIT_PROBE_BYTES = 4 << 20
+#: Latest possible time, in ns: int64 with room for ``start + duration`` (year 2116 since 1970).
+MAX_TIME_NS = 1 << 62
+#: Longest possible event, in ns: a profiling session lasts minutes to hours, never 30 days.
+MAX_DURATION_NS = 30 * 24 * 3600 * 10**9
+# Largest value an id or a byte count may have to fit an int64 column.
+_INT64_MAX = (1 << 63) - 1
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _TRACE_EVENTS_KEY = b'"traceEvents"'
-_ARRAY_OPEN = re.compile(rb'"traceEvents"\s*:\s*(\S)')
+# One JSON token that changes depth or is a string, after any run of other characters.
+_HEADER_TOKEN = re.compile(rb'[^"\[\]{}]*("[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}])', re.DOTALL)
+_KEY_COLON = re.compile(rb"\s*:\s*(\S)")
 _EVENT_GAP = re.compile(rb"\}\s*,\s*\{")
 _ARRAY_CLOSE = re.compile(rb"\}\s*\]|\A\s*\]")
 _DECODE_ERROR_BYTE = re.compile(r"\(byte (\d+)\)")
-_MEMCPY_NAME = re.compile(r"^Memcpy (\w+) \((\w+) -> (\w+)\)")
+_ERROR_FIELD = re.compile(r"at `\$(?:\[\d+\])?\.?([^`]*)`")
+_MEMCPY_NAME = re.compile(r"^Memcpy (\w+)(?: \((\w+) -> (\w+)\))?")
 
-#: Event categories (lower-cased) of each table, for both trace dialects.
+#: Event categories (lower-cased) of each table, for every dialect and vendor.
 CPU_OP_CATS = frozenset({"cpu_op", "operator"})
 KERNEL_CATS = frozenset({"kernel"})
 MEMCPY_CATS = frozenset({"gpu_memcpy", "memcpy"})
 MEMSET_CATS = frozenset({"gpu_memset", "memset"})
-RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "runtime"})
+SYNC_CATS = frozenset({"cuda_sync"})
+#: Host-side API calls into an accelerator's runtime or driver (CUDA, HIP, MTIA, XPU, others).
+RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "runtime", "mtia_runtime",
+                          "xpu_runtime", "xpu_driver", "privateuse1_runtime",
+                          "privateuse1_driver", "glow_runtime"})
+#: Device work of accelerators that record it under their own category (MTIA's command processor).
+ACCELERATOR_CATS = frozenset({"mtia_ccp_events"})
 ANNOTATION_CATS = frozenset({"user_annotation"})
 PYTHON_CATS = frozenset({"python_function"})
 #: Name of the instant events that record one allocation or release of the framework allocator.
@@ -77,16 +130,36 @@ MEMORY_EVENT_NAME = "[memory]"
 DEVICE_TYPE_NAMES = {0: "cpu", 1: "cuda", 6: "hip", 12: "xpu", 13: "mps", 19: "mtia"}
 #: Categories that exist only in the 2021 dialect.
 LEGACY_CATS = frozenset({"Operator", "Kernel", "Runtime", "Memcpy", "Memset"})
+#: MTIA command-processor events that wait for or mark an event (the ``sync`` table).
+ACCELERATOR_SYNC_NAMES = frozenset({"event_wait", "event_record"})
+#: MTIA command-processor events that move data (the ``memcpy`` table).
+ACCELERATOR_COPY_NAMES = frozenset({"dma_request"})
+#: MTIA ``dma_request`` directions as copy kinds, with the memory at each end.
+ACCELERATOR_COPY_KINDS = {"HOST_TO_DEVICE": ("HtoD", "unknown", "Device"),
+                          "DEVICE_TO_HOST": ("DtoH", "Device", "unknown"),
+                          "DEVICE_TO_DEVICE": ("DtoD", "Device", "Device")}
+# A step found by repetition must repeat at least this often: two occurrences are not a loop.
+MIN_STEP_REPEATS = 3
+#: Where the rows of the ``steps`` table came from, for each way of finding them.
+STEP_ORIGINS = ("ProfilerStep", "optimizer", "repeated op")
 
 
 class _Args(msgspec.Struct, gc=False):
-    """The ``args`` fields the analysis reads; every other key is skipped while decoding."""
+    """The ``args`` fields the analysis reads; every other key is skipped while decoding.
 
-    device: int = -1
-    stream: int = -1
-    correlation: int = -1
-    bytes: int = -1
-    bandwidth: float = msgspec.field(default=-1.0, name="memory bandwidth (GB/s)")
+    Ids and sizes are typed loosely (ROCm writes stream ids as hex strings, other writers may
+    put anything there) and checked when they become columns.
+    """
+
+    device: Any = -1
+    stream: Any = -1
+    stream_id: Any = -1
+    correlation: Any = -1
+    bytes: Any = -1
+    size: Any = -1
+    bandwidth: Any = msgspec.field(default=-1.0, name="memory bandwidth (GB/s)")
+    sync_kind: Any = msgspec.field(default=None, name="cuda_sync_kind")
+    direction: Any = None
     name: Any = None
     # Memory events' fields, typed loosely: other events may reuse these keys for other values.
     device_type: Any = msgspec.field(default=None, name="Device Type")
@@ -105,26 +178,45 @@ class _Event(msgspec.Struct, gc=False):
     name: str = ""
     pid: int | str = -1
     tid: int | str = -1
-    ts: float = 0.0
-    dur: float = 0.0
+    ts: float = float("nan")
+    dur: float = float("nan")
+    id: Any = None
     args: _Args | None = None
 
 
 _NO_ARGS = _Args()
 _EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
+_EVENT_DECODER = msgspec.json.Decoder(_Event)
+_RAW_EVENTS_DECODER = msgspec.json.Decoder(list[msgspec.Raw])
 
 
 class _Symbols:
     """Interns values (names, categories, thread ids) to dense integer ids."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: Limit | None = None) -> None:
         self._ids: dict[Any, int] = {}
+        self._limit = limit
 
-    def ids(self, values: list[Any]) -> np.ndarray:
+    def ids(self, values: list[Any], path: Path | None = None) -> np.ndarray:
         """The id of each value, adding unseen values to the table."""
+        if not values:
+            return np.empty(0, np.int32)
+        codes, uniques = pd.factorize(np.array(values, dtype=object), use_na_sentinel=False)
+        return self._global_ids(list(uniques), path)[codes]
+
+    def _global_ids(self, uniques: list[Any], path: Path | None) -> np.ndarray:
+        """The ids of distinct values, checked against the length limit when they are new."""
         table = self._ids
-        return np.fromiter((table.setdefault(v, len(table)) for v in values), np.int32,
-                           count=len(values))
+        if self._limit is not None:
+            fresh = [v for v in uniques if v not in table]
+            if fresh:
+                self._limit.check(max(len(str(v)) for v in fresh), path)
+        return np.fromiter((table.setdefault(v, len(table)) for v in uniques), np.int32,
+                           count=len(uniques))
+
+    def remap(self, other: _Symbols) -> np.ndarray:
+        """For each id of ``other``, the id of the same value here (added when unseen)."""
+        return self._global_ids(list(other._ids), None)
 
     def values(self) -> np.ndarray:
         """Every interned value, indexed by id (an object array)."""
@@ -135,6 +227,11 @@ class _Symbols:
     def lookup(self, wanted: frozenset[str]) -> np.ndarray:
         """Ids of the interned values whose lower-cased text is in ``wanted``."""
         return np.array([i for v, i in self._ids.items() if str(v).lower() in wanted], np.int32)
+
+
+#: Columns of the complete-duration ("X") events and the symbol table each id column uses.
+_SYMBOL_COLUMNS = {"cat": "cats", "name": "names", "pid": "threads", "tid": "threads",
+                   "detail": "details"}
 
 
 @dataclass
@@ -152,45 +249,164 @@ class _Columns:
     correlation: np.ndarray
     bytes: np.ndarray
     bandwidth: np.ndarray
+    detail: np.ndarray
 
     def take(self, mask: np.ndarray) -> _Columns:
         """The rows where ``mask`` holds."""
         return _Columns(**{key: value[mask] for key, value in vars(self).items()})
 
 
-class _ColumnBuilder:
-    """Turns batches of decoded events into columns, keeping metadata events aside."""
+def _integers(values: list[Any], absent: int = -1) -> tuple[np.ndarray, np.ndarray]:
+    """Integer field values as int64 (``absent`` where missing) and where a value was unusable.
 
-    def __init__(self) -> None:
-        self.names = _Symbols()
+    Ints in [0, 2^63) are taken as they are, strings as decimal or hex (``"0x1f"``); anything
+    else (a float, a bool, a number >= 2^63, text that is no number) is unusable.
+    """
+    try:
+        column = np.array(values)
+    except (TypeError, ValueError, OverflowError):
+        column = np.empty(0, dtype=object)
+    if len(column) == len(values) and column.dtype.kind == "i" and (
+            not len(column) or column.min() >= -1):
+        return column.astype(np.int64), np.zeros(len(column), dtype=bool)
+    parsed = [_integer(v) for v in values]
+    bad = np.array([p is None and v != absent for p, v in zip(parsed, values, strict=True)],
+                   dtype=bool)
+    return np.array([absent if p is None else p for p in parsed], dtype=np.int64), bad
+
+
+def _integer(value: Any) -> int | None:
+    """One id or size: a non-negative int64, from an int or a decimal/hex string; else None."""
+    if isinstance(value, str):
+        try:
+            value = int(value.strip(), 0)
+        except ValueError:
+            return None
+    if type(value) is not int or not 0 <= value <= _INT64_MAX:
+        return None
+    return value
+
+
+def _floats(values: list[Any]) -> np.ndarray:
+    """Float field values; NaN where a value is not a number."""
+    try:
+        return np.array(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        return np.array([v if isinstance(v, (int, float)) and not isinstance(v, bool)
+                         else np.nan for v in values], dtype=np.float64)
+
+
+class _ColumnBuilder:
+    """Turns batches of decoded events into checked columns, keeping metadata events aside."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.names = _Symbols(MAX_NAME_CHARS)
         self.cats = _Symbols()
         self.threads = _Symbols()
+        self.details = _Symbols()
         self.metadata: list[_Event] = []
         self.memory = _MemoryEvents()
+        self.dropped: Counter[str] = Counter()
+        self.events = 0
         self._parts: list[dict[str, np.ndarray]] = []
+        self._flows: list[dict[str, np.ndarray]] = []
 
     def add(self, events: list[_Event]) -> None:
         """Append one batch: "X" events become columns, "M" events are kept as they are."""
+        self.events += len(events)
+        MAX_EVENTS.check(self.events, self.path)
         spans = [e for e in events if e.ph == "X"]
         self.metadata.extend(e for e in events if e.ph == "M")
-        self.memory.add(events)
-        if not spans:
-            return
+        self._add_flows([e for e in events if e.ph == "f" and e.cat == "ac2g"])
+        memory = [e for e in events if e.ph == "i" and e.name == MEMORY_EVENT_NAME]
+        if memory:
+            ts = np.array([e.ts for e in memory], dtype=np.float64)
+            possible = _possible_times(ts)
+            self._drop(~possible, "memory event time outside the possible range")
+            self.memory.add([e for e, keep in zip(memory, possible, strict=True) if keep])
+        if spans:
+            self._add_spans(spans)
+
+    def _add_spans(self, spans: list[_Event]) -> None:
+        """Check and append complete-duration events; count the ones dropped."""
         args = [e.args or _NO_ARGS for e in spans]
-        start = _us_to_ns(np.array([e.ts for e in spans], dtype=np.float64))
-        self._parts.append({
+        start, end, keep = self._times([e.ts for e in spans], [e.dur for e in spans])
+        correlation, bad_correlation = _integers([a.correlation for a in args])
+        copied, bad_bytes = _integers([a.bytes if a.bytes != -1 else a.size for a in args])
+        self._drop(bad_correlation & keep, "correlation is not an int64")
+        self._drop(bad_bytes & keep, "bytes is not an int64")
+        keep &= ~bad_correlation & ~bad_bytes
+        stream = _integers([a.stream if a.stream != -1 else a.stream_id for a in args])[0]
+        part = {
             "cat": self.cats.ids([e.cat for e in spans]),
-            "name": self.names.ids([e.name for e in spans]),
+            "name": self.names.ids([e.name for e in spans], self.path),
             "pid": self.threads.ids([e.pid for e in spans]),
             "tid": self.threads.ids([e.tid for e in spans]),
-            "start": start,
-            "end": start + _us_to_ns(np.array([e.dur for e in spans], dtype=np.float64)),
-            "device": np.array([a.device for a in args], dtype=np.int64),
-            "stream": np.array([a.stream for a in args], dtype=np.int64),
-            "correlation": np.array([a.correlation for a in args], dtype=np.int64),
-            "bytes": np.array([a.bytes for a in args], dtype=np.int64),
-            "bandwidth": np.array([a.bandwidth for a in args], dtype=np.float64),
-        })
+            "start": start, "end": end,
+            "device": _integers([a.device for a in args])[0], "stream": stream,
+            "correlation": correlation, "bytes": copied,
+            "bandwidth": _floats([a.bandwidth for a in args]),
+            "detail": self.details.ids([a.sync_kind or a.direction for a in args]),
+        }
+        self._parts.append({key: value[keep] for key, value in part.items()})
+
+    def _times(self, ts: list[float], dur: list[float]) -> tuple[np.ndarray, np.ndarray,
+                                                                    np.ndarray]:
+        """Start and end in ns, and which events have possible times (the others counted)."""
+        ts_us, dur_us = np.array(ts, dtype=np.float64), np.array(dur, dtype=np.float64)
+        checks = [
+            (np.isnan(ts_us), "no ts"), (np.isnan(dur_us), "no dur"),
+            (dur_us < 0, "negative dur"),
+            (~_possible_times(ts_us), "ts outside the possible range"),
+            (~(dur_us * 1000 <= MAX_DURATION_NS), "dur longer than possible"),
+        ]
+        keep = np.ones(len(ts_us), dtype=bool)
+        for failed, reason in checks:
+            self._drop(failed & keep, reason)
+            keep &= ~failed
+        start = _us_to_ns(np.where(keep, ts_us, 0.0))
+        return start, start + _us_to_ns(np.where(keep, dur_us, 0.0)), keep
+
+    def _add_flows(self, flows: list[_Event]) -> None:
+        """Keep the ends of ``ac2g`` (launch -> GPU) flows: where they land and their id."""
+        if not flows:
+            return
+        ids, bad = _integers([e.id for e in flows])
+        ts = np.array([e.ts for e in flows], dtype=np.float64)
+        keep = ~bad & _possible_times(ts)
+        self._flows.append({
+            "pid": self.threads.ids([e.pid for e in flows])[keep],
+            "tid": self.threads.ids([e.tid for e in flows])[keep],
+            "start": _us_to_ns(np.where(keep, ts, 0.0))[keep], "flow": ids[keep]})
+
+    def _drop(self, mask: np.ndarray, reason: str) -> None:
+        """Count the events under ``mask`` as dropped for ``reason``."""
+        count = int(mask.sum())
+        if count:
+            self.dropped[reason] += count
+
+    def drop_unreadable(self, reason: str) -> None:
+        """Count one event that could not be decoded at all."""
+        self.dropped[reason] += 1
+        self.events += 1
+
+    def absorb(self, other: _ColumnBuilder) -> None:
+        """Append everything ``other`` read (a later part of the same trace)."""
+        maps = {name: getattr(self, name).remap(getattr(other, name))
+                for name in set(_SYMBOL_COLUMNS.values())}
+        for part in other._parts:
+            self._parts.append({key: maps[_SYMBOL_COLUMNS[key]][value]
+                                if key in _SYMBOL_COLUMNS else value
+                                for key, value in part.items()})
+        for flow in other._flows:
+            self._flows.append({key: maps["threads"][value] if key in ("pid", "tid") else value
+                                for key, value in flow.items()})
+        self.metadata.extend(other.metadata)
+        self.memory.extend(other.memory)
+        self.dropped.update(other.dropped)
+        self.events += other.events
+        MAX_EVENTS.check(self.events, self.path)
 
     def finish(self) -> _Columns:
         """All batches as one set of columns."""
@@ -200,6 +416,20 @@ class _ColumnBuilder:
         columns = {key: np.concatenate([part[key] for part in self._parts]) for key in fields}
         self._parts.clear()
         return _Columns(**columns)
+
+    def flows(self) -> pd.DataFrame:
+        """Where each ``ac2g`` flow ends: pid and tid ids, start (ns) and the flow's id."""
+        if not self._flows:
+            return pd.DataFrame({key: np.empty(0, np.int64)
+                                 for key in ("pid", "tid", "start", "flow")})
+        return pd.DataFrame({key: np.concatenate([part[key] for part in self._flows])
+                             for key in self._flows[0]})
+
+
+def _possible_times(ts_us: np.ndarray) -> np.ndarray:
+    """Which timestamps (us, NaN where missing) lie in [0, MAX_TIME_NS] once in ns."""
+    with np.errstate(invalid="ignore"):
+        return (ts_us >= 0) & (ts_us * 1000 <= MAX_TIME_NS)
 
 
 class _MemoryEvents:
@@ -213,9 +443,8 @@ class _MemoryEvents:
     def __init__(self) -> None:
         self._parts: list[dict[str, np.ndarray]] = []
 
-    def add(self, events: list[_Event]) -> None:
-        """Keep the memory events of one batch."""
-        found = [e for e in events if e.ph == "i" and e.name == MEMORY_EVENT_NAME]
+    def add(self, found: list[_Event]) -> None:
+        """Keep a batch's memory events (their times already checked)."""
         if not found:
             return
         args = [e.args or _NO_ARGS for e in found]
@@ -225,6 +454,10 @@ class _MemoryEvents:
         for key, absent in self._FIELDS.items():
             part[key] = np.array([_int_field(getattr(a, key), absent) for a in args], np.int64)
         self._parts.append(part)
+
+    def extend(self, other: _MemoryEvents) -> None:
+        """Append the memory events of a later part of the same trace."""
+        self._parts.extend(other._parts)
 
     def frame(self) -> pd.DataFrame:
         """The ``memory`` table: the framework allocator's events, sorted by time."""
@@ -245,8 +478,10 @@ class _MemoryEvents:
 
 
 def _int_field(value: Any, absent: int) -> int:
-    """An integer field of a memory event, ``absent`` when missing or not an integer."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else absent
+    """An integer field of a memory event (an int64), ``absent`` when missing or unusable."""
+    usable = isinstance(value, int) and not isinstance(value, bool) and (
+        -_INT64_MAX <= value <= _INT64_MAX)
+    return value if usable else absent
 
 
 def _us_to_ns(micros: np.ndarray) -> np.ndarray:
@@ -259,14 +494,23 @@ def _us_to_ns(micros: np.ndarray) -> np.ndarray:
     return whole.astype(np.int64) * 1000 + np.rint((micros - whole) * 1000).astype(np.int64)
 
 
+def _too_deep(path: Path) -> InputError:
+    """The error for JSON nested deeper than the decoder's stack allows."""
+    return InputError(f"too large: JSON nested deeper than the decoder's stack where at most "
+                      f"{MAX_JSON_DEPTH.value} {MAX_JSON_DEPTH.what} are read "
+                      f"({MAX_JSON_DEPTH.reason})", path)
+
+
 class _TraceText:
     """The trace's text, read forward in chunks and cut into a header and event batches."""
 
-    def __init__(self, handle: BinaryIO, path: Path) -> None:
+    def __init__(self, handle: BinaryIO, path: Path, builder: _ColumnBuilder,
+                 offset: int = 0) -> None:
         self._handle = handle
         self._path = path
+        self._builder = builder
         self._buf = bytearray()
-        self._offset = 0  # position of _buf[0] in the uncompressed text
+        self._offset = offset  # position of _buf[0] in the uncompressed text
         self._eof = False
         self.prefix = b""  # the text before the traceEvents array, ending with its key
         self.suffix = b""  # the text after the array's closing bracket
@@ -285,48 +529,65 @@ class _TraceText:
         else:
             self._eof = True
 
+    def _fill_to(self, size: int) -> None:
+        """Read until the buffer holds ``size`` bytes or the file ends."""
+        while len(self._buf) < size and not self._eof:
+            self._fill()
+
     def _consume(self, count: int) -> None:
         """Drop the first ``count`` bytes of the buffer."""
         del self._buf[:count]
         self._offset += count
 
-    def read_prefix(self) -> None:
-        """Read up to the opening bracket of ``traceEvents``; refuse what is no trace."""
-        search_from = 0
-        while True:
-            found = self._buf.find(_TRACE_EVENTS_KEY, search_from)
-            if found >= 0 and self._is_top_level_key(found):
-                break
-            if found >= 0:
-                search_from = found + 1
-                continue
-            if self._eof:
-                self._refuse_without_events()
-            if len(self._buf) > HEADER_LIMIT:
-                raise InputError("not a torch.profiler trace: no traceEvents in the first "
-                                 f"{HEADER_LIMIT >> 20} MB", self._path)
-            search_from = max(0, len(self._buf) - len(_TRACE_EVENTS_KEY))
-            self._fill()
-        while not self._eof and _ARRAY_OPEN.match(self._buf, found) is None:
-            self._fill()
-        opened = _ARRAY_OPEN.match(self._buf, found)
-        if opened is None or opened.group(1) != b"[":
-            raise InputError("traceEvents is not a JSON array", self._path)
-        self.prefix = bytes(self._buf[:opened.start()]) + _TRACE_EVENTS_KEY + b":"
-        self._consume(opened.end())
+    def read_prefix(self) -> int:
+        """Read up to the opening bracket of ``traceEvents``; refuse what is no trace.
 
-    def _is_top_level_key(self, position: int) -> bool:
-        """Whether the ``"traceEvents"`` found at ``position`` is a key of the top object."""
-        head = bytes(self._buf[:position]) + b'"traceEvents":[]}'
-        try:
-            return isinstance(msgspec.json.decode(head), dict)
-        except msgspec.DecodeError:
-            return False
+        The members before it are scanned once, token by token, keeping the nesting depth, so
+        a key ``traceEvents`` inside a nested object is skipped in linear time. Returns the
+        offset of the first byte after the bracket.
+        """
+        position, depth = 0, 0
+        while True:
+            token = _HEADER_TOKEN.match(self._buf, position)
+            if token is None:
+                if self._eof:
+                    self._refuse_without_events()
+                MAX_HEADER_BYTES.check(len(self._buf), self._path)
+                self._fill_to(2 * len(self._buf) + READ_CHUNK)
+                continue
+            text = token.group(1)
+            position = token.end()
+            if text in (b"{", b"["):
+                depth += 1
+            elif text in (b"}", b"]"):
+                depth -= 1
+            elif depth == 1 and text == _TRACE_EVENTS_KEY:
+                opened = self._array_open(position)
+                if opened is not None:
+                    break
+        self.prefix = bytes(self._buf[:position]) + b":"
+        self._consume(opened)
+        return self._offset
+
+    def _array_open(self, position: int) -> int | None:
+        """After a top-level ``"traceEvents"`` string: the end of ``: [``, None if no key."""
+        while True:
+            colon = _KEY_COLON.match(self._buf, position)
+            if colon is not None or self._eof:
+                break
+            self._fill()
+        if colon is None or self._buf[position:colon.start(1)].strip() != b":":
+            return None
+        if colon.group(1) != b"[":
+            raise InputError("traceEvents is not a JSON array", self._path)
+        return colon.end()
 
     def _refuse_without_events(self) -> None:
         """Raise the right error for a whole file that holds no ``traceEvents`` array."""
         try:
             document = msgspec.json.decode(bytes(self._buf))
+        except RecursionError:
+            raise _too_deep(self._path) from None
         except msgspec.DecodeError as exc:
             raise InputError(f"invalid JSON: {exc}", self._path) from None
         kind = "object" if isinstance(document, dict) else type(document).__name__
@@ -335,16 +596,20 @@ class _TraceText:
 
     def batches(self) -> Iterator[list[_Event]]:
         """Yield the events of ``traceEvents`` in decoded batches; then read the suffix."""
+        wanted = BATCH_BYTES
         while True:
-            while len(self._buf) < BATCH_BYTES and not self._eof:
-                self._fill()
+            self._fill_to(wanted)
             if self._eof:
                 yield self._last_batch()
                 return
             events = self._next_batch()
             if events is None:
-                self._fill()  # one event larger than the buffer: read on
+                # No whole event in the buffer: read twice as much before trying again, so
+                # that one long event costs linear time.
+                MAX_EVENT_BYTES.check(len(self._buf), self._path)
+                wanted = 2 * len(self._buf)
             else:
+                wanted = BATCH_BYTES
                 yield events
 
     def _next_batch(self) -> list[_Event] | None:
@@ -384,15 +649,41 @@ class _TraceText:
             text = b"".join((b"[", view[:length], b"]"))
         try:
             return _EVENTS_DECODER.decode(text)
+        except RecursionError:
+            raise _too_deep(self._path) from None
+        except msgspec.ValidationError:
+            return self._decode_each(text)
         except msgspec.DecodeError as exc:
             self._raise_if_damaged(exc, len(text) - 1)
             return None
+
+    def _decode_each(self, text: bytes) -> list[_Event] | None:
+        """Decode a batch holding a value of an unexpected type event by event; the events
+        that do not decode are dropped and counted. None when the text is no whole array."""
+        try:
+            raws = _RAW_EVENTS_DECODER.decode(text)
+        except RecursionError:
+            raise _too_deep(self._path) from None
+        except msgspec.DecodeError as exc:
+            self._raise_if_damaged(exc, len(text) - 1)
+            return None
+        events = []
+        for raw in raws:
+            try:
+                events.append(_EVENT_DECODER.decode(raw))
+            except msgspec.ValidationError as exc:
+                field = _ERROR_FIELD.search(str(exc))
+                self._builder.drop_unreadable(
+                    f"{field.group(1) if field else 'event'} of an unexpected type")
+        return events
 
     def _check_prefix(self) -> None:
         """Raise if the buffer is not the valid start of a run of events (no cut decoded)."""
         try:
             with memoryview(self._buf) as view:
-                _EVENTS_DECODER.decode(b"".join((b"[", view)))
+                _RAW_EVENTS_DECODER.decode(b"".join((b"[", view)))
+        except RecursionError:
+            raise _too_deep(self._path) from None
         except msgspec.DecodeError as exc:
             self._raise_if_damaged(exc, len(self._buf) + 1)
 
@@ -401,9 +692,6 @@ class _TraceText:
 
         An error at ``end`` or a truncation only says the text was cut in the wrong place.
         """
-        if isinstance(exc, msgspec.ValidationError):
-            raise UnsupportedFormatError(f"unexpected value in a trace event: {exc}",
-                                         self._path) from None
         where = _DECODE_ERROR_BYTE.search(str(exc))
         if where is None or int(where.group(1)) >= end:
             return
@@ -415,33 +703,139 @@ class _TraceText:
         """The top-level members other than ``traceEvents``."""
         try:
             document = msgspec.json.decode(self.prefix + b"[]" + self.suffix)
+        except RecursionError:
+            raise _too_deep(self._path) from None
         except msgspec.DecodeError as exc:
             raise InputError(f"invalid JSON after traceEvents: {exc}", self._path) from None
         document.pop("traceEvents", None)
         return document
 
+    def read_all(self) -> None:
+        """Decode every remaining event into the builder."""
+        for events in self.batches():
+            self._builder.add(events)
 
-def _open(path: Path) -> BinaryIO:
-    """The trace's uncompressed bytes, gzip or plain, judged by the first bytes."""
+
+class _RangeReader(io.RawIOBase):
+    """Bytes ``[start, stop)`` of a file, then ``tail``: one range of events, closed as an array."""
+
+    def __init__(self, path: Path, start: int, stop: int, tail: bytes) -> None:
+        super().__init__()
+        self._file = open_input(path)
+        self._file.seek(start)
+        self._left = stop - start
+        self._tail = tail
+
+    def readable(self) -> bool:
+        """Always readable."""
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        """Fill ``buffer`` from the range, then from the tail."""
+        if self._left > 0:
+            data = self._file.read(min(len(buffer), self._left))
+            self._left = self._left - len(data) if data else 0
+        else:
+            data, self._tail = self._tail[:len(buffer)], self._tail[len(buffer):]
+        buffer[:len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        """Close the file."""
+        self._file.close()
+        super().close()
+
+
+def _open(path: Path) -> tuple[BinaryIO, bool]:
+    """The trace's uncompressed bytes (gzip or plain, judged by the first bytes), size-bounded;
+    and whether the file is plain text (so that its byte ranges can be read apart)."""
+    raw = open_input(path)
     try:
-        with open(path, "rb") as probe:
-            magic = probe.read(2)
-        if magic == _GZIP_MAGIC:
-            return gzip.open(path, "rb")  # type: ignore[return-value]
-        return open(path, "rb")  # noqa: SIM115 (the caller closes it)
+        compressed = raw.read(2) == _GZIP_MAGIC
+        size = os.fstat(raw.fileno()).st_size
+        raw.seek(0)
     except OSError as exc:
+        raw.close()
         raise InputError(f"cannot read: {exc.strerror or exc}", path) from None
+    if not compressed:
+        MAX_DECOMPRESSED_BYTES.check(size, path)
+        return raw, True
+    unpacked = gzip.GzipFile(fileobj=raw, mode="rb")
+    bounded = BoundedReader(unpacked, decompressed_limit(size), path)  # type: ignore[arg-type]
+    return io.BufferedReader(bounded, READ_CHUNK), False  # type: ignore[return-value]
+
+
+def _parallel_ranges(path: Path, array_start: int, size: int) -> list[tuple[int, int]]:
+    """Byte ranges ``[start, stop)`` of whole events that split the event array, one per core.
+
+    Each cut is a gap between two events verified by decoding the events after it; the last
+    range runs to the end of the file. A single range when the file is small or no cut holds.
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    count = min(cores or 1, (size - array_start) // PARALLEL_MIN_BYTES)
+    cuts: list[tuple[int, int]] = []
+    with open_input(path) as handle:
+        for part in range(1, count):
+            cut = _verified_cut(handle, array_start + (size - array_start) * part // count)
+            if cut is not None and (not cuts or cut[0] > cuts[-1][1]):
+                cuts.append(cut)
+    starts = [array_start] + [after for _, after in cuts]
+    stops = [before for before, _ in cuts] + [size]
+    return list(zip(starts, stops, strict=True))
+
+
+def _verified_cut(handle: BinaryIO, target: int) -> tuple[int, int] | None:
+    """The first gap between two events after ``target``: (end of the event before it, start
+    of the event after it), or None when no gap in the probe decodes as one."""
+    handle.seek(target)
+    probe = handle.read(SPLIT_PROBE_BYTES)
+    gaps = list(_EVENT_GAP.finditer(probe))
+    for index, gap in enumerate(gaps):
+        for later in gaps[index + 1:index + 1 + MAX_CUT_TRIES]:
+            try:
+                _RAW_EVENTS_DECODER.decode(b"[" + probe[gap.end() - 1:later.start() + 1] + b"]")
+            except (msgspec.DecodeError, RecursionError):
+                continue
+            return target + gap.start() + 1, target + gap.end() - 1
+    return None
+
+
+def _read_range(path: Path, start: int, stop: int) -> _ColumnBuilder:
+    """Decode the whole events in bytes ``[start, stop)`` of a plain trace (a worker's part)."""
+    builder = _ColumnBuilder(path)
+    with io.BufferedReader(_RangeReader(path, start, stop, b"]"), READ_CHUNK) as handle:
+        _TraceText(handle, path, builder, offset=start).read_all()  # type: ignore[arg-type]
+    return builder
+
+
+def _worker_context() -> multiprocessing.context.BaseContext:
+    """Fork where the platform has it (no re-import in the worker), else spawn."""
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
 
 
 def _read(path: Path) -> tuple[dict[str, Any], _ColumnBuilder]:
     """Stream the trace at ``path`` into columns; return its header members and the columns."""
-    builder = _ColumnBuilder()
-    with _open(path) as handle:
-        text = _TraceText(handle, path)
-        text.read_prefix()
-        for events in text.batches():
-            builder.add(events)
-        return text.header(), builder
+    builder = _ColumnBuilder(path)
+    handle, plain = _open(path)
+    with handle:
+        text = _TraceText(handle, path, builder)
+        array_start = text.read_prefix()
+        size = os.fstat(handle.fileno()).st_size if plain else 0
+        ranges = _parallel_ranges(path, array_start, size) if plain else []
+        if len(ranges) < 2:
+            text.read_all()
+            return text.header(), builder
+        handle.seek(ranges[-1][0])
+        last = _TraceText(handle, path, _ColumnBuilder(path), offset=ranges[-1][0])
+        last.prefix = text.prefix
+        with ProcessPoolExecutor(len(ranges) - 1, mp_context=_worker_context()) as pool:
+            parts = [pool.submit(_read_range, path, start, stop) for start, stop in ranges[:-1]]
+            last.read_all()
+            for part in parts:
+                builder.absorb(part.result())
+        builder.absorb(last._builder)
+        return last.header(), builder
 
 
 def _check_schema_version(header: dict[str, Any], path: Path) -> None:
@@ -460,10 +854,8 @@ def _thread_numbers(symbols: _Symbols) -> np.ndarray:
 
 def _as_int(value: Any) -> int:
     """An integer pid/tid (Kineto 2021 writes them as strings), -1 when it is a label."""
-    if isinstance(value, int):
-        return value
-    text = str(value).strip()
-    return int(text) if text.lstrip("-").isdigit() else -1
+    number = _integer(value) if not isinstance(value, int) or value >= 0 else None
+    return -1 if number is None else number
 
 
 class _Tables:
@@ -472,9 +864,11 @@ class _Tables:
     def __init__(self, builder: _ColumnBuilder) -> None:
         self.columns = builder.finish()
         self.names = builder.names.values()
+        self.details = builder.details.values()
         self.cats = builder.cats
         self.thread_numbers = _thread_numbers(builder.threads)
         self.metadata = builder.metadata
+        self.flows = builder.flows()
         spans = self.rows(CPU_OP_CATS | ANNOTATION_CATS).name
         self.is_step = _per_name(self.names, lambda s: concepts.step_numbers(s).notna(),
                                  spans).astype(bool)
@@ -482,6 +876,11 @@ class _Tables:
     def rows(self, cats: frozenset[str]) -> _Columns:
         """The events whose category is in ``cats``."""
         return self.columns.take(np.isin(self.columns.cat, self.cats.lookup(cats)))
+
+    def named(self, rows: _Columns, wanted: frozenset[str], keep: bool = True) -> _Columns:
+        """The rows whose name is (``keep``) or is not in ``wanted``."""
+        ids = [i for i, name in enumerate(self.names) if name in wanted]
+        return rows.take(np.isin(rows.name, ids) == keep)
 
     def cpu(self, rows: _Columns) -> pd.DataFrame:
         """start, end, pid, tid and name of CPU-side events."""
@@ -491,11 +890,30 @@ class _Tables:
         })
 
     def gpu(self, rows: _Columns) -> pd.DataFrame:
-        """start, end, device, stream, correlation and name of GPU activities."""
+        """start, end, device, stream, correlation and name of device activities.
+
+        The device is ``args.device``, else the event's pid (Kineto files device work under the
+        device's number); the correlation is ``args.correlation``, else the ``ac2g`` flow's id.
+        """
+        pid = self.thread_numbers[rows.pid]
         return pd.DataFrame({
-            "start": rows.start, "end": rows.end, "device": rows.device, "stream": rows.stream,
-            "correlation": rows.correlation, "name": self.names[rows.name],
+            "start": rows.start, "end": rows.end,
+            "device": np.where(rows.device >= 0, rows.device, pid), "stream": rows.stream,
+            "correlation": self._correlation(rows), "name": self.names[rows.name],
         })
+
+    def _correlation(self, rows: _Columns) -> np.ndarray:
+        """Each row's correlation id, from the ``ac2g`` flow ending on it when args lack one."""
+        correlation = rows.correlation.copy()
+        missing = np.flatnonzero(correlation < 0)
+        if not len(missing) or self.flows.empty:
+            return correlation
+        wanted = pd.DataFrame({"pid": rows.pid[missing], "tid": rows.tid[missing],
+                               "start": rows.start[missing], "row": missing})
+        found = wanted.merge(self.flows.drop_duplicates(["pid", "tid", "start"]),
+                             on=["pid", "tid", "start"])
+        correlation[found["row"].to_numpy()] = found["flow"].to_numpy()
+        return correlation
 
     def cpu_ops(self) -> pd.DataFrame:
         """Framework operators, without the ProfilerStep spans (those are ranges)."""
@@ -511,17 +929,24 @@ class _Tables:
         return conform("ranges", frame.sort_values("start", kind="stable"))
 
     def kernels(self) -> pd.DataFrame:
-        """GPU kernels with their short names and communication flag."""
-        rows = self.rows(KERNEL_CATS)
+        """Device kernels (MTIA's executions too) with short names and communication flag."""
+        accelerator = self.rows(ACCELERATOR_CATS)
+        rows = _concat(self.rows(KERNEL_CATS), self.named(
+            accelerator, ACCELERATOR_SYNC_NAMES | ACCELERATOR_COPY_NAMES, keep=False))
         frame = self.gpu(rows)
         short = _per_name(self.names, lambda s: s.map(concepts.short_kernel_name), rows.name)
         comm = _per_name(self.names, concepts.is_comm_kernel, rows.name)
         frame["short_name"] = short[rows.name]
         frame["is_comm"] = comm[rows.name].astype(bool)
-        return conform("kernels", frame)
+        return conform("kernels", frame.sort_values("start", kind="stable"))
 
     def memcpy(self) -> pd.DataFrame:
-        """GPU copies with direction, memory kinds and size."""
+        """Device copies with direction, memory kinds and size."""
+        frame = pd.concat([self._named_copies(), self._accelerator_copies()], ignore_index=True)
+        return conform("memcpy", frame.sort_values("start", kind="stable"))
+
+    def _named_copies(self) -> pd.DataFrame:
+        """Copies whose name says the direction: ``Memcpy HtoD (Pageable -> Device)``."""
         rows = self.rows(MEMCPY_CATS)
         frame = self.gpu(rows)
         distinct = np.unique(rows.name)
@@ -530,7 +955,18 @@ class _Tables:
         for column in parts.columns:
             frame[column] = parts[column].to_numpy()[row_part]
         frame["bytes"] = _copied_bytes(rows)
-        return conform("memcpy", frame)
+        return frame
+
+    def _accelerator_copies(self) -> pd.DataFrame:
+        """MTIA DMA requests: direction in ``args.direction``, size in ``args.size``."""
+        rows = self.named(self.rows(ACCELERATOR_CATS), ACCELERATOR_COPY_NAMES)
+        frame = self.gpu(rows)
+        kinds = [ACCELERATOR_COPY_KINDS.get(str(d), ("unknown",) * 3)
+                 for d in self.details[rows.detail]]
+        for index, column in enumerate(("kind", "src_kind", "dst_kind")):
+            frame[column] = [kind[index] for kind in kinds]
+        frame["bytes"] = rows.bytes
+        return frame
 
     def memset(self) -> pd.DataFrame:
         """GPU memsets with their size."""
@@ -539,8 +975,17 @@ class _Tables:
         frame["bytes"] = _copied_bytes(rows)
         return conform("memset", frame)
 
+    def sync(self) -> pd.DataFrame:
+        """Device-side synchronisation: CUPTI ``cuda_sync`` records, MTIA event waits/records."""
+        rows = _concat(self.rows(SYNC_CATS),
+                       self.named(self.rows(ACCELERATOR_CATS), ACCELERATOR_SYNC_NAMES))
+        frame = self.gpu(rows)
+        detail = self.details[rows.detail]
+        frame["kind"] = np.where(pd.isna(detail), frame["name"], detail)
+        return conform("sync", frame.sort_values("start", kind="stable"))
+
     def runtime(self) -> pd.DataFrame:
-        """CUDA runtime and driver calls, names without their version suffix."""
+        """Runtime and driver calls (CUDA, HIP, MTIA...), names without their version suffix."""
         rows = self.rows(RUNTIME_CATS)
         frame = self.cpu(rows)
         stripped = _per_name(self.names, lambda s: s.map(concepts.strip_api_version), rows.name)
@@ -548,12 +993,25 @@ class _Tables:
         frame["correlation"] = rows.correlation
         return conform("runtime", frame)
 
-    def steps(self, ranges: pd.DataFrame) -> pd.DataFrame:
-        """One row per ProfilerStep#N, on the thread that recorded it."""
+    def steps(self, ranges: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
+        """One row per iteration and the span name it came from (None for ProfilerStep).
+
+        ``ProfilerStep#N`` spans when the trace has them; else the stretches between the ends
+        of consecutive optimizer steps; else the stretches between consecutive starts of the
+        top-level op that repeats most on the busiest thread. ``origin`` says which.
+        """
         frame = ranges.assign(number=concepts.step_numbers(ranges["name"])).dropna(
             subset=["number"])
-        frame = frame.sort_values("start", kind="stable").drop_duplicates("number")
-        return conform("steps", frame.assign(origin="ProfilerStep"))
+        if not frame.empty:
+            frame = frame.sort_values("start", kind="stable").drop_duplicates("number")
+            return conform("steps", frame.assign(origin="ProfilerStep")), None
+        spans = pd.concat([self.cpu(self.rows(CPU_OP_CATS)), ranges[["start", "end", "pid",
+                                                                    "tid", "name"]]],
+                          ignore_index=True)
+        optimizer = spans[concepts.is_optimizer_step_span(spans["name"])]
+        if len(optimizer) >= 2:
+            return _steps_between_ends(_on_busiest_thread(optimizer)), None
+        return _steps_from_repeated_op(spans)
 
     def named_rows(self, cats: frozenset[str], rule: Any) -> pd.DataFrame:
         """CPU-side events of categories ``cats`` whose name satisfies the vectorised ``rule``."""
@@ -582,6 +1040,56 @@ class _Tables:
         return conform("threads", frame.drop_duplicates(["pid", "tid"], keep="last"))
 
 
+def _concat(first: _Columns, second: _Columns) -> _Columns:
+    """The rows of both, ``first``'s before ``second``'s."""
+    return _Columns(**{key: np.concatenate([value, getattr(second, key)])
+                       for key, value in vars(first).items()})
+
+
+def _on_busiest_thread(spans: pd.DataFrame) -> pd.DataFrame:
+    """The spans of the thread whose spans cover the most time, sorted by start."""
+    busiest = (spans["end"] - spans["start"]).groupby([spans["pid"], spans["tid"]]).sum().idxmax()
+    mine = spans[(spans["pid"] == busiest[0]) & (spans["tid"] == busiest[1])]
+    return mine.sort_values("start", kind="stable")
+
+
+def _steps_between_ends(optimizer: pd.DataFrame) -> pd.DataFrame:
+    """Iterations as the time from one optimizer step's end to the next one's end."""
+    ends = optimizer["end"].to_numpy()
+    frame = pd.DataFrame({"number": np.arange(1, len(ends)), "start": ends[:-1],
+                          "end": ends[1:], "pid": optimizer["pid"].iloc[0],
+                          "tid": optimizer["tid"].iloc[0], "origin": "optimizer"})
+    return conform("steps", frame)
+
+
+def _top_level(spans: pd.DataFrame) -> pd.DataFrame:
+    """The spans of one thread that no other span of it encloses."""
+    ordered = spans.assign(length=spans["end"] - spans["start"]).sort_values(
+        ["start", "length"], ascending=[True, False], kind="stable")
+    reach = np.maximum.accumulate(ordered["end"].to_numpy())
+    enclosed = np.r_[False, ordered["end"].to_numpy()[1:] <= reach[:-1]]
+    return ordered[~enclosed]
+
+
+def _steps_from_repeated_op(spans: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
+    """Iterations from the top-level op that repeats most (by time) on the busiest thread;
+    each runs from one occurrence's start to the next one's (the last to its own end)."""
+    if spans.empty:
+        return conform("steps", spans.assign(number=0, origin="")), None
+    top = _top_level(_on_busiest_thread(spans))
+    counts = top.groupby("name")["length"].agg(["size", "sum"])
+    repeated = counts[counts["size"] >= MIN_STEP_REPEATS]
+    if repeated.empty:
+        return conform("steps", spans.iloc[:0].assign(number=0, origin="")), None
+    name = str(repeated["sum"].idxmax())
+    chosen = top[top["name"] == name]
+    starts, ends = chosen["start"].to_numpy(), chosen["end"].to_numpy()
+    frame = pd.DataFrame({"number": np.arange(1, len(starts) + 1), "start": starts,
+                          "end": np.r_[starts[1:], ends[-1]], "pid": chosen["pid"].to_numpy(),
+                          "tid": chosen["tid"].to_numpy(), "origin": "repeated op"})
+    return conform("steps", frame), name
+
+
 def _per_name(names: np.ndarray, rule: Any, ids: np.ndarray) -> np.ndarray:
     """Apply a vectorised name ``rule`` once per distinct name among ``ids``; index by name id."""
     distinct = np.unique(ids)
@@ -603,20 +1111,68 @@ def _memcpy_parts(names: pd.Series) -> pd.DataFrame:
 
 def _copied_bytes(rows: _Columns) -> np.ndarray:
     """Bytes moved: ``args.bytes``, else bandwidth (GB/s) times duration (ns); -1 unknown."""
-    from_bandwidth = np.where(rows.bandwidth > 0,
-                              np.rint(rows.bandwidth * (rows.end - rows.start)), -1)
-    return np.where(rows.bytes >= 0, rows.bytes, from_bandwidth).astype(np.int64)
+    from_bandwidth = rows.bandwidth * (rows.end - rows.start)
+    usable = (rows.bandwidth > 0) & (from_bandwidth < _INT64_MAX)
+    estimate = np.where(usable, np.rint(np.where(usable, from_bandwidth, 0)), -1)
+    return np.where(rows.bytes >= 0, rows.bytes, estimate).astype(np.int64)
+
+
+def _header_int(value: Any) -> int:
+    """A non-negative int64 from the header, -1 when it is anything else."""
+    number = _integer(value) if not isinstance(value, str) else None
+    return -1 if number is None else number
 
 
 def _devices(header: dict[str, Any]) -> pd.DataFrame:
-    """GPUs listed in ``deviceProperties``."""
-    props = [p for p in header.get("deviceProperties") or [] if isinstance(p, dict)]
+    """Accelerators listed in ``deviceProperties``."""
+    listed = header.get("deviceProperties")
+    props = [p for p in listed if isinstance(p, dict)] if isinstance(listed, list) else []
     frame = pd.DataFrame({
-        "device": [p.get("id", -1) for p in props], "name": [p.get("name") for p in props],
-        "memory_bytes": [p.get("totalGlobalMem", -1) for p in props],
-        "sm_count": [p.get("numSms", -1) for p in props],
+        "device": [_header_int(p.get("id")) for p in props],
+        "name": [str(p.get("name", "")) for p in props],
+        "memory_bytes": [_header_int(p.get("totalGlobalMem")) for p in props],
+        "sm_count": [_header_int(p.get("numSms")) for p in props],
     })
     return conform("devices", frame)
+
+
+def _distributed(header: dict[str, Any], dropped: Counter[str]) -> dict[str, Any]:
+    """``distributedInfo`` with checked values: rank, world_size, backend, nccl_version.
+
+    A member that is no object, or a value of the wrong type, is left out and counted.
+    """
+    info = header.get("distributedInfo")
+    if info is None:
+        return {}
+    if not isinstance(info, dict):
+        dropped["distributedInfo is not an object"] += 1
+        return {}
+    world = _header_int(info.get("world_size"))
+    rank = _header_int(info.get("rank"))
+    checked = {"world_size": world if world >= 1 else None,
+               "rank": rank if rank >= 0 and (world < 1 or rank < world) else None,
+               "backend": info.get("backend") if isinstance(info.get("backend"), str) else None,
+               "nccl_version": (info.get("nccl_version")
+                                if isinstance(info.get("nccl_version"), str) else None)}
+    for key in ("world_size", "rank", "backend", "nccl_version"):
+        if key in info and checked[key] is None:
+            dropped[f"distributedInfo.{key} is not usable"] += 1
+    return checked
+
+
+def _dataloader_meta(loader: pd.DataFrame) -> dict[str, Any]:
+    """What the trace says about the DataLoader: iterator kind and its ``__next__`` calls.
+
+    ``_MultiProcessingDataLoaderIter`` means worker processes (their number is not recorded in
+    the trace), ``_SingleProcessDataLoaderIter`` means ``num_workers=0``.
+    """
+    names = loader["name"].astype(str)
+    multi = int(names.str.contains("_MultiProcessingDataLoaderIter").sum())
+    single = int(names.str.contains("_SingleProcessDataLoaderIter").sum())
+    workers = "multi-process" if multi and not single else (
+        "single-process" if single and not multi else ("both" if multi else "unknown"))
+    return {"workers": workers, "multi_process_next_calls": multi,
+            "single_process_next_calls": single}
 
 
 def _dialect(cats: _Symbols) -> str:
@@ -624,26 +1180,27 @@ def _dialect(cats: _Symbols) -> str:
     return "2021" if any(str(cat) in LEGACY_CATS for cat in cats.values()) else "current"
 
 
-def _meta(header: dict[str, Any], dialect: str) -> dict[str, Any]:
+def _meta(header: dict[str, Any], dialect: str, distributed: dict[str, Any]) -> dict[str, Any]:
     """What the analysis may want from the header: distributed setup, devices, clock base."""
-    distributed = header.get("distributedInfo") or {}
+    devices = header.get("deviceProperties")
     return {
         "schema_version": header.get("schemaVersion"),
         "dialect": dialect,
         "distributedInfo": distributed,
         "world_size": distributed.get("world_size"),
         "backend": distributed.get("backend"),
-        "deviceProperties": header.get("deviceProperties") or [],
-        "baseTimeNanoseconds": header.get("baseTimeNanoseconds"),
-        "trace_name": header.get("traceName"),
+        "deviceProperties": devices if isinstance(devices, list) else [],
+        "baseTimeNanoseconds": _header_int(header.get("baseTimeNanoseconds")),
+        "displayTimeUnit": str(header.get("displayTimeUnit", "")) or None,
+        "trace_name": str(header["traceName"]) if "traceName" in header else None,
     }
 
 
-def _tool_version(header: dict[str, Any], dialect: str) -> str:
+def _tool_version(header: dict[str, Any], dialect: str, distributed: dict[str, Any]) -> str:
     """A one-line description of what wrote the trace."""
     version = header.get("schemaVersion", "unknown")
     text = f"kineto schema {version} ({dialect} trace format)"
-    nccl = (header.get("distributedInfo") or {}).get("nccl_version")
+    nccl = distributed.get("nccl_version")
     return f"{text}, nccl {nccl}" if nccl else text
 
 
@@ -653,19 +1210,24 @@ def parse(path: Path) -> Profile:
     header, builder = _read(path)
     _check_schema_version(header, path)
     dialect = _dialect(builder.cats)
+    distributed = _distributed(header, builder.dropped)
     tables = _Tables(builder)
     ranges = tables.ranges()
-    rank = (header.get("distributedInfo") or {}).get("rank")
+    steps, step_span = tables.steps(ranges)
+    loader = tables.dataloader()
+    meta = _meta(header, dialect, distributed)
+    meta.update(dropped_records=dict(builder.dropped), step_span=step_span,
+                dataloader=_dataloader_meta(loader), events=builder.events)
     return Profile(
-        path=path, kind="kineto", tool_version=_tool_version(header, dialect),
-        rank=int(rank) if rank is not None else None,
+        path=path, kind="kineto", tool_version=_tool_version(header, dialect, distributed),
+        rank=distributed.get("rank"),
         tables={
             "kernels": tables.kernels(), "memcpy": tables.memcpy(), "memset": tables.memset(),
-            "runtime": tables.runtime(), "ranges": ranges, "cpu_ops": tables.cpu_ops(),
-            "steps": tables.steps(ranges), "dataloader": tables.dataloader(),
+            "sync": tables.sync(), "runtime": tables.runtime(), "ranges": ranges,
+            "cpu_ops": tables.cpu_ops(), "steps": steps, "dataloader": loader,
             "cpu_collectives": tables.cpu_collectives(),
             "devices": _devices(header), "threads": tables.threads(),
             "memory": builder.memory.frame(),
         },
-        meta=_meta(header, dialect),
+        meta=meta,
     )

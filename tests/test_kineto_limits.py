@@ -1,0 +1,202 @@
+"""Hostile and malformed Kineto traces: bad records dropped and counted, limits with one line,
+linear time on inputs built to be slow, parallel decoding identical to the sequential one."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import signal
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from profreport.errors import InputError
+from profreport.inputs import Limit
+from profreport.parsers import kineto
+
+# Seconds a hostile input may take before the test fails: linear parsing needs a few; the
+# quadratic or unbounded behaviour these inputs provoke took minutes.
+HOSTILE_BUDGET_S = 60
+MB = 1 << 20
+
+
+@contextmanager
+def _time_budget(seconds: int) -> Iterator[None]:
+    """Fail the test when the block runs longer than ``seconds``."""
+    def expire(signum: int, frame: object) -> None:
+        raise TimeoutError(f"took more than {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _event(name: str = "aten::mm", ts: float = 10.0, dur: float = 5.0, **extra) -> dict:
+    """One CPU operator event."""
+    return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur,
+            **extra}
+
+
+def _write(path: Path, events: list, **header) -> Path:
+    """A trace with the given events and top-level members."""
+    path.write_text(json.dumps({"schemaVersion": 1, **header, "traceEvents": events}))
+    return path
+
+
+def _gzip_members(parts: list[tuple[bytes, int]]) -> bytes:
+    """A gzip file of concatenated members, each ``(text, repeats)`` compressed once and
+    repeated: huge decompressed sizes from a small file, built in milliseconds."""
+    out = b""
+    for text, repeats in parts:
+        packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+        out += (packer.compress(text) + packer.flush()) * repeats
+    return out
+
+
+def test_bad_values_are_dropped_and_counted(tmp_path: Path) -> None:
+    """Missing/negative/impossible times, ids >= 2^64, wrong types: dropped, counted, no crash."""
+    bad = [
+        {"ph": "X", "cat": "cpu_op", "name": "no ts", "pid": 1, "tid": 1, "dur": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "no dur", "pid": 1, "tid": 1, "ts": 1},
+        _event("negative", dur=-5),
+        _event("int64 max", dur=2**63 - 1),
+        _event("far future", ts=1e30),
+        _event("huge correlation", cat="cuda_runtime", args={"correlation": 2**64}),
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)", "pid": 0,
+         "tid": 7, "ts": 1, "dur": 1, "args": {"bytes": 2**64 + 5, "correlation": 3}},
+        _event(12345),
+        _event("null ts", ts=None),
+    ]
+    good = [_event("ProfilerStep#1", cat="user_annotation", ts=0, dur=100), _event()]
+    profile = kineto.parse(_write(tmp_path / "bad.json", bad + good,
+                                  distributedInfo="rank 0 of 8"))
+    assert profile.table("cpu_ops")["name"].tolist() == ["aten::mm"]
+    assert profile.table("memcpy").empty and profile.table("runtime").empty
+    assert profile.meta["dropped_records"] == {
+        "no ts": 1, "no dur": 1, "negative dur": 1, "dur longer than possible": 1,
+        "ts outside the possible range": 1, "correlation is not an int64": 1,
+        "bytes is not an int64": 1, "name of an unexpected type": 1,
+        "ts of an unexpected type": 1, "distributedInfo is not an object": 1}
+    assert profile.rank is None and profile.meta["distributedInfo"] == {}
+    assert len(profile.table("steps")) == 1
+
+
+def test_bad_distributed_values(tmp_path: Path) -> None:
+    """A rank outside the world, a world size of zero: unknown, and counted."""
+    profile = kineto.parse(_write(tmp_path / "dist.json", [_event()],
+                                  distributedInfo={"rank": 9, "world_size": 8,
+                                                   "backend": ["nccl"]}))
+    assert profile.rank is None and profile.meta["world_size"] == 8
+    assert profile.meta["dropped_records"] == {"distributedInfo.rank is not usable": 1,
+                                               "distributedInfo.backend is not usable": 1}
+
+
+@pytest.mark.parametrize("where", ["top", "args"])
+def test_deep_nesting_is_one_line(tmp_path: Path, where: str) -> None:
+    """JSON nested 10^6 deep at the top level or inside args: one InputError, no RecursionError."""
+    depth = 10**6
+    nested = b"[" * depth + b"]" * depth
+    if where == "top":
+        text = nested
+    else:
+        text = (b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 1, "args": {"x": '
+                + nested + b"}}]}")
+    path = tmp_path / f"deep_{where}.json"
+    path.write_bytes(text)
+    with pytest.raises(InputError, match="nested deeper"):
+        kineto.parse(path)
+
+
+def test_many_decoy_keys_before_the_event_array(tmp_path: Path) -> None:
+    """300,000 nested "traceEvents" keys before the real one are scanned in linear time."""
+    decoys = b",".join([b'{"traceEvents": 1}'] * 300_000)
+    path = tmp_path / "decoys.json"
+    path.write_bytes(b'{"decoy": [' + decoys + b'], "traceEvents": '
+                     + json.dumps([_event()]).encode() + b"}")
+    assert path.stat().st_size > 4 * MB
+    with _time_budget(HOSTILE_BUDGET_S):
+        profile = kineto.parse(path)
+    assert profile.table("cpu_ops")["name"].tolist() == ["aten::mm"]
+
+
+def test_gzip_with_one_600_mb_name(tmp_path: Path) -> None:
+    """A ~600 KB gzip holding one 600 MB name stops at the event size limit, quickly."""
+    path = tmp_path / "name.json.gz"
+    path.write_bytes(_gzip_members([(b'{"traceEvents": [{"ph": "X", "name": "', 1),
+                                    (b"a" * MB, 600), (b'", "ts": 1, "dur": 1}]}', 1)]))
+    assert path.stat().st_size < MB
+    with _time_budget(HOSTILE_BUDGET_S), pytest.raises(InputError,
+                                                       match="bytes in one event"):
+        kineto.parse(path)
+
+
+def test_gzip_with_2_gb_of_whitespace(tmp_path: Path) -> None:
+    """A ~2 MB gzip with 2 GB of whitespace between two events stops early with one line."""
+    path = tmp_path / "blank.json.gz"
+    path.write_bytes(_gzip_members([(b'{"traceEvents": [' + json.dumps(_event()).encode()
+                                     + b",", 1), (b" " * MB, 2048),
+                                    (json.dumps(_event()).encode() + b"]}", 1)]))
+    assert path.stat().st_size < 3 * MB
+    with _time_budget(HOSTILE_BUDGET_S), pytest.raises(InputError, match="too large"):
+        kineto.parse(path)
+
+
+def test_long_name_is_refused(tmp_path: Path) -> None:
+    """A 100,000-character kernel name exceeds the name limit: one line saying so."""
+    path = _write(tmp_path / "long.json", [_event("k" * 100_000, cat="kernel")])
+    with pytest.raises(InputError, match="characters in one name") as caught:
+        kineto.parse(path)
+    assert len(caught.value.one_line()) < 400
+
+
+def test_event_count_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """More events than the limit: refused with the limit's reason."""
+    monkeypatch.setattr(kineto, "MAX_EVENTS", Limit("events", 10, "a test limit"))
+    with pytest.raises(InputError, match=r"too large: 20 events .*\(a test limit\)"):
+        kineto.parse(_write(tmp_path / "many.json", [_event()] * 20))
+
+
+def test_decompression_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A gzip that expands past its allowance is refused as a decompression bomb."""
+    monkeypatch.setattr(kineto, "decompressed_limit", lambda compressed: MB)
+    path = tmp_path / "big.json.gz"
+    with gzip.open(path, "wt") as handle:
+        json.dump({"traceEvents": [_event(ts=i) for i in range(20_000)]}, handle)
+    with pytest.raises(InputError, match="decompression bomb"):
+        kineto.parse(path)
+
+
+def test_parallel_ranges_match_sequential(tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plain trace decoded in byte ranges by worker processes gives the same tables."""
+    events = []
+    for step in range(40):
+        base = step * 1000.0
+        events += [_event(f"ProfilerStep#{step}", cat="user_annotation", ts=base, dur=900),
+                   _event("aten::mm", ts=base + 1, dur=5),
+                   {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1,
+                    "tid": 1, "ts": base + 2, "dur": 1, "args": {"correlation": step}},
+                   {"ph": "X", "cat": "kernel", "name": f"k{step % 3}", "pid": 0, "tid": 7,
+                    "ts": base + 4, "dur": 3, "args": {"stream": 7, "correlation": step}},
+                   {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1,
+                    "args": {"name": "main"}}]
+    path = tmp_path / "plain.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events,
+                                "traceName": "plain"}, indent=1))
+    sequential = kineto.parse(path)
+    monkeypatch.setattr(kineto, "PARALLEL_MIN_BYTES", path.stat().st_size // 3)
+    monkeypatch.setattr(kineto, "SPLIT_PROBE_BYTES", 4096)
+    assert len(kineto._parallel_ranges(path, 30, path.stat().st_size)) >= 2 or (
+        len(kineto.os.sched_getaffinity(0)) < 2)
+    parallel = kineto.parse(path)
+    for name, table in sequential.tables.items():
+        assert table.equals(parallel.tables[name]), name
+    assert sequential.meta == parallel.meta
+    assert len(parallel.table("steps")) == 40

@@ -1,0 +1,227 @@
+"""Every vendor and shape torch.profiler writes: hand-built traces of each, and the HTA corpus."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from profreport.parsers import kineto
+
+PID, TID = 4242, 4242
+
+
+def _trace(path: Path, events: list[dict], **header) -> Path:
+    """Write a small Kineto-shaped trace with the given events and top-level members."""
+    document = {"schemaVersion": 1, **header, "traceEvents": events}
+    path.write_text(json.dumps(document, indent=1))
+    return path
+
+
+def _cpu(name: str, ts: float, dur: float, cat: str = "cpu_op", **args) -> dict:
+    """A CPU-side complete event on the training thread."""
+    return {"ph": "X", "cat": cat, "name": name, "pid": PID, "tid": TID, "ts": ts, "dur": dur,
+            "args": args}
+
+
+def _device(name: str, ts: float, dur: float, cat: str = "kernel", pid: int | str = 0,
+            tid: int | str = 7, **args) -> dict:
+    """A device-side complete event."""
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur,
+            "args": args}
+
+
+def test_rocm_hex_streams(tmp_path: Path) -> None:
+    """ROCm writes ``args.stream`` as a hex string; HIP launches correlate to their kernels."""
+    events = [
+        _cpu("ProfilerStep#3", 100, 50, cat="user_annotation"),
+        _cpu("hipLaunchKernel", 110, 5, cat="cuda_runtime", correlation=11),
+        _cpu("hipMemcpyAsync", 120, 5, cat="cuda_runtime", correlation=12),
+        _device("Cijk_Ailk_Bljk_SB_MT64x64x8", 118, 20, device=1, stream="0x1f",
+                correlation=11),
+        _device("Memcpy HtoD", 130, 4, cat="gpu_memcpy", device=1, stream="0x0",
+                correlation=12, bytes=4096),
+    ]
+    profile = kineto.parse(_trace(tmp_path / "rocm.json", events))
+    kernels, memcpy = profile.table("kernels"), profile.table("memcpy")
+    assert kernels[["device", "stream", "correlation"]].values.tolist() == [[1, 31, 11]]
+    assert memcpy[["stream", "kind", "bytes"]].values.tolist() == [[0, "HtoD", 4096]]
+    runtime = profile.table("runtime").set_index("correlation")["name"]
+    assert runtime[kernels["correlation"].iloc[0]] == "hipLaunchKernel"
+    assert profile.meta["dropped_records"] == {}
+
+
+def test_cuda_graph_launch_correlates_every_kernel(tmp_path: Path) -> None:
+    """The kernels of one replayed CUDA graph share the correlation id of its cudaGraphLaunch."""
+    events = [_cpu("ProfilerStep#1", 0, 100, cat="user_annotation"),
+              _cpu("cudaGraphLaunch", 10, 8, cat="cuda_runtime", correlation=77)]
+    events += [_device(f"graph_kernel_{i}", 20 + 10 * i, 5, device=0, stream=7, correlation=77)
+               for i in range(3)]
+    profile = kineto.parse(_trace(tmp_path / "graph.json", events))
+    kernels = profile.table("kernels")
+    launches = kernels.merge(profile.table("runtime"), on="correlation")
+    assert len(kernels) == 3 and launches["name_y"].eq("cudaGraphLaunch").all()
+
+
+def test_flow_events_give_missing_correlations(tmp_path: Path) -> None:
+    """A device event without ``args.correlation`` takes the id of the ac2g flow ending on it."""
+    events = [
+        _cpu("cudaLaunchKernel", 10, 3, cat="cuda_runtime", correlation=42),
+        {"ph": "s", "id": 42, "pid": PID, "tid": TID, "ts": 10, "cat": "ac2g", "name": "ac2g"},
+        _device("k", 15, 2, device=0, stream=7),
+        {"ph": "f", "id": 42, "pid": 0, "tid": 7, "ts": 15, "cat": "ac2g", "name": "ac2g",
+         "bp": "e"},
+        _device("unlinked", 30, 2, device=0, stream=7),
+    ]
+    kernels = kineto.parse(_trace(tmp_path / "flows.json", events)).table("kernels")
+    assert kernels.set_index("name")["correlation"].to_dict() == {"k": 42, "unlinked": -1}
+
+
+def test_nanosecond_timestamps(tmp_path: Path) -> None:
+    """Fractional microseconds (ns resolution) give exact integer nanoseconds."""
+    events = [_cpu("ProfilerStep#7", 4458676522690.655, 156.777, cat="user_annotation"),
+              _device("k", 4458676522700.001, 0.999, device=0, stream=7, correlation=1)]
+    profile = kineto.parse(_trace(tmp_path / "ns.json", events, displayTimeUnit="ns",
+                                  traceName="ns.json", baseTimeNanoseconds=1711964646000000000))
+    step, kernel = profile.table("steps").iloc[0], profile.table("kernels").iloc[0]
+    assert (step["start"], step["end"]) == (4458676522690655, 4458676522847432)
+    assert (kernel["start"], kernel["end"]) == (4458676522700001, 4458676522701000)
+    assert profile.meta["displayTimeUnit"] == "ns" and profile.meta["trace_name"] == "ns.json"
+    assert profile.meta["baseTimeNanoseconds"] == 1711964646000000000
+
+
+def test_no_rank_and_no_distributed_info(tmp_path: Path) -> None:
+    """Without distributedInfo, or with one lacking a rank, the rank is unknown (None)."""
+    events = [_cpu("ProfilerStep#1", 0, 10, cat="user_annotation")]
+    bare = kineto.parse(_trace(tmp_path / "bare.json", events))
+    assert bare.rank is None and bare.meta["distributedInfo"] == {}
+    assert bare.meta["world_size"] is None
+    norank = kineto.parse(_trace(tmp_path / "norank.json", events,
+                                 distributedInfo={"backend": "nccl", "world_size": 4}))
+    assert norank.rank is None and norank.meta["world_size"] == 4
+    assert norank.meta["backend"] == "nccl"
+
+
+def test_steps_from_optimizer_without_profiler_steps(tmp_path: Path) -> None:
+    """No ProfilerStep: iterations run from one optimizer step's end to the next one's."""
+    events = []
+    for i in range(4):
+        start = 1000 * i
+        events += [_cpu("aten::mm", start, 600),
+                   _cpu("Optimizer.step#SGD.step", start + 700, 200)]
+    profile = kineto.parse(_trace(tmp_path / "opt.json", events))
+    steps = profile.table("steps")
+    assert steps["origin"].eq("optimizer").all() and steps["number"].tolist() == [1, 2, 3]
+    assert steps["start"].tolist() == [900_000, 1_900_000, 2_900_000]
+    assert (steps["end"] - steps["start"]).eq(1_000_000).all()
+
+
+def test_steps_from_repeated_top_level_op(tmp_path: Path) -> None:
+    """No ProfilerStep nor optimizer: the top-level op that repeats most marks iterations."""
+    events = [_cpu("warmup", 0, 50)]
+    for i in range(5):
+        start = 100 + 300 * i
+        events += [_cpu("train_step", start, 250), _cpu("aten::mm", start + 10, 200),
+                   _cpu("aten::mm", start + 260, 10)]
+    profile = kineto.parse(_trace(tmp_path / "repeat.json", events))
+    steps = profile.table("steps")
+    assert steps["origin"].eq("repeated op").all() and len(steps) == 5
+    assert profile.meta["step_span"] == "train_step"
+    assert steps["start"].tolist() == [(100 + 300 * i) * 1000 for i in range(5)]
+    assert steps["end"].iloc[-1] == (100 + 300 * 4 + 250) * 1000
+
+
+def test_cpu_only_trace_has_no_device_tables(tmp_path: Path) -> None:
+    """A CPU-only trace: operators and steps, empty device tables, no dropped records."""
+    events = [_cpu("ProfilerStep#1", 0, 100, cat="user_annotation"), _cpu("aten::add", 5, 3)]
+    profile = kineto.parse(_trace(tmp_path / "cpu.json", events))
+    assert profile.table("kernels").empty and profile.table("sync").empty
+    assert profile.table("cpu_ops")["name"].tolist() == ["aten::add"]
+
+
+def test_mtia_device_work_in_hand_built_trace(tmp_path: Path) -> None:
+    """MTIA: runtime calls, command-processor executions as kernels, DMAs as copies."""
+    events = [
+        _cpu("runFunction - job_prep_and_submit_for_execution", 10, 5, cat="mtia_runtime",
+             correlation=5, device=17, stream_id="101"),
+        _device("remote", 20, 30, cat="mtia_ccp_events", pid=17, tid=3536, stream=101,
+                correlation=5),
+        _device("dma_request", 60, 4, cat="mtia_ccp_events", pid=17, tid=3672, stream=105,
+                direction="DEVICE_TO_HOST", size=1024),
+        _device("event_wait", 70, 9, cat="mtia_ccp_events", pid=17, tid=3774, stream=108),
+    ]
+    profile = kineto.parse(_trace(tmp_path / "mtia.json", events))
+    kernels = profile.table("kernels")
+    assert kernels[["name", "device", "stream", "correlation"]].values.tolist() == [
+        ["remote", 17, 101, 5]]
+    assert profile.table("memcpy")[["kind", "src_kind", "bytes", "device"]].values.tolist() == [
+        ["DtoH", "Device", 1024, 17]]
+    assert profile.table("sync")[["kind", "stream"]].values.tolist() == [["event_wait", 108]]
+    assert profile.table("runtime")["correlation"].tolist() == [5]
+
+
+@pytest.mark.corpus
+def test_mtia_corpus_trace(corpus: Path) -> None:
+    """HTA's MTIA inference trace: device work lands in the kernel, copy and sync tables."""
+    profile = kineto.parse(corpus / "hta" / "mtia_inference_rank_0.json.gz")
+    kernels = profile.table("kernels")
+    assert kernels["name"].value_counts().to_dict() == {"remote": 37, "merge": 36, "pe_exe": 24}
+    assert kernels["device"].eq(17).all()
+    memcpy = profile.table("memcpy")
+    assert memcpy["kind"].value_counts().to_dict() == {"DtoH": 450, "HtoD": 427}
+    assert len(profile.table("sync")) == 48 + 291
+    assert len(profile.table("runtime")) == 823
+    assert profile.table("devices")[["device", "name"]].values.tolist() == [[17, "ARTEMIS"]]
+    assert profile.rank is None and profile.meta["distributedInfo"] == {}
+    steps = profile.table("steps")
+    assert steps["origin"].eq("repeated op").all() and len(steps) > 0
+    assert profile.meta["dropped_records"] == {}
+
+
+@pytest.mark.corpus
+def test_rank_not_found_corpus_trace(corpus: Path) -> None:
+    """distributedInfo without a rank: rank unknown, one ProfilerStep#1009 of 75.473 ms."""
+    profile = kineto.parse(corpus / "hta" / "rank_not_found.json.gz")
+    assert profile.rank is None and profile.meta["backend"] == "nccl"
+    steps = profile.table("steps")
+    assert steps["number"].tolist() == [1009]
+    assert int(steps["end"].iloc[0] - steps["start"].iloc[0]) == 75_473_000
+    assert profile.table("kernels").empty
+
+
+@pytest.mark.corpus
+def test_triton_corpus_trace(corpus: Path) -> None:
+    """One Triton kernel of 1.76 us, launched by cuLaunchKernel, in a 13.3 s step."""
+    profile = kineto.parse(corpus / "hta" / "triton_example.json.gz")
+    kernel = profile.table("kernels").iloc[0]
+    assert kernel["name"] == "triton_poi_fused_add_cos_sin_0"
+    assert kernel["end"] - kernel["start"] == 1760
+    runtime = profile.table("runtime").set_index("correlation")["name"]
+    assert runtime[kernel["correlation"]] == "cuLaunchKernel"
+    step = profile.table("steps").iloc[0]
+    assert round((step["end"] - step["start"]) / 1e9, 1) == 13.3
+
+
+@pytest.mark.corpus
+def test_cuda_event_sync_corpus_trace(corpus: Path) -> None:
+    """CUPTI sync records go to ``sync``; the pageable DtoH copy keeps its kinds and size."""
+    profile = kineto.parse(corpus / "hta" / "cuda_event_sync.json.gz")
+    sync = profile.table("sync")
+    assert sorted(sync["kind"]) == ["Context Sync", "Event Sync", "Event Sync", "Stream Sync"]
+    assert (sync["end"] - sync["start"]).max() == 33_000
+    copy = profile.table("memcpy").iloc[0]
+    assert (copy["kind"], copy["dst_kind"], copy["bytes"]) == ("DtoH", "Pageable", 1)
+    runtime = profile.table("runtime")["name"]
+    assert {"cudaStreamSynchronize", "cudaEventSynchronize", "cudaDeviceSynchronize"} <= set(
+        runtime)
+
+
+@pytest.mark.corpus
+def test_dataloader_iterator_kind(corpus: Path) -> None:
+    """The DataLoader iterator in the trace says whether worker processes were used."""
+    w0 = kineto.parse(corpus / "kineto" / "resnet50_num_workers_0.pt.trace.json.gz")
+    w4 = kineto.parse(corpus / "kineto" / "resnet50_num_workers_4.pt.trace.json.gz")
+    assert w0.meta["dataloader"]["workers"] == "single-process"
+    assert w4.meta["dataloader"] == {"workers": "multi-process", "multi_process_next_calls": 6,
+                                     "single_process_next_calls": 0}
