@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -77,12 +78,22 @@ def build_parser(run_options: bool = True) -> argparse.ArgumentParser:
         add_run_arguments(run)
     _add_report_options(run)
 
-    grade = sub.add_parser("grade",
-                           help="grade a folder of student submissions (not available yet)",
-                           description="Grade a folder of student submissions against a rubric. "
-                                       "Not available yet in this version.")
-    grade.add_argument("submissions", nargs="?", type=Path)
-    grade.add_argument("--rubric", type=Path)
+    grade = sub.add_parser(
+        "grade", help="grade a class's submitted profiles against a rubric",
+        description="Grade a folder of student submissions (one folder or .zip/.tar.gz/.tgz "
+                    "archive per student; each subfolder is one run) against a TOML rubric. "
+                    "Writes gradebook.csv, gradebook.json, summary.html and "
+                    "students/NAME/report.html + feedback.md to --out. Nothing from a "
+                    "submission is executed.")
+    grade.add_argument("submissions", type=Path, metavar="SUBMISSIONS")
+    grade.add_argument("--rubric", type=Path, required=True, metavar="RUBRIC.toml")
+    grade.add_argument("--out", type=Path, default=Path("grades"),
+                       help="folder for the gradebook and the students' pages "
+                            "(default: %(default)s)")
+    grade.add_argument("--lms", choices=("canvas", "moodle"),
+                       help="also write the totals as a CSV this LMS imports")
+    grade.add_argument("--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
+                       help="submissions graded at once (default: the CPU count, %(default)s)")
     return parser
 
 
@@ -97,7 +108,9 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return run_and_report_command(args)
     if args.command == "grade":
-        raise UsageError("grade is not available yet in this version of profreport")
+        from profreport.commands import grade_command
+
+        return grade_command(args)
     raise UsageError("no command given; try 'profreport --help'")
 
 

@@ -10,7 +10,14 @@ import sys
 import webbrowser
 from pathlib import Path
 
-from profreport.errors import EXIT_INTERRUPTED, EXIT_PARTIAL, MissingToolError, RunError
+from profreport.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_PARTIAL,
+    MissingToolError,
+    RunError,
+    UsageError,
+)
+from profreport.grade.results import StudentResult
 from profreport.parsers import ParseOptions
 from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
 from profreport.reports.analysis.results import Report, RunAnalysis
@@ -142,3 +149,42 @@ def report_on(folders: list[Path], failures: list[str], args: argparse.Namespace
     report.failures.extend(failures)
     status = finish_report(report, args)
     return max(status, EXIT_PARTIAL) if failures else status
+
+
+#: Width in characters of the grading progress bar.
+PROGRESS_WIDTH = 30
+
+
+def _progress_bar(done: int, total: int, result: StudentResult) -> None:
+    """Redraw the grading progress bar on the terminal (stderr)."""
+    filled = PROGRESS_WIDTH * done // max(total, 1)
+    bar = "#" * filled + "." * (PROGRESS_WIDTH - filled)
+    end = "\n" if done == total else ""
+    print(f"\r[{bar}] {done}/{total} {result.student[:30]:<30}", end=end, file=sys.stderr,
+          flush=True)
+
+
+def grade_command(args: argparse.Namespace) -> int:
+    """The ``grade`` subcommand: 0 when every submission was graded, 1 when some failed."""
+    from profreport.grade import grade_class
+    from profreport.grade.rubric import load_rubric
+
+    if args.jobs < 1:
+        raise UsageError(f"--jobs must be at least 1, not {args.jobs}")
+    rubric = load_rubric(args.rubric)
+    outcome = grade_class(args.submissions, rubric, args.out, workers=args.jobs, lms=args.lms,
+                          progress=_progress_bar if sys.stderr.isatty() else _no_progress)
+    for result in outcome.results:
+        state = result.error if result.status == "error" else "ok"
+        reused = " (unchanged, reused)" if result.reused else ""
+        print(f"{result.student}: {result.total:g}/{rubric.max_total:g} {state}{reused}")
+    for line in outcome.skipped:
+        print(f"profreport: skipped: {line}", file=sys.stderr)
+    for path in outcome.written:
+        print(f"wrote {path}")
+    failed = any(r.status == "error" for r in outcome.results) or outcome.skipped
+    return EXIT_PARTIAL if failed else 0
+
+
+def _no_progress(done: int, total: int, result: StudentResult) -> None:
+    """No progress bar when stderr is not a terminal (logs, CI)."""

@@ -57,5 +57,11 @@ class UsageError(ProfreportError):
     exit_code = 2
 
 
+class RubricError(ProfreportError):
+    """A grading rubric cannot be used: not TOML, an unknown key, or a bad value (with its line)."""
+
+    exit_code = 2
+
+
 class RunError(ProfreportError):
     """A training run launched by run-and-report failed."""

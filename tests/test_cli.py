@@ -32,11 +32,11 @@ def test_each_subcommand_explains_itself(command: str) -> None:
     assert len(result.stdout.splitlines()) > 5
 
 
-def test_grade_says_it_is_not_available_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["grade"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1
-    assert "not available yet" in err
+def test_grade_needs_submissions_and_a_rubric(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["grade"])
+    assert caught.value.code == 2
+    assert "required: SUBMISSIONS, --rubric" in capsys.readouterr().err
 
 
 def test_no_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

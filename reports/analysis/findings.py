@@ -698,6 +698,12 @@ RULES: tuple[Rule, ...] = (loader_bound, compute_bound, comm_overhead, host_laun
                            pageable_memcpy, sync_stall, low_gpu_util, small_batch,
                            dataparallel_not_ddp, cpu_oversubscribed, sources_agreement,
                            trials_disagree)
+# Every id a rule gives its finding: what a grading rubric may name (vocabulary, not a
+# threshold; tests/test_grade_rubric.py keeps it in step with the rules).
+FINDING_IDS = frozenset({
+    "LOADER_BOUND", "COMPUTE_BOUND", "COMM_OVERHEAD", "HOST_LAUNCH_BOUND", "PAGEABLE_MEMCPY",
+    "SYNC_STALL", "LOW_GPU_UTIL", "SMALL_BATCH", "DATAPARALLEL_NOT_DDP", "CPU_OVERSUBSCRIBED",
+    "SOURCES_AGREE", "SOURCES_DISAGREE", "TRIALS"})
 
 
 #: The finding that explains each verdict: it leads the run's findings, whatever its severity.

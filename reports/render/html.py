@@ -133,9 +133,12 @@ def build_view(report: Report) -> ReportView:
                       comparison_charts(report.runs, report.comparison))
 
 
-def render_page(view: ReportView, images: dict[str, str] | None = None) -> str:
-    """The page: interactive (``images`` None) or for print, charts as image data URIs by id."""
-    context = {"report": view.report, "runs": view.runs, "parts": BREAKDOWN_PARTS,
+def render_page(view: ReportView, images: dict[str, str] | None = None,
+                template: str = TEMPLATE, extra: dict[str, object] | None = None) -> str:
+    """The page: interactive (``images`` None) or for print, charts as image data URIs by id.
+    ``template`` may extend the report's (``grade_student.html.j2`` fills its ``preface`` block
+    from ``extra``)."""
+    context = {**(extra or {}), "report": view.report, "runs": view.runs, "parts": BREAKDOWN_PARTS,
                "comparison_charts": view.comparison_charts, "images": images,
                "line_limit": SLOWEST_LINES,
                "name_limit": SCREEN_NAME_LIMIT if images is None else PRINT_NAME_LIMIT}
@@ -143,7 +146,7 @@ def render_page(view: ReportView, images: dict[str, str] | None = None) -> str:
         context["plotly_js_gzip_base64"] = compressed_plotly_js()
         context["charts"] = [{"id": chart.id, "figure": json.loads(chart.figure.to_json())}
                              for chart in view.charts()]
-    return _html_environment().get_template(TEMPLATE).render(context)
+    return _html_environment().get_template(template).render(context)
 
 
 def render_html(report: Report) -> str:

@@ -1,0 +1,161 @@
+"""The class's outputs: ``gradebook.csv`` / ``gradebook.json``, the LMS import CSV, and the
+summary page. Every file is written to a temporary name and renamed (:mod:`profreport.fileio`),
+so an interrupted run leaves the previous gradebook or the new one, never half of one."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import statistics
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+import jinja2
+
+from profreport import __version__
+from profreport.fileio import write_text
+from profreport.grade.feedback import GRADE_FILTERS
+from profreport.grade.results import GRADEBOOK_SCHEMA, StudentResult
+from profreport.grade.rubric import Rubric
+from profreport.reports.render.html import templates_environment
+
+SUMMARY_TEMPLATE = "grade_summary.html.j2"
+#: Bars of the totals histogram.
+HISTOGRAM_BINS = 10
+#: Width in pixels of the longest histogram bar.
+BAR_PX = 400
+#: The import formats ``--lms`` offers.
+LMS_FORMATS = ("canvas", "moodle")
+#: Characters that make a spreadsheet read a cell as a formula.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def cell(value: object) -> str:
+    """A CSV cell that a spreadsheet shows as text, never runs as a formula."""
+    text = "" if value is None else str(value)
+    return "'" + text if text.startswith(_FORMULA_START) else text
+
+
+def _csv(rows: list[list[object]]) -> str:
+    """Rows as CSV text."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerows([[cell(value) for value in row] for row in rows])
+    return buffer.getvalue()
+
+
+def gradebook_rows(results: list[StudentResult], rubric: Rubric) -> list[list[object]]:
+    """Header and one row per student: student, each check, total, max_total, status, error."""
+    header: list[object] = ["student", *(c.id for c in rubric.checks), "total", "max_total",
+                            "status", "error"]
+    rows = [[r.student, *(c.points for c in r.checks), r.total, rubric.max_total, r.status,
+             r.error] for r in results]
+    return [header, *rows]
+
+
+def lms_rows(results: list[StudentResult], rubric: Rubric, lms: str) -> list[list[object]]:
+    """The totals in the CSV layout the LMS imports (Canvas gradebook, Moodle grade import)."""
+    if lms == "canvas":
+        column = f"{rubric.name} ({rubric.max_total:g} points)"
+        return [["Student", "ID", "SIS User ID", "SIS Login ID", "Section", column],
+                ["Points Possible", "", "", "", "", rubric.max_total],
+                *[[r.student, "", "", r.student, "", r.total] for r in results]]
+    return [["Username", "Grade"], *[[r.student, r.total] for r in results]]
+
+
+@dataclass
+class Summary:
+    """The class summary's figures."""
+
+    students: int
+    errors: int
+    mean: float
+    median: float
+    histogram: list[dict[str, object]]
+    checks: list[dict[str, object]]
+    verdicts: list[dict[str, object]]
+    duplicates: list[dict[str, object]] = field(default_factory=list)
+
+
+def _histogram(totals: list[float], max_total: float) -> list[dict[str, object]]:
+    """Count of totals in each of HISTOGRAM_BINS equal bins from 0 to max_total."""
+    width = max_total / HISTOGRAM_BINS
+    counts = Counter(min(int(t / width), HISTOGRAM_BINS - 1) for t in totals)
+    most = max(counts.values(), default=1)
+    return [{"label": f"{i * width:g}–{(i + 1) * width:g}", "count": counts.get(i, 0),
+             "width": round(BAR_PX * counts.get(i, 0) / most)} for i in range(HISTOGRAM_BINS)]
+
+
+def duplicates(results: list[StudentResult]) -> list[dict[str, object]]:
+    """Groups of students who handed in the same profile: same bytes, or the same recorded
+    step timings and timestamps (a re-compressed or renamed copy)."""
+    by_key: dict[tuple[str, str], dict[str, str]] = defaultdict(dict)
+    for result in results:
+        for path, digest in result.profile_hashes.items():
+            by_key[("same file content", digest)].setdefault(result.student, path)
+        for run in result.runs:
+            if run.timing_fingerprint:
+                by_key[("same step timings and timestamps", run.timing_fingerprint)].setdefault(
+                    result.student, f"run {run.name}")
+    groups, seen = [], set()
+    for (what, _), owners in sorted(by_key.items()):
+        names = tuple(sorted(owners))
+        if len(names) > 1 and (what, names) not in seen:
+            seen.add((what, names))
+            groups.append({"students": list(names), "what": what + ": " + ", ".join(
+                f"{name} {owners[name]}" for name in names)})
+    return groups
+
+
+def summarize(results: list[StudentResult], rubric: Rubric) -> Summary:
+    """Distribution of totals, each check's hits, the most common verdicts, duplicates."""
+    totals = [r.total for r in results]
+    checks = [{"id": check.id, "asks": results[0].checks[i].asks if results else check.id,
+               "max_points": check.points,
+               "passed": sum(r.checks[i].passed for r in results),
+               "partial": sum(0 < r.checks[i].points < check.points for r in results),
+               "mean": round(statistics.fmean(r.checks[i].points for r in results), 2)
+               if results else 0.0}
+              for i, check in enumerate(rubric.checks)]
+    verdicts = Counter((run.name, run.verdict) for r in results for run in r.runs)
+    return Summary(students=len(results), errors=sum(r.status == "error" for r in results),
+                   mean=round(statistics.fmean(totals), 2) if totals else 0.0,
+                   median=statistics.median(totals) if totals else 0.0,
+                   histogram=_histogram(totals, rubric.max_total), checks=checks,
+                   verdicts=[{"run": run, "verdict": verdict, "count": count}
+                             for (run, verdict), count in verdicts.most_common()],
+                   duplicates=duplicates(results))
+
+
+@cache
+def _environment() -> jinja2.Environment:
+    """The summary page's environment (autoescaped)."""
+    environment = templates_environment(autoescape=True)
+    environment.globals.update(GRADE_FILTERS)
+    return environment
+
+
+def write_gradebook(out: Path, results: list[StudentResult], rubric: Rubric,
+                    skipped: list[str], lms: str | None = None) -> list[Path]:
+    """gradebook.csv, gradebook.json, summary.html (and the LMS CSV); returns the paths."""
+    summary = summarize(results, rubric)
+    data = {"schema": GRADEBOOK_SCHEMA, "generated_by": f"profreport {__version__}",
+            "assignment": rubric.name, "max_total": rubric.max_total,
+            "checks": [{"id": c.id, "points": c.points, "kind": c.kind} for c in rubric.checks],
+            "students": [r.to_json() for r in results], "skipped": skipped,
+            "summary": {"mean": summary.mean, "median": summary.median,
+                        "errors": summary.errors, "duplicates": summary.duplicates}}
+    page = _environment().get_template(SUMMARY_TEMPLATE).render(
+        rubric=rubric, results=results, summary=summary, skipped=skipped,
+        generated_by=f"profreport {__version__}", schema=GRADEBOOK_SCHEMA)
+    written = [write_text(out / "gradebook.csv", _csv(gradebook_rows(results, rubric))),
+               write_text(out / "gradebook.json", json.dumps(data, indent=2, sort_keys=True)
+                          + "\n"),
+               write_text(out / "summary.html", page)]
+    if lms is not None:
+        written.append(write_text(out / f"gradebook-{lms}.csv",
+                                  _csv(lms_rows(results, rubric, lms))))
+    return written

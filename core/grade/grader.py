@@ -1,0 +1,294 @@
+"""Grading one submission: stage it, analyse each run with the analysis pipeline, run the checks,
+write the student's report and feedback. Never raises: whatever goes wrong becomes the
+student's ``error`` and the batch goes on."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from profreport import __version__
+from profreport.errors import InputError, ProfreportError
+from profreport.fileio import write_text
+from profreport.grade.checks import Graded, evaluate
+from profreport.grade.feedback import render_feedback, render_student_page
+from profreport.grade.results import GRADEBOOK_SCHEMA, RunSummary, StudentResult
+from profreport.grade.rubric import Rubric
+from profreport.grade.submissions import Submission, content_hash, file_hash, stage
+from profreport.manifest import MANIFEST_NAME, load_manifest
+from profreport.parsers import ParseOptions
+from profreport.parsers.lprof import find_source
+from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths, find_profiles
+from profreport.reports.analysis.compare import compare_runs
+from profreport.reports.analysis.results import LineItem, Report, RunAnalysis, RunMetrics
+from profreport.reports.render import display
+
+#: The run that profiles lying directly in a submission form.
+LOOSE_RUN = "main"
+#: Version of the cached per-student result: a change re-grades every submission.
+CACHE_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where grading writes, all under the output folder."""
+
+    out: Path
+
+    @property
+    def staging(self) -> Path:
+        """Unpacked submissions, removed once each is graded."""
+        return self.out / "staging"
+
+    @property
+    def cache(self) -> Path:
+        """Per-student results of earlier runs, and nsys exports."""
+        return self.out / "cache"
+
+    def student(self, name: str) -> Path:
+        """The student's report folder."""
+        return self.out / "students" / name
+
+
+@dataclass(frozen=True)
+class Job:
+    """One submission to grade (picklable: it crosses to a worker process)."""
+
+    submission: Submission
+    rubric: Rubric
+    layout: Layout
+
+
+def cache_key(job: Job, digest: str) -> str:
+    """What a cached result depends on: the submission, the rubric and the grader's version."""
+    text = f"{GRADEBOOK_SCHEMA}|{CACHE_FORMAT}|{__version__}|{job.rubric.digest}|{digest}"
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def grade_submission(job: Job) -> StudentResult:
+    """Grade one submission; every failure becomes the result's error, never an exception."""
+    name = job.submission.student
+    try:
+        return _grade(job)
+    except ProfreportError as exc:
+        return failed_result(job, exc.one_line())
+    except Exception as exc:  # hostile input must not stop the class: one line, batch goes on
+        return failed_result(job, f"grading failed ({type(exc).__name__}: {str(exc)[:200]})")
+    finally:
+        shutil.rmtree(job.layout.staging / name, ignore_errors=True)
+
+
+def failed_result(job: Job, error: str, **fields: object) -> StudentResult:
+    """An error result: every check at zero, saying why."""
+    checks = [evaluate(check, Graded(runs={})) for check in job.rubric.checks]
+    return StudentResult(student=job.submission.student, status="error", error=error,
+                         checks=checks, **fields)  # type: ignore[arg-type]
+
+
+def _cached(job: Job, key: str) -> StudentResult | None:
+    """The result of an earlier run with the same key, when its files are still there."""
+    path = job.layout.cache / f"{job.submission.student}.json"
+    folder = job.layout.student(job.submission.student)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("key") != key or not (folder / "feedback.md").is_file():
+            return None
+        result = StudentResult.from_json(data["result"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    result.reused = True
+    return result
+
+
+def _grade(job: Job) -> StudentResult:
+    """Stage, analyse, check, write; the cached result when nothing changed."""
+    digest = content_hash(job.submission)
+    key = cache_key(job, digest)
+    cached = _cached(job, key)
+    if cached is not None:
+        return cached
+    staged = stage(job.submission, job.layout.staging / job.submission.student)
+    root = _unwrap(staged.root, job.submission.student)
+    moved = _gather_loose(root)
+    refused = staged.refused + _drop_escaping_manifests(root)
+    runs, failures, shown = _analyse(root, job.layout, moved)
+    graded = Graded(runs={run.name: run for run in runs}, failures=failures, shown_paths=shown)
+    all_failures = [line for lines in failures.values() for line in lines]
+    fields = {"refused": refused, "failures": all_failures, "content_hash": digest}
+    if not runs:
+        error = ("no profile could be read: " + "; ".join(all_failures) if all_failures
+                 else "no profiles in the submission")
+        result = failed_result(job, error, **fields)
+    else:
+        result = StudentResult(
+            student=job.submission.student, status="ok", error="",
+            checks=[evaluate(check, graded) for check in job.rubric.checks],
+            runs=[_summary(run, graded) for run in runs],
+            profile_hashes={shown.get(s.path, s.path): file_hash(Path(s.path))
+                            for run in runs for s in run.sources}, **fields)
+    _write_student(job, result, graded)
+    write_text(job.layout.cache / f"{job.submission.student}.json",
+               json.dumps({"key": key, "result": result.to_json()}, sort_keys=True))
+    return result
+
+
+def _unwrap(root: Path, student: str) -> Path:
+    """The submission's own folder when the archive wraps everything in one named after the
+    student (``alice.zip`` holding ``alice/...``)."""
+    entries = list(root.iterdir())
+    if (len(entries) == 1 and entries[0].is_dir()
+            and entries[0].name.lower() == student.lower()):
+        return entries[0]
+    return root
+
+
+def _gather_loose(root: Path) -> dict[Path, str]:
+    """Move files lying directly in the submission into the run folder ``main``; returns each
+    moved file's new path -> its name in the submission."""
+    loose = [p for p in root.iterdir() if p.is_file()]
+    if not loose:
+        return {}
+    folder = root / LOOSE_RUN
+    folder.mkdir(exist_ok=True)
+    moved = {}
+    for path in loose:
+        target = folder / path.name
+        if not target.exists():
+            path.rename(target)
+            moved[target] = path.name
+    return moved
+
+
+def _inside(path: Path, root: Path) -> bool:
+    """Whether ``path`` (resolved) lies under ``root``."""
+    return path.resolve().is_relative_to(root.resolve())
+
+
+def _drop_escaping_manifests(root: Path) -> list[str]:
+    """Remove (from the staged copy) each manifest naming artifacts outside its run folder."""
+    refused = []
+    for manifest_path in sorted(root.glob(f"*/{MANIFEST_NAME}")):
+        try:
+            manifest = load_manifest(manifest_path)
+            outside = [a.path for a in manifest.artifacts
+                       if not _inside(manifest_path.parent / str(a.path), manifest_path.parent)]
+        except (ProfreportError, OSError, TypeError, ValueError):
+            continue  # a damaged manifest is reported by the analysis itself
+        if outside:
+            manifest_path.unlink()
+            refused.append(f"{manifest_path.relative_to(root).as_posix()}: names files outside "
+                           f"the submission ({', '.join(map(str, outside))[:200]}); not used")
+    return refused
+
+
+def _analyse(root: Path, layout: Layout, moved: dict[Path, str]
+             ) -> tuple[list[RunAnalysis], dict[str, list[str]], dict[str, str]]:
+    """Each run folder analysed on its own: runs, failures per run, and each profile's path as
+    the student named it."""
+    options = AnalyzeOptions(parse=ParseOptions(cache_dir=layout.cache / "nsys",
+                                                source_root=root))
+    runs: list[RunAnalysis] = []
+    failures: dict[str, list[str]] = {}
+    shown: dict[str, str] = {}
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+        profiles = find_profiles(folder)
+        if not profiles and not (folder / MANIFEST_NAME).is_file():
+            continue
+        for path in profiles:
+            shown[str(path)] = moved.get(path, path.relative_to(root).as_posix())
+        try:
+            report = analyze_paths([folder], options)
+        except InputError as exc:
+            failures[folder.name] = [_relative(line, root, shown) for line in str(exc).split("; ")]
+            continue
+        except Exception as exc:  # hostile input: this run fails, the others are graded
+            failures[folder.name] = [f"{folder.name}: cannot be analysed "
+                                     f"({type(exc).__name__}: {str(exc)[:200]})"]
+            continue
+        failures[folder.name] = [_relative(line, root, shown) for line in report.failures]
+        run = _confine_sources(report.runs[0], root)
+        run.name = folder.name
+        runs.append(run)
+    return runs, failures, shown
+
+
+def _relative(line: str, root: Path, shown: dict[str, str]) -> str:
+    """A failure line with the staging folder's paths replaced by the student's."""
+    for path, name in shown.items():
+        line = line.replace(path, name)
+    return line.replace(f"{root}/", "").removeprefix("no input could be read: ")
+
+
+def _confine_sources(run: RunAnalysis, root: Path) -> RunAnalysis:
+    """Drop line_profiler source text read from outside the submission (a .lprof names its
+    files): the hit counts stay, the line's text is not shown."""
+    outside = {line.file for source in run.sources if source.kind == "lprof"
+               for line in run.metrics.lines
+               if line.source is not None
+               and (found := find_source(line.file, Path(source.path), root)) is not None
+               and not _inside(found, root)}
+    if not outside:
+        return run
+    hidden = [dataclasses.replace(line, source=None, is_dataloader_loop=False)
+              if line.file in outside else line for line in run.metrics.lines]
+    listings = [dataclasses.replace(listing, lines=[
+        dataclasses.replace(line, source=None, is_dataloader_loop=False)
+        if line.file in outside else line for line in listing.lines])
+        for listing in run.metrics.listings]
+    run.metrics = dataclasses.replace(run.metrics, lines=hidden, listings=listings)
+    run.notes.append(f"source lines of {len(outside)} file(s) outside the submission not shown")
+    return run
+
+
+def _timing_fingerprint(metrics: RunMetrics, run: RunAnalysis) -> str | None:
+    """A hash of the step timings and first timestamp the profiler recorded; None without."""
+    steps = metrics.steps
+    if steps is None:
+        return None
+    origin = run.timeline.origin_ns if run.timeline else None
+    text = (f"{steps.origin}|{steps.count}|{steps.mean_ns}|{steps.p50_ns}|{steps.p90_ns}|"
+            f"{steps.min_ns}|{steps.max_ns}|{origin}")
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def _source_missing(lines: list[LineItem]) -> bool:
+    """Whether line_profiler lines were recorded but none has its source text."""
+    return bool(lines) and all(line.source is None for line in lines)
+
+
+def _summary(run: RunAnalysis, graded: Graded) -> RunSummary:
+    """What the feedback and the class summary show of a run."""
+    top = display.headline_finding(run)
+    return RunSummary(
+        name=run.name, verdict=run.verdict, verdict_reason=run.verdict_reason,
+        sources=[(s.kind, graded.shown_paths.get(s.path, s.path)) for s in run.sources],
+        finding_ids=[f.id for f in run.findings],
+        what_to_change=top.recommendation if top else "",
+        timing_fingerprint=_timing_fingerprint(run.metrics, run),
+        source_missing=_source_missing(run.metrics.lines))
+
+
+def _student_report(job: Job, result: StudentResult, graded: Graded) -> Report:
+    """The analysis report of the student's runs (profiles named as in the submission),
+    compared against the rubric's baseline."""
+    runs = list(graded.runs.values())
+    baseline = next((b for b in job.rubric.runs_needed() if b in graded.runs), None)
+    for run in runs:
+        run.sources = [dataclasses.replace(s, path=graded.shown_paths.get(s.path, s.path))
+                       for s in run.sources]
+    return Report(title=f"{result.student}: {job.rubric.name}",
+                  generated_by=f"profreport {__version__}", runs=runs,
+                  comparison=compare_runs(runs, baseline),
+                  failures=result.refused + result.failures)
+
+
+def _write_student(job: Job, result: StudentResult, graded: Graded) -> None:
+    """students/NAME/report.html (the analysis with the grade on top) and feedback.md."""
+    folder = job.layout.student(result.student)
+    report = _student_report(job, result, graded) if graded.runs else None
+    write_text(folder / "report.html", render_student_page(result, job.rubric, report))
+    write_text(folder / "feedback.md", render_feedback(result, job.rubric))

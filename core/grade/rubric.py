@@ -1,0 +1,300 @@
+"""The rubric: a TOML file of ``[[check]]`` tables, read through a declarative option table.
+
+Every key a table may hold is declared below with what it accepts; an unknown key, a value of the
+wrong type or out of range, or a check whose keys do not make one kind of check, is a
+:class:`RubricError` naming the rubric file and the line the key came from, raised before any
+submission is graded. ``tomllib`` reports no line numbers for values, so the line is found by
+scanning the text for the table and the key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from profreport.errors import RubricError
+from profreport.reports.analysis.findings import FINDING_IDS
+from profreport.reports.analysis.results import RunMetrics, Verdict
+from profreport.reports.render.json import metrics_json
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI
+    import tomli as tomllib  # type: ignore[no-redef]
+
+#: Profile kinds a ``require`` check may ask for ("any" = at least one profile of any kind).
+PROFILE_KINDS = ("any", "lprof", "kineto", "nsys")
+#: The metric a ``speedup`` check measures: baseline step time over candidate step time.
+SPEEDUP = "speedup"
+#: Metric names a check may use: the ``profreport/1`` metric keys (nested ones as ``a.b``).
+METRIC_NAMES = frozenset(metrics_json(RunMetrics())) | {SPEEDUP}
+VERDICTS = typing.get_args(Verdict)
+#: Check ids become gradebook columns and file names: letters, digits, ``-``, ``_``, ``.``.
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+#: Run names are submission folder names.
+_RUN = re.compile(r"^[^/\\\x00]{1,128}$")
+
+
+@dataclass(frozen=True)
+class Option:
+    """One key a rubric table may hold: a check of its value and what it means."""
+
+    accepts: str
+    valid: Callable[[Any], bool]
+
+
+def _text(value: Any) -> bool:
+    """A non-empty string."""
+    return isinstance(value, str) and bool(value.strip())
+
+
+def _number(value: Any) -> bool:
+    """An int or float that is not a bool."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _positive(value: Any) -> bool:
+    """A number above zero."""
+    return _number(value) and value > 0
+
+
+def _kinds(value: Any) -> bool:
+    """A non-empty list of profile kinds."""
+    return (isinstance(value, list) and bool(value)
+            and all(isinstance(v, str) and v in PROFILE_KINDS for v in value))
+
+
+def _metric(value: Any) -> bool:
+    """A profreport/1 metric key, or ``key.subkey`` of a nested one."""
+    return isinstance(value, str) and value.split(".", 1)[0] in METRIC_NAMES
+
+
+ASSIGNMENT_OPTIONS: dict[str, Option] = {
+    "name": Option("a non-empty string", _text),
+    "description": Option("a string", lambda v: isinstance(v, str)),
+}
+CHECK_OPTIONS: dict[str, Option] = {
+    "id": Option("letters, digits, '-', '_' or '.' (at most 64)",
+                 lambda v: isinstance(v, str) and bool(_ID.match(v))),
+    "points": Option("a number above 0", _positive),
+    "title": Option("a non-empty string", _text),
+    "run": Option("a run (folder) name", lambda v: isinstance(v, str) and bool(_RUN.match(v))),
+    "require": Option(f"a list of {', '.join(PROFILE_KINDS)}", _kinds),
+    "expect_verdict": Option(f"one of {', '.join(VERDICTS)}", lambda v: v in VERDICTS),
+    "expect_verdict_not": Option(f"one of {', '.join(VERDICTS)}", lambda v: v in VERDICTS),
+    "expect_finding": Option("a finding id (" + ", ".join(sorted(FINDING_IDS)) + ")",
+                             lambda v: v in FINDING_IDS),
+    "expect_no_finding": Option("a finding id (" + ", ".join(sorted(FINDING_IDS)) + ")",
+                                lambda v: v in FINDING_IDS),
+    "metric": Option("a profreport/1 metric (" + ", ".join(sorted(METRIC_NAMES)) + ")", _metric),
+    "baseline": Option("a run (folder) name", lambda v: isinstance(v, str) and bool(_RUN.match(v))),
+    "candidate": Option("a run (folder) name",
+                        lambda v: isinstance(v, str) and bool(_RUN.match(v))),
+    "min": Option("a number", _number),
+    "max": Option("a number", _number),
+    "partial_from": Option("a number", _number),
+    "partial": Option("true or false", lambda v: isinstance(v, bool)),
+}
+#: The key that makes each kind of check; a check has exactly one.
+KIND_KEYS = ("require", "expect_verdict", "expect_verdict_not", "expect_finding",
+             "expect_no_finding", "metric")
+
+
+@dataclass(frozen=True)
+class Check:
+    """One rubric check: what it tests, on which run, and what it is worth."""
+
+    id: str
+    points: float
+    kind: str
+    #: The value of the kind key: profile kinds, a verdict, a finding id, or a metric name.
+    target: Any
+    title: str = ""
+    run: str | None = None
+    baseline: str | None = None
+    candidate: str | None = None
+    min: float | None = None
+    max: float | None = None
+    #: Metric checks: the value at which partial credit falls to zero (linear up to min/max).
+    partial_from: float | None = None
+    #: ``require`` checks: credit in proportion to the required kinds present.
+    partial: bool = False
+
+
+@dataclass(frozen=True)
+class Rubric:
+    """An assignment's checks, with the hash of the rubric text (it keys the result cache)."""
+
+    name: str
+    checks: list[Check]
+    description: str = ""
+    digest: str = field(default="", compare=False)
+
+    @property
+    def max_total(self) -> float:
+        """Points of a submission that passes every check."""
+        return sum(check.points for check in self.checks)
+
+    def runs_needed(self) -> list[str]:
+        """Every run name the checks mention, in rubric order."""
+        names = [n for c in self.checks for n in (c.run, c.baseline, c.candidate) if n]
+        return list(dict.fromkeys(names))
+
+
+def line_of(text: str, table: str, index: int, key: str | None = None) -> int | None:
+    """The 1-based line of ``key`` in the ``index``-th ``[table]`` / ``[[table]]`` of ``text``
+    (of the table header when ``key`` is None); None when it cannot be found."""
+    header = re.compile(rf"^\s*\[\[?\s*{re.escape(table)}\s*\]\]?\s*(#.*)?$")
+    any_header = re.compile(r"^\s*\[")
+    key_line = re.compile(rf"^\s*[\"']?{re.escape(key)}[\"']?\s*=") if key else None
+    seen, inside, start = -1, False, None
+    for number, line in enumerate(text.splitlines(), start=1):
+        if header.match(line):
+            seen += 1
+            inside = seen == index
+            start = number if inside else start
+            continue
+        if any_header.match(line):
+            inside = False
+        if inside and key_line is not None and key_line.match(line):
+            return number
+    return start if key is None else None
+
+
+class _Reader:
+    """Validates one parsed rubric against the option tables, citing lines of its text."""
+
+    def __init__(self, path: Path, text: str) -> None:
+        self.path, self.text = path, text
+
+    def fail(self, message: str, table: str, index: int, key: str | None = None) -> RubricError:
+        """A RubricError at the line of ``key`` (or of the table) when it can be found."""
+        line = line_of(self.text, table, index, key) or line_of(self.text, table, index)
+        where = f"{self.path}:{line}" if line else str(self.path)
+        return RubricError(message, where)
+
+    def options(self, data: dict[str, Any], table: str, index: int,
+                options: dict[str, Option]) -> None:
+        """Refuse unknown keys and values an option does not accept."""
+        for key, value in data.items():
+            option = options.get(key)
+            if option is None:
+                raise self.fail(f"unknown key {key!r} in [{table}]; known keys: "
+                                f"{', '.join(options)}", table, index, key)
+            if not option.valid(value):
+                raise self.fail(f"{key} = {value!r:.80}: expected {option.accepts}",
+                                table, index, key)
+
+    def check(self, data: Any, index: int) -> Check:
+        """One ``[[check]]`` table as a Check."""
+        if not isinstance(data, dict):
+            raise self.fail("check must be a table", "check", index)
+        self.options(data, "check", index, CHECK_OPTIONS)
+        for key in ("id", "points"):
+            if key not in data:
+                raise self.fail(f"check has no {key!r}", "check", index)
+        kinds = [key for key in KIND_KEYS if key in data]
+        if len(kinds) != 1:
+            raise self.fail(f"check {data['id']!r} needs exactly one of {', '.join(KIND_KEYS)}"
+                            f" (it has {', '.join(kinds) or 'none'})", "check", index)
+        return self._shaped(data, kinds[0], index)
+
+    def _shaped(self, data: dict[str, Any], kind: str, index: int) -> Check:
+        """The Check, once the keys that go with its kind are present and no others."""
+        allowed = {"id", "points", "title", kind} | _KIND_EXTRAS[(kind, data[kind] == SPEEDUP)]
+        for key in data:
+            if key not in allowed:
+                raise self.fail(f"{key!r} does not apply to a {_kind_label(kind, data)} check",
+                                "check", index, key)
+        needed = _KIND_NEEDS[(kind, data[kind] == SPEEDUP)]
+        missing = [key for key in needed if key not in data]
+        if missing:
+            raise self.fail(f"a {_kind_label(kind, data)} check needs {', '.join(missing)}",
+                            "check", index)
+        if kind == "metric" and "min" not in data and "max" not in data:
+            raise self.fail("a metric check needs min, max or both", "check", index)
+        self._partial_range(data, index)
+        return Check(id=data["id"], points=float(data["points"]), kind=kind, target=data[kind],
+                     title=data.get("title", ""), run=data.get("run"),
+                     baseline=data.get("baseline"), candidate=data.get("candidate"),
+                     min=data.get("min"), max=data.get("max"),
+                     partial_from=data.get("partial_from"), partial=data.get("partial", False))
+
+    def _partial_range(self, data: dict[str, Any], index: int) -> None:
+        """partial_from must lie on the failing side of exactly one bound."""
+        start = data.get("partial_from")
+        if start is None:
+            return
+        low, high = data.get("min"), data.get("max")
+        if (low is None) == (high is None):
+            raise self.fail("partial_from needs exactly one of min and max", "check", index,
+                            "partial_from")
+        if (low is not None and start >= low) or (high is not None and start <= high):
+            side = f"below min = {low}" if low is not None else f"above max = {high}"
+            raise self.fail(f"partial_from = {start} must lie {side}", "check", index,
+                            "partial_from")
+
+
+def _kind_label(kind: str, data: dict[str, Any]) -> str:
+    """How a message names a kind of check."""
+    return "speedup" if kind == "metric" and data[kind] == SPEEDUP else kind
+
+
+#: Keys each kind of check may add to id/points/title (keyed by kind, and "is it speedup").
+_KIND_EXTRAS: dict[tuple[str, bool], set[str]] = {
+    ("require", False): {"run", "partial"},
+    ("expect_verdict", False): {"run"}, ("expect_verdict_not", False): {"run"},
+    ("expect_finding", False): {"run"}, ("expect_no_finding", False): {"run"},
+    ("metric", False): {"run", "min", "max", "partial_from"},
+    ("metric", True): {"baseline", "candidate", "min", "max", "partial_from"},
+}
+#: Keys each kind of check cannot do without.
+_KIND_NEEDS: dict[tuple[str, bool], tuple[str, ...]] = {
+    ("require", False): (), ("expect_verdict", False): ("run",),
+    ("expect_verdict_not", False): ("run",), ("expect_finding", False): ("run",),
+    ("expect_no_finding", False): ("run",), ("metric", False): ("run",),
+    ("metric", True): ("baseline", "candidate"),
+}
+
+
+def parse_rubric(text: str, path: Path) -> Rubric:
+    """Validate rubric text; RubricError at the offending line for anything it cannot use."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise RubricError(f"not valid TOML: {exc}", path) from None
+    reader = _Reader(path, text)
+    for key in data:
+        if key not in ("assignment", "check"):
+            raise reader.fail(f"unknown table or key {key!r}; a rubric holds [assignment] and "
+                              "[[check]] tables", key, 0)
+    assignment = data.get("assignment", {})
+    if not isinstance(assignment, dict):
+        raise reader.fail("assignment must be a table", "assignment", 0)
+    reader.options(assignment, "assignment", 0, ASSIGNMENT_OPTIONS)
+    tables = data.get("check", [])
+    if not isinstance(tables, list) or not tables:
+        raise RubricError("no [[check]] tables: nothing to grade", path)
+    checks = [reader.check(table, index) for index, table in enumerate(tables)]
+    seen: set[str] = set()
+    for index, check in enumerate(checks):
+        if check.id in seen:
+            raise reader.fail(f"two checks have the id {check.id!r}", "check", index, "id")
+        seen.add(check.id)
+    return Rubric(name=assignment.get("name", path.stem), checks=checks,
+                  description=assignment.get("description", ""),
+                  digest=hashlib.sha256(text.encode()).hexdigest())
+
+
+def load_rubric(path: Path) -> Rubric:
+    """Read and validate the rubric file at ``path``."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RubricError(f"cannot read the rubric: {exc}", path) from None
+    return parse_rubric(text, Path(path))

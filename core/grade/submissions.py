@@ -1,0 +1,299 @@
+"""Students' submissions: found in the class folder, hashed, and copied into a private staging
+folder under the output folder before anything reads them.
+
+A submission is a folder or a ``.zip`` / ``.tar.gz`` / ``.tgz`` / ``.tar`` archive. Nothing is
+read in place: every regular file is copied (or extracted) into ``staging/NAME`` with a byte
+budget, so a zip bomb stops at the limit whatever its headers claim. Entries that are absolute,
+climb out with ``..``, are symlinks, hard links, devices or FIFOs, or come after the file-count or
+size limit are refused with a reason and the rest is still graded. Files are created with
+``O_EXCL | O_NOFOLLOW`` under a folder the grader made, so nothing lands outside it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import stat
+import tarfile
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from profreport.errors import InputError
+
+ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
+#: A class hands in a few profiles and scripts each; thousands of entries is an archive bomb.
+MAX_FILES = 2000
+#: Unpacked bytes per submission: the largest real profile a student makes (an nsys report of a
+#: few minutes, a torch.profiler trace of a few steps) is a few hundred MB.
+MAX_UNPACKED_BYTES = 1 << 30
+#: Longest path component most file systems accept.
+MAX_NAME_BYTES = 255
+#: Bytes copied per read while staging.
+CHUNK_BYTES = 1 << 20
+#: Entries archivers add that are not the student's files.
+IGNORED_PARTS = frozenset({"__MACOSX", ".DS_Store"})
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One entry of the class folder."""
+
+    student: str
+    path: Path
+
+    @property
+    def is_archive(self) -> bool:
+        """Whether the entry is an archive (else a folder)."""
+        return self.path.is_file()
+
+
+@dataclass
+class Staged:
+    """A submission's files as copied into its staging folder, and what was refused."""
+
+    root: Path
+    files: int = 0
+    bytes: int = 0
+    refused: list[str] = field(default_factory=list)
+
+
+class _Budget(Exception):
+    """The submission ran past a limit; the reason is refused for every later entry."""
+
+
+def student_name(path: Path) -> str:
+    """The entry's name without archive extension, made safe for a folder and a CSV cell."""
+    name = path.name
+    for suffix in ARCHIVE_SUFFIXES:
+        if name.lower().endswith(suffix) and len(name) > len(suffix):
+            name = name[: -len(suffix)]
+            break
+    return _SAFE_NAME.sub("_", name).strip("._")[:100] or "unnamed"
+
+
+def find_submissions(folder: Path) -> tuple[list[Submission], list[str]]:
+    """Every folder and archive in ``folder`` (sorted), and a reason for each entry skipped."""
+    if not folder.is_dir():
+        raise InputError("not a folder of submissions", folder)
+    found: list[Submission] = []
+    skipped: list[str] = []
+    taken: set[str] = set()
+    for entry in sorted(folder.iterdir()):
+        if entry.name.startswith("."):
+            continue
+        kind = os.lstat(entry).st_mode
+        is_archive = stat.S_ISREG(kind) and entry.name.lower().endswith(ARCHIVE_SUFFIXES)
+        if not (stat.S_ISDIR(kind) or is_archive):
+            skipped.append(f"{entry.name}: not a folder nor a .zip/.tar.gz/.tgz/.tar archive"
+                           + (" (a symlink)" if stat.S_ISLNK(kind) else ""))
+            continue
+        name = student_name(entry)
+        if name in taken:
+            skipped.append(f"{entry.name}: a second submission of {name}")
+            continue
+        taken.add(name)
+        found.append(Submission(name, entry))
+    return found, skipped
+
+
+def content_hash(submission: Submission) -> str:
+    """SHA-256 of the archive's bytes, or of a folder's file names and contents."""
+    digest = hashlib.sha256()
+    if submission.is_archive:
+        with open(submission.path, "rb") as handle:
+            for chunk in iter(lambda: handle.read(CHUNK_BYTES), b""):
+                digest.update(chunk)
+        return digest.hexdigest()
+    for path in sorted(_walk(submission.path)):
+        info = os.lstat(path)
+        digest.update(f"{path.relative_to(submission.path).as_posix()}\0{info.st_mode}\0"
+                      .encode())
+        if stat.S_ISREG(info.st_mode):
+            digest.update(file_hash(path).encode())
+    return digest.hexdigest()
+
+
+def file_hash(path: Path) -> str:
+    """SHA-256 of one file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(CHUNK_BYTES), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _walk(folder: Path) -> Iterator[Path]:
+    """Every entry under ``folder`` (symlinks listed, never followed)."""
+    for parent, dirs, files in os.walk(folder, followlinks=False):
+        dirs.sort()
+        for name in sorted(dirs + files):
+            yield Path(parent) / name
+
+
+def entry_parts(name: str) -> list[str]:
+    """An archive entry's path components; InputError with the reason when it is unsafe."""
+    if "\x00" in name:
+        raise InputError("name holds a NUL character")
+    if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name):
+        raise InputError("absolute path")
+    parts = [part for part in re.split(r"[\\/]+", name) if part not in ("", ".")]
+    if ".." in parts:
+        raise InputError("path climbs out of the submission with '..'")
+    if any(len(part.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES for part in parts):
+        raise InputError(f"a name longer than {MAX_NAME_BYTES} bytes")
+    return parts
+
+
+class _Stager:
+    """Copies entries into the staging folder under the limits."""
+
+    def __init__(self, root: Path) -> None:
+        self.staged = Staged(root=root)
+        self.over: str | None = None
+
+    def refuse(self, name: str, reason: str) -> None:
+        """Record an entry that was not staged."""
+        self.staged.refused.append(f"{name[:200]!s}: {reason}")
+
+    def add(self, name: str, source: IO[bytes]) -> None:
+        """Copy one regular file's bytes to its place, within the limits."""
+        if self.over is not None:
+            raise _Budget(self.over)
+        try:
+            parts = entry_parts(name)
+        except InputError as exc:
+            self.refuse(name, str(exc))
+            return
+        if not parts or parts[0] in IGNORED_PARTS or parts[-1] in IGNORED_PARTS:
+            return
+        if self.staged.files >= MAX_FILES:
+            self.over = f"more than {MAX_FILES} files in the submission"
+            raise _Budget(self.over)
+        target = self.staged.root.joinpath(*parts)
+        try:
+            self._write(target, source)
+        except FileExistsError:
+            self.refuse(name, "a second entry with the same path")
+        except (NotADirectoryError, IsADirectoryError):
+            self.refuse(name, "a file and a folder with the same path")
+        self.staged.files += 1
+
+    def _write(self, target: Path, source: IO[bytes]) -> None:
+        """Write ``target`` (never following a link) until the byte budget runs out."""
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            while chunk := source.read(CHUNK_BYTES):
+                self.staged.bytes += len(chunk)
+                if self.staged.bytes > MAX_UNPACKED_BYTES:
+                    self.over = (f"more than {MAX_UNPACKED_BYTES >> 20} MiB unpacked "
+                                 "(a zip bomb?)")
+                    break
+                out.write(chunk)
+        if self.over is not None:
+            target.unlink()
+            raise _Budget(self.over)
+
+
+def stage(submission: Submission, root: Path) -> Staged:
+    """Copy or extract ``submission`` into the empty folder ``root``; InputError when the
+    archive cannot be opened at all."""
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    stager = _Stager(root)
+    try:
+        if not submission.is_archive:
+            _stage_folder(submission.path, stager)
+        elif submission.path.name.lower().endswith(".zip"):
+            _stage_zip(submission.path, stager)
+        else:
+            _stage_tar(submission.path, stager)
+    except _Budget as exc:
+        stager.refuse("the rest of the submission", f"not unpacked: {exc}")
+    return stager.staged
+
+
+def _stage_folder(folder: Path, stager: _Stager) -> None:
+    """Copy a folder's regular files; symlinks and special files are refused."""
+    for path in _walk(folder):
+        name = path.relative_to(folder).as_posix()
+        mode = os.lstat(path).st_mode
+        if stat.S_ISLNK(mode):
+            stager.refuse(name, "a symbolic link (links are not followed)")
+        elif stat.S_ISREG(mode):
+            with open(path, "rb") as handle:
+                stager.add(name, handle)
+        elif not stat.S_ISDIR(mode):
+            stager.refuse(name, "not a regular file (device, FIFO or socket)")
+
+
+def _zip_mode(info: zipfile.ZipInfo) -> int:
+    """The Unix file mode an entry records (0 when made on another OS)."""
+    return info.external_attr >> 16 if info.create_system == 3 else 0
+
+
+def _stage_zip(path: Path, stager: _Stager) -> None:
+    """Extract a zip's regular files; links, special files and encrypted entries refused."""
+    try:
+        archive = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+        raise InputError(f"not a readable zip archive: {exc}", path.name) from None
+    with archive:
+        for info in archive.infolist():
+            mode = _zip_mode(info)
+            if info.is_dir():
+                continue
+            if stat.S_ISLNK(mode):
+                stager.refuse(info.filename, "a symbolic link (links are not followed)")
+            elif stat.S_IFMT(mode) not in (0, stat.S_IFREG):  # 0: no file type recorded
+                stager.refuse(info.filename, "not a regular file (device, FIFO or socket)")
+            elif info.flag_bits & 0x1:
+                stager.refuse(info.filename, "encrypted")
+            else:
+                _add_zip_entry(archive, info, stager)
+
+
+def _add_zip_entry(archive: zipfile.ZipFile, info: zipfile.ZipInfo, stager: _Stager) -> None:
+    """Stage one zip entry; a damaged entry is refused, not fatal."""
+    try:
+        with archive.open(info) as handle:
+            stager.add(info.filename, handle)
+    except (zipfile.BadZipFile, NotImplementedError, OSError, EOFError, ValueError) as exc:
+        stager.refuse(info.filename, f"damaged entry: {exc}")
+
+
+def _stage_tar(path: Path, stager: _Stager) -> None:
+    """Extract a tar's regular files; links and special files refused."""
+    try:
+        archive = tarfile.open(path, "r:*")  # noqa: SIM115 (closed by the with below)
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise InputError(f"not a readable tar archive: {exc}", path.name) from None
+    with archive:
+        try:
+            for member in archive:
+                _add_tar_member(archive, member, stager)
+        except (tarfile.TarError, OSError, EOFError) as exc:
+            stager.refuse("the rest of the archive", f"damaged: {exc}")
+
+
+def _add_tar_member(archive: tarfile.TarFile, member: tarfile.TarInfo, stager: _Stager) -> None:
+    """Stage one tar member, or refuse it with the reason."""
+    if member.isdir():
+        return
+    if member.issym() or member.islnk():
+        kind = "symbolic" if member.issym() else "hard"
+        stager.refuse(member.name, f"a {kind} link to {member.linkname[:200]!r} "
+                                   "(links are not followed)")
+    elif not member.isfile():
+        stager.refuse(member.name, "not a regular file (device, FIFO or socket)")
+    else:
+        handle = archive.extractfile(member)
+        if handle is not None:
+            stager.add(member.name, handle)

@@ -1,0 +1,334 @@
+"""``profreport grade``: a class with a good, an empty and a hostile submission, graded from real
+profiles (fixtures/, and the Kineto ResNet-50 samples when ../shared/corpus is present)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import pickle
+import shutil
+import stat
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+from line_profiler.line_profiler import LineStats
+
+from profreport.cli import main
+from profreport.grade import grade_class, submissions
+from profreport.grade.results import StudentResult
+from profreport.grade.rubric import parse_rubric
+
+RUBRIC = """\
+[assignment]
+name = "loader tuning"
+
+[[check]]
+id = "profiled"
+points = 2
+require = ["any"]
+
+[[check]]
+id = "loader-fixed"
+points = 4
+run = "optimized"
+expect_verdict_not = "loader-bound"
+
+[[check]]
+id = "speedup"
+points = 4
+metric = "speedup"
+baseline = "baseline"
+candidate = "optimized"
+min = 1.2
+partial_from = 1.0
+
+[[check]]
+id = "little-wait"
+points = 2
+metric = "dataloader_fraction"
+run = "optimized"
+max = 0.1
+
+[[check]]
+id = "lprof"
+points = 1
+require = ["lprof", "kineto"]
+partial = true
+"""
+#: Markup an attacker puts in an archive entry's name.
+MARKUP = "<script>alert(1)</script>"
+
+
+class RunsOnLoad:
+    """Pickles as a call of ``func(*args)``: what a malicious .lprof would carry."""
+
+    def __init__(self, func: object, *args: object) -> None:
+        self.call = (func, args)
+
+    def __reduce__(self) -> tuple:
+        return self.call
+
+
+def trace_of(fixture: Path) -> Path:
+    """The torch.profiler trace of a fixture run folder."""
+    return next((fixture / "trace").glob("*.pt.trace.json.gz"))
+
+
+def good_submission(folder: Path, fixtures_dir: Path) -> None:
+    """loader_heavy as the baseline run, compute_heavy as the optimized one (whole folders)."""
+    shutil.copytree(fixtures_dir / "loader_heavy", folder / "baseline")
+    shutil.copytree(fixtures_dir / "compute_heavy", folder / "optimized")
+
+
+def add(archive: zipfile.ZipFile, name: str, data: bytes, mode: int = 0o100644) -> None:
+    """A zip entry with a Unix mode (so symlinks can be planted)."""
+    info = zipfile.ZipInfo(name)
+    info.create_system = 3
+    info.external_attr = mode << 16
+    archive.writestr(info, data)
+
+
+def hostile_zip(path: Path, fixtures_dir: Path, marker: Path) -> None:
+    """Two good traces among every trick: code in a pickle, zip-slip, absolute path, symlink out,
+    a .lprof naming /etc/passwd, broken JSON, markup in a name."""
+    with zipfile.ZipFile(path, "w") as archive:
+        add(archive, "baseline/a.pt.trace.json.gz", trace_of(fixtures_dir / "loader_heavy")
+            .read_bytes())
+        add(archive, "optimized/b.pt.trace.json.gz", trace_of(fixtures_dir / "compute_heavy")
+            .read_bytes())
+        add(archive, "optimized/evil.lprof",
+            pickle.dumps(RunsOnLoad(os.system, f"touch {marker}"), protocol=5))
+        add(archive, "baseline/passwd.lprof", pickle.dumps(LineStats(
+            {("/etc/passwd", 1, "f"): [(1, 100, 5000), (2, 99, 4000)]}, 1e-6), protocol=5))
+        add(archive, "broken/trace.json", b'{"traceEvents": [{"ph": "X", ')
+        add(archive, "../../escaped.txt", b"zip-slip")
+        add(archive, "/tmp/absolute.txt", b"absolute")
+        add(archive, "optimized/link.pt.trace.json.gz", b"/etc/passwd", 0o120777)
+        add(archive, f"../{MARKUP}", b"markup")
+
+
+def hostile_tar(path: Path, fixtures_dir: Path) -> None:
+    """A tar with a good trace, a hard link, a device file and a climbing entry."""
+    with tarfile.open(path, "w:gz") as archive:
+        archive.add(trace_of(fixtures_dir / "loader_heavy"), "baseline/a.pt.trace.json.gz")
+        for name, kind, link in (("baseline/hard.json", tarfile.LNKTYPE, "/etc/passwd"),
+                                 ("baseline/dev", tarfile.CHRTYPE, ""),
+                                 ("../../up.json", tarfile.REGTYPE, "")):
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = kind, link
+            archive.addfile(info, io.BytesIO(b"") if kind == tarfile.REGTYPE else None)
+
+
+def tree(folder: Path) -> set[str]:
+    """Every path under ``folder``."""
+    return {p.relative_to(folder).as_posix() for p in folder.rglob("*")}
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory: pytest.TempPathFactory, fixtures_dir: Path
+           ) -> tuple[Path, dict[str, StudentResult], set[str], Path]:
+    """The class graded once: (out folder, results by student, files around it before, marker)."""
+    root = tmp_path_factory.mktemp("class")
+    subs = root / "submissions"
+    good_submission(subs / "good", fixtures_dir)
+    (subs / "empty").mkdir()
+    marker = root / "pwned"
+    hostile_zip(subs / "mallory.zip", fixtures_dir, marker)
+    hostile_tar(subs / "oscar.tgz", fixtures_dir)
+    (subs / "trudy" / "baseline").mkdir(parents=True)
+    (subs / "trudy" / "baseline" / "t.pt.trace.json.gz").symlink_to(
+        trace_of(fixtures_dir / "loader_heavy"))
+    (subs / "notes.txt").write_text("not a submission")
+    (root / "rubric.toml").write_text(RUBRIC)
+    before = tree(root)
+    out = root / "out"
+    rubric = parse_rubric(RUBRIC, root / "rubric.toml")
+    outcome = grade_class(subs, rubric, out, workers=2, lms="canvas")
+    return out, {r.student: r for r in outcome.results}, before, marker
+
+
+def test_gradebook_rows_and_totals(graded: tuple) -> None:
+    out, results, _, _ = graded
+    rows = list(csv.DictReader((out / "gradebook.csv").open()))
+    assert [r["student"] for r in rows] == ["empty", "good", "mallory", "oscar", "trudy"]
+    good = next(r for r in rows if r["student"] == "good")
+    # loader_heavy is loader-bound (76% waiting), compute_heavy compute-bound but 5x slower per
+    # step on the fixtures' 2 CPUs: the speedup check fails on the real numbers.
+    assert (good["profiled"], good["loader-fixed"], good["speedup"], good["little-wait"],
+            good["lprof"]) == ("2.0", "4.0", "0.0", "2.0", "1.0")
+    assert (good["total"], good["max_total"], good["status"]) == ("9.0", "13.0", "ok")
+    speedup = next(c for c in results["good"].checks if c.id == "speedup")
+    assert "0.19×" in speedup.measured and "needs ≥ 1.2" in speedup.measured
+    data = json.loads((out / "gradebook.json").read_text())
+    assert data["schema"] == "profreport-gradebook/1"
+    assert [s["total"] for s in data["students"]] == [float(r["total"]) for r in rows]
+
+
+def test_empty_submission_is_an_error_with_zero(graded: tuple) -> None:
+    _, results, _, _ = graded
+    empty = results["empty"]
+    assert (empty.status, empty.error, empty.total) == ("error", "no profiles in the submission",
+                                                         0)
+    assert all(c.points == 0 for c in empty.checks)
+
+
+def test_hostile_zip_is_graded_from_its_good_files(graded: tuple) -> None:
+    out, results, _, marker = graded
+    mallory = results["mallory"]
+    assert mallory.status == "ok"
+    assert not marker.exists()  # the pickle's os.system never ran
+    refused = "\n".join(mallory.refused)
+    assert "../../escaped.txt: path climbs out of the submission with '..'" in refused
+    assert "/tmp/absolute.txt: absolute path" in refused
+    assert "optimized/link.pt.trace.json.gz: a symbolic link" in refused
+    failures = "\n".join(mallory.failures)
+    assert "evil.lprof: refused: the file asks to load posix.system" in failures
+    assert "broken/trace.json" in failures
+    checks = {c.id: c for c in mallory.checks}
+    # Both traces read: baseline loader-bound, optimized compute-bound.
+    assert checks["loader-fixed"].passed and checks["profiled"].passed
+    # The .lprof naming /etc/passwd was read (hit counts) but its "source" is never shown.
+    assert mallory.runs[0].source_missing
+    assert checks["lprof"].points == 1.0
+
+
+def test_tar_links_devices_and_symlinked_folders_refused(graded: tuple) -> None:
+    _, results, _, _ = graded
+    refused = "\n".join(results["oscar"].refused)
+    assert "baseline/hard.json: a hard link to '/etc/passwd'" in refused
+    assert "baseline/dev: not a regular file" in refused
+    assert "../../up.json: path climbs out" in refused
+    assert results["oscar"].status == "ok"
+    trudy = results["trudy"]
+    assert "baseline/t.pt.trace.json.gz: a symbolic link" in "\n".join(trudy.refused)
+    assert (trudy.status, trudy.error) == ("error", "no profiles in the submission")
+
+
+def test_nothing_outside_out_and_no_local_file_leaks(graded: tuple) -> None:
+    out, _, before, _ = graded
+    root = out.parent
+    assert tree(root) - before == {p for p in tree(root) if p.startswith("out")}
+    passwd = Path("/etc/passwd").read_text().splitlines()[0]
+    for path in out.rglob("*"):
+        if path.is_file():
+            assert passwd not in path.read_text(errors="replace"), path
+    assert not (out / "staging").exists()
+
+
+def test_names_from_submissions_are_escaped(graded: tuple) -> None:
+    out, results, _, _ = graded
+    assert any(MARKUP in line for line in results["mallory"].refused)
+    page = (out / "students" / "mallory" / "report.html").read_text()
+    assert MARKUP not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    feedback = (out / "students" / "mallory" / "feedback.md").read_text()
+    assert MARKUP not in feedback and r"\<script\>alert(1)\</script\>" in feedback
+
+
+def test_feedback_says_what_was_measured(graded: tuple) -> None:
+    out, _, _, _ = graded
+    feedback = (out / "students" / "good" / "feedback.md").read_text()
+    assert "Your optimized run is compute-bound" in feedback
+    assert "baseline: loader-bound, 76.0% of each step waiting for data" in feedback
+    assert "graded from its hit counts only" in feedback  # the fixture .lprof's script is absent
+    page = (out / "students" / "good" / "report.html").read_text()
+    assert "loader tuning" in page and "9 / 13" in page
+
+
+def test_summary_and_lms(graded: tuple) -> None:
+    out, _, _, _ = graded
+    summary = (out / "summary.html").read_text()
+    assert "class summary" in summary and "notes.txt" in summary
+    # good and mallory handed in the same loader_heavy and compute_heavy traces.
+    assert "Identical profiles" in summary and "good, mallory" in summary
+    rows = list(csv.reader((out / "gradebook-canvas.csv").open()))
+    assert rows[0][:5] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
+    assert rows[1][0] == "Points Possible" and rows[1][-1] == "13.0"
+    assert ["good", "", "", "good", "", "9.0"] in rows
+
+
+def test_rerun_reuses_unchanged_and_regrades_changed(tmp_path: Path, fixtures_dir: Path) -> None:
+    subs = tmp_path / "subs"
+    good_submission(subs / "a", fixtures_dir)
+    shutil.copytree(fixtures_dir / "loader_heavy", subs / "b" / "optimized")
+    rubric = parse_rubric(RUBRIC, tmp_path / "rubric.toml")
+    first = grade_class(subs, rubric, tmp_path / "out")
+    assert [r.reused for r in first.results] == [False, False]
+    assert first.results[1].checks[1].points == 0  # b's optimized run is loader-bound
+    shutil.rmtree(subs / "b" / "optimized")
+    shutil.copytree(fixtures_dir / "compute_heavy", subs / "b" / "optimized")
+    second = grade_class(subs, rubric, tmp_path / "out")
+    assert [r.reused for r in second.results] == [True, False]
+    assert second.results[1].checks[1].points == 4
+    assert second.results[0].to_json() | {"reused": False} == first.results[0].to_json()
+
+
+def test_archive_limits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bomb = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("a.json", b"\0" * (4 << 20))
+        archive.writestr("b.json", b"{}")
+    monkeypatch.setattr(submissions, "MAX_UNPACKED_BYTES", 1 << 20)
+    staged = submissions.stage(submissions.Submission("bomb", bomb), tmp_path / "s1")
+    assert staged.refused == ["the rest of the submission: not unpacked: more than 1 MiB "
+                              "unpacked (a zip bomb?)"]
+    assert tree(tmp_path / "s1") == set()
+    many = tmp_path / "many.zip"
+    with zipfile.ZipFile(many, "w") as archive:
+        for i in range(5):
+            archive.writestr(f"f{i}.json", b"{}")
+    monkeypatch.setattr(submissions, "MAX_FILES", 3)
+    staged = submissions.stage(submissions.Submission("many", many), tmp_path / "s2")
+    assert tree(tmp_path / "s2") == {"f0.json", "f1.json", "f2.json"}
+    assert staged.refused == ["the rest of the submission: not unpacked: more than 3 files "
+                              "in the submission"]
+
+
+def test_unreadable_archive_is_that_students_error(tmp_path: Path, fixtures_dir: Path) -> None:
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    (subs / "zed.zip").write_bytes(b"PK\x03\x04 not really")
+    good_submission(subs / "amy", fixtures_dir)
+    outcome = grade_class(subs, parse_rubric(RUBRIC, tmp_path / "r.toml"), tmp_path / "out")
+    by_name = {r.student: r for r in outcome.results}
+    assert by_name["amy"].status == "ok"
+    assert by_name["zed"].status == "error" and "not a readable zip archive" in by_name[
+        "zed"].error
+
+
+@pytest.mark.corpus
+def test_resnet_num_workers_fix_earns_every_point(tmp_path: Path, corpus: Path) -> None:
+    subs = tmp_path / "subs"
+    for run, workers in (("baseline", 0), ("optimized", 4)):
+        (subs / "ann" / run).mkdir(parents=True)
+        shutil.copy(corpus / "kineto" / f"resnet50_num_workers_{workers}.pt.trace.json.gz",
+                    subs / "ann" / run)
+    outcome = grade_class(subs, parse_rubric(RUBRIC, tmp_path / "r.toml"), tmp_path / "out")
+    ann = outcome.results[0]
+    points = {c.id: c.points for c in ann.checks}
+    # 174.8 ms -> 139.7 ms per step (1.25x); DataLoader wait 40% -> 1%; no .lprof (half credit).
+    assert points == {"profiled": 2, "loader-fixed": 4, "speedup": 4, "little-wait": 2,
+                      "lprof": 0.5}
+    speedup = next(c for c in ann.checks if c.id == "speedup")
+    assert "139.7 ms against 174.8 ms" in speedup.measured and "1.25×" in speedup.measured
+
+
+def test_cli_grade_and_rubric_error_line(tmp_path: Path, fixtures_dir: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    subs = tmp_path / "subs"
+    good_submission(subs / "a", fixtures_dir)
+    rubric = tmp_path / "rubric.toml"
+    rubric.write_text(RUBRIC.replace('run = "optimized"\nmax', 'run = "optimized"\nmaxx'))
+    assert main(["grade", str(subs), "--rubric", str(rubric), "--out",
+                 str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"profreport: error: {rubric}:29: unknown key 'maxx' in [check]")
+    assert not (tmp_path / "out").exists()
+    rubric.write_text(RUBRIC)
+    assert main(["grade", str(subs), "--rubric", str(rubric), "--out", str(tmp_path / "out"),
+                 "--jobs", "1"]) == 0
+    assert "a: 9/13 ok" in capsys.readouterr().out
+    assert stat.S_ISREG(os.stat(tmp_path / "out" / "gradebook.csv").st_mode)
