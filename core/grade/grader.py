@@ -19,7 +19,8 @@ from profreport.grade.feedback import render_feedback, render_student_page
 from profreport.grade.results import GRADEBOOK_SCHEMA, RunSummary, StudentResult
 from profreport.grade.rubric import Rubric
 from profreport.grade.submissions import Submission, content_hash, file_hash, stage
-from profreport.manifest import MANIFEST_NAME, load_manifest
+from profreport.inputs import resolve_inside
+from profreport.manifest import MANIFEST_NAME
 from profreport.parsers import ParseOptions
 from profreport.parsers.lprof import find_source
 from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths, find_profiles
@@ -114,7 +115,7 @@ def _grade(job: Job) -> StudentResult:
     staged = stage(job.submission, job.layout.staging / job.submission.student)
     root = _unwrap(staged.root, job.submission.student)
     moved = _gather_loose(root)
-    refused = staged.refused + _drop_escaping_manifests(root)
+    refused = staged.refused
     runs, failures, shown = _analyse(root, job.layout, moved)
     graded = Graded(runs={run.name: run for run in runs}, failures=failures, shown_paths=shown)
     all_failures = [line for lines in failures.values() for line in lines]
@@ -163,26 +164,13 @@ def _gather_loose(root: Path) -> dict[Path, str]:
     return moved
 
 
-def _inside(path: Path, root: Path) -> bool:
-    """Whether ``path`` (resolved) lies under ``root``."""
-    return path.resolve().is_relative_to(root.resolve())
-
-
-def _drop_escaping_manifests(root: Path) -> list[str]:
-    """Remove (from the staged copy) each manifest naming artifacts outside its run folder."""
-    refused = []
-    for manifest_path in sorted(root.glob(f"*/{MANIFEST_NAME}")):
-        try:
-            manifest = load_manifest(manifest_path)
-            outside = [a.path for a in manifest.artifacts
-                       if not _inside(manifest_path.parent / str(a.path), manifest_path.parent)]
-        except (ProfreportError, OSError, TypeError, ValueError):
-            continue  # a damaged manifest is reported by the analysis itself
-        if outside:
-            manifest_path.unlink()
-            refused.append(f"{manifest_path.relative_to(root).as_posix()}: names files outside "
-                           f"the submission ({', '.join(map(str, outside))[:200]}); not used")
-    return refused
+def _outside(path: Path, root: Path) -> bool:
+    """Whether ``path`` lies outside ``root`` (or in a system folder)."""
+    try:
+        resolve_inside(path, [root])
+    except InputError:
+        return True
+    return False
 
 
 def _analyse(root: Path, layout: Layout, moved: dict[Path, str]
@@ -230,7 +218,7 @@ def _confine_sources(run: RunAnalysis, root: Path) -> RunAnalysis:
                for line in run.metrics.lines
                if line.source is not None
                and (found := find_source(line.file, Path(source.path), root)) is not None
-               and not _inside(found, root)}
+               and _outside(found, root)}
     if not outside:
         return run
     hidden = [dataclasses.replace(line, source=None, is_dataloader_loop=False)

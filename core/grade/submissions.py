@@ -24,13 +24,16 @@ from pathlib import Path
 from typing import IO
 
 from profreport.errors import InputError
+from profreport.inputs import BoundedReader, Limit, not_regular_reason
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
-#: A class hands in a few profiles and scripts each; thousands of entries is an archive bomb.
-MAX_FILES = 2000
-#: Unpacked bytes per submission: the largest real profile a student makes (an nsys report of a
-#: few minutes, a torch.profiler trace of a few steps) is a few hundred MB.
-MAX_UNPACKED_BYTES = 1 << 30
+#: Files per submission.
+MAX_FILES = Limit("files in the submission", 2000,
+                  "a student hands in a few profiles and scripts; thousands is an archive bomb")
+#: Unpacked bytes per submission.
+MAX_UNPACKED_BYTES = Limit("unpacked bytes", 1 << 30,
+                           "a student's largest real profile (an nsys report of a few minutes) "
+                           "is a few hundred MB; more is a zip bomb")
 #: Longest path component most file systems accept.
 MAX_NAME_BYTES = 255
 #: Bytes copied per read while staging.
@@ -172,8 +175,8 @@ class _Stager:
             return
         if not parts or parts[0] in IGNORED_PARTS or parts[-1] in IGNORED_PARTS:
             return
-        if self.staged.files >= MAX_FILES:
-            self.over = f"more than {MAX_FILES} files in the submission"
+        if self.staged.files >= MAX_FILES.value:
+            self.over = _beyond(MAX_FILES)
             raise _Budget(self.over)
         target = self.staged.root.joinpath(*parts)
         try:
@@ -188,17 +191,21 @@ class _Stager:
         """Write ``target`` (never following a link) until the byte budget runs out."""
         target.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "wb") as out:
-            while chunk := source.read(CHUNK_BYTES):
-                self.staged.bytes += len(chunk)
-                if self.staged.bytes > MAX_UNPACKED_BYTES:
-                    self.over = (f"more than {MAX_UNPACKED_BYTES >> 20} MiB unpacked "
-                                 "(a zip bomb?)")
-                    break
-                out.write(chunk)
-        if self.over is not None:
+        reader = BoundedReader(source, MAX_UNPACKED_BYTES.value - self.staged.bytes)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                shutil.copyfileobj(reader, out, CHUNK_BYTES)
+        except InputError:
             target.unlink()
-            raise _Budget(self.over)
+            self.over = _beyond(MAX_UNPACKED_BYTES)
+            raise _Budget(self.over) from None
+        finally:
+            self.staged.bytes += reader.consumed
+
+
+def _beyond(limit: Limit) -> str:
+    """Why the rest of a submission is not unpacked."""
+    return f"more than {limit.value:,} {limit.what} ({limit.reason})"
 
 
 def stage(submission: Submission, root: Path) -> Staged:
@@ -231,7 +238,7 @@ def _stage_folder(folder: Path, stager: _Stager) -> None:
             with open(path, "rb") as handle:
                 stager.add(name, handle)
         elif not stat.S_ISDIR(mode):
-            stager.refuse(name, "not a regular file (device, FIFO or socket)")
+            stager.refuse(name, not_regular_reason(mode) or "not a regular file")
 
 
 def _zip_mode(info: zipfile.ZipInfo) -> int:
@@ -253,7 +260,7 @@ def _stage_zip(path: Path, stager: _Stager) -> None:
             if stat.S_ISLNK(mode):
                 stager.refuse(info.filename, "a symbolic link (links are not followed)")
             elif stat.S_IFMT(mode) not in (0, stat.S_IFREG):  # 0: no file type recorded
-                stager.refuse(info.filename, "not a regular file (device, FIFO or socket)")
+                stager.refuse(info.filename, not_regular_reason(mode) or "not a regular file")
             elif info.flag_bits & 0x1:
                 stager.refuse(info.filename, "encrypted")
             else:
@@ -283,6 +290,11 @@ def _stage_tar(path: Path, stager: _Stager) -> None:
             stager.refuse("the rest of the archive", f"damaged: {exc}")
 
 
+#: The file type each special tar member stands for.
+_TAR_MODES = {tarfile.CHRTYPE: stat.S_IFCHR, tarfile.BLKTYPE: stat.S_IFBLK,
+              tarfile.FIFOTYPE: stat.S_IFIFO}
+
+
 def _add_tar_member(archive: tarfile.TarFile, member: tarfile.TarInfo, stager: _Stager) -> None:
     """Stage one tar member, or refuse it with the reason."""
     if member.isdir():
@@ -292,7 +304,8 @@ def _add_tar_member(archive: tarfile.TarFile, member: tarfile.TarInfo, stager: _
         stager.refuse(member.name, f"a {kind} link to {member.linkname[:200]!r} "
                                    "(links are not followed)")
     elif not member.isfile():
-        stager.refuse(member.name, "not a regular file (device, FIFO or socket)")
+        stager.refuse(member.name, not_regular_reason(_TAR_MODES.get(member.type, 0))
+                      or "not a regular file")
     else:
         handle = archive.extractfile(member)
         if handle is not None:
