@@ -19,10 +19,8 @@ from profreport.grade.feedback import render_feedback, render_student_page
 from profreport.grade.results import GRADEBOOK_SCHEMA, RunSummary, StudentResult
 from profreport.grade.rubric import Rubric
 from profreport.grade.submissions import Submission, content_hash, file_hash, stage
-from profreport.inputs import resolve_inside
 from profreport.manifest import MANIFEST_NAME
 from profreport.parsers import ParseOptions
-from profreport.parsers.lprof import find_source
 from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths, find_profiles
 from profreport.reports.analysis.compare import compare_runs
 from profreport.reports.analysis.results import LineItem, Report, RunAnalysis, RunMetrics
@@ -164,15 +162,6 @@ def _gather_loose(root: Path) -> dict[Path, str]:
     return moved
 
 
-def _outside(path: Path, root: Path) -> bool:
-    """Whether ``path`` lies outside ``root`` (or in a system folder)."""
-    try:
-        resolve_inside(path, [root])
-    except InputError:
-        return True
-    return False
-
-
 def _analyse(root: Path, layout: Layout, moved: dict[Path, str]
              ) -> tuple[list[RunAnalysis], dict[str, list[str]], dict[str, str]]:
     """Each run folder analysed on its own: runs, failures per run, and each profile's path as
@@ -198,7 +187,7 @@ def _analyse(root: Path, layout: Layout, moved: dict[Path, str]
                                      f"({type(exc).__name__}: {str(exc)[:200]})"]
             continue
         failures[folder.name] = [_relative(line, root, shown) for line in report.failures]
-        run = _confine_sources(report.runs[0], root)
+        run = report.runs[0]
         run.name = folder.name
         runs.append(run)
     return runs, failures, shown
@@ -209,27 +198,6 @@ def _relative(line: str, root: Path, shown: dict[str, str]) -> str:
     for path, name in shown.items():
         line = line.replace(path, name)
     return line.replace(f"{root}/", "").removeprefix("no input could be read: ")
-
-
-def _confine_sources(run: RunAnalysis, root: Path) -> RunAnalysis:
-    """Drop line_profiler source text read from outside the submission (a .lprof names its
-    files): the hit counts stay, the line's text is not shown."""
-    outside = {line.file for source in run.sources if source.kind == "lprof"
-               for line in run.metrics.lines
-               if line.source is not None
-               and (found := find_source(line.file, Path(source.path), root)) is not None
-               and _outside(found, root)}
-    if not outside:
-        return run
-    hidden = [dataclasses.replace(line, source=None, is_dataloader_loop=False)
-              if line.file in outside else line for line in run.metrics.lines]
-    listings = [dataclasses.replace(listing, lines=[
-        dataclasses.replace(line, source=None, is_dataloader_loop=False)
-        if line.file in outside else line for line in listing.lines])
-        for listing in run.metrics.listings]
-    run.metrics = dataclasses.replace(run.metrics, lines=hidden, listings=listings)
-    run.notes.append(f"source lines of {len(outside)} file(s) outside the submission not shown")
-    return run
 
 
 def _timing_fingerprint(metrics: RunMetrics, run: RunAnalysis) -> str | None:
