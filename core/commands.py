@@ -17,6 +17,7 @@ from profreport.errors import (
     RunError,
     UsageError,
 )
+from profreport.fileio import check_output_folder
 from profreport.grade.results import StudentResult
 from profreport.parsers import ParseOptions
 from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
@@ -72,9 +73,14 @@ def _open_report(written: list[Path]) -> None:
         print(f"--open: no display here; open {html} on a machine with a browser")
 
 
+def _say(line: str) -> None:
+    """A progress line on stderr."""
+    print(f"profreport: {line}", file=sys.stderr)
+
+
 def finish_report(report: Report, args: argparse.Namespace) -> int:
     """Write the formats, print the summary and the failures; 0, or 1 when an input failed."""
-    written = write_reports(report, Path(args.out), tuple(args.formats))
+    written = write_reports(report, Path(args.out), tuple(args.formats), on_wait=_say)
     for run in report.runs:
         print("\n".join(run_summary(run)))
     if report.comparison is not None:
@@ -94,6 +100,7 @@ def finish_report(report: Report, args: argparse.Namespace) -> int:
 
 def analyze_command(args: argparse.Namespace) -> int:
     """The ``analyze`` subcommand."""
+    check_output_folder(Path(args.out))
     require_renderers(args.formats)
     options = AnalyzeOptions(
         title=args.title, baseline=args.baseline,
@@ -113,6 +120,7 @@ def require_train_extra() -> None:
 def run_and_report_command(args: argparse.Namespace) -> int:
     """Run the variants (or the script), then analyse every run folder into one report."""
     require_train_extra()
+    check_output_folder(Path(args.out))
     require_renderers(args.formats)
     from profreport.runner import orchestrate
 

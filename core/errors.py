@@ -63,5 +63,9 @@ class RubricError(ProfreportError):
     exit_code = 2
 
 
+class OutputError(UsageError):
+    """The output folder cannot be used: a file, under a file, not writable, or locked."""
+
+
 class RunError(ProfreportError):
     """A training run launched by run-and-report failed."""

@@ -2,23 +2,23 @@
 
 A renderer is a function ``Report -> str | bytes`` in its own module, imported only when its
 format is asked for (plotly and weasyprint are slow to import). Adding a format is one module
-plus one :data:`RENDERERS` entry. :func:`write_reports` is the one owner of report files: each is
-written to a temporary name beside its target and renamed when complete
-(:mod:`profreport.fileio`), so a failing renderer or an interrupt never leaves a half-written
-report.
+plus one :data:`RENDERERS` entry. :func:`write_reports` is the one owner of report files: the
+whole set is rendered into a temporary folder inside ``--out`` and moved into place in one step,
+under a lock on the folder (:mod:`profreport.fileio`), so a failing renderer, Ctrl-C or a second
+run writing to the same folder never leaves a half-written report or a mix of two runs' files.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from profreport.errors import MissingToolError, UsageError
-from profreport.fileio import write_bytes, write_text
+from profreport.fileio import folder_lock, staging_folder, swap_in
 
 if TYPE_CHECKING:  # the results module is only needed once there is a report to render
     from profreport.reports.analysis.results import Report
@@ -74,22 +74,26 @@ RENDERERS: dict[str, Renderer] = {r.name: r for r in (
 DEFAULT_FORMATS = tuple(name for name, renderer in RENDERERS.items() if renderer.default)
 
 
-def write_reports(report: Report, out_dir: Path, formats: Sequence[str]) -> list[Path]:
-    """Render ``report`` in each of ``formats`` into ``out_dir``; returns the written paths."""
+def write_reports(report: Report, out_dir: Path, formats: Sequence[str],
+                  on_wait: Callable[[str], None] | None = None) -> list[Path]:
+    """Render ``report`` in each of ``formats`` and put the set into ``out_dir`` at once,
+    replacing the previous set (report files of formats not asked for are removed); returns the
+    written paths. ``on_wait`` hears one line if another run holds the folder."""
     unknown = [name for name in formats if name not in RENDERERS]
     if unknown:
         raise UsageError(f"unknown report format {', '.join(unknown)}; "
                          f"choose from {', '.join(RENDERERS)}")
     require_renderers(formats)
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
-    for name in dict.fromkeys(formats):
-        renderer = RENDERERS[name]
-        content = renderer.render(report)
-        target = out_dir / renderer.file_name
-        if isinstance(content, bytes):
-            written.append(write_bytes(target, content))
-        else:
-            written.append(write_text(target, content))
-    return written
+    chosen = [RENDERERS[name] for name in dict.fromkeys(formats)]
+    with staging_folder(out_dir) as staging:
+        for renderer in chosen:
+            content = renderer.render(report)
+            mode = "wb" if isinstance(content, bytes) else "w"
+            with open(staging / renderer.file_name, mode,
+                      encoding=None if mode == "wb" else "utf-8") as handle:
+                handle.write(content)
+        names = [renderer.file_name for renderer in chosen]
+        stale = [r.file_name for r in RENDERERS.values() if r.file_name not in names]
+        with folder_lock(out_dir, on_wait):
+            return swap_in(staging, out_dir, names, stale)
