@@ -22,8 +22,6 @@ from typing import IO
 
 from profreport.errors import OutputError
 
-#: The lock file in an output folder while a run writes its report set there.
-LOCK_NAME = ".profreport.lock"
 #: How long a second run waits for the first to finish writing before it gives up: writing a
 #: report set takes seconds, so a lock held this long belongs to a run that is stuck.
 LOCK_WAIT_S = 300.0
@@ -97,7 +95,8 @@ def folder_lock(folder: Path, on_wait: Callable[[str], None] | None = None,
     """Hold an exclusive lock on ``folder`` (made if needed); a second holder waits, saying so
     once through ``on_wait``, and gets an OutputError after ``wait_s`` seconds."""
     folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    # The folder itself is locked (flock works on a folder's descriptor): no lock file is left.
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         _acquire(fd, folder, on_wait, wait_s)
         yield

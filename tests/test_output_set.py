@@ -12,7 +12,7 @@ import pytest
 
 from profreport.cli import main
 from profreport.errors import OutputError
-from profreport.fileio import LOCK_NAME, folder_lock, signals_deferred
+from profreport.fileio import folder_lock, signals_deferred
 from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
 from profreport.reports.analysis.results import Report
 from profreport.reports.render import json as json_renderer
@@ -61,7 +61,7 @@ def test_set_replaces_the_previous_set_whole(tmp_path: Path, report: Report) -> 
     first = write_reports(report, out, ["md", "json"])
     assert [p.name for p in first] == ["report.md", "report.json"]
     second = write_reports(report, out, ["html", "md"])
-    assert sorted(p.name for p in out.iterdir()) == [LOCK_NAME, "report.html", "report.md"]
+    assert sorted(p.name for p in out.iterdir()) == ["report.html", "report.md"]
     assert [p.name for p in second] == ["report.html", "report.md"]
     assert oct(second[0].stat().st_mode & 0o777) == oct(0o666 & ~_umask())
 
