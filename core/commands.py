@@ -179,6 +179,7 @@ def grade_command(args: argparse.Namespace) -> int:
 
     if args.jobs < 1:
         raise UsageError(f"--jobs must be at least 1, not {args.jobs}")
+    check_output_folder(Path(args.out))
     rubric = load_rubric(args.rubric)
     outcome = grade_class(args.submissions, rubric, args.out, workers=args.jobs, lms=args.lms,
                           progress=_progress_bar if sys.stderr.isatty() else _no_progress)
