@@ -11,10 +11,12 @@ from collections.abc import Callable
 
 import pandas as pd
 
-#: Copy directions, as nsys and Kineto name them.
-COPY_KINDS = ("HtoD", "DtoH", "DtoD", "HtoH", "PtoP", "unknown")
-#: Memory kinds at either end of a copy.
-MEMORY_KINDS = ("Pageable", "Pinned", "Device", "Managed", "Array", "unknown")
+#: Copy directions, as nsys and Kineto name them (the ``kind`` column of the ``memcpy`` table).
+HTOD, DTOH, DTOD, HTOH, PTOP = "HtoD", "DtoH", "DtoD", "HtoH", "PtoP"
+COPY_KINDS = (HTOD, DTOH, DTOD, HTOH, PTOP, "unknown")
+#: Memory kinds at either end of a copy (``src_kind``/``dst_kind``).
+PAGEABLE, PINNED = "Pageable", "Pinned"
+MEMORY_KINDS = (PAGEABLE, PINNED, "Device", "Managed", "Array", "unknown")
 
 # A kernel that moves data between GPUs for a collective: NCCL (``ncclKernel_*``, the newer
 # ``ncclDevKernel_*``), and RCCL on AMD, which keeps NCCL's names.
@@ -39,7 +41,12 @@ _STEP = re.compile(r"^\s*(?:ProfilerStep#(\d+)|step[ _#]?(\d+))\s*$", re.IGNOREC
 # single- and multi-process iterators, ``enumerate(DataPipe)#...`` for DataPipes, and the NVTX
 # ranges profreport's runner puts around ``next(loader)``.
 _DATALOADER_SPAN = r"^enumerate\((?:DataLoader|DataPipe)\)#.*__next__"
-DATALOADER_RANGE_NAMES = frozenset({"dataloader", "data_loading", "data loading", "next_batch"})
+#: The NVTX range profreport's runner puts around ``next(loader)``.
+DATALOADER_RANGE = "dataloader"
+DATALOADER_RANGE_NAMES = frozenset({DATALOADER_RANGE, "data_loading", "data loading",
+                                    "next_batch"})
+#: The NVTX range profreport's runner puts around iteration ``n`` (matched by ``_STEP``).
+STEP_RANGE_FORMAT = "step {n}"
 
 # A source line that iterates a DataLoader: ``for x, y in train_loader:``,
 # ``for i, batch in enumerate(loader):``, ``for b in tqdm(dataloader)``.
@@ -68,6 +75,18 @@ _AMP_SCALER_KERNEL = r"_amp_foreach|amp_update_scale"
 # HTA's sample traces).
 _OPTIMIZER_STEP_SPAN = r"(?i)^(?:Optimizer\.step#|[#\s]*optimizer(?:[._ ]step)?[#\s]*$)"
 _OPTIMIZER_CLASS = re.compile(r"^Optimizer\.step#(\w+)\.step")
+# Clearing the gradients: torch.profiler's ``Optimizer.zero_grad#SGD.zero_grad``.
+_ZERO_GRAD_SPAN = r"^Optimizer\.zero_grad#"
+# The backward pass on the CPU: autograd engine nodes
+# (``autograd::engine::evaluate_function: ConvolutionBackward0``).
+_BACKWARD_OP = r"^autograd::engine::evaluate_function"
+# ATen's elementwise CUDA kernels (``vectorized_elementwise_kernel``, ``unrolled_...``,
+# ``elementwise_kernel``): one launch per pointwise op, what torch.compile fuses.
+_ELEMENTWISE_KERNEL = r"elementwise_kernel"
+# nn.DataParallel's autograd functions (replicate = Broadcast, scatter/gather of the batch, the
+# gradient reduction ReduceAddCoalesced) and their backward nodes; capitalised, so a model's own
+# ``aten::scatter`` does not count.
+_DATAPARALLEL_OP = r"\b(?:Broadcast|Scatter|Gather|ReduceAddCoalesced)(?:Backward\d*)?\b"
 
 # ATen's reference CPU kernels, used when no optimised (oneDNN/mkldnn) kernel fits the dtype or
 # layout: ``aten::_slow_conv2d_forward`` runs bf16 convolutions on CPUs without native bf16.
@@ -90,6 +109,8 @@ SYNC_APIS = frozenset({
 })
 
 _API_VERSION_SUFFIX = re.compile(r"_v\d+$")
+# A copy as torch.profiler names it: ``Memcpy HtoD (Pageable -> Device)``.
+_COPY_NAME = r"^Memcpy (\w+) \((\w+) -> (\w+)\)"
 # Names people give the function that runs the training loop (``train``, ``train_one_epoch``,
 # ``fit``, ``run_epoch``): with no source, they make a loop found from hit counts more likely
 # the training loop.
@@ -134,6 +155,18 @@ def _matches(names: pd.Series, pattern: str) -> pd.Series:
         pattern, regex=True).fillna(False).astype(bool))
 
 
+def copy_kinds(names: pd.Series) -> pd.DataFrame:
+    """Direction and memory kinds of each copy from its name (``Memcpy DtoH (Device ->
+    Pageable)``): columns kind (COPY_KINDS), src_kind and dst_kind (MEMORY_KINDS), "unknown" where
+    the name does not say."""
+    parts = names.astype("string").str.extract(_COPY_NAME)
+    parts.columns = ["kind", "src_kind", "dst_kind"]
+    parts["kind"] = parts["kind"].where(parts["kind"].isin(COPY_KINDS), "unknown")
+    for column in ("src_kind", "dst_kind"):
+        parts[column] = parts[column].where(parts[column].isin(MEMORY_KINDS), "unknown")
+    return parts.astype(object)
+
+
 def is_reduced_precision_kernel(names: pd.Series) -> pd.Series:
     """Whether each kernel computes in fp16/bf16 (mixed precision is on for its work)."""
     return _matches(names, _REDUCED_PRECISION_KERNEL)
@@ -147,6 +180,26 @@ def is_layout_conversion_kernel(names: pd.Series) -> pd.Series:
 def is_fused_optimizer_kernel(names: pd.Series) -> pd.Series:
     """Whether each kernel is a multi-tensor (foreach/fused) optimizer kernel."""
     return _matches(names, _MULTI_TENSOR_KERNEL) & ~_matches(names, _AMP_SCALER_KERNEL)
+
+
+def is_zero_grad_span(names: pd.Series) -> pd.Series:
+    """Whether each CPU op or range is an ``optimizer.zero_grad()`` call."""
+    return _matches(names, _ZERO_GRAD_SPAN)
+
+
+def is_backward_op(names: pd.Series) -> pd.Series:
+    """Whether each CPU op is an autograd engine node of the backward pass."""
+    return _matches(names, _BACKWARD_OP)
+
+
+def is_elementwise_kernel(names: pd.Series) -> pd.Series:
+    """Whether each kernel is one of ATen's elementwise kernels (one launch per pointwise op)."""
+    return _matches(names, _ELEMENTWISE_KERNEL)
+
+
+def is_dataparallel_op(names: pd.Series) -> pd.Series:
+    """Whether each CPU op or range is one of nn.DataParallel's autograd functions."""
+    return _matches(names, _DATAPARALLEL_OP)
 
 
 def is_optimizer_step_span(names: pd.Series) -> pd.Series:
@@ -174,6 +227,24 @@ def is_onednn_op(names: pd.Series) -> pd.Series:
 def is_cpu_collective(names: pd.Series) -> pd.Series:
     """Whether each CPU op name is a collective call (gloo/NCCL process group, c10d)."""
     return collective_layer(names).notna().astype(bool)
+
+
+def is_framework_op(names: pd.Series) -> pd.Series:
+    """Whether each CPU op is the framework's own work: not a step span, a DataLoader wait or a
+    collective call."""
+    special = step_numbers(names).notna() | is_dataloader_span(names) | is_cpu_collective(names)
+    return ~special.astype(bool)
+
+
+def step_range_name(number: int) -> str:
+    """The NVTX range name profreport's runner gives iteration ``number`` (``step 3``)."""
+    return STEP_RANGE_FORMAT.format(n=number)
+
+
+def one_row_per_step(steps: pd.DataFrame) -> pd.DataFrame:
+    """Steps in time order with one row per step number: the first span recorded with a number
+    (a trace can repeat a step's span, e.g. on the GPU user-annotation track)."""
+    return steps.sort_values("start", kind="stable").drop_duplicates("number", keep="first")
 
 
 def _step_numbers(names: pd.Series) -> pd.Series:

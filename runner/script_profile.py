@@ -18,17 +18,22 @@ from typing import Any
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
+from profreport import concepts
 from profreport.runner.train import PROFILER_WAIT, PROFILER_WARMUP
 
 
 def module_level_loader_loop(path: Path) -> int | None:
-    """Line number of a top-level ``for`` over something named like a loader, else None."""
+    """Line number of a top-level ``for`` loop over a DataLoader (as
+    ``concepts.is_dataloader_loop_line`` tells one), else None."""
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        source = path.read_text(encoding="utf-8")
+        tree = ast.parse(source, filename=str(path))
     except (OSError, SyntaxError, UnicodeDecodeError):
         return None
+    lines = source.splitlines()
     for node in tree.body:
-        if isinstance(node, ast.For | ast.AsyncFor) and "loader" in ast.unparse(node.iter).lower():
+        if isinstance(node, ast.For | ast.AsyncFor) and \
+                concepts.is_dataloader_loop_line(lines[node.lineno - 1]):
             return node.lineno
     return None
 

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
+from profreport import concepts
 from profreport.errors import ProfreportError
 from profreport.fileio import write_text
 from profreport.runner.variants import Knobs
@@ -87,9 +88,9 @@ def annotated(loader: Iterable) -> Iterator:
     iterator = iter(loader)
     number = 0
     while True:
-        nvtx.push_range(f"step {number}")
+        nvtx.push_range(concepts.step_range_name(number))
         try:
-            with nvtx.annotate("dataloader"):
+            with nvtx.annotate(concepts.DATALOADER_RANGE):
                 batch = next(iterator)
         except StopIteration:
             nvtx.pop_range()

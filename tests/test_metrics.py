@@ -10,17 +10,16 @@ import pytest
 
 from profreport.parsers import parse_file
 from profreport.reports.analysis import intervals as iv
+from profreport.reports.analysis.cpu import outer_calls, self_time_ns
+from profreport.reports.analysis.gpu import LONG_IDLE_GAP_NS
 from profreport.reports.analysis.metrics import (
     ATTRIBUTES_CPU_OPS,
-    LONG_IDLE_GAP_NS,
     RANGES_ONLY,
     attribution_level,
     compute_run_metrics,
-    outer_calls,
-    self_time_ns,
-    step_windows,
 )
 from profreport.reports.analysis.results import RunMetrics
+from profreport.reports.analysis.steps import step_windows
 from profreport.reports.analysis.timeline import MAX_SEGMENTS, build_timeline
 
 

@@ -237,15 +237,15 @@ def test_comparison_names_core_contention() -> None:
     row = compare_runs([run("baseline", 1, 90), run("workers", 2, 102)]).rows[1]
     assert row.within_noise is None and row.noise_fraction is None
     assert row.explanation == (
-        "Compute time grew from 90.0 ms to 102.0 ms per step when num_workers went 1 -> 2 "
+        "Compute grew from 90.0 ms to 102.0 ms per step when num_workers went 1 -> 2 "
         "(2 DataLoader workers + 2 PyTorch intra-op threads on 2 CPUs): the loader workers "
         "compete with PyTorch's intra-op threads for the same cores.")
     fewer = compare_runs([run("workers", 2, 102), run("baseline", 1, 90)]).rows[1]
     assert fewer.explanation == (
-        "Compute time fell from 102.0 ms to 90.0 ms per step when num_workers went 2 -> 1 "
+        "Compute fell from 102.0 ms to 90.0 ms per step when num_workers went 2 -> 1 "
         "(2 DataLoader workers + 2 PyTorch intra-op threads on 2 CPUs in workers): fewer loader "
         "workers compete with PyTorch's intra-op threads for the same cores.")
     fell = compare_runs([run("baseline", 1, 103), run("workers", 2, 94)]).rows[1]
     assert fell.speedup == pytest.approx(103 / 94, rel=0.01)
-    assert fell.explanation == ("Compute time fell from 103.0 ms to 94.0 ms per step, the part "
+    assert fell.explanation == ("Compute fell from 103.0 ms to 94.0 ms per step, the part "
                                 "that changed most (knobs changed: num_workers).")

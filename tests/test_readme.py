@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from profreport.reports.analysis import compare, findings, memory, metrics, scaling
+from profreport.reports.analysis import compare, findings, gpu, memory, scaling
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
 
@@ -29,9 +29,9 @@ def documented_constants(module: object) -> list[tuple[str, str]]:
     return found
 
 
-@pytest.mark.parametrize(("module", "least"), [(metrics, 3), (findings, 3), (compare, 2),
+@pytest.mark.parametrize(("module", "least"), [(gpu, 3), (findings, 3), (compare, 2),
                                                (memory, 3), (scaling, 3)],
-                         ids=["metrics", "findings", "compare", "memory", "scaling"])
+                         ids=["gpu", "findings", "compare", "memory", "scaling"])
 def test_every_threshold_is_in_the_readme_with_its_value(module: object, least: int) -> None:
     constants = documented_constants(module)
     assert len(constants) >= least

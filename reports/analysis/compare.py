@@ -30,17 +30,13 @@ from profreport.errors import UsageError
 from profreport.reports.analysis.findings import RunContext, cpu_load
 from profreport.reports.analysis.results import (
     BREAKDOWN_PARTS,
+    PART_LABELS,
     Comparison,
     ComparisonRow,
     RunAnalysis,
 )
+from profreport.units import ms
 
-#: Readable names of the breakdown parts, for explanations.
-PART_NAMES = {
-    "dataloader": "DataLoader wait", "h2d_copy": "host-to-device copy time",
-    "compute": "compute time", "comm_exposed": "exposed communication",
-    "host_runtime": "CUDA runtime time", "other": "other time",
-}
 #: Which knobs act on which part of the step (to name the change that brought a gain).
 PART_KNOBS = {
     "dataloader": ("num_workers", "persistent_workers", "pin_memory", "batch_size"),
@@ -156,11 +152,6 @@ def breakdown_delta(base: RunAnalysis, run: RunAnalysis) -> dict[str, int]:
     return {part: b.parts_ns[part] - a.parts_ns[part] for part in BREAKDOWN_PARTS}
 
 
-def _ms(ns: int) -> str:
-    """Nanoseconds as milliseconds text."""
-    return f"{ns / 1e6:.1f} ms" if ns < 10**10 else f"{ns / 1e9:.1f} s"
-
-
 def _core_contention(base: RunAnalysis, run: RunAnalysis, part: str,
                      knobs: dict[str, object]) -> str | None:
     """Why compute moved with num_workers on a CPU-only run, when it moved the way contention
@@ -206,7 +197,7 @@ def explain(base: RunAnalysis, run: RunAnalysis, delta: dict[str, int],
     before = base.metrics.breakdown.parts_ns[part]  # type: ignore[union-attr]
     after = run.metrics.breakdown.parts_ns[part]  # type: ignore[union-attr]
     verb = "fell" if after < before else "grew"
-    head = f"{PART_NAMES[part]} {verb} from {_ms(before)} to {_ms(after)} per step"
+    head = f"{PART_LABELS[part]} {verb} from {ms(before)} to {ms(after)} per step"
     overall = _overall(speedup, after < before)
     tail = f"; {overall}." if overall else "."
     related = [name for name in PART_KNOBS[part] if name in knobs]

@@ -10,15 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import pandas as pd
-
-from profreport import concepts
 from profreport.reports.analysis.results import (
     CpuOpMix,
     Evidence,
     Finding,
     KernelMix,
-    LineItem,
     Origin,
     RunMetrics,
     Severity,
@@ -27,6 +23,7 @@ from profreport.reports.analysis.results import (
     Verdict,
     origin_label,
 )
+from profreport.units import ms, nbytes, pct
 
 # --- thresholds -----------------------------------------------------------------------------
 #: A quarter of every step spent waiting for the next batch is the biggest single loss a run can
@@ -182,21 +179,6 @@ def cpu_load(ctx: RunContext) -> CpuLoad | None:
 Rule = Callable[[RunMetrics, RunContext], "Finding | None"]
 
 
-def _pct(fraction: float) -> str:
-    """0.1734 -> '17%'; small shares keep a decimal (0.0047 -> '0.5%')."""
-    return f"{fraction * 100:.1f}%" if abs(fraction) < 0.1 else f"{fraction * 100:.0f}%"
-
-
-def _ms(ns: float) -> str:
-    """Nanoseconds as milliseconds text."""
-    return f"{ns / 1e6:.1f} ms"
-
-
-def _gb(nbytes: float) -> str:
-    """Bytes as GB text."""
-    return f"{nbytes / 1e9:.1f} GB"
-
-
 def _step_ns(m: RunMetrics) -> int | None:
     """The step time the breakdown adds up to (wall time per step when known)."""
     if m.breakdown is not None:
@@ -214,16 +196,16 @@ def _non_loader_ns(m: RunMetrics) -> float | None:
 
 def _loader_evidence(m: RunMetrics) -> list[Evidence]:
     """Where the DataLoader share was seen, one line per source."""
-    out = [Evidence(f"{_pct(share)} of step time waits for the next batch", origin)
+    out = [Evidence(f"{pct(share)} of step time waits for the next batch", origin)
            for origin, share in sorted(m.dataloader_fraction_by_origin.items())]
     if m.steps is not None and m.steps.wall_mean_ns and m.steps.origin != "lprof" \
             and m.steps.wall_mean_ns > 1.5 * m.steps.mean_ns:
-        out.append(Evidence(f"annotated steps average {_ms(m.steps.mean_ns)} but wall time per "
-                            f"step is {_ms(m.steps.wall_mean_ns)}: the rest goes between steps",
+        out.append(Evidence(f"annotated steps average {ms(m.steps.mean_ns)} but wall time per "
+                            f"step is {ms(m.steps.wall_mean_ns)}: the rest goes between steps",
                             m.steps.origin))
     if m.gpu is not None:
-        out.append(Evidence(f"GPU busy {_pct(m.gpu.busy_fraction)}; {m.gpu.long_gap_count} idle "
-                            f"gaps over {_ms(m.gpu.long_gap_ns)}", m.gpu.origin))
+        out.append(Evidence(f"GPU busy {pct(m.gpu.busy_fraction)}; {m.gpu.long_gap_count} idle "
+                            f"gaps over {ms(m.gpu.long_gap_ns)}", m.gpu.origin))
     return out
 
 
@@ -248,7 +230,7 @@ def loader_bound(m: RunMetrics, ctx: RunContext) -> Finding | None:
     if share is None or share < LOADER_BOUND_FRACTION:
         return None
     return Finding("LOADER_BOUND", "high",
-                   f"The training loop spends {_pct(share)} of each step waiting for data.",
+                   f"The training loop spends {pct(share)} of each step waiting for data.",
                    _loader_evidence(m) + _trial_evidence(m.trials, "loader"),
                    _workers_advice(ctx))
 
@@ -292,16 +274,16 @@ def compute_bound(m: RunMetrics, ctx: RunContext) -> Finding | None:
         return None
     evidence = []
     if share is not None and m.breakdown is not None:
-        evidence.append(Evidence(f"compute {_pct(share)} of {_ms(m.breakdown.step_ns)} per step",
+        evidence.append(Evidence(f"compute {pct(share)} of {ms(m.breakdown.step_ns)} per step",
                                  m.breakdown.origin))
     evidence += _trial_evidence(m.trials, "compute")
     if m.gpu is None:
         return _cpu_compute_bound(m, ctx, share or 0.0, evidence)
-    evidence.append(Evidence(f"GPU busy {_pct(m.gpu.busy_fraction)} of its "
-                             f"{_ms(m.gpu.window_ns)} window", m.gpu.origin))
+    evidence.append(Evidence(f"GPU busy {pct(m.gpu.busy_fraction)} of its "
+                             f"{ms(m.gpu.window_ns)} window", m.gpu.origin))
     top = _top_compute_kernel(m)
     if top is not None:
-        evidence.append(Evidence(f"top kernel {top.name[:80]} takes {_pct(top.share)} of "
+        evidence.append(Evidence(f"top kernel {top.name[:80]} takes {pct(top.share)} of "
                                  "kernel time", m.gpu.origin))
     if m.kernel_mix is not None:
         evidence += _kernel_mix_evidence(m.kernel_mix)
@@ -318,13 +300,13 @@ def _optimizer_many_kernels(mix: KernelMix) -> bool:
 
 def _kernel_mix_evidence(mix: KernelMix) -> list[Evidence]:
     """What the kernel names say: precision, layout conversions, how the optimizer runs."""
-    precision = (f"{_pct(mix.reduced_precision_fraction)} of compute-kernel time runs in "
+    precision = (f"{pct(mix.reduced_precision_fraction)} of compute-kernel time runs in "
                  "fp16/bf16 kernels" if mix.reduced_precision_fraction > 0 else
                  "no compute kernel runs in fp16/bf16: the model trains in full precision")
     out = [Evidence(precision, mix.origin)]
     if mix.layout_conversion_fraction >= LAYOUT_CONVERSION_SHARE:
         out.append(Evidence(f"NCHW/NHWC layout conversion kernels (nchwToNhwc, nhwcToNchw) take "
-                            f"{_pct(mix.layout_conversion_fraction)} of compute-kernel time",
+                            f"{pct(mix.layout_conversion_fraction)} of compute-kernel time",
                             mix.origin))
     if mix.fused_optimizer:
         out.append(Evidence("the optimizer already runs as fused multi_tensor_apply kernels",
@@ -343,13 +325,13 @@ def _gpu_compute_advice(mix: KernelMix | None, ctx: RunContext) -> str:
                 "work per sample.")
     steps = []
     if mix.reduced_precision_fraction < AMP_PRESENT_FRACTION and not ctx.knob("amp"):
-        now = (f"{_pct(mix.reduced_precision_fraction)} of kernel time is fp16/bf16 now"
+        now = (f"{pct(mix.reduced_precision_fraction)} of kernel time is fp16/bf16 now"
                if mix.reduced_precision_fraction > 0 else "every kernel runs in fp32 now")
         steps.append(f"enable mixed precision (torch.autocast + GradScaler; {now})")
     if mix.layout_conversion_fraction >= LAYOUT_CONVERSION_SHARE:
         steps.append("put the model and every batch in channels_last (model.to(memory_format="
                      "torch.channels_last), x.to(memory_format=torch.channels_last)): layout "
-                     f"conversions take {_pct(mix.layout_conversion_fraction)} of kernel time")
+                     f"conversions take {pct(mix.layout_conversion_fraction)} of kernel time")
     if _optimizer_many_kernels(mix):
         optimizer = f"torch.optim.{mix.optimizer_name or 'AdamW'}"
         steps.append(f"build the optimizer with foreach=True ({optimizer}(..., foreach=True), or "
@@ -357,7 +339,7 @@ def _gpu_compute_advice(mix: KernelMix | None, ctx: RunContext) -> str:
                      f"{mix.optimizer_kernels_per_step:.0f} optimizer kernels")
     if mix.elementwise_fraction >= ELEMENTWISE_SHARE and not ctx.knob("compile"):
         steps.append("try torch.compile to fuse the elementwise kernels "
-                     f"({_pct(mix.elementwise_fraction)} of kernel time)")
+                     f"({pct(mix.elementwise_fraction)} of kernel time)")
     if not steps:
         return ("The kernels already run in reduced precision without layout conversions or an "
                 "unfused optimizer: the remaining levers are less work per sample (a smaller "
@@ -372,20 +354,20 @@ def _cpu_compute_bound(m: RunMetrics, ctx: RunContext, share: float,
     origin: Origin = m.top_ops_origin or "kineto"
     for top in m.top_ops[:1]:
         evidence.append(Evidence(f"top CPU operator by self time {top.name[:80]}: "
-                                 f"{_ms(top.total_ns)}, {_pct(top.share)} of step time", origin))
+                                 f"{ms(top.total_ns)}, {pct(top.share)} of step time", origin))
     mix = m.cpu_op_mix
     slow = mix is not None and mix.slow_fallback_fraction >= SLOW_FALLBACK_SHARE
     if mix is not None and slow:
         names = ", ".join(mix.slow_fallback_ops[:2])
         evidence.append(Evidence(f"ATen's slow reference kernels ({names}) take "
-                                 f"{_pct(mix.slow_fallback_fraction)} of operator self time, "
-                                 + (f"oneDNN ops {_pct(mix.onednn_fraction)}" if mix.onednn_fraction
+                                 f"{pct(mix.slow_fallback_fraction)} of operator self time, "
+                                 + (f"oneDNN ops {pct(mix.onednn_fraction)}" if mix.onednn_fraction
                                     else "none on oneDNN"), mix.origin))
     elif mix is not None and mix.onednn_fraction > 0:
-        evidence.append(Evidence(f"oneDNN (mkldnn) ops take {_pct(mix.onednn_fraction)} of "
+        evidence.append(Evidence(f"oneDNN (mkldnn) ops take {pct(mix.onednn_fraction)} of "
                                  "operator self time: the optimised CPU path", mix.origin))
     return Finding("COMPUTE_BOUND", "info",
-                   f"The CPU spends {_pct(share)} of each step in the model's own operators.",
+                   f"The CPU spends {pct(share)} of each step in the model's own operators.",
                    evidence, _cpu_compute_advice(mix, ctx, slow))
 
 
@@ -413,9 +395,7 @@ def _cpu_compute_advice(mix: CpuOpMix | None, ctx: RunContext, slow: bool) -> st
 
 def _top_compute_kernel(m: RunMetrics) -> TopItem | None:
     """The kernel with the most time that is not a communication kernel."""
-    names = pd.Series([k.name for k in m.top_kernels], dtype="object")
-    comm = concepts.is_comm_kernel(names).tolist()
-    return next((k for k, is_comm in zip(m.top_kernels, comm, strict=True) if not is_comm), None)
+    return next((k for k in m.top_kernels if not k.is_comm), None)
 
 
 def _compute_share(m: RunMetrics) -> float | None:
@@ -434,10 +414,10 @@ def comm_overhead(m: RunMetrics, ctx: RunContext) -> Finding | None:
                           "medium" if c.exposed_fraction >= COMM_EXPOSED_WARN_FRACTION else "low")
     where = "NCCL kernels" if c.on_gpu else "CPU collectives"
     calls = f"{c.calls_per_step:g} call{'' if c.calls_per_step == 1 else 's'} per step"
-    evidence = [Evidence(f"{where} take {_pct(c.fraction)} of step time "
-                         f"({_ms(c.total_ns_per_step)} per step, {calls})", c.origin),
-                Evidence(f"{_pct(c.overlap_fraction)} of communication time overlaps compute; "
-                         f"{_pct(c.exposed_fraction)} of the step is exposed communication",
+    evidence = [Evidence(f"{where} take {pct(c.fraction)} of step time "
+                         f"({ms(c.total_ns_per_step)} per step, {calls})", c.origin),
+                Evidence(f"{pct(c.overlap_fraction)} of communication time overlaps compute; "
+                         f"{pct(c.exposed_fraction)} of the step is exposed communication",
                          c.origin)]
     bucket = ctx.knob("bucket_cap_mb")
     bucket_text = f"from {bucket:g} MB " if isinstance(bucket, (int, float)) else ""
@@ -448,8 +428,8 @@ def comm_overhead(m: RunMetrics, ctx: RunContext) -> Finding | None:
     if severity == "low":
         advice = ("Communication is mostly hidden under compute; no change needed unless you "
                   "scale further. " + advice)
-    title = (f"Communication takes {_pct(c.fraction)} of each step; "
-             f"{_pct(c.overlap_fraction)} of it overlaps compute.")
+    title = (f"Communication takes {pct(c.fraction)} of each step; "
+             f"{pct(c.overlap_fraction)} of it overlaps compute.")
     return Finding("COMM_OVERHEAD", severity, title, evidence, advice)
 
 
@@ -468,11 +448,11 @@ def host_launch_bound(m: RunMetrics, ctx: RunContext) -> Finding | None:
     if kernel_share >= HOST_BOUND_KERNEL_SHARE or not (many_short or
                                                        runtime_share >= HOST_RUNTIME_SHARE):
         return None
-    evidence = [Evidence(f"GPU kernels cover {_pct(kernel_share)} of the step outside data "
+    evidence = [Evidence(f"GPU kernels cover {pct(kernel_share)} of the step outside data "
                          f"waits; {m.launch.kernels_per_step:.0f} kernels per step, "
-                         f"{_pct(m.launch.short_kernel_fraction)} shorter than "
+                         f"{pct(m.launch.short_kernel_fraction)} shorter than "
                          f"{m.launch.short_kernel_ns // 1000} µs", m.launch.origin),
-                Evidence(f"CUDA runtime calls take {_ms(m.launch.runtime_ns_per_step)} of CPU "
+                Evidence(f"CUDA runtime calls take {ms(m.launch.runtime_ns_per_step)} of CPU "
                          "time per step", m.launch.origin)]
     return Finding("HOST_LAUNCH_BOUND", "high",
                    "The GPU waits for the CPU to launch many small kernels.", evidence,
@@ -490,13 +470,13 @@ def pageable_memcpy(m: RunMetrics, ctx: RunContext) -> Finding | None:
         return None
     pinned = "pin_memory=True" if not ctx.knob("pin_memory") else "pinned buffers"
     return Finding("PAGEABLE_MEMCPY", "medium",
-                   f"{_pct(c.h2d_pageable_bytes / c.h2d_bytes)} of host-to-device bytes come "
+                   f"{pct(c.h2d_pageable_bytes / c.h2d_bytes)} of host-to-device bytes come "
                    "from pageable memory.",
-                   [Evidence(f"{_gb(c.h2d_pageable_bytes)} of {_gb(c.h2d_bytes)} H2D copied "
-                             f"from pageable memory, {_ms(c.h2d_ns)} of copy time",
+                   [Evidence(f"{nbytes(c.h2d_pageable_bytes)} of {nbytes(c.h2d_bytes)} H2D copied "
+                             f"from pageable memory, {ms(c.h2d_ns)} of copy time",
                              c.origin)],
                    f"Use {pinned} in the DataLoader with .to(device, non_blocking=True): "
-                   f"{_gb(c.h2d_pageable_bytes)} of H2D copies came from pageable memory.")
+                   f"{nbytes(c.h2d_pageable_bytes)} of H2D copies came from pageable memory.")
 
 
 def sync_stall(m: RunMetrics, ctx: RunContext) -> Finding | None:
@@ -509,8 +489,8 @@ def sync_stall(m: RunMetrics, ctx: RunContext) -> Finding | None:
             (m.gpu is not None and m.gpu.busy_fraction >= COMPUTE_BOUND_BUSY):
         return None
     return Finding("SYNC_STALL", "medium",
-                   f"Blocking synchronisations take {_pct(per_step / step)} of each step.",
-                   [Evidence(f"{c.sync_api_calls} synchronize calls, {_ms(per_step)} per step; "
+                   f"Blocking synchronisations take {pct(per_step / step)} of each step.",
+                   [Evidence(f"{c.sync_api_calls} synchronize calls, {ms(per_step)} per step; "
                              f"{c.tiny_d2h_count} tiny device-to-host copies (.item()-like)",
                              c.origin)],
                    "Remove .item(), .cpu(), print(loss) and torch.cuda.synchronize() from the "
@@ -523,15 +503,15 @@ def low_gpu_util(m: RunMetrics, ctx: RunContext) -> Finding | None:
     if g is None or g.busy_fraction >= LOW_GPU_BUSY:
         return None
     severity: Severity = "high" if g.busy_fraction < VERY_LOW_GPU_BUSY else "medium"
-    evidence = [Evidence(f"kernels, copies and memsets cover {_ms(g.busy_ns)} of the "
-                         f"{_ms(g.window_ns)} GPU window", g.origin)]
+    evidence = [Evidence(f"kernels, copies and memsets cover {ms(g.busy_ns)} of the "
+                         f"{ms(g.window_ns)} GPU window", g.origin)]
     if g.largest_gaps:
         gap = g.largest_gaps[0]
-        evidence.append(Evidence(f"largest idle gap {_ms(gap.duration_ns)} on GPU {gap.device},"
+        evidence.append(Evidence(f"largest idle gap {ms(gap.duration_ns)} on GPU {gap.device},"
                                  f" {gap.where}; {g.long_gap_count} gaps over "
-                                 f"{_ms(g.long_gap_ns)}", g.origin))
+                                 f"{ms(g.long_gap_ns)}", g.origin))
     return Finding("LOW_GPU_UTIL", severity,
-                   f"The GPU is busy only {_pct(g.busy_fraction)} of the time.", evidence,
+                   f"The GPU is busy only {pct(g.busy_fraction)} of the time.", evidence,
                    "Fix what the GPU waits for first (see the DataLoader and launch findings); "
                    "then raise the batch size to give each step more GPU work.")
 
@@ -546,9 +526,9 @@ def small_batch(m: RunMetrics, ctx: RunContext) -> Finding | None:
     elif (m.launch is not None and m.gpu.busy_fraction < LOW_GPU_BUSY
           and m.launch.short_kernel_fraction >= SMALL_BATCH_SHORT_KERNELS
           and (m.dataloader_fraction or 0.0) < LOADER_BOUND_FRACTION):
-        evidence = [Evidence(f"{_pct(m.launch.short_kernel_fraction)} of kernels are shorter "
+        evidence = [Evidence(f"{pct(m.launch.short_kernel_fraction)} of kernels are shorter "
                              f"than {m.launch.short_kernel_ns // 1000} µs and the GPU is busy "
-                             f"{_pct(m.gpu.busy_fraction)}", m.launch.origin)]
+                             f"{pct(m.gpu.busy_fraction)}", m.launch.origin)]
     else:
         return None
     return Finding("SMALL_BATCH", "medium", "Each step gives the GPU too little work.", evidence,
@@ -594,8 +574,8 @@ def cpu_oversubscribed(m: RunMetrics, ctx: RunContext) -> Finding | None:
     evidence = [Evidence(f"{load.describe()}: {load.busy} busy threads", "manifest")]
     share = _compute_share(m)
     if share is not None and m.breakdown is not None:
-        evidence.append(Evidence(f"the model's operators take {_pct(share)} of the "
-                                 f"{_ms(m.breakdown.step_ns)} step, on the same cores",
+        evidence.append(Evidence(f"the model's operators take {pct(share)} of the "
+                                 f"{ms(m.breakdown.step_ns)} step, on the same cores",
                                  m.breakdown.origin))
     trials = m.trials
     if trials is not None and trials.synthetic and trials.full:
@@ -629,20 +609,13 @@ def cpu_oversubscribed(m: RunMetrics, ctx: RunContext) -> Finding | None:
                    evidence, f"{advice}; or request --cpus-per-task={load.busy} in Slurm.")
 
 
-def _loop_line(m: RunMetrics) -> LineItem | None:
-    """line_profiler's DataLoader loop line, if the run has one."""
-    lines = [line for listing in m.listings for line in listing.lines] or m.lines
-    loops = [line for line in lines if line.is_dataloader_loop]
-    return max(loops, key=lambda line: line.time_ns) if loops else None
-
-
 def _wait_evidence(m: RunMetrics, origin: str, share: float) -> Evidence:
     """What one profiler measured of the DataLoader wait, in its own terms."""
-    loop = _loop_line(m) if origin == "lprof" else None
+    loop = m.loop_line if origin == "lprof" else None
     if loop is not None:
-        return Evidence(f"{_pct(share)} of {loop.function}() on the DataLoader loop line "
+        return Evidence(f"{pct(share)} of {loop.function}() on the DataLoader loop line "
                         f"{loop.file.rsplit('/', 1)[-1]}:{loop.lineno}", "lprof")
-    return Evidence(f"{_pct(share)} of step time waiting for the next batch",
+    return Evidence(f"{pct(share)} of step time waiting for the next batch",
                     origin)  # type: ignore[arg-type]
 
 
@@ -653,9 +626,9 @@ def sources_agreement(m: RunMetrics, ctx: RunContext) -> Finding | None:
         return None
     evidence = [_wait_evidence(m, origin, share) for origin, share in sorted(shares.items())]
     if m.gpu is not None:
-        evidence.append(Evidence(f"GPU idle {_pct(1 - m.gpu.busy_fraction)}", m.gpu.origin))
+        evidence.append(Evidence(f"GPU idle {pct(1 - m.gpu.busy_fraction)}", m.gpu.origin))
     values = list(shares.values())
-    spread = f"{_pct(min(values))} to {_pct(max(values))}"
+    spread = f"{pct(min(values))} to {pct(max(values))}"
     agree = max(values) - min(values) <= SOURCES_AGREE_DELTA or \
         len({v >= LOADER_BOUND_FRACTION for v in values}) == 1
     if agree:
@@ -752,18 +725,18 @@ def profiler_verdict(m: RunMetrics) -> tuple[Verdict, str]:
     exposed = m.comm.exposed_fraction if m.comm is not None else 0.0
     candidates: list[tuple[float, Verdict, str]] = []
     if loader >= LOADER_BOUND_FRACTION:
-        candidates.append((loader, "loader-bound", f"{_pct(loader)} of step time waits for data"))
+        candidates.append((loader, "loader-bound", f"{pct(loader)} of step time waits for data"))
     if exposed >= COMM_BOUND_EXPOSED_FRACTION:
         candidates.append((exposed, "communication-bound",
-                           f"{_pct(exposed)} of step time is communication not hidden by "
+                           f"{pct(exposed)} of step time is communication not hidden by "
                            "compute"))
     if _host_bound(m):
         idle = 1.0 - m.gpu.busy_fraction if m.gpu else 0.0
-        candidates.append((idle, "host-bound", f"GPU idle {_pct(idle)} while the CPU launches "
+        candidates.append((idle, "host-bound", f"GPU idle {pct(idle)} while the CPU launches "
                            "many short kernels"))
     elif not candidates and m.gpu is not None and m.gpu.busy_fraction < LOW_GPU_BUSY:
         idle = 1.0 - m.gpu.busy_fraction
-        candidates.append((idle, "host-bound", f"GPU idle {_pct(idle)} with no data wait or "
+        candidates.append((idle, "host-bound", f"GPU idle {pct(idle)} with no data wait or "
                            "communication to explain it: the CPU side sets the pace"))
     if candidates:
         _, name, reason = max(candidates, key=lambda c: c[0])
@@ -774,18 +747,18 @@ def profiler_verdict(m: RunMetrics) -> tuple[Verdict, str]:
 def _compute_or_balanced(m: RunMetrics) -> tuple[Verdict, str]:
     """Compute-bound when the GPU (or CPU ops) is saturated, else balanced or unknown."""
     if m.gpu is not None and m.gpu.busy_fraction >= COMPUTE_BOUND_BUSY:
-        return "compute-bound", f"GPU busy {_pct(m.gpu.busy_fraction)} of its window"
+        return "compute-bound", f"GPU busy {pct(m.gpu.busy_fraction)} of its window"
     share = _compute_share(m)
     if share is not None and share >= COMPUTE_BOUND_SHARE:
         where = "GPU kernels" if m.gpu is not None else "the model's CPU operators"
-        return "compute-bound", f"{where} take {_pct(share)} of step time"
+        return "compute-bound", f"{where} take {pct(share)} of step time"
     if m.steps is None:
-        return "unknown", (f"GPU busy {_pct(m.gpu.busy_fraction) if m.gpu else '?'} but no step "
+        return "unknown", (f"GPU busy {pct(m.gpu.busy_fraction) if m.gpu else '?'} but no step "
                            "markers to attribute the idle time")
     if m.breakdown is None:
         return "unknown", "steps were found but no source could split the step time"
     other = m.breakdown.parts_ns["other"] / max(m.breakdown.step_ns, 1)
     if other >= UNATTRIBUTED_SHARE:
-        return "unknown", (f"{_pct(other)} of the step is time {origin_label(m.breakdown.origin)} "
+        return "unknown", (f"{pct(other)} of the step is time {origin_label(m.breakdown.origin)} "
                            "cannot attribute (no GPU events, CPU operators or source lines)")
     return "balanced", "no single part of the step dominates"

@@ -34,6 +34,15 @@ def origin_label(origin: str) -> str:
 
 #: The parts of a step, in the order they claim time (each claims only what is not yet claimed).
 BREAKDOWN_PARTS = ("dataloader", "h2d_copy", "compute", "comm_exposed", "host_runtime", "other")
+#: The name of each part, for tables, charts and sentences (keys in BREAKDOWN_PARTS order).
+PART_LABELS = {
+    "dataloader": "DataLoader wait",
+    "h2d_copy": "Host-to-device copy",
+    "compute": "Compute",
+    "comm_exposed": "Communication (exposed)",
+    "host_runtime": "Host / CUDA runtime",
+    "other": "Other",
+}
 
 
 @dataclass(frozen=True)
@@ -114,7 +123,6 @@ class CommStats:
     overlap_fraction: float
     calls_per_step: float
     calls_total: int
-    bytes_total: int | None
     names: list[str]
     on_gpu: bool
 
@@ -157,6 +165,8 @@ class TopItem:
     share: float
     #: True when ``total_ns`` is self time: the op's duration minus its direct children's.
     exclusive: bool = False
+    #: Kernels: whether this is a communication kernel (the table's ``is_comm``).
+    is_comm: bool = False
 
 
 @dataclass(frozen=True)
@@ -286,6 +296,8 @@ class RunMetrics:
     trials: Trials | None = None
     lines: list[LineItem] = field(default_factory=list)
     listings: list[FunctionListing] = field(default_factory=list)
+    #: line_profiler's DataLoader loop line (the one with the most time), when there is one.
+    loop_line: LineItem | None = None
     throughput_samples_per_s: float | None = None
     #: Each timed step of the runner's plain (unprofiled) run, ns: the samples behind the
     #: throughput (empty without a manifest that has them).

@@ -12,8 +12,9 @@ import pandas as pd
 
 from profreport.model import Profile
 from profreport.reports.analysis import intervals as iv
-from profreport.reports.analysis.metrics import StepWindows, dataloader_intervals, gpu_tables
+from profreport.reports.analysis.gpu import gpu_tables
 from profreport.reports.analysis.results import Timeline, TimelineSegment
+from profreport.reports.analysis.steps import StepWindows, dataloader_intervals
 
 #: Steps shown: the median one and its neighbours, enough to see the gap between iterations.
 TIMELINE_STEPS = 3

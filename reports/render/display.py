@@ -10,14 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import PurePath
 
-from profreport.reports.analysis.results import Finding, RunAnalysis, RunMetrics, Trials
-
-#: Shown where a metric is unknown (its sources cannot tell).
-MISSING = "—"
-#: Below this many nanoseconds a duration reads better in microseconds (1 ms).
-_MICROSECOND_BELOW_NS = 1_000_000
-#: From this many nanoseconds on a duration reads better in seconds (10 s).
-_SECOND_FROM_NS = 10_000_000_000
+from profreport.reports.analysis.results import (
+    PART_LABELS,
+    Finding,
+    RunAnalysis,
+    RunMetrics,
+    Trials,
+)
+from profreport.units import MICROSECOND_BELOW_NS, MISSING, duration, nbytes, percent
 
 VERDICT_LABELS = {
     "loader-bound": "Waiting for data (DataLoader-bound)",
@@ -28,15 +28,6 @@ VERDICT_LABELS = {
     "unknown": "Unknown",
 }
 
-#: Keys in BREAKDOWN_PARTS order.
-PART_LABELS = {
-    "dataloader": "DataLoader wait",
-    "h2d_copy": "Host-to-device copy",
-    "compute": "Compute",
-    "comm_exposed": "Communication (exposed)",
-    "host_runtime": "Host / CUDA runtime",
-    "other": "Other",
-}
 
 
 def verdict_label(verdict: str) -> str:
@@ -54,19 +45,6 @@ def ns_to_ms(ns: float) -> float:
     return round(ns / 1e6, 3)
 
 
-def duration(ns: float | None) -> str:
-    """A duration in the unit that reads best: µs, ms or s."""
-    if ns is None:
-        return MISSING
-    if ns == 0:
-        return "0 ms"
-    if abs(ns) < _MICROSECOND_BELOW_NS:
-        return f"{ns / 1e3:,.1f} µs"
-    if abs(ns) < _SECOND_FROM_NS:
-        return f"{ns / 1e6:,.1f} ms"
-    return f"{ns / 1e9:,.2f} s"
-
-
 def signed_duration(ns: float | None) -> str:
     """A duration change with its sign: ``+12.0 ms``, ``-3.1 ms``."""
     if ns is None:
@@ -80,7 +58,7 @@ def delta_ms(ns: float | None) -> str:
         return MISSING
     if ns == 0:
         return "0 ms"
-    digits = 1 if abs(ns) >= _MICROSECOND_BELOW_NS else 2
+    digits = 1 if abs(ns) >= MICROSECOND_BELOW_NS else 2
     return f"{ns / 1e6:+,.{digits}f} ms"
 
 
@@ -114,11 +92,6 @@ def indent_width(source: str | None) -> int:
     return len(expanded) - len(expanded.lstrip(" "))
 
 
-def percent(fraction: float | None) -> str:
-    """A 0..1 fraction as a percentage."""
-    return MISSING if fraction is None else f"{fraction * 100:.1f}%"
-
-
 def ratio(value: float | None) -> str:
     """A speedup-style ratio: ``1.25×``."""
     return MISSING if value is None else f"{value:.2f}×"
@@ -140,18 +113,6 @@ def number(value: float | None, digits: int = 1) -> str:
     if float(value).is_integer():
         return f"{int(value):,}"
     return f"{value:,.{digits}f}"
-
-
-def nbytes(value: int | None) -> str:
-    """A byte count in B, KiB, MiB or GiB."""
-    if value is None or value < 0:
-        return MISSING
-    size = float(value)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:,.0f} {unit}" if unit == "B" else f"{size:,.1f} {unit}"
-        size /= 1024
-    return MISSING
 
 
 def elide(text: str, limit: int | None) -> str:
@@ -339,7 +300,8 @@ def phase_label(phase: str) -> str:
 
 
 def headline_finding(run: RunAnalysis) -> Finding | None:
-    """The finding a reader should act on first: the most severe one (findings come sorted)."""
+    """The finding a reader should act on first: findings come with the one explaining the
+    verdict first, then by severity."""
     return next(iter(run.findings), None)
 
 

@@ -3,7 +3,8 @@
 Top level: ``schema``, ``generated_by``, ``title``, ``runs``, ``comparison`` (or null),
 ``failures``. Times are milliseconds (``*_ms``) or seconds (``time_s``); fractions are 0..1; a
 metric is null where the run's sources cannot tell. Output is deterministic: keys sorted, lists in
-a meaningful order (findings by severity, top lists by time) or sorted.
+a meaningful order (findings: the one explaining the verdict first, then by severity; top
+lists by time) or sorted.
 """
 
 from __future__ import annotations

@@ -1,0 +1,82 @@
+"""The step breakdown: each part of a step claims the time no earlier part claimed.
+
+The parts (``BREAKDOWN_PARTS``) claim in order, so they add up to the mean step window. The time
+the communication part claims is *the* exposed communication of the run: ``CommStats`` reads the
+same intervals (:func:`claim`), so the breakdown and the communication figures never disagree.
+"""
+
+from __future__ import annotations
+
+from profreport import concepts
+from profreport.model import Profile
+from profreport.reports.analysis import intervals as iv
+from profreport.reports.analysis.cpu import framework_ops, spans_where
+from profreport.reports.analysis.results import (
+    BREAKDOWN_PARTS,
+    Breakdown,
+    CpuPhaseBreakdown,
+    Origin,
+)
+from profreport.reports.analysis.steps import StepWindows, dataloader_intervals
+
+Parts = list[tuple[str, iv.Intervals]]
+
+
+def claim(parts: Parts) -> dict[str, iv.Intervals]:
+    """Each part's intervals minus those of every earlier part (the time it claims)."""
+    claimed = iv.EMPTY
+    out: dict[str, iv.Intervals] = {}
+    for name, part in parts:
+        out[name] = iv.subtract(part, claimed)
+        claimed = iv.merge(claimed, out[name])
+    return out
+
+
+def mean_per_step(claims: dict[str, iv.Intervals], windows: StepWindows) -> dict[str, int]:
+    """Mean ns per step window of each claimed part."""
+    return {name: windows.per_step(part) for name, part in claims.items()}
+
+
+def make_breakdown(origin: Origin, windows: StepWindows, claims: dict[str, iv.Intervals],
+                   overlapped_ns: int = 0) -> Breakdown:
+    """A Breakdown whose parts (in BREAKDOWN_PARTS order) add up to the mean window."""
+    step_ns = windows.total_ns // max(windows.count, 1)
+    parts_ns = dict.fromkeys(BREAKDOWN_PARTS, 0)
+    parts_ns.update(mean_per_step(claims, windows))
+    parts_ns["other"] = max(step_ns - sum(v for k, v in parts_ns.items() if k != "other"), 0)
+    return Breakdown(origin=origin, step_ns=step_ns, parts_ns=parts_ns,
+                     comm_overlapped_ns=overlapped_ns)
+
+
+def cpu_parts(profile: Profile, windows: StepWindows) -> Parts:
+    """CPU-only runs: DataLoader wait, then framework ops (any thread) as compute, then CPU
+    collectives while no framework op runs as exposed communication; the rest is other.
+
+    A profile with ranges but no framework ops (nsys NVTX on a CPU-only capture) gets DataLoader
+    wait and "other" only: it cannot tell compute from anything else."""
+    return [("dataloader", dataloader_intervals(profile, windows)),
+            ("compute", iv.union_of([framework_ops(profile)])),
+            ("comm_exposed", iv.union_of([profile.table("cpu_collectives")]))]
+
+
+def cpu_breakdown(profile: Profile, windows: StepWindows) -> Breakdown:
+    """The step breakdown of a CPU-only run (see :func:`cpu_parts`)."""
+    return make_breakdown(profile.kind, windows, claim(cpu_parts(profile, windows)))
+
+
+def cpu_phases(profile: Profile, windows: StepWindows) -> CpuPhaseBreakdown:
+    """CPU-only runs: share of step time in DataLoader, optimizer, backward, forward (the
+    remaining framework ops) and communication while no op runs, each claiming only unclaimed
+    time."""
+    optimizer = spans_where(profile, lambda names: concepts.is_optimizer_step_span(names)
+                            | concepts.is_zero_grad_span(names))
+    parts = [("dataloader", dataloader_intervals(profile, windows)),
+             ("optimizer", iv.union_of([optimizer])),
+             ("backward", iv.union_of([spans_where(profile, concepts.is_backward_op)])),
+             ("forward", iv.union_of([framework_ops(profile)])),
+             ("communication", iv.union_of([profile.table("cpu_collectives")]))]
+    mean = mean_per_step(claim(parts), windows)
+    step_ns = max(windows.total_ns // max(windows.count, 1), 1)
+    fractions = {name: ns / step_ns for name, ns in mean.items()}
+    fractions["other"] = max(1.0 - sum(fractions.values()), 0.0)
+    return CpuPhaseBreakdown(origin=profile.kind, fractions=fractions)

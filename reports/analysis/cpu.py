@@ -1,0 +1,137 @@
+"""CPU-side metrics: framework ops, their self times, the top ops and the ops' implementation.
+
+Which CPU op is which (framework op, optimizer, backward, DataParallel) is decided in
+:mod:`profreport.concepts`; this module only measures.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from profreport import concepts
+from profreport.model import Profile
+from profreport.reports.analysis.results import CpuOpMix, TopItem
+from profreport.reports.analysis.steps import StepWindows, in_windows
+from profreport.reports.analysis.top import TOP_OPS, ranked
+
+
+def framework_ops(profile: Profile) -> pd.DataFrame:
+    """CPU ops that are the framework's own work (not steps, DataLoader waits, collectives)."""
+    ops = profile.table("cpu_ops")
+    return ops[concepts.is_framework_op(ops["name"]).to_numpy()]
+
+
+def spans_where(profile: Profile, classify) -> pd.DataFrame:
+    """Start and end of the CPU ops and annotated ranges that ``classify`` (a concepts
+    predicate) selects: Kineto records ``Optimizer.step#...`` as a user annotation, i.e. a range,
+    not a ``cpu_op``."""
+    frames = [table[classify(table["name"]).to_numpy()]
+              for table in (profile.table("cpu_ops"), profile.table("ranges"))]
+    return pd.concat([f[["start", "end", "name"]] for f in frames], ignore_index=True)
+
+
+def outer_calls(frame: pd.DataFrame, key: str) -> pd.Series:
+    """Whether each row starts outside every earlier same-``key`` row, aligned with ``frame``: a
+    call re-entered under a same-name call (``aten::conv2d`` under autocast) is no new call."""
+    ordered = frame.sort_values([key, "start"], kind="stable")
+    reach = ordered.groupby(key, sort=False)["end"].cummax()
+    before = reach.groupby(ordered[key], sort=False).shift()
+    return (before.isna() | (ordered["start"] >= before)).reindex(frame.index)
+
+
+def _nesting_depth(starts: np.ndarray, ends: np.ndarray, threads: np.ndarray) -> np.ndarray:
+    """How many spans of the same thread are open when each span starts (spans sorted by thread,
+    start, longest first): a sweep over start (+1) and end (-1) events, ends first on ties."""
+    n = len(starts)
+    times = np.concatenate([starts, ends])
+    is_start = np.concatenate([np.ones(n, dtype=bool), np.zeros(n, dtype=bool)])
+    rank = np.concatenate([np.arange(n), np.arange(n)])
+    events = np.lexsort((rank, is_start, times, np.concatenate([threads, threads])))
+    open_after = np.cumsum(np.where(is_start[events], 1, -1))
+    depth = np.empty(n, dtype=np.int64)
+    starting = is_start[events]
+    depth[rank[events][starting]] = open_after[starting] - 1
+    return depth
+
+
+def _parents(depth: np.ndarray) -> np.ndarray:
+    """Index of each span's direct parent (-1 for none): the nearest earlier span one level up,
+    found with one searchsorted per nesting level (levels are few, spans many)."""
+    parent = np.full(len(depth), -1, dtype=np.int64)
+    for level in range(1, int(depth.max(initial=0)) + 1):
+        above, here = np.flatnonzero(depth == level - 1), np.flatnonzero(depth == level)
+        k = np.searchsorted(above, here) - 1
+        parent[here] = np.where(k >= 0, above[np.maximum(k, 0)], -1)
+    return parent
+
+
+def self_time_ns(ops: pd.DataFrame) -> np.ndarray:
+    """Each op's self (exclusive) time: its duration minus the part of it its direct children on
+    the same thread cover, aligned with ``ops``' rows. Vectorised: nesting depth from a sweep over
+    start/end events, parents by depth level. A child that overruns its parent's end (trace
+    rounding) only takes its overlap; self time never goes below zero."""
+    if ops.empty:
+        return np.empty(0, dtype=np.int64)
+    start = ops["start"].to_numpy(np.int64)
+    end = np.maximum(ops["end"].to_numpy(np.int64), start)
+    thread = ops.groupby(["pid", "tid"], sort=False).ngroup().to_numpy(np.int64)
+    order = np.lexsort((-end, start, thread))
+    s, e = start[order], end[order]
+    parent = _parents(_nesting_depth(s, e, thread[order]))
+    child = parent >= 0
+    covered = np.clip(np.minimum(e[child], e[parent[child]]) - s[child], 0, None)
+    children_ns = np.bincount(parent[child], weights=covered, minlength=len(s)).astype(np.int64)
+    own = np.empty(len(s), dtype=np.int64)
+    own[order] = np.maximum(e - s - children_ns, 0)
+    return own
+
+
+def op_self_times(profile: Profile, windows: StepWindows | None) -> pd.DataFrame:
+    """Framework ops with their self time ``ns`` and ``outer`` (a call not re-entered under a
+    same-name call), inside the step windows' span when there are steps. Nesting is worked out
+    over all CPU ops, so a step or DataLoader span still owns the time between its children."""
+    ops = profile.table("cpu_ops")
+    framework = framework_ops(profile)
+    if framework.empty:
+        return framework.assign(ns=pd.Series(dtype="int64"), outer=pd.Series(dtype=bool))
+    spans = ops.assign(ns=self_time_ns(ops)).loc[framework.index]
+    spans = spans.assign(outer=outer_calls(spans, "name"))
+    return in_windows(spans, windows) if windows is not None else spans
+
+
+def top_ops(profile: Profile, windows: StepWindows | None) -> list[TopItem]:
+    """CPU ops by self time (duration minus direct children), so a chain of wrappers
+    (``autograd::engine::evaluate_function: ConvolutionBackward0`` > ``ConvolutionBackward0`` >
+    ``aten::convolution_backward``) is counted once, where the work is done. ``share`` is the
+    self time over the summed step windows (first to last op without steps); ops on several
+    threads (autograd's device threads, workers) run beside each other, so shares of different
+    threads can add up to more than 1."""
+    spans = op_self_times(profile, windows)
+    if spans.empty:
+        return []
+    total = windows.total_ns if windows else int(spans["end"].max() - spans["start"].min())
+    return ranked(spans, "name", TOP_OPS, total, exclusive=True)
+
+
+def cpu_op_mix(profile: Profile, windows: StepWindows) -> CpuOpMix | None:
+    """CPU-only runs: share of framework-op self time in ATen's slow reference kernels and in
+    oneDNN (mkldnn) ops."""
+    spans = op_self_times(profile, windows)
+    total = int(spans["ns"].sum()) if not spans.empty else 0
+    if total <= 0:
+        return None
+    slow = spans[concepts.is_slow_fallback_op(spans["name"]).to_numpy()]
+    onednn = spans[concepts.is_onednn_op(spans["name"]).to_numpy()]
+    by_name = slow.groupby("name")["ns"].sum().sort_values(ascending=False)
+    return CpuOpMix(origin=profile.kind, op_self_ns=total,
+                    slow_fallback_fraction=float(slow["ns"].sum()) / total,
+                    onednn_fraction=float(onednn["ns"].sum()) / total,
+                    slow_fallback_ops=[str(name) for name in by_name.index])
+
+
+def dataparallel_ops(profile: Profile) -> dict[str, int]:
+    """Counts of nn.DataParallel's own ops among the CPU ops and annotated ranges."""
+    names = pd.concat([profile.table("cpu_ops")["name"], profile.table("ranges")["name"]])
+    hits = names[concepts.is_dataparallel_op(names).to_numpy()].astype("string")
+    return {str(name): int(count) for name, count in hits.value_counts().sort_index().items()}

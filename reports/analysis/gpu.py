@@ -1,0 +1,234 @@
+"""GPU-side metrics: utilisation, the GPU step breakdown, launches, copies and the kernel mix.
+
+What a kernel, copy or memset is comes from the parsers' tables and :mod:`profreport.concepts`:
+communication kernels are the ``is_comm`` rows; *compute* kernels are all the others; copies and
+memsets are their own categories.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from profreport import concepts
+from profreport.model import Profile
+from profreport.reports.analysis import intervals as iv
+from profreport.reports.analysis.breakdown import Parts, claim, make_breakdown
+from profreport.reports.analysis.cpu import spans_where
+from profreport.reports.analysis.results import (
+    Breakdown,
+    CopyStats,
+    GpuUtilization,
+    IdleGap,
+    KernelMix,
+    LaunchStats,
+    TopItem,
+)
+from profreport.reports.analysis.steps import (
+    StepWindows,
+    dataloader_intervals,
+    in_windows,
+    where_in_steps,
+)
+from profreport.reports.analysis.top import TOP_KERNELS, top_items
+
+#: An idle GPU gap longer than this is a stall, not launch jitter: the sc22 tutorial reads its
+#: 500 ms gaps as the GPU waiting for the DataLoader between iterations.
+LONG_IDLE_GAP_NS = 500_000_000
+#: Kernels shorter than this cost about as much to launch (~5-10 us) as they run.
+SHORT_KERNEL_NS = 10_000
+#: A device-to-host copy this small is a scalar read back (``.item()``, ``print(loss)``): a sync.
+TINY_COPY_BYTES = 64
+#: How many idle gaps are kept for display.
+TOP_GAPS = 5
+
+
+def gpu_tables(profile: Profile) -> list[pd.DataFrame]:
+    """The kernel, memcpy and memset tables (the GPU's activity)."""
+    return [profile.table("kernels"), profile.table("memcpy"), profile.table("memset")]
+
+
+def has_gpu_events(profile: Profile) -> bool:
+    """Whether the profile recorded any GPU activity."""
+    return any(profile.has(name) for name in ("kernels", "memcpy", "memset"))
+
+
+def comm_kernels(profile: Profile) -> pd.DataFrame:
+    """Communication (collective) kernels."""
+    kernels = profile.table("kernels")
+    return kernels[kernels["is_comm"]]
+
+
+def compute_kernels(profile: Profile) -> pd.DataFrame:
+    """Compute kernels: every kernel that is not communication."""
+    kernels = profile.table("kernels")
+    return kernels[~kernels["is_comm"]]
+
+
+def copies_of_kind(profile: Profile, kind: str) -> pd.DataFrame:
+    """GPU copies of one direction (a ``concepts.COPY_KINDS`` value)."""
+    memcpy = profile.table("memcpy")
+    return memcpy[memcpy["kind"] == kind]
+
+
+def _device_activity(profile: Profile) -> dict[int, iv.Intervals]:
+    """Per device, the union of its kernel, memcpy and memset intervals."""
+    frame = pd.concat([t[["start", "end", "device"]] for t in gpu_tables(profile) if not t.empty])
+    return {int(dev): iv.union(part["start"], part["end"])
+            for dev, part in frame.groupby("device", sort=True)}
+
+
+def gpu_utilization(profile: Profile, windows: StepWindows | None) -> GpuUtilization | None:
+    """Busy share of each GPU over its window (first event start to last event end)."""
+    if not has_gpu_events(profile):
+        return None
+    activity = _device_activity(profile)
+    per_device = {dev: busy.total / max(int(busy.ends[-1] - busy.starts[0]), 1)
+                  for dev, busy in activity.items()}
+    window_ns = sum(int(b.ends[-1] - b.starts[0]) for b in activity.values())
+    busy_ns = sum(b.total for b in activity.values())
+    holes = [(dev, iv.gaps(b)) for dev, b in activity.items()]
+    frame = pd.DataFrame({
+        "device": np.concatenate([np.full(len(g), dev) for dev, g in holes]),
+        "start": np.concatenate([g.starts for _, g in holes]),
+        "duration": np.concatenate([g.ends - g.starts for _, g in holes]),
+    })
+    top = frame.nlargest(TOP_GAPS, "duration")
+    where = where_in_steps(top["start"].to_numpy(np.int64), windows)
+    largest = [IdleGap(int(d), int(s), int(n), w) for d, s, n, w in
+               zip(top["device"], top["start"], top["duration"], where, strict=True)]
+    return GpuUtilization(origin=profile.kind, busy_fraction=busy_ns / max(window_ns, 1),
+                          window_ns=window_ns, busy_ns=busy_ns, per_device=per_device,
+                          largest_gaps=largest,
+                          long_gap_count=int((frame["duration"] > LONG_IDLE_GAP_NS).sum()),
+                          long_gap_ns=LONG_IDLE_GAP_NS)
+
+
+def compute_intervals(profile: Profile) -> iv.Intervals:
+    """GPU work other than communication and H2D copies: kernels, memsets, other copies."""
+    memcpy = profile.table("memcpy")
+    return iv.union_of([compute_kernels(profile), profile.table("memset"),
+                        memcpy[memcpy["kind"] != concepts.HTOD]])
+
+
+def gpu_parts(profile: Profile, windows: StepWindows) -> Parts:
+    """The parts of a GPU step in claiming order: DataLoader wait, H2D copies, compute,
+    communication (what it claims is the exposed part), CUDA runtime calls on the CPU while the
+    GPU has nothing else; the rest is other."""
+    return [("dataloader", dataloader_intervals(profile, windows)),
+            ("h2d_copy", iv.union_of([copies_of_kind(profile, concepts.HTOD)])),
+            ("compute", compute_intervals(profile)),
+            ("comm_exposed", iv.union_of([comm_kernels(profile)])),
+            ("host_runtime", iv.union_of([profile.table("runtime")]))]
+
+
+def gpu_breakdown(profile: Profile, windows: StepWindows) -> Breakdown:
+    """Step time split into the parts of :func:`gpu_parts`; ``comm_overlapped_ns`` is the
+    communication that runs under compute."""
+    comm = iv.union_of([comm_kernels(profile)])
+    overlapped = windows.per_step(iv.intersect(comm, compute_intervals(profile)))
+    return make_breakdown(profile.kind, windows, claim(gpu_parts(profile, windows)), overlapped)
+
+
+def launch_stats(profile: Profile, windows: StepWindows) -> LaunchStats | None:
+    """Kernels per step, share of short kernels, launch delay and CPU runtime time per step."""
+    kernels = in_windows(profile.table("kernels"), windows)
+    if kernels.empty:
+        return None
+    duration = kernels["end"] - kernels["start"]
+    runtime = in_windows(profile.table("runtime"), windows)
+    launches = runtime[runtime["name"].isin(concepts.LAUNCH_APIS)]
+    joined = kernels.merge(launches[["correlation", "start"]], on="correlation",
+                           suffixes=("", "_call"))
+    delay = joined["start"] - joined["start_call"]
+    return LaunchStats(origin=profile.kind, kernels_per_step=len(kernels) / windows.count,
+                       short_kernel_fraction=float((duration < SHORT_KERNEL_NS).mean()),
+                       short_kernel_ns=SHORT_KERNEL_NS,
+                       launch_delay_p50_ns=int(delay.median()) if len(delay) else None,
+                       runtime_ns_per_step=int((runtime["end"] - runtime["start"]).sum())
+                       // windows.count,
+                       gpu_kernel_ns_per_step=int(duration.sum()) // windows.count)
+
+
+def copy_stats(profile: Profile) -> CopyStats | None:
+    """H2D volume (pageable vs pinned), tiny D2H copies, and synchronising API calls."""
+    memcpy = profile.table("memcpy")
+    runtime = profile.table("runtime")
+    if memcpy.empty and runtime.empty:
+        return None
+    h2d = copies_of_kind(profile, concepts.HTOD)
+    known = h2d[h2d["bytes"] >= 0]
+    d2h = copies_of_kind(profile, concepts.DTOH)
+    tiny = d2h[d2h["bytes"].between(0, TINY_COPY_BYTES)]
+    syncs = runtime[runtime["name"].isin(concepts.SYNC_APIS)]
+    return CopyStats(origin=profile.kind, h2d_bytes=int(known["bytes"].sum()),
+                     h2d_ns=int((h2d["end"] - h2d["start"]).sum()),
+                     h2d_pageable_bytes=int(known.loc[known["src_kind"] == concepts.PAGEABLE,
+                                                      "bytes"].sum()),
+                     h2d_pinned_bytes=int(known.loc[known["src_kind"] == concepts.PINNED,
+                                                    "bytes"].sum()),
+                     tiny_d2h_count=len(tiny),
+                     sync_api_ns=int((syncs["end"] - syncs["start"]).sum()),
+                     sync_api_calls=len(syncs))
+
+
+def top_kernels(profile: Profile) -> list[TopItem]:
+    """Kernels by total GPU time (grouped by full name), share of all kernel time, each marked
+    communication or not."""
+    kernels = profile.table("kernels")
+    top = top_items(kernels, "name", TOP_KERNELS, int((kernels["end"] - kernels["start"]).sum()))
+    comm = set(kernels.loc[kernels["is_comm"], "name"])
+    return [replace(item, is_comm=item.name in comm) for item in top]
+
+
+def launched_in(profile: Profile, spans: iv.Intervals) -> pd.DataFrame:
+    """Kernels whose launch call started inside ``spans`` (joined on the correlation id)."""
+    runtime = profile.table("runtime")
+    launches = runtime[runtime["name"].isin(concepts.LAUNCH_APIS)]
+    at = launches["start"].to_numpy(np.int64)
+    inside = iv.overlap_per_window(spans, at, at + 1) > 0
+    return profile.table("kernels").merge(launches.loc[inside, ["correlation"]], on="correlation")
+
+
+def kernel_mix(profile: Profile, windows: StepWindows | None) -> KernelMix | None:
+    """Precision, layout conversions, elementwise share and optimizer kernels of the compute
+    kernels (communication kernels left out)."""
+    kernels = compute_kernels(profile)
+    duration = (kernels["end"] - kernels["start"]).to_numpy(np.int64)
+    total = int(duration.sum())
+    if total <= 0:
+        return None
+    names = kernels["name"]
+
+    def share(mask: pd.Series) -> float:
+        """Share of compute-kernel time in the kernels ``mask`` selects."""
+        return float(duration[mask.to_numpy()].sum()) / total
+
+    spans = spans_where(profile, concepts.is_optimizer_step_span)
+    optimizer = iv.union_of([spans])
+    in_optimizer = launched_in(profile, optimizer) if len(optimizer) else kernels.iloc[:0]
+    classes = [c for c in map(concepts.optimizer_class, spans["name"].unique()) if c]
+    per_step = None
+    if len(optimizer) and windows is not None:
+        per_step = len(in_windows(in_optimizer, windows)) / windows.count
+    fused_pool = in_optimizer if not in_optimizer.empty else kernels
+    return KernelMix(
+        origin=profile.kind, compute_kernel_ns=total,
+        reduced_precision_fraction=share(concepts.is_reduced_precision_kernel(names)),
+        layout_conversion_fraction=share(concepts.is_layout_conversion_kernel(names)),
+        elementwise_fraction=share(concepts.is_elementwise_kernel(names)),
+        optimizer_kernels_per_step=per_step,
+        fused_optimizer=bool(concepts.is_fused_optimizer_kernel(fused_pool["name"]).any()),
+        optimizer_name=classes[0] if classes else None)
+
+
+def max_devices_per_process(profile: Profile) -> int:
+    """Most GPUs whose kernels one process launched (kernels joined to runtime calls)."""
+    kernels = profile.table("kernels")
+    launched = kernels[["correlation", "device"]].merge(
+        profile.table("runtime")[["correlation", "pid"]], on="correlation")
+    if launched.empty:
+        return int(kernels["device"].nunique())
+    return int(launched.groupby("pid")["device"].nunique().max())

@@ -1,0 +1,92 @@
+"""line_profiler metrics: the DataLoader loop line, iterations from its hits, the listings."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from profreport.reports.analysis.results import (
+    BREAKDOWN_PARTS,
+    Breakdown,
+    FunctionListing,
+    LineItem,
+    StepStats,
+)
+from profreport.reports.analysis.top import TOP_LINES
+
+
+def loop_line_row(lines: pd.DataFrame) -> pd.Series | None:
+    """The DataLoader loop line (``is_dataloader_loop``, see concepts) that took the most time,
+    or None."""
+    loops = lines[lines["is_dataloader_loop"]]
+    if loops.empty:
+        return None
+    return loops.loc[loops["time_ns"].idxmax()]
+
+
+def loop_line(lines: pd.DataFrame) -> LineItem | None:
+    """The DataLoader loop line as a LineItem, or None."""
+    row = loop_line_row(lines) if not lines.empty else None
+    return None if row is None else line_item(row)
+
+
+def _function_total(lines: pd.DataFrame, line: pd.Series) -> int:
+    """Total time of the function holding ``line``."""
+    same = (lines["file"] == line["file"]) & (lines["function"] == line["function"])
+    return int(lines.loc[same, "time_ns"].sum())
+
+
+def lprof_step_stats(lines: pd.DataFrame) -> StepStats | None:
+    """Iterations from the loop line's hits; mean = function total / hits (only the mean is known,
+    so percentiles, min and max repeat it)."""
+    line = loop_line_row(lines)
+    if line is None or int(line["hits"]) == 0:
+        return None
+    mean = _function_total(lines, line) // int(line["hits"])
+    return StepStats(origin="lprof", count=int(line["hits"]), mean_ns=mean, p50_ns=mean,
+                     p90_ns=mean, min_ns=mean, max_ns=mean, wall_mean_ns=mean)
+
+
+def lprof_dataloader_fraction(lines: pd.DataFrame) -> float | None:
+    """The loop line's share of its function's time (waiting on ``next(loader)``)."""
+    line = loop_line_row(lines)
+    return None if line is None else float(line["function_share"])
+
+
+def lprof_breakdown(lines: pd.DataFrame, steps: StepStats) -> Breakdown | None:
+    """line_profiler: the loop line is DataLoader wait, the rest of the loop's function is counted
+    as compute (line_profiler cannot split the loop body further)."""
+    share = lprof_dataloader_fraction(lines)
+    if share is None:
+        return None
+    loader = int(steps.mean_ns * share)
+    parts_ns = dict.fromkeys(BREAKDOWN_PARTS, 0)
+    parts_ns.update(dataloader=loader, compute=steps.mean_ns - loader)
+    return Breakdown(origin="lprof", step_ns=steps.mean_ns, parts_ns=parts_ns)
+
+
+def line_item(row: pd.Series) -> LineItem:
+    """One line_profiler row as a LineItem."""
+    return LineItem(file=str(row["file"]), function=str(row["function"]),
+                    lineno=int(row["lineno"]), hits=int(row["hits"]), time_ns=int(row["time_ns"]),
+                    time_per_hit_ns=int(row["time_per_hit_ns"]),
+                    share=float(row["function_share"]),
+                    source=None if pd.isna(row["source"]) else str(row["source"]),
+                    is_dataloader_loop=bool(row["is_dataloader_loop"]))
+
+
+def top_lines(lines: pd.DataFrame) -> list[LineItem]:
+    """The lines with the most time, most first."""
+    ordered = lines.sort_values(["time_ns", "file", "lineno"], ascending=[False, True, True])
+    return [line_item(row) for _, row in ordered.head(TOP_LINES).iterrows()]
+
+
+def function_listings(lines: pd.DataFrame) -> list[FunctionListing]:
+    """Every profiled function with all its lines in order, slowest function first."""
+    listings = []
+    for (file, function), part in lines.groupby(["file", "function"], sort=True):
+        part = part.sort_values("lineno")
+        listings.append(FunctionListing(
+            file=str(file), function=str(function), first_lineno=int(part["lineno"].iloc[0]),
+            total_ns=int(part["time_ns"].sum()),
+            lines=[line_item(row) for _, row in part.iterrows()]))
+    return sorted(listings, key=lambda item: (-item.total_ns, item.file, item.function))

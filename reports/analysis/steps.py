@@ -1,0 +1,132 @@
+"""Steps: the annotated iterations of one profile and the wall windows they own.
+
+A step's window runs from its start to the next step's start (the last step's window is its own
+range), so the time between annotated ranges belongs to a step. Inside a window, time outside the
+annotated range is the training loop fetching the next batch (``for batch in loader:`` runs
+``next(loader)`` before the body's range opens), and is counted as DataLoader wait together with
+explicit DataLoader spans.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from profreport.model import Profile
+from profreport.reports.analysis import intervals as iv
+from profreport.reports.analysis.results import Origin, StepStats
+
+
+@dataclass(frozen=True)
+class StepWindows:
+    """The steps of one profile: annotated ranges and the wall windows they own."""
+
+    origin: Origin
+    numbers: np.ndarray
+    range_starts: np.ndarray
+    range_ends: np.ndarray
+    #: Window i runs from step i's start to step i+1's start; the last one is its own range.
+    starts: np.ndarray
+    ends: np.ndarray
+
+    @property
+    def count(self) -> int:
+        """Number of steps."""
+        return len(self.numbers)
+
+    @property
+    def total_ns(self) -> int:
+        """Sum of the window lengths."""
+        return int((self.ends - self.starts).sum())
+
+    @property
+    def first_ns(self) -> int:
+        """Start of the first window."""
+        return int(self.starts[0])
+
+    @property
+    def last_ns(self) -> int:
+        """End of the last window."""
+        return int(self.ends[-1])
+
+    def ranges(self) -> iv.Intervals:
+        """The annotated step ranges as intervals."""
+        return iv.union(self.range_starts, self.range_ends)
+
+    def windows(self) -> iv.Intervals:
+        """The step windows as intervals."""
+        return iv.union(self.starts, self.ends)
+
+    def per_step(self, intervals: iv.Intervals) -> int:
+        """Mean ns per step that ``intervals`` cover inside the windows."""
+        return self.covered(intervals) // max(self.count, 1)
+
+    def covered(self, intervals: iv.Intervals) -> int:
+        """Total ns that ``intervals`` cover inside the windows."""
+        return int(iv.overlap_per_window(intervals, self.starts, self.ends).sum())
+
+    def index_of(self, times: np.ndarray) -> np.ndarray:
+        """The window each time lies in (-1 outside every window)."""
+        k = np.searchsorted(self.starts, times, side="right") - 1
+        inside = (k >= 0) & (times < self.ends[np.maximum(k, 0)])
+        return np.where(inside, k, -1)
+
+
+def step_windows(profile: Profile) -> StepWindows | None:
+    """The step windows of a profile with a ``steps`` table (one row per step), or None."""
+    steps = profile.table("steps")
+    if steps.empty:
+        return None
+    steps = steps.sort_values("start", kind="stable")
+    starts = steps["start"].to_numpy(np.int64)
+    ends = steps["end"].to_numpy(np.int64)
+    wall_ends = np.append(np.maximum(starts[1:], ends[:-1]), ends[-1])
+    return StepWindows(origin=profile.kind, numbers=steps["number"].to_numpy(np.int64),
+                       range_starts=starts, range_ends=ends, starts=starts, ends=wall_ends)
+
+
+def _pct(values: np.ndarray, q: float) -> int:
+    """Percentile ``q`` of integer durations, as int ns."""
+    return int(np.percentile(values, q))
+
+
+def step_stats(windows: StepWindows) -> StepStats:
+    """Count and duration of the annotated step ranges; wall time is start-to-start."""
+    durations = windows.range_ends - windows.range_starts
+    wall = np.diff(windows.range_starts)
+    return StepStats(origin=windows.origin, count=windows.count, mean_ns=int(durations.mean()),
+                     p50_ns=_pct(durations, 50), p90_ns=_pct(durations, 90),
+                     min_ns=int(durations.min()), max_ns=int(durations.max()),
+                     wall_mean_ns=int(wall.mean()) if len(wall) else None,
+                     stdev_ns=int(durations.std(ddof=1)) if len(durations) > 1 else None)
+
+
+def in_windows(frame: pd.DataFrame, windows: StepWindows) -> pd.DataFrame:
+    """Rows starting inside the span of the step windows."""
+    return frame[(frame["start"] >= windows.first_ns) & (frame["start"] < windows.last_ns)]
+
+
+def where_in_steps(starts: np.ndarray, windows: StepWindows | None) -> list[str]:
+    """Where each time lies relative to the step ranges: "inside step N", "between steps" or
+    "outside steps"."""
+    if windows is None:
+        return ["outside steps"] * len(starts)
+    k = np.searchsorted(windows.range_starts, starts, side="right") - 1
+    inside = (k >= 0) & (starts < windows.range_ends[np.maximum(k, 0)])
+    spanned = (starts >= windows.range_starts[0]) & (starts < windows.range_ends[-1])
+    return [f"inside step {windows.numbers[i]}" if inn else
+            ("between steps" if sp else "outside steps")
+            for i, inn, sp in zip(k, inside, spanned, strict=True)]
+
+
+def dataloader_intervals(profile: Profile, windows: StepWindows) -> iv.Intervals:
+    """DataLoader spans plus the time inside step windows outside the annotated step ranges."""
+    between = iv.subtract(windows.windows(), windows.ranges())
+    return iv.merge(iv.union_of([profile.table("dataloader")]), between)
+
+
+def dataloader_fraction(profile: Profile, windows: StepWindows) -> float:
+    """Share of step-window time spent waiting for the next batch."""
+    return windows.covered(dataloader_intervals(profile, windows)) / max(windows.total_ns, 1)

@@ -1,0 +1,164 @@
+"""Each concept of ``profreport.concepts`` on real names read from the corpus and the fixtures.
+
+The names are taken from the raw files (plain gzip + json), so the tests follow the traces, not
+a copy of their names; each test also checks the names that must NOT match.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from functools import cache
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from profreport import concepts
+
+
+@cache
+def _raw_names(path: Path) -> dict[str, set[str]]:
+    """Event names of a Kineto trace, by category."""
+    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    out: dict[str, set[str]] = {}
+    for event in events:
+        out.setdefault(str(event.get("cat")), set()).add(str(event.get("name", "")))
+    return out
+
+
+def names(path: Path, *cats: str) -> pd.Series:
+    """The distinct event names of the given categories, sorted."""
+    found = set().union(*(_raw_names(path).get(cat, set()) for cat in cats))
+    return pd.Series(sorted(found), dtype="object")
+
+
+def selected(series: pd.Series, mask: pd.Series) -> set[str]:
+    """The names a classifier selects."""
+    return set(series[mask.to_numpy()])
+
+
+def test_nccl_kernels_of_the_hta_trace(corpus: Path) -> None:
+    """Exactly the two NCCL kernels of the HTA trace are communication; the 2700-kernel rest
+    (multi_tensor_apply, elementwise, gemm...) is compute."""
+    kernels = names(corpus / "hta" / "nccl_data.json.gz", "kernel")
+    comm = selected(kernels, concepts.is_comm_kernel(kernels))
+    assert comm == {"ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, "
+                    "ncclWork*)",
+                    "ncclKernel_Broadcast_RING_LL_Sum_int8_t(ncclDevComm*, unsigned long, "
+                    "ncclWork*)"}
+    assert len(kernels) > 20
+
+
+def test_rccl_and_newer_nccl_kernel_names() -> None:
+    """RCCL (ROCm) keeps NCCL's kernel names and NCCL >= 2.19 names them ``ncclDevKernel_*``
+    (the names as the libraries' sources spell them); a model's own kernel mentioning 'nccl'
+    elsewhere in its name is not one."""
+    sample = pd.Series(["ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+                        "ncclKernel_AllGather_RING_LL_Sum_int8_t(ncclWork*)",
+                        "rcclKernel_AllReduce_RING_LL_Sum_float",
+                        "my_unccl_kernel", "volta_sgemm_128x64_nn"])
+    assert concepts.is_comm_kernel(sample).tolist() == [True, True, True, False, False]
+
+
+def test_gloo_and_c10d_collectives_of_the_ddp_fixture(fixtures_dir: Path) -> None:
+    """The gloo DDP fixture's collectives, one per layer (c10d op, gloo backend op); its
+    framework ops are no collective."""
+    trace = next((fixtures_dir / "ddp_gloo" / "trace").glob("rank0.*.pt.trace.json.gz"))
+    ops = names(trace, "cpu_op", "user_annotation")
+    layers = concepts.collective_layer(ops)
+    found = {name: layer for name, layer in zip(ops, layers, strict=True) if pd.notna(layer)}
+    assert found.get("c10d::allreduce_") == "c10d"
+    assert found.get("gloo:all_reduce") == "backend"
+    assert set(found.values()) == {"c10d", "backend"}
+    assert {"aten::addmm", "aten::relu"} <= set(ops) - set(found)
+
+
+def test_nccl_cpu_side_collectives_of_the_hta_trace(corpus: Path) -> None:
+    """The NCCL process group's CPU ops of the HTA trace are collectives of their layer."""
+    ops = names(corpus / "hta" / "nccl_data.json.gz", "cpu_op", "user_annotation")
+    layers = dict(zip(ops, concepts.collective_layer(ops), strict=True))
+    assert layers["nccl:all_reduce"] == "backend" and layers["nccl:broadcast"] == "backend"
+    assert layers["c10d::allreduce_"] == "c10d" and layers["record_param_comms"] == "wrapper"
+    assert pd.isna(layers["Optimizer.step#SGD.step"])
+
+
+@pytest.mark.parametrize(("file", "expected"), [
+    ("hta/cuda_event_sync.json.gz", {("DtoH", "Device", "Pageable")}),
+    ("hta/nccl_data.json.gz", {("DtoD", "Device", "Device")}),
+    ("kineto/resnet50_num_workers_0.pt.trace.json.gz", {("HtoD", "Pageable", "Device")}),
+])
+def test_copy_kinds_of_real_copies(corpus: Path, file: str, expected: set) -> None:
+    """Direction and memory kinds of every copy name in both trace formats (``gpu_memcpy`` and
+    the 2021 ``Memcpy``); a memset name is no copy."""
+    copies = names(corpus / file, "gpu_memcpy", "Memcpy")
+    kinds = concepts.copy_kinds(copies)
+    assert set(kinds.itertuples(index=False, name=None)) == expected
+    memsets = names(corpus / file, "gpu_memset", "Memset")
+    assert set(concepts.copy_kinds(memsets)["kind"]) <= {"unknown"}
+
+
+def test_optimizer_kernels_and_spans_of_the_hta_trace(corpus: Path) -> None:
+    """SGD with foreach: its kernels are multi_tensor_apply (fused); the optimizer step is both
+    the torch.profiler span and the ``## optimizer ##`` annotation; zero_grad is its own span."""
+    path = corpus / "hta" / "nccl_data.json.gz"
+    kernels = names(path, "kernel")
+    fused = selected(kernels, concepts.is_fused_optimizer_kernel(kernels))
+    assert fused and all("multi_tensor_apply_kernel" in name for name in fused)
+    assert not concepts.is_fused_optimizer_kernel(pd.Series(["void at::native::"
+                                                             "_amp_foreach_non_finite_check_and_"
+                                                             "unscale_cuda_kernel"])).any()
+    spans = names(path, "cpu_op", "user_annotation")
+    assert selected(spans, concepts.is_optimizer_step_span(spans)) == {
+        "## optimizer ##", "Optimizer.step#SGD.step"}
+    assert selected(spans, concepts.is_zero_grad_span(spans)) == {
+        "Optimizer.zero_grad#SGD.zero_grad"}
+    assert concepts.optimizer_class("Optimizer.step#SGD.step") == "SGD"
+
+
+@pytest.mark.parametrize(("file", "span"), [
+    ("kineto/resnet50_num_workers_0.pt.trace.json.gz",
+     "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"),
+    ("kineto/resnet50_num_workers_4.pt.trace.json.gz",
+     "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"),
+    ("hta/rank_not_found.json.gz",
+     "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"),
+])
+def test_dataloader_spans_of_both_trace_formats(corpus: Path, file: str, span: str) -> None:
+    """The DataLoader wait is exactly the iterator's ``__next__`` span, in the 2021 format
+    (``Operator``) and the newer one (``user_annotation``/``cpu_op``)."""
+    ops = names(corpus / file, "Operator", "cpu_op", "user_annotation")
+    assert selected(ops, concepts.is_dataloader_span(ops)) == {span}
+
+
+def test_runner_annotations_are_what_the_concepts_recognise() -> None:
+    """The runner's NVTX names come from concepts and are read back as step and DataLoader."""
+    names_ = pd.Series([concepts.step_range_name(7), concepts.DATALOADER_RANGE, "forward"])
+    assert concepts.step_numbers(names_).tolist()[0] == 7
+    assert pd.isna(concepts.step_numbers(names_)[1])
+    assert concepts.is_dataloader_span(names_).tolist() == [False, True, False]
+
+
+def test_steps_of_both_formats(corpus: Path) -> None:
+    """``ProfilerStep#N`` and NVTX ``step N`` are steps; other spans are not."""
+    spans = pd.Series(["ProfilerStep#1", "ProfilerStep#1009", "step 12", "forward",
+                       "## optimizer ##"])
+    assert concepts.step_numbers(spans).tolist()[:3] == [1, 1009, 12]
+    assert concepts.step_numbers(spans)[3:].isna().all()
+    triton = names(corpus / "hta" / "triton_example.json.gz", "user_annotation")
+    assert concepts.step_numbers(triton).dropna().tolist() == [1]
+
+
+def test_sync_and_launch_apis_of_the_event_sync_trace(corpus: Path) -> None:
+    """The runtime calls of the event-sync trace: three blocking syncs, the launches."""
+    calls = names(corpus / "hta" / "cuda_event_sync.json.gz", "cuda_runtime")
+    assert set(calls) & concepts.SYNC_APIS == {"cudaDeviceSynchronize", "cudaEventSynchronize",
+                                                "cudaStreamSynchronize"}
+    assert set(calls) & concepts.LAUNCH_APIS == {"cudaLaunchKernel"}
+
+
+def test_dataloader_loop_line() -> None:
+    """Source lines that loop over a loader (the runner's script check uses the same rule)."""
+    assert concepts.is_dataloader_loop_line("    for x, y in train_loader:")
+    assert concepts.is_dataloader_loop_line("for i, batch in enumerate(loader):")
+    assert not concepts.is_dataloader_loop_line("for epoch in range(10):")
