@@ -14,8 +14,10 @@ REPO = Path(__file__).resolve().parents[1]
 #: Source folder of each package (pyproject's package-dir).
 FOLDERS = {"profreport": "core", "profreport.runner": "runner",
            "profreport.parsers": "parsers", "profreport.reports": "reports"}
-#: Core modules that sit on top of every layer.
+#: Core modules that sit on top of every layer: the command line and the grader (which runs
+#: the whole analysis on each submission).
 TOP = frozenset({"profreport.cli", "profreport.commands", "profreport.__main__"})
+TOP_PACKAGES = ("profreport.grade",)
 
 
 def module_files() -> dict[str, Path]:
@@ -56,13 +58,13 @@ def graph() -> dict[str, set[str]]:
 
 def layer(module: str) -> str:
     """The layer a module belongs to."""
-    if module in TOP:
+    if module in TOP or module.startswith(TOP_PACKAGES):
         return "top"
     for prefix in ("profreport.reports.analysis.results", "profreport.reports.analysis",
                    "profreport.reports.render", "profreport.parsers", "profreport.runner"):
         if module == prefix or module.startswith(prefix + "."):
             return prefix.rsplit(".", 1)[-1]
-    return "core" if module.count(".") == 1 or module == "profreport" else "other"
+    return "core"
 
 
 #: Which layers each layer may import (itself always).
