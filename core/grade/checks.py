@@ -236,15 +236,15 @@ def check_speedup(check: Check, graded: Graded) -> CheckResult:
     base, cand = graded.runs[check.baseline], graded.runs[check.candidate]
     comparison = compare_runs([base, cand], base.name)
     assert comparison is not None
-    row = next(r for r in comparison.rows if r.name == cand.name)
+    base_row, row = comparison.rows
     if row.step_speedup is None:
         return _credit(check, 0.0, f"The step time of {base.name} or {cand.name} is unknown: "
                        "their profiles have no step markers.", "Profile a few training steps "
                        "(torch.profiler with a schedule, or NVTX ranges per step).")
-    base_ns = base.metrics.steps.mean_ns if base.metrics.steps else None
     noise = display.noise_mark(row.within_noise, row.noise_fraction)
     measured = (f"A step of {cand.name} takes {display.duration(row.step_time_ns)} against "
-                f"{display.duration(base_ns)} in {base.name}: {display.ratio(row.step_speedup)}"
+                f"{display.duration(base_row.step_time_ns)} in {base.name}: "
+                f"{display.ratio(row.step_speedup)}"
                 f"{' ' + noise if noise else ''} (needs {_bounds(check)}). {row.explanation}")
     if row.within_noise:
         measured += " The difference is within run-to-run noise."

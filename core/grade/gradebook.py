@@ -81,33 +81,44 @@ class Summary:
 
 
 def _histogram(totals: list[float], max_total: float) -> list[dict[str, object]]:
-    """Count of totals in each of HISTOGRAM_BINS equal bins from 0 to max_total."""
-    width = max_total / HISTOGRAM_BINS
-    counts = Counter(min(int(t / width), HISTOGRAM_BINS - 1) for t in totals)
+    """How many totals fall in each bin from 0 to max_total: one bin per point when the
+    rubric is worth few whole points, else HISTOGRAM_BINS equal bins."""
+    whole = float(max_total).is_integer() and max_total <= 2 * HISTOGRAM_BINS
+    width = 1.0 if whole else max_total / HISTOGRAM_BINS
+    bins = int(max_total) + 1 if whole else HISTOGRAM_BINS
+    counts = Counter(min(int(total / width), bins - 1) for total in totals)
     most = max(counts.values(), default=1)
-    return [{"label": f"{i * width:g}–{(i + 1) * width:g}", "count": counts.get(i, 0),
-             "width": round(BAR_PX * counts.get(i, 0) / most)} for i in range(HISTOGRAM_BINS)]
+    labels = ([f"{i:g}" for i in range(bins)] if whole else
+              [f"{i * width:.3g}–{(i + 1) * width:.3g}" for i in range(bins)])
+    return [{"label": label, "count": counts.get(i, 0),
+             "width": round(BAR_PX * counts.get(i, 0) / most)} for i, label in enumerate(labels)]
 
 
 def duplicates(results: list[StudentResult]) -> list[dict[str, object]]:
-    """Groups of students who handed in the same profile: same bytes, or the same recorded
-    step timings and timestamps (a re-compressed or renamed copy)."""
-    by_key: dict[tuple[str, str], dict[str, str]] = defaultdict(dict)
+    """Groups of students who handed in the same profile: the same bytes, or the same recorded
+    step timings and timestamps (a re-compressed or renamed copy, shown when the bytes differ)."""
+    same_bytes: dict[str, dict[str, str]] = defaultdict(dict)
+    same_timing: dict[str, dict[str, str]] = defaultdict(dict)
     for result in results:
         for path, digest in result.profile_hashes.items():
-            by_key[("same file content", digest)].setdefault(result.student, path)
+            same_bytes[digest].setdefault(result.student, path)
         for run in result.runs:
             if run.timing_fingerprint:
-                by_key[("same step timings and timestamps", run.timing_fingerprint)].setdefault(
-                    result.student, f"run {run.name}")
-    groups, seen = [], set()
-    for (what, _), owners in sorted(by_key.items()):
-        names = tuple(sorted(owners))
-        if len(names) > 1 and (what, names) not in seen:
-            seen.add((what, names))
-            groups.append({"students": list(names), "what": what + ": " + ", ".join(
-                f"{name} {owners[name]}" for name in names)})
-    return groups
+                same_timing[run.timing_fingerprint].setdefault(result.student, f"run {run.name}")
+    groups = [_group("same file content", owners) for owners in same_bytes.values()
+              if len(owners) > 1]
+    copied = [set(owners) for owners in same_bytes.values()]
+    groups += [_group("same step timings and timestamps", owners)
+               for owners in same_timing.values()
+               if len(owners) > 1 and not any(set(owners) <= group for group in copied)]
+    return sorted(groups, key=lambda group: group["students"])  # type: ignore[arg-type,return-value]
+
+
+def _group(what: str, owners: dict[str, str]) -> dict[str, object]:
+    """One group of students handing in the same profile, and where each has it."""
+    names = sorted(owners)
+    return {"students": names,
+            "what": what + ": " + ", ".join(f"{name} {owners[name]}" for name in names)}
 
 
 def summarize(results: list[StudentResult], rubric: Rubric) -> Summary:

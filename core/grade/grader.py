@@ -232,7 +232,8 @@ def _student_report(job: Job, result: StudentResult, graded: Graded) -> Report:
     """The analysis report of the student's runs (profiles named as in the submission),
     compared against the rubric's baseline."""
     runs = list(graded.runs.values())
-    baseline = next((b for b in job.rubric.runs_needed() if b in graded.runs), None)
+    baseline = next((c.baseline for c in job.rubric.checks
+                     if c.baseline in graded.runs), None)
     for run in runs:
         run.sources = [dataclasses.replace(s, path=graded.shown_paths.get(s.path, s.path))
                        for s in run.sources]

@@ -140,10 +140,6 @@ class Rubric:
         """Points of a submission that passes every check."""
         return sum(check.points for check in self.checks)
 
-    def runs_needed(self) -> list[str]:
-        """Every run name the checks mention, in rubric order."""
-        names = [n for c in self.checks for n in (c.run, c.baseline, c.candidate) if n]
-        return list(dict.fromkeys(names))
 
 
 def line_of(text: str, table: str, index: int, key: str | None = None) -> int | None:
