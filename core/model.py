@@ -15,7 +15,8 @@ empty frame with the right columns):
 ``runtime``        CUDA runtime/driver API calls on the CPU: start, end, pid, tid, correlation,
                    name (version suffix stripped: ``cudaLaunchKernel``, not ``..._v7000``).
 ``sync``           GPU synchronization events recorded by CUPTI (nsys): start, end, device,
-                   stream, kind.
+                   stream, correlation (of the runtime call that waited: cudaStreamSynchronize,
+                   cudaEventSynchronize..., -1 unknown), kind.
 ``ranges``         Annotated CPU ranges (NVTX, torch ``user_annotation``): start, end, pid, tid,
                    name, domain (NVTX domain name, "" for the default one).
 ``cpu_ops``        Framework operators on the CPU (Kineto ``cpu_op``/``Operator``): start, end,
@@ -62,7 +63,7 @@ TABLE_SCHEMAS: dict[str, dict[str, str]] = {
                "dst_kind": "object"},
     "memset": {**_GPU, "bytes": "int64"},
     "runtime": {**_CPU, "correlation": "int64", "name": "object"},
-    "sync": {**_TIME, "device": "int64", "stream": "int64", "kind": "object"},
+    "sync": {**_GPU, "kind": "object"},
     "ranges": {**_CPU, "name": "object", "domain": "object"},
     "cpu_ops": {**_CPU, "name": "object"},
     "steps": {"number": "int64", **_CPU, "origin": "object"},

@@ -41,6 +41,13 @@ FINGERPRINT_BYTES = 1 << 20
 # Bump to invalidate every cached export when the way profreport exports changes.
 CACHE_FORMAT = "1"
 
+# Values outside these bounds cannot come from a real capture; such rows are dropped and counted
+# (Profile.meta["dropped"] and a note), so the analysis only ever sees possible times. No CUDA
+# call, GPU activity or NVTX range lasts a week; nsys times count ns from the capture's clock
+# origin, and 2**62 ns is 146 years past it (INT64_MAX, the "never ended" marker, is beyond).
+MAX_EVENT_NS = 7 * 24 * 3600 * 10**9
+MAX_TIMESTAMP_NS = 2**62
+
 # globalTid packs the process id and thread id in two 24-bit fields (nsys export docs).
 _ID_SHIFT = 24
 _ID_MASK = 0xFFFFFF
@@ -64,6 +71,8 @@ MEMORY_KIND_CODES = {0: "PAGEABLE", 1: "PINNED", 2: "DEVICE", 3: "ARRAY", 4: "MA
                      5: "DEVICE_STATIC", 6: "MANAGED_STATIC", 7: "UNKNOWN"}
 SYNC_TYPE_CODES = {0: "UNKNOWN", 1: "EVENT_SYNCHRONIZE", 2: "STREAM_WAIT_EVENT",
                    3: "STREAM_SYNCHRONIZE", 4: "CONTEXT_SYNCHRONIZE"}
+# The id columns of GPU activity rows; a missing one becomes -1 (unknown).
+_GPU_IDS = ["device", "stream", "correlation"]
 _ENUM_TABLES = {"memcpy": "ENUM_CUDA_MEMCPY_OPER", "memory": "ENUM_CUDA_MEM_KIND",
                 "sync": "ENUM_CUPTI_SYNC_TYPE"}
 
@@ -107,9 +116,15 @@ def read_export(export_path: Path, *, source: Path | None = None) -> Profile:
     """Read the tables of an nsys SQLite export; ``source`` is the report it came from."""
     source = source or export_path
     with contextlib.closing(_Export.open(export_path, source)) as export:
-        tables = _read_tables(export)
+        try:
+            tables = _read_tables(export)
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise InputError(f"damaged nsys export: a column holds values of the wrong type "
+                             f"({exc})", source) from None
         meta = _export_meta(export)
     meta["export_path"] = str(export_path)
+    meta["dropped"] = dict(export.dropped)
+    meta["notes"] = [dropped_note(table, count) for table, count in export.dropped.items()]
     return Profile(path=source, kind="nsys", tool_version=meta.get("exporter_version"),
                    tables=tables, meta=meta)
 
@@ -224,6 +239,8 @@ class _Export:
         self.source = source
         self.tables = tables
         self._columns: dict[str, set[str]] = {}
+        #: Rows dropped per profreport table for impossible times (see MAX_EVENT_NS).
+        self.dropped: dict[str, int] = {}
 
     @classmethod
     def open(cls, export_path: Path, source: Path) -> _Export:
@@ -302,6 +319,31 @@ def _read_tables(export: _Export) -> dict[str, pd.DataFrame]:
     return tables
 
 
+def dropped_note(table: str, count: int) -> str:
+    """The note telling how many rows of ``table`` were dropped for impossible times."""
+    return (f"nsys: {count:,} {table} rows dropped: times that no capture records (not integer "
+            f"ns, negative, ending before they start, past 2**62 ns or lasting over a week)")
+
+
+def _checked_times(alias: str) -> str:
+    """SELECT items ``start``, ``end`` (0 when invalid) and ``valid`` for table alias ``alias``."""
+    start, end = f"{alias}.start", f"{alias}.end"
+    valid = (f"(typeof({start}) = 'integer' AND typeof({end}) = 'integer' AND {start} >= 0 "
+             f"AND {end} >= {start} AND {end} <= {MAX_TIMESTAMP_NS} "
+             f"AND {end} - {start} <= {MAX_EVENT_NS})")
+    return (f"CASE WHEN {valid} THEN {start} ELSE 0 END AS start, "
+            f"CASE WHEN {valid} THEN {end} ELSE 0 END AS end, {valid} AS valid")
+
+
+def _valid_rows(export: _Export, name: str, frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` without the rows whose times are impossible; their count is kept."""
+    bad = frame["valid"] == 0
+    if bad.any():
+        export.dropped[name] = export.dropped.get(name, 0) + int(bad.sum())
+        frame = frame[~bad]
+    return frame.drop(columns="valid").reset_index(drop=True)
+
+
 def _decoded_tid(column: str) -> str:
     """SQL selecting ``pid`` and ``tid`` decoded from a globalTid column."""
     return (f"(({column} >> {_ID_SHIFT}) & {_ID_MASK}) AS pid, "
@@ -323,10 +365,11 @@ def _kernels(export: _Export) -> pd.DataFrame | None:
         return None
     long_sel, long_join = _string(export, table, "demangledName", "name")
     short_sel, short_join = _string(export, table, "shortName", "short_name")
-    frame = export.query(
-        f"SELECT t.start, t.end, t.deviceId AS device, t.streamId AS stream, "
+    frame = _valid_rows(export, "kernels", export.query(
+        f"SELECT {_checked_times('t')}, t.deviceId AS device, t.streamId AS stream, "
         f"t.correlationId AS correlation, {long_sel}, {short_sel} FROM {table} AS t "
-        f"{long_join} {short_join} ORDER BY t.start")
+        f"{long_join} {short_join} ORDER BY t.start"))
+    frame[_GPU_IDS] = frame[_GPU_IDS].fillna(-1)
     frame["name"] = frame["name"].fillna(frame["short_name"]).fillna("")
     missing_short = frame["short_name"].isna()
     frame.loc[missing_short, "short_name"] = _map_unique(
@@ -343,10 +386,11 @@ def _memcpy(export: _Export) -> pd.DataFrame | None:
         return None
     kinds = [col if col in export.columns(table) else f"NULL AS {col}"
              for col in ("srcKind", "dstKind")]
-    frame = export.query(
-        f"SELECT start, end, deviceId AS device, streamId AS stream, "
+    frame = _valid_rows(export, "memcpy", export.query(
+        f"SELECT {_checked_times('t')}, deviceId AS device, streamId AS stream, "
         f"correlationId AS correlation, bytes, copyKind, {', '.join(kinds)} "
-        f"FROM {table} ORDER BY start")
+        f"FROM {table} AS t ORDER BY t.start"))
+    frame[_GPU_IDS] = frame[_GPU_IDS].fillna(-1)
     frame["kind"] = _enum_names(export, "memcpy", frame["copyKind"], MEMCPY_OPER_CODES,
                                 COPY_KIND_OF_TOKEN)
     for column, alias in (("srcKind", "src_kind"), ("dstKind", "dst_kind")):
@@ -362,9 +406,10 @@ def _memset(export: _Export) -> pd.DataFrame | None:
     if not export.usable(table, ("start", "end", "deviceId", "streamId", "correlationId",
                                  "bytes")):
         return None
-    frame = export.query(
-        f"SELECT start, end, deviceId AS device, streamId AS stream, "
-        f"correlationId AS correlation, bytes FROM {table} ORDER BY start")
+    frame = _valid_rows(export, "memset", export.query(
+        f"SELECT {_checked_times('t')}, deviceId AS device, streamId AS stream, "
+        f"correlationId AS correlation, bytes FROM {table} AS t ORDER BY t.start"))
+    frame[_GPU_IDS] = frame[_GPU_IDS].fillna(-1)
     frame["bytes"] = frame["bytes"].fillna(-1)
     return conform("memset", frame)
 
@@ -374,10 +419,11 @@ def _runtime(export: _Export) -> pd.DataFrame | None:
     table = "CUPTI_ACTIVITY_KIND_RUNTIME"
     if not export.usable(table, ("start", "end", "globalTid", "correlationId", "nameId")):
         return None
-    frame = export.query(
-        f"SELECT t.start, t.end, {_decoded_tid('t.globalTid')}, t.correlationId AS correlation, "
-        f"s.value AS name FROM {table} AS t LEFT JOIN StringIds AS s ON s.id = t.nameId "
-        f"ORDER BY t.start")
+    frame = _valid_rows(export, "runtime", export.query(
+        f"SELECT {_checked_times('t')}, {_decoded_tid('t.globalTid')}, "
+        f"t.correlationId AS correlation, s.value AS name FROM {table} AS t "
+        f"LEFT JOIN StringIds AS s ON s.id = t.nameId ORDER BY t.start"))
+    frame[["pid", "tid", "correlation"]] = frame[["pid", "tid", "correlation"]].fillna(-1)
     frame["name"] = _map_unique(frame["name"].fillna(""), concepts.strip_api_version)
     return conform("runtime", frame)
 
@@ -387,11 +433,12 @@ def _sync(export: _Export) -> pd.DataFrame | None:
     table = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
     if not export.usable(table, ("start", "end", "deviceId", "streamId", "syncType")):
         return None
-    frame = export.query(
-        f"SELECT start, end, deviceId AS device, streamId AS stream, syncType "
-        f"FROM {table} ORDER BY start")
+    correlation = "correlationId" if "correlationId" in export.columns(table) else "NULL"
+    frame = _valid_rows(export, "sync", export.query(
+        f"SELECT {_checked_times('t')}, deviceId AS device, streamId AS stream, "
+        f"{correlation} AS correlation, syncType FROM {table} AS t ORDER BY t.start"))
     frame["kind"] = _enum_names(export, "sync", frame["syncType"], SYNC_TYPE_CODES)
-    frame[["device", "stream"]] = frame[["device", "stream"]].fillna(-1)
+    frame[_GPU_IDS] = frame[_GPU_IDS].fillna(-1)
     return conform("sync", frame)
 
 
@@ -409,14 +456,14 @@ def _ranges(export: _Export) -> pd.DataFrame | None:
         f"WITH domains AS (SELECT domainId, (globalTid >> {_ID_SHIFT}) & {_ID_MASK} AS pid, "
         f"MIN({text}) AS domain FROM {table} AS t WHERE eventType = {NVTX_DOMAIN_CREATE} "
         f"GROUP BY 1, 2) "
-        f"SELECT t.start, t.end, {_decoded_tid('t.globalTid')}, "
+        f"SELECT {_checked_times('t')}, {_decoded_tid('t.globalTid')}, "
         f"COALESCE({text}, {text_id}, '') AS name, COALESCE(d.domain, '') AS domain "
         f"FROM {table} AS t {text_join} "
         f"LEFT JOIN domains AS d ON d.domainId = t.domainId "
         f"AND d.pid = (t.globalTid >> {_ID_SHIFT}) & {_ID_MASK} "
-        f"WHERE t.eventType IN ({range_types}) AND t.end IS NOT NULL AND t.end >= t.start "
+        f"WHERE t.eventType IN ({range_types}) AND t.end IS NOT NULL "
         f"AND t.globalTid IS NOT NULL ORDER BY t.start")
-    return conform("ranges", frame)
+    return conform("ranges", _valid_rows(export, "ranges", frame))
 
 
 def _osrt(export: _Export) -> pd.DataFrame | None:
@@ -425,9 +472,10 @@ def _osrt(export: _Export) -> pd.DataFrame | None:
     if not export.usable(table, ("start", "end", "globalTid", "nameId")):
         return None
     frame = export.query(
-        f"SELECT t.start, t.end, {_decoded_tid('t.globalTid')}, COALESCE(s.value, '') AS name "
+        f"SELECT {_checked_times('t')}, {_decoded_tid('t.globalTid')}, "
+        f"COALESCE(s.value, '') AS name "
         f"FROM {table} AS t LEFT JOIN StringIds AS s ON s.id = t.nameId ORDER BY t.start")
-    return conform("osrt", frame)
+    return conform("osrt", _valid_rows(export, "osrt", frame))
 
 
 def _devices(export: _Export) -> pd.DataFrame | None:

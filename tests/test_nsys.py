@@ -257,3 +257,93 @@ def test_newer_nsys_export_gives_the_same_tables(stem: str, profiles: dict[str, 
     for name, table in older.tables.items():
         pd.testing.assert_frame_equal(_sorted(newer.table(name)), _sorted(table))
     assert len(newer.table("steps")) == 59
+
+
+# --- impossible values and damaged exports (issue #12) ---
+
+INT64_MAX = 2**63 - 1
+
+
+def _hostile_copy(exports: dict[str, Path], tmp_path: Path) -> Path:
+    """The 4-GPU export with impossible times written into a few kernel, runtime, sync, memcpy
+    and NVTX rows (what a damaged or crafted file holds)."""
+    copy = Path(shutil.copy2(exports["sc22_4gpu_baseline"], tmp_path / "hostile.sqlite"))
+    with sqlite3.connect(copy) as conn:
+        kernels = "CUPTI_ACTIVITY_KIND_KERNEL"
+        conn.execute(f"UPDATE {kernels} SET end = ? WHERE rowid = 1", (INT64_MAX,))
+        conn.execute(f"UPDATE {kernels} SET start = 1e30, end = 2e30 WHERE rowid = 2")
+        conn.execute(f"UPDATE {kernels} SET end = start - 100 WHERE rowid = 3")
+        conn.execute(f"UPDATE {kernels} SET start = -5 WHERE rowid = 4")
+        conn.execute(f"UPDATE {kernels} SET end = 'soon' WHERE rowid = 5")
+        conn.execute("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET end = ? WHERE rowid = 1",
+                     (INT64_MAX,))
+        conn.execute("UPDATE CUPTI_ACTIVITY_KIND_SYNCHRONIZATION SET end = start - 1 "
+                     "WHERE rowid = 1")
+        conn.execute("UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET start = 1e30 WHERE rowid = 1")
+        conn.execute("UPDATE NVTX_EVENTS SET end = ? WHERE text = 'step 10'", (INT64_MAX,))
+    return copy
+
+
+def test_impossible_times_are_dropped_and_counted(exports: dict[str, Path],
+                                                  profiles: dict[str, Profile],
+                                                  tmp_path: Path) -> None:
+    original = profiles["sc22_4gpu_baseline"]
+    hostile = nsys.parse(_hostile_copy(exports, tmp_path))
+    assert hostile.meta["dropped"] == {"kernels": 5, "memcpy": 1, "runtime": 1, "sync": 1,
+                                       "ranges": 1}
+    assert len(hostile.table("kernels")) == len(original.table("kernels")) - 5
+    assert len(hostile.table("runtime")) == len(original.table("runtime")) - 1
+    assert 10 not in set(hostile.table("steps")["number"])
+    assert len(hostile.table("steps")) == len(original.table("steps")) - 1
+    for name in ("kernels", "memcpy", "memset", "runtime", "sync", "ranges"):
+        table = hostile.table(name)
+        assert (table["end"] >= table["start"]).all() and (table["start"] >= 0).all()
+        assert table["end"].max() <= original.table(name)["end"].max()
+    assert any("5 kernels rows dropped" in note for note in hostile.meta["notes"])
+    assert original.meta["dropped"] == {} and original.meta["notes"] == []
+
+
+def test_impossible_times_never_give_impossible_fractions(exports: dict[str, Path],
+                                                          tmp_path: Path) -> None:
+    from profreport.reports.analysis.metrics import compute_run_metrics
+
+    metrics = compute_run_metrics([nsys.parse(_hostile_copy(exports, tmp_path))])
+    assert 0.9 < metrics.gpu.busy_fraction <= 1.0  # ~97% busy, as without the bad rows
+    assert all(0.0 <= share <= 1.0 for share in metrics.gpu.per_device.values())
+    assert 0.0 <= metrics.dataloader_fraction <= 1.0
+
+
+def test_sync_events_carry_the_correlation_of_their_call(profiles: dict[str, Profile]) -> None:
+    """The correlation id joins each CUPTI sync record to the API call that waited. nsys 2022.4
+    records a syncType that disagrees with that call (cudaStreamWaitEvent as a stream sync):
+    the call's name is the evidence to use."""
+    profile = profiles["sc22_4gpu_baseline"]
+    sync = profile.table("sync")
+    calls = sync.merge(profile.table("runtime"), on="correlation")
+    # Every sync event but one names the API call that waited (2428 of 2429).
+    assert (len(sync), len(calls)) == (2429, 2428)
+    assert calls.groupby(["kind", "name"]).size().to_dict() == {
+        ("stream_synchronize", "cudaStreamSynchronize"): 118,
+        ("stream_synchronize", "cudaStreamWaitEvent"): 2124,
+        ("stream_wait_event", "cudaEventQuery"): 1,
+        ("stream_wait_event", "cudaEventSynchronize"): 185}
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage-pages", "wrong-column-type"])
+def test_damaged_exports_give_one_line(exports: dict[str, Path], tmp_path: Path,
+                                       damage: str) -> None:
+    path = tmp_path / f"{damage}.sqlite"
+    data = bytearray(exports["sc22_4gpu_baseline"].read_bytes())
+    if damage == "truncated":
+        data = data[: len(data) // 3]
+    elif damage == "garbage-pages":
+        data[len(data) // 2: len(data) // 2 + 65536] = os.urandom(65536)
+    path.write_bytes(bytes(data))
+    if damage == "wrong-column-type":
+        with sqlite3.connect(path) as conn:
+            conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET deviceId = 'gpu0' "
+                         "WHERE rowid = 7")
+    with pytest.raises(InputError) as caught:
+        nsys.parse(path)
+    line = caught.value.one_line()
+    assert line.startswith(str(path)) and "\n" not in line and len(line) < 800
