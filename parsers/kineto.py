@@ -45,9 +45,11 @@ import os
 import re
 import zlib
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from itertools import compress
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -144,7 +146,7 @@ MIN_STEP_REPEATS = 3
 STEP_ORIGINS = ("ProfilerStep", "optimizer", "repeated op")
 
 
-class _Args(msgspec.Struct, gc=False):
+class _Args(msgspec.Struct, gc=False, frozen=True):
     """The ``args`` fields the analysis reads; every other key is skipped while decoding.
 
     Ids and sizes are typed loosely (ROCm writes stream ids as hex strings, other writers may
@@ -170,6 +172,9 @@ class _Args(msgspec.Struct, gc=False):
     addr: Any = msgspec.field(default=None, name="Addr")
 
 
+_NO_ARGS = _Args()
+
+
 class _Event(msgspec.Struct, gc=False):
     """One trace event, reduced to the fields the analysis reads."""
 
@@ -181,42 +186,45 @@ class _Event(msgspec.Struct, gc=False):
     ts: float = float("nan")
     dur: float = float("nan")
     id: Any = None
-    args: _Args | None = None
-
-
-_NO_ARGS = _Args()
+    args: _Args = _NO_ARGS
 _EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
+# Field getters that run at C speed over a batch (``map``), instead of a Python loop per field.
+_PHASE, _CAT, _NAME = attrgetter("ph"), attrgetter("cat"), attrgetter("name")
+_PID, _TID, _TS, _DUR = attrgetter("pid"), attrgetter("tid"), attrgetter("ts"), attrgetter("dur")
+_ARGS, _DEVICE = attrgetter("args"), attrgetter("device")
+_CORRELATION, _BANDWIDTH = attrgetter("correlation"), attrgetter("bandwidth")
 _EVENT_DECODER = msgspec.json.Decoder(_Event)
 _RAW_EVENTS_DECODER = msgspec.json.Decoder(list[msgspec.Raw])
+
+
+class _Ids(dict):  # type: ignore[type-arg]
+    """A dict from value to dense id that gives an unseen value the next id on lookup."""
+
+    limit: Limit | None = None
+    path: Path | None = None
+
+    def __missing__(self, value: Any) -> int:
+        """Add ``value`` (checked against the length limit) with the next id."""
+        if self.limit is not None:
+            self.limit.check(len(str(value)), self.path)
+        self[value] = number = len(self)
+        return number
 
 
 class _Symbols:
     """Interns values (names, categories, thread ids) to dense integer ids."""
 
-    def __init__(self, limit: Limit | None = None) -> None:
-        self._ids: dict[Any, int] = {}
-        self._limit = limit
+    def __init__(self, limit: Limit | None = None, path: Path | None = None) -> None:
+        self._ids = _Ids()
+        self._ids.limit, self._ids.path = limit, path
 
-    def ids(self, values: list[Any], path: Path | None = None) -> np.ndarray:
-        """The id of each value, adding unseen values to the table."""
-        if not values:
-            return np.empty(0, np.int32)
-        codes, uniques = pd.factorize(np.array(values, dtype=object), use_na_sentinel=False)
-        return self._global_ids(list(uniques), path)[codes]
-
-    def _global_ids(self, uniques: list[Any], path: Path | None) -> np.ndarray:
-        """The ids of distinct values, checked against the length limit when they are new."""
-        table = self._ids
-        if self._limit is not None:
-            fresh = [v for v in uniques if v not in table]
-            if fresh:
-                self._limit.check(max(len(str(v)) for v in fresh), path)
-        return np.fromiter((table.setdefault(v, len(table)) for v in uniques), np.int32,
-                           count=len(uniques))
+    def ids(self, values: Iterable[Any], count: int) -> np.ndarray:
+        """The id of each of ``count`` values, adding unseen values to the table."""
+        return np.fromiter(map(self._ids.__getitem__, values), np.int32, count=count)
 
     def remap(self, other: _Symbols) -> np.ndarray:
         """For each id of ``other``, the id of the same value here (added when unseen)."""
-        return self._global_ids(list(other._ids), None)
+        return self.ids(other._ids, len(other._ids))
 
     def values(self) -> np.ndarray:
         """Every interned value, indexed by id (an object array)."""
@@ -301,7 +309,8 @@ class _ColumnBuilder:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.names = _Symbols(MAX_NAME_CHARS)
+        self.names = _Symbols(MAX_NAME_CHARS, path)
+        self.phases = _Symbols()
         self.cats = _Symbols()
         self.threads = _Symbols()
         self.details = _Symbols()
@@ -316,45 +325,52 @@ class _ColumnBuilder:
         """Append one batch: "X" events become columns, "M" events are kept as they are."""
         self.events += len(events)
         MAX_EVENTS.check(self.events, self.path)
-        spans = [e for e in events if e.ph == "X"]
-        self.metadata.extend(e for e in events if e.ph == "M")
-        self._add_flows([e for e in events if e.ph == "f" and e.cat == "ac2g"])
-        memory = [e for e in events if e.ph == "i" and e.name == MEMORY_EVENT_NAME]
-        if memory:
-            ts = np.array([e.ts for e in memory], dtype=np.float64)
-            possible = _possible_times(ts)
-            self._drop(~possible, "memory event time outside the possible range")
-            self.memory.add([e for e, keep in zip(memory, possible, strict=True) if keep])
+        phase = self.phases.ids(map(_PHASE, events), len(events))
+        spans = list(compress(events, phase == self.phases.ids(["X"], 1)[0]))
+        for kind, keep in (("M", self.metadata.extend), ("f", self._add_flows),
+                           ("i", self._add_instants)):
+            found = phase == self.phases.ids([kind], 1)[0]
+            if found.any():
+                keep(list(compress(events, found)))
         if spans:
             self._add_spans(spans)
 
+    def _add_instants(self, instants: list[_Event]) -> None:
+        """Keep the ``[memory]`` instant events whose time is possible (the others counted)."""
+        memory = [e for e in instants if e.name == MEMORY_EVENT_NAME]
+        if memory:
+            possible = _possible_times(np.fromiter(map(_TS, memory), np.float64, len(memory)))
+            self._drop(~possible, "memory event time outside the possible range")
+            self.memory.add(list(compress(memory, possible)))
+
     def _add_spans(self, spans: list[_Event]) -> None:
         """Check and append complete-duration events; count the ones dropped."""
-        args = [e.args or _NO_ARGS for e in spans]
-        start, end, keep = self._times([e.ts for e in spans], [e.dur for e in spans])
-        correlation, bad_correlation = _integers([a.correlation for a in args])
+        count = len(spans)
+        args = list(map(_ARGS, spans))
+        start, end, keep = self._times(np.fromiter(map(_TS, spans), np.float64, count),
+                                       np.fromiter(map(_DUR, spans), np.float64, count))
+        correlation, bad_correlation = _integers(list(map(_CORRELATION, args)))
         copied, bad_bytes = _integers([a.bytes if a.bytes != -1 else a.size for a in args])
         self._drop(bad_correlation & keep, "correlation is not an int64")
         self._drop(bad_bytes & keep, "bytes is not an int64")
         keep &= ~bad_correlation & ~bad_bytes
         stream = _integers([a.stream if a.stream != -1 else a.stream_id for a in args])[0]
         part = {
-            "cat": self.cats.ids([e.cat for e in spans]),
-            "name": self.names.ids([e.name for e in spans], self.path),
-            "pid": self.threads.ids([e.pid for e in spans]),
-            "tid": self.threads.ids([e.tid for e in spans]),
+            "cat": self.cats.ids(map(_CAT, spans), count),
+            "name": self.names.ids(map(_NAME, spans), count),
+            "pid": self.threads.ids(map(_PID, spans), count),
+            "tid": self.threads.ids(map(_TID, spans), count),
             "start": start, "end": end,
-            "device": _integers([a.device for a in args])[0], "stream": stream,
+            "device": _integers(list(map(_DEVICE, args)))[0], "stream": stream,
             "correlation": correlation, "bytes": copied,
-            "bandwidth": _floats([a.bandwidth for a in args]),
-            "detail": self.details.ids([a.sync_kind or a.direction for a in args]),
+            "bandwidth": _floats(list(map(_BANDWIDTH, args))),
+            "detail": self.details.ids((a.sync_kind or a.direction for a in args), count),
         }
         self._parts.append({key: value[keep] for key, value in part.items()})
 
-    def _times(self, ts: list[float], dur: list[float]) -> tuple[np.ndarray, np.ndarray,
-                                                                    np.ndarray]:
+    def _times(self, ts_us: np.ndarray, dur_us: np.ndarray) -> tuple[np.ndarray, np.ndarray,
+                                                                     np.ndarray]:
         """Start and end in ns, and which events have possible times (the others counted)."""
-        ts_us, dur_us = np.array(ts, dtype=np.float64), np.array(dur, dtype=np.float64)
         checks = [
             (np.isnan(ts_us), "no ts"), (np.isnan(dur_us), "no dur"),
             (dur_us < 0, "negative dur"),
@@ -370,14 +386,15 @@ class _ColumnBuilder:
 
     def _add_flows(self, flows: list[_Event]) -> None:
         """Keep the ends of ``ac2g`` (launch -> GPU) flows: where they land and their id."""
+        flows = [e for e in flows if e.cat == "ac2g"]
         if not flows:
             return
         ids, bad = _integers([e.id for e in flows])
-        ts = np.array([e.ts for e in flows], dtype=np.float64)
+        ts = np.fromiter(map(_TS, flows), np.float64, len(flows))
         keep = ~bad & _possible_times(ts)
         self._flows.append({
-            "pid": self.threads.ids([e.pid for e in flows])[keep],
-            "tid": self.threads.ids([e.tid for e in flows])[keep],
+            "pid": self.threads.ids(map(_PID, flows), len(flows))[keep],
+            "tid": self.threads.ids(map(_TID, flows), len(flows))[keep],
             "start": _us_to_ns(np.where(keep, ts, 0.0))[keep], "flow": ids[keep]})
 
     def _drop(self, mask: np.ndarray, reason: str) -> None:
@@ -447,7 +464,7 @@ class _MemoryEvents:
         """Keep a batch's memory events (their times already checked)."""
         if not found:
             return
-        args = [e.args or _NO_ARGS for e in found]
+        args = [e.args for e in found]
         part = {"time": _us_to_ns(np.array([e.ts for e in found], dtype=np.float64)),
                 "pid": np.array([_as_int(e.pid) for e in found], dtype=np.int64),
                 "tid": np.array([_as_int(e.tid) for e in found], dtype=np.int64)}
@@ -1032,10 +1049,10 @@ class _Tables:
 
     def threads(self) -> pd.DataFrame:
         """Thread names from the ``thread_name`` metadata events (the last name wins)."""
-        named = [e for e in self.metadata if e.name == "thread_name" and e.args is not None]
+        named = [e for e in self.metadata if e.name == "thread_name"]
         frame = pd.DataFrame({
             "pid": [_as_int(e.pid) for e in named], "tid": [_as_int(e.tid) for e in named],
-            "name": [str((e.args or _NO_ARGS).name) for e in named],
+            "name": [str(e.args.name) for e in named],
         })
         return conform("threads", frame.drop_duplicates(["pid", "tid"], keep="last"))
 
