@@ -88,4 +88,7 @@ def test_real_one_and_two_process_runs(tmp_path: Path) -> None:
     assert [run.world_size for run in bare.runs] == [1, 2]  # no process group; two rank traces
     assert bare.scaling[0].unit == "local batches/s"
     written = json.loads((out / "report.json").read_text())
-    assert written["scaling"][0]["points"][1]["efficiency"] == pytest.approx(two.efficiency)
+    assert written["scaling"][0]["points"][1]["efficiency"] == pytest.approx(two.efficiency,
+                                                                              abs=1e-4)
+    breaks = (two.efficiency or 0) < scaling.SCALING_OK_EFFICIENCY
+    assert [f.id for f in study.findings] == (["SCALING_EFFICIENCY"] if breaks else [])

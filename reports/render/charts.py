@@ -16,7 +16,9 @@ import plotly.graph_objects as go
 from profreport.reports.analysis.results import (
     BREAKDOWN_PARTS,
     Comparison,
+    DeviceMemory,
     RunAnalysis,
+    ScalingStudy,
     Timeline,
     TopItem,
 )
@@ -265,6 +267,96 @@ def comparison_figure(comparison: Comparison | None) -> go.Figure | None:
         textposition="auto", hovertemplate="%{y}: %{x:,.1f} " + unit + ", %{text}<extra></extra>"))
     figure.update_yaxes(autorange="reversed", type="category")
     return figure
+
+
+def _memory_unit(device: DeviceMemory) -> tuple[str, float]:
+    """GiB when the levels reach one, else MiB, with the divisor."""
+    highest = max(abs(value) for point in device.timeline
+                  for value in (point.allocated, point.reserved) if value is not None)
+    return ("GiB", 2**30) if highest >= 2**30 else ("MiB", 2**20)
+
+
+def device_title(device: DeviceMemory) -> str:
+    """``rank 1, cuda:0 (Tesla V100)`` or ``host memory``."""
+    rank = f"rank {device.rank}, " if device.rank is not None else ""
+    place = "host memory" if device.device < 0 else f"{device.device_kind}:{device.device}"
+    return rank + place + (f" ({device.device_name})" if device.device_name else "")
+
+
+def memory_figure(device: DeviceMemory) -> go.Figure | None:
+    """Allocated and reserved memory over the first steps of one device, with step boundaries
+    and, on absolute levels, the device's total memory."""
+    if not device.timeline:
+        return None
+    unit, divisor = _memory_unit(device)
+    axis = unit if device.basis == "absolute" else f"{unit} above the window's start"
+    figure = _figure(f"Memory of {device_title(device)}, first steps", 340,
+                     xaxis_title="ms from the first step's start", yaxis_title=axis)
+    times = [round(point.at_ns / 1e6, 3) for point in device.timeline]
+    for name, values, dash, colour in (
+            ("allocated", [p.allocated for p in device.timeline], "solid", "#1f77b4"),
+            ("reserved", [p.reserved for p in device.timeline], "dash", "#ff7f0e")):
+        if all(value is None for value in values):
+            continue
+        figure.add_trace(go.Scatter(
+            x=times, y=[round(v / divisor, 4) for v in values], name=name, mode="lines",
+            line={"shape": "hv", "dash": dash, "color": colour, "width": 1.5},
+            hovertemplate="%{x:.2f} ms: %{y:.3f} " + unit + "<extra>" + name + "</extra>"))
+    for start, number in device.timeline_steps:
+        figure.add_vline(x=start / 1e6, line={"color": "#999", "width": 1, "dash": "dot"},
+                         annotation_text=f"step {number}", annotation_position="top right")
+    if device.total_bytes and device.basis == "absolute":
+        figure.add_hline(y=device.total_bytes / divisor, line={"color": "#d62728", "dash": "dash"},
+                         annotation_text="device memory", annotation_position="bottom right")
+    return figure
+
+
+def scaling_figure(study: ScalingStudy) -> go.Figure | None:
+    """Throughput against processes with the ideal, loader-alone and synthetic lines, each
+    measured point labelled with its efficiency."""
+    points = [p for p in study.points if p.throughput is not None]
+    if len(points) < 2:
+        return None
+    processes = [p.processes for p in points]
+    figure = _figure(f"Scaling of {elide(study.group, NAME_LIMIT)}: throughput against "
+                     f"processes ({study.mode} scaling)", 420, xaxis_title="processes",
+                     yaxis_title=study.unit)
+    lines = (
+        ("ideal", [p.ideal for p in points], {"dash": "dash", "color": "#7f7f7f"}),
+        ("data loader alone", [p.loader_alone for p in points],
+         {"dash": "dot", "color": "#d62728"}),
+        ("synthetic data", [p.synthetic for p in points],
+         {"dash": "dashdot", "color": "#2ca02c"}),
+    )
+    for name, values, line in lines:
+        if any(value is not None for value in values):
+            figure.add_trace(go.Scatter(
+                x=processes, y=values, name=name, mode="lines+markers", line=line,
+                hovertemplate="%{x} processes: %{y:,.1f}<extra>" + name + "</extra>"))
+    figure.add_trace(go.Scatter(
+        x=processes, y=[p.throughput for p in points], name="measured", mode="lines+markers+text",
+        line={"color": "#1f77b4", "width": 3}, marker={"size": 9},
+        text=[f"{p.efficiency * 100:.0f}%" if p.efficiency is not None else "" for p in points],
+        textposition="top center",
+        hovertemplate="%{x} processes: %{y:,.1f}, efficiency %{text}<extra>measured</extra>"))
+    figure.update_xaxes(type="log", tickvals=processes, ticktext=[str(n) for n in processes])
+    figure.update_yaxes(rangemode="tozero")
+    return figure
+
+
+def memory_charts(run: RunAnalysis, index: int) -> list[Chart]:
+    """One memory timeline per device of a run."""
+    devices = run.metrics.memory.devices if run.metrics.memory else []
+    return [Chart(f"chart-run{index}-memory{number}", f"Memory of {device_title(device)}", figure)
+            for number, device in enumerate(devices)
+            if (figure := memory_figure(device)) is not None]
+
+
+def scaling_charts(studies: list[ScalingStudy]) -> list[Chart]:
+    """One throughput-against-processes chart per scaling study."""
+    return [Chart(f"chart-scaling{number}", f"Scaling of {study.group}", figure)
+            for number, study in enumerate(studies)
+            if (figure := scaling_figure(study)) is not None]
 
 
 def _ops_title(run: RunAnalysis) -> str:

@@ -11,7 +11,7 @@ import base64
 import gzip
 import importlib.resources
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from typing import TYPE_CHECKING
 
@@ -71,6 +71,8 @@ class RunView:
     trials: list[TrialBar]
     #: The finding to act on first (the summary at the top of a several-run report).
     headline: Finding | None
+    #: One memory timeline per device, shown with the run's memory tables.
+    memory_charts: list[Chart] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -80,10 +82,12 @@ class ReportView:
     report: Report
     runs: list[RunView]
     comparison_charts: list[Chart]
+    scaling_charts: list[Chart] = field(default_factory=list)
 
     def charts(self) -> list[Chart]:
         """Every chart of the page, in page order."""
-        return self.comparison_charts + [chart for view in self.runs for chart in view.charts]
+        return (self.comparison_charts + self.scaling_charts
+                + [chart for view in self.runs for chart in view.charts + view.memory_charts])
 
 
 def templates_environment(autoescape: bool = True, **options: object) -> jinja2.Environment:
@@ -118,19 +122,21 @@ def _html_environment() -> jinja2.Environment:
 def build_run_views(report: Report, with_charts: bool = True) -> list[RunView]:
     """Display rows (and charts, unless ``with_charts`` is False) of every run."""
     if with_charts:
-        from profreport.reports.render.charts import run_charts
+        from profreport.reports.render.charts import memory_charts, run_charts
     return [RunView(index, run, run_charts(run, index) if with_charts else [],
                     display.metric_groups(run.metrics), display.trial_bars(run.metrics.trials),
-                    display.headline_finding(run))
+                    display.headline_finding(run),
+                    memory_charts(run, index) if with_charts else [])
             for index, run in enumerate(report.runs, start=1)]
 
 
 def build_view(report: Report) -> ReportView:
     """Charts and display rows of every run and of the comparison."""
-    from profreport.reports.render.charts import comparison_charts
+    from profreport.reports.render.charts import comparison_charts, scaling_charts
 
     return ReportView(report, build_run_views(report),
-                      comparison_charts(report.runs, report.comparison))
+                      comparison_charts(report.runs, report.comparison),
+                      scaling_charts(report.scaling))
 
 
 def render_page(view: ReportView, images: dict[str, str] | None = None,
@@ -139,7 +145,8 @@ def render_page(view: ReportView, images: dict[str, str] | None = None,
     ``template`` may extend the report's (``grade_student.html.j2`` fills its ``preface`` block
     from ``extra``)."""
     context = {**(extra or {}), "report": view.report, "runs": view.runs, "parts": BREAKDOWN_PARTS,
-               "comparison_charts": view.comparison_charts, "images": images,
+               "comparison_charts": view.comparison_charts,
+               "scaling_charts": view.scaling_charts, "images": images,
                "line_limit": SLOWEST_LINES,
                "name_limit": SCREEN_NAME_LIMIT if images is None else PRINT_NAME_LIMIT}
     if images is None:
