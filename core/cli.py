@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from profreport import __version__
+from profreport.argtypes import positive_int
 from profreport.errors import EXIT_INTERRUPTED, ProfreportError, UsageError
 from profreport.reports.render import DEFAULT_FORMATS, RENDERERS
 
@@ -43,6 +44,29 @@ def _add_report_options(parser: argparse.ArgumentParser) -> None:
 RUN_COMMAND = "run-and-report"
 
 
+def _add_executor_options(parser: argparse.ArgumentParser) -> None:
+    """Where the per-rank parsing runs: local processes, or Dask (the ``dask`` extra)."""
+    group = parser.add_argument_group(
+        "parallel reading", "The files of a run (one per rank) are read and reduced in parallel: "
+        "in local processes by default, or by Dask workers (pip install 'profreport[dask]'); "
+        "Dask workers read the files themselves, so they must see the same paths.")
+    group.add_argument("--processes", type=positive_int, metavar="N",
+                       help="local worker processes (default: the CPUs available)")
+    group.add_argument("--scheduler", metavar="ADDRESS",
+                       help="tcp://HOST:PORT of a running Dask scheduler, or 'slurm' to start "
+                            "Dask workers as Slurm jobs (dask-jobqueue)")
+    group.add_argument("--slurm-jobs", type=positive_int, default=1, metavar="N",
+                       help="Slurm jobs to start, one Dask worker each (default: %(default)s)")
+    group.add_argument("--slurm-queue", metavar="PARTITION", help="Slurm partition")
+    group.add_argument("--slurm-account", metavar="ACCOUNT", help="Slurm account")
+    group.add_argument("--slurm-walltime", default="01:00:00", metavar="HH:MM:SS",
+                       help="time limit of each job (default: %(default)s)")
+    group.add_argument("--slurm-cores", type=positive_int, default=1, metavar="N",
+                       help="cores per job (default: %(default)s)")
+    group.add_argument("--slurm-memory", default="8GB", metavar="SIZE",
+                       help="memory per job (default: %(default)s)")
+
+
 def build_parser(run_options: bool = True) -> argparse.ArgumentParser:
     """The argument parser for every subcommand; ``run_options=False`` leaves run-and-report's
     own options out, which spares ``--help`` and ``analyze`` importing the runner."""
@@ -64,6 +88,7 @@ def build_parser(run_options: bool = True) -> argparse.ArgumentParser:
     analyze.add_argument("--cache-dir", type=Path,
                          help="where nsys exports are cached (default: ~/.cache/profreport)")
     _add_report_options(analyze)
+    _add_executor_options(analyze)
 
     run = sub.add_parser(
         RUN_COMMAND,

@@ -17,6 +17,7 @@ from profreport.errors import (
     RunError,
     UsageError,
 )
+from profreport.executors import ExecutorOptions
 from profreport.fileio import check_output_folder
 from profreport.grade.results import StudentResult
 from profreport.parsers import ParseOptions
@@ -105,7 +106,12 @@ def analyze_command(args: argparse.Namespace) -> int:
     options = AnalyzeOptions(
         title=args.title, baseline=args.baseline,
         parse=ParseOptions(cache_dir=getattr(args, "cache_dir", None),
-                           source_root=getattr(args, "source_root", None)))
+                           source_root=getattr(args, "source_root", None)),
+        executor=ExecutorOptions(
+            scheduler=args.scheduler, processes=args.processes, slurm_jobs=args.slurm_jobs,
+            slurm_queue=args.slurm_queue, slurm_account=args.slurm_account,
+            slurm_walltime=args.slurm_walltime, slurm_cores=args.slurm_cores,
+            slurm_memory=args.slurm_memory))
     return finish_report(analyze_paths(list(args.inputs), options), args)
 
 

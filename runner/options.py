@@ -6,6 +6,7 @@ import argparse
 import textwrap
 from pathlib import Path
 
+from profreport.argtypes import positive_int
 from profreport.runner.launch import PROFILERS
 from profreport.runner.variants import (
     CPU_DEFAULT_VARIANTS,
@@ -54,17 +55,6 @@ def parse_profilers(text: str) -> tuple[str, ...]:
         raise argparse.ArgumentTypeError(
             f"unknown profiler {', '.join(unknown)}; choose from {', '.join(PROFILERS)}")
     return names
-
-
-def positive_int(text: str) -> int:
-    """An integer of at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
-    return value
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:

@@ -59,4 +59,5 @@ expect_extra() {
 trace=$(find "$ROOT/fixtures" -name '*.pt.trace.json.gz' | sort | head -n 1)
 expect_extra pdf "$profreport" analyze "$trace" --out "$work/pdf" --format pdf
 expect_extra train "$profreport" run-and-report --out "$work/run"
+expect_extra dask "$profreport" analyze "$trace" --out "$work/dask" --scheduler tcp://127.0.0.1:1
 echo "base install: every input read, every extra named"

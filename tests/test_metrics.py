@@ -18,14 +18,22 @@ from profreport.reports.analysis.metrics import (
     attribution_level,
     compute_run_metrics,
 )
+from profreport.reports.analysis.ranks import add_rank_metrics, summarize
 from profreport.reports.analysis.results import RunMetrics
 from profreport.reports.analysis.steps import step_windows
 from profreport.reports.analysis.timeline import MAX_SEGMENTS, build_timeline
 
 
+def run_metrics(profiles: list) -> RunMetrics:
+    """The metrics of one run of these profiles, those every rank adds included."""
+    metrics = compute_run_metrics(profiles)
+    add_rank_metrics(metrics, [summarize(profile) for profile in profiles])
+    return metrics
+
+
 def metrics_of(path: Path) -> RunMetrics:
     """Parse one corpus file and compute its metrics."""
-    return compute_run_metrics([parse_file(path)])
+    return run_metrics([parse_file(path)])
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +145,7 @@ def test_ddp_gloo_ranks_and_collectives(fixtures_dir: Path, raw_collectives_per_
     """2 gloo ranks: both ranks' step times; calls per step = c10d calls per step in the raw
     trace (the gloo op running each call on its own thread is not counted again)."""
     folder = fixtures_dir / "ddp_gloo"
-    m = compute_run_metrics(fixture_profiles(folder))
+    m = run_metrics(fixture_profiles(folder))
     assert sorted(m.per_rank_step_ms) == [0, 1]
     assert all(ms > 0 for ms in m.per_rank_step_ms.values())
     assert m.per_rank_step_ms[0] == pytest.approx(m.steps.mean_ns / 1e6)

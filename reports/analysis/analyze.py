@@ -8,20 +8,30 @@ Each input is one run: a profile file, or a folder holding several profiles of t
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from profreport import __version__
 from profreport.errors import InputError, ProfreportError
+from profreport.executors import Executor, ExecutorOptions, open_executor
 from profreport.inputs import check_regular_file, resolve_inside
 from profreport.manifest import MANIFEST_NAME, Manifest, read_manifest
 from profreport.model import Profile
-from profreport.parsers import NSYS_REPORT_SUFFIXES, ParseOptions, parse_file
+from profreport.parsers import NSYS_REPORT_SUFFIXES, ParseOptions
 from profreport.reports.analysis.compare import compare_runs
 from profreport.reports.analysis.findings import RunContext, find_all, verdict
-from profreport.reports.analysis.memory import memory_findings, memory_stats, training_settings
+from profreport.reports.analysis.memory import memory_findings, training_settings
 from profreport.reports.analysis.metrics import compute_run_metrics, primary_timed
-from profreport.reports.analysis.results import Report, RunAnalysis, SourceInfo
+from profreport.reports.analysis.ranks import (
+    RankResult,
+    RankSummary,
+    RankTask,
+    add_rank_metrics,
+    needed_whole,
+    read_rank,
+)
+from profreport.reports.analysis.results import Report, RunAnalysis
 from profreport.reports.analysis.scaling import run_world_size, scaling_studies
 from profreport.reports.analysis.timeline import build_timeline
 
@@ -44,6 +54,10 @@ class AnalyzeOptions:
     title: str | None = None
     baseline: str | None = None
     parse: ParseOptions = field(default_factory=ParseOptions)
+    #: Where the per-rank parsing runs (local processes by default, or Dask).
+    executor: ExecutorOptions = field(default_factory=ExecutorOptions)
+    #: Called with each file once it is read (for a progress display); never for the analysis.
+    on_file_done: Callable[[Path], None] | None = None
 
 
 def run_name(path: Path) -> str:
@@ -84,15 +98,6 @@ def failure_line(exc: BaseException, path: Path) -> str:
     return InputError(reason, path).one_line()
 
 
-def _parse_one(path: Path, options: AnalyzeOptions, failures: list[str]) -> Profile | None:
-    """Parse a file; a failure is recorded as one line and None is returned."""
-    try:
-        return parse_file(path, options.parse)
-    except Exception as exc:  # one bad file never stops the batch
-        failures.append(failure_line(exc, path))
-    return None
-
-
 def _manifest_of(folder: Path, failures: list[str]) -> Manifest | None:
     """The folder's manifest, or None (a damaged one is a failure, not a crash); entries left
     out as invalid are one failure line and notes of the run."""
@@ -126,24 +131,37 @@ def _artifact_files(folder: Path, manifest: Manifest,
     return files
 
 
-def _profiles_of(path: Path, manifest: Manifest | None, options: AnalyzeOptions,
-                 failures: list[str]) -> list[Profile]:
-    """Parse every profile of one input, giving manifest ranks to profiles that lack one."""
+def _files_of(path: Path, manifest: Manifest | None,
+              failures: list[str]) -> dict[Path, int | None]:
+    """The profile files of one input, with the rank the manifest gives each (or None)."""
     if path.is_file():
-        files, ranks = [path], {}
-    elif manifest is not None and manifest.artifacts:
-        ranks = _artifact_files(path, manifest, failures)
-        files = list(ranks)
-    else:
-        files, ranks = find_profiles(path), {}
+        return {path: None}
+    if manifest is not None and manifest.artifacts:
+        return _artifact_files(path, manifest, failures)
+    return dict.fromkeys(find_profiles(path))
+
+
+def _read_files(files: dict[Path, int | None], options: AnalyzeOptions, executor: Executor,
+                failures: list[str]) -> tuple[list[Profile], list[RankSummary]]:
+    """Parse and reduce every file (in parallel, by ``executor``); return the whole profiles
+    the detailed analysis reads and every file's summary, both in file order."""
+    folder = str(Path.cwd())
+    tasks = [RankTask(str(file), folder, rank, options.parse) for file, rank in files.items()]
+    results: list[RankResult | None] = [None] * len(tasks)
+    for index, result in executor.map_unordered(read_rank, tasks):
+        results[index] = result
+        if options.on_file_done is not None:
+            options.on_file_done(Path(tasks[index].path))
+    read = [r for r in results if r is not None and r.summary is not None]
+    failures += [r.failure for r in results if r is not None and r.failure is not None]
+    summaries = [r.summary for r in read if r.summary is not None]
     profiles = []
-    for file in files:
-        profile = _parse_one(file, options, failures)
+    for index in needed_whole(summaries):
+        # A whole profile the worker did not send back (a primary rank other than 0) is read here.
+        profile = read[index].profile or read_rank(read[index].task).profile
         if profile is not None:
-            if profile.rank is None:
-                profile.rank = ranks.get(file)
             profiles.append(profile)
-    return profiles
+    return profiles, summaries
 
 
 def _notes(manifest: Manifest | None) -> list[str]:
@@ -158,24 +176,25 @@ def _notes(manifest: Manifest | None) -> list[str]:
     return notes
 
 
-def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None) -> RunAnalysis:
-    """Metrics, findings, verdict and timeline of one run."""
+def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
+                summaries: list[RankSummary]) -> RunAnalysis:
+    """Metrics, findings, verdict and timeline of one run, from the whole profiles of its
+    primary rank and the summary of every file."""
     metrics = compute_run_metrics(profiles, manifest)
-    metrics.memory = memory_stats(profiles)
+    add_rank_metrics(metrics, summaries)
     context = RunContext(knobs=dict(manifest.knobs) if manifest else {},
                          environment=dict(manifest.environment) if manifest else {})
     name_verdict, reason = verdict(metrics)
     timed = primary_timed(profiles)
     return RunAnalysis(
         name=name,
-        sources=[SourceInfo(path=str(p.path), kind=p.kind, tool_version=p.tool_version,
-                            rank=p.rank) for p in profiles],
+        sources=[summary.source for summary in summaries],
         verdict=name_verdict, verdict_reason=reason, metrics=metrics,
         findings=find_all(metrics, context, name_verdict)
         + memory_findings(metrics.memory, training_settings(manifest)),
         timeline=build_timeline(*timed[0]) if timed else None,
         knobs=context.knobs, environment=context.environment, notes=_notes(manifest),
-        world_size=run_world_size(manifest, profiles),
+        world_size=run_world_size(manifest, summaries),
         scaling_point=dict(getattr(manifest, "scaling", None) or {}))
 
 
@@ -189,21 +208,22 @@ def _unique(name: str, taken: set[str]) -> str:
     return candidate
 
 
-def _analyze_input(path: Path, options: AnalyzeOptions, failures: list[str],
-                   taken: set[str]) -> RunAnalysis | None:
+def _analyze_input(path: Path, options: AnalyzeOptions, executor: Executor,
+                   failures: list[str], taken: set[str]) -> RunAnalysis | None:
     """The run of one input (a file or a run folder), or None when it holds nothing to read."""
     if not path.exists():
         raise InputError("no such file or folder", path)
     if not path.is_dir():
         check_regular_file(path)
     manifest = _manifest_of(path, failures) if path.is_dir() else None
-    profiles = _profiles_of(path, manifest, options, failures)
-    if path.is_dir() and not profiles and manifest is None:
+    profiles, summaries = _read_files(_files_of(path, manifest, failures), options, executor,
+                                      failures)
+    if path.is_dir() and not summaries and manifest is None:
         raise InputError("no profiles found in this folder", path)
-    if not profiles and manifest is None:
+    if not summaries and manifest is None:
         return None
     name = manifest.name if manifest else run_name(path)
-    return analyze_run(_unique(name, taken), profiles, manifest)
+    return analyze_run(_unique(name, taken), profiles, manifest, summaries)
 
 
 def analyze_paths(inputs: list[Path], options: AnalyzeOptions) -> Report:
@@ -211,14 +231,15 @@ def analyze_paths(inputs: list[Path], options: AnalyzeOptions) -> Report:
     failures: list[str] = []
     runs: list[RunAnalysis] = []
     taken: set[str] = set()
-    for path in inputs:
-        try:
-            run = _analyze_input(path, options, failures, taken)
-        except Exception as exc:  # one bad input never stops the batch
-            failures.append(failure_line(exc, path))
-            continue
-        if run is not None:
-            runs.append(run)
+    with open_executor(options.executor) as executor:
+        for path in inputs:
+            try:
+                run = _analyze_input(path, options, executor, failures, taken)
+            except Exception as exc:  # one bad input never stops the batch
+                failures.append(failure_line(exc, path))
+                continue
+            if run is not None:
+                runs.append(run)
     if not runs:
         raise InputError("no input could be read: " + "; ".join(failures))
     title = options.title or "profreport: " + ", ".join(run.name for run in runs)

@@ -28,7 +28,7 @@ from profreport.manifest import Manifest
 from profreport.model import Profile
 from profreport.reports.analysis.breakdown import cpu_breakdown, cpu_phases
 from profreport.reports.analysis.comm import cpu_comm_stats, gpu_comm_stats
-from profreport.reports.analysis.cpu import cpu_op_mix, dataparallel_ops, framework_ops, top_ops
+from profreport.reports.analysis.cpu import cpu_op_mix, framework_ops, top_ops
 from profreport.reports.analysis.gpu import (
     copy_stats,
     gpu_breakdown,
@@ -65,7 +65,7 @@ def manifest_trials(manifest: Manifest) -> Trials | None:
     return Trials(io=trials.get("io"), synthetic=trials.get("synthetic"), full=trials.get("full"))
 
 
-def _preference(profile: Profile) -> tuple[int, int, int]:
+def preference(profile: Profile) -> tuple[int, int, int]:
     """Sort key for step statistics: profiles with GPU events first, nsys before Kineto, lowest
     rank first."""
     return (0 if has_gpu_events(profile) else 1, 0 if profile.kind == "nsys" else 1,
@@ -87,12 +87,12 @@ def attribution_level(profile: Profile) -> int:
 
 def _attribution_key(timed: tuple[Profile, StepWindows]) -> tuple[int, int, int]:
     """Sort key for the breakdown's source: best attribution, then nsys first, lowest rank."""
-    return (attribution_level(timed[0]),) + _preference(timed[0])[1:]
+    return (attribution_level(timed[0]),) + preference(timed[0])[1:]
 
 
 def _timed(profiles: list[Profile]) -> list[tuple[Profile, StepWindows]]:
     """Profiles with steps (not line_profiler), preferred step source first, with their windows."""
-    ordered = sorted(profiles, key=_preference)
+    ordered = sorted(profiles, key=preference)
     return [(p, w) for p in ordered if p.kind != "lprof" and (w := step_windows(p)) is not None]
 
 
@@ -103,15 +103,6 @@ def primary_timed(profiles: list[Profile]) -> list[tuple[Profile, StepWindows]]:
     return [(p, w) for p, w in timed if p.rank in (primary_rank, None)]
 
 
-def per_rank_step_ms(profiles: list[Profile]) -> dict[int, float]:
-    """Mean annotated step time of every rank, in ms, from each rank's preferred step source."""
-    out: dict[int, float] = {}
-    for profile, windows in _timed(profiles):
-        if profile.rank is not None:
-            out.setdefault(int(profile.rank), float(step_stats(windows).mean_ns) / 1e6)
-    return dict(sorted(out.items()))
-
-
 def _lines_of(profiles: list[Profile]) -> pd.DataFrame:
     """The line_profiler lines of every lprof profile, in one table."""
     tables = [p.table("lines") for p in profiles if p.kind == "lprof" and p.has("lines")]
@@ -119,15 +110,15 @@ def _lines_of(profiles: list[Profile]) -> pd.DataFrame:
 
 
 def compute_run_metrics(profiles: list[Profile], manifest: Manifest | None = None) -> RunMetrics:
-    """Every metric of one run from all its profiles (and its manifest, when there is one)."""
+    """Every metric of one run that its primary rank's profiles give (and its manifest, when
+    there is one); the figures every rank adds come from ranks.add_rank_metrics."""
     metrics = RunMetrics()
     timed = primary_timed(profiles)
     lines = _lines_of(profiles)
     _add_step_metrics(metrics, timed)
     _add_lprof_metrics(metrics, lines)
     _add_attributed_metrics(metrics, timed, lines)
-    metrics.per_rank_step_ms = per_rank_step_ms(profiles)
-    ordered = sorted(profiles, key=_preference)
+    ordered = sorted(profiles, key=preference)
     gpu_profile = next((p for p in ordered if has_gpu_events(p)), None)
     if gpu_profile is not None:
         metrics.top_kernels = top_kernels(gpu_profile)
@@ -136,9 +127,6 @@ def compute_run_metrics(profiles: list[Profile], manifest: Manifest | None = Non
         metrics.max_devices_per_process = max_devices_per_process(gpu_profile)
         if metrics.gpu is None:
             metrics.gpu = gpu_utilization(gpu_profile, None)
-    for profile in ordered:
-        for name, count in dataparallel_ops(profile).items():
-            metrics.dataparallel_ops[name] = metrics.dataparallel_ops.get(name, 0) + count
     if manifest is not None:
         metrics.throughput_samples_per_s = manifest.throughput_samples_per_s
         metrics.plain_step_ns = list(manifest.plain_step_ns)

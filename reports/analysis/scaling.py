@@ -13,8 +13,10 @@ the synthetic-data throughput from the runner's trials, and the communication pe
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from profreport.manifest import Manifest
-from profreport.model import Profile
+from profreport.reports.analysis.ranks import RankSummary
 from profreport.reports.analysis.results import (
     Evidence,
     Finding,
@@ -44,7 +46,7 @@ SAME_MODEL_OP_OVERLAP = 0.5
 PROCESS_KNOBS = frozenset({"ddp", "nproc", "bucket_cap_mb", "broadcast_buffers"})
 
 
-def run_world_size(manifest: Manifest | None, profiles: list[Profile]) -> int | None:
+def run_world_size(manifest: Manifest | None, summaries: Sequence[RankSummary]) -> int | None:
     """Processes of a run: the manifest's world size (or its DDP knobs), else the traces'
     ``distributedInfo.world_size``, else the number of distinct rank traces; 1 for Kineto traces
     without a process group."""
@@ -54,15 +56,15 @@ def run_world_size(manifest: Manifest | None, profiles: list[Profile]) -> int | 
             return recorded
         if manifest.knobs:
             return int(manifest.knobs.get("nproc", 1)) if manifest.knobs.get("ddp") else 1
-    sizes = [int(size) for p in profiles if isinstance(size := p.meta.get("world_size"), int)]
+    sizes = [s.world_size for s in summaries if s.world_size is not None]
     if sizes:
         return max(sizes)
-    ranks = {p.rank for p in profiles if p.rank is not None}
+    ranks = {s.source.rank for s in summaries if s.source.rank is not None}
     if ranks:
         return len(ranks)
-    traces = [p for p in profiles if p.kind == "kineto"]
+    traces = [s for s in summaries if s.source.kind == "kineto"]
     # torch.profiler writes distributedInfo whenever a process group exists: none, one process.
-    return 1 if traces and not any(p.meta.get("distributedInfo") for p in traces) else None
+    return 1 if traces and not any(s.distributed for s in traces) else None
 
 
 def _same_training(run: RunAnalysis, other: RunAnalysis) -> bool:

@@ -1,0 +1,159 @@
+"""Where independent tasks (one per rank file) run: local worker processes by default, or a Dask
+cluster (``pip install 'profreport[dask]'``): a running scheduler (``tcp://HOST:PORT``) or Dask
+workers started as Slurm jobs through dask-jobqueue (``slurm``).
+
+Tasks and their results are pickled; a Dask worker reads the files itself, so the paths must be
+absolute and visible from every worker (a shared filesystem). Results come back in task order
+whatever order the tasks finish in, so every executor gives the same report.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import multiprocessing
+import os
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from profreport.errors import MissingToolError, UsageError
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+#: ``--scheduler`` value that starts Dask workers as Slurm jobs.
+SLURM = "slurm"
+#: Seconds to wait for a Dask scheduler to answer before giving up.
+CONNECT_TIMEOUT_S = 30
+#: Modules the Dask executors need, from the ``dask`` extra.
+DASK_MODULES = ("distributed", "dask_jobqueue")
+
+
+@dataclass(frozen=True)
+class ExecutorOptions:
+    """How per-rank tasks are run (``profreport analyze --scheduler ...``)."""
+
+    #: None: local processes; ``tcp://HOST:PORT``: a running Dask scheduler; ``slurm``.
+    scheduler: str | None = None
+    #: Local worker processes (default: the CPUs this process may use).
+    processes: int | None = None
+    #: Slurm jobs to start, each one Dask worker (``--scheduler slurm``).
+    slurm_jobs: int = 1
+    slurm_queue: str | None = None
+    slurm_account: str | None = None
+    slurm_walltime: str = "01:00:00"
+    slurm_cores: int = 1
+    slurm_memory: str = "8GB"
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def require_dask(options: ExecutorOptions) -> None:
+    """MissingToolError naming the ``dask`` extra when a Dask scheduler is asked for and the
+    extra is not installed (checked before any file is read)."""
+    if options.scheduler is None:
+        return
+    needed = DASK_MODULES if options.scheduler == SLURM else DASK_MODULES[:1]
+    missing = [name for name in needed if importlib.util.find_spec(name) is None]
+    if missing:
+        raise MissingToolError.for_extra(f"--scheduler {options.scheduler}", missing, "dask")
+
+
+class Executor:
+    """Runs a function over items and yields ``(index, result)`` as each finishes."""
+
+    def map_unordered(self, function: Callable[[T], R],
+                      items: Sequence[T]) -> Iterator[tuple[int, R]]:
+        """``function(item)`` for every item, in this process, one after the other."""
+        for index, item in enumerate(items):
+            yield index, function(item)
+
+
+class LocalProcesses(Executor):
+    """A pool of local worker processes, started on first use (fork where the platform has it,
+    so workers inherit the imported modules instead of importing them again)."""
+
+    def __init__(self, processes: int, stack: ExitStack) -> None:
+        self._processes = processes
+        self._stack = stack
+        self._pool: ProcessPoolExecutor | None = None
+
+    def map_unordered(self, function: Callable[[T], R],
+                      items: Sequence[T]) -> Iterator[tuple[int, R]]:
+        """Each item in a worker process; one item runs here (a pool would only add start-up)."""
+        if len(items) < 2 or self._processes < 2:
+            yield from super().map_unordered(function, items)
+            return
+        if self._pool is None:
+            methods = multiprocessing.get_all_start_methods()
+            context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+            self._pool = self._stack.enter_context(
+                ProcessPoolExecutor(self._processes, mp_context=context))
+        futures = {self._pool.submit(function, item): index for index, item in enumerate(items)}
+        for future in as_completed(futures):
+            yield futures[future], future.result()
+
+
+class DaskExecutor(Executor):
+    """Tasks sent to a Dask cluster through a ``distributed.Client``."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def map_unordered(self, function: Callable[[T], R],
+                      items: Sequence[T]) -> Iterator[tuple[int, R]]:
+        """Each item as one Dask task; results come back as they finish."""
+        from distributed import as_completed as dask_completed
+
+        futures = self._client.map(function, list(items), pure=False)
+        index = {future.key: i for i, future in enumerate(futures)}
+        for future in dask_completed(futures):
+            yield index[future.key], future.result()
+            future.release()
+
+
+def _slurm_cluster(options: ExecutorOptions) -> AbstractContextManager[Any]:
+    """A dask-jobqueue SLURMCluster with ``slurm_jobs`` jobs of one Dask worker each."""
+    from dask_jobqueue import SLURMCluster
+
+    cluster = SLURMCluster(queue=options.slurm_queue, account=options.slurm_account,
+                           walltime=options.slurm_walltime, cores=options.slurm_cores,
+                           memory=options.slurm_memory, processes=1)
+    cluster.scale(jobs=options.slurm_jobs)
+    return cluster
+
+
+def _dask_client(options: ExecutorOptions, stack: ExitStack) -> Any:
+    """A connected ``distributed.Client`` for ``options.scheduler``; UsageError when the
+    scheduler cannot be reached."""
+    from distributed import Client
+
+    address: Any = options.scheduler
+    if options.scheduler == SLURM:
+        address = stack.enter_context(_slurm_cluster(options))
+    elif not str(options.scheduler).startswith(("tcp://", "tls://", "ucx://", "inproc://")):
+        raise UsageError(f"--scheduler {options.scheduler!r}: give tcp://HOST:PORT of a "
+                         f"running Dask scheduler, or {SLURM}")
+    try:
+        return stack.enter_context(Client(address, timeout=CONNECT_TIMEOUT_S))
+    except OSError as exc:
+        raise UsageError(f"cannot reach the Dask scheduler at {options.scheduler}: "
+                         f"{exc}") from None
+
+
+@contextmanager
+def open_executor(options: ExecutorOptions) -> Iterator[Executor]:
+    """The executor ``options`` ask for, shut down (pool, client, Slurm jobs) on leaving."""
+    require_dask(options)
+    with ExitStack() as stack:
+        if options.scheduler is None:
+            yield LocalProcesses(options.processes or available_cpus(), stack)
+        else:
+            yield DaskExecutor(_dask_client(options, stack))

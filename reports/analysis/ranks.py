@@ -1,0 +1,144 @@
+"""Per-rank reduction: each profile of a run becomes a compact :class:`RankSummary` (its step
+statistics, DataParallel ops and device memory) where it was parsed, so that a folder of hundreds
+of rank traces is combined from small records; only the profiles the detailed analysis reads (the
+primary rank, and sources without a rank) travel back whole.
+
+:func:`read_rank` is the task a worker runs, in this process, a local worker process or a Dask
+worker (``profreport.executors``): it takes and returns only picklable values."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from profreport.model import Profile
+from profreport.parsers import ParseOptions, parse_file
+from profreport.reports.analysis.cpu import dataparallel_ops
+from profreport.reports.analysis.gpu import has_gpu_events
+from profreport.reports.analysis.memory import memory_stats
+from profreport.reports.analysis.metrics import preference
+from profreport.reports.analysis.results import (
+    DeviceMemory,
+    MemoryStats,
+    RunMetrics,
+    SourceInfo,
+    StepStats,
+)
+from profreport.reports.analysis.steps import step_stats, step_windows
+
+#: Ranks whose profile a worker sends back whole: the detailed analysis reads the lowest rank,
+#: which is rank 0 in every launcher (torchrun, srun, mpirun), and sources that have no rank.
+WHOLE_PROFILE_RANKS = (None, 0)
+
+
+@dataclass
+class RankSummary:
+    """One profile reduced to what the run's cross-rank figures need."""
+
+    source: SourceInfo
+    #: Sort key of the profile as a step source (GPU events first, nsys first, lowest rank).
+    preference: tuple[int, int, int]
+    has_gpu_events: bool
+    #: Its annotated steps; None when it times none (line_profiler, or no step ranges).
+    step_stats: StepStats | None
+    #: ``distributedInfo.world_size`` of a trace, when it records one.
+    world_size: int | None = None
+    #: Whether a trace records ``distributedInfo`` (torch.profiler does when a process group
+    #: exists).
+    distributed: bool = False
+    dataparallel_ops: dict[str, int] = field(default_factory=dict)
+    memory: list[DeviceMemory] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class RankTask:
+    """One file for a worker: its path as the user gave it and the folder that path is relative
+    to (a Dask worker runs elsewhere), the rank the manifest gives it, how to parse it."""
+
+    path: str
+    folder: str
+    rank: int | None = None
+    parse: ParseOptions = field(default_factory=ParseOptions)
+
+    def location(self) -> Path:
+        """Where this worker finds the file: the given path when it leads there from here."""
+        given = Path(self.path)
+        if given.is_absolute() or Path.cwd() == Path(self.folder):
+            return given
+        return Path(self.folder) / given
+
+
+@dataclass
+class RankResult:
+    """What a worker sends back: the summary, the whole profile when the analysis needs it, or
+    the one-line failure."""
+
+    task: RankTask
+    summary: RankSummary | None = None
+    profile: Profile | None = None
+    failure: str | None = None
+
+
+def summarize(profile: Profile) -> RankSummary:
+    """The compact summary of one parsed profile."""
+    windows = step_windows(profile) if profile.kind != "lprof" else None
+    memory = memory_stats([profile])
+    return RankSummary(
+        source=SourceInfo(path=str(profile.path), kind=profile.kind,
+                          tool_version=profile.tool_version, rank=profile.rank),
+        preference=preference(profile), has_gpu_events=has_gpu_events(profile),
+        step_stats=step_stats(windows) if windows is not None else None,
+        world_size=world_size if isinstance(world_size := profile.meta.get("world_size"), int)
+        else None, distributed=bool(profile.meta.get("distributedInfo")),
+        dataparallel_ops=dataparallel_ops(profile),
+        memory=list(memory.devices) if memory is not None else [])
+
+
+def read_rank(task: RankTask) -> RankResult:
+    """Parse one file and reduce it (the task a worker runs); never raises for a bad file."""
+    from profreport.reports.analysis.analyze import failure_line
+
+    path = task.location()
+    try:
+        profile = parse_file(path, task.parse)
+        profile.path = Path(task.path)  # the report names the file as the user gave it
+        if profile.rank is None:
+            profile.rank = task.rank
+        whole = profile if profile.rank in WHOLE_PROFILE_RANKS else None
+        return RankResult(task, summarize(profile), whole)
+    except Exception as exc:  # one bad file never stops the batch
+        return RankResult(task, failure=failure_line(exc, path))
+
+
+def needed_whole(summaries: Sequence[RankSummary]) -> list[int]:
+    """Indexes of the summaries whose whole profile the detailed analysis reads: sources without
+    a rank, the primary (lowest) rank among those that time steps, and the preferred source of
+    GPU events (see metrics.primary_timed and compute_run_metrics)."""
+    timed = [s for s in summaries if s.step_stats is not None]
+    primary = min((s.source.rank for s in timed if s.source.rank is not None), default=None)
+    wanted = {i for i, s in enumerate(summaries) if s.source.rank in (None, primary)}
+    gpu = [i for i, s in enumerate(summaries) if s.has_gpu_events]
+    if gpu:
+        wanted.add(min(gpu, key=lambda i: summaries[i].preference))
+    return sorted(wanted)
+
+
+def per_rank_step_ms(summaries: Sequence[RankSummary]) -> dict[int, float]:
+    """Mean annotated step time of every rank, in ms, from each rank's preferred step source."""
+    out: dict[int, float] = {}
+    for summary in sorted(summaries, key=lambda s: s.preference):
+        if summary.source.rank is not None and summary.step_stats is not None:
+            out.setdefault(int(summary.source.rank), float(summary.step_stats.mean_ns) / 1e6)
+    return dict(sorted(out.items()))
+
+
+def add_rank_metrics(metrics: RunMetrics, summaries: Sequence[RankSummary]) -> None:
+    """The figures of a run that every rank contributes to: per-rank step times, DataParallel
+    ops and the memory of every device."""
+    metrics.per_rank_step_ms = per_rank_step_ms(summaries)
+    for summary in sorted(summaries, key=lambda s: s.preference):
+        for name, count in summary.dataparallel_ops.items():
+            metrics.dataparallel_ops[name] = metrics.dataparallel_ops.get(name, 0) + count
+    devices = [device for summary in summaries for device in summary.memory]
+    metrics.memory = MemoryStats(devices=devices) if devices else None
