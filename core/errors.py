@@ -69,3 +69,16 @@ class OutputError(UsageError):
 
 class RunError(ProfreportError):
     """A training run launched by run-and-report failed."""
+
+
+def failure_line(exc: BaseException, path: Path) -> str:
+    """One line for any error met while reading or analysing ``path``."""
+    if isinstance(exc, ProfreportError):
+        return exc.one_line() if exc.path else InputError(str(exc), path).one_line()
+    if isinstance(exc, RecursionError):
+        reason = "nested too deeply to analyse (RecursionError)"
+    elif isinstance(exc, MemoryError):
+        reason = "too large to analyse in this machine's memory (MemoryError)"
+    else:
+        reason = f"cannot read ({type(exc).__name__}: {exc})"
+    return InputError(reason, path).one_line()

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from profreport import __version__
-from profreport.errors import InputError, ProfreportError
+from profreport.errors import InputError, ProfreportError, failure_line
 from profreport.executors import Executor, ExecutorOptions, open_executor
 from profreport.inputs import check_regular_file, resolve_inside
 from profreport.manifest import MANIFEST_NAME, Manifest, read_manifest
@@ -83,19 +83,6 @@ def find_profiles(folder: Path) -> list[Path]:
                    and not any(fnmatch.fnmatchcase(p.name, name) for name in NOT_TRACES))
     reports = {run_name(p) for p in found if p.name.endswith(NSYS_REPORT_SUFFIXES)}
     return [p for p in found if not (p.suffix == ".sqlite" and run_name(p) in reports)]
-
-
-def failure_line(exc: BaseException, path: Path) -> str:
-    """One line for any error met while reading or analysing ``path``."""
-    if isinstance(exc, ProfreportError):
-        return exc.one_line() if exc.path else InputError(str(exc), path).one_line()
-    if isinstance(exc, RecursionError):
-        reason = "nested too deeply to analyse (RecursionError)"
-    elif isinstance(exc, MemoryError):
-        reason = "too large to analyse in this machine's memory (MemoryError)"
-    else:
-        reason = f"cannot read ({type(exc).__name__}: {exc})"
-    return InputError(reason, path).one_line()
 
 
 def _manifest_of(folder: Path, failures: list[str]) -> Manifest | None:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from profreport.errors import failure_line
 from profreport.model import Profile
 from profreport.parsers import ParseOptions, parse_file
 from profreport.reports.analysis.cpu import dataparallel_ops
@@ -97,8 +98,6 @@ def summarize(profile: Profile) -> RankSummary:
 
 def read_rank(task: RankTask) -> RankResult:
     """Parse one file and reduce it (the task a worker runs); never raises for a bad file."""
-    from profreport.reports.analysis.analyze import failure_line
-
     path = task.location()
     try:
         profile = parse_file(path, task.parse)
