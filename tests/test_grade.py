@@ -18,8 +18,10 @@ from pathlib import Path
 import pytest
 from line_profiler.line_profiler import LineStats
 
+from profreport import grade
 from profreport.cli import main
 from profreport.grade import grade_class, submissions
+from profreport.grade.grader import Job, grade_submission
 from profreport.grade.results import StudentResult
 from profreport.grade.rubric import parse_rubric
 from profreport.inputs import Limit
@@ -107,6 +109,8 @@ def hostile_zip(path: Path, fixtures_dir: Path, marker: Path) -> None:
         add(archive, "baseline/passwd.lprof", pickle.dumps(LineStats(
             {("/etc/passwd", 1, "f"): [(1, 100, 5000), (2, 99, 4000)]}, 1e-6), protocol=5))
         add(archive, "broken/trace.json", b'{"traceEvents": [{"ph": "X", ')
+        add(archive, "broken/cut.pt.trace.json.gz", gzip.compress(b'{"traceEvents": []}')[:12])
+        add(archive, "broken/export.sqlite", b"SQLite format 3\x00" + b"\xff" * 200)
         add(archive, "../../escaped.txt", b"zip-slip")
         add(archive, "/tmp/absolute.txt", b"absolute")
         add(archive, "optimized/link.pt.trace.json.gz", b"/etc/passwd", 0o120777)
@@ -197,7 +201,9 @@ def test_hostile_zip_is_graded_from_its_good_files(graded: tuple) -> None:
     assert "optimized/link.pt.trace.json.gz: a symbolic link" in refused
     failures = "\n".join(mallory.failures)
     assert "evil.lprof: refused: the file asks to load posix.system" in failures
-    assert "broken/trace.json" in failures
+    assert "broken/trace.json: truncated trace" in failures
+    assert "broken/cut.pt.trace.json.gz: " in failures
+    assert "broken/export.sqlite: " in failures
     checks = {c.id: c for c in mallory.checks}
     # Both traces read: baseline loader-bound, optimized compute-bound.
     assert checks["loader-fixed"].passed and checks["profiled"].passed
@@ -349,3 +355,25 @@ def test_cli_grade_and_rubric_error_line(tmp_path: Path, fixtures_dir: Path,
                  "--jobs", "1"]) == 0
     assert "a: 9/13 ok" in capsys.readouterr().out
     assert stat.S_ISREG(os.stat(tmp_path / "out" / "gradebook.csv").st_mode)
+
+
+def crash_on_zed(job: Job) -> StudentResult:
+    """Grade as usual, except that zed's grading process dies (as on an out-of-memory kill)."""
+    if job.submission.student == "zed":
+        os._exit(9)
+    return grade_submission(job)
+
+
+def test_a_dying_worker_costs_only_its_submission(tmp_path: Path, fixtures_dir: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    subs = tmp_path / "subs"
+    for name in ("amy", "zed"):
+        (subs / name / "baseline").mkdir(parents=True)
+        shutil.copy(trace_of(fixtures_dir / "loader_heavy"), subs / name / "baseline")
+    monkeypatch.setattr(grade, "grade_submission", crash_on_zed)
+    outcome = grade_class(subs, parse_rubric(RUBRIC, tmp_path / "r.toml"), tmp_path / "out",
+                          workers=2)
+    by_name = {r.student: r for r in outcome.results}
+    assert by_name["amy"].status == "ok" and by_name["amy"].total == 2.5
+    assert (by_name["zed"].status, by_name["zed"].error) == (
+        "error", "the grading process died (killed, or out of memory)")
