@@ -24,9 +24,14 @@ from profreport.parsers import ParseOptions
 from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
 from profreport.reports.analysis.results import Report, RunAnalysis
 from profreport.reports.render import require_renderers, write_reports
+from profreport.text import display_text, elide
 
 #: How many findings the terminal summary shows per run.
 SUMMARY_FINDINGS = 3
+#: Longest kernel or op name in the terminal summary.
+SUMMARY_NAME_LIMIT = 70
+#: Longest terminal line of the summary (a run name or reason from an input can be any length).
+SUMMARY_LINE_LIMIT = 400
 #: Modules of the ``train`` extra that run-and-report imports.
 TRAIN_MODULES = ("torch", "line_profiler", "nvtx")
 
@@ -37,7 +42,12 @@ def _ms(ns: float | None) -> str:
 
 
 def run_summary(run: RunAnalysis) -> list[str]:
-    """A few lines about one run for the terminal."""
+    """A few lines about one run for the terminal (names from inputs elided and neutralised)."""
+    return [display_text(line, SUMMARY_LINE_LIMIT) for line in _summary_lines(run)]
+
+
+def _summary_lines(run: RunAnalysis) -> list[str]:
+    """The summary lines of one run, names elided to fit a terminal line."""
     m = run.metrics
     lines = [f"{run.name}: {run.verdict} ({run.verdict_reason})"]
     if m.steps is not None:
@@ -47,9 +57,11 @@ def run_summary(run: RunAnalysis) -> list[str]:
     lines += [f"  [{f.severity}] {f.title}" for f in run.findings[:SUMMARY_FINDINGS]]
     if m.top_kernels:
         k = m.top_kernels[0]
-        lines.append(f"  top kernel: {k.name[:70]} {_ms(k.total_ns)} ({k.share:.0%})")
+        lines.append(f"  top kernel: {elide(k.name, SUMMARY_NAME_LIMIT)} {_ms(k.total_ns)} "
+                     f"({k.share:.0%})")
     if m.top_ops:
-        lines.append(f"  top op: {m.top_ops[0].name[:70]} {_ms(m.top_ops[0].total_ns)}")
+        op = m.top_ops[0]
+        lines.append(f"  top op: {elide(op.name, SUMMARY_NAME_LIMIT)} {_ms(op.total_ns)}")
     if m.lines:
         line = m.lines[0]
         lines.append(f"  top line: {Path(line.file).name}:{line.lineno} {line.share:.0%} of "
@@ -89,7 +101,8 @@ def finish_report(report: Report, args: argparse.Namespace) -> int:
             if row.name == report.comparison.baseline:
                 continue
             speed = f"{row.speedup:.2f}x" if row.speedup else "?"
-            print(f"{row.name} vs {report.comparison.baseline}: {speed}; {row.explanation}")
+            print(display_text(f"{row.name} vs {report.comparison.baseline}: {speed}; "
+                               f"{row.explanation}", SUMMARY_LINE_LIMIT))
     for path in written:
         print(f"wrote {path}")
     for failure in report.failures:

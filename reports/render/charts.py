@@ -22,7 +22,8 @@ from profreport.reports.analysis.results import (
     Timeline,
     TopItem,
 )
-from profreport.reports.render.display import elide, ns_to_ms, part_label, ratio
+from profreport.reports.render.display import ns_to_ms, part_label, ratio
+from profreport.text import display_text
 
 #: Longest name shown on a chart axis or in hover text; the tables show names in full.
 NAME_LIMIT = 60
@@ -96,8 +97,8 @@ class Chart:
 
 
 def safe_label(text: str) -> str:
-    """An untrusted name made fit for a plotly label: elided and HTML-escaped."""
-    return html.escape(elide(str(text), NAME_LIMIT))
+    """An untrusted name made fit for a plotly label: elided, neutralised, HTML-escaped."""
+    return html.escape(display_text(text, NAME_LIMIT))
 
 
 def lane_label(lane: str) -> str:
@@ -244,7 +245,7 @@ def comparison_figure(comparison: Comparison | None) -> go.Figure | None:
     if comparison is None or not comparison.rows:
         return None
     rows = comparison.rows
-    baseline = elide(comparison.baseline, NAME_LIMIT)
+    baseline = safe_label(comparison.baseline)
     if all(row.throughput_samples_per_s is not None and row.speedup_basis == "throughput"
            for row in rows):
         title = f"Throughput against the baseline ({baseline}), unprofiled"
@@ -318,7 +319,7 @@ def scaling_figure(study: ScalingStudy) -> go.Figure | None:
     if len(points) < 2:
         return None
     processes = [p.processes for p in points]
-    figure = _figure(f"Scaling of {elide(study.group, NAME_LIMIT)}: throughput against "
+    figure = _figure(f"Scaling of {safe_label(study.group)}: throughput against "
                      f"processes ({study.mode} scaling)", 420, xaxis_title="processes",
                      yaxis_title=study.unit)
     lines = (

@@ -17,7 +17,11 @@ from profreport.reports.analysis.results import (
     RunMetrics,
     Trials,
 )
+from profreport.text import elide as elide_text
 from profreport.units import MICROSECOND_BELOW_NS, MISSING, duration, nbytes, percent
+
+#: Longest name a tooltip holds: the longest real C++ kernel names fit, a hostile one does not.
+TOOLTIP_NAME_LIMIT = 2000
 
 VERDICT_LABELS = {
     "loader-bound": "Waiting for data (DataLoader-bound)",
@@ -116,8 +120,14 @@ def number(value: float | None, digits: int = 1) -> str:
 
 
 def elide(text: str, limit: int | None) -> str:
-    """``text`` cut to ``limit`` characters with an ellipsis (no limit when ``limit`` is None)."""
-    return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
+    """``text`` cut to about ``limit`` characters by dropping its middle (no limit when None);
+    the templates' ``finalize`` neutralises it afterwards (:func:`profreport.text.neutralise`)."""
+    return text if limit is None else elide_text(str(text), limit)
+
+
+def tooltip(text: str) -> str:
+    """A name for a tooltip: whole unless absurdly long (the JSON report keeps every name)."""
+    return elide(text, TOOLTIP_NAME_LIMIT)
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,13 @@ import base64
 import gzip
 import importlib.resources
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from typing import TYPE_CHECKING
 
 import jinja2
+import markupsafe
 
 from profreport.reports.analysis.results import (
     BREAKDOWN_PARTS,
@@ -26,6 +28,7 @@ from profreport.reports.analysis.results import (
 )
 from profreport.reports.render import display
 from profreport.reports.render.display import MetricGroup, TrialBar
+from profreport.text import neutralise
 
 if TYPE_CHECKING:  # plotly (behind the charts) loads only when a page with charts is rendered
     from profreport.reports.render.charts import Chart
@@ -51,6 +54,7 @@ _FILTERS = {
     "origin_label": origin_label,
     "heat_bucket": display.heat_bucket,
     "elide": display.elide,
+    "tooltip": display.tooltip,
 }
 #: Longest kernel or op name a table shows (templated kernels run to thousands of characters;
 #: the page keeps the full name in the cell's tooltip).
@@ -90,12 +94,26 @@ class ReportView:
                 + [chart for view in self.runs for chart in view.charts + view.memory_charts])
 
 
-def templates_environment(autoescape: bool = True, **options: object) -> jinja2.Environment:
-    """A jinja2 environment over the ``profreport.templates`` package with the display filters."""
+def shown(value: object) -> object:
+    """Every value a template prints: text from inputs neutralised (controls, NUL and bidi
+    overrides made visible) before escaping; markup the templates built (a macro's output, whose
+    values were neutralised as they were printed) and other values unchanged."""
+    if isinstance(value, str) and not isinstance(value, markupsafe.Markup):
+        return neutralise(value)
+    return value
+
+
+def templates_environment(autoescape: bool = True,
+                          finalize: Callable[[object], object] | None = None,
+                          **options: object) -> jinja2.Environment:
+    """A jinja2 environment over the ``profreport.templates`` package with the display filters;
+    every printed value goes through :func:`shown` (then ``finalize`` when given)."""
     folder = importlib.resources.files("profreport.templates")
     environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(folder)), autoescape=autoescape,
-        undefined=jinja2.StrictUndefined, keep_trailing_newline=True, **options)
+        undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+        finalize=shown if finalize is None else lambda value: finalize(shown(value)),
+        **options)
     environment.filters.update(_FILTERS)
     return environment
 
