@@ -2,7 +2,9 @@
 
 The exposed part of communication is what it claims in the step breakdown
 (:mod:`profreport.reports.analysis.breakdown`): the caller passes those intervals in, so
-``CommStats.exposed_fraction`` and ``Breakdown.parts_ns["comm_exposed"]`` are one figure.
+``CommStats.exposed_fraction`` and ``Breakdown.parts_ns["comm_exposed"]`` are one figure. The
+overlap is communication under compute *kernels* (copies and memsets are no compute), inside the
+step windows. Calls per step are counted by the step that launched them (correlation id).
 """
 
 from __future__ import annotations
@@ -12,35 +14,37 @@ import pandas as pd
 from profreport import concepts
 from profreport.model import Profile
 from profreport.reports.analysis import intervals as iv
-from profreport.reports.analysis.cpu import framework_ops
-from profreport.reports.analysis.gpu import comm_kernels, compute_intervals
+from profreport.reports.analysis.breakdown import claim, cpu_parts
+from profreport.reports.analysis.gpu import comm_kernels, comm_under_compute, launched_in_steps
 from profreport.reports.analysis.results import CommStats
 from profreport.reports.analysis.steps import StepWindows, in_windows
 
 
 def _comm_stats(profile: Profile, windows: StepWindows, comm: iv.Intervals,
-                exposed: iv.Intervals, calls: tuple[int, int], names: pd.Series,
-                on_gpu: bool) -> CommStats:
-    """CommStats from the communication intervals, their exposed part and the call counts
-    (inside the step windows, and in all)."""
+                exposed: iv.Intervals, overlapped: iv.Intervals, calls: tuple[int, int],
+                names: pd.Series, on_gpu: bool) -> CommStats:
+    """CommStats from the communication intervals, their exposed part, the part under compute
+    and the call counts (inside the step windows, and in all)."""
     spent = windows.covered(comm)
     total = max(windows.total_ns, 1)
     return CommStats(origin=profile.kind, total_ns_per_step=spent // windows.count,
                      fraction=spent / total,
                      exposed_fraction=windows.covered(exposed) / total,
-                     overlap_fraction=1.0 - exposed.total / max(comm.total, 1),
+                     overlap_fraction=windows.covered(overlapped) / max(spent, 1),
                      calls_per_step=calls[0] / windows.count, calls_total=calls[1],
                      names=sorted(names.unique().tolist()), on_gpu=on_gpu)
 
 
-def gpu_comm_stats(profile: Profile, windows: StepWindows) -> CommStats | None:
-    """NCCL kernels: share of step time, exposed share, overlap with compute, calls per step."""
+def gpu_comm_stats(profile: Profile, windows: StepWindows,
+                   claims: dict[str, iv.Intervals]) -> CommStats | None:
+    """NCCL kernels: share of step time, exposed share (what they claim in the breakdown),
+    overlap with compute kernels, calls launched per step."""
     kernels = comm_kernels(profile)
     if kernels.empty:
         return None
-    comm = iv.union_of([kernels])
-    return _comm_stats(profile, windows, comm, iv.subtract(comm, compute_intervals(profile)),
-                       (len(in_windows(kernels, windows)), len(kernels)),
+    launched = len(launched_in_steps(profile, kernels, windows))
+    return _comm_stats(profile, windows, iv.union_of([kernels]), claims["comm_exposed"],
+                       comm_under_compute(profile), (launched, len(kernels)),
                        kernels["short_name"], on_gpu=True)
 
 
@@ -59,7 +63,8 @@ def cpu_comm_stats(profile: Profile, windows: StepWindows) -> CommStats | None:
     if calls.empty:
         return None
     comm = iv.union_of([calls])
-    exposed = iv.subtract(comm, iv.union_of([framework_ops(profile)]))
-    return _comm_stats(profile, windows, comm, exposed,
+    claims = claim(cpu_parts(profile, windows))
+    overlapped = iv.intersect(comm, claims["compute"])
+    return _comm_stats(profile, windows, comm, claims["comm_exposed"], overlapped,
                        (collective_calls(in_windows(calls, windows)), collective_calls(calls)),
                        calls["name"], on_gpu=False)

@@ -42,13 +42,15 @@ PART_KNOBS = {
     "dataloader": ("num_workers", "persistent_workers", "pin_memory", "batch_size"),
     "h2d_copy": ("pin_memory", "non_blocking"),
     "compute": ("amp", "channels_last", "compile", "batch_size"),
+    "copy_memset": ("set_to_none", "non_blocking"),
     "comm_exposed": ("ddp", "nproc", "bucket_cap_mb", "broadcast_buffers", "dataparallel"),
     "host_runtime": ("compile", "batch_size"),
     "other": (),
 }
 #: The kind of change each part's knobs make, for the sentence.
 PART_CHANGE = {"dataloader": "the DataLoader change", "h2d_copy": "the copy change",
-               "compute": "the compute change", "comm_exposed": "the parallelism change",
+               "compute": "the compute change", "copy_memset": "the copy change",
+               "comm_exposed": "the parallelism change",
                "host_runtime": "the launch change", "other": "the change"}
 #: Confidence a speedup's interval must reach before it counts as a change: 95%, the usual bar;
 #: steps on a shared machine wobble by tens of percent, and a lower bar would call that a gain.

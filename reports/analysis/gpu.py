@@ -80,16 +80,32 @@ def _device_activity(profile: Profile) -> dict[int, iv.Intervals]:
             for dev, part in frame.groupby("device", sort=True)}
 
 
+def profiled_span(profile: Profile) -> iv.Intervals:
+    """First to last event of any table with times (CPU and GPU): what the profiler watched."""
+    frames = [profile.table(name) for name in ("kernels", "memcpy", "memset", "runtime",
+                                                "cpu_ops", "ranges", "steps")]
+    frames = [f for f in frames if not f.empty]
+    if not frames:
+        return iv.EMPTY
+    first = min(int(f["start"].min()) for f in frames)
+    last = max(int(f["end"].max()) for f in frames)
+    return iv.union(np.array([first]), np.array([max(last, first + 1)]))
+
+
 def gpu_utilization(profile: Profile, windows: StepWindows | None) -> GpuUtilization | None:
-    """Busy share of each GPU over its window (first event start to last event end)."""
+    """Busy share of each device over the step windows (the profiled span without steps), never
+    over the device's own first and last event: a GPU that runs one 2 µs kernel in a 13 s step
+    is idle, not busy. ``window_ns`` is that span times the devices; gaps are the idle stretches
+    inside it."""
     if not has_gpu_events(profile):
         return None
-    activity = _device_activity(profile)
-    per_device = {dev: busy.total / max(int(busy.ends[-1] - busy.starts[0]), 1)
-                  for dev, busy in activity.items()}
-    window_ns = sum(int(b.ends[-1] - b.starts[0]) for b in activity.values())
+    span = windows.windows() if windows is not None else profiled_span(profile)
+    activity = {dev: iv.intersect(busy, span) for dev, busy in _device_activity(profile).items()}
+    span_ns = max(span.total, 1)
+    per_device = {dev: busy.total / span_ns for dev, busy in activity.items()}
+    window_ns = span_ns * len(activity)
     busy_ns = sum(b.total for b in activity.values())
-    holes = [(dev, iv.gaps(b)) for dev, b in activity.items()]
+    holes = [(dev, iv.subtract(span, b)) for dev, b in activity.items()]
     frame = pd.DataFrame({
         "device": np.concatenate([np.full(len(g), dev) for dev, g in holes]),
         "start": np.concatenate([g.starts for _, g in holes]),
@@ -103,38 +119,76 @@ def gpu_utilization(profile: Profile, windows: StepWindows | None) -> GpuUtiliza
                           window_ns=window_ns, busy_ns=busy_ns, per_device=per_device,
                           largest_gaps=largest,
                           long_gap_count=int((frame["duration"] > LONG_IDLE_GAP_NS).sum()),
-                          long_gap_ns=LONG_IDLE_GAP_NS)
+                          long_gap_ns=LONG_IDLE_GAP_NS,
+                          span="step windows" if windows is not None else "profiled span")
 
 
 def compute_intervals(profile: Profile) -> iv.Intervals:
-    """GPU work other than communication and H2D copies: kernels, memsets, other copies."""
+    """When compute kernels run (every kernel that is not communication)."""
+    return iv.union_of([compute_kernels(profile)])
+
+
+def copy_memset_intervals(profile: Profile) -> iv.Intervals:
+    """When memsets and copies other than host-to-device run."""
     memcpy = profile.table("memcpy")
-    return iv.union_of([compute_kernels(profile), profile.table("memset"),
-                        memcpy[memcpy["kind"] != concepts.HTOD]])
+    return iv.union_of([profile.table("memset"), memcpy[memcpy["kind"] != concepts.HTOD]])
 
 
 def gpu_parts(profile: Profile, windows: StepWindows) -> Parts:
-    """The parts of a GPU step in claiming order: DataLoader wait, H2D copies, compute,
-    communication (what it claims is the exposed part), CUDA runtime calls on the CPU while the
-    GPU has nothing else; the rest is other."""
+    """The parts of a GPU step in claiming order: DataLoader wait, H2D copies, compute kernels,
+    other copies and memsets, communication kernels (what they claim is the exposed
+    communication), CUDA runtime calls on the CPU while the GPU has nothing else; the rest is
+    other."""
     return [("dataloader", dataloader_intervals(profile, windows)),
             ("h2d_copy", iv.union_of([copies_of_kind(profile, concepts.HTOD)])),
             ("compute", compute_intervals(profile)),
+            ("copy_memset", copy_memset_intervals(profile)),
             ("comm_exposed", iv.union_of([comm_kernels(profile)])),
             ("host_runtime", iv.union_of([profile.table("runtime")]))]
 
 
-def gpu_breakdown(profile: Profile, windows: StepWindows) -> Breakdown:
+def gpu_claims(profile: Profile, windows: StepWindows) -> dict[str, iv.Intervals]:
+    """The time each part of :func:`gpu_parts` claims (computed once per run: the breakdown
+    and the communication figures both read it)."""
+    return claim(gpu_parts(profile, windows))
+
+
+def comm_under_compute(profile: Profile) -> iv.Intervals:
+    """Communication kernels running while a compute kernel runs (copies and memsets are not
+    compute: overlap with them hides nothing)."""
+    return iv.intersect(iv.union_of([comm_kernels(profile)]), compute_intervals(profile))
+
+
+def gpu_breakdown(profile: Profile, windows: StepWindows,
+                  claims: dict[str, iv.Intervals]) -> Breakdown:
     """Step time split into the parts of :func:`gpu_parts`; ``comm_overlapped_ns`` is the
-    communication that runs under compute."""
-    comm = iv.union_of([comm_kernels(profile)])
-    overlapped = windows.per_step(iv.intersect(comm, compute_intervals(profile)))
-    return make_breakdown(profile.kind, windows, claim(gpu_parts(profile, windows)), overlapped)
+    communication that runs under compute kernels."""
+    overlapped = windows.per_step(comm_under_compute(profile))
+    return make_breakdown(profile.kind, windows, claims, overlapped)
+
+
+def launch_times(profile: Profile, frame: pd.DataFrame) -> np.ndarray:
+    """When the CPU launched each GPU row (kernel, copy, memset): the start of the runtime call
+    with the same correlation id, or the row's own GPU start when no call was recorded."""
+    runtime = profile.table("runtime")
+    calls = runtime.drop_duplicates("correlation")[["correlation", "start"]]
+    joined = frame[["correlation", "start"]].merge(calls, on="correlation", how="left",
+                                                   suffixes=("", "_call"))
+    return joined["start_call"].fillna(joined["start"]).to_numpy(np.int64)
+
+
+def launched_in_steps(profile: Profile, frame: pd.DataFrame,
+                      windows: StepWindows) -> pd.DataFrame:
+    """The rows of ``frame`` launched inside a step window, with the ``step`` (window index)
+    that launched them: a kernel launched in step N that runs in step N+1 belongs to step N."""
+    step = windows.index_of(launch_times(profile, frame))
+    return frame.assign(step=step)[step >= 0]
 
 
 def launch_stats(profile: Profile, windows: StepWindows) -> LaunchStats | None:
-    """Kernels per step, share of short kernels, launch delay and CPU runtime time per step."""
-    kernels = in_windows(profile.table("kernels"), windows)
+    """Kernels launched per step, share of short kernels, launch delay and CPU runtime time per
+    step."""
+    kernels = launched_in_steps(profile, profile.table("kernels"), windows)
     if kernels.empty:
         return None
     duration = kernels["end"] - kernels["start"]
@@ -212,7 +266,7 @@ def kernel_mix(profile: Profile, windows: StepWindows | None) -> KernelMix | Non
     classes = [c for c in map(concepts.optimizer_class, spans["name"].unique()) if c]
     per_step = None
     if len(optimizer) and windows is not None:
-        per_step = len(in_windows(in_optimizer, windows)) / windows.count
+        per_step = len(launched_in_steps(profile, in_optimizer, windows)) / windows.count
     fused_pool = in_optimizer if not in_optimizer.empty else kernels
     return KernelMix(
         origin=profile.kind, compute_kernel_ns=total,

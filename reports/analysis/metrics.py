@@ -32,6 +32,7 @@ from profreport.reports.analysis.cpu import cpu_op_mix, framework_ops, top_ops
 from profreport.reports.analysis.gpu import (
     copy_stats,
     gpu_breakdown,
+    gpu_claims,
     gpu_utilization,
     has_gpu_events,
     kernel_mix,
@@ -172,8 +173,9 @@ def _add_attributed_metrics(metrics: RunMetrics, timed: list[tuple[Profile, Step
     metrics.dataloader_fraction = metrics.dataloader_fraction_by_origin[profile.kind]
     if has_gpu_events(profile):
         metrics.gpu = gpu_utilization(profile, windows)
-        metrics.breakdown = gpu_breakdown(profile, windows)
-        metrics.comm = gpu_comm_stats(profile, windows)
+        claims = gpu_claims(profile, windows)
+        metrics.breakdown = gpu_breakdown(profile, windows, claims)
+        metrics.comm = gpu_comm_stats(profile, windows, claims)
         metrics.launch = launch_stats(profile, windows)
         return
     metrics.breakdown = cpu_breakdown(profile, windows)

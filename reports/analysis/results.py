@@ -33,12 +33,14 @@ def origin_label(origin: str) -> str:
     return ORIGIN_LABELS.get(origin, origin)
 
 #: The parts of a step, in the order they claim time (each claims only what is not yet claimed).
-BREAKDOWN_PARTS = ("dataloader", "h2d_copy", "compute", "comm_exposed", "host_runtime", "other")
+BREAKDOWN_PARTS = ("dataloader", "h2d_copy", "compute", "copy_memset", "comm_exposed",
+                   "host_runtime", "other")
 #: The name of each part, for tables, charts and sentences (keys in BREAKDOWN_PARTS order).
 PART_LABELS = {
     "dataloader": "DataLoader wait",
     "h2d_copy": "Host-to-device copy",
     "compute": "Compute",
+    "copy_memset": "Other GPU copies and memsets",
     "comm_exposed": "Communication (exposed)",
     "host_runtime": "Host / CUDA runtime",
     "other": "Other",
@@ -86,7 +88,8 @@ class IdleGap:
 
 @dataclass(frozen=True)
 class GpuUtilization:
-    """Union of kernel, memcpy and memset intervals over the GPU window, per device."""
+    """Union of kernel, memcpy and memset intervals over the step windows (or the profiled
+    span), per device."""
 
     origin: Origin
     busy_fraction: float
@@ -97,6 +100,8 @@ class GpuUtilization:
     #: How many gaps exceed ``long_gap_ns``.
     long_gap_count: int
     long_gap_ns: int
+    #: What the busy share is measured against: "step windows" or "profiled span".
+    span: str = "step windows"
 
 
 @dataclass(frozen=True)

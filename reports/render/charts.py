@@ -37,6 +37,7 @@ PART_COLOURS = {
     "dataloader": "#d62728",
     "h2d_copy": "#ff7f0e",
     "compute": "#2ca02c",
+    "copy_memset": "#bcbd22",
     "comm_exposed": "#9467bd",
     "host_runtime": "#8c564b",
     "other": "#7f7f7f",
