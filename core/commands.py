@@ -21,6 +21,7 @@ from profreport.executors import ExecutorOptions
 from profreport.fileio import check_output_folder
 from profreport.grade.results import StudentResult
 from profreport.parsers import ParseOptions
+from profreport.progress import read_progress
 from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
 from profreport.reports.analysis.results import Report, RunAnalysis
 from profreport.reports.render import require_renderers, write_reports
@@ -124,8 +125,13 @@ def analyze_command(args: argparse.Namespace) -> int:
             scheduler=args.scheduler, processes=args.processes, slurm_jobs=args.slurm_jobs,
             slurm_queue=args.slurm_queue, slurm_account=args.slurm_account,
             slurm_walltime=args.slurm_walltime, slurm_cores=args.slurm_cores,
-            slurm_memory=args.slurm_memory))
-    return finish_report(analyze_paths(list(args.inputs), options), args)
+            slurm_memory=args.slurm_memory),
+        progress=read_progress())
+    try:
+        report = analyze_paths(list(args.inputs), options)
+    finally:
+        options.progress.close()
+    return finish_report(report, args)
 
 
 def require_train_extra() -> None:

@@ -8,7 +8,6 @@ Each input is one run: a profile file, or a folder holding several profiles of t
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from profreport.inputs import check_regular_file, resolve_inside
 from profreport.manifest import MANIFEST_NAME, Manifest, read_manifest
 from profreport.model import Profile
 from profreport.parsers import NSYS_REPORT_SUFFIXES, ParseOptions
+from profreport.progress import ReadProgress
 from profreport.reports.analysis.compare import compare_runs
 from profreport.reports.analysis.findings import RunContext, find_all, verdict
 from profreport.reports.analysis.memory import memory_findings, training_settings
@@ -56,8 +56,8 @@ class AnalyzeOptions:
     parse: ParseOptions = field(default_factory=ParseOptions)
     #: Where the per-rank parsing runs (local processes by default, or Dask).
     executor: ExecutorOptions = field(default_factory=ExecutorOptions)
-    #: Called with each file once it is read (for a progress display); never for the analysis.
-    on_file_done: Callable[[Path], None] | None = None
+    #: Told which files are read and when each is done (the terminal's progress bar).
+    progress: ReadProgress = field(default_factory=ReadProgress)
 
 
 def run_name(path: Path) -> str:
@@ -134,11 +134,11 @@ def _read_files(files: dict[Path, int | None], options: AnalyzeOptions, executor
     the detailed analysis reads and every file's summary, both in file order."""
     folder = str(Path.cwd())
     tasks = [RankTask(str(file), folder, rank, options.parse) for file, rank in files.items()]
+    options.progress.start(list(files))
     results: list[RankResult | None] = [None] * len(tasks)
     for index, result in executor.map_unordered(read_rank, tasks):
         results[index] = result
-        if options.on_file_done is not None:
-            options.on_file_done(Path(tasks[index].path))
+        options.progress.file_done(Path(tasks[index].path))
     read = [r for r in results if r is not None and r.summary is not None]
     failures += [r.failure for r in results if r is not None and r.failure is not None]
     summaries = [r.summary for r in read if r.summary is not None]
