@@ -149,15 +149,16 @@ def run_and_report_command(args: argparse.Namespace) -> int:
     require_renderers(args.formats)
     from profreport.runner import orchestrate
 
-    outcome = orchestrate.run_from_args(args)
-    if outcome is None:  # --emit-slurm: scripts written, nothing run
+    summary = orchestrate.run_from_args(args)
+    if summary is None:  # --emit-slurm: scripts written, nothing run
         return 0
-    folders, failures, interrupted = outcome
-    if interrupted and not folders:
+    if summary.interrupted and not summary.folders:
         print("profreport: interrupted before any variant finished", file=sys.stderr)
         return EXIT_INTERRUPTED
-    status = report_on(folders, failures, args)
-    return EXIT_INTERRUPTED if interrupted else status
+    for name in summary.unprofiled:
+        print(f"profreport: {name}: no profiler could profile it", file=sys.stderr)
+    status = report_on(summary.folders, summary.failures, args)
+    return EXIT_INTERRUPTED if summary.interrupted else status
 
 
 def profiled_source_root(args: argparse.Namespace) -> Path | None:
@@ -171,8 +172,9 @@ def profiled_source_root(args: argparse.Namespace) -> Path | None:
 
 
 def report_on(folders: list[Path], failures: list[str], args: argparse.Namespace) -> int:
-    """Analyse the folders that hold profiles; failed variants are listed in the report."""
-    usable = [folder for folder in folders if any(folder.glob("**/*.pt.trace.json.gz"))
+    """Analyse the folders that hold profiles; every failed launch is listed in the report, and
+    any failure makes the exit status non-zero."""
+    usable = [folder for folder in folders if any(folder.glob("**/*.pt.trace.json*"))
               or any(folder.glob("*.lprof")) or any(folder.glob("*.nsys-rep"))]
     if not usable:
         raise RunError("no variant produced a profile: " + "; ".join(failures or ["none ran"]))

@@ -40,8 +40,13 @@ class ProfiledRun:
     command: list[str]
     exit_status: int | None
     wall_time_s: float
+    #: One line: how it failed (exit status or signal) and its last exception line.
     error: str | None = None
     note: str | None = None
+    #: The signal that killed it (``SIGSEGV``), directly or, under torchrun, a rank.
+    signal: str | None = None
+    #: The last lines of its stderr when it failed.
+    stderr_tail: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -49,6 +54,7 @@ class Manifest:
     """Everything one variant's run records (schema ``profreport-manifest/1``)."""
 
     name: str
+    #: The built-in workload's name, or ``script PATH`` for the user's own script.
     workload: str
     knobs: dict[str, Any]
     #: python, torch, cuda, devices, cpu_count, cpus_usable (affinity), cpus (what the job may
@@ -68,6 +74,18 @@ class Manifest:
     trials: dict[str, float] = field(default_factory=dict)
     #: Where the data came from, e.g. "generated (MNIST-shaped)" or "MNIST IDX files in DIR".
     data_source: str = ""
+    #: Iterations per second of the plain run (a script's: from its optimizer steps).
+    throughput_steps_per_s: float | None = None
+    #: One line saying what the plain run's throughput was measured on.
+    throughput_basis: str = ""
+    #: Processes of the job (torchrun processes per node x nodes).
+    world_size: int = 1
+    #: One point of ``--scaling``: mode ("weak" | "strong"), processes, nodes, local_batch_size,
+    #: global_batch_size, backend, group (the variant the points belong to); None otherwise.
+    scaling: dict[str, Any] | None = None
+    #: The user's script (absolute path; line profiles name this file) and its arguments.
+    script: str | None = None
+    script_args: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     schema: str = MANIFEST_SCHEMA
 

@@ -7,6 +7,7 @@ import platform
 import re
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from profreport.errors import UsageError
 from profreport.manifest import Artifact, ProfiledRun
 from profreport.runner.variants import cpu_has_native_bf16, cpus_available
 
@@ -22,13 +24,19 @@ PROFILERS = ("kernprof", "torch", "nsys")
 #: The profiler names the manifest uses for each ``--profilers`` entry.
 MANIFEST_PROFILER = {"none": "none", "kernprof": "kernprof", "torch": "torch.profiler",
                      "nsys": "nsys"}
-#: Lines of a failed launch's log kept as its error message.
-ERROR_TAIL_LINES = 3
+#: Lines of a failed launch's stderr kept in the manifest.
+STDERR_TAIL_LINES = 12
+#: torchrun's summary of a rank that died of a signal.
+TORCHRUN_SIGNAL = re.compile(r"Signal (\d+) \(SIG\w+\) received by PID")
 #: A Python exception line, possibly prefixed by torchrun's ``[rank0]:``.
 EXCEPTION_LINE = re.compile(r"^(?:\[rank\d+\]:\s*)?[\w.]*(?:Error|Exception):\s")
+#: Port of torchrun's c10d rendezvous on the first node of a multi-node job.
+RENDEZVOUS_PORT = 29500
 NSYS_OUTPUT = "nsys"
 LPROF_NAME = "train.lprof"
 TRACE_DIR = "trace"
+#: The names torch.profiler's trace handlers give their files.
+TRACE_PATTERNS = ("*.pt.trace.json.gz", "*.pt.trace.json")
 #: CPU sampling and context-switch tracing are off: the analysis reads neither, and in containers
 #: without perf events nsys 2022.4's agent spins on them and never finishes.
 NSYS_QUIET_OPTIONS = ("--sample=none", "--cpuctxsw=none")
@@ -47,53 +55,130 @@ class Launch:
     log: Path
 
 
-def nsys_trace_option(on_gpu: bool) -> str:
-    """What nsys traces: CUDA too when a GPU is in use, else OS runtime and NVTX."""
-    return "--trace=cuda,nvtx,osrt" if on_gpu else "--trace=osrt,nvtx"
+def nsys_options(on_gpu: bool) -> list[str]:
+    """What nsys traces: CUDA and its memory use too when a GPU is in use, else OS runtime and
+    NVTX; never CPU samples or context switches."""
+    if on_gpu:
+        return ["--trace=cuda,nvtx,osrt", "--cuda-memory-usage=true", *NSYS_QUIET_OPTIONS]
+    return ["--trace=osrt,nvtx", *NSYS_QUIET_OPTIONS]
 
 
-def torchrun_prefix(nproc: int, in_slurm: bool) -> list[str]:
-    """Start ``nproc`` local processes with torchrun (under srun inside a Slurm allocation)."""
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                f"--nproc_per_node={nproc}"]
-    return ["srun", "--ntasks=1", *torchrun] if in_slurm else torchrun
+def srun_prefix(nodes: int) -> list[str]:
+    """srun starting one launcher per node of the allocation, with the job's CPUs (srun does not
+    inherit --cpus-per-task from sbatch since Slurm 22.05)."""
+    cpus = os.environ.get("SLURM_CPUS_PER_TASK", "")
+    spread = ["--nodes", str(nodes), "--ntasks-per-node=1"] if nodes > 1 else ["--ntasks=1"]
+    return ["srun", *spread, *([f"--cpus-per-task={cpus}"] if cpus.isdigit() else [])]
+
+
+def rendezvous_host() -> str:
+    """The first node of the Slurm allocation, where torchrun's c10d rendezvous runs."""
+    nodelist = os.environ.get("SLURM_JOB_NODELIST", "")
+    done = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True,
+                          text=True, check=False)
+    hosts = done.stdout.split()
+    return hosts[0] if done.returncode == 0 and hosts else socket.gethostname()
+
+
+def torchrun_command(nproc: int, nodes: int) -> list[str]:
+    """torchrun for ``nproc`` processes per node: standalone on one node, a c10d rendezvous on
+    the allocation's first node for several."""
+    torchrun = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}"]
+    if nodes <= 1:
+        return [*torchrun, "--standalone"]
+    job = os.environ.get("SLURM_JOB_ID", "profreport")
+    return [*torchrun, f"--nnodes={nodes}", "--rdzv_backend=c10d", f"--rdzv_id={job}",
+            f"--rdzv_endpoint={rendezvous_host()}:{RENDEZVOUS_PORT}"]
 
 
 def wrap_command(profiler: str, folder: Path, entry: list[str], on_gpu: bool,
-                 nproc: int = 1) -> list[str]:
+                 nproc: int = 1, nodes: int = 1) -> list[str]:
     """The full command running ``entry`` (``-m module args`` or ``script args``) under
-    ``profiler``, with torchrun when ``nproc > 1``."""
-    in_slurm = "SLURM_JOB_ID" in os.environ
+    ``profiler``: torchrun when there are several processes, under srun inside a Slurm
+    allocation (the profiler then runs inside srun, on every node)."""
+    distributed = nproc * nodes > 1
+    srun = srun_prefix(nodes) if distributed and "SLURM_JOB_ID" in os.environ else []
+    if nodes > 1 and not srun:
+        raise UsageError(f"--nodes {nodes} needs a Slurm allocation (run inside sbatch/salloc, "
+                         "or write the jobs with --emit-slurm)")
     if profiler == "kernprof":
         kernprof = [sys.executable, "-m", "kernprof", "-l", "-q"]
-        if nproc <= 1:
+        if not distributed:
             return [*kernprof, "-o", str(folder / LPROF_NAME), *entry]
         per_rank = shlex.join([*kernprof, "-o", str(folder / "train.rank")]) + '"$RANK".lprof '
         script = f"exec {per_rank}{shlex.join(entry)}"
-        return [*torchrun_prefix(nproc, in_slurm), "--no-python", "bash", "-c", script]
-    python = [sys.executable] if nproc <= 1 else [*torchrun_prefix(nproc, in_slurm)]
-    command = [*python, *entry]
+        return [*srun, *torchrun_command(nproc, nodes), "--no-python", "bash", "-c", script]
+    command = [*torchrun_command(nproc, nodes), *entry] if distributed else [sys.executable,
+                                                                              *entry]
     if profiler == "nsys":
-        return ["nsys", "profile", nsys_trace_option(on_gpu), *NSYS_QUIET_OPTIONS,
-                "--force-overwrite=true", "-o", str(folder / NSYS_OUTPUT), *command]
-    return command
+        output = folder / (f"{NSYS_OUTPUT}.node%q{{SLURM_NODEID}}" if nodes > 1 else NSYS_OUTPUT)
+        command = ["nsys", "profile", *nsys_options(on_gpu), "--force-overwrite=true",
+                   "-o", str(output), *command]
+    return [*srun, *command]
 
 
 def run_launch(launch: Launch) -> ProfiledRun:
-    """Run the command, its output into the log; exit status, wall time and error recorded."""
+    """Run the command, stdout into the log and stderr beside it; exit status, signal, wall time
+    and, when it failed, the error line and the last lines of stderr recorded."""
     started = time.perf_counter()
     launch.log.parent.mkdir(parents=True, exist_ok=True)
+    errors = stderr_log(launch.log)
     try:
-        with open(launch.log, "w", encoding="utf-8") as log:
-            status = subprocess.run(launch.command, stdout=log, stderr=subprocess.STDOUT,
+        with open(launch.log, "w", encoding="utf-8") as out, \
+                open(errors, "w", encoding="utf-8") as err:
+            status = subprocess.run(launch.command, stdout=out, stderr=err,
                                     stdin=subprocess.DEVNULL, check=False).returncode
     except OSError as exc:
         return ProfiledRun(MANIFEST_PROFILER[launch.profiler], launch.command, None,
                            time.perf_counter() - started, error=f"cannot start: {exc}")
-    wall = time.perf_counter() - started
-    error = None if status == 0 else log_tail(launch.log)
-    return ProfiledRun(MANIFEST_PROFILER[launch.profiler], launch.command, status, wall,
-                       error=error)
+    record = ProfiledRun(MANIFEST_PROFILER[launch.profiler], launch.command, status,
+                         time.perf_counter() - started)
+    if status != 0:
+        lines = log_lines(errors) or log_lines(launch.log)
+        record.signal = signal_of(status, lines)
+        record.stderr_tail = [line for line in lines if line][-STDERR_TAIL_LINES:]
+        record.error = failure_line(status, record.signal, lines)
+    return record
+
+
+def stderr_log(log: Path) -> Path:
+    """Where a launch's stderr goes: ``none.log`` -> ``none.stderr.log``."""
+    return log.with_suffix(".stderr.log")
+
+
+def log_lines(path: Path) -> list[str]:
+    """The stripped lines of a log file (none when it cannot be read)."""
+    try:
+        return [line.strip() for line in path.read_text(errors="replace").splitlines()]
+    except OSError:
+        return []
+
+
+def signal_of(status: int, lines: list[str]) -> str | None:
+    """The signal that ended the process (a negative status), or that torchrun reports one of
+    its ranks died of; None when it exited."""
+    number = -status if status < 0 else None
+    if number is None:
+        reported = [TORCHRUN_SIGNAL.search(line) for line in lines]
+        number = next((int(m.group(1)) for m in reported if m), None)
+    if number is None:
+        return None
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def failure_line(status: int, signal_name: str | None, lines: list[str]) -> str:
+    """One line: how the launch ended, and its last exception line (or last stderr line)."""
+    how = f"exit status {status}"
+    if signal_name:
+        how = f"killed by {signal_name}" if status < 0 else f"{how}, a rank killed by {signal_name}"
+    exceptions = [line for line in lines if EXCEPTION_LINE.match(line)]
+    last = exceptions[-1] if exceptions else next((line for line in reversed(lines) if line), "")
+    if signal_name and not exceptions:
+        return how
+    return f"{how}: {last}" if last else f"{how}, without output"
 
 
 def qdstrm_importer() -> Path | None:
@@ -122,26 +207,14 @@ def import_leftover_qdstrm(folder: Path) -> str | None:
     return f"nsys could not find its importer; converted {raw.name} with {importer}"
 
 
-def log_tail(path: Path) -> str:
-    """The last exception line of a log (``ValueError: ...``), else its last few lines."""
-    try:
-        lines = [line.strip() for line in path.read_text(errors="replace").splitlines()]
-    except OSError:
-        return "no log"
-    errors = [line for line in lines if EXCEPTION_LINE.match(line)]
-    if errors:
-        return errors[-1]
-    tail = [line for line in lines if line][-ERROR_TAIL_LINES:]
-    return " | ".join(tail) or "exited without output"
-
-
 def find_artifacts(folder: Path, profiler: str, per_rank: bool) -> list[Artifact]:
     """The files ``profiler`` left in ``folder``, as manifest entries (ranked when
     ``per_rank``)."""
     if profiler == "kernprof":
         files = sorted(folder.glob("*.lprof"))
     elif profiler == "torch":
-        files = sorted((folder / TRACE_DIR).glob("*.pt.trace.json.gz"))
+        files = sorted(path for pattern in TRACE_PATTERNS
+                       for path in (folder / TRACE_DIR).glob(pattern))
     else:
         files = sorted(folder.glob(f"{NSYS_OUTPUT}*.nsys-rep"))
     return [Artifact(str(path.relative_to(folder)), MANIFEST_PROFILER[profiler],

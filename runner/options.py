@@ -57,6 +57,15 @@ def parse_profilers(text: str) -> tuple[str, ...]:
     return names
 
 
+def parse_counts(text: str) -> tuple[int, ...]:
+    """``"1,2,4"`` -> ``(1, 2, 4)``: distinct whole numbers of at least 1, in order."""
+    counts = tuple(dict.fromkeys(positive_int(part.strip()) for part in text.split(",")
+                                 if part.strip()))
+    if not counts:
+        raise argparse.ArgumentTypeError(f"expected process counts such as 1,2,4, got {text!r}")
+    return counts
+
+
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """Add run-and-report's own options to ``parser``, and the variant list to its help."""
     parser.formatter_class = KeepLinesFormatter
@@ -81,12 +90,26 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         help="profile your own training script instead; its arguments follow --")
     parser.add_argument("script_args", nargs="*", metavar="-- ARGS",
                         help="arguments for --script, after --")
+    parser.add_argument("--vary", action="append", metavar="NAME=V1,V2",
+                        help="--script: run it once per value, adding --NAME VALUE (spelled as "
+                             "its argparse spells NAME) to its arguments; repeat for every "
+                             "combination")
+    parser.add_argument("--vary-args", action="append", metavar="ARGS",
+                        help="--script: one more run with these arguments added (repeatable)")
     parser.add_argument("--emit-slurm", type=Path, metavar="DIR",
-                        help="write one sbatch script per variant and submit_all.sh; run nothing")
+                        help="write one sbatch script per run and submit_all.sh; run nothing")
     parser.add_argument("--nodes", type=positive_int, default=1,
-                        help="--emit-slurm: nodes of the ddp job (default: %(default)s)")
-    parser.add_argument("--nproc", type=positive_int, default=2,
-                        help="processes of the ddp variant (default: %(default)s)")
+                        help="nodes of the ddp variant or of --script (inside a Slurm "
+                             "allocation, or with --emit-slurm; default: %(default)s)")
+    parser.add_argument("--nproc", type=positive_int,
+                        help="processes per node: of the ddp variant (default: 2), of --script "
+                             "(default: 1, torchrun from 2), the most per node for --scaling")
+    parser.add_argument("--scaling", type=parse_counts, metavar="LIST",
+                        help="run the variant (or script) at each process count, e.g. 1,2,4: "
+                             "weak scaling (the batch per process stays); torchrun, gloo on "
+                             "the CPU and nccl on GPUs")
+    parser.add_argument("--strong", action="store_true",
+                        help="--scaling: keep the global batch fixed instead (strong scaling)")
     parser.add_argument("--bucket-cap-mb", type=float, default=25.0,
                         help="DDP gradient bucket size in MB (default: %(default)s)")
     parser.add_argument("--no-broadcast-buffers", action="store_true",

@@ -8,13 +8,13 @@ import json
 import shutil
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from profreport.errors import RunError, UsageError
 from profreport.manifest import Manifest, ProfiledRun, write_manifest
 from profreport.runner.launch import (
-    LPROF_NAME,
     NSYS_OUTPUT,
     TRACE_DIR,
     Launch,
@@ -25,9 +25,18 @@ from profreport.runner.launch import (
     tool_missing,
     wrap_command,
 )
-from profreport.runner.script_profile import module_level_loader_loop
-from profreport.runner.slurm import SlurmPlan, emit_slurm
-from profreport.runner.train import TrainConfig
+from profreport.runner.script_scan import ScriptFacts, scan_script
+from profreport.runner.scripts import (
+    ScriptSetting,
+    collect_own_traces,
+    new_trace_files,
+    record_plain_result,
+    script_entry,
+    trace_search_dirs,
+    vary_settings,
+)
+from profreport.runner.slurm import SlurmJob, SlurmPlan, emit_slurm
+from profreport.runner.train import WARMUP_STEPS, TrainConfig
 from profreport.runner.variants import (
     Knobs,
     Variant,
@@ -47,6 +56,8 @@ TRIAL_STEPS = 16
 PLAIN_STEPS_FACTOR = 3
 #: Steps torch.profiler records (after one waiting and one warm-up step).
 ACTIVE_STEPS = 6
+#: Processes of the built-in ddp variant when --nproc is not given.
+DDP_NPROC = 2
 #: Each launch's training config: ``train_config.<profiler>.json`` in the run folder.
 CONFIG_NAME = "train_config.{profiler}.json"
 RESULT_NAME = "plain_result.json"
@@ -70,8 +81,15 @@ class RunOptions:
     width: float = 1.0
     trial_steps: int = TRIAL_STEPS
     active_steps: int = ACTIVE_STEPS
+    #: The user's script (absolute), its own arguments, and the settings --vary runs it with.
     script: Path | None = None
     script_args: list[str] = field(default_factory=list)
+    settings: tuple[ScriptSetting, ...] = ()
+    nodes: int = 1
+    #: --scaling: the process counts to run the variant (or script) at; empty: no scaling.
+    scaling: tuple[int, ...] = ()
+    #: --strong: keep the global batch fixed across the scaling points (weak scaling otherwise).
+    strong: bool = False
 
     @property
     def on_gpu(self) -> bool:
@@ -84,6 +102,27 @@ class RunOptions:
                      broadcast_buffers=self.broadcast_buffers)
 
 
+@dataclass
+class Outcome:
+    """What one variant's run left: its folder, each failed launch, and whether any profiler
+    wrote a profile."""
+
+    folder: Path
+    failures: list[str] = field(default_factory=list)
+    profiled: bool = False
+
+
+@dataclass
+class RunSummary:
+    """Every variant's run: folders, failures (one line each), and whether Ctrl-C stopped it."""
+
+    folders: list[Path]
+    failures: list[str]
+    interrupted: bool = False
+    #: Variants no profiler could profile.
+    unprofiled: list[str] = field(default_factory=list)
+
+
 def resolve_device(requested: str) -> str:
     """``auto`` -> ``cuda`` when a GPU is visible, else ``cpu``."""
     if requested != "auto":
@@ -94,13 +133,26 @@ def resolve_device(requested: str) -> str:
 
 
 def run_options(args: argparse.Namespace) -> RunOptions:
-    """RunOptions from the parsed command line."""
+    """RunOptions from the parsed command line (a relative --script made absolute)."""
+    script = args.script.resolve() if args.script is not None else None
+    settings: tuple[ScriptSetting, ...] = ()
+    if script is not None:
+        if not script.is_file():
+            raise UsageError(f"--script {args.script}: no such file")
+        settings = tuple(vary_settings(args.vary or [], args.vary_args or [], scan_script(script),
+                                       script.stem))
+    elif args.vary or args.vary_args:
+        raise UsageError("--vary and --vary-args change a --script's arguments; the built-in "
+                         "workload takes --variants")
+    nproc = args.nproc if args.nproc is not None else (1 if script else DDP_NPROC)
     return RunOptions(workload=args.workload, steps=args.steps,
-                      runs_dir=args.runs_dir or args.out / "runs", profilers=args.profilers,
-                      device=resolve_device(args.device), data_dir=args.data_dir,
-                      nproc=args.nproc, bucket_cap_mb=args.bucket_cap_mb,
-                      broadcast_buffers=not args.no_broadcast_buffers, script=args.script,
-                      script_args=list(args.script_args))
+                      runs_dir=(args.runs_dir or args.out / "runs").absolute(),
+                      profilers=args.profilers, device=resolve_device(args.device),
+                      data_dir=args.data_dir.absolute() if args.data_dir else None,
+                      nproc=nproc, bucket_cap_mb=args.bucket_cap_mb,
+                      broadcast_buffers=not args.no_broadcast_buffers, script=script,
+                      script_args=list(args.script_args), settings=settings, nodes=args.nodes,
+                      scaling=tuple(args.scaling or ()), strong=args.strong)
 
 
 def progress(started: float, text: str) -> None:
@@ -125,10 +177,27 @@ def clear_outputs(folder: Path) -> None:
     """Remove the profiles an earlier run left in ``folder`` (only files the runner writes)."""
     shutil.rmtree(folder / TRACE_DIR, ignore_errors=True)
     patterns = ("*.lprof", CONFIG_NAME.format(profiler="*"), f"{NSYS_OUTPUT}*.nsys-rep",
-                f"{NSYS_OUTPUT}*.qdstrm", RESULT_NAME)
+                f"{NSYS_OUTPUT}*.qdstrm", RESULT_NAME, "script_result.*.json")
     for pattern in patterns:
         for path in folder.glob(pattern):
             path.unlink()
+
+
+def launch_label(profiler: str) -> str:
+    """``none`` -> ``plain run``; a profiler's launch by its manifest name."""
+    return "plain run" if profiler in ("none", "plain") else f"{profiler} run"
+
+
+def launch_one(manifest: Manifest, folder: Path, profiler: str, command: list[str],
+               multi_process: bool, started: float) -> ProfiledRun:
+    """Run one launch into ``folder/<profiler>.log``, record it and rewrite the manifest."""
+    progress(started, f"{manifest.name}: {launch_label(profiler)}")
+    record = run_launch(Launch(profiler, command, folder / f"{profiler}.log"))
+    record_launch(manifest, folder, profiler, record, multi_process)
+    write_manifest(folder, manifest)
+    if record.error:
+        progress(started, f"{manifest.name}: {launch_label(profiler)} failed: {record.error}")
+    return record
 
 
 def launch_variant(manifest: Manifest, folder: Path, knobs: Knobs, options: RunOptions,
@@ -146,11 +215,9 @@ def launch_variant(manifest: Manifest, folder: Path, knobs: Knobs, options: RunO
         entry = ["-m", "profreport.runner.train", "--config", str(config_path)]
         if profiler == "none":
             entry += ["--result", str(folder / RESULT_NAME)]
-        command = wrap_command(profiler, folder, entry, options.on_gpu, nproc)
-        progress(started, f"{manifest.name}: {profiler if profiler != 'none' else 'plain run'}")
-        record = run_launch(Launch(profiler, command, folder / f"{profiler}.log"))
-        record_launch(manifest, folder, profiler, record, nproc > 1)
-        write_manifest(folder, manifest)
+        command = wrap_command(profiler, folder, entry, options.on_gpu, nproc, options.nodes)
+        record = launch_one(manifest, folder, profiler, command, nproc * options.nodes > 1,
+                            started)
         if profiler == "none" and record.exit_status != 0:
             raise RunError(f"plain run failed: {record.error}")
 
@@ -171,101 +238,272 @@ def record_launch(manifest: Manifest, folder: Path, profiler: str, record: Profi
         result = json.loads(result_path.read_text(encoding="utf-8"))
         manifest.throughput_samples_per_s = result.get("throughput_samples_per_s")
         manifest.plain_step_ns = [int(ns) for ns in result.get("step_ns", [])]
+        steps = len(manifest.plain_step_ns)
+        if steps and sum(manifest.plain_step_ns):
+            manifest.throughput_steps_per_s = steps / (sum(manifest.plain_step_ns) / 1e9)
+        manifest.throughput_basis = (f"plain run, rank 0: {steps} timed steps after "
+                                     f"{WARMUP_STEPS} warm-up step, x {manifest.world_size} "
+                                     "process(es)")
         manifest.trials = result.get("trials", {})
         manifest.data_source = result.get("data_source", "")
         manifest.environment["torch_threads"] = result.get("torch_threads")
 
 
-def run_variant(variant: Variant, options: RunOptions, started: float) -> tuple[Path, str | None]:
-    """Run one variant into ``runs_dir/<name>``; returns the folder and its error (or None)."""
+def launch_failures(manifest: Manifest) -> list[str]:
+    """One line per failed launch: run name, which launch, how it ended, its last error."""
+    return [f"{manifest.name}: {launch_label(run.profiler)} failed: {run.error}"
+            for run in manifest.launches if run.error and not run.note]
+
+
+def scaling_note(manifest: Manifest) -> None:
+    """Say what a scaling point keeps fixed."""
+    if manifest.scaling:
+        point = manifest.scaling
+        manifest.notes.append(
+            f"{point['mode']} scaling point: {point['processes']} process(es) x "
+            f"{point['nodes']} node(s), {point['local_batch_size']} samples per process, "
+            f"{point['global_batch_size']} per step in all ({point['backend']})")
+
+
+def run_variant(variant: Variant, options: RunOptions, started: float,
+                scaling: dict[str, Any] | None = None) -> Outcome:
+    """Run one variant into ``runs_dir/<name>``: its folder, failed launches, whether profiled."""
     folder = options.runs_dir / variant.name
     folder.mkdir(parents=True, exist_ok=True)
     clear_outputs(folder)
     knobs = variant.knobs(options.base_knobs())
     notes = [variant.description, *device_notes(knobs, options.on_gpu, cpu_has_native_bf16())]
+    world = (knobs.nproc if knobs.ddp else 1) * options.nodes
     manifest = Manifest(variant.name, options.workload, knobs.as_dict(), environment(),
-                        notes=notes)
+                        notes=notes, world_size=world, scaling=scaling)
+    scaling_note(manifest)
     try:
         write_manifest(folder, manifest)
         launch_variant(manifest, folder, knobs, options, started)
     except RunError as exc:
         manifest.notes.append(f"variant failed: {exc.one_line()}")
         write_manifest(folder, manifest)
-        return folder, exc.one_line()
+        return Outcome(folder, [f"{variant.name}: {exc.one_line()}"], bool(manifest.artifacts))
     except KeyboardInterrupt:
         manifest.notes.append("interrupted by Ctrl-C: only the launches listed finished")
         write_manifest(folder, manifest)
         raise
-    return folder, None
+    return Outcome(folder, launch_failures(manifest), bool(manifest.artifacts))
 
 
-def run_script(options: RunOptions, started: float) -> tuple[Path, str | None]:
-    """Profile the user's own script into ``runs_dir/<script stem>``."""
+def script_manifest(setting: ScriptSetting, options: RunOptions, facts: ScriptFacts,
+                    scaling: dict[str, Any] | None) -> Manifest:
+    """The manifest a script's run starts with: script, arguments, knobs the setting names,
+    and what the syntax tree says about line profiling and its own profiler."""
     script = options.script
-    if script is None or not script.is_file():
-        raise UsageError(f"--script {script}: no such file")
-    folder = options.runs_dir / script.stem
+    assert script is not None
+    manifest = Manifest(setting.name, f"script {script}", dict(setting.knobs), environment(),
+                        data_source="the script's own", script=str(script),
+                        script_args=[*options.script_args, *setting.args],
+                        world_size=options.nproc * options.nodes, scaling=scaling)
+    scaling_note(manifest)
+    manifest.notes += [note for note in (facts.unreadable,) if note]
+    if facts.module_level_loader_line is not None:
+        manifest.notes.append(f"{script.name}:{facts.module_level_loader_line}: the training "
+                              "loop sits at module level, where line_profiler records nothing; "
+                              "move it into a function to get a line profile")
+    if facts.drives_torch_profiler:
+        manifest.notes.append(f"{script.name} drives torch.profiler itself: it is not wrapped "
+                              "a second time; its own traces are collected, and every launch "
+                              "(the plain one too) pays its profiler's overhead")
+    return manifest
+
+
+def run_script_setting(setting: ScriptSetting, options: RunOptions, facts: ScriptFacts,
+                       started: float, scaling: dict[str, Any] | None = None) -> Outcome:
+    """Profile the user's script with one setting into ``runs_dir/<setting name>``: the plain
+    run, then each profiler; a failed launch does not stop the others."""
+    script = options.script
+    assert script is not None
+    folder = options.runs_dir / setting.name
     folder.mkdir(parents=True, exist_ok=True)
     clear_outputs(folder)
-    manifest = Manifest(script.stem, f"script {script}", {}, environment(),
-                        data_source="the script's own")
-    loop_line = module_level_loader_loop(script)
-    if loop_line is not None:
-        manifest.notes.append(f"{script.name}:{loop_line}: the training loop sits at module "
-                              "level, where line_profiler records nothing; move it into a "
-                              "function to get a line profile")
-    entries = script_launch_entries(script, options, folder)
-    for profiler, entry in entries.items():
-        missing = tool_missing(profiler)
-        if missing:
-            manifest.notes.append(missing)
-            continue
-        progress(started, f"{script.name}: {profiler if profiler != 'none' else 'plain run'}")
-        command = entry if profiler == "kernprof" else wrap_command(
-            profiler, folder, entry, options.on_gpu)
-        record = run_launch(Launch(profiler, command, folder / f"{profiler}.log"))
-        record_launch(manifest, folder, profiler, record, multi_process=False)
+    nproc = options.nproc
+    manifest = script_manifest(setting, options, facts, scaling)
+    write_manifest(folder, manifest)
+    args = [*options.script_args, *setting.args]
+    search = trace_search_dirs(facts, script, Path.cwd())
+    own = facts.drives_torch_profiler
+    multi = nproc * options.nodes > 1
+    try:
+        for profiler in ("none", *options.profilers):
+            missing = tool_missing(profiler)
+            if missing:
+                manifest.notes.append(missing)
+                continue
+            entry = script_entry(profiler, script, args, folder, options.active_steps, own)
+            command = wrap_command(profiler, folder, entry, options.on_gpu, nproc, options.nodes)
+            since = time.time_ns()
+            launch_one(manifest, folder, profiler, command, multi, started)
+            written = new_trace_files(search, since, options.runs_dir.resolve())
+            if profiler == "none":
+                record_plain_result(manifest, folder)
+                own = own or own_traces_noted(manifest, written)
+            elif profiler == "torch" and own:
+                take_own_traces(manifest, folder, written, multi)
+            write_manifest(folder, manifest)
+    except KeyboardInterrupt:
+        manifest.notes.append("interrupted by Ctrl-C: only the launches listed finished")
         write_manifest(folder, manifest)
-    failed = [run.error for run in manifest.launches if run.error]
-    return folder, failed[0] if failed and not manifest.artifacts else None
+        raise
+    return Outcome(folder, launch_failures(manifest), bool(manifest.artifacts))
 
 
-def script_launch_entries(script: Path, options: RunOptions, folder: Path) -> dict[str, list[str]]:
-    """What each launch of a user script runs (kernprof's command is complete already)."""
-    args = [str(script), *options.script_args]
-    entries = {"none": args}
-    if "kernprof" in options.profilers:
-        entries["kernprof"] = [sys.executable, "-m", "kernprof", "-l", "-q", "-p", str(script),
-                               "-o", str(folder / LPROF_NAME), *args]
-    if "torch" in options.profilers:
-        entries["torch"] = ["-m", "profreport.runner.script_profile", "--trace-dir",
-                            str(folder / TRACE_DIR), "--active", str(options.active_steps),
-                            *args]
-    if "nsys" in options.profilers:
-        entries["nsys"] = args
-    return entries
+def own_traces_noted(manifest: Manifest, written: list[Path]) -> bool:
+    """Whether the plain run wrote torch.profiler traces (the script drives its own profiler
+    where the syntax tree did not show it); noted in the manifest when so."""
+    if written and not any("drives torch.profiler itself" in note for note in manifest.notes):
+        manifest.notes.append(f"the plain run wrote {len(written)} torch.profiler trace(s) "
+                              f"({written[0].parent}): the script drives torch.profiler itself, "
+                              "so it is not wrapped a second time")
+    return bool(written)
+
+
+def take_own_traces(manifest: Manifest, folder: Path, written: list[Path],
+                    multi_process: bool) -> None:
+    """Copy the traces the script wrote during the torch launch into the run folder."""
+    if not written:
+        manifest.notes.append("the script drives torch.profiler but wrote no trace during its "
+                              "torch launch (does its schedule reach an active step?)")
+        return
+    names = collect_own_traces(written, folder)
+    places = ", ".join(sorted({str(path.parent) for path in written}))
+    manifest.notes.append(f"collected {len(names)} trace(s) the script wrote itself in {places}")
+    manifest.artifacts.extend(find_artifacts(folder, "torch", multi_process))
+
+
+def scaling_layout(total: int, per_node_cap: int) -> tuple[int, int]:
+    """``(nodes, processes per node)`` of a scaling point of ``total`` processes, at most
+    ``per_node_cap`` per node; UsageError when they do not fill the nodes evenly."""
+    nodes = -(-total // per_node_cap)
+    if total % nodes:
+        raise UsageError(f"--scaling {total}: {total} processes do not fill {nodes} nodes of "
+                         f"at most {per_node_cap} evenly")
+    return nodes, total // nodes
+
+
+def scaling_point(options: RunOptions, total: int, group: str) -> dict[str, Any]:
+    """The manifest's record of one --scaling point of ``total`` processes."""
+    nodes, per_node = scaling_layout(total, options.nproc)
+    local = options.batch_size // total if options.strong else options.batch_size
+    return {"mode": "strong" if options.strong else "weak", "processes": total,
+            "nodes": nodes, "processes_per_node": per_node, "local_batch_size": local,
+            "global_batch_size": local * total,
+            "backend": "nccl" if options.on_gpu else "gloo", "group": group}
+
+
+def point_options(options: RunOptions, point: dict[str, Any]) -> RunOptions:
+    """The options one scaling point runs with: its nodes, processes and batch per process."""
+    return replace(options, nodes=point["nodes"], nproc=point["processes_per_node"],
+                   batch_size=point["local_batch_size"])
+
+
+def check_strong(options: RunOptions) -> None:
+    """UsageError when --strong's global batch does not split evenly over every point."""
+    if options.strong and any(options.batch_size % n for n in options.scaling):
+        raise UsageError(f"--strong: the batch size {options.batch_size} does not split evenly "
+                         f"over {','.join(map(str, options.scaling))} processes")
+
+
+def scaled(name: str, total: int) -> str:
+    """The run name of one scaling point: ``baseline-np2``."""
+    return f"{name}-np{total}"
+
+
+def run_every(variants: list[Variant], options: RunOptions, started: float,
+              outcomes: list[Outcome]) -> None:
+    """Run each variant (or each script setting), at each scaling point when asked, appending
+    each outcome as it finishes."""
+    check_strong(options)
+    if options.script is not None:
+        facts = scan_script(options.script)
+        for setting in options.settings:
+            if not options.scaling:
+                outcomes.append(run_script_setting(setting, options, facts, started))
+            for total in options.scaling:
+                point = scaling_point(options, total, setting.name)
+                named = replace(setting, name=scaled(setting.name, total))
+                outcomes.append(run_script_setting(named, point_options(options, point), facts,
+                                                   started, point))
+        return
+    for variant in variants:
+        if not options.scaling:
+            outcomes.append(run_variant(variant, options, started))
+        for total in options.scaling:
+            point = scaling_point(options, total, variant.name)
+            changes = {**variant.changes, "ddp": total > 1}
+            at_point = Variant(scaled(variant.name, total), variant.description, changes)
+            outcomes.append(run_variant(at_point, point_options(options, point), started, point))
+
+
+def planned_names(variants: list[Variant], options: RunOptions) -> list[str]:
+    """The run names, in order, that run_every makes."""
+    names = ([setting.name for setting in options.settings] if options.script is not None
+             else [variant.name for variant in variants])
+    if options.scaling:
+        names = [scaled(name, total) for name in names for total in options.scaling]
+    return names
 
 
 def write_slurm(args: argparse.Namespace, variants: list[Variant], options: RunOptions) -> None:
-    """``--emit-slurm``: write the sbatch scripts and the driver; run nothing."""
-    out = args.emit_slurm
-    run_args = ["--workload", options.workload, "--steps", str(options.steps),
-                "--profilers", ",".join(options.profilers), "--device", args.device,
-                "--nproc", str(options.nproc), "--bucket-cap-mb", str(options.bucket_cap_mb)]
+    """``--emit-slurm``: write the sbatch scripts and the driver, and make the folders the jobs
+    write into (Slurm opens ``--output`` before the job starts); run nothing."""
+    out = args.emit_slurm.absolute()
+    plan = SlurmPlan(options.runs_dir, args.out.absolute(), slurm_run_args(args, options),
+                     1 if options.on_gpu else 0)
+    written = emit_slurm(slurm_jobs(variants, options), plan, out)
+    print(f"wrote {len(written)} scripts to {out}; submit with: bash {out / 'submit_all.sh'}")
+
+
+def slurm_run_args(args: argparse.Namespace, options: RunOptions) -> list[str]:
+    """The run-and-report options every job repeats (absolute paths)."""
+    run_args = ["--steps", str(options.steps), "--profilers", ",".join(options.profilers),
+                "--device", args.device, "--bucket-cap-mb", str(options.bucket_cap_mb),
+                "--format", ",".join(args.formats)]
+    if options.script is None:
+        run_args += ["--workload", options.workload]
     if not options.broadcast_buffers:
         run_args.append("--no-broadcast-buffers")
     if options.data_dir:
         run_args += ["--data-dir", str(options.data_dir)]
-    plan = SlurmPlan(options.runs_dir.resolve(), args.out.resolve(), run_args, args.nodes,
-                     1 if args.device == "cuda" else 0)
-    configs = {}
-    for variant in variants:
-        if variant.multi_process and args.nodes > 1:
-            folder = plan.runs_dir / variant.name
-            config = train_config(variant.knobs(options.base_knobs()), options, "torch", folder)
-            configs[variant.name] = config.save(out / f"{variant.name}.train.json")
-    written = emit_slurm(variants, plan, options.base_knobs(), out, configs)
-    print(f"wrote {len(written)} scripts to {out}; submit with: bash {out / 'submit_all.sh'}")
+    if options.strong:
+        run_args.append("--strong")
+    return run_args
+
+
+def slurm_jobs(variants: list[Variant], options: RunOptions) -> list[SlurmJob]:
+    """One job per variant, script setting, or scaling point; each runs run-and-report for
+    itself inside its allocation (so every profiler and the manifest run on every node)."""
+    check_strong(options)
+    if options.script is not None:
+        runs = [(setting.name, ["--script", str(options.script), *setting.options],
+                 int(dict(setting.knobs).get("num_workers", 0)), options.nproc, True)
+                for setting in options.settings]
+        after = ["--", *options.script_args]
+    else:
+        runs = [(variant.name, ["--variants", variant.name],
+                 variant.knobs(options.base_knobs()).num_workers,
+                 options.nproc if variant.multi_process else 1, variant.multi_process)
+                for variant in variants]
+        after = []
+    jobs = []
+    for name, run_args, workers, processes, spans_nodes in runs:
+        if not options.scaling:
+            nodes = options.nodes if spans_nodes else 1
+            jobs.append(SlurmJob(name, [*run_args, "--nproc", str(processes), "--nodes",
+                                        str(nodes), *after], nodes, processes, workers))
+        for total in options.scaling:
+            point = scaling_point(options, total, name)
+            jobs.append(SlurmJob(scaled(name, total),
+                                 [*run_args, "--scaling", str(total), "--nproc",
+                                  str(options.nproc), *after],
+                                 point["nodes"], point["processes_per_node"], workers))
+    return jobs
 
 
 def runnable_variants(variants: list[Variant], options: RunOptions) -> list[Variant]:
@@ -280,35 +518,31 @@ def runnable_variants(variants: list[Variant], options: RunOptions) -> list[Vari
     return keep
 
 
-def run_all(variants: list[Variant], options: RunOptions) -> tuple[list[Path], list[str], bool]:
-    """Run every variant; returns the folders of those that finished, the failures, and whether
-    Ctrl-C stopped it (the variant it stopped and those not started are listed as failures)."""
+def run_all(variants: list[Variant], options: RunOptions) -> RunSummary:
+    """Run every variant (or script setting); Ctrl-C stops it, and the variant it stopped and
+    those not started are listed as failures."""
     started = time.perf_counter()
-    outcomes: list[tuple[Path, str | None]] = []
+    outcomes: list[Outcome] = []
     interrupted = False
     try:
-        if options.script is not None:
-            outcomes.append(run_script(options, started))
-        else:
-            for variant in variants:
-                outcomes.append(run_variant(variant, options, started))
+        run_every(variants, options, started, outcomes)
     except KeyboardInterrupt:
         progress(started, "interrupted: reporting on the variants that finished")
         interrupted = True
-    folders = [folder for folder, _error in outcomes]
-    failures = [f"{folder.name}: {error}" for folder, error in outcomes if error]
-    planned = [options.script.stem] if options.script is not None else [v.name for v in variants]
+    failures = [failure for outcome in outcomes for failure in outcome.failures]
+    unprofiled = [outcome.folder.name for outcome in outcomes if not outcome.profiled]
     if interrupted:
         failures += [f"{name}: not finished (interrupted by Ctrl-C)"
-                     for name in planned[len(outcomes):]]
+                     for name in planned_names(variants, options)[len(outcomes):]]
     else:
         progress(started, f"runs done in {options.runs_dir}")
-    return folders, failures, interrupted
+    return RunSummary([outcome.folder for outcome in outcomes], failures, interrupted,
+                      unprofiled)
 
 
-def run_from_args(args: argparse.Namespace) -> tuple[list[Path], list[str], bool] | None:
+def run_from_args(args: argparse.Namespace) -> RunSummary | None:
     """Run the variants (or the script) the command line asks for; None after --emit-slurm,
-    which only writes scripts. Returns what :func:`run_all` returns."""
+    which only writes scripts."""
     options = run_options(args)
     # --emit-slurm cannot see the compute nodes' CPUs, so amp is left to an explicit --variants.
     native_bf16 = not args.emit_slurm and cpu_has_native_bf16()

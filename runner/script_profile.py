@@ -1,89 +1,277 @@
-"""Profiling the user's own, unmodified training script.
+"""Running the user's own, unmodified training script: every launch of a script goes through here.
 
-``python -m profreport.runner.script_profile --trace-dir DIR --active K -- train.py ARGS`` runs
-the script with runpy under torch.profiler; PyTorch's global optimizer-step hook drives
-``prof.step()``, counting only the first optimizer seen, so a GAN with two optimizers still gets
-whole iterations. :func:`module_level_loader_loop` tells when line_profiler will see nothing.
+``python -m profreport.runner.script_profile --mode MODE [...] -- SCRIPT ARGS`` runs the script as
+``__main__`` with its arguments untouched, in every mode:
+
+- a bare ``@profile`` works: kernprof puts its line profiler in the builtins; elsewhere a no-op
+  ``profile`` builtin stands in for it, as kernprof's own ``line_profiler.profile`` does;
+- step markers: PyTorch's global optimizer-step hook marks the end of each iteration (the first
+  optimizer seen only, so a GAN's two optimizers still make whole iterations). The marks give
+  the plain run's steps/s, drive ``prof.step()`` under torch.profiler and open an NVTX range
+  ``step N`` per iteration under nsys;
+- the DataLoader the script trains from is watched, so its batch size, workers and pinning are
+  recorded as the run's knobs (what the script really did, not what it was told);
+- under kernprof, when the script has no ``@profile`` of its own, every function it defines is
+  line-profiled through a decorator under a name no script uses (``from torch.profiler import
+  profile`` in the script cannot collide with it);
+- under torch.profiler (``profile_memory=True``), unless ``--own-profiler`` says the script drives
+  torch.profiler itself, which must not be wrapped a second time.
+
+Each process writes its steps and loader to ``--result`` (``{rank}`` in the name: one per rank).
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
-import runpy
+import builtins
+import contextlib
+import json
+import os
 import sys
+import time
+import types
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
+from torch.utils.data import DataLoader
+from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from profreport import concepts
+from profreport.fileio import write_text
+from profreport.runner.script_scan import scan_script
 from profreport.runner.train import PROFILER_WAIT, PROFILER_WARMUP
 
+MODES = ("none", "kernprof", "torch", "nsys")
+#: The decorator name the line-profiling transform adds: one no script defines.
+LINE_PROFILE_NAME = "__profreport_line_profile__"
 
-def module_level_loader_loop(path: Path) -> int | None:
-    """Line number of a top-level ``for`` loop over a DataLoader (as
-    ``concepts.is_dataloader_loop_line`` tells one), else None."""
-    try:
-        source = path.read_text(encoding="utf-8")
-        tree = ast.parse(source, filename=str(path))
-    except (OSError, SyntaxError, UnicodeDecodeError):
-        return None
-    lines = source.splitlines()
-    for node in tree.body:
-        if isinstance(node, ast.For | ast.AsyncFor) and \
-                concepts.is_dataloader_loop_line(lines[node.lineno - 1]):
-            return node.lineno
-    return None
+
+def _unchanged(function: Any) -> Any:
+    """kernprof's ``@profile`` outside kernprof: returns the function as it is."""
+    return function
+
+
+def install_profile_builtin() -> None:
+    """A no-op ``profile`` builtin, unless kernprof has put its line profiler there."""
+    if not hasattr(builtins, "profile"):
+        builtins.profile = _unchanged  # type: ignore[attr-defined]
+
+
+@dataclass
+class LoaderUse:
+    """The knobs of one DataLoader and how many batches the script took from it."""
+
+    batch_size: int | None
+    num_workers: int
+    pin_memory: bool
+    persistent_workers: bool
+    batches: int = 0
+
+
+@dataclass
+class StepMarks:
+    """End time of each iteration (perf_counter_ns) and the loaders used, as the hooks saw them."""
+
+    ends_ns: list[int] = field(default_factory=list)
+    loaders: dict[int, LoaderUse] = field(default_factory=dict)
+
+    def training_loader(self) -> LoaderUse | None:
+        """The loader the script took the most batches from."""
+        return max(self.loaders.values(), key=lambda use: use.batches, default=None)
+
+    def result(self, rank: int, world_size: int) -> dict[str, Any]:
+        """What this process saw: steps, their durations after the first, steps/s, loader."""
+        ends = self.ends_ns
+        step_ns = [later - earlier for earlier, later in zip(ends[:-1], ends[1:], strict=True)]
+        steps_per_s = len(step_ns) / (sum(step_ns) / 1e9) if step_ns and sum(step_ns) else None
+        loader = self.training_loader()
+        return {"rank": rank, "world_size": world_size, "steps": len(ends),
+                "step_ns": step_ns, "steps_per_s": steps_per_s,
+                "loader": asdict(loader) if loader else None,
+                "torch_threads": torch.get_num_threads()}
 
 
 class FirstOptimizerStepper:
-    """An optimizer-step hook that advances the profiler on the first optimizer's steps only."""
+    """An optimizer-step hook: marks the first optimizer's steps and advances the profiler and
+    the NVTX step ranges on them."""
 
-    def __init__(self, profiler: torch.profiler.profile) -> None:
-        """Drive ``profiler``."""
+    def __init__(self, marks: StepMarks, profiler: Any | None, nvtx_ranges: bool) -> None:
+        """Record into ``marks``; step ``profiler`` and NVTX ranges when given."""
+        self.marks = marks
         self.profiler = profiler
+        self.nvtx = __import__("nvtx") if nvtx_ranges else None
         self.optimizer_id: int | None = None
 
     def __call__(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         """Called by PyTorch after every ``optimizer.step()``."""
         if self.optimizer_id is None:
             self.optimizer_id = id(optimizer)
-        if id(optimizer) == self.optimizer_id:
+        if id(optimizer) != self.optimizer_id:
+            return
+        self.marks.ends_ns.append(time.perf_counter_ns())
+        if self.profiler is not None:
             self.profiler.step()
+        if self.nvtx is not None:
+            if len(self.marks.ends_ns) > 1:
+                self.nvtx.pop_range()
+            self.nvtx.push_range(concepts.step_range_name(len(self.marks.ends_ns)))
+
+    def close(self) -> None:
+        """Close the NVTX range the last step opened."""
+        if self.nvtx is not None and self.marks.ends_ns:
+            self.nvtx.pop_range()
 
 
-def run_script(script: Path, script_args: list[str], trace_dir: Path, active: int) -> None:
-    """Run ``script`` as ``__main__`` under torch.profiler, stepping on optimizer steps."""
+@contextlib.contextmanager
+def watch_loaders(marks: StepMarks) -> Any:
+    """Count the batches each DataLoader yields, and note its knobs, while the script runs."""
+    original_iter, original_next = DataLoader.__iter__, _BaseDataLoaderIter.__next__
+
+    def iterate(loader: DataLoader) -> Any:
+        iterator = original_iter(loader)
+        if id(loader) not in marks.loaders:
+            marks.loaders[id(loader)] = LoaderUse(
+                loader.batch_size, loader.num_workers, bool(loader.pin_memory),
+                bool(loader.persistent_workers))
+        iterator._profreport_loader = id(loader)  # type: ignore[union-attr]
+        return iterator
+
+    def next_batch(iterator: _BaseDataLoaderIter) -> Any:
+        batch = original_next(iterator)
+        use = marks.loaders.get(getattr(iterator, "_profreport_loader", -1))
+        if use is not None:
+            use.batches += 1
+        return batch
+
+    DataLoader.__iter__ = iterate  # type: ignore[method-assign]
+    _BaseDataLoaderIter.__next__ = next_batch  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        DataLoader.__iter__ = original_iter  # type: ignore[method-assign]
+        _BaseDataLoaderIter.__next__ = original_next  # type: ignore[method-assign]
+
+
+class LineProfileEveryFunction(ast.NodeTransformer):
+    """Adds the line-profiling decorator (under :data:`LINE_PROFILE_NAME`) to every function."""
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.FunctionDef:
+        """Decorate a function, innermost (so it profiles the function's own body)."""
+        self.generic_visit(node)
+        decorator = ast.copy_location(ast.Name(id=LINE_PROFILE_NAME, ctx=ast.Load()), node)
+        node.decorator_list.append(decorator)
+        return node
+
+    visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+
+
+def compile_script(script: Path, line_profile_all: bool) -> types.CodeType:
+    """The script's code under its absolute path (the line profile names the real file); with
+    ``line_profile_all``, every function it defines decorated for the line profiler."""
+    source = script.read_text(encoding="utf-8")
+    tree = ast.parse(source, filename=str(script))
+    if line_profile_all:
+        tree = ast.fix_missing_locations(LineProfileEveryFunction().visit(tree))
+    return compile(tree, str(script), "exec", dont_inherit=True)
+
+
+def run_as_main(code: types.CodeType, script: Path, extra_globals: dict[str, Any]) -> None:
+    """Execute ``code`` as the ``__main__`` module, as ``python script.py`` would."""
+    module = types.ModuleType("__main__")
+    module.__dict__.update({"__file__": str(script), "__builtins__": builtins, **extra_globals})
+    saved = sys.modules["__main__"]
+    sys.modules["__main__"] = module
+    try:
+        exec(code, module.__dict__)
+    finally:
+        sys.modules["__main__"] = saved
+
+
+def torch_profiler(trace_dir: Path, active: int, rank: int) -> torch.profiler.profile:
+    """torch.profiler on the optimizer-step schedule, recording memory, writing gzipped traces."""
     activities = [torch.profiler.ProfilerActivity.CPU]
     if torch.cuda.is_available():
         activities.append(torch.profiler.ProfilerActivity.CUDA)
-    profiler = torch.profiler.profile(
+    return torch.profiler.profile(
         activities=activities,
         schedule=torch.profiler.schedule(wait=PROFILER_WAIT, warmup=PROFILER_WARMUP,
                                          active=active, repeat=1),
         on_trace_ready=torch.profiler.tensorboard_trace_handler(
-            str(trace_dir), worker_name="script", use_gzip=True))
-    handle = register_optimizer_step_post_hook(FirstOptimizerStepper(profiler))
-    sys.argv = [str(script), *script_args]
-    sys.path.insert(0, str(script.resolve().parent))
+            str(trace_dir), worker_name=f"rank{rank}", use_gzip=True),
+        record_shapes=True, profile_memory=True)
+
+
+@dataclass(frozen=True)
+class ScriptLaunch:
+    """One launch of the script in this process."""
+
+    script: Path
+    script_args: list[str]
+    mode: str = "none"
+    trace_dir: Path | None = None
+    active: int = 5
+    own_profiler: bool = False
+    result: str | None = None
+
+
+def run_script(launch: ScriptLaunch, marks: StepMarks) -> None:
+    """Run the script as ``__main__`` in this launch's mode, marking its steps in ``marks``."""
+    install_profile_builtin()
+    script = launch.script.resolve()
+    rank = int(os.environ.get("RANK", "0"))
+    wrap = launch.mode == "torch" and not launch.own_profiler and launch.trace_dir is not None
+    profiler = torch_profiler(launch.trace_dir, launch.active, rank) if wrap else None
+    stepper = FirstOptimizerStepper(marks, profiler, nvtx_ranges=launch.mode == "nsys")
+    line_profile_all = launch.mode == "kernprof" and not scan_script(script).has_profile_decorator
+    code = compile_script(script, line_profile_all)
+    extra = {LINE_PROFILE_NAME: builtins.profile} if line_profile_all else {}  # type: ignore
+    sys.argv = [str(script), *launch.script_args]
+    sys.path.insert(0, str(script.parent))
+    handle = register_optimizer_step_post_hook(stepper)
     try:
-        with profiler:
-            runpy.run_path(str(script), run_name="__main__")
+        with watch_loaders(marks), profiler if profiler is not None else contextlib.nullcontext():
+            run_as_main(code, script, extra)
     finally:
         handle.remove()
+        stepper.close()
+
+
+def write_result(marks: StepMarks, template: str) -> None:
+    """Write this process's step marks to ``template`` with its rank filled in."""
+    rank = int(os.environ.get("RANK", "0"))
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    write_text(Path(template.format(rank=rank)),
+               json.dumps(marks.result(rank, world_size), indent=2) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command line: ``--trace-dir DIR --active K -- SCRIPT ARGS...``."""
+    """Command line: ``--mode MODE [--trace-dir DIR --active K --own-profiler --result PATH]
+    SCRIPT ARGS...``; exits as the script does."""
     parser = argparse.ArgumentParser(prog="python -m profreport.runner.script_profile")
-    parser.add_argument("--trace-dir", type=Path, required=True)
+    parser.add_argument("--mode", choices=MODES, default="none")
+    parser.add_argument("--trace-dir", type=Path)
     parser.add_argument("--active", type=int, default=5)
+    parser.add_argument("--own-profiler", action="store_true")
+    parser.add_argument("--result", help="where to write the step marks; {rank} is replaced")
     parser.add_argument("script", type=Path)
     parser.add_argument("script_args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
-    run_script(args.script, args.script_args, args.trace_dir, args.active)
+    launch = ScriptLaunch(args.script, args.script_args, args.mode, args.trace_dir, args.active,
+                          args.own_profiler, args.result)
+    if args.mode == "torch" and not args.own_profiler and args.trace_dir is None:
+        parser.error("--mode torch needs --trace-dir (or --own-profiler)")
+    marks = StepMarks()
+    try:
+        run_script(launch, marks)
+    except SystemExit as exc:  # the script's own sys.exit(): exit as it asked
+        if exc.code not in (0, None):
+            raise
+    if launch.result:
+        write_result(marks, launch.result)
     return 0
 
 

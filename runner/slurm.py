@@ -1,101 +1,111 @@
-"""``--emit-slurm DIR``: one sbatch script per variant and a ``submit_all.sh`` driver.
+"""``--emit-slurm DIR``: one sbatch script per run (variant, script setting, or scaling point) and
+a ``submit_all.sh`` driver.
 
-Each variant script runs ``profreport run-and-report`` for that one variant inside its own
-allocation (so the runner's srun/torchrun launching applies); multi-node DDP is started with
-``srun torchrun`` and a c10d rendezvous on the first node. The driver submits every script with
-``sbatch --parsable`` and queues ``profreport analyze`` on the run folders with
-``--dependency=afterany`` on all of them.
+Each job runs ``python -m profreport run-and-report`` for its one run inside its own allocation,
+so the runner's launching applies there as anywhere: the plain run and every profiler, torchrun
+under ``srun`` on every node of a multi-node job (c10d rendezvous on the first node), and the
+manifest. Everything is named by absolute path (interpreter, script, folders): a job does not
+depend on the submit shell's PATH or directory. The folders Slurm writes ``--output`` into are
+made when the scripts are written, since Slurm opens that file before the job starts. The driver
+submits every job with ``sbatch --parsable`` and queues ``profreport analyze`` on their run
+folders with ``--dependency=afterany`` on all of them.
 """
 
 from __future__ import annotations
 
 import shlex
 import stat
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from profreport.fileio import write_text
-from profreport.runner.variants import Knobs, Variant
 
-#: Port of the c10d rendezvous on the first node of a multi-node DDP job.
-RENDEZVOUS_PORT = 29500
 #: Wall-clock limit of each job; the built-in workloads need minutes, not hours.
 JOB_TIME_LIMIT = "00:30:00"
 
 
 @dataclass(frozen=True)
 class SlurmPlan:
-    """What the scripts need beyond the variants: the run-and-report arguments and layout."""
+    """What every job shares: where runs and reports go, the run-and-report options."""
 
     runs_dir: Path
     report_dir: Path
-    #: run-and-report options shared by every variant (workload, steps, profilers, device...).
+    #: run-and-report options shared by every job (steps, profilers, device...).
     run_args: list[str]
-    nodes: int = 1
     #: GPUs each training process needs (0 on CPU).
     gpus_per_process: int = 0
 
 
-def sbatch_header(name: str, plan: SlurmPlan, knobs: Knobs, processes: int) -> list[str]:
-    """The ``#SBATCH`` lines of one job: one task per node, CPUs for every process's workers."""
-    cpus = (max(1, knobs.num_workers) + 1) * processes
-    lines = ["#!/usr/bin/env bash", f"#SBATCH --job-name=profreport-{name}",
-             f"#SBATCH --nodes={plan.nodes if processes > 1 else 1}",
-             "#SBATCH --ntasks-per-node=1", f"#SBATCH --cpus-per-task={cpus}",
-             f"#SBATCH --time={JOB_TIME_LIMIT}",
-             f"#SBATCH --output={plan.runs_dir / name}/slurm-%j.out"]
+@dataclass(frozen=True)
+class SlurmJob:
+    """One job: its run's name, its own run-and-report options, and its shape."""
+
+    name: str
+    run_args: list[str]
+    nodes: int
+    processes_per_node: int
+    #: DataLoader workers of each process (each gets a CPU, as does the process itself).
+    workers: int = 0
+
+
+def python_command() -> list[str]:
+    """``python -m profreport`` with this interpreter's absolute path."""
+    return [str(Path(sys.executable).absolute()), "-m", "profreport"]
+
+
+def sbatch_header(job: SlurmJob, plan: SlurmPlan) -> list[str]:
+    """The ``#SBATCH`` lines of one job: one task per node with CPUs for every process on the
+    node and its workers, and a GPU per process on a GPU run."""
+    cpus = (job.workers + 1) * job.processes_per_node
+    lines = ["#!/usr/bin/env bash", f"#SBATCH --job-name=profreport-{job.name}",
+             f"#SBATCH --nodes={job.nodes}", "#SBATCH --ntasks-per-node=1",
+             f"#SBATCH --cpus-per-task={cpus}", f"#SBATCH --time={JOB_TIME_LIMIT}",
+             f"#SBATCH --output={plan.runs_dir / job.name}/slurm-%j.out"]
     if plan.gpus_per_process:
-        lines.append(f"#SBATCH --gres=gpu:{plan.gpus_per_process * processes}")
-    return [*lines, "set -euo pipefail", f"mkdir -p {shlex.quote(str(plan.runs_dir / name))}"]
+        lines.append(f"#SBATCH --gres=gpu:{plan.gpus_per_process * job.processes_per_node}")
+    return lines
 
 
-def variant_script(variant: Variant, plan: SlurmPlan, base: Knobs, train_config: Path) -> str:
-    """The sbatch script of one variant (``train_config`` is used by multi-node DDP only)."""
-    knobs = variant.knobs(base)
-    processes = knobs.nproc if variant.multi_process else 1
-    header = sbatch_header(variant.name, plan, knobs, processes)
-    if not (variant.multi_process and plan.nodes > 1):
-        run = ["profreport", "run-and-report", "--variants", variant.name,
-               "--runs-dir", str(plan.runs_dir), *plan.run_args,
-               "--out", str(plan.report_dir / variant.name)]
-        return "\n".join([*header, shlex.join(run)]) + "\n"
-    train = ["-m", "profreport.runner.train", "--config", str(train_config)]
-    body = [
-        "# One torchrun per node; the c10d rendezvous runs on the first node of the job.",
-        'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)',
-        "export MASTER_ADDR",
-        f"srun torchrun --nnodes={plan.nodes} --nproc_per_node={processes} "
-        f'--rdzv_id="$SLURM_JOB_ID" --rdzv_backend=c10d '
-        f'--rdzv_endpoint="$MASTER_ADDR:{RENDEZVOUS_PORT}" {shlex.join(train)}',
-    ]
-    return "\n".join([*header, *body]) + "\n"
+def job_script(job: SlurmJob, plan: SlurmPlan, workdir: Path) -> str:
+    """The sbatch script of one job: run-and-report for its run, from ``workdir``."""
+    run = [*python_command(), "run-and-report", *plan.run_args, "--runs-dir",
+           str(plan.runs_dir), "--out", str(plan.report_dir / job.name), *job.run_args]
+    body = ["set -euo pipefail",
+            "# The directory the scripts were written from: relative paths in the script's",
+            "# own arguments mean the same here.",
+            f"cd {shlex.quote(str(workdir))}", shlex.join(run)]
+    return "\n".join([*sbatch_header(job, plan), *body]) + "\n"
 
 
 def driver_script(names: list[str], plan: SlurmPlan) -> str:
-    """``submit_all.sh``: submit every variant, then the report job after all of them."""
+    """``submit_all.sh``: submit every job, then the report job after all of them."""
     here = 'HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)'
-    lines = ["#!/usr/bin/env bash", "# Submits every variant, then analyses the run folders.",
+    lines = ["#!/usr/bin/env bash", "# Submits every run, then analyses the run folders.",
              "set -euo pipefail", here, "ids=()"]
     lines += [f'ids+=("$(sbatch --parsable "$HERE/{name}.sbatch")")' for name in names]
-    folders = " ".join(shlex.quote(str(plan.runs_dir / name)) for name in names)
-    analyze = f"profreport analyze {folders} --out {shlex.quote(str(plan.report_dir))}"
+    folders = [str(plan.runs_dir / name) for name in names]
+    analyze = shlex.join([*python_command(), "analyze", *folders, "--out",
+                          str(plan.report_dir)])
+    output = shlex.quote(str(plan.report_dir / "slurm-report-%j.out"))
     lines += ['deps=$(IFS=:; echo "${ids[*]}")',
-              f'sbatch --parsable --job-name=profreport-report --dependency=afterany:"$deps" '
-              f'--ntasks=1 --time={JOB_TIME_LIMIT} --wrap={shlex.quote(analyze)}',
-              'echo "submitted ${#ids[@]} variant jobs and the report job"']
+              f'report=$(sbatch --parsable --job-name=profreport-report '
+              f'--dependency=afterany:"$deps" --ntasks=1 --time={JOB_TIME_LIMIT} '
+              f'--output={output} --wrap={shlex.quote(analyze)})',
+              'echo "submitted ${#ids[@]} jobs (${ids[*]}) and the report job $report"']
     return "\n".join(lines) + "\n"
 
 
-def emit_slurm(variants: list[Variant], plan: SlurmPlan, base: Knobs, out: Path,
-               train_configs: dict[str, Path]) -> list[Path]:
-    """Write one ``<variant>.sbatch`` per variant and ``submit_all.sh`` into ``out``
-    (``train_configs``: the training config each multi-node variant's torchrun reads)."""
-    written = [write_text(out / f"{variant.name}.sbatch",
-                          variant_script(variant, plan, base, train_configs.get(variant.name,
-                                                                                Path())))
-               for variant in variants]
+def emit_slurm(jobs: list[SlurmJob], plan: SlurmPlan, out: Path) -> list[Path]:
+    """Write one ``<name>.sbatch`` per job and ``submit_all.sh`` into ``out``, and make every
+    folder the jobs write their Slurm output into."""
+    for folder in [plan.report_dir, *(plan.runs_dir / job.name for job in jobs)]:
+        folder.mkdir(parents=True, exist_ok=True)
+    workdir = Path.cwd()
+    written = [write_text(out / f"{job.name}.sbatch", job_script(job, plan, workdir))
+               for job in jobs]
     written.append(write_text(out / "submit_all.sh",
-                              driver_script([variant.name for variant in variants], plan)))
+                              driver_script([job.name for job in jobs], plan)))
     for path in written:
         path.chmod(path.stat().st_mode | stat.S_IXUSR)
     return written

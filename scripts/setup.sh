@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Install everything profreport needs on a fresh Debian 12 (bookworm) machine, then the project.
 #
-#   scripts/setup.sh            system tools (nsys, chromium, poppler) + .venv with torch and the project
+#   scripts/setup.sh            system tools (nsys, chromium, poppler), a one-node Slurm on this
+#                               machine, and .venv with torch and the project
 #   scripts/setup.sh --system   only the system tools
+#   scripts/setup.sh --slurm    only the local Slurm (munge, slurmctld, slurmd; Debian slurm-wlm)
 #   scripts/setup.sh --python   only the virtual environment
 #
-# Fails loudly (exit 1) when Nsight Systems could not be installed or does not work.
+# Fails loudly (exit 1) when Nsight Systems or the local Slurm could not be installed or do not
+# work. The Slurm is for the tests that submit the emitted sbatch scripts; where a real cluster
+# is at hand, skip it (--system then --python).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -64,6 +68,68 @@ install_system() {
     say "$(nsys --version)"
 }
 
+# A one-node Slurm on localhost, as the tests of --emit-slurm need: its own config only when this
+# machine has none (a real cluster's configuration is never touched).
+SLURM_CONF=/etc/slurm/slurm.conf
+SLURM_MARK="# written by profreport scripts/setup.sh"
+
+write_slurm_conf() {
+    local node
+    # slurmd -C prints this machine's real node line (CPUs, sockets, memory).
+    node=$(slurmd -C | head -n1)
+    [ -n "$node" ] || die "slurmd -C printed no node line"
+    $SUDO mkdir -p /etc/slurm /var/spool/slurmctld /var/spool/slurmd /var/log/slurm
+    printf '%s\n' "$SLURM_MARK" "ClusterName=profreport" "SlurmctldHost=$(hostname -s)" \
+        "AuthType=auth/munge" "SlurmUser=root" "SlurmdUser=root" \
+        "StateSaveLocation=/var/spool/slurmctld" "SlurmdSpoolDir=/var/spool/slurmd" \
+        "SlurmctldLogFile=/var/log/slurm/slurmctld.log" "SlurmdLogFile=/var/log/slurm/slurmd.log" \
+        "ProctrackType=proctrack/linuxproc" "TaskPlugin=task/none" "MpiDefault=none" \
+        "SelectType=select/cons_tres" "SelectTypeParameters=CR_Core" \
+        "SchedulerType=sched/backfill" "ReturnToService=2" \
+        "JobAcctGatherType=jobacct_gather/none" "AccountingStorageType=accounting_storage/none" \
+        "$node State=UNKNOWN" \
+        "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP" \
+        | $SUDO tee "$SLURM_CONF" >/dev/null
+}
+
+start_slurm() {
+    # No systemd in containers: start the daemons directly (each is a no-op when running).
+    $SUDO mkdir -p /run/munge && $SUDO chown munge:munge /run/munge
+    pgrep -x munged >/dev/null || $SUDO runuser -u munge -- /usr/sbin/munged
+    pgrep -x slurmctld >/dev/null || $SUDO slurmctld
+    pgrep -x slurmd >/dev/null || $SUDO slurmd
+    local waited=0
+    until sinfo -h -o '%t' 2>/dev/null | grep -qE '^(idle|mix|alloc)'; do
+        [ "$waited" -lt 180 ] || { sinfo >&2 || true; die "the local Slurm node is not idle after 180 s"; }
+        # A node that came back after a restart may need to be told it is usable.
+        [ $((waited % 20)) -ne 10 ] || $SUDO scontrol update nodename="$(hostname -s)" state=resume \
+            >/dev/null 2>&1 || true
+        sleep 2; waited=$((waited + 2))
+    done
+}
+
+install_slurm() {
+    export DEBIAN_FRONTEND=noninteractive
+    if ! command -v sbatch >/dev/null || ! command -v slurmd >/dev/null; then
+        say "installing Slurm (Debian slurm-wlm: munge, slurmctld, slurmd, client)"
+        $SUDO apt-get update -qq
+        $SUDO apt-get install -y -qq --no-install-recommends munge slurmctld slurmd slurm-client \
+            >/dev/null
+    fi
+    if [ ! -f "$SLURM_CONF" ] || grep -q "^$SLURM_MARK" "$SLURM_CONF"; then
+        write_slurm_conf
+    else
+        say "keeping the existing $SLURM_CONF"
+    fi
+    [ -s /etc/munge/munge.key ] || $SUDO /usr/sbin/mungekey --create
+    start_slurm
+    # A real submission must run to the end.
+    local job
+    job=$(sbatch --parsable --wait --time=1 --output=/dev/null --wrap=true) \
+        || die "a trivial sbatch job did not complete"
+    say "Slurm $(sinfo --version | cut -d' ' -f2): node $(hostname -s) idle, job $job completed"
+}
+
 install_python() {
     say "creating $VENV"
     python3 -m venv "$VENV"
@@ -78,7 +144,8 @@ install_python() {
 
 case "${1:-all}" in
     --system) install_system ;;
+    --slurm) install_slurm ;;
     --python) install_python ;;
-    all) install_system; install_python ;;
-    *) die "unknown option ${1}; use --system, --python or nothing" ;;
+    all) install_system; install_slurm; install_python ;;
+    *) die "unknown option ${1}; use --system, --slurm, --python or nothing" ;;
 esac

@@ -23,9 +23,10 @@ import pytest
 torch = pytest.importorskip("torch", reason="the runner needs pip install 'profreport[train]'")
 
 from profreport.cli import build_parser
-from profreport.errors import EXIT_INTERRUPTED, InputError, UsageError
+from profreport.errors import EXIT_INTERRUPTED, EXIT_PARTIAL, InputError, UsageError
 from profreport.manifest import Manifest, load_manifest
 from profreport.parsers import ParseOptions, parse_file
+from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
 from profreport.runner.launch import (
     NSYS_OUTPUT,
     Launch,
@@ -42,7 +43,7 @@ from profreport.runner.orchestrate import (
     run_options,
     write_slurm,
 )
-from profreport.runner.script_profile import module_level_loader_loop
+from profreport.runner.script_scan import scan_script
 from profreport.runner.train import WARMUP_STEPS, TrainConfig
 from profreport.runner.variants import (
     CPU_DEFAULT_VARIANTS,
@@ -79,10 +80,10 @@ def write_idx(path: Path, array: np.ndarray) -> None:
 def baseline_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One real 4-step baseline under kernprof, torch.profiler and nsys (nsys when installed)."""
     runs = tmp_path_factory.mktemp("runs")
-    folders, failures, interrupted = run_all(
-        resolve_variants(["baseline"]), tiny_options(runs, ("kernprof", "torch", "nsys")))
-    assert failures == [] and not interrupted
-    return folders[0]
+    summary = run_all(resolve_variants(["baseline"]),
+                      tiny_options(runs, ("kernprof", "torch", "nsys")))
+    assert summary.failures == [] and not summary.interrupted
+    return summary.folders[0]
 
 
 @pytest.mark.slow
@@ -188,33 +189,64 @@ def test_module_level_loop_is_detected(tmp_path: Path) -> None:
     top.write_text("import x\nloader = x.f()\nfor batch in train_loader:\n    pass\n")
     inside = tmp_path / "inside.py"
     inside.write_text("def train(loader):\n    for batch in loader:\n        pass\n")
-    assert module_level_loader_loop(top) == 3
-    assert module_level_loader_loop(inside) is None
+    assert scan_script(top).module_level_loader_line == 3
+    assert scan_script(inside).module_level_loader_line is None
 
 
-def test_emit_slurm_scripts_pass_bash_syntax_check(tmp_path: Path) -> None:
-    """One sbatch script per variant plus submit_all.sh, all valid bash, with the sbatch lines."""
+def test_emit_slurm_scripts_pass_bash_syntax_check(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """One sbatch script per variant plus submit_all.sh, all valid bash: absolute interpreter,
+    the folders Slurm writes --output into made before submission, a multi-node ddp job that
+    runs run-and-report (every profiler, the manifest) with its nodes and GPUs."""
     out = tmp_path / "slurm"
+    monkeypatch.chdir(tmp_path)
     args = build_parser().parse_args(
-        ["run-and-report", "--variants", "baseline,workers,ddp", "--emit-slurm", str(out),
-         "--nodes", "2", "--device", "cuda", "--out", str(tmp_path / "report")])
+        ["run-and-report", "--variants", "baseline,workers,ddp", "--emit-slurm", "slurm",
+         "--nodes", "2", "--device", "cuda", "--out", "report"])
     write_slurm(args, resolve_variants(["baseline", "workers", "ddp"]), run_options(args))
     names = sorted(path.name for path in out.iterdir())
-    assert names == ["baseline.sbatch", "ddp.sbatch", "ddp.train.json", "submit_all.sh",
-                     "workers.sbatch"]
-    for name in ("baseline.sbatch", "ddp.sbatch", "workers.sbatch", "submit_all.sh"):
+    assert names == ["baseline.sbatch", "ddp.sbatch", "submit_all.sh", "workers.sbatch"]
+    for name in names:
         check = subprocess.run(["bash", "-n", str(out / name)], capture_output=True, text=True)
         assert check.returncode == 0, check.stderr
+    assert (tmp_path / "report").is_dir()
+    assert all((tmp_path / "report" / "runs" / name).is_dir()
+               for name in ("baseline", "workers", "ddp"))
     baseline = (out / "baseline.sbatch").read_text()
     assert "#SBATCH --cpus-per-task=2" in baseline and "#SBATCH --gres=gpu:1" in baseline
-    assert "profreport run-and-report --variants baseline" in baseline
+    assert f"#SBATCH --output={tmp_path}/report/runs/baseline/slurm-%j.out" in baseline
+    assert f"{sys.executable} -m profreport run-and-report" in baseline
+    assert "--variants baseline --nproc 1 --nodes 1" in baseline
     ddp = (out / "ddp.sbatch").read_text()
     assert "#SBATCH --nodes=2" in ddp and "#SBATCH --gres=gpu:2" in ddp
-    assert "scontrol show hostnames" in ddp and "--rdzv_backend=c10d" in ddp
-    assert '--rdzv_endpoint="$MASTER_ADDR:29500"' in ddp and ddp.count("srun torchrun") == 1
+    assert "#SBATCH --cpus-per-task=4" in ddp and "--variants ddp --nproc 2 --nodes 2" in ddp
+    assert "--profilers kernprof,torch,nsys" in ddp
     driver = (out / "submit_all.sh").read_text()
     assert driver.count("sbatch --parsable") == 4 and "--dependency=afterany:" in driver
-    assert "profreport analyze" in driver
+    assert f"{sys.executable} -m profreport analyze" in driver
+
+
+def test_emit_slurm_with_a_script_and_scaling(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """--script with --vary and --scaling: one job per setting and point, named as the runner
+    names the runs, the script by absolute path and its arguments after --; GPUs per node."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text(
+        "import argparse\np = argparse.ArgumentParser()\np.add_argument('--num-workers')\n")
+    args = build_parser().parse_args(
+        ["run-and-report", "--script", "train.py", "--vary", "num_workers=0,2",
+         "--scaling", "1,8", "--nproc", "4", "--emit-slurm", "slurm", "--device", "cuda",
+         "--out", "report", "--", "--epochs", "1"])
+    write_slurm(args, [], run_options(args))
+    names = sorted(path.stem for path in (tmp_path / "slurm").glob("*.sbatch"))
+    assert names == ["num_workers=0-np1", "num_workers=0-np8", "num_workers=2-np1",
+                     "num_workers=2-np8"]
+    big = (tmp_path / "slurm" / "num_workers=2-np8.sbatch").read_text()
+    assert "#SBATCH --nodes=2" in big and "#SBATCH --gres=gpu:4" in big
+    assert "#SBATCH --cpus-per-task=12" in big  # 4 processes per node, each with 2 workers
+    assert (f"--script {tmp_path}/train.py --vary num_workers=2 --scaling 8 --nproc 4 -- "
+            "--epochs 1") in big
+    assert f"cd {tmp_path}" in big
 
 
 def test_failing_variant_is_recorded_and_others_still_run(tmp_path: Path,
@@ -222,7 +254,8 @@ def test_failing_variant_is_recorded_and_others_still_run(tmp_path: Path,
     """A variant whose training crashes (bad knob) is recorded with its error; the next runs."""
     broken = Variant("broken", "a DataLoader with -1 workers", {"num_workers": -1})
     options = tiny_options(tmp_path, ())
-    folders, failures, _ = run_all([broken, resolve_variants(["baseline"])[0]], options)
+    summary = run_all([broken, resolve_variants(["baseline"])[0]], options)
+    folders, failures = summary.folders, summary.failures
     assert [folder.name for folder in folders] == ["broken", "baseline"]
     assert len(failures) == 1 and failures[0].startswith("broken: plain run failed")
     assert "num_workers" in failures[0]
@@ -265,8 +298,8 @@ def test_user_script_is_profiled_through_the_optimizer_hook(tmp_path: Path) -> N
         "for x in train_loader:\n"
         "    od.zero_grad(); d(g(x).detach()).sum().backward(); od.step()\n"
         "    og.zero_grad(); d(g(x)).sum().backward(); og.step()\n")
-    options = replace(tiny_options(tmp_path / "runs", ("torch",)), script=script)
-    folders, failures, _ = run_all([], options)
+    summary = run_all([], script_options(tmp_path / "out", str(script), "torch"))
+    folders, failures = summary.folders, summary.failures
     assert failures == []
     manifest = load_manifest(folders[0] / "manifest.json")
     assert manifest.notes[0].startswith("gan.py:5: the training loop sits at module level")
@@ -331,13 +364,13 @@ def test_help_lists_every_variant_with_what_it_does() -> None:
 def test_pinned_and_channels_last_run_on_the_cpu(tmp_path: Path) -> None:
     """pinned: torch warns and ignores pin_memory, the manifest says so; channels_last trains;
     both record the intra-op threads and CPUs of the run."""
-    folders, failures, _ = run_all(resolve_variants(["pinned", "channels_last"]),
-                                   tiny_options(tmp_path, ()))
+    summary = run_all(resolve_variants(["pinned", "channels_last"]), tiny_options(tmp_path, ()))
+    folders, failures = summary.folders, summary.failures
     assert failures == []
     pinned, channels = (load_manifest(folder / "manifest.json") for folder in folders)
     assert pinned.knobs["pin_memory"] and pinned.knobs["non_blocking"]
     assert any(note.startswith("pin_memory: no GPU is in use") for note in pinned.notes)
-    assert "'pin_memory' argument is set as true" in (folders[0] / "none.log").read_text()
+    assert "'pin_memory' argument is set as true" in (folders[0] / "none.stderr.log").read_text()
     assert channels.knobs["channels_last"] and not any("pin_memory" in n for n in channels.notes)
     for manifest in (pinned, channels):
         assert manifest.throughput_samples_per_s > 0
@@ -349,7 +382,8 @@ def test_pinned_and_channels_last_run_on_the_cpu(tmp_path: Path) -> None:
 def test_kernprof_under_torchrun_writes_one_line_profile_per_rank(tmp_path: Path) -> None:
     """ddp under kernprof: train.rank0/1.lprof, each with every step on the loader line; each
     rank ran one intra-op thread (torchrun sets OMP_NUM_THREADS=1 unless it is set)."""
-    folders, failures, _ = run_all(resolve_variants(["ddp"]), tiny_options(tmp_path, ("kernprof",)))
+    summary = run_all(resolve_variants(["ddp"]), tiny_options(tmp_path, ("kernprof",)))
+    folders, failures = summary.folders, summary.failures
     assert failures == []
     manifest = load_manifest(folders[0] / "manifest.json")
     assert sorted((a.path, a.rank) for a in manifest.artifacts) == [
@@ -425,6 +459,29 @@ def test_manifest_without_plain_steps_still_loads(tmp_path: Path) -> None:
     assert load_manifest(tmp_path / "manifest.json").plain_step_ns == []
 
 
+def test_multi_node_launch_uses_srun_and_a_rendezvous(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two nodes inside an allocation: srun starts one torchrun per node with the job's CPUs
+    (22.05's srun does not inherit them), c10d rendezvous on the allocation's first node (real
+    ``scontrol show hostnames``), nsys inside srun with one report per node; outside an
+    allocation two nodes are a usage error."""
+    if shutil.which("scontrol") is None:
+        pytest.skip("scontrol is not installed (scripts/setup.sh --slurm installs Slurm)")
+    entry = ["-m", "profreport.runner.train", "--config", "x.json"]
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    with pytest.raises(UsageError, match="needs a Slurm allocation"):
+        wrap_command("torch", tmp_path, entry, False, nproc=2, nodes=2)
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "gpu[07-08]")
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "8")
+    nsys = wrap_command("nsys", tmp_path, entry, True, nproc=4, nodes=2)
+    assert nsys[:5] == ["srun", "--nodes", "2", "--ntasks-per-node=1", "--cpus-per-task=8"]
+    assert nsys[5:7] == ["nsys", "profile"] and "--cuda-memory-usage=true" in nsys
+    assert str(tmp_path / "nsys.node%q{SLURM_NODEID}") in nsys
+    assert "--nnodes=2" in nsys and "--rdzv_endpoint=gpu07:29500" in nsys
+    assert "--rdzv_id=77" in nsys and "--nproc_per_node=4" in nsys
+
+
 def test_multi_process_variants_use_srun_inside_an_allocation(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Inside a Slurm allocation torchrun is started through srun; outside, or with one
@@ -439,3 +496,117 @@ def test_multi_process_variants_use_srun_inside_an_allocation(
     kernprof = wrap_command("kernprof", tmp_path, entry, False, nproc=2)
     assert kernprof[0] == "srun" and '"$RANK".lprof' in kernprof[-1]
     assert wrap_command("torch", tmp_path, entry, False, nproc=1)[0] == sys.executable
+
+
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+
+
+def script_options(out: Path, script: str, profilers: str, *extra: str) -> RunOptions:
+    """run-and-report options for ``--script SCRIPT`` as the command line gives them, with a
+    2-step torch.profiler window."""
+    args = build_parser().parse_args(
+        ["run-and-report", "--script", script, "--profilers", profilers, "--device", "cpu",
+         "--out", str(out), *extra])
+    return replace(run_options(args), active_steps=2)
+
+
+@pytest.mark.slow
+def test_profile_decorated_script_runs_in_every_launch(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bare ``@profile`` script given by a relative path: every launch finishes, arguments
+    arrive untouched, the line profile names the absolute source (the report finds the loader
+    line without --source-root), and the plain run's throughput comes from its 8 steps."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(SCRIPTS / "profile_decorated.py", "train.py")
+    options = script_options(tmp_path / "out", "train.py", "kernprof,torch", "--",
+                             "--steps", "8", "--tag", "two words")
+    summary = run_all([], options)
+    assert summary.failures == [] and summary.unprofiled == []
+    folder = summary.folders[0]
+    manifest = load_manifest(folder / "manifest.json")
+    assert manifest.name == "train" and manifest.script == str(tmp_path / "train.py")
+    assert manifest.script_args == ["--steps", "8", "--tag", "two words"]
+    assert [(run.profiler, run.exit_status) for run in manifest.launches] == [
+        ("none", 0), ("kernprof", 0), ("torch.profiler", 0)]
+    assert "tag='two words'" in (folder / "none.log").read_text()
+    assert manifest.knobs == {"batch_size": 16, "num_workers": 0, "pin_memory": False,
+                              "persistent_workers": False}
+    assert len(manifest.plain_step_ns) == 7  # 8 optimizer steps: 7 intervals
+    assert manifest.throughput_steps_per_s == pytest.approx(
+        7 / (sum(manifest.plain_step_ns) / 1e9))
+    assert manifest.throughput_samples_per_s == pytest.approx(
+        manifest.throughput_steps_per_s * 16)
+    from line_profiler import load_stats
+
+    stats = load_stats(str(folder / "train.lprof"))
+    (key, lines), = [(k, v) for k, v in stats.timings.items() if v]
+    assert key[0] == str(tmp_path / "train.py") and key[2] == "train"
+    assert dict((lineno, hits) for lineno, hits, _t in lines)[11] == 9  # loader line: 8 + end
+    report = analyze_paths([folder], AnalyzeOptions())
+    top = report.runs[0].metrics.lines
+    assert top and all(line.source is not None for line in top)
+
+
+@pytest.mark.slow
+def test_failing_script_is_reported_with_its_error_and_signal(tmp_path: Path) -> None:
+    """A script that raises, and one that dies of SIGSEGV, after torch.profiler's 8-step window:
+    both runs (named by --vary) report every failed launch with its exit or signal, the report
+    lists them, and run-and-report exits non-zero."""
+    out = tmp_path / "out"
+    command = [str(Path(sys.executable).with_name("profreport")), "run-and-report",
+               "--script", str(SCRIPTS / "crashes.py"), "--vary", "crash=error,signal",
+               "--profilers", "torch", "--device", "cpu", "--format", "json", "--out", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == EXIT_PARTIAL, done.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert [run["name"] for run in report["runs"]] == ["crash=error", "crash=signal"]
+    failures = report["failures"]
+    assert len(failures) == 4
+    for launch in ("plain run", "torch.profiler run"):
+        assert (f"crash=error: {launch} failed: exit status 1: RuntimeError: loss is nan at "
+                "step 9") in failures
+        assert f"crash=signal: {launch} failed: killed by SIGSEGV" in failures
+    crashed = load_manifest(out / "runs" / "crash=signal" / "manifest.json")
+    assert crashed.launches[0].exit_status == -signal.SIGSEGV
+    assert crashed.launches[0].signal == "SIGSEGV"
+    raised = load_manifest(out / "runs" / "crash=error" / "manifest.json")
+    assert raised.launches[0].stderr_tail[-1] == "RuntimeError: loss is nan at step 9"
+    assert raised.script_args == ["--crash", "error"] and raised.knobs == {}
+
+
+@pytest.mark.slow
+def test_ddp_script_with_its_own_profiler_under_torchrun(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A gloo DDP script that drives torch.profiler itself, under --nproc 2: it is not wrapped a
+    second time (exactly its two traces, one per rank, collected from ./tb_traces), kernprof's
+    auto-profiling does not collide with ``from torch.profiler import profile`` (a line profile
+    per rank with train's loop), and every rank's step marks are read."""
+    monkeypatch.chdir(tmp_path)
+    options = script_options(tmp_path / "out", str(SCRIPTS / "ddp_own_profiler.py"),
+                             "kernprof,torch", "--nproc", "2")
+    summary = run_all([], options)
+    assert summary.failures == [], summary.failures
+    folder = summary.folders[0]
+    manifest = load_manifest(folder / "manifest.json")
+    assert manifest.world_size == 2
+    assert any("drives torch.profiler itself" in note for note in manifest.notes)
+    traces = sorted((a.path, a.rank) for a in manifest.artifacts if a.profiler == "torch.profiler")
+    assert [rank for _path, rank in traces] == [0, 1]
+    assert all(path.startswith("trace/rank") for path, _rank in traces)
+    assert len(list((folder / "trace").iterdir())) == 2
+    for path, _rank in traces:
+        events = json.loads((folder / path).read_text())["traceEvents"]
+        steps = sorted(e["name"] for e in events if e.get("name", "").startswith("ProfilerStep#"))
+        assert steps == ["ProfilerStep#2", "ProfilerStep#3"]
+    lprofs = sorted((a.path, a.rank) for a in manifest.artifacts if a.profiler == "kernprof")
+    assert lprofs == [("train.rank0.lprof", 0), ("train.rank1.lprof", 1)]
+    from line_profiler import load_stats
+
+    for path, _rank in lprofs:
+        timings = load_stats(str(folder / path)).timings
+        assert {key[2] for key, lines in timings.items() if lines} >= {"main", "train"}
+    results = sorted(folder.glob("script_result.none.rank*.json"))
+    assert len(results) == 2
+    assert len(manifest.plain_step_ns) == 5  # 6 steps per rank (192 samples / 2 / 16)
+    assert manifest.throughput_samples_per_s == pytest.approx(
+        manifest.throughput_steps_per_s * 16 * 2)
