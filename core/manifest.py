@@ -302,6 +302,13 @@ def _record(cls: type, spec: dict[str, Callable[[object], object]]) -> Callable[
     return validate
 
 
+def _optional_map_of_scalars(what: str, value: object, problems: list[str]) -> dict | None:
+    """An object of scalars (a scaling point), or null."""
+    if value is None:
+        return None
+    return _map_of(lambda key, item: _scalar(item))(what, value, problems)
+
+
 def _plain(check: Callable[[object], object]) -> Callable[[str, object, list[str]], object]:
     """A whole-field validator from a value check."""
     return lambda what, value, problems: check(value)
@@ -324,6 +331,7 @@ KNOB_TYPES: dict[str, type] = {
     "num_workers": int, "pin_memory": bool, "non_blocking": bool, "persistent_workers": bool,
     "amp": bool, "channels_last": bool, "compile": bool, "ddp": bool, "nproc": int,
     "bucket_cap_mb": float, "broadcast_buffers": bool, "dataparallel": bool, "batch_size": int,
+    "lr": float,
 }
 #: Largest manifest read: the runner's are a few KB; this leaves room for thousands of steps.
 MAX_MANIFEST_BYTES = Limit("bytes of manifest", 16 << 20,
@@ -345,12 +353,19 @@ _FIELDS: dict[str, tuple[Callable[[str, object, list[str]], object], Callable[[]
     "launches": (_list_of(_record(ProfiledRun, {
         "profiler": _text, "command": _texts,
         "exit_status": _optional_integer, "wall_time_s": _number,
-        "error": _optional_text, "note": _optional_text})), list),
+        "error": _optional_text, "note": _optional_text, "signal": _optional_text,
+        "stderr_tail": _texts})), list),
     "artifacts": (_list_of(_record(Artifact, {
         "path": _text, "profiler": _text, "rank": _optional_count})), list),
     "throughput_samples_per_s": (_plain(_optional_number), lambda: None),
     "plain_step_ns": (_list_of(_count), list),
     "trials": (_map_of(lambda key, value: _number(value)), dict),
     "data_source": (_plain(_text), str),
+    "throughput_steps_per_s": (_plain(_optional_number), lambda: None),
+    "throughput_basis": (_plain(_text), str),
+    "world_size": (_plain(_count), lambda: 1),
+    "scaling": (_optional_map_of_scalars, lambda: None),
+    "script": (_plain(_optional_text), lambda: None),
+    "script_args": (_plain(_texts), list),
     "notes": (_list_of(_text), list),
 }

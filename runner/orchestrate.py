@@ -29,6 +29,7 @@ from profreport.runner.script_scan import ScriptFacts, scan_script
 from profreport.runner.scripts import (
     ScriptSetting,
     collect_own_traces,
+    keep_source_copy,
     new_trace_files,
     record_plain_result,
     script_entry,
@@ -274,7 +275,9 @@ def run_variant(variant: Variant, options: RunOptions, started: float,
     knobs = variant.knobs(options.base_knobs())
     notes = [variant.description, *device_notes(knobs, options.on_gpu, cpu_has_native_bf16())]
     world = (knobs.nproc if knobs.ddp else 1) * options.nodes
-    manifest = Manifest(variant.name, options.workload, knobs.as_dict(), environment(),
+    # Batch per process and learning rate join the knobs: the memory advice scales them.
+    recorded = {**knobs.as_dict(), "batch_size": options.batch_size, "lr": TrainConfig.lr}
+    manifest = Manifest(variant.name, options.workload, recorded, environment(),
                         notes=notes, world_size=world, scaling=scaling)
     scaling_note(manifest)
     try:
@@ -325,6 +328,7 @@ def run_script_setting(setting: ScriptSetting, options: RunOptions, facts: Scrip
     clear_outputs(folder)
     nproc = options.nproc
     manifest = script_manifest(setting, options, facts, scaling)
+    manifest.notes.append(keep_source_copy(script, folder))
     write_manifest(folder, manifest)
     args = [*options.script_args, *setting.args]
     search = trace_search_dirs(facts, script, Path.cwd())

@@ -78,6 +78,8 @@ class StepMarks:
 
     ends_ns: list[int] = field(default_factory=list)
     loaders: dict[int, LoaderUse] = field(default_factory=dict)
+    #: The first optimizer's learning rate at its first step.
+    lr: float | None = None
 
     def training_loader(self) -> LoaderUse | None:
         """The loader the script took the most batches from."""
@@ -91,7 +93,7 @@ class StepMarks:
         loader = self.training_loader()
         return {"rank": rank, "world_size": world_size, "steps": len(ends),
                 "step_ns": step_ns, "steps_per_s": steps_per_s,
-                "loader": asdict(loader) if loader else None,
+                "loader": asdict(loader) if loader else None, "lr": self.lr,
                 "torch_threads": torch.get_num_threads()}
 
 
@@ -110,6 +112,8 @@ class FirstOptimizerStepper:
         """Called by PyTorch after every ``optimizer.step()``."""
         if self.optimizer_id is None:
             self.optimizer_id = id(optimizer)
+            lr = optimizer.param_groups[0].get("lr") if optimizer.param_groups else None
+            self.marks.lr = float(lr) if isinstance(lr, int | float) else None
         if id(optimizer) != self.optimizer_id:
             return
         self.marks.ends_ns.append(time.perf_counter_ns())

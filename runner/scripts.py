@@ -18,8 +18,8 @@ from profreport.runner.launch import TRACE_DIR, TRACE_PATTERNS
 from profreport.runner.script_scan import ScriptFacts, option_for
 from profreport.runner.variants import Knobs
 
-#: Knobs the advice knows, by name: every training knob, and the batch size.
-KNOWN_KNOBS = frozenset({f.name for f in fields(Knobs)} | {"batch_size"})
+#: Knobs the advice knows, by name: every training knob, the batch size and learning rate.
+KNOWN_KNOBS = frozenset({f.name for f in fields(Knobs)} | {"batch_size", "lr"})
 #: Each process writes its step marks here; ``{rank}`` is filled in by the process.
 RESULT_NAME = "script_result.{profiler}.rank{{rank}}.json"
 #: How deep trace files are looked for in the working directory and the script's folder (the
@@ -181,6 +181,14 @@ def collect_own_traces(files: list[Path], folder: Path) -> list[str]:
     return names
 
 
+def keep_source_copy(script: Path, folder: Path) -> str:
+    """Copy the script beside its profiles: the report reads the profiled lines from the copy
+    (the source may change or sit outside the folders a report may read); returns a note."""
+    shutil.copy2(script, folder / script.name)
+    return (f"{script.name}: a copy of the script as profiled is kept in the run folder; the "
+            "line profile's source lines come from it")
+
+
 def read_results(folder: Path, profiler: str) -> list[dict[str, Any]]:
     """Every rank's step marks from one launch, by rank."""
     pattern = RESULT_NAME.format(profiler=profiler).replace("{rank}", "*")
@@ -201,6 +209,8 @@ def record_plain_result(manifest: Manifest, folder: Path) -> None:
     manifest.environment["torch_threads"] = first.get("torch_threads")
     manifest.knobs.update({key: value for key, value in loader.items()
                            if key in KNOWN_KNOBS and value is not None})
+    if first.get("lr") is not None:
+        manifest.knobs["lr"] = first["lr"]
     manifest.plain_step_ns = [int(ns) for ns in first.get("step_ns", [])]
     steps_per_s = first.get("steps_per_s")
     manifest.throughput_steps_per_s = steps_per_s

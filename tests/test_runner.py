@@ -530,7 +530,7 @@ def test_profile_decorated_script_runs_in_every_launch(tmp_path: Path,
         ("none", 0), ("kernprof", 0), ("torch.profiler", 0)]
     assert "tag='two words'" in (folder / "none.log").read_text()
     assert manifest.knobs == {"batch_size": 16, "num_workers": 0, "pin_memory": False,
-                              "persistent_workers": False}
+                              "persistent_workers": False, "lr": 0.1}
     assert len(manifest.plain_step_ns) == 7  # 8 optimizer steps: 7 intervals
     assert manifest.throughput_steps_per_s == pytest.approx(
         7 / (sum(manifest.plain_step_ns) / 1e9))
@@ -610,3 +610,20 @@ def test_ddp_script_with_its_own_profiler_under_torchrun(tmp_path: Path,
     assert len(manifest.plain_step_ns) == 5  # 6 steps per rank (192 samples / 2 / 16)
     assert manifest.throughput_samples_per_s == pytest.approx(
         manifest.throughput_steps_per_s * 16 * 2)
+
+
+def test_runner_manifest_fields_round_trip(tmp_path: Path) -> None:
+    """Every field the runner writes for scripts, scaling and failures reads back unchanged,
+    with no validation problem."""
+    from profreport.manifest import ProfiledRun, read_manifest, write_manifest
+
+    failed = ProfiledRun("none", ["python", "x.py"], -11, 1.5, error="killed by SIGSEGV",
+                         signal="SIGSEGV", stderr_tail=["a warning", "Segmentation fault"])
+    manifest = Manifest("train", "script /abs/train.py", {"batch_size": 16, "lr": 0.1}, {},
+                        launches=[failed], throughput_steps_per_s=7.5,
+                        throughput_basis="plain run", world_size=2,
+                        scaling={"mode": "weak", "processes": 2, "group": "baseline"},
+                        script="/abs/train.py", script_args=["--steps", "8"])
+    write_manifest(tmp_path, manifest)
+    loaded, problems = read_manifest(tmp_path / "manifest.json")
+    assert problems == [] and loaded == manifest
