@@ -72,10 +72,12 @@ def _run_tool(tool: str, trace: Path) -> None:
 
 
 def _run_hta(trace: Path) -> None:
-    """HTA: load the trace (as rank 0 of a folder) and compute its three main breakdowns."""
+    """HTA: load the trace (as rank 0 of a folder), or every rank trace of a folder, and compute
+    its three main breakdowns."""
     from hta.trace_analysis import TraceAnalysis
 
-    analysis = TraceAnalysis(trace_files={0: str(trace)}, trace_dir=str(trace.parent))
+    analysis = (TraceAnalysis(trace_dir=str(trace)) if trace.is_dir() else
+                TraceAnalysis(trace_files={0: str(trace)}, trace_dir=str(trace.parent)))
     analysis.get_temporal_breakdown(visualize=False)
     analysis.get_idle_time_breakdown(visualize=False)
     analysis.get_gpu_kernel_breakdown(visualize=False)

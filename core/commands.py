@@ -9,6 +9,7 @@ import os
 import sys
 import webbrowser
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from profreport.errors import (
     EXIT_INTERRUPTED,
@@ -19,13 +20,15 @@ from profreport.errors import (
 )
 from profreport.executors import ExecutorOptions
 from profreport.fileio import check_output_folder
-from profreport.grade.results import StudentResult
 from profreport.parsers import ParseOptions
 from profreport.progress import read_progress
 from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
 from profreport.reports.analysis.results import Report, RunAnalysis
 from profreport.reports.render import require_renderers, write_reports
 from profreport.text import display_text, elide
+
+if TYPE_CHECKING:  # the grader (and all it imports) loads only for ``profreport grade``
+    from profreport.grade.results import StudentResult
 
 #: How many findings the terminal summary shows per run.
 SUMMARY_FINDINGS = 3

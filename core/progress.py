@@ -37,7 +37,7 @@ class ReadProgress:
         """Reading is over."""
 
 
-def _descendants(pid: int) -> list[int]:
+def process_tree(pid: int) -> list[int]:
     """``pid`` and every process below it (Linux ``/proc/PID/task/TID/children``)."""
     found, queue = [], [pid]
     while queue:
@@ -55,7 +55,7 @@ def _offsets(files: set[Path]) -> dict[Path, int]:
     """The furthest read offset of any open descriptor on each of ``files``, in this process
     and its children."""
     offsets: dict[Path, int] = {}
-    for pid in _descendants(os.getpid()):
+    for pid in process_tree(os.getpid()):
         for fd in (PROC / str(pid) / "fd").glob("*"):
             try:
                 target = Path(os.readlink(fd))
