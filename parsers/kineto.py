@@ -124,6 +124,9 @@ RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "runtime", "mtia_runtim
                           "privateuse1_driver", "glow_runtime"})
 #: Device work of accelerators that record it under their own category (MTIA's command processor).
 ACCELERATOR_CATS = frozenset({"mtia_ccp_events"})
+#: Categories whose events carry device, stream, correlation or size (device work, API calls).
+DETAILED_CATS = (KERNEL_CATS | MEMCPY_CATS | MEMSET_CATS | SYNC_CATS | RUNTIME_CATS
+                 | ACCELERATOR_CATS)
 ANNOTATION_CATS = frozenset({"user_annotation"})
 PYTHON_CATS = frozenset({"python_function"})
 #: Name of the instant events that record one allocation or release of the framework allocator.
@@ -256,12 +259,41 @@ class _Columns:
     stream: np.ndarray
     correlation: np.ndarray
     bytes: np.ndarray
-    bandwidth: np.ndarray
     detail: np.ndarray
 
     def take(self, mask: np.ndarray) -> _Columns:
         """The rows where ``mask`` holds."""
-        return _Columns(**{key: value[mask] for key, value in vars(self).items()})
+        count = int(mask.sum())
+        return _Columns(**{key: _fill(value[0] if len(value) else -1, count)
+                           if value.strides == (0,) else value[mask]
+                           for key, value in vars(self).items()})
+
+    def __len__(self) -> int:
+        """The number of rows."""
+        return len(self.start)
+
+
+#: The columns every complete event fills; the others (``_DETAIL_COLUMNS``) only events of
+#: ``DETAILED_CATS`` fill, and the other events' rows read -1 there without storing it.
+_PLAIN_COLUMNS = ("cat", "name", "pid", "tid", "start", "end")
+_DETAIL_COLUMNS = ("device", "stream", "correlation", "bytes", "detail")
+_ID_COLUMNS = frozenset({"cat", "name", "pid", "tid", "detail"})
+
+
+def _fill(value: int, count: int) -> np.ndarray:
+    """A read-only column of ``count`` copies of ``value`` that takes no memory."""
+    return np.broadcast_to(np.int64(value), (count,))
+
+
+def _stack(parts: list[dict[str, np.ndarray]], columns: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """The batches' columns joined, one column at a time, freeing each batch's copy as it goes."""
+    out = {}
+    for key in columns:
+        dtype = np.int32 if key in _ID_COLUMNS else np.int64
+        out[key] = (np.concatenate([part.pop(key) for part in parts]) if parts
+                    else np.empty(0, dtype))
+    parts.clear()
+    return out
 
 
 def _integers(values: list[Any], absent: int = -1) -> tuple[np.ndarray, np.ndarray]:
@@ -318,7 +350,8 @@ class _ColumnBuilder:
         self.memory = _MemoryEvents()
         self.dropped: Counter[str] = Counter()
         self.events = 0
-        self._parts: list[dict[str, np.ndarray]] = []
+        self._plain: list[dict[str, np.ndarray]] = []
+        self._detailed: list[dict[str, np.ndarray]] = []
         self._flows: list[dict[str, np.ndarray]] = []
 
     def add(self, events: list[_Event]) -> None:
@@ -351,6 +384,7 @@ class _ColumnBuilder:
                                        np.fromiter(map(_DUR, spans), np.float64, count))
         correlation, bad_correlation = _integers(list(map(_CORRELATION, args)))
         copied, bad_bytes = _integers([a.bytes if a.bytes != -1 else a.size for a in args])
+        copied = _with_bandwidth(copied, _floats(list(map(_BANDWIDTH, args))), end - start)
         self._drop(bad_correlation & keep, "correlation is not an int64")
         self._drop(bad_bytes & keep, "bytes is not an int64")
         keep &= ~bad_correlation & ~bad_bytes
@@ -363,10 +397,12 @@ class _ColumnBuilder:
             "start": start, "end": end,
             "device": _integers(list(map(_DEVICE, args)))[0], "stream": stream,
             "correlation": correlation, "bytes": copied,
-            "bandwidth": _floats(list(map(_BANDWIDTH, args))),
             "detail": self.details.ids((a.sync_kind or a.direction for a in args), count),
         }
-        self._parts.append({key: value[keep] for key, value in part.items()})
+        detailed = np.isin(part["cat"], self.cats.lookup(DETAILED_CATS))
+        plain = keep & ~detailed
+        self._plain.append({key: part[key][plain] for key in _PLAIN_COLUMNS})
+        self._detailed.append({key: value[keep & detailed] for key, value in part.items()})
 
     def _times(self, ts_us: np.ndarray, dur_us: np.ndarray) -> tuple[np.ndarray, np.ndarray,
                                                                      np.ndarray]:
@@ -412,10 +448,9 @@ class _ColumnBuilder:
         """Append everything ``other`` read (a later part of the same trace)."""
         maps = {name: getattr(self, name).remap(getattr(other, name))
                 for name in set(_SYMBOL_COLUMNS.values())}
-        for part in other._parts:
-            self._parts.append({key: maps[_SYMBOL_COLUMNS[key]][value]
-                                if key in _SYMBOL_COLUMNS else value
-                                for key, value in part.items()})
+        for mine, theirs in ((self._plain, other._plain), (self._detailed, other._detailed)):
+            mine.extend({key: maps[_SYMBOL_COLUMNS[key]][value] if key in _SYMBOL_COLUMNS
+                         else value for key, value in part.items()} for part in theirs)
         for flow in other._flows:
             self._flows.append({key: maps["threads"][value] if key in ("pid", "tid") else value
                                 for key, value in flow.items()})
@@ -425,14 +460,13 @@ class _ColumnBuilder:
         self.events += other.events
         MAX_EVENTS.check(self.events, self.path)
 
-    def finish(self) -> _Columns:
-        """All batches as one set of columns."""
-        fields = list(_Columns.__dataclass_fields__)
-        if not self._parts:
-            return _Columns(**{key: np.empty(0, np.int64) for key in fields})
-        columns = {key: np.concatenate([part[key] for part in self._parts]) for key in fields}
-        self._parts.clear()
-        return _Columns(**columns)
+    def finish(self) -> tuple[_Columns, _Columns]:
+        """All batches as two sets of columns: events of ``DETAILED_CATS``, and the others."""
+        plain = _stack(self._plain, _PLAIN_COLUMNS)
+        count = len(plain["start"])
+        plain.update({key: _fill(-1, count) for key in _DETAIL_COLUMNS})
+        return _Columns(**_stack(self._detailed, _PLAIN_COLUMNS + _DETAIL_COLUMNS)), \
+            _Columns(**plain)
 
     def flows(self) -> pd.DataFrame:
         """Where each ``ac2g`` flow ends: pid and tid ids, start (ns) and the flow's id."""
@@ -879,7 +913,7 @@ class _Tables:
     """Builds the Profile tables from a trace's columns and symbol tables."""
 
     def __init__(self, builder: _ColumnBuilder) -> None:
-        self.columns = builder.finish()
+        self.detailed, self.plain = builder.finish()
         self.names = builder.names.values()
         self.details = builder.details.values()
         self.cats = builder.cats
@@ -892,7 +926,9 @@ class _Tables:
 
     def rows(self, cats: frozenset[str]) -> _Columns:
         """The events whose category is in ``cats``."""
-        return self.columns.take(np.isin(self.columns.cat, self.cats.lookup(cats)))
+        wanted = self.cats.lookup(cats)
+        return _concat(self.plain.take(np.isin(self.plain.cat, wanted)),
+                       self.detailed.take(np.isin(self.detailed.cat, wanted)))
 
     def named(self, rows: _Columns, wanted: frozenset[str], keep: bool = True) -> _Columns:
         """The rows whose name is (``keep``) or is not in ``wanted``."""
@@ -971,7 +1007,7 @@ class _Tables:
         row_part = np.searchsorted(distinct, rows.name)
         for column in parts.columns:
             frame[column] = parts[column].to_numpy()[row_part]
-        frame["bytes"] = _copied_bytes(rows)
+        frame["bytes"] = rows.bytes
         return frame
 
     def _accelerator_copies(self) -> pd.DataFrame:
@@ -989,7 +1025,7 @@ class _Tables:
         """GPU memsets with their size."""
         rows = self.rows(MEMSET_CATS)
         frame = self.gpu(rows)
-        frame["bytes"] = _copied_bytes(rows)
+        frame["bytes"] = rows.bytes
         return conform("memset", frame)
 
     def sync(self) -> pd.DataFrame:
@@ -1059,6 +1095,8 @@ class _Tables:
 
 def _concat(first: _Columns, second: _Columns) -> _Columns:
     """The rows of both, ``first``'s before ``second``'s."""
+    if not len(first) or not len(second):
+        return second if not len(first) else first
     return _Columns(**{key: np.concatenate([value, getattr(second, key)])
                        for key, value in vars(first).items()})
 
@@ -1126,12 +1164,14 @@ def _memcpy_parts(names: pd.Series) -> pd.DataFrame:
     return parts.astype(object)
 
 
-def _copied_bytes(rows: _Columns) -> np.ndarray:
+def _with_bandwidth(copied: np.ndarray, bandwidth: np.ndarray,
+                    duration: np.ndarray) -> np.ndarray:
     """Bytes moved: ``args.bytes``, else bandwidth (GB/s) times duration (ns); -1 unknown."""
-    from_bandwidth = rows.bandwidth * (rows.end - rows.start)
-    usable = (rows.bandwidth > 0) & (from_bandwidth < _INT64_MAX)
-    estimate = np.where(usable, np.rint(np.where(usable, from_bandwidth, 0)), -1)
-    return np.where(rows.bytes >= 0, rows.bytes, estimate).astype(np.int64)
+    from_bandwidth = bandwidth * duration
+    with np.errstate(invalid="ignore"):
+        usable = (bandwidth > 0) & (from_bandwidth < _INT64_MAX) & (copied < 0)
+    estimate = np.rint(np.where(usable, from_bandwidth, 0)).astype(np.int64)
+    return np.where(usable, estimate, copied)
 
 
 def _header_int(value: Any) -> int:
