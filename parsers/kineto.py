@@ -196,6 +196,9 @@ _PHASE, _CAT, _NAME = attrgetter("ph"), attrgetter("cat"), attrgetter("name")
 _PID, _TID, _TS, _DUR = attrgetter("pid"), attrgetter("tid"), attrgetter("ts"), attrgetter("dur")
 _ARGS, _DEVICE = attrgetter("args"), attrgetter("device")
 _CORRELATION, _BANDWIDTH = attrgetter("correlation"), attrgetter("bandwidth")
+_BYTES, _SIZE = attrgetter("bytes"), attrgetter("size")
+_STREAM, _STREAM_ID = attrgetter("stream"), attrgetter("stream_id")
+_SYNC_KIND, _DIRECTION = attrgetter("sync_kind"), attrgetter("direction")
 _EVENT_DECODER = msgspec.json.Decoder(_Event)
 _RAW_EVENTS_DECODER = msgspec.json.Decoder(list[msgspec.Raw])
 
@@ -315,6 +318,14 @@ def _integers(values: list[Any], absent: int = -1) -> tuple[np.ndarray, np.ndarr
     return np.array([absent if p is None else p for p in parsed], dtype=np.int64), bad
 
 
+def _first_present(first: tuple[np.ndarray, np.ndarray],
+                   second: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Values and unusable flags of a field, taken from ``second`` where ``first`` is absent."""
+    use_second = (first[0] == -1) & ~first[1]
+    return (np.where(use_second, second[0], first[0]),
+            np.where(use_second, second[1], first[1]))
+
+
 def _integer(value: Any) -> int | None:
     """One id or size: a non-negative int64, from an int or a decimal/hex string; else None."""
     if isinstance(value, str):
@@ -383,12 +394,14 @@ class _ColumnBuilder:
         start, end, keep = self._times(np.fromiter(map(_TS, spans), np.float64, count),
                                        np.fromiter(map(_DUR, spans), np.float64, count))
         correlation, bad_correlation = _integers(list(map(_CORRELATION, args)))
-        copied, bad_bytes = _integers([a.bytes if a.bytes != -1 else a.size for a in args])
+        copied, bad_bytes = _first_present(_integers(list(map(_BYTES, args))),
+                                           _integers(list(map(_SIZE, args))))
         copied = _with_bandwidth(copied, _floats(list(map(_BANDWIDTH, args))), end - start)
         self._drop(bad_correlation & keep, "correlation is not an int64")
         self._drop(bad_bytes & keep, "bytes is not an int64")
         keep &= ~bad_correlation & ~bad_bytes
-        stream = _integers([a.stream if a.stream != -1 else a.stream_id for a in args])[0]
+        stream = _first_present(_integers(list(map(_STREAM, args))),
+                                _integers(list(map(_STREAM_ID, args))))[0]
         part = {
             "cat": self.cats.ids(map(_CAT, spans), count),
             "name": self.names.ids(map(_NAME, spans), count),
@@ -397,12 +410,18 @@ class _ColumnBuilder:
             "start": start, "end": end,
             "device": _integers(list(map(_DEVICE, args)))[0], "stream": stream,
             "correlation": correlation, "bytes": copied,
-            "detail": self.details.ids((a.sync_kind or a.direction for a in args), count),
+            "detail": self._detail(args),
         }
         detailed = np.isin(part["cat"], self.cats.lookup(DETAILED_CATS))
         plain = keep & ~detailed
         self._plain.append({key: part[key][plain] for key in _PLAIN_COLUMNS})
         self._detailed.append({key: value[keep & detailed] for key, value in part.items()})
+
+    def _detail(self, args: list[_Args]) -> np.ndarray:
+        """Ids of each event's sync kind (``cuda_sync``) or copy direction (MTIA DMA)."""
+        kind = self.details.ids(map(_SYNC_KIND, args), len(args))
+        direction = self.details.ids(map(_DIRECTION, args), len(args))
+        return np.where(kind != self.details.ids([None], 1)[0], kind, direction)
 
     def _times(self, ts_us: np.ndarray, dur_us: np.ndarray) -> tuple[np.ndarray, np.ndarray,
                                                                      np.ndarray]:
