@@ -250,3 +250,63 @@ def test_reserving_in_every_step_is_churn(tmp_path: Path) -> None:
     assert "MEMORY_CHURN" in {f.id for f in findings}
     steady = _training(tmp_path, kept_per_step=0, temporary=512 * MIB, device_total=16 * GIB)
     assert _analysed(steady, memory.TrainingSettings())[0].devices[0].driver_calls_per_step == 0
+
+
+# A CPU training loop under torch.profiler(profile_memory=True), current trace format. With
+# "leak" it keeps every step's hidden activations (512 x 512 floats, 1 MiB) "for logging".
+MEMORY_TRACE_SCRIPT = """
+import sys
+import torch
+from torch.profiler import ProfilerActivity, profile, schedule
+
+torch.manual_seed(0)
+first, second = torch.nn.Linear(256, 512), torch.nn.Linear(512, 1)
+params = [*first.parameters(), *second.parameters()]
+optimizer = torch.optim.SGD(params, lr=0.1)
+kept = []
+with profile(activities=[ProfilerActivity.CPU], profile_memory=True,
+             schedule=schedule(wait=0, warmup=2, active=5, repeat=1),
+             on_trace_ready=lambda prof: prof.export_chrome_trace(sys.argv[1])) as prof:
+    for _ in range(7):
+        hidden = torch.relu(first(torch.randn(512, 256)))
+        loss = second(hidden).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        if sys.argv[2] == "leak":
+            kept.append(hidden)
+        prof.step()
+"""
+ACTIVE_STEPS = 5
+
+
+def _memory_trace(folder: Path, mode: str) -> Path:
+    """Run the training above (``leak`` or ``clean``) and return its trace."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    out = folder / f"{mode}.pt.trace.json"
+    subprocess.run([sys.executable, "-c", MEMORY_TRACE_SCRIPT, str(out), mode], check=True,
+                   capture_output=True, timeout=300)
+    return out
+
+
+@pytest.mark.slow
+def test_real_trace_levels_and_a_real_leak(tmp_path: Path) -> None:
+    """A real current-format trace: the allocator's totals move by each event's size (absolute
+    levels); keeping each step's activations grows memory every step by their 1 MiB."""
+    clean = kineto.parse(_memory_trace(tmp_path, "clean"))
+    memory_table = clean.table("memory")
+    host = memory_table[memory_table["device_kind"] == "cpu"]
+    assert len(host) > 0 and (host["total_allocated"] >= 0).all()
+    totals = host["total_allocated"].to_numpy()
+    assert (totals[1:] - totals[:-1] == host["bytes"].to_numpy()[1:]).all()
+    stats, findings = _analysed(clean.path, memory.TrainingSettings())
+    device = stats.devices[0]
+    assert device.basis == "absolute" and len(device.steps) == ACTIVE_STEPS
+    assert "MEMORY_GROWTH" not in {f.id for f in findings}
+    _, leaking = _analysed(_memory_trace(tmp_path, "leak"), memory.TrainingSettings())
+    growth = next(f for f in leaking if f.id == "MEMORY_GROWTH")
+    assert f"each of {ACTIVE_STEPS} steps" in growth.evidence[0].text
+    assert "(+1.0 MB (1.0 MiB) per step)" in growth.evidence[0].text
