@@ -377,3 +377,19 @@ def test_a_dying_worker_costs_only_its_submission(tmp_path: Path, fixtures_dir: 
     assert by_name["amy"].status == "ok" and by_name["amy"].total == 2.5
     assert (by_name["zed"].status, by_name["zed"].error) == (
         "error", "the grading process died (killed, or out of memory)")
+
+
+def test_lprof_without_its_script_is_graded_from_hit_counts(tmp_path: Path,
+                                                            fixtures_dir: Path) -> None:
+    subs = tmp_path / "subs"
+    for run, fixture in (("baseline", "loader_heavy"), ("optimized", "compute_heavy")):
+        (subs / "lena" / run).mkdir(parents=True)
+        shutil.copy(fixtures_dir / fixture / "train.lprof", subs / "lena" / run)
+    outcome = grade_class(subs, parse_rubric(RUBRIC, tmp_path / "r.toml"), tmp_path / "out")
+    lena = outcome.results[0]
+    assert [(run.name, run.verdict, run.source_missing) for run in lena.runs] == [
+        ("baseline", "loader-bound", True), ("optimized", "compute-bound", True)]
+    assert {c.id: c.points for c in lena.checks} == {
+        "profiled": 2, "loader-fixed": 4, "speedup": 0, "little-wait": 2, "lprof": 0.5}
+    feedback = (tmp_path / "out" / "students" / "lena" / "feedback.md").read_text()
+    assert "graded from its hit counts only" in feedback

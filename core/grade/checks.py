@@ -86,7 +86,7 @@ def _missing_run(check: Check, name: str, graded: Graded) -> CheckResult:
     failed = graded.failures.get(name)
     why = (f"its profiles could not be read ({'; '.join(failed)})" if failed
            else f"runs found: {found}")
-    return _credit(check, 0.0, f"there is no readable run named {name!r} ({why}).",
+    return _credit(check, 0.0, f"There is no readable run named {name!r} ({why}).",
                    f"Put the profiles of that run in a folder named {name}/ in your submission.")
 
 
