@@ -24,11 +24,13 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from profreport import concepts
 from profreport.errors import InputError, MissingToolError, UnsupportedFormatError
 from profreport.model import Profile, conform, empty_table
+from profreport.parsers import sqlite_pages
 
 NSYS_MISSING = ("nsys is not installed; needed to read .nsys-rep: run scripts/setup.sh --system, "
                 "or pass a .sqlite export")
@@ -71,6 +73,9 @@ MEMORY_KIND_CODES = {0: "PAGEABLE", 1: "PINNED", 2: "DEVICE", 3: "ARRAY", 4: "MA
                      5: "DEVICE_STATIC", 6: "MANAGED_STATIC", 7: "UNKNOWN"}
 SYNC_TYPE_CODES = {0: "UNKNOWN", 1: "EVENT_SYNCHRONIZE", 2: "STREAM_WAIT_EVENT",
                    3: "STREAM_SYNCHRONIZE", 4: "CONTEXT_SYNCHRONIZE"}
+# Read the big activity tables from the SQLite pages (parsers/sqlite_pages.py); SQL otherwise.
+NATIVE_READER = True
+
 # The id columns of GPU activity rows; a missing one becomes -1 (unknown).
 _GPU_IDS = ["device", "stream", "correlation"]
 _ENUM_TABLES = {"memcpy": "ENUM_CUDA_MEMCPY_OPER", "memory": "ENUM_CUDA_MEM_KIND",
@@ -233,9 +238,11 @@ def _is_sqlite(path: Path) -> bool:
 class _Export:
     """A read-only connection to one nsys export and what its schema holds."""
 
-    def __init__(self, conn: sqlite3.Connection, source: Path, tables: set[str]) -> None:
+    def __init__(self, conn: sqlite3.Connection, source: Path, tables: set[str],
+                 path: Path | None = None) -> None:
         """Wrap an open connection; use :meth:`open`."""
         self.conn = conn
+        self.path = path
         self.source = source
         self.tables = tables
         self._columns: dict[str, set[str]] = {}
@@ -259,7 +266,7 @@ class _Export:
             conn.close()
             raise InputError("an SQLite database, but not an Nsight Systems export "
                              "(no StringIds / TARGET_INFO_* tables)", source)
-        return cls(conn, Path(source), tables)
+        return cls(conn, Path(source), tables, Path(export_path))
 
     def close(self) -> None:
         """Close the connection."""
@@ -289,6 +296,40 @@ class _Export:
             return pd.read_sql_query(sql, self.conn)
         except (sqlite3.Error, pd.errors.DatabaseError) as exc:
             raise InputError(f"damaged nsys export: {exc}", self.source) from None
+
+    @functools.cached_property
+    def strings(self) -> dict[int, str]:
+        """StringIds as a dict id -> text."""
+        rows = self.query("SELECT id, value FROM StringIds")
+        return dict(zip(rows["id"].tolist(), rows["value"].tolist(), strict=True))
+
+    def native_columns(self, table: str, columns: list[str]
+                       ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None:
+        """Integer columns of ``table`` read from its pages (values, and value kinds of
+        sqlite_pages), or None when the page reader cannot read it (SQL is used instead)."""
+        if self.path is None or not NATIVE_READER:
+            return None
+        root = self.conn.execute("SELECT rootpage FROM sqlite_master WHERE type = 'table' "
+                                 "AND name = ?", (table,)).fetchone()
+        order = [row[1] for row in self.conn.execute(f'PRAGMA table_info("{table}")')]
+        wanted = [order.index(col) for col in columns]
+        parts: list[sqlite_pages.Columns] = []
+        try:
+            reader = sqlite_pages.PageReader(self.path)
+            try:
+                for chunk in reader.columns(int(root[0]), wanted):
+                    if len(chunk.spilled):
+                        return None
+                    parts.append(chunk)
+            finally:
+                reader.close()
+        except (sqlite_pages.PageFormatError, OSError, TypeError):
+            return None
+        values = {col: np.concatenate([c.values[i] for c in parts] or [np.empty(0, np.int64)])
+                  for col, i in zip(columns, wanted, strict=True)}
+        kinds = {col: np.concatenate([c.kinds[i] for c in parts] or [np.empty(0, np.int8)])
+                 for col, i in zip(columns, wanted, strict=True)}
+        return values, kinds
 
     def name_value(self, table: str) -> dict[str, str]:
         """A ``name``/``value`` metadata table as a dict (the first value of repeated names)."""
@@ -358,11 +399,87 @@ def _string(export: _Export, table: str, column: str, alias: str) -> tuple[str, 
             f"LEFT JOIN StringIds AS {alias}_s ON {alias}_s.id = t.{column}")
 
 
+def _valid_native(export: _Export, name: str, values: dict[str, np.ndarray],
+                  kinds: dict[str, np.ndarray]) -> np.ndarray:
+    """Row positions with possible times, in start order (the rule of :func:`_checked_times`);
+    the others are counted as dropped. An id column holding text or reals is a damaged
+    export."""
+    start, end = values["start"], values["end"]
+    with np.errstate(over="ignore"):
+        valid = ((kinds["start"] == sqlite_pages.INTEGER) & (kinds["end"] == sqlite_pages.INTEGER)
+                 & (start >= 0) & (end >= start) & (end <= MAX_TIMESTAMP_NS)
+                 & (end - start <= MAX_EVENT_NS))
+    for column, kind in kinds.items():
+        if column not in ("start", "end") and (kind == sqlite_pages.OTHER).any():
+            raise ValueError(f"{column} holds text or real values")
+    if not valid.all():
+        export.dropped[name] = export.dropped.get(name, 0) + int((~valid).sum())
+    rows = np.flatnonzero(valid)
+    if len(rows) > 1 and (np.diff(start[rows]) < 0).any():
+        rows = rows[np.argsort(start[rows], kind="stable")]
+    return rows
+
+
+def _ids(values: dict[str, np.ndarray], kinds: dict[str, np.ndarray], column: str,
+         rows: np.ndarray) -> np.ndarray:
+    """An integer id column at ``rows``, -1 where it is NULL."""
+    return np.where(kinds[column][rows] == sqlite_pages.NULL, -1, values[column][rows])
+
+
+def _strings_at(export: _Export, ids: np.ndarray, func: Callable[[str], str] | None = None
+                ) -> np.ndarray:
+    """The StringIds texts of ``ids`` (None where unknown) as an object array, each distinct
+    id looked up (and passed through ``func``) once."""
+    unique, codes = np.unique(ids, return_inverse=True)
+    texts = [export.strings.get(int(i)) for i in unique]
+    if func is not None:
+        texts = [None if text is None else func(text) for text in texts]
+    return np.array(texts, dtype=object)[codes]
+
+
+def _native_kernels(export: _Export, table: str) -> pd.DataFrame | None:
+    """The kernels table from the export's pages, or None (then SQL reads it)."""
+    columns = ["start", "end", "deviceId", "streamId", "correlationId", "demangledName",
+               "shortName"]
+    if not set(columns) <= export.columns(table):
+        return None
+    read = export.native_columns(table, columns)
+    if read is None:
+        return None
+    values, kinds = read
+    rows = _valid_native(export, "kernels", values, kinds)
+    name = _strings_at(export, _ids(values, kinds, "demangledName", rows))
+    short = _strings_at(export, _ids(values, kinds, "shortName", rows))
+    frame = pd.DataFrame({
+        "start": values["start"][rows], "end": values["end"][rows],
+        "device": _ids(values, kinds, "deviceId", rows),
+        "stream": _ids(values, kinds, "streamId", rows),
+        "correlation": _ids(values, kinds, "correlationId", rows),
+        "name": name, "short_name": short})
+    return _named_kernels(frame)
+
+
+def _named_kernels(frame: pd.DataFrame) -> pd.DataFrame:
+    """Kernels with a name for every row (demangled, else short), a short name, and is_comm,
+    each worked out once per distinct name."""
+    frame["name"] = frame["name"].fillna(frame["short_name"]).fillna("")
+    missing_short = frame["short_name"].isna()
+    frame.loc[missing_short, "short_name"] = _map_unique(
+        frame.loc[missing_short, "name"], concepts.short_kernel_name)
+    names = pd.Series(pd.unique(frame["name"]))
+    comm = dict(zip(names, concepts.is_comm_kernel(names), strict=True))
+    frame["is_comm"] = frame["name"].map(comm).astype(bool)
+    return conform("kernels", frame)
+
+
 def _kernels(export: _Export) -> pd.DataFrame | None:
     """CUPTI_ACTIVITY_KIND_KERNEL with demangled and short names."""
     table = "CUPTI_ACTIVITY_KIND_KERNEL"
     if not export.usable(table, ("start", "end", "deviceId", "streamId", "correlationId")):
         return None
+    native = _native_kernels(export, table)
+    if native is not None:
+        return native
     long_sel, long_join = _string(export, table, "demangledName", "name")
     short_sel, short_join = _string(export, table, "shortName", "short_name")
     frame = _valid_rows(export, "kernels", export.query(
@@ -370,12 +487,7 @@ def _kernels(export: _Export) -> pd.DataFrame | None:
         f"t.correlationId AS correlation, {long_sel}, {short_sel} FROM {table} AS t "
         f"{long_join} {short_join} ORDER BY t.start"))
     frame[_GPU_IDS] = frame[_GPU_IDS].fillna(-1)
-    frame["name"] = frame["name"].fillna(frame["short_name"]).fillna("")
-    missing_short = frame["short_name"].isna()
-    frame.loc[missing_short, "short_name"] = _map_unique(
-        frame.loc[missing_short, "name"], concepts.short_kernel_name)
-    frame["is_comm"] = concepts.is_comm_kernel(frame["name"])
-    return conform("kernels", frame)
+    return _named_kernels(frame)
 
 
 def _memcpy(export: _Export) -> pd.DataFrame | None:
@@ -414,11 +526,33 @@ def _memset(export: _Export) -> pd.DataFrame | None:
     return conform("memset", frame)
 
 
+def _native_runtime(export: _Export, table: str) -> pd.DataFrame | None:
+    """The runtime table from the export's pages, or None (then SQL reads it)."""
+    columns = ["start", "end", "globalTid", "correlationId", "nameId"]
+    read = export.native_columns(table, columns)
+    if read is None:
+        return None
+    values, kinds = read
+    rows = _valid_native(export, "runtime", values, kinds)
+    tids = _ids(values, kinds, "globalTid", rows)
+    names = _strings_at(export, _ids(values, kinds, "nameId", rows), concepts.strip_api_version)
+    frame = pd.DataFrame({
+        "start": values["start"][rows], "end": values["end"][rows],
+        "pid": np.where(tids >= 0, (tids >> _ID_SHIFT) & _ID_MASK, -1),
+        "tid": np.where(tids >= 0, tids & _ID_MASK, -1),
+        "correlation": _ids(values, kinds, "correlationId", rows), "name": names})
+    frame["name"] = frame["name"].fillna("")
+    return conform("runtime", frame)
+
+
 def _runtime(export: _Export) -> pd.DataFrame | None:
     """CUPTI_ACTIVITY_KIND_RUNTIME: CUDA runtime/driver calls, version suffixes stripped."""
     table = "CUPTI_ACTIVITY_KIND_RUNTIME"
     if not export.usable(table, ("start", "end", "globalTid", "correlationId", "nameId")):
         return None
+    native = _native_runtime(export, table)
+    if native is not None:
+        return native
     frame = _valid_rows(export, "runtime", export.query(
         f"SELECT {_checked_times('t')}, {_decoded_tid('t.globalTid')}, "
         f"t.correlationId AS correlation, s.value AS name FROM {table} AS t "

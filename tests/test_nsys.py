@@ -7,6 +7,7 @@ import shutil
 import sqlite3
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -347,3 +348,61 @@ def test_damaged_exports_give_one_line(exports: dict[str, Path], tmp_path: Path,
         nsys.parse(path)
     line = caught.value.one_line()
     assert line.startswith(str(path)) and "\n" not in line and len(line) < 800
+
+
+# --- the page reader (parsers/sqlite_pages.py) gives exactly what SQL gives ---
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_page_reader_tables_equal_sql_tables(stem: str, exports: dict[str, Path],
+                                             profiles: dict[str, Profile],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    native = profiles[stem]
+    monkeypatch.setattr(nsys, "NATIVE_READER", False)
+    through_sql = nsys.parse(exports[stem])
+    for name in ("kernels", "runtime"):
+        pd.testing.assert_frame_equal(native.table(name), through_sql.table(name))
+    assert len(native.table("kernels")) == {"sc22_1gpu_baseline": 28674,
+                                            "sc22_4gpu_baseline": 22564}[stem]
+
+
+def test_page_reader_drops_what_sql_drops(exports: dict[str, Path], tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _hostile_copy(exports, tmp_path)
+    native = nsys.parse(path)
+    monkeypatch.setattr(nsys, "NATIVE_READER", False)
+    through_sql = nsys.parse(path)
+    assert native.meta["dropped"] == through_sql.meta["dropped"]
+    for name in ("kernels", "runtime"):
+        pd.testing.assert_frame_equal(native.table(name), through_sql.table(name))
+
+
+def test_page_reader_reads_every_integer_width(tmp_path: Path) -> None:
+    """Integers of 1 to 8 bytes, negatives, the constants 0 and 1, NULL, reals and text, over
+    many pages (a B-tree of interior pages), with rows that spill onto overflow pages."""
+    from profreport.parsers import sqlite_pages
+
+    path = tmp_path / "widths.sqlite"
+    values = [0, 1, -1, 127, -128, 32767, -32768, 2**23 - 1, -(2**23), 2**31 - 1, -(2**31),
+              2**47 - 1, -(2**47), 2**63 - 1, -(2**63), None, 1.5, "text"]
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE t (a INTEGER, pad TEXT, b INTEGER)")
+        conn.executemany("INSERT INTO t VALUES (?, ?, ?)",
+                         [(v, "x" * (i % 300), i) for i, v in enumerate(values * 400)])
+        conn.execute("INSERT INTO t VALUES (5, ?, 7)", ("y" * 10_000,))  # spills
+        root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 't'").fetchone()[0]
+    reader = sqlite_pages.PageReader(path)
+    chunks = list(reader.columns(root, [0, 2]))
+    leaves = reader.leaf_pages(root)
+    reader.close()
+    assert len(leaves) > 100  # a tree of interior pages over many leaves
+    a = np.concatenate([c.values[0] for c in chunks])
+    kinds = np.concatenate([c.kinds[0] for c in chunks])
+    b = np.concatenate([c.values[2] for c in chunks])
+    assert np.array_equal(b, np.arange(len(values) * 400))
+    ints = [v for v in values if type(v) is int]
+    expected_kinds = [sqlite_pages.INTEGER if type(v) is int else
+                      sqlite_pages.NULL if v is None else sqlite_pages.OTHER for v in values]
+    assert kinds.tolist() == expected_kinds * 400
+    assert a[kinds == sqlite_pages.INTEGER].tolist() == ints * 400
+    assert np.concatenate([c.spilled for c in chunks]).tolist() == [len(values) * 400 + 1]

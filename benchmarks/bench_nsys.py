@@ -1,0 +1,168 @@
+"""Time profreport on an nsys SQLite export of 10 million kernels against ``nsys stats``.
+
+    .venv/bin/python benchmarks/bench_nsys.py [--kernels N] [--out FOLDER] [--skip-nsys]
+
+Builds the export once (kept in ``--out``, default ``~/.cache/profreport/bench``) from the
+corpus's ``sc22_4gpu_baseline.nsys-rep``: its kernel, runtime, memcpy, memset, synchronisation
+and NVTX range rows are replicated, each copy shifted in time past the previous one, with
+correlation ids shifted so that every launch still names its own GPU work and ``step N`` ranges
+renumbered so that every copy adds its own steps. Then, each in a fresh process, measures wall
+time and peak resident memory of:
+
+- ``profreport analyze EXPORT --format json`` (the whole analysis, report written);
+- ``nsys stats --report gpukernsum`` on the same export (Nsight's own kernel summary);
+- one ``sqlite3`` scan of the kernel table's start, end, device, stream, correlation and name
+  columns in Python (the floor of reading the rows one by one).
+
+Prints one table with ratios to profreport. Exits 1 when profreport misses its targets
+(``TARGET_SECONDS``, ``TARGET_PEAK_MB``). Not a unit test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+#: The issue's targets on a 2-core machine for the 10-million-kernel export.
+TARGET_SECONDS = 10.0
+TARGET_PEAK_MB = 1024.0
+DEFAULT_KERNELS = 10_000_000
+CORPUS_REPORT = (Path(__file__).resolve().parents[2] / "shared" / "corpus" / "nsys"
+                 / "sc22_4gpu_baseline.nsys-rep")
+#: The tables replicated, and the columns shifted in each (times, correlation ids).
+REPLICATED = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME",
+              "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
+              "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "NVTX_EVENTS")
+# NVTX push/pop and start/end ranges: the only NVTX rows that repeat per step.
+NVTX_RANGE_TYPES = "(59, 60, 70, 71)"
+# Time between the end of one copy and the start of the next (1 ms of idle GPU).
+COPY_GAP_NS = 1_000_000
+# GNU time's line with the peak resident set size in kB.
+_MAXRSS = re.compile(r"Maximum resident set size \(kbytes\): (\d+)")
+
+
+def _source_export() -> Path:
+    """The corpus report's SQLite export (made through profreport's cache when needed)."""
+    from profreport.parsers import nsys
+
+    return nsys.export_report(CORPUS_REPORT)
+
+
+def _select_list(conn: sqlite3.Connection, table: str) -> str:
+    """The SELECT list copying ``table`` with times, correlation ids and step names shifted."""
+    columns = [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
+    shifted = {"start": "t.start + k.n * :span", "end": "t.end + k.n * :span",
+               "correlationId": "t.correlationId + k.n * :corr"}
+    if table == "NVTX_EVENTS":
+        shifted["text"] = ("CASE WHEN t.text GLOB 'step [0-9]*' THEN 'step ' || "
+                           "(CAST(substr(t.text, 6) AS INTEGER) + k.n * :steps) ELSE t.text END")
+    return ", ".join(shifted.get(col, f"t.{col}") for col in columns)
+
+
+def build_export(target: Path, kernels: int) -> Path:
+    """Write the replicated export to ``target`` (kept when it already exists)."""
+    if target.is_file():
+        return target
+    source = _source_export()
+    tmp = target.with_suffix(".tmp")
+    shutil.copyfile(source, tmp)
+    conn = sqlite3.connect(tmp)
+    conn.executescript("PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;")
+    base = conn.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
+    copies = -(-kernels // base)
+    span = max(conn.execute(f"SELECT max(end) FROM {t}").fetchone()[0] or 0
+               for t in REPLICATED) - min(
+        conn.execute(f"SELECT min(start) FROM {t} WHERE start > 0").fetchone()[0]
+        for t in REPLICATED) + COPY_GAP_NS
+    corr = conn.execute("SELECT max(correlationId) FROM CUPTI_ACTIVITY_KIND_RUNTIME"
+                        ).fetchone()[0] + 1
+    steps = conn.execute("SELECT max(CAST(substr(text, 6) AS INTEGER)) FROM NVTX_EVENTS "
+                         "WHERE text GLOB 'step [0-9]*'").fetchone()[0] + 1
+    conn.execute("CREATE TEMP TABLE k (n INTEGER)")
+    conn.executemany("INSERT INTO k VALUES (?)", [(n,) for n in range(1, copies)])
+    for table in REPLICATED:
+        conn.execute(f"CREATE TEMP TABLE base AS SELECT * FROM {table}" + (
+            f" WHERE eventType IN {NVTX_RANGE_TYPES}" if table == "NVTX_EVENTS" else ""))
+        conn.execute(f"INSERT INTO {table} SELECT {_select_list(conn, table)} "
+                     f"FROM k, temp.base AS t ORDER BY k.n",
+                     {"span": span, "corr": corr, "steps": steps})
+        conn.execute("DROP TABLE temp.base")
+        conn.commit()
+    conn.close()
+    os.replace(tmp, target)
+    return target
+
+
+def _measure(command: list[str]) -> tuple[float, float, str]:
+    """Wall seconds, peak RSS in MB (GNU time) and output of ``command``."""
+    started = time.perf_counter()
+    done = subprocess.run(["/usr/bin/time", "-v", *command], capture_output=True, text=True,
+                          check=False)
+    seconds = time.perf_counter() - started
+    match = _MAXRSS.search(done.stderr)
+    if done.returncode != 0:
+        print(f"{command[0]} failed ({done.returncode}): {done.stderr[-2000:]}", file=sys.stderr)
+    return seconds, int(match.group(1)) / 1024 if match else float("nan"), done.stdout
+
+
+def _sqlite_scan(export: Path) -> None:
+    """One Python sqlite3 pass over the kernel table's analysed columns."""
+    conn = sqlite3.connect(f"{export.as_uri()}?mode=ro", uri=True)
+    rows = 0
+    cursor = conn.execute("SELECT start, end, deviceId, streamId, correlationId, shortName "
+                          "FROM CUPTI_ACTIVITY_KIND_KERNEL")
+    while batch := cursor.fetchmany(65536):
+        rows += len(batch)
+    print(rows)
+
+
+def main() -> int:
+    """Build the export, measure each tool, print the table; 1 when a target is missed."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kernels", type=int, default=DEFAULT_KERNELS)
+    parser.add_argument("--out", type=Path,
+                        default=Path.home() / ".cache" / "profreport" / "bench")
+    parser.add_argument("--skip-nsys", action="store_true", help="do not run nsys stats")
+    parser.add_argument("--scan", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.scan:
+        _sqlite_scan(args.scan)
+        return 0
+    args.out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    export = build_export(args.out / f"sc22_4gpu_x{args.kernels}.sqlite", args.kernels)
+    print(f"export: {export} ({export.stat().st_size / 2**30:.2f} GiB, "
+          f"ready in {time.perf_counter() - started:.1f} s)")
+    results: dict[str, tuple[float, float]] = {}
+    with tempfile.TemporaryDirectory() as out:
+        wall, peak, _ = _measure([sys.executable, "-m", "profreport", "analyze", str(export),
+                                  "--format", "json", "--out", out])
+        results["profreport analyze (json)"] = (wall, peak)
+    nsys = shutil.which("nsys")
+    if nsys and not args.skip_nsys:
+        with tempfile.TemporaryDirectory() as out:
+            wall, peak, _ = _measure([nsys, "stats", "--report", "gpukernsum", "--format",
+                                      "csv", "--output", f"{out}/k", str(export)])
+        results["nsys stats --report gpukernsum"] = (wall, peak)
+    wall, peak, _ = _measure([sys.executable, __file__, "--scan", str(export)])
+    results["sqlite3 scan of the kernel table"] = (wall, peak)
+    base_wall, base_peak = results["profreport analyze (json)"]
+    print(f"{'tool':36} {'wall s':>8} {'peak MB':>9} {'wall/ours':>10} {'peak/ours':>10}")
+    for name, (wall, peak) in results.items():
+        print(f"{name:36} {wall:8.2f} {peak:9.0f} {wall / base_wall:10.2f} "
+              f"{peak / base_peak:10.2f}")
+    print(json.dumps({"targets": {"seconds": TARGET_SECONDS, "peak_mb": TARGET_PEAK_MB}}))
+    return 0 if base_wall < TARGET_SECONDS and base_peak < TARGET_PEAK_MB else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
