@@ -223,7 +223,8 @@ def _no_op() -> None:
 
 
 def torch_profiler(config: TrainConfig, rank: Rank) -> torch.profiler.profile:
-    """torch.profiler with the wait/warmup/active schedule, writing gzipped traces per rank."""
+    """torch.profiler with the wait/warmup/active schedule, recording memory (``[memory]``
+    events), writing gzipped traces per rank."""
     activities = [torch.profiler.ProfilerActivity.CPU]
     if torch.cuda.is_available():
         activities.append(torch.profiler.ProfilerActivity.CUDA)
@@ -232,7 +233,8 @@ def torch_profiler(config: TrainConfig, rank: Rank) -> torch.profiler.profile:
     handler = torch.profiler.tensorboard_trace_handler(
         str(config.trace_dir), worker_name=f"rank{rank.rank}", use_gzip=True)
     return torch.profiler.profile(activities=activities, schedule=schedule,
-                                  on_trace_ready=handler, record_shapes=True)
+                                  on_trace_ready=handler, record_shapes=True,
+                                  profile_memory=True)
 
 
 def run(config: TrainConfig) -> dict[str, Any]:

@@ -39,6 +39,25 @@ def nsys_available() -> str:
 
 
 @pytest.fixture(scope="session")
+def slurm_available() -> str:
+    """Path of sbatch when a Slurm controller answers with a usable node; skips otherwise, fails
+    instead when PROFREPORT_REQUIRE_SLURM=1 (CI, after scripts/setup.sh started one)."""
+    import subprocess
+
+    path = shutil.which("sbatch")
+    states = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True,
+                            check=False).stdout.split() if path else []
+    reason = ("sbatch is not installed" if path is None else
+              None if {"idle", "mix", "alloc"} & set(states) else
+              f"no usable Slurm node (sinfo states: {' '.join(states) or 'none'})")
+    if reason and os.environ.get("PROFREPORT_REQUIRE_SLURM") == "1":
+        pytest.fail(f"Slurm is required here (PROFREPORT_REQUIRE_SLURM=1): {reason}")
+    if reason:
+        pytest.skip(f"{reason} (scripts/setup.sh --slurm starts a one-node Slurm)")
+    return path  # type: ignore[return-value]
+
+
+@pytest.fixture(scope="session")
 def nsys_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One nsys export cache for the test session: each .nsys-rep is exported once (~2 s each)."""
     return tmp_path_factory.mktemp("nsys-cache")
