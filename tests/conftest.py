@@ -176,3 +176,35 @@ def tiny_trace(tmp_path: Path) -> Path:
     path = tmp_path / "good.pt.trace.json"
     path.write_text(json.dumps(TINY_TRACE), encoding="utf-8")
     return path
+
+
+def write_nsys_export(path: Path, kernels: list[tuple], steps: list[tuple],
+                      runtime: list[tuple] = ()) -> Path:
+    """A minimal Nsight Systems SQLite export built by hand: ``kernels`` rows are
+    ``(start, end, correlation, name)``, ``steps`` ``(start, end, text)`` NVTX push/pop ranges
+    on one thread, ``runtime`` ``(start, end, correlation, name)`` CUDA API calls."""
+    import sqlite3
+
+    names = sorted({row[3] for row in [*kernels, *runtime]}, key=str)
+    ids = {name: index for index, name in enumerate(names)}
+    global_tid = (1 << 24) | 1  # pid 1, tid 1 as nsys packs them
+    with sqlite3.connect(path) as conn:
+        conn.executescript(
+            "CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT);"
+            "CREATE TABLE EXPORT_META_DATA (name TEXT, value TEXT);"
+            "CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INT, end INT, deviceId INT, "
+            "streamId INT, correlationId INT, demangledName INT, shortName INT);"
+            "CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INT, end INT, globalTid INT, "
+            "correlationId INT, nameId INT);"
+            "CREATE TABLE NVTX_EVENTS (start INT, end INT, eventType INT, globalTid INT, "
+            "domainId INT, text TEXT, textId INT);")
+        conn.executemany("INSERT INTO StringIds VALUES (?, ?)",
+                         [(index, name) for name, index in ids.items()])
+        conn.execute("INSERT INTO EXPORT_META_DATA VALUES ('EXPORT_SCHEMA_VERSION', '2.7.1')")
+        conn.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, 0, 7, ?, ?, ?)",
+                         [(s, e, c, ids[n], ids[n]) for s, e, c, n in kernels])
+        conn.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?, ?)",
+                         [(s, e, global_tid, c, ids[n]) for s, e, c, n in runtime])
+        conn.executemany("INSERT INTO NVTX_EVENTS VALUES (?, ?, 59, ?, 0, ?, NULL)",
+                         [(s, e, global_tid, text) for s, e, text in steps])
+    return path

@@ -163,6 +163,19 @@ def _notes(manifest: Manifest | None) -> list[str]:
     return notes
 
 
+def source_notes(profiles: list[Profile]) -> list[str]:
+    """What the parsers say they left out of each file: records dropped for impossible values,
+    sources not shown (``meta["notes"]``, ``meta["dropped_records"]``)."""
+    notes: list[str] = []
+    for profile in profiles:
+        name = Path(profile.path).name
+        notes += [f"{name}: {note}" for note in profile.meta.get("notes") or ()]
+        dropped = profile.meta.get("dropped_records") or {}
+        notes += [f"{name}: {count:,} records dropped: {reason}"
+                  for reason, count in sorted(dropped.items()) if count]
+    return notes
+
+
 def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
                 summaries: list[RankSummary]) -> RunAnalysis:
     """Metrics, findings, verdict and timeline of one run, from the whole profiles of its
@@ -180,7 +193,8 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
         findings=find_all(metrics, context, name_verdict)
         + memory_findings(metrics.memory, training_settings(manifest)),
         timeline=build_timeline(*timed[0]) if timed else None,
-        knobs=context.knobs, environment=context.environment, notes=_notes(manifest),
+        knobs=context.knobs, environment=context.environment,
+        notes=_notes(manifest) + source_notes(profiles),
         world_size=run_world_size(manifest, summaries),
         scaling_point=dict(getattr(manifest, "scaling", None) or {}))
 

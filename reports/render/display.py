@@ -76,7 +76,8 @@ def sentence(text: str) -> str:
 
 def source_place(file: str, lineno: int, function: str) -> str:
     """Where a source line is, short: ``train.py:114 (train)``; the full path is in the listing."""
-    return f"{PurePath(file).name}:{lineno} ({function})"
+    name, function = elide_text(PurePath(file).name), elide_text(function)
+    return f"{name}:{lineno} ({function})"
 
 
 def plain(value: object) -> str:
