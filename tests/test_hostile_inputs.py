@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from profreport.cli import main
+from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import TINY_TRACE, write_nsys_export  # noqa: E402
@@ -257,8 +258,12 @@ def test_nsys_impossible_times(hostile: list[tuple], tiny_trace: Path, tmp_path:
     kernels = [(i * 10 * MS + 2 * MS, i * 10 * MS + 7 * MS, i, "gemm_kernel") for i in range(4)]
     steps = [(i * 10 * MS, i * 10 * MS + 9 * MS, f"step {i}") for i in range(4)]
     bad = write_nsys_export(tmp_path / "bad.sqlite", kernels + hostile, steps)
+    clean = write_nsys_export(tmp_path / "clean.sqlite", kernels, steps)
     report, failures = analyze_beside_good(bad, tiny_trace, tmp_path, capsys)
-    if not failures:
+    if not failures:  # the impossible row is dropped, with a note, and the rest reads as clean
         run = next(run for run in report["runs"] if run["name"] == "bad")
-        assert run["metrics"]["gpu_busy_fraction"] == pytest.approx(20 / 35, abs=1e-3)
         assert any("dropped" in note for note in run["notes"]), run["notes"]
+        expected = analyze_paths([clean], AnalyzeOptions()).runs[0].metrics.gpu
+        assert run["metrics"]["gpu_busy_fraction"] == pytest.approx(expected.busy_fraction,
+                                                                    abs=1e-3)
+        assert 0 < expected.busy_fraction < 1
