@@ -42,7 +42,9 @@ import gzip
 import io
 import multiprocessing
 import os
+import queue
 import re
+import threading
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -90,6 +92,8 @@ MAX_HEADER_BYTES = Limit("bytes before traceEvents", 64 << 20,
 #: One event's text: real events are well under 100 kB even with shapes and stacks recorded.
 MAX_EVENT_BYTES = Limit("bytes in one event or between two", 16 << 20,
                         "real events are well under 100 kB, even with shapes and stacks")
+# Chunks a gzip trace is inflated ahead of the decoding: enough to hide the inflation's pauses.
+PREFETCH_CHUNKS = 4
 # Plain text per parallel range: below this a worker process costs more than it saves.
 PARALLEL_MIN_BYTES = 32 << 20
 # Text searched after a split target for a verified cut between two events.
@@ -816,6 +820,58 @@ class _RangeReader(io.RawIOBase):
         super().close()
 
 
+class _Prefetched:
+    """A stream read ahead by a background thread, a few chunks at a time.
+
+    Decompression releases the GIL, so a gzip trace is inflated while the events read before
+    are decoded. Errors of the reading thread are raised by :meth:`read`.
+    """
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self._raw = raw
+        self._chunks: queue.Queue[bytes | BaseException] = queue.Queue(PREFETCH_CHUNKS)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kineto-prefetch", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        """Read chunks until the end of the stream, an error, or :meth:`close`."""
+        item: bytes | BaseException = b"-"
+        while item and not isinstance(item, BaseException) and not self._stop.is_set():
+            try:
+                item = self._raw.read(READ_CHUNK)
+            except BaseException as exc:  # noqa: BLE001 (handed to the reading thread)
+                item = exc
+            while not self._stop.is_set():
+                try:
+                    self._chunks.put(item, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+
+    def read(self, size: int = -1) -> bytes:
+        """The next chunk (any length; empty at the end of the stream)."""
+        item = self._chunks.get()
+        if isinstance(item, BaseException):
+            self._chunks.put(item)
+            raise item
+        if not item:
+            self._chunks.put(item)
+        return item
+
+    def close(self) -> None:
+        """Stop the reading thread and close the stream."""
+        self._stop.set()
+        self._thread.join()
+        self._raw.close()
+
+    def __enter__(self) -> _Prefetched:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def _open(path: Path) -> tuple[BinaryIO, bool]:
     """The trace's uncompressed bytes (gzip or plain, judged by the first bytes), size-bounded;
     and whether the file is plain text (so that its byte ranges can be read apart)."""
@@ -832,7 +888,7 @@ def _open(path: Path) -> tuple[BinaryIO, bool]:
         return raw, True
     unpacked = gzip.GzipFile(fileobj=raw, mode="rb")
     bounded = BoundedReader(unpacked, decompressed_limit(size), path)  # type: ignore[arg-type]
-    return io.BufferedReader(bounded, READ_CHUNK), False  # type: ignore[return-value]
+    return _Prefetched(io.BufferedReader(bounded, READ_CHUNK)), False  # type: ignore[return-value]
 
 
 def _parallel_ranges(path: Path, array_start: int, size: int) -> list[tuple[int, int]]:
@@ -1104,7 +1160,7 @@ class _Tables:
 
     def threads(self) -> pd.DataFrame:
         """Thread names from the ``thread_name`` metadata events (the last name wins)."""
-        named = [e for e in self.metadata if e.name == "thread_name"]
+        named = [e for e in self.metadata if e.name == "thread_name" and e.args.name is not None]
         frame = pd.DataFrame({
             "pid": [_as_int(e.pid) for e in named], "tid": [_as_int(e.tid) for e in named],
             "name": [str(e.args.name) for e in named],
