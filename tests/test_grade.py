@@ -285,6 +285,11 @@ def test_rerun_reuses_unchanged_and_regrades_changed(tmp_path: Path, fixtures_di
     assert [r.reused for r in second.results] == [True, False]
     assert second.results[1].checks[1].points == 4
     assert second.results[0].to_json() | {"reused": False} == first.results[0].to_json()
+    changed = parse_rubric(RUBRIC.replace("points = 4\nrun", "points = 5\nrun"),
+                           tmp_path / "rubric.toml")
+    third = grade_class(subs, changed, tmp_path / "out")
+    assert [r.reused for r in third.results] == [False, False]
+    assert third.results[1].checks[1].points == 5
 
 
 def test_archive_limits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
