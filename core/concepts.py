@@ -108,6 +108,9 @@ SYNC_APIS = frozenset({
     "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize",
 })
 
+#: Copy calls that always block the CPU until the copy is done (the synchronous ``cudaMemcpy``).
+SYNC_COPY_APIS = frozenset({"cudaMemcpy", "cuMemcpy", "cuMemcpyDtoH", "hipMemcpy"})
+
 _API_VERSION_SUFFIX = re.compile(r"_v\d+$")
 # A copy as torch.profiler names it: ``Memcpy HtoD (Pageable -> Device)``.
 _COPY_NAME = r"^Memcpy (\w+) \((\w+) -> (\w+)\)"
@@ -165,6 +168,19 @@ def copy_kinds(names: pd.Series) -> pd.DataFrame:
     for column in ("src_kind", "dst_kind"):
         parts[column] = parts[column].where(parts[column].isin(MEMORY_KINDS), "unknown")
     return parts.astype(object)
+
+
+def blocking_calls(runtime: pd.DataFrame, memcpy: pd.DataFrame) -> pd.DataFrame:
+    """The runtime calls that block the CPU until the GPU catches up, with a ``label``: the sync
+    APIs, the synchronous copy APIs, and any copy call whose copy goes from the device to
+    pageable host memory (``cudaMemcpyAsync`` too: the driver must wait for the GPU before it can
+    write pageable memory), labelled ``<call> DtoH to pageable``."""
+    copies = memcpy[(memcpy["kind"] == DTOH) & (memcpy["dst_kind"] == PAGEABLE)]
+    to_pageable = runtime["correlation"].isin(copies["correlation"]) & \
+        runtime["name"].astype("string").str.contains("Memcpy", regex=False).fillna(False)
+    label = runtime["name"].where(runtime["name"].isin(SYNC_APIS | SYNC_COPY_APIS))
+    label = label.mask(to_pageable.to_numpy(), runtime["name"] + " DtoH to pageable")
+    return runtime.assign(label=label)[label.notna().to_numpy()]
 
 
 def is_reduced_precision_kernel(names: pd.Series) -> pd.Series:

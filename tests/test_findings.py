@@ -369,3 +369,18 @@ def test_trials_that_disagree_are_reported(corpus: Path) -> None:
     assert [e.origin for e in finding.evidence] == ["manifest", "kineto"]
     agreeing = replace(m, trials=Trials(io=100.0, synthetic=500.0, full=95.0))
     assert "TRIALS" not in ids(agreeing)
+
+
+def test_new_hta_traces_get_verdicts_from_mechanisms(corpus: Path) -> None:
+    """Triton: unknown with the reason (not 'compute-bound, GPU busy 100%'); event sync:
+    host-bound because the idle GPU waits for launches (not 'many short kernels': there are 4),
+    with the syncs named per step by SYNC_STALL's evidence when they matter."""
+    triton = metrics_of(corpus / "hta" / "triton_example.json.gz")
+    name, reason = verdict(triton)
+    assert name == "unknown" and "no DataLoader wait, sync or launch" in reason
+    event_sync = metrics_of(corpus / "hta" / "cuda_event_sync.json.gz")
+    name, reason = verdict(event_sync)
+    assert name == "host-bound" and "many short kernels" not in reason
+    assert "idles 92% of the step until work the CPU launches" in reason
+    finding = ids(event_sync)["HOST_LAUNCH_BOUND"]
+    assert finding.title == "The GPU waits for the CPU to launch its work."

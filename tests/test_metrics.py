@@ -277,3 +277,28 @@ def test_busy_share_is_against_the_step_not_the_gpus_own_events(corpus: Path) ->
     assert m.gpu is not None and m.gpu.span == "step windows"
     assert m.gpu.window_ns / 1e9 == pytest.approx(13.34, abs=0.01)
     assert m.gpu.busy_ns < 2_000 and m.gpu.busy_fraction < 1e-6
+
+
+def test_syncs_are_per_step_inside_the_windows_and_teardown_apart(corpus: Path) -> None:
+    """cuda_event_sync: in its one 3.15 ms step, one each of cudaEventSynchronize (34 µs), the
+    pageable DtoH cudaMemcpyAsync, cudaDeviceSynchronize and cudaStreamSynchronize. resnet50: the
+    cudaDeviceSynchronize after the last step (16.2 ms) is teardown, not a per-step sync."""
+    m = metrics_of(corpus / "hta" / "cuda_event_sync.json.gz")
+    calls = {call.name: call for call in m.syncs.calls}
+    assert set(calls) == {"cudaEventSynchronize", "cudaMemcpyAsync DtoH to pageable",
+                          "cudaDeviceSynchronize", "cudaStreamSynchronize"}
+    assert all(call.calls_per_step == 1 for call in calls.values())
+    assert calls["cudaEventSynchronize"].ns_per_step == 34_000 and m.syncs.outside_calls == 0
+    resnet = metrics_of(corpus / "kineto" / "resnet50_num_workers_0.pt.trace.json.gz").syncs
+    teardown = {call.name: call for call in resnet.calls}["cudaDeviceSynchronize"]
+    assert teardown.calls_per_step == 0 and teardown.outside_calls == 1
+    assert teardown.outside_ns == 16_194_000 and resnet.outside_ns == 16_194_000
+
+
+def test_what_the_idle_gpu_waits_for(corpus: Path) -> None:
+    """cuda_event_sync: the GPU idles 92% of the step until work launched during the idle time
+    arrives; triton: the idle time after its one kernel is ended by nothing in the trace."""
+    event_sync = metrics_of(corpus / "hta" / "cuda_event_sync.json.gz").gpu_idle
+    assert event_sync.share("launch") == pytest.approx(0.916, abs=0.002)
+    triton = metrics_of(corpus / "hta" / "triton_example.json.gz").gpu_idle
+    assert triton.share("unexplained") > 0.999

@@ -18,6 +18,7 @@ from profreport.reports.analysis.results import (
     Origin,
     RunMetrics,
     Severity,
+    SyncStats,
     TopItem,
     Trials,
     Verdict,
@@ -44,17 +45,26 @@ COMPUTE_BOUND_SHARE = 0.60
 LOW_GPU_BUSY = 0.50
 #: Below this the GPU is mostly idle: high severity.
 VERY_LOW_GPU_BUSY = 0.30
-#: GPU kernels covering less than half of the non-loader step time: the GPU waits for the CPU.
-HOST_BOUND_KERNEL_SHARE = 0.50
+#: Half the step with the GPU idle until work launched during the idle time arrives (nothing
+#: queued): the GPU waits for the CPU more than it works, the run is host-bound.
+HOST_BOUND_IDLE_SHARE = 0.50
+#: A quarter of the step with the GPU idle since the CPU blocked in a sync (it could queue
+#: nothing more) makes the run sync-bound.
+SYNC_BOUND_IDLE_SHARE = 0.25
+#: When more than this share of the step the GPU idles for no reason the trace shows (no data
+#: wait, sync or launch ends it), the verdict says unknown rather than guess.
+UNEXPLAINED_IDLE_SHARE = 0.50
+#: Launch overhead adds up only over many launches: below 100 kernels per step (about 1 ms of
+#: launch cost at ~10 us each) short kernels are not what the GPU waits for.
+MANY_KERNELS_PER_STEP = 100
 #: Half the kernels under SHORT_KERNEL_NS means launch overhead rivals the work itself.
 SHORT_KERNEL_MANY = 0.50
-#: The CUDA runtime taking 30% of the non-loader step on the CPU is launch overhead that shows.
-HOST_RUNTIME_SHARE = 0.30
 #: Pageable copies are staged through a bounce buffer: worth fixing once half the H2D bytes ...
 PAGEABLE_SHARE = 0.50
 #: ... and at least this many bytes (64 MiB) come from pageable memory over the profile.
 PAGEABLE_MIN_BYTES = 64 * 2**20
-#: Blocking sync calls taking 10% of the step while the GPU is not saturated stall the pipeline.
+#: Blocking calls (syncs, copies to pageable memory) holding the CPU 10% of the step while the
+#: GPU is not saturated stall the pipeline.
 SYNC_STALL_FRACTION = 0.10
 #: Per-device batches at or below this rarely fill a modern GPU.
 SMALL_BATCH_SIZE = 16
@@ -92,7 +102,8 @@ _SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
 # Which limit (in the runner's trials' terms) each profiler verdict points at: the synthetic
 # trial runs the whole model step, so launch overhead and communication count as the model's.
 _VERDICT_LIMIT = {"loader-bound": "loader", "compute-bound": "compute",
-                  "host-bound": "compute", "communication-bound": "compute"}
+                  "host-bound": "compute", "communication-bound": "compute",
+                  "sync-bound": "compute"}
 _LIMIT_VERDICT: dict[str, Verdict] = {"loader": "loader-bound", "compute": "compute-bound"}
 
 
@@ -184,14 +195,6 @@ def _step_ns(m: RunMetrics) -> int | None:
     if m.breakdown is not None:
         return m.breakdown.step_ns
     return m.steps.mean_ns if m.steps is not None else None
-
-
-def _non_loader_ns(m: RunMetrics) -> float | None:
-    """Step time not spent waiting for data."""
-    step = _step_ns(m)
-    if step is None:
-        return None
-    return step * (1.0 - (m.dataloader_fraction or 0.0))
 
 
 def _loader_evidence(m: RunMetrics) -> list[Evidence]:
@@ -434,30 +437,30 @@ def comm_overhead(m: RunMetrics, ctx: RunContext) -> Finding | None:
 
 
 def host_launch_bound(m: RunMetrics, ctx: RunContext) -> Finding | None:
-    """The GPU waits for the CPU to launch work: short kernels, heavy runtime time."""
-    if m.launch is None or m.gpu is None or m.gpu.busy_fraction >= COMPUTE_BOUND_BUSY:
+    """The GPU waits for the CPU: its idle time ends with work launched during it (nothing was
+    queued), for a large share of the step."""
+    idle, launch = m.gpu_idle, m.launch
+    if idle is None or launch is None or idle.share("launch") < HOST_BOUND_IDLE_SHARE:
         return None
-    if (m.dataloader_fraction or 0.0) >= LOADER_BOUND_FRACTION:
-        return None
-    non_loader = _non_loader_ns(m)
-    if not non_loader:
-        return None
-    kernel_share = m.launch.gpu_kernel_ns_per_step / non_loader
-    runtime_share = m.launch.runtime_ns_per_step / non_loader
-    many_short = m.launch.short_kernel_fraction >= SHORT_KERNEL_MANY
-    if kernel_share >= HOST_BOUND_KERNEL_SHARE or not (many_short or
-                                                       runtime_share >= HOST_RUNTIME_SHARE):
-        return None
-    evidence = [Evidence(f"GPU kernels cover {pct(kernel_share)} of the step outside data "
-                         f"waits; {m.launch.kernels_per_step:.0f} kernels per step, "
-                         f"{pct(m.launch.short_kernel_fraction)} shorter than "
-                         f"{m.launch.short_kernel_ns // 1000} µs", m.launch.origin),
-                Evidence(f"CUDA runtime calls take {ms(m.launch.runtime_ns_per_step)} of CPU "
-                         "time per step", m.launch.origin)]
-    return Finding("HOST_LAUNCH_BOUND", "high",
-                   "The GPU waits for the CPU to launch many small kernels.", evidence,
-                   "Fuse kernels with torch.compile (mode='reduce-overhead' uses CUDA graphs), "
-                   "raise the batch size, and remove Python work and .item() calls from the step.")
+    many_short = launch.short_kernel_fraction >= SHORT_KERNEL_MANY and \
+        launch.kernels_per_step >= MANY_KERNELS_PER_STEP
+    evidence = [Evidence(f"the GPU idles {pct(idle.share('launch'))} of the step until work the "
+                         "CPU launches during the idle time arrives (launch call and GPU work "
+                         "joined by correlation id): nothing was queued", idle.origin),
+                Evidence(f"{launch.kernels_per_step:.0f} kernels launched per step, "
+                         f"{pct(launch.short_kernel_fraction)} shorter than "
+                         f"{launch.short_kernel_ns // 1000} µs; CUDA runtime calls take "
+                         f"{ms(launch.runtime_ns_per_step)} of CPU time per step", launch.origin)]
+    if launch.launch_delay_p50_ns is not None:
+        evidence.append(Evidence(f"median launch-to-start latency {ms(launch.launch_delay_p50_ns)}",
+                                 launch.origin))
+    title = ("The GPU waits for the CPU to launch many small kernels." if many_short else
+             "The GPU waits for the CPU to launch its work.")
+    advice = ("Fuse kernels with torch.compile (mode='reduce-overhead' uses CUDA graphs) and "
+              "raise the batch size so each launch carries more work." if many_short else
+              "Move Python and CPU work out of the step (or overlap it with the GPU: prepare the "
+              "next batch while the current one runs), and avoid per-step .item()/print calls.")
+    return Finding("HOST_LAUNCH_BOUND", "high", title, evidence, advice)
 
 
 def pageable_memcpy(m: RunMetrics, ctx: RunContext) -> Finding | None:
@@ -479,22 +482,37 @@ def pageable_memcpy(m: RunMetrics, ctx: RunContext) -> Finding | None:
                    f"{nbytes(c.h2d_pageable_bytes)} of H2D copies came from pageable memory.")
 
 
+def _sync_evidence(syncs: SyncStats) -> list[Evidence]:
+    """One line per blocking call inside the steps, and one for those outside them."""
+    out = [Evidence(f"{call.name}: {call.calls_per_step:g} per step, {ms(call.ns_per_step)} per "
+                    "step inside the step windows", syncs.origin)
+           for call in syncs.calls if call.calls_per_step > 0]
+    if syncs.outside_calls:
+        out.append(Evidence(f"{syncs.outside_calls} more blocking call"
+                            f"{'s' if syncs.outside_calls != 1 else ''} "
+                            f"({ms(syncs.outside_ns)}) outside the steps (warm-up or teardown), "
+                            "not counted per step", syncs.origin))
+    return out
+
+
 def sync_stall(m: RunMetrics, ctx: RunContext) -> Finding | None:
-    """Blocking synchronisations take a large share of the step while the GPU is not full."""
-    c, step = m.copies, _step_ns(m)
-    if c is None or not step or m.steps is None or c.sync_api_calls == 0:
-        return None
-    per_step = c.sync_api_ns / m.steps.count
-    if per_step / step < SYNC_STALL_FRACTION or \
+    """The CPU blocks in syncs or blocking copies for a large share of each step while the GPU is
+    not saturated (a CPU waiting on a busy GPU costs nothing)."""
+    syncs = m.syncs
+    if syncs is None or syncs.fraction < SYNC_STALL_FRACTION or \
             (m.gpu is not None and m.gpu.busy_fraction >= COMPUTE_BOUND_BUSY):
         return None
+    top = syncs.calls[0]
+    pageable = any("pageable" in call.name and call.calls_per_step for call in syncs.calls)
+    advice = ("Keep values on the GPU (accumulate the loss as a tensor), read them every N steps "
+              "instead of each step (.item(), .cpu(), print(loss)), and remove "
+              "torch.cuda.synchronize() from the step")
+    if pageable:
+        advice += ("; copy device-to-host into pinned memory with non_blocking=True so the copy "
+                   "does not block")
     return Finding("SYNC_STALL", "medium",
-                   f"Blocking synchronisations take {pct(per_step / step)} of each step.",
-                   [Evidence(f"{c.sync_api_calls} synchronize calls, {ms(per_step)} per step; "
-                             f"{c.tiny_d2h_count} tiny device-to-host copies (.item()-like)",
-                             c.origin)],
-                   "Remove .item(), .cpu(), print(loss) and torch.cuda.synchronize() from the "
-                   "step; accumulate metrics on the GPU and read them every N steps.")
+                   f"The CPU waits for the GPU in blocking calls for {pct(syncs.fraction)} of "
+                   f"each step, most in {top.name}.", _sync_evidence(syncs), advice + ".")
 
 
 def low_gpu_util(m: RunMetrics, ctx: RunContext) -> Finding | None:
@@ -683,6 +701,7 @@ FINDING_IDS = frozenset({
 VERDICT_FINDINGS: dict[str, str] = {
     "loader-bound": "LOADER_BOUND", "compute-bound": "COMPUTE_BOUND",
     "communication-bound": "COMM_OVERHEAD", "host-bound": "HOST_LAUNCH_BOUND",
+    "sync-bound": "SYNC_STALL",
 }
 
 
@@ -695,9 +714,31 @@ def find_all(metrics: RunMetrics, ctx: RunContext,
     return sorted(found, key=lambda f: (f.id != lead, _SEVERITY_ORDER[f.severity], f.id))
 
 
-def _host_bound(m: RunMetrics) -> bool:
-    """Whether the host-launch rule fires (it needs no knobs)."""
-    return host_launch_bound(m, RunContext()) is not None
+def _gpu_idle_candidates(m: RunMetrics) -> list[tuple[float, Verdict, str]]:
+    """Host-bound and sync-bound from what the GPU's idle time waits for (see IdleCauses)."""
+    idle = m.gpu_idle
+    if idle is None:
+        return []
+    out: list[tuple[float, Verdict, str]] = []
+    launch, sync = idle.share("launch"), idle.share("sync")
+    if launch >= HOST_BOUND_IDLE_SHARE:
+        out.append((launch, "host-bound", f"the GPU idles {pct(launch)} of the step until work "
+                    "the CPU launches during the idle time arrives: it waits for the CPU"))
+    if sync >= SYNC_BOUND_IDLE_SHARE:
+        top = m.syncs.calls[0].name if m.syncs is not None and m.syncs.calls else "a sync"
+        out.append((sync, "sync-bound", f"the GPU idles {pct(sync)} of the step after the CPU "
+                    f"blocked in {top}, with nothing more queued"))
+    return out
+
+
+def _unexplained_idle(m: RunMetrics) -> tuple[Verdict, str] | None:
+    """Unknown, when the GPU idles most of the step for no reason the trace shows."""
+    idle = m.gpu_idle
+    if idle is None or idle.share("unexplained") < UNEXPLAINED_IDLE_SHARE:
+        return None
+    return "unknown", (f"the GPU idles {pct(idle.share('unexplained'))} of the step, and no "
+                       "DataLoader wait, sync or launch in the trace ends that idle time (CPU "
+                       "work that launches nothing, e.g. compilation, looks like this)")
 
 
 def verdict(m: RunMetrics) -> tuple[Verdict, str]:
@@ -730,14 +771,7 @@ def profiler_verdict(m: RunMetrics) -> tuple[Verdict, str]:
         candidates.append((exposed, "communication-bound",
                            f"{pct(exposed)} of step time is communication not hidden by "
                            "compute"))
-    if _host_bound(m):
-        idle = 1.0 - m.gpu.busy_fraction if m.gpu else 0.0
-        candidates.append((idle, "host-bound", f"GPU idle {pct(idle)} while the CPU launches "
-                           "many short kernels"))
-    elif not candidates and m.gpu is not None and m.gpu.busy_fraction < LOW_GPU_BUSY:
-        idle = 1.0 - m.gpu.busy_fraction
-        candidates.append((idle, "host-bound", f"GPU idle {pct(idle)} with no data wait or "
-                           "communication to explain it: the CPU side sets the pace"))
+    candidates += _gpu_idle_candidates(m)
     if candidates:
         _, name, reason = max(candidates, key=lambda c: c[0])
         return name, reason
@@ -746,8 +780,11 @@ def profiler_verdict(m: RunMetrics) -> tuple[Verdict, str]:
 
 def _compute_or_balanced(m: RunMetrics) -> tuple[Verdict, str]:
     """Compute-bound when the GPU (or CPU ops) is saturated, else balanced or unknown."""
+    unexplained = _unexplained_idle(m)
+    if unexplained is not None:
+        return unexplained
     if m.gpu is not None and m.gpu.busy_fraction >= COMPUTE_BOUND_BUSY:
-        return "compute-bound", f"GPU busy {pct(m.gpu.busy_fraction)} of its window"
+        return "compute-bound", f"GPU busy {pct(m.gpu.busy_fraction)} of the {m.gpu.span}"
     share = _compute_share(m)
     if share is not None and share >= COMPUTE_BOUND_SHARE:
         where = "GPU kernels" if m.gpu is not None else "the model's CPU operators"

@@ -55,6 +55,7 @@ from profreport.reports.analysis.steps import (
     step_stats,
     step_windows,
 )
+from profreport.reports.analysis.syncs import idle_causes, sync_stats
 
 
 def manifest_trials(manifest: Manifest) -> Trials | None:
@@ -177,6 +178,8 @@ def _add_attributed_metrics(metrics: RunMetrics, timed: list[tuple[Profile, Step
         metrics.breakdown = gpu_breakdown(profile, windows, claims)
         metrics.comm = gpu_comm_stats(profile, windows, claims)
         metrics.launch = launch_stats(profile, windows)
+        metrics.syncs = sync_stats(profile, windows)
+        metrics.gpu_idle = idle_causes(profile, windows)
         return
     metrics.breakdown = cpu_breakdown(profile, windows)
     metrics.comm = cpu_comm_stats(profile, windows)

@@ -15,7 +15,7 @@ SCHEMA = "profreport/1"
 
 Severity = Literal["high", "medium", "low", "info"]
 Verdict = Literal["loader-bound", "compute-bound", "communication-bound", "host-bound",
-                  "balanced", "unknown"]
+                  "sync-bound", "balanced", "unknown"]
 #: Where a metric came from: a profiler, or the runner's own measurement.
 Origin = Literal["nsys", "kineto", "lprof", "manifest"]
 
@@ -160,6 +160,50 @@ class CopyStats:
 
 
 @dataclass(frozen=True)
+class SyncCall:
+    """One kind of call that blocks the CPU until the GPU catches up."""
+
+    #: The API (``cudaStreamSynchronize``), or ``cudaMemcpyAsync DtoH to pageable``.
+    name: str
+    calls_per_step: float
+    ns_per_step: int
+    #: Calls before the first and after the last step window (warm-up, teardown).
+    outside_calls: int
+    outside_ns: int
+
+
+@dataclass(frozen=True)
+class SyncStats:
+    """Blocking calls on the CPU, measured inside the step windows; outside them separately."""
+
+    origin: Origin
+    #: Most time per step first.
+    calls: list[SyncCall]
+    ns_per_step: int
+    #: Share of the step window the CPU spends blocked in these calls.
+    fraction: float
+    outside_calls: int
+    outside_ns: int
+
+
+@dataclass(frozen=True)
+class IdleCauses:
+    """What the GPU waits for in its idle time inside the step windows, per step (ns): the
+    DataLoader (the CPU in a DataLoader wait for most of the gap), a sync (the gap began while
+    the CPU was blocked in a sync or blocking copy, so nothing more was queued, or the CPU is
+    blocked for most of it), a launch (the work that ends the gap was launched
+    during it: nothing was queued), or none of these (unexplained)."""
+
+    origin: Origin
+    step_ns: int
+    idle_ns_per_step: dict[str, int]
+
+    def share(self, cause: str) -> float:
+        """Share of the step the GPU idles for ``cause``."""
+        return self.idle_ns_per_step.get(cause, 0) / max(self.step_ns, 1)
+
+
+@dataclass(frozen=True)
 class TopItem:
     """One row of a top-N table (kernels or CPU ops)."""
 
@@ -291,6 +335,8 @@ class RunMetrics:
     comm: CommStats | None = None
     launch: LaunchStats | None = None
     copies: CopyStats | None = None
+    syncs: SyncStats | None = None
+    gpu_idle: IdleCauses | None = None
     cpu_phases: CpuPhaseBreakdown | None = None
     top_kernels: list[TopItem] = field(default_factory=list)
     #: CPU ops by self time; ``top_ops_origin`` is the profiler they came from.

@@ -28,6 +28,7 @@ VERDICT_LABELS = {
     "compute-bound": "Compute-bound",
     "communication-bound": "Communication-bound",
     "host-bound": "Host-bound (the CPU cannot feed the GPU)",
+    "sync-bound": "Sync-bound (the CPU blocks in syncs, the GPU drains)",
     "balanced": "Balanced",
     "unknown": "Unknown",
 }

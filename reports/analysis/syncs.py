@@ -1,0 +1,99 @@
+"""Synchronisation stalls and what an idle GPU waits for, from the mechanisms in the trace.
+
+A CPU blocked in a sync or a blocking copy waits *for* the GPU: that is a synchronisation stall,
+not a host-bound run. A GPU waits for the CPU when the work that ends an idle gap was launched
+during the gap (the correlation id ties the work to its launch call): nothing was queued.
+Everything per step is measured inside the step windows; calls outside them (warm-up, the
+teardown ``cudaDeviceSynchronize``) are reported apart.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from profreport import concepts
+from profreport.model import Profile
+from profreport.reports.analysis import intervals as iv
+from profreport.reports.analysis.gpu import gpu_tables, has_gpu_events, launch_times
+from profreport.reports.analysis.results import IdleCauses, SyncCall, SyncStats
+from profreport.reports.analysis.steps import StepWindows, dataloader_intervals
+
+#: Order in which an idle gap's cause is decided: the first that fits wins.
+IDLE_CAUSES = ("data", "sync", "launch", "unexplained")
+
+
+def blocking(profile: Profile) -> pd.DataFrame:
+    """The profile's blocking calls (see ``concepts.blocking_calls``)."""
+    return concepts.blocking_calls(profile.table("runtime"), profile.table("memcpy"))
+
+
+def sync_stats(profile: Profile, windows: StepWindows) -> SyncStats | None:
+    """Blocking calls per step inside the step windows, by call; the rest apart."""
+    calls = blocking(profile)
+    if calls.empty:
+        return None
+    calls = calls.assign(ns=calls["end"] - calls["start"],
+                         inside=windows.index_of(calls["start"].to_numpy(np.int64)) >= 0)
+    inside, outside = calls[calls["inside"]], calls[~calls["inside"]]
+    rows = []
+    for label in calls["label"].unique():
+        mine, theirs = inside[inside["label"] == label], outside[outside["label"] == label]
+        rows.append(SyncCall(name=str(label), calls_per_step=len(mine) / windows.count,
+                             ns_per_step=int(mine["ns"].sum()) // windows.count,
+                             outside_calls=len(theirs), outside_ns=int(theirs["ns"].sum())))
+    rows.sort(key=lambda call: (-call.ns_per_step, -call.outside_ns, call.name))
+    blocked = windows.covered(iv.union_of([inside]))
+    return SyncStats(origin=profile.kind, calls=rows, ns_per_step=blocked // windows.count,
+                     fraction=blocked / max(windows.total_ns, 1),
+                     outside_calls=len(outside), outside_ns=int(outside["ns"].sum()))
+
+
+def _gpu_rows(profile: Profile) -> pd.DataFrame:
+    """Every GPU row (kernel, copy, memset) with its device, start and launch time."""
+    frame = pd.concat([t[["start", "end", "device", "correlation"]] for t in gpu_tables(profile)
+                       if not t.empty], ignore_index=True)
+    return frame.assign(launched=launch_times(profile, frame))
+
+
+def _gaps_of(rows: pd.DataFrame, windows: StepWindows) -> pd.DataFrame:
+    """Idle gaps of each device inside the step windows, with the launch time of the work that
+    ends each gap (NaN when the gap ends at the window's end)."""
+    frames = []
+    for device, part in rows.groupby("device", sort=True):
+        holes = iv.subtract(windows.windows(), iv.union(part["start"], part["end"]))
+        ordered = part.sort_values("start", kind="stable")
+        starts = ordered["start"].to_numpy(np.int64)
+        k = np.searchsorted(starts, holes.ends, side="left")
+        ends_work = (k < len(starts)) & (starts[np.minimum(k, len(starts) - 1)] == holes.ends)
+        launched = np.where(ends_work, ordered["launched"].to_numpy()[np.minimum(
+            k, len(starts) - 1)], np.nan)
+        frames.append(pd.DataFrame({"device": device, "start": holes.starts, "end": holes.ends,
+                                    "launched": launched}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def _mostly(covering: iv.Intervals, gaps: pd.DataFrame) -> np.ndarray:
+    """Whether ``covering`` covers more than half of each gap."""
+    starts, ends = gaps["start"].to_numpy(np.int64), gaps["end"].to_numpy(np.int64)
+    return 2 * iv.overlap_per_window(covering, starts, ends) > ends - starts
+
+
+def idle_causes(profile: Profile, windows: StepWindows) -> IdleCauses | None:
+    """What each device's idle time inside the step windows waits for (see IdleCauses), summed
+    over devices, per step."""
+    if not has_gpu_events(profile):
+        return None
+    gaps = _gaps_of(_gpu_rows(profile), windows)
+    data = _mostly(dataloader_intervals(profile, windows), gaps)
+    blocked = iv.union_of([blocking(profile)])
+    starts = gaps["start"].to_numpy(np.int64)
+    began_blocked = iv.overlap_per_window(blocked, starts - 1, starts) > 0
+    sync = ~data & (began_blocked | _mostly(blocked, gaps))
+    launch = ~data & ~sync & (gaps["launched"] >= gaps["start"]).to_numpy()
+    length = (gaps["end"] - gaps["start"]).to_numpy(np.int64)
+    masks = {"data": data, "sync": sync, "launch": launch,
+             "unexplained": ~(data | sync | launch)}
+    return IdleCauses(origin=profile.kind, step_ns=windows.total_ns // max(windows.count, 1),
+                      idle_ns_per_step={cause: int(length[masks[cause]].sum()) // windows.count
+                                        for cause in IDLE_CAUSES})
