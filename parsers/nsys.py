@@ -426,15 +426,16 @@ def _ids(values: dict[str, np.ndarray], kinds: dict[str, np.ndarray], column: st
     return np.where(kinds[column][rows] == sqlite_pages.NULL, -1, values[column][rows])
 
 
-def _strings_at(export: _Export, ids: np.ndarray, func: Callable[[str], str] | None = None
-                ) -> np.ndarray:
-    """The StringIds texts of ``ids`` (None where unknown) as an object array, each distinct
-    id looked up (and passed through ``func``) once."""
+def _strings_at(export: _Export, ids: np.ndarray) -> tuple[list[str | None], np.ndarray]:
+    """The distinct StringIds texts of ``ids`` (None where unknown), and each row's index
+    into them: every distinct id is looked up once."""
     unique, codes = np.unique(ids, return_inverse=True)
-    texts = [export.strings.get(int(i)) for i in unique]
-    if func is not None:
-        texts = [None if text is None else func(text) for text in texts]
-    return np.array(texts, dtype=object)[codes]
+    return [export.strings.get(int(i)) for i in unique], codes
+
+
+def _objects(texts: list[str | None], codes: np.ndarray) -> pd.Series:
+    """A column of Python strings (object dtype: no per-row copies) from distinct texts."""
+    return pd.Series(np.array(texts, dtype=object)[codes], dtype=object)
 
 
 def _native_kernels(export: _Export, table: str) -> pd.DataFrame | None:
@@ -448,27 +449,46 @@ def _native_kernels(export: _Export, table: str) -> pd.DataFrame | None:
         return None
     values, kinds = read
     rows = _valid_native(export, "kernels", values, kinds)
-    name = _strings_at(export, _ids(values, kinds, "demangledName", rows))
-    short = _strings_at(export, _ids(values, kinds, "shortName", rows))
+    # One int64 key per (demangled, short) id pair: StringIds ids are row numbers, far below
+    # 2**31; shifted by one so that an unknown id (-1) is 0.
+    long_ids = _ids(values, kinds, "demangledName", rows)
+    short_ids = _ids(values, kinds, "shortName", rows)
+    key = (np.clip(long_ids, -1, 2**31 - 2) + 1) * 2**31 + np.clip(short_ids, -1, 2**31 - 2) + 1
+    unique, codes = np.unique(key, return_inverse=True)
+    names, shorts, comm = _kernel_names(
+        [export.strings.get(int(i)) for i in unique // 2**31 - 1],
+        [export.strings.get(int(i)) for i in unique % 2**31 - 1])
     frame = pd.DataFrame({
         "start": values["start"][rows], "end": values["end"][rows],
         "device": _ids(values, kinds, "deviceId", rows),
         "stream": _ids(values, kinds, "streamId", rows),
         "correlation": _ids(values, kinds, "correlationId", rows),
-        "name": name, "short_name": short})
-    return _named_kernels(frame)
+        "name": _objects(names, codes), "short_name": _objects(shorts, codes),
+        "is_comm": comm[codes]})
+    return conform("kernels", frame)
+
+
+def _kernel_names(names: list[str | None], shorts: list[str | None]
+                  ) -> tuple[list[str], list[str], np.ndarray]:
+    """For distinct (demangled, short) name pairs: the name (demangled, else short), the short
+    name (recorded, else cut from the name) and whether it is a communication kernel."""
+    full = [name if name is not None else (short or "") for name, short in
+            zip(names, shorts, strict=True)]
+    short = [given if given is not None else concepts.short_kernel_name(name)
+             for name, given in zip(full, shorts, strict=True)]
+    comm = concepts.is_comm_kernel(pd.Series(full, dtype=object)).to_numpy(bool)
+    return full, short, comm
 
 
 def _named_kernels(frame: pd.DataFrame) -> pd.DataFrame:
-    """Kernels with a name for every row (demangled, else short), a short name, and is_comm,
-    each worked out once per distinct name."""
-    frame["name"] = frame["name"].fillna(frame["short_name"]).fillna("")
-    missing_short = frame["short_name"].isna()
-    frame.loc[missing_short, "short_name"] = _map_unique(
-        frame.loc[missing_short, "name"], concepts.short_kernel_name)
-    names = pd.Series(pd.unique(frame["name"]))
-    comm = dict(zip(names, concepts.is_comm_kernel(names), strict=True))
-    frame["is_comm"] = frame["name"].map(comm).astype(bool)
+    """Kernels read through SQL, named as :func:`_kernel_names` says, once per distinct pair."""
+    pairs = frame[["name", "short_name"]].astype(object)
+    codes, unique = pd.factorize(pd.MultiIndex.from_frame(pairs.fillna("\x00")))
+    names, shorts, comm = _kernel_names(
+        [None if n == "\x00" else n for n in unique.get_level_values(0)],
+        [None if n == "\x00" else n for n in unique.get_level_values(1)])
+    frame = frame.assign(name=_objects(names, codes).to_numpy(),
+                         short_name=_objects(shorts, codes).to_numpy(), is_comm=comm[codes])
     return conform("kernels", frame)
 
 
@@ -535,13 +555,14 @@ def _native_runtime(export: _Export, table: str) -> pd.DataFrame | None:
     values, kinds = read
     rows = _valid_native(export, "runtime", values, kinds)
     tids = _ids(values, kinds, "globalTid", rows)
-    names = _strings_at(export, _ids(values, kinds, "nameId", rows), concepts.strip_api_version)
+    texts, codes = _strings_at(export, _ids(values, kinds, "nameId", rows))
+    names = [concepts.strip_api_version(text or "") for text in texts]
     frame = pd.DataFrame({
         "start": values["start"][rows], "end": values["end"][rows],
         "pid": np.where(tids >= 0, (tids >> _ID_SHIFT) & _ID_MASK, -1),
         "tid": np.where(tids >= 0, tids & _ID_MASK, -1),
-        "correlation": _ids(values, kinds, "correlationId", rows), "name": names})
-    frame["name"] = frame["name"].fillna("")
+        "correlation": _ids(values, kinds, "correlationId", rows),
+        "name": _objects(names, codes)})
     return conform("runtime", frame)
 
 
