@@ -627,3 +627,36 @@ def test_runner_manifest_fields_round_trip(tmp_path: Path) -> None:
     write_manifest(tmp_path, manifest)
     loaded, problems = read_manifest(tmp_path / "manifest.json")
     assert problems == [] and loaded == manifest
+
+
+@pytest.mark.slow
+def test_scaling_runs_each_process_count_with_its_trials(tmp_path: Path) -> None:
+    """--scaling 1,2 on the CPU (gloo): one run per point named baseline-npN, each with its
+    world size, weak-scaling record and the three trials measured unprofiled; the report's
+    scaling study takes its throughput and efficiency from those measurements."""
+    out = tmp_path / "out"
+    command = [str(Path(sys.executable).with_name("profreport")), "run-and-report",
+               "--variants", "baseline", "--scaling", "1,2", "--steps", str(TINY_STEPS),
+               "--profilers", "torch", "--device", "cpu", "--format", "json", "--out", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    points = [load_manifest(out / "runs" / name / "manifest.json")
+              for name in ("baseline-np1", "baseline-np2")]
+    assert [(m.world_size, m.knobs["ddp"]) for m in points] == [(1, False), (2, True)]
+    for manifest, processes in zip(points, (1, 2), strict=True):
+        assert manifest.scaling == {"mode": "weak", "processes": processes, "nodes": 1,
+                                    "processes_per_node": processes, "local_batch_size": 64,
+                                    "global_batch_size": 64 * processes, "backend": "gloo",
+                                    "group": "baseline"}
+        assert set(manifest.trials) == {"io", "synthetic", "full"}
+        assert manifest.trials["full"] == manifest.throughput_samples_per_s > 0
+    ranks = sorted(a.rank for a in points[1].artifacts)
+    assert ranks == [0, 1]
+    study, = json.loads((out / "report.json").read_text())["scaling"]
+    assert study["group"] == "baseline" and study["mode"] == "weak"
+    one, two = study["points"]
+    assert (one["processes"], two["processes"]) == (1, 2)
+    assert one["throughput"] == pytest.approx(points[0].throughput_samples_per_s, abs=1e-3)
+    assert two["throughput"] == pytest.approx(points[1].throughput_samples_per_s, abs=1e-3)
+    assert two["efficiency"] == pytest.approx(
+        points[1].throughput_samples_per_s / (2 * points[0].throughput_samples_per_s), abs=1e-3)
