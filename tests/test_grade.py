@@ -51,6 +51,12 @@ min = 1.2
 partial_from = 1.0
 
 [[check]]
+id = "bottleneck-moved"
+points = 1
+run = "optimized"
+expect_verdict = ["compute-bound", "balanced"]
+
+[[check]]
 id = "little-wait"
 points = 2
 metric = "dataloader_fraction"
@@ -172,9 +178,9 @@ def test_gradebook_rows_and_totals(graded: tuple) -> None:
     good = next(r for r in rows if r["student"] == "good")
     # loader_heavy is loader-bound (76% waiting), compute_heavy compute-bound but 5x slower per
     # step on the fixtures' 2 CPUs: the speedup check fails on the real numbers.
-    assert (good["profiled"], good["loader-fixed"], good["speedup"], good["little-wait"],
-            good["lprof"]) == ("2.0", "4.0", "0.0", "2.0", "1.0")
-    assert (good["total"], good["max_total"], good["status"]) == ("9.0", "13.0", "ok")
+    assert (good["profiled"], good["loader-fixed"], good["speedup"], good["bottleneck-moved"],
+            good["little-wait"], good["lprof"]) == ("2.0", "4.0", "0.0", "1.0", "2.0", "1.0")
+    assert (good["total"], good["max_total"], good["status"]) == ("10.0", "14.0", "ok")
     speedup = next(c for c in results["good"].checks if c.id == "speedup")
     assert "0.19×" in speedup.measured and "needs ≥ 1.2" in speedup.measured
     data = json.loads((out / "gradebook.json").read_text())
@@ -251,7 +257,7 @@ def test_feedback_says_what_was_measured(graded: tuple) -> None:
     assert "baseline: loader-bound, 76.0% of each step waiting for data" in feedback
     assert "graded from its hit counts only" in feedback  # the fixture .lprof's script is absent
     page = (out / "students" / "good" / "report.html").read_text()
-    assert "loader tuning" in page and "9 / 13" in page
+    assert "loader tuning" in page and "10 / 14" in page
 
 
 def test_summary_and_lms(graded: tuple) -> None:
@@ -267,8 +273,8 @@ def test_summary_and_lms(graded: tuple) -> None:
     assert not any("dana" in g["students"] and "content" in g["what"] for g in groups)
     rows = list(csv.reader((out / "gradebook-canvas.csv").open()))
     assert rows[0][:5] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
-    assert rows[1][0] == "Points Possible" and rows[1][-1] == "13.0"
-    assert ["good", "", "", "good", "", "9.0"] in rows
+    assert rows[1][0] == "Points Possible" and rows[1][-1] == "14.0"
+    assert ["good", "", "", "good", "", "10.0"] in rows
 
 
 def test_rerun_reuses_unchanged_and_regrades_changed(tmp_path: Path, fixtures_dir: Path) -> None:
@@ -338,8 +344,8 @@ def test_resnet_num_workers_fix_earns_every_point(tmp_path: Path, corpus: Path) 
     ann = outcome.results[0]
     points = {c.id: c.points for c in ann.checks}
     # 174.9 ms -> 139.7 ms per step (1.25x); DataLoader wait 40% -> 1%; no .lprof (half credit).
-    assert points == {"profiled": 2, "loader-fixed": 4, "speedup": 4, "little-wait": 2,
-                      "lprof": 0.5}
+    assert points == {"profiled": 2, "loader-fixed": 4, "speedup": 4, "bottleneck-moved": 1,
+                      "little-wait": 2, "lprof": 0.5}
     speedup = next(c for c in ann.checks if c.id == "speedup")
     assert "139.7 ms against 174.9 ms" in speedup.measured and "1.25×" in speedup.measured
 
@@ -353,12 +359,12 @@ def test_cli_grade_and_rubric_error_line(tmp_path: Path, fixtures_dir: Path,
     assert main(["grade", str(subs), "--rubric", str(rubric), "--out",
                  str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"profreport: error: {rubric}:29: unknown key 'maxx' in [check]")
+    assert err.startswith(f"profreport: error: {rubric}:35: unknown key 'maxx' in [check]")
     assert not (tmp_path / "out").exists()
     rubric.write_text(RUBRIC)
     assert main(["grade", str(subs), "--rubric", str(rubric), "--out", str(tmp_path / "out"),
                  "--jobs", "1"]) == 0
-    assert "a: 9/13 ok" in capsys.readouterr().out
+    assert "a: 10/14 ok" in capsys.readouterr().out
     assert stat.S_ISREG(os.stat(tmp_path / "out" / "gradebook.csv").st_mode)
 
 
@@ -395,6 +401,7 @@ def test_lprof_without_its_script_is_graded_from_hit_counts(tmp_path: Path,
     assert [(run.name, run.verdict, run.source_missing) for run in lena.runs] == [
         ("baseline", "loader-bound", True), ("optimized", "compute-bound", True)]
     assert {c.id: c.points for c in lena.checks} == {
-        "profiled": 2, "loader-fixed": 4, "speedup": 0, "little-wait": 2, "lprof": 0.5}
+        "profiled": 2, "loader-fixed": 4, "speedup": 0, "bottleneck-moved": 1, "little-wait": 2,
+        "lprof": 0.5}
     feedback = (tmp_path / "out" / "students" / "lena" / "feedback.md").read_text()
     assert "graded from its hit counts only" in feedback

@@ -46,7 +46,9 @@ def test_valid_rubric_reads_every_kind() -> None:
 
 @pytest.mark.parametrize(("extra", "message"), [
     ('run = "o"\nexpect_verdict = "slow"\n',
-     "r.toml:13: expect_verdict = 'slow': expected one of loader-bound"),
+     "r.toml:13: expect_verdict = 'slow': expected one (or a list) of loader-bound"),
+    ('run = "o"\nexpect_verdict = ["balanced", "slow"]\n',
+     "r.toml:13: expect_verdict = ['balanced', 'slow']: expected one (or a list)"),
     ('run = "o"\nexpect_finding = "PAGEABLE_COPY"\n',
      "r.toml:13: expect_finding = 'PAGEABLE_COPY': expected a finding id"),
     ('run = "o"\nmetric = "gpu_bussy"\nmin = 1\n', "r.toml:13: metric = 'gpu_bussy'"),

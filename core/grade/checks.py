@@ -58,9 +58,10 @@ def asks(check: Check) -> str:
                              for k in target)
         return f"{where} holds {kinds} that can be read"
     if check.kind == "expect_verdict":
-        return f"{where} is {target}"
+        return f"{where} is {' or '.join(_listed(target))}"
     if check.kind == "expect_verdict_not":
-        return f"{where} is not {target}"
+        return f"{where} is neither {' nor '.join(_listed(target))}" if isinstance(
+            target, list) and len(target) > 1 else f"{where} is not {_listed(target)[0]}"
     if check.kind == "expect_finding":
         return f"profreport finds {target} in {where}"
     if check.kind == "expect_no_finding":
@@ -68,6 +69,11 @@ def asks(check: Check) -> str:
     subject = (f"speedup of {check.candidate} over {check.baseline}" if target == SPEEDUP
                else f"{target} of {where}")
     return f"{subject} {_bounds(check)}"
+
+
+def _listed(target: str | list[str]) -> list[str]:
+    """A rubric value that may be one item or a list, as a list."""
+    return target if isinstance(target, list) else [target]
 
 
 def _bounds(check: Check) -> str:
@@ -147,7 +153,7 @@ def check_verdict(check: Check, graded: Graded) -> CheckResult:
     run = graded.runs.get(check.run)
     if run is None:
         return _missing_run(check, check.run, graded)
-    hit = run.verdict == check.target
+    hit = run.verdict in _listed(check.target)
     passed = hit if check.kind == "expect_verdict" else not hit
     measured = (f"Your {run.name} run is {run.verdict}: "
                 f"{run.verdict_reason} (from {graded.where(run)}){_others(run, graded)}.")

@@ -69,6 +69,12 @@ def _kinds(value: Any) -> bool:
             and all(isinstance(v, str) and v in PROFILE_KINDS for v in value))
 
 
+def _verdicts(value: Any) -> bool:
+    """A verdict, or a non-empty list of verdicts."""
+    values = value if isinstance(value, list) else [value]
+    return bool(values) and all(isinstance(v, str) and v in VERDICTS for v in values)
+
+
 def _metric(value: Any) -> bool:
     """A profreport/1 metric key, or ``key.subkey`` of a nested one."""
     return isinstance(value, str) and value.split(".", 1)[0] in METRIC_NAMES
@@ -85,8 +91,8 @@ CHECK_OPTIONS: dict[str, Option] = {
     "title": Option("a non-empty string", _text),
     "run": Option("a run (folder) name", lambda v: isinstance(v, str) and bool(_RUN.match(v))),
     "require": Option(f"a list of {', '.join(PROFILE_KINDS)}", _kinds),
-    "expect_verdict": Option(f"one of {', '.join(VERDICTS)}", lambda v: v in VERDICTS),
-    "expect_verdict_not": Option(f"one of {', '.join(VERDICTS)}", lambda v: v in VERDICTS),
+    "expect_verdict": Option(f"one (or a list) of {', '.join(VERDICTS)}", _verdicts),
+    "expect_verdict_not": Option(f"one (or a list) of {', '.join(VERDICTS)}", _verdicts),
     "expect_finding": Option("a finding id (" + ", ".join(sorted(FINDING_IDS)) + ")",
                              lambda v: v in FINDING_IDS),
     "expect_no_finding": Option("a finding id (" + ", ".join(sorted(FINDING_IDS)) + ")",
