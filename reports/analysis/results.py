@@ -568,6 +568,8 @@ class ScalingPoint:
     local_batch_size: int | None = None
     #: The profiler the step, communication and per-rank figures came from.
     profile_origin: Origin | None = None
+    #: PyTorch intra-op threads per process (the runner's plain run), when recorded.
+    threads_per_process: int | None = None
 
 
 @dataclass(frozen=True)

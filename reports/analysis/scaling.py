@@ -37,6 +37,9 @@ LOADER_CAP_MARGIN = 1.10
 STRAGGLER_IMBALANCE = 1.15
 #: Exposed communication that grew by half the time each step lost explains the loss.
 COMM_GROWTH_SHARE = 0.5
+#: Above 110% of ideal the reference point, not the scaling, is the story: it runs slower per
+#: process than the others (more threads contending per process, a cold start).
+SUPERLINEAR_EFFICIENCY = 1.10
 #: Traces without a manifest are one training when at least half of their busiest operators
 #: (by name) are the same: another model runs other operators.
 SAME_MODEL_OP_OVERLAP = 0.5
@@ -155,6 +158,7 @@ def _points(members: list[RunAnalysis]) -> tuple[str, list[ScalingPoint]]:
             comm_ns_per_step=comm, comm_exposed_ns_per_step=exposed,
             rank_imbalance=_imbalance(run),
             profile_origin=run.metrics.steps.origin if run.metrics.steps else None,
+            threads_per_process=_int_or_none(run.environment.get("torch_threads")),
             local_batch_size=_int_or_none(run.scaling_point.get("local_batch_size"))))
     return unit, points
 
@@ -260,8 +264,48 @@ def _synthetic_cause(base: ScalingPoint, point: ScalingPoint,
     return evidence, fix
 
 
+def _per_process(value: float | None, processes: int) -> str:
+    """A throughput per process, or "?"."""
+    return "?" if value is None else f"{value / processes:.1f}"
+
+
+def superlinear(points: list[ScalingPoint], unit: str) -> Finding | None:
+    """A point far above ideal: the reference runs slower per process than the others."""
+    scored = [p for p in points[1:] if p.efficiency is not None]
+    best = max(scored, key=lambda p: p.efficiency or 0.0, default=None)
+    if best is None or (best.efficiency or 0.0) <= SUPERLINEAR_EFFICIENCY:
+        return None
+    base = points[0]
+    evidence = [Evidence(
+        f"{best.processes} processes reach {(best.efficiency or 0) * 100:.0f}% of ideal: "
+        f"{_per_process(best.throughput, best.processes)} {unit} per process against "
+        f"{_per_process(base.throughput, base.processes)} at {base.processes}", "manifest")]
+    if base.synthetic is not None and best.synthetic is not None:
+        evidence.append(Evidence(
+            f"on synthetic data too: {_per_process(best.synthetic, best.processes)} per process "
+            f"against {_per_process(base.synthetic, base.processes)}: the model itself runs "
+            "faster per process", "manifest"))
+    if base.threads_per_process is not None and best.threads_per_process is not None:
+        evidence.append(Evidence(
+            f"intra-op threads per process: {base.threads_per_process} at {base.processes}, "
+            f"{best.threads_per_process} at {best.processes}", "manifest"))
+    return Finding(
+        id="SCALING_SUPERLINEAR", severity="info",
+        title=f"Above ideal at {best.processes} processes: the {base.processes}-process "
+              "reference is slow per process",
+        evidence=evidence,
+        recommendation="The ideal line is drawn from a reference that underuses the machine "
+                       "(several intra-op threads contending in one process, or a cold start): "
+                       "compare points at equal threads per process (set OMP_NUM_THREADS), and "
+                       "for one process try fewer threads; efficiencies above 100% here say "
+                       "more about the reference than about scaling.")
+
+
 def scaling_findings(points: list[ScalingPoint], unit: str, mode: str) -> list[Finding]:
-    """Where scaling breaks (the least efficient point) and the causes the data show."""
+    """Where scaling breaks (the least efficient point) and why, or where it exceeds ideal."""
+    above = superlinear(points, unit)
+    if above is not None:
+        return [above]
     scored = [p for p in points[1:] if p.efficiency is not None]
     if not scored:
         return []
