@@ -83,10 +83,19 @@ _BACKWARD_OP = r"^autograd::engine::evaluate_function"
 # ATen's elementwise CUDA kernels (``vectorized_elementwise_kernel``, ``unrolled_...``,
 # ``elementwise_kernel``): one launch per pointwise op, what torch.compile fuses.
 _ELEMENTWISE_KERNEL = r"elementwise_kernel"
-# nn.DataParallel's autograd functions (replicate = Broadcast, scatter/gather of the batch, the
-# gradient reduction ReduceAddCoalesced) and their backward nodes; capitalised, so a model's own
-# ``aten::scatter`` does not count.
-_DATAPARALLEL_OP = r"\b(?:Broadcast|Scatter|Gather|ReduceAddCoalesced)(?:Backward\d*)?\b"
+# nn.DataParallel's Python autograd functions (replicate = Broadcast, scatter/gather of the
+# batch, the gradient reduction ReduceAddCoalesced) and their backward nodes, which as Python
+# Functions are called ``GatherBackward`` with no number: ATen's generated nodes carry one
+# (``GatherBackward0`` is the backward of ``torch.gather``, not DataParallel). Capitalised, so a
+# model's own ``aten::scatter`` does not count.
+_DATAPARALLEL_OP = r"\b(?:Broadcast|Scatter|Gather|ReduceAddCoalesced)(?:Backward)?\b"
+# The forward of nn.DataParallel itself (a module span or the Python frame), never
+# DistributedDataParallel's.
+_DATAPARALLEL_FORWARD = (r"(?<![A-Za-z])DataParallel(?:\.forward|_\d+\b|\b)"
+                         r"|nn/parallel/data_parallel\.py\(\d+\): forward")
+# DistributedDataParallel's forward: a module span or the Python frame.
+_DDP_FORWARD = (r"DistributedDataParallel(?:\.forward|_\d+\b|\b)"
+                r"|nn/parallel/distributed\.py\(\d+\): forward")
 
 # ATen's reference CPU kernels, used when no optimised (oneDNN/mkldnn) kernel fits the dtype or
 # layout: ``aten::_slow_conv2d_forward`` runs bf16 convolutions on CPUs without native bf16.
@@ -216,6 +225,16 @@ def is_elementwise_kernel(names: pd.Series) -> pd.Series:
 def is_dataparallel_op(names: pd.Series) -> pd.Series:
     """Whether each CPU op or range is one of nn.DataParallel's autograd functions."""
     return _matches(names, _DATAPARALLEL_OP)
+
+
+def is_dataparallel_forward(names: pd.Series) -> pd.Series:
+    """Whether each CPU op or range is nn.DataParallel's own forward (not DDP's)."""
+    return _matches(names, _DATAPARALLEL_FORWARD)
+
+
+def is_ddp_forward(names: pd.Series) -> pd.Series:
+    """Whether each CPU op or range is DistributedDataParallel's forward."""
+    return _matches(names, _DDP_FORWARD)
 
 
 def is_optimizer_step_span(names: pd.Series) -> pd.Series:

@@ -197,12 +197,47 @@ def test_no_steps_no_gpu_is_unknown() -> None:
 
 
 def test_dataparallel_knob_and_ops() -> None:
-    """nn.DataParallel is flagged from its ops or the knob."""
+    """nn.DataParallel is flagged from its forward span or the knob, with its ops as evidence;
+    its autograd functions alone are not enough, and torch.gather's backward (GatherBackward0,
+    as in a real DDP trace) is none of them."""
     m = RunMetrics(dataparallel_ops={"BroadcastBackward": 3})
+    assert "DATAPARALLEL_NOT_DDP" not in ids(m)
     finding = ids(m, RunContext(knobs={"dataparallel": True}))["DATAPARALLEL_NOT_DDP"]
     assert finding.severity == "high" and len(finding.evidence) == 2
     assert "DistributedDataParallel" in finding.recommendation
     assert "DATAPARALLEL_NOT_DDP" not in ids(RunMetrics())
+    forward = RunMetrics(dataparallel_ops={"nn.Module: DataParallel_0": 2, "Broadcast": 2})
+    assert "DATAPARALLEL_NOT_DDP" in ids(forward)
+
+
+def test_ddp_trace_is_not_dataparallel(tmp_path: Path) -> None:
+    """A hand-built DDP trace shaped like the real one of issue #10: DistributedDataParallel's
+    forward, torch.gather's GatherBackward0, NCCL kernels on one GPU per process."""
+    import json
+
+    from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+
+    def op(name: str, ts: int, dur: int, cat: str = "cpu_op", **args: object) -> dict:
+        """One complete event."""
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur,
+                "args": args}
+
+    events = [op("ProfilerStep#1", 0, 1000, "user_annotation"),
+              op("nn.Module: DistributedDataParallel_0", 10, 500, "python_function"),
+              op("DistributedDataParallel.forward", 10, 500, "user_annotation"),
+              op("GatherBackward0", 600, 50), op("aten::gather", 20, 5),
+              op("cudaLaunchKernel", 700, 5, "cuda_runtime", correlation=7),
+              {**op("ncclKernel_AllReduce_RING_LL_Sum_float", 710, 100, "kernel", correlation=7,
+                    device=0, stream=7), "pid": 0, "tid": 7}]
+    trace = {"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": 0,
+                                                     "world_size": 8},
+             "traceEvents": events}
+    path = tmp_path / "ddp.json"
+    path.write_text(json.dumps(trace))
+    run = analyze_paths([path], AnalyzeOptions()).runs[0]
+    assert run.metrics.ddp_forward_calls >= 1
+    assert "GatherBackward0" not in run.metrics.dataparallel_ops
+    assert "DATAPARALLEL_NOT_DDP" not in {f.id for f in run.findings}
 
 
 @pytest.mark.parametrize("fractions, expected", [({"nsys": 0.88, "lprof": 0.84}, "SOURCES_AGREE"),

@@ -130,8 +130,20 @@ def cpu_op_mix(profile: Profile, windows: StepWindows) -> CpuOpMix | None:
                     slow_fallback_ops=[str(name) for name in by_name.index])
 
 
+def _span_names(profile: Profile) -> pd.Series:
+    """Names of every CPU op and annotated range."""
+    return pd.concat([profile.table("cpu_ops")["name"], profile.table("ranges")["name"]])
+
+
 def dataparallel_ops(profile: Profile) -> dict[str, int]:
-    """Counts of nn.DataParallel's own ops among the CPU ops and annotated ranges."""
-    names = pd.concat([profile.table("cpu_ops")["name"], profile.table("ranges")["name"]])
-    hits = names[concepts.is_dataparallel_op(names).to_numpy()].astype("string")
+    """Counts of nn.DataParallel's forward and its autograd functions among the CPU ops and
+    annotated ranges."""
+    names = _span_names(profile)
+    mask = concepts.is_dataparallel_op(names) | concepts.is_dataparallel_forward(names)
+    hits = names[mask.to_numpy()].astype("string")
     return {str(name): int(count) for name, count in hits.value_counts().sort_index().items()}
+
+
+def ddp_forward_calls(profile: Profile) -> int:
+    """How many DistributedDataParallel forward spans the profile holds."""
+    return int(concepts.is_ddp_forward(_span_names(profile)).sum())

@@ -10,6 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import pandas as pd
+
+from profreport import concepts
 from profreport.reports.analysis.results import (
     CpuOpMix,
     Evidence,
@@ -555,19 +558,25 @@ def small_batch(m: RunMetrics, ctx: RunContext) -> Finding | None:
 
 
 def dataparallel_not_ddp(m: RunMetrics, ctx: RunContext) -> Finding | None:
-    """nn.DataParallel (one process driving several GPUs) instead of DDP."""
+    """nn.DataParallel (one process driving several GPUs) instead of DDP: its forward span, or
+    one process launching kernels on several GPUs, or the run's knob. DataParallel's autograd
+    functions alone (Broadcast, Gather...) are not enough: ``GatherBackward0`` is torch.gather's
+    backward, and a DistributedDataParallel run is no DataParallel run."""
+    forward = bool(m.dataparallel_ops) and bool(
+        concepts.is_dataparallel_forward(pd.Series(list(m.dataparallel_ops))).any())
+    multi_device = m.max_devices_per_process > 1 and m.gpu is not None
+    if not (forward or multi_device or ctx.knob("dataparallel")):
+        return None
     evidence = []
     if m.dataparallel_ops:
         listed = ", ".join(f"{name} ×{count}" for name, count in m.dataparallel_ops.items())
         origin: Origin = "nsys" if m.gpu is not None and m.gpu.origin == "nsys" else "kineto"
         evidence.append(Evidence(f"nn.DataParallel ops: {listed[:200]}", origin))
-    if m.max_devices_per_process > 1 and m.gpu is not None:
+    if multi_device:
         evidence.append(Evidence(f"one process launched kernels on {m.max_devices_per_process} "
                                  "GPUs", m.gpu.origin))
     if ctx.knob("dataparallel"):
         evidence.append(Evidence("the run's knobs use nn.DataParallel", "manifest"))
-    if not evidence:
-        return None
     return Finding("DATAPARALLEL_NOT_DDP", "high",
                    "The model uses nn.DataParallel: one process drives every GPU.", evidence,
                    "Switch to DistributedDataParallel with one process per GPU (torchrun "

@@ -15,7 +15,7 @@ from pathlib import Path
 from profreport.errors import failure_line
 from profreport.model import Profile
 from profreport.parsers import ParseOptions, parse_file
-from profreport.reports.analysis.cpu import dataparallel_ops
+from profreport.reports.analysis.cpu import dataparallel_ops, ddp_forward_calls
 from profreport.reports.analysis.gpu import has_gpu_events
 from profreport.reports.analysis.memory import memory_stats
 from profreport.reports.analysis.metrics import preference
@@ -49,6 +49,8 @@ class RankSummary:
     #: exists).
     distributed: bool = False
     dataparallel_ops: dict[str, int] = field(default_factory=dict)
+    #: DistributedDataParallel forward spans (DDP's signature).
+    ddp_forward_calls: int = 0
     memory: list[DeviceMemory] = field(default_factory=list)
 
 
@@ -92,7 +94,7 @@ def summarize(profile: Profile) -> RankSummary:
         step_stats=step_stats(windows) if windows is not None else None,
         world_size=world_size if isinstance(world_size := profile.meta.get("world_size"), int)
         else None, distributed=bool(profile.meta.get("distributedInfo")),
-        dataparallel_ops=dataparallel_ops(profile),
+        dataparallel_ops=dataparallel_ops(profile), ddp_forward_calls=ddp_forward_calls(profile),
         memory=list(memory.devices) if memory is not None else [])
 
 
@@ -137,6 +139,7 @@ def add_rank_metrics(metrics: RunMetrics, summaries: Sequence[RankSummary]) -> N
     ops and the memory of every device."""
     metrics.per_rank_step_ms = per_rank_step_ms(summaries)
     for summary in sorted(summaries, key=lambda s: s.preference):
+        metrics.ddp_forward_calls += summary.ddp_forward_calls
         for name, count in summary.dataparallel_ops.items():
             metrics.dataparallel_ops[name] = metrics.dataparallel_ops.get(name, 0) + count
     devices = [device for summary in summaries for device in summary.memory]

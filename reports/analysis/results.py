@@ -358,6 +358,8 @@ class RunMetrics:
     dataparallel_ops: dict[str, int] = field(default_factory=dict)
     #: Most GPUs one process launched kernels on (several = one process drives many GPUs).
     max_devices_per_process: int = 0
+    #: DistributedDataParallel forward spans seen (DDP's own signature).
+    ddp_forward_calls: int = 0
     #: Memory per device from allocator events (profile_memory / --cuda-memory-usage).
     memory: MemoryStats | None = None
 
