@@ -1043,6 +1043,14 @@ class _Tables:
         correlation[found["row"].to_numpy()] = found["flow"].to_numpy()
         return correlation
 
+    def device_tables(self) -> dict[str, pd.DataFrame]:
+        """The device-side tables and the API calls; their columns are released afterwards, so
+        that they are not held while the (larger) CPU-side tables are built."""
+        out = {"kernels": self.kernels(), "memcpy": self.memcpy(), "memset": self.memset(),
+               "sync": self.sync(), "runtime": self.runtime()}
+        self.detailed = self.detailed.take(np.zeros(len(self.detailed), dtype=bool))
+        return out
+
     def cpu_ops(self) -> pd.DataFrame:
         """Framework operators, without the ProfilerStep spans (those are ranges)."""
         rows = self.rows(CPU_OP_CATS)
@@ -1344,6 +1352,7 @@ def parse(path: Path) -> Profile:
     dialect = _dialect(builder.cats)
     distributed = _distributed(header, builder.dropped)
     tables = _Tables(builder)
+    device = tables.device_tables()
     ranges = tables.ranges()
     steps, step_span = tables.steps(ranges)
     loader = tables.dataloader()
@@ -1354,8 +1363,7 @@ def parse(path: Path) -> Profile:
         path=path, kind="kineto", tool_version=_tool_version(header, dialect, distributed),
         rank=distributed.get("rank"),
         tables={
-            "kernels": tables.kernels(), "memcpy": tables.memcpy(), "memset": tables.memset(),
-            "sync": tables.sync(), "runtime": tables.runtime(), "ranges": ranges,
+            **device, "ranges": ranges,
             "cpu_ops": tables.cpu_ops(), "steps": steps, "dataloader": loader,
             "cpu_collectives": tables.cpu_collectives(),
             "devices": _devices(header), "threads": tables.threads(),
