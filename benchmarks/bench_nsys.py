@@ -46,6 +46,8 @@ REPLICATED = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME",
 NVTX_RANGE_TYPES = "(59, 60, 70, 71)"
 # Time between the end of one copy and the start of the next (1 ms of idle GPU).
 COPY_GAP_NS = 1_000_000
+# GNU time measures each tool's peak resident memory, children included (nsys stats runs some).
+GNU_TIME = "/usr/bin/time"
 # GNU time's line with the peak resident set size in kB.
 _MAXRSS = re.compile(r"Maximum resident set size \(kbytes\): (\d+)")
 
@@ -105,7 +107,7 @@ def build_export(target: Path, kernels: int) -> Path:
 def _measure(command: list[str]) -> tuple[float, float, str]:
     """Wall seconds, peak RSS in MB (GNU time) and output of ``command``."""
     started = time.perf_counter()
-    done = subprocess.run(["/usr/bin/time", "-v", *command], capture_output=True, text=True,
+    done = subprocess.run([GNU_TIME, "-v", *command], capture_output=True, text=True,
                           check=False)
     seconds = time.perf_counter() - started
     match = _MAXRSS.search(done.stderr)
@@ -137,6 +139,10 @@ def main() -> int:
     if args.scan:
         _sqlite_scan(args.scan)
         return 0
+    if not Path(GNU_TIME).is_file():
+        print(f"needs GNU time at {GNU_TIME} for peak memory (apt-get install time)",
+              file=sys.stderr)
+        return 2
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     export = build_export(args.out / f"sc22_4gpu_x{args.kernels}.sqlite", args.kernels)
