@@ -93,8 +93,10 @@ def _levels(events: pd.DataFrame) -> _Levels:
         return _Levels(events, _running_sum(sizes), None, "relative to window start")
     allocated = np.concatenate([[totals[0] - sizes[0]], totals])
     reserved = events["total_reserved"].to_numpy(np.int64)
-    on_host = (events["device_kind"] == "cpu").all()
-    if on_host or not (reserved >= 0).all():
+    if (events["device_kind"] == "cpu").all():
+        # c10's CPU allocator counts only what it allocated while memory profiling was on.
+        return _Levels(events, allocated, None, "relative to profiling start")
+    if not (reserved >= 0).all():
         return _Levels(events, allocated, None, "absolute")
     return _Levels(events, allocated, np.concatenate([[reserved[0]], reserved]), "absolute")
 

@@ -457,9 +457,11 @@ class Report:
 
 # --- memory (reports.analysis.memory) -----------------------------------------------------------
 
-#: How a memory level is measured: the allocator's own totals, or the running sum of the
-#: allocations and releases since the profile's window opened (its level there unknown).
-MemoryBasis = Literal["absolute", "relative to window start"]
+#: How a memory level is measured: the allocator's own totals (CUDA caching allocator: the
+#: device's since the process started; CPU allocator: only what was allocated while memory
+#: profiling was on), or the running sum of the allocations and releases since the profile's
+#: window opened (its level there unknown).
+MemoryBasis = Literal["absolute", "relative to profiling start", "relative to window start"]
 
 
 @dataclass(frozen=True)

@@ -291,7 +291,7 @@ def memory_figure(device: DeviceMemory) -> go.Figure | None:
     if not device.timeline:
         return None
     unit, divisor = _memory_unit(device)
-    axis = unit if device.basis == "absolute" else f"{unit} above the window's start"
+    axis = unit if device.basis == "absolute" else f"{unit}, {device.basis}"
     figure = _figure(f"Memory of {device_title(device)}, first steps", 340,
                      xaxis_title="ms from the first step's start", yaxis_title=axis)
     times = [round(point.at_ns / 1e6, 3) for point in device.timeline]
