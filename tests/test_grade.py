@@ -239,6 +239,9 @@ def test_nothing_outside_out_and_no_local_file_leaks(graded: tuple) -> None:
         if path.is_file():
             assert passwd not in path.read_text(errors="replace"), path
     assert not (out / "staging").exists()
+    # Nor the grader's own folders: students see their files as they named them.
+    pages = [*(out / "students").rglob("*.*"), *out.glob("gradebook*"), out / "summary.html"]
+    assert not [page for page in pages if str(out.resolve()) in page.read_text()]
 
 
 def test_names_from_submissions_are_escaped(graded: tuple) -> None:
@@ -405,3 +408,4 @@ def test_lprof_without_its_script_is_graded_from_hit_counts(tmp_path: Path,
         "lprof": 0.5}
     feedback = (tmp_path / "out" / "students" / "lena" / "feedback.md").read_text()
     assert "graded from its hit counts only" in feedback
+    assert "runner/train.py) not shown: it lies outside baseline, your submission" in feedback

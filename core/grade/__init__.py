@@ -87,7 +87,7 @@ def grade_class(submissions: Path, rubric: Rubric, out: Path, *, workers: int = 
     """Grade every submission in ``submissions`` into ``out``."""
     _check_out(submissions, out)
     found, skipped = find_submissions(submissions)
-    layout = Layout(out)
+    layout = Layout(out.resolve())
     out.mkdir(parents=True, exist_ok=True)
     jobs = [Job(submission, rubric, layout) for submission in found]
     results = grade_all(jobs, workers, progress)

@@ -29,7 +29,7 @@ from profreport.reports.render import display
 #: The run that profiles lying directly in a submission form.
 LOOSE_RUN = "main"
 #: Version of the cached per-student result: a change re-grades every submission.
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -188,16 +188,18 @@ def _analyse(root: Path, layout: Layout, moved: dict[Path, str]
             continue
         failures[folder.name] = [_relative(line, root, shown) for line in report.failures]
         run = report.runs[0]
+        run.notes = [_relative(note, root, shown) for note in run.notes]
         run.name = folder.name
         runs.append(run)
     return runs, failures, shown
 
 
 def _relative(line: str, root: Path, shown: dict[str, str]) -> str:
-    """A failure line with the staging folder's paths replaced by the student's."""
+    """A failure line or note with the staging folder's paths replaced by the student's."""
     for path, name in shown.items():
         line = line.replace(path, name)
-    return line.replace(f"{root}/", "").removeprefix("no input could be read: ")
+    line = line.replace(f"{root}/", "").replace(str(root), "your submission")
+    return line.removeprefix("no input could be read: ")
 
 
 def _timing_fingerprint(metrics: RunMetrics, run: RunAnalysis) -> str | None:
@@ -225,7 +227,7 @@ def _summary(run: RunAnalysis, graded: Graded) -> RunSummary:
         finding_ids=[f.id for f in run.findings],
         what_to_change=top.recommendation if top else "",
         timing_fingerprint=_timing_fingerprint(run.metrics, run),
-        source_missing=_source_missing(run.metrics.lines))
+        source_missing=_source_missing(run.metrics.lines), notes=run.notes)
 
 
 def _student_report(job: Job, result: StudentResult, graded: Graded) -> Report:

@@ -45,6 +45,8 @@ class RunSummary:
     timing_fingerprint: str | None
     #: Whether the run has line_profiler data whose source was not in the submission.
     source_missing: bool = False
+    #: What the parsers left out of the run's files, and why (sources not shown, bad records).
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass
