@@ -419,3 +419,39 @@ def test_new_hta_traces_get_verdicts_from_mechanisms(corpus: Path) -> None:
     assert "idles 92% of the step until work the CPU launches" in reason
     finding = ids(event_sync)["HOST_LAUNCH_BOUND"]
     assert finding.title == "The GPU waits for the CPU to launch its work."
+
+
+@pytest.mark.parametrize("name", ["kineto/resnet50_num_workers_0.pt.trace.json.gz",
+                                  "kineto/resnet50_num_workers_4.pt.trace.json.gz",
+                                  "hta/nccl_data.json.gz", "hta/cuda_event_sync.json.gz",
+                                  "hta/triton_example.json.gz", "hta/rank_not_found.json.gz",
+                                  "hta/mtia_inference_rank_0.json.gz"])
+def test_verdict_reason_never_contradicts_the_findings(corpus: Path, name: str) -> None:
+    """The finding that explains the verdict is there and leads; an unknown verdict has a
+    reason and no confidence; a named verdict has a confidence whose margin is past zero."""
+    from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+    from profreport.reports.analysis.findings import VERDICT_FINDINGS
+
+    run = analyze_paths([corpus / name], AnalyzeOptions()).runs[0]
+    lead = VERDICT_FINDINGS.get(run.verdict)
+    if lead is not None:
+        assert run.findings and run.findings[0].id == lead
+        assert run.verdict_confidence in ("high", "medium", "low") and run.verdict_margin > 0
+    bound = {"LOADER_BOUND", "COMM_OVERHEAD", "HOST_LAUNCH_BOUND", "SYNC_STALL"}
+    others = {f.id for f in run.findings if f.severity == "high"} & bound - {lead}
+    assert not others, f"{run.verdict} but high-severity {others}"
+    if run.verdict == "unknown":
+        assert run.verdict_reason and run.verdict_confidence is None
+
+
+def test_verdict_confidence_margins(corpus: Path) -> None:
+    """resnet50 num_workers=0: loader-bound at 40% against a 25% threshold and no other cause
+    past its threshold: medium (margin 14.7 points); the event-sync trace: host-bound, high."""
+    from profreport.reports.analysis.findings import verdict_confidence
+
+    resnet = metrics_of(corpus / "kineto" / "resnet50_num_workers_0.pt.trace.json.gz")
+    label, margin = verdict_confidence(resnet, "loader-bound")
+    assert label == "medium" and margin == pytest.approx(0.1466, abs=0.0005)
+    event_sync = metrics_of(corpus / "hta" / "cuda_event_sync.json.gz")
+    assert verdict_confidence(event_sync, "host-bound")[0] == "high"
+    assert verdict_confidence(event_sync, "unknown") is None

@@ -20,7 +20,12 @@ from profreport.model import Profile
 from profreport.parsers import NSYS_REPORT_SUFFIXES, ParseOptions
 from profreport.progress import ReadProgress
 from profreport.reports.analysis.compare import compare_runs
-from profreport.reports.analysis.findings import RunContext, find_all, verdict
+from profreport.reports.analysis.findings import (
+    RunContext,
+    find_all,
+    verdict,
+    verdict_confidence,
+)
 from profreport.reports.analysis.memory import memory_findings, training_settings
 from profreport.reports.analysis.metrics import compute_run_metrics, primary_timed
 from profreport.reports.analysis.ranks import (
@@ -185,6 +190,7 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
     context = RunContext(knobs=dict(manifest.knobs) if manifest else {},
                          environment=dict(manifest.environment) if manifest else {})
     name_verdict, reason = verdict(metrics)
+    confidence = verdict_confidence(metrics, name_verdict)
     timed = primary_timed(profiles)
     return RunAnalysis(
         name=name,
@@ -196,7 +202,9 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
         knobs=context.knobs, environment=context.environment,
         notes=_notes(manifest) + source_notes(profiles),
         world_size=run_world_size(manifest, summaries),
-        scaling_point=dict(getattr(manifest, "scaling", None) or {}))
+        scaling_point=dict(getattr(manifest, "scaling", None) or {}),
+        verdict_confidence=confidence[0] if confidence else None,
+        verdict_margin=confidence[1] if confidence else None)
 
 
 def _unique(name: str, taken: set[str]) -> str:

@@ -54,6 +54,11 @@ HOST_BOUND_IDLE_SHARE = 0.50
 #: A quarter of the step with the GPU idle since the CPU blocked in a sync (it could queue
 #: nothing more) makes the run sync-bound.
 SYNC_BOUND_IDLE_SHARE = 0.25
+#: A verdict whose figure is 15 points of the step past its threshold and ahead of every other
+#: cause would survive run-to-run noise of that size: high confidence.
+CONFIDENT_MARGIN = 0.15
+#: Under 5 points from the threshold or the runner-up, a rerun could flip it: low confidence.
+CLEAR_MARGIN = 0.05
 #: When more than this share of the step the GPU idles for no reason the trace shows (no data
 #: wait, sync or launch ends it), the verdict says unknown rather than guess.
 UNEXPLAINED_IDLE_SHARE = 0.50
@@ -723,20 +728,22 @@ def find_all(metrics: RunMetrics, ctx: RunContext,
     return sorted(found, key=lambda f: (f.id != lead, _SEVERITY_ORDER[f.severity], f.id))
 
 
-def _gpu_idle_candidates(m: RunMetrics) -> list[tuple[float, Verdict, str]]:
+def _gpu_idle_candidates(m: RunMetrics) -> list[Candidate]:
     """Host-bound and sync-bound from what the GPU's idle time waits for (see IdleCauses)."""
     idle = m.gpu_idle
     if idle is None:
         return []
-    out: list[tuple[float, Verdict, str]] = []
+    out: list[Candidate] = []
     launch, sync = idle.share("launch"), idle.share("sync")
     if launch >= HOST_BOUND_IDLE_SHARE:
-        out.append((launch, "host-bound", f"the GPU idles {pct(launch)} of the step until work "
-                    "the CPU launches during the idle time arrives: it waits for the CPU"))
+        out.append((launch, HOST_BOUND_IDLE_SHARE, "host-bound",
+                    f"the GPU idles {pct(launch)} of the step until work the CPU launches during "
+                    "the idle time arrives: it waits for the CPU"))
     if sync >= SYNC_BOUND_IDLE_SHARE:
         top = m.syncs.calls[0].name if m.syncs is not None and m.syncs.calls else "a sync"
-        out.append((sync, "sync-bound", f"the GPU idles {pct(sync)} of the step after the CPU "
-                    f"blocked in {top}, with nothing more queued"))
+        out.append((sync, SYNC_BOUND_IDLE_SHARE, "sync-bound",
+                    f"the GPU idles {pct(sync)} of the step after the CPU blocked in {top}, with "
+                    "nothing more queued"))
     return out
 
 
@@ -766,25 +773,60 @@ def verdict(m: RunMetrics) -> tuple[Verdict, str]:
     return name, reason
 
 
+Candidate = tuple[float, float, Verdict, str]
+
+
+def _waste_candidates(m: RunMetrics) -> list[Candidate]:
+    """Verdicts whose figure (a share of the step lost to one cause) passed its threshold:
+    (figure, threshold, verdict, reason)."""
+    loader = m.dataloader_fraction or 0.0
+    exposed = m.comm.exposed_fraction if m.comm is not None else 0.0
+    out: list[Candidate] = []
+    if loader >= LOADER_BOUND_FRACTION:
+        out.append((loader, LOADER_BOUND_FRACTION, "loader-bound",
+                    f"{pct(loader)} of step time waits for data"))
+    if exposed >= COMM_BOUND_EXPOSED_FRACTION:
+        out.append((exposed, COMM_BOUND_EXPOSED_FRACTION, "communication-bound",
+                    f"{pct(exposed)} of step time is communication not hidden by compute"))
+    return out + _gpu_idle_candidates(m)
+
+
 def profiler_verdict(m: RunMetrics) -> tuple[Verdict, str]:
     """The bottleneck the profiles alone show, with the numbers behind it."""
     if m.steps is None and m.gpu is None:
         return "unknown", ("no step markers (ProfilerStep, NVTX 'step N', a DataLoader loop "
                            "line) and no GPU activity in the inputs")
-    loader = m.dataloader_fraction or 0.0
-    exposed = m.comm.exposed_fraction if m.comm is not None else 0.0
-    candidates: list[tuple[float, Verdict, str]] = []
-    if loader >= LOADER_BOUND_FRACTION:
-        candidates.append((loader, "loader-bound", f"{pct(loader)} of step time waits for data"))
-    if exposed >= COMM_BOUND_EXPOSED_FRACTION:
-        candidates.append((exposed, "communication-bound",
-                           f"{pct(exposed)} of step time is communication not hidden by "
-                           "compute"))
-    candidates += _gpu_idle_candidates(m)
+    candidates = _waste_candidates(m)
     if candidates:
-        _, name, reason = max(candidates, key=lambda c: c[0])
+        _, _, name, reason = max(candidates, key=lambda c: c[0])
         return name, reason
     return _compute_or_balanced(m)
+
+
+def _compute_figure(m: RunMetrics) -> tuple[float, float] | None:
+    """The figure behind compute-bound and its threshold: the GPU's busy share, else the compute
+    share of the step."""
+    if m.gpu is not None and m.gpu.busy_fraction >= COMPUTE_BOUND_BUSY:
+        return m.gpu.busy_fraction, COMPUTE_BOUND_BUSY
+    share = _compute_share(m)
+    return (share, COMPUTE_BOUND_SHARE) if share is not None else None
+
+
+def verdict_confidence(m: RunMetrics, name: Verdict) -> tuple[str, float] | None:
+    """How clearly the profilers' verdict stands, as a label and the margin behind it: the
+    smaller of how far its figure is past its threshold and how far ahead of the next candidate
+    it is (shares of the step). None for unknown and balanced, whose reason says why."""
+    candidates = _waste_candidates(m)
+    chosen = next((c for c in sorted(candidates, reverse=True) if c[2] == name), None)
+    if chosen is None and name == "compute-bound" and (figure := _compute_figure(m)):
+        chosen = (figure[0], figure[1], name, "")
+    if chosen is None:
+        return None
+    others = [c[0] for c in candidates if c is not chosen and c[2] != name]
+    margin = min(chosen[0] - chosen[1], chosen[0] - max(others, default=0.0))
+    label = ("high" if margin >= CONFIDENT_MARGIN else
+             "medium" if margin >= CLEAR_MARGIN else "low")
+    return label, margin
 
 
 def _compute_or_balanced(m: RunMetrics) -> tuple[Verdict, str]:

@@ -402,6 +402,10 @@ class RunAnalysis:
     world_size: int | None = None
     #: The runner's ``scaling`` record of this run when it is one point of a scaling study.
     scaling_point: dict[str, object] = field(default_factory=dict)
+    #: How clearly the profilers' verdict stands ("high", "medium", "low") and the margin behind
+    #: it (share of the step, see findings.verdict_confidence); None for unknown and balanced.
+    verdict_confidence: str | None = None
+    verdict_margin: float | None = None
 
 
 @dataclass(frozen=True)

@@ -150,6 +150,8 @@ def run_json(run: RunAnalysis) -> dict[str, Any]:
         "sources": [{"path": s.path, "kind": s.kind, "tool_version": s.tool_version,
                      "rank": s.rank} for s in run.sources],
         "verdict": run.verdict, "verdict_reason": run.verdict_reason,
+        "verdict_confidence": run.verdict_confidence,
+        "verdict_margin": _frac(run.verdict_margin),
         "metrics": metrics_json(m), "breakdown": _breakdown(m.breakdown),
         "findings": [_finding(f) for f in run.findings],
         "top_kernels": [_top(k) for k in m.top_kernels],
