@@ -73,7 +73,8 @@ MEMORY_KIND_CODES = {0: "PAGEABLE", 1: "PINNED", 2: "DEVICE", 3: "ARRAY", 4: "MA
                      5: "DEVICE_STATIC", 6: "MANAGED_STATIC", 7: "UNKNOWN"}
 SYNC_TYPE_CODES = {0: "UNKNOWN", 1: "EVENT_SYNCHRONIZE", 2: "STREAM_WAIT_EVENT",
                    3: "STREAM_SYNCHRONIZE", 4: "CONTEXT_SYNCHRONIZE"}
-# Read the big activity tables from the SQLite pages (parsers/sqlite_pages.py); SQL otherwise.
+# Read the activity tables (kernels, runtime, copies, memsets, syncs) from the SQLite pages
+# (parsers/sqlite_pages.py); SQL otherwise.
 NATIVE_READER = True
 
 # The id columns of GPU activity rows; a missing one becomes -1 (unknown).
@@ -510,6 +511,29 @@ def _kernels(export: _Export) -> pd.DataFrame | None:
     return _named_kernels(frame)
 
 
+def _native_activity(export: _Export, table: str, name: str, extras: list[str]
+                     ) -> pd.DataFrame | None:
+    """A GPU activity table from the export's pages: start, end, device, stream, correlation
+    (-1 when NULL) and the integer ``extras`` (NaN when NULL, as SQL gives them); None when
+    the page reader cannot read it (then SQL does)."""
+    ids = {"deviceId": "device", "streamId": "stream", "correlationId": "correlation"}
+    columns = ["start", "end", *ids, *extras]
+    if not set(columns) <= export.columns(table):
+        return None
+    read = export.native_columns(table, columns)
+    if read is None:
+        return None
+    values, kinds = read
+    rows = _valid_native(export, name, values, kinds)
+    frame = pd.DataFrame({"start": values["start"][rows], "end": values["end"][rows]})
+    for column, alias in ids.items():
+        frame[alias] = _ids(values, kinds, column, rows)
+    for column in extras:
+        frame[column] = np.where(kinds[column][rows] == sqlite_pages.NULL, np.nan,
+                                 values[column][rows])
+    return frame
+
+
 def _memcpy(export: _Export) -> pd.DataFrame | None:
     """CUPTI_ACTIVITY_KIND_MEMCPY with copy direction and memory kinds named."""
     table = "CUPTI_ACTIVITY_KIND_MEMCPY"
@@ -518,10 +542,13 @@ def _memcpy(export: _Export) -> pd.DataFrame | None:
         return None
     kinds = [col if col in export.columns(table) else f"NULL AS {col}"
              for col in ("srcKind", "dstKind")]
-    frame = _valid_rows(export, "memcpy", export.query(
-        f"SELECT {_checked_times('t')}, deviceId AS device, streamId AS stream, "
-        f"correlationId AS correlation, bytes, copyKind, {', '.join(kinds)} "
-        f"FROM {table} AS t ORDER BY t.start"))
+    frame = _native_activity(export, table, "memcpy", ["bytes", "copyKind", "srcKind",
+                                                       "dstKind"])
+    if frame is None:
+        frame = _valid_rows(export, "memcpy", export.query(
+            f"SELECT {_checked_times('t')}, deviceId AS device, streamId AS stream, "
+            f"correlationId AS correlation, bytes, copyKind, {', '.join(kinds)} "
+            f"FROM {table} AS t ORDER BY t.start"))
     frame[_GPU_IDS] = frame[_GPU_IDS].fillna(-1)
     frame["kind"] = _enum_names(export, "memcpy", frame["copyKind"], MEMCPY_OPER_CODES,
                                 COPY_KIND_OF_TOKEN)
@@ -538,9 +565,11 @@ def _memset(export: _Export) -> pd.DataFrame | None:
     if not export.usable(table, ("start", "end", "deviceId", "streamId", "correlationId",
                                  "bytes")):
         return None
-    frame = _valid_rows(export, "memset", export.query(
-        f"SELECT {_checked_times('t')}, deviceId AS device, streamId AS stream, "
-        f"correlationId AS correlation, bytes FROM {table} AS t ORDER BY t.start"))
+    frame = _native_activity(export, table, "memset", ["bytes"])
+    if frame is None:
+        frame = _valid_rows(export, "memset", export.query(
+            f"SELECT {_checked_times('t')}, deviceId AS device, streamId AS stream, "
+            f"correlationId AS correlation, bytes FROM {table} AS t ORDER BY t.start"))
     frame[_GPU_IDS] = frame[_GPU_IDS].fillna(-1)
     frame["bytes"] = frame["bytes"].fillna(-1)
     return conform("memset", frame)
@@ -589,9 +618,11 @@ def _sync(export: _Export) -> pd.DataFrame | None:
     if not export.usable(table, ("start", "end", "deviceId", "streamId", "syncType")):
         return None
     correlation = "correlationId" if "correlationId" in export.columns(table) else "NULL"
-    frame = _valid_rows(export, "sync", export.query(
-        f"SELECT {_checked_times('t')}, deviceId AS device, streamId AS stream, "
-        f"{correlation} AS correlation, syncType FROM {table} AS t ORDER BY t.start"))
+    frame = _native_activity(export, table, "sync", ["syncType"])
+    if frame is None:
+        frame = _valid_rows(export, "sync", export.query(
+            f"SELECT {_checked_times('t')}, deviceId AS device, streamId AS stream, "
+            f"{correlation} AS correlation, syncType FROM {table} AS t ORDER BY t.start"))
     frame["kind"] = _enum_names(export, "sync", frame["syncType"], SYNC_TYPE_CODES)
     frame[_GPU_IDS] = frame[_GPU_IDS].fillna(-1)
     return conform("sync", frame)

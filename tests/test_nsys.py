@@ -360,7 +360,7 @@ def test_page_reader_tables_equal_sql_tables(stem: str, exports: dict[str, Path]
     native = profiles[stem]
     monkeypatch.setattr(nsys, "NATIVE_READER", False)
     through_sql = nsys.parse(exports[stem])
-    for name in ("kernels", "runtime"):
+    for name in ("kernels", "runtime", "memcpy", "memset", "sync"):
         pd.testing.assert_frame_equal(native.table(name), through_sql.table(name))
     assert len(native.table("kernels")) == {"sc22_1gpu_baseline": 28674,
                                             "sc22_4gpu_baseline": 22564}[stem]
@@ -373,7 +373,7 @@ def test_page_reader_drops_what_sql_drops(exports: dict[str, Path], tmp_path: Pa
     monkeypatch.setattr(nsys, "NATIVE_READER", False)
     through_sql = nsys.parse(path)
     assert native.meta["dropped"] == through_sql.meta["dropped"]
-    for name in ("kernels", "runtime"):
+    for name in ("kernels", "runtime", "memcpy", "memset", "sync"):
         pd.testing.assert_frame_equal(native.table(name), through_sql.table(name))
 
 
