@@ -267,3 +267,16 @@ def test_nsys_impossible_times(hostile: list[tuple], tiny_trace: Path, tmp_path:
         assert run["metrics"]["gpu_busy_fraction"] == pytest.approx(expected.busy_fraction,
                                                                     abs=1e-3)
         assert 0 < expected.busy_fraction < 1
+
+
+def test_last_guard_finds_impossible_fractions() -> None:
+    """The guard after the analysis: any fraction outside [0, 1] (or NaN) is named."""
+    import math
+
+    from profreport.reports.analysis.analyze import impossible_fractions
+    from profreport.reports.analysis.results import TopItem
+
+    found = impossible_fractions({"top": [TopItem("k", 5, 1, 0.5), TopItem("k", 5, 1, 1.5)],
+                                  "gpu_busy_fraction": math.nan, "count": 7,
+                                  "by_origin": {"kineto": 3.0}})
+    assert found == ["metrics.top[1].share = 1.5", "metrics.gpu_busy_fraction = nan"]

@@ -7,6 +7,7 @@ Each input is one run: a profile file, or a folder holding several profiles of t
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -232,7 +233,36 @@ def _analyze_input(path: Path, options: AnalyzeOptions, executor: Executor,
     if not summaries and manifest is None:
         return None
     name = manifest.name if manifest else run_name(path)
-    return analyze_run(_unique(name, taken), profiles, manifest, summaries)
+    run = analyze_run(_unique(name, taken), profiles, manifest, summaries)
+    impossible = impossible_fractions(run.metrics)
+    if impossible:  # the parsers validate every value; this is the last guard before a report
+        raise InputError(f"impossible figures, so no report for it: {', '.join(impossible)} "
+                         "(a fraction outside [0, 1]; the input holds values no profiler "
+                         "records)", path)
+    return run
+
+
+def impossible_fractions(value: object, where: str = "metrics") -> list[str]:
+    """Where a result holds a fraction (a ``*_fraction`` or ``share`` field) that is not a
+    number in [0, 1]: ``["metrics.gpu.busy_fraction = 1.7"]``."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [found for item in dataclasses.fields(value)
+                for found in _fraction_field(getattr(value, item.name), f"{where}.{item.name}")]
+    if isinstance(value, list | tuple):
+        return [found for index, item in enumerate(value)
+                for found in impossible_fractions(item, f"{where}[{index}]")]
+    if isinstance(value, dict):
+        return [found for key, item in value.items()
+                for found in _fraction_field(item, f"{where}.{key}")]
+    return []
+
+
+def _fraction_field(value: object, where: str) -> list[str]:
+    """:func:`impossible_fractions` for one named field: checked when its name says fraction."""
+    named = where.endswith(("fraction", ".share"))
+    if named and isinstance(value, int | float) and not isinstance(value, bool):
+        return [] if 0.0 <= value <= 1.0 else [f"{where} = {value:g}"]
+    return impossible_fractions(value, where)
 
 
 def analyze_paths(inputs: list[Path], options: AnalyzeOptions) -> Report:
