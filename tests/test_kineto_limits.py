@@ -200,3 +200,18 @@ def test_parallel_ranges_match_sequential(tmp_path: Path,
         assert table.equals(parallel.tables[name]), name
     assert sequential.meta == parallel.meta
     assert len(parallel.table("steps")) == 40
+
+
+def test_read_ahead_thread_ends_with_the_parse(tmp_path: Path) -> None:
+    """A gzip trace refused near its start, with megabytes still to inflate, leaves no reading
+    thread behind (the thread would otherwise wait forever to hand over the next chunk)."""
+    import threading
+
+    events = json.dumps([_event(ts=i) for i in range(100_000)]).encode()
+    path = tmp_path / "garbled.json.gz"
+    path.write_bytes(gzip.compress(b'{"traceEvents": [{"ph": @@}, ' + events[1:] + b"}"))
+    before = threading.active_count()
+    with pytest.raises(InputError, match="invalid JSON"):
+        kineto.parse(path)
+    assert threading.active_count() == before
+    assert not any(t.name == "kineto-prefetch" for t in threading.enumerate())
