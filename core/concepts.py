@@ -41,6 +41,11 @@ _STEP = re.compile(r"^\s*(?:ProfilerStep#(\d+)|step[ _#]?(\d+))\s*$", re.IGNOREC
 # single- and multi-process iterators, ``enumerate(DataPipe)#...`` for DataPipes, and the NVTX
 # ranges profreport's runner puts around ``next(loader)``.
 _DATALOADER_SPAN = r"^enumerate\((?:DataLoader|DataPipe)\)#.*__next__"
+# torch.profiler's span of a DataLoader with num_workers=0: batches are loaded in the training
+# process itself, while the GPU waits.
+_IN_PROCESS_LOADER = r"_SingleProcessDataLoaderIter"
+# ... and with worker processes (num_workers > 0).
+_WORKER_LOADER = r"_MultiProcessingDataLoaderIter"
 #: The NVTX range profreport's runner puts around ``next(loader)``.
 DATALOADER_RANGE = "dataloader"
 DATALOADER_RANGE_NAMES = frozenset({DATALOADER_RANGE, "data_loading", "data loading",
@@ -304,6 +309,16 @@ def _dataloader_spans(names: pd.Series) -> pd.Series:
 def is_dataloader_span(names: pd.Series) -> pd.Series:
     """Whether each CPU span is the training loop waiting for the next batch."""
     return _per_distinct(names, _dataloader_spans)
+
+
+def is_in_process_loader_span(names: pd.Series) -> pd.Series:
+    """Whether each DataLoader span is a single-process iterator (``num_workers=0``)."""
+    return _matches(names, _IN_PROCESS_LOADER)
+
+
+def is_worker_loader_span(names: pd.Series) -> pd.Series:
+    """Whether each DataLoader span is a multi-process iterator (``num_workers > 0``)."""
+    return _matches(names, _WORKER_LOADER)
 
 
 def is_dataloader_loop_line(source: str | None) -> bool:

@@ -455,3 +455,19 @@ def test_verdict_confidence_margins(corpus: Path) -> None:
     event_sync = metrics_of(corpus / "hta" / "cuda_event_sync.json.gz")
     assert verdict_confidence(event_sync, "host-bound")[0] == "high"
     assert verdict_confidence(event_sync, "unknown") is None
+
+
+def test_zero_grad_and_in_process_loader_from_the_trace(corpus: Path) -> None:
+    """resnet50 num_workers=0: zero_grad launches 161 fill kernels per step (launched inside
+    Optimizer.zero_grad, by correlation id): set_to_none is off. Its DataLoader spans are
+    _SingleProcessDataLoaderIter, so the loader advice starts from num_workers 0; with 4 workers
+    the spans say so and no in-process finding fires. The HTA trace's zero_grad launches none."""
+    w0 = metrics_of(corpus / "kineto" / "resnet50_num_workers_0.pt.trace.json.gz")
+    assert w0.kernel_mix.zero_grad_work_per_step == 161 and w0.loader_in_process is True
+    found = ids(w0)
+    assert "161 kernels" in found["ZERO_GRAD_NOT_NONE"].evidence[0].text
+    assert "from 0 to" in found["LOADER_BOUND"].recommendation
+    w4 = metrics_of(corpus / "kineto" / "resnet50_num_workers_4.pt.trace.json.gz")
+    assert w4.loader_in_process is False and "SYNC_DATALOADER" not in ids(w4)
+    hta = metrics_of(corpus / "hta" / "nccl_data.json.gz")
+    assert hta.kernel_mix.zero_grad_work_per_step == 0 and "ZERO_GRAD_NOT_NONE" not in ids(hta)

@@ -78,6 +78,9 @@ SYNC_STALL_FRACTION = 0.10
 SMALL_BATCH_SIZE = 16
 #: With a mostly idle GPU, 60% of kernels under SHORT_KERNEL_NS says the work per step is tiny.
 SMALL_BATCH_SHORT_KERNELS = 0.60
+#: A single-process DataLoader (num_workers=0) taking 5% of the step is worth a worker process
+#: even when the run is not loader-bound.
+IN_PROCESS_LOADER_SHARE = 0.05
 #: Two sources agree about the DataLoader when their wait shares differ by at most this much.
 SOURCES_AGREE_DELTA = 0.15
 #: DataLoader workers to suggest when the CPU count is unknown.
@@ -220,9 +223,12 @@ def _loader_evidence(m: RunMetrics) -> list[Evidence]:
     return out
 
 
-def _workers_advice(ctx: RunContext) -> str:
-    """Concrete DataLoader advice using this run's num_workers and CPU count."""
+def _workers_advice(ctx: RunContext, m: RunMetrics | None = None) -> str:
+    """Concrete DataLoader advice using this run's num_workers (the knob, else 0 when the trace
+    shows a single-process DataLoader) and CPU count."""
     workers = ctx.knob("num_workers")
+    if workers is None and m is not None and m.loader_in_process:
+        workers = 0
     cpus = ctx.cpus()
     target = max(cpus - 1, 1) if cpus else DEFAULT_SUGGESTED_WORKERS
     if isinstance(workers, int) and workers >= target:
@@ -242,8 +248,46 @@ def loader_bound(m: RunMetrics, ctx: RunContext) -> Finding | None:
         return None
     return Finding("LOADER_BOUND", "high",
                    f"The training loop spends {pct(share)} of each step waiting for data.",
-                   _loader_evidence(m) + _trial_evidence(m.trials, "loader"),
-                   _workers_advice(ctx))
+                   _loader_evidence(m) + _in_process_evidence(m)
+                   + _trial_evidence(m.trials, "loader"),
+                   _workers_advice(ctx, m))
+
+
+def _in_process_evidence(m: RunMetrics) -> list[Evidence]:
+    """That the DataLoader runs in the training process, when the trace's spans say so."""
+    if not m.loader_in_process:
+        return []
+    origin: Origin = m.breakdown.origin if m.breakdown is not None else "kineto"
+    return [Evidence("the DataLoader spans are _SingleProcessDataLoaderIter: num_workers=0, "
+                     "every batch is loaded in the training process while the GPU waits", origin)]
+
+
+def in_process_loader(m: RunMetrics, ctx: RunContext) -> Finding | None:
+    """A single-process DataLoader costing a noticeable share of the step, below loader-bound
+    (LOADER_BOUND covers it above)."""
+    share = m.dataloader_fraction
+    if not m.loader_in_process or share is None or \
+            not IN_PROCESS_LOADER_SHARE <= share < LOADER_BOUND_FRACTION:
+        return None
+    return Finding("SYNC_DATALOADER", "medium",
+                   f"The DataLoader loads batches in the training process (num_workers=0): "
+                   f"{pct(share)} of each step.", _in_process_evidence(m),
+                   _workers_advice(ctx, m))
+
+
+def zero_grad_not_none(m: RunMetrics, ctx: RunContext) -> Finding | None:
+    """``zero_grad()`` launches kernels: it fills the gradients with zeros instead of freeing
+    them (``set_to_none=False``)."""
+    mix = m.kernel_mix
+    if mix is None or not mix.zero_grad_work_per_step:
+        return None
+    return Finding("ZERO_GRAD_NOT_NONE", "low",
+                   "optimizer.zero_grad() writes zeros into every gradient each step.",
+                   [Evidence(f"{mix.zero_grad_work_per_step:.0f} kernels and memsets launched "
+                             "inside Optimizer.zero_grad per step (set_to_none=True launches "
+                             "none)", mix.origin)],
+                   "Call optimizer.zero_grad(set_to_none=True) (the default from PyTorch 2.0): "
+                   "gradients are freed instead of zero-filled, saving a kernel per parameter.")
 
 
 def trial_limit(trials: Trials | None) -> str | None:
@@ -701,14 +745,15 @@ def trials_disagree(m: RunMetrics, ctx: RunContext) -> Finding | None:
 
 RULES: tuple[Rule, ...] = (loader_bound, compute_bound, comm_overhead, host_launch_bound,
                            pageable_memcpy, sync_stall, low_gpu_util, small_batch,
-                           dataparallel_not_ddp, cpu_oversubscribed, sources_agreement,
+                           dataparallel_not_ddp, cpu_oversubscribed, in_process_loader,
+                           zero_grad_not_none, sources_agreement,
                            trials_disagree)
 # Every id a rule gives its finding: what a grading rubric may name (vocabulary, not a
 # threshold; tests/test_grade_rubric.py keeps it in step with the rules).
 FINDING_IDS = frozenset({
     "LOADER_BOUND", "COMPUTE_BOUND", "COMM_OVERHEAD", "HOST_LAUNCH_BOUND", "PAGEABLE_MEMCPY",
     "SYNC_STALL", "LOW_GPU_UTIL", "SMALL_BATCH", "DATAPARALLEL_NOT_DDP", "CPU_OVERSUBSCRIBED",
-    "SOURCES_AGREE", "SOURCES_DISAGREE", "TRIALS"})
+    "SOURCES_AGREE", "SOURCES_DISAGREE", "TRIALS", "SYNC_DATALOADER", "ZERO_GRAD_NOT_NONE"})
 
 
 #: The finding that explains each verdict: it leads the run's findings, whatever its severity.

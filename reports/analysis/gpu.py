@@ -237,13 +237,25 @@ def top_kernels(profile: Profile) -> list[TopItem]:
     return [replace(item, is_comm=item.name in comm) for item in top]
 
 
-def launched_in(profile: Profile, spans: iv.Intervals) -> pd.DataFrame:
-    """Kernels whose launch call started inside ``spans`` (joined on the correlation id)."""
+def launched_in(profile: Profile, spans: iv.Intervals, table: str = "kernels") -> pd.DataFrame:
+    """Rows of a GPU table (kernels by default) whose launching runtime call started inside
+    ``spans`` (joined on the correlation id)."""
     runtime = profile.table("runtime")
-    launches = runtime[runtime["name"].isin(concepts.LAUNCH_APIS)]
-    at = launches["start"].to_numpy(np.int64)
+    at = runtime["start"].to_numpy(np.int64)
     inside = iv.overlap_per_window(spans, at, at + 1) > 0
-    return profile.table("kernels").merge(launches.loc[inside, ["correlation"]], on="correlation")
+    calls = runtime.loc[inside, ["correlation"]].drop_duplicates()
+    return profile.table(table).merge(calls, on="correlation")
+
+
+def zero_grad_work_per_step(profile: Profile, windows: StepWindows | None) -> float | None:
+    """Kernels and memsets launched inside ``optimizer.zero_grad()`` spans, per step; None
+    without such spans or steps. ``set_to_none=True`` frees the gradients and launches none."""
+    spans = iv.union_of([spans_where(profile, concepts.is_zero_grad_span)])
+    if windows is None or not len(spans):
+        return None
+    work = pd.concat([launched_in(profile, spans, table) for table in ("kernels", "memset")],
+                     ignore_index=True)
+    return len(launched_in_steps(profile, work, windows)) / windows.count
 
 
 def kernel_mix(profile: Profile, windows: StepWindows | None) -> KernelMix | None:
@@ -275,7 +287,8 @@ def kernel_mix(profile: Profile, windows: StepWindows | None) -> KernelMix | Non
         elementwise_fraction=share(concepts.is_elementwise_kernel(names)),
         optimizer_kernels_per_step=per_step,
         fused_optimizer=bool(concepts.is_fused_optimizer_kernel(fused_pool["name"]).any()),
-        optimizer_name=classes[0] if classes else None)
+        optimizer_name=classes[0] if classes else None,
+        zero_grad_work_per_step=zero_grad_work_per_step(profile, windows))
 
 
 def max_devices_per_process(profile: Profile) -> int:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from profreport import concepts
 from profreport.manifest import Manifest
 from profreport.model import Profile
 from profreport.reports.analysis.breakdown import cpu_breakdown, cpu_phases
@@ -111,6 +112,15 @@ def _lines_of(profiles: list[Profile]) -> pd.DataFrame:
     return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
 
 
+def loader_in_process(profile: Profile) -> bool | None:
+    """Whether the profile's DataLoader spans are single-process iterators (num_workers=0);
+    None without spans that name their iterator."""
+    names = profile.table("dataloader")["name"]
+    if concepts.is_worker_loader_span(names).any():
+        return False
+    return True if concepts.is_in_process_loader_span(names).any() else None
+
+
 def compute_run_metrics(profiles: list[Profile], manifest: Manifest | None = None) -> RunMetrics:
     """Every metric of one run that its primary rank's profiles give (and its manifest, when
     there is one); the figures every rank adds come from ranks.add_rank_metrics."""
@@ -172,6 +182,7 @@ def _add_attributed_metrics(metrics: RunMetrics, timed: list[tuple[Profile, Step
         return
     profile, windows = best
     metrics.dataloader_fraction = metrics.dataloader_fraction_by_origin[profile.kind]
+    metrics.loader_in_process = loader_in_process(profile)
     if has_gpu_events(profile):
         metrics.gpu = gpu_utilization(profile, windows)
         claims = gpu_claims(profile, windows)

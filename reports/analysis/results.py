@@ -237,6 +237,9 @@ class KernelMix:
     fused_optimizer: bool
     #: The optimizer's class when the trace names it (``SGD``, ``AdamW``), else None.
     optimizer_name: str | None = None
+    #: Kernels and memsets ``zero_grad()`` launches per step (0 with ``set_to_none=True``);
+    #: None without zero_grad spans.
+    zero_grad_work_per_step: float | None = None
 
 
 @dataclass(frozen=True)
@@ -360,6 +363,9 @@ class RunMetrics:
     max_devices_per_process: int = 0
     #: DistributedDataParallel forward spans seen (DDP's own signature).
     ddp_forward_calls: int = 0
+    #: Whether the DataLoader spans are single-process iterators (num_workers=0); None when the
+    #: trace has no DataLoader span that tells.
+    loader_in_process: bool | None = None
     #: Memory per device from allocator events (profile_memory / --cuda-memory-usage).
     memory: MemoryStats | None = None
 
