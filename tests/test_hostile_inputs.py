@@ -280,3 +280,18 @@ def test_last_guard_finds_impossible_fractions() -> None:
                                   "gpu_busy_fraction": math.nan, "count": 7,
                                   "by_origin": {"kineto": 3.0}})
     assert found == ["metrics.top[1].share = 1.5", "metrics.gpu_busy_fraction = nan"]
+
+
+def test_fifo_inside_a_run_folder_is_one_line(tiny_trace: Path, tmp_path: Path) -> None:
+    """A FIFO named like a trace inside a folder is named, not skipped, and nothing hangs."""
+    import os
+    import shutil
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    shutil.copy(tiny_trace, folder / "a.pt.trace.json")
+    os.mkfifo(folder / "b.pt.trace.json")
+    report = analyze_paths([folder], AnalyzeOptions())
+    assert report.runs[0].metrics.steps.count == 2
+    assert report.failures == [f"{folder / 'b.pt.trace.json'}: a FIFO (named pipe), not a "
+                               "regular file: only files are read"]

@@ -83,8 +83,10 @@ def _searched(folder: Path, path: Path) -> bool:
 
 
 def find_profiles(folder: Path) -> list[Path]:
-    """The profile files of a run folder, sorted; an nsys export beside its report is skipped."""
-    found = sorted(p for p in folder.rglob("*") if p.is_file() and _searched(folder, p)
+    """The profile files of a run folder, sorted; an nsys export beside its report is skipped.
+    Anything but a folder counts, so a FIFO or a broken link named like a profile gets its own
+    failure line when it is read, instead of being skipped without a word."""
+    found = sorted(p for p in folder.rglob("*") if not p.is_dir() and _searched(folder, p)
                    and p.name.endswith(PROFILE_SUFFIXES)
                    and not any(fnmatch.fnmatchcase(p.name, name) for name in NOT_TRACES))
     reports = {run_name(p) for p in found if p.name.endswith(NSYS_REPORT_SUFFIXES)}
