@@ -30,8 +30,10 @@ from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
 from profreport.runner.launch import (
     NSYS_OUTPUT,
     Launch,
+    failure_line,
     qdstrm_importer,
     run_launch,
+    signal_of,
     wrap_command,
 )
 from profreport.runner.options import add_run_arguments
@@ -44,6 +46,7 @@ from profreport.runner.orchestrate import (
     write_slurm,
 )
 from profreport.runner.script_scan import scan_script
+from profreport.runner.scripts import ScriptSetting, vary_settings
 from profreport.runner.train import WARMUP_STEPS, TrainConfig
 from profreport.runner.variants import (
     CPU_DEFAULT_VARIANTS,
@@ -403,7 +406,7 @@ def test_ctrl_c_keeps_the_finished_variant_and_reports_it(tmp_path: Path) -> Non
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, start_new_session=True)
     second = out / "runs" / "workers" / "manifest.json"
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 600  # a busy 2-core machine takes minutes per variant
     while not second.is_file() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)
     os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends: the whole group
@@ -660,3 +663,48 @@ def test_scaling_runs_each_process_count_with_its_trials(tmp_path: Path) -> None
     assert two["throughput"] == pytest.approx(points[1].throughput_samples_per_s, abs=1e-3)
     assert two["efficiency"] == pytest.approx(
         points[1].throughput_samples_per_s / (2 * points[0].throughput_samples_per_s), abs=1e-3)
+
+
+def test_script_scan_reads_profilers_decorators_and_options() -> None:
+    """The syntax tree alone tells: the DDP script drives torch.profiler (``profile`` imported
+    by name, so its ``@profile`` would not be kernprof's) and writes to ./tb_traces; the
+    tutorial script carries a bare ``@profile`` and spells its option ``--num-workers``."""
+    ddp = scan_script(SCRIPTS / "ddp_own_profiler.py")
+    assert ddp.drives_torch_profiler and ddp.trace_dirs == ("./tb_traces",)
+    assert not ddp.has_profile_decorator and ddp.module_level_loader_line is None
+    decorated = scan_script(SCRIPTS / "profile_decorated.py")
+    assert decorated.has_profile_decorator and not decorated.drives_torch_profiler
+    assert decorated.options == ("--num-workers", "--steps", "--tag")
+    crashes = scan_script(SCRIPTS / "crashes.py")
+    assert not crashes.drives_torch_profiler and not crashes.has_profile_decorator
+
+
+def test_vary_settings_are_named_and_spelled_as_the_script_wants() -> None:
+    """--vary values become the script's own option spelling, runs are named by the setting,
+    known knobs are parsed, and --vary-args adds one run per argument set."""
+    facts = scan_script(SCRIPTS / "profile_decorated.py")
+    settings = vary_settings(["num_workers=0,2", "amp=true"], ["--num-workers 4 --tag x"],
+                             facts, "train")
+    assert [s.name for s in settings] == ["num_workers=0,amp=true", "num_workers=2,amp=true",
+                                          "num-workers_4_tag_x"]
+    assert settings[1].args == ("--num-workers", "2", "--amp", "true")
+    assert dict(settings[1].knobs) == {"num_workers": 2, "amp": True}
+    assert dict(settings[2].knobs) == {"num_workers": 4}
+    assert settings[2].options == ("--vary-args", "--num-workers 4 --tag x")
+    assert vary_settings([], [], facts, "train") == [ScriptSetting("train")]
+    with pytest.raises(UsageError, match="expected NAME=VALUE"):
+        vary_settings(["num_workers"], [], facts, "train")
+
+
+def test_failure_lines_say_how_a_launch_ended() -> None:
+    """An exit status with the last exception line; a signal by name, directly or as torchrun
+    reports a rank's; an exception line is never hidden behind warnings."""
+    lines = ["UserWarning: something", "Traceback (most recent call last):",
+             "ValueError: bad value", "[W] a Kineto warning"]
+    assert failure_line(1, None, lines) == "exit status 1: ValueError: bad value"
+    assert signal_of(-11, ["[W] a Kineto warning"]) == "SIGSEGV"
+    assert failure_line(-11, "SIGSEGV", ["[W] a Kineto warning"]) == "killed by SIGSEGV"
+    torchrun = ["traceback : Signal 6 (SIGABRT) received by PID 4242"]
+    assert signal_of(1, torchrun) == "SIGABRT"
+    assert failure_line(1, "SIGABRT", torchrun) == ("exit status 1, a rank killed by SIGABRT")
+    assert signal_of(2, ["usage: x"]) is None
