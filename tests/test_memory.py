@@ -209,6 +209,18 @@ def test_growth_from_step_to_step_is_a_leak(tmp_path: Path) -> None:
     assert "loss.item()" in growth.recommendation
 
 
+def test_step_without_events_does_not_hide_a_leak(tmp_path: Path) -> None:
+    """A last step with no memory event (the profiler stopped inside it) is left out."""
+    path = _training(tmp_path, kept_per_step=4 * MIB, temporary=64 * MIB, device_total=16 * GIB)
+    document = json.loads(path.read_text())
+    document["traceEvents"].append(_step_span(5, 500.0, 90.0))
+    path.write_text(json.dumps(document))
+    stats, findings = _analysed(path, memory.TrainingSettings())
+    assert [s.events for s in stats.devices[0].steps] == [3, 3, 3, 3, 0]
+    growth = next(f for f in findings if f.id == "MEMORY_GROWTH")
+    assert "each of 4 steps" in growth.evidence[0].text
+
+
 def test_steady_level_is_no_leak(tmp_path: Path) -> None:
     """Allocations that are all released within their step leave no growth finding."""
     path = _training(tmp_path, kept_per_step=0, temporary=64 * MIB, device_total=16 * GIB)

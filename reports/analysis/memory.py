@@ -120,7 +120,7 @@ def _step_stats(levels: _Levels, steps: pd.DataFrame) -> list[MemoryStep]:
             number=int(step.number), peak_allocated=_peak(levels.allocated, lo, hi),
             peak_reserved=_peak(levels.reserved, lo, hi), start_level=int(levels.main[lo]),
             end_level=int(levels.main[hi]), allocations=int(taken.size),
-            allocated_bytes=int(taken.sum())))
+            allocated_bytes=int(taken.sum()), events=hi - lo))
     return out
 
 
@@ -374,8 +374,9 @@ def headroom(stats: MemoryStats, settings: TrainingSettings) -> Finding | None:
 
 
 def _growing(device: DeviceMemory) -> int | None:
-    """Bytes the level grew by over the steps when it ends every step higher than the last."""
-    ends = [step.end_level for step in device.steps]
+    """Bytes the level grew by over the steps when it ends every step higher than the last
+    (steps without any memory event, where the recorder was off, are left out)."""
+    ends = [step.end_level for step in device.steps if step.events]
     if len(ends) < LEAK_MIN_STEPS or not all(b > a for a, b in zip(ends, ends[1:], strict=False)):
         return None
     growth = ends[-1] - ends[0]
@@ -388,7 +389,7 @@ def memory_growth(stats: MemoryStats, settings: TrainingSettings) -> Finding | N
     if not leaking:
         return None
     growth, device = max(leaking, key=lambda item: item[0])
-    steps = len(device.steps)
+    steps = sum(1 for step in device.steps if step.events)
     return Finding(
         id="MEMORY_GROWTH", severity="high",
         title="Memory grows from step to step: something keeps tensors alive across iterations",

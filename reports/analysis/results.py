@@ -489,6 +489,9 @@ class MemoryStep:
     #: Allocator calls that took memory in the step, and the bytes they took.
     allocations: int
     allocated_bytes: int
+    #: Memory events (allocations and releases) recorded in the step; 0 when the recorder was
+    #: off for it (torch.profiler stops inside the last step of its window).
+    events: int = 0
 
 
 @dataclass(frozen=True)

@@ -207,7 +207,7 @@ def _device_memory(d: DeviceMemory) -> dict[str, Any]:
         "steps": [{"number": s.number, "peak_allocated_bytes": s.peak_allocated,
                    "peak_reserved_bytes": s.peak_reserved, "start_bytes": s.start_level,
                    "end_bytes": s.end_level, "allocations": s.allocations,
-                   "allocated_bytes": s.allocated_bytes} for s in d.steps],
+                   "allocated_bytes": s.allocated_bytes, "events": s.events} for s in d.steps],
         "largest_allocations": [{"bytes": a.bytes, "at_ms": _ms(a.at_ns), "step": a.step,
                                  "op": a.op} for a in d.largest],
     }
