@@ -31,6 +31,7 @@ from profreport.runner.scripts import (
     collect_own_traces,
     keep_source_copy,
     new_trace_files,
+    overhead_notes,
     record_plain_result,
     script_entry,
     trace_search_dirs,
@@ -351,6 +352,8 @@ def run_script_setting(setting: ScriptSetting, options: RunOptions, facts: Scrip
             elif profiler == "torch" and own:
                 take_own_traces(manifest, folder, written, multi)
             write_manifest(folder, manifest)
+        manifest.notes += overhead_notes(manifest, folder)
+        write_manifest(folder, manifest)
     except KeyboardInterrupt:
         manifest.notes.append("interrupted by Ctrl-C: only the launches listed finished")
         write_manifest(folder, manifest)

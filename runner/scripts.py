@@ -28,6 +28,11 @@ TRACE_SEARCH_DEPTH = 2
 #: Bytes at the head of a Kineto trace that hold its ``distributedInfo`` (it precedes the events).
 TRACE_HEAD_BYTES = 65536
 DISTRIBUTED_RANK = re.compile(rb'"distributedInfo"\s*:\s*\{[^}]*"rank"\s*:\s*(\d+)')
+#: A profiler that slows the script's steps by more than this factor distorts any figure timed
+#: under it (step times, shares of a step): the run says so, and comparisons use the plain run.
+OVERHEAD_NOTE_FACTOR = 1.5
+#: The manifest names of the profilers a script launch runs under, by launch mode.
+PROFILER_NAMES = {"kernprof": "kernprof", "torch": "torch.profiler", "nsys": "nsys"}
 #: Characters a run's folder name keeps; others become ``_``.
 UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_.=,+-]+")
 
@@ -228,4 +233,20 @@ def record_plain_result(manifest: Manifest, folder: Path) -> None:
         basis += (f"; samples = steps x the DataLoader's batch size ({batch}) x "
                   f"{manifest.world_size} process(es)")
     manifest.throughput_basis = basis
+    manifest.notes.append(f"throughput: {basis}")
 
+
+
+def overhead_notes(manifest: Manifest, folder: Path) -> list[str]:
+    """One note per profiler whose launch ran the script's steps much slower than the plain run
+    did (both from the step marks, rank 0): figures timed under it are inflated."""
+    plain = manifest.throughput_steps_per_s
+    notes = []
+    for mode, name in PROFILER_NAMES.items():
+        results = read_results(folder, mode)
+        profiled = results[0].get("steps_per_s") if results else None
+        if plain and profiled and plain / profiled > OVERHEAD_NOTE_FACTOR:
+            notes.append(f"{name} slowed the steps {plain / profiled:.1f}x ({profiled:.2f} "
+                         f"steps/s against {plain:.2f} unprofiled): step times timed under it "
+                         "are inflated; throughput and comparisons come from the plain run")
+    return notes

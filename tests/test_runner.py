@@ -528,6 +528,8 @@ def test_profile_decorated_script_runs_in_every_launch(tmp_path: Path,
     folder = summary.folders[0]
     manifest = load_manifest(folder / "manifest.json")
     assert manifest.name == "train" and manifest.script == str(tmp_path / "train.py")
+    assert "throughput: plain run, rank 0: 7 steps between optimizer.step() calls" in " ".join(
+        manifest.notes)
     assert manifest.script_args == ["--steps", "8", "--tag", "two words"]
     assert [(run.profiler, run.exit_status) for run in manifest.launches] == [
         ("none", 0), ("kernprof", 0), ("torch.profiler", 0)]
@@ -708,3 +710,17 @@ def test_failure_lines_say_how_a_launch_ended() -> None:
     assert signal_of(1, torchrun) == "SIGABRT"
     assert failure_line(1, "SIGABRT", torchrun) == ("exit status 1, a rank killed by SIGABRT")
     assert signal_of(2, ["usage: x"]) is None
+
+
+def test_profiler_overhead_is_noted_from_the_step_marks(tmp_path: Path) -> None:
+    """torch.profiler's launch ran the steps 5x slower than the plain run: noted with both
+    rates; kernprof's 1.1x is not worth a note."""
+    from profreport.runner.scripts import overhead_notes
+
+    for mode, rate in (("torch", 2.0), ("kernprof", 9.0)):
+        (tmp_path / f"script_result.{mode}.rank0.json").write_text(
+            json.dumps({"rank": 0, "steps_per_s": rate}))
+    manifest = Manifest("train", "script train.py", {}, {}, throughput_steps_per_s=10.0)
+    assert overhead_notes(manifest, tmp_path) == [
+        "torch.profiler slowed the steps 5.0x (2.00 steps/s against 10.00 unprofiled): step "
+        "times timed under it are inflated; throughput and comparisons come from the plain run"]
