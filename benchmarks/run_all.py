@@ -28,6 +28,7 @@ import os
 import re
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -51,6 +52,8 @@ RANKS = 8
 NSYS_KERNELS = 10_000_000
 #: Seconds between two samples of a process tree's resident memory.
 SAMPLE_S = 0.05
+#: Seconds a tool may run before it is stopped and reported as not finished (--timeout).
+DEFAULT_TIMEOUT_S = 900
 PAGE = os.sysconf("SC_PAGE_SIZE")
 MB = 1 << 20
 CASES = ("1mb", "400mb", "2gb", "8ranks", "nsys10m")
@@ -80,11 +83,13 @@ def _tree_rss_mb(pid: int) -> float:
     return total * PAGE / MB
 
 
-def measure(case: str, tool: str, command: list[str]) -> Measurement:
-    """Run ``command`` and measure it (the whole process tree)."""
+def measure(case: str, tool: str, command: list[str],
+            timeout_s: float = DEFAULT_TIMEOUT_S) -> Measurement:
+    """Run ``command`` and measure it (the whole process tree); stopped after ``timeout_s``."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               start_new_session=True)
     peak = [0.0]
     stop = threading.Event()
 
@@ -94,7 +99,12 @@ def measure(case: str, tool: str, command: list[str]) -> Measurement:
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    _, err = process.communicate()
+    try:
+        _, err = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        _, err = process.communicate()
+        err = f"did not finish in {timeout_s:.0f} s".encode()
     wall = time.perf_counter() - started
     stop.set()
     sampler.join()
@@ -103,7 +113,8 @@ def measure(case: str, tool: str, command: list[str]) -> Measurement:
     result = Measurement(case, tool, wall, cpu, peak[0])
     if process.returncode != 0:
         lines = err.decode(errors="replace").strip().splitlines()
-        result.failed = f"exit {process.returncode}: {lines[-1] if lines else ''}"[:120]
+        result.failed = (f"{lines[-1] if lines else ''} (exit {process.returncode}, "
+                         f"{cpu:.0f} s CPU, {peak[0]:.0f} MB so far)")[:160]
     print(f"  {case:8} {tool:34} {wall:8.1f} s {cpu:8.1f} s cpu {peak[0]:8.0f} MB"
           + (f"  FAILED {result.failed}" if result.failed else ""), flush=True)
     return result
@@ -152,42 +163,46 @@ def _child(tool: str, trace: Path) -> list[str]:
     return [sys.executable, bench_kineto.__file__, "--child", tool, str(trace)]
 
 
-def run_case(case: str, folder: Path, out: Path, peers_2gb: bool) -> list[Measurement]:
+def run_case(case: str, folder: Path, out: Path, peers_2gb: bool,
+             timeout_s: float) -> list[Measurement]:
     """Build the inputs of ``case`` and measure every tool on them."""
+
+    def run(tool: str, command: list[str]) -> Measurement:
+        return measure(case, tool, command, timeout_s)
+
     report = ["--format", "json", "--out", str(out)]
     if case == "1mb":
-        return [measure(case, "profreport --help", _profreport("--help")),
-                measure(case, "profreport analyze", _profreport("analyze", str(SMALL_TRACE),
-                                                                *report)),
-                measure(case, "HTA", _child("hta", SMALL_TRACE))]
+        return [run("profreport --help", _profreport("--help")),
+                run("profreport analyze", _profreport("analyze", str(SMALL_TRACE), *report)),
+                run("HTA", _child("hta", SMALL_TRACE))]
     if case in ("400mb", "2gb"):
         trace = _grown(MID_MB if case == "400mb" else LARGE_MB, folder)
-        rows = [measure(case, "profreport analyze", _profreport("analyze", str(trace), *report))]
+        rows = [run("profreport analyze", _profreport("analyze", str(trace), *report))]
         if case == "400mb" or peers_2gb:
-            rows += [measure(case, "HTA", _child("hta", trace)),
-                     measure(case, "orjson.loads (floor)", _child("orjson.loads", trace))]
+            rows += [run("HTA", _child("hta", trace)),
+                     run("orjson.loads (floor)", _child("orjson.loads", trace))]
         else:
             rows += [Measurement(case, tool, failed="not run: ~10 GB of memory; --with-2gb-peers")
                      for tool in ("HTA", "orjson.loads (floor)")]
         return rows
     if case == "8ranks":
         ranks = rank_folder(folder)
-        return [measure(case, "profreport analyze", _profreport("analyze", str(ranks), *report)),
-                measure(case, "profreport --processes 1",
-                        _profreport("analyze", str(ranks), "--processes", "1", *report)),
-                measure(case, "HTA", _child("hta", ranks))]
+        return [run("profreport analyze", _profreport("analyze", str(ranks), *report)),
+                run("profreport --processes 1",
+                    _profreport("analyze", str(ranks), "--processes", "1", *report)),
+                run("HTA", _child("hta", ranks))]
     export = nsys_export(folder)
     if export is None:
         return [Measurement(case, "profreport analyze",
                             failed="not run: no nsys, or no benchmarks/bench_nsys.py")]
     import bench_nsys
 
-    return [measure(case, "profreport analyze", _profreport("analyze", str(export), *report)),
-            measure(case, "nsys stats gpukernsum",
-                    [shutil.which("nsys") or "nsys", "stats", "--report", "gpukernsum",
-                     "--format", "csv", "--output", str(out / "k"), str(export)]),
-            measure(case, "sqlite3 kernel scan (floor)",
-                    [sys.executable, bench_nsys.__file__, "--scan", str(export)])]
+    return [run("profreport analyze", _profreport("analyze", str(export), *report)),
+            run("nsys stats gpukernsum",
+                [shutil.which("nsys") or "nsys", "stats", "--report", "gpukernsum",
+                 "--format", "csv", "--output", str(out / "k"), str(export)]),
+            run("sqlite3 kernel scan (floor)",
+                [sys.executable, bench_nsys.__file__, "--scan", str(export)])]
 
 
 def table(rows: list[Measurement]) -> str:
@@ -213,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path.home() / ".cache" / "profreport" / "bench")
     parser.add_argument("--skip", action="append", default=[], choices=CASES,
                         help="leave a case out (repeatable)")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
+                        help="stop a tool after S seconds (default: %(default)s)")
     parser.add_argument("--with-2gb-peers", action="store_true",
                         help="also run HTA and orjson.loads on the 2 GB trace (~10 GB each)")
     args = parser.parse_args(argv)
@@ -224,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         for case in CASES:
             if case not in args.skip:
                 print(f"{case}:", flush=True)
-                rows += run_case(case, args.out, Path(out), args.with_2gb_peers)
+                rows += run_case(case, args.out, Path(out), args.with_2gb_peers, args.timeout)
     print(f"\n{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end\n")
     print(table(rows))
     return 0
