@@ -113,3 +113,18 @@ def test_unreachable_scheduler_is_one_line(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and address in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_slurm_workers_give_the_same_report(slurm_available: str, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """--scheduler slurm: dask-jobqueue submits a real Slurm job that runs a Dask worker on the
+    cluster's node; the report equals the local one and the job wrote its log here."""
+    pytest.importorskip("dask_jobqueue", reason="needs pip install 'profreport[dask]'")
+    monkeypatch.chdir(tmp_path)  # the job's slurm-*.out lands in the submission folder
+    inputs = [REPO / "fixtures" / "ddp_gloo"]
+    local = analyze_paths(inputs, AnalyzeOptions(executor=ExecutorOptions(processes=2)))
+    remote = analyze_paths(inputs, AnalyzeOptions(executor=ExecutorOptions(
+        scheduler="slurm", slurm_jobs=1, slurm_memory="1GB", slurm_walltime="00:10:00")))
+    assert render_json(remote) == render_json(local)
+    logs = list(tmp_path.glob("slurm-*.out"))
+    assert logs and "Start worker" in logs[0].read_text()
