@@ -413,6 +413,7 @@ def test_new_hta_traces_get_verdicts_from_mechanisms(corpus: Path) -> None:
     triton = metrics_of(corpus / "hta" / "triton_example.json.gz")
     name, reason = verdict(triton)
     assert name == "unknown" and "no DataLoader wait, sync or launch" in reason
+    assert "SMALL_BATCH" not in ids(triton)  # one short kernel is no evidence of tiny batches
     event_sync = metrics_of(corpus / "hta" / "cuda_event_sync.json.gz")
     name, reason = verdict(event_sync)
     assert name == "host-bound" and "many short kernels" not in reason

@@ -595,6 +595,7 @@ def small_batch(m: RunMetrics, ctx: RunContext) -> Finding | None:
         evidence = [Evidence(f"batch size {batch} per device (manifest)", "manifest")]
     elif (m.launch is not None and m.gpu.busy_fraction < LOW_GPU_BUSY
           and m.launch.short_kernel_fraction >= SMALL_BATCH_SHORT_KERNELS
+          and m.launch.kernels_per_step >= MANY_KERNELS_PER_STEP
           and (m.dataloader_fraction or 0.0) < LOADER_BOUND_FRACTION):
         evidence = [Evidence(f"{pct(m.launch.short_kernel_fraction)} of kernels are shorter "
                              f"than {m.launch.short_kernel_ns // 1000} µs and the GPU is busy "
