@@ -304,10 +304,12 @@ class _Export:
         rows = self.query("SELECT id, value FROM StringIds")
         return dict(zip(rows["id"].tolist(), rows["value"].tolist(), strict=True))
 
-    def native_columns(self, table: str, columns: list[str]
-                       ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None:
-        """Integer columns of ``table`` read from its pages (values, and value kinds of
-        sqlite_pages), or None when the page reader cannot read it (SQL is used instead)."""
+    def native_columns(self, table: str, columns: list[str], texts: tuple[str, ...] = ()
+                       ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray],
+                                  dict[str, np.ndarray]] | None:
+        """Columns of ``table`` read from its pages: integer values, value kinds (of
+        sqlite_pages) and, for the ``texts`` columns, their strings; None when the page reader
+        cannot read it (SQL is used instead)."""
         if self.path is None or not NATIVE_READER:
             return None
         root = self.conn.execute("SELECT rootpage FROM sqlite_master WHERE type = 'table' "
@@ -318,7 +320,8 @@ class _Export:
         try:
             reader = sqlite_pages.PageReader(self.path)
             try:
-                for chunk in reader.columns(int(root[0]), wanted):
+                text_columns = tuple(order.index(col) for col in texts)
+                for chunk in reader.columns(int(root[0]), wanted, text_columns):
                     if len(chunk.spilled):
                         return None
                     parts.append(chunk)
@@ -330,7 +333,9 @@ class _Export:
                   for col, i in zip(columns, wanted, strict=True)}
         kinds = {col: np.concatenate([c.kinds[i] for c in parts] or [np.empty(0, np.int8)])
                  for col, i in zip(columns, wanted, strict=True)}
-        return values, kinds
+        strings = {col: np.concatenate([c.texts[order.index(col)] for c in parts]
+                                       or [np.empty(0, object)]) for col in texts}
+        return values, kinds, strings
 
     def name_value(self, table: str) -> dict[str, str]:
         """A ``name``/``value`` metadata table as a dict (the first value of repeated names)."""
@@ -411,7 +416,8 @@ def _valid_native(export: _Export, name: str, values: dict[str, np.ndarray],
                  & (start >= 0) & (end >= start) & (end <= MAX_TIMESTAMP_NS)
                  & (end - start <= MAX_EVENT_NS))
     for column, kind in kinds.items():
-        if column not in ("start", "end") and (kind == sqlite_pages.OTHER).any():
+        if column not in ("start", "end") and (
+                (kind != sqlite_pages.INTEGER) & (kind != sqlite_pages.NULL)).any():
             raise ValueError(f"{column} holds text or real values")
     if not valid.all():
         export.dropped[name] = export.dropped.get(name, 0) + int((~valid).sum())
@@ -448,7 +454,7 @@ def _native_kernels(export: _Export, table: str) -> pd.DataFrame | None:
     read = export.native_columns(table, columns)
     if read is None:
         return None
-    values, kinds = read
+    values, kinds, _ = read
     rows = _valid_native(export, "kernels", values, kinds)
     # One int64 key per (demangled, short) id pair: StringIds ids are row numbers, far below
     # 2**31; shifted by one so that an unknown id (-1) is 0.
@@ -523,7 +529,7 @@ def _native_activity(export: _Export, table: str, name: str, extras: list[str]
     read = export.native_columns(table, columns)
     if read is None:
         return None
-    values, kinds = read
+    values, kinds, _ = read
     rows = _valid_native(export, name, values, kinds)
     frame = pd.DataFrame({"start": values["start"][rows], "end": values["end"][rows]})
     for column, alias in ids.items():
@@ -581,7 +587,7 @@ def _native_runtime(export: _Export, table: str) -> pd.DataFrame | None:
     read = export.native_columns(table, columns)
     if read is None:
         return None
-    values, kinds = read
+    values, kinds, _ = read
     rows = _valid_native(export, "runtime", values, kinds)
     tids = _ids(values, kinds, "globalTid", rows)
     texts, codes = _strings_at(export, _ids(values, kinds, "nameId", rows))
@@ -628,11 +634,58 @@ def _sync(export: _Export) -> pd.DataFrame | None:
     return conform("sync", frame)
 
 
+def _native_ranges(export: _Export, table: str) -> pd.DataFrame | None:
+    """The NVTX ranges from the export's pages (as :func:`_ranges` selects them), or None."""
+    columns = ["start", "end", "eventType", "text", "globalTid", "textId", "domainId"]
+    if not set(columns) <= export.columns(table):
+        return None
+    read = export.native_columns(table, columns, texts=("text",))
+    if read is None:
+        return None
+    values, kinds, texts = read
+    tids = np.where(kinds["globalTid"] == sqlite_pages.NULL, -1, values["globalTid"])
+    pids = (tids >> _ID_SHIFT) & _ID_MASK
+    domain_of = _domain_names(values, kinds, texts["text"], pids)
+    is_range = (np.isin(values["eventType"], NVTX_RANGE_TYPES)
+                & (kinds["eventType"] == sqlite_pages.INTEGER)
+                & (kinds["end"] != sqlite_pages.NULL) & (tids >= 0))
+    picked = np.flatnonzero(is_range)
+    checked = {name: kinds[name][picked] for name in ("start", "end")}
+    rows = picked[_valid_native(export, "ranges", {n: values[n][picked] for n in checked},
+                                checked)]
+    text_ids = _ids(values, kinds, "textId", rows)
+    names = np.where(pd.isna(texts["text"][rows]),
+                     np.array([export.strings.get(int(i)) for i in text_ids], dtype=object),
+                     texts["text"][rows])
+    domains = [domain_of.get((int(d), int(p)), "") for d, p in
+               zip(_ids(values, kinds, "domainId", rows), pids[rows], strict=True)]
+    frame = pd.DataFrame({"start": values["start"][rows], "end": values["end"][rows],
+                          "pid": pids[rows], "tid": tids[rows] & _ID_MASK,
+                          "name": pd.Series(names, dtype=object).fillna(""),
+                          "domain": pd.Series(domains, dtype=object)})
+    return conform("ranges", frame)
+
+
+def _domain_names(values: dict[str, np.ndarray], kinds: dict[str, np.ndarray],
+                  texts: np.ndarray, pids: np.ndarray) -> dict[tuple[int, int], str]:
+    """The name of each (domainId, pid) from its domain-create events (the least text)."""
+    created = np.flatnonzero((values["eventType"] == NVTX_DOMAIN_CREATE)
+                             & (kinds["domainId"] == sqlite_pages.INTEGER)
+                             & pd.notna(texts))
+    frame = pd.DataFrame({"domain": values["domainId"][created], "pid": pids[created],
+                          "text": pd.Series(texts[created], dtype=object)})
+    return {(int(d), int(p)): str(t)
+            for (d, p), t in frame.groupby(["domain", "pid"])["text"].min().items()}
+
+
 def _ranges(export: _Export) -> pd.DataFrame | None:
     """NVTX push/pop and start/end ranges: text or textId, domain from domain-create events."""
     table = "NVTX_EVENTS"
     if not export.usable(table, ("start", "end", "eventType", "globalTid", "domainId")):
         return None
+    native = _native_ranges(export, table)
+    if native is not None:
+        return native
     cols = export.columns(table)
     text = "t.text" if "text" in cols else "NULL"
     text_id = "s.value" if "textId" in cols else "NULL"

@@ -29,7 +29,12 @@ INTERIOR_TABLE_PAGE = 0x05
 # chunk within the CPU caches.
 CHUNK_PAGES = 1024
 # Value kinds returned beside each column.
-INTEGER, NULL, OTHER = 0, 1, 2
+INTEGER, NULL, OTHER, TEXT = 0, 1, 2, 3
+# Texts up to this many bytes are grouped by content in numpy (hash, then a byte-by-byte check)
+# so that each distinct text is decoded once; longer ones are decoded one by one.
+MAX_GROUPED_TEXT = 128
+# FNV-1a's 64-bit prime: the hash that groups texts (every group is checked byte by byte).
+_FNV_PRIME = np.uint64(1099511628211)
 # Content size of serial types 0..11 (12 and up: blobs and text of (type - 12) // 2 bytes).
 _SIZE_OF_TYPE = np.array([0, 1, 2, 3, 4, 6, 8, 8, 0, 0, 0, 0], dtype=np.int64)
 
@@ -47,6 +52,45 @@ class Columns:
     kinds: dict[int, np.ndarray]
     #: Rowids of rows stored partly on overflow pages: not decoded here.
     spilled: np.ndarray
+    #: Per requested text column: the text of each row (None where the value is no text).
+    texts: dict[int, np.ndarray]
+
+
+def _decode(buf: np.ndarray, pos: int, size: int) -> str:
+    """One UTF-8 text of the buffer (undecodable bytes replaced, as they are never a name)."""
+    return bytes(buf[pos: pos + size]).decode("utf-8", "replace")
+
+
+def _same_bytes(buf: np.ndarray, a: np.ndarray, b: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """Whether the ``size`` bytes at ``a`` equal those at ``b``, for each row."""
+    same = np.ones(len(a), dtype=bool)
+    for j in range(int(size.max(initial=0))):
+        check = np.flatnonzero(same & (size > j))
+        same[check] = buf[a[check] + j] == buf[b[check] + j]
+    return same
+
+
+def _texts(buf: np.ndarray, pos: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """The texts of ``size`` bytes at ``pos`` as Python strings, each distinct text decoded
+    once (texts repeat: NVTX range names, thread names)."""
+    out = np.full(len(pos), None, dtype=object)
+    rows = np.flatnonzero(size <= MAX_GROUPED_TEXT)
+    length = size[rows]
+    digest = length.astype(np.uint64)
+    for j in range(int(length.max(initial=0))):
+        grow = np.flatnonzero(length > j)
+        digest[grow] = (digest[grow] * _FNV_PRIME) ^ buf[pos[rows[grow]] + j].astype(np.uint64)
+    _, first, codes = np.unique(digest, return_index=True, return_inverse=True)
+    codes = codes.ravel()
+    representative = rows[first]
+    distinct = np.array([_decode(buf, int(pos[r]), int(size[r])) for r in representative] + [""],
+                        dtype=object)[:-1]
+    same = (size[representative][codes] == length) & _same_bytes(
+        buf, pos[rows], pos[representative][codes], length)
+    out[rows[same]] = distinct[codes[same]]
+    for row in np.concatenate([rows[~same], np.flatnonzero(size > MAX_GROUPED_TEXT)]):
+        out[row] = _decode(buf, int(pos[row]), int(size[row]))
+    return out
 
 
 def _be(buf: np.ndarray, pos: np.ndarray, size: int) -> np.ndarray:
@@ -212,10 +256,10 @@ class PageReader:
             raise PageFormatError("a cell pointer lies outside its page")
         return bases[page_of] + offsets
 
-    def _decode_chunk(self, buf: np.ndarray, count: int, wanted: list[int]
-                      ) -> tuple[np.ndarray, dict[int, np.ndarray], dict[int, np.ndarray],
-                                 np.ndarray]:
-        """Rowids, values and kinds of the ``wanted`` columns of ``count`` pages' rows."""
+    def _decode_chunk(self, buf: np.ndarray, count: int, wanted: list[int],
+                      text_columns: tuple[int, ...] = ()) -> Columns:
+        """Rowids, values and kinds of the ``wanted`` columns of ``count`` pages' rows, and the
+        texts of the ``text_columns`` among them."""
         cells = self._cells(buf, count)
         payload, n1 = _varints(buf, cells)
         rowids, n2 = _varints(buf, cells + n1)
@@ -235,23 +279,30 @@ class PageReader:
             kind = np.full(len(types), OTHER, dtype=np.int8)
             kind[types == 0] = NULL
             kind[((types >= 1) & (types <= 6)) | (types == 8) | (types == 9)] = INTEGER
+            kind[(types >= 13) & (types % 2 == 1)] = TEXT
             pos = np.minimum(offsets[column], len(windows) - 1)
             values[column] = _integers(windows, pos, np.where(kind == INTEGER, types, 0))
             kinds[column] = kind
-        return rowids, values, kinds, spilled
+        texts = {}
+        for column in text_columns:
+            rows = np.flatnonzero(kinds[column] == TEXT)
+            texts[column] = np.full(len(rowids), None, dtype=object)
+            texts[column][rows] = _texts(buf, offsets[column][rows], sizes[column][rows])
+        return Columns(rowids=rowids, values=values, kinds=kinds, spilled=spilled, texts=texts)
 
-    def columns(self, root: int, wanted: list[int]) -> Iterator[Columns]:
+    def columns(self, root: int, wanted: list[int], text_columns: tuple[int, ...] = ()
+                ) -> Iterator[Columns]:
         """The ``wanted`` columns (0-based positions in the table's definition) of every row of
-        the table rooted at ``root``, one chunk of leaf pages at a time."""
+        the table rooted at ``root``, one chunk of leaf pages at a time; the texts of the
+        ``text_columns`` (also in ``wanted``) are decoded too."""
         leaves = self.leaf_pages(root)
         for first in range(0, len(leaves), CHUNK_PAGES):
             numbers = leaves[first: first + CHUNK_PAGES]
             buf = self._read_pages(numbers)
             try:
-                rowids, values, kinds, spilled = self._decode_chunk(buf, len(numbers), wanted)
+                yield self._decode_chunk(buf, len(numbers), wanted, text_columns)
             except IndexError:
                 raise PageFormatError("a record runs past its page") from None
-            yield Columns(rowids=rowids, values=values, kinds=kinds, spilled=spilled)
 
 
 def _has_content(path: Path) -> bool:

@@ -360,8 +360,10 @@ def test_page_reader_tables_equal_sql_tables(stem: str, exports: dict[str, Path]
     native = profiles[stem]
     monkeypatch.setattr(nsys, "NATIVE_READER", False)
     through_sql = nsys.parse(exports[stem])
-    for name in ("kernels", "runtime", "memcpy", "memset", "sync"):
+    for name in ("kernels", "runtime", "memcpy", "memset", "sync", "steps", "dataloader"):
         pd.testing.assert_frame_equal(native.table(name), through_sql.table(name))
+    pd.testing.assert_frame_equal(_sorted(native.table("ranges")),  # ties: any order in SQL
+                                  _sorted(through_sql.table("ranges")))
     assert len(native.table("kernels")) == {"sc22_1gpu_baseline": 28674,
                                             "sc22_4gpu_baseline": 22564}[stem]
 
@@ -373,7 +375,7 @@ def test_page_reader_drops_what_sql_drops(exports: dict[str, Path], tmp_path: Pa
     monkeypatch.setattr(nsys, "NATIVE_READER", False)
     through_sql = nsys.parse(path)
     assert native.meta["dropped"] == through_sql.meta["dropped"]
-    for name in ("kernels", "runtime", "memcpy", "memset", "sync"):
+    for name in ("kernels", "runtime", "memcpy", "memset", "sync", "steps"):
         pd.testing.assert_frame_equal(native.table(name), through_sql.table(name))
 
 
@@ -392,7 +394,7 @@ def test_page_reader_reads_every_integer_width(tmp_path: Path) -> None:
         conn.execute("INSERT INTO t VALUES (5, ?, 7)", ("y" * 10_000,))  # spills
         root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 't'").fetchone()[0]
     reader = sqlite_pages.PageReader(path)
-    chunks = list(reader.columns(root, [0, 2]))
+    chunks = list(reader.columns(root, [0, 1, 2], text_columns=(0, 1)))
     leaves = reader.leaf_pages(root)
     reader.close()
     assert len(leaves) > 100  # a tree of interior pages over many leaves
@@ -401,8 +403,13 @@ def test_page_reader_reads_every_integer_width(tmp_path: Path) -> None:
     b = np.concatenate([c.values[2] for c in chunks])
     assert np.array_equal(b, np.arange(len(values) * 400))
     ints = [v for v in values if type(v) is int]
-    expected_kinds = [sqlite_pages.INTEGER if type(v) is int else
-                      sqlite_pages.NULL if v is None else sqlite_pages.OTHER for v in values]
+    expected_kinds = [sqlite_pages.INTEGER if type(v) is int else sqlite_pages.NULL if v is None
+                      else sqlite_pages.TEXT if type(v) is str else sqlite_pages.OTHER
+                      for v in values]
     assert kinds.tolist() == expected_kinds * 400
     assert a[kinds == sqlite_pages.INTEGER].tolist() == ints * 400
     assert np.concatenate([c.spilled for c in chunks]).tolist() == [len(values) * 400 + 1]
+    texts = np.concatenate([c.texts[0] for c in chunks])
+    assert texts.tolist() == [v if type(v) is str else None for v in values] * 400
+    pads = np.concatenate([c.texts[1] for c in chunks])  # "" to 299 chars: grouped and not
+    assert pads.tolist() == ["x" * (i % 300) for i in range(len(values) * 400)]
