@@ -14,12 +14,22 @@ from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
 from profreport.reports.analysis.compare import (
     NOISE_BLOCKS,
     Spread,
+    compare_runs,
     noise_band,
     step_spread,
     t_quantile,
     within_noise,
 )
+from profreport.reports.analysis.results import (
+    BREAKDOWN_PARTS,
+    Breakdown,
+    ComparisonRow,
+    RunAnalysis,
+    RunMetrics,
+    StepStats,
+)
 from profreport.reports.render.html import render_html
+from profreport.reports.render.json import render_json
 
 
 def test_t_quantile_matches_the_tables() -> None:
@@ -75,3 +85,115 @@ def test_step_stats_carry_their_spread(corpus: Path) -> None:
     steps = report.runs[0].metrics.steps
     assert steps.count == 6 and steps.mean_ns == 174_829_333
     assert steps.stdev_ns == 5_698_040
+
+
+def run_with_parts(name: str, parts_ms: dict[str, float], plain_ms: list[float] | None = None,
+                   steps_ms: float | None = None, knobs: dict[str, object] | None = None
+                   ) -> RunAnalysis:
+    """A run whose torch.profiler breakdown holds ``parts_ms`` (the rest 0), with the plain run's
+    step samples when given, and a step source from another profiler when ``steps_ms`` is."""
+    parts = dict.fromkeys(BREAKDOWN_PARTS, 0) | {k: round(v * 1e6) for k, v in parts_ms.items()}
+    steps = None
+    if steps_ms is not None:
+        mean = round(steps_ms * 1e6)
+        steps = StepStats("nsys", 10, mean, mean, mean, mean, mean)
+    metrics = RunMetrics(steps=steps, breakdown=Breakdown("kineto", sum(parts.values()), parts),
+                         plain_step_ns=[round(v * 1e6) for v in plain_ms or []])
+    return RunAnalysis(name, [], "compute-bound", "", metrics, [], knobs=knobs or {})
+
+
+def roles(row: ComparisonRow) -> dict[str, tuple[str, float | None]]:
+    """Part -> (role, share) of the row's attribution, minor parts left out."""
+    return {c.part: (c.role, c.share) for c in row.attribution if c.role != "minor"}
+
+
+def test_corpus_speedup_is_attributed_to_the_parts_that_add_up(corpus: Path) -> None:
+    """ResNet-50 num_workers 0 -> 4: DataLoader wait fell 69.4 -> 1.5 ms and explains 193% of the
+    35.1 ms the step lost; Other, Compute and Host / CUDA runtime grew and are named as offsets;
+    the parts add up to the step-time difference exactly (both from torch.profiler)."""
+    report = analyze_paths([corpus / "kineto" / f"resnet50_num_workers_{n}.pt.trace.json.gz"
+                            for n in (0, 4)], AnalyzeOptions())
+    row = report.comparison.rows[1]
+    total = row.step_time_ns - report.comparison.rows[0].step_time_ns
+    assert total == 139_748_333 - 174_886_166
+    assert sum(c.delta_ns for c in row.attribution) == total and row.unexplained_ns == 0
+    loader = row.attribution[0]
+    assert (loader.part, loader.role, loader.before_ns, loader.after_ns) == (
+        "dataloader", "driver", 69_355_333, 1_476_666)
+    assert loader.share == pytest.approx(67_878_667 / 35_137_833)
+    assert [c.part for c in row.attribution if c.role == "offset"] == [
+        "other", "compute", "host_runtime"]
+    assert row.explanation.startswith("Step time fell by 35.1 ms per step (174.9 ms -> 139.7 ms): "
+                                      "DataLoader wait fell 69.4 ms -> 1.5 ms (-67.9 ms, 193% of "
+                                      "the difference); offset by Other grew")
+    data = json.loads(render_json(report))["comparison"]["rows"][1]
+    assert data["attribution"][0] == {"part": "dataloader", "before_ms": 69.355,
+                                      "after_ms": 1.477, "delta_ms": -67.879,
+                                      "share": 1.9318, "role": "driver"}
+    assert data["unexplained_ms"] == 0.0
+
+
+def test_a_gain_explained_by_two_parts() -> None:
+    """100 -> 70 ms: DataLoader wait -20 ms (67%) and Host-to-device copy -10 ms (33%), both
+    acted on by the changed knobs, which are credited once each."""
+    base = run_with_parts("base", {"dataloader": 30, "h2d_copy": 15, "compute": 55},
+                          knobs={"num_workers": 0, "pin_memory": False})
+    run = run_with_parts("fast", {"dataloader": 10, "h2d_copy": 5, "compute": 55},
+                         knobs={"num_workers": 4, "pin_memory": True})
+    row = compare_runs([base, run]).rows[1]
+    assert roles(row) == {"dataloader": ("driver", pytest.approx(2 / 3)),
+                          "h2d_copy": ("driver", pytest.approx(1 / 3))}
+    assert row.explanation == (
+        "Step time fell by 30.0 ms per step (100.0 ms -> 70.0 ms): DataLoader wait fell 30.0 ms "
+        "-> 10.0 ms (-20.0 ms, 67% of the difference); Host-to-device copy fell 15.0 ms -> "
+        "5.0 ms (-10.0 ms, 33% of the difference). The DataLoader change (num_workers 0 -> 4, "
+        "pin_memory False -> True) and the copy change (pin_memory False -> True) brought the "
+        "gain.")
+
+
+def test_a_part_that_grew_while_the_step_fell_is_an_offset() -> None:
+    """The issue's case: compute grew 95 -> 123 ms while the step fell 200 -> 160 ms because the
+    DataLoader wait fell 80 -> 12 ms: compute is named as an offset, never as the reason, and
+    the AMP knob (which acts on compute) is not credited with the gain."""
+    base = run_with_parts("base", {"dataloader": 80, "compute": 95, "other": 25},
+                          knobs={"num_workers": 0, "amp": False})
+    run = run_with_parts("fast", {"dataloader": 12, "compute": 123, "other": 25},
+                         knobs={"num_workers": 8, "amp": True})
+    row = compare_runs([base, run]).rows[1]
+    assert roles(row) == {"dataloader": ("driver", pytest.approx(68 / 40)),
+                          "compute": ("offset", pytest.approx(-28 / 40))}
+    assert row.explanation == (
+        "Step time fell by 40.0 ms per step (200.0 ms -> 160.0 ms): DataLoader wait fell 80.0 ms "
+        "-> 12.0 ms (-68.0 ms, 170% of the difference); offset by Compute grew 95.0 ms -> "
+        "123.0 ms (+28.0 ms). The DataLoader change (num_workers 0 -> 8) brought the gain.")
+
+
+def test_a_change_within_noise_names_no_cause() -> None:
+    """100 -> 98 ms with ±10% step-to-step wobble in both plain runs: within noise, the parts are
+    shown but no knob is credited."""
+    wobble = [90.0, 110.0, 95.0, 105.0, 100.0]
+    base = run_with_parts("base", {"dataloader": 20, "compute": 80}, plain_ms=wobble,
+                          knobs={"num_workers": 0})
+    run = run_with_parts("same", {"dataloader": 18, "compute": 80},
+                         plain_ms=[v * 0.98 for v in wobble], knobs={"num_workers": 2})
+    row = compare_runs([base, run]).rows[1]
+    assert row.within_noise is True and row.speedup == pytest.approx(100 / 98)
+    assert row.explanation.startswith("1.02× is within this machine's run-to-run noise")
+    assert row.explanation.endswith(
+        "no change is shown. Step time fell by 2.0 ms per step (100.0 ms -> 98.0 ms): DataLoader "
+        "wait fell 20.0 ms -> 18.0 ms (-2.0 ms, 100% of the difference).")
+    assert "brought" not in row.explanation
+
+
+def test_a_step_time_from_another_profiler_leaves_a_reported_rest() -> None:
+    """Step time from nsys (120 -> 80 ms) but the breakdown from torch.profiler (100 -> 90 ms):
+    the 30 ms the parts do not cover is reported as unexplained, not given to a part."""
+    base = run_with_parts("base", {"dataloader": 20, "compute": 80}, steps_ms=120)
+    run = run_with_parts("fast", {"dataloader": 10, "compute": 80}, steps_ms=80)
+    row = compare_runs([base, run]).rows[1]
+    assert row.unexplained_ns == -30_000_000
+    assert sum(c.delta_ns for c in row.attribution) + row.unexplained_ns == -40_000_000
+    assert row.explanation == (
+        "Step time fell by 40.0 ms per step (120.0 ms -> 80.0 ms): DataLoader wait fell 20.0 ms "
+        "-> 10.0 ms (-10.0 ms, 25% of the difference); -30.0 ms (75% of the difference) is not "
+        "in the breakdown, whose steps are timed by another profiler than the step time.")

@@ -81,14 +81,20 @@ def test_comparison_names_the_dataloader_change(corpus: Path, tmp_path: Path) ->
     assert report.comparison.rows[0].within_noise is None
     assert row.changed_knobs == {"num_workers": {"from": 0, "to": 4}}
     assert row.breakdown_delta_ns["dataloader"] < -60_000_000
-    assert row.explanation == ("DataLoader wait fell from 69.4 ms to 1.5 ms per step: the "
-                               "DataLoader change (num_workers 0 -> 4) brought the gain.")
+    assert row.explanation == (
+        "Step time fell by 35.1 ms per step (174.9 ms -> 139.7 ms): DataLoader wait fell 69.4 ms "
+        "-> 1.5 ms (-67.9 ms, 193% of the difference); offset by Other grew 14.8 ms -> 26.9 ms "
+        "(+12.1 ms), Compute grew 85.9 ms -> 97.6 ms (+11.7 ms), Host / CUDA runtime grew 2.8 ms "
+        "-> 10.5 ms (+7.7 ms); smaller changes +1.3 ms together."
+        " The DataLoader change (num_workers 0 -> 4) brought the gain.")
     assert report.runs[0].knobs == {"num_workers": 0} and report.runs[0].notes == ["corpus trace"]
     assert "num_workers from 0" in report.runs[0].findings[0].recommendation
     flipped = analyze_paths(folders, AnalyzeOptions(baseline="workers4")).comparison.rows[0]
     assert flipped.speedup == pytest.approx(100 / 140) and flipped.within_noise is False
-    assert flipped.explanation == ("DataLoader wait grew from 1.5 ms to 69.4 ms per step: the "
-                                   "DataLoader change (num_workers 4 -> 0) brought the loss.")
+    assert flipped.explanation.startswith("Step time grew by 35.1 ms per step (139.7 ms -> "
+                                          "174.9 ms): DataLoader wait grew 1.5 ms -> 69.4 ms")
+    assert flipped.explanation.endswith(
+        "The DataLoader change (num_workers 4 -> 0) brought the loss.")
 
 
 def test_comparison_calls_a_small_difference_noise(corpus: Path, tmp_path: Path) -> None:
@@ -100,8 +106,11 @@ def test_comparison_calls_a_small_difference_noise(corpus: Path, tmp_path: Path)
     assert row.speedup == pytest.approx(1.04) and row.within_noise is True
     assert row.explanation == (
         "1.04× is within this machine's run-to-run noise (±22% at 95% confidence, from the "
-        "step-to-step spread of both runs): no change is shown. DataLoader wait fell from 69.4 ms "
-        "to 1.5 ms per step (num_workers 0 -> 4), the part of the step that moved most.")
+        "step-to-step spread of both runs): no change is shown. "
+        "Step time fell by 35.1 ms per step (174.9 ms -> 139.7 ms): DataLoader wait fell 69.4 ms "
+        "-> 1.5 ms (-67.9 ms, 193% of the difference); offset by Other grew 14.8 ms -> 26.9 ms "
+        "(+12.1 ms), Compute grew 85.9 ms -> 97.6 ms (+11.7 ms), Host / CUDA runtime grew 2.8 ms "
+        "-> 10.5 ms (+7.7 ms); smaller changes +1.3 ms together.")
     data = json.loads(render_json(report))["comparison"]
     assert data["noise_confidence"] == 0.95
     assert data["rows"][1]["within_noise"] is True
@@ -124,9 +133,12 @@ def test_comparison_says_when_throughput_and_step_time_disagree(corpus: Path,
     assert row.explanation == (
         "Unprofiled throughput fell (0.75×) while the profiled step time shrank (1.25×); the "
         "speedup is the throughput ratio, measured without profilers (step times also move with "
-        "the batch size and with how much each profiler slows a run). DataLoader wait fell "
-        "from 69.4 ms to 1.5 ms per step with the DataLoader change (num_workers 0 -> 4); yet the "
-        "run is slower overall (0.75×).")
+        "the batch size and with how much each profiler slows a run). In the profiled runs, "
+        "step time fell by 35.1 ms per step (174.9 ms -> 139.7 ms): DataLoader wait fell 69.4 ms "
+        "-> 1.5 ms (-67.9 ms, 193% of the difference); offset by Other grew 14.8 ms -> 26.9 ms "
+        "(+12.1 ms), Compute grew 85.9 ms -> 97.6 ms (+11.7 ms), Host / CUDA runtime grew 2.8 ms "
+        "-> 10.5 ms (+7.7 ms); smaller changes +1.3 ms together."
+        " The profiled breakdown does not explain the throughput change, so no cause is named.")
     data = json.loads(render_json(report))["comparison"]["rows"][1]
     assert data["speedup_basis"] == "throughput" and data["step_speedup"] == pytest.approx(1.25,
                                                                                            abs=0.01)
@@ -136,12 +148,12 @@ def test_comparison_without_knobs_and_baseline_choice(corpus: Path) -> None:
     """Without manifests the part that shrank most is named; --baseline picks the reference."""
     files = [kineto(corpus, 0), kineto(corpus, 4)]
     report = analyze_paths(files, AnalyzeOptions())
-    assert "DataLoader wait fell" in report.comparison.rows[1].explanation
+    assert "DataLoader wait fell 69.4 ms -> 1.5 ms" in report.comparison.rows[1].explanation
     row = report.comparison.rows[1]
     assert row.speedup_basis == "step time" and row.speedup == row.step_speedup
     flipped = analyze_paths(files, AnalyzeOptions(baseline="resnet50_num_workers_4"))
     assert flipped.comparison.baseline == "resnet50_num_workers_4"
-    assert "DataLoader wait grew" in flipped.comparison.rows[0].explanation
+    assert "DataLoader wait grew 1.5 ms -> 69.4 ms" in flipped.comparison.rows[0].explanation
     with pytest.raises(UsageError):
         analyze_paths(files, AnalyzeOptions(baseline="nope"))
 
@@ -237,15 +249,19 @@ def test_comparison_names_core_contention() -> None:
     row = compare_runs([run("baseline", 1, 90), run("workers", 2, 102)]).rows[1]
     assert row.within_noise is None and row.noise_fraction is None
     assert row.explanation == (
-        "Compute grew from 90.0 ms to 102.0 ms per step when num_workers went 1 -> 2 "
+        "Step time grew by 12.0 ms per step (93.0 ms -> 105.0 ms): Compute grew 90.0 ms -> "
+        "102.0 ms (+12.0 ms, 100% of the difference). Compute moved when num_workers went 1 -> 2 "
         "(2 DataLoader workers + 2 PyTorch intra-op threads on 2 CPUs): the loader workers "
         "compete with PyTorch's intra-op threads for the same cores.")
     fewer = compare_runs([run("workers", 2, 102), run("baseline", 1, 90)]).rows[1]
     assert fewer.explanation == (
-        "Compute fell from 102.0 ms to 90.0 ms per step when num_workers went 2 -> 1 "
+        "Step time fell by 12.0 ms per step (105.0 ms -> 93.0 ms): Compute fell 102.0 ms -> "
+        "90.0 ms (-12.0 ms, 100% of the difference). Compute moved when num_workers went 2 -> 1 "
         "(2 DataLoader workers + 2 PyTorch intra-op threads on 2 CPUs in workers): fewer loader "
         "workers compete with PyTorch's intra-op threads for the same cores.")
     fell = compare_runs([run("baseline", 1, 103), run("workers", 2, 94)]).rows[1]
     assert fell.speedup == pytest.approx(103 / 94, rel=0.01)
-    assert fell.explanation == ("Compute fell from 103.0 ms to 94.0 ms per step, the part "
-                                "that changed most (knobs changed: num_workers).")
+    assert fell.explanation == (
+        "Step time fell by 9.0 ms per step (106.0 ms -> 97.0 ms): Compute fell 103.0 ms -> 94.0 ms "
+        "(-9.0 ms, 100% of the difference). Knobs changed: num_workers (none acts on the parts "
+        "that moved).")

@@ -16,6 +16,14 @@ Welch t-interval on the log of the ratio gives the band (``noise_fraction``) at
 ``NOISE_CONFIDENCE``. A speedup inside it is ``within_noise``: its explanation says so first and
 names the part that moved without claiming a cause or a gain. A part's gain or loss is claimed
 only when the part moved the same way as the whole run.
+
+Attribution: the breakdown's parts add up to its step, so the step-time difference splits into
+the parts' differences. Parts that moved with the step are its drivers, each with the share of
+the difference it explains (a driver can explain more than all of it when others moved against
+it); parts that moved the other way are named as offsets, never as the reason. When the step
+time comes from another profiler than the breakdown, the rest beyond the noise band is reported
+as unexplained. A knob change is credited only to the drivers, and only when the change is
+beyond noise and the profiled step time moved the same way as the speedup.
 """
 
 from __future__ import annotations
@@ -33,9 +41,11 @@ from profreport.reports.analysis.results import (
     PART_LABELS,
     Comparison,
     ComparisonRow,
+    PartChange,
+    PartRole,
     RunAnalysis,
 )
-from profreport.units import ms
+from profreport.units import ms, pct
 
 #: Which knobs act on which part of the step (to name the change that brought a gain).
 PART_KNOBS = {
@@ -58,6 +68,9 @@ NOISE_CONFIDENCE = 0.95
 #: The plain run's steps are averaged in this many consecutive blocks before the test: load on a
 #: shared machine comes in stretches, so neighbouring steps are not independent samples.
 NOISE_BLOCKS = 5
+#: A part whose change is under 5% of the step-time difference is summed with the other small
+#: ones instead of named: listing every wobble of a few tenths of a ms would bury the cause.
+PART_SHARE_MIN = 0.05
 
 
 @dataclass(frozen=True)
@@ -178,47 +191,103 @@ def _core_contention(base: RunAnalysis, run: RunAnalysis, part: str,
             "threads for the same cores.")
 
 
-def _overall(speedup: float | None, part_fell: bool) -> str | None:
-    """The clause saying the whole run moved the other way from the part that moved most, or
-    None when they agree (or the speedup is unknown or exactly 1)."""
-    if speedup is None or speedup == 1.0 or (speedup > 1) == part_fell:
-        return None
-    way = "faster" if speedup > 1 else "slower"
-    return f"yet the run is {way} overall ({_ratio_text(speedup)})"
+def attribute(base: RunAnalysis, run: RunAnalysis, total_ns: int) -> list[PartChange]:
+    """Each breakdown part's change with its share of the step difference ``total_ns``: drivers
+    (moved with the step, at least PART_SHARE_MIN of it) largest first, then offsets (moved
+    against it), then minor parts; empty without a breakdown on both sides."""
+    a, b = base.metrics.breakdown, run.metrics.breakdown
+    if a is None or b is None:
+        return []
+    changes = []
+    for part in BREAKDOWN_PARTS:
+        delta = b.parts_ns[part] - a.parts_ns[part]
+        share = delta / total_ns if total_ns else None
+        role: PartRole = ("minor" if share is None or abs(share) < PART_SHARE_MIN
+                          else "driver" if share > 0 else "offset")
+        changes.append(PartChange(part, a.parts_ns[part], b.parts_ns[part], share, role))
+    order = {"driver": 0, "offset": 1, "minor": 2}
+    return sorted(changes, key=lambda c: (order[c.role], -abs(c.delta_ns), c.part))
 
 
-def explain(base: RunAnalysis, run: RunAnalysis, delta: dict[str, int],
-            knobs: dict[str, object], speedup: float | None = None,
-            causal: bool = True) -> str:
-    """One sentence naming the part that moved most and, when ``causal`` (the change is not
-    noise), the knob change behind it; a gain or loss is claimed only when the part and the
-    whole run (``speedup``) moved the same way."""
-    if not delta:
-        return "No breakdown on both sides: the step time alone is compared."
-    part = max(delta, key=lambda name: (abs(delta[name]), name))
-    before = base.metrics.breakdown.parts_ns[part]  # type: ignore[union-attr]
-    after = run.metrics.breakdown.parts_ns[part]  # type: ignore[union-attr]
-    verb = "fell" if after < before else "grew"
-    head = f"{PART_LABELS[part]} {verb} from {ms(before)} to {ms(after)} per step"
-    overall = _overall(speedup, after < before)
-    tail = f"; {overall}." if overall else "."
-    related = [name for name in PART_KNOBS[part] if name in knobs]
-    changes = ", ".join(f"{name} {knobs[name]['from']} -> {knobs[name]['to']}"  # type: ignore[index]
-                        for name in related)
-    if not causal:
-        named = f" ({changes})" if changes else ""
-        return f"{head}{named}, the part of the step that moved most{tail}"
-    contention = _core_contention(base, run, part, knobs)
-    if contention is not None:
-        return f"{head} when {contention[:-1]}{tail}"
-    if related and overall is None:
-        gain = "gain" if after < before else "loss"
-        return f"{head}: {PART_CHANGE[part]} ({changes}) brought the {gain}."
-    if related:
-        return f"{head} with {PART_CHANGE[part]} ({changes}){tail}"
+def unexplained_ns(changes: list[PartChange], total_ns: int) -> int | None:
+    """The step difference the parts' changes do not add up to; None without a breakdown."""
+    return total_ns - sum(c.delta_ns for c in changes) if changes else None
+
+
+def _signed(ns: int) -> str:
+    """-67878667 -> '-67.9 ms'; a plus sign for growth."""
+    return ("+" if ns > 0 else "-" if ns < 0 else "") + ms(abs(ns))
+
+
+def _moved(change: PartChange) -> str:
+    """'DataLoader wait fell 69.4 ms -> 1.5 ms (-67.9 ms'; the caller closes the bracket."""
+    verb = "fell" if change.delta_ns < 0 else "grew"
+    return (f"{PART_LABELS[change.part]} {verb} {ms(change.before_ns)} -> {ms(change.after_ns)} "
+            f"({_signed(change.delta_ns)}")
+
+
+def attribution_text(changes: list[PartChange], before_ns: int, after_ns: int,
+                     tolerance_ns: float) -> str:
+    """The step difference split into its parts: drivers with their share, offsets named as
+    offsets (never as the reason), minor parts summed, and what the parts leave unexplained when
+    it exceeds ``tolerance_ns``."""
+    total = after_ns - before_ns
+    if total == 0:
+        return f"Step time unchanged at {ms(before_ns)}."
+    head = (f"Step time {'fell' if total < 0 else 'grew'} by {ms(abs(total))} per step "
+            f"({ms(before_ns)} -> {ms(after_ns)})")
+    drivers = [c for c in changes if c.role == "driver"]
+    offsets = [c for c in changes if c.role == "offset"]
+    minor = sum(c.delta_ns for c in changes if c.role == "minor")
+    clauses = ["; ".join(f"{_moved(c)}, {pct(c.share)} of the difference)"  # type: ignore[arg-type]
+                         for c in drivers) or "no part of the breakdown moved with it"]
+    if offsets:
+        clauses.append("offset by " + ", ".join(f"{_moved(c)})" for c in offsets))
+    if minor:
+        clauses.append(f"smaller changes {_signed(minor)} together")
+    rest = unexplained_ns(changes, total) or 0
+    if abs(rest) > tolerance_ns:
+        clauses.append(f"{_signed(rest)} ({pct(rest / total)} of the difference) is not in the "
+                       "breakdown, whose steps are timed by another profiler than the step time")
+    return f"{head}: " + "; ".join(clauses) + "."
+
+
+def _credit(base: RunAnalysis, run: RunAnalysis, changes: list[PartChange],
+            knobs: dict[str, object]) -> str:
+    """The sentence naming the knob change behind the drivers (or core contention behind a
+    compute change), or the knobs that changed when none acts on a driver; '' without knobs."""
+    for change in changes:
+        if change.role != "minor":
+            contention = _core_contention(base, run, change.part, knobs)
+            if contention is not None:
+                return f" {PART_LABELS[change.part]} moved when {contention}"
+    credited = []
+    for change in (c for c in changes if c.role == "driver"):
+        related = [name for name in PART_KNOBS[change.part] if name in knobs]
+        if related:
+            named = ", ".join(f"{name} {knobs[name]['from']} -> {knobs[name]['to']}"  # type: ignore[index]
+                              for name in related)
+            credited.append(f"{PART_CHANGE[change.part]} ({named})")
+    if credited:
+        gain = "gain" if sum(c.delta_ns for c in changes) < 0 else "loss"
+        cause = " and ".join(dict.fromkeys(credited))
+        return f" {cause[:1].upper()}{cause[1:]} brought the {gain}."
     if knobs:
-        return f"{head}, the part that changed most (knobs changed: {', '.join(knobs)}){tail}"
-    return f"{head}, the part of the step that changed most{tail}"
+        return f" Knobs changed: {', '.join(knobs)} (none acts on the parts that moved)."
+    return ""
+
+
+def explain(base: RunAnalysis, run: RunAnalysis, knobs: dict[str, object],
+            tolerance_ns: float, causal: bool = True) -> str:
+    """The step difference attributed to its parts (see attribution_text) and, when ``causal``
+    (the change is beyond noise and the speedup agrees with the step time), the knob change
+    behind the parts that account for it."""
+    before, after = step_time_ns(base), step_time_ns(run)
+    changes = attribute(base, run, (after or 0) - (before or 0))
+    if not changes or before is None or after is None:
+        return "No breakdown on both sides: the step time alone is compared."
+    text = attribution_text(changes, before, after, tolerance_ns)
+    return text + _credit(base, run, changes, knobs) if causal else text
 
 
 def _ratio_text(ratio: float) -> str:
@@ -249,6 +318,33 @@ def _noise(base: RunAnalysis, run: RunAnalysis, speedup: float | None) -> float 
     return noise_band(spreads[0], spreads[1])
 
 
+def _tolerance_ns(base_step: int | None, step: int | None, band: float | None) -> float:
+    """How far the parts may miss the step difference before the rest is reported as
+    unexplained: the noise band on the baseline's step, else PART_SHARE_MIN of the difference."""
+    if band is not None and base_step:
+        return band * base_step
+    return PART_SHARE_MIN * abs((step or 0) - (base_step or 0))
+
+
+def _row_explanation(base: RunAnalysis, run: RunAnalysis, knobs: dict[str, object],
+                     ratios: tuple[float | None, float | None], band: float | None,
+                     noise: bool | None) -> str:
+    """The row's sentences: the noise or disagreement note first, then the attribution; a cause
+    is named only for a change beyond noise that the profiled step time agrees with."""
+    throughput_gain, step_speedup = ratios
+    speedup = throughput_gain if throughput_gain is not None else step_speedup
+    tolerance = _tolerance_ns(step_time_ns(base), step_time_ns(run), band)
+    if noise:
+        return f"{noise_text(speedup, band)} {explain(base, run, knobs, tolerance, causal=False)}"  # type: ignore[arg-type]
+    note = disagreement(throughput_gain, step_speedup)
+    if note is None:
+        return explain(base, run, knobs, tolerance)
+    profiled = explain(base, run, knobs, tolerance, causal=False)
+    return (f"{note} In the profiled runs, {profiled[:1].lower()}{profiled[1:]} "
+            "The profiled breakdown does not explain the throughput change, so no cause is "
+            "named.")
+
+
 def _row(base: RunAnalysis, run: RunAnalysis) -> ComparisonRow:
     """One run's row against the baseline (speedup and noise: see the module docstring)."""
     base_step, step = step_time_ns(base), step_time_ns(run)
@@ -259,20 +355,20 @@ def _row(base: RunAnalysis, run: RunAnalysis) -> ComparisonRow:
     throughput_gain = tp / base_tp if tp and base_tp else None
     speedup = throughput_gain if throughput_gain is not None else step_speedup
     explanation, band, noise = "baseline", None, None
+    total = (step or 0) - (base_step or 0)
+    changes = attribute(base, run, total) if base_step and step else []
     if run is not base:
         band = _noise(base, run, speedup)
         noise = None if band is None else within_noise(speedup, band)  # type: ignore[arg-type]
-        explanation = explain(base, run, delta, knobs, speedup, causal=noise is not True)
-        explanation = explanation[:1].upper() + explanation[1:]
-        note = (noise_text(speedup, band) if noise  # type: ignore[arg-type]
-                else disagreement(throughput_gain, step_speedup))
-        explanation = f"{note} {explanation}" if note else explanation
+        explanation = _row_explanation(base, run, knobs, (throughput_gain, step_speedup), band,
+                                       noise)
     return ComparisonRow(
         name=run.name, step_time_ns=step, throughput_samples_per_s=tp, speedup=speedup,
         throughput_gain=throughput_gain, breakdown_delta_ns=delta, changed_knobs=knobs,
         explanation=explanation, step_speedup=step_speedup,
         speedup_basis="throughput" if throughput_gain is not None else "step time",
-        within_noise=noise, noise_fraction=band)
+        within_noise=noise, noise_fraction=band, attribution=changes,
+        unexplained_ns=unexplained_ns(changes, total))
 
 
 def compare_runs(runs: list[RunAnalysis], baseline: str | None = None) -> Comparison | None:

@@ -414,6 +414,31 @@ class RunAnalysis:
     verdict_margin: float | None = None
 
 
+#: How a breakdown part's change relates to the change of the whole step: it moved the same way
+#: and accounts for a share of it ("driver"), moved the other way ("offset"), or is too small to
+#: name on its own ("minor", under compare.PART_SHARE_MIN of the step difference).
+PartRole = Literal["driver", "offset", "minor"]
+
+
+@dataclass(frozen=True)
+class PartChange:
+    """One breakdown part's change between the baseline and a run, and its share of the step
+    difference."""
+
+    part: str
+    before_ns: int
+    after_ns: int
+    #: Signed fraction of the step-time difference this part's change explains (negative for an
+    #: offset: a part that grew while the step fell, or fell while it grew).
+    share: float | None
+    role: PartRole
+
+    @property
+    def delta_ns(self) -> int:
+        """Run minus baseline, ns per step."""
+        return self.after_ns - self.before_ns
+
+
 @dataclass(frozen=True)
 class ComparisonRow:
     """One run against the baseline."""
@@ -439,6 +464,12 @@ class ComparisonRow:
     within_noise: bool | None = None
     #: Half-width of the confidence interval of ``speedup``, as a fraction (0.04 = ±4%).
     noise_fraction: float | None = None
+    #: Each breakdown part's change and its share of the step-time difference, drivers first
+    #: (largest first), then offsets, then minor parts; empty without a breakdown on both sides.
+    attribution: list[PartChange] = field(default_factory=list)
+    #: Step-time difference the breakdown parts do not account for (the step time and the
+    #: breakdown come from different sources), ns per step; None without a breakdown.
+    unexplained_ns: int | None = None
 
 
 @dataclass(frozen=True)
