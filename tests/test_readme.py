@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from profreport.reports.analysis import compare, findings, gpu, memory, scaling
+from profreport.reports.analysis import compare, findings, gpu, job, memory, scaling
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
 
@@ -30,8 +30,8 @@ def documented_constants(module: object) -> list[tuple[str, str]]:
 
 
 @pytest.mark.parametrize(("module", "least"), [(gpu, 3), (findings, 3), (compare, 2),
-                                               (memory, 3), (scaling, 3)],
-                         ids=["gpu", "findings", "compare", "memory", "scaling"])
+                                               (memory, 3), (scaling, 3), (job, 1)],
+                         ids=["gpu", "findings", "compare", "memory", "scaling", "job"])
 def test_every_threshold_is_in_the_readme_with_its_value(module: object, least: int) -> None:
     constants = documented_constants(module)
     assert len(constants) >= least

@@ -27,6 +27,7 @@ from profreport.reports.analysis.findings import (
     verdict,
     verdict_confidence,
 )
+from profreport.reports.analysis.job import job_analysis
 from profreport.reports.analysis.memory import memory_findings, training_settings
 from profreport.reports.analysis.metrics import compute_run_metrics, primary_timed
 from profreport.reports.analysis.ranks import (
@@ -207,7 +208,8 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
         world_size=run_world_size(manifest, summaries),
         scaling_point=dict(getattr(manifest, "scaling", None) or {}),
         verdict_confidence=confidence[0] if confidence else None,
-        verdict_margin=confidence[1] if confidence else None)
+        verdict_margin=confidence[1] if confidence else None,
+        job=job_analysis([s.verdict for s in summaries if s.verdict is not None]))
 
 
 def _unique(name: str, taken: set[str]) -> str:

@@ -16,12 +16,14 @@ from profreport.errors import failure_line
 from profreport.model import Profile
 from profreport.parsers import ParseOptions, parse_file
 from profreport.reports.analysis.cpu import dataparallel_ops, ddp_forward_calls
+from profreport.reports.analysis.findings import profiler_verdict
 from profreport.reports.analysis.gpu import has_gpu_events
 from profreport.reports.analysis.memory import memory_stats
-from profreport.reports.analysis.metrics import preference
+from profreport.reports.analysis.metrics import compute_run_metrics, preference
 from profreport.reports.analysis.results import (
     DeviceMemory,
     MemoryStats,
+    RankVerdict,
     RunMetrics,
     SourceInfo,
     StepStats,
@@ -52,6 +54,8 @@ class RankSummary:
     #: DistributedDataParallel forward spans (DDP's signature).
     ddp_forward_calls: int = 0
     memory: list[DeviceMemory] = field(default_factory=list)
+    #: The rank's own verdict (see reports.analysis.job); None for a source without a rank.
+    verdict: RankVerdict | None = None
 
 
 @dataclass(frozen=True)
@@ -95,7 +99,22 @@ def summarize(profile: Profile) -> RankSummary:
         world_size=world_size if isinstance(world_size := profile.meta.get("world_size"), int)
         else None, distributed=bool(profile.meta.get("distributedInfo")),
         dataparallel_ops=dataparallel_ops(profile), ddp_forward_calls=ddp_forward_calls(profile),
-        memory=list(memory.devices) if memory is not None else [])
+        memory=list(memory.devices) if memory is not None else [],
+        verdict=rank_verdict(profile))
+
+
+def rank_verdict(profile: Profile) -> RankVerdict | None:
+    """The verdict of one rank's profile on its own, with its step and communication shares;
+    None for a profile without a rank or without step timing (line_profiler)."""
+    if profile.rank is None or profile.kind == "lprof":
+        return None
+    metrics = compute_run_metrics([profile])
+    name, reason = profiler_verdict(metrics)
+    comm = metrics.comm
+    return RankVerdict(int(profile.rank), name, reason,
+                       metrics.steps.mean_ns if metrics.steps is not None else None,
+                       comm.fraction if comm is not None else None,
+                       comm.exposed_fraction if comm is not None else None)
 
 
 def read_rank(task: RankTask) -> RankResult:

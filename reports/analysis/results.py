@@ -389,6 +389,38 @@ class Finding:
     recommendation: str
 
 
+@dataclass(frozen=True)
+class RankVerdict:
+    """One rank of a job analysed on its own profile (see reports.analysis.job)."""
+
+    rank: int
+    verdict: Verdict
+    verdict_reason: str
+    #: Mean annotated step time of the rank, ns; None when its profile times no steps.
+    step_ns: int | None
+    #: Share of the rank's step in collectives, and the share not hidden under compute.
+    comm_fraction: float | None = None
+    comm_exposed_fraction: float | None = None
+
+
+@dataclass(frozen=True)
+class JobAnalysis:
+    """The ranks of one job analysed together: per-rank verdicts, the job's verdict, the slowest
+    rank and why rank verdicts differ."""
+
+    ranks: list[RankVerdict]
+    verdict: Verdict
+    verdict_reason: str
+    #: The rank with the longest mean step, its mean step and the other ranks' mean, ns.
+    slowest_rank: int | None = None
+    slowest_step_ns: int | None = None
+    others_step_ns: int | None = None
+    #: Whether the slowest rank lags the others by more than job.STRAGGLER_LAG.
+    straggler: bool = False
+    #: Why the rank verdicts differ; None when they agree.
+    disagreement: str | None = None
+
+
 @dataclass
 class RunAnalysis:
     """Everything profreport says about one run."""
@@ -412,6 +444,8 @@ class RunAnalysis:
     #: it (share of the step, see findings.verdict_confidence); None for unknown and balanced.
     verdict_confidence: str | None = None
     verdict_margin: float | None = None
+    #: The ranks analysed together (two or more ranks with profiles); None for one process.
+    job: JobAnalysis | None = None
 
 
 #: How a breakdown part's change relates to the change of the whole step: it moved the same way

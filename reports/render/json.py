@@ -18,6 +18,7 @@ from profreport.reports.analysis.results import (
     CpuOpMix,
     DeviceMemory,
     Finding,
+    JobAnalysis,
     KernelMix,
     LineItem,
     MemoryStats,
@@ -159,7 +160,22 @@ def run_json(run: RunAnalysis) -> dict[str, Any]:
         "lines": [_line(line) for line in m.lines],
         "knobs": run.knobs, "environment": run.environment, "notes": run.notes,
         "memory": memory_json(m.memory), "world_size": run.world_size,
+        "job": job_json(run.job),
     }
+
+
+def job_json(job: JobAnalysis | None) -> dict[str, Any] | None:
+    """The ranks of a job analysed together; None for one process."""
+    if job is None:
+        return None
+    return {"verdict": job.verdict, "verdict_reason": job.verdict_reason,
+            "slowest_rank": job.slowest_rank, "slowest_step_ms": _ms(job.slowest_step_ns),
+            "others_step_ms": _ms(job.others_step_ns), "straggler": job.straggler,
+            "disagreement": job.disagreement,
+            "ranks": [{"rank": r.rank, "verdict": r.verdict, "verdict_reason": r.verdict_reason,
+                       "step_ms": _ms(r.step_ns), "comm_fraction": _frac(r.comm_fraction),
+                       "comm_exposed_fraction": _frac(r.comm_exposed_fraction)}
+                      for r in job.ranks]}
 
 
 def comparison_json(c: Comparison | None) -> dict[str, Any] | None:

@@ -1,0 +1,89 @@
+"""The ranks of one job analysed together: each rank's own verdict, the job's verdict, the slowest
+rank (straggler) and why rank verdicts differ.
+
+In data-parallel training every rank waits in each collective until the slowest rank joins it, so
+the job runs at the pace of its slowest rank and the job's verdict is that rank's. The faster ranks
+spend the difference waiting inside the collectives: their communication looks exposed although
+the cause is the straggler's own bottleneck. Communication is a property of the job: when any rank
+records collectives, a rank verdict is never read as "no communication" (the disagreement says
+which ranks recorded none).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from profreport.reports.analysis.results import JobAnalysis, RankVerdict
+from profreport.units import ms, pct
+
+#: The slowest rank is called a straggler when its mean step is 10% longer than the other ranks'
+#: mean: below that, ranks of one job differ by the ordinary step-to-step wobble.
+STRAGGLER_LAG = 0.10
+
+
+def _slowest(ranks: Sequence[RankVerdict]) -> tuple[RankVerdict, int] | None:
+    """The rank with the longest mean step and the other ranks' mean step, ns; None when fewer
+    than two ranks time steps."""
+    timed = [r for r in ranks if r.step_ns is not None]
+    if len(timed) < 2:
+        return None
+    slowest = max(timed, key=lambda r: (r.step_ns, -r.rank))
+    others = [r.step_ns for r in timed if r is not slowest]
+    return slowest, round(sum(others) / len(others))  # type: ignore[arg-type]
+
+
+def _comm_note(ranks: Sequence[RankVerdict]) -> str | None:
+    """The sentence saying some ranks recorded collectives and others none, or None."""
+    with_comm = [r.rank for r in ranks if r.comm_fraction]
+    without = [r.rank for r in ranks if not r.comm_fraction]
+    if not with_comm or not without:
+        return None
+    return (f"rank {', '.join(map(str, without))} recorded no collectives although rank "
+            f"{', '.join(map(str, with_comm))} did: the job communicates, so its trace is "
+            "incomplete there rather than the rank free of communication")
+
+
+def disagreement(ranks: Sequence[RankVerdict], slowest: RankVerdict | None) -> str | None:
+    """Why the rank verdicts differ, or None when they agree."""
+    if len({r.verdict for r in ranks}) < 2:
+        return None
+    said = "; ".join(f"rank {r.rank} {r.verdict}" for r in ranks)
+    reasons = []
+    waiting = [r for r in ranks if r.verdict == "communication-bound" and slowest is not None
+               and r is not slowest and slowest.verdict != "communication-bound"]
+    if waiting and slowest is not None:
+        exposed = ", ".join(f"rank {r.rank} {pct(r.comm_exposed_fraction or 0)} of its step"
+                            for r in waiting)
+        reasons.append(f"the faster ranks wait inside the collectives for rank {slowest.rank} "
+                       f"(exposed communication: {exposed}), so their communication is the "
+                       f"slowest rank's {slowest.verdict} time seen from outside")
+    note = _comm_note(ranks)
+    if note is not None:
+        reasons.append(note)
+    if not reasons:
+        reasons.append("each rank's profile shows a different largest part of its step")
+    return f"Ranks disagree ({said}): {'; '.join(reasons)}."
+
+
+def job_analysis(ranks: Sequence[RankVerdict]) -> JobAnalysis | None:
+    """The job's verdict from its ranks' own verdicts: the slowest rank's (the job runs at its
+    pace), or the common verdict when no rank times steps; None for fewer than two ranks."""
+    ranks = sorted(ranks, key=lambda r: r.rank)
+    if len(ranks) < 2:
+        return None
+    found = _slowest(ranks)
+    if found is None:
+        lead = ranks[0]
+        return JobAnalysis(ranks, lead.verdict, f"rank {lead.rank}: {lead.verdict_reason}",
+                           disagreement=disagreement(ranks, None))
+    slowest, others = found
+    lag = slowest.step_ns / others - 1 if others else 0.0  # type: ignore[operator]
+    pace = (f"rank {slowest.rank}, the slowest, takes {ms(slowest.step_ns)} per step against "  # type: ignore[arg-type]
+            f"{ms(others)} for the other ranks ({lag:+.1%})")
+    lead = (f"{pace} and the job runs at its pace" if lag > STRAGGLER_LAG else
+            f"the ranks keep pace within {STRAGGLER_LAG:.0%}: {pace}")
+    reason = f"{lead}: {slowest.verdict_reason}"
+    return JobAnalysis(ranks, slowest.verdict, reason, slowest_rank=slowest.rank,
+                       slowest_step_ns=slowest.step_ns, others_step_ns=others,
+                       straggler=lag > STRAGGLER_LAG,
+                       disagreement=disagreement(ranks, slowest))

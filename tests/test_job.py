@@ -1,0 +1,125 @@
+"""Ranks of one job analysed together: per-rank verdicts, the job verdict, the slowest rank and
+why rank verdicts differ, on the project's two-rank gloo fixture and hand-built two-rank traces."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+from profreport.reports.analysis.job import job_analysis
+from profreport.reports.analysis.results import RankVerdict
+from profreport.reports.render.html import render_html
+from profreport.reports.render.json import render_json
+from profreport.reports.render.markdown import render_markdown
+
+COMPUTE_KERNEL = "volta_sgemm_128x64_nn"
+NCCL_KERNEL = "ncclKernel_AllReduce_RING_LL_Sum_float"
+
+
+def write_rank(folder: Path, rank: int, compute_us: int, comm_us: int, steps: int = 5) -> Path:
+    """A Kineto trace of one rank: ``steps`` ProfilerStep spans, each a compute kernel then an
+    all-reduce kernel, both launched by cudaLaunchKernel (joined by correlation id); every step
+    is 200 µs longer than its kernels (launch time before them)."""
+    pid = 100 + rank
+    events, ts, correlation = [], 1000, 1
+    step_us = compute_us + comm_us + 200
+    for n in range(steps):
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}",
+                       "pid": pid, "tid": pid, "ts": ts, "dur": step_us, "args": {}})
+        for name, start, dur in ((COMPUTE_KERNEL, ts + 100, compute_us),
+                                 (NCCL_KERNEL, ts + 100 + compute_us, comm_us)):
+            events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel",
+                           "pid": pid, "tid": pid, "ts": ts + 10 * correlation % 80, "dur": 5,
+                           "args": {"correlation": correlation}})
+            events.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7,
+                           "ts": start, "dur": dur,
+                           "args": {"correlation": correlation, "stream": 7, "device": 0}})
+            correlation += 1
+        ts += step_us
+    document = {"schemaVersion": 1, "traceEvents": events,
+                "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 2}}
+    path = folder / f"rank{rank}.pt.trace.json"
+    path.write_text(json.dumps(document))
+    return path
+
+
+def test_gloo_fixture_ranks_share_the_jobs_communication(fixtures_dir: Path) -> None:
+    """The two gloo ranks each record collectives (17% and 20% of their steps) and get the same
+    verdict; their step times are the per-rank figures of the run, within 10% of each other, so
+    no straggler is named and there is nothing to reconcile."""
+    report = analyze_paths([fixtures_dir / "ddp_gloo"], AnalyzeOptions())
+    run = report.runs[0]
+    job = run.job
+    assert [r.rank for r in job.ranks] == [0, 1]
+    assert {r.rank: r.step_ns / 1e6 for r in job.ranks} == pytest.approx(
+        run.metrics.per_rank_step_ms)
+    assert all(r.comm_fraction > 0.1 and r.comm_exposed_fraction > 0.1 for r in job.ranks)
+    assert {r.verdict for r in job.ranks} == {job.verdict} == {run.verdict}
+    slowest = max(job.ranks, key=lambda r: r.step_ns)
+    assert job.slowest_rank == slowest.rank and job.slowest_step_ns == slowest.step_ns
+    assert job.others_step_ns == min(r.step_ns for r in job.ranks)
+    assert job.straggler is False and job.disagreement is None
+    assert job.verdict_reason.startswith("the ranks keep pace within 10%: rank ")
+    data = json.loads(render_json(report))["runs"][0]["job"]
+    assert data["slowest_rank"] == job.slowest_rank and data["straggler"] is False
+    assert [r["rank"] for r in data["ranks"]] == [0, 1]
+
+
+def test_slow_rank_is_named_and_the_disagreement_explained(tmp_path: Path) -> None:
+    """Rank 1 computes 28 ms per step, rank 0 only 9 ms and then sits 10 ms in the all-reduce:
+    rank 1 is the straggler (29.7 ms per step against 19.2 ms), the job is compute-bound like
+    it, and rank 0's communication-bound verdict is explained as waiting for rank 1."""
+    write_rank(tmp_path, 0, compute_us=9000, comm_us=10000)
+    write_rank(tmp_path, 1, compute_us=28000, comm_us=1500)
+    report = analyze_paths([tmp_path], AnalyzeOptions())
+    job = report.runs[0].job
+    verdicts = {r.rank: (r.verdict, r.step_ns) for r in job.ranks}
+    assert verdicts == {0: ("communication-bound", 19_200_000), 1: ("compute-bound", 29_700_000)}
+    assert job.ranks[0].comm_exposed_fraction == pytest.approx(10_000 / 19_200)
+    assert (job.slowest_rank, job.slowest_step_ns, job.others_step_ns) == (1, 29_700_000,
+                                                                          19_200_000)
+    assert job.straggler is True and job.verdict == "compute-bound"
+    assert job.verdict_reason.startswith(
+        "rank 1, the slowest, takes 29.7 ms per step against 19.2 ms for the other ranks "
+        "(+54.7%) and the job runs at its pace: ")
+    assert job.disagreement == (
+        "Ranks disagree (rank 0 communication-bound; rank 1 compute-bound): the faster ranks "
+        "wait inside the collectives for rank 1 (exposed communication: rank 0 52% of its "
+        "step), so their communication is the slowest rank's compute-bound time seen from "
+        "outside.")
+    assert ("Rank 1 is a straggler: 29.7 ms per step against 19.2 ms for the others."
+            in render_markdown(report))
+    page = render_html(report)
+    assert "Rank 1 is a straggler" in page and "Ranks disagree (rank 0" in page
+
+
+def rank(number: int, verdict: str, step_ms: float, comm: float | None) -> RankVerdict:
+    """A rank's own verdict built by hand."""
+    return RankVerdict(number, verdict, f"rank {number}'s reason", round(step_ms * 1e6),  # type: ignore[arg-type]
+                       comm, comm)
+
+
+def test_a_rank_without_collectives_is_not_read_as_free_of_communication() -> None:
+    """Rank 1's trace records no collectives while rank 0's hold 31%: the disagreement says the
+    job communicates and rank 1's trace is incomplete, not that rank 1 has no communication."""
+    job = job_analysis([rank(1, "host-bound", 100, None), rank(0, "communication-bound", 101,
+                                                                  0.31)])
+    assert [r.rank for r in job.ranks] == [0, 1] and job.straggler is False
+    assert job.verdict == "communication-bound" and job.slowest_rank == 0
+    assert job.disagreement == (
+        "Ranks disagree (rank 0 communication-bound; rank 1 host-bound): rank 1 recorded no "
+        "collectives although rank 0 did: the job communicates, so its trace is incomplete there "
+        "rather than the rank free of communication.")
+
+
+def test_one_rank_is_no_job() -> None:
+    """A single process has no job view; ranks that time no steps give the lowest rank's
+    verdict and no slowest rank."""
+    assert job_analysis([rank(0, "compute-bound", 10, None)]) is None
+    untimed = job_analysis([RankVerdict(3, "unknown", "no steps", None),
+                            RankVerdict(2, "unknown", "no steps", None)])
+    assert untimed.verdict == "unknown" and untimed.slowest_rank is None
+    assert untimed.verdict_reason == "rank 2: no steps"
