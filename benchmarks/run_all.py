@@ -207,16 +207,18 @@ def run_case(case: str, folder: Path, out: Path, peers_2gb: bool,
 
 def table(rows: list[Measurement]) -> str:
     """The Markdown table: each tool with its ratios to profreport analyze on the same case."""
-    lines = ["| input | tool | wall s | CPU s | peak MB | wall vs ours | peak vs ours |",
-             "|---|---|---:|---:|---:|---:|---:|"]
+    lines = ["| input | tool | wall s | CPU s | peak MB | wall vs ours | CPU vs ours "
+             "| peak vs ours |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
     ours = {r.case: r for r in rows if r.tool == "profreport analyze" and not r.failed}
     for row in rows:
         if row.failed:
-            lines.append(f"| {row.case} | {row.tool} | {row.failed} | | | | |")
+            lines.append(f"| {row.case} | {row.tool} | {row.failed} | | | | | |")
             continue
         base = ours.get(row.case)
-        ratio = (f"{row.wall_s / base.wall_s:.2f}x | {row.peak_mb / base.peak_mb:.2f}x"
-                 if base and base.wall_s and base.peak_mb else " | ")
+        ratio = (f"{row.wall_s / base.wall_s:.2f}x | {row.cpu_s / base.cpu_s:.2f}x | "
+                 f"{row.peak_mb / base.peak_mb:.2f}x"
+                 if base and base.wall_s and base.cpu_s and base.peak_mb else " | | ")
         lines.append(f"| {row.case} | {row.tool} | {row.wall_s:.2f} | {row.cpu_s:.2f} | "
                      f"{row.peak_mb:.0f} | {ratio} |")
     return "\n".join(lines)
