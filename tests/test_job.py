@@ -123,3 +123,20 @@ def test_one_rank_is_no_job() -> None:
                             RankVerdict(2, "unknown", "no steps", None)])
     assert untimed.verdict == "unknown" and untimed.slowest_rank is None
     assert untimed.verdict_reason == "rank 2: no steps"
+
+
+def test_a_rank_with_two_profiles_counts_once(tmp_path: Path) -> None:
+    """Two traces of rank 1 (copied under another name) and one of rank 0: the job has two ranks,
+    and rank 0's verdict (its profile read whole for the detailed analysis) is there too."""
+    write_rank(tmp_path, 0, compute_us=9000, comm_us=10000)
+    second = write_rank(tmp_path, 1, compute_us=28000, comm_us=1500)
+    (tmp_path / "rank1_copy.pt.trace.json").write_text(second.read_text())
+    job = analyze_paths([tmp_path], AnalyzeOptions()).runs[0].job
+    assert [(r.rank, r.step_ns) for r in job.ranks] == [(0, 19_200_000), (1, 29_700_000)]
+
+
+def test_single_rank_trace_has_no_job(corpus: Path) -> None:
+    """The HTA NCCL trace is rank 0 alone: no job view (and no second analysis of the rank)."""
+    report = analyze_paths([corpus / "hta" / "nccl_data.json.gz"], AnalyzeOptions())
+    assert report.runs[0].job is None
+    assert json.loads(render_json(report))["runs"][0]["job"] is None

@@ -36,6 +36,7 @@ from profreport.reports.analysis.ranks import (
     RankTask,
     add_rank_metrics,
     needed_whole,
+    rank_verdicts,
     read_rank,
 )
 from profreport.reports.analysis.results import Report, RunAnalysis
@@ -209,7 +210,7 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
         scaling_point=dict(getattr(manifest, "scaling", None) or {}),
         verdict_confidence=confidence[0] if confidence else None,
         verdict_margin=confidence[1] if confidence else None,
-        job=job_analysis([s.verdict for s in summaries if s.verdict is not None]))
+        job=job_analysis(rank_verdicts(summaries, profiles)))
 
 
 def _unique(name: str, taken: set[str]) -> str:

@@ -87,8 +87,10 @@ class RankResult:
     failure: str | None = None
 
 
-def summarize(profile: Profile) -> RankSummary:
-    """The compact summary of one parsed profile."""
+def summarize(profile: Profile, with_verdict: bool = True) -> RankSummary:
+    """The compact summary of one parsed profile; its rank's own verdict when ``with_verdict``
+    (a profile that travels back whole gets it later, only when the job has other ranks, see
+    rank_verdicts)."""
     windows = step_windows(profile) if profile.kind != "lprof" else None
     memory = memory_stats([profile])
     return RankSummary(
@@ -100,7 +102,7 @@ def summarize(profile: Profile) -> RankSummary:
         else None, distributed=bool(profile.meta.get("distributedInfo")),
         dataparallel_ops=dataparallel_ops(profile), ddp_forward_calls=ddp_forward_calls(profile),
         memory=list(memory.devices) if memory is not None else [],
-        verdict=rank_verdict(profile))
+        verdict=rank_verdict(profile) if with_verdict else None)
 
 
 def rank_verdict(profile: Profile) -> RankVerdict | None:
@@ -126,7 +128,7 @@ def read_rank(task: RankTask) -> RankResult:
         if profile.rank is None:
             profile.rank = task.rank
         whole = profile if profile.rank in WHOLE_PROFILE_RANKS else None
-        return RankResult(task, summarize(profile), whole)
+        return RankResult(task, summarize(profile, with_verdict=whole is None), whole)
     except Exception as exc:  # one bad file never stops the batch
         return RankResult(task, failure=failure_line(exc, path))
 
@@ -163,3 +165,22 @@ def add_rank_metrics(metrics: RunMetrics, summaries: Sequence[RankSummary]) -> N
             metrics.dataparallel_ops[name] = metrics.dataparallel_ops.get(name, 0) + count
     devices = [device for summary in summaries for device in summary.memory]
     metrics.memory = MemoryStats(devices=devices) if devices else None
+
+
+def rank_verdicts(summaries: Sequence[RankSummary],
+                  profiles: Sequence[Profile]) -> list[RankVerdict]:
+    """One verdict per rank (from its preferred profile), by rank; a rank whose profile came back
+    whole gets its verdict here; empty when the run has fewer than two ranks."""
+    ranks = {s.source.rank for s in summaries if s.source.rank is not None}
+    if len(ranks) < 2:
+        return []
+    chosen: dict[int, RankVerdict] = {}
+    for summary in sorted(summaries, key=lambda s: s.preference):
+        if summary.verdict is not None:
+            chosen.setdefault(summary.verdict.rank, summary.verdict)
+    for profile in sorted(profiles, key=preference):
+        if profile.rank in ranks and profile.rank not in chosen:
+            found = rank_verdict(profile)
+            if found is not None:
+                chosen[found.rank] = found
+    return [chosen[rank] for rank in sorted(chosen)]
