@@ -127,7 +127,7 @@ SYNC_COPY_APIS = frozenset({"cudaMemcpy", "cuMemcpy", "cuMemcpyDtoH", "hipMemcpy
 
 _API_VERSION_SUFFIX = re.compile(r"_v\d+$")
 # A copy as torch.profiler names it: ``Memcpy HtoD (Pageable -> Device)``.
-_COPY_NAME = r"^Memcpy (\w+) \((\w+) -> (\w+)\)"
+_COPY_NAME = r"^Memcpy (\w+)(?: \((\w+) -> (\w+)\))?"
 # Names people give the function that runs the training loop (``train``, ``train_one_epoch``,
 # ``fit``, ``run_epoch``): with no source, they make a loop found from hit counts more likely
 # the training loop.

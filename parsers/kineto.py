@@ -114,7 +114,6 @@ _EVENT_GAP = re.compile(rb"\}\s*,\s*\{")
 _ARRAY_CLOSE = re.compile(rb"\}\s*\]|\A\s*\]")
 _DECODE_ERROR_BYTE = re.compile(r"\(byte (\d+)\)")
 _ERROR_FIELD = re.compile(r"at `\$(?:\[\d+\])?\.?([^`]*)`")
-_MEMCPY_NAME = re.compile(r"^Memcpy (\w+)(?: \((\w+) -> (\w+)\))?")
 
 #: Event categories (lower-cased) of each table, for every dialect and vendor.
 CPU_OP_CATS = frozenset({"cpu_op", "operator"})
@@ -1086,7 +1085,7 @@ class _Tables:
         rows = self.rows(MEMCPY_CATS)
         frame = self.gpu(rows)
         distinct = np.unique(rows.name)
-        parts = _memcpy_parts(pd.Series(self.names[distinct], dtype=object))
+        parts = concepts.copy_kinds(pd.Series(self.names[distinct], dtype=object))
         row_part = np.searchsorted(distinct, rows.name)
         for column in parts.columns:
             frame[column] = parts[column].to_numpy()[row_part]
@@ -1139,7 +1138,7 @@ class _Tables:
         frame = ranges.assign(number=concepts.step_numbers(ranges["name"])).dropna(
             subset=["number"])
         if not frame.empty:
-            frame = frame.sort_values("start", kind="stable").drop_duplicates("number")
+            frame = concepts.one_row_per_step(frame)
             return conform("steps", frame.assign(origin="ProfilerStep")), None
         spans = pd.concat([self.cpu(self.rows(CPU_OP_CATS)), ranges[["start", "end", "pid",
                                                                     "tid", "name"]]],
@@ -1234,17 +1233,6 @@ def _per_name(names: np.ndarray, rule: Any, ids: np.ndarray) -> np.ndarray:
     out = np.empty(len(names), dtype=object)
     out[distinct] = np.asarray(rule(pd.Series(names[distinct], dtype=object)), dtype=object)
     return out
-
-
-def _memcpy_parts(names: pd.Series) -> pd.DataFrame:
-    """Copy kind and source/destination memory kinds from names like ``Memcpy HtoD (A -> B)``."""
-    parts = names.astype("string").str.extract(_MEMCPY_NAME)
-    parts.columns = ["kind", "src_kind", "dst_kind"]
-    parts["kind"] = parts["kind"].where(parts["kind"].isin(concepts.COPY_KINDS), "unknown")
-    for column in ("src_kind", "dst_kind"):
-        parts[column] = parts[column].where(parts[column].isin(concepts.MEMORY_KINDS),
-                                            "unknown")
-    return parts.astype(object)
 
 
 def _with_bandwidth(copied: np.ndarray, bandwidth: np.ndarray,

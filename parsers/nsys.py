@@ -788,8 +788,7 @@ def steps_from_ranges(ranges: pd.DataFrame) -> pd.DataFrame:
         return empty_table("steps")
     pid, tid = steps.groupby(["pid", "tid"]).size().idxmax()
     steps = steps[(steps["pid"] == pid) & (steps["tid"] == tid)]
-    steps = steps.sort_values("start").drop_duplicates("number", keep="first")
-    return conform("steps", steps.assign(origin="nvtx"))
+    return conform("steps", concepts.one_row_per_step(steps).assign(origin="nvtx"))
 
 
 def dataloader_from_ranges(ranges: pd.DataFrame) -> pd.DataFrame:

@@ -472,3 +472,24 @@ def test_zero_grad_and_in_process_loader_from_the_trace(corpus: Path) -> None:
     assert w4.loader_in_process is False and "SYNC_DATALOADER" not in ids(w4)
     hta = metrics_of(corpus / "hta" / "nccl_data.json.gz")
     assert hta.kernel_mix.zero_grad_work_per_step == 0 and "ZERO_GRAD_NOT_NONE" not in ids(hta)
+
+
+def test_lprof_without_its_source_is_diagnosed_from_hit_counts(fixtures_dir: Path,
+                                                                tmp_path: Path) -> None:
+    """The loader-heavy run's .lprof alone (its script not beside it): the DataLoader line is
+    found from hit counts, the verdict says loader-bound no surer than that identification, the
+    evidence says how it was found, and a CPU-only run is not told to pin memory."""
+    from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+
+    alone = tmp_path / "train.lprof"
+    alone.write_bytes((fixtures_dir / "loader_heavy" / "train.lprof").read_bytes())
+    run = analyze_paths([alone], AnalyzeOptions()).runs[0]
+    assert run.verdict == "loader-bound"
+    assert run.metrics.loop_identification is not None
+    assert run.metrics.loop_identification.evidence == "hit counts"
+    assert run.verdict_confidence in ("medium", "low")
+    assert run.verdict_confidence == run.metrics.loop_identification.confidence
+    loader = next(f for f in run.findings if f.id == "LOADER_BOUND")
+    assert any("from hit counts alone" in e.text for e in loader.evidence)
+    assert "pin_memory" not in loader.recommendation
+    assert any("not shown" in note for note in run.notes)

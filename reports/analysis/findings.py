@@ -212,6 +212,9 @@ def _loader_evidence(m: RunMetrics) -> list[Evidence]:
     """Where the DataLoader share was seen, one line per source."""
     out = [Evidence(f"{pct(share)} of step time waits for the next batch", origin)
            for origin, share in sorted(m.dataloader_fraction_by_origin.items())]
+    if m.loop_identification is not None and m.loop_identification.evidence == "hit counts" \
+            and "lprof" in m.dataloader_fraction_by_origin:
+        out.append(Evidence(m.loop_identification.reason, "lprof"))
     if m.steps is not None and m.steps.wall_mean_ns and m.steps.origin != "lprof" \
             and m.steps.wall_mean_ns > 1.5 * m.steps.mean_ns:
         out.append(Evidence(f"annotated steps average {ms(m.steps.mean_ns)} but wall time per "
@@ -236,9 +239,10 @@ def _workers_advice(ctx: RunContext, m: RunMetrics | None = None) -> str:
                 "once and cache, smaller images, DALI/GPU augmentation) and set "
                 "persistent_workers=True and prefetch_factor=4.")
     current = f"from {workers} " if isinstance(workers, int) else ""
+    pinned = "pin_memory=True and " if m is None or m.gpu is not None else ""
     return (f"Raise DataLoader num_workers {current}to {target} and request "
             f"--cpus-per-task={target + 1} in Slurm (one core for the training loop); add "
-            "pin_memory=True and persistent_workers=True.")
+            f"{pinned}persistent_workers=True.")
 
 
 def loader_bound(m: RunMetrics, ctx: RunContext) -> Finding | None:
@@ -872,7 +876,17 @@ def verdict_confidence(m: RunMetrics, name: Verdict) -> tuple[str, float] | None
     margin = min(chosen[0] - chosen[1], chosen[0] - max(others, default=0.0))
     label = ("high" if margin >= CONFIDENT_MARGIN else
              "medium" if margin >= CLEAR_MARGIN else "low")
-    return label, margin
+    return _capped_by_loop(m, name, label), margin
+
+
+def _capped_by_loop(m: RunMetrics, name: Verdict, label: str) -> str:
+    """A loader-bound verdict seen only by line_profiler is no surer than the identification of
+    its DataLoader line (hit counts alone give medium or low)."""
+    found = m.loop_identification
+    if name != "loader-bound" or found is None or set(m.dataloader_fraction_by_origin) != {"lprof"}:
+        return label
+    order = ("low", "medium", "high")
+    return min(label, found.confidence if found.confidence in order else "low", key=order.index)
 
 
 def _compute_or_balanced(m: RunMetrics) -> tuple[Verdict, str]:

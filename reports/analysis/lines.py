@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
 import pandas as pd
 
 from profreport.reports.analysis.results import (
@@ -9,6 +13,7 @@ from profreport.reports.analysis.results import (
     Breakdown,
     FunctionListing,
     LineItem,
+    LoopIdentification,
     StepStats,
 )
 from profreport.reports.analysis.top import TOP_LINES
@@ -62,6 +67,27 @@ def lprof_breakdown(lines: pd.DataFrame, steps: StepStats) -> Breakdown | None:
     parts_ns = dict.fromkeys(BREAKDOWN_PARTS, 0)
     parts_ns.update(dataloader=loader, compute=steps.mean_ns - loader)
     return Breakdown(origin="lprof", step_ns=steps.mean_ns, parts_ns=parts_ns)
+
+
+def loop_identification(loop: Mapping[str, Any] | None) -> LoopIdentification | None:
+    """How the parser found the DataLoader loop (``Profile.meta["loop"]`` of an lprof), or None
+    when it found none or did not take the loop for the DataLoader's."""
+    if not loop or not loop.get("dataloader"):
+        return None
+    where = f"{Path(str(loop['file'])).name}:{loop['lineno']}"
+    if loop.get("evidence") == "source":
+        return LoopIdentification("source", "high", f"{where} iterates over a DataLoader")
+    exit_by = "left by break" if loop.get("ended_by_break") else "one more hit per entry"
+    signs = [f"a loop header ({loop['hits']:,} hits for {loop['iterations']:,} iterations of "
+             f"its body, {exit_by})"]
+    if loop.get("header_is_largest"):
+        signs.append("it takes more time than any line of its body (the batch is fetched there)")
+    if loop.get("training_name"):
+        signs.append(f"its function {loop['function']}() is named as training")
+    return LoopIdentification(
+        "hit counts", str(loop["confidence"]),
+        f"source not shown: {where} taken for the DataLoader loop from hit counts alone, "
+        f"{'; '.join(signs)} (confidence {loop['confidence']})")
 
 
 def line_item(row: pd.Series) -> LineItem:

@@ -43,6 +43,7 @@ from profreport.reports.analysis.gpu import (
 )
 from profreport.reports.analysis.lines import (
     function_listings,
+    loop_identification,
     loop_line,
     lprof_breakdown,
     lprof_dataloader_fraction,
@@ -128,7 +129,7 @@ def compute_run_metrics(profiles: list[Profile], manifest: Manifest | None = Non
     timed = primary_timed(profiles)
     lines = _lines_of(profiles)
     _add_step_metrics(metrics, timed)
-    _add_lprof_metrics(metrics, lines)
+    _add_lprof_metrics(metrics, lines, profiles)
     _add_attributed_metrics(metrics, timed, lines)
     ordered = sorted(profiles, key=preference)
     gpu_profile = next((p for p in ordered if has_gpu_events(p)), None)
@@ -199,13 +200,17 @@ def _add_attributed_metrics(metrics: RunMetrics, timed: list[tuple[Profile, Step
         metrics.cpu_op_mix = cpu_op_mix(profile, windows)
 
 
-def _add_lprof_metrics(metrics: RunMetrics, lines: pd.DataFrame) -> None:
+def _add_lprof_metrics(metrics: RunMetrics, lines: pd.DataFrame,
+                       profiles: list[Profile]) -> None:
     """Lines, listings, line_profiler's step and DataLoader figures; its steps stand in when no
     profiler timed the steps."""
     if lines.empty:
         return
     metrics.lines = top_lines(lines)
     metrics.loop_line = loop_line(lines)
+    metrics.loop_identification = next(
+        (found for p in profiles if p.kind == "lprof"
+         and (found := loop_identification(p.meta.get("loop"))) is not None), None)
     metrics.listings = function_listings(lines)
     steps = lprof_step_stats(lines)
     fraction = lprof_dataloader_fraction(lines)

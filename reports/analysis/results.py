@@ -266,6 +266,19 @@ class Trials:
     full: float | None
 
 
+@dataclass
+class LoopIdentification:
+    """How line_profiler's DataLoader loop line was found: from its source text (a ``for`` over a
+    DataLoader), or, when the source is not shown, from hit counts alone (a loop header is hit
+    once more per call than its body) and how sure that is."""
+
+    evidence: Literal["source", "hit counts"]
+    #: ``high`` from the source; ``medium``/``low``/``none`` from hit counts (parsers.lprof).
+    confidence: str
+    #: Why it was taken for the DataLoader loop, for the evidence of a finding.
+    reason: str
+
+
 @dataclass(frozen=True)
 class LineItem:
     """One line of a line_profiler listing."""
@@ -352,6 +365,8 @@ class RunMetrics:
     listings: list[FunctionListing] = field(default_factory=list)
     #: line_profiler's DataLoader loop line (the one with the most time), when there is one.
     loop_line: LineItem | None = None
+    #: How the DataLoader loop line was identified (the source's text, or hit counts alone).
+    loop_identification: LoopIdentification | None = None
     throughput_samples_per_s: float | None = None
     #: Each timed step of the runner's plain (unprofiled) run, ns: the samples behind the
     #: throughput (empty without a manifest that has them).
