@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import multiprocessing
 import os
+import signal
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import AbstractContextManager, ExitStack, contextmanager
@@ -121,7 +122,13 @@ class DaskExecutor(Executor):
 
 def _slurm_cluster(options: ExecutorOptions) -> AbstractContextManager[Any]:
     """A dask-jobqueue SLURMCluster with ``slurm_jobs`` jobs of one Dask worker each."""
-    from dask_jobqueue import SLURMCluster
+    # dask_jobqueue.runner replaces the SIGINT handler when imported (``sys.exit`` on Ctrl-C),
+    # which would take Ctrl-C away from the CLI and from the report set's deferred signals.
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        from dask_jobqueue import SLURMCluster
+    finally:
+        signal.signal(signal.SIGINT, handler)
 
     cluster = SLURMCluster(queue=options.slurm_queue, account=options.slurm_account,
                            walltime=options.slurm_walltime, cores=options.slurm_cores,

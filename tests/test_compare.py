@@ -129,7 +129,7 @@ def test_corpus_speedup_is_attributed_to_the_parts_that_add_up(corpus: Path) -> 
     data = json.loads(render_json(report))["comparison"]["rows"][1]
     assert data["attribution"][0] == {"part": "dataloader", "before_ms": 69.355,
                                       "after_ms": 1.477, "delta_ms": -67.879,
-                                      "share": 1.9318, "role": "driver"}
+                                      "share_of_difference": 1.9318, "role": "driver"}
     assert data["unexplained_ms"] == 0.0
 
 

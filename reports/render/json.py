@@ -195,7 +195,7 @@ def comparison_json(c: Comparison | None) -> dict[str, Any] | None:
         "noise_fraction": None if r.noise_fraction is None else round(r.noise_fraction, 4),
         "attribution": [{"part": a.part, "before_ms": _ms(a.before_ns), "after_ms": _ms(a.after_ns),
                          "delta_ms": _ms(a.delta_ns), "role": a.role,
-                         "share": None if a.share is None else round(a.share, 4)}
+                         "share_of_difference": None if a.share is None else round(a.share, 4)}
                         for a in r.attribution],
         "unexplained_ms": _ms(r.unexplained_ns),
     } for r in c.rows]}
