@@ -190,11 +190,13 @@ def blocking_calls(runtime: pd.DataFrame, memcpy: pd.DataFrame) -> pd.DataFrame:
     pageable host memory (``cudaMemcpyAsync`` too: the driver must wait for the GPU before it can
     write pageable memory), labelled ``<call> DtoH to pageable``."""
     copies = memcpy[(memcpy["kind"] == DTOH) & (memcpy["dst_kind"] == PAGEABLE)]
-    to_pageable = runtime["correlation"].isin(copies["correlation"]) & \
-        runtime["name"].astype("string").str.contains("Memcpy", regex=False).fillna(False)
-    label = runtime["name"].where(runtime["name"].isin(SYNC_APIS | SYNC_COPY_APIS))
-    label = label.mask(to_pageable.to_numpy(), runtime["name"] + " DtoH to pageable")
-    return runtime.assign(label=label)[label.notna().to_numpy()]
+    names = runtime["name"]
+    to_pageable = (runtime["correlation"].isin(copies["correlation"])
+                   & _matches(names, "Memcpy")).to_numpy()
+    chosen = to_pageable | names.isin(SYNC_APIS | SYNC_COPY_APIS).to_numpy()
+    calls = runtime[chosen]
+    label = calls["name"].astype(object)
+    return calls.assign(label=label.mask(to_pageable[chosen], label + " DtoH to pageable"))
 
 
 def is_reduced_precision_kernel(names: pd.Series) -> pd.Series:

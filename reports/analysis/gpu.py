@@ -167,14 +167,38 @@ def gpu_breakdown(profile: Profile, windows: StepWindows,
     return make_breakdown(profile.kind, windows, claims, overlapped)
 
 
+def correlated(keys: np.ndarray, calls: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every pair (i, j) with ``keys[i] == calls[j]``, in the order of an inner merge: by i,
+    then by j (sorted arrays and binary search, no hash table of a million keys)."""
+    keys = np.asarray(keys, dtype=np.int64)
+    order = np.argsort(calls, kind="stable")
+    ordered = np.asarray(calls, dtype=np.int64)[order]
+    low = np.searchsorted(ordered, keys, side="left")
+    counts = np.searchsorted(ordered, keys, side="right") - low
+    left = np.repeat(np.arange(len(keys)), counts)
+    first = np.repeat(low - (np.cumsum(counts) - counts), counts)
+    return left, order[first + np.arange(len(left))]
+
+
+def first_call(keys: np.ndarray, calls: np.ndarray) -> np.ndarray:
+    """For each key, the position of the first entry of ``calls`` equal to it (-1 for none)."""
+    keys = np.asarray(keys, dtype=np.int64)
+    if len(calls) == 0:
+        return np.full(len(keys), -1)
+    order = np.argsort(calls, kind="stable")
+    ordered = np.asarray(calls, dtype=np.int64)[order]
+    at = np.minimum(np.searchsorted(ordered, keys, side="left"), len(ordered) - 1)
+    return np.where(ordered[at] == keys, order[at], -1)
+
+
 def launch_times(profile: Profile, frame: pd.DataFrame) -> np.ndarray:
     """When the CPU launched each GPU row (kernel, copy, memset): the start of the runtime call
     with the same correlation id, or the row's own GPU start when no call was recorded."""
     runtime = profile.table("runtime")
-    calls = runtime.drop_duplicates("correlation")[["correlation", "start"]]
-    joined = frame[["correlation", "start"]].merge(calls, on="correlation", how="left",
-                                                   suffixes=("", "_call"))
-    return joined["start_call"].fillna(joined["start"]).to_numpy(np.int64)
+    call = first_call(frame["correlation"].to_numpy(np.int64),
+                      runtime["correlation"].to_numpy(np.int64))
+    return np.where(call >= 0, runtime["start"].to_numpy(np.int64)[call],
+                    frame["start"].to_numpy(np.int64))
 
 
 def launched_in_steps(profile: Profile, frame: pd.DataFrame,
@@ -194,9 +218,10 @@ def launch_stats(profile: Profile, windows: StepWindows) -> LaunchStats | None:
     duration = kernels["end"] - kernels["start"]
     runtime = in_windows(profile.table("runtime"), windows)
     launches = runtime[runtime["name"].isin(concepts.LAUNCH_APIS)]
-    joined = kernels.merge(launches[["correlation", "start"]], on="correlation",
-                           suffixes=("", "_call"))
-    delay = joined["start"] - joined["start_call"]
+    kernel_at, call_at = correlated(kernels["correlation"].to_numpy(np.int64),
+                                    launches["correlation"].to_numpy(np.int64))
+    delay = pd.Series(kernels["start"].to_numpy(np.int64)[kernel_at]
+                      - launches["start"].to_numpy(np.int64)[call_at])
     return LaunchStats(origin=profile.kind, kernels_per_step=len(kernels) / windows.count,
                        short_kernel_fraction=float((duration < SHORT_KERNEL_NS).mean()),
                        short_kernel_ns=SHORT_KERNEL_NS,
@@ -243,8 +268,9 @@ def launched_in(profile: Profile, spans: iv.Intervals, table: str = "kernels") -
     runtime = profile.table("runtime")
     at = runtime["start"].to_numpy(np.int64)
     inside = iv.overlap_per_window(spans, at, at + 1) > 0
-    calls = runtime.loc[inside, ["correlation"]].drop_duplicates()
-    return profile.table(table).merge(calls, on="correlation")
+    rows = profile.table(table)
+    launched = rows["correlation"].isin(runtime.loc[inside, "correlation"]).to_numpy()
+    return rows[launched].reset_index(drop=True)
 
 
 def zero_grad_work_per_step(profile: Profile, windows: StepWindows | None) -> float | None:
@@ -294,8 +320,11 @@ def kernel_mix(profile: Profile, windows: StepWindows | None) -> KernelMix | Non
 def max_devices_per_process(profile: Profile) -> int:
     """Most GPUs whose kernels one process launched (kernels joined to runtime calls)."""
     kernels = profile.table("kernels")
-    launched = kernels[["correlation", "device"]].merge(
-        profile.table("runtime")[["correlation", "pid"]], on="correlation")
-    if launched.empty:
+    runtime = profile.table("runtime")
+    kernel_at, call_at = correlated(kernels["correlation"].to_numpy(np.int64),
+                                    runtime["correlation"].to_numpy(np.int64))
+    if len(kernel_at) == 0:
         return int(kernels["device"].nunique())
+    launched = pd.DataFrame({"pid": runtime["pid"].to_numpy(np.int64)[call_at],
+                             "device": kernels["device"].to_numpy(np.int64)[kernel_at]})
     return int(launched.groupby("pid")["device"].nunique().max())

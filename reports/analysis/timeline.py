@@ -31,17 +31,23 @@ def _select_span(windows: StepWindows) -> tuple[int, int]:
     return int(windows.starts[first]), int(windows.ends[last])
 
 
-def _gpu_segments(profile: Profile) -> pd.DataFrame:
-    """Kernels, copies and memsets with their lane and category."""
-    kernels, memcpy, memset = gpu_tables(profile)
+def _gpu_segments(profile: Profile, start: int, end: int) -> pd.DataFrame:
+    """Kernels, copies and memsets that overlap ``[start, end)``, with lane and category."""
+    kernels, memcpy, memset = (table[(table["end"] > start) & (table["start"] < end)]
+                               for table in gpu_tables(profile))
     parts = [
         kernels.assign(category=np.where(kernels["is_comm"], "comm", "kernel"),
                        label=kernels["short_name"]),
         memcpy.assign(category="memcpy", label="memcpy " + memcpy["kind"].astype(str)),
         memset.assign(category="memset", label="memset"),
     ]
-    frame = pd.concat([p[["start", "end", "device", "stream", "category", "label"]]
-                       for p in parts if not p.empty], ignore_index=True)
+    parts = [p[["start", "end", "device", "stream", "category", "label"]]
+             for p in parts if not p.empty]
+    if not parts:
+        return pd.DataFrame({"lane": pd.Series(dtype=object), "start": pd.Series(dtype=np.int64),
+                             "end": pd.Series(dtype=np.int64), "label": pd.Series(dtype=object),
+                             "category": pd.Series(dtype=object)})
+    frame = pd.concat(parts, ignore_index=True)
     frame["lane"] = ("GPU " + frame["device"].astype(str) + " stream "
                      + frame["stream"].astype(str))
     return frame[["lane", "start", "end", "label", "category"]]
@@ -97,7 +103,7 @@ def build_timeline(profile: Profile, windows: StepWindows) -> Timeline:
     start, end = _select_span(windows)
     parts = [_cpu_segments(profile, windows)]
     if any(not t.empty for t in gpu_tables(profile)):
-        parts += [_gpu_segments(profile), _idle_segments(profile, start, end)]
+        parts += [_gpu_segments(profile, start, end), _idle_segments(profile, start, end)]
     frame = pd.concat(parts, ignore_index=True)
     frame = frame[(frame["end"] > start) & (frame["start"] < end)]
     frame = frame.assign(start=frame["start"].clip(lower=start), end=frame["end"].clip(upper=end))
