@@ -8,6 +8,10 @@ The export schema changes between Nsight Systems versions (2022.4 writes schema 
 ``EXPORT_META_DATA``; 2023.4 writes 3.7.x and 2024.2 writes 3.11.x with ``META_DATA_EXPORT``,
 ``META_DATA_CAPTURE`` and extra columns), so every table and column is looked up in
 ``sqlite_master`` and ``PRAGMA table_info`` first; a table the export lacks is left out.
+
+Kernel and runtime names are pandas categoricals (sorted categories, one integer code per row):
+an export holds millions of rows but a few hundred names, so the analysis classifies and groups
+each distinct name once instead of hashing a million strings per question.
 """
 
 from __future__ import annotations
@@ -445,6 +449,23 @@ def _objects(texts: list[str | None], codes: np.ndarray) -> pd.Series:
     return pd.Series(np.array(texts, dtype=object)[codes], dtype=object)
 
 
+def _categories(texts: list[str | None], codes: np.ndarray) -> pd.Categorical:
+    """A name column as a categorical from distinct texts (repeats allowed; None is missing) and
+    each row's index into them (-1 missing); categories sorted, whichever way it was read."""
+    categories = sorted({text for text in texts if text is not None})
+    position = {text: at for at, text in enumerate(categories)}
+    remap = np.array([position.get(text, -1) for text in texts] + [-1], dtype=np.int32)
+    return pd.Categorical.from_codes(remap[codes], pd.Index(categories, dtype=object))
+
+
+def _categorical_names(frame: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
+    """``frame`` with its ``columns`` of names held as categoricals."""
+    for column in columns:
+        codes, distinct = pd.factorize(frame[column].to_numpy(dtype=object))
+        frame[column] = _categories(list(distinct), codes)
+    return frame
+
+
 def _native_kernels(export: _Export, table: str) -> pd.DataFrame | None:
     """The kernels table from the export's pages, or None (then SQL reads it)."""
     columns = ["start", "end", "deviceId", "streamId", "correlationId", "demangledName",
@@ -472,7 +493,9 @@ def _native_kernels(export: _Export, table: str) -> pd.DataFrame | None:
         "correlation": _ids(values, kinds, "correlationId", rows),
         "name": _objects(names, codes), "short_name": _objects(shorts, codes),
         "is_comm": comm[codes]})
-    return conform("kernels", frame)
+    frame = conform("kernels", frame)
+    frame["name"], frame["short_name"] = _categories(names, codes), _categories(shorts, codes)
+    return frame
 
 
 def _kernel_names(names: list[str | None], shorts: list[str | None]
@@ -496,7 +519,9 @@ def _named_kernels(frame: pd.DataFrame) -> pd.DataFrame:
         [None if n == "\x00" else n for n in unique.get_level_values(1)])
     frame = frame.assign(name=_objects(names, codes).to_numpy(),
                          short_name=_objects(shorts, codes).to_numpy(), is_comm=comm[codes])
-    return conform("kernels", frame)
+    frame = conform("kernels", frame)
+    frame["name"], frame["short_name"] = _categories(names, codes), _categories(shorts, codes)
+    return frame
 
 
 def _kernels(export: _Export) -> pd.DataFrame | None:
@@ -598,7 +623,9 @@ def _native_runtime(export: _Export, table: str) -> pd.DataFrame | None:
         "tid": np.where(tids >= 0, tids & _ID_MASK, -1),
         "correlation": _ids(values, kinds, "correlationId", rows),
         "name": _objects(names, codes)})
-    return conform("runtime", frame)
+    frame = conform("runtime", frame)
+    frame["name"] = _categories(names, codes)
+    return frame
 
 
 def _runtime(export: _Export) -> pd.DataFrame | None:
@@ -615,7 +642,7 @@ def _runtime(export: _Export) -> pd.DataFrame | None:
         f"LEFT JOIN StringIds AS s ON s.id = t.nameId ORDER BY t.start"))
     frame[["pid", "tid", "correlation"]] = frame[["pid", "tid", "correlation"]].fillna(-1)
     frame["name"] = _map_unique(frame["name"].fillna(""), concepts.strip_api_version)
-    return conform("runtime", frame)
+    return _categorical_names(conform("runtime", frame), ("name",))
 
 
 def _sync(export: _Export) -> pd.DataFrame | None:

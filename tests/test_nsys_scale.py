@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import re
+import sqlite3
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
+from profreport.parsers import nsys
 from profreport.reports.analysis.gpu import correlated, first_call
 
 
@@ -31,3 +36,29 @@ def test_first_call_is_the_first_row_of_each_id() -> None:
     expected = pd.Series(keys).map(first).fillna(-1).to_numpy(np.int64)
     np.testing.assert_array_equal(first_call(keys, calls), expected)
     assert (first_call(keys, np.empty(0, np.int64)) == -1).all()
+
+
+def test_nsys_names_are_categoricals_of_the_exported_strings(corpus: Path, nsys_available: str,
+                                                              nsys_cache_dir: Path) -> None:
+    """Kernel and runtime names come as categoricals (sorted, only names that occur) whose
+    values are the strings a plain sqlite3 join of the export gives, row for row."""
+    report = corpus / "nsys" / "sc22_4gpu_baseline.nsys-rep"
+    export = nsys.export_report(report, cache_dir=nsys_cache_dir)
+    profile = nsys.read_export(export)
+    db = sqlite3.connect(export)
+    kernels = db.execute("SELECT COALESCE(d.value, s.value) FROM CUPTI_ACTIVITY_KIND_KERNEL AS k "
+                         "LEFT JOIN StringIds AS d ON d.id = k.demangledName "
+                         "LEFT JOIN StringIds AS s ON s.id = k.shortName "
+                         "ORDER BY k.start, k.correlationId").fetchall()
+    calls = db.execute("SELECT s.value FROM CUPTI_ACTIVITY_KIND_RUNTIME AS r "
+                       "JOIN StringIds AS s ON s.id = r.nameId ORDER BY r.start, r.correlationId"
+                       ).fetchall()
+    db.close()
+    for table, column, expected in (("kernels", "name", kernels), ("runtime", "name", calls)):
+        frame = profile.table(table).sort_values(["start", "correlation"], kind="stable")
+        names = frame[column]
+        assert isinstance(names.dtype, pd.CategoricalDtype)
+        assert list(names.cat.categories) == sorted(set(names.astype(object)))
+        got = names.astype(object).tolist()
+        want = [re.sub(r"_v\d+$", "", row[0]) for row in expected]
+        assert got == want and len(got) > 10_000
