@@ -10,6 +10,9 @@ from __future__ import annotations
 MISSING = "—"
 #: Below this many nanoseconds a duration reads better in microseconds (1 ms).
 MICROSECOND_BELOW_NS = 1_000_000
+#: Below this many nanoseconds a sentence gives microseconds: 0.1 ms is the smallest figure
+#: that keeps a significant digit as "x.x ms".
+MICROSECOND_SENTENCE_BELOW_NS = 100_000
 #: From this many nanoseconds on a duration reads better in seconds (10 s).
 SECOND_FROM_NS = 10_000_000_000
 _BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
@@ -29,7 +32,10 @@ def duration(ns: float | None) -> str:
 
 
 def ms(ns: float) -> str:
-    """A duration in milliseconds (seconds from SECOND_FROM_NS on), for sentences."""
+    """A duration for sentences: milliseconds, microseconds below MICROSECOND_SENTENCE_BELOW_NS
+    (so that '0.0 ms' never hides a figure), seconds from SECOND_FROM_NS on."""
+    if 0 < abs(ns) < MICROSECOND_SENTENCE_BELOW_NS:
+        return f"{ns / 1e3:.1f} µs"
     return f"{ns / 1e6:.1f} ms" if abs(ns) < SECOND_FROM_NS else f"{ns / 1e9:.1f} s"
 
 

@@ -28,6 +28,11 @@ MANIFEST_PROFILER = {"none": "none", "kernprof": "kernprof", "torch": "torch.pro
 STDERR_TAIL_LINES = 12
 #: torchrun's summary of a rank that died of a signal.
 TORCHRUN_SIGNAL = re.compile(r"Signal (\d+) \(SIG\w+\) received by PID")
+#: torchrun's error summary: the heading of its root-cause section, and the rank line there.
+TORCHRUN_ROOT_CAUSE = "Root Cause (first observed failure):"
+TORCHRUN_RANK = re.compile(r"^rank\s*:\s*(\d+)")
+#: torchrun's own exception, raised after a rank failed (its traceback precedes the summary).
+TORCHRUN_FAILED = "ChildFailedError"
 #: A Python exception line, possibly prefixed by torchrun's ``[rank0]:``.
 EXCEPTION_LINE = re.compile(r"^(?:\[rank\d+\]:\s*)?[\w.]*(?:Error|Exception):\s")
 #: Port of torchrun's c10d rendezvous on the first node of a multi-node job.
@@ -136,7 +141,7 @@ def run_launch(launch: Launch) -> ProfiledRun:
     if status != 0:
         lines = log_lines(errors) or log_lines(launch.log)
         record.signal = signal_of(status, lines)
-        record.stderr_tail = [line for line in lines if line][-STDERR_TAIL_LINES:]
+        record.stderr_tail = stderr_tail(lines)
         record.error = failure_line(status, record.signal, lines)
     return record
 
@@ -154,12 +159,40 @@ def log_lines(path: Path) -> list[str]:
         return []
 
 
+def _root_cause(lines: list[str]) -> list[str]:
+    """The lines of torchrun's root-cause section (the first rank that failed); empty when the
+    output has none."""
+    if TORCHRUN_ROOT_CAUSE not in lines:
+        return []
+    section = lines[lines.index(TORCHRUN_ROOT_CAUSE) + 1:]
+    return [line for line in section if line and not set(line) <= {"=", "-"}]
+
+
+def _before_torchrun_summary(lines: list[str]) -> list[str]:
+    """The ranks' own output: what precedes torchrun's traceback of its ChildFailedError."""
+    failed = next((i for i, line in enumerate(lines) if TORCHRUN_FAILED in line), None)
+    if failed is None:
+        return lines
+    starts = [i for i, line in enumerate(lines[:failed]) if line.startswith("Traceback")]
+    return lines[:starts[-1]] if starts else lines[:failed]
+
+
+def stderr_tail(lines: list[str]) -> list[str]:
+    """The last lines of a failed launch's output worth keeping: the ranks' own last lines (a
+    glibc abort message, an exception) and torchrun's root-cause rank, exit code and signal,
+    instead of the tail of torchrun's long summary."""
+    cause = [line for line in _root_cause(lines) if line.split(":")[0].strip() in
+             ("rank", "exitcode", "traceback")]
+    own = [line for line in _before_torchrun_summary(lines) if line]
+    return own[-(STDERR_TAIL_LINES - len(cause)):] + cause
+
+
 def signal_of(status: int, lines: list[str]) -> str | None:
-    """The signal that ended the process (a negative status), or that torchrun reports one of
-    its ranks died of; None when it exited."""
+    """The signal that ended the process (a negative status), or that torchrun reports its
+    root-cause rank (the first that failed) died of; None when it exited."""
     number = -status if status < 0 else None
     if number is None:
-        reported = [TORCHRUN_SIGNAL.search(line) for line in lines]
+        reported = [TORCHRUN_SIGNAL.search(line) for line in _root_cause(lines) or lines]
         number = next((int(m.group(1)) for m in reported if m), None)
     if number is None:
         return None
@@ -172,8 +205,10 @@ def signal_of(status: int, lines: list[str]) -> str | None:
 def failure_line(status: int, signal_name: str | None, lines: list[str]) -> str:
     """One line: how the launch ended, and its last exception line (or last stderr line)."""
     how = f"exit status {status}"
+    ranks = [TORCHRUN_RANK.match(line) for line in _root_cause(lines)]
+    rank = next((f"rank {m.group(1)}" for m in ranks if m), "a rank")
     if signal_name:
-        how = f"killed by {signal_name}" if status < 0 else f"{how}, a rank killed by {signal_name}"
+        how = f"killed by {signal_name}" if status < 0 else f"{how}, {rank} killed by {signal_name}"
     exceptions = [line for line in lines if EXCEPTION_LINE.match(line)]
     last = exceptions[-1] if exceptions else next((line for line in reversed(lines) if line), "")
     if signal_name and not exceptions:

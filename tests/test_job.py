@@ -94,6 +94,14 @@ def test_slow_rank_is_named_and_the_disagreement_explained(tmp_path: Path) -> No
             in render_markdown(report))
     page = render_html(report)
     assert "Rank 1 is a straggler" in page and "Ranks disagree (rank 0" in page
+    # The run's verdict is the job's: the straggler's, not the detailed rank 0's.
+    run = report.runs[0]
+    assert run.verdict == "compute-bound" and run.verdict_reason.startswith(job.verdict_reason)
+    assert run.verdict_reason.endswith("(the findings below come from rank 0's profile, which "
+                                       "reads communication-bound)")
+    assert (run.verdict_confidence, run.verdict_margin) == (job.ranks[1].confidence,
+                                                            job.ranks[1].margin)
+    assert job.ranks[1].confidence in ("high", "medium", "low")
 
 
 def rank(number: int, verdict: str, step_ms: float, comm: float | None) -> RankVerdict:

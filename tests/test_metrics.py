@@ -198,6 +198,10 @@ def test_self_time_subtracts_direct_children_per_thread() -> None:
     ops = pd.DataFrame({"name": ["A", "B", "C", "B", "D"], "pid": 1, "tid": [1, 1, 1, 1, 2],
                         "start": [0, 10, 20, 70, 0], "end": [100, 60, 30, 90, 50]})
     assert self_time_ns(ops).tolist() == [30, 40, 10, 20, 50]
+    # Inside [25, 80) only: A's own [60, 70), B's own [25, 60) less C's [25, 30), C's [25, 30),
+    # the second B's [70, 80), D's [25, 50).
+    inside = iv.Intervals(np.array([25]), np.array([80]))
+    assert self_time_ns(ops, inside).tolist() == [10, 30, 5, 10, 25]
     nested = pd.DataFrame({"name": ["conv", "conv", "conv"], "start": [0, 10, 200],
                            "end": [100, 90, 250]})
     assert outer_calls(nested, "name").tolist() == [True, False, True]

@@ -712,6 +712,36 @@ def test_failure_lines_say_how_a_launch_ended() -> None:
     assert signal_of(2, ["usage: x"]) is None
 
 
+def test_torchrun_root_cause_rank_and_the_ranks_own_last_lines() -> None:
+    """torchrun lists every failed rank, the root cause (the first to fail) last: rank 0's
+    SIGABRT is the cause, rank 1's SIGTERM (torchrun stopping it) is not; the kept tail holds
+    the glibc abort line the rank printed, not only torchrun's long summary."""
+    from profreport.runner.launch import stderr_tail
+
+    summary = ["malloc(): unsorted double linked list corrupted",
+               "W1123 torch/distributed/elastic/multiprocessing/api.py: Sending process 8 "
+               "closing signal SIGTERM",
+               "Traceback (most recent call last):", '  File "/usr/bin/torchrun", line 8',
+               "    sys.exit(main())",
+               "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
+               "=" * 60, "train FAILED", "-" * 60, "Failures:", "[1]:",
+               "time      : 2026-11-23_10:00:00", "host      : node1",
+               "rank      : 1 (local_rank: 1)", "exitcode  : -15 (pid: 8) SIGTERM",
+               "error_file: <N/A>", "traceback : Signal 15 (SIGTERM) received by PID 8",
+               "-" * 60, "Root Cause (first observed failure):", "[0]:",
+               "time      : 2026-11-23_10:00:00", "host      : node1",
+               "rank      : 0 (local_rank: 0)", "exitcode  : -6 (pid: 7) SIGABRT",
+               "error_file: <N/A>", "traceback : Signal 6 (SIGABRT) received by PID 7",
+               "=" * 60]
+    assert signal_of(1, summary) == "SIGABRT"
+    assert failure_line(1, "SIGABRT", summary) == "exit status 1, rank 0 killed by SIGABRT"
+    tail = stderr_tail(summary)
+    assert tail[0] == "malloc(): unsorted double linked list corrupted"
+    assert tail[-3:] == ["rank      : 0 (local_rank: 0)", "exitcode  : -6 (pid: 7) SIGABRT",
+                         "traceback : Signal 6 (SIGABRT) received by PID 7"]
+    assert len(tail) == 5
+
+
 def test_profiler_overhead_is_noted_from_the_step_marks(tmp_path: Path) -> None:
     """torch.profiler's launch ran the steps 5x slower than the plain run: noted with both
     rates; kernprof's 1.1x is not worth a note."""

@@ -39,7 +39,7 @@ from profreport.reports.analysis.ranks import (
     rank_verdicts,
     read_rank,
 )
-from profreport.reports.analysis.results import Report, RunAnalysis
+from profreport.reports.analysis.results import JobAnalysis, Report, RunAnalysis, Verdict
 from profreport.reports.analysis.scaling import run_world_size, scaling_studies
 from profreport.reports.analysis.timeline import build_timeline
 
@@ -196,6 +196,10 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
                          environment=dict(manifest.environment) if manifest else {})
     name_verdict, reason = verdict(metrics)
     confidence = verdict_confidence(metrics, name_verdict)
+    job = job_analysis(rank_verdicts(summaries, profiles))
+    straggler = _straggler_verdict(job, profiles)
+    if straggler is not None:
+        name_verdict, reason, confidence = straggler
     timed = primary_timed(profiles)
     return RunAnalysis(
         name=name,
@@ -210,7 +214,28 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
         scaling_point=dict(getattr(manifest, "scaling", None) or {}),
         verdict_confidence=confidence[0] if confidence else None,
         verdict_margin=confidence[1] if confidence else None,
-        job=job_analysis(rank_verdicts(summaries, profiles)))
+        job=job)
+
+
+def _straggler_verdict(job: JobAnalysis | None, profiles: list[Profile]
+                       ) -> tuple[Verdict, str, tuple[str, float] | None] | None:
+    """The run's verdict when a straggler sets the job's pace and its verdict differs from the
+    rank whose profile is detailed: the job runs at the straggler's pace, so its verdict leads
+    (with its confidence), and the reason says which rank the details below come from."""
+    if job is None or not job.straggler or job.slowest_rank is None:
+        return None
+    slowest = next(r for r in job.ranks if r.rank == job.slowest_rank)
+    detailed = next((p.rank for p in profiles if p.rank is not None), None)
+    if detailed is None or detailed == slowest.rank:
+        return None
+    mine = next((r for r in job.ranks if r.rank == detailed), None)
+    if mine is not None and mine.verdict == slowest.verdict:
+        return None
+    reason = (f"{job.verdict_reason} (the findings below come from rank {detailed}'s profile"
+              + (f", which reads {mine.verdict}" if mine is not None else "") + ")")
+    confidence = (slowest.confidence, slowest.margin) if slowest.confidence and \
+        slowest.margin is not None else None
+    return slowest.verdict, reason, confidence
 
 
 def _unique(name: str, taken: set[str]) -> str:

@@ -11,6 +11,7 @@ import pandas as pd
 
 from profreport import concepts
 from profreport.model import Profile
+from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.results import CpuOpMix, TopItem
 from profreport.reports.analysis.steps import StepWindows, in_windows
 from profreport.reports.analysis.top import TOP_OPS, ranked
@@ -66,11 +67,12 @@ def _parents(depth: np.ndarray) -> np.ndarray:
     return parent
 
 
-def self_time_ns(ops: pd.DataFrame) -> np.ndarray:
+def self_time_ns(ops: pd.DataFrame, covering: iv.Intervals | None = None) -> np.ndarray:
     """Each op's self (exclusive) time: its duration minus the part of it its direct children on
-    the same thread cover, aligned with ``ops``' rows. Vectorised: nesting depth from a sweep over
-    start/end events, parents by depth level. A child that overruns its parent's end (trace
-    rounding) only takes its overlap; self time never goes below zero."""
+    the same thread cover, aligned with ``ops``' rows; with ``covering``, only the self time
+    that lies inside those intervals. Vectorised: nesting depth from a sweep over start/end
+    events, parents by depth level. A child that overruns its parent's end (trace rounding) only
+    takes its overlap; self time never goes below zero."""
     if ops.empty:
         return np.empty(0, dtype=np.int64)
     start = ops["start"].to_numpy(np.int64)
@@ -80,10 +82,15 @@ def self_time_ns(ops: pd.DataFrame) -> np.ndarray:
     s, e = start[order], end[order]
     parent = _parents(_nesting_depth(s, e, thread[order]))
     child = parent >= 0
-    covered = np.clip(np.minimum(e[child], e[parent[child]]) - s[child], 0, None)
+    child_end = np.maximum(np.minimum(e[child], e[parent[child]]), s[child])
+    if covering is None:
+        length, covered = e - s, child_end - s[child]
+    else:
+        length = iv.overlap_per_window(covering, s, e)
+        covered = iv.overlap_per_window(covering, s[child], child_end)
     children_ns = np.bincount(parent[child], weights=covered, minlength=len(s)).astype(np.int64)
     own = np.empty(len(s), dtype=np.int64)
-    own[order] = np.maximum(e - s - children_ns, 0)
+    own[order] = np.maximum(length - children_ns, 0)
     return own
 
 

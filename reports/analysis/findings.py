@@ -14,9 +14,9 @@ import pandas as pd
 
 from profreport import concepts
 from profreport.reports.analysis.results import (
-    CpuOpMix,
     Evidence,
     Finding,
+    IdleCauses,
     KernelMix,
     Origin,
     RunMetrics,
@@ -74,6 +74,9 @@ PAGEABLE_MIN_BYTES = 64 * 2**20
 #: Blocking calls (syncs, copies to pageable memory) holding the CPU 10% of the step while the
 #: GPU is not saturated stall the pipeline.
 SYNC_STALL_FRACTION = 0.10
+#: A CPU op (or Python between ops) holding a fifth of the GPU's launch wait is named as a cause:
+#: below that the wait is spread over many small things and no one of them is the fix.
+LAUNCH_WAIT_OP_SHARE = 0.20
 #: Per-device batches at or below this rarely fill a modern GPU.
 SMALL_BATCH_SIZE = 16
 #: With a mostly idle GPU, 60% of kernels under SHORT_KERNEL_NS says the work per step is tiny.
@@ -427,15 +430,16 @@ def _cpu_compute_bound(m: RunMetrics, ctx: RunContext, share: float,
                                  "operator self time: the optimised CPU path", mix.origin))
     return Finding("COMPUTE_BOUND", "info",
                    f"The CPU spends {pct(share)} of each step in the model's own operators.",
-                   evidence, _cpu_compute_advice(mix, ctx, slow))
+                   evidence, _cpu_compute_advice(m, ctx, slow))
 
 
-def _cpu_compute_advice(mix: CpuOpMix | None, ctx: RunContext, slow: bool) -> str:
-    """CPU advice: autocast without native bf16, a missed oneDNN path, or more cores."""
-    native_bf16 = ctx.environment.get("cpu_native_bf16")
-    cores = ("give the job more cores (--cpus-per-task) and match torch.set_num_threads to the "
-             "cores left after the DataLoader workers")
-    if ctx.knob("amp") and native_bf16 is False:
+def _cpu_compute_advice(m: RunMetrics, ctx: RunContext, slow: bool) -> str:
+    """CPU advice from this run's evidence: autocast without native bf16 or a missed oneDNN path
+    first; then how its threads fit its CPUs, its top operator's lever and knobs that do nothing
+    without a GPU."""
+    mix = m.cpu_op_mix
+    cores = _cpu_threads_advice(ctx, m.trials)
+    if ctx.knob("amp") and ctx.environment.get("cpu_native_bf16") is False:
         where = (f" ({', '.join(mix.slow_fallback_ops[:2])})" if slow and mix is not None
                  else "")
         return ("Turn autocast off on this CPU: it has no native bf16 (AVX512-BF16 or AMX), so "
@@ -449,7 +453,56 @@ def _cpu_compute_advice(mix: CpuOpMix | None, ctx: RunContext, slow: bool) -> st
         return ("The convolutions miss oneDNN and run on ATen's slow reference kernels: keep "
                 "inputs and weights float32 and contiguous, and check "
                 f"torch.backends.mkldnn.is_available(). Then {cores}.")
-    return f"Run on a GPU, or {cores}."
+    steps = [cores] + _top_op_levers(m, ctx)
+    if ctx.knob("pin_memory"):
+        steps.append("drop pin_memory=True: without a GPU it pins nothing and only costs the "
+                     "DataLoader a copy")
+    return "To go faster: " + "; ".join(steps) + ". A GPU is the larger step."
+
+
+def _cpu_threads_advice(ctx: RunContext, trials: Trials | None) -> str:
+    """How this run's compute threads and DataLoader workers fit its CPUs, as advice."""
+    load = cpu_load(ctx)
+    if load is None:
+        return ("give the job more cores (--cpus-per-task) and match torch.set_num_threads to the "
+                "cores left after the DataLoader workers")
+    budget = load.cpus_per_process
+    demand = loader_core_demand(load, trials)
+    if load.oversubscribed and demand is not None and demand < LIGHT_LOADER_CORES:
+        return (f"the DataLoader needs only {demand:.2f} of a core, so PyTorch's {load.threads} "
+                f"intra-op threads have the {budget} CPUs nearly to themselves: more cores "
+                f"(--cpus-per-task={budget * 2}) make the operators faster")
+    if load.oversubscribed:
+        return (f"stop {load.describe()} competing for cores (see the oversubscription finding), "
+                f"then request more cores: --cpus-per-task={load.busy} would give every thread "
+                "its own")
+    free = budget - load.workers - load.threads
+    if load.threads_known and free > 0:
+        return (f"PyTorch computes on {load.threads} thread{'s' if load.threads != 1 else ''} "
+                f"while {free} of {budget} CPUs are free: call torch.set_num_threads"
+                f"({budget - load.workers})")
+    return (f"every CPU is in use ({load.describe()}): more cores (--cpus-per-task) make the "
+            "operators faster")
+
+
+def _top_op_levers(m: RunMetrics, ctx: RunContext) -> list[str]:
+    """What can make this run's top CPU operator cheaper, by how it runs and the knobs not yet
+    tried (channels_last for oneDNN convolutions, torch.compile)."""
+    top = m.top_ops[0] if m.top_ops else None
+    if top is None:
+        return []
+    out = []
+    onednn = bool(concepts.is_onednn_op(pd.Series([top.name])).iloc[0])
+    if onednn and not ctx.knob("channels_last"):
+        out.append(f"{top.name} takes {pct(top.share)} of step time on oneDNN: try channels_last "
+                   "(model and inputs), which oneDNN's convolutions prefer")
+    if not ctx.knob("compile"):
+        out.append(f"torch.compile the model to fuse the operators around {top.name}"
+                   if not out else "torch.compile the model to fuse the operators around it")
+    elif not out:
+        out.append(f"{top.name} takes {pct(top.share)} of step time even compiled: a smaller "
+                   "model or input is the remaining lever")
+    return out
 
 
 def _top_compute_kernel(m: RunMetrics) -> TopItem | None:
@@ -510,13 +563,68 @@ def host_launch_bound(m: RunMetrics, ctx: RunContext) -> Finding | None:
     if launch.launch_delay_p50_ns is not None:
         evidence.append(Evidence(f"median launch-to-start latency {ms(launch.launch_delay_p50_ns)}",
                                  launch.origin))
+    evidence += _launch_wait_evidence(idle) + _minor_sync_evidence(m.syncs)
     title = ("The GPU waits for the CPU to launch many small kernels." if many_short else
              "The GPU waits for the CPU to launch its work.")
     advice = ("Fuse kernels with torch.compile (mode='reduce-overhead' uses CUDA graphs) and "
               "raise the batch size so each launch carries more work." if many_short else
-              "Move Python and CPU work out of the step (or overlap it with the GPU: prepare the "
-              "next batch while the current one runs), and avoid per-step .item()/print calls.")
+              _launch_wait_advice(idle))
     return Finding("HOST_LAUNCH_BOUND", "high", title, evidence, advice)
+
+
+def _launch_wait_evidence(idle: IdleCauses) -> list[Evidence]:
+    """What the CPU did while the GPU waited for its launches: the ops with the most self time
+    then, and the time outside every op."""
+    out = [Evidence(f"while the GPU waited, the CPU spent {ms(op.total_ns)} per step in {op.name} "
+                    f"(self time, {pct(op.share)} of the wait)", idle.origin)
+           for op in idle.launch_wait_ops if op.share >= LAUNCH_WAIT_OP_SHARE]
+    if not out and idle.launch_wait_ops:
+        spread = ", ".join(f"{op.name} {pct(op.share)}" for op in idle.launch_wait_ops)
+        out.append(Evidence("while the GPU waited, no CPU operator held more than "
+                            f"{pct(LAUNCH_WAIT_OP_SHARE)} of the wait (top by self time: "
+                            f"{spread}): the time is spread over many operators", idle.origin))
+    waited = idle.idle_ns_per_step.get("launch", 0)
+    outside = idle.launch_wait_outside_ops_ns
+    if waited and outside / waited >= LAUNCH_WAIT_OP_SHARE:
+        out.append(Evidence(f"{ms(outside)} per step ({pct(outside / waited)} of the wait) lies "
+                            "outside every recorded CPU operator: Python code between "
+                            "operators", idle.origin))
+    return out
+
+
+def _minor_sync_evidence(syncs: SyncStats | None) -> list[Evidence]:
+    """Blocking calls that exist but are too short to be the stall: said, so that a reader who
+    sees them in the trace knows they were weighed."""
+    if syncs is None or syncs.fraction >= SYNC_STALL_FRACTION or syncs.ns_per_step <= 0:
+        return []
+    names = ", ".join(call.name for call in syncs.calls if call.calls_per_step > 0)
+    return [Evidence(f"the CPU also blocks in {names} for {ms(syncs.ns_per_step)} per step "
+                     f"({pct(syncs.fraction)} of the step): too little to be the stall",
+                     syncs.origin)]
+
+
+def _launch_wait_advice(idle: IdleCauses) -> str:
+    """Advice aimed at what the CPU does while the GPU waits: the top op, or Python between
+    ops, or generic when the trace names neither."""
+    top = next((op for op in idle.launch_wait_ops if op.share >= LAUNCH_WAIT_OP_SHARE), None)
+    waited = idle.idle_ns_per_step.get("launch", 0)
+    outside = idle.launch_wait_outside_ops_ns / waited if waited else 0.0
+    if top is not None and top.share >= outside:
+        return (f"Make {top.name} cheaper or move it out of the step: it holds the CPU for "
+                f"{ms(top.total_ns)} per step while the GPU has nothing queued (allocate and "
+                "prepare tensors once before the loop and reuse them, or launch the GPU work "
+                "that does not depend on it first).")
+    if top is None and outside < LAUNCH_WAIT_OP_SHARE and idle.launch_wait_ops:
+        return ("Cut the CPU's cost per operator, which is spread over many small ops "
+                f"({', '.join(op.name for op in idle.launch_wait_ops)}...): torch.compile the "
+                "model to fuse them (mode='reduce-overhead' also replays the step as a CUDA "
+                "graph), and raise the batch size so each op carries more GPU work.")
+    if outside >= LAUNCH_WAIT_OP_SHARE:
+        return ("Cut the Python between operators in the step (it runs while the GPU has nothing "
+                "queued): torch.compile the model and loss, move logging and metric "
+                "computation out of the step, and avoid per-step .item()/print calls.")
+    return ("Move Python and CPU work out of the step (or overlap it with the GPU: prepare the "
+            "next batch while the current one runs), and avoid per-step .item()/print calls.")
 
 
 def pageable_memcpy(m: RunMetrics, ctx: RunContext) -> Finding | None:
@@ -665,12 +773,12 @@ def cpu_oversubscribed(m: RunMetrics, ctx: RunContext) -> Finding | None:
                                  "manifest"))
     demand = loader_core_demand(load, trials)
     if demand is not None:
-        evidence.append(Evidence(f"the DataLoader needs about {demand:.1f} of a core at the real "
+        evidence.append(Evidence(f"the DataLoader needs about {demand:.2f} of a core at the real "
                                  "loop's pace (workers × full / IO trial throughput)", "manifest"))
     budget = load.cpus_per_process
     if demand is not None and demand < LIGHT_LOADER_CORES:
         advice = (f"Keep PyTorch's {load.threads} intra-op threads: the loader needs only "
-                  f"{demand:.1f} of a core, less than a thread taken from the model would cost. "
+                  f"{demand:.2f} of a core, less than a thread taken from the model would cost. "
                   "Make the per-sample work cheaper (precompute or cache the transformed "
                   "samples)")
         severity: Severity = "low"

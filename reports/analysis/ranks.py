@@ -16,7 +16,7 @@ from profreport.errors import failure_line
 from profreport.model import Profile
 from profreport.parsers import ParseOptions, parse_file
 from profreport.reports.analysis.cpu import dataparallel_ops, ddp_forward_calls
-from profreport.reports.analysis.findings import profiler_verdict
+from profreport.reports.analysis.findings import profiler_verdict, verdict_confidence
 from profreport.reports.analysis.gpu import has_gpu_events
 from profreport.reports.analysis.memory import memory_stats
 from profreport.reports.analysis.metrics import compute_run_metrics, preference
@@ -113,10 +113,13 @@ def rank_verdict(profile: Profile) -> RankVerdict | None:
     metrics = compute_run_metrics([profile])
     name, reason = profiler_verdict(metrics)
     comm = metrics.comm
+    confidence = verdict_confidence(metrics, name)
     return RankVerdict(int(profile.rank), name, reason,
                        metrics.steps.mean_ns if metrics.steps is not None else None,
                        comm.fraction if comm is not None else None,
-                       comm.exposed_fraction if comm is not None else None)
+                       comm.exposed_fraction if comm is not None else None,
+                       confidence[0] if confidence else None,
+                       confidence[1] if confidence else None)
 
 
 def read_rank(task: RankTask) -> RankResult:

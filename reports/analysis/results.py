@@ -197,6 +197,11 @@ class IdleCauses:
     origin: Origin
     step_ns: int
     idle_ns_per_step: dict[str, int]
+    #: The framework ops with the most self time (per step) while the GPU waited for launches;
+    #: their ``share`` is of that wait.
+    launch_wait_ops: list[TopItem] = field(default_factory=list)
+    #: Per step, the launch wait that no CPU op on any thread covers (Python between ops).
+    launch_wait_outside_ops_ns: int = 0
 
     def share(self, cause: str) -> float:
         """Share of the step the GPU idles for ``cause``."""
@@ -416,6 +421,10 @@ class RankVerdict:
     #: Share of the rank's step in collectives, and the share not hidden under compute.
     comm_fraction: float | None = None
     comm_exposed_fraction: float | None = None
+    #: How clearly the rank's verdict stands (see findings.verdict_confidence); None for unknown
+    #: and balanced.
+    confidence: str | None = None
+    margin: float | None = None
 
 
 @dataclass(frozen=True)

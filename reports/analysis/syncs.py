@@ -15,12 +15,16 @@ import pandas as pd
 from profreport import concepts
 from profreport.model import Profile
 from profreport.reports.analysis import intervals as iv
+from profreport.reports.analysis.cpu import self_time_ns
 from profreport.reports.analysis.gpu import gpu_tables, has_gpu_events, launch_times
-from profreport.reports.analysis.results import IdleCauses, SyncCall, SyncStats
+from profreport.reports.analysis.results import IdleCauses, SyncCall, SyncStats, TopItem
 from profreport.reports.analysis.steps import StepWindows, dataloader_intervals
+from profreport.reports.analysis.top import ranked
 
 #: Order in which an idle gap's cause is decided: the first that fits wins.
 IDLE_CAUSES = ("data", "sync", "launch", "unexplained")
+#: How many CPU ops are named as what the CPU did while the GPU waited for its launches.
+LAUNCH_WAIT_OPS = 3
 
 
 def blocking(profile: Profile) -> pd.DataFrame:
@@ -94,6 +98,23 @@ def idle_causes(profile: Profile, windows: StepWindows) -> IdleCauses | None:
     length = (gaps["end"] - gaps["start"]).to_numpy(np.int64)
     masks = {"data": data, "sync": sync, "launch": launch,
              "unexplained": ~(data | sync | launch)}
+    waited = iv.union(gaps["start"][launch], gaps["end"][launch])
+    ops, outside = _cpu_in(profile, waited, windows.count)
     return IdleCauses(origin=profile.kind, step_ns=windows.total_ns // max(windows.count, 1),
                       idle_ns_per_step={cause: int(length[masks[cause]].sum()) // windows.count
-                                        for cause in IDLE_CAUSES})
+                                        for cause in IDLE_CAUSES},
+                      launch_wait_ops=ops, launch_wait_outside_ops_ns=outside)
+
+
+def _cpu_in(profile: Profile, waited: iv.Intervals, steps: int) -> tuple[list[TopItem], int]:
+    """What the CPU did while the GPU waited for launches, per step: the framework ops with the
+    most self time inside ``waited`` (share: of ``waited``), and the waited time no CPU op on
+    any thread covers (Python between operators, or a thread the profiler did not record)."""
+    if waited.total == 0:
+        return [], 0
+    ops = profile.table("cpu_ops")
+    spans = ops.assign(ns=self_time_ns(ops, waited) // steps, outer=True)
+    spans = spans[concepts.is_framework_op(spans["name"]).to_numpy() & (spans["ns"] > 0)]
+    outside = waited.total - iv.intersect(waited, iv.union_of([ops])).total
+    return ranked(spans, "name", LAUNCH_WAIT_OPS, waited.total // steps, exclusive=True), \
+        outside // steps
