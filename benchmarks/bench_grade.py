@@ -23,34 +23,11 @@ import zipfile
 from pathlib import Path
 
 from profreport.grade import grade_class
-from profreport.grade.rubric import parse_rubric
+from profreport.grade.rubric import example_rubric, parse_rubric
 
 #: A re-run over an unchanged class hashes files and reads cached results: a tenth of grading.
 MAX_RERUN_SHARE = 0.1
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-RUBRIC = """\
-[assignment]
-name = "bench"
-
-[[check]]
-id = "profiled"
-points = 2
-require = ["kineto", "lprof"]
-
-[[check]]
-id = "loader-fixed"
-points = 4
-run = "optimized"
-expect_verdict_not = "loader-bound"
-
-[[check]]
-id = "speedup"
-points = 4
-metric = "speedup"
-baseline = "baseline"
-candidate = "optimized"
-min = 1.2
-"""
 
 
 def build_class(folder: Path, students: int) -> None:
@@ -77,7 +54,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         build_class(root / "subs", args.students)
-        rubric = parse_rubric(RUBRIC, root / "rubric.toml")
+        rubric = parse_rubric(example_rubric(), root / "rubric.toml")
         timings = []
         for _ in range(2):
             start = time.perf_counter()

@@ -110,8 +110,11 @@ def build_parser(run_options: bool = True) -> argparse.ArgumentParser:
                     "Writes gradebook.csv, gradebook.json, summary.html and "
                     "students/NAME/report.html + feedback.md to --out. Nothing from a "
                     "submission is executed.")
-    grade.add_argument("submissions", type=Path, metavar="SUBMISSIONS")
-    grade.add_argument("--rubric", type=Path, required=True, metavar="RUBRIC.toml")
+    grade.add_argument("submissions", type=Path, nargs="?", metavar="SUBMISSIONS")
+    grade.add_argument("--rubric", type=Path, metavar="RUBRIC.toml",
+                       help="the rubric (required to grade)")
+    grade.add_argument("--example-rubric", action="store_true",
+                       help="print a commented example rubric to start from, and exit")
     grade.add_argument("--out", type=Path, default=Path("grades"),
                        help="folder for the gradebook and the students' pages "
                             "(default: %(default)s)")

@@ -205,8 +205,14 @@ def _progress_bar(done: int, total: int, result: StudentResult) -> None:
 def grade_command(args: argparse.Namespace) -> int:
     """The ``grade`` subcommand: 0 when every submission was graded, 1 when some failed."""
     from profreport.grade import grade_class
-    from profreport.grade.rubric import load_rubric
+    from profreport.grade.rubric import example_rubric, load_rubric
 
+    if args.example_rubric:
+        print(example_rubric(), end="")
+        return 0
+    if args.submissions is None or args.rubric is None:
+        raise UsageError("grade needs SUBMISSIONS and --rubric RUBRIC.toml "
+                         "(profreport grade --example-rubric prints one to start from)")
     if args.jobs < 1:
         raise UsageError(f"--jobs must be at least 1, not {args.jobs}")
     check_output_folder(Path(args.out))

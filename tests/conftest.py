@@ -208,3 +208,15 @@ def write_nsys_export(path: Path, kernels: list[tuple], steps: list[tuple],
         conn.executemany("INSERT INTO NVTX_EVENTS VALUES (?, ?, 59, ?, 0, ?, NULL)",
                          [(s, e, global_tid, text) for s, e, text in steps])
     return path
+
+
+def fractions(node: object, key: str = "") -> list[float]:
+    """Every figure of a report.json that is a fraction (``*_fraction``, ``share``)."""
+    if isinstance(node, dict):
+        return [v for k, item in node.items() for v in fractions(item, str(k))]
+    if isinstance(node, list):
+        return [v for item in node for v in fractions(item, key)]
+    if isinstance(node, int | float) and not isinstance(node, bool) and (
+            key.endswith("fraction") or key == "share"):
+        return [float(node)]
+    return []

@@ -33,10 +33,23 @@ def test_each_subcommand_explains_itself(command: str) -> None:
 
 
 def test_grade_needs_submissions_and_a_rubric(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as caught:
-        main(["grade"])
-    assert caught.value.code == 2
-    assert "required: SUBMISSIONS, --rubric" in capsys.readouterr().err
+    assert main(["grade"]) == 2
+    err = capsys.readouterr().err
+    assert "grade needs SUBMISSIONS and --rubric RUBRIC.toml" in err and "--example-rubric" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_example_rubric_is_the_readmes_and_parses(tmp_path: Path) -> None:
+    """`grade --example-rubric` prints the rubric the README shows, and it is a valid rubric."""
+    from profreport.grade.rubric import parse_rubric
+
+    result = run_cli("grade", "--example-rubric")
+    assert result.returncode == 0
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    assert f"```toml\n{result.stdout}```" in readme
+    rubric = parse_rubric(result.stdout, tmp_path / "rubric.toml")
+    assert [check.id for check in rubric.checks] == ["profiled", "loader-fixed", "pinned",
+                                                     "speedup", "gpu-busy"]
 
 
 def test_no_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -32,7 +32,7 @@ from profreport.reports.render.json import render_json  # noqa: E402
 from profreport.reports.render.markdown import render_markdown  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-from conftest import TINY_TRACE, write_nsys_export  # noqa: E402
+from conftest import TINY_TRACE, fractions, write_nsys_export  # noqa: E402
 
 #: Examples per property: the three properties take ~30 s of CPU in all (2-core machine).
 EXAMPLES = 20
@@ -77,18 +77,6 @@ ANY_VALUE = st.one_of(SCALARS, JSON_VALUES, NESTED)
 
 
 # --- the property ------------------------------------------------------------------------------
-
-def fractions(node: object, key: str = "") -> list[float]:
-    """Every figure of a report.json that is a fraction (``*_fraction``, ``share``)."""
-    if isinstance(node, dict):
-        return [v for k, item in node.items() for v in fractions(item, str(k))]
-    if isinstance(node, list):
-        return [v for item in node for v in fractions(item, key)]
-    if isinstance(node, int | float) and not isinstance(node, bool) and (
-            key.endswith("fraction") or key == "share"):
-        return [float(node)]
-    return []
-
 
 @pytest.fixture(scope="module")
 def good(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -17,24 +17,12 @@ from profreport.cli import main
 from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
 
 sys.path.insert(0, str(Path(__file__).parent))
-from conftest import TINY_TRACE, write_nsys_export  # noqa: E402
+from conftest import TINY_TRACE, fractions, write_nsys_export  # noqa: E402
 
 MS = 1_000_000
 INT64_MAX = 2**63 - 1
 #: Whatever a hostile input holds, one call finishes within this (the issue saw > 120 s hangs).
 CALL_BUDGET_S = 60
-
-
-def fractions(node: object, key: str = "") -> list[float]:
-    """Every figure of a report.json that is a fraction (``*_fraction``, ``share``)."""
-    if isinstance(node, dict):
-        return [v for k, item in node.items() for v in fractions(item, str(k))]
-    if isinstance(node, list):
-        return [v for item in node for v in fractions(item, key)]
-    if isinstance(node, int | float) and not isinstance(node, bool) and (
-            key.endswith("fraction") or key == "share"):
-        return [float(node)]
-    return []
 
 
 def analyze_beside_good(bad: Path, tiny_trace: Path, tmp_path: Path,

@@ -10,6 +10,7 @@ scanning the text for the table and the key.
 from __future__ import annotations
 
 import hashlib
+import importlib.resources
 import re
 import typing
 from collections.abc import Callable
@@ -26,6 +27,9 @@ try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI
     import tomli as tomllib  # type: ignore[no-redef]
+
+#: The example rubric's file among the package's templates.
+EXAMPLE_RUBRIC = "rubric.example.toml"
 
 #: Profile kinds a ``require`` check may ask for ("any" = at least one profile of any kind).
 PROFILE_KINDS = ("any", "lprof", "kineto", "nsys")
@@ -291,6 +295,12 @@ def parse_rubric(text: str, path: Path) -> Rubric:
     return Rubric(name=assignment.get("name", path.stem), checks=checks,
                   description=assignment.get("description", ""),
                   digest=hashlib.sha256(text.encode()).hexdigest())
+
+
+def example_rubric() -> str:
+    """The commented example rubric shipped with profreport (the README shows the same)."""
+    return (importlib.resources.files("profreport.templates") / EXAMPLE_RUBRIC).read_text(
+        encoding="utf-8")
 
 
 def load_rubric(path: Path) -> Rubric:
