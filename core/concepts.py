@@ -108,6 +108,36 @@ _SLOW_FALLBACK_OP = r"^aten::_slow_|^aten::thnn_"
 # oneDNN (formerly MKL-DNN) operators: the optimised CPU path for convolutions and matmuls.
 _ONEDNN_OP = r"(?i)mkldnn|onednn"
 
+# Matrix multiplications as ATen records them (``aten::linear`` calls ``aten::addmm``;
+# ``aten::matmul`` calls ``mm``/``bmm``): the work tensor cores run.
+_MATMUL_OP = r"^aten::(?:mm|bmm|addmm|addbmm|baddbmm|matmul|linear|_addmm_activation)$"
+# Convolutions, forward and backward, at every layer of the dispatch (``aten::conv2d`` ->
+# ``convolution`` -> ``_convolution`` -> ``cudnn_convolution``; ``convolution_backward``) and on
+# every backend (cuDNN, MIOpen, oneDNN, ATen's slow reference kernels).
+_CONV_OP = (r"^aten::(?:conv(?:_transpose)?[123]d|_?convolution(?:_backward|_mode)?|"
+            r"(?:cudnn|miopen|mkldnn)_convolution\w*|_slow_conv2d_\w+|slow_conv\w+|"
+            r"thnn_conv2d\w*)$")
+# Batch normalisation's forward at every layer of the dispatch (``aten::batch_norm`` ->
+# ``_batch_norm_impl_index`` -> ``cudnn_batch_norm`` / ``native_batch_norm``).
+_BATCH_NORM_OP = (r"^aten::(?:batch_norm|_batch_norm_impl_index|(?:cudnn|miopen)_batch_norm|"
+                  r"native_batch_norm|_native_batch_norm_legit\w*)$")
+#: Operator families whose inputs the Kineto parser keeps (the ``op_inputs`` table).
+MATMUL, CONVOLUTION, BATCH_NORM = "matmul", "convolution", "batch_norm"
+_OP_FAMILIES = {MATMUL: _MATMUL_OP, CONVOLUTION: _CONV_OP, BATCH_NORM: _BATCH_NORM_OP}
+#: torch.profiler's names (``Input type``) of 32-bit floats, and of the 16-bit floats tensor
+#: cores take directly (fp8 too).
+FP32_DTYPES = frozenset({"float", "c10::Float", "Float"})
+REDUCED_DTYPES = frozenset({"c10::Half", "c10::BFloat16", "Half", "BFloat16", "half",
+                            "c10::Float8_e4m3fn", "c10::Float8_e5m2", "c10::Float8_e4m3fnuz",
+                            "c10::Float8_e5m2fnuz"})
+#: Compute capabilities (CUDA) from which the GPU has tensor cores (Volta), and from which they
+#: take fp32 inputs as TF32 (Ampere).
+TENSOR_CORE_CAPABILITY = (7, 0)
+TF32_CAPABILITY = (8, 0)
+# A kernel running fp32 math on tensor cores as TF32 (cuBLAS/cuDNN ``tf32``, CUTLASS ``s1688``
+# tiles); only a hint of what the operator asked for.
+_TF32_KERNEL = r"(?i)tf32|_s1688|_s16816"
+
 #: CUDA API calls that launch work on the GPU.
 LAUNCH_APIS = frozenset({
     "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel", "cuLaunchKernel",
@@ -202,6 +232,47 @@ def blocking_calls(runtime: pd.DataFrame, memcpy: pd.DataFrame) -> pd.DataFrame:
 def is_reduced_precision_kernel(names: pd.Series) -> pd.Series:
     """Whether each kernel computes in fp16/bf16 (mixed precision is on for its work)."""
     return _matches(names, _REDUCED_PRECISION_KERNEL)
+
+
+def is_tf32_kernel(names: pd.Series) -> pd.Series:
+    """Whether each kernel's name says it runs fp32 math as TF32 on tensor cores."""
+    return _matches(names, _TF32_KERNEL)
+
+
+def _op_families(names: pd.Series) -> pd.Series:
+    """:func:`op_family` of distinct names."""
+    text = names.astype("string")
+    family = pd.Series(pd.NA, index=names.index, dtype="string")
+    for name, pattern in _OP_FAMILIES.items():
+        family = family.mask(text.str.contains(pattern, regex=True).fillna(False).astype(bool),
+                             name)
+    return family
+
+
+def op_family(names: pd.Series) -> pd.Series:
+    """Which family each CPU op belongs to (MATMUL, CONVOLUTION, BATCH_NORM), <NA> for others."""
+    return _per_distinct(names, _op_families)
+
+
+def is_input_checked_op(names: pd.Series) -> pd.Series:
+    """Whether each CPU op is one whose inputs (dtypes, shapes) the analysis checks."""
+    return op_family(names).notna().astype(bool)
+
+
+def precision_of(types: tuple[str, ...] | None) -> str | None:
+    """What an operator computes in, from its inputs' dtype names: "reduced" (fp16/bf16/fp8
+    among them), "fp32", "other" (fp64, integers), or None when no types were recorded."""
+    if types is None:
+        return None
+    present = set(types)
+    if present & REDUCED_DTYPES:
+        return "reduced"
+    return "fp32" if present & FP32_DTYPES else "other"
+
+
+def is_rocm_api(names: pd.Series) -> pd.Series:
+    """Whether each runtime call is ROCm's HIP runtime (an AMD GPU)."""
+    return _matches(names, r"^hip")
 
 
 def is_layout_conversion_kernel(names: pd.Series) -> pd.Series:

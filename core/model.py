@@ -34,7 +34,13 @@ empty frame with the right columns):
                    the event (-1 when the format does not record them), addr (-1 unknown),
                    counts (``allocated``: tensor allocations of the framework's allocator;
                    ``reserved``: driver allocations, i.e. the caching allocator's segments).
-``devices``        GPUs: device, name, memory_bytes, sm_count (-1 unknown).
+``devices``        GPUs: device, name, memory_bytes, sm_count, compute_major, compute_minor (the
+                   compute capability, 7.0 = Volta; -1 unknown).
+``op_inputs``      Inputs of the operators :func:`concepts.is_input_checked_op` names (matmuls,
+                   convolutions, batch norms), Kineto with ``record_shapes=True``: start, end,
+                   pid, tid, name, input_types (tuple of dtype names such as ``float``,
+                   ``c10::Half``, "" for a None argument), input_dims (tuple of shapes, each a
+                   tuple of ints); both None when the trace did not record them.
 ``threads``        pid, tid, name (nsys: decoded from globalTid).
 ``lines``          line_profiler lines: file, function, lineno, hits, time_ns, time_per_hit_ns,
                    function_share (0..1 of the function's total), source (text or None, see
@@ -74,7 +80,8 @@ TABLE_SCHEMAS: dict[str, dict[str, str]] = {
                "device_kind": "object", "bytes": "int64", "total_allocated": "int64",
                "total_reserved": "int64", "addr": "int64", "counts": "object"},
     "devices": {"device": "int64", "name": "object", "memory_bytes": "int64",
-                "sm_count": "int64"},
+                "sm_count": "int64", "compute_major": "int64", "compute_minor": "int64"},
+    "op_inputs": {**_CPU, "name": "object", "input_types": "object", "input_dims": "object"},
     "threads": {"pid": "int64", "tid": "int64", "name": "object"},
     "lines": {"file": "object", "function": "object", "lineno": "int64", "hits": "int64",
               "time_ns": "int64", "time_per_hit_ns": "int64", "function_share": "float64",

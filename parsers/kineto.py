@@ -152,6 +152,9 @@ MIN_STEP_REPEATS = 3
 STEP_ORIGINS = ("ProfilerStep", "optimizer", "repeated op")
 
 
+_NO_RAW = msgspec.Raw()
+
+
 class _Args(msgspec.Struct, gc=False, frozen=True):
     """The ``args`` fields the analysis reads; every other key is skipped while decoding.
 
@@ -176,6 +179,10 @@ class _Args(msgspec.Struct, gc=False, frozen=True):
     total_allocated: Any = msgspec.field(default=None, name="Total Allocated")
     total_reserved: Any = msgspec.field(default=None, name="Total Reserved")
     addr: Any = msgspec.field(default=None, name="Addr")
+    # Operators' inputs (``record_shapes=True``), kept as raw JSON text: decoded only for the
+    # operators the op_inputs table holds, once per distinct text.
+    input_types: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input type")
+    input_dims: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input Dims")
 
 
 _NO_ARGS = _Args()
@@ -362,6 +369,7 @@ class _ColumnBuilder:
         self.details = _Symbols()
         self.metadata: list[_Event] = []
         self.memory = _MemoryEvents()
+        self.op_inputs = _OpInputs()
         self.dropped: Counter[str] = Counter()
         self.events = 0
         self._plain: list[dict[str, np.ndarray]] = []
@@ -418,6 +426,7 @@ class _ColumnBuilder:
         detailed = np.isin(part["cat"], self.cats.lookup(DETAILED_CATS))
         plain = keep & ~detailed
         self._plain.append({key: part[key][plain] for key in _PLAIN_COLUMNS})
+        self.op_inputs.add(self, part, args, keep)
         self._detailed.append({key: value[keep & detailed] for key, value in part.items()})
 
     def _detail(self, args: list[_Args]) -> np.ndarray:
@@ -478,6 +487,7 @@ class _ColumnBuilder:
                                 for key, value in flow.items()})
         self.metadata.extend(other.metadata)
         self.memory.extend(other.memory)
+        self.op_inputs.extend(other.op_inputs, maps)
         self.dropped.update(other.dropped)
         self.events += other.events
         MAX_EVENTS.check(self.events, self.path)
@@ -548,6 +558,87 @@ class _MemoryEvents:
             "total_reserved": columns["total_reserved"], "addr": columns["addr"],
             "counts": "allocated"})
         return conform("memory", frame.sort_values("time", kind="stable"))
+
+
+class _OpInputs:
+    """The operators :func:`concepts.is_input_checked_op` names, with the raw text of their
+    ``Input type`` and ``Input Dims`` interned per distinct pair (a model repeats the same few
+    hundred shapes every step)."""
+
+    def __init__(self) -> None:
+        self.values = _Symbols()
+        #: Per name id: whether the operator's inputs are kept.
+        self._checked = np.zeros(0, dtype=bool)
+        self._parts: list[dict[str, np.ndarray]] = []
+
+    def _is_checked(self, names: _Symbols, ids: np.ndarray) -> np.ndarray:
+        """Whether each name id is a checked operator (names seen first are classified now)."""
+        if len(ids) and int(ids.max()) >= len(self._checked):
+            new = names.values()[len(self._checked):]
+            flags = concepts.is_input_checked_op(pd.Series(new, dtype=object)).to_numpy(bool)
+            self._checked = np.concatenate([self._checked, flags])
+        return self._checked[ids]
+
+    def add(self, builder: _ColumnBuilder, part: dict[str, np.ndarray], args: list[_Args],
+            keep: np.ndarray) -> None:
+        """Keep the checked operators of one batch of complete events (``part``'s columns)."""
+        wanted = keep & np.isin(part["cat"], builder.cats.lookup(CPU_OP_CATS))
+        rows = np.flatnonzero(wanted)
+        rows = rows[self._is_checked(builder.names, part["name"][rows])]
+        if not len(rows):
+            return
+        pairs = ((bytes(args[i].input_types), bytes(args[i].input_dims)) for i in rows)
+        self._parts.append({**{key: part[key][rows] for key in ("name", "pid", "tid", "start",
+                                                                  "end")},
+                            "inputs": self.values.ids(pairs, len(rows))})
+
+    def extend(self, other: _OpInputs, maps: dict[str, np.ndarray]) -> None:
+        """Append the operators of a later part of the same trace (its ids mapped to ours)."""
+        inputs = self.values.remap(other.values)
+        self._parts.extend({key: inputs[value] if key == "inputs" else
+                            maps[_SYMBOL_COLUMNS[key]][value] if key in _SYMBOL_COLUMNS
+                            else value for key, value in part.items()} for part in other._parts)
+
+    def frame(self, names: np.ndarray, thread_numbers: np.ndarray) -> pd.DataFrame:
+        """The ``op_inputs`` table, sorted by start."""
+        if not self._parts:
+            return empty_table("op_inputs")
+        columns = {key: np.concatenate([part[key] for part in self._parts])
+                   for key in self._parts[0]}
+        distinct = self.values.values()
+        types, dims = np.empty(len(distinct), object), np.empty(len(distinct), object)
+        for index, (types_text, dims_text) in enumerate(distinct):
+            types[index] = _decoded_inputs(types_text, str)
+            dims[index] = _decoded_inputs(dims_text, tuple)
+        frame = pd.DataFrame({
+            "start": columns["start"], "end": columns["end"],
+            "pid": thread_numbers[columns["pid"]], "tid": thread_numbers[columns["tid"]],
+            "name": names[columns["name"]], "input_types": types[columns["inputs"]],
+            "input_dims": dims[columns["inputs"]]})
+        return conform("op_inputs", frame.sort_values("start", kind="stable"))
+
+
+def _frozen(value: Any) -> Any:
+    """A decoded JSON list as nested tuples of ints and strings; ValueError for anything else."""
+    if isinstance(value, list):
+        return tuple(_frozen(item) for item in value)
+    if isinstance(value, (int, str)) and not isinstance(value, bool):
+        return value
+    raise ValueError(value)
+
+
+def _decoded_inputs(text: bytes, item: type) -> tuple[Any, ...] | None:
+    """``Input type``/``Input Dims`` text as a tuple whose items are all ``item`` (str names,
+    tuple shapes); None when absent or not of that shape."""
+    if not text:
+        return None
+    try:
+        value = _frozen(msgspec.json.decode(text))
+    except (msgspec.DecodeError, ValueError):
+        return None
+    if not isinstance(value, tuple) or not all(isinstance(v, item) for v in value):
+        return None
+    return value
 
 
 def _int_field(value: Any, absent: int) -> int:
@@ -1260,6 +1351,8 @@ def _devices(header: dict[str, Any]) -> pd.DataFrame:
         "name": [str(p.get("name", "")) for p in props],
         "memory_bytes": [_header_int(p.get("totalGlobalMem")) for p in props],
         "sm_count": [_header_int(p.get("numSms")) for p in props],
+        "compute_major": [_header_int(p.get("computeMajor")) for p in props],
+        "compute_minor": [_header_int(p.get("computeMinor")) for p in props],
     })
     return conform("devices", frame)
 
@@ -1356,6 +1449,7 @@ def parse(path: Path) -> Profile:
             "cpu_collectives": tables.cpu_collectives(),
             "devices": _devices(header), "threads": tables.threads(),
             "memory": builder.memory.frame(),
+            "op_inputs": builder.op_inputs.frame(tables.names, tables.thread_numbers),
         },
         meta=meta,
     )

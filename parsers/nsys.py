@@ -745,17 +745,18 @@ def _osrt(export: _Export) -> pd.DataFrame | None:
 
 
 def _devices(export: _Export) -> pd.DataFrame | None:
-    """TARGET_INFO_GPU (id as CUPTI deviceId, name, memory, SM count)."""
+    """TARGET_INFO_GPU (id as CUPTI deviceId, name, memory, SM count, compute capability)."""
     table = "TARGET_INFO_GPU"
     if not export.usable(table, ("id", "name")):
         return None
     cols = export.columns(table)
-    memory = "totalMemory" if "totalMemory" in cols else "-1"
-    sms = "smCount" if "smCount" in cols else "-1"
-    frame = export.query(
-        f"SELECT DISTINCT id AS device, name, {memory} AS memory_bytes, {sms} AS sm_count "
-        f"FROM {table} ORDER BY id")
-    frame[["memory_bytes", "sm_count"]] = frame[["memory_bytes", "sm_count"]].fillna(-1)
+    optional = {"memory_bytes": "totalMemory", "sm_count": "smCount",
+                "compute_major": "computeMajor", "compute_minor": "computeMinor"}
+    selected = ", ".join(f"{column if column in cols else '-1'} AS {name}"
+                         for name, column in optional.items())
+    frame = export.query(f"SELECT DISTINCT id AS device, name, {selected} "
+                         f"FROM {table} ORDER BY id")
+    frame[list(optional)] = frame[list(optional)].fillna(-1)
     return conform("devices", frame.drop_duplicates("device"))
 
 

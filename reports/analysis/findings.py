@@ -18,6 +18,7 @@ from profreport.reports.analysis.results import (
     Finding,
     IdleCauses,
     KernelMix,
+    OpPrecision,
     Origin,
     RunMetrics,
     Severity,
@@ -108,6 +109,9 @@ TRIAL_LIMIT_RATIO = 1.5
 #: A loader that needs less than half a core at the real loop's pace costs the model less than
 #: taking an intra-op thread away would: then more CPUs, not fewer threads, is the fix.
 LIGHT_LOADER_CORES = 0.5
+#: fp32 matmuls/convolutions launching a tenth of compute-kernel time are worth moving to tensor
+#: cores (2-8x faster there); below that the step would gain under ~5%.
+FP32_MATMUL_SHARE = 0.10
 #: When half the step is time no source could attribute (a CPU-only nsys capture holds only NVTX
 #: ranges), calling the run "balanced" would be a guess: the verdict is unknown instead.
 UNATTRIBUTED_SHARE = 0.50
@@ -295,6 +299,93 @@ def zero_grad_not_none(m: RunMetrics, ctx: RunContext) -> Finding | None:
                              "none)", mix.origin)],
                    "Call optimizer.zero_grad(set_to_none=True) (the default from PyTorch 2.0): "
                    "gradients are freed instead of zero-filled, saving a kernel per parameter.")
+
+
+def _capability_text(precision: OpPrecision) -> str:
+    """'Tesla V100-DGXS-32GB, compute capability 7.0'."""
+    major, minor = precision.compute_capability or (0, 0)
+    return f"{precision.device_name or 'the GPU'}, compute capability {major}.{minor}"
+
+
+def _per_step(precision: OpPrecision, count: float) -> str:
+    """``count`` per step when the figures cover steps, else in the profile."""
+    steps = precision.steps
+    return f"{count / steps:.0f} per step" if steps else f"{count:.0f} in the profile"
+
+
+def _fp32_advice(capability: tuple[int, int]) -> str:
+    """Autocast in the precision this GPU's tensor cores take, and TF32 where it exists."""
+    if capability >= concepts.TF32_CAPABILITY:
+        return ("Run the forward pass and the loss under torch.autocast(device_type='cuda', "
+                "dtype=torch.bfloat16) (bf16 needs no GradScaler); or, keeping fp32, let the "
+                "tensor cores take it as TF32: torch.set_float32_matmul_precision('high') for "
+                "matmuls and torch.backends.cudnn.allow_tf32 = True (the default) for "
+                "convolutions.")
+    return ("Run the forward pass and the loss under torch.autocast(device_type='cuda', "
+            "dtype=torch.float16) and scale the loss with torch.cuda.amp.GradScaler: this GPU's "
+            "tensor cores take fp16 (bf16 and TF32 need compute capability 8.0).")
+
+
+def fp32_on_tensor_cores(m: RunMetrics, ctx: RunContext) -> Finding | None:
+    """Matmuls and convolutions take fp32 inputs (their recorded dtypes) on a GPU whose tensor
+    cores would run them several times faster in fp16/bf16 (or TF32)."""
+    p = m.op_precision
+    if p is None or p.unknown_reason is not None or p.compute_capability is None or \
+            p.compute_capability < concepts.TENSOR_CORE_CAPABILITY or \
+            p.share("fp32") < FP32_MATMUL_SHARE:
+        return None
+    evidence = [
+        Evidence(f"matmul/convolution calls with fp32 inputs (the operators' recorded Input "
+                 f"type 'float'): {_per_step(p, p.calls['fp32'])}, launching "
+                 f"{_per_step_ms(p, p.kernel_ns['fp32'])} of kernels, "
+                 f"{pct(p.share('fp32'))} of compute-kernel time", p.origin),
+        Evidence(f"the kernels ran on {_capability_text(p)}: tensor cores from 7.0, TF32 "
+                 "from 8.0 (deviceProperties)", p.origin),
+        Evidence("fp32 operators by kernel time: " + ", ".join(p.fp32_ops[:4]), p.origin)]
+    if p.calls["reduced"]:
+        evidence.append(Evidence(f"calls already in fp16/bf16: {_per_step(p, p.calls['reduced'])}"
+                                 f" ({pct(p.share('reduced'))} of compute-kernel time)",
+                                 p.origin))
+    if p.compute_capability >= concepts.TF32_CAPABILITY:
+        evidence.append(Evidence(f"kernel names only (a hint, not the dtypes): "
+                                 f"{pct(p.tf32_kernel_fraction)} of the fp32 operators' kernel "
+                                 "time is in kernels named TF32", p.origin))
+    return Finding("FP32_ON_TENSOR_CORES", "medium",
+                   f"{pct(p.share('fp32'))} of compute-kernel time is fp32 matmuls and "
+                   f"convolutions on a GPU with tensor cores ({_capability_text(p)}).",
+                   evidence, _fp32_advice(p.compute_capability))
+
+
+def _per_step_ms(precision: OpPrecision, total_ns: int) -> str:
+    """A duration per step when the figures cover steps, else in the profile."""
+    steps = precision.steps
+    return f"{ms(total_ns // steps)} per step" if steps else f"{ms(total_ns)} in the profile"
+
+
+def _unknown_checks(m: RunMetrics) -> list[Evidence]:
+    """One line per operator check that this run's sources cannot make, with the reason."""
+    p = m.op_precision
+    if p is None or p.unknown_reason is None:
+        return []
+    out = [Evidence(f"fp32 matmuls/convolutions on tensor cores: unknown, {p.unknown_reason}",
+                    p.origin)]
+    if m.kernel_mix is not None:
+        out.append(Evidence(f"kernel names only (supporting, not the dtypes): "
+                            f"{pct(m.kernel_mix.reduced_precision_fraction)} of compute-kernel "
+                            "time is in kernels named fp16/bf16", m.kernel_mix.origin))
+    return out
+
+
+def op_checks_unknown(m: RunMetrics, ctx: RunContext) -> Finding | None:
+    """The operator checks (precision, conv bias before BatchNorm) this run's profiles cannot
+    make, and why: said, never guessed."""
+    evidence = _unknown_checks(m)
+    if not evidence:
+        return None
+    return Finding("OP_CHECKS_UNKNOWN", "info",
+                   "Some operator checks could not be made from these profiles.", evidence,
+                   "Profile a few steps with torch.profiler(record_shapes=True) on the GPU: the "
+                   "operators' input dtypes and shapes answer these checks.")
 
 
 def trial_limit(trials: Trials | None) -> str | None:
@@ -859,14 +950,16 @@ def trials_disagree(m: RunMetrics, ctx: RunContext) -> Finding | None:
 RULES: tuple[Rule, ...] = (loader_bound, compute_bound, comm_overhead, host_launch_bound,
                            pageable_memcpy, sync_stall, low_gpu_util, small_batch,
                            dataparallel_not_ddp, cpu_oversubscribed, in_process_loader,
-                           zero_grad_not_none, sources_agreement,
+                           zero_grad_not_none, fp32_on_tensor_cores, op_checks_unknown,
+                           sources_agreement,
                            trials_disagree)
 # Every id a rule gives its finding: what a grading rubric may name (vocabulary, not a
 # threshold; tests/test_grade_rubric.py keeps it in step with the rules).
 FINDING_IDS = frozenset({
     "LOADER_BOUND", "COMPUTE_BOUND", "COMM_OVERHEAD", "HOST_LAUNCH_BOUND", "PAGEABLE_MEMCPY",
     "SYNC_STALL", "LOW_GPU_UTIL", "SMALL_BATCH", "DATAPARALLEL_NOT_DDP", "CPU_OVERSUBSCRIBED",
-    "SOURCES_AGREE", "SOURCES_DISAGREE", "TRIALS", "SYNC_DATALOADER", "ZERO_GRAD_NOT_NONE"})
+    "SOURCES_AGREE", "SOURCES_DISAGREE", "TRIALS", "SYNC_DATALOADER", "ZERO_GRAD_NOT_NONE",
+    "FP32_ON_TENSOR_CORES", "OP_CHECKS_UNKNOWN"})
 
 
 #: The finding that explains each verdict: it leads the run's findings, whatever its severity.

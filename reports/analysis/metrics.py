@@ -50,6 +50,7 @@ from profreport.reports.analysis.lines import (
     lprof_step_stats,
     top_lines,
 )
+from profreport.reports.analysis.ops import op_precision
 from profreport.reports.analysis.results import RunMetrics, Trials
 from profreport.reports.analysis.steps import (
     StepWindows,
@@ -140,11 +141,33 @@ def compute_run_metrics(profiles: list[Profile], manifest: Manifest | None = Non
         metrics.max_devices_per_process = max_devices_per_process(gpu_profile)
         if metrics.gpu is None:
             metrics.gpu = gpu_utilization(gpu_profile, None)
+        ops_profile = _op_inputs_profile(ordered) or gpu_profile
+        metrics.op_precision = op_precision(ops_profile, _devices_of(profiles),
+                                            _windows_of(ops_profile, timed))
     if manifest is not None:
         metrics.throughput_samples_per_s = manifest.throughput_samples_per_s
         metrics.plain_step_ns = list(manifest.plain_step_ns)
         metrics.trials = manifest_trials(manifest)
     return metrics
+
+
+def _op_inputs_profile(ordered: list[Profile]) -> Profile | None:
+    """The first profile with GPU events whose operators' inputs were recorded (torch.profiler
+    with record_shapes=True), else the first with GPU events and operator rows."""
+    with_gpu = [p for p in ordered if has_gpu_events(p) and p.has("op_inputs")]
+    recorded = [p for p in with_gpu if p.table("op_inputs")["input_types"].notna().any()]
+    return next(iter(recorded or with_gpu), None)
+
+
+def _devices_of(profiles: list[Profile]) -> pd.DataFrame:
+    """The devices every profile of the run lists, one row per device, those whose compute
+    capability is known first (torch.profiler and nsys number CUDA devices alike)."""
+    frames = [p.table("devices") for p in profiles if p.has("devices")]
+    if not frames:
+        return profiles[0].table("devices") if profiles else pd.DataFrame()
+    devices = pd.concat(frames, ignore_index=True)
+    return devices.sort_values("compute_major", ascending=False, kind="stable").drop_duplicates(
+        "device")
 
 
 def _windows_of(profile: Profile, timed: list[tuple[Profile, StepWindows]]) -> StepWindows | None:

@@ -248,6 +248,38 @@ class KernelMix:
 
 
 @dataclass(frozen=True)
+class OpPrecision:
+    """What the matmul and convolution operators compute in (their recorded input dtypes) and
+    the GPU kernel time they launched, against the compute capability of the GPU (see
+    reports.analysis.ops). Calls and times are over the step windows (the whole profile when it
+    has none)."""
+
+    origin: Origin
+    #: (major, minor) of the GPU that ran the kernels, (7, 0) = Volta; None when not recorded.
+    compute_capability: tuple[int, int] | None
+    device_name: str | None
+    #: Step windows the figures cover; None when the profile has no steps.
+    steps: int | None
+    #: Matmul/convolution calls (outermost layer) by precision: "fp32", "reduced" (fp16/bf16),
+    #: "other" (fp64, integers), "unrecorded" (no ``Input type``).
+    calls: dict[str, int]
+    #: Compute-kernel time those calls launched, by the same labels, ns.
+    kernel_ns: dict[str, int]
+    #: Every compute kernel's time over the same windows, ns.
+    compute_kernel_ns: int
+    #: The fp32 operators by the kernel time they launched, most first.
+    fp32_ops: list[str]
+    #: Share of the fp32 operators' kernel time in kernels whose names say TF32 (names only).
+    tf32_kernel_fraction: float
+    #: Why the precision cannot be judged against tensor cores; None when it can.
+    unknown_reason: str | None = None
+
+    def share(self, label: str) -> float:
+        """Share of compute-kernel time launched by the calls of one precision label."""
+        return self.kernel_ns.get(label, 0) / max(self.compute_kernel_ns, 1)
+
+
+@dataclass(frozen=True)
 class CpuOpMix:
     """CPU-only runs: which implementation the framework ops' self time goes to."""
 
@@ -388,6 +420,8 @@ class RunMetrics:
     loader_in_process: bool | None = None
     #: Memory per device from allocator events (profile_memory / --cuda-memory-usage).
     memory: MemoryStats | None = None
+    #: Matmul/convolution precision against the GPU's tensor cores (reports.analysis.ops).
+    op_precision: OpPrecision | None = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,130 @@
+"""What the framework's operators say about the model: matmul/convolution precision against the
+GPU's tensor cores, and convolutions with a bias feeding BatchNorm.
+
+The evidence is torch.profiler's ``Input type``/``Input Dims`` of each operator (the parser's
+``op_inputs`` table, ``record_shapes=True``), the compute capability of the GPU that ran the work
+(``devices``), and the kernels each operator launched: GPU kernel -> runtime call with the same
+correlation id -> the operator on that call's thread whose span holds the call. An operator is
+counted once, at the outermost layer of its dispatch (``aten::conv2d`` holds ``convolution`` ->
+``_convolution`` -> ``cudnn_convolution``, which all carry the same inputs).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from profreport import concepts
+from profreport.model import Profile
+from profreport.reports.analysis.gpu import compute_kernels, launched_in_steps
+from profreport.reports.analysis.results import OpPrecision
+from profreport.reports.analysis.steps import StepWindows
+
+#: Precision labels of :func:`concepts.precision_of`, plus operators whose types were not recorded.
+UNRECORDED = "unrecorded"
+
+
+def outermost(ops: pd.DataFrame) -> pd.DataFrame:
+    """The ops not nested inside another op of ``ops`` on the same thread, sorted by thread and
+    start."""
+    ordered = ops.sort_values(["pid", "tid", "start", "end"], ascending=[True, True, True, False],
+                              kind="stable")
+    threads = [ordered["pid"], ordered["tid"]]
+    reached = ordered.groupby(threads, sort=False)["end"].cummax()
+    before = reached.groupby(threads, sort=False).shift(fill_value=np.iinfo(np.int64).min)
+    return ordered[(ordered["start"] >= before).to_numpy()]
+
+
+def launching_op(profile: Profile, spans: pd.DataFrame, frame: pd.DataFrame) -> np.ndarray:
+    """For each row of a GPU table ``frame``, the position in ``spans`` (non-overlapping per
+    thread) of the span whose thread made the launching runtime call inside it; -1 for none."""
+    runtime = profile.table("runtime").drop_duplicates("correlation")
+    calls = frame[["correlation"]].reset_index(drop=True).merge(
+        runtime[["correlation", "pid", "tid", "start"]], on="correlation", how="left")
+    out = np.full(len(frame), -1, dtype=np.int64)
+    positions = pd.Series(np.arange(len(spans)), index=spans.index)
+    for (pid, tid), mine in spans.groupby(["pid", "tid"], sort=False):
+        starts, ends = mine["start"].to_numpy(np.int64), mine["end"].to_numpy(np.int64)
+        order = np.argsort(starts, kind="stable")
+        starts, ends = starts[order], ends[order]
+        where = positions[mine.index].to_numpy()[order]
+        rows = np.flatnonzero(((calls["pid"] == pid) & (calls["tid"] == tid)).to_numpy())
+        at = calls["start"].to_numpy()[rows].astype(np.int64)
+        slot = np.searchsorted(starts, at, side="right") - 1
+        inside = (slot >= 0) & (at < ends[np.maximum(slot, 0)])
+        out[rows[inside]] = where[slot[inside]]
+    return out
+
+
+def _stepped_kernels(profile: Profile, windows: StepWindows | None) -> pd.DataFrame:
+    """Compute kernels launched inside the step windows (every one without windows)."""
+    kernels = compute_kernels(profile)
+    return kernels if windows is None else launched_in_steps(profile, kernels, windows)
+
+
+def _capability(profile: Profile, devices: pd.DataFrame,
+                kernels: pd.DataFrame) -> tuple[tuple[int, int] | None, str | None]:
+    """Compute capability and name of the GPUs that ran ``kernels`` (the lowest when they
+    differ); None when the profiles do not record it."""
+    ran = devices[devices["device"].isin(kernels["device"].unique())]
+    known = ran[(ran["compute_major"] >= 0) & (ran["compute_minor"] >= 0)]
+    if known.empty:
+        return None, (str(ran["name"].iloc[0]) if not ran.empty else None)
+    lowest = known.sort_values(["compute_major", "compute_minor"]).iloc[0]
+    return (int(lowest["compute_major"]), int(lowest["compute_minor"])), str(lowest["name"])
+
+
+def _unknown_reason(profile: Profile, units: pd.DataFrame,
+                    capability: tuple[int, int] | None) -> str | None:
+    """Why the precision of the matmuls and convolutions cannot be judged, or None when it can."""
+    if profile.kind != "kineto":
+        return ("Nsight Systems records no operator input dtypes (only torch.profiler with "
+                "record_shapes=True does)")
+    if units.empty:
+        return None
+    if units["precision"].eq(UNRECORDED).all():
+        return (f"the trace's {len(units)} matmul/convolution calls carry no 'Input type' "
+                "(torch.profiler ran without record_shapes=True)")
+    if bool(concepts.is_rocm_api(profile.table("runtime")["name"]).any()):
+        return "the trace is from a ROCm (AMD) GPU, whose matrix cores this check does not model"
+    if capability is None and units["precision"].eq("fp32").any():
+        return ("the trace does not record the GPU's compute capability (deviceProperties "
+                "computeMajor/computeMinor), so whether it has tensor cores is unknown")
+    return None
+
+
+def op_precision(profile: Profile, devices: pd.DataFrame,
+                 windows: StepWindows | None) -> OpPrecision | None:
+    """What the matmul and convolution operators compute in, and the GPU kernel time each
+    precision launched, against the GPU's compute capability; None without GPU kernels."""
+    kernels = _stepped_kernels(profile, windows)
+    if kernels.empty:
+        return None
+    ops = profile.table("op_inputs")
+    family = concepts.op_family(ops["name"])
+    units = outermost(ops[family.isin([concepts.MATMUL, concepts.CONVOLUTION]).to_numpy()])
+    units = units.assign(precision=[concepts.precision_of(t) or UNRECORDED
+                                    for t in units["input_types"]])
+    launcher = launching_op(profile, units, kernels)
+    duration = (kernels["end"] - kernels["start"]).to_numpy(np.int64)
+    # position -1 (launched by no matmul/convolution) reads the trailing "".
+    precision = np.append(units["precision"].to_numpy(object), "")[launcher]
+    kernel_ns = {label: int(duration[precision == label].sum())
+                 for label in ("fp32", "reduced", "other", UNRECORDED)}
+    in_steps = units if windows is None else units[windows.index_of(
+        units["start"].to_numpy(np.int64)) >= 0]
+    fp32 = precision == "fp32"
+    tf32 = concepts.is_tf32_kernel(kernels["name"]).to_numpy(bool)
+    capability, device_name = _capability(profile, devices, kernels)
+    by_name = pd.Series(duration[fp32], index=np.append(units["name"].to_numpy(object),
+                                                        "")[launcher[fp32]])
+    return OpPrecision(
+        origin=profile.kind, compute_capability=capability, device_name=device_name,
+        steps=windows.count if windows is not None else None,
+        calls={label: int((in_steps["precision"] == label).sum())
+               for label in ("fp32", "reduced", "other", UNRECORDED)},
+        kernel_ns=kernel_ns, compute_kernel_ns=int(duration.sum()),
+        fp32_ops=list(by_name.groupby(level=0).sum().sort_values(ascending=False).index),
+        tf32_kernel_fraction=(float(duration[fp32 & tf32].sum()) / kernel_ns["fp32"]
+                              if kernel_ns["fp32"] else 0.0),
+        unknown_reason=_unknown_reason(profile, units, capability))

@@ -1,0 +1,176 @@
+"""Operator checks: fp32 matmuls/convolutions on tensor cores, from the operators' recorded dtypes,
+the GPU's compute capability and the kernels each operator launched (correlation ids); said
+unknown, with the reason, when the profiles lack any of these."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from profreport.model import Profile
+from profreport.parsers import kineto, nsys
+from profreport.reports.analysis.findings import RunContext, find_all
+from profreport.reports.analysis.metrics import compute_run_metrics
+from profreport.reports.analysis.results import Finding
+
+PID = 77
+A100 = {"id": 0, "name": "NVIDIA A100-SXM4-40GB", "computeMajor": 8, "computeMinor": 0}
+V100 = {"id": 0, "name": "Tesla V100-SXM2-16GB", "computeMajor": 7, "computeMinor": 0}
+P100 = {"id": 0, "name": "Tesla P100-PCIE-16GB", "computeMajor": 6, "computeMinor": 0}
+
+
+def _op(name: str, ts: float, dur: float, types: list[str] | None,
+        dims: list[list[int]] | None) -> dict:
+    """A CPU operator on the training thread, with its inputs when they were recorded."""
+    args = {} if types is None else {"Input type": types, "Input Dims": dims}
+    return {"ph": "X", "cat": "cpu_op", "name": name, "pid": PID, "tid": PID, "ts": ts,
+            "dur": dur, "args": args}
+
+
+def _launch(ts: float, correlation: int, kernel: str, start: float, dur: float,
+            api: str = "cudaLaunchKernel", stream: int | str = 7) -> list[dict]:
+    """A launch call on the training thread and the kernel it launched."""
+    return [{"ph": "X", "cat": "cuda_runtime", "name": api, "pid": PID, "tid": PID, "ts": ts,
+             "dur": 4, "args": {"correlation": correlation}},
+            {"ph": "X", "cat": "kernel", "name": kernel, "pid": 0, "tid": 7, "ts": start,
+             "dur": dur, "args": {"device": 0, "stream": stream, "correlation": correlation}}]
+
+
+def linear_trace(path: Path, dtype: str | None, devices: list[dict] | None,
+                 api: str = "cudaLaunchKernel", stream: int | str = 7, steps: int = 2) -> Path:
+    """``steps`` steps of 1 ms, each an ``nn.Linear`` (aten::linear -> aten::addmm launching a
+    400 us GEMM) and an elementwise add (a 100 us kernel); inputs recorded in ``dtype`` (None:
+    record_shapes off)."""
+    types = None if dtype is None else [dtype] * 3
+    dims = None if dtype is None else [[32, 64], [128, 64], [128]]
+    events: list[dict] = []
+    for step in range(steps):
+        at = 1000 * step
+        events += [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}",
+                    "pid": PID, "tid": PID, "ts": at, "dur": 1000},
+                   _op("aten::linear", at + 10, 90, types, dims),
+                   _op("aten::addmm", at + 20, 70, types, dims),
+                   _op("aten::add", at + 500, 20, types and types[:2], dims and dims[:2]),
+                   *_launch(at + 30, 2 * step + 1, "gemm_128x64", at + 40, 400, api, stream),
+                   *_launch(at + 505, 2 * step + 2, "vectorized_elementwise_kernel", at + 510,
+                            100, api, stream)]
+    header = {} if devices is None else {"deviceProperties": devices}
+    path.write_text(json.dumps({"schemaVersion": 1, **header, "traceEvents": events}))
+    return path
+
+
+def findings_of(*profiles: Profile) -> dict[str, Finding]:
+    """The run's findings by id."""
+    return {f.id: f for f in find_all(compute_run_metrics(list(profiles)), RunContext())}
+
+
+def test_kineto_keeps_inputs_of_matmuls_and_the_compute_capability(tmp_path: Path) -> None:
+    profile = kineto.parse(linear_trace(tmp_path / "t.json", "float", [A100]))
+    inputs = profile.table("op_inputs")
+    assert inputs["name"].tolist() == ["aten::linear", "aten::addmm"] * 2  # not aten::add
+    assert inputs["input_types"].iloc[0] == ("float", "float", "float")
+    assert inputs["input_dims"].iloc[0] == ((32, 64), (128, 64), (128,))
+    devices = profile.table("devices")
+    assert devices[["compute_major", "compute_minor"]].values.tolist() == [[8, 0]]
+
+
+def test_fp32_linear_on_an_a100(tmp_path: Path) -> None:
+    """One fp32 linear per step launches 400 of the 500 us of kernels: 80%, TF32 advice."""
+    profile = kineto.parse(linear_trace(tmp_path / "t.json", "float", [A100]))
+    metrics = compute_run_metrics([profile])
+    precision = metrics.op_precision
+    assert precision.compute_capability == (8, 0) and precision.steps == 2
+    assert precision.calls == {"fp32": 2, "reduced": 0, "other": 0, "unrecorded": 0}
+    assert precision.kernel_ns["fp32"] == 800_000 and precision.compute_kernel_ns == 1_000_000
+    assert precision.fp32_ops == ["aten::linear"]
+    found = findings_of(profile)
+    finding = found["FP32_ON_TENSOR_CORES"]
+    assert finding.title.startswith("80% of compute-kernel time is fp32")
+    assert "1 per step" in finding.evidence[0].text and "0.4 ms per step" in \
+        finding.evidence[0].text
+    assert "set_float32_matmul_precision('high')" in finding.recommendation
+    assert "bfloat16" in finding.recommendation
+    assert "OP_CHECKS_UNKNOWN" not in found
+
+
+def test_fp32_on_a_v100_advises_fp16_with_a_scaler(tmp_path: Path) -> None:
+    finding = findings_of(kineto.parse(linear_trace(tmp_path / "t.json", "float", [V100])))[
+        "FP32_ON_TENSOR_CORES"]
+    assert "GradScaler" in finding.recommendation and "float16" in finding.recommendation
+    assert "compute capability 7.0" in finding.title
+
+
+@pytest.mark.parametrize("dtype", ["c10::BFloat16", "c10::Half"])
+def test_reduced_precision_is_no_finding(tmp_path: Path, dtype: str) -> None:
+    profile = kineto.parse(linear_trace(tmp_path / "t.json", dtype, [A100]))
+    assert compute_run_metrics([profile]).op_precision.calls["reduced"] == 2
+    assert not {"FP32_ON_TENSOR_CORES", "OP_CHECKS_UNKNOWN"} & set(findings_of(profile))
+
+
+def test_gpu_without_tensor_cores_is_no_finding(tmp_path: Path) -> None:
+    found = findings_of(kineto.parse(linear_trace(tmp_path / "t.json", "float", [P100])))
+    assert not {"FP32_ON_TENSOR_CORES", "OP_CHECKS_UNKNOWN"} & set(found)
+
+
+def test_without_record_shapes_the_precision_is_unknown(tmp_path: Path) -> None:
+    found = findings_of(kineto.parse(linear_trace(tmp_path / "t.json", None, [A100])))
+    assert "FP32_ON_TENSOR_CORES" not in found
+    unknown = found["OP_CHECKS_UNKNOWN"]
+    assert "2 matmul/convolution calls carry no 'Input type'" in unknown.evidence[0].text
+    assert "record_shapes=True" in unknown.evidence[0].text
+    assert unknown.evidence[1].text.startswith("kernel names only")
+
+
+def test_without_device_properties_tensor_cores_are_unknown(tmp_path: Path) -> None:
+    found = findings_of(kineto.parse(linear_trace(tmp_path / "t.json", "float", None)))
+    assert "FP32_ON_TENSOR_CORES" not in found
+    assert "compute capability" in found["OP_CHECKS_UNKNOWN"].evidence[0].text
+
+
+def test_rocm_trace_with_hex_streams_is_unknown(tmp_path: Path) -> None:
+    mi250 = {"id": 0, "name": "AMD Instinct MI250X", "computeMajor": 9, "computeMinor": 0}
+    profile = kineto.parse(linear_trace(tmp_path / "t.json", "float", [mi250],
+                                        api="hipLaunchKernel", stream="0x0"))
+    assert compute_run_metrics([profile]).op_precision.kernel_ns["fp32"] == 800_000
+    assert "ROCm" in findings_of(profile)["OP_CHECKS_UNKNOWN"].evidence[0].text
+
+
+def test_cpu_only_trace_has_no_precision_check(tmp_path: Path) -> None:
+    events = [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": PID,
+               "tid": PID, "ts": 100 * i, "dur": 100} for i in range(3)]
+    events += [_op("aten::linear", 100 * i + 5, 50, ["float"] * 3, [[8, 4], [2, 4], [2]])
+               for i in range(3)]
+    path = tmp_path / "cpu.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    profile = kineto.parse(path)
+    assert len(profile.table("op_inputs")) == 3
+    assert compute_run_metrics([profile]).op_precision is None
+    assert not {"FP32_ON_TENSOR_CORES", "OP_CHECKS_UNKNOWN"} & set(findings_of(profile))
+
+
+def test_resnet50_trains_in_fp32_on_a_v100(corpus: Path) -> None:
+    """The resnet50 traces were recorded with record_shapes on a V100: every convolution and
+    matmul (53 conv2d, 53 convolution backward, the fc layer's linear and two backward mm per
+    step) takes float inputs; they launch 400.0 of 591.5 ms of compute kernels."""
+    profile = kineto.parse(corpus / "kineto" / "resnet50_num_workers_0.pt.trace.json.gz")
+    precision = compute_run_metrics([profile]).op_precision
+    assert precision.compute_capability == (7, 0)
+    assert precision.steps == 6 and precision.calls["fp32"] == 6 * 109
+    assert precision.calls["reduced"] == precision.calls["unrecorded"] == 0
+    assert precision.kernel_ns["fp32"] == 399_991_000
+    assert precision.compute_kernel_ns == 591_532_000
+    assert precision.fp32_ops[:2] == ["aten::cudnn_convolution_backward", "aten::conv2d"]
+    finding = findings_of(profile)["FP32_ON_TENSOR_CORES"]
+    assert finding.title.startswith("68% of compute-kernel time")
+
+
+def test_nsys_devices_have_their_compute_capability_and_no_dtypes(
+        corpus: Path, nsys_available: str, nsys_cache_dir: Path) -> None:
+    profile = nsys.parse(corpus / "nsys" / "sc22_1gpu_baseline.nsys-rep",
+                         cache_dir=nsys_cache_dir)
+    devices = profile.table("devices")
+    assert set(map(tuple, devices[["compute_major", "compute_minor"]].values)) == {(8, 0)}
+    unknown = findings_of(profile)["OP_CHECKS_UNKNOWN"]
+    assert "Nsight Systems records no operator input dtypes" in unknown.evidence[0].text
