@@ -209,6 +209,10 @@ _CORRELATION, _BANDWIDTH = attrgetter("correlation"), attrgetter("bandwidth")
 _BYTES, _SIZE = attrgetter("bytes"), attrgetter("size")
 _STREAM, _STREAM_ID = attrgetter("stream"), attrgetter("stream_id")
 _SYNC_KIND, _DIRECTION = attrgetter("sync_kind"), attrgetter("direction")
+# Every args field the columns read, and their values in an event whose args lack them all.
+_READ_ARGS = attrgetter("device", "stream", "stream_id", "correlation", "bytes", "size",
+                        "bandwidth", "sync_kind", "direction")
+_UNREAD_ARGS = _READ_ARGS(_NO_ARGS)
 _EVENT_DECODER = msgspec.json.Decoder(_Event)
 _RAW_EVENTS_DECODER = msgspec.json.Decoder(list[msgspec.Raw])
 
@@ -328,6 +332,13 @@ def _integers(values: list[Any], absent: int = -1) -> tuple[np.ndarray, np.ndarr
     return np.array([absent if p is None else p for p in parsed], dtype=np.int64), bad
 
 
+def _spread(values: np.ndarray, where: np.ndarray, fill: Any) -> np.ndarray:
+    """A column as long as ``where``: ``values`` in order where it holds, ``fill`` elsewhere."""
+    out = np.full(len(where), fill, dtype=values.dtype)
+    out[where] = values
+    return out
+
+
 def _first_present(first: tuple[np.ndarray, np.ndarray],
                    second: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Values and unusable flags of a field, taken from ``second`` where ``first`` is absent."""
@@ -404,30 +415,49 @@ class _ColumnBuilder:
         args = list(map(_ARGS, spans))
         start, end, keep = self._times(np.fromiter(map(_TS, spans), np.float64, count),
                                        np.fromiter(map(_DUR, spans), np.float64, count))
-        correlation, bad_correlation = _integers(list(map(_CORRELATION, args)))
-        copied, bad_bytes = _first_present(_integers(list(map(_BYTES, args))),
-                                           _integers(list(map(_SIZE, args))))
-        copied = _with_bandwidth(copied, _floats(list(map(_BANDWIDTH, args))), end - start)
-        self._drop(bad_correlation & keep, "correlation is not an int64")
-        self._drop(bad_bytes & keep, "bytes is not an int64")
-        keep &= ~bad_correlation & ~bad_bytes
-        stream = _first_present(_integers(list(map(_STREAM, args))),
-                                _integers(list(map(_STREAM_ID, args))))[0]
         part = {
             "cat": self.cats.ids(map(_CAT, spans), count),
             "name": self.names.ids(map(_NAME, spans), count),
             "pid": self.threads.ids(map(_PID, spans), count),
             "tid": self.threads.ids(map(_TID, spans), count),
             "start": start, "end": end,
-            "device": _integers(list(map(_DEVICE, args)))[0], "stream": stream,
-            "correlation": correlation, "bytes": copied,
-            "detail": self._detail(args),
+            **self._arg_columns(args, end - start, keep),
         }
         detailed = np.isin(part["cat"], self.cats.lookup(DETAILED_CATS))
         plain = keep & ~detailed
         self._plain.append({key: part[key][plain] for key in _PLAIN_COLUMNS})
         self.op_inputs.add(self, part, args, keep)
         self._detailed.append({key: value[keep & detailed] for key, value in part.items()})
+
+    def _arg_columns(self, args: list[_Args], duration: np.ndarray,
+                     keep: np.ndarray) -> dict[str, np.ndarray]:
+        """device, stream, correlation, bytes and detail of each event; events with an id or
+        size that is no int64 are counted and taken out of ``keep``.
+
+        Only the events whose args hold a value other than the defaults are looked at (most
+        CPU ops have none of these fields): the others' columns are the defaults' outcome.
+        """
+        examined = np.fromiter(map(_UNREAD_ARGS.__ne__, map(_READ_ARGS, args)), bool,
+                               len(args))
+        found = list(compress(args, examined))
+        correlation, bad_correlation = _integers(list(map(_CORRELATION, found)))
+        copied, bad_bytes = _first_present(_integers(list(map(_BYTES, found))),
+                                           _integers(list(map(_SIZE, found))))
+        copied = _with_bandwidth(copied, _floats(list(map(_BANDWIDTH, found))),
+                                 duration[examined])
+        bad_correlation = _spread(bad_correlation, examined, False)
+        bad_bytes = _spread(bad_bytes, examined, False)
+        self._drop(bad_correlation & keep, "correlation is not an int64")
+        self._drop(bad_bytes & keep, "bytes is not an int64")
+        keep &= ~bad_correlation & ~bad_bytes
+        stream = _first_present(_integers(list(map(_STREAM, found))),
+                                _integers(list(map(_STREAM_ID, found))))[0]
+        return {"device": _spread(_integers(list(map(_DEVICE, found)))[0], examined, -1),
+                "stream": _spread(stream, examined, -1),
+                "correlation": _spread(correlation, examined, -1),
+                "bytes": _spread(copied, examined, -1),
+                "detail": _spread(self._detail(found), examined,
+                                  self.details.ids([None], 1)[0])}
 
     def _detail(self, args: list[_Args]) -> np.ndarray:
         """Ids of each event's sync kind (``cuda_sync``) or copy direction (MTIA DMA)."""

@@ -34,11 +34,20 @@ def spans_where(profile: Profile, classify) -> pd.DataFrame:
 
 def outer_calls(frame: pd.DataFrame, key: str) -> pd.Series:
     """Whether each row starts outside every earlier same-``key`` row, aligned with ``frame``: a
-    call re-entered under a same-name call (``aten::conv2d`` under autocast) is no new call."""
-    ordered = frame.sort_values([key, "start"], kind="stable")
-    reach = ordered.groupby(key, sort=False)["end"].cummax()
-    before = reach.groupby(ordered[key], sort=False).shift()
-    return (before.isna() | (ordered["start"] >= before)).reindex(frame.index)
+    call re-entered under a same-name call (``aten::conv2d`` under autocast) is no new call.
+
+    Rows are ordered by key code and start (integer sorts, not string sorts); within a key,
+    a row is outer when it starts at or after the latest end of the rows before it."""
+    codes = pd.factorize(frame[key])[0]
+    start, end = frame["start"].to_numpy(), frame["end"].to_numpy()
+    order = np.lexsort((start, codes))
+    code = codes[order]
+    first = np.r_[True, code[1:] != code[:-1]] if len(code) else np.empty(0, dtype=bool)
+    reach = pd.Series(end[order]).groupby(np.cumsum(first), sort=False).cummax().to_numpy()
+    outer = first | (start[order] >= np.r_[reach[:1], reach[:-1]]) | (code < 0)
+    out = np.empty(len(order), dtype=bool)
+    out[order] = outer
+    return pd.Series(out, index=frame.index)
 
 
 def _nesting_depth(starts: np.ndarray, ends: np.ndarray, threads: np.ndarray) -> np.ndarray:
