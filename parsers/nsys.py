@@ -333,9 +333,11 @@ class _Export:
                 reader.close()
         except (sqlite_pages.PageFormatError, OSError, TypeError):
             return None
-        values = {col: np.concatenate([c.values[i] for c in parts] or [np.empty(0, np.int64)])
+        # Column by column, each chunk's arrays let go as they are copied (peak: one column).
+        values = {col: np.concatenate([c.values.pop(i) for c in parts]
+                                      or [np.empty(0, np.int64)])
                   for col, i in zip(columns, wanted, strict=True)}
-        kinds = {col: np.concatenate([c.kinds[i] for c in parts] or [np.empty(0, np.int8)])
+        kinds = {col: np.concatenate([c.kinds.pop(i) for c in parts] or [np.empty(0, np.int8)])
                  for col, i in zip(columns, wanted, strict=True)}
         strings = {col: np.concatenate([c.texts[order.index(col)] for c in parts]
                                        or [np.empty(0, object)]) for col in texts}
@@ -680,17 +682,30 @@ def _native_ranges(export: _Export, table: str) -> pd.DataFrame | None:
     checked = {name: kinds[name][picked] for name in ("start", "end")}
     rows = picked[_valid_native(export, "ranges", {n: values[n][picked] for n in checked},
                                 checked)]
-    text_ids = _ids(values, kinds, "textId", rows)
-    names = np.where(pd.isna(texts["text"][rows]),
-                     np.array([export.strings.get(int(i)) for i in text_ids], dtype=object),
-                     texts["text"][rows])
-    domains = [domain_of.get((int(d), int(p)), "") for d, p in
-               zip(_ids(values, kinds, "domainId", rows), pids[rows], strict=True)]
+    names = texts["text"][rows]
+    by_id = np.flatnonzero(pd.isna(names))
+    if len(by_id):
+        found, codes = _strings_at(export, _ids(values, kinds, "textId", rows[by_id]))
+        names[by_id] = np.array(found, dtype=object)[codes]
+    domains = _domains_of(domain_of, _ids(values, kinds, "domainId", rows), pids[rows])
     frame = pd.DataFrame({"start": values["start"][rows], "end": values["end"][rows],
                           "pid": pids[rows], "tid": tids[rows] & _ID_MASK,
                           "name": pd.Series(names, dtype=object).fillna(""),
                           "domain": pd.Series(domains, dtype=object)})
     return conform("ranges", frame)
+
+
+def _domains_of(domain_of: dict[tuple[int, int], str], domains: np.ndarray,
+                pids: np.ndarray) -> np.ndarray:
+    """Each row's domain name from its (domainId, pid) ("" when none was created), looked up
+    once per distinct pair."""
+    domain_codes, domain_ids = pd.factorize(domains)
+    pid_codes, pid_values = pd.factorize(pids)
+    pairs, codes = np.unique(domain_codes.astype(np.int64) * max(len(pid_values), 1) + pid_codes,
+                             return_inverse=True)
+    found = [domain_of.get((int(domain_ids[pair // len(pid_values)]),
+                            int(pid_values[pair % len(pid_values)])), "") for pair in pairs]
+    return np.array(found, dtype=object)[codes.ravel()]
 
 
 def _domain_names(values: dict[str, np.ndarray], kinds: dict[str, np.ndarray],

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from profreport.parsers import nsys
+from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.gpu import correlated, first_call
 
 
@@ -62,3 +63,30 @@ def test_nsys_names_are_categoricals_of_the_exported_strings(corpus: Path, nsys_
         got = names.astype(object).tolist()
         want = [re.sub(r"_v\d+$", "", row[0]) for row in expected]
         assert got == want and len(got) > 10_000
+
+
+def _random_intervals(seed: int, count: int) -> iv.Intervals:
+    """A union of random, overlapping and touching intervals on a small grid."""
+    rng = np.random.default_rng(seed)
+    starts = rng.integers(0, 400, count)
+    return iv.union(starts, starts + rng.integers(0, 30, count))
+
+
+def _covered(intervals: iv.Intervals) -> np.ndarray:
+    """Which of the grid's nanoseconds 0..499 the intervals cover (the plain way)."""
+    grid = np.zeros(500, dtype=bool)
+    for start, end in zip(intervals.starts, intervals.ends, strict=True):
+        grid[start:end] = True
+    return grid
+
+
+def test_interval_arithmetic_matches_a_plain_grid() -> None:
+    for seed in range(20):
+        a, b = _random_intervals(seed, 40), _random_intervals(seed + 100, 25)
+        assert (a.starts[1:] > a.ends[:-1]).all()  # disjoint, sorted, touching ones merged
+        np.testing.assert_array_equal(_covered(iv.subtract(a, b)), _covered(a) & ~_covered(b))
+        np.testing.assert_array_equal(_covered(iv.intersect(a, b)), _covered(a) & _covered(b))
+        np.testing.assert_array_equal(_covered(iv.merge(a, b)), _covered(a) | _covered(b))
+        shuffled = np.random.default_rng(seed).permutation(len(a))
+        again = iv.union(a.ends[shuffled] - 1, a.ends[shuffled])
+        np.testing.assert_array_equal(_covered(again), np.isin(np.arange(500), a.ends - 1))

@@ -29,7 +29,6 @@ from profreport.reports.analysis.results import (
 from profreport.reports.analysis.steps import (
     StepWindows,
     dataloader_intervals,
-    in_windows,
     where_in_steps,
 )
 from profreport.reports.analysis.top import TOP_KERNELS, top_items
@@ -216,18 +215,19 @@ def launch_stats(profile: Profile, windows: StepWindows) -> LaunchStats | None:
     if kernels.empty:
         return None
     duration = kernels["end"] - kernels["start"]
-    runtime = in_windows(profile.table("runtime"), windows)
-    launches = runtime[runtime["name"].isin(concepts.LAUNCH_APIS)]
+    runtime = profile.table("runtime")
+    starts = runtime["start"].to_numpy(np.int64)
+    inside = (starts >= windows.first_ns) & (starts < windows.last_ns)
+    launches = np.flatnonzero(inside & runtime["name"].isin(concepts.LAUNCH_APIS).to_numpy())
     kernel_at, call_at = correlated(kernels["correlation"].to_numpy(np.int64),
-                                    launches["correlation"].to_numpy(np.int64))
-    delay = pd.Series(kernels["start"].to_numpy(np.int64)[kernel_at]
-                      - launches["start"].to_numpy(np.int64)[call_at])
+                                    runtime["correlation"].to_numpy(np.int64)[launches])
+    delay = pd.Series(kernels["start"].to_numpy(np.int64)[kernel_at] - starts[launches][call_at])
     return LaunchStats(origin=profile.kind, kernels_per_step=len(kernels) / windows.count,
                        short_kernel_fraction=float((duration < SHORT_KERNEL_NS).mean()),
                        short_kernel_ns=SHORT_KERNEL_NS,
                        launch_delay_p50_ns=int(delay.median()) if len(delay) else None,
-                       runtime_ns_per_step=int((runtime["end"] - runtime["start"]).sum())
-                       // windows.count,
+                       runtime_ns_per_step=int((runtime["end"].to_numpy(np.int64)[inside]
+                                                - starts[inside]).sum()) // windows.count,
                        gpu_kernel_ns_per_step=int(duration.sum()) // windows.count)
 
 

@@ -38,11 +38,13 @@ def union(starts: np.ndarray | pd.Series, ends: np.ndarray | pd.Series) -> Inter
     s = np.asarray(starts, dtype=np.int64)
     e = np.asarray(ends, dtype=np.int64)
     keep = e > s
-    s, e = s[keep], e[keep]
+    if not keep.all():
+        s, e = s[keep], e[keep]
     if len(s) == 0:
         return EMPTY
-    order = np.argsort(s, kind="stable")
-    s, e = s[order], e[order]
+    if (s[1:] < s[:-1]).any():  # tables come in start order: sort only when they are not
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], e[order]
     reach = np.maximum.accumulate(e)
     # A new merged interval starts where a start lies beyond everything reached before it.
     new = np.empty(len(s), dtype=bool)
@@ -64,12 +66,14 @@ def union_of(frames: list[pd.DataFrame]) -> Intervals:
 def _sweep(a: Intervals, b: Intervals, keep_a: bool, keep_b: bool) -> Intervals:
     """Segments where membership in ``a`` and ``b`` equals ``keep_a``/``keep_b``."""
     times = np.concatenate([a.starts, a.ends, b.starts, b.ends])
-    da = np.concatenate([np.ones(len(a)), -np.ones(len(a)), np.zeros(2 * len(b))])
-    db = np.concatenate([np.zeros(2 * len(a)), np.ones(len(b)), -np.ones(len(b))])
     if len(times) == 0:
         return EMPTY
+    # +1 where an interval opens, -1 where it closes (small integers: millions of events).
+    steps = np.repeat(np.array([1, -1, 1, -1], dtype=np.int8), [len(a), len(a), len(b), len(b)])
     order = np.argsort(times, kind="stable")
-    times, in_a, in_b = times[order], np.cumsum(da[order]) > 0, np.cumsum(db[order]) > 0
+    times, steps = times[order], steps[order]
+    in_a = np.cumsum(np.where(order < 2 * len(a), steps, 0), dtype=np.int32) > 0
+    in_b = np.cumsum(np.where(order >= 2 * len(a), steps, 0), dtype=np.int32) > 0
     chosen = (in_a == keep_a) & (in_b == keep_b)
     return union(times[:-1][chosen[:-1]], times[1:][chosen[:-1]])
 
