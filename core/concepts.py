@@ -121,9 +121,21 @@ _CONV_OP = (r"^aten::(?:conv(?:_transpose)?[123]d|_?convolution(?:_backward|_mod
 # ``_batch_norm_impl_index`` -> ``cudnn_batch_norm`` / ``native_batch_norm``).
 _BATCH_NORM_OP = (r"^aten::(?:batch_norm|_batch_norm_impl_index|(?:cudnn|miopen)_batch_norm|"
                   r"native_batch_norm|_native_batch_norm_legit\w*)$")
+# The convolution layers whose third argument is the bias (``conv2d(input, weight, bias, ...)``,
+# ``convolution``, ``_convolution``, oneDNN's); cuDNN's own op takes no bias (ATen adds it).
+_CONV_WITH_BIAS_ARGUMENT = r"^aten::(?:conv(?:_transpose)?[123]d|_?convolution|mkldnn_convolution)$"
+_TRANSPOSED_CONV = r"^aten::conv_transpose[123]d$"
+# Pointwise arithmetic, activations and dropout, in place or not: what may sit between a
+# convolution and a BatchNorm, either transforming the activation (a ReLU, a residual add) or
+# only updating a scalar (BatchNorm's own ``num_batches_tracked += 1``); their input shapes say
+# which.
+_POINTWISE_OP = (r"^aten::(?:add|sub|mul|div|relu|relu6|gelu|silu|sigmoid|tanh|hardtanh|"
+                 r"hardswish|hardsigmoid|leaky_relu|elu|selu|mish|clamp|clamp_min|dropout|"
+                 r"feature_dropout|native_dropout)_?$")
 #: Operator families whose inputs the Kineto parser keeps (the ``op_inputs`` table).
-MATMUL, CONVOLUTION, BATCH_NORM = "matmul", "convolution", "batch_norm"
-_OP_FAMILIES = {MATMUL: _MATMUL_OP, CONVOLUTION: _CONV_OP, BATCH_NORM: _BATCH_NORM_OP}
+MATMUL, CONVOLUTION, BATCH_NORM, POINTWISE = "matmul", "convolution", "batch_norm", "pointwise"
+_OP_FAMILIES = {MATMUL: _MATMUL_OP, CONVOLUTION: _CONV_OP, BATCH_NORM: _BATCH_NORM_OP,
+                POINTWISE: _POINTWISE_OP}
 #: torch.profiler's names (``Input type``) of 32-bit floats, and of the 16-bit floats tensor
 #: cores take directly (fp8 too).
 FP32_DTYPES = frozenset({"float", "c10::Float", "Float"})
@@ -250,7 +262,8 @@ def _op_families(names: pd.Series) -> pd.Series:
 
 
 def op_family(names: pd.Series) -> pd.Series:
-    """Which family each CPU op belongs to (MATMUL, CONVOLUTION, BATCH_NORM), <NA> for others."""
+    """Which family each CPU op belongs to (MATMUL, CONVOLUTION, BATCH_NORM, POINTWISE), <NA>
+    for others."""
     return _per_distinct(names, _op_families)
 
 
@@ -268,6 +281,21 @@ def precision_of(types: tuple[str, ...] | None) -> str | None:
     if present & REDUCED_DTYPES:
         return "reduced"
     return "fp32" if present & FP32_DTYPES else "other"
+
+
+def takes_conv_bias(names: pd.Series) -> pd.Series:
+    """Whether each convolution op's third input is its bias."""
+    return _matches(names, _CONV_WITH_BIAS_ARGUMENT)
+
+
+def is_transposed_conv(names: pd.Series) -> pd.Series:
+    """Whether each convolution op is a transposed one (weight is in x out channels)."""
+    return _matches(names, _TRANSPOSED_CONV)
+
+
+def is_tensor_dtype(name: str) -> bool:
+    """Whether an ``Input type`` names a floating-point tensor (not None, a list or a scalar)."""
+    return name in FP32_DTYPES or name in REDUCED_DTYPES or name in {"double", "c10::Double"}
 
 
 def is_rocm_api(names: pd.Series) -> pd.Series:

@@ -37,10 +37,10 @@ empty frame with the right columns):
 ``devices``        GPUs: device, name, memory_bytes, sm_count, compute_major, compute_minor (the
                    compute capability, 7.0 = Volta; -1 unknown).
 ``op_inputs``      Inputs of the operators :func:`concepts.is_input_checked_op` names (matmuls,
-                   convolutions, batch norms), Kineto with ``record_shapes=True``: start, end,
-                   pid, tid, name, input_types (tuple of dtype names such as ``float``,
-                   ``c10::Half``, "" for a None argument), input_dims (tuple of shapes, each a
-                   tuple of ints); both None when the trace did not record them.
+                   convolutions, batch norms, pointwise ops), Kineto with ``record_shapes=True``:
+                   start, end, pid, tid, name, input_types (tuple of dtype names such as
+                   ``float``, ``c10::Half``, "" for a None argument), input_dims (tuple of
+                   shapes, each a tuple of ints); both None when the trace did not record them.
 ``threads``        pid, tid, name (nsys: decoded from globalTid).
 ``lines``          line_profiler lines: file, function, lineno, hits, time_ns, time_per_hit_ns,
                    function_share (0..1 of the function's total), source (text or None, see

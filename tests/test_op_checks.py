@@ -53,6 +53,7 @@ def linear_trace(path: Path, dtype: str | None, devices: list[dict] | None,
                    _op("aten::linear", at + 10, 90, types, dims),
                    _op("aten::addmm", at + 20, 70, types, dims),
                    _op("aten::add", at + 500, 20, types and types[:2], dims and dims[:2]),
+                   _op("aten::empty", at + 600, 5, types and types[:1], dims and [[7]]),
                    *_launch(at + 30, 2 * step + 1, "gemm_128x64", at + 40, 400, api, stream),
                    *_launch(at + 505, 2 * step + 2, "vectorized_elementwise_kernel", at + 510,
                             100, api, stream)]
@@ -69,7 +70,8 @@ def findings_of(*profiles: Profile) -> dict[str, Finding]:
 def test_kineto_keeps_inputs_of_matmuls_and_the_compute_capability(tmp_path: Path) -> None:
     profile = kineto.parse(linear_trace(tmp_path / "t.json", "float", [A100]))
     inputs = profile.table("op_inputs")
-    assert inputs["name"].tolist() == ["aten::linear", "aten::addmm"] * 2  # not aten::add
+    # matmuls and pointwise ops, not aten::empty
+    assert inputs["name"].tolist() == ["aten::linear", "aten::addmm", "aten::add"] * 2
     assert inputs["input_types"].iloc[0] == ("float", "float", "float")
     assert inputs["input_dims"].iloc[0] == ((32, 64), (128, 64), (128,))
     devices = profile.table("devices")
@@ -174,3 +176,98 @@ def test_nsys_devices_have_their_compute_capability_and_no_dtypes(
     assert set(map(tuple, devices[["compute_major", "compute_minor"]].values)) == {(8, 0)}
     unknown = findings_of(profile)["OP_CHECKS_UNKNOWN"]
     assert "Nsight Systems records no operator input dtypes" in unknown.evidence[0].text
+
+
+# --- convolution with a bias feeding BatchNorm ------------------------------------------------
+
+CONV_IN, WEIGHT, CONV_OUT = [8, 3, 32, 32], [16, 3, 3, 3], [8, 16, 30, 30]
+
+
+def conv_bn_trace(path: Path, bias: bool = True, between: str = "bookkeeping",
+                  norm_channels: int = 16, shapes: bool = True, gpu: bool = True) -> Path:
+    """Two 1 ms steps of Conv2d -> BatchNorm2d as torch.profiler records them in training:
+    aten::conv2d -> convolution -> _convolution -> cudnn_convolution (a 200 us kernel) and, with
+    a bias, the bias add_ inside _convolution (a 20 us kernel); then BatchNorm's
+    ``num_batches_tracked += 1`` (``between="bookkeeping"``, a scalar add), or a ReLU on the
+    activation (``"relu"``), then aten::batch_norm on ``norm_channels`` channels."""
+    def op(name: str, ts: float, dur: float, types: list[str], dims: list[list[int]]) -> dict:
+        return _op(name, ts, dur, types if shapes else None, dims if shapes else None)
+
+    bias_type, bias_dims = ("float", [16]) if bias else ("", [])
+    conv_types = ["float", "float", bias_type, "GenericList", "GenericList", "Int"]
+    conv_dims = [CONV_IN, WEIGHT, bias_dims, [], [], []]
+    norm_dims = [[8, norm_channels, 30, 30], [norm_channels], [norm_channels], [], []]
+    events: list[dict] = []
+    for step in range(2):
+        at = 1000 * step
+        events += [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}",
+                    "pid": PID, "tid": PID, "ts": at, "dur": 1000},
+                   op("aten::conv2d", at + 10, 100, conv_types, conv_dims),
+                   op("aten::convolution", at + 12, 96, conv_types, conv_dims),
+                   op("aten::_convolution", at + 14, 92, conv_types, conv_dims),
+                   op("aten::cudnn_convolution", at + 16, 64,
+                      ["float", "float", "GenericList"], [CONV_IN, WEIGHT, []]),
+                   op("aten::batch_norm", at + 130, 70, ["float"] * 5, norm_dims)]
+        if bias:
+            events.append(op("aten::add_", at + 85, 15, ["float", "float", "Int"],
+                             [CONV_OUT, [1, 16, 1, 1], []]))
+        if between == "bookkeeping":
+            events.append(op("aten::add", at + 115, 5, ["long int", "long int", "Int"],
+                             [[], [], []]))
+        elif between == "relu":
+            events.append(op("aten::relu", at + 115, 5, ["float"], [CONV_OUT]))
+        if gpu:
+            events += _launch(at + 20, 10 * step + 1, "implicit_convolve_sgemm", at + 30, 200)
+            if bias:
+                events += _launch(at + 90, 10 * step + 2, "elementwise_kernel", at + 240, 20)
+            events += _launch(at + 150, 10 * step + 3, "bn_fw_tr_1C11_kernel", at + 270, 50)
+    header = {"deviceProperties": [V100]} if gpu else {}
+    path.write_text(json.dumps({"schemaVersion": 1, **header, "traceEvents": events}))
+    return path
+
+
+def test_conv_bias_before_batch_norm(tmp_path: Path) -> None:
+    """BatchNorm's scalar bookkeeping between the two does not hide the pair; the bias add's
+    20 us kernel is what the convolution launched outside cuDNN's kernel."""
+    profile = kineto.parse(conv_bn_trace(tmp_path / "t.json"))
+    stats = compute_run_metrics([profile]).conv_bias
+    assert (stats.convolutions, stats.with_bias, stats.before_batch_norm) == (2, 2, 2)
+    assert stats.bias_kernel_ns == 40_000 and stats.weight_shapes == ["16×3×3×3"]
+    finding = findings_of(profile)["CONV_BIAS_BEFORE_BN"]
+    assert finding.severity == "low" and "(1 per step)" in finding.title
+    assert "the bias add): 20.0 µs per step" in finding.evidence[2].text
+    assert "bias=False" in finding.recommendation
+
+
+@pytest.mark.parametrize("shape", [{"bias": False}, {"between": "relu"}, {"norm_channels": 32}],
+                         ids=["no bias", "relu between", "another tensor"])
+def test_no_conv_bias_finding_when_the_bias_matters_or_is_absent(tmp_path: Path,
+                                                                 shape: dict) -> None:
+    profile = kineto.parse(conv_bn_trace(tmp_path / "t.json", **shape))
+    stats = compute_run_metrics([profile]).conv_bias
+    assert stats.convolutions == 2 and stats.before_batch_norm == 0
+    assert not {"CONV_BIAS_BEFORE_BN", "OP_CHECKS_UNKNOWN"} & set(findings_of(profile))
+
+
+def test_conv_bias_without_record_shapes_is_unknown(tmp_path: Path) -> None:
+    found = findings_of(kineto.parse(conv_bn_trace(tmp_path / "t.json", shapes=False)))
+    assert "CONV_BIAS_BEFORE_BN" not in found
+    texts = [e.text for e in found["OP_CHECKS_UNKNOWN"].evidence]
+    assert "convolution bias before BatchNorm: unknown, the trace's 2 convolutions carry no " \
+        "'Input Dims' (torch.profiler ran without record_shapes=True)" in texts
+
+
+def test_conv_bias_on_a_cpu_only_trace(tmp_path: Path) -> None:
+    finding = findings_of(kineto.parse(conv_bn_trace(tmp_path / "t.json", gpu=False)))[
+        "CONV_BIAS_BEFORE_BN"]
+    assert "cannot be told apart" in finding.evidence[2].text
+
+
+def test_resnet50_convolutions_have_no_bias(corpus: Path) -> None:
+    """torchvision's ResNet-50 builds its 53 convolutions with bias=False: each is followed by
+    BatchNorm (after its num_batches_tracked add), but none carries a bias."""
+    profile = kineto.parse(corpus / "kineto" / "resnet50_num_workers_0.pt.trace.json.gz")
+    stats = compute_run_metrics([profile]).conv_bias
+    assert (stats.convolutions, stats.with_bias, stats.before_batch_norm) == (6 * 53, 0, 0)
+    assert stats.unknown_reason is None
+    assert "CONV_BIAS_BEFORE_BN" not in findings_of(profile)

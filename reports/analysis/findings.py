@@ -364,16 +364,50 @@ def _per_step_ms(precision: OpPrecision, total_ns: int) -> str:
 
 def _unknown_checks(m: RunMetrics) -> list[Evidence]:
     """One line per operator check that this run's sources cannot make, with the reason."""
-    p = m.op_precision
-    if p is None or p.unknown_reason is None:
-        return []
-    out = [Evidence(f"fp32 matmuls/convolutions on tensor cores: unknown, {p.unknown_reason}",
-                    p.origin)]
-    if m.kernel_mix is not None:
-        out.append(Evidence(f"kernel names only (supporting, not the dtypes): "
-                            f"{pct(m.kernel_mix.reduced_precision_fraction)} of compute-kernel "
-                            "time is in kernels named fp16/bf16", m.kernel_mix.origin))
+    out = []
+    p, bias = m.op_precision, m.conv_bias
+    if p is not None and p.unknown_reason is not None:
+        out.append(Evidence(f"fp32 matmuls/convolutions on tensor cores: unknown, "
+                            f"{p.unknown_reason}", p.origin))
+        if m.kernel_mix is not None:
+            out.append(Evidence(f"kernel names only (supporting, not the dtypes): "
+                                f"{pct(m.kernel_mix.reduced_precision_fraction)} of "
+                                "compute-kernel time is in kernels named fp16/bf16",
+                                m.kernel_mix.origin))
+    if bias is not None and bias.unknown_reason is not None:
+        out.append(Evidence(f"convolution bias before BatchNorm: unknown, {bias.unknown_reason}",
+                            bias.origin))
     return out
+
+
+def conv_bias_before_bn(m: RunMetrics, ctx: RunContext) -> Finding | None:
+    """Convolutions add a bias that the BatchNorm right after them removes again."""
+    b = m.conv_bias
+    if b is None or b.unknown_reason is not None or not b.before_batch_norm:
+        return None
+    per = (f"{b.before_batch_norm / b.steps:.0f} per step" if b.steps else
+           f"{b.before_batch_norm} in the profile")
+    evidence = [Evidence(f"convolutions with a bias input (recorded Input Dims) whose next op "
+                         f"on the same thread is batch_norm on their output: {per}, of "
+                         f"{b.convolutions} convolution calls ({b.with_bias} with a bias)",
+                         b.origin),
+                Evidence("their weights: " + ", ".join(b.weight_shapes[:4]), b.origin)]
+    if b.bias_kernel_ns:
+        added = (f"{ms(b.bias_kernel_ns // b.steps)} per step" if b.steps else
+                 f"{ms(b.bias_kernel_ns)} in the profile")
+        evidence.append(Evidence(f"kernels these convolutions launch outside their convolution "
+                                 f"kernels (the bias add): {added}", b.origin))
+    else:
+        evidence.append(Evidence("the bias add's own kernel time cannot be told apart (no GPU "
+                                 "kernel launched outside the convolution kernels)", b.origin))
+    return Finding("CONV_BIAS_BEFORE_BN", "low",
+                   f"Convolutions add a bias that the BatchNorm after them cancels ({per}).",
+                   evidence,
+                   "Build the convolutions that feed a BatchNorm with bias=False "
+                   "(nn.Conv2d(..., bias=False)): BatchNorm subtracts the per-channel mean, so "
+                   "the bias has no effect (BatchNorm's own shift replaces it), and dropping it "
+                   "saves a bias add forward and a bias-gradient reduction backward per "
+                   "convolution.")
 
 
 def op_checks_unknown(m: RunMetrics, ctx: RunContext) -> Finding | None:
@@ -950,7 +984,8 @@ def trials_disagree(m: RunMetrics, ctx: RunContext) -> Finding | None:
 RULES: tuple[Rule, ...] = (loader_bound, compute_bound, comm_overhead, host_launch_bound,
                            pageable_memcpy, sync_stall, low_gpu_util, small_batch,
                            dataparallel_not_ddp, cpu_oversubscribed, in_process_loader,
-                           zero_grad_not_none, fp32_on_tensor_cores, op_checks_unknown,
+                           zero_grad_not_none, fp32_on_tensor_cores, conv_bias_before_bn,
+                           op_checks_unknown,
                            sources_agreement,
                            trials_disagree)
 # Every id a rule gives its finding: what a grading rubric may name (vocabulary, not a
@@ -959,7 +994,7 @@ FINDING_IDS = frozenset({
     "LOADER_BOUND", "COMPUTE_BOUND", "COMM_OVERHEAD", "HOST_LAUNCH_BOUND", "PAGEABLE_MEMCPY",
     "SYNC_STALL", "LOW_GPU_UTIL", "SMALL_BATCH", "DATAPARALLEL_NOT_DDP", "CPU_OVERSUBSCRIBED",
     "SOURCES_AGREE", "SOURCES_DISAGREE", "TRIALS", "SYNC_DATALOADER", "ZERO_GRAD_NOT_NONE",
-    "FP32_ON_TENSOR_CORES", "OP_CHECKS_UNKNOWN"})
+    "FP32_ON_TENSOR_CORES", "CONV_BIAS_BEFORE_BN", "OP_CHECKS_UNKNOWN"})
 
 
 #: The finding that explains each verdict: it leads the run's findings, whatever its severity.

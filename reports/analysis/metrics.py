@@ -50,7 +50,7 @@ from profreport.reports.analysis.lines import (
     lprof_step_stats,
     top_lines,
 )
-from profreport.reports.analysis.ops import op_precision
+from profreport.reports.analysis.ops import conv_bias_before_bn, op_precision
 from profreport.reports.analysis.results import RunMetrics, Trials
 from profreport.reports.analysis.steps import (
     StepWindows,
@@ -141,9 +141,15 @@ def compute_run_metrics(profiles: list[Profile], manifest: Manifest | None = Non
         metrics.max_devices_per_process = max_devices_per_process(gpu_profile)
         if metrics.gpu is None:
             metrics.gpu = gpu_utilization(gpu_profile, None)
-        ops_profile = _op_inputs_profile(ordered) or gpu_profile
-        metrics.op_precision = op_precision(ops_profile, _devices_of(profiles),
-                                            _windows_of(ops_profile, timed))
+    ops_profile = _op_inputs_profile(ordered)
+    if gpu_profile is not None:
+        precision_profile = ops_profile if ops_profile is not None and has_gpu_events(
+            ops_profile) else gpu_profile
+        metrics.op_precision = op_precision(precision_profile, _devices_of(profiles),
+                                            _windows_of(precision_profile, timed))
+    conv_profile = ops_profile or gpu_profile
+    if conv_profile is not None:
+        metrics.conv_bias = conv_bias_before_bn(conv_profile, _windows_of(conv_profile, timed))
     if manifest is not None:
         metrics.throughput_samples_per_s = manifest.throughput_samples_per_s
         metrics.plain_step_ns = list(manifest.plain_step_ns)
@@ -152,11 +158,11 @@ def compute_run_metrics(profiles: list[Profile], manifest: Manifest | None = Non
 
 
 def _op_inputs_profile(ordered: list[Profile]) -> Profile | None:
-    """The first profile with GPU events whose operators' inputs were recorded (torch.profiler
-    with record_shapes=True), else the first with GPU events and operator rows."""
-    with_gpu = [p for p in ordered if has_gpu_events(p) and p.has("op_inputs")]
-    recorded = [p for p in with_gpu if p.table("op_inputs")["input_types"].notna().any()]
-    return next(iter(recorded or with_gpu), None)
+    """The first profile (GPU ones first) whose operators' inputs were recorded (torch.profiler
+    with record_shapes=True), else the first with such operators at all."""
+    with_ops = [p for p in ordered if p.has("op_inputs")]
+    recorded = [p for p in with_ops if p.table("op_inputs")["input_types"].notna().any()]
+    return next(iter(recorded or with_ops), None)
 
 
 def _devices_of(profiles: list[Profile]) -> pd.DataFrame:

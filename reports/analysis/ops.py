@@ -11,13 +11,15 @@ counted once, at the outermost layer of its dispatch (``aten::conv2d`` holds ``c
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
 from profreport import concepts
 from profreport.model import Profile
 from profreport.reports.analysis.gpu import compute_kernels, launched_in_steps
-from profreport.reports.analysis.results import OpPrecision
+from profreport.reports.analysis.results import ConvBiasStats, OpPrecision
 from profreport.reports.analysis.steps import StepWindows
 
 #: Precision labels of :func:`concepts.precision_of`, plus operators whose types were not recorded.
@@ -33,6 +35,14 @@ def outermost(ops: pd.DataFrame) -> pd.DataFrame:
     reached = ordered.groupby(threads, sort=False)["end"].cummax()
     before = reached.groupby(threads, sort=False).shift(fill_value=np.iinfo(np.int64).min)
     return ordered[(ordered["start"] >= before).to_numpy()]
+
+
+def innermost(ops: pd.DataFrame) -> pd.DataFrame:
+    """The ops of ``ops`` that hold no other op of ``ops`` on their thread."""
+    ordered = ops.sort_values(["pid", "tid", "start", "end"], ascending=[True, True, True, False],
+                              kind="stable")
+    following = ordered.groupby([ordered["pid"], ordered["tid"]], sort=False)["start"].shift(-1)
+    return ordered[(following.isna() | (following >= ordered["end"])).to_numpy()]
 
 
 def launching_op(profile: Profile, spans: pd.DataFrame, frame: pd.DataFrame) -> np.ndarray:
@@ -128,3 +138,122 @@ def op_precision(profile: Profile, devices: pd.DataFrame,
         tf32_kernel_fraction=(float(duration[fp32 & tf32].sum()) / kernel_ns["fp32"]
                               if kernel_ns["fp32"] else 0.0),
         unknown_reason=_unknown_reason(profile, units, capability))
+
+
+def _has_bias(types: tuple[str, ...] | None, dims: tuple[tuple[int, ...], ...] | None) -> bool:
+    """Whether a convolution's recorded third input (its bias) is a tensor."""
+    return (types is not None and dims is not None and len(types) > 2 and len(dims) > 2
+            and concepts.is_tensor_dtype(types[2]) and len(dims[2]) > 0)
+
+
+#: How many ops after a convolution are looked at for its BatchNorm: BatchNorm's own bookkeeping
+#: is one op; a longer run of scalar updates would be something else.
+FOLLOWING_OPS = 8
+
+
+@dataclass(frozen=True)
+class _ThreadOps:
+    """One thread's CPU ops sorted by start (the outermost first among equal starts), with their
+    op family and recorded input shapes (None when not kept or not recorded)."""
+
+    start: np.ndarray
+    end: np.ndarray
+    family: np.ndarray
+    dims: np.ndarray
+
+
+def thread_ops(profile: Profile) -> dict[tuple[int, int], _ThreadOps]:
+    """Each thread's CPU ops with their family and recorded input shapes."""
+    keys = ["pid", "tid", "start", "end", "name"]
+    ops = profile.table("cpu_ops").merge(
+        profile.table("op_inputs")[[*keys, "input_dims"]].drop_duplicates(keys), how="left",
+        on=keys).sort_values(["start", "end"], ascending=[True, False], kind="stable")
+    ops["family"] = concepts.op_family(ops["name"]).astype(object)
+    return {(int(pid), int(tid)): _ThreadOps(
+        mine["start"].to_numpy(np.int64), mine["end"].to_numpy(np.int64),
+        mine["family"].to_numpy(object), mine["input_dims"].to_numpy(object))
+        for (pid, tid), mine in ops.groupby(["pid", "tid"])}
+
+
+def _only_scalars(dims: object) -> bool:
+    """Whether an op's recorded input shapes are all scalars (it touches no activation)."""
+    return isinstance(dims, tuple) and all(isinstance(d, tuple) and not d for d in dims)
+
+
+def feeds_batch_norm(conv: pd.Series, ops: _ThreadOps) -> bool:
+    """Whether the op after a convolution on its thread is batch_norm on its output: between
+    them only pointwise ops on scalars (BatchNorm's ``num_batches_tracked += 1``), and the
+    BatchNorm's recorded input is the convolution's output shape."""
+    index = int(np.searchsorted(ops.start, int(conv["end"]), side="left"))
+    reached, seen = np.iinfo(np.int64).min, 0
+    while index < len(ops.start) and seen < FOLLOWING_OPS:
+        if ops.start[index] >= reached:  # a top-level op after the convolution
+            if ops.family[index] == concepts.BATCH_NORM:
+                return _output_matches(conv, ops.dims[index])
+            if ops.family[index] != concepts.POINTWISE or not _only_scalars(ops.dims[index]):
+                return False
+            reached, seen = int(ops.end[index]), seen + 1
+        index += 1
+    return False
+
+
+def _output_matches(conv: pd.Series, norm_dims: object) -> bool:
+    """Whether a BatchNorm input shape is the convolution's output: same rank and batch, and its
+    channels are the convolution's out channels (weight dim 0; not checked when transposed)."""
+    dims = conv["input_dims"]
+    if not isinstance(norm_dims, tuple) or not norm_dims or dims is None or len(dims) < 2:
+        return False
+    batch, weight, norm_input = dims[0], dims[1], norm_dims[0]
+    if len(norm_input) != len(batch) or not batch or norm_input[0] != batch[0]:
+        return False
+    return bool(conv["transposed"]) or (len(norm_input) > 1 and bool(weight)
+                                        and norm_input[1] == weight[0])
+
+
+def _bias_kernel_ns(profile: Profile, convs: pd.DataFrame, chosen: pd.DataFrame,
+                    windows: StepWindows | None) -> int | None:
+    """Kernel time the ``chosen`` convolutions launched outside the innermost convolution ops
+    inside them (the bias add ATen launches after cuDNN's kernel); None when none."""
+    kernels = _stepped_kernels(profile, windows)
+    if kernels.empty or chosen.empty:
+        return None
+    in_chosen = launching_op(profile, chosen, kernels) >= 0
+    in_kernel_op = launching_op(profile, innermost(convs), kernels) >= 0
+    extra = kernels[in_chosen & ~in_kernel_op]
+    total = int((extra["end"] - extra["start"]).sum())
+    return total or None
+
+
+def conv_bias_before_bn(profile: Profile, windows: StepWindows | None) -> ConvBiasStats | None:
+    """Convolutions with a bias input whose output goes straight into batch_norm (see
+    :func:`feeds_batch_norm`); None without convolutions."""
+    if profile.kind != "kineto":
+        return ConvBiasStats(profile.kind, None, 0, 0, 0, None, [],
+                             unknown_reason="Nsight Systems records no operators' inputs")
+    ops = profile.table("op_inputs")
+    family = concepts.op_family(ops["name"])
+    convs = ops[(family == concepts.CONVOLUTION).to_numpy()]
+    forward = outermost(convs)
+    forward = forward[concepts.takes_conv_bias(forward["name"]).to_numpy()]
+    if windows is not None:
+        forward = forward[windows.index_of(forward["start"].to_numpy(np.int64)) >= 0]
+    if forward.empty:
+        return None
+    if forward["input_types"].isna().all():
+        return ConvBiasStats(profile.kind, None, len(forward), 0, 0, None, [],
+                             unknown_reason=f"the trace's {len(forward)} convolutions carry no "
+                             "'Input Dims' (torch.profiler ran without record_shapes=True)")
+    biased = forward[np.array([_has_bias(t, d) for t, d in zip(
+        forward["input_types"], forward["input_dims"], strict=True)], dtype=bool)]
+    biased = biased.assign(transposed=concepts.is_transposed_conv(biased["name"]).to_numpy())
+    threads = thread_ops(profile) if not biased.empty else {}
+    before = biased[np.array([feeds_batch_norm(conv, threads[(int(conv["pid"]),
+                                                              int(conv["tid"]))])
+                              for _, conv in biased.iterrows()], dtype=bool)]
+    shapes = before["input_dims"].map(lambda dims: "×".join(map(str, dims[1])))
+    return ConvBiasStats(
+        origin=profile.kind, steps=windows.count if windows is not None else None,
+        convolutions=len(forward), with_bias=len(biased), before_batch_norm=len(before),
+        bias_kernel_ns=_bias_kernel_ns(profile, convs, before,
+                                                                   windows),
+        weight_shapes=list(shapes.value_counts().index))

@@ -280,6 +280,29 @@ class OpPrecision:
 
 
 @dataclass(frozen=True)
+class ConvBiasStats:
+    """Convolutions that add a bias and hand their output straight to BatchNorm, which removes
+    any per-channel shift (see reports.analysis.ops); over the step windows (the whole profile
+    when it has none)."""
+
+    origin: Origin
+    steps: int | None
+    #: Convolution calls (outermost layer) in the windows, and those with a bias input.
+    convolutions: int
+    with_bias: int
+    #: Of those, the ones whose next op on the same thread is batch_norm on their output (see
+    #: ops.feeds_batch_norm).
+    before_batch_norm: int
+    #: Kernel time the biased convolutions launched outside their convolution kernels (the bias
+    #: add), ns; None when no such kernel can be told apart (no GPU, or the bias fused).
+    bias_kernel_ns: int | None
+    #: Weight shapes of the biased convolutions before BatchNorm, most frequent first.
+    weight_shapes: list[str]
+    #: Why the check cannot be made; None when it can.
+    unknown_reason: str | None = None
+
+
+@dataclass(frozen=True)
 class CpuOpMix:
     """CPU-only runs: which implementation the framework ops' self time goes to."""
 
@@ -422,6 +445,8 @@ class RunMetrics:
     memory: MemoryStats | None = None
     #: Matmul/convolution precision against the GPU's tensor cores (reports.analysis.ops).
     op_precision: OpPrecision | None = None
+    #: Convolutions with a bias feeding BatchNorm (reports.analysis.ops).
+    conv_bias: ConvBiasStats | None = None
 
 
 @dataclass(frozen=True)
