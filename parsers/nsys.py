@@ -133,6 +133,8 @@ def read_export(export_path: Path, *, source: Path | None = None) -> Profile:
                              f"({exc})", source) from None
         meta = _export_meta(export)
     meta["export_path"] = str(export_path)
+    # Nsight Systems times are ns since the session started: its timeline's zero.
+    meta["time_zero_ns"] = 0
     meta["dropped"] = dict(export.dropped)
     meta["notes"] = [dropped_note(table, count) for table, count in export.dropped.items()]
     return Profile(path=source, kind="nsys", tool_version=meta.get("exporter_version"),

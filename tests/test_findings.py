@@ -16,7 +16,7 @@ from profreport.reports.analysis.findings import (
     verdict,
 )
 from profreport.reports.analysis.metrics import compute_run_metrics
-from profreport.reports.analysis.results import RunMetrics
+from profreport.reports.analysis.results import RunMetrics, TraceLocation
 
 # A training loop whose loader sleeps per batch while the step itself is light.
 LOADER_HEAVY = """\
@@ -430,6 +430,9 @@ def test_new_hta_traces_get_verdicts_from_mechanisms(corpus: Path) -> None:
                "77.0 µs per step (2.4% of the step): too little to be the stall" in t
                for t in texts)
     assert finding.recommendation.startswith("Make aten::empty cheaper or move it out of the step")
+    # The proof is located: the GPU's 2.81 ms wait from the step's start (the file's first
+    # event) to the first kernel, in this file.
+    assert finding.evidence[0].at == TraceLocation("cuda_event_sync.json.gz", 0, 2_810_000)
 
 
 def test_host_bound_spread_over_many_ops_advises_fewer_ops(corpus: Path) -> None:
@@ -547,3 +550,18 @@ def test_cpu_compute_advice_follows_the_runs_evidence(fixtures_dir: Path) -> Non
     compiled = advice(compile=True)
     assert "torch.compile" not in compiled and "even compiled" in compiled
     assert len({cheap_loader, busy_loader, idle_cpus, pinned, compiled}) == 5
+
+
+def test_loader_advice_when_the_worker_count_is_not_recorded(corpus: Path) -> None:
+    """resnet50 num_workers=4 without a manifest: its DataLoader spans say worker processes run
+    but not how many, so a loader-bound verdict does not claim a current value ("from N") and
+    says what to do once num_workers is already high (the issue's run with 16 workers was told
+    to raise it to 8)."""
+    w4 = metrics_of(corpus / "kineto" / "resnet50_num_workers_4.pt.trace.json.gz")
+    starved = dataclasses.replace(w4, dataloader_fraction=0.5)
+    advice = ids(starved)["LOADER_BOUND"].recommendation
+    assert advice.startswith("The DataLoader already runs in worker processes")
+    assert "if num_workers is below 8, raise" in advice and "make each sample cheaper" in advice
+    assert "from " not in advice.split("raise")[1].split("to")[0]
+    known = ids(starved, RunContext(knobs={"num_workers": 16}))["LOADER_BOUND"].recommendation
+    assert known.startswith("num_workers is already 16")

@@ -293,6 +293,10 @@ def test_syncs_are_per_step_inside_the_windows_and_teardown_apart(corpus: Path) 
                           "cudaDeviceSynchronize", "cudaStreamSynchronize"}
     assert all(call.calls_per_step == 1 for call in calls.values())
     assert calls["cudaEventSynchronize"].ns_per_step == 34_000 and m.syncs.outside_calls == 0
+    # Its longest call, located in the file: 3,047 µs after the first event, for 34 µs.
+    at = m.locate("kineto", calls["cudaEventSynchronize"].longest)
+    assert (at.file, at.offset_ns, at.duration_ns) == ("cuda_event_sync.json.gz", 3_047_000,
+                                                       34_000)
     resnet = metrics_of(corpus / "kineto" / "resnet50_num_workers_0.pt.trace.json.gz").syncs
     teardown = {call.name: call for call in resnet.calls}["cudaDeviceSynchronize"]
     assert teardown.calls_per_step == 0 and teardown.outside_calls == 1

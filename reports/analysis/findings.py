@@ -24,6 +24,7 @@ from profreport.reports.analysis.results import (
     Severity,
     SyncStats,
     TopItem,
+    TraceLocation,
     Trials,
     Verdict,
     origin_label,
@@ -229,8 +230,17 @@ def _loader_evidence(m: RunMetrics) -> list[Evidence]:
                             m.steps.origin))
     if m.gpu is not None:
         out.append(Evidence(f"GPU busy {pct(m.gpu.busy_fraction)}; {m.gpu.long_gap_count} idle "
-                            f"gaps over {ms(m.gpu.long_gap_ns)}", m.gpu.origin))
+                            f"gaps over {ms(m.gpu.long_gap_ns)}", m.gpu.origin,
+                            _largest_gap_at(m)))
     return out
+
+
+def _largest_gap_at(m: RunMetrics) -> TraceLocation | None:
+    """Where the GPU's largest idle gap lies in its trace."""
+    if m.gpu is None or not m.gpu.largest_gaps:
+        return None
+    gap = m.gpu.largest_gaps[0]
+    return m.locate(m.gpu.origin, (gap.start_ns, gap.start_ns + gap.duration_ns))
 
 
 def _workers_advice(ctx: RunContext, m: RunMetrics | None = None) -> str:
@@ -247,9 +257,16 @@ def _workers_advice(ctx: RunContext, m: RunMetrics | None = None) -> str:
                 "persistent_workers=True and prefetch_factor=4.")
     current = f"from {workers} " if isinstance(workers, int) else ""
     pinned = "pin_memory=True and " if m is None or m.gpu is not None else ""
-    return (f"Raise DataLoader num_workers {current}to {target} and request "
-            f"--cpus-per-task={target + 1} in Slurm (one core for the training loop); add "
-            f"{pinned}persistent_workers=True.")
+    raise_it = (f"DataLoader num_workers {current}to {target} and request "
+                f"--cpus-per-task={target + 1} in Slurm (one core for the training loop); add "
+                f"{pinned}persistent_workers=True")
+    if workers is None and m is not None and m.loader_in_process is False:
+        return ("The DataLoader already runs in worker processes (its spans are "
+                "_MultiProcessingDataLoaderIter) but the profile does not record how many: if "
+                f"num_workers is below {target}, raise {raise_it}; if it is already there, make "
+                "each sample cheaper (decode/augment once and cache, DALI/GPU augmentation) and "
+                "set prefetch_factor=4.")
+    return f"Raise {raise_it}."
 
 
 def loader_bound(m: RunMetrics, ctx: RunContext) -> Finding | None:
@@ -680,7 +697,8 @@ def host_launch_bound(m: RunMetrics, ctx: RunContext) -> Finding | None:
         launch.kernels_per_step >= MANY_KERNELS_PER_STEP
     evidence = [Evidence(f"the GPU idles {pct(idle.share('launch'))} of the step until work the "
                          "CPU launches during the idle time arrives (launch call and GPU work "
-                         "joined by correlation id): nothing was queued", idle.origin),
+                         "joined by correlation id): nothing was queued", idle.origin,
+                         m.locate(idle.origin, idle.longest_launch_wait)),
                 Evidence(f"{launch.kernels_per_step:.0f} kernels launched per step, "
                          f"{pct(launch.short_kernel_fraction)} shorter than "
                          f"{launch.short_kernel_ns // 1000} µs; CUDA runtime calls take "
@@ -771,10 +789,12 @@ def pageable_memcpy(m: RunMetrics, ctx: RunContext) -> Finding | None:
                    f"{nbytes(c.h2d_pageable_bytes)} of H2D copies came from pageable memory.")
 
 
-def _sync_evidence(syncs: SyncStats) -> list[Evidence]:
-    """One line per blocking call inside the steps, and one for those outside them."""
+def _sync_evidence(syncs: SyncStats, m: RunMetrics) -> list[Evidence]:
+    """One line per blocking call inside the steps (located at its longest call), and one for
+    those outside them."""
     out = [Evidence(f"{call.name}: {call.calls_per_step:g} per step, {ms(call.ns_per_step)} per "
-                    "step inside the step windows", syncs.origin)
+                    "step inside the step windows", syncs.origin,
+                    m.locate(syncs.origin, call.longest))
            for call in syncs.calls if call.calls_per_step > 0]
     if syncs.outside_calls:
         out.append(Evidence(f"{syncs.outside_calls} more blocking call"
@@ -801,7 +821,7 @@ def sync_stall(m: RunMetrics, ctx: RunContext) -> Finding | None:
                    "does not block")
     return Finding("SYNC_STALL", "medium",
                    f"The CPU waits for the GPU in blocking calls for {pct(syncs.fraction)} of "
-                   f"each step, most in {top.name}.", _sync_evidence(syncs), advice + ".")
+                   f"each step, most in {top.name}.", _sync_evidence(syncs, m), advice + ".")
 
 
 def low_gpu_util(m: RunMetrics, ctx: RunContext) -> Finding | None:
@@ -816,7 +836,7 @@ def low_gpu_util(m: RunMetrics, ctx: RunContext) -> Finding | None:
         gap = g.largest_gaps[0]
         evidence.append(Evidence(f"largest idle gap {ms(gap.duration_ns)} on GPU {gap.device},"
                                  f" {gap.where}; {g.long_gap_count} gaps over "
-                                 f"{ms(g.long_gap_ns)}", g.origin))
+                                 f"{ms(g.long_gap_ns)}", g.origin, _largest_gap_at(m)))
     return Finding("LOW_GPU_UTIL", severity,
                    f"The GPU is busy only {pct(g.busy_fraction)} of the time.", evidence,
                    "Fix what the GPU waits for first (see the DataLoader and launch findings); "

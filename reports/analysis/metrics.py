@@ -22,6 +22,8 @@ assembles :class:`RunMetrics`.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
 from profreport import concepts
@@ -51,7 +53,7 @@ from profreport.reports.analysis.lines import (
     top_lines,
 )
 from profreport.reports.analysis.ops import conv_bias_before_bn, op_precision
-from profreport.reports.analysis.results import RunMetrics, Trials
+from profreport.reports.analysis.results import RunMetrics, TraceFile, Trials
 from profreport.reports.analysis.steps import (
     StepWindows,
     dataloader_fraction,
@@ -150,6 +152,10 @@ def compute_run_metrics(profiles: list[Profile], manifest: Manifest | None = Non
     conv_profile = ops_profile or gpu_profile
     if conv_profile is not None:
         metrics.conv_bias = conv_bias_before_bn(conv_profile, _windows_of(conv_profile, timed))
+    for profile in ordered:
+        first = first_recorded_ns(profile)
+        if first is not None:
+            metrics.trace_files.setdefault(profile.kind, TraceFile(Path(profile.path).name, first))
     if manifest is not None:
         metrics.throughput_samples_per_s = manifest.throughput_samples_per_s
         metrics.plain_step_ns = list(manifest.plain_step_ns)
@@ -174,6 +180,16 @@ def _devices_of(profiles: list[Profile]) -> pd.DataFrame:
     devices = pd.concat(frames, ignore_index=True)
     return devices.sort_values("compute_major", ascending=False, kind="stable").drop_duplicates(
         "device")
+def first_recorded_ns(profile: Profile) -> int | None:
+    """The file's time zero in its viewer: the one its parser states (nsys: the session start),
+    else the earliest start any table records (Perfetto's zero for a Kineto trace); None for a
+    profile without times (line_profiler)."""
+    stated = profile.meta.get("time_zero_ns")
+    if isinstance(stated, int):
+        return stated
+    starts = [int(table["start"].min()) for table in profile.tables.values()
+              if "start" in table.columns and not table.empty]
+    return min(starts) if starts else None
 
 
 def _windows_of(profile: Profile, timed: list[tuple[Profile, StepWindows]]) -> StepWindows | None:

@@ -170,6 +170,8 @@ class SyncCall:
     #: Calls before the first and after the last step window (warm-up, teardown).
     outside_calls: int
     outside_ns: int
+    #: The longest call inside the step windows: its start and end, ns.
+    longest: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -202,6 +204,8 @@ class IdleCauses:
     launch_wait_ops: list[TopItem] = field(default_factory=list)
     #: Per step, the launch wait that no CPU op on any thread covers (Python between ops).
     launch_wait_outside_ops_ns: int = 0
+    #: The longest idle gap that waited for a launch: its start and end, ns.
+    longest_launch_wait: tuple[int, int] | None = None
 
     def share(self, cause: str) -> float:
         """Share of the step the GPU idles for ``cause``."""
@@ -447,14 +451,45 @@ class RunMetrics:
     op_precision: OpPrecision | None = None
     #: Convolutions with a bias feeding BatchNorm (reports.analysis.ops).
     conv_bias: ConvBiasStats | None = None
+    #: The file each profiler's figures come from (the primary rank's), for evidence locations.
+    trace_files: dict[str, TraceFile] = field(default_factory=dict)
+
+    def locate(self, origin: Origin, span: tuple[int, int] | None) -> TraceLocation | None:
+        """Where ``span`` (start, end ns of ``origin``'s clock) lies in its file; None without a
+        span or when the run does not know that file."""
+        found = self.trace_files.get(origin)
+        if span is None or found is None:
+            return None
+        return TraceLocation(found.name, span[0] - found.first_ns, span[1] - span[0])
+
+
+@dataclass(frozen=True)
+class TraceFile:
+    """A profile file the run's figures of one profiler come from, and its first recorded time
+    (ns, the file's own clock), from which evidence locations are measured."""
+
+    name: str
+    first_ns: int
+
+
+@dataclass(frozen=True)
+class TraceLocation:
+    """Where a piece of evidence can be seen: a file, and a span measured from the file's first
+    recorded event (what Perfetto and chrome://tracing show as time zero)."""
+
+    file: str
+    offset_ns: int
+    duration_ns: int
 
 
 @dataclass(frozen=True)
 class Evidence:
-    """One observed fact behind a finding, with the profiler that showed it."""
+    """One observed fact behind a finding, with the profiler that showed it and, when the fact is
+    one span of the trace (the longest gap, the longest blocking call), where to look."""
 
     text: str
     origin: Origin
+    at: TraceLocation | None = None
 
 
 @dataclass(frozen=True)

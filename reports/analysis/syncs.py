@@ -43,9 +43,12 @@ def sync_stats(profile: Profile, windows: StepWindows) -> SyncStats | None:
     rows = []
     for label in calls["label"].unique():
         mine, theirs = inside[inside["label"] == label], outside[outside["label"] == label]
+        longest = mine.loc[mine["ns"].idxmax()] if not mine.empty else None
         rows.append(SyncCall(name=str(label), calls_per_step=len(mine) / windows.count,
                              ns_per_step=int(mine["ns"].sum()) // windows.count,
-                             outside_calls=len(theirs), outside_ns=int(theirs["ns"].sum())))
+                             outside_calls=len(theirs), outside_ns=int(theirs["ns"].sum()),
+                             longest=None if longest is None else
+                             (int(longest["start"]), int(longest["end"]))))
     rows.sort(key=lambda call: (-call.ns_per_step, -call.outside_ns, call.name))
     blocked = windows.covered(iv.union_of([inside]))
     return SyncStats(origin=profile.kind, calls=rows, ns_per_step=blocked // windows.count,
@@ -100,10 +103,13 @@ def idle_causes(profile: Profile, windows: StepWindows) -> IdleCauses | None:
              "unexplained": ~(data | sync | launch)}
     waited = iv.union(gaps["start"][launch], gaps["end"][launch])
     ops, outside = _cpu_in(profile, waited, windows.count)
+    longest = int(np.argmax(np.where(launch, length, -1))) if launch.any() else None
     return IdleCauses(origin=profile.kind, step_ns=windows.total_ns // max(windows.count, 1),
                       idle_ns_per_step={cause: int(length[masks[cause]].sum()) // windows.count
                                         for cause in IDLE_CAUSES},
-                      launch_wait_ops=ops, launch_wait_outside_ops_ns=outside)
+                      launch_wait_ops=ops, launch_wait_outside_ops_ns=outside,
+                      longest_launch_wait=None if longest is None else
+                      (int(gaps["start"].iloc[longest]), int(gaps["end"].iloc[longest])))
 
 
 def _cpu_in(profile: Profile, waited: iv.Intervals, steps: int) -> tuple[list[TopItem], int]:

@@ -37,6 +37,7 @@ TEMPLATE = "report.html.j2"
 
 _FILTERS = {
     "duration": display.duration,
+    "location": display.location,
     "signed_duration": display.signed_duration,
     "delta_ms": display.delta_ms,
     "sentence": display.sentence,

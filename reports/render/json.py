@@ -28,6 +28,7 @@ from profreport.reports.analysis.results import (
     ScalingStudy,
     StepStats,
     TopItem,
+    TraceLocation,
     Trials,
 )
 
@@ -125,8 +126,16 @@ def _breakdown(b: Breakdown | None) -> dict[str, float | None] | None:
 def _finding(f: Finding) -> dict[str, Any]:
     """One finding."""
     return {"id": f.id, "severity": f.severity, "title": f.title,
-            "evidence": [{"text": e.text, "source": e.origin} for e in f.evidence],
+            "evidence": [{"text": e.text, "source": e.origin, "at": _location(e.at)}
+                         for e in f.evidence],
             "recommendation": f.recommendation}
+
+
+def _location(at: TraceLocation | None) -> dict[str, Any] | None:
+    """Where a piece of evidence lies: file, and offset and duration in ms."""
+    if at is None:
+        return None
+    return {"file": at.file, "offset_ms": _ms(at.offset_ns), "duration_ms": _ms(at.duration_ns)}
 
 
 def _top(item: TopItem) -> dict[str, Any]:
