@@ -176,6 +176,12 @@ def test_nsys_devices_have_their_compute_capability_and_no_dtypes(
     assert set(map(tuple, devices[["compute_major", "compute_minor"]].values)) == {(8, 0)}
     unknown = findings_of(profile)["OP_CHECKS_UNKNOWN"]
     assert "Nsight Systems records no operator input dtypes" in unknown.evidence[0].text
+    assert "Nsight Systems records no operators' inputs" in unknown.evidence[-1].text
+    # the batch (two 288 MiB pinned copies) and one 4-byte loss read per step, by launch
+    copies = compute_run_metrics([profile]).step_copies
+    assert copies.copies_per_step == {"HtoD": 2, "DtoH": 1} and copies.steps == 59
+    assert copies.bytes_per_step == {"HtoD": 576 * 2**20, "DtoH": 4}
+    assert copies.blocking_per_step == 1 and copies.launchers == {"HtoD": [], "DtoH": []}
 
 
 # --- convolution with a bias feeding BatchNorm ------------------------------------------------
@@ -271,3 +277,80 @@ def test_resnet50_convolutions_have_no_bias(corpus: Path) -> None:
     assert (stats.convolutions, stats.with_bias, stats.before_batch_norm) == (6 * 53, 0, 0)
     assert stats.unknown_reason is None
     assert "CONV_BIAS_BEFORE_BN" not in findings_of(profile)
+
+
+# --- host <-> device copies per step ----------------------------------------------------------
+
+
+def copies_trace(path: Path, scalars_in: int, reads_back: int) -> Path:
+    """Three 1 ms steps: a batch (2 MiB images and 256 B labels through aten::to), then
+    ``scalars_in`` 8-byte tensors moved in with aten::to and ``reads_back`` losses read with
+    .item() (aten::item -> aten::_local_scalar_dense -> a 4-byte copy to pageable memory); a
+    last read after the final step (teardown) that no step owns."""
+    events: list[dict] = []
+    correlation = 0
+
+    def copy(at: float, op: str, kind: str, memory: str, size: int) -> list[dict]:
+        nonlocal correlation
+        correlation += 1
+        return [_op(op, at, 8, None, None),
+                {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": PID,
+                 "tid": PID, "ts": at + 2, "dur": 4, "args": {"correlation": correlation}},
+                {"ph": "X", "cat": "gpu_memcpy", "name": f"Memcpy {kind} ({memory})", "pid": 0,
+                 "tid": 7, "ts": at + 3, "dur": 2,
+                 "args": {"device": 0, "stream": 7, "correlation": correlation,
+                          "bytes": size}}]
+
+    for step in range(3):
+        at = 1000 * step
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}",
+                       "pid": PID, "tid": PID, "ts": at, "dur": 1000})
+        events += copy(at + 10, "aten::to", "HtoD", "Pageable -> Device", 2 << 20)
+        events += copy(at + 20, "aten::to", "HtoD", "Pageable -> Device", 256)
+        for i in range(scalars_in):
+            events += copy(at + 100 + 10 * i, "aten::to", "HtoD", "Pageable -> Device", 8)
+        for i in range(reads_back):
+            events += copy(at + 500 + 10 * i, "aten::item", "DtoH", "Device -> Pageable", 4)
+    events += copy(3100, "aten::item", "DtoH", "Device -> Pageable", 4)
+    path.write_text(json.dumps({"schemaVersion": 1, "deviceProperties": [A100],
+                                "traceEvents": events}))
+    return path
+
+
+def test_small_copies_and_reads_back_each_step(tmp_path: Path) -> None:
+    profile = kineto.parse(copies_trace(tmp_path / "t.json", scalars_in=5, reads_back=3))
+    copies = compute_run_metrics([profile]).step_copies
+    assert copies.copies_per_step == {"HtoD": 7, "DtoH": 3}  # the teardown read is no step's
+    assert copies.small_per_step == {"HtoD": 6, "DtoH": 3}
+    assert copies.bytes_per_step == {"HtoD": (2 << 20) + 256 + 5 * 8, "DtoH": 12}
+    assert copies.launchers == {"HtoD": [("aten::to", 7)], "DtoH": [("aten::item", 3)]}
+    assert copies.blocking_per_step == 3
+    finding = findings_of(profile)["HOST_DEVICE_COPIES_PER_STEP"]
+    assert finding.severity == "medium"
+    assert finding.title.endswith("7 host-to-device and 3 device-to-host copies.")
+    texts = [e.text for e in finding.evidence]
+    assert "launched (runtime call joined by correlation id) inside: aten::item (3 per step)" \
+        in texts
+    assert finding.recommendation.startswith("Build per-step tensors on the GPU")
+
+
+def test_a_batch_and_one_loss_read_per_step_is_no_finding(tmp_path: Path) -> None:
+    profile = kineto.parse(copies_trace(tmp_path / "t.json", scalars_in=1, reads_back=1))
+    copies = compute_run_metrics([profile]).step_copies
+    assert copies.copies_per_step == {"HtoD": 3, "DtoH": 1}
+    assert "HOST_DEVICE_COPIES_PER_STEP" not in findings_of(profile)
+
+
+def test_corpus_copies_per_step(corpus: Path) -> None:
+    """resnet50 moves its batch (images and labels) with aten::to, two copies per step; the
+    CUDA event-sync trace's one-byte read is aten::is_nonzero (a tensor tested in an ``if``)."""
+    resnet = kineto.parse(corpus / "kineto" / "resnet50_num_workers_0.pt.trace.json.gz")
+    copies = compute_run_metrics([resnet]).step_copies
+    assert copies.copies_per_step == {"HtoD": 2, "DtoH": 0}
+    assert copies.small_per_step["HtoD"] == 1 and copies.launchers["HtoD"] == [("aten::to", 2)]
+    event_sync = kineto.parse(corpus / "hta" / "cuda_event_sync.json.gz")
+    copies = compute_run_metrics([event_sync]).step_copies
+    assert copies.launchers == {"DtoH": [("aten::is_nonzero", 1)]}
+    assert copies.blocking_per_step == 1 and copies.bytes_per_step["DtoH"] == 1
+    for profile in (resnet, event_sync):
+        assert "HOST_DEVICE_COPIES_PER_STEP" not in findings_of(profile)

@@ -22,6 +22,7 @@ from profreport.reports.analysis.results import (
     Origin,
     RunMetrics,
     Severity,
+    StepCopies,
     SyncStats,
     TopItem,
     TraceLocation,
@@ -113,6 +114,12 @@ LIGHT_LOADER_CORES = 0.5
 #: fp32 matmuls/convolutions launching a tenth of compute-kernel time are worth moving to tensor
 #: cores (2-8x faster there); below that the step would gain under ~5%.
 FP32_MATMUL_SHARE = 0.10
+#: A batch is a few tensors, one of them perhaps small (the labels): from 4 small (<64 KiB)
+#: host-to-device copies per step on, tensors are built on the host inside the loop.
+SMALL_HTOD_PER_STEP = 4
+#: One device-to-host copy per step is a loss read; from two on, values are read back in the loop
+#: (.item(), .cpu(), printing, ``if tensor:``), each waiting for the GPU to get there.
+DTOH_PER_STEP = 2
 #: When half the step is time no source could attribute (a CPU-only nsys capture holds only NVTX
 #: ranges), calling the run "balanced" would be a guess: the verdict is unknown instead.
 UNATTRIBUTED_SHARE = 0.50
@@ -377,6 +384,65 @@ def _per_step_ms(precision: OpPrecision, total_ns: int) -> str:
     """A duration per step when the figures cover steps, else in the profile."""
     steps = precision.steps
     return f"{ms(total_ns // steps)} per step" if steps else f"{ms(total_ns)} in the profile"
+
+
+def _copy_evidence(c: StepCopies, kind: str) -> list[Evidence]:
+    """Count, size, GPU time and launching operators of one direction's copies per step."""
+    if not c.copies_per_step[kind]:
+        return []
+    where = {concepts.HTOD: "host-to-device", concepts.DTOH: "device-to-host"}[kind]
+    out = [Evidence(f"{_count(c.copies_per_step[kind])} {where} copies launched per step "
+                    f"({_count(c.small_per_step[kind])} under 64 KiB), "
+                    f"{nbytes(c.bytes_per_step[kind])} and {ms(c.ns_per_step[kind])} of copy "
+                    "time per step", c.origin)]
+    if c.launchers.get(kind):
+        listed = ", ".join(f"{name} ({_count(count)} per step)" if name != "(no operator)" else
+                           f"no recorded operator ({_count(count)} per step)"
+                           for name, count in c.launchers[kind])
+        out.append(Evidence(f"launched (runtime call joined by correlation id) inside: {listed}",
+                            c.origin))
+    elif c.origin == "nsys":
+        out.append(Evidence("Nsight Systems records no framework operators: which call launched "
+                            "them is unknown", c.origin))
+    return out
+
+
+def _count(value: float) -> str:
+    """A per-step count: whole numbers as such, others to one decimal."""
+    return f"{value:.0f}" if value == int(value) else f"{value:.1f}"
+
+
+def host_device_copies(m: RunMetrics, ctx: RunContext) -> Finding | None:
+    """More host <-> device copies per step than a batch needs: small tensors built on the host
+    in the loop, or values read back each step."""
+    c = m.step_copies
+    if c is None:
+        return None
+    small_in = c.small_per_step[concepts.HTOD] >= SMALL_HTOD_PER_STEP
+    read_back = c.copies_per_step[concepts.DTOH] >= DTOH_PER_STEP
+    if not (small_in or read_back):
+        return None
+    evidence = _copy_evidence(c, concepts.HTOD) + _copy_evidence(c, concepts.DTOH)
+    if c.blocking_per_step:
+        evidence.append(Evidence(f"{_count(c.blocking_per_step)} device-to-host copies per step "
+                                 "go to pageable memory: each blocks the CPU until the GPU "
+                                 "drains",
+                                 c.origin))
+    severity: Severity = "medium" if c.blocking_per_step >= DTOH_PER_STEP else "low"
+    steps = []
+    if small_in:
+        steps.append("Build per-step tensors on the GPU (torch.tensor(..., device='cuda'), "
+                     "torch.zeros(..., device=...)) or move them once, not each step")
+    if read_back:
+        steps.append(("k" if small_in else "K") + "eep per-step values on the GPU (accumulate "
+                     "the loss as a tensor) and read them every N steps instead of calling "
+                     ".item()/.cpu()/print or testing a tensor in an if inside the step")
+    counts = " and ".join(f"{_count(c.copies_per_step[k])} {label}" for k, label in
+                          ((concepts.HTOD, "host-to-device"), (concepts.DTOH, "device-to-host"))
+                          if c.copies_per_step[k])
+    return Finding("HOST_DEVICE_COPIES_PER_STEP", severity,
+                   f"Each step copies between host and device more often than a batch needs: "
+                   f"{counts} copies.", evidence, "; ".join(steps) + ".")
 
 
 def _unknown_checks(m: RunMetrics) -> list[Evidence]:
@@ -1005,6 +1071,7 @@ RULES: tuple[Rule, ...] = (loader_bound, compute_bound, comm_overhead, host_laun
                            pageable_memcpy, sync_stall, low_gpu_util, small_batch,
                            dataparallel_not_ddp, cpu_oversubscribed, in_process_loader,
                            zero_grad_not_none, fp32_on_tensor_cores, conv_bias_before_bn,
+                           host_device_copies,
                            op_checks_unknown,
                            sources_agreement,
                            trials_disagree)
@@ -1014,7 +1081,8 @@ FINDING_IDS = frozenset({
     "LOADER_BOUND", "COMPUTE_BOUND", "COMM_OVERHEAD", "HOST_LAUNCH_BOUND", "PAGEABLE_MEMCPY",
     "SYNC_STALL", "LOW_GPU_UTIL", "SMALL_BATCH", "DATAPARALLEL_NOT_DDP", "CPU_OVERSUBSCRIBED",
     "SOURCES_AGREE", "SOURCES_DISAGREE", "TRIALS", "SYNC_DATALOADER", "ZERO_GRAD_NOT_NONE",
-    "FP32_ON_TENSOR_CORES", "CONV_BIAS_BEFORE_BN", "OP_CHECKS_UNKNOWN"})
+    "FP32_ON_TENSOR_CORES", "CONV_BIAS_BEFORE_BN", "HOST_DEVICE_COPIES_PER_STEP",
+    "OP_CHECKS_UNKNOWN"})
 
 
 #: The finding that explains each verdict: it leads the run's findings, whatever its severity.

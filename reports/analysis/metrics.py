@@ -61,6 +61,7 @@ from profreport.reports.analysis.steps import (
     step_windows,
 )
 from profreport.reports.analysis.syncs import idle_causes, sync_stats
+from profreport.reports.analysis.transfers import step_copies
 
 
 def manifest_trials(manifest: Manifest) -> Trials | None:
@@ -141,6 +142,7 @@ def compute_run_metrics(profiles: list[Profile], manifest: Manifest | None = Non
         metrics.kernel_mix = kernel_mix(gpu_profile, _windows_of(gpu_profile, timed))
         metrics.copies = copy_stats(gpu_profile)
         metrics.max_devices_per_process = max_devices_per_process(gpu_profile)
+        metrics.step_copies = step_copies(gpu_profile, _windows_of(gpu_profile, timed))
         if metrics.gpu is None:
             metrics.gpu = gpu_utilization(gpu_profile, None)
     ops_profile = _op_inputs_profile(ordered)

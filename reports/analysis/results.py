@@ -160,6 +160,26 @@ class CopyStats:
 
 
 @dataclass(frozen=True)
+class StepCopies:
+    """Host <-> device copies launched inside the step windows (see reports.analysis.transfers);
+    keys are copy kinds (``HtoD``, ``DtoH``)."""
+
+    origin: Origin
+    steps: int
+    copies_per_step: dict[str, float]
+    #: Copies under transfers.SMALL_COPY_BYTES per step (scalars, small tensors).
+    small_per_step: dict[str, float]
+    bytes_per_step: dict[str, int]
+    #: Copy time on the GPU per step, ns.
+    ns_per_step: dict[str, int]
+    #: The outermost CPU operators that launched the copies, with copies per step, most first;
+    #: empty when the profile records no operators (nsys).
+    launchers: dict[str, list[tuple[str, float]]]
+    #: Device-to-host copies into pageable memory per step: each blocks the CPU.
+    blocking_per_step: float
+
+
+@dataclass(frozen=True)
 class SyncCall:
     """One kind of call that blocks the CPU until the GPU catches up."""
 
@@ -451,6 +471,8 @@ class RunMetrics:
     op_precision: OpPrecision | None = None
     #: Convolutions with a bias feeding BatchNorm (reports.analysis.ops).
     conv_bias: ConvBiasStats | None = None
+    #: Host <-> device copies launched per step (reports.analysis.transfers).
+    step_copies: StepCopies | None = None
     #: The file each profiler's figures come from (the primary rank's), for evidence locations.
     trace_files: dict[str, TraceFile] = field(default_factory=dict)
 

@@ -1,0 +1,60 @@
+"""Host <-> device copies launched inside the steps: how many per step, how many bytes, and which
+framework operator launched them (copy -> runtime call with the same correlation id -> the
+outermost CPU operator on that call's thread whose span holds it: ``aten::to`` for
+``.to(device)``, ``aten::item`` for ``.item()``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from profreport import concepts
+from profreport.model import Profile
+from profreport.reports.analysis.gpu import launched_in_steps
+from profreport.reports.analysis.ops import launching_op, outermost
+from profreport.reports.analysis.results import StepCopies
+from profreport.reports.analysis.steps import StepWindows
+
+#: Copy directions between host and device, in the order they are reported.
+DIRECTIONS = (concepts.HTOD, concepts.DTOH)
+#: A copy under 64 KiB moves too little to be batch data (an image batch is megabytes): a scalar
+#: or a small tensor made on the other side each step, paying launch and DMA setup (~10 us).
+SMALL_COPY_BYTES = 64 * 2**10
+#: Launching operators kept per direction (most copies first).
+TOP_LAUNCHERS = 3
+
+
+def _launchers(profile: Profile, copies: pd.DataFrame, steps: int) -> list[tuple[str, float]]:
+    """The outermost CPU ops that launched ``copies``, with copies per step, most first;
+    ``(no operator)`` for copies launched outside every recorded op."""
+    ops = outermost(profile.table("cpu_ops"))
+    where = launching_op(profile, ops, copies)
+    names = np.append(ops["name"].to_numpy(object), "(no operator)")[where]
+    counts = pd.Series(names).value_counts()
+    return [(str(name), count / steps) for name, count in counts.head(TOP_LAUNCHERS).items()]
+
+
+def step_copies(profile: Profile, windows: StepWindows | None) -> StepCopies | None:
+    """Host-to-device and device-to-host copies launched inside the step windows, per step;
+    None without steps or copies."""
+    if windows is None or not profile.has("memcpy"):
+        return None
+    copies = launched_in_steps(profile, profile.table("memcpy"), windows)
+    copies = copies[copies["kind"].isin(DIRECTIONS)]
+    if copies.empty:
+        return None
+    steps = windows.count
+    by_kind = {kind: copies[copies["kind"] == kind] for kind in DIRECTIONS}
+    blocking = by_kind[concepts.DTOH]["dst_kind"] == concepts.PAGEABLE
+    return StepCopies(
+        origin=profile.kind, steps=steps,
+        copies_per_step={kind: len(part) / steps for kind, part in by_kind.items()},
+        small_per_step={kind: int(part["bytes"].between(0, SMALL_COPY_BYTES - 1).sum()) / steps
+                        for kind, part in by_kind.items()},
+        bytes_per_step={kind: int(part["bytes"].clip(lower=0).sum()) // steps
+                        for kind, part in by_kind.items()},
+        ns_per_step={kind: int((part["end"] - part["start"]).sum()) // steps
+                     for kind, part in by_kind.items()},
+        launchers={kind: _launchers(profile, part, steps) if profile.has("cpu_ops") else []
+                   for kind, part in by_kind.items() if not part.empty},
+        blocking_per_step=int(blocking.sum()) / steps)
