@@ -192,20 +192,21 @@ def is_comm_kernel(names: pd.Series) -> pd.Series:
     return _matches(names, _COMM_KERNEL)
 
 
-def _collective_layer(names: pd.Series) -> pd.Series:
-    """:func:`collective_layer` of distinct names."""
+def _label_by_pattern(names: pd.Series, patterns: dict[str, str]) -> pd.Series:
+    """For each distinct name, the label of the last of ``patterns`` (label -> regex) it
+    matches, <NA> for none."""
     text = names.astype("string")
-    layer = pd.Series(pd.NA, index=names.index, dtype="string")
-    for name, pattern in _COLLECTIVE_LAYERS.items():
-        layer = layer.mask(text.str.contains(pattern, regex=True).fillna(False).astype(bool),
+    label = pd.Series(pd.NA, index=names.index, dtype="string")
+    for name, pattern in patterns.items():
+        label = label.mask(text.str.contains(pattern, regex=True).fillna(False).astype(bool),
                            name)
-    return layer
+    return label
 
 
 def collective_layer(names: pd.Series) -> pd.Series:
     """Which layer of a collective call each CPU op name is ("c10d", "backend", "wrapper"), or
     <NA> for a name that is no collective."""
-    return _per_distinct(names, _collective_layer)
+    return _per_distinct(names, lambda distinct: _label_by_pattern(distinct, _COLLECTIVE_LAYERS))
 
 
 def _matches(names: pd.Series, pattern: str) -> pd.Series:
@@ -251,20 +252,10 @@ def is_tf32_kernel(names: pd.Series) -> pd.Series:
     return _matches(names, _TF32_KERNEL)
 
 
-def _op_families(names: pd.Series) -> pd.Series:
-    """:func:`op_family` of distinct names."""
-    text = names.astype("string")
-    family = pd.Series(pd.NA, index=names.index, dtype="string")
-    for name, pattern in _OP_FAMILIES.items():
-        family = family.mask(text.str.contains(pattern, regex=True).fillna(False).astype(bool),
-                             name)
-    return family
-
-
 def op_family(names: pd.Series) -> pd.Series:
     """Which family each CPU op belongs to (MATMUL, CONVOLUTION, BATCH_NORM, POINTWISE), <NA>
     for others."""
-    return _per_distinct(names, _op_families)
+    return _per_distinct(names, lambda distinct: _label_by_pattern(distinct, _OP_FAMILIES))
 
 
 def is_input_checked_op(names: pd.Series) -> pd.Series:
