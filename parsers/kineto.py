@@ -213,6 +213,9 @@ _SYNC_KIND, _DIRECTION = attrgetter("sync_kind"), attrgetter("direction")
 _READ_ARGS = attrgetter("device", "stream", "stream_id", "correlation", "bytes", "size",
                         "bandwidth", "sync_kind", "direction")
 _UNREAD_ARGS = _READ_ARGS(_NO_ARGS)
+_FLOW_ID = attrgetter("id")
+# Category of the flows that link a launch to the device work it started.
+_LAUNCH_FLOW = "ac2g"
 _EVENT_DECODER = msgspec.json.Decoder(_Event)
 _RAW_EVENTS_DECODER = msgspec.json.Decoder(list[msgspec.Raw])
 
@@ -483,10 +486,10 @@ class _ColumnBuilder:
 
     def _add_flows(self, flows: list[_Event]) -> None:
         """Keep the ends of ``ac2g`` (launch -> GPU) flows: where they land and their id."""
-        flows = [e for e in flows if e.cat == "ac2g"]
+        flows = list(compress(flows, map(_LAUNCH_FLOW.__eq__, map(_CAT, flows))))
         if not flows:
             return
-        ids, bad = _integers([e.id for e in flows])
+        ids, bad = _integers(list(map(_FLOW_ID, flows)))
         ts = np.fromiter(map(_TS, flows), np.float64, len(flows))
         keep = ~bad & _possible_times(ts)
         self._flows.append({
@@ -560,12 +563,12 @@ class _MemoryEvents:
         """Keep a batch's memory events (their times already checked)."""
         if not found:
             return
-        args = [e.args for e in found]
-        part = {"time": _us_to_ns(np.array([e.ts for e in found], dtype=np.float64)),
-                "pid": np.array([_as_int(e.pid) for e in found], dtype=np.int64),
-                "tid": np.array([_as_int(e.tid) for e in found], dtype=np.int64)}
+        args = list(map(_ARGS, found))
+        part = {"time": _us_to_ns(np.fromiter(map(_TS, found), np.float64, len(found))),
+                "pid": _thread_column(list(map(_PID, found))),
+                "tid": _thread_column(list(map(_TID, found)))}
         for key, absent in self._FIELDS.items():
-            part[key] = np.array([_int_field(getattr(a, key), absent) for a in args], np.int64)
+            part[key] = _int_column(list(map(attrgetter(key), args)), absent)
         self._parts.append(part)
 
     def extend(self, other: _MemoryEvents) -> None:
@@ -669,6 +672,27 @@ def _decoded_inputs(text: bytes, item: type) -> tuple[Any, ...] | None:
     if not isinstance(value, tuple) or not all(isinstance(v, item) for v in value):
         return None
     return value
+
+
+def _int_column(values: list[Any], absent: int) -> np.ndarray:
+    """:func:`_int_field` of each value, at C speed when all are ints or all are missing."""
+    kinds = set(map(type, values))
+    if kinds <= {int}:
+        try:
+            column = np.array(values, dtype=np.int64)
+        except OverflowError:
+            column = None
+        if column is not None and (not len(column) or column.min() >= -_INT64_MAX):
+            return column
+    elif kinds == {type(None)}:
+        return np.full(len(values), absent, dtype=np.int64)
+    return np.array([_int_field(value, absent) for value in values], dtype=np.int64)
+
+
+def _thread_column(values: list[Any]) -> np.ndarray:
+    """:func:`_as_int` of each pid or tid, worked out once per distinct value."""
+    numbers = {value: _as_int(value) for value in set(values)}
+    return np.fromiter(map(numbers.__getitem__, values), np.int64, len(values))
 
 
 def _int_field(value: Any, absent: int) -> int:

@@ -272,27 +272,39 @@ def _analyze_input(path: Path, options: AnalyzeOptions, executor: Executor,
     return run
 
 
+#: Values that hold no fraction below them (checked only as a named field themselves).
+_LEAVES = (str, int, float, bool, type(None))
+
+
 def impossible_fractions(value: object, where: str = "metrics") -> list[str]:
     """Where a result holds a fraction (a ``*_fraction`` or ``share`` field) that is not a
-    number in [0, 1]: ``["metrics.gpu.busy_fraction = 1.7"]``."""
+    number in [0, 1]: ``["metrics.gpu.busy_fraction = 1.7"]``. A field's path is written out
+    only when something below it is impossible."""
+    if isinstance(value, _LEAVES):
+        return []
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return [found for item in dataclasses.fields(value)
-                for found in _fraction_field(getattr(value, item.name), f"{where}.{item.name}")]
+                for found in _fraction_field(getattr(value, item.name), where, item.name)]
     if isinstance(value, list | tuple):
-        return [found for index, item in enumerate(value)
+        return [found for index, item in enumerate(value) if not isinstance(item, _LEAVES)
                 for found in impossible_fractions(item, f"{where}[{index}]")]
     if isinstance(value, dict):
         return [found for key, item in value.items()
-                for found in _fraction_field(item, f"{where}.{key}")]
+                for found in _fraction_field(item, where, key)]
     return []
 
 
-def _fraction_field(value: object, where: str) -> list[str]:
-    """:func:`impossible_fractions` for one named field: checked when its name says fraction."""
-    named = where.endswith(("fraction", ".share"))
-    if named and isinstance(value, int | float) and not isinstance(value, bool):
-        return [] if 0.0 <= value <= 1.0 else [f"{where} = {value:g}"]
-    return impossible_fractions(value, where)
+def _fraction_field(value: object, where: str, name: object) -> list[str]:
+    """:func:`impossible_fractions` for field ``name`` of ``where``: checked when its name says
+    fraction."""
+    if isinstance(value, _LEAVES):
+        text = str(name)
+        named = text.endswith("fraction") or text == "share" or text.endswith(".share")
+        if named and isinstance(value, int | float) and not isinstance(value, bool) \
+                and not 0.0 <= value <= 1.0:
+            return [f"{where}.{text} = {value:g}"]
+        return []
+    return impossible_fractions(value, f"{where}.{name}")
 
 
 def analyze_paths(inputs: list[Path], options: AnalyzeOptions) -> Report:
