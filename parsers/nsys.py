@@ -33,7 +33,7 @@ import pandas as pd
 
 from profreport import concepts
 from profreport.errors import InputError, MissingToolError, UnsupportedFormatError
-from profreport.model import Profile, conform, empty_table
+from profreport.model import TABLE_SCHEMAS, Profile, conform, empty_table
 from profreport.parsers import sqlite_pages
 
 NSYS_MISSING = ("nsys is not installed; needed to read .nsys-rep: run scripts/setup.sh --system, "
@@ -80,6 +80,10 @@ SYNC_TYPE_CODES = {0: "UNKNOWN", 1: "EVENT_SYNCHRONIZE", 2: "STREAM_WAIT_EVENT",
 # Read the activity tables (kernels, runtime, copies, memsets, syncs) from the SQLite pages
 # (parsers/sqlite_pages.py); SQL otherwise.
 NATIVE_READER = True
+
+# Ids spanning at most this many values are made distinct through a lookup table (16 MiB of
+# flags); StringIds of real exports hold thousands to a few million strings.
+MAX_LOOKUP_IDS = 1 << 24
 
 # The id columns of GPU activity rows; a missing one becomes -1 (unknown).
 _GPU_IDS = ["device", "stream", "correlation"]
@@ -414,10 +418,10 @@ def _string(export: _Export, table: str, column: str, alias: str) -> tuple[str, 
 
 
 def _valid_native(export: _Export, name: str, values: dict[str, np.ndarray],
-                  kinds: dict[str, np.ndarray]) -> np.ndarray:
-    """Row positions with possible times, in start order (the rule of :func:`_checked_times`);
-    the others are counted as dropped. An id column holding text or reals is a damaged
-    export."""
+                  kinds: dict[str, np.ndarray]) -> np.ndarray | slice:
+    """Row positions with possible times, in start order (the rule of :func:`_checked_times`),
+    or ``slice(None)`` when that is every row as stored; the others are counted as dropped.
+    An id column holding text or reals is a damaged export."""
     start, end = values["start"], values["end"]
     with np.errstate(over="ignore"):
         valid = ((kinds["start"] == sqlite_pages.INTEGER) & (kinds["end"] == sqlite_pages.INTEGER)
@@ -429,6 +433,8 @@ def _valid_native(export: _Export, name: str, values: dict[str, np.ndarray],
             raise ValueError(f"{column} holds text or real values")
     if not valid.all():
         export.dropped[name] = export.dropped.get(name, 0) + int((~valid).sum())
+    if valid.all() and not (start[1:] < start[:-1]).any():
+        return slice(None)  # every row, already in start order: columns are taken as they are
     rows = np.flatnonzero(valid)
     if len(rows) > 1 and (np.diff(start[rows]) < 0).any():
         rows = rows[np.argsort(start[rows], kind="stable")]
@@ -436,15 +442,31 @@ def _valid_native(export: _Export, name: str, values: dict[str, np.ndarray],
 
 
 def _ids(values: dict[str, np.ndarray], kinds: dict[str, np.ndarray], column: str,
-         rows: np.ndarray) -> np.ndarray:
+         rows: np.ndarray | slice) -> np.ndarray:
     """An integer id column at ``rows``, -1 where it is NULL."""
     return np.where(kinds[column][rows] == sqlite_pages.NULL, -1, values[column][rows])
+
+
+def _distinct(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(ids, return_inverse=True)`` of small integer ids (StringIds row numbers,
+    -1 unknown) in one pass through a lookup table instead of a sort of millions of rows."""
+    if len(ids) == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    low, high = int(ids.min()), int(ids.max())
+    if high - low > MAX_LOOKUP_IDS:
+        distinct, codes = np.unique(ids, return_inverse=True)
+        return distinct, codes.ravel()
+    offset = ids - low
+    present = np.zeros(high - low + 1, dtype=bool)
+    present[offset] = True
+    codes = (np.cumsum(present, dtype=np.int32) - 1)[offset]
+    return np.flatnonzero(present) + low, codes
 
 
 def _strings_at(export: _Export, ids: np.ndarray) -> tuple[list[str | None], np.ndarray]:
     """The distinct StringIds texts of ``ids`` (None where unknown), and each row's index
     into them: every distinct id is looked up once."""
-    unique, codes = np.unique(ids, return_inverse=True)
+    unique, codes = _distinct(ids)
     return [export.strings.get(int(i)) for i in unique], codes
 
 
@@ -481,25 +503,34 @@ def _native_kernels(export: _Export, table: str) -> pd.DataFrame | None:
         return None
     values, kinds, _ = read
     rows = _valid_native(export, "kernels", values, kinds)
-    # One int64 key per (demangled, short) id pair: StringIds ids are row numbers, far below
-    # 2**31; shifted by one so that an unknown id (-1) is 0.
-    long_ids = _ids(values, kinds, "demangledName", rows)
-    short_ids = _ids(values, kinds, "shortName", rows)
-    key = (np.clip(long_ids, -1, 2**31 - 2) + 1) * 2**31 + np.clip(short_ids, -1, 2**31 - 2) + 1
-    unique, codes = np.unique(key, return_inverse=True)
+    # Each distinct (demangled, short) id pair is named once.
+    long_ids, long_codes = _distinct(_ids(values, kinds, "demangledName", rows))
+    short_ids, short_codes = _distinct(_ids(values, kinds, "shortName", rows))
+    shorts_count = max(len(short_ids), 1)
+    pairs, codes = _distinct(long_codes.astype(np.int64) * shorts_count + short_codes)
+    del long_codes, short_codes
     names, shorts, comm = _kernel_names(
-        [export.strings.get(int(i)) for i in unique // 2**31 - 1],
-        [export.strings.get(int(i)) for i in unique % 2**31 - 1])
-    frame = pd.DataFrame({
+        [export.strings.get(int(i)) for i in long_ids[pairs // shorts_count]],
+        [export.strings.get(int(i)) for i in short_ids[pairs % shorts_count]])
+    return _native_table("kernels", {
         "start": values["start"][rows], "end": values["end"][rows],
         "device": _ids(values, kinds, "deviceId", rows),
         "stream": _ids(values, kinds, "streamId", rows),
         "correlation": _ids(values, kinds, "correlationId", rows),
-        "name": _objects(names, codes), "short_name": _objects(shorts, codes),
+        "name": _categories(names, codes), "short_name": _categories(shorts, codes),
         "is_comm": comm[codes]})
-    frame = conform("kernels", frame)
-    frame["name"], frame["short_name"] = _categories(names, codes), _categories(shorts, codes)
-    return frame
+
+
+def _native_table(name: str, columns: dict[str, np.ndarray | pd.Categorical]) -> pd.DataFrame:
+    """Table ``name`` from the page reader's fresh columns, none copied: the columns of
+    TABLE_SCHEMAS in order with its dtypes, but names kept as categoricals (``conform`` would
+    turn them into objects)."""
+    schema = TABLE_SCHEMAS[name]
+    frame = pd.DataFrame({column: columns[column] for column in schema}, copy=False)
+    wrong = {column: dtype for column, dtype in schema.items()
+             if frame[column].dtype != dtype
+             and not isinstance(frame[column].dtype, pd.CategoricalDtype)}
+    return frame.astype(wrong) if wrong else frame
 
 
 def _kernel_names(names: list[str | None], shorts: list[str | None]
@@ -621,15 +652,12 @@ def _native_runtime(export: _Export, table: str) -> pd.DataFrame | None:
     tids = _ids(values, kinds, "globalTid", rows)
     texts, codes = _strings_at(export, _ids(values, kinds, "nameId", rows))
     names = [concepts.strip_api_version(text or "") for text in texts]
-    frame = pd.DataFrame({
+    return _native_table("runtime", {
         "start": values["start"][rows], "end": values["end"][rows],
         "pid": np.where(tids >= 0, (tids >> _ID_SHIFT) & _ID_MASK, -1),
         "tid": np.where(tids >= 0, tids & _ID_MASK, -1),
         "correlation": _ids(values, kinds, "correlationId", rows),
-        "name": _objects(names, codes)})
-    frame = conform("runtime", frame)
-    frame["name"] = _categories(names, codes)
-    return frame
+        "name": _categories(names, codes)})
 
 
 def _runtime(export: _Export) -> pd.DataFrame | None:

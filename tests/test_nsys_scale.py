@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from profreport.parsers import nsys
 from profreport.reports.analysis import intervals as iv
@@ -90,3 +91,14 @@ def test_interval_arithmetic_matches_a_plain_grid() -> None:
         shuffled = np.random.default_rng(seed).permutation(len(a))
         again = iv.union(a.ends[shuffled] - 1, a.ends[shuffled])
         np.testing.assert_array_equal(_covered(again), np.isin(np.arange(500), a.ends - 1))
+
+
+def test_distinct_ids_are_those_of_numpy_unique(monkeypatch: pytest.MonkeyPatch) -> None:
+    ids = np.random.default_rng(5).integers(-1, 5000, 20_000)
+    for limit in (nsys.MAX_LOOKUP_IDS, 100):  # lookup table, and the sort past the limit
+        monkeypatch.setattr(nsys, "MAX_LOOKUP_IDS", limit)
+        distinct, codes = nsys._distinct(ids)
+        expected, inverse = np.unique(ids, return_inverse=True)
+        np.testing.assert_array_equal(distinct, expected)
+        np.testing.assert_array_equal(codes, inverse)
+        np.testing.assert_array_equal(distinct[codes], ids)
