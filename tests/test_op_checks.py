@@ -354,3 +354,75 @@ def test_corpus_copies_per_step(corpus: Path) -> None:
     assert copies.blocking_per_step == 1 and copies.bytes_per_step["DtoH"] == 1
     for profile in (resnet, event_sync):
         assert "HOST_DEVICE_COPIES_PER_STEP" not in findings_of(profile)
+
+
+# --- long GPU idle gaps, unfused optimizer ----------------------------------------------------
+
+
+def busy_steps_trace(path: Path, stall_ms: float, optimizer_kernels: int = 0,
+                     fused: bool = False) -> Path:
+    """Ten 200 ms steps, each a 190 ms kernel launched at its start; step 4 first stalls for
+    ``stall_ms`` (the CPU busy in an op that launches nothing); each step's Optimizer.step span
+    launches ``optimizer_kernels`` 10 us kernels (one multi_tensor_apply kernel when ``fused``)."""
+    events: list[dict] = []
+    at, correlation = 0.0, 0
+    for step in range(10):
+        stall = stall_ms * 1000 if step == 4 else 0.0
+        length = 200_000 + stall
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}",
+                       "pid": PID, "tid": PID, "ts": at, "dur": length})
+        if stall:
+            events.append(_op("aten::save_checkpoint", at + 1, stall - 2, None, None))
+        correlation += 1
+        events += _launch(at + stall + 1, correlation, "gemm", at + stall + 5, 190_000)
+        names = ["multi_tensor_apply_kernel"] if fused else ["sgd_update"] * optimizer_kernels
+        if names:
+            events.append({"ph": "X", "cat": "user_annotation", "name": "Optimizer.step#SGD.step",
+                           "pid": PID, "tid": PID, "ts": at + stall + 100, "dur": 1000})
+        for i, name in enumerate(names):
+            correlation += 1
+            events += _launch(at + stall + 110 + 10 * i, correlation, name,
+                              at + stall + 190_010 + 10 * i, 8)
+        at += length
+    path.write_text(json.dumps({"schemaVersion": 1, "deviceProperties": [A100],
+                                "traceEvents": events}))
+    return path
+
+
+def test_one_long_stall_in_an_otherwise_busy_run(tmp_path: Path) -> None:
+    """A 600 ms stall in step 4 of ten 200 ms steps: the GPU is still busy 73% of the time, so
+    LOW_GPU_UTIL says nothing and the stall is a finding of its own, with where it lies."""
+    profile = kineto.parse(busy_steps_trace(tmp_path / "t.json", stall_ms=600))
+    metrics = compute_run_metrics([profile])
+    assert metrics.gpu.long_gap_count == 1
+    found = findings_of(profile)
+    assert "LOW_GPU_UTIL" not in found
+    finding = found["LONG_GPU_IDLE_GAPS"]
+    assert finding.title == "The GPU stops for more than 500.0 ms at a time (1 time)."
+    gap = finding.evidence[1]  # from step 3's kernel end (10 ms before step 4) to step 4's
+    assert gap.text == "idle 610.0 ms on GPU 0, inside step 3"
+    assert (gap.at.offset_ns, gap.at.duration_ns) == (790_005_000, 610_000_000)
+    assert "nothing the trace shows" in finding.evidence[-1].text
+
+
+def test_no_long_gap_finding_without_a_stall(tmp_path: Path) -> None:
+    assert "LONG_GPU_IDLE_GAPS" not in findings_of(
+        kineto.parse(busy_steps_trace(tmp_path / "t.json", stall_ms=0)))
+
+
+def test_unfused_optimizer(tmp_path: Path) -> None:
+    profile = kineto.parse(busy_steps_trace(tmp_path / "t.json", 0, optimizer_kernels=60))
+    finding = findings_of(profile)["OPTIMIZER_NOT_FUSED"]
+    assert finding.title == ("The optimizer (SGD) updates the parameters one small kernel at a "
+                             "time: 60 kernels per step.")
+    assert "torch.optim.SGD(..., foreach=True)" in finding.recommendation
+    assert finding.evidence[1].text == "98% of the 61 kernels launched per step"
+    fused = kineto.parse(busy_steps_trace(tmp_path / "f.json", 0, fused=True))
+    assert "OPTIMIZER_NOT_FUSED" not in findings_of(fused)
+
+
+def test_resnet50_sgd_is_not_fused(corpus: Path) -> None:
+    """torch 1.8's SGD launches 483 kernels per step (3 per parameter of 161), none fused."""
+    profile = kineto.parse(corpus / "kineto" / "resnet50_num_workers_4.pt.trace.json.gz")
+    finding = findings_of(profile)["OPTIMIZER_NOT_FUSED"]
+    assert "483 kernels per step" in finding.title and "(SGD)" in finding.title

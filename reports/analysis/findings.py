@@ -428,7 +428,9 @@ def host_device_copies(m: RunMetrics, ctx: RunContext) -> Finding | None:
                                  "go to pageable memory: each blocks the CPU until the GPU "
                                  "drains",
                                  c.origin))
-    severity: Severity = "medium" if c.blocking_per_step >= DTOH_PER_STEP else "low"
+    saturated = m.gpu is not None and m.gpu.busy_fraction >= COMPUTE_BOUND_BUSY
+    severity: Severity = ("medium" if c.blocking_per_step >= DTOH_PER_STEP and not saturated
+                          else "low")
     steps = []
     if small_in:
         steps.append("Build per-step tensors on the GPU (torch.tensor(..., device='cuda'), "
@@ -443,6 +445,67 @@ def host_device_copies(m: RunMetrics, ctx: RunContext) -> Finding | None:
     return Finding("HOST_DEVICE_COPIES_PER_STEP", severity,
                    f"Each step copies between host and device more often than a batch needs: "
                    f"{counts} copies.", evidence, "; ".join(steps) + ".")
+
+
+def _idle_cause_evidence(m: RunMetrics) -> list[Evidence]:
+    """What the GPU's idle time inside the steps waits for, per step, when the trace tells."""
+    idle = m.gpu_idle
+    if idle is None or not sum(idle.idle_ns_per_step.values()):
+        return []
+    labels = {"data": "the DataLoader", "sync": "a sync", "launch": "launches",
+              "unexplained": "nothing the trace shows"}
+    parts = [f"{labels.get(cause, cause)} {ms(ns)}" for cause, ns in
+             sorted(idle.idle_ns_per_step.items(), key=lambda item: -item[1]) if ns]
+    return [Evidence("per step, the GPU's idle time waits for: " + ", ".join(parts),
+                     idle.origin)]
+
+
+def long_gpu_idle_gaps(m: RunMetrics, ctx: RunContext) -> Finding | None:
+    """The GPU stops for more than LONG_IDLE_GAP_NS at a time although it is busy most of the
+    time otherwise (a mostly idle GPU is LOW_GPU_UTIL's)."""
+    g = m.gpu
+    if g is None or not g.long_gap_count or g.busy_fraction < LOW_GPU_BUSY:
+        return None
+    gaps = [gap for gap in g.largest_gaps if gap.duration_ns > g.long_gap_ns]
+    evidence = [Evidence(f"{g.long_gap_count} idle gap{'s' if g.long_gap_count != 1 else ''} "
+                         f"over {ms(g.long_gap_ns)} while the GPU is busy "
+                         f"{pct(g.busy_fraction)} of the {g.span}", g.origin)]
+    evidence += [Evidence(f"idle {ms(gap.duration_ns)} on GPU {gap.device}, {gap.where}",
+                          g.origin, m.locate(g.origin, (gap.start_ns,
+                                                        gap.start_ns + gap.duration_ns)))
+                 for gap in gaps[:3]]
+    return Finding("LONG_GPU_IDLE_GAPS", "low",
+                   f"The GPU stops for more than {ms(g.long_gap_ns)} at a time "
+                   f"({g.long_gap_count} time{'s' if g.long_gap_count != 1 else ''}).",
+                   evidence + _idle_cause_evidence(m),
+                   "Look at what the loop does in these gaps (the locations point at them): a "
+                   "DataLoader refilling at an epoch start (persistent_workers=True, a larger "
+                   "prefetch_factor), evaluation, checkpointing or logging inside the loop (run "
+                   "them less often or asynchronously), or a host-side sync.")
+
+
+def optimizer_not_fused(m: RunMetrics, ctx: RunContext) -> Finding | None:
+    """The optimizer step launches many kernels, none multi-tensor: one or more small kernels
+    per parameter instead of foreach/fused ones."""
+    mix = m.kernel_mix
+    if mix is None or not _optimizer_many_kernels(mix):
+        return None
+    per_step = mix.optimizer_kernels_per_step or 0.0
+    evidence = [Evidence(f"{per_step:.0f} kernels launched inside each optimizer step (launch "
+                         "calls inside its span, kernels joined by correlation id), none of "
+                         "them multi-tensor (multi_tensor_apply)", mix.origin)]
+    if m.launch is not None and m.launch.kernels_per_step:
+        evidence.append(Evidence(f"{pct(per_step / m.launch.kernels_per_step)} of the "
+                                 f"{m.launch.kernels_per_step:.0f} kernels launched per step",
+                                 m.launch.origin))
+    name = mix.optimizer_name
+    return Finding("OPTIMIZER_NOT_FUSED", "low",
+                   f"The optimizer{f' ({name})' if name else ''} updates the parameters one "
+                   f"small kernel at a time: {per_step:.0f} kernels per step.", evidence,
+                   f"Build it with foreach=True (torch.optim.{name or 'AdamW'}(..., "
+                   "foreach=True); the default on CUDA since PyTorch 2.0) or fused=True where "
+                   "the optimizer has it (Adam, AdamW, SGD): a few multi-tensor kernels replace "
+                   "the per-parameter ones.")
 
 
 def _unknown_checks(m: RunMetrics) -> list[Evidence]:
@@ -1071,7 +1134,7 @@ RULES: tuple[Rule, ...] = (loader_bound, compute_bound, comm_overhead, host_laun
                            pageable_memcpy, sync_stall, low_gpu_util, small_batch,
                            dataparallel_not_ddp, cpu_oversubscribed, in_process_loader,
                            zero_grad_not_none, fp32_on_tensor_cores, conv_bias_before_bn,
-                           host_device_copies,
+                           host_device_copies, long_gpu_idle_gaps, optimizer_not_fused,
                            op_checks_unknown,
                            sources_agreement,
                            trials_disagree)
@@ -1082,7 +1145,7 @@ FINDING_IDS = frozenset({
     "SYNC_STALL", "LOW_GPU_UTIL", "SMALL_BATCH", "DATAPARALLEL_NOT_DDP", "CPU_OVERSUBSCRIBED",
     "SOURCES_AGREE", "SOURCES_DISAGREE", "TRIALS", "SYNC_DATALOADER", "ZERO_GRAD_NOT_NONE",
     "FP32_ON_TENSOR_CORES", "CONV_BIAS_BEFORE_BN", "HOST_DEVICE_COPIES_PER_STEP",
-    "OP_CHECKS_UNKNOWN"})
+    "LONG_GPU_IDLE_GAPS", "OPTIMIZER_NOT_FUSED", "OP_CHECKS_UNKNOWN"})
 
 
 #: The finding that explains each verdict: it leads the run's findings, whatever its severity.
