@@ -180,7 +180,8 @@ def test_a_change_within_noise_names_no_cause() -> None:
     assert row.within_noise is True and row.speedup == pytest.approx(100 / 98)
     assert row.explanation.startswith("1.02× is within this machine's run-to-run noise")
     assert row.explanation.endswith(
-        "no change is shown. Step time fell by 2.0 ms per step (100.0 ms -> 98.0 ms): DataLoader "
+        "no change can be claimed. In the profiled runs, step time fell by 2.0 ms per step "
+        "(100.0 ms -> 98.0 ms): DataLoader "
         "wait fell 20.0 ms -> 18.0 ms (-2.0 ms, 100% of the difference).")
     assert "brought" not in row.explanation
 

@@ -539,6 +539,9 @@ def test_cpu_compute_advice_follows_the_runs_evidence(fixtures_dir: Path) -> Non
 
     cheap_loader = advice()
     assert "the DataLoader needs only" in cheap_loader and "--cpus-per-task=4" in cheap_loader
+    surplus = advice(num_workers=2)
+    assert surplus.startswith("To go faster: lower num_workers from 2 to 1 (the loader needs "
+                              "only ")
     assert "fuse the operators around aten::convolution_backward" in cheap_loader
     busy_loader = advice(trials=dataclasses.replace(m.trials, io=m.trials.full))
     assert "competing for cores (see the oversubscription finding)" in busy_loader
@@ -549,7 +552,7 @@ def test_cpu_compute_advice_follows_the_runs_evidence(fixtures_dir: Path) -> Non
     assert "drop pin_memory=True" in pinned
     compiled = advice(compile=True)
     assert "torch.compile" not in compiled and "even compiled" in compiled
-    assert len({cheap_loader, busy_loader, idle_cpus, pinned, compiled}) == 5
+    assert len({cheap_loader, surplus, busy_loader, idle_cpus, pinned, compiled}) == 6
 
 
 def test_loader_advice_when_the_worker_count_is_not_recorded(corpus: Path) -> None:

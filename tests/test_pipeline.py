@@ -106,8 +106,9 @@ def test_comparison_calls_a_small_difference_noise(corpus: Path, tmp_path: Path)
     assert row.speedup == pytest.approx(1.04) and row.within_noise is True
     assert row.explanation == (
         "1.04× is within this machine's run-to-run noise (±22% at 95% confidence, from the "
-        "step-to-step spread of both runs): no change is shown. "
-        "Step time fell by 35.1 ms per step (174.9 ms -> 139.7 ms): DataLoader wait fell 69.4 ms "
+        "step-to-step spread of both runs): no change can be claimed. "
+        "In the profiled runs, step time fell by 35.1 ms per step (174.9 ms -> 139.7 ms): "
+        "DataLoader wait fell 69.4 ms "
         "-> 1.5 ms (-67.9 ms, 193% of the difference); offset by Other grew 14.8 ms -> 26.9 ms "
         "(+12.1 ms), Compute grew 85.9 ms -> 97.6 ms (+11.7 ms), Host / CUDA runtime grew 2.8 ms "
         "-> 10.5 ms (+7.7 ms); smaller changes +1.3 ms together.")

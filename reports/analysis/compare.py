@@ -137,7 +137,7 @@ def noise_text(speedup: float, band: float) -> str:
     """The sentence that says a speedup is indistinguishable from noise."""
     return (f"{_ratio_text(speedup)} is within this machine's run-to-run noise "
             f"(±{band:.0%} at {NOISE_CONFIDENCE:.0%} confidence, from the step-to-step spread of "
-            "both runs): no change is shown.")
+            "both runs): no change can be claimed.")
 
 
 def step_time_ns(run: RunAnalysis) -> int | None:
@@ -335,14 +335,19 @@ def _row_explanation(base: RunAnalysis, run: RunAnalysis, knobs: dict[str, objec
     speedup = throughput_gain if throughput_gain is not None else step_speedup
     tolerance = _tolerance_ns(step_time_ns(base), step_time_ns(run), band)
     if noise:
-        return f"{noise_text(speedup, band)} {explain(base, run, knobs, tolerance, causal=False)}"  # type: ignore[arg-type]
+        return f"{noise_text(speedup, band)} {_in_profiled_runs(base, run, knobs, tolerance)}"  # type: ignore[arg-type]
     note = disagreement(throughput_gain, step_speedup)
     if note is None:
         return explain(base, run, knobs, tolerance)
+    return (f"{note} {_in_profiled_runs(base, run, knobs, tolerance)} The profiled breakdown "
+            "does not explain the throughput change, so no cause is named.")
+
+
+def _in_profiled_runs(base: RunAnalysis, run: RunAnalysis, knobs: dict[str, object],
+                      tolerance: float) -> str:
+    """What moved in the profiled runs' breakdown, said as what the profilers saw (no cause)."""
     profiled = explain(base, run, knobs, tolerance, causal=False)
-    return (f"{note} In the profiled runs, {profiled[:1].lower()}{profiled[1:]} "
-            "The profiled breakdown does not explain the throughput change, so no cause is "
-            "named.")
+    return f"In the profiled runs, {profiled[:1].lower()}{profiled[1:]}"
 
 
 def _row(base: RunAnalysis, run: RunAnalysis) -> ComparisonRow:

@@ -7,6 +7,7 @@ each comment says why the value is where it is.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -740,9 +741,14 @@ def _cpu_threads_advice(ctx: RunContext, trials: Trials | None) -> str:
     budget = load.cpus_per_process
     demand = loader_core_demand(load, trials)
     if load.oversubscribed and demand is not None and demand < LIGHT_LOADER_CORES:
-        return (f"the DataLoader needs only {demand:.2f} of a core, so PyTorch's {load.threads} "
-                f"intra-op threads have the {budget} CPUs nearly to themselves: more cores "
-                f"(--cpus-per-task={budget * 2}) make the operators faster")
+        needed = max(math.ceil(demand), 1)
+        surplus = (f"lower num_workers from {load.workers} to {needed} (the loader needs only "
+                   f"{demand:.2f} of a core; more workers only compete for the {budget} CPUs), "
+                   "then " if load.workers > needed else
+                   f"the DataLoader needs only {demand:.2f} of a core, so ")
+        return (f"{surplus}PyTorch's {load.threads} intra-op threads have the {budget} CPUs "
+                f"nearly to themselves: more cores (--cpus-per-task={budget * 2}) make the "
+                "operators faster")
     if load.oversubscribed:
         return (f"stop {load.describe()} competing for cores (see the oversubscription finding), "
                 f"then request more cores: --cpus-per-task={load.busy} would give every thread "
