@@ -92,6 +92,8 @@ def test_fp32_linear_on_an_a100(tmp_path: Path) -> None:
     assert finding.title.startswith("80% of compute-kernel time is fp32")
     assert "1 per step" in finding.evidence[0].text and "0.4 ms per step" in \
         finding.evidence[0].text
+    at = finding.evidence[0].at  # the first step's linear, from the file's first event
+    assert (at.file, at.offset_ns, at.duration_ns) == ("t.json", 10_000, 90_000)
     assert "set_float32_matmul_precision('high')" in finding.recommendation
     assert "bfloat16" in finding.recommendation
     assert "OP_CHECKS_UNKNOWN" not in found
@@ -243,6 +245,8 @@ def test_conv_bias_before_batch_norm(tmp_path: Path) -> None:
     assert finding.severity == "low" and "(1 per step)" in finding.title
     assert "the bias add): 20.0 µs per step" in finding.evidence[2].text
     assert "bias=False" in finding.recommendation
+    assert (finding.evidence[0].at.offset_ns, finding.evidence[0].at.duration_ns) == (
+        10_000, 100_000)
 
 
 @pytest.mark.parametrize("shape", [{"bias": False}, {"between": "relu"}, {"norm_channels": 32}],
@@ -332,6 +336,8 @@ def test_small_copies_and_reads_back_each_step(tmp_path: Path) -> None:
     assert "launched (runtime call joined by correlation id) inside: aten::item (3 per step)" \
         in texts
     assert finding.recommendation.startswith("Build per-step tensors on the GPU")
+    reads = next(e for e in finding.evidence if "device-to-host copies launched" in e.text)
+    assert (reads.at.offset_ns, reads.at.duration_ns) == (503_000, 2_000)  # step 0's first
 
 
 def test_a_batch_and_one_loss_read_per_step_is_no_finding(tmp_path: Path) -> None:

@@ -363,7 +363,8 @@ def fp32_on_tensor_cores(m: RunMetrics, ctx: RunContext) -> Finding | None:
         Evidence(f"matmul/convolution calls with fp32 inputs (the operators' recorded Input "
                  f"type 'float'): {_per_step(p, p.calls['fp32'])}, launching "
                  f"{_per_step_ms(p, p.kernel_ns['fp32'])} of kernels, "
-                 f"{pct(p.share('fp32'))} of compute-kernel time", p.origin),
+                 f"{pct(p.share('fp32'))} of compute-kernel time", p.origin,
+                 m.locate(p.origin, p.longest_fp32)),
         Evidence(f"the kernels ran on {_capability_text(p)}: tensor cores from 7.0, TF32 "
                  "from 8.0 (deviceProperties)", p.origin),
         Evidence("fp32 operators by kernel time: " + ", ".join(p.fp32_ops[:4]), p.origin)]
@@ -387,7 +388,7 @@ def _per_step_ms(precision: OpPrecision, total_ns: int) -> str:
     return f"{ms(total_ns // steps)} per step" if steps else f"{ms(total_ns)} in the profile"
 
 
-def _copy_evidence(c: StepCopies, kind: str) -> list[Evidence]:
+def _copy_evidence(m: RunMetrics, c: StepCopies, kind: str) -> list[Evidence]:
     """Count, size, GPU time and launching operators of one direction's copies per step."""
     if not c.copies_per_step[kind]:
         return []
@@ -395,7 +396,7 @@ def _copy_evidence(c: StepCopies, kind: str) -> list[Evidence]:
     out = [Evidence(f"{_count(c.copies_per_step[kind])} {where} copies launched per step "
                     f"({_count(c.small_per_step[kind])} under 64 KiB), "
                     f"{nbytes(c.bytes_per_step[kind])} and {ms(c.ns_per_step[kind])} of copy "
-                    "time per step", c.origin)]
+                    "time per step", c.origin, m.locate(c.origin, c.longest.get(kind)))]
     if c.launchers.get(kind):
         listed = ", ".join(f"{name} ({_count(count)} per step)" if name != "(no operator)" else
                            f"no recorded operator ({_count(count)} per step)"
@@ -423,7 +424,7 @@ def host_device_copies(m: RunMetrics, ctx: RunContext) -> Finding | None:
     read_back = c.copies_per_step[concepts.DTOH] >= DTOH_PER_STEP
     if not (small_in or read_back):
         return None
-    evidence = _copy_evidence(c, concepts.HTOD) + _copy_evidence(c, concepts.DTOH)
+    evidence = _copy_evidence(m, c, concepts.HTOD) + _copy_evidence(m, c, concepts.DTOH)
     if c.blocking_per_step:
         evidence.append(Evidence(f"{_count(c.blocking_per_step)} device-to-host copies per step "
                                  "go to pageable memory: each blocks the CPU until the GPU "
@@ -537,7 +538,7 @@ def conv_bias_before_bn(m: RunMetrics, ctx: RunContext) -> Finding | None:
     evidence = [Evidence(f"convolutions with a bias input (recorded Input Dims) whose next op "
                          f"on the same thread is batch_norm on their output: {per}, of "
                          f"{b.convolutions} convolution calls ({b.with_bias} with a bias)",
-                         b.origin),
+                         b.origin, m.locate(b.origin, b.first)),
                 Evidence("their weights: " + ", ".join(b.weight_shapes[:4]), b.origin)]
     if b.bias_kernel_ns:
         added = (f"{ms(b.bias_kernel_ns // b.steps)} per step" if b.steps else

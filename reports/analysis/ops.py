@@ -137,7 +137,18 @@ def op_precision(profile: Profile, devices: pd.DataFrame,
         fp32_ops=list(by_name.groupby(level=0).sum().sort_values(ascending=False).index),
         tf32_kernel_fraction=(float(duration[fp32 & tf32].sum()) / kernel_ns["fp32"]
                               if kernel_ns["fp32"] else 0.0),
-        unknown_reason=_unknown_reason(profile, units, capability))
+        unknown_reason=_unknown_reason(profile, units, capability),
+        longest_fp32=_longest_call(units, launcher[fp32], duration[fp32]))
+
+
+def _longest_call(units: pd.DataFrame, launcher: np.ndarray,
+                  duration: np.ndarray) -> tuple[int, int] | None:
+    """Start and end of the unit whose kernels (``launcher`` positions, ``duration``) add up to
+    the most time; None without any."""
+    if not len(launcher):
+        return None
+    busiest = int(np.bincount(launcher, weights=duration).argmax())
+    return int(units["start"].iloc[busiest]), int(units["end"].iloc[busiest])
 
 
 def _has_bias(types: tuple[str, ...] | None, dims: tuple[tuple[int, ...], ...] | None) -> bool:
@@ -256,4 +267,6 @@ def conv_bias_before_bn(profile: Profile, windows: StepWindows | None) -> ConvBi
         convolutions=len(forward), with_bias=len(biased), before_batch_norm=len(before),
         bias_kernel_ns=_bias_kernel_ns(profile, convs, before,
                                                                    windows),
-        weight_shapes=list(shapes.value_counts().index))
+        weight_shapes=list(shapes.value_counts().index),
+        first=(int(before["start"].iloc[0]), int(before["end"].iloc[0])) if len(before)
+        else None)

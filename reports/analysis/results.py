@@ -177,6 +177,8 @@ class StepCopies:
     launchers: dict[str, list[tuple[str, float]]]
     #: Device-to-host copies into pageable memory per step: each blocks the CPU.
     blocking_per_step: float
+    #: Per kind, start and end (ns) of the longest copy, for the evidence.
+    longest: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -297,6 +299,8 @@ class OpPrecision:
     tf32_kernel_fraction: float
     #: Why the precision cannot be judged against tensor cores; None when it can.
     unknown_reason: str | None = None
+    #: Start and end (ns) of the fp32 call that launched the most kernel time, for the evidence.
+    longest_fp32: tuple[int, int] | None = None
 
     def share(self, label: str) -> float:
         """Share of compute-kernel time launched by the calls of one precision label."""
@@ -324,6 +328,8 @@ class ConvBiasStats:
     weight_shapes: list[str]
     #: Why the check cannot be made; None when it can.
     unknown_reason: str | None = None
+    #: Start and end (ns) of the first such convolution, for the evidence.
+    first: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)

@@ -57,4 +57,11 @@ def step_copies(profile: Profile, windows: StepWindows | None) -> StepCopies | N
                      for kind, part in by_kind.items()},
         launchers={kind: _launchers(profile, part, steps) if profile.has("cpu_ops") else []
                    for kind, part in by_kind.items() if not part.empty},
-        blocking_per_step=int(blocking.sum()) / steps)
+        blocking_per_step=int(blocking.sum()) / steps,
+        longest={kind: _longest(part) for kind, part in by_kind.items() if not part.empty})
+
+
+def _longest(copies: pd.DataFrame) -> tuple[int, int]:
+    """Start and end of the longest of ``copies``."""
+    row = copies.loc[(copies["end"] - copies["start"]).idxmax()]
+    return int(row["start"]), int(row["end"])
