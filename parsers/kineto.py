@@ -608,7 +608,8 @@ class _OpInputs:
         """Whether each name id is a checked operator (names seen first are classified now)."""
         if len(ids) and int(ids.max()) >= len(self._checked):
             new = names.values()[len(self._checked):]
-            flags = concepts.is_input_checked_op(pd.Series(new, dtype=object)).to_numpy(bool)
+            flags = np.fromiter((isinstance(name, str) and concepts.is_input_checked_name(name)
+                                 for name in new), bool, len(new))
             self._checked = np.concatenate([self._checked, flags])
         return self._checked[ids]
 
@@ -660,10 +661,22 @@ def _frozen(value: Any) -> Any:
     raise ValueError(value)
 
 
+# The usual shapes of ``Input type`` and ``Input Dims``, decoded at C speed; anything else (a
+# TensorList's nested shapes) goes through :func:`_frozen`.
+_INPUT_DECODERS = {str: msgspec.json.Decoder(tuple[str, ...]),
+                   tuple: msgspec.json.Decoder(tuple[tuple[int, ...], ...])}
+
+
 def _decoded_inputs(text: bytes, item: type) -> tuple[Any, ...] | None:
     """``Input type``/``Input Dims`` text as a tuple whose items are all ``item`` (str names,
     tuple shapes); None when absent or not of that shape."""
     if not text:
+        return None
+    try:
+        return _INPUT_DECODERS[item].decode(text)
+    except msgspec.ValidationError:
+        pass
+    except msgspec.DecodeError:
         return None
     try:
         value = _frozen(msgspec.json.decode(text))

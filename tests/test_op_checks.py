@@ -432,3 +432,21 @@ def test_resnet50_sgd_is_not_fused(corpus: Path) -> None:
     profile = kineto.parse(corpus / "kineto" / "resnet50_num_workers_4.pt.trace.json.gz")
     finding = findings_of(profile)["OPTIMIZER_NOT_FUSED"]
     assert "483 kernels per step" in finding.title and "(SGD)" in finding.title
+
+
+def test_op_inputs_are_the_same_when_decoded_in_parallel(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plain trace cut into byte ranges for worker processes: each worker interns its own
+    inputs, and the joined table equals the sequential one (nested TensorList shapes too)."""
+    path = linear_trace(tmp_path / "plain.json", "float", [A100], steps=60)
+    document = json.loads(path.read_text())
+    document["traceEvents"] += [
+        _op("aten::add_", 100_000 + i, 1, ["c10::BFloat16", "float"], [[[2, 3], [4]], [i % 5]])
+        for i in range(60)]
+    path.write_text(json.dumps(document, indent=1))
+    sequential = kineto.parse(path).table("op_inputs")
+    monkeypatch.setattr(kineto, "PARALLEL_MIN_BYTES", path.stat().st_size // 3)
+    monkeypatch.setattr(kineto, "SPLIT_PROBE_BYTES", 4096)
+    parallel = kineto.parse(path).table("op_inputs")
+    assert sequential.equals(parallel) and len(parallel) == 3 * 60 + 60
+    assert parallel["input_dims"].iloc[-1] == (((2, 3), (4,)), (4,))
