@@ -450,3 +450,33 @@ def test_op_inputs_are_the_same_when_decoded_in_parallel(tmp_path: Path,
     parallel = kineto.parse(path).table("op_inputs")
     assert sequential.equals(parallel) and len(parallel) == 3 * 60 + 60
     assert parallel["input_dims"].iloc[-1] == (((2, 3), (4,)), (4,))
+
+
+def test_fp32_kernel_time_by_a_simpler_route(corpus: Path) -> None:
+    """Recomputed with plain json by another link than the analysis's: each kernel's runtime
+    call names its innermost operator by ``external id`` (the analysis joins by the thread and
+    the outermost operator's span instead); the kernel time of float matmul/convolution
+    operators launched inside the ProfilerStep spans agrees to the nanosecond."""
+    import gzip
+    import re
+
+    trace = corpus / "kineto" / "resnet50_num_workers_0.pt.trace.json.gz"
+    with gzip.open(trace) as handle:
+        events = [e for e in json.load(handle)["traceEvents"] if e.get("ph") == "X"]
+    steps = [(e["ts"], e["ts"] + e["dur"]) for e in events
+             if e["name"].startswith("ProfilerStep#")]
+    family = re.compile(r"^aten::(?:mm|addmm|linear|conv2d|_?convolution|cudnn_convolution\w*)$")
+    ops = {e["args"]["External id"]: e for e in events if e.get("cat") == "Operator"}
+    calls = {e["args"]["correlation"]: e for e in events if e.get("cat") == "Runtime"}
+    fp32_us = total_us = 0
+    for kernel in (e for e in events if e.get("cat") == "Kernel"):
+        call = calls.get(kernel["args"]["correlation"])
+        if call is None or not any(a <= call["ts"] < b for a, b in steps):
+            continue
+        total_us += kernel["dur"]
+        op = ops.get(call["args"]["external id"])
+        if op is not None and family.match(op["name"]) and "float" in op["args"]["Input type"]:
+            fp32_us += kernel["dur"]
+    precision = compute_run_metrics([kineto.parse(trace)]).op_precision
+    assert (precision.kernel_ns["fp32"], precision.compute_kernel_ns) == (
+        fp32_us * 1000, total_us * 1000)
