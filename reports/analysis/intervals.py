@@ -63,33 +63,36 @@ def union_of(frames: list[pd.DataFrame]) -> Intervals:
                  np.concatenate([f["end"].to_numpy() for f in frames]))
 
 
-def _sweep(a: Intervals, b: Intervals, keep_a: bool, keep_b: bool) -> Intervals:
-    """Segments where membership in ``a`` and ``b`` equals ``keep_a``/``keep_b``."""
-    times = np.concatenate([a.starts, a.ends, b.starts, b.ends])
-    if len(times) == 0:
-        return EMPTY
-    # +1 where an interval opens, -1 where it closes (small integers: millions of events).
-    steps = np.repeat(np.array([1, -1, 1, -1], dtype=np.int8), [len(a), len(a), len(b), len(b)])
-    order = np.argsort(times, kind="stable")
-    times, steps = times[order], steps[order]
-    in_a = np.cumsum(np.where(order < 2 * len(a), steps, 0), dtype=np.int32) > 0
-    in_b = np.cumsum(np.where(order >= 2 * len(a), steps, 0), dtype=np.int32) > 0
-    chosen = (in_a == keep_a) & (in_b == keep_b)
-    return union(times[:-1][chosen[:-1]], times[1:][chosen[:-1]])
+def _overlaps(a: Intervals, b: Intervals) -> Intervals:
+    """The parts covered by both ``a`` and ``b``: each pair of overlapping intervals, found by
+    binary search in the sorted ends and starts (no sort of all the endpoints)."""
+    first = np.searchsorted(b.ends, a.starts, side="right")  # b's first interval ending after
+    counts = np.maximum(np.searchsorted(b.starts, a.ends, side="left") - first, 0)
+    pair_a = np.repeat(np.arange(len(a)), counts)
+    pair_b = np.repeat(first - (np.cumsum(counts) - counts), counts) + np.arange(len(pair_a))
+    return union(np.maximum(a.starts[pair_a], b.starts[pair_b]),
+                 np.minimum(a.ends[pair_a], b.ends[pair_b]))
+
+
+def _complement(iv: Intervals) -> Intervals:
+    """Everything ``iv`` does not cover, as intervals reaching the int64 limits."""
+    limits = np.iinfo(np.int64)
+    return Intervals(np.concatenate([[limits.min], iv.ends]),
+                     np.concatenate([iv.starts, [limits.max]]))
 
 
 def subtract(a: Intervals, b: Intervals) -> Intervals:
     """The parts of ``a`` not covered by ``b``."""
     if len(a) == 0 or len(b) == 0:
         return a
-    return _sweep(a, b, True, False)
+    return _overlaps(a, _complement(b))
 
 
 def intersect(a: Intervals, b: Intervals) -> Intervals:
     """The parts covered by both ``a`` and ``b``."""
     if len(a) == 0 or len(b) == 0:
         return EMPTY
-    return _sweep(a, b, True, True)
+    return _overlaps(a, b)
 
 
 def merge(a: Intervals, b: Intervals) -> Intervals:
