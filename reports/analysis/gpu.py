@@ -123,8 +123,12 @@ def gpu_utilization(profile: Profile, windows: StepWindows | None) -> GpuUtiliza
 
 
 def compute_intervals(profile: Profile) -> iv.Intervals:
-    """When compute kernels run (every kernel that is not communication)."""
-    return iv.union_of([compute_kernels(profile)])
+    """When compute kernels run (every kernel that is not communication); only the two time
+    columns are taken, not a copy of the kernel table."""
+    kernels = profile.table("kernels")
+    compute = ~kernels["is_comm"].to_numpy(bool)
+    return iv.union(kernels["start"].to_numpy(np.int64)[compute],
+                    kernels["end"].to_numpy(np.int64)[compute])
 
 
 def copy_memset_intervals(profile: Profile) -> iv.Intervals:
