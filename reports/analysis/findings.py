@@ -366,7 +366,7 @@ def fp32_on_tensor_cores(m: RunMetrics, ctx: RunContext) -> Finding | None:
                  f"{pct(p.share('fp32'))} of compute-kernel time", p.origin,
                  m.locate(p.origin, p.longest_fp32)),
         Evidence(f"the kernels ran on {_capability_text(p)}: tensor cores from 7.0, TF32 "
-                 "from 8.0 (deviceProperties)", p.origin),
+                 "from 8.0 (the profiles' device properties)", p.origin),
         Evidence("fp32 operators by kernel time: " + ", ".join(p.fp32_ops[:4]), p.origin)]
     if p.calls["reduced"]:
         evidence.append(Evidence(f"calls already in fp16/bf16: {_per_step(p, p.calls['reduced'])}"

@@ -258,7 +258,8 @@ def conv_bias_before_bn(profile: Profile, windows: StepWindows | None) -> ConvBi
         forward["input_types"], forward["input_dims"], strict=True)], dtype=bool)]
     biased = biased.assign(transposed=concepts.is_transposed_conv(biased["name"]).to_numpy())
     threads = thread_ops(profile) if not biased.empty else {}
-    before = biased[np.array([feeds_batch_norm(conv, threads[(int(conv["pid"]),
+    before = biased[np.array([(int(conv["pid"]), int(conv["tid"])) in threads and
+                              feeds_batch_norm(conv, threads[(int(conv["pid"]),
                                                               int(conv["tid"]))])
                               for _, conv in biased.iterrows()], dtype=bool)]
     shapes = before["input_dims"].map(lambda dims: "×".join(map(str, dims[1])))
