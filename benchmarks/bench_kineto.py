@@ -85,11 +85,19 @@ def _run_hta(trace: Path) -> None:
 
 def _child(tool: str, trace: Path) -> None:
     """Time ``tool`` on ``trace`` here and print seconds and peaks as JSON."""
-    started = time.perf_counter()
+    started, cpu_before = time.perf_counter(), _cpu_s()
     _run_tool(tool, trace)
     seconds = time.perf_counter() - started
-    print(json.dumps({"seconds": seconds, "peak_mb": _peak_mb(resource.RUSAGE_SELF),
+    print(json.dumps({"seconds": seconds, "cpu_s": _cpu_s() - cpu_before,
+                      "peak_mb": _peak_mb(resource.RUSAGE_SELF),
                       "workers_peak_mb": _peak_mb(resource.RUSAGE_CHILDREN)}))
+
+
+def _cpu_s() -> float:
+    """CPU seconds (user + system) of this process and its finished children."""
+    return sum(usage.ru_utime + usage.ru_stime for usage in
+               (resource.getrusage(resource.RUSAGE_SELF),
+                resource.getrusage(resource.RUSAGE_CHILDREN)))
 
 
 def _measure(tool: str, trace: Path) -> dict[str, float] | str:
@@ -179,12 +187,13 @@ def _size_mb(trace: Path) -> float:
 def _report(trace: Path, results: dict[str, dict[str, float] | str], text_mb: float) -> bool:
     """Print the comparison table; whether profreport meets every target it was measured on."""
     print(f"trace: {trace.name} ({text_mb:.0f} MB of JSON)")
-    print(f"{'tool':<18}{'seconds':>10}{'peak MB':>10}{'workers MB':>12}")
+    print(f"{'tool':<18}{'seconds':>10}{'CPU s':>10}{'peak MB':>10}{'workers MB':>12}")
     for tool, result in results.items():
         if isinstance(result, str):
             print(f"{tool:<18}  failed: {result}")
             continue
-        print(f"{tool:<18}{result['seconds']:>10.2f}{result['peak_mb']:>10.0f}"
+        print(f"{tool:<18}{result['seconds']:>10.2f}{result['cpu_s']:>10.2f}"
+              f"{result['peak_mb']:>10.0f}"
               f"{result['workers_peak_mb']:>12.0f}")
     ours = results.get("profreport")
     if not isinstance(ours, dict):
