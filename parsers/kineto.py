@@ -209,10 +209,6 @@ _CORRELATION, _BANDWIDTH = attrgetter("correlation"), attrgetter("bandwidth")
 _BYTES, _SIZE = attrgetter("bytes"), attrgetter("size")
 _STREAM, _STREAM_ID = attrgetter("stream"), attrgetter("stream_id")
 _SYNC_KIND, _DIRECTION = attrgetter("sync_kind"), attrgetter("direction")
-# Every args field the columns read, and their values in an event whose args lack them all.
-_READ_ARGS = attrgetter("device", "stream", "stream_id", "correlation", "bytes", "size",
-                        "bandwidth", "sync_kind", "direction")
-_UNREAD_ARGS = _READ_ARGS(_NO_ARGS)
 _FLOW_ID = attrgetter("id")
 # Category of the flows that link a launch to the device work it started.
 _LAUNCH_FLOW = "ac2g"
@@ -335,6 +331,15 @@ def _integers(values: list[Any], absent: int = -1) -> tuple[np.ndarray, np.ndarr
     return np.array([absent if p is None else p for p in parsed], dtype=np.int64), bad
 
 
+def _ids_and_sizes(args: list[_Args]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Each event's correlation id and where it is unusable; its byte count (``bytes``, else
+    ``size``) and where that is unusable."""
+    correlation, bad_correlation = _integers(list(map(_CORRELATION, args)))
+    copied, bad_bytes = _first_present(_integers(list(map(_BYTES, args))),
+                                       _integers(list(map(_SIZE, args))))
+    return correlation, bad_correlation, copied, bad_bytes
+
+
 def _spread(values: np.ndarray, where: np.ndarray, fill: Any) -> np.ndarray:
     """A column as long as ``where``: ``values`` in order where it holds, ``fill`` elsewhere."""
     out = np.full(len(where), fill, dtype=values.dtype)
@@ -424,42 +429,39 @@ class _ColumnBuilder:
             "pid": self.threads.ids(map(_PID, spans), count),
             "tid": self.threads.ids(map(_TID, spans), count),
             "start": start, "end": end,
-            **self._arg_columns(args, end - start, keep),
         }
         detailed = np.isin(part["cat"], self.cats.lookup(DETAILED_CATS))
+        part.update(self._arg_columns(args, end - start, keep, detailed))
         plain = keep & ~detailed
         self._plain.append({key: part[key][plain] for key in _PLAIN_COLUMNS})
         self.op_inputs.add(self, part, args, keep)
         self._detailed.append({key: value[keep & detailed] for key, value in part.items()})
 
-    def _arg_columns(self, args: list[_Args], duration: np.ndarray,
-                     keep: np.ndarray) -> dict[str, np.ndarray]:
-        """device, stream, correlation, bytes and detail of each event; events with an id or
-        size that is no int64 are counted and taken out of ``keep``.
-
-        Only the events whose args hold a value other than the defaults are looked at (most
-        CPU ops have none of these fields): the others' columns are the defaults' outcome.
-        """
-        examined = np.fromiter(map(_UNREAD_ARGS.__ne__, map(_READ_ARGS, args)), bool,
-                               len(args))
-        found = list(compress(args, examined))
-        correlation, bad_correlation = _integers(list(map(_CORRELATION, found)))
-        copied, bad_bytes = _first_present(_integers(list(map(_BYTES, found))),
-                                           _integers(list(map(_SIZE, found))))
+    def _arg_columns(self, args: list[_Args], duration: np.ndarray, keep: np.ndarray,
+                     detailed: np.ndarray) -> dict[str, np.ndarray]:
+        """device, stream, correlation, bytes and detail of each ``detailed`` event (the other
+        rows read -1: their table stores none of these); events with an id or size that is no
+        int64 are counted and taken out of ``keep``, whatever their category."""
+        found = list(compress(args, detailed))
+        correlation, bad_correlation, copied, bad_bytes = _ids_and_sizes(found)
         copied = _with_bandwidth(copied, _floats(list(map(_BANDWIDTH, found))),
-                                 duration[examined])
-        bad_correlation = _spread(bad_correlation, examined, False)
-        bad_bytes = _spread(bad_bytes, examined, False)
+                                 duration[detailed])
+        _, other_bad_correlation, _, other_bad_bytes = _ids_and_sizes(
+            list(compress(args, ~detailed)))
+        bad_correlation = _spread(bad_correlation, detailed, False)
+        bad_correlation[~detailed] = other_bad_correlation
+        bad_bytes = _spread(bad_bytes, detailed, False)
+        bad_bytes[~detailed] = other_bad_bytes
         self._drop(bad_correlation & keep, "correlation is not an int64")
         self._drop(bad_bytes & keep, "bytes is not an int64")
         keep &= ~bad_correlation & ~bad_bytes
         stream = _first_present(_integers(list(map(_STREAM, found))),
                                 _integers(list(map(_STREAM_ID, found))))[0]
-        return {"device": _spread(_integers(list(map(_DEVICE, found)))[0], examined, -1),
-                "stream": _spread(stream, examined, -1),
-                "correlation": _spread(correlation, examined, -1),
-                "bytes": _spread(copied, examined, -1),
-                "detail": _spread(self._detail(found), examined,
+        return {"device": _spread(_integers(list(map(_DEVICE, found)))[0], detailed, -1),
+                "stream": _spread(stream, detailed, -1),
+                "correlation": _spread(correlation, detailed, -1),
+                "bytes": _spread(copied, detailed, -1),
+                "detail": _spread(self._detail(found), detailed,
                                   self.details.ids([None], 1)[0])}
 
     def _detail(self, args: list[_Args]) -> np.ndarray:
