@@ -286,11 +286,12 @@ def test_resnet50_convolutions_have_no_bias(corpus: Path) -> None:
 # --- host <-> device copies per step ----------------------------------------------------------
 
 
-def copies_trace(path: Path, scalars_in: int, reads_back: int) -> Path:
+def copies_trace(path: Path, scalars_in: int, reads_back: int, training: bool = True) -> Path:
     """Three 1 ms steps: a batch (2 MiB images and 256 B labels through aten::to), then
     ``scalars_in`` 8-byte tensors moved in with aten::to and ``reads_back`` losses read with
-    .item() (aten::item -> aten::_local_scalar_dense -> a 4-byte copy to pageable memory); a
-    last read after the final step (teardown) that no step owns."""
+    .item() (aten::item -> aten::_local_scalar_dense -> a 4-byte copy to pageable memory), and
+    an optimizer step when ``training``; a last read after the final step (teardown) that no
+    step owns."""
     events: list[dict] = []
     correlation = 0
 
@@ -315,6 +316,9 @@ def copies_trace(path: Path, scalars_in: int, reads_back: int) -> Path:
             events += copy(at + 100 + 10 * i, "aten::to", "HtoD", "Pageable -> Device", 8)
         for i in range(reads_back):
             events += copy(at + 500 + 10 * i, "aten::item", "DtoH", "Device -> Pageable", 4)
+        if training:
+            events.append({"ph": "X", "cat": "user_annotation", "name": "Optimizer.step#SGD.step",
+                           "pid": PID, "tid": PID, "ts": at + 800, "dur": 50})
     events += copy(3100, "aten::item", "DtoH", "Device -> Pageable", 4)
     path.write_text(json.dumps({"schemaVersion": 1, "deviceProperties": [A100],
                                 "traceEvents": events}))
@@ -340,6 +344,16 @@ def test_small_copies_and_reads_back_each_step(tmp_path: Path) -> None:
     assert (reads.at.offset_ns, reads.at.duration_ns) == (503_000, 2_000)  # step 0's first
 
 
+def test_an_inference_step_may_read_its_outputs_back(tmp_path: Path) -> None:
+    """Without a backward pass or an optimizer step the step is inference: reading its outputs
+    back is its job, only the small copies in would count."""
+    profile = kineto.parse(copies_trace(tmp_path / "t.json", scalars_in=1, reads_back=3,
+                                        training=False))
+    copies = compute_run_metrics([profile]).step_copies
+    assert copies.training is False and copies.copies_per_step["DtoH"] == 3
+    assert "HOST_DEVICE_COPIES_PER_STEP" not in findings_of(profile)
+
+
 def test_a_batch_and_one_loss_read_per_step_is_no_finding(tmp_path: Path) -> None:
     profile = kineto.parse(copies_trace(tmp_path / "t.json", scalars_in=1, reads_back=1))
     copies = compute_run_metrics([profile]).step_copies
@@ -358,7 +372,13 @@ def test_corpus_copies_per_step(corpus: Path) -> None:
     copies = compute_run_metrics([event_sync]).step_copies
     assert copies.launchers == {"DtoH": [("aten::is_nonzero", 1)]}
     assert copies.blocking_per_step == 1 and copies.bytes_per_step["DtoH"] == 1
-    for profile in (resnet, event_sync):
+    # the MTIA inference trace reads 23.25 small outputs back per step: no backward pass or
+    # optimizer step is recorded, so that is its job
+    mtia = kineto.parse(corpus / "hta" / "mtia_inference_rank_0.json.gz")
+    copies = compute_run_metrics([mtia]).step_copies
+    assert copies.training is False and copies.copies_per_step == {"HtoD": 24, "DtoH": 23.25}
+    assert compute_run_metrics([resnet]).step_copies.training is True
+    for profile in (resnet, event_sync, mtia):
         assert "HOST_DEVICE_COPIES_PER_STEP" not in findings_of(profile)
 
 

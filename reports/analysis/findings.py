@@ -421,7 +421,8 @@ def host_device_copies(m: RunMetrics, ctx: RunContext) -> Finding | None:
     if c is None:
         return None
     small_in = c.small_per_step[concepts.HTOD] >= SMALL_HTOD_PER_STEP
-    read_back = c.copies_per_step[concepts.DTOH] >= DTOH_PER_STEP
+    # an inference step returns its outputs: reading them back is its job
+    read_back = c.copies_per_step[concepts.DTOH] >= DTOH_PER_STEP and c.training is not False
     if not (small_in or read_back):
         return None
     evidence = _copy_evidence(m, c, concepts.HTOD) + _copy_evidence(m, c, concepts.DTOH)

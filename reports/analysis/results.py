@@ -179,6 +179,9 @@ class StepCopies:
     blocking_per_step: float
     #: Per kind, start and end (ns) of the longest copy, for the evidence.
     longest: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: Whether the steps train (autograd's backward ops or optimizer steps recorded), False for
+    #: inference (operators recorded, neither of these), None without operators (nsys).
+    training: bool | None = None
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ import pandas as pd
 
 from profreport import concepts
 from profreport.model import Profile
+from profreport.reports.analysis.cpu import spans_where
 from profreport.reports.analysis.gpu import launched_in_steps
 from profreport.reports.analysis.ops import launching_op, outermost
 from profreport.reports.analysis.results import StepCopies
@@ -58,7 +59,17 @@ def step_copies(profile: Profile, windows: StepWindows | None) -> StepCopies | N
         launchers={kind: _launchers(profile, part, steps) if profile.has("cpu_ops") else []
                    for kind, part in by_kind.items() if not part.empty},
         blocking_per_step=int(blocking.sum()) / steps,
-        longest={kind: _longest(part) for kind, part in by_kind.items() if not part.empty})
+        longest={kind: _longest(part) for kind, part in by_kind.items() if not part.empty},
+        training=_training(profile))
+
+
+def _training(profile: Profile) -> bool | None:
+    """Whether the profile's steps train: autograd engine ops or optimizer steps recorded; None
+    when the profile records no operators to tell (nsys)."""
+    if not profile.has("cpu_ops"):
+        return None
+    return bool(concepts.is_backward_op(profile.table("cpu_ops")["name"]).any()
+                or not spans_where(profile, concepts.is_optimizer_step_span).empty)
 
 
 def _longest(copies: pd.DataFrame) -> tuple[int, int]:
