@@ -39,7 +39,8 @@ def _launch(ts: float, correlation: int, kernel: str, start: float, dur: float,
 
 
 def linear_trace(path: Path, dtype: str | None, devices: list[dict] | None,
-                 api: str = "cudaLaunchKernel", stream: int | str = 7, steps: int = 2) -> Path:
+                 api: str = "cudaLaunchKernel", stream: int | str = 7, steps: int = 2,
+                 gemm: str = "gemm_128x64") -> Path:
     """``steps`` steps of 1 ms, each an ``nn.Linear`` (aten::linear -> aten::addmm launching a
     400 us GEMM) and an elementwise add (a 100 us kernel); inputs recorded in ``dtype`` (None:
     record_shapes off)."""
@@ -54,7 +55,7 @@ def linear_trace(path: Path, dtype: str | None, devices: list[dict] | None,
                    _op("aten::addmm", at + 20, 70, types, dims),
                    _op("aten::add", at + 500, 20, types and types[:2], dims and dims[:2]),
                    _op("aten::empty", at + 600, 5, types and types[:1], dims and [[7]]),
-                   *_launch(at + 30, 2 * step + 1, "gemm_128x64", at + 40, 400, api, stream),
+                   *_launch(at + 30, 2 * step + 1, gemm, at + 40, 400, api, stream),
                    *_launch(at + 505, 2 * step + 2, "vectorized_elementwise_kernel", at + 510,
                             100, api, stream)]
     header = {} if devices is None else {"deviceProperties": devices}
@@ -97,6 +98,18 @@ def test_fp32_linear_on_an_a100(tmp_path: Path) -> None:
     assert "set_float32_matmul_precision('high')" in finding.recommendation
     assert "bfloat16" in finding.recommendation
     assert "OP_CHECKS_UNKNOWN" not in found
+
+
+def test_fp32_already_on_tf32_advises_bf16(tmp_path: Path) -> None:
+    """The GEMM's name says TF32 (a hint, labelled so): the fix is bf16, not TF32 again."""
+    profile = kineto.parse(linear_trace(tmp_path / "t.json", "float", [A100],
+                                        gemm="sm80_xmma_gemm_f32f32_tf32f32_f32_nn_n"))
+    finding = findings_of(profile)["FP32_ON_TENSOR_CORES"]
+    assert finding.evidence[-1].text == ("kernel names only (a hint, not the dtypes): 100% of "
+                                         "the fp32 operators' kernel time is in kernels named "
+                                         "TF32")
+    assert finding.recommendation.startswith("TF32 already runs most of this fp32 work")
+    assert "set_float32_matmul_precision" not in finding.recommendation
 
 
 def test_fp32_on_a_v100_advises_fp16_with_a_scaler(tmp_path: Path) -> None:

@@ -115,6 +115,9 @@ LIGHT_LOADER_CORES = 0.5
 #: fp32 matmuls/convolutions launching a tenth of compute-kernel time are worth moving to tensor
 #: cores (2-8x faster there); below that the step would gain under ~5%.
 FP32_MATMUL_SHARE = 0.10
+#: Half of the fp32 matmuls'/convolutions' kernel time in kernels named TF32 says TF32 is on
+#: already (a name hint, used only to choose between two fixes).
+TF32_PRESENT_FRACTION = 0.50
 #: A batch is a few tensors, one of them perhaps small (the labels): from 4 small (<64 KiB)
 #: host-to-device copies per step on, tensors are built on the host inside the loop.
 SMALL_HTOD_PER_STEP = 4
@@ -338,8 +341,15 @@ def _per_step(precision: OpPrecision, count: float) -> str:
     return f"{count / steps:.0f} per step" if steps else f"{count:.0f} in the profile"
 
 
-def _fp32_advice(capability: tuple[int, int]) -> str:
-    """Autocast in the precision this GPU's tensor cores take, and TF32 where it exists."""
+def _fp32_advice(capability: tuple[int, int], tf32_fraction: float) -> str:
+    """Autocast in the precision this GPU's tensor cores take, and TF32 where it exists (unless
+    the kernel names say it is already on)."""
+    if capability >= concepts.TF32_CAPABILITY and tf32_fraction >= TF32_PRESENT_FRACTION:
+        return ("TF32 already runs most of this fp32 work on the tensor cores (by the kernel "
+                "names); run the forward pass and the loss under "
+                "torch.autocast(device_type='cuda', dtype=torch.bfloat16) (no GradScaler "
+                "needed): bf16 halves the operands' memory traffic and doubles tensor-core "
+                "throughput again.")
     if capability >= concepts.TF32_CAPABILITY:
         return ("Run the forward pass and the loss under torch.autocast(device_type='cuda', "
                 "dtype=torch.bfloat16) (bf16 needs no GradScaler); or, keeping fp32, let the "
@@ -379,7 +389,7 @@ def fp32_on_tensor_cores(m: RunMetrics, ctx: RunContext) -> Finding | None:
     return Finding("FP32_ON_TENSOR_CORES", "medium",
                    f"{pct(p.share('fp32'))} of compute-kernel time is fp32 matmuls and "
                    f"convolutions on a GPU with tensor cores ({_capability_text(p)}).",
-                   evidence, _fp32_advice(p.compute_capability))
+                   evidence, _fp32_advice(p.compute_capability, p.tf32_kernel_fraction))
 
 
 def _per_step_ms(precision: OpPrecision, total_ns: int) -> str:
