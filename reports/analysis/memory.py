@@ -124,16 +124,18 @@ def _step_stats(levels: _Levels, steps: pd.DataFrame) -> list[MemoryStep]:
     return out
 
 
-def _enclosing_op(cpu_ops: pd.DataFrame, pid: int, tid: int, time: int) -> str | None:
-    """The operators on thread (pid, tid) running at ``time``: the outermost (what the model
-    called) and the innermost (what allocated), ``outer › inner``."""
-    if tid < 0 or cpu_ops.empty:
+def _enclosing_op(cpu_ops: dict[str, np.ndarray], pid: int, tid: int, time: int) -> str | None:
+    """The operators on thread (pid, tid) running at ``time`` (``cpu_ops``: the table's columns
+    as arrays): the outermost (what the model called) and the innermost (what allocated),
+    ``outer › inner``."""
+    if tid < 0 or not len(cpu_ops["start"]):
         return None
-    ops = cpu_ops[(cpu_ops["pid"] == pid) & (cpu_ops["tid"] == tid) & (cpu_ops["start"] <= time)
-                  & (cpu_ops["end"] >= time)].sort_values("start", kind="stable")
-    if ops.empty:
+    found = np.flatnonzero((cpu_ops["pid"] == pid) & (cpu_ops["tid"] == tid)
+                           & (cpu_ops["start"] <= time) & (cpu_ops["end"] >= time))
+    if not len(found):
         return None
-    outer, inner = str(ops["name"].iloc[0]), str(ops["name"].iloc[-1])
+    found = found[np.argsort(cpu_ops["start"][found], kind="stable")]
+    outer, inner = str(cpu_ops["name"][found[0]]), str(cpu_ops["name"][found[-1]])
     return outer if outer == inner else f"{outer} › {inner}"
 
 
@@ -146,7 +148,9 @@ def _step_of(steps: pd.DataFrame, time: int) -> int | None:
 def _largest(events: pd.DataFrame, profile: Profile, origin_ns: int) -> list[LargeAllocation]:
     """The largest single allocations and the operators that made them."""
     top = events[events["bytes"] > 0].nlargest(LARGEST_ALLOCATIONS, "bytes", keep="first")
-    cpu_ops, steps = profile.table("cpu_ops"), profile.table("steps")
+    table, steps = profile.table("cpu_ops"), profile.table("steps")
+    cpu_ops = {column: table[column].to_numpy() for column in ("pid", "tid", "start", "end",
+                                                                 "name")}
     return [LargeAllocation(bytes=int(row.bytes), at_ns=int(row.time) - origin_ns,
                             step=_step_of(steps, int(row.time)),
                             op=_enclosing_op(cpu_ops, int(row.pid), int(row.tid), int(row.time)))
