@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Regenerate ``fixtures/``: small real profiles made by profreport's own runner on the CPU.
 
-    .venv/bin/python scripts/make_fixtures.py [--out fixtures]
+    .venv/bin/python scripts/make_fixtures.py [--out fixtures] [--only NAME ...]
 
 Three run folders, each with ``manifest.json`` and the profiles it lists:
 ``loader_heavy`` (no DataLoader workers, elastic + affine augmentation per sample, a quarter-width
@@ -42,17 +42,20 @@ FIXTURES: list[tuple[Variant, dict]] = [
 ]
 
 
-def make(out: Path) -> list[Path]:
-    """Run every fixture variant into ``out``; raises SystemExit when one fails."""
+def make(out: Path, only: set[str] | None = None) -> list[Path]:
+    """Run every fixture variant (or those named in ``only``) into ``out``; raises SystemExit
+    when one fails."""
     base = RunOptions("mnist", FIXTURE_STEPS, out, ALL_PROFILERS, "cpu", trial_steps=3,
                       active_steps=ACTIVE_STEPS)
     started = time.perf_counter()
     folders = []
     for variant, settings in FIXTURES:
-        folder, error = run_variant(variant, replace(base, **settings), started)
-        if error:
-            raise SystemExit(f"{variant.name} failed: {error}")
-        folders.append(folder)
+        if only and variant.name not in only:
+            continue
+        outcome = run_variant(variant, replace(base, **settings), started)
+        if outcome.failures:
+            raise SystemExit(f"{variant.name} failed: {'; '.join(outcome.failures)}")
+        folders.append(outcome.folder)
     return folders
 
 
@@ -69,8 +72,11 @@ def main() -> int:
     """Make the fixtures, check them, and print the folder's size."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO / "fixtures")
+    parser.add_argument("--only", action="append", metavar="NAME",
+                        choices=[variant.name for variant, _ in FIXTURES],
+                        help="regenerate only this fixture (repeatable)")
     args = parser.parse_args()
-    for folder in make(args.out):
+    for folder in make(args.out, set(args.only or ())):
         for log in folder.glob("*.log"):
             log.unlink()
         check(folder)
