@@ -72,11 +72,19 @@ def copies_of_kind(profile: Profile, kind: str) -> pd.DataFrame:
     return memcpy[memcpy["kind"] == kind]
 
 
-def _device_activity(profile: Profile) -> dict[int, iv.Intervals]:
-    """Per device, the union of its kernel, memcpy and memset intervals."""
-    frame = pd.concat([t[["start", "end", "device"]] for t in gpu_tables(profile) if not t.empty])
-    return {int(dev): iv.union(part["start"], part["end"])
-            for dev, part in frame.groupby("device", sort=True)}
+def device_activity(profile: Profile) -> dict[int, iv.Intervals]:
+    """Per device (in order), the union of its kernel, memcpy and memset intervals: taken device
+    by device from the tables' time columns, never one concatenated copy of them all."""
+    tables = [t for t in gpu_tables(profile) if not t.empty]
+    devices = np.unique(np.concatenate([pd.unique(t["device"].to_numpy(np.int64))
+                                        for t in tables]))
+    out = {}
+    for device in devices:
+        mine = [(t, t["device"].to_numpy(np.int64) == device) for t in tables]
+        out[int(device)] = iv.union(
+            np.concatenate([t["start"].to_numpy(np.int64)[m] for t, m in mine]),
+            np.concatenate([t["end"].to_numpy(np.int64)[m] for t, m in mine]))
+    return out
 
 
 def profiled_span(profile: Profile) -> iv.Intervals:
@@ -99,7 +107,7 @@ def gpu_utilization(profile: Profile, windows: StepWindows | None) -> GpuUtiliza
     if not has_gpu_events(profile):
         return None
     span = windows.windows() if windows is not None else profiled_span(profile)
-    activity = {dev: iv.intersect(busy, span) for dev, busy in _device_activity(profile).items()}
+    activity = {dev: iv.intersect(busy, span) for dev, busy in device_activity(profile).items()}
     span_ns = max(span.total, 1)
     per_device = {dev: busy.total / span_ns for dev, busy in activity.items()}
     window_ns = span_ns * len(activity)
@@ -215,18 +223,20 @@ def launched_in_steps(profile: Profile, frame: pd.DataFrame,
 def launch_stats(profile: Profile, windows: StepWindows) -> LaunchStats | None:
     """Kernels launched per step, share of short kernels, launch delay and CPU runtime time per
     step."""
-    kernels = launched_in_steps(profile, profile.table("kernels"), windows)
-    if kernels.empty:
+    kernels = profile.table("kernels")
+    mine = np.flatnonzero(windows.index_of(launch_times(profile, kernels)) >= 0)
+    if len(mine) == 0:
         return None
-    duration = kernels["end"] - kernels["start"]
+    kernel_starts = kernels["start"].to_numpy(np.int64)[mine]
+    duration = kernels["end"].to_numpy(np.int64)[mine] - kernel_starts
     runtime = profile.table("runtime")
     starts = runtime["start"].to_numpy(np.int64)
     inside = (starts >= windows.first_ns) & (starts < windows.last_ns)
     launches = np.flatnonzero(inside & runtime["name"].isin(concepts.LAUNCH_APIS).to_numpy())
-    kernel_at, call_at = correlated(kernels["correlation"].to_numpy(np.int64),
+    kernel_at, call_at = correlated(kernels["correlation"].to_numpy(np.int64)[mine],
                                     runtime["correlation"].to_numpy(np.int64)[launches])
-    delay = pd.Series(kernels["start"].to_numpy(np.int64)[kernel_at] - starts[launches][call_at])
-    return LaunchStats(origin=profile.kind, kernels_per_step=len(kernels) / windows.count,
+    delay = pd.Series(kernel_starts[kernel_at] - starts[launches][call_at])
+    return LaunchStats(origin=profile.kind, kernels_per_step=len(mine) / windows.count,
                        short_kernel_fraction=float((duration < SHORT_KERNEL_NS).mean()),
                        short_kernel_ns=SHORT_KERNEL_NS,
                        launch_delay_p50_ns=int(delay.median()) if len(delay) else None,

@@ -12,7 +12,7 @@ import pandas as pd
 
 from profreport.model import Profile
 from profreport.reports.analysis import intervals as iv
-from profreport.reports.analysis.gpu import gpu_tables
+from profreport.reports.analysis.gpu import device_activity, gpu_tables
 from profreport.reports.analysis.results import Timeline, TimelineSegment
 from profreport.reports.analysis.steps import StepWindows, dataloader_intervals
 
@@ -56,10 +56,8 @@ def _gpu_segments(profile: Profile, start: int, end: int) -> pd.DataFrame:
 def _idle_segments(profile: Profile, start: int, end: int) -> pd.DataFrame:
     """Per device, the holes in its activity inside the span."""
     frames = []
-    gpu = pd.concat([t[["start", "end", "device"]] for t in gpu_tables(profile) if not t.empty])
-    for device, part in gpu.groupby("device", sort=True):
-        holes = iv.intersect(iv.gaps(iv.union(part["start"], part["end"])),
-                             iv.union(np.array([start]), np.array([end])))
+    for device, busy in device_activity(profile).items():
+        holes = iv.intersect(iv.gaps(busy), iv.union(np.array([start]), np.array([end])))
         frames.append(pd.DataFrame({"lane": f"GPU {device}", "start": holes.starts,
                                     "end": holes.ends, "label": "idle", "category": "idle"}))
     return pd.concat(frames, ignore_index=True)
