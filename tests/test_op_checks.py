@@ -87,14 +87,14 @@ def test_fp32_linear_on_an_a100(tmp_path: Path) -> None:
     assert precision.compute_capability == (8, 0) and precision.steps == 2
     assert precision.calls == {"fp32": 2, "reduced": 0, "other": 0, "unrecorded": 0}
     assert precision.kernel_ns["fp32"] == 800_000 and precision.compute_kernel_ns == 1_000_000
-    assert precision.fp32_ops == ["aten::linear"]
+    assert precision.fp32_ops == ["aten::addmm"]  # the layer that launched the GEMM
     found = findings_of(profile)
     finding = found["FP32_ON_TENSOR_CORES"]
     assert finding.title.startswith("80% of compute-kernel time is fp32")
     assert "1 per step" in finding.evidence[0].text and "0.4 ms per step" in \
         finding.evidence[0].text
-    at = finding.evidence[0].at  # the first step's linear, from the file's first event
-    assert (at.file, at.offset_ns, at.duration_ns) == ("t.json", 10_000, 90_000)
+    at = finding.evidence[0].at  # the first step's addmm, from the file's first event
+    assert (at.file, at.offset_ns, at.duration_ns) == ("t.json", 20_000, 70_000)
     assert "set_float32_matmul_precision('high')" in finding.recommendation
     assert "bfloat16" in finding.recommendation
     assert "OP_CHECKS_UNKNOWN" not in found
@@ -124,6 +124,30 @@ def test_reduced_precision_is_no_finding(tmp_path: Path, dtype: str) -> None:
     profile = kineto.parse(linear_trace(tmp_path / "t.json", dtype, [A100]))
     assert compute_run_metrics([profile]).op_precision.calls["reduced"] == 2
     assert not {"FP32_ON_TENSOR_CORES", "OP_CHECKS_UNKNOWN"} & set(findings_of(profile))
+
+
+def test_autocast_is_read_at_the_layer_that_computes(tmp_path: Path) -> None:
+    """Under autocast torch.profiler records the model's aten::linear with its fp32 tensors and,
+    inside it, the autocast re-dispatch with their bf16 casts (a cast kernel, then the GEMM):
+    the GEMM's precision is the inner layer's."""
+    float3, bf16 = ["float"] * 3, ["c10::BFloat16"] * 3
+    dims = [[32, 64], [128, 64], [128]]
+    events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "pid": PID,
+               "tid": PID, "ts": 0, "dur": 1000},
+              _op("aten::linear", 10, 200, float3, dims),
+              _op("aten::_to_copy", 15, 20, ["float"], [[128, 64]]),
+              _op("aten::linear", 40, 160, bf16, dims),
+              _op("aten::addmm", 50, 140, bf16, dims),
+              *_launch(20, 1, "cast_kernel", 30, 5),
+              *_launch(60, 2, "gemm_bf16", 70, 400)]
+    path = tmp_path / "amp.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "deviceProperties": [A100],
+                                "traceEvents": events}))
+    profile = kineto.parse(path)
+    precision = compute_run_metrics([profile]).op_precision
+    assert precision.calls == {"fp32": 0, "reduced": 1, "other": 0, "unrecorded": 0}
+    assert precision.kernel_ns["reduced"] == 400_000 and precision.kernel_ns["fp32"] == 0
+    assert "FP32_ON_TENSOR_CORES" not in findings_of(profile)
 
 
 def test_gpu_without_tensor_cores_is_no_finding(tmp_path: Path) -> None:
@@ -169,16 +193,19 @@ def test_cpu_only_trace_has_no_precision_check(tmp_path: Path) -> None:
 
 def test_resnet50_trains_in_fp32_on_a_v100(corpus: Path) -> None:
     """The resnet50 traces were recorded with record_shapes on a V100: every convolution and
-    matmul (53 conv2d, 53 convolution backward, the fc layer's linear and two backward mm per
-    step) takes float inputs; they launch 400.0 of 591.5 ms of compute kernels."""
+    matmul takes float inputs: per step 53 cudnn_convolution, 53 backward_weight, 52
+    backward_input (the first layer needs no input gradient), the fc layer's addmm and two
+    backward mm; they launch 400.0 of 591.5 ms of compute kernels."""
     profile = kineto.parse(corpus / "kineto" / "resnet50_num_workers_0.pt.trace.json.gz")
     precision = compute_run_metrics([profile]).op_precision
     assert precision.compute_capability == (7, 0)
-    assert precision.steps == 6 and precision.calls["fp32"] == 6 * 109
+    assert precision.steps == 6 and precision.calls["fp32"] == 6 * 161
     assert precision.calls["reduced"] == precision.calls["unrecorded"] == 0
     assert precision.kernel_ns["fp32"] == 399_991_000
     assert precision.compute_kernel_ns == 591_532_000
-    assert precision.fp32_ops[:2] == ["aten::cudnn_convolution_backward", "aten::conv2d"]
+    assert precision.fp32_ops[:3] == ["aten::cudnn_convolution_backward_weight",
+                                      "aten::cudnn_convolution_backward_input",
+                                      "aten::cudnn_convolution"]
     finding = findings_of(profile)["FP32_ON_TENSOR_CORES"]
     assert finding.title.startswith("68% of compute-kernel time")
 

@@ -4,9 +4,11 @@ GPU's tensor cores, and convolutions with a bias feeding BatchNorm.
 The evidence is torch.profiler's ``Input type``/``Input Dims`` of each operator (the parser's
 ``op_inputs`` table, ``record_shapes=True``), the compute capability of the GPU that ran the work
 (``devices``), and the kernels each operator launched: GPU kernel -> runtime call with the same
-correlation id -> the operator on that call's thread whose span holds the call. An operator is
-counted once, at the outermost layer of its dispatch (``aten::conv2d`` holds ``convolution`` ->
-``_convolution`` -> ``cudnn_convolution``, which all carry the same inputs).
+correlation id -> the operator on that call's thread whose span holds the call. ``aten::conv2d``
+holds ``convolution`` -> ``_convolution`` -> ``cudnn_convolution``: precision is read at the
+innermost layer, the one that computes and launches the kernels (under autocast the outer
+``conv2d`` still takes the fp32 tensors and an inner ``conv2d`` their bf16 casts); a
+convolution's bias and the op that follows it are read at the outermost layer, the model's call.
 """
 
 from __future__ import annotations
@@ -112,7 +114,9 @@ def op_precision(profile: Profile, devices: pd.DataFrame,
         return None
     ops = profile.table("op_inputs")
     family = concepts.op_family(ops["name"])
-    units = outermost(ops[family.isin([concepts.MATMUL, concepts.CONVOLUTION]).to_numpy()])
+    # The innermost layer is the one that computes (under autocast the outer aten::conv2d still
+    # takes the fp32 tensors, the inner one their bf16 casts) and launches the kernels.
+    units = innermost(ops[family.isin([concepts.MATMUL, concepts.CONVOLUTION]).to_numpy()])
     units = units.assign(precision=[concepts.precision_of(t) or UNRECORDED
                                     for t in units["input_types"]])
     launcher = launching_op(profile, units, kernels)

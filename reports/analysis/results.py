@@ -289,8 +289,8 @@ class OpPrecision:
     device_name: str | None
     #: Step windows the figures cover; None when the profile has no steps.
     steps: int | None
-    #: Matmul/convolution calls (outermost layer) by precision: "fp32", "reduced" (fp16/bf16),
-    #: "other" (fp64, integers), "unrecorded" (no ``Input type``).
+    #: Matmul/convolution calls (innermost layer, the one launching kernels) by precision:
+    #: "fp32", "reduced" (fp16/bf16), "other" (fp64, integers), "unrecorded" (no Input type).
     calls: dict[str, int]
     #: Compute-kernel time those calls launched, by the same labels, ns.
     kernel_ns: dict[str, int]
