@@ -540,3 +540,35 @@ def test_fp32_kernel_time_by_a_simpler_route(corpus: Path) -> None:
     precision = compute_run_metrics([kineto.parse(trace)]).op_precision
     assert (precision.kernel_ns["fp32"], precision.compute_kernel_ns) == (
         fp32_us * 1000, total_us * 1000)
+
+
+def test_real_torch_profiler_trace_of_conv_bias_and_autocast(tmp_path: Path) -> None:
+    """A trace torch.profiler writes now (CPU, record_shapes=True): Conv2d(bias) -> BatchNorm2d
+    is found past BatchNorm's num_batches_tracked add_, Conv2d(bias) -> ReLU -> BatchNorm2d is
+    not; under bf16 autocast the inner conv2d carries the BFloat16 casts."""
+    torch = pytest.importorskip("torch")
+    from torch import nn
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(),
+                          nn.Conv2d(8, 8, 3), nn.ReLU(), nn.BatchNorm2d(8), nn.Flatten(),
+                          nn.Linear(8 * 12 * 12, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(4, 3, 16, 16), torch.randint(0, 10, (4,))
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        for step in range(4):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=step == 3):
+                loss = nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            prof.step()
+    prof.export_chrome_trace(str(tmp_path / "real.json"))
+    profile_ = kineto.parse(tmp_path / "real.json")
+    stats = compute_run_metrics([profile_]).conv_bias
+    assert stats.with_bias == 2 * stats.steps and stats.before_batch_norm == stats.steps
+    assert stats.weight_shapes == ["8×3×3×3"]
+    inputs = profile_.table("op_inputs")
+    conv_types = {t[0] for t in inputs.loc[inputs["name"] == "aten::conv2d", "input_types"]}
+    assert conv_types == {"float", "c10::BFloat16"}
