@@ -7,6 +7,7 @@ memsets are their own categories.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
 
 import numpy as np
@@ -72,19 +73,27 @@ def copies_of_kind(profile: Profile, kind: str) -> pd.DataFrame:
     return memcpy[memcpy["kind"] == kind]
 
 
-def device_activity(profile: Profile) -> dict[int, iv.Intervals]:
-    """Per device (in order), the union of its kernel, memcpy and memset intervals: taken device
-    by device from the tables' time columns, never one concatenated copy of them all."""
-    tables = [t for t in gpu_tables(profile) if not t.empty]
+def device_rows(tables: list[pd.DataFrame]) -> Iterator[tuple[int, list[np.ndarray]]]:
+    """Each device of the (non-empty) GPU ``tables``, in order, with a mask per table selecting
+    its rows: a device's rows are taken from the columns, never from one concatenated copy."""
     devices = np.unique(np.concatenate([pd.unique(t["device"].to_numpy(np.int64))
                                         for t in tables]))
-    out = {}
     for device in devices:
-        mine = [(t, t["device"].to_numpy(np.int64) == device) for t in tables]
-        out[int(device)] = iv.union(
-            np.concatenate([t["start"].to_numpy(np.int64)[m] for t, m in mine]),
-            np.concatenate([t["end"].to_numpy(np.int64)[m] for t, m in mine]))
-    return out
+        yield device, [t["device"].to_numpy(np.int64) == device for t in tables]
+
+
+def gathered(tables: list[pd.DataFrame], masks: list[np.ndarray], column: str) -> np.ndarray:
+    """``column`` of the rows the ``masks`` select, table after table."""
+    return np.concatenate([t[column].to_numpy(np.int64)[m] for t, m in zip(tables, masks,
+                                                                          strict=True)])
+
+
+def device_activity(profile: Profile) -> dict[int, iv.Intervals]:
+    """Per device (in order), the union of its kernel, memcpy and memset intervals."""
+    tables = [t for t in gpu_tables(profile) if not t.empty]
+    return {int(device): iv.union(gathered(tables, masks, "start"),
+                                  gathered(tables, masks, "end"))
+            for device, masks in device_rows(tables)}
 
 
 def profiled_span(profile: Profile) -> iv.Intervals:

@@ -16,7 +16,13 @@ from profreport import concepts
 from profreport.model import Profile
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.cpu import self_time_ns
-from profreport.reports.analysis.gpu import gpu_tables, has_gpu_events, launch_times
+from profreport.reports.analysis.gpu import (
+    device_rows,
+    gathered,
+    gpu_tables,
+    has_gpu_events,
+    launch_times,
+)
 from profreport.reports.analysis.results import IdleCauses, SyncCall, SyncStats, TopItem
 from profreport.reports.analysis.steps import StepWindows, dataloader_intervals
 from profreport.reports.analysis.top import ranked
@@ -56,25 +62,24 @@ def sync_stats(profile: Profile, windows: StepWindows) -> SyncStats | None:
                      outside_calls=len(outside), outside_ns=int(outside["ns"].sum()))
 
 
-def _gpu_rows(profile: Profile) -> pd.DataFrame:
-    """Every GPU row (kernel, copy, memset) with its device, start and launch time."""
-    frame = pd.concat([t[["start", "end", "device", "correlation"]] for t in gpu_tables(profile)
-                       if not t.empty], ignore_index=True)
-    return frame.assign(launched=launch_times(profile, frame))
-
-
-def _gaps_of(rows: pd.DataFrame, windows: StepWindows) -> pd.DataFrame:
+def _gaps_of(profile: Profile, windows: StepWindows) -> pd.DataFrame:
     """Idle gaps of each device inside the step windows, with the launch time of the work that
     ends each gap (NaN when the gap ends at the window's end)."""
+    tables = [t for t in gpu_tables(profile) if not t.empty]
+    calls = pd.DataFrame({column: np.concatenate([t[column].to_numpy(np.int64) for t in tables])
+                          for column in ("correlation", "start")}, copy=False)
+    launch = np.split(launch_times(profile, calls), np.cumsum([len(t) for t in tables])[:-1])
+    del calls
     frames = []
-    for device, part in rows.groupby("device", sort=True):
-        holes = iv.subtract(windows.windows(), iv.union(part["start"], part["end"]))
-        ordered = part.sort_values("start", kind="stable")
-        starts = ordered["start"].to_numpy(np.int64)
+    for device, masks in device_rows(tables):
+        starts = gathered(tables, masks, "start")
+        holes = iv.subtract(windows.windows(), iv.union(starts, gathered(tables, masks, "end")))
+        order = np.argsort(starts, kind="stable")
+        starts = starts[order]
+        when = np.concatenate([at[m] for at, m in zip(launch, masks, strict=True)])[order]
         k = np.searchsorted(starts, holes.ends, side="left")
         ends_work = (k < len(starts)) & (starts[np.minimum(k, len(starts) - 1)] == holes.ends)
-        launched = np.where(ends_work, ordered["launched"].to_numpy()[np.minimum(
-            k, len(starts) - 1)], np.nan)
+        launched = np.where(ends_work, when[np.minimum(k, len(starts) - 1)], np.nan)
         frames.append(pd.DataFrame({"device": device, "start": holes.starts, "end": holes.ends,
                                     "launched": launched}))
     return pd.concat(frames, ignore_index=True)
@@ -91,7 +96,7 @@ def idle_causes(profile: Profile, windows: StepWindows) -> IdleCauses | None:
     over devices, per step."""
     if not has_gpu_events(profile):
         return None
-    gaps = _gaps_of(_gpu_rows(profile), windows)
+    gaps = _gaps_of(profile, windows)
     data = _mostly(dataloader_intervals(profile, windows), gaps)
     blocked = iv.union_of([blocking(profile)])
     starts = gaps["start"].to_numpy(np.int64)
