@@ -413,9 +413,6 @@ def _copy_evidence(m: RunMetrics, c: StepCopies, kind: str) -> list[Evidence]:
                            for name, count in c.launchers[kind])
         out.append(Evidence(f"launched (runtime call joined by correlation id) inside: {listed}",
                             c.origin))
-    elif c.origin == "nsys":
-        out.append(Evidence("Nsight Systems records no framework operators: which call launched "
-                            "them is unknown", c.origin))
     return out
 
 
@@ -436,6 +433,9 @@ def host_device_copies(m: RunMetrics, ctx: RunContext) -> Finding | None:
     if not (small_in or read_back):
         return None
     evidence = _copy_evidence(m, c, concepts.HTOD) + _copy_evidence(m, c, concepts.DTOH)
+    if c.origin == "nsys":
+        evidence.append(Evidence("Nsight Systems records no framework operators: which call "
+                                 "launched the copies is unknown", c.origin))
     if c.blocking_per_step:
         evidence.append(Evidence(f"{_count(c.blocking_per_step)} device-to-host copies per step "
                                  "go to pageable memory: each blocks the CPU until the GPU "
