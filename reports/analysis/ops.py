@@ -20,7 +20,7 @@ import pandas as pd
 
 from profreport import concepts
 from profreport.model import Profile
-from profreport.reports.analysis.gpu import compute_kernels, launched_in_steps
+from profreport.reports.analysis.gpu import compute_kernels, first_call, launched_in_steps
 from profreport.reports.analysis.results import ConvBiasStats, OpPrecision
 from profreport.reports.analysis.steps import StepWindows
 
@@ -50,18 +50,24 @@ def innermost(ops: pd.DataFrame) -> pd.DataFrame:
 def launching_op(profile: Profile, spans: pd.DataFrame, frame: pd.DataFrame) -> np.ndarray:
     """For each row of a GPU table ``frame``, the position in ``spans`` (non-overlapping per
     thread) of the span whose thread made the launching runtime call inside it; -1 for none."""
-    runtime = profile.table("runtime").drop_duplicates("correlation")
-    calls = frame[["correlation"]].reset_index(drop=True).merge(
-        runtime[["correlation", "pid", "tid", "start"]], on="correlation", how="left")
     out = np.full(len(frame), -1, dtype=np.int64)
+    if spans.empty or frame.empty:
+        return out
+    runtime = profile.table("runtime")
+    call = first_call(frame["correlation"].to_numpy(np.int64),
+                      runtime["correlation"].to_numpy(np.int64))
+    with_call = np.flatnonzero(call >= 0)
+    call = call[with_call]
+    call_pid, call_tid = runtime["pid"].to_numpy()[call], runtime["tid"].to_numpy()[call]
+    call_start = runtime["start"].to_numpy(np.int64)[call]
     positions = pd.Series(np.arange(len(spans)), index=spans.index)
     for (pid, tid), mine in spans.groupby(["pid", "tid"], sort=False):
         starts, ends = mine["start"].to_numpy(np.int64), mine["end"].to_numpy(np.int64)
         order = np.argsort(starts, kind="stable")
         starts, ends = starts[order], ends[order]
         where = positions[mine.index].to_numpy()[order]
-        rows = np.flatnonzero(((calls["pid"] == pid) & (calls["tid"] == tid)).to_numpy())
-        at = calls["start"].to_numpy()[rows].astype(np.int64)
+        mask = (call_pid == pid) & (call_tid == tid)
+        rows, at = with_call[mask], call_start[mask]
         slot = np.searchsorted(starts, at, side="right") - 1
         inside = (slot >= 0) & (at < ends[np.maximum(slot, 0)])
         out[rows[inside]] = where[slot[inside]]
