@@ -310,12 +310,13 @@ def zero_grad_work_per_step(profile: Profile, windows: StepWindows | None) -> fl
 def kernel_mix(profile: Profile, windows: StepWindows | None) -> KernelMix | None:
     """Precision, layout conversions, elementwise share and optimizer kernels of the compute
     kernels (communication kernels left out)."""
-    kernels = compute_kernels(profile)
-    duration = (kernels["end"] - kernels["start"]).to_numpy(np.int64)
+    kernels = profile.table("kernels")
+    compute = ~kernels["is_comm"].to_numpy(bool)  # masks, not a copy of the kernel table
+    duration = (kernels["end"].to_numpy(np.int64) - kernels["start"].to_numpy(np.int64))[compute]
     total = int(duration.sum())
     if total <= 0:
         return None
-    names = kernels["name"]
+    names = kernels["name"][compute]
 
     def share(mask: pd.Series) -> float:
         """Share of compute-kernel time in the kernels ``mask`` selects."""
@@ -328,14 +329,14 @@ def kernel_mix(profile: Profile, windows: StepWindows | None) -> KernelMix | Non
     per_step = None
     if len(optimizer) and windows is not None:
         per_step = len(launched_in_steps(profile, in_optimizer, windows)) / windows.count
-    fused_pool = in_optimizer if not in_optimizer.empty else kernels
+    fused_pool = in_optimizer["name"] if not in_optimizer.empty else names
     return KernelMix(
         origin=profile.kind, compute_kernel_ns=total,
         reduced_precision_fraction=share(concepts.is_reduced_precision_kernel(names)),
         layout_conversion_fraction=share(concepts.is_layout_conversion_kernel(names)),
         elementwise_fraction=share(concepts.is_elementwise_kernel(names)),
         optimizer_kernels_per_step=per_step,
-        fused_optimizer=bool(concepts.is_fused_optimizer_kernel(fused_pool["name"]).any()),
+        fused_optimizer=bool(concepts.is_fused_optimizer_kernel(fused_pool).any()),
         optimizer_name=classes[0] if classes else None,
         zero_grad_work_per_step=zero_grad_work_per_step(profile, windows))
 
