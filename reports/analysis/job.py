@@ -43,20 +43,33 @@ def _comm_note(ranks: Sequence[RankVerdict]) -> str | None:
             "incomplete there rather than the rank free of communication")
 
 
-def disagreement(ranks: Sequence[RankVerdict], slowest: RankVerdict | None) -> str | None:
+def pace_setter(ranks: Sequence[RankVerdict], slowest: RankVerdict,
+                straggler: bool) -> RankVerdict:
+    """The rank the job waits for: the straggler when one lags; else, among ranks that keep
+    pace (a synchronous job's steps take the same time on every rank), the one that waits least
+    inside the collectives, since the others' exposed communication is time spent waiting for
+    it. The slowest rank when the ranks record no communication."""
+    timed = [r for r in ranks if r.comm_exposed_fraction is not None]
+    if straggler or len(timed) < 2:
+        return slowest
+    return min(timed, key=lambda r: (r.comm_exposed_fraction, r.rank))
+
+
+def disagreement(ranks: Sequence[RankVerdict], pacer: RankVerdict | None) -> str | None:
     """Why the rank verdicts differ, or None when they agree."""
     if len({r.verdict for r in ranks}) < 2:
         return None
     said = "; ".join(f"rank {r.rank} {r.verdict}" for r in ranks)
     reasons = []
-    waiting = [r for r in ranks if r.verdict == "communication-bound" and slowest is not None
-               and r is not slowest and slowest.verdict != "communication-bound"]
-    if waiting and slowest is not None:
+    waiting = [r for r in ranks if r.verdict == "communication-bound" and pacer is not None
+               and r is not pacer and pacer.verdict != "communication-bound"]
+    if waiting and pacer is not None:
         exposed = ", ".join(f"rank {r.rank} {pct(r.comm_exposed_fraction or 0)} of its step"
                             for r in waiting)
-        reasons.append(f"the faster ranks wait inside the collectives for rank {slowest.rank} "
-                       f"(exposed communication: {exposed}), so their communication is the "
-                       f"slowest rank's {slowest.verdict} time seen from outside")
+        reasons.append(f"the other ranks wait inside the collectives for rank {pacer.rank} "
+                       f"(exposed communication: {exposed}, rank {pacer.rank} "
+                       f"{pct(pacer.comm_exposed_fraction or 0)}), so their communication is "
+                       f"rank {pacer.rank}'s {pacer.verdict} time seen from outside")
     note = _comm_note(ranks)
     if note is not None:
         reasons.append(note)
@@ -80,10 +93,18 @@ def job_analysis(ranks: Sequence[RankVerdict]) -> JobAnalysis | None:
     lag = slowest.step_ns / others - 1 if others else 0.0  # type: ignore[operator]
     pace = (f"rank {slowest.rank}, the slowest, takes {ms(slowest.step_ns)} per step against "  # type: ignore[arg-type]
             f"{ms(others)} for the other ranks ({lag:+.1%})")
-    lead = (f"{pace} and the job runs at its pace" if lag > STRAGGLER_LAG else
-            f"the ranks keep pace within {STRAGGLER_LAG:.0%}: {pace}")
-    reason = f"{lead}: {slowest.verdict_reason}"
-    return JobAnalysis(ranks, slowest.verdict, reason, slowest_rank=slowest.rank,
-                       slowest_step_ns=slowest.step_ns, others_step_ns=others,
-                       straggler=lag > STRAGGLER_LAG,
-                       disagreement=disagreement(ranks, slowest))
+    straggler = lag > STRAGGLER_LAG
+    pacer = pace_setter(ranks, slowest, straggler)
+    if straggler:
+        lead = f"{pace} and the job runs at its pace"
+    elif pacer is slowest:
+        lead = f"the ranks keep pace within {STRAGGLER_LAG:.0%}: {pace}"
+    else:
+        lead = (f"the ranks keep pace within {STRAGGLER_LAG:.0%} ({pace}); rank {pacer.rank} "
+                "waits least inside the collectives "
+                f"({pct(pacer.comm_exposed_fraction or 0)} of its step exposed), so the others "
+                "wait for it")
+    return JobAnalysis(ranks, pacer.verdict, f"{lead}: {pacer.verdict_reason}",
+                       slowest_rank=slowest.rank, slowest_step_ns=slowest.step_ns,
+                       others_step_ns=others, straggler=straggler,
+                       disagreement=disagreement(ranks, pacer), paced_by=pacer.rank)

@@ -568,6 +568,8 @@ class JobAnalysis:
     straggler: bool = False
     #: Why the rank verdicts differ; None when they agree.
     disagreement: str | None = None
+    #: The rank the job waits for (see job.pace_setter), whose verdict is the job's.
+    paced_by: int | None = None
 
 
 @dataclass
