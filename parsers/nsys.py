@@ -318,9 +318,10 @@ class _Export:
                        ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray],
                                   dict[str, np.ndarray]] | None:
         """Columns of ``table`` read from its pages: integer values, value kinds (of
-        sqlite_pages) and, for the ``texts`` columns, their strings; None when the page reader
-        cannot read it (SQL is used instead)."""
-        if self.path is None or not NATIVE_READER:
+        sqlite_pages) and, for the ``texts`` columns, their strings; None when a column is
+        missing or the page reader cannot read the table (SQL is used instead)."""
+        if self.path is None or not NATIVE_READER or \
+                not {*columns, *texts} <= self.columns(table):
             return None
         root = self.conn.execute("SELECT rootpage FROM sqlite_master WHERE type = 'table' "
                                  "AND name = ?", (table,)).fetchone()
@@ -492,17 +493,29 @@ def _categorical_names(frame: pd.DataFrame, columns: tuple[str, ...]) -> pd.Data
     return frame
 
 
-def _native_kernels(export: _Export, table: str) -> pd.DataFrame | None:
-    """The kernels table from the export's pages, or None (then SQL reads it)."""
-    columns = ["start", "end", "deviceId", "streamId", "correlationId", "demangledName",
-               "shortName"]
-    if not set(columns) <= export.columns(table):
-        return None
+#: What :func:`_read_native` gives: values and value kinds by column, and the rows to keep.
+_NativeRead = tuple[dict[str, np.ndarray], dict[str, np.ndarray], np.ndarray | slice]
+
+
+def _read_native(export: _Export, table: str, name: str, columns: list[str]
+                 ) -> _NativeRead | None:
+    """The ``columns`` of ``table`` from the export's pages, their value kinds and the positions
+    of the rows with possible times (:func:`_valid_native`, counted under ``name``); None when
+    the page reader cannot read them (then SQL does)."""
     read = export.native_columns(table, columns)
     if read is None:
         return None
     values, kinds, _ = read
-    rows = _valid_native(export, "kernels", values, kinds)
+    return values, kinds, _valid_native(export, name, values, kinds)
+
+
+def _native_kernels(export: _Export, table: str) -> pd.DataFrame | None:
+    """The kernels table from the export's pages, or None (then SQL reads it)."""
+    read = _read_native(export, table, "kernels", ["start", "end", "deviceId", "streamId",
+                                                   "correlationId", "demangledName", "shortName"])
+    if read is None:
+        return None
+    values, kinds, rows = read
     # Each distinct (demangled, short) id pair is named once.
     long_ids, long_codes = _distinct(_ids(values, kinds, "demangledName", rows))
     short_ids, short_codes = _distinct(_ids(values, kinds, "shortName", rows))
@@ -583,14 +596,10 @@ def _native_activity(export: _Export, table: str, name: str, extras: list[str]
     (-1 when NULL) and the integer ``extras`` (NaN when NULL, as SQL gives them); None when
     the page reader cannot read it (then SQL does)."""
     ids = {"deviceId": "device", "streamId": "stream", "correlationId": "correlation"}
-    columns = ["start", "end", *ids, *extras]
-    if not set(columns) <= export.columns(table):
-        return None
-    read = export.native_columns(table, columns)
+    read = _read_native(export, table, name, ["start", "end", *ids, *extras])
     if read is None:
         return None
-    values, kinds, _ = read
-    rows = _valid_native(export, name, values, kinds)
+    values, kinds, rows = read
     frame = pd.DataFrame({"start": values["start"][rows], "end": values["end"][rows]})
     for column, alias in ids.items():
         frame[alias] = _ids(values, kinds, column, rows)
@@ -643,12 +652,11 @@ def _memset(export: _Export) -> pd.DataFrame | None:
 
 def _native_runtime(export: _Export, table: str) -> pd.DataFrame | None:
     """The runtime table from the export's pages, or None (then SQL reads it)."""
-    columns = ["start", "end", "globalTid", "correlationId", "nameId"]
-    read = export.native_columns(table, columns)
+    read = _read_native(export, table, "runtime",
+                        ["start", "end", "globalTid", "correlationId", "nameId"])
     if read is None:
         return None
-    values, kinds, _ = read
-    rows = _valid_native(export, "runtime", values, kinds)
+    values, kinds, rows = read
     tids = _ids(values, kinds, "globalTid", rows)
     texts, codes = _strings_at(export, _ids(values, kinds, "nameId", rows))
     names = [concepts.strip_api_version(text or "") for text in texts]
