@@ -26,6 +26,7 @@ from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
 from profreport.reports.analysis.results import Report, RunAnalysis
 from profreport.reports.render import require_renderers, write_reports
 from profreport.text import display_text, elide
+from profreport.units import ms
 
 if TYPE_CHECKING:  # the grader (and all it imports) loads only for ``profreport grade``
     from profreport.grade.results import StudentResult
@@ -40,11 +41,6 @@ SUMMARY_LINE_LIMIT = 400
 TRAIN_MODULES = ("torch", "line_profiler", "nvtx")
 
 
-def _ms(ns: float | None) -> str:
-    """Nanoseconds as ms text for the terminal."""
-    return "?" if ns is None else f"{ns / 1e6:.1f} ms"
-
-
 def run_summary(run: RunAnalysis) -> list[str]:
     """A few lines about one run for the terminal (names from inputs elided and neutralised)."""
     return [display_text(line, SUMMARY_LINE_LIMIT) for line in _summary_lines(run)]
@@ -55,17 +51,17 @@ def _summary_lines(run: RunAnalysis) -> list[str]:
     m = run.metrics
     lines = [f"{run.name}: {run.verdict} ({run.verdict_reason})"]
     if m.steps is not None:
-        wall = f", wall {_ms(m.steps.wall_mean_ns)} per step" if m.steps.wall_mean_ns else ""
-        lines.append(f"  steps: {m.steps.count} × {_ms(m.steps.mean_ns)} ({m.steps.origin}"
+        wall = f", wall {ms(m.steps.wall_mean_ns)} per step" if m.steps.wall_mean_ns else ""
+        lines.append(f"  steps: {m.steps.count} × {ms(m.steps.mean_ns)} ({m.steps.origin}"
                      f"{wall})")
     lines += [f"  [{f.severity}] {f.title}" for f in run.findings[:SUMMARY_FINDINGS]]
     if m.top_kernels:
         k = m.top_kernels[0]
-        lines.append(f"  top kernel: {elide(k.name, SUMMARY_NAME_LIMIT)} {_ms(k.total_ns)} "
+        lines.append(f"  top kernel: {elide(k.name, SUMMARY_NAME_LIMIT)} {ms(k.total_ns)} "
                      f"({k.share:.0%})")
     if m.top_ops:
         op = m.top_ops[0]
-        lines.append(f"  top op: {elide(op.name, SUMMARY_NAME_LIMIT)} {_ms(op.total_ns)}")
+        lines.append(f"  top op: {elide(op.name, SUMMARY_NAME_LIMIT)} {ms(op.total_ns)}")
     if m.lines:
         line = m.lines[0]
         lines.append(f"  top line: {Path(line.file).name}:{line.lineno} {line.share:.0%} of "
