@@ -54,9 +54,10 @@ install_system() {
     export DEBIAN_FRONTEND=noninteractive
     say "apt-get update"
     $SUDO apt-get update -qq
-    say "installing nsight-systems, chromium, poppler-utils, fonts"
+    say "installing nsight-systems, chromium, poppler-utils, fonts, bubblewrap"
     $SUDO apt-get install -y -qq --no-install-recommends \
-        nsight-systems nsight-systems-target chromium poppler-utils fonts-dejavu-core >/dev/null
+        nsight-systems nsight-systems-target chromium poppler-utils fonts-dejavu-core bubblewrap \
+        >/dev/null
     # Debian's nsys looks for its importer in the wrong place: without this link `nsys profile`
     # leaves a .qdstrm and no .nsys-rep.
     if [ -d "$NSYS_HOST_DIR" ] && [ ! -e "$NSYS_EXPECTED_HOST_DIR" ]; then

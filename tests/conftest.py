@@ -220,3 +220,17 @@ def fractions(node: object, key: str = "") -> list[float]:
             key.endswith("fraction") or key == "share"):
         return [float(node)]
     return []
+
+
+@pytest.fixture(scope="session")
+def sandbox_available() -> None:
+    """Skips when bubblewrap cannot build a sandbox here; fails instead when
+    PROFREPORT_REQUIRE_SANDBOX=1 (CI, after scripts/setup.sh installed bubblewrap)."""
+    from profreport.runner.sandbox import SandboxError, probe
+
+    try:
+        probe()
+    except SandboxError as exc:
+        if os.environ.get("PROFREPORT_REQUIRE_SANDBOX") == "1":
+            pytest.fail(f"the sandbox is required here (PROFREPORT_REQUIRE_SANDBOX=1): {exc}")
+        pytest.skip(str(exc))
