@@ -19,7 +19,8 @@ COMPUTE_KERNEL = "volta_sgemm_128x64_nn"
 NCCL_KERNEL = "ncclKernel_AllReduce_RING_LL_Sum_float"
 
 
-def write_rank(folder: Path, rank: int, compute_us: int, comm_us: int, steps: int = 5) -> Path:
+def write_rank(folder: Path, rank: int, compute_us: int, comm_us: int, steps: int = 5,
+               world_size: int = 2) -> Path:
     """A Kineto trace of one rank: ``steps`` ProfilerStep spans, each a compute kernel then an
     all-reduce kernel, both launched by cudaLaunchKernel (joined by correlation id); every step
     is 200 µs longer than its kernels (launch time before them)."""
@@ -40,7 +41,8 @@ def write_rank(folder: Path, rank: int, compute_us: int, comm_us: int, steps: in
             correlation += 1
         ts += step_us
     document = {"schemaVersion": 1, "traceEvents": events,
-                "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 2}}
+                "distributedInfo": {"backend": "nccl", "rank": rank,
+                                    "world_size": world_size}}
     path = folder / f"rank{rank}.pt.trace.json"
     path.write_text(json.dumps(document))
     return path
@@ -174,3 +176,29 @@ def test_single_rank_trace_has_no_job(corpus: Path) -> None:
     report = analyze_paths([corpus / "hta" / "nccl_data.json.gz"], AnalyzeOptions())
     assert report.runs[0].job is None
     assert json.loads(render_json(report))["runs"][0]["job"] is None
+
+
+def test_a_rank_other_than_0_given_alone_is_analysed_in_full(tmp_path: Path) -> None:
+    """A trace whose distributedInfo gives rank 5, given alone, is analysed like rank 0 would
+    be: its five ProfilerStep spans and ten kernels make the steps, breakdown and verdict."""
+    path = write_rank(tmp_path, 5, compute_us=800, comm_us=100, world_size=8)
+    run = analyze_paths([path], AnalyzeOptions()).runs[0]
+    assert run.verdict == "compute-bound"
+    assert run.metrics.steps.count == 5 and run.metrics.steps.mean_ns == 1_100_000
+    assert run.metrics.breakdown.parts_ns["compute"] == 800_000
+    assert run.metrics.launch.kernels_per_step == 2
+    assert run.sources[0].rank == 5 and run.job is None
+    assert run.timeline is not None
+
+
+def test_ranks_2_and_3_of_4_are_analysed_with_rank_2_detailed(tmp_path: Path) -> None:
+    """Ranks 2 and 3 of a job kept without ranks 0 and 1: both ranks get their verdicts, and
+    the detailed figures come from rank 2, the lowest present (its 300 µs of NCCL per step,
+    not rank 3's 50 µs)."""
+    write_rank(tmp_path, 2, compute_us=600, comm_us=300, world_size=4)
+    write_rank(tmp_path, 3, compute_us=600, comm_us=50, world_size=4)
+    run = analyze_paths([tmp_path], AnalyzeOptions()).runs[0]
+    assert [r.rank for r in run.job.ranks] == [2, 3]
+    assert run.metrics.comm.total_ns_per_step == 300_000
+    assert run.metrics.steps.count == 5 and run.metrics.breakdown is not None
+    assert run.metrics.per_rank_step_ms == {2: 1.1, 3: 0.85}

@@ -143,7 +143,9 @@ def _read_files(files: dict[Path, int | None], options: AnalyzeOptions, executor
     """Parse and reduce every file (in parallel, by ``executor``); return the whole profiles
     the detailed analysis reads and every file's summary, both in file order."""
     folder = str(Path.cwd())
-    tasks = [RankTask(str(file), folder, rank, options.parse) for file, rank in files.items()]
+    alone = len(files) == 1  # a run of one file reads it whole, whatever its rank
+    tasks = [RankTask(str(file), folder, rank, options.parse, whole=alone)
+             for file, rank in files.items()]
     options.progress.start(list(files))
     results: list[RankResult | None] = [None] * len(tasks)
     for index, result in executor.map_unordered(read_rank, tasks):
@@ -154,8 +156,9 @@ def _read_files(files: dict[Path, int | None], options: AnalyzeOptions, executor
     summaries = [r.summary for r in read if r.summary is not None]
     profiles = []
     for index in needed_whole(summaries):
-        # A whole profile the worker did not send back (a primary rank other than 0) is read here.
-        profile = read[index].profile or read_rank(read[index].task).profile
+        # A whole profile the worker did not send back (a lowest rank other than 0) is read here.
+        profile = read[index].profile or read_rank(
+            dataclasses.replace(read[index].task, whole=True)).profile
         if profile is not None:
             profiles.append(profile)
     return profiles, summaries

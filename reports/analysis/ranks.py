@@ -30,8 +30,10 @@ from profreport.reports.analysis.results import (
 )
 from profreport.reports.analysis.steps import step_stats, step_windows
 
-#: Ranks whose profile a worker sends back whole: the detailed analysis reads the lowest rank,
-#: which is rank 0 in every launcher (torchrun, srun, mpirun), and sources that have no rank.
+#: Ranks whose profile a worker sends back whole without being asked: sources that have no rank,
+#: and rank 0, the lowest rank of a whole job in every launcher (torchrun, srun, mpirun). Any
+#: other lowest rank (a job kept only from rank 3, ranks 2 and 3 of 4) is read whole once the
+#: first pass has seen every rank (see RankTask.whole).
 WHOLE_PROFILE_RANKS = (None, 0)
 
 
@@ -67,6 +69,9 @@ class RankTask:
     folder: str
     rank: int | None = None
     parse: ParseOptions = field(default_factory=ParseOptions)
+    #: Send the profile back whole whatever its rank: the run's only file, or the lowest rank
+    #: present once every file's rank is known.
+    whole: bool = False
 
     def location(self) -> Path:
         """Where this worker finds the file: the given path when it leads there from here."""
@@ -130,7 +135,7 @@ def read_rank(task: RankTask) -> RankResult:
         profile.path = Path(task.path)  # the report names the file as the user gave it
         if profile.rank is None:
             profile.rank = task.rank
-        whole = profile if profile.rank in WHOLE_PROFILE_RANKS else None
+        whole = profile if task.whole or profile.rank in WHOLE_PROFILE_RANKS else None
         return RankResult(task, summarize(profile, with_verdict=whole is None), whole)
     except Exception as exc:  # one bad file never stops the batch
         return RankResult(task, failure=failure_line(exc, path))
