@@ -22,7 +22,7 @@ from profreport.executors import ExecutorOptions
 from profreport.fileio import check_output_folder
 from profreport.parsers import ParseOptions
 from profreport.progress import read_progress
-from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths, find_profiles
 from profreport.reports.analysis.results import Report, RunAnalysis
 from profreport.reports.render import require_renderers, write_reports
 from profreport.text import display_text, elide
@@ -173,8 +173,7 @@ def profiled_source_root(args: argparse.Namespace) -> Path | None:
 def report_on(folders: list[Path], failures: list[str], args: argparse.Namespace) -> int:
     """Analyse the folders that hold profiles; every failed launch is listed in the report, and
     any failure makes the exit status non-zero."""
-    usable = [folder for folder in folders if any(folder.glob("**/*.pt.trace.json*"))
-              or any(folder.glob("*.lprof")) or any(folder.glob("*.nsys-rep"))]
+    usable = [folder for folder in folders if find_profiles(folder)]
     if not usable:
         raise RunError("no variant produced a profile: " + "; ".join(failures or ["none ran"]))
     report = analyze_paths(usable, AnalyzeOptions(

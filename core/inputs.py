@@ -5,6 +5,8 @@
   ``fstat`` on the opened descriptor, so the check and the read concern the same file).
 - :class:`Limit` and the ``MAX_*`` limits: named bounds with the reason for each; exceeding one is
   an :class:`~profreport.errors.InputError` that says which limit and why.
+- :class:`TimeBounds` and :data:`EVENT_TIMES`: the one rule for times no profiler records
+  (every format drops and counts such records instead of analysing them).
 - :class:`BoundedReader`: a stream that stops with that error after a byte limit (decompression).
 - :func:`resolve_inside`: a path an input names (a source file, a manifest artifact) resolved and
   refused unless it lies inside the allowed roots, never in ``/proc``, ``/sys`` or ``/dev``.
@@ -81,6 +83,33 @@ MAX_LINE_ENTRIES = Limit(
 MAX_JSON_DEPTH = Limit(
     "levels of nesting", 64,
     "real traces nest 4 deep; deeper nesting only serves to exhaust the stack")
+
+#: Text before a Kineto trace's ``traceEvents``: a few kB in every trace.
+MAX_HEADER_BYTES = Limit("bytes before traceEvents", 64 << 20,
+                         "Kineto writes a few kB of members before its event array")
+#: One Kineto event's text: real events are well under 100 kB even with shapes and stacks.
+MAX_EVENT_BYTES = Limit("bytes in one event or between two", 16 << 20,
+                        "real events are well under 100 kB, even with shapes and stacks")
+
+
+@dataclass(frozen=True)
+class TimeBounds:
+    """The times a real capture can record; a record outside them is dropped and counted."""
+
+    #: Latest possible time, in ns: int64 with room for ``start + duration``.
+    max_time_ns: int
+    #: Longest possible single event, in ns.
+    max_duration_ns: int
+    #: What the times outside the bounds are, for the notes that count them.
+    reason: str
+
+
+#: One bound for every format: no kernel, API call, operator or range of a profiling session
+#: lasts a week (sessions last minutes to hours), and 2**62 ns is 146 years past any clock's
+#: origin (INT64_MAX, nsys's "never ended" marker, lies beyond it).
+EVENT_TIMES = TimeBounds(
+    max_time_ns=1 << 62, max_duration_ns=7 * 24 * 3600 * 10**9,
+    reason="negative, ending before they start, past 2**62 ns or lasting over a week")
 
 
 def _kind_name(mode: int) -> str | None:

@@ -105,6 +105,73 @@ def conform(name: str, frame: pd.DataFrame) -> pd.DataFrame:
 
 
 @dataclass
+class ProfileMeta:
+    """What a parser learned about a file besides its tables (every format)."""
+
+    #: Sentences for the report's notes: records dropped, sources not shown...
+    notes: list[str] = field(default_factory=list)
+    #: Records left out as impossible: reason (Kineto) or table (nsys) -> count.
+    dropped: dict[str, int] = field(default_factory=dict)
+    #: The file's time zero in its own clock when the format states it (nsys: 0).
+    time_zero_ns: int | None = None
+    #: World size of the distributed job the file belongs to, when recorded.
+    world_size: int | None = None
+    #: Whether the file records a distributed setup at all.
+    distributed: bool = False
+    #: Why the file holds nothing to analyse ("no kernels or operators recorded"), else None.
+    empty: str | None = None
+
+
+@dataclass
+class KinetoMeta(ProfileMeta):
+    """What a torch.profiler trace says besides its events."""
+
+    schema_version: Any = None
+    #: ``2021`` (capitalised categories) or ``current``.
+    dialect: str = "current"
+    #: ``distributedInfo`` with checked values (rank, world_size, backend, nccl_version).
+    distributed_info: dict[str, Any] = field(default_factory=dict)
+    backend: str | None = None
+    #: ``deviceProperties`` (or the older ``computeProperties``) as written.
+    device_properties: list[Any] = field(default_factory=list)
+    base_time_ns: int = -1
+    display_time_unit: str | None = None
+    trace_name: str | None = None
+    #: The span the steps came from when the trace has no ``ProfilerStep`` (None otherwise).
+    step_span: str | None = None
+    #: The DataLoader iterator kind and its ``__next__`` calls.
+    dataloader: dict[str, Any] = field(default_factory=dict)
+    #: Trace events read.
+    events: int = 0
+
+
+@dataclass
+class NsysMeta(ProfileMeta):
+    """What an Nsight Systems export says about itself and the capture."""
+
+    export_path: str = ""
+    exporter_version: str | None = None
+    export_schema: str | None = None
+    export_meta_table: str | None = None
+    #: ``META_DATA_CAPTURE`` name -> value (newer exports), environment variables left out.
+    capture: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class LprofMeta(ProfileMeta):
+    """What a line_profiler file says: its unit, functions and the training loop found."""
+
+    #: Seconds per timer tick.
+    unit: float = 0.0
+    #: One dict per function: file, function, first_lineno, source_path, source_note.
+    functions: list[dict[str, Any]] = field(default_factory=list)
+    pickle_protocol: int | None = None
+    class_path: str = ""
+    #: The training loop (see parsers.lprof.training_loop), None when none was found.
+    loop: dict[str, Any] | None = None
+
+
+@dataclass
 class Profile:
     """One parsed profile file: where it came from, and its tables."""
 
@@ -113,7 +180,7 @@ class Profile:
     tool_version: str | None = None
     rank: int | None = None
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: ProfileMeta = field(default_factory=ProfileMeta)
 
     def table(self, name: str) -> pd.DataFrame:
         """The table called ``name``, or an empty one with its columns when the file has none."""

@@ -27,7 +27,7 @@ each GPU activity's ``correlation`` is the Kineto ``correlation`` arg, or else t
 
 Values are checked at the edge: an event without ``ts``/``dur``, with a negative or impossible
 duration, a time outside the int64 nanosecond range or an id/size that is no int64 is dropped and
-counted in ``Profile.meta["dropped_records"]`` (reason -> count); the tables hold only possible
+counted in ``Profile.meta.dropped`` (reason -> count) and its notes; the tables hold only possible
 values. Limits (``profreport.inputs``) refuse a file with one line: decompressed size, events,
 name length, one event's size, JSON nesting.
 
@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from itertools import compress
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import msgspec
 import numpy as np
@@ -62,8 +62,11 @@ import pandas as pd
 from profreport import concepts
 from profreport.errors import InputError, UnsupportedFormatError
 from profreport.inputs import (
+    EVENT_TIMES,
     MAX_DECOMPRESSED_BYTES,
+    MAX_EVENT_BYTES,
     MAX_EVENTS,
+    MAX_HEADER_BYTES,
     MAX_JSON_DEPTH,
     MAX_NAME_CHARS,
     BoundedReader,
@@ -71,7 +74,10 @@ from profreport.inputs import (
     decompressed_limit,
     open_input,
 )
-from profreport.model import Profile, conform, empty_table
+from profreport.model import KinetoMeta, Profile, conform, empty_table
+
+if TYPE_CHECKING:  # the registry imports this module, never the other way round
+    from profreport.parsers import ParseOptions
 
 #: Kineto's ``schemaVersion`` values this parser knows (every release so far writes 1).
 SUPPORTED_SCHEMA_VERSIONS = frozenset({1})
@@ -86,22 +92,12 @@ CUT_WINDOW = 64 << 10
 # Cuts tried before the buffer is checked for damage: a wrong cut needs "},{" inside a string
 # or a nested object, which Kineto's events almost never hold.
 MAX_CUT_TRIES = 8
-#: Text before ``traceEvents``: a few kB in every Kineto trace.
-MAX_HEADER_BYTES = Limit("bytes before traceEvents", 64 << 20,
-                         "Kineto writes a few kB of members before its event array")
-#: One event's text: real events are well under 100 kB even with shapes and stacks recorded.
-MAX_EVENT_BYTES = Limit("bytes in one event or between two", 16 << 20,
-                        "real events are well under 100 kB, even with shapes and stacks")
 # Chunks a gzip trace is inflated ahead of the decoding: enough to hide the inflation's pauses.
 PREFETCH_CHUNKS = 4
 # Plain text per parallel range: below this a worker process costs more than it saves.
 PARALLEL_MIN_BYTES = 32 << 20
 # Text searched after a split target for a verified cut between two events.
 SPLIT_PROBE_BYTES = 4 << 20
-#: Latest possible time, in ns: int64 with room for ``start + duration`` (year 2116 since 1970).
-MAX_TIME_NS = 1 << 62
-#: Longest possible event, in ns: a profiling session lasts minutes to hours, never 30 days.
-MAX_DURATION_NS = 30 * 24 * 3600 * 10**9
 # Largest value an id or a byte count may have to fit an int64 column.
 _INT64_MAX = (1 << 63) - 1
 
@@ -477,7 +473,7 @@ class _ColumnBuilder:
             (np.isnan(ts_us), "no ts"), (np.isnan(dur_us), "no dur"),
             (dur_us < 0, "negative dur"),
             (~_possible_times(ts_us), "ts outside the possible range"),
-            (~(dur_us * 1000 <= MAX_DURATION_NS), "dur longer than possible"),
+            (~(dur_us * 1000 <= EVENT_TIMES.max_duration_ns), "dur longer than possible"),
         ]
         keep = np.ones(len(ts_us), dtype=bool)
         for failed, reason in checks:
@@ -545,9 +541,9 @@ class _ColumnBuilder:
 
 
 def _possible_times(ts_us: np.ndarray) -> np.ndarray:
-    """Which timestamps (us, NaN where missing) lie in [0, MAX_TIME_NS] once in ns."""
+    """Which timestamps (us, NaN where missing) lie in [0, EVENT_TIMES.max_time_ns] once in ns."""
     with np.errstate(invalid="ignore"):
-        return (ts_us >= 0) & (ts_us * 1000 <= MAX_TIME_NS)
+        return (ts_us >= 0) & (ts_us * 1000 <= EVENT_TIMES.max_time_ns)
 
 
 class _MemoryEvents:
@@ -1470,20 +1466,21 @@ def _dialect(cats: _Symbols) -> str:
     return "2021" if any(str(cat) in LEGACY_CATS for cat in cats.values()) else "current"
 
 
-def _meta(header: dict[str, Any], dialect: str, distributed: dict[str, Any]) -> dict[str, Any]:
+def _meta(header: dict[str, Any], dialect: str, distributed: dict[str, Any]) -> KinetoMeta:
     """What the analysis may want from the header: distributed setup, devices, clock base."""
     devices = header.get("deviceProperties")
-    return {
-        "schema_version": header.get("schemaVersion"),
-        "dialect": dialect,
-        "distributedInfo": distributed,
-        "world_size": distributed.get("world_size"),
-        "backend": distributed.get("backend"),
-        "deviceProperties": devices if isinstance(devices, list) else [],
-        "baseTimeNanoseconds": _header_int(header.get("baseTimeNanoseconds")),
-        "displayTimeUnit": str(header.get("displayTimeUnit", "")) or None,
-        "trace_name": str(header["traceName"]) if "traceName" in header else None,
-    }
+    return KinetoMeta(
+        schema_version=header.get("schemaVersion"),
+        dialect=dialect,
+        distributed_info=distributed,
+        distributed=bool(distributed),
+        world_size=distributed.get("world_size"),
+        backend=distributed.get("backend"),
+        device_properties=devices if isinstance(devices, list) else [],
+        base_time_ns=_header_int(header.get("baseTimeNanoseconds")),
+        display_time_unit=str(header.get("displayTimeUnit", "")) or None,
+        trace_name=str(header["traceName"]) if "traceName" in header else None,
+    )
 
 
 def _tool_version(header: dict[str, Any], dialect: str, distributed: dict[str, Any]) -> str:
@@ -1507,8 +1504,11 @@ def parse(path: Path) -> Profile:
     steps, step_span = tables.steps(ranges)
     loader = tables.dataloader()
     meta = _meta(header, dialect, distributed)
-    meta.update(dropped_records=dict(builder.dropped), step_span=step_span,
-                dataloader=_dataloader_meta(loader), events=builder.events)
+    meta.dropped = dict(builder.dropped)
+    meta.notes = [f"{count:,} records dropped: {reason}"
+                  for reason, count in sorted(meta.dropped.items()) if count]
+    meta.step_span, meta.events = step_span, builder.events
+    meta.dataloader = _dataloader_meta(loader)
     return Profile(
         path=path, kind="kineto", tool_version=_tool_version(header, dialect, distributed),
         rank=distributed.get("rank"),
@@ -1522,3 +1522,8 @@ def parse(path: Path) -> Profile:
         },
         meta=meta,
     )
+
+
+def parse_input(path: Path, options: ParseOptions) -> Profile:
+    """The registry's entry point (``parsers.FORMATS``); no option applies to a trace."""
+    return parse(path)

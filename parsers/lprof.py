@@ -9,13 +9,13 @@ line_profiler; those paths are the only globals the unpickler admits, and each b
 The file names inside are whatever wrote the pickle: a source line is shown only from a regular
 Python source file inside the ``.lprof``'s folder, its run folder (the nearest folder above it
 with a ``manifest.json``) or ``--source-root``; anything else (``/etc/passwd``, ``/proc``,
-``../..``) is refused and ``Profile.meta["notes"]`` says which source was not shown and why.
+``../..``) is refused and ``Profile.meta.notes`` says which source was not shown and why.
 
 Without its source, the training loop is still found from the hit counts: a ``for``/``while``
 header runs once more per call than its body (the last test that ends the loop), so a line whose
 hits equal the next line's hits plus the function's calls is a loop header; when that header
 takes more time than any line of its body, the time goes into fetching the next item, which for
-a training loop is the DataLoader. ``Profile.meta["loop"]`` records the line, the evidence and
+a training loop is the DataLoader. ``Profile.meta.loop`` records the line, the evidence and
 how sure that is.
 """
 
@@ -29,7 +29,7 @@ import re
 import stat
 import tokenize
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -37,7 +37,10 @@ from profreport.concepts import is_dataloader_loop_line, is_training_function
 from profreport.errors import InputError
 from profreport.inputs import MAX_LINE_ENTRIES, RefusedPathError, open_input, resolve_inside
 from profreport.manifest import MANIFEST_NAME
-from profreport.model import Profile, conform
+from profreport.model import LprofMeta, Profile, conform
+
+if TYPE_CHECKING:  # the registry imports this module, never the other way round
+    from profreport.parsers import ParseOptions
 from profreport.text import error_text
 
 #: Where each era of line_profiler defines the pickled class, and the era that path tells.
@@ -350,8 +353,13 @@ def parse(path: Path, *, source_root: Path | None = None) -> Profile:
                  for file, first, name in sorted(timings)]
     frame = _lines_table(timings, unit, sources)
     loop = training_loop(frame)
-    meta: dict[str, Any] = {"unit": unit, "functions": functions, "pickle_protocol": protocol,
-                            "class_path": ".".join(class_path), "loop": loop,
-                            "notes": [_note(f) for f in functions if f["source_note"]]}
+    meta = LprofMeta(unit=unit, functions=functions, pickle_protocol=protocol,
+                     class_path=".".join(class_path), loop=loop,
+                     notes=[_note(f) for f in functions if f["source_note"]])
     return Profile(path=path, kind="lprof", tool_version=LINESTATS_CLASS_PATHS[class_path],
                    tables={"lines": conform("lines", _mark_loader(frame, loop))}, meta=meta)
+
+
+def parse_input(path: Path, options: ParseOptions) -> Profile:
+    """The registry's entry point (``parsers.FORMATS``): :func:`parse` with its options."""
+    return parse(path, source_root=options.source_root)

@@ -27,13 +27,18 @@ import subprocess
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from profreport import concepts
 from profreport.errors import InputError, MissingToolError, UnsupportedFormatError
-from profreport.model import TABLE_SCHEMAS, Profile, conform, empty_table
+from profreport.inputs import EVENT_TIMES
+from profreport.model import TABLE_SCHEMAS, NsysMeta, Profile, conform, empty_table
+
+if TYPE_CHECKING:  # the registry imports this module, never the other way round
+    from profreport.parsers import ParseOptions
 from profreport.parsers import sqlite_pages
 
 NSYS_MISSING = ("nsys is not installed; needed to read .nsys-rep: run scripts/setup.sh --system, "
@@ -47,12 +52,11 @@ FINGERPRINT_BYTES = 1 << 20
 # Bump to invalidate every cached export when the way profreport exports changes.
 CACHE_FORMAT = "1"
 
-# Values outside these bounds cannot come from a real capture; such rows are dropped and counted
-# (Profile.meta["dropped"] and a note), so the analysis only ever sees possible times. No CUDA
-# call, GPU activity or NVTX range lasts a week; nsys times count ns from the capture's clock
-# origin, and 2**62 ns is 146 years past it (INT64_MAX, the "never ended" marker, is beyond).
-MAX_EVENT_NS = 7 * 24 * 3600 * 10**9
-MAX_TIMESTAMP_NS = 2**62
+# Rows with times outside inputs.EVENT_TIMES cannot come from a real capture; they are dropped
+# and counted (Profile.meta.dropped and a note), so the analysis only ever sees possible times.
+# nsys times count ns from the capture's clock origin.
+MAX_EVENT_NS = EVENT_TIMES.max_duration_ns
+MAX_TIMESTAMP_NS = EVENT_TIMES.max_time_ns
 
 # globalTid packs the process id and thread id in two 24-bit fields (nsys export docs).
 _ID_SHIFT = 24
@@ -126,6 +130,11 @@ def parse(path: Path, *, cache_dir: Path | None = None) -> Profile:
     return read_export(export, source=path)
 
 
+def parse_input(path: Path, options: ParseOptions) -> Profile:
+    """The registry's entry point (``parsers.FORMATS``): :func:`parse` with its options."""
+    return parse(path, cache_dir=options.cache_dir)
+
+
 def read_export(export_path: Path, *, source: Path | None = None) -> Profile:
     """Read the tables of an nsys SQLite export; ``source`` is the report it came from."""
     source = source or export_path
@@ -136,12 +145,12 @@ def read_export(export_path: Path, *, source: Path | None = None) -> Profile:
             raise InputError(f"damaged nsys export: a column holds values of the wrong type "
                              f"({exc})", source) from None
         meta = _export_meta(export)
-    meta["export_path"] = str(export_path)
+    meta.export_path = str(export_path)
     # Nsight Systems times are ns since the session started: its timeline's zero.
-    meta["time_zero_ns"] = 0
-    meta["dropped"] = dict(export.dropped)
-    meta["notes"] = [dropped_note(table, count) for table, count in export.dropped.items()]
-    return Profile(path=source, kind="nsys", tool_version=meta.get("exporter_version"),
+    meta.time_zero_ns = 0
+    meta.dropped = dict(export.dropped)
+    meta.notes = [dropped_note(table, count) for table, count in export.dropped.items()]
+    return Profile(path=source, kind="nsys", tool_version=meta.exporter_version,
                    tables=tables, meta=meta)
 
 
@@ -382,7 +391,7 @@ def _read_tables(export: _Export) -> dict[str, pd.DataFrame]:
 def dropped_note(table: str, count: int) -> str:
     """The note telling how many rows of ``table`` were dropped for impossible times."""
     return (f"nsys: {count:,} {table} rows dropped: times that no capture records (not integer "
-            f"ns, negative, ending before they start, past 2**62 ns or lasting over a week)")
+            f"ns, {EVENT_TIMES.reason})")
 
 
 def _checked_times(alias: str) -> str:
@@ -903,17 +912,19 @@ def _map_unique(values: pd.Series, func: Callable[[str], str]) -> pd.Series:
     return values.map(dict(zip(uniques, (func(str(value)) for value in uniques), strict=True)))
 
 
-def _export_meta(export: _Export) -> dict[str, object]:
+def _export_meta(export: _Export) -> NsysMeta:
     """Exporter version, export schema and capture facts for Profile.meta."""
     meta_table = next((name for name in _EXPORT_META_TABLES if name in export.tables), None)
     exported = export.name_value(meta_table) if meta_table else {}
     capture = export.name_value(_CAPTURE_META_TABLE)
-    meta: dict[str, object] = {
-        "exporter_version": exported.get("EXPORT_PRODUCT_VERSION"),
-        "export_schema": exported.get("EXPORT_SCHEMA_VERSION"),
-        "export_meta_table": meta_table,
-    }
-    if capture:
-        meta["capture"] = {key: value for key, value in capture.items()
-                           if not key.startswith("PROCESS_0:ENVIRONMENT_VARIABLE")}
-    return meta
+    return NsysMeta(
+        exporter_version=_text_or_none(exported.get("EXPORT_PRODUCT_VERSION")),
+        export_schema=_text_or_none(exported.get("EXPORT_SCHEMA_VERSION")),
+        export_meta_table=meta_table,
+        capture={key: value for key, value in capture.items()
+                 if not key.startswith("PROCESS_0:ENVIRONMENT_VARIABLE")})
+
+
+def _text_or_none(value: object) -> str | None:
+    """A recorded value as text, None when absent."""
+    return None if value is None else str(value)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from profreport.errors import InputError, UnsupportedFormatError
-from profreport.parsers import detect_kind, kineto
+from profreport.parsers import detect_format, kineto
 
 # A CPU-only training loop under torch.profiler with a schedule: 2 skipped steps, then 5 active
 # ones that span a single-process and a two-worker DataLoader, with a gloo all_reduce per
@@ -72,7 +72,7 @@ def test_resnet50_single_process_loader(corpus: Path) -> None:
     """num_workers=0: six ProfilerSteps of ~1049 ms, ~416 ms of it waiting for the DataLoader."""
     profile = kineto.parse(corpus / "kineto" / "resnet50_num_workers_0.pt.trace.json.gz")
     steps, loader = profile.table("steps"), profile.table("dataloader")
-    assert profile.kind == "kineto" and profile.meta["dialect"] == "2021"
+    assert profile.kind == "kineto" and profile.meta.dialect == "2021"
     assert profile.tool_version == "kineto schema 1 (2021 trace format)"
     assert profile.rank is None
     assert steps["number"].tolist() == [5, 6, 7, 8, 9, 10]
@@ -128,8 +128,8 @@ def test_nccl_trace(corpus: Path) -> None:
     """HTA's NCCL trace: rank 0 of 2, NCCL kernels flagged as comm, CPU collectives found."""
     profile = kineto.parse(corpus / "hta" / "nccl_data.json.gz")
     assert profile.rank == 0
-    assert profile.meta["world_size"] == 2 and profile.meta["backend"] == "nccl"
-    assert profile.meta["dialect"] == "current"
+    assert profile.meta.world_size == 2 and profile.meta.backend == "nccl"
+    assert profile.meta.dialect == "current"
     assert profile.tool_version == "kineto schema 1 (current trace format), nccl 2.17.1"
     kernels = profile.table("kernels")
     assert len(kernels) == 2700
@@ -154,10 +154,10 @@ def test_nccl_trace(corpus: Path) -> None:
 
 def test_fresh_cpu_trace(cpu_trace: Path) -> None:
     """This torch's CPU trace: one step per active step, both loaders, gloo collectives."""
-    assert detect_kind(cpu_trace) == "kineto"
+    assert detect_format(cpu_trace).kind == "kineto"
     profile = kineto.parse(cpu_trace)
-    assert profile.rank == 0 and profile.meta["world_size"] == 1
-    assert profile.meta["backend"] == "gloo" and profile.meta["dialect"] == "current"
+    assert profile.rank == 0 and profile.meta.world_size == 1
+    assert profile.meta.backend == "gloo" and profile.meta.dialect == "current"
     steps = profile.table("steps")
     assert len(steps) == ACTIVE_STEPS
     assert steps["number"].diff().dropna().eq(1).all()
@@ -209,7 +209,7 @@ def test_cut_inside_strings_and_exact_times(tmp_path: Path, monkeypatch) -> None
                                                                          "Pinned"]
     assert memcpy["bytes"].iloc[0] == 8000  # 4 GB/s for 2 us
     assert profile.table("threads").to_dict("records") == [{"pid": 1, "tid": 2, "name": "main"}]
-    assert profile.meta["trace_name"] == "tricky"
+    assert profile.meta.trace_name == "tricky"
 
 
 def test_truncated_gzip(cpu_trace: Path, tmp_path: Path) -> None:

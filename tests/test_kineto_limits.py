@@ -79,12 +79,12 @@ def test_bad_values_are_dropped_and_counted(tmp_path: Path) -> None:
                                   distributedInfo="rank 0 of 8"))
     assert profile.table("cpu_ops")["name"].tolist() == ["aten::mm"]
     assert profile.table("memcpy").empty and profile.table("runtime").empty
-    assert profile.meta["dropped_records"] == {
+    assert profile.meta.dropped == {
         "no ts": 1, "no dur": 1, "negative dur": 1, "dur longer than possible": 1,
         "ts outside the possible range": 1, "correlation is not an int64": 1,
         "bytes is not an int64": 1, "name of an unexpected type": 1,
         "ts of an unexpected type": 1, "distributedInfo is not an object": 1}
-    assert profile.rank is None and profile.meta["distributedInfo"] == {}
+    assert profile.rank is None and profile.meta.distributed_info == {}
     assert len(profile.table("steps")) == 1
 
 
@@ -93,8 +93,8 @@ def test_bad_distributed_values(tmp_path: Path) -> None:
     profile = kineto.parse(_write(tmp_path / "dist.json", [_event()],
                                   distributedInfo={"rank": 9, "world_size": 8,
                                                    "backend": ["nccl"]}))
-    assert profile.rank is None and profile.meta["world_size"] == 8
-    assert profile.meta["dropped_records"] == {"distributedInfo.rank is not usable": 1,
+    assert profile.rank is None and profile.meta.world_size == 8
+    assert profile.meta.dropped == {"distributedInfo.rank is not usable": 1,
                                                "distributedInfo.backend is not usable": 1}
 
 

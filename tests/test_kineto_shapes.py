@@ -49,7 +49,7 @@ def test_rocm_hex_streams(tmp_path: Path) -> None:
     assert memcpy[["stream", "kind", "bytes"]].values.tolist() == [[0, "HtoD", 4096]]
     runtime = profile.table("runtime").set_index("correlation")["name"]
     assert runtime[kernels["correlation"].iloc[0]] == "hipLaunchKernel"
-    assert profile.meta["dropped_records"] == {}
+    assert profile.meta.dropped == {}
 
 
 def test_cuda_graph_launch_correlates_every_kernel(tmp_path: Path) -> None:
@@ -87,20 +87,20 @@ def test_nanosecond_timestamps(tmp_path: Path) -> None:
     step, kernel = profile.table("steps").iloc[0], profile.table("kernels").iloc[0]
     assert (step["start"], step["end"]) == (4458676522690655, 4458676522847432)
     assert (kernel["start"], kernel["end"]) == (4458676522700001, 4458676522701000)
-    assert profile.meta["displayTimeUnit"] == "ns" and profile.meta["trace_name"] == "ns.json"
-    assert profile.meta["baseTimeNanoseconds"] == 1711964646000000000
+    assert profile.meta.display_time_unit == "ns" and profile.meta.trace_name == "ns.json"
+    assert profile.meta.base_time_ns == 1711964646000000000
 
 
 def test_no_rank_and_no_distributed_info(tmp_path: Path) -> None:
     """Without distributedInfo, or with one lacking a rank, the rank is unknown (None)."""
     events = [_cpu("ProfilerStep#1", 0, 10, cat="user_annotation")]
     bare = kineto.parse(_trace(tmp_path / "bare.json", events))
-    assert bare.rank is None and bare.meta["distributedInfo"] == {}
-    assert bare.meta["world_size"] is None
+    assert bare.rank is None and bare.meta.distributed_info == {}
+    assert bare.meta.world_size is None
     norank = kineto.parse(_trace(tmp_path / "norank.json", events,
                                  distributedInfo={"backend": "nccl", "world_size": 4}))
-    assert norank.rank is None and norank.meta["world_size"] == 4
-    assert norank.meta["backend"] == "nccl"
+    assert norank.rank is None and norank.meta.world_size == 4
+    assert norank.meta.backend == "nccl"
 
 
 def test_steps_from_optimizer_without_profiler_steps(tmp_path: Path) -> None:
@@ -127,7 +127,7 @@ def test_steps_from_repeated_top_level_op(tmp_path: Path) -> None:
     profile = kineto.parse(_trace(tmp_path / "repeat.json", events))
     steps = profile.table("steps")
     assert steps["origin"].eq("repeated op").all() and len(steps) == 5
-    assert profile.meta["step_span"] == "train_step"
+    assert profile.meta.step_span == "train_step"
     assert steps["start"].tolist() == [(100 + 300 * i) * 1000 for i in range(5)]
     assert steps["end"].iloc[-1] == (100 + 300 * 4 + 250) * 1000
 
@@ -173,17 +173,17 @@ def test_mtia_corpus_trace(corpus: Path) -> None:
     assert len(profile.table("sync")) == 48 + 291
     assert len(profile.table("runtime")) == 823
     assert profile.table("devices")[["device", "name"]].values.tolist() == [[17, "ARTEMIS"]]
-    assert profile.rank is None and profile.meta["distributedInfo"] == {}
+    assert profile.rank is None and profile.meta.distributed_info == {}
     steps = profile.table("steps")
     assert steps["origin"].eq("repeated op").all() and len(steps) > 0
-    assert profile.meta["dropped_records"] == {}
+    assert profile.meta.dropped == {}
 
 
 @pytest.mark.corpus
 def test_rank_not_found_corpus_trace(corpus: Path) -> None:
     """distributedInfo without a rank: rank unknown, one ProfilerStep#1009 of 75.473 ms."""
     profile = kineto.parse(corpus / "hta" / "rank_not_found.json.gz")
-    assert profile.rank is None and profile.meta["backend"] == "nccl"
+    assert profile.rank is None and profile.meta.backend == "nccl"
     steps = profile.table("steps")
     assert steps["number"].tolist() == [1009]
     assert int(steps["end"].iloc[0] - steps["start"].iloc[0]) == 75_473_000
@@ -222,6 +222,6 @@ def test_dataloader_iterator_kind(corpus: Path) -> None:
     """The DataLoader iterator in the trace says whether worker processes were used."""
     w0 = kineto.parse(corpus / "kineto" / "resnet50_num_workers_0.pt.trace.json.gz")
     w4 = kineto.parse(corpus / "kineto" / "resnet50_num_workers_4.pt.trace.json.gz")
-    assert w0.meta["dataloader"]["workers"] == "single-process"
-    assert w4.meta["dataloader"] == {"workers": "multi-process", "multi_process_next_calls": 6,
+    assert w0.meta.dataloader["workers"] == "single-process"
+    assert w4.meta.dataloader == {"workers": "multi-process", "multi_process_next_calls": 6,
                                      "single_process_next_calls": 0}

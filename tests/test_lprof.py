@@ -127,7 +127,7 @@ def test_loader_line_is_flagged_and_carries_the_time(loader_run: tuple[Path, Pat
     assert profile.kind == "lprof"
     assert profile.tool_version == "line_profiler 3.x or 5.1+"
     first = line_of(LOADER_SCRIPT, "@profile")  # a decorated function starts at its decorator
-    assert profile.meta["functions"] == [{"file": str(script), "function": "train",
+    assert profile.meta.functions == [{"file": str(script), "function": "train",
                                           "first_lineno": first, "source_path": str(script),
                                           "source_note": None}]
 
@@ -176,7 +176,7 @@ def test_source_found_beside_the_lprof(tmp_path: Path) -> None:
     shutil.rmtree(tmp_path / "run")
     profile = lprof.parse(moved / path.name)
     assert by_line(profile)[LOADER_LOOP_LINE]["is_dataloader_loop"]
-    assert profile.meta["functions"][0]["source_path"] == str(moved / script.name)
+    assert profile.meta.functions[0]["source_path"] == str(moved / script.name)
 
 
 def test_relative_recorded_path_resolves_beside_the_lprof(tmp_path: Path) -> None:
@@ -184,7 +184,7 @@ def test_relative_recorded_path_resolves_beside_the_lprof(tmp_path: Path) -> Non
     subprocess.run([str(KERNPROF), "-l", "compute.py"], check=True, capture_output=True,
                    timeout=120, cwd=tmp_path)
     profile = lprof.parse(tmp_path / "compute.py.lprof")
-    assert profile.meta["functions"][0]["file"] == "compute.py"
+    assert profile.meta.functions[0]["file"] == "compute.py"
     assert by_line(profile)[4]["source"] == "    for row in rows:"
 
 
@@ -192,7 +192,7 @@ def test_profile_of_no_function_has_an_empty_table(tmp_path: Path) -> None:
     path = tmp_path / "empty.lprof"
     path.write_bytes(pickle.dumps(LineStats({}, 1e-9), protocol=5))
     profile = lprof.parse(path)
-    assert profile.table("lines").empty and profile.meta["functions"] == []
+    assert profile.table("lines").empty and profile.meta.functions == []
     assert profile.table("lines")["time_ns"].dtype == "int64"
 
 
@@ -205,13 +205,13 @@ def test_source_found_under_source_root_then_nowhere(tmp_path: Path) -> None:
     shutil.move(script, root / "pkg" / script.name)
     assert lprof.parse(path).table("lines")["source"].isna().all()
     found = lprof.parse(path, source_root=root)
-    assert found.meta["functions"][0]["source_path"] == str(root / "pkg" / script.name)
+    assert found.meta.functions[0]["source_path"] == str(root / "pkg" / script.name)
     assert by_line(found)[LOADER_LOOP_LINE]["is_dataloader_loop"]
     shutil.rmtree(root)
     gone = lprof.parse(path, source_root=tmp_path)
     assert gone.table("lines")["source"].tolist() == [None] * 4
     # Without the source the loop is still found, from the hit counts (see the tests below).
-    assert gone.meta["loop"]["evidence"] == "hit counts"
+    assert gone.meta.loop["evidence"] == "hit counts"
     assert gone.table("lines")["hits"].tolist() == [1, LOADER_BATCHES + 1, LOADER_BATCHES, 1]
 
 
@@ -223,7 +223,7 @@ def test_line_profiler_4_file_is_read(tmp_path: Path) -> None:
     _, path = profiled(tmp_path, "train_loop", LOADER_SCRIPT, Path(kernprof4))
     profile = lprof.parse(path)
     assert profile.tool_version == "line_profiler 4.x/5.0"
-    assert profile.meta["class_path"] == "line_profiler._line_profiler.LineStats"
+    assert profile.meta.class_path == "line_profiler._line_profiler.LineStats"
     loop = by_line(profile)[LOADER_LOOP_LINE]
     assert loop["is_dataloader_loop"] and loop["hits"] == LOADER_BATCHES + 1
 
@@ -356,9 +356,9 @@ def test_sources_outside_the_allowed_folders_are_never_read(tmp_path: Path,
     lines = profile.table("lines")
     assert lines["source"].isna().all()
     assert lines["hits"].tolist() == [1, 6, 5, 1]
-    (note,) = profile.meta["notes"]
+    (note,) = profile.meta.notes
     assert note.startswith("source of train (") and "not shown: " in note
-    assert profile.meta["functions"][0]["source_path"] is None
+    assert profile.meta.functions[0]["source_path"] is None
 
 
 def test_source_reasons_say_why(tmp_path: Path) -> None:
@@ -366,7 +366,7 @@ def test_source_reasons_say_why(tmp_path: Path) -> None:
              "/proc/self/environ": "system folders", "nowhere.py": "--source-root"}
     for recorded, reason in cases.items():
         profile = lprof.parse(stats_file(tmp_path / "r" / "x.lprof", one_function(recorded)))
-        assert reason in profile.meta["notes"][0], recorded
+        assert reason in profile.meta.notes[0], recorded
 
 
 def test_source_in_the_run_folder_is_shown(tmp_path: Path) -> None:
@@ -377,14 +377,14 @@ def test_source_in_the_run_folder_is_shown(tmp_path: Path) -> None:
     path = stats_file(run / "rank0" / "x.lprof", one_function(str(run / "train.py")))
     profile = lprof.parse(path)
     assert by_line(profile)[4]["source"] == "    for row in rows:"
-    assert profile.meta["notes"] == []
+    assert profile.meta.notes == []
 
 
 def test_a_huge_file_name_is_read_and_elided_in_notes(tmp_path: Path) -> None:
     name = "/" + "a" * 100_000 + ".py"
     profile = lprof.parse(stats_file(tmp_path / "x.lprof", one_function(name)))
     assert profile.table("lines")["file"].iloc[0] == name  # the table keeps the full name
-    assert len(profile.meta["notes"][0]) < 1000
+    assert len(profile.meta.notes[0]) < 1000
 
 
 def test_a_huge_file_name_in_a_bad_file_gives_a_short_error(tmp_path: Path) -> None:
@@ -411,7 +411,7 @@ def test_loader_loop_found_from_hit_counts_alone(loader_run: tuple[Path, Path]) 
     assert all(row["source"] is None for row in lines.values())
     assert [n for n, row in lines.items() if row["is_loop_header"]] == [LOADER_LOOP_LINE]
     assert [n for n, row in lines.items() if row["is_dataloader_loop"]] == [LOADER_LOOP_LINE]
-    loop = profile.meta["loop"]
+    loop = profile.meta.loop
     assert loop["lineno"] == LOADER_LOOP_LINE and loop["function"] == "train"
     assert (loop["iterations"], loop["entries"], loop["ended_by_break"]) == (LOADER_BATCHES, 1,
                                                                              False)
@@ -424,12 +424,12 @@ def test_compute_loop_found_from_hit_counts_is_no_loader(compute_run: tuple[Path
     lines = by_line(profile)
     assert [n for n, row in lines.items() if row["is_loop_header"]] == [4]
     assert not profile.table("lines")["is_dataloader_loop"].any()
-    loop = profile.meta["loop"]
+    loop = profile.meta.loop
     assert (loop["lineno"], loop["iterations"], loop["dataloader"]) == (4, COMPUTE_ROWS, False)
     assert loop["confidence"] == "none"  # small header time, "compute" says nothing of training
     with_source = lprof.parse(compute_run[1], source_root=compute_run[0].parent)
-    assert with_source.meta["loop"]["evidence"] == "source"
-    assert with_source.meta["loop"]["confidence"] == "high"
+    assert with_source.meta.loop["evidence"] == "source"
+    assert with_source.meta.loop["confidence"] == "high"
 
 
 def test_loop_header_of_a_function_called_several_times(tmp_path: Path) -> None:
@@ -439,7 +439,7 @@ def test_loop_header_of_a_function_called_several_times(tmp_path: Path) -> None:
     profile = lprof.parse(stats_file(tmp_path / "x.lprof", timings))
     assert profile.table("lines")["is_loop_header"].tolist() == [False, True, False, False,
                                                                  False]
-    loop = profile.meta["loop"]
+    loop = profile.meta.loop
     assert (loop["lineno"], loop["entries"], loop["iterations"]) == (3, 3, 12)
     assert loop["dataloader"] and loop["body_ns"] == 1300 and loop["confidence"] == "medium"
 
@@ -451,7 +451,7 @@ def test_loop_left_by_break_is_found(tmp_path: Path) -> None:
     profile = lprof.parse(stats_file(tmp_path / "x.lprof", timings))
     assert profile.table("lines")["is_loop_header"].tolist() == [False, True, False, False,
                                                                  False, False]
-    loop = profile.meta["loop"]
+    loop = profile.meta.loop
     assert loop["ended_by_break"] and loop["iterations"] == 6
     # The body's line 4 outweighs the header: only the name says "training loop".
     assert loop["dataloader"] and loop["confidence"] == "low"
@@ -459,8 +459,8 @@ def test_loop_left_by_break_is_found(tmp_path: Path) -> None:
 
 
 def test_runner_fixture_loops_found_without_source(fixtures_dir: Path) -> None:
-    loader = lprof.parse(fixtures_dir / "loader_heavy" / "train.lprof").meta["loop"]
-    compute = lprof.parse(fixtures_dir / "compute_heavy" / "train.lprof").meta["loop"]
+    loader = lprof.parse(fixtures_dir / "loader_heavy" / "train.lprof").meta.loop
+    compute = lprof.parse(fixtures_dir / "compute_heavy" / "train.lprof").meta.loop
     assert loader["function"] == compute["function"] == "train"
     assert loader["lineno"] == compute["lineno"] and loader["ended_by_break"]
     assert loader["header_is_largest"] and not compute["header_is_largest"]

@@ -111,8 +111,8 @@ def test_version_devices_runtime_and_sync(profiles: dict[str, Profile]) -> None:
     profile = profiles["sc22_4gpu_baseline"]
     assert profile.kind == "nsys"
     assert profile.tool_version == "2022.4.2.1"
-    assert profile.meta["export_schema"] == "3.0.0"
-    assert profile.meta["export_meta_table"] == "EXPORT_META_DATA"
+    assert profile.meta.export_schema == "3.0.0"
+    assert profile.meta.export_meta_table == "EXPORT_META_DATA"
     devices = profile.table("devices")
     assert devices["device"].tolist() == [0, 1, 2, 3]
     assert set(devices["name"]) == {A100}
@@ -156,14 +156,14 @@ def test_report_from_read_only_folder_is_exported_once(reports: dict[str, Path],
     cache = tmp_path / "cache"
     try:
         first = nsys.parse(report, cache_dir=cache)
-        exported = Path(first.meta["export_path"])
+        exported = Path(first.meta.export_path)
         stamp = exported.stat().st_mtime_ns
         second = nsys.parse(report, cache_dir=cache)
     finally:
         folder.chmod(0o755)
     assert sorted(path.name for path in folder.iterdir()) == [report.name]
     assert [path.name for path in cache.iterdir()] == [exported.name]
-    assert second.meta["export_path"] == str(exported)
+    assert second.meta.export_path == str(exported)
     assert exported.stat().st_mtime_ns == stamp
     assert len(second.table("kernels")) == 22564
 
@@ -253,7 +253,7 @@ def test_newer_nsys_export_gives_the_same_tables(stem: str, profiles: dict[str, 
     newer = nsys.parse(Path(folder) / f"{stem}.sqlite")
     older = profiles[stem]
     assert newer.tool_version != older.tool_version
-    assert newer.meta["export_schema"] != older.meta["export_schema"]
+    assert newer.meta.export_schema != older.meta.export_schema
     assert set(newer.tables) == set(older.tables)
     for name, table in older.tables.items():
         pd.testing.assert_frame_equal(_sorted(newer.table(name)), _sorted(table))
@@ -290,7 +290,7 @@ def test_impossible_times_are_dropped_and_counted(exports: dict[str, Path],
                                                   tmp_path: Path) -> None:
     original = profiles["sc22_4gpu_baseline"]
     hostile = nsys.parse(_hostile_copy(exports, tmp_path))
-    assert hostile.meta["dropped"] == {"kernels": 5, "memcpy": 1, "runtime": 1, "sync": 1,
+    assert hostile.meta.dropped == {"kernels": 5, "memcpy": 1, "runtime": 1, "sync": 1,
                                        "ranges": 1}
     assert len(hostile.table("kernels")) == len(original.table("kernels")) - 5
     assert len(hostile.table("runtime")) == len(original.table("runtime")) - 1
@@ -300,8 +300,8 @@ def test_impossible_times_are_dropped_and_counted(exports: dict[str, Path],
         table = hostile.table(name)
         assert (table["end"] >= table["start"]).all() and (table["start"] >= 0).all()
         assert table["end"].max() <= original.table(name)["end"].max()
-    assert any("5 kernels rows dropped" in note for note in hostile.meta["notes"])
-    assert original.meta["dropped"] == {} and original.meta["notes"] == []
+    assert any("5 kernels rows dropped" in note for note in hostile.meta.notes)
+    assert original.meta.dropped == {} and original.meta.notes == []
 
 
 def test_impossible_times_never_give_impossible_fractions(exports: dict[str, Path],
@@ -374,7 +374,7 @@ def test_page_reader_drops_what_sql_drops(exports: dict[str, Path], tmp_path: Pa
     native = nsys.parse(path)
     monkeypatch.setattr(nsys, "NATIVE_READER", False)
     through_sql = nsys.parse(path)
-    assert native.meta["dropped"] == through_sql.meta["dropped"]
+    assert native.meta.dropped == through_sql.meta.dropped
     for name in ("kernels", "runtime", "memcpy", "memset", "sync", "steps"):
         pd.testing.assert_frame_equal(native.table(name), through_sql.table(name))
 

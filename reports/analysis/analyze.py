@@ -18,7 +18,12 @@ from profreport.executors import Executor, ExecutorOptions, open_executor
 from profreport.inputs import check_regular_file, resolve_inside
 from profreport.manifest import MANIFEST_NAME, Manifest, read_manifest
 from profreport.model import Profile
-from profreport.parsers import NSYS_REPORT_SUFFIXES, ParseOptions
+from profreport.parsers import (
+    NSYS_REPORT_SUFFIXES,
+    PROFILE_SUFFIXES,
+    ParseOptions,
+    is_profile,
+)
 from profreport.progress import ReadProgress
 from profreport.reports.analysis.compare import compare_runs
 from profreport.reports.analysis.findings import (
@@ -43,11 +48,9 @@ from profreport.reports.analysis.results import JobAnalysis, Report, RunAnalysis
 from profreport.reports.analysis.scaling import run_world_size, scaling_studies
 from profreport.reports.analysis.timeline import build_timeline
 
-#: Name endings of the profiles a folder is searched for (longest first, to strip run names).
-PROFILE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json", ".nsys-rep",
-                    ".qdrep", ".sqlite", ".lprof")
-#: JSON files in a run folder that are not traces: the manifest, profreport's own report, and the
-#: runner's launch configs and plain-run result (runner/orchestrate.py CONFIG_NAME, RESULT_NAME).
+#: profreport's own JSON files in a run folder, never read as traces: the manifest, its report,
+#: the runner's launch configs and plain-run result (runner/orchestrate.py CONFIG_NAME,
+#: RESULT_NAME); any other JSON file is read only when the registry recognises a trace in it.
 NOT_TRACES = (MANIFEST_NAME, "report.json", "train_config.*.json", "plain_result.json")
 #: Folders never searched: hidden ones, caches, environments.
 SKIPPED_DIRS = frozenset({"__pycache__", "node_modules", ".venv", "venv", ".git"})
@@ -89,8 +92,8 @@ def find_profiles(folder: Path) -> list[Path]:
     Anything but a folder counts, so a FIFO or a broken link named like a profile gets its own
     failure line when it is read, instead of being skipped without a word."""
     found = sorted(p for p in folder.rglob("*") if not p.is_dir() and _searched(folder, p)
-                   and p.name.endswith(PROFILE_SUFFIXES)
-                   and not any(fnmatch.fnmatchcase(p.name, name) for name in NOT_TRACES))
+                   and not any(fnmatch.fnmatchcase(p.name, name) for name in NOT_TRACES)
+                   and is_profile(p))
     reports = {run_name(p) for p in found if p.name.endswith(NSYS_REPORT_SUFFIXES)}
     return [p for p in found if not (p.suffix == ".sqlite" and run_name(p) in reports)]
 
@@ -177,16 +180,10 @@ def _notes(manifest: Manifest | None) -> list[str]:
 
 
 def source_notes(profiles: list[Profile]) -> list[str]:
-    """What the parsers say they left out of each file: records dropped for impossible values,
-    sources not shown (``meta["notes"]``, ``meta["dropped_records"]``)."""
-    notes: list[str] = []
-    for profile in profiles:
-        name = Path(profile.path).name
-        notes += [f"{name}: {note}" for note in profile.meta.get("notes") or ()]
-        dropped = profile.meta.get("dropped_records") or {}
-        notes += [f"{name}: {count:,} records dropped: {reason}"
-                  for reason, count in sorted(dropped.items()) if count]
-    return notes
+    """What the parsers say they left out of each file (``meta.notes``): records dropped for
+    impossible values, sources not shown."""
+    return [f"{Path(profile.path).name}: {note}" for profile in profiles
+            for note in profile.meta.notes]
 
 
 def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,

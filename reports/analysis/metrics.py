@@ -28,7 +28,7 @@ import pandas as pd
 
 from profreport import concepts
 from profreport.manifest import Manifest
-from profreport.model import Profile
+from profreport.model import LprofMeta, Profile
 from profreport.reports.analysis.breakdown import cpu_breakdown, cpu_phases
 from profreport.reports.analysis.comm import cpu_comm_stats, gpu_comm_stats
 from profreport.reports.analysis.cpu import cpu_op_mix, framework_ops, top_ops
@@ -186,9 +186,8 @@ def first_recorded_ns(profile: Profile) -> int | None:
     """The file's time zero in its viewer: the one its parser states (nsys: the session start),
     else the earliest start any table records (Perfetto's zero for a Kineto trace); None for a
     profile without times (line_profiler)."""
-    stated = profile.meta.get("time_zero_ns")
-    if isinstance(stated, int):
-        return stated
+    if profile.meta.time_zero_ns is not None:
+        return profile.meta.time_zero_ns
     starts = [int(table["start"].min()) for table in profile.tables.values()
               if "start" in table.columns and not table.empty]
     return min(starts) if starts else None
@@ -257,7 +256,8 @@ def _add_lprof_metrics(metrics: RunMetrics, lines: pd.DataFrame,
     metrics.loop_line = loop_line(lines)
     metrics.loop_identification = next(
         (found for p in profiles if p.kind == "lprof"
-         and (found := loop_identification(p.meta.get("loop"))) is not None), None)
+         and isinstance(p.meta, LprofMeta)
+         and (found := loop_identification(p.meta.loop)) is not None), None)
     metrics.listings = function_listings(lines)
     steps = lprof_step_stats(lines)
     fraction = lprof_dataloader_fraction(lines)

@@ -103,8 +103,7 @@ def summarize(profile: Profile, with_verdict: bool = True) -> RankSummary:
                           tool_version=profile.tool_version, rank=profile.rank),
         preference=preference(profile), has_gpu_events=has_gpu_events(profile),
         step_stats=step_stats(windows) if windows is not None else None,
-        world_size=world_size if isinstance(world_size := profile.meta.get("world_size"), int)
-        else None, distributed=bool(profile.meta.get("distributedInfo")),
+        world_size=profile.meta.world_size, distributed=profile.meta.distributed,
         dataparallel_ops=dataparallel_ops(profile), ddp_forward_calls=ddp_forward_calls(profile),
         memory=list(memory.devices) if memory is not None else [],
         verdict=rank_verdict(profile) if with_verdict else None)
