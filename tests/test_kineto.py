@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from profreport.errors import InputError, UnsupportedFormatError
-from profreport.parsers import detect_format, kineto
+from profreport.parsers import detect_format, kineto, kineto_stream
 
 # A CPU-only training loop under torch.profiler with a schedule: 2 skipped steps, then 5 active
 # ones that span a single-process and a two-worker DataLoader, with a gloo all_reduce per
@@ -176,9 +176,9 @@ def test_fresh_cpu_trace(cpu_trace: Path) -> None:
 def test_small_batches_give_the_same_tables(cpu_trace: Path, monkeypatch) -> None:
     """Cutting the event array into many tiny batches changes nothing in the tables."""
     whole = kineto.parse(cpu_trace)
-    monkeypatch.setattr(kineto, "READ_CHUNK", 3000)
-    monkeypatch.setattr(kineto, "BATCH_BYTES", 5000)
-    monkeypatch.setattr(kineto, "CUT_WINDOW", 256)
+    monkeypatch.setattr(kineto_stream, "READ_CHUNK", 3000)
+    monkeypatch.setattr(kineto_stream, "BATCH_BYTES", 5000)
+    monkeypatch.setattr(kineto_stream, "CUT_WINDOW", 256)
     pieces = kineto.parse(cpu_trace)
     for name, table in whole.tables.items():
         assert table.equals(pieces.tables[name]), name
@@ -196,8 +196,8 @@ def test_cut_inside_strings_and_exact_times(tmp_path: Path, monkeypatch) -> None
         {"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "args": {"name": "main"}},
     ] * 50
     path = _write_trace(tmp_path / "tricky.json", events, traceName="tricky")
-    monkeypatch.setattr(kineto, "READ_CHUNK", 700)
-    monkeypatch.setattr(kineto, "BATCH_BYTES", 900)
+    monkeypatch.setattr(kineto_stream, "READ_CHUNK", 700)
+    monkeypatch.setattr(kineto_stream, "BATCH_BYTES", 900)
     profile = kineto.parse(path)
     ops = profile.table("cpu_ops")
     assert len(ops) == 50 and set(ops["name"]) == {tricky}

@@ -15,7 +15,7 @@ import pytest
 
 from profreport.errors import InputError
 from profreport.inputs import Limit
-from profreport.parsers import kineto
+from profreport.parsers import kineto, kineto_columns, kineto_stream
 
 # Seconds a hostile input may take before the test fails: linear parsing needs a few; the
 # quadratic or unbounded behaviour these inputs provoke took minutes.
@@ -158,14 +158,14 @@ def test_long_name_is_refused(tmp_path: Path) -> None:
 
 def test_event_count_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """More events than the limit: refused with the limit's reason."""
-    monkeypatch.setattr(kineto, "MAX_EVENTS", Limit("events", 10, "a test limit"))
+    monkeypatch.setattr(kineto_columns, "MAX_EVENTS", Limit("events", 10, "a test limit"))
     with pytest.raises(InputError, match=r"too large: 20 events .*\(a test limit\)"):
         kineto.parse(_write(tmp_path / "many.json", [_event()] * 20))
 
 
 def test_decompression_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A gzip that expands past its allowance is refused as a decompression bomb."""
-    monkeypatch.setattr(kineto, "decompressed_limit", lambda compressed: MB)
+    monkeypatch.setattr(kineto_stream, "decompressed_limit", lambda compressed: MB)
     path = tmp_path / "big.json.gz"
     with gzip.open(path, "wt") as handle:
         json.dump({"traceEvents": [_event(ts=i) for i in range(20_000)]}, handle)
@@ -191,10 +191,10 @@ def test_parallel_ranges_match_sequential(tmp_path: Path,
     path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events,
                                 "traceName": "plain"}, indent=1))
     sequential = kineto.parse(path)
-    monkeypatch.setattr(kineto, "PARALLEL_MIN_BYTES", path.stat().st_size // 3)
-    monkeypatch.setattr(kineto, "SPLIT_PROBE_BYTES", 4096)
-    assert len(kineto._parallel_ranges(path, 30, path.stat().st_size)) >= 2 or (
-        len(kineto.os.sched_getaffinity(0)) < 2)
+    monkeypatch.setattr(kineto_stream, "PARALLEL_MIN_BYTES", path.stat().st_size // 3)
+    monkeypatch.setattr(kineto_stream, "SPLIT_PROBE_BYTES", 4096)
+    assert len(kineto_stream._parallel_ranges(path, 30, path.stat().st_size)) >= 2 or (
+        len(kineto_stream.os.sched_getaffinity(0)) < 2)
     parallel = kineto.parse(path)
     for name, table in sequential.tables.items():
         assert table.equals(parallel.tables[name]), name

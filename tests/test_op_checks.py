@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from profreport.model import Profile
-from profreport.parsers import kineto, nsys
+from profreport.parsers import kineto, kineto_stream, nsys
 from profreport.reports.analysis.findings import RunContext, find_all
 from profreport.reports.analysis.metrics import compute_run_metrics
 from profreport.reports.analysis.results import Finding
@@ -505,8 +505,8 @@ def test_op_inputs_are_the_same_when_decoded_in_parallel(tmp_path: Path,
         for i in range(60)]
     path.write_text(json.dumps(document, indent=1))
     sequential = kineto.parse(path).table("op_inputs")
-    monkeypatch.setattr(kineto, "PARALLEL_MIN_BYTES", path.stat().st_size // 3)
-    monkeypatch.setattr(kineto, "SPLIT_PROBE_BYTES", 4096)
+    monkeypatch.setattr(kineto_stream, "PARALLEL_MIN_BYTES", path.stat().st_size // 3)
+    monkeypatch.setattr(kineto_stream, "SPLIT_PROBE_BYTES", 4096)
     parallel = kineto.parse(path).table("op_inputs")
     assert sequential.equals(parallel) and len(parallel) == 3 * 60 + 60
     assert parallel["input_dims"].iloc[-1] == (((2, 3), (4,)), (4,))

@@ -1,0 +1,652 @@
+"""Kineto events decoded into columns: typed msgspec structs, interned symbols, checked values.
+
+A batch of trace events (decoded by :mod:`parsers.kineto_stream`) becomes numpy columns: names,
+categories and thread ids interned to integer ids, times in int64 ns, ids and sizes checked to fit
+int64; an event with an impossible value is dropped and counted by reason. ``[memory]`` instant
+events and the inputs of checked operators are kept in their own columns. What the columns mean
+(which table, which step) is :mod:`parsers.kineto`'s business.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from itertools import compress
+from operator import attrgetter
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import pandas as pd
+
+from profreport import concepts
+from profreport.inputs import EVENT_TIMES, MAX_EVENTS, MAX_NAME_CHARS, Limit
+from profreport.model import conform, empty_table
+
+# Largest value an id or a byte count may have to fit an int64 column.
+_INT64_MAX = (1 << 63) - 1
+
+#: Event categories (lower-cased) of each table, for every dialect and vendor.
+CPU_OP_CATS = frozenset({"cpu_op", "operator"})
+KERNEL_CATS = frozenset({"kernel"})
+MEMCPY_CATS = frozenset({"gpu_memcpy", "memcpy"})
+MEMSET_CATS = frozenset({"gpu_memset", "memset"})
+SYNC_CATS = frozenset({"cuda_sync"})
+#: Host-side API calls into an accelerator's runtime or driver (CUDA, HIP, MTIA, XPU, others).
+RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "runtime", "mtia_runtime",
+                          "xpu_runtime", "xpu_driver", "privateuse1_runtime",
+                          "privateuse1_driver", "glow_runtime"})
+#: Device work of accelerators that record it under their own category (MTIA's command processor).
+ACCELERATOR_CATS = frozenset({"mtia_ccp_events"})
+#: Categories whose events carry device, stream, correlation or size (device work, API calls).
+DETAILED_CATS = (KERNEL_CATS | MEMCPY_CATS | MEMSET_CATS | SYNC_CATS | RUNTIME_CATS
+                 | ACCELERATOR_CATS)
+ANNOTATION_CATS = frozenset({"user_annotation"})
+PYTHON_CATS = frozenset({"python_function"})
+#: Name of the instant events that record one allocation or release of the framework allocator.
+MEMORY_EVENT_NAME = "[memory]"
+#: c10::DeviceType codes of a memory event's ``Device Type`` (c10/core/DeviceType.h).
+DEVICE_TYPE_NAMES = {0: "cpu", 1: "cuda", 6: "hip", 12: "xpu", 13: "mps", 19: "mtia"}
+
+
+_NO_RAW = msgspec.Raw()
+
+
+class _Args(msgspec.Struct, gc=False, frozen=True):
+    """The ``args`` fields the analysis reads; every other key is skipped while decoding.
+
+    Ids and sizes are typed loosely (ROCm writes stream ids as hex strings, other writers may
+    put anything there) and checked when they become columns.
+    """
+
+    device: Any = -1
+    stream: Any = -1
+    stream_id: Any = -1
+    correlation: Any = -1
+    bytes: Any = -1
+    size: Any = -1
+    bandwidth: Any = msgspec.field(default=-1.0, name="memory bandwidth (GB/s)")
+    sync_kind: Any = msgspec.field(default=None, name="cuda_sync_kind")
+    direction: Any = None
+    name: Any = None
+    # Memory events' fields, typed loosely: other events may reuse these keys for other values.
+    device_type: Any = msgspec.field(default=None, name="Device Type")
+    device_id: Any = msgspec.field(default=None, name="Device Id")
+    memory_bytes: Any = msgspec.field(default=None, name="Bytes")
+    total_allocated: Any = msgspec.field(default=None, name="Total Allocated")
+    total_reserved: Any = msgspec.field(default=None, name="Total Reserved")
+    addr: Any = msgspec.field(default=None, name="Addr")
+    # Operators' inputs (``record_shapes=True``), kept as raw JSON text: decoded only for the
+    # operators the op_inputs table holds, once per distinct text.
+    input_types: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input type")
+    input_dims: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input Dims")
+
+
+_NO_ARGS = _Args()
+
+
+class Event(msgspec.Struct, gc=False):
+    """One trace event, reduced to the fields the analysis reads."""
+
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    pid: int | str = -1
+    tid: int | str = -1
+    ts: float = float("nan")
+    dur: float = float("nan")
+    id: Any = None
+    args: _Args = _NO_ARGS
+# Field getters that run at C speed over a batch (``map``), instead of a Python loop per field.
+_PHASE, _CAT, _NAME = attrgetter("ph"), attrgetter("cat"), attrgetter("name")
+_PID, _TID, _TS, _DUR = attrgetter("pid"), attrgetter("tid"), attrgetter("ts"), attrgetter("dur")
+_ARGS, _DEVICE = attrgetter("args"), attrgetter("device")
+_CORRELATION, _BANDWIDTH = attrgetter("correlation"), attrgetter("bandwidth")
+_BYTES, _SIZE = attrgetter("bytes"), attrgetter("size")
+_STREAM, _STREAM_ID = attrgetter("stream"), attrgetter("stream_id")
+_SYNC_KIND, _DIRECTION = attrgetter("sync_kind"), attrgetter("direction")
+_FLOW_ID = attrgetter("id")
+# Category of the flows that link a launch to the device work it started.
+_LAUNCH_FLOW = "ac2g"
+
+
+class _Ids(dict):  # type: ignore[type-arg]
+    """A dict from value to dense id that gives an unseen value the next id on lookup."""
+
+    limit: Limit | None = None
+    path: Path | None = None
+
+    def __missing__(self, value: Any) -> int:
+        """Add ``value`` (checked against the length limit) with the next id."""
+        if self.limit is not None:
+            self.limit.check(len(str(value)), self.path)
+        self[value] = number = len(self)
+        return number
+
+
+class Symbols:
+    """Interns values (names, categories, thread ids) to dense integer ids."""
+
+    def __init__(self, limit: Limit | None = None, path: Path | None = None) -> None:
+        self._ids = _Ids()
+        self._ids.limit, self._ids.path = limit, path
+
+    def ids(self, values: Iterable[Any], count: int) -> np.ndarray:
+        """The id of each of ``count`` values, adding unseen values to the table."""
+        return np.fromiter(map(self._ids.__getitem__, values), np.int32, count=count)
+
+    def remap(self, other: Symbols) -> np.ndarray:
+        """For each id of ``other``, the id of the same value here (added when unseen)."""
+        return self.ids(other._ids, len(other._ids))
+
+    def values(self) -> np.ndarray:
+        """Every interned value, indexed by id (an object array)."""
+        out = np.empty(len(self._ids), dtype=object)
+        out[:] = list(self._ids)
+        return out
+
+    def lookup(self, wanted: frozenset[str]) -> np.ndarray:
+        """Ids of the interned values whose lower-cased text is in ``wanted``."""
+        return np.array([i for v, i in self._ids.items() if str(v).lower() in wanted], np.int32)
+
+
+#: Columns of the complete-duration ("X") events and the symbol table each id column uses.
+_SYMBOL_COLUMNS = {"cat": "cats", "name": "names", "pid": "threads", "tid": "threads",
+                   "detail": "details"}
+
+
+@dataclass
+class Columns:
+    """The complete-duration ("X") events of a trace, one numpy array per field."""
+
+    cat: np.ndarray
+    name: np.ndarray
+    pid: np.ndarray
+    tid: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    device: np.ndarray
+    stream: np.ndarray
+    correlation: np.ndarray
+    bytes: np.ndarray
+    detail: np.ndarray
+
+    def take(self, mask: np.ndarray) -> Columns:
+        """The rows where ``mask`` holds."""
+        count = int(mask.sum())
+        return Columns(**{key: _fill(value[0] if len(value) else -1, count)
+                           if value.strides == (0,) else value[mask]
+                           for key, value in vars(self).items()})
+
+    def __len__(self) -> int:
+        """The number of rows."""
+        return len(self.start)
+
+
+#: The columns every complete event fills; the others (``_DETAIL_COLUMNS``) only events of
+#: ``DETAILED_CATS`` fill, and the other events' rows read -1 there without storing it.
+_PLAIN_COLUMNS = ("cat", "name", "pid", "tid", "start", "end")
+_DETAIL_COLUMNS = ("device", "stream", "correlation", "bytes", "detail")
+_ID_COLUMNS = frozenset({"cat", "name", "pid", "tid", "detail"})
+
+
+def _fill(value: int, count: int) -> np.ndarray:
+    """A read-only column of ``count`` copies of ``value`` that takes no memory."""
+    return np.broadcast_to(np.int64(value), (count,))
+
+
+def _stack(parts: list[dict[str, np.ndarray]], columns: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """The batches' columns joined, one column at a time, freeing each batch's copy as it goes."""
+    out = {}
+    for key in columns:
+        dtype = np.int32 if key in _ID_COLUMNS else np.int64
+        out[key] = (np.concatenate([part.pop(key) for part in parts]) if parts
+                    else np.empty(0, dtype))
+    parts.clear()
+    return out
+
+
+def _integers(values: list[Any], absent: int = -1) -> tuple[np.ndarray, np.ndarray]:
+    """Integer field values as int64 (``absent`` where missing) and where a value was unusable.
+
+    Ints in [0, 2^63) are taken as they are, strings as decimal or hex (``"0x1f"``); anything
+    else (a float, a bool, a number >= 2^63, text that is no number) is unusable.
+    """
+    try:
+        column = np.array(values)
+    except (TypeError, ValueError, OverflowError):
+        column = np.empty(0, dtype=object)
+    if len(column) == len(values) and column.dtype.kind == "i" and (
+            not len(column) or column.min() >= -1):
+        return column.astype(np.int64), np.zeros(len(column), dtype=bool)
+    parsed = [checked_int(v) for v in values]
+    bad = np.array([p is None and v != absent for p, v in zip(parsed, values, strict=True)],
+                   dtype=bool)
+    return np.array([absent if p is None else p for p in parsed], dtype=np.int64), bad
+
+
+def _ids_and_sizes(args: list[_Args]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Each event's correlation id and where it is unusable; its byte count (``bytes``, else
+    ``size``) and where that is unusable."""
+    correlation, bad_correlation = _integers(list(map(_CORRELATION, args)))
+    copied, bad_bytes = _first_present(_integers(list(map(_BYTES, args))),
+                                       _integers(list(map(_SIZE, args))))
+    return correlation, bad_correlation, copied, bad_bytes
+
+
+def _spread(values: np.ndarray, where: np.ndarray, fill: Any) -> np.ndarray:
+    """A column as long as ``where``: ``values`` in order where it holds, ``fill`` elsewhere."""
+    out = np.full(len(where), fill, dtype=values.dtype)
+    out[where] = values
+    return out
+
+
+def _first_present(first: tuple[np.ndarray, np.ndarray],
+                   second: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Values and unusable flags of a field, taken from ``second`` where ``first`` is absent."""
+    use_second = (first[0] == -1) & ~first[1]
+    return (np.where(use_second, second[0], first[0]),
+            np.where(use_second, second[1], first[1]))
+
+
+def checked_int(value: Any) -> int | None:
+    """One id or size: a non-negative int64, from an int or a decimal/hex string; else None."""
+    if isinstance(value, str):
+        try:
+            value = int(value.strip(), 0)
+        except ValueError:
+            return None
+    if type(value) is not int or not 0 <= value <= _INT64_MAX:
+        return None
+    return value
+
+
+def _floats(values: list[Any]) -> np.ndarray:
+    """Float field values; NaN where a value is not a number."""
+    try:
+        return np.array(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        return np.array([v if isinstance(v, (int, float)) and not isinstance(v, bool)
+                         else np.nan for v in values], dtype=np.float64)
+
+
+class ColumnBuilder:
+    """Turns batches of decoded events into checked columns, keeping metadata events aside."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.names = Symbols(MAX_NAME_CHARS, path)
+        self.phases = Symbols()
+        self.cats = Symbols()
+        self.threads = Symbols()
+        self.details = Symbols()
+        self.metadata: list[Event] = []
+        self.memory = _MemoryEvents()
+        self.op_inputs = _OpInputs()
+        self.dropped: Counter[str] = Counter()
+        self.events = 0
+        self._plain: list[dict[str, np.ndarray]] = []
+        self._detailed: list[dict[str, np.ndarray]] = []
+        self._flows: list[dict[str, np.ndarray]] = []
+
+    def add(self, events: list[Event]) -> None:
+        """Append one batch: "X" events become columns, "M" events are kept as they are."""
+        self.events += len(events)
+        MAX_EVENTS.check(self.events, self.path)
+        phase = self.phases.ids(map(_PHASE, events), len(events))
+        spans = list(compress(events, phase == self.phases.ids(["X"], 1)[0]))
+        for kind, keep in (("M", self.metadata.extend), ("f", self._add_flows),
+                           ("i", self._add_instants)):
+            found = phase == self.phases.ids([kind], 1)[0]
+            if found.any():
+                keep(list(compress(events, found)))
+        if spans:
+            self._add_spans(spans)
+
+    def _add_instants(self, instants: list[Event]) -> None:
+        """Keep the ``[memory]`` instant events whose time is possible (the others counted)."""
+        memory = [e for e in instants if e.name == MEMORY_EVENT_NAME]
+        if memory:
+            possible = _possible_times(np.fromiter(map(_TS, memory), np.float64, len(memory)))
+            self._drop(~possible, "memory event time outside the possible range")
+            self.memory.add(list(compress(memory, possible)))
+
+    def _add_spans(self, spans: list[Event]) -> None:
+        """Check and append complete-duration events; count the ones dropped."""
+        count = len(spans)
+        args = list(map(_ARGS, spans))
+        start, end, keep = self._times(np.fromiter(map(_TS, spans), np.float64, count),
+                                       np.fromiter(map(_DUR, spans), np.float64, count))
+        part = {
+            "cat": self.cats.ids(map(_CAT, spans), count),
+            "name": self.names.ids(map(_NAME, spans), count),
+            "pid": self.threads.ids(map(_PID, spans), count),
+            "tid": self.threads.ids(map(_TID, spans), count),
+            "start": start, "end": end,
+        }
+        detailed = np.isin(part["cat"], self.cats.lookup(DETAILED_CATS))
+        part.update(self._arg_columns(args, end - start, keep, detailed))
+        plain = keep & ~detailed
+        self._plain.append({key: part[key][plain] for key in _PLAIN_COLUMNS})
+        self.op_inputs.add(self, part, args, keep)
+        self._detailed.append({key: value[keep & detailed] for key, value in part.items()})
+
+    def _arg_columns(self, args: list[_Args], duration: np.ndarray, keep: np.ndarray,
+                     detailed: np.ndarray) -> dict[str, np.ndarray]:
+        """device, stream, correlation, bytes and detail of each ``detailed`` event (the other
+        rows read -1: their table stores none of these); events with an id or size that is no
+        int64 are counted and taken out of ``keep``, whatever their category."""
+        found = list(compress(args, detailed))
+        correlation, bad_correlation, copied, bad_bytes = _ids_and_sizes(found)
+        copied = _with_bandwidth(copied, _floats(list(map(_BANDWIDTH, found))),
+                                 duration[detailed])
+        _, other_bad_correlation, _, other_bad_bytes = _ids_and_sizes(
+            list(compress(args, ~detailed)))
+        bad_correlation = _spread(bad_correlation, detailed, False)
+        bad_correlation[~detailed] = other_bad_correlation
+        bad_bytes = _spread(bad_bytes, detailed, False)
+        bad_bytes[~detailed] = other_bad_bytes
+        self._drop(bad_correlation & keep, "correlation is not an int64")
+        self._drop(bad_bytes & keep, "bytes is not an int64")
+        keep &= ~bad_correlation & ~bad_bytes
+        stream = _first_present(_integers(list(map(_STREAM, found))),
+                                _integers(list(map(_STREAM_ID, found))))[0]
+        return {"device": _spread(_integers(list(map(_DEVICE, found)))[0], detailed, -1),
+                "stream": _spread(stream, detailed, -1),
+                "correlation": _spread(correlation, detailed, -1),
+                "bytes": _spread(copied, detailed, -1),
+                "detail": _spread(self._detail(found), detailed,
+                                  self.details.ids([None], 1)[0])}
+
+    def _detail(self, args: list[_Args]) -> np.ndarray:
+        """Ids of each event's sync kind (``cuda_sync``) or copy direction (MTIA DMA)."""
+        kind = self.details.ids(map(_SYNC_KIND, args), len(args))
+        direction = self.details.ids(map(_DIRECTION, args), len(args))
+        return np.where(kind != self.details.ids([None], 1)[0], kind, direction)
+
+    def _times(self, ts_us: np.ndarray, dur_us: np.ndarray) -> tuple[np.ndarray, np.ndarray,
+                                                                     np.ndarray]:
+        """Start and end in ns, and which events have possible times (the others counted)."""
+        checks = [
+            (np.isnan(ts_us), "no ts"), (np.isnan(dur_us), "no dur"),
+            (dur_us < 0, "negative dur"),
+            (~_possible_times(ts_us), "ts outside the possible range"),
+            (~(dur_us * 1000 <= EVENT_TIMES.max_duration_ns), "dur longer than possible"),
+        ]
+        keep = np.ones(len(ts_us), dtype=bool)
+        for failed, reason in checks:
+            self._drop(failed & keep, reason)
+            keep &= ~failed
+        start = _us_to_ns(np.where(keep, ts_us, 0.0))
+        return start, start + _us_to_ns(np.where(keep, dur_us, 0.0)), keep
+
+    def _add_flows(self, flows: list[Event]) -> None:
+        """Keep the ends of ``ac2g`` (launch -> GPU) flows: where they land and their id."""
+        flows = list(compress(flows, map(_LAUNCH_FLOW.__eq__, map(_CAT, flows))))
+        if not flows:
+            return
+        ids, bad = _integers(list(map(_FLOW_ID, flows)))
+        ts = np.fromiter(map(_TS, flows), np.float64, len(flows))
+        keep = ~bad & _possible_times(ts)
+        self._flows.append({
+            "pid": self.threads.ids(map(_PID, flows), len(flows))[keep],
+            "tid": self.threads.ids(map(_TID, flows), len(flows))[keep],
+            "start": _us_to_ns(np.where(keep, ts, 0.0))[keep], "flow": ids[keep]})
+
+    def _drop(self, mask: np.ndarray, reason: str) -> None:
+        """Count the events under ``mask`` as dropped for ``reason``."""
+        count = int(mask.sum())
+        if count:
+            self.dropped[reason] += count
+
+    def drop_unreadable(self, reason: str) -> None:
+        """Count one event that could not be decoded at all."""
+        self.dropped[reason] += 1
+        self.events += 1
+
+    def absorb(self, other: ColumnBuilder) -> None:
+        """Append everything ``other`` read (a later part of the same trace)."""
+        maps = {name: getattr(self, name).remap(getattr(other, name))
+                for name in set(_SYMBOL_COLUMNS.values())}
+        for mine, theirs in ((self._plain, other._plain), (self._detailed, other._detailed)):
+            mine.extend({key: maps[_SYMBOL_COLUMNS[key]][value] if key in _SYMBOL_COLUMNS
+                         else value for key, value in part.items()} for part in theirs)
+        for flow in other._flows:
+            self._flows.append({key: maps["threads"][value] if key in ("pid", "tid") else value
+                                for key, value in flow.items()})
+        self.metadata.extend(other.metadata)
+        self.memory.extend(other.memory)
+        self.op_inputs.extend(other.op_inputs, maps)
+        self.dropped.update(other.dropped)
+        self.events += other.events
+        MAX_EVENTS.check(self.events, self.path)
+
+    def finish(self) -> tuple[Columns, Columns]:
+        """All batches as two sets of columns: events of ``DETAILED_CATS``, and the others."""
+        plain = _stack(self._plain, _PLAIN_COLUMNS)
+        count = len(plain["start"])
+        plain.update({key: _fill(-1, count) for key in _DETAIL_COLUMNS})
+        return Columns(**_stack(self._detailed, _PLAIN_COLUMNS + _DETAIL_COLUMNS)), \
+            Columns(**plain)
+
+    def flows(self) -> pd.DataFrame:
+        """Where each ``ac2g`` flow ends: pid and tid ids, start (ns) and the flow's id."""
+        if not self._flows:
+            return pd.DataFrame({key: np.empty(0, np.int64)
+                                 for key in ("pid", "tid", "start", "flow")})
+        return pd.DataFrame({key: np.concatenate([part[key] for part in self._flows])
+                             for key in self._flows[0]})
+
+
+def _possible_times(ts_us: np.ndarray) -> np.ndarray:
+    """Which timestamps (us, NaN where missing) lie in [0, EVENT_TIMES.max_time_ns] once in ns."""
+    with np.errstate(invalid="ignore"):
+        return (ts_us >= 0) & (ts_us * 1000 <= EVENT_TIMES.max_time_ns)
+
+
+class _MemoryEvents:
+    """The ``[memory]`` instant events of a trace, one numpy array per field and batch."""
+
+    # Each field and its value when an event lacks it (a release's Bytes is negative, so an
+    # absent size reads as a change of 0, never as -1 byte).
+    _FIELDS = {"device_type": -1, "device_id": -1, "memory_bytes": 0, "total_allocated": -1,
+               "total_reserved": -1, "addr": -1}
+
+    def __init__(self) -> None:
+        self._parts: list[dict[str, np.ndarray]] = []
+
+    def add(self, found: list[Event]) -> None:
+        """Keep a batch's memory events (their times already checked)."""
+        if not found:
+            return
+        args = list(map(_ARGS, found))
+        part = {"time": _us_to_ns(np.fromiter(map(_TS, found), np.float64, len(found))),
+                "pid": _thread_column(list(map(_PID, found))),
+                "tid": _thread_column(list(map(_TID, found)))}
+        for key, absent in self._FIELDS.items():
+            part[key] = _int_column(list(map(attrgetter(key), args)), absent)
+        self._parts.append(part)
+
+    def extend(self, other: _MemoryEvents) -> None:
+        """Append the memory events of a later part of the same trace."""
+        self._parts.extend(other._parts)
+
+    def frame(self) -> pd.DataFrame:
+        """The ``memory`` table: the framework allocator's events, sorted by time."""
+        if not self._parts:
+            return empty_table("memory")
+        columns = {key: np.concatenate([part[key] for part in self._parts])
+                   for key in self._parts[0]}
+        kinds = [DEVICE_TYPE_NAMES.get(code, f"device type {code}")
+                 for code in columns["device_type"]]
+        frame = pd.DataFrame({
+            "time": columns["time"], "pid": columns["pid"], "tid": columns["tid"],
+            "device": np.where(columns["device_type"] == 0, -1, columns["device_id"]),
+            "device_kind": kinds, "bytes": columns["memory_bytes"],
+            "total_allocated": columns["total_allocated"],
+            "total_reserved": columns["total_reserved"], "addr": columns["addr"],
+            "counts": "allocated"})
+        return conform("memory", frame.sort_values("time", kind="stable"))
+
+
+class _OpInputs:
+    """The operators :func:`concepts.is_input_checked_op` names, with the raw text of their
+    ``Input type`` and ``Input Dims`` interned per distinct pair (a model repeats the same few
+    hundred shapes every step)."""
+
+    def __init__(self) -> None:
+        self.values = Symbols()
+        #: Per name id: whether the operator's inputs are kept.
+        self._checked = np.zeros(0, dtype=bool)
+        self._parts: list[dict[str, np.ndarray]] = []
+
+    def _is_checked(self, names: Symbols, ids: np.ndarray) -> np.ndarray:
+        """Whether each name id is a checked operator (names seen first are classified now)."""
+        if len(ids) and int(ids.max()) >= len(self._checked):
+            new = names.values()[len(self._checked):]
+            flags = np.fromiter((isinstance(name, str) and concepts.is_input_checked_name(name)
+                                 for name in new), bool, len(new))
+            self._checked = np.concatenate([self._checked, flags])
+        return self._checked[ids]
+
+    def add(self, builder: ColumnBuilder, part: dict[str, np.ndarray], args: list[_Args],
+            keep: np.ndarray) -> None:
+        """Keep the checked operators of one batch of complete events (``part``'s columns)."""
+        wanted = keep & np.isin(part["cat"], builder.cats.lookup(CPU_OP_CATS))
+        rows = np.flatnonzero(wanted)
+        rows = rows[self._is_checked(builder.names, part["name"][rows])]
+        if not len(rows):
+            return
+        pairs = ((bytes(args[i].input_types), bytes(args[i].input_dims)) for i in rows)
+        self._parts.append({**{key: part[key][rows] for key in ("name", "pid", "tid", "start",
+                                                                  "end")},
+                            "inputs": self.values.ids(pairs, len(rows))})
+
+    def extend(self, other: _OpInputs, maps: dict[str, np.ndarray]) -> None:
+        """Append the operators of a later part of the same trace (its ids mapped to ours)."""
+        inputs = self.values.remap(other.values)
+        self._parts.extend({key: inputs[value] if key == "inputs" else
+                            maps[_SYMBOL_COLUMNS[key]][value] if key in _SYMBOL_COLUMNS
+                            else value for key, value in part.items()} for part in other._parts)
+
+    def frame(self, names: np.ndarray, thread_numbers: np.ndarray) -> pd.DataFrame:
+        """The ``op_inputs`` table, sorted by start."""
+        if not self._parts:
+            return empty_table("op_inputs")
+        columns = {key: np.concatenate([part[key] for part in self._parts])
+                   for key in self._parts[0]}
+        distinct = self.values.values()
+        types, dims = np.empty(len(distinct), object), np.empty(len(distinct), object)
+        for index, (types_text, dims_text) in enumerate(distinct):
+            types[index] = _decoded_inputs(types_text, str)
+            dims[index] = _decoded_inputs(dims_text, tuple)
+        frame = pd.DataFrame({
+            "start": columns["start"], "end": columns["end"],
+            "pid": thread_numbers[columns["pid"]], "tid": thread_numbers[columns["tid"]],
+            "name": names[columns["name"]], "input_types": types[columns["inputs"]],
+            "input_dims": dims[columns["inputs"]]})
+        return conform("op_inputs", frame.sort_values("start", kind="stable"))
+
+
+def _frozen(value: Any) -> Any:
+    """A decoded JSON list as nested tuples of ints and strings; ValueError for anything else."""
+    if isinstance(value, list):
+        return tuple(_frozen(item) for item in value)
+    if isinstance(value, (int, str)) and not isinstance(value, bool):
+        return value
+    raise ValueError(value)
+
+
+# The usual shapes of ``Input type`` and ``Input Dims``, decoded at C speed; anything else (a
+# TensorList's nested shapes) goes through :func:`_frozen`.
+_INPUT_DECODERS = {str: msgspec.json.Decoder(tuple[str, ...]),
+                   tuple: msgspec.json.Decoder(tuple[tuple[int, ...], ...])}
+
+
+def _decoded_inputs(text: bytes, item: type) -> tuple[Any, ...] | None:
+    """``Input type``/``Input Dims`` text as a tuple whose items are all ``item`` (str names,
+    tuple shapes); None when absent or not of that shape."""
+    if not text:
+        return None
+    try:
+        return _INPUT_DECODERS[item].decode(text)
+    except msgspec.ValidationError:
+        pass
+    except msgspec.DecodeError:
+        return None
+    try:
+        value = _frozen(msgspec.json.decode(text))
+    except (msgspec.DecodeError, ValueError):
+        return None
+    if not isinstance(value, tuple) or not all(isinstance(v, item) for v in value):
+        return None
+    return value
+
+
+def _int_column(values: list[Any], absent: int) -> np.ndarray:
+    """:func:`_int_field` of each value, at C speed when all are ints or all are missing."""
+    kinds = set(map(type, values))
+    if kinds <= {int}:
+        try:
+            column = np.array(values, dtype=np.int64)
+        except OverflowError:
+            column = None
+        if column is not None and (not len(column) or column.min() >= -_INT64_MAX):
+            return column
+    elif kinds == {type(None)}:
+        return np.full(len(values), absent, dtype=np.int64)
+    return np.array([_int_field(value, absent) for value in values], dtype=np.int64)
+
+
+def _thread_column(values: list[Any]) -> np.ndarray:
+    """:func:`as_int` of each pid or tid, worked out once per distinct value."""
+    numbers = {value: as_int(value) for value in set(values)}
+    return np.fromiter(map(numbers.__getitem__, values), np.int64, len(values))
+
+
+def _int_field(value: Any, absent: int) -> int:
+    """An integer field of a memory event (an int64), ``absent`` when missing or unusable."""
+    usable = isinstance(value, int) and not isinstance(value, bool) and (
+        -_INT64_MAX <= value <= _INT64_MAX)
+    return value if usable else absent
+
+
+def _us_to_ns(micros: np.ndarray) -> np.ndarray:
+    """Kineto microseconds (whole or with a fraction) to int64 nanoseconds, exact to the ns.
+
+    The whole and fractional microseconds are converted apart so that epoch-sized integer
+    timestamps (~1.6e15 us) keep every digit instead of passing through a float product.
+    """
+    whole = np.floor(micros)
+    return whole.astype(np.int64) * 1000 + np.rint((micros - whole) * 1000).astype(np.int64)
+
+
+def as_int(value: Any) -> int:
+    """An integer pid/tid (Kineto 2021 writes them as strings), -1 when it is a label."""
+    number = checked_int(value) if not isinstance(value, int) or value >= 0 else None
+    return -1 if number is None else number
+
+
+def thread_numbers(symbols: Symbols) -> np.ndarray:
+    """Each interned pid/tid as an integer; -1 for labels such as ``stream 7`` or ``Spans``."""
+    return np.array([as_int(value) for value in symbols.values()], dtype=np.int64)
+
+
+def concat(first: Columns, second: Columns) -> Columns:
+    """The rows of both, ``first``'s before ``second``'s."""
+    if not len(first) or not len(second):
+        return second if not len(first) else first
+    return Columns(**{key: np.concatenate([value, getattr(second, key)])
+                       for key, value in vars(first).items()})
+
+
+def _with_bandwidth(copied: np.ndarray, bandwidth: np.ndarray,
+                    duration: np.ndarray) -> np.ndarray:
+    """Bytes moved: ``args.bytes``, else bandwidth (GB/s) times duration (ns); -1 unknown."""
+    from_bandwidth = bandwidth * duration
+    with np.errstate(invalid="ignore"):
+        usable = (bandwidth > 0) & (from_bandwidth < _INT64_MAX) & (copied < 0)
+    estimate = np.rint(np.where(usable, from_bandwidth, 0)).astype(np.int64)
+    return np.where(usable, estimate, copied)
