@@ -39,6 +39,12 @@ def ms(ns: float) -> str:
     return f"{ns / 1e6:.1f} ms" if abs(ns) < SECOND_FROM_NS else f"{ns / 1e9:.1f} s"
 
 
+def ordinal(n: int) -> str:
+    """2 -> '2nd', 11 -> '11th', 23 -> '23rd'."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
 def pct(fraction: float) -> str:
     """A 0..1 share for sentences: 0.1734 -> '17%'; small shares keep a decimal ('0.5%')."""
     return f"{fraction * 100:.1f}%" if abs(fraction) < 0.1 else f"{fraction * 100:.0f}%"

@@ -46,6 +46,7 @@ from profreport.reports.analysis.ranks import (
 )
 from profreport.reports.analysis.results import JobAnalysis, Report, RunAnalysis, Verdict
 from profreport.reports.analysis.scaling import run_world_size, scaling_studies
+from profreport.reports.analysis.shape import shape_findings
 from profreport.reports.analysis.timeline import build_timeline
 
 #: profreport's own JSON files in a run folder, never read as traces: the manifest, its report,
@@ -206,7 +207,7 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
         sources=[summary.source for summary in summaries],
         verdict=name_verdict, verdict_reason=reason, metrics=metrics,
         findings=find_all(metrics, context, name_verdict)
-        + memory_findings(metrics.memory, training_settings(manifest)),
+        + shape_findings(metrics) + memory_findings(metrics.memory, training_settings(manifest)),
         timeline=build_timeline(*timed[0]) if timed else None,
         knobs=context.knobs, environment=context.environment,
         notes=_notes(manifest) + source_notes(profiles),

@@ -31,6 +31,7 @@ from profreport.reports.analysis.results import (
     Verdict,
     origin_label,
 )
+from profreport.reports.analysis.shape import STALLS_DOMINATE, stalled_share, wait_shape_text
 from profreport.units import ms, nbytes, pct
 
 # --- thresholds -----------------------------------------------------------------------------
@@ -231,6 +232,9 @@ def _loader_evidence(m: RunMetrics) -> list[Evidence]:
     """Where the DataLoader share was seen, one line per source."""
     out = [Evidence(f"{pct(share)} of step time waits for the next batch", origin)
            for origin, share in sorted(m.dataloader_fraction_by_origin.items())]
+    spread = wait_shape_text(m)
+    if spread is not None and m.shape is not None:
+        out.append(Evidence(spread[:1].upper() + spread[1:], m.shape.origin))
     if m.loop_identification is not None and m.loop_identification.evidence == "hit counts" \
             and "lprof" in m.dataloader_fraction_by_origin:
         out.append(Evidence(m.loop_identification.reason, "lprof"))
@@ -285,8 +289,11 @@ def loader_bound(m: RunMetrics, ctx: RunContext) -> Finding | None:
     share = m.dataloader_fraction
     if share is None or share < LOADER_BOUND_FRACTION:
         return None
-    return Finding("LOADER_BOUND", "high",
-                   f"The training loop spends {pct(share)} of each step waiting for data.",
+    stalls = stalled_share(m)
+    where = (f"{pct(share)} of its step time waiting for data, {pct(stalls)} of that in "
+             "stalls" if stalls is not None and stalls >= STALLS_DOMINATE
+             else f"{pct(share)} of each step waiting for data")
+    return Finding("LOADER_BOUND", "high", f"The training loop spends {where}.",
                    _loader_evidence(m) + _in_process_evidence(m)
                    + _trial_evidence(m.trials, "loader"),
                    _workers_advice(ctx, m))

@@ -57,6 +57,7 @@ from profreport.reports.analysis.results import RunMetrics, TraceFile, Trials
 from profreport.reports.analysis.steps import (
     StepWindows,
     dataloader_fraction,
+    step_shape,
     step_stats,
     step_windows,
 )
@@ -206,6 +207,7 @@ def _add_step_metrics(metrics: RunMetrics, timed: list[tuple[Profile, StepWindow
             profile.kind, dataloader_fraction(profile, windows))
     if timed:
         metrics.steps = metrics.steps_by_origin[0]
+        metrics.shape = step_shape(*timed[0])
     with_ops = [(p, w) for p, w in timed if attribution_level(p) <= ATTRIBUTES_CPU_OPS]
     if with_ops:
         ops_profile, ops_windows = min(with_ops, key=lambda pw: _OPS_ORIGIN_ORDER[pw[0].kind])

@@ -76,6 +76,71 @@ class StepStats:
 
 
 @dataclass(frozen=True)
+class StepOutlier:
+    """One step whose figure lies far from the others' (see reports.analysis.shape)."""
+
+    number: int
+    #: Start and end of the step window, ns on the profile's clock (for the evidence).
+    span: tuple[int, int]
+    value_ns: int
+
+
+@dataclass(frozen=True)
+class PerStep:
+    """How one per-step figure spreads over the step windows: its median, p90 and range, the
+    outlying steps (stalls) and their period when they recur every Nth step."""
+
+    median_ns: int
+    p90_ns: int
+    min_ns: int
+    max_ns: int
+    #: Steps the figure was measured over, and its sum over them.
+    count: int
+    total_ns: int
+    #: The largest outliers (at most shape.OUTLIERS_LISTED), largest first.
+    outliers: list[StepOutlier]
+    #: Every outlier: how many, their summed figure and their smallest and largest, ns.
+    outlier_count: int
+    outlier_ns: int
+    outlier_range_ns: tuple[int, int] | None
+    #: Outliers recur every ``period`` steps; None when they do not (or are too few to tell).
+    period: int | None
+    #: Median of the steps that are not outliers.
+    steady_ns: int
+
+
+@dataclass(frozen=True)
+class Warmup:
+    """The first step of a profile when it is start-up rather than steady state, or the
+    start-up recorded before its first step."""
+
+    #: Its step number; None for start-up before the first step (no step's).
+    number: int | None
+    #: Start and end of its window, ns on the profile's clock.
+    span: tuple[int, int]
+    duration_ns: int
+    #: Median window of the later steps; None when there are none.
+    others_median_ns: int | None
+    #: Start-up calls recorded in it (and not as often later), by API or operator name.
+    setup_calls: dict[str, int]
+    #: True when the profile holds no later step: it shows start-up only.
+    only: bool
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """The run's steps beyond their mean: start-up left out of the per-step figures, and the
+    spread of the step window and of the DataLoader wait over the steps that remain."""
+
+    origin: Origin
+    warmup: Warmup | None
+    #: Step windows (start to the next step's start), the last one left out when it is only its
+    #: own range (no fetch after it).
+    step_window: PerStep | None
+    dataloader_wait: PerStep | None
+
+
+@dataclass(frozen=True)
 class IdleGap:
     """A stretch of time with nothing running on one GPU."""
 
@@ -438,6 +503,8 @@ class RunMetrics:
     #: Step statistics from every source that has them (for the agreement finding).
     steps_by_origin: list[StepStats] = field(default_factory=list)
     gpu: GpuUtilization | None = None
+    #: Start-up and the spread of the per-step figures (reports.analysis.shape).
+    shape: StepShape | None = None
     breakdown: Breakdown | None = None
     dataloader_fraction: float | None = None
     dataloader_fraction_by_origin: dict[str, float] = field(default_factory=dict)

@@ -5,6 +5,10 @@ range), so the time between annotated ranges belongs to a step. Inside a window,
 annotated range is the training loop fetching the next batch (``for batch in loader:`` runs
 ``next(loader)`` before the body's range opens), and is counted as DataLoader wait together with
 explicit DataLoader spans.
+
+A first step that is start-up (see reports.analysis.shape) is left out of the windows when later
+steps follow, so every per-step figure describes steady state; the windows keep it as
+``warmup``.
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ import pandas as pd
 
 from profreport.model import Profile
 from profreport.reports.analysis import intervals as iv
-from profreport.reports.analysis.results import Origin, StepStats
+from profreport.reports.analysis.results import Origin, StepShape, StepStats, Warmup
+from profreport.reports.analysis.shape import find_warmup, per_step
 
 
 @dataclass(frozen=True)
@@ -30,6 +35,9 @@ class StepWindows:
     #: Window i runs from step i's start to step i+1's start; the last one is its own range.
     starts: np.ndarray
     ends: np.ndarray
+    #: The first step when it is start-up: left out of the arrays above when later steps
+    #: follow (kept, as the only step, when none does).
+    warmup: Warmup | None = None
 
     @property
     def count(self) -> int:
@@ -83,8 +91,13 @@ def step_windows(profile: Profile) -> StepWindows | None:
     starts = steps["start"].to_numpy(np.int64)
     ends = steps["end"].to_numpy(np.int64)
     wall_ends = np.append(np.maximum(starts[1:], ends[:-1]), ends[-1])
-    return StepWindows(origin=profile.kind, numbers=steps["number"].to_numpy(np.int64),
-                       range_starts=starts, range_ends=ends, starts=starts, ends=wall_ends)
+    numbers = steps["number"].to_numpy(np.int64)
+    warmup = find_warmup(profile, numbers, starts, wall_ends)
+    dropped = warmup is not None and warmup.number is not None and not warmup.only
+    keep = slice(1 if dropped else 0, None)
+    return StepWindows(origin=profile.kind, numbers=numbers[keep], range_starts=starts[keep],
+                       range_ends=ends[keep], starts=starts[keep], ends=wall_ends[keep],
+                       warmup=warmup)
 
 
 def _pct(values: np.ndarray, q: float) -> int:
@@ -125,6 +138,21 @@ def dataloader_intervals(profile: Profile, windows: StepWindows) -> iv.Intervals
     """DataLoader spans plus the time inside step windows outside the annotated step ranges."""
     between = iv.subtract(windows.windows(), windows.ranges())
     return iv.merge(iv.union_of([profile.table("dataloader")]), between)
+
+
+def step_shape(profile: Profile, windows: StepWindows) -> StepShape:
+    """Start-up and the spread of the step window and the DataLoader wait over the steps (the
+    last window left out when it is only its own range, with no fetch after it)."""
+    whole = windows.count - 1 if windows.count > 2 else windows.count
+    numbers, starts, ends = (windows.numbers[:whole], windows.starts[:whole],
+                             windows.ends[:whole])
+    lengths = ends - starts
+    median = int(np.median(lengths))
+    waits = iv.overlap_per_window(dataloader_intervals(profile, windows), starts, ends)
+    return StepShape(origin=windows.origin, warmup=windows.warmup,
+                     step_window=per_step(lengths, numbers, starts, ends, median),
+                     dataloader_wait=per_step(np.asarray(waits, np.int64), numbers, starts,
+                                              ends, median) if waits.any() else None)
 
 
 def dataloader_fraction(profile: Profile, windows: StepWindows) -> float:

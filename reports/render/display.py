@@ -19,7 +19,7 @@ from profreport.reports.analysis.results import (
     Trials,
 )
 from profreport.text import elide as elide_text
-from profreport.units import MICROSECOND_BELOW_NS, MISSING, duration, nbytes, percent
+from profreport.units import MICROSECOND_BELOW_NS, MISSING, duration, nbytes, ordinal, percent
 
 #: Longest name a tooltip holds: the longest real C++ kernel names fit, a hostile one does not.
 TOOLTIP_NAME_LIMIT = 2000
@@ -207,16 +207,19 @@ def metric_rows(metrics: RunMetrics) -> list[MetricRow]:
     if metrics.steps is not None:
         steps = metrics.steps
         rows.append(MetricRow("Steps measured", number(steps.count), steps.origin))
-        rows.append(MetricRow("Mean step time", duration(steps.mean_ns), steps.origin))
-        rows.append(MetricRow("Step time p50 / p90",
+        rows.append(MetricRow("Mean annotated step (its range alone)",
+                              duration(steps.mean_ns), steps.origin))
+        rows.append(MetricRow("Annotated step p50 / p90",
                               f"{duration(steps.p50_ns)} / {duration(steps.p90_ns)}",
                               steps.origin))
         if steps.wall_mean_ns is not None:
-            rows.append(MetricRow("Wall time per step (start to start)",
+            rows.append(MetricRow("Wall time per step (start to next start)",
                                   duration(steps.wall_mean_ns), steps.origin))
+    rows.extend(_shape_rows(metrics))
     for other in metrics.steps_by_origin:
         if metrics.steps is None or other.origin != metrics.steps.origin:
-            rows.append(MetricRow("Mean step time", duration(other.mean_ns), other.origin))
+            rows.append(MetricRow("Mean annotated step (its range alone)",
+                                  duration(other.mean_ns), other.origin))
     if metrics.throughput_samples_per_s is not None:
         rows.append(MetricRow("Throughput (unprofiled)",
                               f"{number(metrics.throughput_samples_per_s)} samples/s",
@@ -233,6 +236,33 @@ def metric_rows(metrics: RunMetrics) -> list[MetricRow]:
     rows.extend(_comm_rows(metrics))
     rows.extend(_launch_and_copy_rows(metrics))
     rows.extend(_mix_rows(metrics))
+    return rows
+
+
+def _shape_rows(metrics: RunMetrics) -> list[MetricRow]:
+    """Display rows for start-up and the spread of the step window and the DataLoader wait."""
+    shape = metrics.shape
+    if shape is None:
+        return []
+    rows = []
+    warmup = shape.warmup
+    if warmup is not None:
+        what = ("the only step: start-up only" if warmup.only else
+                f"step {warmup.number}, left out of the per-step figures"
+                if warmup.number is not None else "before the first step, no step's")
+        rows.append(MetricRow("Start-up", f"{duration(warmup.duration_ns)} ({what})",
+                              shape.origin))
+    for label, spread in (("Step window (start to next start)", shape.step_window),
+                          ("DataLoader wait per step", shape.dataloader_wait)):
+        if spread is None:
+            continue
+        stalls = (f"; {number(spread.outlier_count)} over "
+                  f"{duration(spread.outlier_range_ns[0])}"
+                  + (f", every {ordinal(spread.period)} step" if spread.period else "")
+                  if spread.outlier_range_ns is not None else "")
+        rows.append(MetricRow(f"{label} median / p90",
+                              f"{duration(spread.median_ns)} / {duration(spread.p90_ns)}{stalls}",
+                              shape.origin))
     return rows
 
 

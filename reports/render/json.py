@@ -22,10 +22,12 @@ from profreport.reports.analysis.results import (
     KernelMix,
     LineItem,
     MemoryStats,
+    PerStep,
     Report,
     RunAnalysis,
     RunMetrics,
     ScalingStudy,
+    StepShape,
     StepStats,
     TopItem,
     TraceLocation,
@@ -58,6 +60,7 @@ def metrics_json(m: RunMetrics) -> dict[str, Any]:
         "steps": m.steps.count if m.steps else None,
         "steps_origin": m.steps.origin if m.steps else None,
         "step_time_ms": _step_time(m.steps),
+        "step_shape": _shape(m.shape),
         "wall_step_time_ms": _ms(m.steps.wall_mean_ns) if m.steps else None,
         "gpu_busy_fraction": _frac(gpu.busy_fraction) if gpu else None,
         "gpu_window_ms": _ms(gpu.window_ns) if gpu else None,
@@ -86,6 +89,30 @@ def metrics_json(m: RunMetrics) -> dict[str, Any]:
         "kernel_mix": _kernel_mix(m.kernel_mix),
         "cpu_op_mix": _cpu_op_mix(m.cpu_op_mix),
     }
+
+
+def _per_step(d: PerStep | None) -> dict[str, Any] | None:
+    """A per-step figure's spread in ms, with its outliers (step, time in the trace's clock)."""
+    if d is None:
+        return None
+    return {"median": _ms(d.median_ns), "p90": _ms(d.p90_ns), "min": _ms(d.min_ns),
+            "max": _ms(d.max_ns), "steps": d.count, "outlier_count": d.outlier_count,
+            "outliers": [{"step": o.number, "ms": _ms(o.value_ns)} for o in d.outliers],
+            "period": d.period, "steady_median": _ms(d.steady_ns)}
+
+
+def _shape(s: StepShape | None) -> dict[str, Any] | None:
+    """Start-up and the spread of the step window and the DataLoader wait."""
+    if s is None:
+        return None
+    w = s.warmup
+    return {"origin": s.origin,
+            "warmup": None if w is None else {
+                "step": w.number, "duration_ms": _ms(w.duration_ns),
+                "others_median_ms": _ms(w.others_median_ns), "setup_calls": w.setup_calls,
+                "startup_only": w.only},
+            "step_window_ms": _per_step(s.step_window),
+            "dataloader_wait_ms": _per_step(s.dataloader_wait)}
 
 
 def _trials(t: Trials | None) -> dict[str, float | None] | None:

@@ -1,0 +1,266 @@
+"""The shape of a run's steps: start-up at the front, and how the per-step figures spread.
+
+A mean hides two things that real profiles show often. The first step of a process holds one-off
+work (CUDA context creation, cuDNN autotuning, the caching allocator growing, the DataLoader's
+first fill): read as steady state, it makes every step look like start-up. And a DataLoader wait
+that is a few long stalls (an epoch start, evaluation, a checkpoint, workers falling behind once
+per round) averages into "each step waits X" although most steps wait almost nothing.
+
+:func:`find_warmup` tells the first step apart (much longer than the others' median, with the
+set-up calls recorded inside it); :func:`per_step` gives the median, p90, the outlying steps with
+where they lie, and the period when they recur every Nth step.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from profreport.model import Profile
+from profreport.reports.analysis.results import (
+    Evidence,
+    Finding,
+    PerStep,
+    RunMetrics,
+    StepOutlier,
+    Warmup,
+)
+from profreport.units import ms, ordinal, pct
+
+#: A first step this many times the median of the later ones holds one-off work: steady steps of
+#: one loop stay within tens of percent of each other, start-up (context creation, autotuning,
+#: the allocator growing, the workers' first fill) takes several steps' time.
+WARMUP_FACTOR = 2.0
+#: A step's value is an outlier (a stall) when it is this many times the median step's: a
+#: steady wait jitters within a factor of two of its median, so four times it is a one-off.
+STALL_FACTOR = 4.0
+#: ... and when it costs at least this share of the median step window: a stall of less than a
+#: tenth of a step is within the step-to-step spread and not worth naming.
+STALL_MIN_SHARE = 0.10
+#: Outliers must recur at least this often before a period (every Nth step) is claimed: two
+#: stalls always have a spacing, three at one spacing are a pattern.
+PERIOD_MIN_STALLS = 3
+#: Stalls holding half the DataLoader wait make it a stall problem rather than a steady wait:
+#: the title says so instead of "each step waits".
+STALLS_DOMINATE = 0.5
+#: Outliers listed by step and time in the results (the largest first); the rest are counted.
+OUTLIERS_LISTED = 5
+
+#: Calls that do start-up work, by the API or operator the profile records: CUDA context
+#: creation (driver entry points; ``cudaFree(0)`` is its usual trigger, but cudaFree also frees,
+#: so it counts only with cudaMalloc below), cuDNN/MIOpen autotuning (benchmark=True runs the
+#: ``Find`` searches), and the CUDA caching allocator growing (cudaMalloc: a steady loop reuses
+#: its blocks and calls none).
+_SETUP_CALL = re.compile(
+    r"^(?:cuInit|cuDevicePrimaryCtxRetain|cuCtxCreate\w*|cudnnFind\w*|miopenFind\w*|"
+    r"cudnnGet\w*Algorithm\w*|cudaMalloc|cuMemAlloc\w*|hipMalloc|hipInit)$")
+
+
+def setup_calls(profile: Profile, start: int, end: int) -> dict[str, int]:
+    """Start-up calls (see _SETUP_CALL) the profile records between ``start`` and ``end``
+    (ns), by name, most first; runtime calls and CPU operators both count."""
+    counts: dict[str, int] = {}
+    for table in ("runtime", "cpu_ops"):
+        frame = profile.table(table)
+        if frame.empty:
+            continue
+        inside = frame[(frame["start"] >= start) & (frame["start"] < end)]
+        names = inside["name"][inside["name"].str.match(_SETUP_CALL)]
+        for name, count in names.value_counts().items():
+            counts[str(name)] = counts.get(str(name), 0) + int(count)
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _before_steps(profile: Profile, starts: np.ndarray, ends: np.ndarray) -> Warmup | None:
+    """Start-up recorded before the first step window (steps found from the optimizer leave the
+    first iteration out): set-up calls there over a stretch of at least WARMUP_FACTOR times the
+    median window. It is no step's, so the per-step figures already leave it out."""
+    first = min((int(t["start"].min()) for name in ("runtime", "cpu_ops")
+                 if not (t := profile.table(name)).empty), default=None)
+    if first is None or first >= starts[0]:
+        return None
+    span = (first, int(starts[0]))
+    calls = setup_calls(profile, *span)
+    median = int(np.median(ends - starts))
+    if not calls or span[1] - span[0] < WARMUP_FACTOR * median:
+        return None
+    return Warmup(None, span, span[1] - span[0], median, calls, only=False)
+
+
+def find_warmup(profile: Profile, numbers: np.ndarray, starts: np.ndarray,
+                ends: np.ndarray) -> Warmup | None:
+    """The first step when it is start-up: much longer than the later steps' median (see
+    WARMUP_FACTOR), with the set-up calls recorded in it and not in the later steps; a single
+    step is start-up only when set-up calls are recorded in it; else start-up recorded before
+    the first step (see _before_steps). None otherwise."""
+    if len(numbers) == 0:
+        return None
+    before = _before_steps(profile, starts, ends)
+    if before is not None:
+        return before
+    first_span = (int(starts[0]), int(ends[0]))
+    calls = setup_calls(profile, *first_span)
+    if len(numbers) == 1:
+        if not calls:
+            return None
+        return Warmup(int(numbers[0]), first_span, first_span[1] - first_span[0], None, calls,
+                      only=True)
+    durations = ends - starts
+    # The last window is its own range (no fetch after it): compare with the whole steps.
+    later = durations[1:-1] if len(durations) > 2 else durations[1:]
+    median = int(np.median(later))
+    if durations[0] < WARMUP_FACTOR * median:
+        return None
+    later_calls = setup_calls(profile, int(starts[1]), int(ends[-1]))
+    steady = {name: n for name, n in calls.items() if n > later_calls.get(name, 0)}
+    return Warmup(int(numbers[0]), first_span, int(durations[0]), median, steady, only=False)
+
+
+def _period(numbers: list[int]) -> int | None:
+    """The spacing of step numbers when every consecutive pair of outliers has the same one
+    (every Nth step), with at least PERIOD_MIN_STALLS of them; else None."""
+    if len(numbers) < PERIOD_MIN_STALLS:
+        return None
+    spacing = set(np.diff(sorted(numbers)).tolist())
+    return int(spacing.pop()) if len(spacing) == 1 else None
+
+
+def per_step(values: np.ndarray, numbers: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+             window_ns: int) -> PerStep:
+    """The distribution of one per-step figure (ns per step window): median, p90, the outlying
+    steps (over STALL_FACTOR times the median and STALL_MIN_SHARE of ``window_ns``, the median
+    step window) with where they lie, the period when they recur, and the median of the rest."""
+    median = int(np.median(values))
+    limit = max(STALL_FACTOR * median, STALL_MIN_SHARE * window_ns)
+    out = np.flatnonzero(values > limit)
+    rest = np.delete(values, out)
+    outliers = [StepOutlier(int(numbers[i]), (int(starts[i]), int(ends[i])), int(values[i]))
+                for i in out]
+    listed = sorted(outliers, key=lambda o: -o.value_ns)[:OUTLIERS_LISTED]
+    return PerStep(
+        median_ns=median, p90_ns=int(np.percentile(values, 90)), min_ns=int(values.min()),
+        max_ns=int(values.max()), count=len(values), total_ns=int(values.sum()), outliers=listed,
+        outlier_count=len(outliers), outlier_ns=int(values[out].sum()),
+        outlier_range_ns=(int(values[out].min()), int(values[out].max())) if len(out) else None,
+        period=_period([o.number for o in outliers]),
+        steady_ns=int(np.median(rest)) if len(rest) else median)
+
+
+def _calls_text(calls: dict[str, int]) -> str:
+    """'cudaMalloc ×12, cuInit ×1', or a note that none was recorded."""
+    if not calls:
+        return "no context, autotuning or allocator call recorded in it"
+    return ", ".join(f"{name} ×{count}" for name, count in calls.items())
+
+
+def startup_finding(m: RunMetrics) -> Finding | None:
+    """STARTUP: the start-up the profile holds, and whether the per-step figures leave it out
+    (high severity when the profile shows start-up only)."""
+    shape = m.shape
+    if shape is None or shape.warmup is None:
+        return None
+    w = shape.warmup
+    at = m.locate(shape.origin, w.span)
+    if w.only:
+        return Finding(
+            id="STARTUP", severity="high",
+            title=f"The profile shows start-up only: its one step ({ms(w.duration_ns)}) holds "
+                  "one-off set-up work, so its figures are not the steady state of training.",
+            evidence=[Evidence(f"step {w.number}, the only one, holds set-up calls: "
+                               f"{_calls_text(w.setup_calls)}", shape.origin, at)],
+            recommendation="Profile later steps: torch.profiler.schedule(wait=1, warmup=1, "
+                           "active=3) skips the first iterations; with nsys, start the capture "
+                           "after a few steps (cudaProfilerStart, "
+                           "--capture-range=cudaProfilerApi).")
+    median = w.others_median_ns or 0
+    times = w.duration_ns / max(median, 1)
+    where = (f"step {w.number} takes {ms(w.duration_ns)}, {times:.1f}× the later steps' median "
+             f"of {ms(median)}" if w.number is not None else
+             f"{ms(w.duration_ns)} before the first step, {times:.0f}× the median step of "
+             f"{ms(median)}")
+    return Finding(
+        id="STARTUP", severity="info",
+        title=(f"Step {w.number} is start-up, left out of the per-step figures."
+               if w.number is not None else
+               "The profile begins with start-up before its first step, left out of the "
+               "per-step figures."),
+        evidence=[Evidence(f"{where}; set-up calls in it: {_calls_text(w.setup_calls)}",
+                           shape.origin, at)],
+        recommendation="Nothing to change: start-up (context creation, cuDNN autotuning, the "
+                       "allocator growing, the DataLoader's first fill) happens once per process.")
+
+
+def _outliers_text(d: PerStep, m: RunMetrics, origin: str) -> str:
+    """'step 15 at 10.03 s (1,607.0 ms), ...' for the listed outliers."""
+    parts = []
+    for o in d.outliers:
+        at = m.locate(origin, o.span)  # type: ignore[arg-type]
+        when = f" at {ms(at.offset_ns)}" if at is not None else ""
+        parts.append(f"step {o.number}{when} ({ms(o.value_ns)})")
+    more = d.outlier_count - len(d.outliers)
+    return ", ".join(parts) + (f" and {more} more" if more > 0 else "")
+
+
+def wait_shape_text(m: RunMetrics) -> str | None:
+    """The DataLoader wait's spread over the steps in one sentence: median and p90, and the
+    stalls with where they lie and their period; None without a wait to describe."""
+    shape = m.shape
+    d = shape.dataloader_wait if shape is not None else None
+    if d is None:
+        return None
+    text = (f"the wait per step has median {ms(d.median_ns)} and p90 {ms(d.p90_ns)} over "
+            f"{d.count} steps")
+    if not d.outlier_count or d.outlier_range_ns is None:
+        return text + ", with no stall"
+    low, high = d.outlier_range_ns
+    every = f", every {ordinal(d.period)} step" if d.period else ""
+    return (f"{text}: {d.outlier_count} stalls of {ms(low)}–{ms(high)}{every} "
+            f"({_outliers_text(d, m, shape.origin)}) and {ms(d.steady_ns)} (median) over the "
+            f"other {d.count - d.outlier_count} steps")
+
+
+def stalled_share(m: RunMetrics) -> float | None:
+    """Share of the DataLoader wait (over the measured steps) spent in stalls; None without a
+    wait measured step by step."""
+    d = m.shape.dataloader_wait if m.shape is not None else None
+    return None if d is None else d.outlier_ns / max(d.total_ns, 1)
+
+
+def stalls_finding(m: RunMetrics) -> Finding | None:
+    """DATA_STALLS: the DataLoader wait is mostly a few long stalls (or stalls every Nth step),
+    not a steady wait of every step."""
+    shape = m.shape
+    d = shape.dataloader_wait if shape is not None else None
+    if shape is None or d is None or not d.outlier_count or d.outlier_range_ns is None:
+        return None
+    share = d.outlier_ns / max(d.total_ns, 1)
+    low, high = d.outlier_range_ns
+    periodic = (f"every {ordinal(d.period)} step stalls" if d.period else
+                f"{d.outlier_count} of {d.count} steps stall")
+    cause = (f"A stall every {ordinal(d.period)} step is what a DataLoader whose workers cannot "
+             f"keep up does (with {d.period} workers each batch arrives late once per round), or a "
+             "periodic task (evaluation, checkpointing, an epoch start) every "
+             f"{d.period} steps." if d.period else
+             "Isolated stalls are one-off events: an epoch start (the workers restart unless "
+             "persistent_workers=True), evaluation, a checkpoint, or a slow read.")
+    biggest = d.outliers[0]
+    return Finding(
+        id="DATA_STALLS", severity="medium" if share >= STALLS_DOMINATE else "low",
+        title=f"The DataLoader wait is stalls, not a steady wait: {periodic} for "
+              f"{ms(low)}–{ms(high)}, the other steps wait {ms(d.steady_ns)} (median).",
+        evidence=[Evidence(wait_shape_text(m) or "", shape.origin,
+                           m.locate(shape.origin, biggest.span)),
+                  Evidence(f"the stalls hold {pct(share)} of the DataLoader wait over these "
+                           "steps", shape.origin)],
+        recommendation=f"{cause} Look at what runs during the longest stall (the location "
+                       "above) before raising num_workers: more workers shorten a steady wait, "
+                       "not a periodic task.")
+
+
+SHAPE_RULES = (startup_finding, stalls_finding)
+
+
+def shape_findings(m: RunMetrics) -> list[Finding]:
+    """Every start-up and stall finding that applies to the run."""
+    return [f for rule in SHAPE_RULES if (f := rule(m)) is not None]

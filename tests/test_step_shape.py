@@ -1,0 +1,105 @@
+"""Start-up and the shape of the per-step figures (reports.analysis.shape) on hand-built Kineto
+traces: a trace of start-up only, one long first step before steady steps, and DataLoader
+stalls every Nth step over a small steady wait."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+from profreport.reports.render.json import render_json
+from profreport.reports.render.markdown import render_markdown
+
+KERNEL = "volta_sgemm_128x64_nn"
+LOADER = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
+
+
+def write_trace(path: Path, steps: list[tuple[int, int, list[str]]]) -> Path:
+    """A trace of ProfilerStep spans, one per ``(wait_us, compute_us, setup_calls)``: the step
+    opens with a DataLoader span of ``wait_us``, then the setup runtime calls, then one kernel
+    of ``compute_us`` launched by cudaLaunchKernel (joined by correlation id)."""
+    events, ts, corr = [], 1000, 1
+    for n, (wait_us, compute_us, setup) in enumerate(steps):
+        step_us = wait_us + compute_us + 50 + 10 * len(setup)
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}",
+                       "pid": 1, "tid": 1, "ts": ts, "dur": step_us, "args": {}})
+        events.append({"ph": "X", "cat": "user_annotation", "name": LOADER, "pid": 1,
+                       "tid": 1, "ts": ts + 1, "dur": max(wait_us - 2, 1), "args": {}})
+        at = ts + wait_us
+        for name in setup:
+            events.append({"ph": "X", "cat": "cuda_runtime", "name": name, "pid": 1, "tid": 1,
+                           "ts": at, "dur": 8, "args": {"correlation": 100000 + corr}})
+            at, corr = at + 10, corr + 1
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1,
+                       "tid": 1, "ts": at, "dur": 5, "args": {"correlation": corr}})
+        events.append({"ph": "X", "cat": "kernel", "name": KERNEL, "pid": 0, "tid": 7,
+                       "ts": at + 10, "dur": compute_us,
+                       "args": {"correlation": corr, "stream": 7, "device": 0}})
+        corr += 1
+        ts += step_us
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    return path
+
+
+SETUP = ["cuInit", "cuDevicePrimaryCtxRetain"] + ["cudaMalloc"] * 6
+
+
+def test_a_trace_of_start_up_only_says_so(tmp_path: Path) -> None:
+    """One step holding context creation and allocator growth is start-up only: a high
+    STARTUP finding naming the calls, and the step is still the only one measured."""
+    path = write_trace(tmp_path / "first.pt.trace.json", [(400, 3000, SETUP)])
+    report = analyze_paths([path], AnalyzeOptions())
+    run = report.runs[0]
+    warmup = run.metrics.shape.warmup
+    assert warmup.only and warmup.number == 0
+    assert warmup.setup_calls == {"cudaMalloc": 6, "cuDevicePrimaryCtxRetain": 1, "cuInit": 1}
+    found = next(f for f in run.findings if f.id == "STARTUP")
+    assert found.severity == "high" and "start-up only" in found.title
+    assert "cudaMalloc ×6, cuDevicePrimaryCtxRetain ×1, cuInit ×1" in found.evidence[0].text
+    assert run.metrics.steps.count == 1
+    data = json.loads(render_json(report))["runs"][0]["metrics"]["step_shape"]
+    assert data["warmup"]["startup_only"] is True
+
+
+def test_a_long_first_step_is_left_out_of_the_per_step_figures(tmp_path: Path) -> None:
+    """A first step of 20.4 ms (context creation, 20 ms of first fill) before five steady
+    steps of 1.1 ms: it is start-up, the per-step figures cover the five (mean 1.1 ms, wait
+    0.1 ms) and the report says which step was left out."""
+    steady = [(100, 1000, [])] * 5
+    path = write_trace(tmp_path / "run.pt.trace.json", [(20000, 400, SETUP)] + steady)
+    report = analyze_paths([path], AnalyzeOptions())
+    run = report.runs[0]
+    warmup = run.metrics.shape.warmup
+    assert warmup.number == 0 and not warmup.only
+    assert warmup.duration_ns == 20_530_000 and warmup.others_median_ns == 1_150_000
+    assert warmup.setup_calls["cuInit"] == 1
+    assert run.metrics.steps.count == 5 and run.metrics.steps.mean_ns == 1_150_000
+    assert run.metrics.breakdown.step_ns == 1_150_000
+    assert run.metrics.dataloader_fraction < 0.1
+    assert run.verdict != "loader-bound"
+    found = next(f for f in run.findings if f.id == "STARTUP")
+    assert found.severity == "info" and found.title.startswith("Step 0 is start-up")
+    assert "Start-up | 20.5 ms (step 0, left out of the per-step figures)" in \
+        render_markdown(report)
+
+
+def test_periodic_stalls_are_named_apart_from_the_steady_wait(tmp_path: Path) -> None:
+    """Every 4th step waits 30 ms for data, the others 0.2 ms, over 1 ms of compute: the mean
+    calls it loader-bound, and the spread says it is 4 stalls of 30 ms every 4th step (where
+    they lie) over a steady 0.2 ms wait."""
+    steps = [(30000 if n % 4 == 3 else 200, 1000, []) for n in range(17)]
+    path = write_trace(tmp_path / "stalls.pt.trace.json", steps)
+    report = analyze_paths([path], AnalyzeOptions())
+    run = report.runs[0]
+    wait = run.metrics.shape.dataloader_wait
+    assert wait.count == 16 and wait.outlier_count == 4 and wait.period == 4
+    assert [o.number for o in sorted(wait.outliers, key=lambda o: o.number)] == [3, 7, 11, 15]
+    # The DataLoader span covers the wait but its first and last µs.
+    assert wait.median_ns == 198_000 and wait.steady_ns == 198_000
+    assert wait.outlier_range_ns == (29_998_000, 29_998_000)
+    stalls = next(f for f in run.findings if f.id == "DATA_STALLS")
+    assert "every 4th step stalls for 30.0 ms–30.0 ms" in stalls.title
+    assert "step 3 at" in stalls.evidence[0].text and stalls.evidence[0].at is not None
+    loader = next(f for f in run.findings if f.id == "LOADER_BOUND")
+    assert "of that in stalls" in loader.title and "each step" not in loader.title
