@@ -46,11 +46,16 @@ from profreport.text import error_text
 #: Where each era of line_profiler defines the pickled class, and the era that path tells.
 LINESTATS_CLASS_PATHS: dict[tuple[str, str], str] = {
     ("line_profiler", "LineStats"): "line_profiler 1.x/2.x",
+    # 2.x defines LineStats in its top-level Cython module _line_profiler (2018 and before).
+    ("_line_profiler", "LineStats"): "line_profiler 2.x",
     ("line_profiler._line_profiler", "LineStats"): "line_profiler 4.x/5.0",
     ("line_profiler.line_profiler", "LineStats"): "line_profiler 3.x or 5.1+",
 }
 # kernprof always pickles with HIGHEST_PROTOCOL, which is 2 even on Python 2.
 MIN_PICKLE_PROTOCOL = 2
+# Python 2's kernprof pickles file and function names as byte strings (SHORT_BINSTRING): they are
+# UTF-8 text on every system it ran on; a byte that is not shows as U+FFFD rather than failing.
+PY2_STRING_ENCODING = "utf-8"
 # A whole program profiled line by line is a few MB. Each line entry takes at least 7 bytes of
 # pickle, so 32 MiB also bounds the unpickled objects (~100 B per entry) to a few hundred MB.
 MAX_LPROF_BYTES = 32 * 1024 * 1024
@@ -106,7 +111,7 @@ def _unpickle(path: Path) -> tuple[Timings, float, tuple[str, str], int]:
                          path)
     if len(data) < 2 or data[0] != pickle.PROTO[0] or data[1] < MIN_PICKLE_PROTOCOL:
         raise InputError("not a line_profiler .lprof (no pickle header)", path)
-    unpickler = _LprofUnpickler(io.BytesIO(data))
+    unpickler = _LprofUnpickler(io.BytesIO(data), encoding=PY2_STRING_ENCODING, errors="replace")
     try:
         stats = unpickler.load()
     except InputError as exc:
@@ -257,7 +262,7 @@ def _lines_table(timings: Timings, unit: float, sources: dict[str, list[str] | N
         [(file, function, first, *row) for (file, first, function) in keys
          for row in timings[(file, first, function)]],
         columns=["file", "function", "first_lineno", "lineno", "hits", "ticks"])
-    frame["time_ns"] = (frame["ticks"].astype("float64") * (unit * 1e9)).round().astype("int64")
+    frame["time_ns"] = ticks_to_ns(frame["ticks"], unit)
     frame["time_per_hit_ns"] = (frame["time_ns"] // frame["hits"].clip(lower=1)).astype("int64")
     total = frame.groupby(_FUNCTION_KEY)["time_ns"].transform("sum")
     frame["function_share"] = (frame["time_ns"] / total.where(total > 0)).fillna(0.0)
@@ -267,6 +272,16 @@ def _lines_table(timings: Timings, unit: float, sources: dict[str, list[str] | N
     frame = frame.sort_values(_FUNCTION_KEY + ["lineno"], kind="stable").reset_index(drop=True)
     frame["is_loop_header"] = loop_headers(frame)
     return frame
+
+
+def ticks_to_ns(ticks: pd.Series, unit: float) -> pd.Series:
+    """Timer ticks as int64 ns: an exact integer product when a tick is a whole number of ns
+    (line_profiler 4+ counts ns; a float product would lose the last digits of long times)."""
+    per_tick = unit * 1e9
+    whole = round(per_tick)
+    if whole >= 1 and math.isclose(per_tick, whole, rel_tol=1e-9):
+        return ticks.astype("int64") * whole
+    return (ticks.astype("float64") * per_tick).round().astype("int64")
 
 
 def loop_headers(frame: pd.DataFrame) -> pd.Series:

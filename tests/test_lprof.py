@@ -6,6 +6,7 @@ import os
 import pickle
 import re
 import shutil
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -465,3 +466,58 @@ def test_runner_fixture_loops_found_without_source(fixtures_dir: Path) -> None:
     assert loader["lineno"] == compute["lineno"] and loader["ended_by_break"]
     assert loader["header_is_largest"] and not compute["header_is_largest"]
     assert (loader["confidence"], compute["confidence"]) == ("medium", "low")
+
+
+def _py2_lineprofiler_file(filename: bytes, function: bytes, lines: list[tuple[int, int, int]],
+                           unit: float) -> bytes:
+    """The bytes Python 2.7's kernprof (line_profiler 2.x, 2018) writes: cPickle protocol 2 of a
+    ``_line_profiler.LineStats``, names as byte strings (SHORT_BINSTRING), built opcode by
+    opcode so that no Python 3 pickler has a say in it."""
+    def short_string(text: bytes) -> bytes:
+        return b"U" + bytes([len(text)]) + text
+
+    def small_int(value: int) -> bytes:
+        return b"K" + bytes([value]) if value < 256 else b"J" + struct.pack("<i", value)
+
+    rows = b"".join(b"".join(small_int(v) for v in row) + b"\x87" for row in lines)
+    return b"".join([
+        b"\x80\x02",                                  # PROTO 2
+        b"c_line_profiler\nLineStats\n", b"q\x00",   # GLOBAL _line_profiler.LineStats, BINPUT
+        b")\x81", b"q\x01",                           # EMPTY_TUPLE, NEWOBJ: the instance
+        b"}", b"q\x02", b"(",                         # its __dict__, MARK
+        short_string(b"timings"), b"q\x03", b"}", b"q\x04",
+        short_string(filename), small_int(lines[0][0] - 1), short_string(function),
+        b"\x87", b"q\x05",                            # TUPLE3 key (file, first line, name)
+        b"]", b"q\x06", b"(", rows, b"e",              # the line list, APPENDS
+        b"s",                                         # SETITEM timings[key] = lines
+        short_string(b"unit"), b"q\x07", b"G", struct.pack(">d", unit),
+        b"u", b"b", b".",                             # SETITEMS, BUILD, STOP
+    ])
+
+
+def test_line_profiler_2_file_is_read_safely(tmp_path: Path) -> None:
+    """A 2018 ``.lprof`` (a pickled ``_line_profiler.LineStats`` with byte-string names) was
+    refused as if hostile; it is read through the same restricted unpickler."""
+    path = tmp_path / "train.py.lprof"
+    path.write_bytes(_py2_lineprofiler_file(b"/home/u/train.py", b"train",
+                                            [(11, 3, 1500), (12, 300, 2_000_000), (13, 300, 70)],
+                                            1e-6))
+    profile = lprof.parse(path)
+    assert profile.tool_version == "line_profiler 2.x"
+    assert profile.meta.class_path == "_line_profiler.LineStats"
+    assert profile.meta.pickle_protocol == 2
+    lines = profile.table("lines")
+    assert list(lines["lineno"]) == [11, 12, 13] and list(lines["hits"]) == [3, 300, 300]
+    assert list(lines["time_ns"]) == [1_500_000, 2_000_000_000, 70_000]
+    assert set(lines["file"]) == {"/home/u/train.py"} and set(lines["function"]) == {"train"}
+
+
+def test_nanosecond_unit_is_exact_for_long_times(tmp_path: Path) -> None:
+    """line_profiler 4+ counts ns (unit 1e-9): ticks become ns by an integer product, exact even
+    past 2**53 ns where a float product drops the last digits."""
+    ticks = 2**53 + 1
+    path = stats_file(tmp_path / "ns.lprof", {("train.py", 1, "train"): [(2, 1, ticks),
+                                                                         (3, 7, 999)]})
+    lines = lprof.parse(path).table("lines")
+    assert list(lines["time_ns"]) == [ticks, 999]
+    assert list(lines["time_per_hit_ns"]) == [ticks, 142]
