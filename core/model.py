@@ -57,6 +57,8 @@ from typing import Any, Literal
 
 import pandas as pd
 
+from profreport.units import duration
+
 SourceKind = Literal["nsys", "kineto", "lprof"]
 
 _TIME = {"start": "int64", "end": "int64"}
@@ -87,6 +89,29 @@ TABLE_SCHEMAS: dict[str, dict[str, str]] = {
               "time_ns": "int64", "time_per_hit_ns": "int64", "function_share": "float64",
               "source": "object", "is_dataloader_loop": "bool", "is_loop_header": "bool"},
 }
+
+
+#: The tables that give a profile something to analyse: device work, operators, annotated
+#: ranges, steps or timed lines. A file with none of them (a few runtime calls, a capture that was
+#: cut before the first iteration) is empty, whatever its time span.
+SUBSTANCE_TABLES = ("kernels", "memcpy", "memset", "cpu_ops", "ranges", "steps", "lines")
+#: What the rows of the other timed tables are called in that sentence.
+ROW_WORDS = {"runtime": "runtime calls", "sync": "GPU sync records", "osrt": "OS runtime calls",
+             "memory": "allocator events"}
+
+
+def nothing_recorded(tables: dict[str, pd.DataFrame]) -> str | None:
+    """Why a file holds nothing to analyse (what it does hold, over which span), else None."""
+    if any(not tables[name].empty for name in SUBSTANCE_TABLES if name in tables):
+        return None
+    held = [(name, len(frame)) for name, frame in tables.items()
+            if not frame.empty and {"start", "end"} <= set(frame.columns)]
+    starts = [int(tables[name]["start"].min()) for name, _ in held]
+    ends = [int(tables[name]["end"].max()) for name, _ in held]
+    what = ", ".join(f"{count:,} {ROW_WORDS.get(name, f'{name} rows')}" for name, count in held)
+    span = f" over {duration(max(ends) - min(starts))}" if held else ""
+    return ("the trace is empty or was cut: no kernels or operators recorded"
+            + (f" (only {what}{span})" if held else ""))
 
 
 def empty_table(name: str) -> pd.DataFrame:

@@ -164,6 +164,7 @@ def read_head(path: Path) -> Head:
 
 def detect_format(path: Path) -> InputFormat:
     """The registry record of ``path``, judged from its content and then its name."""
+    path = Path(path)
     head = read_head(path)
     if not head.data and not head.compressed:
         raise InputError("empty file", path)
@@ -194,5 +195,6 @@ def is_profile(path: Path) -> bool:
 
 def parse_file(path: Path, options: ParseOptions | None = None) -> Profile:
     """Parse one profile file of any supported kind."""
+    path = Path(path)
     return detect_format(path).parse(path, options or ParseOptions())
 

@@ -40,7 +40,7 @@ import pandas as pd
 
 from profreport import concepts
 from profreport.errors import UnsupportedFormatError
-from profreport.model import KinetoMeta, Profile, conform
+from profreport.model import KinetoMeta, Profile, conform, nothing_recorded
 from profreport.parsers.kineto_columns import (
     ACCELERATOR_CATS,
     ANNOTATION_CATS,
@@ -77,6 +77,8 @@ ACCELERATOR_COPY_NAMES = frozenset({"dma_request"})
 ACCELERATOR_COPY_KINDS = {"HOST_TO_DEVICE": ("HtoD", "unknown", "Device"),
                           "DEVICE_TO_HOST": ("DtoH", "Device", "unknown"),
                           "DEVICE_TO_DEVICE": ("DtoD", "Device", "Device")}
+#: Header members that list the accelerators, in the order they are looked for.
+DEVICE_LIST_KEYS = ("deviceProperties", "computeProperties")
 # A step found by repetition must repeat at least this often: two occurrences are not a loop.
 MIN_STEP_REPEATS = 3
 #: Where the rows of the ``steps`` table came from, for each way of finding them.
@@ -342,9 +344,15 @@ def _header_int(value: Any) -> int:
     return -1 if number is None else number
 
 
+def _device_list(header: dict[str, Any]) -> Any:
+    """The header's accelerator list: ``deviceProperties``, or ``computeProperties`` as some
+    Kineto builds named it."""
+    return next((header[key] for key in DEVICE_LIST_KEYS if key in header), None)
+
+
 def _devices(header: dict[str, Any]) -> pd.DataFrame:
-    """Accelerators listed in ``deviceProperties``."""
-    listed = header.get("deviceProperties")
+    """Accelerators listed in ``deviceProperties`` (or ``computeProperties``)."""
+    listed = _device_list(header)
     props = [p for p in listed if isinstance(p, dict)] if isinstance(listed, list) else []
     frame = pd.DataFrame({
         "device": [_header_int(p.get("id")) for p in props],
@@ -403,7 +411,7 @@ def _dialect(cats: Symbols) -> str:
 
 def _meta(header: dict[str, Any], dialect: str, distributed: dict[str, Any]) -> KinetoMeta:
     """What the analysis may want from the header: distributed setup, devices, clock base."""
-    devices = header.get("deviceProperties")
+    devices = _device_list(header)
     return KinetoMeta(
         schema_version=header.get("schemaVersion"),
         dialect=dialect,
@@ -444,19 +452,18 @@ def parse(path: Path) -> Profile:
                   for reason, count in sorted(meta.dropped.items()) if count]
     meta.step_span, meta.events = step_span, builder.events
     meta.dataloader = _dataloader_meta(loader)
-    return Profile(
-        path=path, kind="kineto", tool_version=_tool_version(header, dialect, distributed),
-        rank=distributed.get("rank"),
-        tables={
-            **device, "ranges": ranges,
-            "cpu_ops": tables.cpu_ops(), "steps": steps, "dataloader": loader,
-            "cpu_collectives": tables.cpu_collectives(),
-            "devices": _devices(header), "threads": tables.threads(),
-            "memory": builder.memory.frame(),
-            "op_inputs": builder.op_inputs.frame(tables.names, tables.thread_numbers),
-        },
-        meta=meta,
-    )
+    frames = {
+        **device, "ranges": ranges,
+        "cpu_ops": tables.cpu_ops(), "steps": steps, "dataloader": loader,
+        "cpu_collectives": tables.cpu_collectives(),
+        "devices": _devices(header), "threads": tables.threads(),
+        "memory": builder.memory.frame(),
+        "op_inputs": builder.op_inputs.frame(tables.names, tables.thread_numbers),
+    }
+    meta.empty = nothing_recorded(frames)
+    return Profile(path=path, kind="kineto",
+                   tool_version=_tool_version(header, dialect, distributed),
+                   rank=distributed.get("rank"), tables=frames, meta=meta)
 
 
 def parse_input(path: Path, options: ParseOptions) -> Profile:

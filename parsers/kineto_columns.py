@@ -82,6 +82,8 @@ class _Args(msgspec.Struct, gc=False, frozen=True):
     # operators the op_inputs table holds, once per distinct text.
     input_types: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input type")
     input_dims: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input Dims")
+    # The 2021 dialect's spelling of the same shapes.
+    input_dims_2021: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input dims")
 
 
 _NO_ARGS = _Args()
@@ -519,7 +521,8 @@ class _OpInputs:
         rows = rows[self._is_checked(builder.names, part["name"][rows])]
         if not len(rows):
             return
-        pairs = ((bytes(args[i].input_types), bytes(args[i].input_dims)) for i in rows)
+        pairs = ((bytes(args[i].input_types),
+                  bytes(args[i].input_dims) or bytes(args[i].input_dims_2021)) for i in rows)
         self._parts.append({**{key: part[key][rows] for key in ("name", "pid", "tid", "start",
                                                                   "end")},
                             "inputs": self.values.ids(pairs, len(rows))})

@@ -35,7 +35,14 @@ import pandas as pd
 from profreport import concepts
 from profreport.errors import InputError, MissingToolError, UnsupportedFormatError
 from profreport.inputs import EVENT_TIMES
-from profreport.model import TABLE_SCHEMAS, NsysMeta, Profile, conform, empty_table
+from profreport.model import (
+    TABLE_SCHEMAS,
+    NsysMeta,
+    Profile,
+    conform,
+    empty_table,
+    nothing_recorded,
+)
 
 if TYPE_CHECKING:  # the registry imports this module, never the other way round
     from profreport.parsers import ParseOptions
@@ -150,6 +157,7 @@ def read_export(export_path: Path, *, source: Path | None = None) -> Profile:
     meta.time_zero_ns = 0
     meta.dropped = dict(export.dropped)
     meta.notes = [dropped_note(table, count) for table, count in export.dropped.items()]
+    meta.empty = nothing_recorded(tables)
     return Profile(path=source, kind="nsys", tool_version=meta.exporter_version,
                    tables=tables, meta=meta)
 

@@ -7,7 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from profreport.executors import ExecutorOptions
 from profreport.parsers import kineto
+from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+from profreport.reports.analysis.results import RunAnalysis
 
 PID, TID = 4242, 4242
 
@@ -225,3 +228,108 @@ def test_dataloader_iterator_kind(corpus: Path) -> None:
     assert w0.meta.dataloader["workers"] == "single-process"
     assert w4.meta.dataloader == {"workers": "multi-process", "multi_process_next_calls": 6,
                                      "single_process_next_calls": 0}
+
+
+# --- shapes met in the wild (issue 19, item 7) -------------------------------------------------
+
+def _analyzed(path: Path) -> RunAnalysis:
+    """The one run ``profreport analyze PATH`` makes of a file (in this process)."""
+    options = AnalyzeOptions(executor=ExecutorOptions(processes=1))
+    (run,) = analyze_paths([path], options).runs
+    return run
+
+
+def test_earliest_kineto_format(tmp_path: Path) -> None:
+    """January 2021 (``autograd.profiler.profile(use_kineto=True)``): capitalised categories,
+    no device block, no ``ProfilerStep``, string tids, ``Input dims`` spelt lower-case."""
+    tid = "1441273664"
+    events = []
+    for step in range(4):
+        base = 1000.0 * step
+        events += [
+            _cpu("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", base, 200,
+                 cat="Operator"),
+            _cpu("aten::conv2d", base + 300, 100, cat="Operator",
+                 **{"Input dims": [[32, 3, 224, 224], [64, 3, 7, 7], [], [], [], [], []]}),
+            _cpu("cudaLaunchKernel", base + 310, 10, cat="Runtime", correlation=step + 1),
+            _device("implicit_convolve_sgemm", base + 330, 60, cat="Kernel", pid=0,
+                    tid="stream 7", device=0, stream=7, correlation=step + 1),
+            _cpu("Optimizer.step#SGD.step", base + 600, 150, cat="Operator"),
+        ]
+    for event in events:
+        event["tid"] = tid if event["cat"] != "Kernel" else event["tid"]
+    profile = kineto.parse(_trace(tmp_path / "2021.pt.trace.json", events))
+    assert profile.meta.dialect == "2021" and profile.table("devices").empty
+    assert len(profile.table("kernels")) == 4 and set(profile.table("cpu_ops")["tid"]) == {
+        int(tid)}
+    steps = profile.table("steps")
+    assert set(steps["origin"]) == {"optimizer"} and len(steps) == 3
+    inputs = profile.table("op_inputs")
+    assert inputs["input_dims"].iloc[0][:2] == ((32, 3, 224, 224), (64, 3, 7, 7))
+    assert profile.meta.dataloader["workers"] == "single-process"
+    assert _analyzed(tmp_path / "2021.pt.trace.json").verdict != "unknown"
+
+
+def test_compute_properties_name_the_devices(tmp_path: Path) -> None:
+    """Some Kineto builds list the accelerators under ``computeProperties``."""
+    props = [{"id": 0, "name": "Tesla V100-SXM2-16GB", "totalGlobalMem": 16945512448,
+              "computeMajor": 7, "computeMinor": 0, "numSms": 80}]
+    events = [_cpu("ProfilerStep#1", 0, 100, cat="user_annotation"),
+              _device("k", 10, 20, device=0, stream=7, correlation=1)]
+    profile = kineto.parse(_trace(tmp_path / "v100.json", events, computeProperties=props))
+    devices = profile.table("devices")
+    assert devices[["device", "name", "sm_count", "compute_major"]].values.tolist() == [
+        [0, "Tesla V100-SXM2-16GB", 80, 7]]
+    assert profile.meta.device_properties == props
+
+
+def test_gpu_events_without_cpu_ops_give_a_report(tmp_path: Path) -> None:
+    """A trace of device activity only (CPU tracing off): kernels are read and the verdict says
+    why it cannot attribute the idle time."""
+    events = [_device(f"k{i % 3}", 1000.0 + 50 * i, 30, device=0, stream=7, correlation=i + 1)
+              for i in range(40)]
+    path = _trace(tmp_path / "gpu_only.json", events)
+    profile = kineto.parse(path)
+    assert len(profile.table("kernels")) == 40 and profile.table("cpu_ops").empty
+    assert profile.meta.empty is None
+    run = _analyzed(path)
+    assert run.verdict == "unknown" and "no step markers" in run.verdict_reason
+
+
+def test_nearly_empty_trace_is_said_to_be_empty(tmp_path: Path) -> None:
+    """A few runtime calls over 9 s and nothing else: the trace is empty or was cut, never a
+    bottleneck."""
+    events = [_cpu(name, ts, 5, cat="cuda_runtime", correlation=i) for i, (name, ts) in
+              enumerate([("cudaGetDeviceCount", 0.0), ("cudaGetDevice", 5e6),
+                         ("cudaStreamIsCapturing", 9e6)])]
+    path = _trace(tmp_path / "cut.json", events)
+    profile = kineto.parse(path)
+    assert profile.meta.empty == ("the trace is empty or was cut: no kernels or operators "
+                                  "recorded (only 3 runtime calls over 9,000.0 ms)")
+    run = _analyzed(path)
+    assert run.verdict == "unknown" and run.verdict_reason == profile.meta.empty
+    assert run.findings == []
+
+
+def test_wild_2021_resnet50_trace(corpus: Path) -> None:
+    """pytorch/kineto's January 2021 sample: ResNet-50, batch 32, num_workers 0, one GPU."""
+    profile = kineto.parse(corpus / "wild" /
+                           "kineto2021_autograd_api_resnet50_nw0_worker0.pt.trace.json.gz")
+    assert profile.meta.dialect == "2021" and profile.table("devices").empty
+    assert profile.meta.dataloader["workers"] == "single-process"
+    first_conv = profile.table("op_inputs").query("name == 'aten::conv2d'").iloc[0]
+    assert first_conv["input_dims"][0] == (32, 3, 224, 224)  # batch 32 of 224x224 images
+    assert len(profile.table("kernels")) > 9000 and profile.meta.empty is None
+
+
+@pytest.mark.parametrize(("name", "steps_ms"), [
+    ("tracelens_mi300x_resnet_actckpt_rank0of8.json.gz", [16.8, 16.0, 15.9]),
+    ("jh_rtx3080_toymodel_num-workers-0-batch-size-16.json.gz", [1.8, 1.3, 1.4]),
+])
+def test_wild_traces_have_their_published_steps(corpus: Path, name: str,
+                                                steps_ms: list[float]) -> None:
+    """The step times the traces' authors published (TraceLens: ProfilerStep#15-17; the RTX
+    3080 sandbox: ProfilerStep#2-4)."""
+    steps = kineto.parse(corpus / "wild" / name).table("steps")
+    measured = ((steps["end"] - steps["start"]) / 1e6).round(1).tolist()
+    assert measured == pytest.approx(steps_ms, abs=0.1)

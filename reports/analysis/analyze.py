@@ -196,6 +196,8 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
     context = RunContext(knobs=dict(manifest.knobs) if manifest else {},
                          environment=dict(manifest.environment) if manifest else {})
     name_verdict, reason = verdict(metrics)
+    if profiles and all(p.meta.empty for p in profiles):  # the parsers' fact, never a bottleneck
+        name_verdict, reason = "unknown", str(profiles[0].meta.empty)
     confidence = verdict_confidence(metrics, name_verdict)
     job = job_analysis(rank_verdicts(summaries, profiles))
     straggler = _straggler_verdict(job, profiles)
