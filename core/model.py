@@ -145,6 +145,9 @@ class ProfileMeta:
     distributed: bool = False
     #: Why the file holds nothing to analyse ("no kernels or operators recorded"), else None.
     empty: str | None = None
+    #: The repeated span the steps were taken from when no span is named as a step (Kineto: an
+    #: operator; nsys: an NVTX range, numbers masked as ``#``); None otherwise.
+    step_span: str | None = None
 
 
 @dataclass
@@ -162,8 +165,6 @@ class KinetoMeta(ProfileMeta):
     base_time_ns: int = -1
     display_time_unit: str | None = None
     trace_name: str | None = None
-    #: The span the steps came from when the trace has no ``ProfilerStep`` (None otherwise).
-    step_span: str | None = None
     #: The DataLoader iterator kind and its ``__next__`` calls.
     dataloader: dict[str, Any] = field(default_factory=dict)
     #: Trace events read.

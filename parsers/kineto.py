@@ -60,6 +60,7 @@ from profreport.parsers.kineto_columns import (
     thread_numbers,
 )
 from profreport.parsers.kineto_stream import read_trace
+from profreport.parsers.repeats import on_busiest_thread, steps_from_repeats
 
 if TYPE_CHECKING:  # the registry imports this module, never the other way round
     from profreport.parsers import ParseOptions
@@ -79,8 +80,6 @@ ACCELERATOR_COPY_KINDS = {"HOST_TO_DEVICE": ("HtoD", "unknown", "Device"),
                           "DEVICE_TO_DEVICE": ("DtoD", "Device", "Device")}
 #: Header members that list the accelerators, in the order they are looked for.
 DEVICE_LIST_KEYS = ("deviceProperties", "computeProperties")
-# A step found by repetition must repeat at least this often: two occurrences are not a loop.
-MIN_STEP_REPEATS = 3
 #: Where the rows of the ``steps`` table came from, for each way of finding them.
 STEP_ORIGINS = ("ProfilerStep", "optimizer", "repeated op")
 
@@ -256,8 +255,8 @@ class _Tables:
                           ignore_index=True)
         optimizer = spans[concepts.is_optimizer_step_span(spans["name"])]
         if len(optimizer) >= 2:
-            return _steps_between_ends(_on_busiest_thread(optimizer)), None
-        return _steps_from_repeated_op(spans)
+            return _steps_between_ends(on_busiest_thread(optimizer)), None
+        return steps_from_repeats(spans, "repeated op")
 
     def named_rows(self, cats: frozenset[str], rule: Any) -> pd.DataFrame:
         """CPU-side events of categories ``cats`` whose name satisfies the vectorised ``rule``."""
@@ -286,13 +285,6 @@ class _Tables:
         return conform("threads", frame.drop_duplicates(["pid", "tid"], keep="last"))
 
 
-def _on_busiest_thread(spans: pd.DataFrame) -> pd.DataFrame:
-    """The spans of the thread whose spans cover the most time, sorted by start."""
-    busiest = (spans["end"] - spans["start"]).groupby([spans["pid"], spans["tid"]]).sum().idxmax()
-    mine = spans[(spans["pid"] == busiest[0]) & (spans["tid"] == busiest[1])]
-    return mine.sort_values("start", kind="stable")
-
-
 def _steps_between_ends(optimizer: pd.DataFrame) -> pd.DataFrame:
     """Iterations as the time from one optimizer step's end to the next one's end."""
     ends = optimizer["end"].to_numpy()
@@ -300,34 +292,6 @@ def _steps_between_ends(optimizer: pd.DataFrame) -> pd.DataFrame:
                           "end": ends[1:], "pid": optimizer["pid"].iloc[0],
                           "tid": optimizer["tid"].iloc[0], "origin": "optimizer"})
     return conform("steps", frame)
-
-
-def _top_level(spans: pd.DataFrame) -> pd.DataFrame:
-    """The spans of one thread that no other span of it encloses."""
-    ordered = spans.assign(length=spans["end"] - spans["start"]).sort_values(
-        ["start", "length"], ascending=[True, False], kind="stable")
-    reach = np.maximum.accumulate(ordered["end"].to_numpy())
-    enclosed = np.r_[False, ordered["end"].to_numpy()[1:] <= reach[:-1]]
-    return ordered[~enclosed]
-
-
-def _steps_from_repeated_op(spans: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
-    """Iterations from the top-level op that repeats most (by time) on the busiest thread;
-    each runs from one occurrence's start to the next one's (the last to its own end)."""
-    if spans.empty:
-        return conform("steps", spans.assign(number=0, origin="")), None
-    top = _top_level(_on_busiest_thread(spans))
-    counts = top.groupby("name")["length"].agg(["size", "sum"])
-    repeated = counts[counts["size"] >= MIN_STEP_REPEATS]
-    if repeated.empty:
-        return conform("steps", spans.iloc[:0].assign(number=0, origin="")), None
-    name = str(repeated["sum"].idxmax())
-    chosen = top[top["name"] == name]
-    starts, ends = chosen["start"].to_numpy(), chosen["end"].to_numpy()
-    frame = pd.DataFrame({"number": np.arange(1, len(starts) + 1), "start": starts,
-                          "end": np.r_[starts[1:], ends[-1]], "pid": chosen["pid"].to_numpy(),
-                          "tid": chosen["tid"].to_numpy(), "origin": "repeated op"})
-    return conform("steps", frame), name
 
 
 def _per_name(names: np.ndarray, rule: Any, ids: np.ndarray) -> np.ndarray:

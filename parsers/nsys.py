@@ -47,6 +47,7 @@ from profreport.model import (
 if TYPE_CHECKING:  # the registry imports this module, never the other way round
     from profreport.parsers import ParseOptions
 from profreport.parsers import sqlite_pages
+from profreport.parsers.repeats import masked_numbers, phases_text, steps_from_repeats
 
 NSYS_MISSING = ("nsys is not installed; needed to read .nsys-rep: run scripts/setup.sh --system, "
                 "or pass a .sqlite export")
@@ -157,6 +158,7 @@ def read_export(export_path: Path, *, source: Path | None = None) -> Profile:
     meta.time_zero_ns = 0
     meta.dropped = dict(export.dropped)
     meta.notes = [dropped_note(table, count) for table, count in export.dropped.items()]
+    _nvtx_structure(tables, meta)
     meta.empty = nothing_recorded(tables)
     return Profile(path=source, kind="nsys", tool_version=meta.exporter_version,
                    tables=tables, meta=meta)
@@ -394,6 +396,20 @@ def _read_tables(export: _Export) -> dict[str, pd.DataFrame]:
         tables["steps"] = steps_from_ranges(tables["ranges"])
         tables["dataloader"] = dataloader_from_ranges(tables["ranges"])
     return tables
+
+
+def _nvtx_structure(tables: dict[str, pd.DataFrame], meta: NsysMeta) -> None:
+    """A capture whose NVTX ranges name no step: the range that repeats is the step, and the
+    ranges inside it are its phases (a note says which, with their time per step)."""
+    ranges = tables.get("ranges")
+    if ranges is None or ranges.empty or not tables["steps"].empty:
+        return
+    steps, span = steps_from_repeats(ranges, "nvtx", masked_numbers, own_extent=True)
+    if span is None:
+        return
+    tables["steps"], meta.step_span = steps, span
+    meta.notes.append(f"no NVTX range is named as a step: the {len(steps):,} steps are the "
+                      f"repeated range '{span}'{phases_text(ranges, steps)}")
 
 
 def dropped_note(table: str, count: int) -> str:

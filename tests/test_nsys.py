@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,9 @@ import pytest
 from profreport.errors import InputError, MissingToolError
 from profreport.model import Profile
 from profreport.parsers import nsys
+
+sys.path.insert(0, str(Path(__file__).parent))
+from conftest import write_nsys_export  # noqa: E402
 
 STEMS = ("sc22_1gpu_baseline", "sc22_4gpu_baseline")
 NCCL_KERNEL = "ncclKernel_AllReduce_RING_LL_Sum_float"
@@ -413,3 +417,26 @@ def test_page_reader_reads_every_integer_width(tmp_path: Path) -> None:
     assert texts.tolist() == [v if type(v) is str else None for v in values] * 400
     pads = np.concatenate([c.texts[1] for c in chunks])  # "" to 299 chars: grouped and not
     assert pads.tolist() == ["x" * (i % 300) for i in range(len(values) * 400)]
+
+
+def test_nvtx_ranges_alone_are_the_structure(tmp_path: Path) -> None:
+    """A capture with NVTX ranges only (no CUDA, no range named ``step N``): the range that
+    repeats (its counters masked) is the step, over its own extent, and the ranges inside it
+    are its phases, named with their time per step in a note."""
+    ms = 10**6
+    ranges = []
+    for i in range(5):
+        base = i * 100 * ms
+        ranges += [(base, base + 80 * ms, f"epoch 0 batch {i}"),
+                   (base + 5 * ms, base + 40 * ms, "forward"),
+                   (base + 40 * ms, base + 70 * ms, "backward"),
+                   (base + 70 * ms, base + 78 * ms, "optimizer")]
+    profile = nsys.parse(write_nsys_export(tmp_path / "nvtx.sqlite", [], ranges))
+    steps = profile.table("steps")
+    assert steps[["number", "start", "end"]].values.tolist() == [
+        [i + 1, i * 100 * ms, i * 100 * ms + 80 * ms] for i in range(5)]
+    assert set(steps["origin"]) == {"nvtx"} and profile.meta.step_span == "epoch # batch #"
+    assert profile.meta.empty is None
+    assert profile.meta.notes == [
+        "no NVTX range is named as a step: the 5 steps are the repeated range 'epoch # batch #'"
+        "; inside each: forward 35.0 ms, backward 30.0 ms, optimizer 8.0 ms per step"]

@@ -1,0 +1,86 @@
+"""Iterations found in recorded spans when no span is named as a step: the top-level span that
+repeats most on the busiest thread. Kineto groups operators by name; nsys groups NVTX ranges by
+their name with the numbers masked (``epoch 0 batch 17`` and ``epoch 0 batch 18`` are one range),
+because a loop annotates each pass with its counter."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+
+from profreport.model import conform
+from profreport.units import ms
+
+# A step found by repetition must repeat at least this often: two occurrences are not a loop.
+MIN_STEP_REPEATS = 3
+# A run of digits in a range name: the loop counter that differs between its passes.
+_NUMBER = re.compile(r"\d+")
+
+
+def on_busiest_thread(spans: pd.DataFrame) -> pd.DataFrame:
+    """The spans of the thread whose spans cover the most time, sorted by start."""
+    busiest = (spans["end"] - spans["start"]).groupby([spans["pid"], spans["tid"]]).sum().idxmax()
+    mine = spans[(spans["pid"] == busiest[0]) & (spans["tid"] == busiest[1])]
+    return mine.sort_values("start", kind="stable")
+
+
+def top_level(spans: pd.DataFrame) -> pd.DataFrame:
+    """The spans of one thread that no other span of it encloses."""
+    ordered = spans.assign(length=spans["end"] - spans["start"]).sort_values(
+        ["start", "length"], ascending=[True, False], kind="stable")
+    reach = np.maximum.accumulate(ordered["end"].to_numpy())
+    enclosed = np.r_[False, ordered["end"].to_numpy()[1:] <= reach[:-1]]
+    return ordered[~enclosed]
+
+
+def masked_numbers(names: pd.Series) -> pd.Series:
+    """Each name with its numbers written ``#`` (``epoch 0 batch 17`` -> ``epoch # batch #``)."""
+    return names.astype(str).str.replace(_NUMBER, "#", regex=True)
+
+
+def steps_from_repeats(spans: pd.DataFrame, origin: str,
+                       key: Callable[[pd.Series], pd.Series] | None = None,
+                       own_extent: bool = False) -> tuple[pd.DataFrame, str | None]:
+    """Iterations from the top-level span that repeats most (by time) on the busiest thread,
+    spans grouped by ``key(name)`` (the name itself by default). Each runs from one
+    occurrence's start to the next one's (the last to its own end), or over the span itself
+    when ``own_extent`` (an annotated range encloses its step, as ``step N`` ranges do).
+    Returns the ``steps`` table and the group's name (None when nothing repeats)."""
+    if spans.empty:
+        return conform("steps", spans.assign(number=0, origin="")), None
+    top = top_level(on_busiest_thread(spans))
+    top = top.assign(group=top["name"] if key is None else key(top["name"]))
+    counts = top.groupby("group")["length"].agg(["size", "sum"])
+    repeated = counts[counts["size"] >= MIN_STEP_REPEATS]
+    if repeated.empty:
+        return conform("steps", spans.iloc[:0].assign(number=0, origin="")), None
+    name = str(repeated["sum"].idxmax())
+    chosen = top[top["group"] == name]
+    starts, ends = chosen["start"].to_numpy(), chosen["end"].to_numpy()
+    frame = pd.DataFrame({"number": np.arange(1, len(starts) + 1), "start": starts,
+                          "end": ends if own_extent else np.r_[starts[1:], ends[-1]],
+                          "pid": chosen["pid"].to_numpy(),
+                          "tid": chosen["tid"].to_numpy(), "origin": origin})
+    return conform("steps", frame), name
+
+
+def phases_text(spans: pd.DataFrame, steps: pd.DataFrame) -> str:
+    """``; inside each: forward 35.0 ms, backward 30.0 ms per step`` for the spans that lie
+    inside the steps on their thread (numbers masked, most time first); "" when none do."""
+    if steps.empty:
+        return ""
+    mine = spans[(spans["pid"] == steps["pid"].iloc[0]) & (spans["tid"] == steps["tid"].iloc[0])]
+    order = np.searchsorted(steps["start"].to_numpy(), mine["start"].to_numpy(), side="right") - 1
+    inside = (order >= 0) & (mine["end"].to_numpy()
+                             <= steps["end"].to_numpy()[np.clip(order, 0, None)])
+    inside &= ~mine["start"].isin(steps["start"]).to_numpy()
+    phases = mine[inside]
+    if phases.empty:
+        return ""
+    per_step = ((phases["end"] - phases["start"]).groupby(masked_numbers(phases["name"])).sum()
+                / len(steps)).sort_values(ascending=False, kind="stable")
+    listed = ", ".join(f"{name} {ms(value)}" for name, value in per_step.items())
+    return f"; inside each: {listed} per step"
