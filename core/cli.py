@@ -87,6 +87,9 @@ def build_parser(run_options: bool = True) -> argparse.ArgumentParser:
                          help="folder to look for line_profiler source files in")
     analyze.add_argument("--cache-dir", type=Path,
                          help="where nsys exports are cached (default: ~/.cache/profreport)")
+    analyze.add_argument("--nsys", type=Path, metavar="PATH",
+                         help="the nsys that exports .nsys-rep reports (default: the newest "
+                              "found: on PATH or unpacked by scripts/nsys_newer_export.sh)")
     _add_report_options(analyze)
     _add_executor_options(analyze)
 

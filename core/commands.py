@@ -119,7 +119,8 @@ def analyze_command(args: argparse.Namespace) -> int:
     options = AnalyzeOptions(
         title=args.title, baseline=args.baseline,
         parse=ParseOptions(cache_dir=getattr(args, "cache_dir", None),
-                           source_root=getattr(args, "source_root", None)),
+                           source_root=getattr(args, "source_root", None),
+                           nsys=getattr(args, "nsys", None)),
         executor=ExecutorOptions(
             scheduler=args.scheduler, processes=args.processes, slurm_jobs=args.slurm_jobs,
             slurm_queue=args.slurm_queue, slurm_account=args.slurm_account,

@@ -60,6 +60,8 @@ class ParseOptions:
     cache_dir: Path | None = None
     #: Extra folder to look for line_profiler sources in.
     source_root: Path | None = None
+    #: The nsys that exports reports (default: the newest one found, see parsers.nsys).
+    nsys: Path | None = None
 
 
 @dataclass(frozen=True)

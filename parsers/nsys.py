@@ -46,7 +46,7 @@ from profreport.model import (
 
 if TYPE_CHECKING:  # the registry imports this module, never the other way round
     from profreport.parsers import ParseOptions
-from profreport.parsers import sqlite_pages
+from profreport.parsers import NSYS_REPORT_MAGIC, sqlite_pages
 from profreport.parsers.repeats import masked_numbers, phases_text, steps_from_repeats
 
 NSYS_MISSING = ("nsys is not installed; needed to read .nsys-rep: run scripts/setup.sh --system, "
@@ -54,6 +54,14 @@ NSYS_MISSING = ("nsys is not installed; needed to read .nsys-rep: run scripts/se
 SQLITE_MAGIC = b"SQLite format 3\x00"
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 
+# Bytes at each end of a report searched for the version of Nsight Systems that wrote it (2022.4
+# writes it in its last kB, among the session's metadata).
+WRITER_PROBE_BYTES = 1 << 20
+# The writer's version as nsys records it: ``2022.4.2.1-df9881f``.
+_WRITER_VERSION = re.compile(rb"(20\d\d\.\d+\.\d+(?:\.\d+)?-[0-9A-Za-z]+)")
+_VERSION_NUMBERS = re.compile(r"\d+(?:\.\d+)+")
+# Where scripts/nsys_newer_export.sh leaves the nsys of an unpacked nsight-systems package.
+NSYS_TOOL_GLOB = "*/**/target-linux-x64/nsys"
 # How much of each end of a report goes into its cache key: enough to change with any re-record,
 # cheap on GB-sized reports (the size and mtime cover edits in the middle).
 FINGERPRINT_BYTES = 1 << 20
@@ -125,22 +133,23 @@ _ENUM_TOKEN = re.compile(r"^.*?_(?:KIND|TYPE)_")
 _PROGRESS_LINE = re.compile(r"^(?:Exporting|Processing) \d+ events")
 
 
-def parse(path: Path, *, cache_dir: Path | None = None) -> Profile:
-    """Read an nsys report (exported through the cache) or an nsys SQLite export."""
+def parse(path: Path, *, cache_dir: Path | None = None, nsys: Path | None = None) -> Profile:
+    """Read an nsys report (exported through the cache, with ``nsys`` or the newest nsys found)
+    or an nsys SQLite export."""
     path = Path(path)
     if not path.is_file():
         raise InputError("no such file", path)
     if _is_sqlite(path):
         return read_export(path, source=path)
-    if not path.name.endswith(REPORT_SUFFIXES):
+    if not path.name.endswith(REPORT_SUFFIXES) and not _is_report(path):
         raise InputError("not an Nsight Systems report (.nsys-rep) nor an SQLite export", path)
-    export = export_report(path, cache_dir=cache_dir)
+    export = export_report(path, cache_dir=cache_dir, nsys=nsys)
     return read_export(export, source=path)
 
 
 def parse_input(path: Path, options: ParseOptions) -> Profile:
     """The registry's entry point (``parsers.FORMATS``): :func:`parse` with its options."""
-    return parse(path, cache_dir=options.cache_dir)
+    return parse(path, cache_dir=options.cache_dir, nsys=options.nsys)
 
 
 def read_export(export_path: Path, *, source: Path | None = None) -> Profile:
@@ -173,13 +182,16 @@ def default_cache_dir() -> Path:
     return Path(base) / "profreport" / "nsys"
 
 
-def export_report(report: Path, *, cache_dir: Path | None = None) -> Path:
-    """The cached SQLite export of ``report``, made with ``nsys export`` when not cached yet."""
-    nsys = shutil.which("nsys")
-    if nsys is None:
-        raise MissingToolError(NSYS_MISSING, report)
+def export_report(report: Path, *, cache_dir: Path | None = None,
+                  nsys: Path | None = None) -> Path:
+    """The cached SQLite export of ``report``, made with ``nsys export`` when not cached yet, by
+    ``nsys`` or else the newest nsys found (:func:`nsys_tools`); a report written by a newer
+    Nsight Systems than that is refused with one line saying what to do."""
+    tool = str(nsys) if nsys is not None else newest_nsys(report)
+    version = nsys_version(tool)
+    _check_writer(report, version)
     folder = cache_dir or default_cache_dir()
-    target = folder / cache_name(report, nsys_version(nsys))
+    target = folder / cache_name(report, version)
     if target.is_file():
         return target
     try:
@@ -190,7 +202,7 @@ def export_report(report: Path, *, cache_dir: Path | None = None) -> Path:
                          report) from None
     os.close(fd)
     try:
-        _run_export(nsys, report, Path(tmp))
+        _run_export(tool, report, Path(tmp))
         os.replace(tmp, target)
     finally:
         with contextlib.suppress(FileNotFoundError):
@@ -207,6 +219,70 @@ def nsys_version(nsys: str) -> str:
         return "unknown"
     match = re.search(r"version\s+(\S+)", out.stdout)
     return match.group(1) if match else "unknown"
+
+
+def default_tools_dir() -> Path:
+    """Where newer Nsight Systems are unpacked for profreport (scripts/nsys_newer_export.sh):
+    ``$XDG_CACHE_HOME/profreport/nsys-tools``, or ``~/.cache/profreport/nsys-tools``."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "profreport" / "nsys-tools"
+
+
+def nsys_tools() -> list[str]:
+    """Every nsys profreport may export with: the one on PATH and those unpacked under
+    :func:`default_tools_dir`."""
+    found = [shutil.which("nsys")]
+    tools = default_tools_dir()
+    if tools.is_dir():
+        found += sorted(str(p) for p in tools.glob(NSYS_TOOL_GLOB) if os.access(p, os.X_OK))
+    return [tool for tool in dict.fromkeys(found) if tool]
+
+
+def newest_nsys(report: Path) -> str:
+    """The nsys of :func:`nsys_tools` with the highest version; MissingToolError when none."""
+    tools = nsys_tools()
+    if not tools:
+        raise MissingToolError(NSYS_MISSING, report)
+    return max(tools, key=lambda tool: version_key(nsys_version(tool)))
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """``2023.4.1.97-abc`` as ``(2023, 4, 1, 97)`` for ordering; ``()`` when unknown."""
+    match = _VERSION_NUMBERS.match(version)
+    return tuple(int(part) for part in match.group(0).split(".")) if match else ()
+
+
+def writer_version(report: Path) -> str | None:
+    """The Nsight Systems version that wrote ``report``, as recorded near its end (or start)."""
+    try:
+        size = report.stat().st_size
+        with open(report, "rb") as handle:
+            handle.seek(max(size - WRITER_PROBE_BYTES, 0))
+            tail = handle.read(WRITER_PROBE_BYTES)
+            handle.seek(0)
+            head = handle.read(WRITER_PROBE_BYTES)
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or exc}", report) from None
+    match = _WRITER_VERSION.search(tail) or _WRITER_VERSION.search(head)
+    return match.group(1).decode() if match else None
+
+
+def _check_writer(report: Path, version: str) -> None:
+    """UnsupportedFormatError when ``report`` was written by a newer year.release of Nsight
+    Systems than the nsys of ``version`` (an older nsys cannot export it)."""
+    written = writer_version(report)
+    if written is None or not version_key(version):
+        return
+    if version_key(written)[:2] > version_key(version)[:2]:
+        raise UnsupportedFormatError(
+            f"written by nsys {_release(written)}; this nsys is {_release(version)}: export it "
+            "with a newer nsys, `nsys export --type sqlite`, and pass the .sqlite (or unpack a "
+            "newer one with scripts/nsys_newer_export.sh, or name one with --nsys PATH)", report)
+
+
+def _release(version: str) -> str:
+    """``2023.4.1.97-abc`` -> ``2023.4``."""
+    return ".".join(str(part) for part in version_key(version)[:2])
 
 
 def cache_name(report: Path, version: str) -> str:
@@ -253,13 +329,23 @@ def _last_error_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
-def _is_sqlite(path: Path) -> bool:
-    """Whether ``path`` starts with the SQLite header."""
+def _starts_with(path: Path, magic: bytes) -> bool:
+    """Whether ``path`` starts with ``magic`` (False when it cannot be read)."""
     try:
         with open(path, "rb") as handle:
-            return handle.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
+            return handle.read(len(magic)) == magic
     except OSError:
         return False
+
+
+def _is_report(path: Path) -> bool:
+    """Whether ``path`` starts with the Nsight Systems report header."""
+    return _starts_with(path, NSYS_REPORT_MAGIC)
+
+
+def _is_sqlite(path: Path) -> bool:
+    """Whether ``path`` starts with the SQLite header."""
+    return _starts_with(path, SQLITE_MAGIC)
 
 
 # --- reading the export -----------------------------------------------------------------------

@@ -9,6 +9,9 @@
 #                2024.2; trixie and sid have 2023.4)
 #   REPORT       reports to export (default: ../shared/corpus/nsys/*.nsys-rep)
 # then: PROFREPORT_NSYS_NEWER_EXPORTS=SCRATCH_DIR/exports .venv/bin/pytest tests/test_nsys.py
+# The unpacked package is also linked into ~/.cache/profreport/nsys-tools/ (XDG_CACHE_HOME
+# respected), where profreport looks for the newest nsys to export reports with (a report
+# written by a newer Nsight Systems than the installed one needs it); --nsys PATH overrides.
 set -euo pipefail
 
 if [[ $# -lt 1 ]]; then
@@ -37,6 +40,10 @@ rm -rf "$scratch/unpacked"
 dpkg -x "$deb" "$scratch/unpacked"
 nsys=$(find "$scratch/unpacked" -type f -name nsys -path '*target-linux-x64*' | head -n 1)
 "$nsys" --version
+tools=${XDG_CACHE_HOME:-$HOME/.cache}/profreport/nsys-tools
+mkdir -p "$tools"
+ln -sfn "$scratch/unpacked" "$tools/$("$nsys" --version | awk '{print $NF}')"
+echo "linked into $tools (profreport exports with the newest nsys it finds there or on PATH)"
 
 for report in "$@"; do
     name=$(basename "$report")

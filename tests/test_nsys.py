@@ -12,9 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from profreport.errors import InputError, MissingToolError
+from profreport.errors import InputError, MissingToolError, UnsupportedFormatError
 from profreport.model import Profile
-from profreport.parsers import nsys
+from profreport.parsers import ParseOptions, nsys, parse_file
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import write_nsys_export  # noqa: E402
@@ -440,3 +440,38 @@ def test_nvtx_ranges_alone_are_the_structure(tmp_path: Path) -> None:
     assert profile.meta.notes == [
         "no NVTX range is named as a step: the 5 steps are the repeated range 'epoch # batch #'"
         "; inside each: forward 35.0 ms, backward 30.0 ms, optimizer 8.0 ms per step"]
+
+
+def test_report_written_by_a_newer_nsys_says_what_to_do(tmp_path: Path, fixtures_dir: Path,
+                                                        nsys_available: str) -> None:
+    """The writer's version is read from the report itself; an older nsys than that is not
+    asked to export it, and the line says which versions and how to get an export."""
+    original = fixtures_dir / "loader_heavy" / "nsys.nsys-rep"
+    assert nsys.writer_version(original) == "2022.4.2.1-df9881f"
+    newer = tmp_path / "newer.nsys-rep"
+    newer.write_bytes(original.read_bytes().replace(b"2022.4.2.1-df9881f",
+                                                     b"2023.4.1.97-0a1b2c"))
+    assert nsys.writer_version(newer) == "2023.4.1.97-0a1b2c"
+    installed = nsys.nsys_version(nsys_available)
+    if nsys.version_key(installed)[:2] >= (2023, 4):
+        pytest.skip(f"the installed nsys {installed} can read 2023.4 reports")
+    with pytest.raises(UnsupportedFormatError) as caught:
+        nsys.parse(newer, cache_dir=tmp_path / "cache")
+    release = ".".join(installed.split(".")[:2])
+    assert caught.value.one_line() == (
+        f"{newer}: written by nsys 2023.4; this nsys is {release}: export it with a newer "
+        "nsys, `nsys export --type sqlite`, and pass the .sqlite (or unpack a newer one with "
+        "scripts/nsys_newer_export.sh, or name one with --nsys PATH)")
+    assert not (tmp_path / "cache").exists()  # nsys was never run on it
+
+
+def test_nsys_named_on_the_command_line_is_the_one_used(tmp_path: Path, fixtures_dir: Path,
+                                                        nsys_available: str) -> None:
+    """``--nsys PATH`` exports with that nsys; a path that runs nothing is one line."""
+    report = fixtures_dir / "loader_heavy" / "nsys.nsys-rep"
+    profile = parse_file(report, ParseOptions(cache_dir=tmp_path, nsys=Path(nsys_available)))
+    assert not profile.table("steps").empty
+    assert profile.meta.exporter_version == nsys.nsys_version(nsys_available).split("-")[0]
+    with pytest.raises(MissingToolError, match="cannot run nsys"):
+        parse_file(report, ParseOptions(cache_dir=tmp_path / "other",
+                                        nsys=tmp_path / "no-such-nsys"))
