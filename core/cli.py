@@ -111,8 +111,9 @@ def build_parser(run_options: bool = True) -> argparse.ArgumentParser:
         description="Grade a folder of student submissions (one folder or .zip/.tar.gz/.tgz "
                     "archive per student; each subfolder is one run) against a TOML rubric. "
                     "Writes gradebook.csv, gradebook.json, summary.html and "
-                    "students/NAME/report.html + feedback.md to --out. Nothing from a "
-                    "submission is executed.")
+                    "students/NAME/report.html + feedback.md to --out. Without --run nothing "
+                    "from a submission is executed; with --run the grader runs each "
+                    "submission's script itself, in a sandbox.")
     grade.add_argument("submissions", type=Path, nargs="?", metavar="SUBMISSIONS")
     grade.add_argument("--rubric", type=Path, metavar="RUBRIC.toml",
                        help="the rubric (required to grade)")
@@ -125,6 +126,12 @@ def build_parser(run_options: bool = True) -> argparse.ArgumentParser:
                        help="also write the totals as a CSV this LMS imports")
     grade.add_argument("--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
                        help="submissions graded at once (default: the CPU count, %(default)s)")
+    grade.add_argument("--run", action="store_true",
+                       help="run each submission's script (the rubric's [run] table) in the "
+                            "sandbox, beside the reference, and grade what the grader measured")
+    grade.add_argument("--slurm", action="store_true",
+                       help="with --run: run the submissions as one Slurm job array and wait "
+                            "for it")
     return parser
 
 

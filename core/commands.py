@@ -214,7 +214,9 @@ def grade_command(args: argparse.Namespace) -> int:
     check_output_folder(Path(args.out))
     rubric = load_rubric(args.rubric)
     outcome = grade_class(args.submissions, rubric, args.out, workers=args.jobs, lms=args.lms,
-                          progress=_progress_bar if sys.stderr.isatty() else _no_progress)
+                          run=args.run, slurm=args.slurm,
+                          progress=_progress_bar if sys.stderr.isatty() else _no_progress,
+                          said=lambda line: print(f"profreport: {line}", file=sys.stderr))
     for result in outcome.results:
         state = result.error if result.status == "error" else "ok"
         reused = " (unchanged, reused)" if result.reused else ""

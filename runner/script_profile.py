@@ -80,6 +80,10 @@ class StepMarks:
     loaders: dict[int, LoaderUse] = field(default_factory=dict)
     #: The first optimizer's learning rate at its first step.
     lr: float | None = None
+    #: ``--record-loss``: the value of the last one-element tensor ``backward()`` was called on
+    #: before each step (the loss), and that latest value.
+    losses: list[float] = field(default_factory=list)
+    last_backward: float | None = None
 
     def training_loader(self) -> LoaderUse | None:
         """The loader the script took the most batches from."""
@@ -94,6 +98,7 @@ class StepMarks:
         return {"rank": rank, "world_size": world_size, "steps": len(ends),
                 "step_ns": step_ns, "steps_per_s": steps_per_s,
                 "loader": asdict(loader) if loader else None, "lr": self.lr,
+                "losses": self.losses,
                 "torch_threads": torch.get_num_threads()}
 
 
@@ -117,6 +122,8 @@ class FirstOptimizerStepper:
         if id(optimizer) != self.optimizer_id:
             return
         self.marks.ends_ns.append(time.perf_counter_ns())
+        if self.marks.last_backward is not None:
+            self.marks.losses.append(self.marks.last_backward)
         if self.profiler is not None:
             self.profiler.step()
         if self.nvtx is not None:
@@ -158,6 +165,23 @@ def watch_loaders(marks: StepMarks) -> Any:
     finally:
         DataLoader.__iter__ = original_iter  # type: ignore[method-assign]
         _BaseDataLoaderIter.__next__ = original_next  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
+def watch_losses(marks: StepMarks) -> Any:
+    """Note the value of each one-element tensor ``backward()`` is called on (the loss)."""
+    original = torch.Tensor.backward
+
+    def backward(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        if tensor.numel() == 1:
+            marks.last_backward = float(tensor.detach())
+        return original(tensor, *args, **kwargs)
+
+    torch.Tensor.backward = backward  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        torch.Tensor.backward = original  # type: ignore[method-assign]
 
 
 class LineProfileEveryFunction(ast.NodeTransformer):
@@ -220,6 +244,7 @@ class ScriptLaunch:
     active: int = 5
     own_profiler: bool = False
     result: str | None = None
+    record_loss: bool = False
 
 
 def run_script(launch: ScriptLaunch, marks: StepMarks) -> None:
@@ -237,7 +262,9 @@ def run_script(launch: ScriptLaunch, marks: StepMarks) -> None:
     sys.path.insert(0, str(script.parent))
     handle = register_optimizer_step_post_hook(stepper)
     try:
-        with watch_loaders(marks), profiler if profiler is not None else contextlib.nullcontext():
+        losses = watch_losses(marks) if launch.record_loss else contextlib.nullcontext()
+        with watch_loaders(marks), losses, \
+                profiler if profiler is not None else contextlib.nullcontext():
             run_as_main(code, script, extra)
     finally:
         handle.remove()
@@ -261,11 +288,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--active", type=int, default=5)
     parser.add_argument("--own-profiler", action="store_true")
     parser.add_argument("--result", help="where to write the step marks; {rank} is replaced")
+    parser.add_argument("--record-loss", action="store_true",
+                        help="record the loss (what backward() was called on) at each step")
     parser.add_argument("script", type=Path)
     parser.add_argument("script_args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     launch = ScriptLaunch(args.script, args.script_args, args.mode, args.trace_dir, args.active,
-                          args.own_profiler, args.result)
+                          args.own_profiler, args.result, args.record_loss)
     if args.mode == "torch" and not args.own_profiler and args.trace_dir is None:
         parser.error("--mode torch needs --trace-dir (or --own-profiler)")
     marks = StepMarks()

@@ -87,7 +87,7 @@ def test_finding_ids_match_the_rules() -> None:
 def test_readme_rubric_is_valid() -> None:
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
     section = readme.split("## Grading a class", 1)[1].split("\n## ", 1)[0]
-    text = re.search(r"```toml\n(.+?)\n```", section, re.S).group(1)
+    text = re.search(r"```toml\n(\[assignment\].+?)\n```", section, re.S).group(1)
     rubric = parse_rubric(text, PATH)
     assert [c.id for c in rubric.checks] == ["profiled", "loader-fixed", "pinned", "speedup",
                                              "gpu-busy"]

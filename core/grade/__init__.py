@@ -3,7 +3,10 @@
 Submissions are staged into the output folder (:mod:`.submissions`), each run analysed by the
 ordinary pipeline (``reports.analysis.analyze``), the rubric's checks evaluated on the results
 (:mod:`.checks`), and the class's gradebook and summary written atomically (:mod:`.gradebook`).
-Nothing from a submission is executed; each is graded in a worker process, and a result is
+Without ``--run`` nothing from a submission is executed. With ``--run`` (a rubric with a
+``[run]`` table), each submission's script is first run by the grader inside the sandbox
+(:mod:`.execute`), one submission at a time here or as a Slurm job array (:mod:`.slurm`), and the
+run folders and trials it made are graded. Each is graded in a worker process, and a result is
 reused when neither the submission nor the rubric changed.
 """
 
@@ -17,11 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from profreport.errors import UsageError
+from profreport.grade.execute import RunJob, execute
 from profreport.grade.gradebook import write_gradebook
 from profreport.grade.grader import Job, Layout, failed_result, grade_submission
 from profreport.grade.results import StudentResult
 from profreport.grade.rubric import Rubric
-from profreport.grade.submissions import find_submissions
+from profreport.grade.slurm import run_on_slurm
+from profreport.grade.submissions import Submission, find_submissions
+from profreport.runner.sandbox import probe
 
 #: Called after each student is graded: (students done, students in all, the result).
 Progress = Callable[[int, int, StudentResult], None]
@@ -81,14 +87,36 @@ def grade_all(jobs: list[Job], workers: int, progress: Progress) -> list[Student
     return sorted(done, key=lambda r: order[r.student])
 
 
+def run_submissions(found: list[Submission], rubric: Rubric, layout: Layout, slurm: bool,
+                    said: Callable[[str], None]) -> None:
+    """``--run``: run every submission in the sandbox (one after the other, so that no two
+    share the CPUs they are timed on), or as one Slurm job array."""
+    if rubric.run is None:
+        raise UsageError("--run needs a rubric with a [run] table (the script, the reference, "
+                         "the steps and the batch); profreport grade --example-rubric shows one")
+    probe()
+    jobs = [RunJob(submission, rubric, layout.runs(submission.student)) for submission in found]
+    if slurm:
+        said(f"submitting {len(jobs)} submission(s) to Slurm as one job array")
+        said(f"Slurm array {run_on_slurm(jobs, rubric, layout.out / 'runs')} ended")
+        return
+    for index, job in enumerate(jobs, start=1):
+        said(f"running {job.submission.student} ({index}/{len(jobs)})")
+        execute(job)
+
+
 def grade_class(submissions: Path, rubric: Rubric, out: Path, *, workers: int = 1,
-                lms: str | None = None,
-                progress: Progress = lambda done, total, result: None) -> ClassOutcome:
-    """Grade every submission in ``submissions`` into ``out``."""
+                lms: str | None = None, run: bool = False, slurm: bool = False,
+                progress: Progress = lambda done, total, result: None,
+                said: Callable[[str], None] = lambda line: None) -> ClassOutcome:
+    """Grade every submission in ``submissions`` into ``out`` (running each first when
+    ``run``)."""
     _check_out(submissions, out)
     found, skipped = find_submissions(submissions)
     layout = Layout(out.resolve())
     out.mkdir(parents=True, exist_ok=True)
+    if run or slurm:
+        run_submissions(found, rubric, layout, slurm, said)
     jobs = [Job(submission, rubric, layout) for submission in found]
     results = grade_all(jobs, workers, progress)
     shutil.rmtree(layout.staging, ignore_errors=True)

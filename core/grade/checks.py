@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from profreport.grade.fair import Fair
 from profreport.grade.results import CheckResult
 from profreport.grade.rubric import SPEEDUP, Check
 from profreport.reports.analysis.compare import compare_runs
@@ -31,6 +32,8 @@ class Graded:
     failures: dict[str, list[str]] = field(default_factory=dict)
     #: Profile path -> path inside the submission, for naming sources to the student.
     shown_paths: dict[str, str] = field(default_factory=dict)
+    #: ``grade --run``: the submission's trials against the reference's.
+    fair: Fair | None = None
 
     def where(self, run: RunAnalysis) -> str:
         """The run's profiles as the student knows them."""
@@ -66,6 +69,8 @@ def asks(check: Check) -> str:
         return f"profreport finds {target} in {where}"
     if check.kind == "expect_no_finding":
         return f"profreport finds no {target} in {where}"
+    if check.kind == "trains":
+        return "the submission trains like the reference (steps, batch, loss)"
     subject = (f"speedup of {check.candidate} over {check.baseline}" if target == SPEEDUP
                else f"{target} of {where}")
     return f"{subject} {_bounds(check)}"
@@ -232,9 +237,51 @@ def check_metric(check: Check, graded: Graded) -> CheckResult:
                    _verdict_evidence(run) if fraction < 1 else [])
 
 
+def _samples(values: list[float]) -> str:
+    """Trials' throughputs: ``412, 398, 405 samples/s``."""
+    return ", ".join(f"{value:,.0f}" for value in values) + " samples/s"
+
+
+def measured_speedup(fair: Fair) -> str:
+    """The speedup of a run submission in words, with its spread and the trials behind it."""
+    if fair.not_training or fair.speedup is None:
+        return (f"Not compared: {fair.not_training}. A faster run that does not train is not "
+                "faster.")
+    text = (f"Run by the grader: {_samples(fair.submission)} against the reference's "
+            f"{_samples(fair.reference)} (trial by trial {fair.low:.2f}x to {fair.high:.2f}x): "
+            f"{fair.speedup:.2f}x, loss {fair.loss:.4g} (reference {fair.reference_loss:.4g}).")
+    if fair.within_noise:
+        text += (" Your trials overlap the reference's: the difference is within run-to-run "
+                 "noise, counted as 1.00x.")
+    return text
+
+
+def check_run_speedup(check: Check, fair: Fair) -> CheckResult:
+    """``grade --run``: the speedup measured by the grader's trials within the bounds."""
+    advice = ("Keep the training the same (steps, batch, loss) and make each step cheaper." if
+              not fair.not_training else "Make the script train as the reference does.")
+    return _credit(check, _fraction(check, fair.graded_speedup), measured_speedup(fair) +
+                   f" (needs {_bounds(check)})", advice)
+
+
+def check_trains(check: Check, graded: Graded) -> CheckResult:
+    """``grade --run``: the submission makes the rubric's steps on its batch, and its loss
+    after them is within the tolerance of the reference's."""
+    fair = graded.fair
+    if fair is None:
+        return _credit(check, 0.0, "The submission was not run.", "")
+    if fair.not_training:
+        return _credit(check, 0.0, f"It does not train like the reference: {fair.not_training}.",
+                       "Train the same model on the same data and batch for the same steps.")
+    return _credit(check, 1.0, f"It trains like the reference: loss {fair.loss:.4g} after the "
+                   f"rubric's steps (reference {fair.reference_loss:.4g}).", "")
+
+
 def check_speedup(check: Check, graded: Graded) -> CheckResult:
     """Baseline step time over candidate step time within the bounds (the comparison's
-    ``step_speedup``, with its noise band)."""
+    ``step_speedup``, with its noise band); under ``grade --run``, the grader's trials."""
+    if graded.fair is not None:
+        return check_run_speedup(check, graded.fair)
     assert check.baseline is not None and check.candidate is not None
     for name in (check.baseline, check.candidate):
         if name not in graded.runs:
@@ -262,6 +309,7 @@ CHECKS: dict[str, Callable[[Check, Graded], CheckResult]] = {
     "require": check_require,
     "expect_verdict": check_verdict, "expect_verdict_not": check_verdict,
     "expect_finding": check_finding, "expect_no_finding": check_finding,
+    "trains": check_trains,
 }
 
 

@@ -48,11 +48,12 @@ def _csv(rows: list[list[object]]) -> str:
 
 
 def gradebook_rows(results: list[StudentResult], rubric: Rubric) -> list[list[object]]:
-    """Header and one row per student: student, each check, total, max_total, status, error."""
+    """Header and one row per student: student, each check, total, max_total, status, error,
+    notes (the newest of several submissions...)."""
     header: list[object] = ["student", *(c.id for c in rubric.checks), "total", "max_total",
-                            "status", "error"]
+                            "status", "error", "notes"]
     rows = [[r.student, *(c.points for c in r.checks), r.total, rubric.max_total, r.status,
-             r.error] for r in results]
+             r.error, "; ".join(r.notes)] for r in results]
     return [header, *rows]
 
 

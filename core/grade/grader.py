@@ -15,10 +15,12 @@ from profreport import __version__
 from profreport.errors import InputError, ProfreportError
 from profreport.fileio import write_text
 from profreport.grade.checks import Graded, evaluate
+from profreport.grade.execute import load_measured
+from profreport.grade.fair import compare
 from profreport.grade.feedback import render_feedback, render_student_page
 from profreport.grade.results import GRADEBOOK_SCHEMA, RunSummary, StudentResult
-from profreport.grade.rubric import Rubric
-from profreport.grade.submissions import Submission, content_hash, file_hash, stage
+from profreport.grade.rubric import SUBMISSION_RUN, Rubric, RunSpec
+from profreport.grade.submissions import Submission, content_hash, file_hash, stage, unwrap
 from profreport.manifest import MANIFEST_NAME
 from profreport.parsers import ParseOptions
 from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths, find_profiles
@@ -47,6 +49,10 @@ class Layout:
     def cache(self) -> Path:
         """Per-student results of earlier runs, and nsys exports."""
         return self.out / "cache"
+
+    def runs(self, name: str) -> Path:
+        """``grade --run``: the student's sandbox, trials and the run folders made of them."""
+        return self.out / "runs" / name
 
     def student(self, name: str) -> Path:
         """The student's report folder."""
@@ -105,13 +111,15 @@ def _cached(job: Job, key: str) -> StudentResult | None:
 
 def _grade(job: Job) -> StudentResult:
     """Stage, analyse, check, write; the cached result when nothing changed."""
+    if job.rubric.run is not None:
+        return _grade_run(job, job.rubric.run)
     digest = content_hash(job.submission)
     key = cache_key(job, digest)
     cached = _cached(job, key)
     if cached is not None:
         return cached
     staged = stage(job.submission, job.layout.staging / job.submission.student)
-    root = _unwrap(staged.root, job.submission.student)
+    root = unwrap(staged.root, job.submission.student)
     moved = _gather_loose(root)
     refused = staged.refused
     runs, failures, shown = _analyse(root, job.layout, moved)
@@ -129,20 +137,50 @@ def _grade(job: Job) -> StudentResult:
             runs=[_summary(run, graded) for run in runs],
             profile_hashes={shown.get(s.path, s.path): file_hash(Path(s.path))
                             for run in runs for s in run.sources}, **fields)
+    return _finish(job, key, result, graded)
+
+
+def _finish(job: Job, key: str, result: StudentResult, graded: Graded) -> StudentResult:
+    """Write the student's pages and cache the result."""
+    if job.submission.note:
+        result.notes.insert(0, job.submission.note)
     _write_student(job, result, graded)
     write_text(job.layout.cache / f"{job.submission.student}.json",
                json.dumps({"key": key, "result": result.to_json()}, sort_keys=True))
     return result
 
 
-def _unwrap(root: Path, student: str) -> Path:
-    """The submission's own folder when the archive wraps everything in one named after the
-    student (``alice.zip`` holding ``alice/...``)."""
-    entries = list(root.iterdir())
-    if (len(entries) == 1 and entries[0].is_dir()
-            and entries[0].name.lower() == student.lower()):
-        return entries[0]
-    return root
+def _grade_run(job: Job, spec: RunSpec) -> StudentResult:
+    """``grade --run``: grade the run folder and the trials the grader made of the submission
+    (:mod:`.execute`), never anything the student handed in but the script."""
+    folder = job.layout.runs(job.submission.student)
+    measured = load_measured(folder)
+    if measured is None:
+        return failed_result(job, "the submission was not run (no measured.json in "
+                                  f"runs/{job.submission.student})")
+    key = cache_key(job, measured.key)
+    cached = _cached(job, key)
+    if cached is not None:
+        return cached
+    runs_root = folder / "runs"
+    runs, failures, shown = (_analyse(runs_root, job.layout, {}) if runs_root.is_dir()
+                             else ([], {}, {}))
+    fair = compare(measured, spec)
+    graded = Graded(runs={run.name: run for run in runs}, failures=failures,
+                    shown_paths=shown, fair=fair)
+    all_failures = measured.failures + [line for lines in failures.values() for line in lines]
+    fields = {"failures": all_failures, "content_hash": measured.key,
+              "profile_hashes": {spec.script: measured.script_hash} if measured.script_hash
+              else {}, "measured": fair.to_json()}
+    if not measured.of(SUBMISSION_RUN) or not measured.script_hash:
+        result = failed_result(job, "; ".join(measured.failures) or "the submission was not run",
+                               **fields)
+    else:
+        result = StudentResult(
+            student=job.submission.student, status="ok", error="",
+            checks=[evaluate(check, graded) for check in job.rubric.checks],
+            runs=[_summary(run, graded) for run in runs], **fields)  # type: ignore[arg-type]
+    return _finish(job, key, result, graded)
 
 
 def _gather_loose(root: Path) -> dict[Path, str]:

@@ -67,6 +67,10 @@ class StudentResult:
     profile_hashes: dict[str, str] = field(default_factory=dict)
     #: Whether this result came from the cache of an earlier run.
     reused: bool = False
+    #: What intake decided (the newest of several submissions), and what ``--run`` measured.
+    notes: list[str] = field(default_factory=list)
+    #: ``grade --run``: the speedup the grade used, with its spread over trials (None without).
+    measured: dict[str, Any] | None = None
 
     @property
     def total(self) -> float:

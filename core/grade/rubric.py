@@ -84,6 +84,26 @@ def _metric(value: Any) -> bool:
     return isinstance(value, str) and value.split(".", 1)[0] in METRIC_NAMES
 
 
+def _strings(value: Any) -> bool:
+    """A list of strings."""
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _profilers(value: Any) -> bool:
+    """A list of run-and-report profilers."""
+    return isinstance(value, list) and all(v in RUN_PROFILERS for v in value)
+
+
+def _count(value: Any) -> bool:
+    """A whole number above zero."""
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+#: The profilers ``grade --run`` may run the submissions under (run-and-report's).
+RUN_PROFILERS = ("kernprof", "torch", "nsys")
+#: Unprofiled launches of each script ``--run`` times: two at least, or there is no spread.
+MIN_TRIALS = 2
+
 ASSIGNMENT_OPTIONS: dict[str, Option] = {
     "name": Option("a non-empty string", _text),
     "description": Option("a string", lambda v: isinstance(v, str)),
@@ -109,10 +129,59 @@ CHECK_OPTIONS: dict[str, Option] = {
     "max": Option("a number", _number),
     "partial_from": Option("a number", _number),
     "partial": Option("true or false", lambda v: isinstance(v, bool)),
+    "trains": Option("true (needs a [run] table)", lambda v: v is True),
 }
+RUN_OPTIONS: dict[str, Option] = {
+    "script": Option("a path inside the submission", lambda v: _text(v) and bool(_RUN.match(v))),
+    "reference": Option("the reference script's path, relative to the rubric", _text),
+    "args": Option("a list of strings ({data} is the data folder)", _strings),
+    "data": Option("a folder, relative to the rubric (mounted read-only)", _text),
+    "steps": Option("a whole number above 0", _count),
+    "batch_size": Option("a whole number above 0", _count),
+    "allow_batch_change": Option("true or false", lambda v: isinstance(v, bool)),
+    "trials": Option(f"a whole number of at least {MIN_TRIALS}",
+                     lambda v: _count(v) and v >= MIN_TRIALS),
+    "profilers": Option(f"a list of {', '.join(RUN_PROFILERS)}", _profilers),
+    "loss_tolerance": Option("a number above 0 (relative)", _positive),
+    "time_limit_s": Option("a number above 0", _positive),
+    "memory_gb": Option("a number above 0", _positive),
+    "processes": Option("a whole number above 0", _count),
+}
+#: The keys a [run] table cannot do without.
+RUN_NEEDS = ("reference", "steps", "batch_size")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """``[run]``: how ``grade --run`` runs each submission and the reference."""
+
+    #: The reference script, absolute.
+    reference: Path
+    steps: int
+    batch_size: int
+    script: str = "train.py"
+    args: tuple[str, ...] = ()
+    data: Path | None = None
+    allow_batch_change: bool = False
+    trials: int = 3
+    profilers: tuple[str, ...] = ("kernprof", "torch")
+    loss_tolerance: float = 0.05
+    time_limit_s: float = 600.0
+    memory_gb: float = 8.0
+    processes: int = 512
+
+    def command_args(self) -> list[str]:
+        """The script's arguments, the data folder filled in."""
+        data = str(self.data) if self.data else ""
+        return [arg.replace("{data}", data) for arg in self.args]
+
+
 #: The key that makes each kind of check; a check has exactly one.
 KIND_KEYS = ("require", "expect_verdict", "expect_verdict_not", "expect_finding",
-             "expect_no_finding", "metric")
+             "expect_no_finding", "metric", "trains")
+#: ``grade --run``: the run folder the grader makes of each submission, and of the reference.
+SUBMISSION_RUN = "submission"
+REFERENCE_RUN = "reference"
 
 
 @dataclass(frozen=True)
@@ -144,6 +213,10 @@ class Rubric:
     checks: list[Check]
     description: str = ""
     digest: str = field(default="", compare=False)
+    #: ``[run]``: what ``grade --run`` runs; None when the rubric grades handed-in profiles only.
+    run: RunSpec | None = None
+    #: The rubric file (absolute), for the Slurm tasks that read it again.
+    source: Path | None = field(default=None, compare=False)
 
     @property
     def max_total(self) -> float:
@@ -258,6 +331,7 @@ _KIND_EXTRAS: dict[tuple[str, bool], set[str]] = {
     ("expect_finding", False): {"run"}, ("expect_no_finding", False): {"run"},
     ("metric", False): {"run", "min", "max", "partial_from"},
     ("metric", True): {"baseline", "candidate", "min", "max", "partial_from"},
+    ("trains", False): set(),
 }
 #: Keys each kind of check cannot do without.
 _KIND_NEEDS: dict[tuple[str, bool], tuple[str, ...]] = {
@@ -265,6 +339,7 @@ _KIND_NEEDS: dict[tuple[str, bool], tuple[str, ...]] = {
     ("expect_verdict_not", False): ("run",), ("expect_finding", False): ("run",),
     ("expect_no_finding", False): ("run",), ("metric", False): ("run",),
     ("metric", True): ("baseline", "candidate"),
+    ("trains", False): (),
 }
 
 
@@ -276,9 +351,10 @@ def parse_rubric(text: str, path: Path) -> Rubric:
         raise RubricError(f"not valid TOML: {exc}", path) from None
     reader = _Reader(path, text)
     for key in data:
-        if key not in ("assignment", "check"):
-            raise reader.fail(f"unknown table or key {key!r}; a rubric holds [assignment] and "
-                              "[[check]] tables", key, 0)
+        if key not in ("assignment", "check", "run"):
+            raise reader.fail(f"unknown table or key {key!r}; a rubric holds [assignment], "
+                              "[run] and [[check]] tables", key, 0)
+    run = _run_spec(reader, data.get("run"), path)
     assignment = data.get("assignment", {})
     if not isinstance(assignment, dict):
         raise reader.fail("assignment must be a table", "assignment", 0)
@@ -289,12 +365,48 @@ def parse_rubric(text: str, path: Path) -> Rubric:
     checks = [reader.check(table, index) for index, table in enumerate(tables)]
     seen: set[str] = set()
     for index, check in enumerate(checks):
+        _fits_mode(reader, check, index, run is not None)
         if check.id in seen:
             raise reader.fail(f"two checks have the id {check.id!r}", "check", index, "id")
         seen.add(check.id)
     return Rubric(name=assignment.get("name", path.stem), checks=checks,
                   description=assignment.get("description", ""),
-                  digest=hashlib.sha256(text.encode()).hexdigest())
+                  digest=hashlib.sha256(text.encode()).hexdigest(), run=run,
+                  source=path.resolve())
+
+
+def _fits_mode(reader: _Reader, check: Check, index: int, running: bool) -> None:
+    """A ``trains`` check needs ``[run]``; under ``[run]`` a speedup compares the submission's
+    run with the reference's."""
+    if check.kind == "trains" and not running:
+        raise reader.fail("a trains check needs a [run] table (grade --run)", "check", index,
+                          "trains")
+    pair = (check.baseline, check.candidate)
+    if running and check.target == SPEEDUP and pair != (REFERENCE_RUN, SUBMISSION_RUN):
+        raise reader.fail(f"under [run], a speedup check has baseline = {REFERENCE_RUN!r} and "
+                          f"candidate = {SUBMISSION_RUN!r}", "check", index, "baseline")
+
+
+def _run_spec(reader: _Reader, data: Any, path: Path) -> RunSpec | None:
+    """The ``[run]`` table, its paths resolved against the rubric's folder."""
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise reader.fail("run must be a table", "run", 0)
+    reader.options(data, "run", 0, RUN_OPTIONS)
+    missing = [key for key in RUN_NEEDS if key not in data]
+    if missing:
+        raise reader.fail(f"[run] needs {', '.join(missing)}", "run", 0)
+    base = path.resolve().parent
+    reference = base / data["reference"]
+    if not reference.is_file():
+        raise reader.fail(f"reference = {data['reference']!r}: no such file", "run", 0,
+                          "reference")
+    folder = base / data["data"] if "data" in data else None
+    if folder is not None and not folder.is_dir():
+        raise reader.fail(f"data = {data['data']!r}: no such folder", "run", 0, "data")
+    lists = {key: tuple(data[key]) for key in ("args", "profilers") if key in data}
+    return RunSpec(**{**data, **lists, "reference": reference, "data": folder})
 
 
 def example_rubric() -> str:

@@ -17,6 +17,7 @@ import re
 import shutil
 import stat
 import tarfile
+import unicodedata
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -40,7 +41,10 @@ MAX_NAME_BYTES = 255
 CHUNK_BYTES = 1 << 20
 #: Entries archivers add that are not the student's files.
 IGNORED_PARTS = frozenset({"__MACOSX", ".DS_Store"})
-_SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+#: What a student's name may keep: letters and digits of any script, ``.``, ``-``, ``_``.
+_SAFE_NAME = re.compile(r"[^\w.-]+")
+#: Characters of a name kept at most (a folder name must stay under 255 bytes in UTF-8).
+MAX_NAME_CHARS = 60
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,8 @@ class Submission:
 
     student: str
     path: Path
+    #: What intake decided about this student's entries ("newest of 2 submissions: ...").
+    note: str = ""
 
     @property
     def is_archive(self) -> bool:
@@ -71,22 +77,37 @@ class _Budget(Exception):
 
 
 def student_name(path: Path) -> str:
-    """The entry's name without archive extension, made safe for a folder and a CSV cell."""
-    name = path.name
-    for suffix in ARCHIVE_SUFFIXES:
-        if name.lower().endswith(suffix) and len(name) > len(suffix):
-            name = name[: -len(suffix)]
-            break
-    return _SAFE_NAME.sub("_", name).strip("._")[:100] or "unnamed"
+    """The entry's name without archive extension, made safe for a folder and a CSV cell:
+    letters of every script kept (NFC), spaces and punctuation as ``_``."""
+    return _SAFE_NAME.sub("_", _stem(path.name)).strip("._")[:MAX_NAME_CHARS] or "unnamed"
+
+
+def _distinct(name: str, taken: set[str]) -> str:
+    """``name``, or ``name~2``, ``name~3``... when another entry already has it: two entries
+    whose names differ only in what was replaced stay two students."""
+    candidate, number = name, 1
+    while candidate in taken:
+        number += 1
+        candidate = f"{name}~{number}"
+    return candidate
+
+
+def unwrap(root: Path, student: str) -> Path:
+    """The submission's own folder when the archive wraps everything in one named after the
+    student (``alice.zip`` holding ``alice/...``, ``José Núñez.zip`` holding ``José Núñez/``)."""
+    entries = [entry for entry in root.iterdir() if entry.name not in IGNORED_PARTS]
+    if (len(entries) == 1 and entries[0].is_dir()
+            and student_name(entries[0]).lower() == student.split("~")[0].lower()):
+        return entries[0]
+    return root
 
 
 def find_submissions(folder: Path) -> tuple[list[Submission], list[str]]:
     """Every folder and archive in ``folder`` (sorted), and a reason for each entry skipped."""
     if not folder.is_dir():
         raise InputError("not a folder of submissions", folder)
-    found: list[Submission] = []
     skipped: list[str] = []
-    taken: set[str] = set()
+    by_stem: dict[str, list[Path]] = {}
     for entry in sorted(folder.iterdir()):
         if entry.name.startswith("."):
             continue
@@ -96,13 +117,30 @@ def find_submissions(folder: Path) -> tuple[list[Submission], list[str]]:
             skipped.append(f"{entry.name}: not a folder nor a .zip/.tar.gz/.tgz/.tar archive"
                            + (" (a symlink)" if stat.S_ISLNK(kind) else ""))
             continue
-        name = student_name(entry)
-        if name in taken:
-            skipped.append(f"{entry.name}: a second submission of {name}")
-            continue
+        by_stem.setdefault(_stem(entry.name), []).append(entry)
+    found: list[Submission] = []
+    taken: set[str] = set()
+    for entries in by_stem.values():
+        newest = max(entries, key=lambda path: (os.lstat(path).st_mtime_ns, path.name))
+        name = _distinct(student_name(newest), taken)
         taken.add(name)
-        found.append(Submission(name, entry))
-    return found, skipped
+        older = [entry.name for entry in entries if entry != newest]
+        note = (f"newest of {len(entries)} submissions: {newest.name} (not graded: "
+                f"{', '.join(older)})" if older else "")
+        skipped += [f"{entry}: an older submission of {name} than {newest.name}"
+                    for entry in older]
+        found.append(Submission(name, newest, note))
+    return sorted(found, key=lambda submission: submission.path.name), skipped
+
+
+def _stem(name: str) -> str:
+    """An entry's name without its archive suffix (NFC): ``alice.zip`` and ``alice/`` are two
+    submissions of one student."""
+    name = unicodedata.normalize("NFC", name)
+    for suffix in ARCHIVE_SUFFIXES:
+        if name.lower().endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)]
+    return name
 
 
 def content_hash(submission: Submission) -> str:

@@ -1,0 +1,242 @@
+"""``profreport grade --run``: a class of real scripts (good, slower, wrong loss, smaller batch,
+hostile, copied) run by the grader in the sandbox beside the reference, and graded on what the
+grader measured; the rubric's [run] table; the fair comparison on trials built by hand."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from profreport.errors import RubricError
+from profreport.grade.execute import Measured, Trial
+from profreport.grade.fair import compare
+from profreport.grade.rubric import RunSpec, parse_rubric
+
+CLASS = Path(__file__).resolve().parent / "scripts" / "grade_class"
+RUBRIC = CLASS / "rubric.toml"
+#: What each kind of student changes in the reference script (old text -> new text).
+SLOW_SAMPLE = """        x = self.x[index].clone()
+        for _ in range(args.work):
+            x = x * 1.0
+        return x, self.y[index]"""
+FAST_SAMPLE = "        return self.x[index], self.y[index]"
+EDITS = {
+    "good": [(SLOW_SAMPLE, FAST_SAMPLE)],
+    "slower": [("range(args.work)", "range(2 * args.work)")],
+    "wrong": [(SLOW_SAMPLE, FAST_SAMPLE), ("lr=0.05", "lr=0.0")],
+    "small": [(SLOW_SAMPLE, FAST_SAMPLE),
+              ("batch_size=args.batch_size", "batch_size=args.batch_size // 4")],
+}
+#: Submission folder -> the script it hands in as train.py (the hostile one runs a good copy
+#: once it has tried its attacks; 王小明 copied good's).
+STUDENTS = {"good": "good", "slower": "slower", "wrong": "wrong", "small": "small",
+            "hostile": "hostile.py", "王小明": "good"}
+
+
+def student_script(kind: str) -> str:
+    """The reference script with one kind of student's changes."""
+    text = (CLASS / "reference.py").read_text()
+    for old, new in EDITS[kind]:
+        assert old in text
+        text = text.replace(old, new)
+    return text
+
+
+def make_class(folder: Path, students: dict[str, str]) -> Path:
+    """A folder of submissions, each a folder holding its train.py."""
+    for student, kind in students.items():
+        (folder / student).mkdir(parents=True)
+        if kind == "hostile.py":
+            shutil.copy(CLASS / kind, folder / student / "train.py")
+            (folder / student / "good_copy.py").write_text(student_script("good"))
+        else:
+            (folder / student / "train.py").write_text(student_script(kind))
+    return folder
+
+
+def grade(subs: Path, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    """The teacher's command."""
+    return subprocess.run([sys.executable, "-m", "profreport", "grade", str(subs), "--rubric",
+                           str(RUBRIC), "--out", str(out), "--lms", "canvas", *extra],
+                          capture_output=True, text=True, check=False, timeout=1200)
+
+
+def students(out: Path) -> dict[str, dict]:
+    """gradebook.json's students by name."""
+    data = json.loads((out / "gradebook.json").read_text(encoding="utf-8"))
+    return {student["student"]: student for student in data["students"]}
+
+
+def checks(student: dict) -> dict[str, dict]:
+    """A student's checks by id."""
+    return {check["id"]: check for check in student["checks"]}
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("sandbox_available")
+def test_a_class_run_by_the_grader(tmp_path: Path) -> None:
+    """Good earns the speedup; slower earns none; a run that does not train, or trains on a
+    smaller batch, is not compared; the hostile one is contained; the copy is found; a regrade
+    reuses every measurement."""
+    subs = make_class(tmp_path / "subs", STUDENTS)
+    out = tmp_path / "out"
+    done = grade(subs, out, "--run", "--jobs", "1")
+    assert done.returncode == 0, done.stderr[-2000:]
+    graded = students(out)
+    assert set(graded) == set(STUDENTS)
+
+    good = graded["good"]
+    assert good["status"] == "ok" and good["total"] == 7
+    fair = good["measured"]
+    assert fair["speedup"] > 1.3 and not fair["within_noise"]
+    assert min(fair["submission"]) > max(fair["reference"])
+    assert f"{fair['speedup']:.2f}x" in checks(good)["speedup"]["measured"]
+    assert fair["loss"] == pytest.approx(fair["reference_loss"], rel=0.05)
+
+    slower = graded["slower"]
+    assert slower["measured"]["speedup"] < 1 and checks(slower)["speedup"]["points"] == 0
+    assert checks(slower)["trains"]["passed"]
+
+    wrong = checks(graded["wrong"])
+    assert not wrong["trains"]["passed"] and wrong["speedup"]["points"] == 0
+    assert "does not train is not faster" in wrong["speedup"]["measured"]
+
+    small = graded["small"]["measured"]
+    assert "batch is 16 samples; the rubric asks for 64" in small["not_training"]
+    assert checks(graded["small"])["speedup"]["points"] == 0
+
+    hostile_log = (out / "runs" / "hostile" / "logs" / "submission-trial0.out").read_text()
+    assert "NETWORK REACHED" not in hostile_log and "refused network" in hostile_log
+    assert "good" not in hostile_log and "refused /etc/shadow" in hostile_log
+    assert (out / "gradebook.csv").is_file() and (subs / "good" / "train.py").is_file()
+
+    summary = json.loads((out / "gradebook.json").read_text())["summary"]
+    copied = [group["students"] for group in summary["duplicates"]]
+    assert ["good", "hostile", "王小明"] in copied or ["good", "王小明"] in copied
+    rows = list(csv.reader((out / "gradebook-canvas.csv").open(encoding="utf-8")))
+    assert "王小明" in [row[0] for row in rows]
+
+    started = time.monotonic()
+    again = grade(subs, out, "--run", "--jobs", "1")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.stdout.count("(unchanged, reused)") == len(STUDENTS)
+    assert time.monotonic() - started < 60
+
+
+RUN_TABLE = """
+[run]
+reference = "reference.py"
+steps = 60
+batch_size = 64
+"""
+SPEEDUP = """
+[[check]]
+id = "speedup"
+points = 4
+metric = "speedup"
+baseline = "{baseline}"
+candidate = "{candidate}"
+min = 1.3
+"""
+
+
+def test_rubric_run_table(tmp_path: Path) -> None:
+    """[run] resolves the reference beside the rubric; trains needs [run]; under [run] the
+    speedup compares the submission with the reference; a missing reference is refused."""
+    (tmp_path / "reference.py").write_text("print(1)\n")
+    path = tmp_path / "rubric.toml"
+    text = RUN_TABLE + SPEEDUP.format(baseline="reference", candidate="submission")
+    rubric = parse_rubric(text, path)
+    assert rubric.run is not None and rubric.run.reference == tmp_path / "reference.py"
+    assert rubric.run.trials == 3 and rubric.run.profilers == ("kernprof", "torch")
+    with pytest.raises(RubricError, match="baseline = 'reference'"):
+        parse_rubric(RUN_TABLE + SPEEDUP.format(baseline="a", candidate="b"), path)
+    with pytest.raises(RubricError, match="a trains check needs a \\[run\\] table"):
+        parse_rubric("[[check]]\nid = 't'\npoints = 1\ntrains = true\n", path)
+    with pytest.raises(RubricError, match="no such file"):
+        parse_rubric(RUN_TABLE.replace("reference.py", "gone.py") + SPEEDUP.format(
+            baseline="reference", candidate="submission"), path)
+    with pytest.raises(RubricError, match="trials = 1: expected a whole number of at least 2"):
+        parse_rubric(RUN_TABLE + "trials = 1\n" + SPEEDUP.format(
+            baseline="reference", candidate="submission"), path)
+
+
+def trials(who: str, walls: list[float], loss: float = 0.5, steps: int = 60,
+           batch: int = 64) -> list[Trial]:
+    """Trials of one script, as the runner's step hooks and the grader's clock record them."""
+    return [Trial(who, index, wall, 0, steps, batch, [1.0, loss])
+            for index, wall in enumerate(walls)]
+
+
+def spec(**changes: object) -> RunSpec:
+    """The [run] table of the comparisons below."""
+    return RunSpec(**{"reference": Path("reference.py"), "steps": 60, "batch_size": 64,
+                      **changes})  # type: ignore[arg-type]
+
+
+def test_fair_speedup_in_samples_per_second() -> None:
+    """Samples/s = steps x batch over the grader's wall time; speedup of the medians; the
+    trial-by-trial spread."""
+    measured = Measured("k", trials("reference", [4.0, 4.4, 4.2]) +
+                        trials("submission", [2.0, 2.1, 2.2]))
+    fair = compare(measured, spec())
+    assert fair.reference == [960.0, 872.727, 914.286]
+    assert fair.speedup == pytest.approx(1828.571 / 914.286, rel=1e-4)
+    assert fair.low == pytest.approx(1745.455 / 914.286, rel=1e-4)
+    assert not fair.within_noise and fair.graded_speedup == fair.speedup
+
+
+def test_fair_within_noise_counts_as_no_change() -> None:
+    """Trials that overlap the reference's: within noise, graded as 1.00x."""
+    measured = Measured("k", trials("reference", [4.0, 4.6]) + trials("submission", [3.9, 4.5]))
+    fair = compare(measured, spec())
+    assert fair.speedup is not None and fair.speedup > 1
+    assert fair.within_noise and fair.graded_speedup == 1.0
+
+
+def test_fair_refuses_fewer_steps_another_batch_or_loss() -> None:
+    """Fewer steps, a smaller batch (unless allowed) or a loss off the reference's: not
+    compared, whatever the clock says."""
+    reference = trials("reference", [4.0, 4.0])
+    fewer = compare(Measured("k", reference + trials("submission", [1.0, 1.0], steps=30)),
+                    spec())
+    assert fewer.not_training == "it made 30 optimizer steps; the rubric asks for 60"
+    assert fewer.graded_speedup == 0.0
+    small = trials("submission", [1.0, 1.0], batch=16)
+    assert "batch is 16" in compare(Measured("k", reference + small), spec()).not_training
+    allowed = compare(Measured("k", reference + small), spec(allow_batch_change=True))
+    assert allowed.speedup == pytest.approx(1.0)
+    off = compare(Measured("k", reference + trials("submission", [1.0, 1.0], loss=0.6)), spec())
+    assert "loss after 60 steps is 0.6" in off.not_training
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+@pytest.mark.usefixtures("sandbox_available", "slurm_available")
+def test_grade_run_on_slurm(tmp_path: Path) -> None:
+    """--slurm: two submissions, one array task each on the local Slurm, in the same sandbox:
+    the good one earns the speedup, the one that does not train earns none; each task's Slurm
+    log and measurement are there."""
+    subs = make_class(tmp_path / "subs", {"good": "good", "wrong": "wrong"})
+    out = tmp_path / "out"
+    done = grade(subs, out, "--run", "--slurm", "--jobs", "1")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Slurm array" in done.stderr and "ended" in done.stderr
+    jobs = json.loads((out / "runs" / "jobs.json").read_text())
+    assert [name for name, _ in jobs["submissions"]] == ["good", "wrong"]
+    assert len(sorted((out / "runs").glob("slurm-*_*.out"))) == 2
+    graded = students(out)
+    assert graded["good"]["measured"]["speedup"] > 1.3
+    assert checks(graded["good"])["speedup"]["passed"]
+    assert not checks(graded["wrong"])["trains"]["passed"]
+    assert checks(graded["wrong"])["speedup"]["points"] == 0
+    for name in ("good", "wrong"):
+        measured = json.loads((out / "runs" / name / "measured.json").read_text())
+        assert len(measured["trials"]) == 4 and measured["run_folder"]
