@@ -170,6 +170,19 @@ SYNC_COPY_APIS = frozenset({"cudaMemcpy", "cuMemcpy", "cuMemcpyDtoH", "hipMemcpy
 _API_VERSION_SUFFIX = re.compile(r"_v\d+$")
 # A copy as torch.profiler names it: ``Memcpy HtoD (Pageable -> Device)``.
 _COPY_NAME = r"^Memcpy (\w+)(?: \((\w+) -> (\w+)\))?"
+#: Every way a profiler records a copy's direction, onto COPY_KINDS: CUPTI/Kineto's short tokens,
+#: ROCm's spelled-out names (roctracer's ``CopyHostToDevice`` activity, HIP's ``hipMemcpyKind``
+#: names), and the numeric ``cudaMemcpyKind``/``hipMemcpyKind`` that HIP API calls record in
+#: ``args.kind`` (0 host->host, 1 host->device, 2 device->host, 3 device->device; 4 is
+#: "default", inferred from the pointers, so unknown here).
+RECORDED_COPY_KINDS = {
+    **{kind.lower(): kind for kind in (HTOD, DTOH, DTOD, HTOH, PTOP)},
+    "hosttodevice": HTOD, "devicetohost": DTOH, "devicetodevice": DTOD, "hosttohost": HTOH,
+    "peertopeer": PTOP, "0": HTOH, "1": HTOD, "2": DTOH, "3": DTOD,
+}
+# The direction inside a recorded copy name or kind: ``Memcpy HtoD``, ``CopyHostToDevice``,
+# ``hipMemcpyDeviceToHost``, ``cudaMemcpyHostToDevice``.
+_RECORDED_KIND = re.compile(r"^(?:hip|cuda)?(?:Memcpy|Copy)?\s*(\w+?)\s*$", re.IGNORECASE)
 # Names people give the function that runs the training loop (``train``, ``train_one_epoch``,
 # ``fit``, ``run_epoch``): with no source, they make a loop found from hit counts more likely
 # the training loop.
@@ -215,13 +228,25 @@ def _matches(names: pd.Series, pattern: str) -> pd.Series:
         pattern, regex=True).fillna(False).astype(bool))
 
 
-def copy_kinds(names: pd.Series) -> pd.DataFrame:
-    """Direction and memory kinds of each copy from its name (``Memcpy DtoH (Device ->
-    Pageable)``): columns kind (COPY_KINDS), src_kind and dst_kind (MEMORY_KINDS), "unknown" where
-    the name does not say."""
+def recorded_copy_kind(value: object) -> str:
+    """A copy direction as a profiler recorded it (``HtoD``, ``CopyHostToDevice``,
+    ``hipMemcpyHostToDevice``, ``1``...) as one of COPY_KINDS; "unknown" when it says none."""
+    match = _RECORDED_KIND.match(str(value)) if value is not None else None
+    return RECORDED_COPY_KINDS.get(match.group(1).lower(), "unknown") if match else "unknown"
+
+
+def copy_kinds(names: pd.Series, recorded: pd.Series | None = None) -> pd.DataFrame:
+    """Direction and memory kinds of each copy: columns kind (COPY_KINDS), src_kind and dst_kind
+    (MEMORY_KINDS). The direction is the kind the profiler recorded with the copy (``recorded``:
+    Kineto's ``args.kind`` on ROCm) when it names one, else the one in the copy's name (``Memcpy
+    DtoH (Device -> Pageable)``, ROCm's ``CopyHostToDevice``); "unknown" where neither says."""
     parts = names.astype("string").str.extract(_COPY_NAME)
     parts.columns = ["kind", "src_kind", "dst_kind"]
-    parts["kind"] = parts["kind"].where(parts["kind"].isin(COPY_KINDS), "unknown")
+    by_name = names.map(recorded_copy_kind)
+    parts["kind"] = parts["kind"].where(parts["kind"].isin(COPY_KINDS), by_name)
+    if recorded is not None:
+        stated = recorded.map(recorded_copy_kind)
+        parts["kind"] = stated.where(stated != "unknown", parts["kind"]).to_numpy()
     for column in ("src_kind", "dst_kind"):
         parts[column] = parts[column].where(parts[column].isin(MEMORY_KINDS), "unknown")
     return parts.astype(object)

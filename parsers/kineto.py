@@ -191,12 +191,16 @@ class _Tables:
         return conform("memcpy", frame.sort_values("start", kind="stable"))
 
     def _named_copies(self) -> pd.DataFrame:
-        """Copies whose name says the direction: ``Memcpy HtoD (Pageable -> Device)``."""
+        """Device copies: the direction the profiler recorded (``args.kind``, as ROCm writes
+        it) or else the one the name says (``Memcpy HtoD (Pageable -> Device)``), classified
+        once per distinct name and kind."""
         rows = self.rows(MEMCPY_CATS)
         frame = self.gpu(rows)
-        distinct = np.unique(rows.name)
-        parts = concepts.copy_kinds(pd.Series(self.names[distinct], dtype=object))
-        row_part = np.searchsorted(distinct, rows.name)
+        pairs = np.stack([rows.name.astype(np.int64), rows.detail.astype(np.int64)], axis=1)
+        distinct, row_part = np.unique(pairs, axis=0, return_inverse=True)
+        parts = concepts.copy_kinds(pd.Series(self.names[distinct[:, 0]], dtype=object),
+                                    pd.Series(self.details[distinct[:, 1]], dtype=object))
+        row_part = row_part.reshape(-1)
         for column in parts.columns:
             frame[column] = parts[column].to_numpy()[row_part]
         frame["bytes"] = rows.bytes

@@ -70,6 +70,8 @@ class _Args(msgspec.Struct, gc=False, frozen=True):
     bandwidth: Any = msgspec.field(default=-1.0, name="memory bandwidth (GB/s)")
     sync_kind: Any = msgspec.field(default=None, name="cuda_sync_kind")
     direction: Any = None
+    # The copy direction ROCm records on copies and copy API calls (``DtoD``, ``1``...).
+    kind: Any = None
     name: Any = None
     # Memory events' fields, typed loosely: other events may reuse these keys for other values.
     device_type: Any = msgspec.field(default=None, name="Device Type")
@@ -109,6 +111,7 @@ _CORRELATION, _BANDWIDTH = attrgetter("correlation"), attrgetter("bandwidth")
 _BYTES, _SIZE = attrgetter("bytes"), attrgetter("size")
 _STREAM, _STREAM_ID = attrgetter("stream"), attrgetter("stream_id")
 _SYNC_KIND, _DIRECTION = attrgetter("sync_kind"), attrgetter("direction")
+_COPY_KIND = attrgetter("kind")
 _FLOW_ID = attrgetter("id")
 # Category of the flows that link a launch to the device work it started.
 _LAUNCH_FLOW = "ac2g"
@@ -192,6 +195,12 @@ class Columns:
 _PLAIN_COLUMNS = ("cat", "name", "pid", "tid", "start", "end")
 _DETAIL_COLUMNS = ("device", "stream", "correlation", "bytes", "detail")
 _ID_COLUMNS = frozenset({"cat", "name", "pid", "tid", "detail"})
+
+
+def _detail_text(value: Any) -> Any:
+    """A recorded detail as it is interned: text and integers as they are, anything else (a
+    list, an object) as None, so no value an input holds can break the symbol table."""
+    return value if isinstance(value, (str, int)) and not isinstance(value, bool) else None
 
 
 def _fill(value: int, count: int) -> np.ndarray:
@@ -363,10 +372,14 @@ class ColumnBuilder:
                                   self.details.ids([None], 1)[0])}
 
     def _detail(self, args: list[_Args]) -> np.ndarray:
-        """Ids of each event's sync kind (``cuda_sync``) or copy direction (MTIA DMA)."""
-        kind = self.details.ids(map(_SYNC_KIND, args), len(args))
-        direction = self.details.ids(map(_DIRECTION, args), len(args))
-        return np.where(kind != self.details.ids([None], 1)[0], kind, direction)
+        """Ids of each event's sync kind (``cuda_sync``), else its copy direction (MTIA DMA's
+        ``direction``, else ROCm's ``kind``), each as recorded text."""
+        absent = self.details.ids([None], 1)[0]
+        detail = np.full(len(args), absent, dtype=np.int32)
+        for field in (_COPY_KIND, _DIRECTION, _SYNC_KIND):
+            ids = self.details.ids(map(_detail_text, map(field, args)), len(args))
+            detail = np.where(ids != absent, ids, detail)
+        return detail
 
     def _times(self, ts_us: np.ndarray, dur_us: np.ndarray) -> tuple[np.ndarray, np.ndarray,
                                                                      np.ndarray]:

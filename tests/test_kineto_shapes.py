@@ -333,3 +333,33 @@ def test_wild_traces_have_their_published_steps(corpus: Path, name: str,
     steps = kineto.parse(corpus / "wild" / name).table("steps")
     measured = ((steps["end"] - steps["start"]) / 1e6).round(1).tolist()
     assert measured == pytest.approx(steps_ms, abs=0.1)
+
+
+def test_rocm_copies_are_classified_by_their_recorded_kind(tmp_path: Path) -> None:
+    """Host-to-device copies were 'none recorded' on AMD traces: ROCm names its copy
+    activities ``CopyHostToDevice`` (roctracer) or records the direction only in ``args.kind``
+    (``HtoD``, or hipMemcpyKind's number); the recorded kind decides, in concepts.copy_kinds."""
+    events = [_cpu("ProfilerStep#1", 0, 1000, cat="user_annotation")]
+    copies = [("CopyHostToDevice", {}, "HtoD"),
+              ("Memcpy", {"kind": "HtoD"}, "HtoD"),
+              ("Memcpy", {"kind": 1}, "HtoD"),
+              ("Memcpy DtoD (Device -> Device)", {"kind": "DtoD"}, "DtoD"),
+              ("CopyDeviceToHost", {"kind": "2"}, "DtoH"),
+              ("Memcpy", {"kind": 4}, "unknown")]
+    for i, (name, args, _) in enumerate(copies):
+        events += [_cpu("hipMemcpyAsync", 10 + 100 * i, 5, cat="cuda_runtime",
+                        correlation=i + 1, kind="1"),
+                   _device(name, 20 + 100 * i, 10, cat="gpu_memcpy", device=0, stream="0x0",
+                           correlation=i + 1, bytes=1 << 20, **args)]
+    path = _trace(tmp_path / "rocm_copies.json", events)
+    memcpy = kineto.parse(path).table("memcpy")
+    assert memcpy["kind"].tolist() == [kind for _, _, kind in copies]
+    copied = _analyzed(path).metrics.copies
+    assert copied is not None and copied.h2d_bytes == 3 << 20
+
+
+def test_mi300x_copies_are_all_device_to_device(corpus: Path) -> None:
+    """The TraceLens MI300X trace records 550 copies, every one ``args.kind`` DtoD (its 366
+    hipMemcpyAsync calls all carry kind 3): no host-to-device copy is recorded there."""
+    profile = kineto.parse(corpus / "wild" / "tracelens_mi300x_resnet_actckpt_rank0of8.json.gz")
+    assert profile.table("memcpy")["kind"].value_counts().to_dict() == {"DtoD": 550}
