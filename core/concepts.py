@@ -33,6 +33,22 @@ _COLLECTIVE_LAYERS = {
     "wrapper": r"^record_param_comms$",
 }
 
+#: What a collective does, as the NCCL/RCCL kernel names it (``ncclKernel_AllReduce_RING_LL_Sum``,
+#: ``ncclDevKernel_AllGather_RING_LL``; all-to-all and pipeline sends run as ``SendRecv`` kernels)
+#: and as the process group's call names it (``nccl:all_to_all``, ``gloo:all_reduce``,
+#: ``c10d::alltoall_``, ``c10d::_reduce_scatter_base_``). DDP reduces gradients with all-reduce;
+#: FSDP gathers parameters and scatters gradients; embedding sharding exchanges with all-to-all.
+ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL, BROADCAST, SEND_RECV = (
+    "all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "send_recv")
+_COLLECTIVE_KINDS = {
+    BROADCAST: r"(?i)broadcast",
+    SEND_RECV: r"(?i)send_?recv|(?:^|[:_])(?:send|recv)(?:_|\b)",
+    ALL_GATHER: r"(?i)all_?gather",
+    ALL_TO_ALL: r"(?i)all_?to_?all",
+    REDUCE_SCATTER: r"(?i)reduce_?scatter",
+    ALL_REDUCE: r"(?i)all_?reduce",
+}
+
 # A training iteration: torch.profiler's ``ProfilerStep#12``, or an NVTX range ``step 12`` /
 # ``step_12`` / ``Step 12`` as the tutorials and profreport's own runner annotate them.
 _STEP = re.compile(r"^\s*(?:ProfilerStep#(\d+)|step[ _#]?(\d+))\s*$", re.IGNORECASE)
@@ -220,6 +236,12 @@ def collective_layer(names: pd.Series) -> pd.Series:
     """Which layer of a collective call each CPU op name is ("c10d", "backend", "wrapper"), or
     <NA> for a name that is no collective."""
     return _per_distinct(names, lambda distinct: _label_by_pattern(distinct, _COLLECTIVE_LAYERS))
+
+
+def collective_kind(names: pd.Series) -> pd.Series:
+    """Which collective each communication kernel or CPU collective call performs (ALL_REDUCE,
+    ALL_TO_ALL...), <NA> where its name does not say."""
+    return _per_distinct(names, lambda distinct: _label_by_pattern(distinct, _COLLECTIVE_KINDS))
 
 
 def _matches(names: pd.Series, pattern: str) -> pd.Series:

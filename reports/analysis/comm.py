@@ -9,22 +9,79 @@ step windows. Calls per step are counted by the step that launched them (correla
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from profreport import concepts
 from profreport.model import Profile
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.breakdown import claim, cpu_parts
-from profreport.reports.analysis.gpu import comm_kernels, comm_under_compute, launched_in_steps
+from profreport.reports.analysis.gpu import (
+    comm_kernels,
+    comm_under_compute,
+    first_call,
+    launched_in_steps,
+)
 from profreport.reports.analysis.results import CommStats
 from profreport.reports.analysis.steps import StepWindows, in_windows
 
 
+def _enclosing_kind(calls: pd.DataFrame, kinds: pd.Series, tids: np.ndarray,
+                    times: np.ndarray) -> np.ndarray:
+    """For each (thread, time), the kind of the latest-starting collective call of a known kind
+    on that thread still running then (None where there is none)."""
+    known = kinds.notna().to_numpy()
+    out = np.full(len(times), None, dtype=object)
+    for tid in np.unique(tids):
+        on_thread = known & (calls["tid"].to_numpy() == tid)
+        starts = calls["start"].to_numpy(np.int64)[on_thread]
+        order = np.argsort(starts, kind="stable")
+        ends = calls["end"].to_numpy(np.int64)[on_thread][order]
+        labels = kinds.to_numpy(dtype=object)[on_thread][order]
+        asked = np.flatnonzero(tids == tid)
+        at = np.searchsorted(starts[order], times[asked], side="right") - 1
+        inside = (at >= 0) & (ends[np.maximum(at, 0)] >= times[asked])
+        out[asked[inside]] = labels[at[inside]]
+    return out
+
+
+def kernel_collective_kinds(profile: Profile, kernels: pd.DataFrame) -> pd.Series:
+    """What each communication kernel does: from its name where NCCL/RCCL name the collective,
+    else (``ncclDevKernel_Generic``) from the CPU collective call that was running on the
+    launching thread when its launch call (same correlation id) started."""
+    kinds = concepts.collective_kind(kernels["short_name"])
+    unnamed = kinds.isna().to_numpy()
+    calls = profile.table("cpu_collectives")
+    runtime = profile.table("runtime")
+    if not unnamed.any() or calls.empty or runtime.empty:
+        return kinds
+    launch = first_call(kernels["correlation"].to_numpy(np.int64)[unnamed],
+                        runtime["correlation"].to_numpy(np.int64))
+    found = launch >= 0
+    tids = runtime["tid"].to_numpy()[launch[found]]
+    times = runtime["start"].to_numpy(np.int64)[launch[found]]
+    enclosing = _enclosing_kind(calls, concepts.collective_kind(calls["name"]), tids, times)
+    filled = kinds.to_numpy(dtype=object)
+    filled[np.flatnonzero(unnamed)[found]] = enclosing
+    return pd.Series(filled, index=kernels.index, dtype=object)
+
+
+def ns_per_step_by_collective(events: pd.DataFrame, kinds: pd.Series,
+                              windows: StepWindows) -> dict[str, int]:
+    """Time per step with each kind of collective in flight inside the step windows (concepts'
+    ALL_REDUCE, ALL_TO_ALL...; "unknown" where nothing recorded says), largest first."""
+    labels = kinds.astype(object).where(kinds.notna(), "unknown").to_numpy()
+    spent = {str(kind): windows.covered(iv.union_of([events[labels == kind]])) // windows.count
+             for kind in pd.unique(labels)}
+    return dict(sorted(((k, v) for k, v in spent.items() if v > 0), key=lambda kv: -kv[1]))
+
+
 def _comm_stats(profile: Profile, windows: StepWindows, comm: iv.Intervals,
                 exposed: iv.Intervals, overlapped: iv.Intervals, calls: tuple[int, int],
-                names: pd.Series, on_gpu: bool) -> CommStats:
-    """CommStats from the communication intervals, their exposed part, the part under compute
-    and the call counts (inside the step windows, and in all)."""
+                events: pd.DataFrame, kinds: pd.Series, on_gpu: bool) -> CommStats:
+    """CommStats from the communication intervals, their exposed part, the part under compute,
+    the call counts (inside the step windows, and in all) and the events with their collective
+    kinds."""
     spent = windows.covered(comm)
     total = max(windows.total_ns, 1)
     return CommStats(origin=profile.kind, total_ns_per_step=spent // windows.count,
@@ -32,7 +89,9 @@ def _comm_stats(profile: Profile, windows: StepWindows, comm: iv.Intervals,
                      exposed_fraction=windows.covered(exposed) / total,
                      overlap_fraction=windows.covered(overlapped) / max(spent, 1),
                      calls_per_step=calls[0] / windows.count, calls_total=calls[1],
-                     names=sorted(names.unique().tolist()), on_gpu=on_gpu)
+                     names=sorted(events["short_name" if on_gpu else "name"].unique().tolist()),
+                     on_gpu=on_gpu,
+                     ns_per_step_by_collective=ns_per_step_by_collective(events, kinds, windows))
 
 
 def gpu_comm_stats(profile: Profile, windows: StepWindows,
@@ -45,7 +104,7 @@ def gpu_comm_stats(profile: Profile, windows: StepWindows,
     launched = len(launched_in_steps(profile, kernels, windows))
     return _comm_stats(profile, windows, iv.union_of([kernels]), claims["comm_exposed"],
                        comm_under_compute(profile), (launched, len(kernels)),
-                       kernels["short_name"], on_gpu=True)
+                       kernels, kernel_collective_kinds(profile, kernels), on_gpu=True)
 
 
 def collective_calls(calls: pd.DataFrame) -> int:
@@ -67,4 +126,4 @@ def cpu_comm_stats(profile: Profile, windows: StepWindows) -> CommStats | None:
     overlapped = iv.intersect(comm, claims["compute"])
     return _comm_stats(profile, windows, comm, claims["comm_exposed"], overlapped,
                        (collective_calls(in_windows(calls, windows)), collective_calls(calls)),
-                       calls["name"], on_gpu=False)
+                       calls, concepts.collective_kind(calls["name"]), on_gpu=False)

@@ -195,6 +195,9 @@ class CommStats:
     calls_total: int
     names: list[str]
     on_gpu: bool
+    #: Time per step with each kind of collective in flight (concepts.ALL_REDUCE...,
+    #: "unknown" where nothing recorded says), largest first: what the communication is for.
+    ns_per_step_by_collective: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

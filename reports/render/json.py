@@ -75,6 +75,9 @@ def metrics_json(m: RunMetrics) -> dict[str, Any]:
         "comm_overlap_fraction": _frac(comm.overlap_fraction) if comm else None,
         "comm_calls_per_step": round(comm.calls_per_step, 3) if comm else None,
         "comm_on_gpu": comm.on_gpu if comm else None,
+        "comm_ms_per_step_by_collective": ({kind: _ms(ns) for kind, ns in
+                                            comm.ns_per_step_by_collective.items()}
+                                           if comm else None),
         "h2d_bytes": copies.h2d_bytes if copies else None,
         "h2d_pageable_bytes": copies.h2d_pageable_bytes if copies else None,
         "sync_api_calls": copies.sync_api_calls if copies else None,
