@@ -15,6 +15,7 @@ import pandas as pd
 
 from profreport import concepts
 from profreport.reports.analysis.results import (
+    CommStats,
     Evidence,
     Finding,
     IdleCauses,
@@ -91,8 +92,19 @@ SMALL_BATCH_SHORT_KERNELS = 0.60
 IN_PROCESS_LOADER_SHARE = 0.05
 #: Two sources agree about the DataLoader when their wait shares differ by at most this much.
 SOURCES_AGREE_DELTA = 0.15
-#: DataLoader workers to suggest when the CPU count is unknown.
-DEFAULT_SUGGESTED_WORKERS = 8
+#: Spare producing capacity asked of the DataLoader's workers over the bare rate the loop
+#: consumes batches at: batch load times vary, and a worker that is late stalls the loop.
+WORKER_HEADROOM = 1.5
+#: Fewest workers to suggest: one worker leaves no batch in flight while it loads the next.
+MIN_SUGGESTED_WORKERS = 2
+#: Half of the communication time in collectives of one kind (all-reduce, all-to-all...) says
+#: what the communication is for, and so which knobs move it.
+COLLECTIVE_DOMINANT_SHARE = 0.50
+#: DDP's bucket size when the script does not set it (torch.nn.parallel.DistributedDataParallel):
+#: a run at this value has not tuned it; any other value was chosen and is not advised again.
+DDP_DEFAULT_BUCKET_MB = 25
+#: A cause of the GPU's idle time under a tenth of it is not worth naming in the advice.
+IDLE_CAUSE_SHARE = 0.10
 #: Under autocast the convolutions and matmuls, which hold most kernel time, run in fp16/bf16:
 #: half of compute-kernel time in such kernels says mixed precision is already on.
 AMP_PRESENT_FRACTION = 0.50
@@ -258,30 +270,82 @@ def _largest_gap_at(m: RunMetrics) -> TraceLocation | None:
     return m.locate(m.gpu.origin, (gap.start_ns, gap.start_ns + gap.duration_ns))
 
 
+def loop_ns_without_loader(m: RunMetrics) -> tuple[int, int] | None:
+    """Per step, the DataLoader wait and the rest of the loop (model, copies, Python), ns, from
+    the step breakdown; None when the breakdown does not have both."""
+    if m.breakdown is None or m.dataloader_fraction is None:
+        return None
+    wait = round(m.dataloader_fraction * m.breakdown.step_ns)
+    rest = m.breakdown.step_ns - wait
+    return (wait, rest) if wait > 0 and rest > 0 else None
+
+
+def workers_needed(wait_ns: int, rest_ns: int, workers: int) -> int:
+    """Workers that would load batches as fast as the rest of the loop consumes them.
+
+    With ``workers`` = 0 the loop loads each batch itself, in ``wait_ns``; with n workers each
+    batch takes one worker about n x (wait + rest), since n batches arrive per n steps. The loop
+    then needs ``load / rest`` workers, with WORKER_HEADROOM to spare."""
+    load_ns = wait_ns if workers == 0 else workers * (wait_ns + rest_ns)
+    return max(MIN_SUGGESTED_WORKERS, math.ceil(WORKER_HEADROOM * load_ns / rest_ns))
+
+
+def _loader_settings(m: RunMetrics | None, ctx: RunContext) -> str:
+    """The DataLoader settings this run lacks: 'pin_memory=True, persistent_workers=True and
+    prefetch_factor=4'; pin_memory only where the profile shows batches copied from pageable
+    memory (a run whose copies are pinned, or without a GPU, has nothing to pin)."""
+    wanted = []
+    if not ctx.knob("pin_memory") and m is not None and m.copies is not None \
+            and m.copies.h2d_pageable_bytes > 0:
+        wanted.append("pin_memory=True")
+    if not ctx.knob("persistent_workers"):
+        wanted.append("persistent_workers=True")
+    wanted.append("prefetch_factor=4")
+    return ", ".join(wanted[:-1]) + (" and " if len(wanted) > 1 else "") + wanted[-1]
+
+
 def _workers_advice(ctx: RunContext, m: RunMetrics | None = None) -> str:
-    """Concrete DataLoader advice using this run's num_workers (the knob, else 0 when the trace
-    shows a single-process DataLoader) and CPU count."""
+    """Concrete DataLoader advice: the workers this run's loop needs (from its DataLoader wait
+    and the rest of its step, the recorded worker count being the knob, or 0 when the trace
+    shows a single-process DataLoader), within its CPUs, and the DataLoader settings it lacks."""
     workers = ctx.knob("num_workers")
     if workers is None and m is not None and m.loader_in_process:
         workers = 0
+    known = isinstance(workers, int) and not isinstance(workers, bool)
+    loop = loop_ns_without_loader(m) if m is not None else None
     cpus = ctx.cpus()
-    target = max(cpus - 1, 1) if cpus else DEFAULT_SUGGESTED_WORKERS
-    if isinstance(workers, int) and workers >= target:
-        return (f"num_workers is already {workers}: make each sample cheaper (decode/augment "
-                "once and cache, smaller images, DALI/GPU augmentation) and set "
-                "persistent_workers=True and prefetch_factor=4.")
-    current = f"from {workers} " if isinstance(workers, int) else ""
-    pinned = "pin_memory=True and " if m is None or m.gpu is not None else ""
-    raise_it = (f"DataLoader num_workers {current}to {target} and request "
-                f"--cpus-per-task={target + 1} in Slurm (one core for the training loop); add "
-                f"{pinned}persistent_workers=True")
-    if workers is None and m is not None and m.loader_in_process is False:
-        return ("The DataLoader already runs in worker processes (its spans are "
-                "_MultiProcessingDataLoaderIter) but the profile does not record how many: if "
-                f"num_workers is below {target}, raise {raise_it}; if it is already there, make "
-                "each sample cheaper (decode/augment once and cache, DALI/GPU augmentation) and "
-                "set prefetch_factor=4.")
-    return f"Raise {raise_it}."
+    cheaper = ("make each sample cheaper (decode/augment once and cache, smaller images, "
+               "DALI/GPU augmentation)")
+    extras = _loader_settings(m, ctx)
+    if loop is None:
+        return (f"Give the DataLoader more workers (num_workers; the profile has no step "
+                f"breakdown to size them from) or {cheaper}; set {extras}.")
+    wait, rest = loop
+    if not known:
+        scale = WORKER_HEADROOM * (wait + rest) / rest
+        where = ("The DataLoader runs in worker processes (its spans are "
+                 "_MultiProcessingDataLoaderIter) but the profile does not record how many"
+                 if m is not None and m.loader_in_process is False else
+                 f"The profile does not record num_workers (at 0, {workers_needed(wait, rest, 0)} "
+                 "workers would keep up)")
+        return (f"{where}: the loop waits {ms(wait)} per step for {ms(rest)} of other work, so "
+                f"with n workers now it needs about {scale:.1f} x n to keep up. Raise num_workers "
+                f"to that where the job has the CPUs, else {cheaper}; set {extras}.")
+    target = workers_needed(wait, rest, workers)
+    budget = cpus - 1 if cpus else None  # one core for the training loop
+    if budget is not None and target > budget:
+        if workers >= budget:
+            return (f"num_workers is already {workers}, as many as the job's {cpus} CPUs allow "
+                    f"beside the training loop, and the loop would need about {target}: "
+                    f"{cheaper}, or request more CPUs per task; set {extras}.")
+        return (f"Raise DataLoader num_workers from {workers} to {budget} (the job's {cpus} CPUs "
+                f"less one for the training loop; the loop would need about {target}) and "
+                f"{cheaper}; set {extras}.")
+    slurm = f"request --cpus-per-task={target + 1} in Slurm (one core for the training loop)"
+    instead = f", or {cheaper}" if workers > 0 else ""
+    return (f"Raise DataLoader num_workers from {workers} to {target} (the loop waits "
+            f"{ms(wait)} per step for {ms(rest)} of other work) and {slurm}{instead}; set "
+            f"{extras}.")
 
 
 def loader_bound(m: RunMetrics, ctx: RunContext) -> Finding | None:
@@ -642,7 +706,7 @@ def compute_bound(m: RunMetrics, ctx: RunContext) -> Finding | None:
         evidence += _kernel_mix_evidence(m.kernel_mix)
     return Finding("COMPUTE_BOUND", "info",
                    "The GPU's kernels set the pace of training.", evidence,
-                   _gpu_compute_advice(m.kernel_mix, ctx))
+                   _gpu_compute_advice(m.kernel_mix, ctx, _conv_ranks(m)))
 
 
 def _optimizer_many_kernels(mix: KernelMix) -> bool:
@@ -670,21 +734,53 @@ def _kernel_mix_evidence(mix: KernelMix) -> list[Evidence]:
     return out
 
 
-def _gpu_compute_advice(mix: KernelMix | None, ctx: RunContext) -> str:
-    """What to change, from what the kernels show (and the run's knobs)."""
+#: The memory format that keeps a convolution's input in the layout its kernels want, by the
+#: rank of that input (NCHW 2-D convolutions, NCDHW 3-D ones).
+_MEMORY_FORMAT_OF_RANK = {4: "channels_last", 5: "channels_last_3d"}
+
+
+def memory_format_advice(conv_ranks: tuple[int, ...]) -> str:
+    """Which channels-last format to use, from the recorded ranks of the convolutions' inputs:
+    'channels_last (model.to(memory_format=torch.channels_last), x.to(...))'; both, each with
+    the convolutions it applies to, when the ranks were not recorded."""
+    formats = [_MEMORY_FORMAT_OF_RANK[rank] for rank in conv_ranks
+               if rank in _MEMORY_FORMAT_OF_RANK]
+    if not formats:
+        return ("channels_last for 2-D convolutions (4-D inputs) or channels_last_3d for 3-D "
+                "ones (5-D inputs): the profile records no input shapes to tell which")
+    spelled = [f"{name} (model.to(memory_format=torch.{name}), x.to(memory_format="
+               f"torch.{name}))" for name in formats]
+    return " and ".join(spelled)
+
+
+def _conv_ranks(m: RunMetrics) -> tuple[int, ...]:
+    """Ranks of the convolutions' inputs as recorded (empty when not)."""
+    return m.conv_bias.input_ranks if m.conv_bias is not None else ()
+
+
+def _gpu_compute_advice(mix: KernelMix | None, ctx: RunContext,
+                        conv_ranks: tuple[int, ...]) -> str:
+    """What to change, from what the kernels show (and the run's knobs and its convolutions'
+    input ranks)."""
     if mix is None:
         amp = "" if ctx.knob("amp") else "enable mixed precision (torch.autocast + GradScaler), "
-        return (f"To go faster, {amp}try channels_last and torch.compile, or reduce the model's "
-                "work per sample.")
+        layout = ("" if ctx.knob("channels_last") else
+                  f"try {memory_format_advice(conv_ranks)} for the convolutions, and ")
+        return (f"To go faster, {amp}{layout}try torch.compile, or reduce the model's work per "
+                "sample.")
     steps = []
     if mix.reduced_precision_fraction < AMP_PRESENT_FRACTION and not ctx.knob("amp"):
         now = (f"{pct(mix.reduced_precision_fraction)} of kernel time is fp16/bf16 now"
                if mix.reduced_precision_fraction > 0 else "every kernel runs in fp32 now")
         steps.append(f"enable mixed precision (torch.autocast + GradScaler; {now})")
-    if mix.layout_conversion_fraction >= LAYOUT_CONVERSION_SHARE:
-        steps.append("put the model and every batch in channels_last (model.to(memory_format="
-                     "torch.channels_last), x.to(memory_format=torch.channels_last)): layout "
-                     f"conversions take {pct(mix.layout_conversion_fraction)} of kernel time")
+    if mix.layout_conversion_fraction >= LAYOUT_CONVERSION_SHARE and ctx.knob("channels_last"):
+        steps.append("find the layer or input still in the old layout: with channels_last on, "
+                     f"layout conversions still take {pct(mix.layout_conversion_fraction)} of "
+                     "kernel time")
+    elif mix.layout_conversion_fraction >= LAYOUT_CONVERSION_SHARE:
+        steps.append(f"put the model and every batch in {memory_format_advice(conv_ranks)}: "
+                     f"layout conversions take {pct(mix.layout_conversion_fraction)} of kernel "
+                     "time")
     if _optimizer_many_kernels(mix):
         optimizer = f"torch.optim.{mix.optimizer_name or 'AdamW'}"
         steps.append(f"build the optimizer with foreach=True ({optimizer}(..., foreach=True), or "
@@ -790,8 +886,8 @@ def _top_op_levers(m: RunMetrics, ctx: RunContext) -> list[str]:
     out = []
     onednn = bool(concepts.is_onednn_op(pd.Series([top.name])).iloc[0])
     if onednn and not ctx.knob("channels_last"):
-        out.append(f"{top.name} takes {pct(top.share)} of step time on oneDNN: try channels_last "
-                   "(model and inputs), which oneDNN's convolutions prefer")
+        out.append(f"{top.name} takes {pct(top.share)} of step time on oneDNN: try "
+                   f"{memory_format_advice(_conv_ranks(m))}, which oneDNN's convolutions prefer")
     if not ctx.knob("compile"):
         out.append(f"torch.compile the model to fuse the operators around {top.name}"
                    if not out else "torch.compile the model to fuse the operators around it")
@@ -813,6 +909,62 @@ def _compute_share(m: RunMetrics) -> float | None:
     return m.breakdown.parts_ns["compute"] / m.breakdown.step_ns
 
 
+def dominant_collective(c: CommStats) -> str | None:
+    """The kind of collective (concepts.ALL_REDUCE...) that holds COLLECTIVE_DOMINANT_SHARE of
+    the communication time, None when none does or the kinds are unknown."""
+    total = sum(c.ns_per_step_by_collective.values())
+    return next((kind for kind, ns in c.ns_per_step_by_collective.items()
+                 if kind != "unknown" and ns >= COLLECTIVE_DOMINANT_SHARE * total > 0), None)
+
+
+def _ddp_levers(c: CommStats, ctx: RunContext) -> str:
+    """DDP's gradient all-reduce: the knobs that cut or hide it, less those the run has set."""
+    calls = f"{_count(c.calls_per_step)} call{'' if c.calls_per_step == 1 else 's'} per step"
+    levers = []
+    bucket = ctx.knob("bucket_cap_mb")
+    if bucket in (None, DDP_DEFAULT_BUCKET_MB) and c.calls_per_step > 1:
+        levers.append(f"raise bucket_cap_mb from {DDP_DEFAULT_BUCKET_MB} MB to cut the {calls}")
+    if ctx.knob("broadcast_buffers") in (None, True):
+        levers.append("set broadcast_buffers=False if the model's buffers need no sync")
+    levers.append("use a larger local batch or gradient accumulation with no_sync() so "
+                  "gradients are reduced less often")
+    return "; ".join(levers)
+
+
+#: What to change for communication of each kind, when it dominates.
+_COLLECTIVE_ADVICE = {
+    concepts.ALL_TO_ALL: "The communication is all-to-all (embedding or expert sharding, not "
+    "DDP's gradient reduction): overlap it with compute (a pipelined training loop such as "
+    "TorchRec's TrainPipelineSparseDist), send fewer bytes (smaller or quantised embeddings, "
+    "fp16/bf16 comms), or shard so that fewer lookups cross ranks.",
+    concepts.SEND_RECV: "The communication is point-to-point send/recv (pipeline stages or "
+    "all-to-all built from them): overlap it with compute (more micro-batches per pipeline "
+    "step, an interleaved schedule) and send fewer bytes (bf16 activations).",
+    concepts.ALL_GATHER: "The communication gathers parameters (FSDP/ZeRO): prefetch the next "
+    "all-gather during compute (forward_prefetch=True, backward_prefetch=BACKWARD_PRE), wrap "
+    "larger units so fewer gathers run, or keep parameters sharded less (hybrid sharding).",
+    concepts.REDUCE_SCATTER: "The communication scatters gradients (FSDP/ZeRO): wrap larger "
+    "units so fewer reduce-scatters run, reduce in bf16 (MixedPrecision(reduce_dtype="
+    "torch.bfloat16)), or accumulate gradients over more micro-batches.",
+    concepts.BROADCAST: "The communication is broadcasts (parameters or buffers sent from one "
+    "rank every step): broadcast once at start-up (DDP's broadcast_buffers=False when buffers "
+    "need no sync).",
+}
+
+
+def _comm_advice(c: CommStats, ctx: RunContext) -> str:
+    """What to change, by the collective the communication is: DDP's knobs only for
+    all-reduce, and conditional when the profile does not say what the kernels do."""
+    kind = dominant_collective(c)
+    if kind == concepts.ALL_REDUCE:
+        return f"Tune DDP's gradient all-reduce: {_ddp_levers(c, ctx)}."
+    if kind in _COLLECTIVE_ADVICE:
+        return _COLLECTIVE_ADVICE[kind]
+    return ("The profile does not say what most of this communication is (kernel names "
+            "without the collective, launches not recorded): if it is DDP's gradient "
+            f"all-reduce, {_ddp_levers(c, ctx)}.")
+
+
 def comm_overhead(m: RunMetrics, ctx: RunContext) -> Finding | None:
     """Collectives take a noticeable share of the step; say how much is hidden under compute."""
     c = m.comm
@@ -827,12 +979,12 @@ def comm_overhead(m: RunMetrics, ctx: RunContext) -> Finding | None:
                 Evidence(f"{pct(c.overlap_fraction)} of communication time overlaps compute; "
                          f"{pct(c.exposed_fraction)} of the step is exposed communication",
                          c.origin)]
-    bucket = ctx.knob("bucket_cap_mb")
-    bucket_text = f"from {bucket:g} MB " if isinstance(bucket, (int, float)) else ""
-    buckets = (f"raise bucket_cap_mb {bucket_text}to cut the {calls}, "
-               if c.calls_per_step > 1 else "")
-    advice = (f"Tune DDP: {buckets}set broadcast_buffers=False, use a larger local batch or "
-              "gradient accumulation with no_sync() so gradients are reduced less often.")
+    if c.ns_per_step_by_collective:
+        evidence.append(Evidence("per step: " + ", ".join(
+            f"{'not identified' if kind == 'unknown' else kind.replace('_', '-')} {ms(ns)}"
+            for kind, ns in
+            c.ns_per_step_by_collective.items()), c.origin))
+    advice = _comm_advice(c, ctx)
     if severity == "low":
         advice = ("Communication is mostly hidden under compute; no change needed unless you "
                   "scale further. " + advice)
@@ -865,7 +1017,7 @@ def host_launch_bound(m: RunMetrics, ctx: RunContext) -> Finding | None:
              "The GPU waits for the CPU to launch its work.")
     advice = ("Fuse kernels with torch.compile (mode='reduce-overhead' uses CUDA graphs) and "
               "raise the batch size so each launch carries more work." if many_short else
-              _launch_wait_advice(idle))
+              _launch_wait_advice(idle, m.steps.count if m.steps is not None else 1))
     return Finding("HOST_LAUNCH_BOUND", "high", title, evidence, advice)
 
 
@@ -900,12 +1052,17 @@ def _minor_sync_evidence(syncs: SyncStats | None) -> list[Evidence]:
                      syncs.origin)]
 
 
-def _launch_wait_advice(idle: IdleCauses) -> str:
-    """Advice aimed at what the CPU does while the GPU waits: the top op, or Python between
-    ops, or generic when the trace names neither."""
+def _launch_wait_advice(idle: IdleCauses, steps: int) -> str:
+    """Advice aimed at what the CPU does while the GPU waits: the top op (or that it ran once,
+    a start-up cost), or Python between ops, or generic when the trace names neither."""
     top = next((op for op in idle.launch_wait_ops if op.share >= LAUNCH_WAIT_OP_SHARE), None)
     waited = idle.idle_ns_per_step.get("launch", 0)
     outside = idle.launch_wait_outside_ops_ns / waited if waited else 0.0
+    if top is not None and top.share >= outside and top.count == 1 and steps > 1:
+        return (f"{top.name} held the CPU once in {steps} steps ({ms(top.total_ns * steps)}): "
+                "a one-off cost (first call: lazy initialisation, allocation, autotuning), not "
+                "one of every step; profile after a warm-up step (torch.profiler.schedule with "
+                "warmup=1) to see the steady state.")
     if top is not None and top.share >= outside:
         return (f"Make {top.name} cheaper or move it out of the step: it holds the CPU for "
                 f"{ms(top.total_ns)} per step while the GPU has nothing queued (allocate and "
@@ -993,8 +1150,34 @@ def low_gpu_util(m: RunMetrics, ctx: RunContext) -> Finding | None:
                                  f"{ms(g.long_gap_ns)}", g.origin, _largest_gap_at(m)))
     return Finding("LOW_GPU_UTIL", severity,
                    f"The GPU is busy only {pct(g.busy_fraction)} of the time.", evidence,
-                   "Fix what the GPU waits for first (see the DataLoader and launch findings); "
-                   "then raise the batch size to give each step more GPU work.")
+                   _idle_advice(m))
+
+
+#: What the GPU's idle time waits for (IdleCauses' causes), as the advice names it.
+_IDLE_CAUSE_FIX = {"data": "the DataLoader", "sync": "blocking syncs",
+                   "launch": "the CPU launching its work",
+                   "unexplained": "CPU work that launches nothing (compilation, Python)"}
+
+
+def _idle_advice(m: RunMetrics) -> str:
+    """Fix what the GPU's idle time waits for, largest first, from the profile's own causes;
+    said plainly when the profile shows none."""
+    waits = dict(m.gpu_idle.idle_ns_per_step) if m.gpu_idle is not None else {}
+    loop = loop_ns_without_loader(m)
+    if loop is not None:  # the loader wait includes the GPU idle time between steps
+        waits["data"] = max(waits.get("data", 0), loop[0])
+    total = sum(waits.values())
+    causes = [cause for cause, ns in sorted(waits.items(), key=lambda item: -item[1])
+              if cause in _IDLE_CAUSE_FIX and ns > 0 and ns >= IDLE_CAUSE_SHARE * total]
+    if not causes:
+        return ("The profile does not show what the GPU waits for (no step markers or CPU "
+                "activity around its idle time): profile a few steps with torch.profiler to see "
+                "the CPU side.")
+    named = ", ".join(f"{_IDLE_CAUSE_FIX[cause]} ({ms(waits[cause])} per step)"
+                      for cause in causes)
+    batch = ("; then raise the batch size so each launch carries more GPU work"
+             if "launch" in causes else "")
+    return f"Fix what the GPU waits for first: {named}{batch}."
 
 
 def small_batch(m: RunMetrics, ctx: RunContext) -> Finding | None:

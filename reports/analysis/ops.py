@@ -260,6 +260,8 @@ def conv_bias_before_bn(profile: Profile, windows: StepWindows | None) -> ConvBi
         forward = forward[windows.index_of(forward["start"].to_numpy(np.int64)) >= 0]
     if forward.empty:
         return None
+    ranks = tuple(sorted({len(dims[0]) for dims in forward["input_dims"]
+                          if isinstance(dims, tuple) and dims and dims[0]}))
     if forward["input_types"].isna().all():
         return ConvBiasStats(profile.kind, None, len(forward), 0, 0, None, [],
                              unknown_reason=f"the trace's {len(forward)} convolutions carry no "
@@ -280,4 +282,4 @@ def conv_bias_before_bn(profile: Profile, windows: StepWindows | None) -> ConvBi
                                                                    windows),
         weight_shapes=list(shapes.value_counts().index),
         first=(int(before["start"].iloc[0]), int(before["end"].iloc[0])) if len(before)
-        else None)
+        else None, input_ranks=ranks)

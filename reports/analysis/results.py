@@ -401,6 +401,9 @@ class ConvBiasStats:
     unknown_reason: str | None = None
     #: Start and end (ns) of the first such convolution, for the evidence.
     first: tuple[int, int] | None = None
+    #: Ranks of the convolutions' inputs (4: ``conv2d`` on NCHW, 5: ``conv3d`` on NCDHW), as
+    #: recorded; empty when no shapes were recorded. Which memory format fits depends on it.
+    input_ranks: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
