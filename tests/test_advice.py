@@ -7,6 +7,7 @@ Each shape is a small trace built by hand here; the corpus files check the same 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -85,3 +86,189 @@ def test_collectives_of_real_runs(corpus: Path) -> None:
     kinds = amd.metrics.comm.ns_per_step_by_collective
     assert set(kinds) == {"all_reduce", "broadcast", "unknown"}
     assert kinds["all_reduce"] == pytest.approx(5_257_000, rel=0.01)
+
+
+def loader_steps(copy_name: str, steps: int = 4) -> list[dict]:
+    """Steps of 10 ms: a 6 ms wait in a multi-process DataLoader, a 1 MB host-to-device copy
+    named ``copy_name``, and a 2 ms kernel: loader-bound."""
+    events: list[dict] = []
+    for step in range(steps):
+        t0, corr = step * 10_000, 200 + 2 * step
+        events += [event(f"ProfilerStep#{step + 1}", t0, 10_000, "user_annotation"),
+                   event("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", t0,
+                         6000, "user_annotation"),
+                   event("cudaMemcpyAsync", t0 + 6100, 20, "cuda_runtime", correlation=corr),
+                   event(copy_name, t0 + 6150, 100, "gpu_memcpy", pid=0, tid=7, device=0,
+                         stream=7, correlation=corr, bytes=1 << 20),
+                   event("aten::mm", t0 + 6300, 200), launch(t0 + 6350, corr + 1),
+                   kernel("gemm_kernel", t0 + 6400, 2000, corr + 1)]
+    return events
+
+
+@pytest.mark.parametrize("copy_name, pinned", [
+    ("Memcpy HtoD (Pinned -> Device)", True), ("Memcpy HtoD (Pageable -> Device)", False)])
+def test_pin_memory_only_for_pageable_copies(tmp_path: Path, copy_name: str,
+                                             pinned: bool) -> None:
+    """A loader-bound run whose batches are copied from pinned memory is not told to pin them;
+    one copying from pageable memory is."""
+    run = analyze_trace(tmp_path, loader_steps(copy_name))
+    advice = {f.id: f for f in run.findings}["LOADER_BOUND"].recommendation
+    assert ("pin_memory=True" in advice) is not pinned
+    assert "does not record how many" in advice  # worker spans, no count recorded
+
+
+def conv_steps(rank: int, steps: int = 3) -> list[dict]:
+    """Steps of 10 ms on a busy GPU: a convolution of a ``rank``-D input whose kernels include a
+    NCHW -> NHWC transpose (layout conversions 20% of kernel time)."""
+    dims = [[8, 16, 32, 32, 32][:rank], [32, 16, 3, 3, 3][:rank], []]
+    conv = f"aten::conv{rank - 2}d"
+    events: list[dict] = []
+    for step in range(steps):
+        t0, corr = step * 10_000, 300 + 2 * step
+        events += [event(f"ProfilerStep#{step + 1}", t0, 10_000, "user_annotation"),
+                   event(conv, t0 + 10, 100, **{"Input type": ["float", "float", ""],
+                                                "Input Dims": dims}),
+                   launch(t0 + 20, corr), launch(t0 + 30, corr + 1),
+                   kernel("void cudnn::ops::nchwToNhwcKernel<float>", t0 + 50, 1900, corr),
+                   kernel("sm80_xmma_fprop_implicit_gemm_bf16", t0 + 1960, 7900, corr + 1)]
+    return events
+
+
+@pytest.mark.parametrize("rank, fmt, other", [(4, "torch.channels_last)", "channels_last_3d"),
+                                              (5, "torch.channels_last_3d)", "channels_last)")])
+def test_memory_format_follows_the_convolutions_rank(tmp_path: Path, rank: int, fmt: str,
+                                                     other: str) -> None:
+    """channels_last for 2-D convolutions (4-D inputs), channels_last_3d for 3-D ones, read from
+    the recorded input shapes."""
+    run = analyze_trace(tmp_path, conv_steps(rank), deviceProperties=[
+        {"id": 0, "name": "NVIDIA A100-SXM4-40GB", "computeMajor": 8, "computeMinor": 0}])
+    assert run.metrics.conv_bias is not None and run.metrics.conv_bias.input_ranks == (rank,)
+    advice = {f.id: f for f in run.findings}["COMPUTE_BOUND"].recommendation
+    assert fmt in advice and other not in advice
+
+
+def test_memory_format_is_conditional_without_shapes(corpus: Path) -> None:
+    """sc22's 3-D U-Net under nsys: no input shapes, so both formats are named, each with the
+    convolutions it fits."""
+    from profreport.reports.analysis.findings import memory_format_advice
+
+    assert "channels_last_3d for 3-D ones (5-D inputs)" in memory_format_advice(())
+
+
+@pytest.mark.parametrize("collective, advice_has, advice_lacks", [
+    (("c10d::alltoall_", "nccl:all_to_all"), "all-to-all", "bucket_cap_mb"),
+    (("c10d::allreduce_", "nccl:all_reduce"), "Tune DDP's gradient all-reduce", "all-to-all")])
+def test_ddp_advice_only_for_all_reduce(tmp_path: Path, collective: tuple[str, str],
+                                        advice_has: str, advice_lacks: str) -> None:
+    """DDP's bucket_cap_mb fits gradient all-reduces, not embedding all-to-all."""
+    run = analyze_trace(tmp_path, comm_steps(collective, "ncclDevKernel_Generic"))
+    advice = {f.id: f for f in run.findings}["COMM_OVERHEAD"].recommendation
+    assert advice_has in advice and advice_lacks not in advice
+
+
+def test_a_changed_ddp_knob_is_not_advised_again(tmp_path: Path) -> None:
+    """A run that set bucket_cap_mb and broadcast_buffers is not told to set them."""
+    from profreport.reports.analysis.findings import RunContext, find_all
+
+    run = analyze_trace(tmp_path, comm_steps(("c10d::allreduce_", "nccl:all_reduce"),
+                                             "ncclKernel_AllReduce_RING_LL_Sum_float"))
+    found = find_all(run.metrics, RunContext(knobs={"bucket_cap_mb": 100,
+                                                    "broadcast_buffers": False}))
+    advice = {f.id: f for f in found}["COMM_OVERHEAD"].recommendation
+    assert "bucket_cap_mb" not in advice and "broadcast_buffers" not in advice
+    assert "no_sync()" in advice
+
+
+def test_a_launch_wait_held_once_is_a_one_off(tmp_path: Path) -> None:
+    """Three steps after warm-up; in the middle one (30 ms) the GPU waits 29 ms for the CPU,
+    which runs aten::add_ once (a lazy first call), the others keep the GPU busy. The wait is
+    most of the profiled time, but it is one call: not 'make aten::add_ cheaper'."""
+    events = [event("ProfilerStep#1", 0, 10_000, "user_annotation"),
+              launch(20, 401), kernel("gemm_kernel", 50, 9900, 401),
+              event("ProfilerStep#2", 10_000, 30_000, "user_annotation"),
+              event("aten::add_", 10_050, 28_900), launch(39_000, 402),
+              kernel("gemm_kernel", 39_050, 900, 402),
+              event("ProfilerStep#3", 40_000, 10_000, "user_annotation"),
+              launch(40_020, 403), kernel("gemm_kernel", 40_050, 9900, 403)]
+    run = analyze_trace(tmp_path, events)
+    advice = {f.id: f for f in run.findings}["HOST_LAUNCH_BOUND"].recommendation
+    assert advice.startswith("aten::add_ held the CPU once in 3 steps (28.9 ms)")
+    assert "cheaper" not in advice
+
+
+#: Every setting the advice may name, already set, and what advising it again would say.
+ALREADY_SET = {"pin_memory": True, "persistent_workers": True, "amp": True,
+               "channels_last": True, "compile": True, "bucket_cap_mb": 100.0,
+               "broadcast_buffers": False}
+REPEATED_FIX = {"pin_memory": ("pin_memory=True",),
+                "persistent_workers": ("persistent_workers=True",),
+                "amp": ("under torch.autocast(", "enable mixed precision"),
+                "channels_last": ("memory_format=torch.channels",),
+                "compile": ("torch.compile the", "with torch.compile"),
+                "bucket_cap_mb": ("bucket_cap_mb",),
+                "broadcast_buffers": ("broadcast_buffers=False",)}
+CORPUS_FILES = ("nsys/sc22_1gpu_baseline.nsys-rep", "nsys/sc22_4gpu_baseline.nsys-rep",
+                "hta/cuda_event_sync.json.gz", "hta/nccl_data.json.gz",
+                "hta/triton_example.json.gz", "hta/mtia_inference_rank_0.json.gz",
+                "kineto/resnet50_num_workers_0.pt.trace.json.gz",
+                "kineto/resnet50_num_workers_4.pt.trace.json.gz",
+                "wild/jh_rtx3080_toymodel_num-workers-0-batch-size-16.json.gz",
+                "wild/tracelens_mi300x_resnet_actckpt_rank0of8.json.gz",
+                "wild/kineto2021_autograd_api_resnet50_nw0_worker0.pt.trace.json.gz")
+
+
+@pytest.mark.parametrize("name", CORPUS_FILES)
+def test_no_fix_repeats_a_setting_the_run_has(corpus: Path, name: str,
+                                              request: pytest.FixtureRequest) -> None:
+    """Each real profile's findings, with every knob the advice can name already set: no
+    recommendation asks for one of them again."""
+    from profreport.reports.analysis.findings import RunContext, find_all
+
+    if name.endswith(".nsys-rep"):
+        request.getfixturevalue("nsys_available")
+    run = analyze_paths([corpus / name], AnalyzeOptions()).runs[0]
+    for finding in find_all(run.metrics, RunContext(knobs=ALREADY_SET)):
+        for knob, phrases in REPEATED_FIX.items():
+            assert not any(text in finding.recommendation for text in phrases), \
+                (finding.id, knob, finding.recommendation)
+
+
+#: How a sentence names another finding ("see the oversubscription finding") -> its id.
+REFERENCE_NAMES = {"oversubscription": "CPU_OVERSUBSCRIBED"}
+_REFERENCE = re.compile(r"see the ([\w\- ]+?) findings?\b")
+
+
+def references(text: str) -> list[str]:
+    """The findings a sentence points at, by the names it uses ('the DataLoader and launch
+    findings' -> ['DataLoader', 'launch'])."""
+    return [name.strip() for found in _REFERENCE.findall(text)
+            for name in found.split(" and ")]
+
+
+@pytest.mark.parametrize("name", [*CORPUS_FILES, "fixtures/loader_heavy",
+                                  "fixtures/compute_heavy", "fixtures/ddp_gloo"])
+def test_no_sentence_points_at_an_absent_finding(name: str,
+                                                 request: pytest.FixtureRequest) -> None:
+    """Every 'see the X finding' in a real profile's report (corpus and fixture runs) names a
+    finding that is in it."""
+    fixture = name.startswith("fixtures/")
+    if name.endswith(".nsys-rep") or (fixture and "ddp" not in name):
+        request.getfixturevalue("nsys_available")
+    folder = request.getfixturevalue("fixtures_dir").parent if fixture else \
+        request.getfixturevalue("corpus")
+    run = analyze_paths([folder / name], AnalyzeOptions()).runs[0]
+    present = {f.id for f in run.findings}
+    texts = [run.verdict_reason] + [t for f in run.findings
+                                    for t in (f.title, f.recommendation,
+                                              *(e.text for e in f.evidence))]
+    for text in texts:
+        for named in references(text):
+            assert REFERENCE_NAMES.get(named) in present, (named, text)
+
+
+def test_the_reference_walker_reads_references() -> None:
+    """The walker finds each name of a reference (so the test above can fail)."""
+    assert references("fix it first (see the DataLoader and launch findings); then") == \
+        ["DataLoader", "launch"]
+    assert references("stop them (see the oversubscription finding), then") == \
+        ["oversubscription"]

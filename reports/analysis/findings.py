@@ -460,7 +460,16 @@ def fp32_on_tensor_cores(m: RunMetrics, ctx: RunContext) -> Finding | None:
     return Finding("FP32_ON_TENSOR_CORES", "medium",
                    f"{pct(p.share('fp32'))} of compute-kernel time is fp32 matmuls and "
                    f"convolutions on a GPU with tensor cores ({_capability_text(p)}).",
-                   evidence, _fp32_advice(p.compute_capability, p.tf32_kernel_fraction))
+                   evidence, _amp_on_advice(p) if ctx.knob("amp") else
+                   _fp32_advice(p.compute_capability, p.tf32_kernel_fraction))
+
+
+def _amp_on_advice(p: OpPrecision) -> str:
+    """fp32 matmuls in a run that has mixed precision on: they run outside it."""
+    return ("Mixed precision is on, yet these operators receive fp32 tensors: they run outside "
+            "the torch.autocast region (move the forward pass and the loss inside it) or on "
+            f"tensors cast back to float ({', '.join(p.fp32_ops[:2])}: look for .float() or a "
+            "custom autograd function with custom_fwd(cast_inputs=torch.float32)).")
 
 
 def _per_step_ms(precision: OpPrecision, total_ns: int) -> str:
@@ -766,8 +775,8 @@ def _gpu_compute_advice(mix: KernelMix | None, ctx: RunContext,
         amp = "" if ctx.knob("amp") else "enable mixed precision (torch.autocast + GradScaler), "
         layout = ("" if ctx.knob("channels_last") else
                   f"try {memory_format_advice(conv_ranks)} for the convolutions, and ")
-        return (f"To go faster, {amp}{layout}try torch.compile, or reduce the model's work per "
-                "sample.")
+        compiled = "" if ctx.knob("compile") else "try torch.compile, or "
+        return f"To go faster, {amp}{layout}{compiled}reduce the model's work per sample."
     steps = []
     if mix.reduced_precision_fraction < AMP_PRESENT_FRACTION and not ctx.knob("amp"):
         now = (f"{pct(mix.reduced_precision_fraction)} of kernel time is fp16/bf16 now"
@@ -1015,9 +1024,9 @@ def host_launch_bound(m: RunMetrics, ctx: RunContext) -> Finding | None:
     evidence += _launch_wait_evidence(idle) + _minor_sync_evidence(m.syncs)
     title = ("The GPU waits for the CPU to launch many small kernels." if many_short else
              "The GPU waits for the CPU to launch its work.")
-    advice = ("Fuse kernels with torch.compile (mode='reduce-overhead' uses CUDA graphs) and "
-              "raise the batch size so each launch carries more work." if many_short else
-              _launch_wait_advice(idle, m.steps.count if m.steps is not None else 1))
+    advice = (f"{_fuse_advice(ctx).capitalize()} and raise the batch size so each launch "
+              "carries more work." if many_short else
+              _launch_wait_advice(idle, m.steps.count if m.steps is not None else 1, ctx))
     return Finding("HOST_LAUNCH_BOUND", "high", title, evidence, advice)
 
 
@@ -1052,7 +1061,18 @@ def _minor_sync_evidence(syncs: SyncStats | None) -> list[Evidence]:
                      syncs.origin)]
 
 
-def _launch_wait_advice(idle: IdleCauses, steps: int) -> str:
+def _fuse_advice(ctx: RunContext) -> str:
+    """How to launch fewer kernels from the CPU: torch.compile, or CUDA graphs when the model is
+    compiled already (compiled kernels are still launched one by one)."""
+    if ctx.knob("compile"):
+        return ("replay the step as a CUDA graph (the model is compiled already, but each of its "
+                "kernels is still launched from the CPU: compile with mode='reduce-overhead' or "
+                "capture with torch.cuda.graph)")
+    return ("fuse kernels with torch.compile (mode='reduce-overhead' also replays them as a "
+            "CUDA graph)")
+
+
+def _launch_wait_advice(idle: IdleCauses, steps: int, ctx: RunContext) -> str:
     """Advice aimed at what the CPU does while the GPU waits: the top op (or that it ran once,
     a start-up cost), or Python between ops, or generic when the trace names neither."""
     top = next((op for op in idle.launch_wait_ops if op.share >= LAUNCH_WAIT_OP_SHARE), None)
@@ -1070,13 +1090,13 @@ def _launch_wait_advice(idle: IdleCauses, steps: int) -> str:
                 "that does not depend on it first).")
     if top is None and outside < LAUNCH_WAIT_OP_SHARE and idle.launch_wait_ops:
         return ("Cut the CPU's cost per operator, which is spread over many small ops "
-                f"({', '.join(op.name for op in idle.launch_wait_ops)}...): torch.compile the "
-                "model to fuse them (mode='reduce-overhead' also replays the step as a CUDA "
-                "graph), and raise the batch size so each op carries more GPU work.")
+                f"({', '.join(op.name for op in idle.launch_wait_ops)}...): "
+                f"{_fuse_advice(ctx)}, and raise the batch size so each op carries more GPU "
+                "work.")
     if outside >= LAUNCH_WAIT_OP_SHARE:
         return ("Cut the Python between operators in the step (it runs while the GPU has nothing "
-                "queued): torch.compile the model and loss, move logging and metric "
-                "computation out of the step, and avoid per-step .item()/print calls.")
+                f"queued): {_fuse_advice(ctx)}, move logging and metric computation out of the "
+                "step, and avoid per-step .item()/print calls.")
     return ("Move Python and CPU work out of the step (or overlap it with the GPU: prepare the "
             "next batch while the current one runs), and avoid per-step .item()/print calls.")
 
