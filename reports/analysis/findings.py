@@ -218,16 +218,20 @@ class CpuLoad:
         return max(self.cpus // self.processes, 1)
 
 
+def training_processes(ctx: RunContext) -> int:
+    """Training processes sharing the job's CPUs: the DDP ranks on one node, else one."""
+    nproc = ctx.knob("nproc")
+    return nproc if ctx.knob("ddp") and isinstance(nproc, int) and nproc > 1 else 1
+
+
 def cpu_load(ctx: RunContext) -> CpuLoad | None:
     """Workers and compute threads against CPUs, for a CPU-only run whose manifest has them."""
     workers, cpus = ctx.knob("num_workers"), ctx.cpus()
     if ctx.on_gpu() or not isinstance(workers, int) or isinstance(workers, bool) or not cpus:
         return None
     threads = ctx.torch_threads()
-    nproc = ctx.knob("nproc")
-    processes = nproc if ctx.knob("ddp") and isinstance(nproc, int) and nproc > 1 else 1
     return CpuLoad(workers=workers, threads=threads or 1, threads_known=threads is not None,
-                   cpus=cpus, processes=processes)
+                   cpus=cpus, processes=training_processes(ctx))
 
 
 Rule = Callable[[RunMetrics, RunContext], "Finding | None"]
@@ -332,15 +336,23 @@ def _workers_advice(ctx: RunContext, m: RunMetrics | None = None) -> str:
                 f"with n workers now it needs about {scale:.1f} x n to keep up. Raise num_workers "
                 f"to that where the job has the CPUs, else {cheaper}; set {extras}.")
     target = workers_needed(wait, rest, workers)
-    budget = cpus - 1 if cpus else None  # one core for the training loop
+    processes = training_processes(ctx)
+    budget = cpus // processes - 1 if cpus else None  # one core for each training loop
+    share = (f"the job's {cpus} CPUs" if processes == 1 else
+             f"each of the {processes} ranks' share of the job's {cpus} CPUs")
     if budget is not None and target > budget:
+        if budget <= 0:
+            leave = "leave" if processes == 1 else "leaves"
+            return (f"{share[0].upper()}{share[1:]} {leave} no core for DataLoader workers "
+                    f"beside the training loop, and the loop would need about {target}: request "
+                    f"--cpus-per-task={target + 1} (one task per rank), or {cheaper}.")
         if workers >= budget:
-            return (f"num_workers is already {workers}, as many as the job's {cpus} CPUs allow "
-                    f"beside the training loop, and the loop would need about {target}: "
-                    f"{cheaper}, or request more CPUs per task; set {extras}.")
-        return (f"Raise DataLoader num_workers from {workers} to {budget} (the job's {cpus} CPUs "
-                f"less one for the training loop; the loop would need about {target}) and "
-                f"{cheaper}; set {extras}.")
+            return (f"num_workers is already {workers}, as many as {share} allows beside the "
+                    f"training loop, and the loop would need about {target}: {cheaper}, or "
+                    f"request more CPUs per task; set {extras}.")
+        return (f"Raise DataLoader num_workers from {workers} to {budget} ({share}, less one for "
+                f"the training loop; the loop would need about {target}) and {cheaper}; set "
+                f"{extras}.")
     slurm = f"request --cpus-per-task={target + 1} in Slurm (one core for the training loop)"
     instead = f", or {cheaper}" if workers > 0 else ""
     return (f"Raise DataLoader num_workers from {workers} to {target} (the loop waits "
