@@ -65,6 +65,12 @@ MAX_SOURCE_BYTES = 8 * 1024 * 1024
 PYTHON_SUFFIXES = (".py", ".pyw")
 # How many folders above the .lprof are searched for the run folder's manifest.json.
 RUN_FOLDER_DEPTH = 3
+# Lines between where a function's code starts (its first decorator) and its ``def``.
+MAX_DECORATOR_LINES = 50
+# A ``def`` line and the name it defines; a function name that is an identifier (not
+# ``<lambda>`` or ``<module>``) has one.
+_DEF = re.compile(r"^\s*(?:async\s+)?def\s+(\w+)")
+_IDENTIFIER = re.compile(r"^[A-Za-z_]\w*$")
 # Recorded names like ``<string>`` or ``<ipython-input-3-...>`` have no file behind them.
 _NO_FILE = re.compile(r"^<.*>$")
 # The tables hold int64: larger counts or times cannot come from a real profile.
@@ -242,6 +248,45 @@ def _source_lines(path: Path | None) -> list[str] | None:
         return None
 
 
+def source_mismatch(source: list[str], first_lineno: int, function: str,
+                    linenos: list[int]) -> str | None:
+    """Why a source file is not the one profiled (edited since), judged against what the profile
+    recorded for ``function``: its lines exist, the function is defined where it started, and
+    no line recorded with hits is blank or a comment. None when it matches."""
+    past = [n for n in linenos if n > len(source)]
+    if past:
+        return f"line {max(past)} is recorded but the file has {len(source):,} lines"
+    if _IDENTIFIER.match(function) and _defined_name(source, first_lineno) != function:
+        return f"{function}() is not defined at line {first_lineno}"
+    empty = next((n for n in linenos if not source[n - 1].strip()
+                  or source[n - 1].lstrip().startswith("#")), None)
+    if empty is not None:
+        return f"line {empty} is recorded with hits but holds no code"
+    return None
+
+
+def _defined_name(source: list[str], first_lineno: int) -> str | None:
+    """The name of the first ``def`` at or after ``first_lineno`` (past its decorators)."""
+    for line in source[first_lineno - 1:first_lineno - 1 + MAX_DECORATOR_LINES]:
+        found = _DEF.match(line)
+        if found:
+            return found.group(1)
+    return None
+
+
+def _mismatch_notes(timings: Timings, sources: dict[str, list[str] | None]) -> list[str]:
+    """A note for each function whose shown source no longer matches the profile."""
+    notes = []
+    for (file, first, function), rows in sorted(timings.items()):
+        source = sources.get(file)
+        reason = source_mismatch(source, first, function, [row[0] for row in rows]) if (
+            source) else None
+        if reason:
+            notes.append(f"source of {error_text(function)} ({error_text(file)}) may have "
+                         f"changed since it was profiled: {reason}")
+    return notes
+
+
 def _source_table(sources: dict[str, list[str] | None]) -> pd.DataFrame:
     """Every line of every source file found: file, lineno (1-based), source."""
     frames = [pd.DataFrame({"file": file, "lineno": range(1, len(lines) + 1), "source": lines})
@@ -370,7 +415,8 @@ def parse(path: Path, *, source_root: Path | None = None) -> Profile:
     loop = training_loop(frame)
     meta = LprofMeta(unit=unit, functions=functions, pickle_protocol=protocol,
                      class_path=".".join(class_path), loop=loop,
-                     notes=[_note(f) for f in functions if f["source_note"]])
+                     notes=[_note(f) for f in functions if f["source_note"]]
+                     + _mismatch_notes(timings, sources))
     return Profile(path=path, kind="lprof", tool_version=LINESTATS_CLASS_PATHS[class_path],
                    tables={"lines": conform("lines", _mark_loader(frame, loop))}, meta=meta)
 

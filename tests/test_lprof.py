@@ -375,7 +375,9 @@ def test_source_in_the_run_folder_is_shown(tmp_path: Path) -> None:
     (run / "rank0").mkdir(parents=True)
     (run / "manifest.json").write_text("{}")
     (run / "train.py").write_text(COMPUTE_SCRIPT)
-    path = stats_file(run / "rank0" / "x.lprof", one_function(str(run / "train.py")))
+    recorded = str(run / "train.py")
+    path = stats_file(run / "rank0" / "x.lprof",
+                      {(recorded, 1, "compute"): [(3, 1, 10), (4, 6, 900), (5, 5, 50)]})
     profile = lprof.parse(path)
     assert by_line(profile)[4]["source"] == "    for row in rows:"
     assert profile.meta.notes == []
@@ -521,3 +523,28 @@ def test_nanosecond_unit_is_exact_for_long_times(tmp_path: Path) -> None:
     lines = lprof.parse(path).table("lines")
     assert list(lines["time_ns"]) == [ticks, 999]
     assert list(lines["time_per_hit_ns"]) == [ticks, 142]
+
+
+@pytest.mark.parametrize(("timings", "reason"), [
+    ({("F", 1, "compute"): [(3, 1, 10), (12, 6, 900)]},
+     "line 12 is recorded but the file has 9 lines"),
+    ({("F", 1, "train"): [(3, 1, 10), (4, 6, 900)]}, "train() is not defined at line 1"),
+    ({("F", 1, "compute"): [(3, 1, 10), (7, 6, 900)]},
+     "line 7 is recorded with hits but holds no code"),
+])
+def test_source_that_changed_since_profiling_is_warned_about(
+        tmp_path: Path, timings: dict, reason: str) -> None:
+    """A source found under ``--source-root`` that no longer matches the recorded function
+    (its lines, where it is defined, code on every timed line) is shown with a warning in the
+    notes instead of silently."""
+    root = tmp_path / "src"
+    root.mkdir()
+    (root / "train.py").write_text(COMPUTE_SCRIPT)
+    recorded = "/elsewhere/project/train.py"
+    path = stats_file(tmp_path / "run" / "x.lprof",
+                      {(recorded, first, name): rows
+                       for (_, first, name), rows in timings.items()})
+    profile = lprof.parse(path, source_root=root)
+    assert profile.meta.functions[0]["source_path"] == str(root / "train.py")
+    assert profile.meta.notes == [f"source of {next(iter(timings))[2]} ({recorded}) may have "
+                                  f"changed since it was profiled: {reason}"]
