@@ -64,8 +64,9 @@ def _summary_lines(run: RunAnalysis) -> list[str]:
         lines.append(f"  top op: {elide(op.name, SUMMARY_NAME_LIMIT)} {ms(op.total_ns)}")
     if m.lines:
         line = m.lines[0]
+        sync = " (a sync point: the GPU work queued before it)" if line.is_sync_point else ""
         lines.append(f"  top line: {Path(line.file).name}:{line.lineno} {line.share:.0%} of "
-                     f"{line.function}: {(line.source or '').strip()[:60]}")
+                     f"{line.function}: {(line.source or '').strip()[:60]}{sync}")
     return lines
 
 

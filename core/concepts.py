@@ -72,6 +72,12 @@ STEP_RANGE_FORMAT = "step {n}"
 # A source line that iterates a DataLoader: ``for x, y in train_loader:``,
 # ``for i, batch in enumerate(loader):``, ``for b in tqdm(dataloader)``.
 _DATALOADER_LOOP_LINE = re.compile(r"^\s*(?:async\s+)?for\b.+\bin\b.*loader", re.IGNORECASE)
+# A source line that makes the CPU wait for the GPU: it reads a GPU value on the host
+# (``loss.item()``, PyTorch 0.3's ``loss.data[0]``, ``.cpu()``, ``.numpy()``, ``.tolist()``) or
+# synchronizes outright (``torch.cuda.synchronize()``). line_profiler charges such a line with
+# all the GPU work queued before it, so its time is the GPU's, not its own.
+_SYNC_POINT_LINE = re.compile(
+    r"\.(?:item|cpu|numpy|tolist|synchronize)\(\s*\)|\.data\[\s*0\s*\]")
 
 # A kernel computing in reduced precision: fp16 (``__half``, ``c10::Half``, cuDNN/cuBLAS names
 # with ``f16``/``fp16``), bfloat16 (``c10::BFloat16``, ``bf16``), and the tensor-core HMMA
@@ -471,6 +477,12 @@ def is_worker_loader_span(names: pd.Series) -> pd.Series:
 def is_dataloader_loop_line(source: str | None) -> bool:
     """Whether a source line is a ``for`` loop over a DataLoader."""
     return bool(source) and _DATALOADER_LOOP_LINE.match(source) is not None
+
+
+def is_sync_point_line(source: str | None) -> bool:
+    """Whether a source line waits for the GPU (reads a GPU value on the host, synchronizes)."""
+    code = (source or "").split("#", 1)[0]
+    return _SYNC_POINT_LINE.search(code) is not None
 
 
 def strip_api_version(name: str) -> str:

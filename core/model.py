@@ -46,7 +46,9 @@ empty frame with the right columns):
                    function_share (0..1 of the function's total), source (text or None, see
                    parsers.lprof: only from allowed Python files), is_dataloader_loop (from the
                    source, or from the hit counts when it is not shown), is_loop_header (hits =
-                   next line's hits + the function's calls).
+                   next line's hits + the function's calls), is_sync_point (the source waits for
+                   the GPU: ``.item()``, ``.data[0]``...; its time is the GPU work queued before
+                   it, see concepts.is_sync_point_line).
 """
 
 from __future__ import annotations
@@ -87,7 +89,8 @@ TABLE_SCHEMAS: dict[str, dict[str, str]] = {
     "threads": {"pid": "int64", "tid": "int64", "name": "object"},
     "lines": {"file": "object", "function": "object", "lineno": "int64", "hits": "int64",
               "time_ns": "int64", "time_per_hit_ns": "int64", "function_share": "float64",
-              "source": "object", "is_dataloader_loop": "bool", "is_loop_header": "bool"},
+              "source": "object", "is_dataloader_loop": "bool", "is_loop_header": "bool",
+              "is_sync_point": "bool"},
 }
 
 

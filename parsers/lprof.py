@@ -33,7 +33,11 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from profreport.concepts import is_dataloader_loop_line, is_training_function
+from profreport.concepts import (
+    is_dataloader_loop_line,
+    is_sync_point_line,
+    is_training_function,
+)
 from profreport.errors import InputError
 from profreport.inputs import MAX_LINE_ENTRIES, RefusedPathError, open_input, resolve_inside
 from profreport.manifest import MANIFEST_NAME
@@ -314,6 +318,7 @@ def _lines_table(timings: Timings, unit: float, sources: dict[str, list[str] | N
     frame = frame.merge(_source_table(sources), on=["file", "lineno"], how="left")
     frame["source"] = frame["source"].astype("object").where(frame["source"].notna(), None)
     frame["is_dataloader_loop"] = frame["source"].map(is_dataloader_loop_line).astype(bool)
+    frame["is_sync_point"] = frame["source"].map(is_sync_point_line).astype(bool)
     frame = frame.sort_values(_FUNCTION_KEY + ["lineno"], kind="stable").reset_index(drop=True)
     frame["is_loop_header"] = loop_headers(frame)
     return frame

@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 from line_profiler.line_profiler import LineStats
 
+from profreport import concepts
 from profreport.errors import InputError
 from profreport.inputs import Limit
 from profreport.parsers import lprof
+from profreport.reports.analysis.lines import top_lines
 
 KERNPROF = Path(sys.executable).with_name("kernprof")
 LOADER_BATCHES = 25
@@ -548,3 +550,30 @@ def test_source_that_changed_since_profiling_is_warned_about(
     assert profile.meta.functions[0]["source_path"] == str(root / "train.py")
     assert profile.meta.notes == [f"source of {next(iter(timings))[2]} ({recorded}) may have "
                                   f"changed since it was profiled: {reason}"]
+
+
+SYNC_SCRIPT = """\
+def train(model, batches):
+    total = 0.0
+    for x in batches:
+        loss = model(x)  # queues the GPU work and returns at once
+        total += loss.data[0]
+    return total
+"""
+
+
+def test_a_line_that_only_syncs_is_a_sync_point(tmp_path: Path) -> None:
+    """``loss.data[0]`` (PyTorch 0.3) or ``loss.item()`` waits for every kernel queued before
+    it, so line_profiler charges it with the GPU's time: it is marked a sync point, in the table
+    and in what the analysis and the reports say about it, not left as the slow line."""
+    (tmp_path / "train.py").write_text(SYNC_SCRIPT)
+    path = stats_file(tmp_path / "train.lprof", {("train.py", 1, "train"): [
+        (2, 1, 10), (3, 101, 5_000), (4, 100, 40_000), (5, 100, 9_000_000), (6, 1, 10)]})
+    lines = lprof.parse(path).table("lines").set_index("lineno")
+    assert lines.index[lines["is_sync_point"]].tolist() == [5]
+    (top, *_) = top_lines(lines.reset_index())
+    assert top.lineno == 5 and top.is_sync_point
+    assert [concepts.is_sync_point_line(text) for text in (
+        "        acc += loss.item()", "x = y.cpu().numpy()", "torch.cuda.synchronize()",
+        "    loss = model(x)  # not .item()", "items = d.items()")] == [
+        True, True, True, False, False]

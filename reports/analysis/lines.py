@@ -97,7 +97,8 @@ def line_item(row: pd.Series) -> LineItem:
                     time_per_hit_ns=int(row["time_per_hit_ns"]),
                     share=float(row["function_share"]),
                     source=None if pd.isna(row["source"]) else str(row["source"]),
-                    is_dataloader_loop=bool(row["is_dataloader_loop"]))
+                    is_dataloader_loop=bool(row["is_dataloader_loop"]),
+                    is_sync_point=bool(row["is_sync_point"]))
 
 
 def top_lines(lines: pd.DataFrame) -> list[LineItem]:

@@ -457,6 +457,9 @@ class LineItem:
     share: float
     source: str | None
     is_dataloader_loop: bool
+    #: The line waits for the GPU (``.item()``, ``.data[0]``...): its time is the GPU work
+    #: queued before it, a sync point rather than a slow line.
+    is_sync_point: bool = False
 
 
 @dataclass(frozen=True)

@@ -179,7 +179,7 @@ def _line(line: LineItem) -> dict[str, Any]:
     return {"file": line.file, "function": line.function, "lineno": line.lineno,
             "hits": line.hits, "time_s": round(line.time_ns / 1e9, 6),
             "share": _frac(line.share), "source": line.source,
-            "is_dataloader_loop": line.is_dataloader_loop}
+            "is_dataloader_loop": line.is_dataloader_loop, "is_sync_point": line.is_sync_point}
 
 
 def run_json(run: RunAnalysis) -> dict[str, Any]:
