@@ -475,3 +475,16 @@ def test_nsys_named_on_the_command_line_is_the_one_used(tmp_path: Path, fixtures
     with pytest.raises(MissingToolError, match="cannot run nsys"):
         parse_file(report, ParseOptions(cache_dir=tmp_path / "other",
                                         nsys=tmp_path / "no-such-nsys"))
+
+
+def test_qdrep_report_is_exported_and_read(tmp_path: Path, fixtures_dir: Path,
+                                           nsys_available: str) -> None:
+    """``.qdrep``, the name Nsight Systems gave its reports before 2021.3, is read like a
+    ``.nsys-rep``: same content, same tables."""
+    original = fixtures_dir / "loader_heavy" / "nsys.nsys-rep"
+    old_name = tmp_path / "capture.qdrep"
+    old_name.write_bytes(original.read_bytes())
+    options = ParseOptions(cache_dir=tmp_path / "cache")
+    qdrep, rep = parse_file(old_name, options), parse_file(original, options)
+    assert qdrep.kind == "nsys" and len(qdrep.table("steps")) == len(rep.table("steps")) > 0
+    pd.testing.assert_frame_equal(qdrep.table("ranges"), rep.table("ranges"))
