@@ -150,7 +150,7 @@ def test_memory_format_follows_the_convolutions_rank(tmp_path: Path, rank: int, 
 def test_memory_format_is_conditional_without_shapes(corpus: Path) -> None:
     """sc22's 3-D U-Net under nsys: no input shapes, so both formats are named, each with the
     convolutions it fits."""
-    from profreport.reports.analysis.findings import memory_format_advice
+    from profreport.reports.analysis.findings.compute import memory_format_advice
 
     assert "channels_last_3d for 3-D ones (5-D inputs)" in memory_format_advice(())
 

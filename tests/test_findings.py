@@ -8,13 +8,9 @@ from pathlib import Path
 import pytest
 
 from profreport.parsers import parse_file
-from profreport.reports.analysis.findings import (
-    LIGHT_LOADER_CORES,
-    TRIAL_LIMIT_RATIO,
-    RunContext,
-    find_all,
-    verdict,
-)
+from profreport.reports.analysis.findings import RunContext, find_all, verdict
+from profreport.reports.analysis.findings.compute import LIGHT_LOADER_CORES
+from profreport.reports.analysis.findings.verdicts import TRIAL_LIMIT_RATIO
 from profreport.reports.analysis.metrics import compute_run_metrics
 from profreport.reports.analysis.results import RunMetrics, TraceLocation
 

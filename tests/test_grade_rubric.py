@@ -44,6 +44,14 @@ def test_valid_rubric_reads_every_kind() -> None:
     assert rubric.max_total == 6 and rubric.name == "t"
 
 
+@pytest.mark.parametrize("finding_id", ["MEMORY_GROWTH", "SCALING_EFFICIENCY", "DATA_STALLS",
+                                        "SOURCES_DISAGREE"])
+def test_every_finding_the_analysis_emits_may_be_named(finding_id: str) -> None:
+    """Memory, scaling, start-up and second ids of a rule are findings a rubric may expect."""
+    rubric = parse_rubric(BASE + f'run = "opt"\nexpect_no_finding = "{finding_id}"\n', PATH)
+    assert rubric.checks[1].target == finding_id
+
+
 @pytest.mark.parametrize(("extra", "message"), [
     ('run = "o"\nexpect_verdict = "slow"\n',
      "r.toml:13: expect_verdict = 'slow': expected one (or a list) of loader-bound"),
@@ -80,8 +88,13 @@ def test_other_rubric_errors() -> None:
 
 
 def test_finding_ids_match_the_rules() -> None:
-    source = Path(findings.__file__).read_text()
-    assert set(re.findall(r'Finding\("([A-Z][A-Z0-9_]+)"', source)) == findings.FINDING_IDS
+    """The rubric's ids are every id a rule's source emits, memory and scaling ones included."""
+    emitted = set()
+    for theme in findings.THEMES:
+        source = Path(theme.__file__).read_text()
+        emitted |= set(re.findall(r'Finding\(\s*(?:id=)?"([A-Z][A-Z0-9_]+)"', source))
+    assert emitted == findings.FINDING_IDS
+    assert {"MEMORY_GROWTH", "SCALING_EFFICIENCY", "STARTUP", "TRIALS"} <= emitted
 
 
 def test_readme_rubric_is_valid() -> None:

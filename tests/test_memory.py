@@ -12,7 +12,8 @@ import pytest
 from profreport.model import Profile
 from profreport.parsers import kineto, nsys
 from profreport.reports.analysis import memory
-from profreport.reports.analysis.results import MemoryStats
+from profreport.reports.analysis.findings import RunContext, find_all
+from profreport.reports.analysis.results import MemoryStats, RunMetrics
 
 RESNET_GPU_MEMORY_EVENTS = 8_220
 RESNET_PEAK_ABOVE_START = 2_791_636_480  # bytes: 2.79 GB, 2.60 GiB
@@ -153,7 +154,7 @@ def _analysed(path: Path, settings: memory.TrainingSettings) -> tuple[MemoryStat
     """Memory statistics and findings of one trace file."""
     stats = memory.memory_stats([kineto.parse(path)])
     assert stats is not None
-    return stats, memory.memory_findings(stats, settings)
+    return stats, find_all(RunMetrics(memory=stats), RunContext(settings=settings))
 
 
 def _training(tmp_path: Path, *, kept_per_step: int, temporary: int, device_total: int,
@@ -191,7 +192,8 @@ def test_resnet50_memory_analysis(resnet: Profile) -> None:
     assert len({(s.allocations, s.allocated_bytes) for s in gpu.steps}) == 1
     assert gpu.largest[0].bytes == max(s for s in resnet.table("memory")["bytes"])
     assert gpu.largest[0].op is not None and gpu.largest[0].step == 5
-    findings = memory.memory_findings(stats, memory.TrainingSettings(batch_size=32))
+    findings = find_all(RunMetrics(memory=stats),
+                        RunContext(settings=memory.TrainingSettings(batch_size=32)))
     assert "MEMORY_HEADROOM" not in {f.id for f in findings}  # a relative peak is a lower bound
     assert "MEMORY_GROWTH" not in {f.id for f in findings}
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from profreport.reports.analysis import scaling
 from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+from profreport.reports.analysis.findings import Study, study_findings
 from profreport.reports.analysis.results import ScalingPoint
 
 MS = 1_000_000
@@ -35,7 +35,7 @@ def test_exposed_communication_growth_is_named_with_the_sc22_fix() -> None:
     points = [_point(1, 100.0, synthetic=120.0, loader=500.0),
               _point(4, 312.0, step_ms=128.0, comm_ms=40.0, exposed_ms=25.0, loader=2000.0,
                      synthetic=470.0)]
-    finding = scaling.scaling_findings(points, "samples/s", "weak")[0]
+    finding = study_findings(Study(points, "samples/s", "weak"))[0]
     assert finding.title == "Scaling breaks at 4 processes: 78% of ideal"
     assert finding.severity == "medium"
     assert "4 proc: 40.0 ms (25.0 ms exposed)" in finding.evidence[1].text
@@ -47,7 +47,7 @@ def test_loader_cap_straggler_and_synthetic_causes() -> None:
     """A loader barely above the loop, an uneven rank, and no scaling on synthetic data."""
     points = [_point(1, 100.0, synthetic=120.0),
               _point(2, 130.0, step_ms=150.0, loader=140.0, synthetic=150.0, imbalance=1.4)]
-    finding = scaling.scaling_findings(points, "samples/s", "weak")[0]
+    finding = study_findings(Study(points, "samples/s", "weak"))[0]
     assert finding.severity == "high"  # 65%
     texts = " | ".join(e.text for e in finding.evidence)
     assert "data loader alone delivers 140.0 samples/s" in texts
@@ -58,7 +58,7 @@ def test_loader_cap_straggler_and_synthetic_causes() -> None:
 def test_good_scaling_has_no_finding() -> None:
     """95% of ideal is not reported."""
     points = [_point(1, 100.0), _point(2, 190.0)]
-    assert scaling.scaling_findings(points, "samples/s", "weak") == []
+    assert study_findings(Study(points, "samples/s", "weak")) == []
 
 
 @pytest.mark.slow
@@ -103,7 +103,7 @@ def test_above_ideal_blames_the_reference() -> None:
                        efficiency=84.5 / 51.4, loader_alone=None, synthetic=113.3, step_ns=None,
                        comm_ns_per_step=None, comm_exposed_ns_per_step=None,
                        rank_imbalance=None, threads_per_process=1)
-    finding = scaling.scaling_findings([base, two], "samples/s", "weak")[0]
+    finding = study_findings(Study([base, two], "samples/s", "weak"))[0]
     assert finding.id == "SCALING_SUPERLINEAR" and "164%" in finding.evidence[0].text
     assert "42.2 samples/s per process against 25.7 at 1" in finding.evidence[0].text
     assert "56.6 per process against 31.2" in finding.evidence[1].text

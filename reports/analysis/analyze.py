@@ -33,7 +33,7 @@ from profreport.reports.analysis.findings import (
     verdict_confidence,
 )
 from profreport.reports.analysis.job import job_analysis
-from profreport.reports.analysis.memory import memory_findings, training_settings
+from profreport.reports.analysis.memory import training_settings
 from profreport.reports.analysis.metrics import compute_run_metrics, primary_timed
 from profreport.reports.analysis.ranks import (
     RankResult,
@@ -46,7 +46,6 @@ from profreport.reports.analysis.ranks import (
 )
 from profreport.reports.analysis.results import JobAnalysis, Report, RunAnalysis, Verdict
 from profreport.reports.analysis.scaling import run_world_size, scaling_studies
-from profreport.reports.analysis.shape import shape_findings
 from profreport.reports.analysis.timeline import build_timeline
 
 #: profreport's own JSON files in a run folder, never read as traces: the manifest, its report,
@@ -194,7 +193,8 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
     metrics = compute_run_metrics(profiles, manifest)
     add_rank_metrics(metrics, summaries)
     context = RunContext(knobs=dict(manifest.knobs) if manifest else {},
-                         environment=dict(manifest.environment) if manifest else {})
+                         environment=dict(manifest.environment) if manifest else {},
+                         settings=training_settings(manifest))
     name_verdict, reason = verdict(metrics)
     if profiles and all(p.meta.empty for p in profiles):  # the parsers' fact, never a bottleneck
         name_verdict, reason = "unknown", str(profiles[0].meta.empty)
@@ -208,8 +208,7 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
         name=name,
         sources=[summary.source for summary in summaries],
         verdict=name_verdict, verdict_reason=reason, metrics=metrics,
-        findings=find_all(metrics, context, name_verdict)
-        + shape_findings(metrics) + memory_findings(metrics.memory, training_settings(manifest)),
+        findings=find_all(metrics, context, name_verdict),
         timeline=build_timeline(*timed[0]) if timed else None,
         knobs=context.knobs, environment=context.environment,
         notes=_notes(manifest) + source_notes(profiles),

@@ -19,14 +19,12 @@ import numpy as np
 
 from profreport.model import Profile
 from profreport.reports.analysis.results import (
-    Evidence,
-    Finding,
     PerStep,
     RunMetrics,
     StepOutlier,
     Warmup,
 )
-from profreport.units import ms, ordinal, pct
+from profreport.units import ms, ordinal
 
 #: A first step this many times the median of the later ones holds one-off work: steady steps of
 #: one loop stay within tens of percent of each other, start-up (context creation, autotuning,
@@ -147,50 +145,6 @@ def per_step(values: np.ndarray, numbers: np.ndarray, starts: np.ndarray, ends: 
         steady_ns=int(np.median(rest)) if len(rest) else median)
 
 
-def _calls_text(calls: dict[str, int]) -> str:
-    """'cudaMalloc ×12, cuInit ×1', or a note that none was recorded."""
-    if not calls:
-        return "no context, autotuning or allocator call recorded in it"
-    return ", ".join(f"{name} ×{count}" for name, count in calls.items())
-
-
-def startup_finding(m: RunMetrics) -> Finding | None:
-    """STARTUP: the start-up the profile holds, and whether the per-step figures leave it out
-    (high severity when the profile shows start-up only)."""
-    shape = m.shape
-    if shape is None or shape.warmup is None:
-        return None
-    w = shape.warmup
-    at = m.locate(shape.origin, w.span)
-    if w.only:
-        return Finding(
-            id="STARTUP", severity="high",
-            title=f"The profile shows start-up only: its one step ({ms(w.duration_ns)}) holds "
-                  "one-off set-up work, so its figures are not the steady state of training.",
-            evidence=[Evidence(f"step {w.number}, the only one, holds set-up calls: "
-                               f"{_calls_text(w.setup_calls)}", shape.origin, at)],
-            recommendation="Profile later steps: torch.profiler.schedule(wait=1, warmup=1, "
-                           "active=3) skips the first iterations; with nsys, start the capture "
-                           "after a few steps (cudaProfilerStart, "
-                           "--capture-range=cudaProfilerApi).")
-    median = w.others_median_ns or 0
-    times = w.duration_ns / max(median, 1)
-    where = (f"step {w.number} takes {ms(w.duration_ns)}, {times:.1f}× the later steps' median "
-             f"of {ms(median)}" if w.number is not None else
-             f"{ms(w.duration_ns)} before the first step, {times:.0f}× the median step of "
-             f"{ms(median)}")
-    return Finding(
-        id="STARTUP", severity="info",
-        title=(f"Step {w.number} is start-up, left out of the per-step figures."
-               if w.number is not None else
-               "The profile begins with start-up before its first step, left out of the "
-               "per-step figures."),
-        evidence=[Evidence(f"{where}; set-up calls in it: {_calls_text(w.setup_calls)}",
-                           shape.origin, at)],
-        recommendation="Nothing to change: start-up (context creation, cuDNN autotuning, the "
-                       "allocator growing, the DataLoader's first fill) happens once per process.")
-
-
 def _outliers_text(d: PerStep, m: RunMetrics, origin: str) -> str:
     """'step 15 at 10.03 s (1,607.0 ms), ...' for the listed outliers."""
     parts = []
@@ -225,42 +179,3 @@ def stalled_share(m: RunMetrics) -> float | None:
     wait measured step by step."""
     d = m.shape.dataloader_wait if m.shape is not None else None
     return None if d is None else d.outlier_ns / max(d.total_ns, 1)
-
-
-def stalls_finding(m: RunMetrics) -> Finding | None:
-    """DATA_STALLS: the DataLoader wait is mostly a few long stalls (or stalls every Nth step),
-    not a steady wait of every step."""
-    shape = m.shape
-    d = shape.dataloader_wait if shape is not None else None
-    if shape is None or d is None or not d.outlier_count or d.outlier_range_ns is None:
-        return None
-    share = d.outlier_ns / max(d.total_ns, 1)
-    low, high = d.outlier_range_ns
-    periodic = (f"every {ordinal(d.period)} step stalls" if d.period else
-                f"{d.outlier_count} of {d.count} steps stall")
-    cause = (f"A stall every {ordinal(d.period)} step is what a DataLoader whose workers cannot "
-             f"keep up does (with {d.period} workers each batch arrives late once per round), or a "
-             "periodic task (evaluation, checkpointing, an epoch start) every "
-             f"{d.period} steps." if d.period else
-             "Isolated stalls are one-off events: an epoch start (the workers restart unless "
-             "persistent_workers=True), evaluation, a checkpoint, or a slow read.")
-    biggest = d.outliers[0]
-    return Finding(
-        id="DATA_STALLS", severity="medium" if share >= STALLS_DOMINATE else "low",
-        title=f"The DataLoader wait is stalls, not a steady wait: {periodic} for "
-              f"{ms(low)}–{ms(high)}, the other steps wait {ms(d.steady_ns)} (median).",
-        evidence=[Evidence(wait_shape_text(m) or "", shape.origin,
-                           m.locate(shape.origin, biggest.span)),
-                  Evidence(f"the stalls hold {pct(share)} of the DataLoader wait over these "
-                           "steps", shape.origin)],
-        recommendation=f"{cause} Look at what runs during the longest stall (the location "
-                       "above) before raising num_workers: more workers shorten a steady wait, "
-                       "not a periodic task.")
-
-
-SHAPE_RULES = (startup_finding, stalls_finding)
-
-
-def shape_findings(m: RunMetrics) -> list[Finding]:
-    """Every start-up and stall finding that applies to the run."""
-    return [f for rule in SHAPE_RULES if (f := rule(m)) is not None]

@@ -1,0 +1,154 @@
+"""Findings about communication: collectives' share of the step and overlap, nn.DataParallel.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from profreport import concepts
+from profreport.reports.analysis.findings.catalogue import Facts, rule
+from profreport.reports.analysis.findings.context import (
+    RunContext,
+)
+from profreport.reports.analysis.findings.copies import (
+    _count,
+)
+from profreport.reports.analysis.findings.verdicts import (
+    COMM_BOUND_EXPOSED_FRACTION,
+)
+from profreport.reports.analysis.results import (
+    CommStats,
+    Evidence,
+    Finding,
+    Origin,
+    Severity,
+)
+from profreport.units import ms, pct
+
+#: NCCL/gloo taking a tenth of the step is worth reporting, even when mostly overlapped.
+COMM_REPORT_FRACTION = 0.10
+#: Exposed communication above this share is worth tuning (bucket sizes, overlap).
+COMM_EXPOSED_WARN_FRACTION = 0.05
+#: Half of the communication time in collectives of one kind (all-reduce, all-to-all...) says
+#: what the communication is for, and so which knobs move it.
+COLLECTIVE_DOMINANT_SHARE = 0.50
+#: DDP's bucket size when the script does not set it (torch.nn.parallel.DistributedDataParallel):
+#: a run at this value has not tuned it; any other value was chosen and is not advised again.
+DDP_DEFAULT_BUCKET_MB = 25
+
+
+def dominant_collective(c: CommStats) -> str | None:
+    """The kind of collective (concepts.ALL_REDUCE...) that holds COLLECTIVE_DOMINANT_SHARE of
+    the communication time, None when none does or the kinds are unknown."""
+    total = sum(c.ns_per_step_by_collective.values())
+    return next((kind for kind, ns in c.ns_per_step_by_collective.items()
+                 if kind != "unknown" and ns >= COLLECTIVE_DOMINANT_SHARE * total > 0), None)
+
+
+def _ddp_levers(c: CommStats, ctx: RunContext) -> str:
+    """DDP's gradient all-reduce: the knobs that cut or hide it, less those the run has set."""
+    calls = f"{_count(c.calls_per_step)} call{'' if c.calls_per_step == 1 else 's'} per step"
+    levers = []
+    bucket = ctx.knob("bucket_cap_mb")
+    if bucket in (None, DDP_DEFAULT_BUCKET_MB) and c.calls_per_step > 1:
+        levers.append(f"raise bucket_cap_mb from {DDP_DEFAULT_BUCKET_MB} MB to cut the {calls}")
+    if ctx.knob("broadcast_buffers") in (None, True):
+        levers.append("set broadcast_buffers=False if the model's buffers need no sync")
+    levers.append("use a larger local batch or gradient accumulation with no_sync() so "
+                  "gradients are reduced less often")
+    return "; ".join(levers)
+
+
+#: What to change for communication of each kind, when it dominates.
+_COLLECTIVE_ADVICE = {
+    concepts.ALL_TO_ALL: "The communication is all-to-all (embedding or expert sharding, not "
+    "DDP's gradient reduction): overlap it with compute (a pipelined training loop such as "
+    "TorchRec's TrainPipelineSparseDist), send fewer bytes (smaller or quantised embeddings, "
+    "fp16/bf16 comms), or shard so that fewer lookups cross ranks.",
+    concepts.SEND_RECV: "The communication is point-to-point send/recv (pipeline stages or "
+    "all-to-all built from them): overlap it with compute (more micro-batches per pipeline "
+    "step, an interleaved schedule) and send fewer bytes (bf16 activations).",
+    concepts.ALL_GATHER: "The communication gathers parameters (FSDP/ZeRO): prefetch the next "
+    "all-gather during compute (forward_prefetch=True, backward_prefetch=BACKWARD_PRE), wrap "
+    "larger units so fewer gathers run, or keep parameters sharded less (hybrid sharding).",
+    concepts.REDUCE_SCATTER: "The communication scatters gradients (FSDP/ZeRO): wrap larger "
+    "units so fewer reduce-scatters run, reduce in bf16 (MixedPrecision(reduce_dtype="
+    "torch.bfloat16)), or accumulate gradients over more micro-batches.",
+    concepts.BROADCAST: "The communication is broadcasts (parameters or buffers sent from one "
+    "rank every step): broadcast once at start-up (DDP's broadcast_buffers=False when buffers "
+    "need no sync).",
+}
+
+
+def _comm_advice(c: CommStats, ctx: RunContext) -> str:
+    """What to change, by the collective the communication is: DDP's knobs only for
+    all-reduce, and conditional when the profile does not say what the kernels do."""
+    kind = dominant_collective(c)
+    if kind == concepts.ALL_REDUCE:
+        return f"Tune DDP's gradient all-reduce: {_ddp_levers(c, ctx)}."
+    if kind in _COLLECTIVE_ADVICE:
+        return _COLLECTIVE_ADVICE[kind]
+    return ("The profile does not say what most of this communication is (kernel names "
+            "without the collective, launches not recorded): if it is DDP's gradient "
+            f"all-reduce, {_ddp_levers(c, ctx)}.")
+
+
+@rule("COMM_OVERHEAD", severity=("high", "medium", "low"), needs=("profiles", "manifest"))
+def comm_overhead(facts: Facts) -> Finding | None:
+    """Collectives take a noticeable share of the step; say how much is hidden under compute."""
+    m, ctx = facts.metrics, facts.context
+    c = m.comm
+    if c is None or c.fraction < COMM_REPORT_FRACTION:
+        return None
+    severity: Severity = ("high" if c.exposed_fraction >= COMM_BOUND_EXPOSED_FRACTION else
+                          "medium" if c.exposed_fraction >= COMM_EXPOSED_WARN_FRACTION else "low")
+    where = "NCCL kernels" if c.on_gpu else "CPU collectives"
+    calls = f"{c.calls_per_step:g} call{'' if c.calls_per_step == 1 else 's'} per step"
+    evidence = [Evidence(f"{where} take {pct(c.fraction)} of step time "
+                         f"({ms(c.total_ns_per_step)} per step, {calls})", c.origin),
+                Evidence(f"{pct(c.overlap_fraction)} of communication time overlaps compute; "
+                         f"{pct(c.exposed_fraction)} of the step is exposed communication",
+                         c.origin)]
+    if c.ns_per_step_by_collective:
+        evidence.append(Evidence("per step: " + ", ".join(
+            f"{'not identified' if kind == 'unknown' else kind.replace('_', '-')} {ms(ns)}"
+            for kind, ns in
+            c.ns_per_step_by_collective.items()), c.origin))
+    advice = _comm_advice(c, ctx)
+    if severity == "low":
+        advice = ("Communication is mostly hidden under compute; no change needed unless you "
+                  "scale further. " + advice)
+    title = (f"Communication takes {pct(c.fraction)} of each step; "
+             f"{pct(c.overlap_fraction)} of it overlaps compute.")
+    return Finding("COMM_OVERHEAD", severity, title, evidence, advice)
+
+
+@rule("DATAPARALLEL_NOT_DDP", severity=("high",), needs=("profiles", "manifest"))
+def dataparallel_not_ddp(facts: Facts) -> Finding | None:
+    """nn.DataParallel (one process driving several GPUs) instead of DDP: its forward span, or
+    one process launching kernels on several GPUs, or the run's knob.
+
+    DataParallel's autograd
+    functions alone (Broadcast, Gather...) are not enough: ``GatherBackward0`` is torch.gather's
+    backward, and a DistributedDataParallel run is no DataParallel run."""
+    m, ctx = facts.metrics, facts.context
+    forward = bool(m.dataparallel_ops) and bool(
+        concepts.is_dataparallel_forward(pd.Series(list(m.dataparallel_ops))).any())
+    multi_device = m.max_devices_per_process > 1 and m.gpu is not None
+    if not (forward or multi_device or ctx.knob("dataparallel")):
+        return None
+    evidence = []
+    if m.dataparallel_ops:
+        listed = ", ".join(f"{name} ×{count}" for name, count in m.dataparallel_ops.items())
+        origin: Origin = "nsys" if m.gpu is not None and m.gpu.origin == "nsys" else "kineto"
+        evidence.append(Evidence(f"nn.DataParallel ops: {listed[:200]}", origin))
+    if multi_device:
+        evidence.append(Evidence(f"one process launched kernels on {m.max_devices_per_process} "
+                                 "GPUs", m.gpu.origin))
+    if ctx.knob("dataparallel"):
+        evidence.append(Evidence("the run's knobs use nn.DataParallel", "manifest"))
+    return Finding("DATAPARALLEL_NOT_DDP", "high",
+                   "The model uses nn.DataParallel: one process drives every GPU.", evidence,
+                   "Switch to DistributedDataParallel with one process per GPU (torchrun "
+                   "--nproc_per_node=<GPUs>, or srun --ntasks-per-node=<GPUs>) and a "
+                   "DistributedSampler.")

@@ -1,0 +1,312 @@
+"""Findings about compute: what sets the pace when the model's own work does (GPU kernels or CPU
+operators), with advice from the kernel and operator mix, and CPU oversubscription.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from profreport import concepts
+from profreport.reports.analysis.findings.catalogue import Facts, rule
+from profreport.reports.analysis.findings.context import (
+    RunContext,
+    cpu_load,
+    loader_core_demand,
+)
+from profreport.reports.analysis.findings.ops import (
+    optimizer_many_kernels,
+)
+from profreport.reports.analysis.findings.verdicts import (
+    COMPUTE_BOUND_BUSY,
+    COMPUTE_BOUND_SHARE,
+    compute_share,
+    trial_evidence,
+)
+from profreport.reports.analysis.results import (
+    Evidence,
+    Finding,
+    KernelMix,
+    Origin,
+    RunMetrics,
+    Severity,
+    TopItem,
+    Trials,
+)
+from profreport.units import ms, pct
+
+#: Under autocast the convolutions and matmuls, which hold most kernel time, run in fp16/bf16:
+#: half of compute-kernel time in such kernels says mixed precision is already on.
+AMP_PRESENT_FRACTION = 0.50
+#: NCHW <-> NHWC conversion kernels above this share of kernel time are a transpose per
+#: convolution that channels_last removes.
+LAYOUT_CONVERSION_SHARE = 0.05
+#: Elementwise kernels taking this share of kernel time are worth fusing with torch.compile.
+ELEMENTWISE_SHARE = 0.15
+#: ATen's slow reference kernels taking a fifth of the operators' self time is the CPU running
+#: without its optimised (oneDNN) path.
+SLOW_FALLBACK_SHARE = 0.20
+#: A loader that needs less than half a core at the real loop's pace costs the model less than
+#: taking an intra-op thread away would: then more CPUs, not fewer threads, is the fix.
+LIGHT_LOADER_CORES = 0.5
+#: The memory format that keeps a convolution's input in the layout its kernels want, by the
+#: rank of that input (NCHW 2-D convolutions, NCDHW 3-D ones).
+_MEMORY_FORMAT_OF_RANK = {4: "channels_last", 5: "channels_last_3d"}
+
+
+def memory_format_advice(conv_ranks: tuple[int, ...]) -> str:
+    """Which channels-last format to use, from the recorded ranks of the convolutions' inputs:
+    'channels_last (model.to(memory_format=torch.channels_last), x.to(...))'; both, each with
+    the convolutions it applies to, when the ranks were not recorded."""
+    formats = [_MEMORY_FORMAT_OF_RANK[rank] for rank in conv_ranks
+               if rank in _MEMORY_FORMAT_OF_RANK]
+    if not formats:
+        return ("channels_last for 2-D convolutions (4-D inputs) or channels_last_3d for 3-D "
+                "ones (5-D inputs): the profile records no input shapes to tell which")
+    spelled = [f"{name} (model.to(memory_format=torch.{name}), x.to(memory_format="
+               f"torch.{name}))" for name in formats]
+    return " and ".join(spelled)
+
+
+def conv_ranks(m: RunMetrics) -> tuple[int, ...]:
+    """Ranks of the convolutions' inputs as recorded (empty when not)."""
+    return m.conv_bias.input_ranks if m.conv_bias is not None else ()
+
+
+@rule("COMPUTE_BOUND", severity=("info",), needs=("profiles", "manifest"))
+def compute_bound(facts: Facts) -> Finding | None:
+    """The GPU is saturated, or compute fills most of the step: the model's math sets the pace."""
+    m, ctx = facts.metrics, facts.context
+    share = compute_share(m)
+    busy = m.gpu.busy_fraction if m.gpu is not None else None
+    if not ((busy is not None and busy >= COMPUTE_BOUND_BUSY)
+            or (share is not None and share >= COMPUTE_BOUND_SHARE)):
+        return None
+    evidence = []
+    if share is not None and m.breakdown is not None:
+        evidence.append(Evidence(f"compute {pct(share)} of {ms(m.breakdown.step_ns)} per step",
+                                 m.breakdown.origin))
+    evidence += trial_evidence(m.trials, "compute")
+    if m.gpu is None:
+        return _cpu_compute_bound(m, ctx, share or 0.0, evidence)
+    evidence.append(Evidence(f"GPU busy {pct(m.gpu.busy_fraction)} of its "
+                             f"{ms(m.gpu.window_ns)} window", m.gpu.origin))
+    top = _top_compute_kernel(m)
+    if top is not None:
+        evidence.append(Evidence(f"top kernel {top.name[:80]} takes {pct(top.share)} of "
+                                 "kernel time", m.gpu.origin))
+    if m.kernel_mix is not None:
+        evidence += _kernel_mix_evidence(m.kernel_mix)
+    return Finding("COMPUTE_BOUND", "info",
+                   "The GPU's kernels set the pace of training.", evidence,
+                   _gpu_compute_advice(m.kernel_mix, ctx, conv_ranks(m)))
+
+
+def _kernel_mix_evidence(mix: KernelMix) -> list[Evidence]:
+    """What the kernel names say: precision, layout conversions, how the optimizer runs."""
+    precision = (f"{pct(mix.reduced_precision_fraction)} of compute-kernel time runs in "
+                 "fp16/bf16 kernels" if mix.reduced_precision_fraction > 0 else
+                 "no compute kernel runs in fp16/bf16: the model trains in full precision")
+    out = [Evidence(precision, mix.origin)]
+    if mix.layout_conversion_fraction >= LAYOUT_CONVERSION_SHARE:
+        out.append(Evidence(f"NCHW/NHWC layout conversion kernels (nchwToNhwc, nhwcToNchw) take "
+                            f"{pct(mix.layout_conversion_fraction)} of compute-kernel time",
+                            mix.origin))
+    if mix.fused_optimizer:
+        out.append(Evidence("the optimizer already runs as fused multi_tensor_apply kernels",
+                            mix.origin))
+    elif optimizer_many_kernels(mix):
+        out.append(Evidence(f"{mix.optimizer_kernels_per_step:.0f} kernels launched per "
+                            "optimizer step, none of them multi-tensor (fused)", mix.origin))
+    return out
+
+
+def _gpu_compute_advice(mix: KernelMix | None, ctx: RunContext,
+                        conv_ranks: tuple[int, ...]) -> str:
+    """What to change, from what the kernels show (and the run's knobs and its convolutions'
+    input ranks)."""
+    if mix is None:
+        amp = "" if ctx.knob("amp") else "enable mixed precision (torch.autocast + GradScaler), "
+        layout = ("" if ctx.knob("channels_last") else
+                  f"try {memory_format_advice(conv_ranks)} for the convolutions, and ")
+        compiled = "" if ctx.knob("compile") else "try torch.compile, or "
+        return f"To go faster, {amp}{layout}{compiled}reduce the model's work per sample."
+    steps = []
+    if mix.reduced_precision_fraction < AMP_PRESENT_FRACTION and not ctx.knob("amp"):
+        now = (f"{pct(mix.reduced_precision_fraction)} of kernel time is fp16/bf16 now"
+               if mix.reduced_precision_fraction > 0 else "every kernel runs in fp32 now")
+        steps.append(f"enable mixed precision (torch.autocast + GradScaler; {now})")
+    if mix.layout_conversion_fraction >= LAYOUT_CONVERSION_SHARE and ctx.knob("channels_last"):
+        steps.append("find the layer or input still in the old layout: with channels_last on, "
+                     f"layout conversions still take {pct(mix.layout_conversion_fraction)} of "
+                     "kernel time")
+    elif mix.layout_conversion_fraction >= LAYOUT_CONVERSION_SHARE:
+        steps.append(f"put the model and every batch in {memory_format_advice(conv_ranks)}: "
+                     f"layout conversions take {pct(mix.layout_conversion_fraction)} of kernel "
+                     "time")
+    if optimizer_many_kernels(mix):
+        optimizer = f"torch.optim.{mix.optimizer_name or 'AdamW'}"
+        steps.append(f"build the optimizer with foreach=True ({optimizer}(..., foreach=True), or "
+                     "fused=True where it supports it): each step launches "
+                     f"{mix.optimizer_kernels_per_step:.0f} optimizer kernels")
+    if mix.elementwise_fraction >= ELEMENTWISE_SHARE and not ctx.knob("compile"):
+        steps.append("try torch.compile to fuse the elementwise kernels "
+                     f"({pct(mix.elementwise_fraction)} of kernel time)")
+    if not steps:
+        return ("The kernels already run in reduced precision without layout conversions or an "
+                "unfused optimizer: the remaining levers are less work per sample (a smaller "
+                "model or input) or more GPUs.")
+    return "To go faster: " + "; ".join(steps) + "."
+
+
+def _cpu_compute_bound(m: RunMetrics, ctx: RunContext, share: float,
+                       evidence: list[Evidence]) -> Finding:
+    """COMPUTE_BOUND on a CPU-only run: the top operators by self time, and advice that fits
+    the operators' implementation (oneDNN or ATen's slow fallback) and the run's knobs."""
+    origin: Origin = m.top_ops_origin or "kineto"
+    for top in m.top_ops[:1]:
+        evidence.append(Evidence(f"top CPU operator by self time {top.name[:80]}: "
+                                 f"{ms(top.total_ns)}, {pct(top.share)} of step time", origin))
+    mix = m.cpu_op_mix
+    slow = mix is not None and mix.slow_fallback_fraction >= SLOW_FALLBACK_SHARE
+    if mix is not None and slow:
+        names = ", ".join(mix.slow_fallback_ops[:2])
+        evidence.append(Evidence(f"ATen's slow reference kernels ({names}) take "
+                                 f"{pct(mix.slow_fallback_fraction)} of operator self time, "
+                                 + (f"oneDNN ops {pct(mix.onednn_fraction)}" if mix.onednn_fraction
+                                    else "none on oneDNN"), mix.origin))
+    elif mix is not None and mix.onednn_fraction > 0:
+        evidence.append(Evidence(f"oneDNN (mkldnn) ops take {pct(mix.onednn_fraction)} of "
+                                 "operator self time: the optimised CPU path", mix.origin))
+    return Finding("COMPUTE_BOUND", "info",
+                   f"The CPU spends {pct(share)} of each step in the model's own operators.",
+                   evidence, _cpu_compute_advice(m, ctx, slow))
+
+
+def _cpu_compute_advice(m: RunMetrics, ctx: RunContext, slow: bool) -> str:
+    """CPU advice from this run's evidence: autocast without native bf16 or a missed oneDNN path
+    first; then how its threads fit its CPUs, its top operator's lever and knobs that do nothing
+    without a GPU."""
+    mix = m.cpu_op_mix
+    cores = _cpu_threads_advice(ctx, m.trials)
+    if ctx.knob("amp") and ctx.environment.get("cpu_native_bf16") is False:
+        where = (f" ({', '.join(mix.slow_fallback_ops[:2])})" if slow and mix is not None
+                 else "")
+        return ("Turn autocast off on this CPU: it has no native bf16 (AVX512-BF16 or AMX), so "
+                f"bf16 operators run emulated or on ATen's slow reference kernels{where}; fp32 "
+                f"runs the convolutions on oneDNN. Then {cores}.")
+    if ctx.knob("amp") and slow:
+        return ("Autocast is on and the bf16 convolutions run on ATen's slow reference kernels: "
+                "this CPU probably lacks native bf16 (look for avx512_bf16 or amx_bf16 in lscpu); "
+                f"compare a run with amp off. Then {cores}.")
+    if slow:
+        return ("The convolutions miss oneDNN and run on ATen's slow reference kernels: keep "
+                "inputs and weights float32 and contiguous, and check "
+                f"torch.backends.mkldnn.is_available(). Then {cores}.")
+    steps = [cores] + _top_op_levers(m, ctx)
+    if ctx.knob("pin_memory"):
+        steps.append("drop pin_memory=True: without a GPU it pins nothing and only costs the "
+                     "DataLoader a copy")
+    return "To go faster: " + "; ".join(steps) + ". A GPU is the larger step."
+
+
+def _cpu_threads_advice(ctx: RunContext, trials: Trials | None) -> str:
+    """How this run's compute threads and DataLoader workers fit its CPUs, as advice."""
+    load = cpu_load(ctx)
+    if load is None:
+        return ("give the job more cores (--cpus-per-task) and match torch.set_num_threads to the "
+                "cores left after the DataLoader workers")
+    budget = load.cpus_per_process
+    demand = loader_core_demand(load, trials)
+    if load.oversubscribed and demand is not None and demand < LIGHT_LOADER_CORES:
+        needed = max(math.ceil(demand), 1)
+        surplus = (f"lower num_workers from {load.workers} to {needed} (the loader needs only "
+                   f"{demand:.2f} of a core; more workers only compete for the {budget} CPUs), "
+                   "then " if load.workers > needed else
+                   f"the DataLoader needs only {demand:.2f} of a core, so ")
+        return (f"{surplus}PyTorch's {load.threads} intra-op threads have the {budget} CPUs "
+                f"nearly to themselves: more cores (--cpus-per-task={budget * 2}) make the "
+                "operators faster")
+    if load.oversubscribed:
+        return (f"stop {load.describe()} competing for cores (see the oversubscription finding), "
+                f"then request more cores: --cpus-per-task={load.busy} would give every thread "
+                "its own")
+    free = budget - load.workers - load.threads
+    if load.threads_known and free > 0:
+        return (f"PyTorch computes on {load.threads} thread{'s' if load.threads != 1 else ''} "
+                f"while {free} of {budget} CPUs are free: call torch.set_num_threads"
+                f"({budget - load.workers})")
+    return (f"every CPU is in use ({load.describe()}): more cores (--cpus-per-task) make the "
+            "operators faster")
+
+
+def _top_op_levers(m: RunMetrics, ctx: RunContext) -> list[str]:
+    """What can make this run's top CPU operator cheaper, by how it runs and the knobs not yet
+    tried (channels_last for oneDNN convolutions, torch.compile)."""
+    top = m.top_ops[0] if m.top_ops else None
+    if top is None:
+        return []
+    out = []
+    onednn = bool(concepts.is_onednn_op(pd.Series([top.name])).iloc[0])
+    if onednn and not ctx.knob("channels_last"):
+        out.append(f"{top.name} takes {pct(top.share)} of step time on oneDNN: try "
+                   f"{memory_format_advice(conv_ranks(m))}, which oneDNN's convolutions prefer")
+    if not ctx.knob("compile"):
+        out.append(f"torch.compile the model to fuse the operators around {top.name}"
+                   if not out else "torch.compile the model to fuse the operators around it")
+    elif not out:
+        out.append(f"{top.name} takes {pct(top.share)} of step time even compiled: a smaller "
+                   "model or input is the remaining lever")
+    return out
+
+
+def _top_compute_kernel(m: RunMetrics) -> TopItem | None:
+    """The kernel with the most time that is not a communication kernel."""
+    return next((k for k in m.top_kernels if not k.is_comm), None)
+
+
+@rule("CPU_OVERSUBSCRIBED", severity=("medium", "low"), needs=("manifest", "profiles"))
+def cpu_oversubscribed(facts: Facts) -> Finding | None:
+    """CPU-only run: DataLoader workers and PyTorch's intra-op threads want more CPUs than the run
+    has, so the loader steals cores from the model's operators."""
+    m, ctx = facts.metrics, facts.context
+    load = cpu_load(ctx)
+    if load is None or m.gpu is not None or not load.oversubscribed:
+        return None
+    evidence = [Evidence(f"{load.describe()}: {load.busy} busy threads", "manifest")]
+    share = compute_share(m)
+    if share is not None and m.breakdown is not None:
+        evidence.append(Evidence(f"the model's operators take {pct(share)} of the "
+                                 f"{ms(m.breakdown.step_ns)} step, on the same cores",
+                                 m.breakdown.origin))
+    trials = m.trials
+    if trials is not None and trials.synthetic and trials.full:
+        evidence.append(Evidence(f"{trials.synthetic:.0f} samples/s on synthetic data "
+                                 f"(no DataLoader) against {trials.full:.0f} with it",
+                                 "manifest"))
+    demand = loader_core_demand(load, trials)
+    if demand is not None:
+        evidence.append(Evidence(f"the DataLoader needs about {demand:.2f} of a core at the real "
+                                 "loop's pace (workers × full / IO trial throughput)", "manifest"))
+    budget = load.cpus_per_process
+    if demand is not None and demand < LIGHT_LOADER_CORES:
+        advice = (f"Keep PyTorch's {load.threads} intra-op threads: the loader needs only "
+                  f"{demand:.2f} of a core, less than a thread taken from the model would cost. "
+                  "Make the per-sample work cheaper (precompute or cache the transformed "
+                  "samples)")
+        severity: Severity = "low"
+    elif load.workers < budget:
+        left = budget - load.workers
+        advice = (f"Call torch.set_num_threads({left}) (or set OMP_NUM_THREADS={left}) so the "
+                  f"{load.workers} DataLoader worker{'s' if load.workers != 1 else ''} and the "
+                  f"intra-op threads share {budget} CPU{'s' if budget != 1 else ''} per process "
+                  "without contention")
+        severity = "medium"
+    else:
+        advice = (f"Lower num_workers from {load.workers} to {budget - 1} and call "
+                  "torch.set_num_threads(1)")
+        severity = "medium"
+    return Finding("CPU_OVERSUBSCRIBED", severity,
+                   f"{load.describe()}: the DataLoader competes with the model for cores.",
+                   evidence, f"{advice}; or request --cpus-per-task={load.busy} in Slurm.")

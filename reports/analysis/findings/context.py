@@ -1,0 +1,106 @@
+"""What a rule may know about a run besides its metrics: the manifest's knobs, environment and
+training settings, and the CPU load they imply.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from profreport.reports.analysis.memory import TrainingSettings
+from profreport.reports.analysis.results import (
+    Trials,
+)
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What a rule may know besides the metrics: the manifest's knobs, environment and the
+    training settings (batch size, learning rate) it records."""
+
+    knobs: dict[str, object] = field(default_factory=dict)
+    environment: dict[str, object] = field(default_factory=dict)
+    settings: TrainingSettings = field(default_factory=TrainingSettings)
+
+    def knob(self, name: str) -> object | None:
+        """A knob's value, or None when the run has no such knob."""
+        return self.knobs.get(name)
+
+    def cpus(self) -> int | None:
+        """CPUs the run could use, when the manifest recorded them (its affinity mask before the
+        machine's count: a Slurm job or taskset sees fewer CPUs than the node has)."""
+        for key in ("cpus", "cpus_usable", "slurm_cpus_per_task", "cpus_available", "cpu_count"):
+            value = self.environment.get(key)
+            if isinstance(value, int) and value > 0:
+                return value
+        return None
+
+    def torch_threads(self) -> int | None:
+        """PyTorch's intra-op thread count in the run (``torch.get_num_threads()``), if recorded."""
+        value = self.environment.get("torch_threads")
+        return value if isinstance(value, int) and value > 0 else None
+
+    def on_gpu(self) -> bool:
+        """Whether the manifest says the run had a GPU (CUDA available)."""
+        return bool(self.environment.get("cuda"))
+
+
+@dataclass(frozen=True)
+class CpuLoad:
+    """Busy threads against CPUs on a CPU-only run: DataLoader workers plus compute threads."""
+
+    workers: int
+    #: PyTorch's intra-op threads; at least the training thread when the run did not record it.
+    threads: int
+    threads_known: bool
+    cpus: int
+    #: Training processes sharing the CPUs (DDP ranks on one node), each with its own workers.
+    processes: int = 1
+
+    @property
+    def busy(self) -> int:
+        """Threads that want a CPU at once while the loader prefetches and the model computes."""
+        return self.processes * (self.workers + self.threads)
+
+    @property
+    def oversubscribed(self) -> bool:
+        """More busy threads than CPUs."""
+        return self.busy > self.cpus
+
+    def describe(self) -> str:
+        """'2 DataLoader workers + 2 PyTorch intra-op threads on 2 CPUs'."""
+        threads = (f"{self.threads} PyTorch intra-op thread{'s' if self.threads != 1 else ''}"
+                   if self.threads_known else "the training thread")
+        per_process = (f"{self.workers} DataLoader worker{'s' if self.workers != 1 else ''} + "
+                       f"{threads}")
+        if self.processes > 1:
+            per_process = f"{self.processes} ranks × ({per_process})"
+        return f"{per_process} on {self.cpus} CPU{'s' if self.cpus != 1 else ''}"
+
+    @property
+    def cpus_per_process(self) -> int:
+        """The CPUs each training process can have without contention (at least one)."""
+        return max(self.cpus // self.processes, 1)
+
+
+def training_processes(ctx: RunContext) -> int:
+    """Training processes sharing the job's CPUs: the DDP ranks on one node, else one."""
+    nproc = ctx.knob("nproc")
+    return nproc if ctx.knob("ddp") and isinstance(nproc, int) and nproc > 1 else 1
+
+
+def cpu_load(ctx: RunContext) -> CpuLoad | None:
+    """Workers and compute threads against CPUs, for a CPU-only run whose manifest has them."""
+    workers, cpus = ctx.knob("num_workers"), ctx.cpus()
+    if ctx.on_gpu() or not isinstance(workers, int) or isinstance(workers, bool) or not cpus:
+        return None
+    threads = ctx.torch_threads()
+    return CpuLoad(workers=workers, threads=threads or 1, threads_known=threads is not None,
+                   cpus=cpus, processes=training_processes(ctx))
+
+
+def loader_core_demand(load: CpuLoad, trials: Trials | None) -> float | None:
+    """Cores the DataLoader keeps busy at the real loop's pace: its workers, scaled by how much
+    of the loader-only (IO trial) throughput the real loop (full trial) uses."""
+    if trials is None or not trials.io or not trials.full or load.workers == 0:
+        return None
+    return load.workers * min(trials.full / trials.io, 1.0)

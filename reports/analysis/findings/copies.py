@@ -1,0 +1,167 @@
+"""Findings about copies and syncs: pageable host-to-device copies, copies in every step, the CPU
+blocked waiting for the GPU.
+"""
+
+from __future__ import annotations
+
+from profreport import concepts
+from profreport.reports.analysis.findings.catalogue import Facts, rule
+from profreport.reports.analysis.findings.verdicts import (
+    COMPUTE_BOUND_BUSY,
+)
+from profreport.reports.analysis.results import (
+    Evidence,
+    Finding,
+    RunMetrics,
+    Severity,
+    StepCopies,
+    SyncStats,
+)
+from profreport.units import ms, nbytes, pct
+
+#: Pageable copies are staged through a bounce buffer: worth fixing once half the H2D bytes ...
+PAGEABLE_SHARE = 0.50
+#: ... and at least this many bytes (64 MiB) come from pageable memory over the profile.
+PAGEABLE_MIN_BYTES = 64 * 2**20
+#: Blocking calls (syncs, copies to pageable memory) holding the CPU 10% of the step while the
+#: GPU is not saturated stall the pipeline.
+SYNC_STALL_FRACTION = 0.10
+#: A batch is a few tensors, one of them perhaps small (the labels): from 4 small (<64 KiB)
+#: host-to-device copies per step on, tensors are built on the host inside the loop.
+SMALL_HTOD_PER_STEP = 4
+#: One device-to-host copy per step is a loss read; from two on, values are read back in the loop
+#: (.item(), .cpu(), printing, ``if tensor:``), each waiting for the GPU to get there.
+DTOH_PER_STEP = 2
+
+
+@rule("PAGEABLE_MEMCPY", severity=("medium",), needs=("profiles", "manifest"))
+def pageable_memcpy(facts: Facts) -> Finding | None:
+    """Host-to-device copies come from pageable (unpinned) memory."""
+    m, ctx = facts.metrics, facts.context
+    c = m.copies
+    if c is None or c.h2d_bytes <= 0:
+        return None
+    if c.h2d_pageable_bytes < PAGEABLE_MIN_BYTES or \
+            c.h2d_pageable_bytes / c.h2d_bytes < PAGEABLE_SHARE:
+        return None
+    pinned = "pin_memory=True" if not ctx.knob("pin_memory") else "pinned buffers"
+    return Finding("PAGEABLE_MEMCPY", "medium",
+                   f"{pct(c.h2d_pageable_bytes / c.h2d_bytes)} of host-to-device bytes come "
+                   "from pageable memory.",
+                   [Evidence(f"{nbytes(c.h2d_pageable_bytes)} of {nbytes(c.h2d_bytes)} H2D copied "
+                             f"from pageable memory, {ms(c.h2d_ns)} of copy time",
+                             c.origin)],
+                   f"Use {pinned} in the DataLoader with .to(device, non_blocking=True): "
+                   f"{nbytes(c.h2d_pageable_bytes)} of H2D copies came from pageable memory.")
+
+
+def _sync_evidence(syncs: SyncStats, m: RunMetrics) -> list[Evidence]:
+    """One line per blocking call inside the steps (located at its longest call), and one for
+    those outside them."""
+    out = [Evidence(f"{call.name}: {call.calls_per_step:g} per step, {ms(call.ns_per_step)} per "
+                    "step inside the step windows", syncs.origin,
+                    m.locate(syncs.origin, call.longest))
+           for call in syncs.calls if call.calls_per_step > 0]
+    if syncs.outside_calls:
+        out.append(Evidence(f"{syncs.outside_calls} more blocking call"
+                            f"{'s' if syncs.outside_calls != 1 else ''} "
+                            f"({ms(syncs.outside_ns)}) outside the steps (warm-up or teardown), "
+                            "not counted per step", syncs.origin))
+    return out
+
+
+def minor_sync_evidence(syncs: SyncStats | None) -> list[Evidence]:
+    """Blocking calls that exist but are too short to be the stall: said, so that a reader who
+    sees them in the trace knows they were weighed."""
+    if syncs is None or syncs.fraction >= SYNC_STALL_FRACTION or syncs.ns_per_step <= 0:
+        return []
+    names = ", ".join(call.name for call in syncs.calls if call.calls_per_step > 0)
+    return [Evidence(f"the CPU also blocks in {names} for {ms(syncs.ns_per_step)} per step "
+                     f"({pct(syncs.fraction)} of the step): too little to be the stall",
+                     syncs.origin)]
+
+
+@rule("SYNC_STALL", severity=("medium",), needs=("profiles",))
+def sync_stall(facts: Facts) -> Finding | None:
+    """The CPU blocks in syncs or blocking copies for a large share of each step while the GPU is
+    not saturated (a CPU waiting on a busy GPU costs nothing)."""
+    m = facts.metrics
+    syncs = m.syncs
+    if syncs is None or syncs.fraction < SYNC_STALL_FRACTION or \
+            (m.gpu is not None and m.gpu.busy_fraction >= COMPUTE_BOUND_BUSY):
+        return None
+    top = syncs.calls[0]
+    pageable = any("pageable" in call.name and call.calls_per_step for call in syncs.calls)
+    advice = ("Keep values on the GPU (accumulate the loss as a tensor), read them every N steps "
+              "instead of each step (.item(), .cpu(), print(loss)), and remove "
+              "torch.cuda.synchronize() from the step")
+    if pageable:
+        advice += ("; copy device-to-host into pinned memory with non_blocking=True so the copy "
+                   "does not block")
+    return Finding("SYNC_STALL", "medium",
+                   f"The CPU waits for the GPU in blocking calls for {pct(syncs.fraction)} of "
+                   f"each step, most in {top.name}.", _sync_evidence(syncs, m), advice + ".")
+
+
+def _copy_evidence(m: RunMetrics, c: StepCopies, kind: str) -> list[Evidence]:
+    """Count, size, GPU time and launching operators of one direction's copies per step."""
+    if not c.copies_per_step[kind]:
+        return []
+    where = {concepts.HTOD: "host-to-device", concepts.DTOH: "device-to-host"}[kind]
+    out = [Evidence(f"{_count(c.copies_per_step[kind])} {where} copies launched per step "
+                    f"({_count(c.small_per_step[kind])} under 64 KiB), "
+                    f"{nbytes(c.bytes_per_step[kind])} and {ms(c.ns_per_step[kind])} of copy "
+                    "time per step", c.origin, m.locate(c.origin, c.longest.get(kind)))]
+    if c.launchers.get(kind):
+        listed = ", ".join(f"{name} ({_count(count)} per step)" if name != "(no operator)" else
+                           f"no recorded operator ({_count(count)} per step)"
+                           for name, count in c.launchers[kind])
+        out.append(Evidence(f"launched (runtime call joined by correlation id) inside: {listed}",
+                            c.origin))
+    return out
+
+
+def _count(value: float) -> str:
+    """A per-step count: whole numbers as such, others to one decimal."""
+    return f"{value:.0f}" if value == int(value) else f"{value:.1f}"
+
+
+@rule("HOST_DEVICE_COPIES_PER_STEP", severity=("medium", "low"), needs=("profiles",))
+def host_device_copies(facts: Facts) -> Finding | None:
+    """More host <-> device copies per step than a batch needs: small tensors built on the host
+    in the loop, or values read back each step."""
+    m = facts.metrics
+    c = m.step_copies
+    if c is None:
+        return None
+    small_in = c.small_per_step[concepts.HTOD] >= SMALL_HTOD_PER_STEP
+    # an inference step returns its outputs: reading them back is its job
+    read_back = c.copies_per_step[concepts.DTOH] >= DTOH_PER_STEP and c.training is not False
+    if not (small_in or read_back):
+        return None
+    evidence = _copy_evidence(m, c, concepts.HTOD) + _copy_evidence(m, c, concepts.DTOH)
+    if c.origin == "nsys":
+        evidence.append(Evidence("Nsight Systems records no framework operators: which call "
+                                 "launched the copies is unknown", c.origin))
+    if c.blocking_per_step:
+        evidence.append(Evidence(f"{_count(c.blocking_per_step)} device-to-host copies per step "
+                                 "go to pageable memory: each blocks the CPU until the GPU "
+                                 "drains",
+                                 c.origin))
+    saturated = m.gpu is not None and m.gpu.busy_fraction >= COMPUTE_BOUND_BUSY
+    severity: Severity = ("medium" if c.blocking_per_step >= DTOH_PER_STEP and not saturated
+                          else "low")
+    steps = []
+    if small_in:
+        steps.append("Build per-step tensors on the GPU (torch.tensor(..., device='cuda'), "
+                     "torch.zeros(..., device=...)) or move them once, not each step")
+    if read_back:
+        steps.append(("k" if small_in else "K") + "eep per-step values on the GPU (accumulate "
+                     "the loss as a tensor) and read them every N steps instead of calling "
+                     ".item()/.cpu()/print or testing a tensor in an if inside the step")
+    counts = " and ".join(f"{_count(c.copies_per_step[k])} {label}" for k, label in
+                          ((concepts.HTOD, "host-to-device"), (concepts.DTOH, "device-to-host"))
+                          if c.copies_per_step[k])
+    return Finding("HOST_DEVICE_COPIES_PER_STEP", severity,
+                   f"Each step copies between host and device more often than a batch needs: "
+                   f"{counts} copies.", evidence, "; ".join(steps) + ".")

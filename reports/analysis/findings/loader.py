@@ -1,0 +1,253 @@
+"""Findings about the input pipeline: waiting for batches, a DataLoader in the training process,
+stalls, and whether the profilers agree on the wait.
+"""
+
+from __future__ import annotations
+
+import math
+
+from profreport.reports.analysis.findings.catalogue import Facts, rule
+from profreport.reports.analysis.findings.context import (
+    RunContext,
+    training_processes,
+)
+from profreport.reports.analysis.findings.gpu import (
+    largest_gap_at,
+)
+from profreport.reports.analysis.findings.verdicts import (
+    LOADER_BOUND_FRACTION,
+    loop_ns_without_loader,
+    trial_evidence,
+)
+from profreport.reports.analysis.results import (
+    Evidence,
+    Finding,
+    Origin,
+    RunMetrics,
+)
+from profreport.reports.analysis.shape import (
+    STALLS_DOMINATE,
+    ordinal,
+    stalled_share,
+    wait_shape_text,
+)
+from profreport.units import ms, pct
+
+#: A single-process DataLoader (num_workers=0) taking 5% of the step is worth a worker process
+#: even when the run is not loader-bound.
+IN_PROCESS_LOADER_SHARE = 0.05
+#: Two sources agree about the DataLoader when their wait shares differ by at most this much.
+SOURCES_AGREE_DELTA = 0.15
+#: Spare producing capacity asked of the DataLoader's workers over the bare rate the loop
+#: consumes batches at: batch load times vary, and a worker that is late stalls the loop.
+WORKER_HEADROOM = 1.5
+#: Fewest workers to suggest: one worker leaves no batch in flight while it loads the next.
+MIN_SUGGESTED_WORKERS = 2
+
+
+def _loader_evidence(m: RunMetrics) -> list[Evidence]:
+    """Where the DataLoader share was seen, one line per source."""
+    out = [Evidence(f"{pct(share)} of step time waits for the next batch", origin)
+           for origin, share in sorted(m.dataloader_fraction_by_origin.items())]
+    spread = wait_shape_text(m)
+    if spread is not None and m.shape is not None:
+        out.append(Evidence(spread[:1].upper() + spread[1:], m.shape.origin))
+    if m.loop_identification is not None and m.loop_identification.evidence == "hit counts" \
+            and "lprof" in m.dataloader_fraction_by_origin:
+        out.append(Evidence(m.loop_identification.reason, "lprof"))
+    if m.steps is not None and m.steps.wall_mean_ns and m.steps.origin != "lprof" \
+            and m.steps.wall_mean_ns > 1.5 * m.steps.mean_ns:
+        out.append(Evidence(f"annotated steps average {ms(m.steps.mean_ns)} but wall time per "
+                            f"step is {ms(m.steps.wall_mean_ns)}: the rest goes between steps",
+                            m.steps.origin))
+    if m.gpu is not None:
+        out.append(Evidence(f"GPU busy {pct(m.gpu.busy_fraction)}; {m.gpu.long_gap_count} idle "
+                            f"gaps over {ms(m.gpu.long_gap_ns)}", m.gpu.origin,
+                            largest_gap_at(m)))
+    return out
+
+
+def workers_needed(wait_ns: int, rest_ns: int, workers: int) -> int:
+    """Workers that would load batches as fast as the rest of the loop consumes them.
+
+    With ``workers`` = 0 the loop loads each batch itself, in ``wait_ns``; with n workers each
+    batch takes one worker about n x (wait + rest), since n batches arrive per n steps. The loop
+    then needs ``load / rest`` workers, with WORKER_HEADROOM to spare."""
+    load_ns = wait_ns if workers == 0 else workers * (wait_ns + rest_ns)
+    return max(MIN_SUGGESTED_WORKERS, math.ceil(WORKER_HEADROOM * load_ns / rest_ns))
+
+
+def _loader_settings(m: RunMetrics | None, ctx: RunContext) -> str:
+    """The DataLoader settings this run lacks: 'pin_memory=True, persistent_workers=True and
+    prefetch_factor=4'; pin_memory only where the profile shows batches copied from pageable
+    memory (a run whose copies are pinned, or without a GPU, has nothing to pin)."""
+    wanted = []
+    if not ctx.knob("pin_memory") and m is not None and m.copies is not None \
+            and m.copies.h2d_pageable_bytes > 0:
+        wanted.append("pin_memory=True")
+    if not ctx.knob("persistent_workers"):
+        wanted.append("persistent_workers=True")
+    wanted.append("prefetch_factor=4")
+    return ", ".join(wanted[:-1]) + (" and " if len(wanted) > 1 else "") + wanted[-1]
+
+
+def _workers_advice(ctx: RunContext, m: RunMetrics | None = None) -> str:
+    """Concrete DataLoader advice: the workers this run's loop needs (from its DataLoader wait
+    and the rest of its step, the recorded worker count being the knob, or 0 when the trace
+    shows a single-process DataLoader), within its CPUs, and the DataLoader settings it lacks."""
+    workers = ctx.knob("num_workers")
+    if workers is None and m is not None and m.loader_in_process:
+        workers = 0
+    known = isinstance(workers, int) and not isinstance(workers, bool)
+    loop = loop_ns_without_loader(m) if m is not None else None
+    cpus = ctx.cpus()
+    cheaper = ("make each sample cheaper (decode/augment once and cache, smaller images, "
+               "DALI/GPU augmentation)")
+    extras = _loader_settings(m, ctx)
+    if loop is None:
+        return (f"Give the DataLoader more workers (num_workers; the profile has no step "
+                f"breakdown to size them from) or {cheaper}; set {extras}.")
+    wait, rest = loop
+    if not known:
+        scale = WORKER_HEADROOM * (wait + rest) / rest
+        where = ("The DataLoader runs in worker processes (its spans are "
+                 "_MultiProcessingDataLoaderIter) but the profile does not record how many"
+                 if m is not None and m.loader_in_process is False else
+                 f"The profile does not record num_workers (at 0, {workers_needed(wait, rest, 0)} "
+                 "workers would keep up)")
+        return (f"{where}: the loop waits {ms(wait)} per step for {ms(rest)} of other work, so "
+                f"with n workers now it needs about {scale:.1f} x n to keep up. Raise num_workers "
+                f"to that where the job has the CPUs, else {cheaper}; set {extras}.")
+    target = workers_needed(wait, rest, workers)
+    processes = training_processes(ctx)
+    budget = cpus // processes - 1 if cpus else None  # one core for each training loop
+    share = (f"the job's {cpus} CPUs" if processes == 1 else
+             f"each of the {processes} ranks' share of the job's {cpus} CPUs")
+    if budget is not None and target > budget:
+        if budget <= 0:
+            leave = "leave" if processes == 1 else "leaves"
+            return (f"{share[0].upper()}{share[1:]} {leave} no core for DataLoader workers "
+                    f"beside the training loop, and the loop would need about {target}: request "
+                    f"--cpus-per-task={target + 1} (one task per rank), or {cheaper}.")
+        if workers >= budget:
+            return (f"num_workers is already {workers}, as many as {share} allows beside the "
+                    f"training loop, and the loop would need about {target}: {cheaper}, or "
+                    f"request more CPUs per task; set {extras}.")
+        return (f"Raise DataLoader num_workers from {workers} to {budget} ({share}, less one for "
+                f"the training loop; the loop would need about {target}) and {cheaper}; set "
+                f"{extras}.")
+    slurm = f"request --cpus-per-task={target + 1} in Slurm (one core for the training loop)"
+    instead = f", or {cheaper}" if workers > 0 else ""
+    return (f"Raise DataLoader num_workers from {workers} to {target} (the loop waits "
+            f"{ms(wait)} per step for {ms(rest)} of other work) and {slurm}{instead}; set "
+            f"{extras}.")
+
+
+@rule("LOADER_BOUND", severity=("high",), needs=("profiles", "manifest"))
+def loader_bound(facts: Facts) -> Finding | None:
+    """The training loop waits for batches for a large share of each step."""
+    m, ctx = facts.metrics, facts.context
+    share = m.dataloader_fraction
+    if share is None or share < LOADER_BOUND_FRACTION:
+        return None
+    stalls = stalled_share(m)
+    where = (f"{pct(share)} of its step time waiting for data, {pct(stalls)} of that in "
+             "stalls" if stalls is not None and stalls >= STALLS_DOMINATE
+             else f"{pct(share)} of each step waiting for data")
+    return Finding("LOADER_BOUND", "high", f"The training loop spends {where}.",
+                   _loader_evidence(m) + _in_process_evidence(m)
+                   + trial_evidence(m.trials, "loader"),
+                   _workers_advice(ctx, m))
+
+
+def _in_process_evidence(m: RunMetrics) -> list[Evidence]:
+    """That the DataLoader runs in the training process, when the trace's spans say so."""
+    if not m.loader_in_process:
+        return []
+    origin: Origin = m.breakdown.origin if m.breakdown is not None else "kineto"
+    return [Evidence("the DataLoader spans are _SingleProcessDataLoaderIter: num_workers=0, "
+                     "every batch is loaded in the training process while the GPU waits", origin)]
+
+
+@rule("SYNC_DATALOADER", severity=("medium",), needs=("profiles", "manifest"))
+def in_process_loader(facts: Facts) -> Finding | None:
+    """A single-process DataLoader costing a noticeable share of the step, below loader-bound
+    (LOADER_BOUND covers it above)."""
+    m, ctx = facts.metrics, facts.context
+    share = m.dataloader_fraction
+    if not m.loader_in_process or share is None or \
+            not IN_PROCESS_LOADER_SHARE <= share < LOADER_BOUND_FRACTION:
+        return None
+    return Finding("SYNC_DATALOADER", "medium",
+                   f"The DataLoader loads batches in the training process (num_workers=0): "
+                   f"{pct(share)} of each step.", _in_process_evidence(m),
+                   _workers_advice(ctx, m))
+
+
+@rule("DATA_STALLS", severity=("medium", "low"), needs=("profiles",))
+def data_stalls(facts: Facts) -> Finding | None:
+    """The DataLoader wait is mostly a few long stalls (or stalls every Nth step),
+    not a steady wait of every step."""
+    m = facts.metrics
+    shape = m.shape
+    d = shape.dataloader_wait if shape is not None else None
+    if shape is None or d is None or not d.outlier_count or d.outlier_range_ns is None:
+        return None
+    share = d.outlier_ns / max(d.total_ns, 1)
+    low, high = d.outlier_range_ns
+    periodic = (f"every {ordinal(d.period)} step stalls" if d.period else
+                f"{d.outlier_count} of {d.count} steps stall")
+    cause = (f"A stall every {ordinal(d.period)} step is what a DataLoader whose workers cannot "
+             f"keep up does (with {d.period} workers each batch arrives late once per round), or a "
+             "periodic task (evaluation, checkpointing, an epoch start) every "
+             f"{d.period} steps." if d.period else
+             "Isolated stalls are one-off events: an epoch start (the workers restart unless "
+             "persistent_workers=True), evaluation, a checkpoint, or a slow read.")
+    biggest = d.outliers[0]
+    return Finding(
+        id="DATA_STALLS", severity="medium" if share >= STALLS_DOMINATE else "low",
+        title=f"The DataLoader wait is stalls, not a steady wait: {periodic} for "
+              f"{ms(low)}–{ms(high)}, the other steps wait {ms(d.steady_ns)} (median).",
+        evidence=[Evidence(wait_shape_text(m) or "", shape.origin,
+                           m.locate(shape.origin, biggest.span)),
+                  Evidence(f"the stalls hold {pct(share)} of the DataLoader wait over these "
+                           "steps", shape.origin)],
+        recommendation=f"{cause} Look at what runs during the longest stall (the location "
+                       "above) before raising num_workers: more workers shorten a steady wait, "
+                       "not a periodic task.")
+
+
+def _wait_evidence(m: RunMetrics, origin: str, share: float) -> Evidence:
+    """What one profiler measured of the DataLoader wait, in its own terms."""
+    loop = m.loop_line if origin == "lprof" else None
+    if loop is not None:
+        return Evidence(f"{pct(share)} of {loop.function}() on the DataLoader loop line "
+                        f"{loop.file.rsplit('/', 1)[-1]}:{loop.lineno}", "lprof")
+    return Evidence(f"{pct(share)} of step time waiting for the next batch",
+                    origin)  # type: ignore[arg-type]
+
+
+@rule("SOURCES_AGREE", "SOURCES_DISAGREE", severity=("info",), needs=("profiles",))
+def sources_agreement(facts: Facts) -> Finding | None:
+    """When several profilers measured the DataLoader share: do they tell the same story?"""
+    m = facts.metrics
+    shares = m.dataloader_fraction_by_origin
+    if len(shares) < 2:
+        return None
+    evidence = [_wait_evidence(m, origin, share) for origin, share in sorted(shares.items())]
+    if m.gpu is not None:
+        evidence.append(Evidence(f"GPU idle {pct(1 - m.gpu.busy_fraction)}", m.gpu.origin))
+    values = list(shares.values())
+    spread = f"{pct(min(values))} to {pct(max(values))}"
+    agree = max(values) - min(values) <= SOURCES_AGREE_DELTA or \
+        len({v >= LOADER_BOUND_FRACTION for v in values}) == 1
+    if agree:
+        return Finding("SOURCES_AGREE", "info",
+                       f"The {len(values)} profilers of this run agree on the DataLoader wait "
+                       f"({spread} of step time).", evidence,
+                       "No action: the diagnosis rests on several independent measurements.")
+    return Finding("SOURCES_DISAGREE", "info",
+                   f"The profilers of this run disagree on the DataLoader wait ({spread} of "
+                   "step time).", evidence,
+                   "Trust the trace-based profiler (nsys/torch.profiler) over line_profiler, "
+                   "whose per-line overhead inflates Python-heavy lines; re-run if in doubt.")

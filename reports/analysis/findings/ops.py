@@ -1,0 +1,220 @@
+"""Findings from the operators' recorded inputs and the kernels they launch: fp32 on tensor cores,
+convolution bias before BatchNorm, zero-filled gradients, an unfused optimizer, and the checks
+the profiles cannot make.
+"""
+
+from __future__ import annotations
+
+from profreport import concepts
+from profreport.reports.analysis.findings.catalogue import Facts, rule
+from profreport.reports.analysis.results import (
+    Evidence,
+    Finding,
+    KernelMix,
+    OpPrecision,
+    RunMetrics,
+)
+from profreport.units import ms, pct
+
+#: fp32 matmuls/convolutions launching a tenth of compute-kernel time are worth moving to tensor
+#: cores (2-8x faster there); below that the step would gain under ~5%.
+FP32_MATMUL_SHARE = 0.10
+#: Half of the fp32 matmuls'/convolutions' kernel time in kernels named TF32 says TF32 is on
+#: already (a name hint, used only to choose between two fixes).
+TF32_PRESENT_FRACTION = 0.50
+#: A foreach/fused optimizer launches a handful of kernels per step; more than this is one or
+#: several small kernels per parameter.
+OPTIMIZER_KERNELS_MANY = 50
+
+
+@rule("ZERO_GRAD_NOT_NONE", severity=("low",), needs=("profiles",))
+def zero_grad_not_none(facts: Facts) -> Finding | None:
+    """``zero_grad()`` launches kernels: it fills the gradients with zeros instead of freeing
+    them (``set_to_none=False``)."""
+    m = facts.metrics
+    mix = m.kernel_mix
+    if mix is None or not mix.zero_grad_work_per_step:
+        return None
+    return Finding("ZERO_GRAD_NOT_NONE", "low",
+                   "optimizer.zero_grad() writes zeros into every gradient each step.",
+                   [Evidence(f"{mix.zero_grad_work_per_step:.0f} kernels and memsets launched "
+                             "inside Optimizer.zero_grad per step (set_to_none=True launches "
+                             "none)", mix.origin)],
+                   "Call optimizer.zero_grad(set_to_none=True) (the default from PyTorch 2.0): "
+                   "gradients are freed instead of zero-filled, saving a kernel per parameter.")
+
+
+def _capability_text(precision: OpPrecision) -> str:
+    """'Tesla V100-DGXS-32GB, compute capability 7.0'."""
+    major, minor = precision.compute_capability or (0, 0)
+    return f"{precision.device_name or 'the GPU'}, compute capability {major}.{minor}"
+
+
+def _per_step(precision: OpPrecision, count: float) -> str:
+    """``count`` per step when the figures cover steps, else in the profile."""
+    steps = precision.steps
+    return f"{count / steps:.0f} per step" if steps else f"{count:.0f} in the profile"
+
+
+def _amp_on_advice(p: OpPrecision) -> str:
+    """fp32 matmuls in a run that has mixed precision on: they run outside it."""
+    return ("Mixed precision is on, yet these operators receive fp32 tensors: they run outside "
+            "the torch.autocast region (move the forward pass and the loss inside it) or on "
+            f"tensors cast back to float ({', '.join(p.fp32_ops[:2])}: look for .float() or a "
+            "custom autograd function with custom_fwd(cast_inputs=torch.float32)).")
+
+
+def _fp32_advice(capability: tuple[int, int], tf32_fraction: float) -> str:
+    """Autocast in the precision this GPU's tensor cores take, and TF32 where it exists (unless
+    the kernel names say it is already on)."""
+    if capability >= concepts.TF32_CAPABILITY and tf32_fraction >= TF32_PRESENT_FRACTION:
+        return ("TF32 already runs most of this fp32 work on the tensor cores (by the kernel "
+                "names); run the forward pass and the loss under "
+                "torch.autocast(device_type='cuda', dtype=torch.bfloat16) (no GradScaler "
+                "needed): bf16 halves the operands' memory traffic and doubles tensor-core "
+                "throughput again.")
+    if capability >= concepts.TF32_CAPABILITY:
+        return ("Run the forward pass and the loss under torch.autocast(device_type='cuda', "
+                "dtype=torch.bfloat16) (bf16 needs no GradScaler); or, keeping fp32, let the "
+                "tensor cores take it as TF32: torch.set_float32_matmul_precision('high') for "
+                "matmuls and torch.backends.cudnn.allow_tf32 = True (the default) for "
+                "convolutions.")
+    return ("Run the forward pass and the loss under torch.autocast(device_type='cuda', "
+            "dtype=torch.float16) and scale the loss with torch.cuda.amp.GradScaler: this GPU's "
+            "tensor cores take fp16 (bf16 and TF32 need compute capability 8.0).")
+
+
+@rule("FP32_ON_TENSOR_CORES", severity=("medium",), needs=("profiles",))
+def fp32_on_tensor_cores(facts: Facts) -> Finding | None:
+    """Matmuls and convolutions take fp32 inputs (their recorded dtypes) on a GPU whose tensor
+    cores would run them several times faster in fp16/bf16 (or TF32)."""
+    m, ctx = facts.metrics, facts.context
+    p = m.op_precision
+    if p is None or p.unknown_reason is not None or p.compute_capability is None or \
+            p.compute_capability < concepts.TENSOR_CORE_CAPABILITY or \
+            p.share("fp32") < FP32_MATMUL_SHARE:
+        return None
+    evidence = [
+        Evidence(f"matmul/convolution calls with fp32 inputs (the operators' recorded Input "
+                 f"type 'float'): {_per_step(p, p.calls['fp32'])}, launching "
+                 f"{_per_step_ms(p, p.kernel_ns['fp32'])} of kernels, "
+                 f"{pct(p.share('fp32'))} of compute-kernel time", p.origin,
+                 m.locate(p.origin, p.longest_fp32)),
+        Evidence(f"the kernels ran on {_capability_text(p)}: tensor cores from 7.0, TF32 "
+                 "from 8.0 (the profiles' device properties)", p.origin),
+        Evidence("fp32 operators by kernel time: " + ", ".join(p.fp32_ops[:4]), p.origin)]
+    if p.calls["reduced"]:
+        evidence.append(Evidence(f"calls already in fp16/bf16: {_per_step(p, p.calls['reduced'])}"
+                                 f" ({pct(p.share('reduced'))} of compute-kernel time)",
+                                 p.origin))
+    if p.compute_capability >= concepts.TF32_CAPABILITY:
+        evidence.append(Evidence(f"kernel names only (a hint, not the dtypes): "
+                                 f"{pct(p.tf32_kernel_fraction)} of the fp32 operators' kernel "
+                                 "time is in kernels named TF32", p.origin))
+    return Finding("FP32_ON_TENSOR_CORES", "medium",
+                   f"{pct(p.share('fp32'))} of compute-kernel time is fp32 matmuls and "
+                   f"convolutions on a GPU with tensor cores ({_capability_text(p)}).",
+                   evidence, _amp_on_advice(p) if ctx.knob("amp") else
+                   _fp32_advice(p.compute_capability, p.tf32_kernel_fraction))
+
+
+def _per_step_ms(precision: OpPrecision, total_ns: int) -> str:
+    """A duration per step when the figures cover steps, else in the profile."""
+    steps = precision.steps
+    return f"{ms(total_ns // steps)} per step" if steps else f"{ms(total_ns)} in the profile"
+
+
+def optimizer_many_kernels(mix: KernelMix) -> bool:
+    """Whether the optimizer step launches many small kernels instead of fused ones."""
+    per_step = mix.optimizer_kernels_per_step
+    return per_step is not None and per_step >= OPTIMIZER_KERNELS_MANY and not mix.fused_optimizer
+
+
+@rule("OPTIMIZER_NOT_FUSED", severity=("low",), needs=("profiles",))
+def optimizer_not_fused(facts: Facts) -> Finding | None:
+    """The optimizer step launches many kernels, none multi-tensor: one or more small kernels
+    per parameter instead of foreach/fused ones."""
+    m = facts.metrics
+    mix = m.kernel_mix
+    if mix is None or not optimizer_many_kernels(mix):
+        return None
+    per_step = mix.optimizer_kernels_per_step or 0.0
+    evidence = [Evidence(f"{per_step:.0f} kernels launched inside each optimizer step (launch "
+                         "calls inside its span, kernels joined by correlation id), none of "
+                         "them multi-tensor (multi_tensor_apply)", mix.origin)]
+    if m.launch is not None and m.launch.kernels_per_step:
+        evidence.append(Evidence(f"{pct(per_step / m.launch.kernels_per_step)} of the "
+                                 f"{m.launch.kernels_per_step:.0f} kernels launched per step",
+                                 m.launch.origin))
+    name = mix.optimizer_name
+    return Finding("OPTIMIZER_NOT_FUSED", "low",
+                   f"The optimizer{f' ({name})' if name else ''} updates the parameters one "
+                   f"small kernel at a time: {per_step:.0f} kernels per step.", evidence,
+                   f"Build it with foreach=True (torch.optim.{name or 'AdamW'}(..., "
+                   "foreach=True); the default on CUDA since PyTorch 2.0) or fused=True where "
+                   "the optimizer has it (Adam, AdamW, SGD): a few multi-tensor kernels replace "
+                   "the per-parameter ones.")
+
+
+@rule("CONV_BIAS_BEFORE_BN", severity=("low",), needs=("profiles",))
+def conv_bias_before_bn(facts: Facts) -> Finding | None:
+    """Convolutions add a bias that the BatchNorm right after them removes again."""
+    m = facts.metrics
+    b = m.conv_bias
+    if b is None or b.unknown_reason is not None or not b.before_batch_norm:
+        return None
+    per = (f"{b.before_batch_norm / b.steps:.0f} per step" if b.steps else
+           f"{b.before_batch_norm} in the profile")
+    evidence = [Evidence(f"convolutions with a bias input (recorded Input Dims) whose next op "
+                         f"on the same thread is batch_norm on their output: {per}, of "
+                         f"{b.convolutions} convolution calls ({b.with_bias} with a bias)",
+                         b.origin, m.locate(b.origin, b.first)),
+                Evidence("their weights: " + ", ".join(b.weight_shapes[:4]), b.origin)]
+    if b.bias_kernel_ns:
+        added = (f"{ms(b.bias_kernel_ns // b.steps)} per step" if b.steps else
+                 f"{ms(b.bias_kernel_ns)} in the profile")
+        evidence.append(Evidence(f"kernels these convolutions launch outside their convolution "
+                                 f"kernels (the bias add): {added}", b.origin))
+    else:
+        evidence.append(Evidence("the bias add's own kernel time cannot be told apart (no GPU "
+                                 "kernel launched outside the convolution kernels)", b.origin))
+    return Finding("CONV_BIAS_BEFORE_BN", "low",
+                   f"Convolutions add a bias that the BatchNorm after them cancels ({per}).",
+                   evidence,
+                   "Build the convolutions that feed a BatchNorm with bias=False "
+                   "(nn.Conv2d(..., bias=False)): BatchNorm subtracts the per-channel mean, so "
+                   "the bias has no effect (BatchNorm's own shift replaces it), and dropping it "
+                   "saves a bias add forward and a bias-gradient reduction backward per "
+                   "convolution.")
+
+
+def _unknown_checks(m: RunMetrics) -> list[Evidence]:
+    """One line per operator check that this run's sources cannot make, with the reason."""
+    out = []
+    p, bias = m.op_precision, m.conv_bias
+    if p is not None and p.unknown_reason is not None:
+        out.append(Evidence(f"fp32 matmuls/convolutions on tensor cores: unknown, "
+                            f"{p.unknown_reason}", p.origin))
+        if m.kernel_mix is not None:
+            out.append(Evidence(f"kernel names only (supporting, not the dtypes): "
+                                f"{pct(m.kernel_mix.reduced_precision_fraction)} of "
+                                "compute-kernel time is in kernels named fp16/bf16",
+                                m.kernel_mix.origin))
+    if bias is not None and bias.unknown_reason is not None:
+        out.append(Evidence(f"convolution bias before BatchNorm: unknown, {bias.unknown_reason}",
+                            bias.origin))
+    return out
+
+
+@rule("OP_CHECKS_UNKNOWN", severity=("info",), needs=("profiles",))
+def op_checks_unknown(facts: Facts) -> Finding | None:
+    """The operator checks (precision, conv bias before BatchNorm) this run's profiles cannot
+    make, and why: said, never guessed."""
+    m = facts.metrics
+    evidence = _unknown_checks(m)
+    if not evidence:
+        return None
+    return Finding("OP_CHECKS_UNKNOWN", "info",
+                   "Some operator checks could not be made from these profiles.", evidence,
+                   "Profile a few steps with torch.profiler(record_shapes=True) on the GPU: the "
+                   "operators' input dtypes and shapes answer these checks.")

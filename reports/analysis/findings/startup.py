@@ -1,0 +1,57 @@
+"""Findings about the start of a profile: one-off set-up work in its first step.
+"""
+
+from __future__ import annotations
+
+from profreport.reports.analysis.findings.catalogue import Facts, rule
+from profreport.reports.analysis.results import (
+    Evidence,
+    Finding,
+)
+from profreport.units import ms
+
+
+def _calls_text(calls: dict[str, int]) -> str:
+    """'cudaMalloc ×12, cuInit ×1', or a note that none was recorded."""
+    if not calls:
+        return "no context, autotuning or allocator call recorded in it"
+    return ", ".join(f"{name} ×{count}" for name, count in calls.items())
+
+
+@rule("STARTUP", severity=("high", "info"), needs=("profiles",))
+def startup(facts: Facts) -> Finding | None:
+    """The start-up the profile holds, and whether the per-step figures leave it out
+    (high severity when the profile shows start-up only)."""
+    m = facts.metrics
+    shape = m.shape
+    if shape is None or shape.warmup is None:
+        return None
+    w = shape.warmup
+    at = m.locate(shape.origin, w.span)
+    if w.only:
+        return Finding(
+            id="STARTUP", severity="high",
+            title=f"The profile shows start-up only: its one step ({ms(w.duration_ns)}) holds "
+                  "one-off set-up work, so its figures are not the steady state of training.",
+            evidence=[Evidence(f"step {w.number}, the only one, holds set-up calls: "
+                               f"{_calls_text(w.setup_calls)}", shape.origin, at)],
+            recommendation="Profile later steps: torch.profiler.schedule(wait=1, warmup=1, "
+                           "active=3) skips the first iterations; with nsys, start the capture "
+                           "after a few steps (cudaProfilerStart, "
+                           "--capture-range=cudaProfilerApi).")
+    median = w.others_median_ns or 0
+    times = w.duration_ns / max(median, 1)
+    where = (f"step {w.number} takes {ms(w.duration_ns)}, {times:.1f}× the later steps' median "
+             f"of {ms(median)}" if w.number is not None else
+             f"{ms(w.duration_ns)} before the first step, {times:.0f}× the median step of "
+             f"{ms(median)}")
+    return Finding(
+        id="STARTUP", severity="info",
+        title=(f"Step {w.number} is start-up, left out of the per-step figures."
+               if w.number is not None else
+               "The profile begins with start-up before its first step, left out of the "
+               "per-step figures."),
+        evidence=[Evidence(f"{where}; set-up calls in it: {_calls_text(w.setup_calls)}",
+                           shape.origin, at)],
+        recommendation="Nothing to change: start-up (context creation, cuDNN autotuning, the "
+                       "allocator growing, the DataLoader's first fill) happens once per process.")

@@ -1,0 +1,277 @@
+"""The verdict: the run's bottleneck in one word with the numbers behind it and how clearly it
+stands, the runner's trials beside the profilers, and the TRIALS finding when they disagree.
+"""
+
+from __future__ import annotations
+
+from profreport.reports.analysis.findings.catalogue import Facts, rule, run_findings
+from profreport.reports.analysis.findings.context import (
+    RunContext,
+)
+from profreport.reports.analysis.results import (
+    Evidence,
+    Finding,
+    Origin,
+    RunMetrics,
+    Trials,
+    Verdict,
+    origin_label,
+)
+from profreport.units import pct
+
+#: A quarter of every step spent waiting for the next batch is the biggest single loss a run can
+#: fix without touching the model, so from here on the run is called loader-bound.
+LOADER_BOUND_FRACTION = 0.25
+#: Communication not hidden under compute for a quarter of the step makes the run comm-bound.
+COMM_BOUND_EXPOSED_FRACTION = 0.25
+#: A GPU busy 80% of its window is limited by its own kernels: the run is compute-bound.
+COMPUTE_BOUND_BUSY = 0.80
+#: Compute (GPU kernels, or CPU framework ops on CPU-only runs) filling 60% of the step makes
+#: the model's own math the bottleneck.
+COMPUTE_BOUND_SHARE = 0.60
+#: Half the step with the GPU idle until work launched during the idle time arrives (nothing
+#: queued): the GPU waits for the CPU more than it works, the run is host-bound.
+HOST_BOUND_IDLE_SHARE = 0.50
+#: A quarter of the step with the GPU idle since the CPU blocked in a sync (it could queue
+#: nothing more) makes the run sync-bound.
+SYNC_BOUND_IDLE_SHARE = 0.25
+#: A verdict whose figure is 15 points of the step past its threshold and ahead of every other
+#: cause would survive run-to-run noise of that size: high confidence.
+CONFIDENT_MARGIN = 0.15
+#: Under 5 points from the threshold or the runner-up, a rerun could flip it: low confidence.
+CLEAR_MARGIN = 0.05
+#: When more than this share of the step the GPU idles for no reason the trace shows (no data
+#: wait, sync or launch ends it), the verdict says unknown rather than guess.
+UNEXPLAINED_IDLE_SHARE = 0.50
+#: When half the step is time no source could attribute (a CPU-only nsys capture holds only NVTX
+#: ranges), calling the run "balanced" would be a guess: the verdict is unknown instead.
+UNATTRIBUTED_SHARE = 0.50
+#: In the runner's trials, the DataLoader alone or the model alone is the limit when the other
+#: runs at least this much faster on its own; closer than that both matter and neither is named.
+TRIAL_LIMIT_RATIO = 1.5
+# Which limit (in the runner's trials' terms) each profiler verdict points at: the synthetic
+# trial runs the whole model step, so launch overhead and communication count as the model's.
+VERDICT_LIMIT = {"loader-bound": "loader", "compute-bound": "compute",
+                  "host-bound": "compute", "communication-bound": "compute",
+                  "sync-bound": "compute"}
+_LIMIT_VERDICT: dict[str, Verdict] = {"loader": "loader-bound", "compute": "compute-bound"}
+#: The finding that explains each verdict: it leads the run's findings, whatever its severity.
+VERDICT_FINDINGS: dict[str, str] = {
+    "loader-bound": "LOADER_BOUND", "compute-bound": "COMPUTE_BOUND",
+    "communication-bound": "COMM_OVERHEAD", "host-bound": "HOST_LAUNCH_BOUND",
+    "sync-bound": "SYNC_STALL",
+}
+
+
+def trial_limit(trials: Trials | None) -> str | None:
+    """What the runner's trials say limits throughput: "loader" when the model alone runs
+    TRIAL_LIMIT_RATIO times faster than the DataLoader alone, "compute" the other way round,
+    None when they are close or missing."""
+    if trials is None or not trials.io or not trials.synthetic:
+        return None
+    if trials.synthetic >= TRIAL_LIMIT_RATIO * trials.io:
+        return "loader"
+    if trials.io >= TRIAL_LIMIT_RATIO * trials.synthetic:
+        return "compute"
+    return None
+
+
+def trial_sentence(trials: Trials) -> str:
+    """'the DataLoader alone delivers 1767 samples/s, the model alone 858 (one cached batch),
+    the real loop 652'."""
+    full = f", the real loop {trials.full:.0f}" if trials.full else ""
+    return (f"the DataLoader alone delivers {trials.io:.0f} samples/s, the model alone "
+            f"{trials.synthetic:.0f} (one cached batch){full}")
+
+
+def trial_evidence(trials: Trials | None, limit: str) -> list[Evidence]:
+    """The trials as evidence, when they point at ``limit``."""
+    if trials is None or trial_limit(trials) != limit:
+        return []
+    who = "the DataLoader" if limit == "loader" else "the model"
+    return [Evidence(f"without a profiler, {trial_sentence(trials)}: {who} sets the pace",
+                     "manifest")]
+
+
+def compute_share(m: RunMetrics) -> float | None:
+    """Compute share of the step in the breakdown."""
+    if m.breakdown is None or m.breakdown.step_ns <= 0:
+        return None
+    return m.breakdown.parts_ns["compute"] / m.breakdown.step_ns
+
+
+def loop_ns_without_loader(m: RunMetrics) -> tuple[int, int] | None:
+    """Per step, the DataLoader wait and the rest of the loop (model, copies, Python), ns, from
+    the step breakdown; None when the breakdown does not have both."""
+    if m.breakdown is None or m.dataloader_fraction is None:
+        return None
+    wait = round(m.dataloader_fraction * m.breakdown.step_ns)
+    rest = m.breakdown.step_ns - wait
+    return (wait, rest) if wait > 0 and rest > 0 else None
+
+
+def _gpu_idle_candidates(m: RunMetrics) -> list[Candidate]:
+    """Host-bound and sync-bound from what the GPU's idle time waits for (see IdleCauses)."""
+    idle = m.gpu_idle
+    if idle is None:
+        return []
+    out: list[Candidate] = []
+    launch, sync = idle.share("launch"), idle.share("sync")
+    if launch >= HOST_BOUND_IDLE_SHARE:
+        out.append((launch, HOST_BOUND_IDLE_SHARE, "host-bound",
+                    f"the GPU idles {pct(launch)} of the step until work the CPU launches during "
+                    "the idle time arrives: it waits for the CPU"))
+    if sync >= SYNC_BOUND_IDLE_SHARE:
+        top = m.syncs.calls[0].name if m.syncs is not None and m.syncs.calls else "a sync"
+        out.append((sync, SYNC_BOUND_IDLE_SHARE, "sync-bound",
+                    f"the GPU idles {pct(sync)} of the step after the CPU blocked in {top}, with "
+                    "nothing more queued"))
+    return out
+
+
+def _unexplained_idle(m: RunMetrics) -> tuple[Verdict, str] | None:
+    """Unknown, when the GPU idles most of the step for no reason the trace shows."""
+    idle = m.gpu_idle
+    if idle is None or idle.share("unexplained") < UNEXPLAINED_IDLE_SHARE:
+        return None
+    return "unknown", (f"the GPU idles {pct(idle.share('unexplained'))} of the step, and no "
+                       "DataLoader wait, sync or launch in the trace ends that idle time (CPU "
+                       "work that launches nothing, e.g. compilation, looks like this)")
+
+
+def verdict(m: RunMetrics) -> tuple[Verdict, str]:
+    """The run's bottleneck in one word, with the numbers behind it: the profilers' verdict,
+    supported by the runner's trials when they agree, and taken from the trials when the
+    profilers cannot tell (unknown) or see no dominant part (balanced)."""
+    name, reason = profiler_verdict(m)
+    limit = trial_limit(m.trials)
+    if m.trials is None or limit is None:
+        return name, reason
+    if name in ("unknown", "balanced"):
+        return _LIMIT_VERDICT[limit], (f"without a profiler, {trial_sentence(m.trials)} "
+                                       f"(the runner's trials); the profilers: {reason}")
+    if VERDICT_LIMIT.get(name) == limit:
+        return name, f"{reason}; the runner's unprofiled trials agree"
+    return name, reason
+
+
+Candidate = tuple[float, float, Verdict, str]
+
+
+def _waste_candidates(m: RunMetrics) -> list[Candidate]:
+    """Verdicts whose figure (a share of the step lost to one cause) passed its threshold:
+    (figure, threshold, verdict, reason)."""
+    loader = m.dataloader_fraction or 0.0
+    exposed = m.comm.exposed_fraction if m.comm is not None else 0.0
+    out: list[Candidate] = []
+    if loader >= LOADER_BOUND_FRACTION:
+        out.append((loader, LOADER_BOUND_FRACTION, "loader-bound",
+                    f"{pct(loader)} of step time waits for data"))
+    if exposed >= COMM_BOUND_EXPOSED_FRACTION:
+        out.append((exposed, COMM_BOUND_EXPOSED_FRACTION, "communication-bound",
+                    f"{pct(exposed)} of step time is communication not hidden by compute"))
+    return out + _gpu_idle_candidates(m)
+
+
+def profiler_verdict(m: RunMetrics) -> tuple[Verdict, str]:
+    """The bottleneck the profiles alone show, with the numbers behind it."""
+    if m.steps is None and m.gpu is None:
+        return "unknown", ("no step markers (ProfilerStep, NVTX 'step N', a DataLoader loop "
+                           "line) and no GPU activity in the inputs")
+    candidates = _waste_candidates(m)
+    if candidates:
+        _, _, name, reason = max(candidates, key=lambda c: c[0])
+        return name, reason
+    return _compute_or_balanced(m)
+
+
+def _compute_figure(m: RunMetrics) -> tuple[float, float] | None:
+    """The figure behind compute-bound and its threshold: the GPU's busy share, else the compute
+    share of the step."""
+    if m.gpu is not None and m.gpu.busy_fraction >= COMPUTE_BOUND_BUSY:
+        return m.gpu.busy_fraction, COMPUTE_BOUND_BUSY
+    share = compute_share(m)
+    return (share, COMPUTE_BOUND_SHARE) if share is not None else None
+
+
+def verdict_confidence(m: RunMetrics, name: Verdict) -> tuple[str, float] | None:
+    """How clearly the profilers' verdict stands, as a label and the margin behind it: the
+    smaller of how far its figure is past its threshold and how far ahead of the next candidate
+    it is (shares of the step). None for unknown and balanced, whose reason says why."""
+    candidates = _waste_candidates(m)
+    chosen = next((c for c in sorted(candidates, reverse=True) if c[2] == name), None)
+    if chosen is None and name == "compute-bound" and (figure := _compute_figure(m)):
+        chosen = (figure[0], figure[1], name, "")
+    if chosen is None:
+        return None
+    others = [c[0] for c in candidates if c is not chosen and c[2] != name]
+    margin = min(chosen[0] - chosen[1], chosen[0] - max(others, default=0.0))
+    label = ("high" if margin >= CONFIDENT_MARGIN else
+             "medium" if margin >= CLEAR_MARGIN else "low")
+    return _capped_by_loop(m, name, label), margin
+
+
+def _capped_by_loop(m: RunMetrics, name: Verdict, label: str) -> str:
+    """A loader-bound verdict seen only by line_profiler is no surer than the identification of
+    its DataLoader line (hit counts alone give medium or low)."""
+    found = m.loop_identification
+    if name != "loader-bound" or found is None or set(m.dataloader_fraction_by_origin) != {"lprof"}:
+        return label
+    order = ("low", "medium", "high")
+    return min(label, found.confidence if found.confidence in order else "low", key=order.index)
+
+
+def _compute_or_balanced(m: RunMetrics) -> tuple[Verdict, str]:
+    """Compute-bound when the GPU (or CPU ops) is saturated, else balanced or unknown."""
+    unexplained = _unexplained_idle(m)
+    if unexplained is not None:
+        return unexplained
+    if m.gpu is not None and m.gpu.busy_fraction >= COMPUTE_BOUND_BUSY:
+        return "compute-bound", f"GPU busy {pct(m.gpu.busy_fraction)} of the {m.gpu.span}"
+    share = compute_share(m)
+    if share is not None and share >= COMPUTE_BOUND_SHARE:
+        where = "GPU kernels" if m.gpu is not None else "the model's CPU operators"
+        return "compute-bound", f"{where} take {pct(share)} of step time"
+    if m.steps is None:
+        return "unknown", (f"GPU busy {pct(m.gpu.busy_fraction) if m.gpu else '?'} but no step "
+                           "markers to attribute the idle time")
+    if m.breakdown is None:
+        return "unknown", "steps were found but no source could split the step time"
+    other = m.breakdown.parts_ns["other"] / max(m.breakdown.step_ns, 1)
+    if other >= UNATTRIBUTED_SHARE:
+        return "unknown", (f"{pct(other)} of the step is time {origin_label(m.breakdown.origin)} "
+                           "cannot attribute (no GPU events, CPU operators or source lines)")
+    return "balanced", "no single part of the step dominates"
+
+
+def _profiler_limit(m: RunMetrics) -> str | None:
+    """What the profilers' verdict points at, in the trials' terms ("loader", "compute")."""
+    return VERDICT_LIMIT.get(profiler_verdict(m)[0])
+
+
+@rule("TRIALS", severity=("info",), needs=("manifest", "profiles"))
+def trials_disagree(facts: Facts) -> Finding | None:
+    """The runner's unprofiled trials point at another limit than the profilers."""
+    m = facts.metrics
+    limit, profiled = trial_limit(m.trials), _profiler_limit(m)
+    if m.trials is None or limit is None or profiled is None or limit == profiled:
+        return None
+    name, reason = profiler_verdict(m)
+    origin: Origin = m.breakdown.origin if m.breakdown is not None else (
+        m.steps.origin if m.steps is not None else "manifest")
+    who = {"loader": "the DataLoader", "compute": "the model"}
+    return Finding("TRIALS", "info",
+                   f"The runner's trials point at {who[limit]}, the profilers at "
+                   f"{who[profiled]}.",
+                   [Evidence(f"without a profiler, {trial_sentence(m.trials)}", "manifest"),
+                    Evidence(f"profiled: {name} ({reason})", origin)],
+                   "Profilers slow down what they trace (every operator, every Python line), "
+                   "so the unprofiled trials are the better guide to throughput; compare the "
+                   "step breakdown with a longer profiled run before acting on either.")
+
+
+def find_all(metrics: RunMetrics, ctx: RunContext,
+             run_verdict: Verdict | None = None) -> list[Finding]:
+    """Every run rule that fires: the one explaining ``run_verdict`` first, then most severe
+    first (then by id, for a stable order)."""
+    return run_findings(Facts(metrics, ctx), VERDICT_FINDINGS.get(run_verdict or ""))
