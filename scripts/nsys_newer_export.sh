@@ -8,7 +8,8 @@
 #   SUITE        Debian suite to take the package from (default: experimental, which has
 #                2024.2; trixie and sid have 2023.4)
 #   REPORT       reports to export (default: ../shared/corpus/nsys/*.nsys-rep)
-# then: PROFREPORT_NSYS_NEWER_EXPORTS=SCRATCH_DIR/exports .venv/bin/pytest tests/test_nsys.py
+# then: PROFREPORT_NSYS_NEWER_EXPORTS=SCRATCH_DIR/exports PROFREPORT_NSYS_NEWER_TOOL=<printed>
+#       .venv/bin/pytest tests/test_nsys.py
 # The unpacked package is also linked into ~/.cache/profreport/nsys-tools/ (XDG_CACHE_HOME
 # respected), where profreport looks for the newest nsys to export reports with (a report
 # written by a newer Nsight Systems than the installed one needs it); --nsys PATH overrides.
@@ -51,4 +52,4 @@ for report in "$@"; do
     "$nsys" export --type sqlite --quiet true --force-overwrite true --output "$out" "$report"
     echo "exported $report -> $out"
 done
-echo "PROFREPORT_NSYS_NEWER_EXPORTS=$scratch/exports"
+echo "PROFREPORT_NSYS_NEWER_EXPORTS=$scratch/exports PROFREPORT_NSYS_NEWER_TOOL=$nsys"

@@ -488,3 +488,31 @@ def test_qdrep_report_is_exported_and_read(tmp_path: Path, fixtures_dir: Path,
     qdrep, rep = parse_file(old_name, options), parse_file(original, options)
     assert qdrep.kind == "nsys" and len(qdrep.table("steps")) == len(rep.table("steps")) > 0
     pd.testing.assert_frame_equal(qdrep.table("ranges"), rep.table("ranges"))
+
+
+#: Set to the nsys of a newer Nsight Systems unpacked by scripts/nsys_newer_export.sh.
+NEWER_NSYS_ENV = "PROFREPORT_NSYS_NEWER_TOOL"
+
+
+def test_newest_nsys_found_exports_a_newer_report(tmp_path: Path, fixtures_dir: Path,
+                                                  nsys_available: str,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a newer nsys unpacked into the tools folder, profreport picks it over the one on
+    PATH, and a report that the installed nsys refuses is exported by it."""
+    newer_tool = os.environ.get(NEWER_NSYS_ENV)
+    if not newer_tool:
+        pytest.skip(f"{NEWER_NSYS_ENV} is not set (scripts/nsys_newer_export.sh prints it)")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    place = nsys.default_tools_dir() / "newer" / "target-linux-x64"
+    place.parent.mkdir(parents=True)
+    place.symlink_to(Path(newer_tool).parent)
+    newer_version = nsys.nsys_version(newer_tool)
+    assert nsys.version_key(newer_version) > nsys.version_key(nsys.nsys_version(nsys_available))
+    report = tmp_path / "written-by-newer.nsys-rep"
+    original = fixtures_dir / "loader_heavy" / "nsys.nsys-rep"
+    report.write_bytes(original.read_bytes().replace(b"2022.4.2.1-df9881f",
+                                                     newer_version[:18].encode()))
+    assert nsys.newest_nsys(report) == str(place / "nsys")
+    profile = nsys.parse(report, cache_dir=tmp_path / "cache")
+    assert str(profile.meta.exporter_version).startswith(newer_version.split("-")[0][:6])
+    assert not profile.table("steps").empty
