@@ -24,8 +24,10 @@ from profreport.reports.analysis.results import (
     BREAKDOWN_PARTS,
     Breakdown,
     ComparisonRow,
+    KernelMix,
     RunAnalysis,
     RunMetrics,
+    StepCopies,
     StepStats,
 )
 from profreport.reports.render.html import render_html
@@ -114,8 +116,14 @@ def test_corpus_speedup_is_attributed_to_the_parts_that_add_up(corpus: Path) -> 
     report = analyze_paths([corpus / "kineto" / f"resnet50_num_workers_{n}.pt.trace.json.gz"
                             for n in (0, 4)], AnalyzeOptions())
     row = report.comparison.rows[1]
-    total = row.step_time_ns - report.comparison.rows[0].step_time_ns
-    assert total == 139_748_333 - 174_886_166
+    # The row shows the median step window (warm-up and teardown cannot move it): 176.5 ms ->
+    # 126.9 ms, 1.39x beyond a ±5% band; the attribution splits the mean step, which its parts
+    # add up to.
+    assert (report.comparison.rows[0].step_time_ns, row.step_time_ns) == (176_535_000,
+                                                                          126_893_000)
+    assert row.speedup == pytest.approx(176_535_000 / 126_893_000) and not row.within_noise
+    assert row.noise_fraction < 0.06
+    total = 139_748_333 - 174_886_166
     assert sum(c.delta_ns for c in row.attribution) == total and row.unexplained_ns == 0
     loader = row.attribution[0]
     assert (loader.part, loader.role, loader.before_ns, loader.after_ns) == (
@@ -123,13 +131,21 @@ def test_corpus_speedup_is_attributed_to_the_parts_that_add_up(corpus: Path) -> 
     assert loader.share == pytest.approx(67_878_667 / 35_137_833)
     assert [c.part for c in row.attribution if c.role == "offset"] == [
         "other", "compute", "host_runtime"]
-    assert row.explanation.startswith("Step time fell by 35.1 ms per step (174.9 ms -> 139.7 ms): "
-                                      "DataLoader wait fell 69.4 ms -> 1.5 ms (-67.9 ms, 193% of "
-                                      "the difference); offset by Other grew")
+    assert row.explanation.startswith(
+        "Mean step time fell by 35.1 ms per step (174.9 ms -> 139.7 ms): DataLoader wait fell "
+        "69.4 ms -> 1.5 ms (-67.9 ms, 193% of the difference); offset by Other grew")
+    # Each part judged on its own spread: the DataLoader wait's median fell 70.9 -> 1.3 ms,
+    # far beyond its ±4.8 ms band.
+    assert (loader.median_before_ns, loader.median_after_ns) == (70_911_000, 1_315_000)
+    assert loader.beyond_noise and loader.band_ns < 5_000_000
+    assert "these parts changed: DataLoader wait 70.9 ms -> 1.3 ms (±4.8 ms)" in row.explanation
     data = json.loads(render_json(report))["comparison"]["rows"][1]
     assert data["attribution"][0] == {"part": "dataloader", "before_ms": 69.355,
                                       "after_ms": 1.477, "delta_ms": -67.879,
-                                      "share_of_difference": 1.9318, "role": "driver"}
+                                      "share_of_difference": 1.9318, "role": "driver",
+                                      "median_before_ms": 70.911, "median_after_ms": 1.315,
+                                      "band_ms": data["attribution"][0]["band_ms"],
+                                      "beyond_noise": True}
     assert data["unexplained_ms"] == 0.0
 
 
@@ -144,8 +160,8 @@ def test_a_gain_explained_by_two_parts() -> None:
     assert roles(row) == {"dataloader": ("driver", pytest.approx(2 / 3)),
                           "h2d_copy": ("driver", pytest.approx(1 / 3))}
     assert row.explanation == (
-        "Step time fell by 30.0 ms per step (100.0 ms -> 70.0 ms): DataLoader wait fell 30.0 ms "
-        "-> 10.0 ms (-20.0 ms, 67% of the difference); Host-to-device copy fell 15.0 ms -> "
+        "Mean step time fell by 30.0 ms per step (100.0 ms -> 70.0 ms): DataLoader wait fell "
+        "30.0 ms -> 10.0 ms (-20.0 ms, 67% of the difference); Host-to-device copy fell 15.0 ms -> "
         "5.0 ms (-10.0 ms, 33% of the difference). The DataLoader change (num_workers 0 -> 4, "
         "pin_memory False -> True) and the copy change (pin_memory False -> True) brought the "
         "gain.")
@@ -163,9 +179,10 @@ def test_a_part_that_grew_while_the_step_fell_is_an_offset() -> None:
     assert roles(row) == {"dataloader": ("driver", pytest.approx(68 / 40)),
                           "compute": ("offset", pytest.approx(-28 / 40))}
     assert row.explanation == (
-        "Step time fell by 40.0 ms per step (200.0 ms -> 160.0 ms): DataLoader wait fell 80.0 ms "
-        "-> 12.0 ms (-68.0 ms, 170% of the difference); offset by Compute grew 95.0 ms -> "
-        "123.0 ms (+28.0 ms). The DataLoader change (num_workers 0 -> 8) brought the gain.")
+        "Mean step time fell by 40.0 ms per step (200.0 ms -> 160.0 ms): DataLoader wait fell "
+        "80.0 ms -> 12.0 ms (-68.0 ms, 170% of the difference); offset by Compute grew 95.0 ms -> "
+        "123.0 ms (+28.0 ms). These runs differ in 2 ways at once (amp False -> True; "
+        "num_workers 0 -> 8): the change cannot be credited to any one of them.")
 
 
 def test_a_change_within_noise_names_no_cause() -> None:
@@ -180,9 +197,10 @@ def test_a_change_within_noise_names_no_cause() -> None:
     assert row.within_noise is True and row.speedup == pytest.approx(100 / 98)
     assert row.explanation.startswith("1.02× is within this machine's run-to-run noise")
     assert row.explanation.endswith(
-        "no change can be claimed. In the profiled runs, step time fell by 2.0 ms per step "
+        "no change can be claimed. In the profiled runs, mean step time fell by 2.0 ms per step "
         "(100.0 ms -> 98.0 ms): DataLoader "
-        "wait fell 20.0 ms -> 18.0 ms (-2.0 ms, 100% of the difference).")
+        "wait fell 20.0 ms -> 18.0 ms (-2.0 ms, 100% of the difference). Also different "
+        "between these runs: num_workers 0 -> 2.")
     assert "brought" not in row.explanation
 
 
@@ -195,6 +213,28 @@ def test_a_step_time_from_another_profiler_leaves_a_reported_rest() -> None:
     assert row.unexplained_ns == -30_000_000
     assert sum(c.delta_ns for c in row.attribution) + row.unexplained_ns == -40_000_000
     assert row.explanation == (
-        "Step time fell by 40.0 ms per step (120.0 ms -> 80.0 ms): DataLoader wait fell 20.0 ms "
-        "-> 10.0 ms (-10.0 ms, 25% of the difference); -30.0 ms (75% of the difference) is not "
-        "in the breakdown, whose steps are timed by another profiler than the step time.")
+        "Mean step time fell by 40.0 ms per step (120.0 ms -> 80.0 ms): DataLoader wait fell "
+        "20.0 ms -> 10.0 ms (-10.0 ms, 25% of the difference); -30.0 ms (75% of the difference) "
+        "is not in the breakdown, whose steps are timed by another profiler than the step time.")
+
+
+def test_a_confounded_comparison_lists_what_differs_and_credits_no_one(tmp_path: Path) -> None:
+    """One GPU against four that also moved to fp16 kernels, a fused optimizer and a quarter of
+    the bytes per step, with a num_workers change: every difference is listed and the gain is
+    credited to none of them."""
+    base = run_with_parts("1gpu", {"dataloader": 30, "compute": 70}, knobs={"num_workers": 4})
+    run = run_with_parts("4gpu", {"dataloader": 5, "compute": 20}, knobs={"num_workers": 8})
+    base.world_size, run.world_size = 1, 4
+    for r, reduced, fused, h2d in ((base, 0.0, False, 64 << 20), (run, 0.9, True, 16 << 20)):
+        r.metrics.kernel_mix = KernelMix("kineto", 10**9, reduced, 0.0, 0.1, None, fused)
+        r.metrics.step_copies = StepCopies("kineto", 10, {"HtoD": 1.0}, {}, {"HtoD": h2d},
+                                           {}, {}, 0.0)
+    row = compare_runs([base, run]).rows[1]
+    assert row.confounds == [
+        "num_workers 4 -> 8", "world size 1 -> 4",
+        "fp16/bf16 compute 0.0% -> 90% of compute-kernel time (kernel names)",
+        "optimizer kernels per-tensor -> fused (multi_tensor_apply)",
+        "host-to-device bytes per step 64.0 MiB -> 16.0 MiB (another batch or input)"]
+    assert "These runs differ in 5 ways at once" in row.explanation
+    assert "cannot be credited to any one of them" in row.explanation
+    assert "brought the gain" not in row.explanation

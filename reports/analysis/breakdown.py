@@ -7,6 +7,8 @@ same intervals (:func:`claim`), so the breakdown and the communication figures n
 
 from __future__ import annotations
 
+import numpy as np
+
 from profreport import concepts
 from profreport.model import Profile
 from profreport.reports.analysis import intervals as iv
@@ -37,15 +39,32 @@ def mean_per_step(claims: dict[str, iv.Intervals], windows: StepWindows) -> dict
     return {name: windows.per_step(part) for name, part in claims.items()}
 
 
+def per_step_samples(claims: dict[str, iv.Intervals],
+                     windows: StepWindows) -> dict[str, tuple[int, ...]]:
+    """Each part's ns in every whole step window (the last window left out when it is only its
+    own range, with no fetch after it), ``other`` the rest of the window, ``step`` the window."""
+    whole = windows.count - 1 if windows.count > 2 else windows.count
+    starts, ends = windows.starts[:whole], windows.ends[:whole]
+    lengths = (ends - starts).astype(np.int64)
+    out = {name: np.zeros(whole, np.int64) for name in BREAKDOWN_PARTS}
+    for name, part in claims.items():
+        out[name] = np.asarray(iv.overlap_per_window(part, starts, ends), np.int64)
+    out["other"] = np.maximum(lengths - sum(v for k, v in out.items() if k != "other"), 0)
+    out["step"] = lengths
+    return {name: tuple(int(v) for v in values) for name, values in out.items()}
+
+
 def make_breakdown(origin: Origin, windows: StepWindows, claims: dict[str, iv.Intervals],
                    overlapped_ns: int = 0) -> Breakdown:
-    """A Breakdown whose parts (in BREAKDOWN_PARTS order) add up to the mean window."""
+    """A Breakdown whose parts (in BREAKDOWN_PARTS order) add up to the mean window, with each
+    part's per-step samples."""
     step_ns = windows.total_ns // max(windows.count, 1)
     parts_ns = dict.fromkeys(BREAKDOWN_PARTS, 0)
     parts_ns.update(mean_per_step(claims, windows))
     parts_ns["other"] = max(step_ns - sum(v for k, v in parts_ns.items() if k != "other"), 0)
     return Breakdown(origin=origin, step_ns=step_ns, parts_ns=parts_ns,
-                     comm_overlapped_ns=overlapped_ns)
+                     comm_overlapped_ns=overlapped_ns,
+                     per_step_ns=per_step_samples(claims, windows))
 
 
 def cpu_parts(profile: Profile, windows: StepWindows) -> Parts:

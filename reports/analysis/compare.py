@@ -45,7 +45,7 @@ from profreport.reports.analysis.results import (
     PartRole,
     RunAnalysis,
 )
-from profreport.units import ms, pct
+from profreport.units import ms, nbytes, pct
 
 #: Which knobs act on which part of the step (to name the change that brought a gain).
 PART_KNOBS = {
@@ -71,6 +71,18 @@ NOISE_BLOCKS = 5
 #: A part whose change is under 5% of the step-time difference is summed with the other small
 #: ones instead of named: listing every wobble of a few tenths of a ms would bury the cause.
 PART_SHARE_MIN = 0.05
+#: Host-to-device bytes per step differing by this factor between two runs are another batch
+#: or input (the same training moves the same batch each step): a confound of the comparison.
+BYTES_CONFOUND_RATIO = 1.25
+#: Compute-kernel time in fp16/bf16 crossing this share between two runs is a precision change
+#: (half of it is where findings.AMP_PRESENT_FRACTION calls mixed precision on).
+PRECISION_CONFOUND_SHARE = 0.5
+#: Scales the median absolute deviation to a standard deviation for normally spread samples, so
+#: one warm-up or teardown step cannot widen the spread as it widens the standard deviation.
+MAD_TO_SD = 1.4826
+#: Standard error of a median over that of a mean for normal samples (sqrt(pi/2)): the price of
+#: a centre that one outlying step cannot move.
+MEDIAN_SE_FACTOR = 1.2533
 
 
 @dataclass(frozen=True)
@@ -96,12 +108,52 @@ def block_means(samples: list[int], blocks: int = NOISE_BLOCKS) -> np.ndarray:
     return np.array([chunk.mean() for chunk in np.array_split(values, blocks)])
 
 
+def robust_spread(samples: tuple[int, ...] | list[int]) -> Spread | None:
+    """Median of per-step samples with the standard error a median has (MAD_TO_SD times the
+    median absolute deviation, the sample standard deviation when that is 0, times
+    MEDIAN_SE_FACTOR); None with fewer than two samples."""
+    values = np.asarray(samples, dtype=np.float64)
+    if len(values) < 2:
+        return None
+    median = float(np.median(values))
+    mad = float(np.median(np.abs(values - median)))
+    sd = MAD_TO_SD * mad if mad > 0 else float(values.std(ddof=1))
+    return Spread(median, MEDIAN_SE_FACTOR * sd, len(values))
+
+
+def part_samples(run: RunAnalysis, part: str) -> tuple[int, ...]:
+    """The run's per-step samples of one breakdown part (``step``: the window), warm-up left
+    out; empty without them."""
+    breakdown = run.metrics.breakdown
+    return breakdown.per_step_ns.get(part, ()) if breakdown is not None else ()
+
+
+def step_samples(run: RunAnalysis) -> tuple[int, ...]:
+    """The step windows' per-step samples when the breakdown comes from the run's step source
+    (see step_time_ns: the step time is that source's), else none."""
+    m = run.metrics
+    same = m.breakdown is not None and (m.steps is None or m.steps.origin == m.breakdown.origin)
+    return part_samples(run, "step") if same else ()
+
+
+def typical_step_ns(run: RunAnalysis) -> int | None:
+    """The run's typical step: the median step window (warm-up left out, so one start-up or
+    teardown step cannot move it) when the step source has per-step samples, else
+    step_time_ns."""
+    samples = step_samples(run)
+    return int(np.median(samples)) if samples else step_time_ns(run)
+
+
 def step_spread(run: RunAnalysis) -> Spread | None:
-    """Spread of the run's step samples: the plain run's steps in blocks (see NOISE_BLOCKS), else
-    the step source's statistics; None when neither has two samples."""
+    """Spread of the run's step samples: the plain run's steps in blocks (see NOISE_BLOCKS),
+    else the profiled step windows' median and its robust error (see robust_spread), else the
+    step source's statistics; None when none has two samples."""
     samples = block_means(run.metrics.plain_step_ns)
     if len(samples) >= 2 and samples.mean() > 0:
         return Spread(float(samples.mean()), float(samples.std(ddof=1)), len(samples))
+    robust = robust_spread(step_samples(run))
+    if robust is not None and robust.mean > 0:
+        return robust
     steps = run.metrics.steps
     if steps is None or steps.stdev_ns is None or steps.count < 2 or steps.mean_ns <= 0:
         return None
@@ -116,16 +168,34 @@ def t_quantile(probability: float, df: float) -> float:
             + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * df**3))
 
 
+def welch_half_width(va: float, vb: float, na: int, nb: int,
+                     confidence: float = NOISE_CONFIDENCE) -> float:
+    """Half-width of a Welch t-interval for a difference whose two sides have variances ``va``,
+    ``vb`` (of their estimates) from ``na``, ``nb`` samples (Welch-Satterthwaite degrees of
+    freedom)."""
+    if va + vb == 0:
+        return 0.0
+    df = (va + vb) ** 2 / (va**2 / (na - 1) + vb**2 / (nb - 1))
+    return t_quantile(0.5 + confidence / 2, df) * math.sqrt(va + vb)
+
+
 def noise_band(base: Spread, run: Spread, confidence: float = NOISE_CONFIDENCE) -> float:
     """Half-width of the confidence interval of the ratio of the two means, as a fraction: a
     Welch t-interval on the log of the ratio (the delta method: the log of a mean has the
-    variance of its relative standard error squared), Welch-Satterthwaite degrees of freedom."""
-    va, vb = base.relative_variance, run.relative_variance
-    if va + vb == 0:
-        return 0.0
-    df = (va + vb) ** 2 / (va**2 / (base.count - 1) + vb**2 / (run.count - 1))
-    half = t_quantile(0.5 + confidence / 2, df) * math.sqrt(va + vb)
-    return math.expm1(half)
+    variance of its relative standard error squared)."""
+    return math.expm1(welch_half_width(base.relative_variance, run.relative_variance,
+                                       base.count, run.count, confidence))
+
+
+def part_band_ns(base: RunAnalysis, run: RunAnalysis, part: str) -> tuple[int, int, float] | None:
+    """One breakdown part judged on its own spread: its median per step in the baseline and in
+    the run, and the half-width (ns) of the confidence interval of their difference; None
+    without per-step samples on both sides."""
+    a, b = robust_spread(part_samples(base, part)), robust_spread(part_samples(run, part))
+    if a is None or b is None:
+        return None
+    half = welch_half_width(a.stdev**2 / a.count, b.stdev**2 / b.count, a.count, b.count)
+    return round(a.mean), round(b.mean), half
 
 
 def within_noise(speedup: float, band: float) -> bool:
@@ -157,6 +227,57 @@ def changed_knobs(base: RunAnalysis, run: RunAnalysis) -> dict[str, object]:
     names = sorted(set(base.knobs) | set(run.knobs))
     return {name: {"from": base.knobs.get(name), "to": run.knobs.get(name)}
             for name in names if base.knobs.get(name) != run.knobs.get(name)}
+
+
+def _reduced_share(run: RunAnalysis) -> tuple[float, str] | None:
+    """Share of compute-kernel time in fp16/bf16 and how it was read: the operators' recorded
+    input dtypes when the profile has them, else the kernel names; None when neither."""
+    m = run.metrics
+    precision = m.op_precision
+    if precision is not None and precision.unknown_reason is None and precision.compute_kernel_ns:
+        return precision.share("reduced"), "operator input dtypes"
+    if m.kernel_mix is not None and m.kernel_mix.compute_kernel_ns:
+        return m.kernel_mix.reduced_precision_fraction, "kernel names"
+    return None
+
+
+def _h2d_per_step(run: RunAnalysis) -> int | None:
+    """Host-to-device bytes launched per step, or None when not counted."""
+    copies = run.metrics.step_copies
+    return None if copies is None else copies.bytes_per_step.get("HtoD")
+
+
+def confounds(base: RunAnalysis, run: RunAnalysis) -> list[str]:
+    """Everything that differs between the two runs besides their speed, each as a phrase:
+    changed knobs, world size, the precision of the compute kernels, the optimizer's kernels,
+    the DataLoader's kind, the host-to-device bytes per step (another batch or input)."""
+    out = [f"{name} {change['from']} -> {change['to']}"  # type: ignore[index]
+           for name, change in changed_knobs(base, run).items()]
+    if base.world_size != run.world_size and None not in (base.world_size, run.world_size):
+        out.append(f"world size {base.world_size} -> {run.world_size}")
+    shares = _reduced_share(base), _reduced_share(run)
+    if shares[0] is not None and shares[1] is not None and \
+            (shares[0][0] >= PRECISION_CONFOUND_SHARE) != \
+            (shares[1][0] >= PRECISION_CONFOUND_SHARE):
+        out.append(f"fp16/bf16 compute {pct(shares[0][0])} -> {pct(shares[1][0])} of "
+                   f"compute-kernel time ({shares[1][1]})")
+    mixes = base.metrics.kernel_mix, run.metrics.kernel_mix
+    if mixes[0] is not None and mixes[1] is not None and \
+            mixes[0].fused_optimizer != mixes[1].fused_optimizer:
+        kinds = ["fused (multi_tensor_apply)" if m.fused_optimizer else "per-tensor"
+                 for m in mixes]  # type: ignore[union-attr]
+        out.append(f"optimizer kernels {kinds[0]} -> {kinds[1]}")
+    loaders = base.metrics.loader_in_process, run.metrics.loader_in_process
+    if None not in loaders and loaders[0] != loaders[1] and \
+            "num_workers" not in changed_knobs(base, run):
+        kinds = ["in the training process" if inside else "in worker processes"
+                 for inside in loaders]
+        out.append(f"DataLoader {kinds[0]} -> {kinds[1]} (its spans)")
+    sizes = _h2d_per_step(base), _h2d_per_step(run)
+    if sizes[0] and sizes[1] and max(sizes) / min(sizes) >= BYTES_CONFOUND_RATIO:  # type: ignore[type-var, operator]
+        out.append(f"host-to-device bytes per step {nbytes(sizes[0])} -> {nbytes(sizes[1])} "
+                   "(another batch or input)")
+    return out
 
 
 def breakdown_delta(base: RunAnalysis, run: RunAnalysis) -> dict[str, int]:
@@ -204,7 +325,11 @@ def attribute(base: RunAnalysis, run: RunAnalysis, total_ns: int) -> list[PartCh
         share = delta / total_ns if total_ns else None
         role: PartRole = ("minor" if share is None or abs(share) < PART_SHARE_MIN
                           else "driver" if share > 0 else "offset")
-        changes.append(PartChange(part, a.parts_ns[part], b.parts_ns[part], share, role))
+        own = part_band_ns(base, run, part)
+        changes.append(PartChange(part, a.parts_ns[part], b.parts_ns[part], share, role)
+                       if own is None else
+                       PartChange(part, a.parts_ns[part], b.parts_ns[part], share, role,
+                                  own[0], own[1], own[2], abs(own[1] - own[0]) > own[2]))
     order = {"driver": 0, "offset": 1, "minor": 2}
     return sorted(changes, key=lambda c: (order[c.role], -abs(c.delta_ns), c.part))
 
@@ -233,8 +358,8 @@ def attribution_text(changes: list[PartChange], before_ns: int, after_ns: int,
     it exceeds ``tolerance_ns``."""
     total = after_ns - before_ns
     if total == 0:
-        return f"Step time unchanged at {ms(before_ns)}."
-    head = (f"Step time {'fell' if total < 0 else 'grew'} by {ms(abs(total))} per step "
+        return f"Mean step time unchanged at {ms(before_ns)}."
+    head = (f"Mean step time {'fell' if total < 0 else 'grew'} by {ms(abs(total))} per step "
             f"({ms(before_ns)} -> {ms(after_ns)})")
     drivers = [c for c in changes if c.role == "driver"]
     offsets = [c for c in changes if c.role == "offset"]
@@ -255,7 +380,16 @@ def attribution_text(changes: list[PartChange], before_ns: int, after_ns: int,
 def _credit(base: RunAnalysis, run: RunAnalysis, changes: list[PartChange],
             knobs: dict[str, object]) -> str:
     """The sentence naming the knob change behind the drivers (or core contention behind a
-    compute change), or the knobs that changed when none acts on a driver; '' without knobs."""
+    compute change), or the knobs that changed when none acts on a driver; '' without knobs.
+    When the runs differ in several ways (see confounds) and some of them are not knobs acting
+    on a driver, nothing is credited: the confounds are listed instead."""
+    differ = confounds(base, run)
+    acting = {name for c in changes if c.role == "driver" for name in PART_KNOBS[c.part]
+              if name in knobs}
+    if len(differ) > 1 and any(not any(d.startswith(f"{name} ") for name in acting)
+                               for d in differ):
+        return (f" These runs differ in {len(differ)} ways at once ({'; '.join(differ)}): the "
+                "change cannot be credited to any one of them.")
     for change in changes:
         if change.role != "minor":
             contention = _core_contention(base, run, change.part, knobs)
@@ -286,8 +420,22 @@ def explain(base: RunAnalysis, run: RunAnalysis, knobs: dict[str, object],
     changes = attribute(base, run, (after or 0) - (before or 0))
     if not changes or before is None or after is None:
         return "No breakdown on both sides: the step time alone is compared."
-    text = attribution_text(changes, before, after, tolerance_ns)
+    text = attribution_text(changes, before, after, tolerance_ns) + beyond_spread_text(changes)
     return text + _credit(base, run, changes, knobs) if causal else text
+
+
+def beyond_spread_text(changes: list[PartChange]) -> str:
+    """The sentence naming the parts whose median per step moved beyond their own spread (each
+    judged on its own step-to-step spread, warm-up left out); '' when none did or none can be
+    judged."""
+    moved = [c for c in changes if c.beyond_noise and c.median_before_ns is not None
+             and c.median_after_ns is not None and c.band_ns is not None]
+    if not moved:
+        return ""
+    said = "; ".join(f"{PART_LABELS[c.part]} {ms(c.median_before_ns)} -> "  # type: ignore[arg-type]
+                     f"{ms(c.median_after_ns)} (±{ms(c.band_ns)})" for c in moved)  # type: ignore[arg-type]
+    return (f" Judged each on its own step-to-step spread (median per step, "
+            f"{NOISE_CONFIDENCE:.0%} band), these parts changed: {said}.")
 
 
 def _ratio_text(ratio: float) -> str:
@@ -351,8 +499,9 @@ def _in_profiled_runs(base: RunAnalysis, run: RunAnalysis, knobs: dict[str, obje
 
 
 def _row(base: RunAnalysis, run: RunAnalysis) -> ComparisonRow:
-    """One run's row against the baseline (speedup and noise: see the module docstring)."""
-    base_step, step = step_time_ns(base), step_time_ns(run)
+    """One run's row against the baseline (speedup and noise: see the module docstring); the
+    step time shown and its ratio are the typical (median) step, warm-up left out."""
+    base_step, step = typical_step_ns(base), typical_step_ns(run)
     base_tp, tp = base.metrics.throughput_samples_per_s, run.metrics.throughput_samples_per_s
     knobs = changed_knobs(base, run)
     delta = breakdown_delta(base, run)
@@ -360,19 +509,25 @@ def _row(base: RunAnalysis, run: RunAnalysis) -> ComparisonRow:
     throughput_gain = tp / base_tp if tp and base_tp else None
     speedup = throughput_gain if throughput_gain is not None else step_speedup
     explanation, band, noise = "baseline", None, None
-    total = (step or 0) - (base_step or 0)
-    changes = attribute(base, run, total) if base_step and step else []
+    mean_base, mean_run = step_time_ns(base), step_time_ns(run)
+    total = (mean_run or 0) - (mean_base or 0)
+    changes = attribute(base, run, total) if mean_base and mean_run else []
     if run is not base:
         band = _noise(base, run, speedup)
         noise = None if band is None else within_noise(speedup, band)  # type: ignore[arg-type]
         explanation = _row_explanation(base, run, knobs, (throughput_gain, step_speedup), band,
                                        noise)
+        unsaid = [d for d in confounds(base, run) if d not in explanation
+                  and not (d.split(" ")[0] in knobs and d.split(" ")[0] in explanation)]
+        if unsaid:
+            explanation += f" Also different between these runs: {'; '.join(unsaid)}."
     return ComparisonRow(
         name=run.name, step_time_ns=step, throughput_samples_per_s=tp, speedup=speedup,
         throughput_gain=throughput_gain, breakdown_delta_ns=delta, changed_knobs=knobs,
         explanation=explanation, step_speedup=step_speedup,
         speedup_basis="throughput" if throughput_gain is not None else "step time",
         within_noise=noise, noise_fraction=band, attribution=changes,
+        confounds=confounds(base, run) if run is not base else [],
         unexplained_ns=unexplained_ns(changes, total))
 
 

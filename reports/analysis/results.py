@@ -179,6 +179,9 @@ class Breakdown:
     parts_ns: dict[str, int]
     #: Communication hidden under compute (not a part: compute already claims it).
     comm_overlapped_ns: int = 0
+    #: Each part's ns in every whole step window, and ``step`` the window (for robust
+    #: comparisons); empty when the source splits no window (line_profiler).
+    per_step_ns: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -265,6 +268,9 @@ class SyncCall:
     outside_ns: int
     #: The longest call inside the step windows: its start and end, ns.
     longest: tuple[int, int] | None = None
+    #: Fewest and most GPU operations queued or running when a call inside the step windows
+    #: began (launched before it by correlation id, not yet finished): the work it waited for.
+    queued: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -693,6 +699,13 @@ class PartChange:
     #: offset: a part that grew while the step fell, or fell while it grew).
     share: float | None
     role: PartRole
+    #: The part judged on its own step-to-step spread: its median per step before and after,
+    #: the half-width of the confidence interval of their difference (compare.part_band_ns),
+    #: and whether the medians differ by more; None without per-step samples on both sides.
+    median_before_ns: int | None = None
+    median_after_ns: int | None = None
+    band_ns: float | None = None
+    beyond_noise: bool | None = None
 
     @property
     def delta_ns(self) -> int:
@@ -731,6 +744,10 @@ class ComparisonRow:
     #: Step-time difference the breakdown parts do not account for (the step time and the
     #: breakdown come from different sources), ns per step; None without a breakdown.
     unexplained_ns: int | None = None
+    #: What else differs between the runs (knobs, world size, precision, optimizer kernels,
+    #: DataLoader kind, bytes per step), see compare.confounds; a gain is credited to no single
+    #: one when there are several.
+    confounds: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

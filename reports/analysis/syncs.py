@@ -38,13 +38,30 @@ def blocking(profile: Profile) -> pd.DataFrame:
     return concepts.blocking_calls(profile.table("runtime"), profile.table("memcpy"))
 
 
+def queued_at(profile: Profile, times: np.ndarray) -> np.ndarray:
+    """How many GPU operations (kernels, copies, memsets) were queued or running at each time:
+    launched before it (the launch call joined by correlation id) and not yet finished."""
+    tables = [t for t in gpu_tables(profile) if not t.empty]
+    if not tables:
+        return np.zeros(len(times), np.int64)
+    rows = pd.DataFrame({column: np.concatenate([t[column].to_numpy(np.int64) for t in tables])
+                         for column in ("correlation", "start", "end")}, copy=False)
+    launched = np.sort(launch_times(profile, rows))
+    ended = np.sort(rows["end"].to_numpy(np.int64))
+    # Work that ended by t was launched before t, so the difference counts the pending work.
+    return (np.searchsorted(launched, times, side="left")
+            - np.searchsorted(ended, times, side="right")).clip(min=0)
+
+
 def sync_stats(profile: Profile, windows: StepWindows) -> SyncStats | None:
-    """Blocking calls per step inside the step windows, by call; the rest apart."""
+    """Blocking calls per step inside the step windows, by call, with the GPU work queued when
+    each began; the rest apart."""
     calls = blocking(profile)
     if calls.empty:
         return None
-    calls = calls.assign(ns=calls["end"] - calls["start"],
-                         inside=windows.index_of(calls["start"].to_numpy(np.int64)) >= 0)
+    starts = calls["start"].to_numpy(np.int64)
+    calls = calls.assign(ns=calls["end"] - calls["start"], queued=queued_at(profile, starts),
+                         inside=windows.index_of(starts) >= 0)
     inside, outside = calls[calls["inside"]], calls[~calls["inside"]]
     rows = []
     for label in calls["label"].unique():
@@ -54,7 +71,9 @@ def sync_stats(profile: Profile, windows: StepWindows) -> SyncStats | None:
                              ns_per_step=int(mine["ns"].sum()) // windows.count,
                              outside_calls=len(theirs), outside_ns=int(theirs["ns"].sum()),
                              longest=None if longest is None else
-                             (int(longest["start"]), int(longest["end"]))))
+                             (int(longest["start"]), int(longest["end"])),
+                             queued=None if mine.empty else
+                             (int(mine["queued"].min()), int(mine["queued"].max()))))
     rows.sort(key=lambda call: (-call.ns_per_step, -call.outside_ns, call.name))
     blocked = windows.covered(iv.union_of([inside]))
     return SyncStats(origin=profile.kind, calls=rows, ns_per_step=blocked // windows.count,

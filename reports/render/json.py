@@ -227,6 +227,7 @@ def comparison_json(c: Comparison | None) -> dict[str, Any] | None:
         "speedup": None if r.speedup is None else round(r.speedup, 4),
         "speedup_basis": r.speedup_basis,
         "step_speedup": None if r.step_speedup is None else round(r.step_speedup, 4),
+        "confounds": r.confounds,
         "throughput_gain": None if r.throughput_gain is None else round(r.throughput_gain, 4),
         "breakdown_delta_ms": {k: _ms(v) for k, v in r.breakdown_delta_ns.items()},
         "changed_knobs": r.changed_knobs, "explanation": r.explanation,
@@ -234,7 +235,10 @@ def comparison_json(c: Comparison | None) -> dict[str, Any] | None:
         "noise_fraction": None if r.noise_fraction is None else round(r.noise_fraction, 4),
         "attribution": [{"part": a.part, "before_ms": _ms(a.before_ns), "after_ms": _ms(a.after_ns),
                          "delta_ms": _ms(a.delta_ns), "role": a.role,
-                         "share_of_difference": None if a.share is None else round(a.share, 4)}
+                         "share_of_difference": None if a.share is None else round(a.share, 4),
+                         "median_before_ms": _ms(a.median_before_ns),
+                         "median_after_ms": _ms(a.median_after_ns), "band_ms": _ms(a.band_ns),
+                         "beyond_noise": a.beyond_noise}
                         for a in r.attribution],
         "unexplained_ms": _ms(r.unexplained_ns),
     } for r in c.rows]}

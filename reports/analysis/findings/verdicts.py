@@ -13,6 +13,7 @@ from profreport.reports.analysis.results import (
     Finding,
     Origin,
     RunMetrics,
+    SyncCall,
     Trials,
     Verdict,
     origin_label,
@@ -122,11 +123,24 @@ def _gpu_idle_candidates(m: RunMetrics) -> list[Candidate]:
                     f"the GPU idles {pct(launch)} of the step until work the CPU launches during "
                     "the idle time arrives: it waits for the CPU"))
     if sync >= SYNC_BOUND_IDLE_SHARE:
-        top = m.syncs.calls[0].name if m.syncs is not None and m.syncs.calls else "a sync"
+        call = m.syncs.calls[0] if m.syncs is not None and m.syncs.calls else None
         out.append((sync, SYNC_BOUND_IDLE_SHARE, "sync-bound",
-                    f"the GPU idles {pct(sync)} of the step after the CPU blocked in {top}, with "
-                    "nothing more queued"))
+                    f"the GPU idles {pct(sync)} of the step after the CPU blocked in "
+                    f"{call.name if call is not None else 'a sync'}{_queued_text(call)}"))
     return out
+
+
+def _queued_text(call: SyncCall | None) -> str:
+    """What the blocking call waited for: the GPU work queued when it began (launch and work
+    joined by correlation id), then nothing more until the CPU was released."""
+    if call is None or call.queued is None:
+        return ""
+    low, high = call.queued
+    if high == 0:
+        return ", with nothing queued on the GPU when it began"
+    count = f"{low:,}" if low == high else f"{low:,}–{high:,}"
+    return (f", which waited for the {count} GPU operations queued before it; once they ran "
+            "the GPU had nothing more until the CPU, released, launched again")
 
 
 def _unexplained_idle(m: RunMetrics) -> tuple[Verdict, str] | None:
