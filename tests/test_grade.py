@@ -137,11 +137,13 @@ def hostile_tar(path: Path, fixtures_dir: Path) -> None:
 
 
 def speedup_credit(baseline: Path, optimized: Path) -> tuple[float, float]:
-    """The step speedup of ``optimized`` over ``baseline`` as the analysis measures it, and the
-    points RUBRIC's speedup check gives it (4, partial from 1.0x to full at 1.2x): the figures
-    the fixtures hold, whatever machine regenerated them."""
+    """The speedup of ``optimized`` over ``baseline`` as the analysis measures it (unprofiled
+    samples/s when both have the runner's manifest), and the points RUBRIC's speedup check gives
+    it (4, partial from 1.0x to full at 1.2x; none within noise): the figures the fixtures hold,
+    whatever machine regenerated them."""
     report = analyze_paths([baseline, optimized], AnalyzeOptions())
-    speedup = report.comparison.rows[1].step_speedup
+    row = report.comparison.rows[1]
+    speedup = 1.0 if row.within_noise else row.speedup
     return speedup, 4 * min(max((speedup - 1.0) / 0.2, 0.0), 1.0)
 
 
@@ -279,7 +281,7 @@ def test_feedback_says_what_was_measured(graded: tuple, fixtures_dir: Path) -> N
     assert "loader tuning" in page and f"{10 + points:g} / 14" in page
 
 
-def test_summary_and_lms(graded: tuple) -> None:
+def test_summary_and_lms(graded: tuple, fixtures_dir: Path) -> None:
     out, _, _, _ = graded
     summary = (out / "summary.html").read_text()
     assert "class summary" in summary and "notes.txt" in summary
@@ -287,13 +289,15 @@ def test_summary_and_lms(graded: tuple) -> None:
     assert "Identical profiles" in summary and "good, mallory" in summary
     groups = json.loads((out / "gradebook.json").read_text())["summary"]["duplicates"]
     # dana's copy differs in bytes from carl's and mallory's, not in what the profiler recorded.
-    assert {"students": ["carl", "dana", "mallory"], "what": "same step timings and timestamps: "
+    assert {"students": ["carl", "dana", "mallory"], "what": "same recorded step and operator "
+            "timings (timestamps aside): "
             "carl run baseline, dana run baseline, mallory run optimized"} in groups
     assert not any("dana" in g["students"] and "content" in g["what"] for g in groups)
     rows = list(csv.reader((out / "gradebook-canvas.csv").open()))
     assert rows[0][:5] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
     assert rows[1][0] == "Points Possible" and rows[1][-1] == "14.0"
-    assert ["good", "", "", "good", "", "10.0"] in rows
+    _, points = speedup_credit(fixtures_dir / "loader_heavy", fixtures_dir / "compute_heavy")
+    assert ["good", "", "", "good", "", f"{10 + points:.1f}"] in rows
 
 
 def test_rerun_reuses_unchanged_and_regrades_changed(tmp_path: Path, fixtures_dir: Path) -> None:
@@ -383,7 +387,8 @@ def test_cli_grade_and_rubric_error_line(tmp_path: Path, fixtures_dir: Path,
     rubric.write_text(RUBRIC)
     assert main(["grade", str(subs), "--rubric", str(rubric), "--out", str(tmp_path / "out"),
                  "--jobs", "1"]) == 0
-    assert "a: 10/14 ok" in capsys.readouterr().out
+    _, points = speedup_credit(fixtures_dir / "loader_heavy", fixtures_dir / "compute_heavy")
+    assert f"a: {10 + points:g}/14 ok" in capsys.readouterr().out
     assert stat.S_ISREG(os.stat(tmp_path / "out" / "gradebook.csv").st_mode)
 
 

@@ -56,5 +56,5 @@ def test_newest_of_several_submissions(tmp_path: Path) -> None:
     (result,) = outcome.results
     assert result.notes == ["newest of 2 submissions: alice.zip (not graded: alice)"]
     rows = list(csv.reader((tmp_path / "out" / "gradebook.csv").open(encoding="utf-8")))
-    assert rows[0][-1] == "notes" and rows[1][0] == "alice"
-    assert rows[1][-1] == "newest of 2 submissions: alice.zip (not graded: alice)"
+    assert rows[0][-2:] == ["notes", "flags"] and rows[1][0] == "alice"
+    assert rows[1][-2] == "newest of 2 submissions: alice.zip (not graded: alice)"

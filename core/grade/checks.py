@@ -278,8 +278,10 @@ def check_trains(check: Check, graded: Graded) -> CheckResult:
 
 
 def check_speedup(check: Check, graded: Graded) -> CheckResult:
-    """Baseline step time over candidate step time within the bounds (the comparison's
-    ``step_speedup``, with its noise band); under ``grade --run``, the grader's trials."""
+    """The comparison's speedup within the bounds: the unprofiled throughput ratio (samples/s)
+    when both runs have the runner's manifest, else the profiled step-time ratio scaled to
+    samples by the batch sizes when known; 1.00x within the noise band. Under ``grade --run``,
+    the grader's trials."""
     if graded.fair is not None:
         return check_run_speedup(check, graded.fair)
     assert check.baseline is not None and check.candidate is not None
@@ -290,19 +292,46 @@ def check_speedup(check: Check, graded: Graded) -> CheckResult:
     comparison = compare_runs([base, cand], base.name)
     assert comparison is not None
     base_row, row = comparison.rows
-    if row.step_speedup is None:
+    if row.speedup is None:
         return _credit(check, 0.0, f"The step time of {base.name} or {cand.name} is unknown: "
                        "their profiles have no step markers.", "Profile a few training steps "
                        "(torch.profiler with a schedule, or NVTX ranges per step).")
+    value, basis = row.speedup, _basis(base, cand, row.speedup_basis)
+    steps = (f"A step of {cand.name} takes {display.duration(row.step_time_ns)} against "
+             f"{display.duration(base_row.step_time_ns)} in {base.name}. "
+             if row.step_time_ns and base_row.step_time_ns else "")
+    if row.speedup_basis == "step time" and _batches(base, cand):
+        old, new = _batches(base, cand)  # type: ignore[misc]
+        value *= new / old
     noise = display.noise_mark(row.within_noise, row.noise_fraction)
-    measured = (f"A step of {cand.name} takes {display.duration(row.step_time_ns)} against "
-                f"{display.duration(base_row.step_time_ns)} in {base.name}: "
-                f"{display.ratio(row.step_speedup)}"
-                f"{' ' + noise if noise else ''} (needs {_bounds(check)}). {row.explanation}")
+    measured = (f"{steps}{basis}: {display.ratio(value)}{' ' + noise if noise else ''} "
+                f"(needs {_bounds(check)}). {row.explanation}")
     if row.within_noise:
-        measured += " The difference is within run-to-run noise."
-    return _credit(check, _fraction(check, row.step_speedup), measured, _what_to_change(cand),
+        measured += " The difference is within run-to-run noise: counted as 1.00x."
+        value = 1.0
+    return _credit(check, _fraction(check, value), measured, _what_to_change(cand),
                    _verdict_evidence(cand))
+
+
+def _batches(base: RunAnalysis, cand: RunAnalysis) -> tuple[int, int] | None:
+    """The two runs' batch sizes (samples per step) from their manifests, when both are known
+    and differ."""
+    sizes = (base.knobs.get("batch_size"), cand.knobs.get("batch_size"))
+    if all(isinstance(size, int) and size > 0 for size in sizes) and sizes[0] != sizes[1]:
+        return sizes  # type: ignore[return-value]
+    return None
+
+
+def _basis(base: RunAnalysis, cand: RunAnalysis, basis: str) -> str:
+    """What the speedup is the ratio of, in words."""
+    if basis == "throughput":
+        return (f"Samples per second of the unprofiled runs (the runner's manifests), "
+                f"{cand.name} over {base.name}")
+    if _batches(base, cand):
+        old, new = _batches(base, cand)  # type: ignore[misc]
+        return (f"Profiled step time of {base.name} over {cand.name}, x {new}/{old} samples "
+                "per step (samples/s, not steps/s)")
+    return f"Profiled step time of {base.name} over {cand.name} (no manifest with throughput)"
 
 
 CHECKS: dict[str, Callable[[Check, Graded], CheckResult]] = {

@@ -49,11 +49,11 @@ def _csv(rows: list[list[object]]) -> str:
 
 def gradebook_rows(results: list[StudentResult], rubric: Rubric) -> list[list[object]]:
     """Header and one row per student: student, each check, total, max_total, status, error,
-    notes (the newest of several submissions...)."""
+    notes (the newest of several submissions...), flags (signs of forged profiles)."""
     header: list[object] = ["student", *(c.id for c in rubric.checks), "total", "max_total",
-                            "status", "error", "notes"]
+                            "status", "error", "notes", "flags"]
     rows = [[r.student, *(c.points for c in r.checks), r.total, rubric.max_total, r.status,
-             r.error, "; ".join(r.notes)] for r in results]
+             r.error, "; ".join(r.notes), "; ".join(r.flags)] for r in results]
     return [header, *rows]
 
 
@@ -109,7 +109,7 @@ def duplicates(results: list[StudentResult]) -> list[dict[str, object]]:
     groups = [_group("same file content", owners) for owners in same_bytes.values()
               if len(owners) > 1]
     copied = [set(owners) for owners in same_bytes.values()]
-    groups += [_group("same step timings and timestamps", owners)
+    groups += [_group("same recorded step and operator timings (timestamps aside)", owners)
                for owners in same_timing.values()
                if len(owners) > 1 and not any(set(owners) <= group for group in copied)]
     return sorted(groups, key=lambda group: group["students"])  # type: ignore[arg-type,return-value]

@@ -18,6 +18,7 @@ from profreport.grade.checks import Graded, evaluate
 from profreport.grade.execute import load_measured
 from profreport.grade.fair import compare
 from profreport.grade.feedback import render_feedback, render_student_page
+from profreport.grade.forgery import flags
 from profreport.grade.results import GRADEBOOK_SCHEMA, RunSummary, StudentResult
 from profreport.grade.rubric import SUBMISSION_RUN, Rubric, RunSpec
 from profreport.grade.submissions import Submission, content_hash, file_hash, stage, unwrap
@@ -125,7 +126,8 @@ def _grade(job: Job) -> StudentResult:
     runs, failures, shown = _analyse(root, job.layout, moved)
     graded = Graded(runs={run.name: run for run in runs}, failures=failures, shown_paths=shown)
     all_failures = [line for lines in failures.values() for line in lines]
-    fields = {"refused": refused, "failures": all_failures, "content_hash": digest}
+    fields = {"refused": refused, "failures": all_failures, "content_hash": digest,
+              "flags": flags(job.rubric, graded.runs)}
     if not runs:
         error = ("no profile could be read: " + "; ".join(all_failures) if all_failures
                  else "no profiles in the submission")
@@ -240,14 +242,15 @@ def _relative(line: str, root: Path, shown: dict[str, str]) -> str:
     return line.removeprefix("no input could be read: ")
 
 
-def _timing_fingerprint(metrics: RunMetrics, run: RunAnalysis) -> str | None:
-    """A hash of the step timings and first timestamp the profiler recorded; None without."""
+def _timing_fingerprint(metrics: RunMetrics) -> str | None:
+    """A hash of the step timings and the busiest operators' times the profiler recorded, not
+    of any timestamp (a copy with its timestamps shifted keeps it); None without steps."""
     steps = metrics.steps
     if steps is None:
         return None
-    origin = run.timeline.origin_ns if run.timeline else None
+    ops = "|".join(f"{op.name}:{op.count}:{op.total_ns}" for op in metrics.top_ops)
     text = (f"{steps.origin}|{steps.count}|{steps.mean_ns}|{steps.p50_ns}|{steps.p90_ns}|"
-            f"{steps.min_ns}|{steps.max_ns}|{origin}")
+            f"{steps.min_ns}|{steps.max_ns}|{ops}")
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
@@ -264,7 +267,7 @@ def _summary(run: RunAnalysis, graded: Graded) -> RunSummary:
         sources=[(s.kind, graded.shown_paths.get(s.path, s.path)) for s in run.sources],
         finding_ids=[f.id for f in run.findings],
         what_to_change=top.recommendation if top else "",
-        timing_fingerprint=_timing_fingerprint(run.metrics, run),
+        timing_fingerprint=_timing_fingerprint(run.metrics),
         source_missing=_source_missing(run.metrics.lines), notes=run.notes)
 
 

@@ -69,6 +69,8 @@ class StudentResult:
     reused: bool = False
     #: What intake decided (the newest of several submissions), and what ``--run`` measured.
     notes: list[str] = field(default_factory=list)
+    #: Profile-only mode: signs of edited, made-up or unequally taken profiles, with evidence.
+    flags: list[str] = field(default_factory=list)
     #: ``grade --run``: the speedup the grade used, with its spread over trials (None without).
     measured: dict[str, Any] | None = None
 

@@ -1,0 +1,129 @@
+"""Profile-only mode: the gaming attempts of issue 20, each made from the runner's fixtures
+(real traces and manifests), are flagged for the teacher with their evidence."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from profreport.grade import grade_class
+from profreport.grade.results import StudentResult
+from profreport.grade.rubric import example_rubric, parse_rubric
+
+
+def trace_of(run: Path) -> Path:
+    """The torch.profiler trace of a run folder."""
+    return next((run / "trace").glob("*.pt.trace.json.gz"))
+
+
+def edit_trace(run: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    """Rewrite the run's trace with ``change`` applied to its JSON."""
+    path = trace_of(run)
+    data = json.loads(gzip.decompress(path.read_bytes()))
+    change(data)
+    path.write_bytes(gzip.compress(json.dumps(data).encode()))
+
+
+def halve_times(data: dict[str, Any]) -> None:
+    """Every timestamp and duration of the trace halved."""
+    for event in data["traceEvents"]:
+        for key in ("ts", "dur"):
+            if isinstance(event.get(key), int | float):
+                event[key] = event[key] / 2
+
+
+def run_folder(target: Path, fixture: Path, keep: tuple[str, ...] = ("trace",)) -> Path:
+    """A copy of a fixture run folder with its manifest and only the profiles in ``keep``."""
+    target.mkdir(parents=True)
+    shutil.copy(fixture / "manifest.json", target)
+    for name in keep:
+        source = fixture / name
+        (shutil.copytree if source.is_dir() else shutil.copy)(source, target / name)
+    return target
+
+
+def grade(tmp_path: Path, subs: Path) -> dict[str, StudentResult]:
+    """The class graded in profile-only mode with the example rubric, results by student."""
+    rubric = parse_rubric(example_rubric(), tmp_path / "r.toml")
+    outcome = grade_class(subs, rubric, tmp_path / "out")
+    return {result.student: result for result in outcome.results}
+
+
+@pytest.fixture(scope="module")
+def gamed(tmp_path_factory: pytest.TempPathFactory,
+          fixtures_dir: Path) -> dict[str, StudentResult]:
+    """One class of gaming attempts, graded once."""
+    root = tmp_path_factory.mktemp("gamed")
+    subs = root / "subs"
+    heavy, compute = fixtures_dir / "loader_heavy", fixtures_dir / "compute_heavy"
+    # Every time of the optimized trace halved.
+    run_folder(subs / "halver" / "baseline", heavy)
+    edit_trace(run_folder(subs / "halver" / "optimized", heavy), halve_times)
+    # A trace written by hand: ten steps of ProfilerStep annotations, nothing else.
+    run_folder(subs / "forger" / "baseline", heavy)
+    handmade = subs / "forger" / "optimized"
+    handmade.mkdir()
+    events = [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "ts": i * 1000,
+               "dur": 900, "pid": 1, "tid": 1} for i in range(10)]
+    (handmade / "fast.pt.trace.json").write_text(json.dumps({"traceEvents": events}))
+    # The DataLoader's spans deleted from the trace; line_profiler still shows the wait.
+    run_folder(subs / "deleter" / "baseline", heavy)
+    edit_trace(run_folder(subs / "deleter" / "optimized", heavy, ("trace", "train.lprof")),
+               lambda data: data.update(traceEvents=[
+                   e for e in data["traceEvents"] if "DataLoader" not in e.get("name", "")]))
+    # A quarter of the batch: the manifest says so.
+    run_folder(subs / "smaller" / "baseline", heavy)
+    small = run_folder(subs / "smaller" / "optimized", compute)
+    manifest = json.loads((small / "manifest.json").read_text())
+    manifest["knobs"]["batch_size"] = 16
+    (small / "manifest.json").write_text(json.dumps(manifest))
+    # The baseline under two profilers, the optimized run under one.
+    run_folder(subs / "fewer" / "baseline", heavy, ("trace", "train.lprof"))
+    run_folder(subs / "fewer" / "optimized", compute)
+    # Someone else's profiles, every timestamp shifted by an hour.
+    run_folder(subs / "author" / "baseline", heavy)
+    run_folder(subs / "author" / "optimized", compute)
+    run_folder(subs / "copier" / "baseline", heavy)
+    edit_trace(run_folder(subs / "copier" / "optimized", compute), lambda data: [
+        event.update(ts=event["ts"] + 3.6e9) for event in data["traceEvents"] if "ts" in event])
+    return grade(root, subs)
+
+
+def test_halved_times_do_not_move_the_speedup(gamed: dict) -> None:
+    """The speedup comes from the manifests' unprofiled samples/s: a trace whose every time was
+    halved earns what the same run unedited earns (1.00x: the same run twice)."""
+    check = next(check for check in gamed["halver"].checks if check.id == "speedup")
+    assert "Samples per second of the unprofiled runs" in check.measured
+    assert check.points == 0 and "1.00x" in check.measured
+
+
+def test_handmade_trace_is_flagged(gamed: dict) -> None:
+    """A trace without schemaVersion is flagged as made by hand."""
+    assert any("fast.pt.trace.json has no schemaVersion" in f for f in gamed["forger"].flags)
+
+
+def test_deleted_dataloader_events_disagree_with_line_profiler(gamed: dict) -> None:
+    """line_profiler still sees the loader wait the edited trace no longer shows."""
+    (flag,) = [f for f in gamed["deleter"].flags if "disagree on the DataLoader" in f]
+    assert "0.0% of step time waiting" in flag and "on the DataLoader loop line" in flag
+
+
+def test_smaller_batch_and_fewer_profilers_are_flagged(gamed: dict) -> None:
+    """A speedup across another batch, or across other profilers, is flagged."""
+    assert any("batches of 16, baseline on 64" in f for f in gamed["smaller"].flags)
+    assert any("baseline was profiled with kineto, lprof, optimized with kineto" in f
+               for f in gamed["fewer"].flags)
+
+
+def test_shifted_copy_is_found(gamed: dict) -> None:
+    """A copy whose timestamps were shifted is the same recorded timings as its original."""
+    fingerprints = {name: {run.name: run.timing_fingerprint for run in gamed[name].runs}
+                    for name in ("author", "copier")}
+    assert fingerprints["author"]["optimized"] == fingerprints["copier"]["optimized"]
+    assert fingerprints["author"]["baseline"] != fingerprints["author"]["optimized"]
