@@ -207,10 +207,18 @@ def _device_memory(profile: Profile, events: pd.DataFrame) -> DeviceMemory:
         basis=levels.basis, events=len(events),
         peak_allocated=_peak(levels.allocated), peak_reserved=_peak(levels.reserved),
         net_bytes=int(levels.main[-1] - levels.main[0]), reserved_gap_bytes=gap,
-        steps=_step_stats(levels, steps),
+        steps=(stepped := _step_stats(levels, steps)),
+        allocations_per_step=allocations_per_step(stepped),
         largest=_largest(events, profile, int(events["time"].iloc[0])),
         timeline=points, timeline_steps=marks,
         driver_calls_per_step=_driver_calls_per_step(levels, profile, device))
+
+
+def allocations_per_step(steps: list[MemoryStep]) -> float | None:
+    """Allocations per step, over the steps whose memory the recorder saw (a step with no event
+    had the recorder off, torch.profiler stopping inside the last step); None without one."""
+    seen = [step.allocations for step in steps if step.events]
+    return sum(seen) / len(seen) if seen else None
 
 
 def memory_stats(profiles: list[Profile]) -> MemoryStats | None:

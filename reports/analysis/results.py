@@ -858,6 +858,8 @@ class DeviceMemory:
     #: Driver allocations (cudaMalloc/cudaFree, reserved-level changes) per step after the first
     #: step; None when the source cannot tell.
     driver_calls_per_step: float | None = None
+    #: Allocations per step over the steps the recorder saw (see memory.allocations_per_step).
+    allocations_per_step: float | None = None
 
 
 @dataclass(frozen=True)

@@ -268,6 +268,8 @@ def _device_memory(d: DeviceMemory) -> dict[str, Any]:
         "reserved_gap_bytes": d.reserved_gap_bytes,
         "driver_calls_per_step": (None if d.driver_calls_per_step is None
                                   else round(d.driver_calls_per_step, 3)),
+        "allocations_per_step": (None if d.allocations_per_step is None
+                                 else round(d.allocations_per_step, 3)),
         "steps": [{"number": s.number, "peak_allocated_bytes": s.peak_allocated,
                    "peak_reserved_bytes": s.peak_reserved, "start_bytes": s.start_level,
                    "end_bytes": s.end_level, "allocations": s.allocations,
