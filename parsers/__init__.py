@@ -174,7 +174,8 @@ def detect_format(path: Path) -> InputFormat:
     if found is None and path.name.endswith(NSYS_REPORT_SUFFIXES):
         found = FORMATS[0]
     if found is None:
-        what = "a JSON file without traceEvents" if _is_json_object(head) else "unknown content"
+        json = head.data.lstrip()[:1] in (b"{", b"[")
+        what = "a JSON file without traceEvents" if json else "unknown content"
         raise InputError(f"not a profile profreport knows ({what}); it reads: {_KNOWN}", path)
     return found
 
