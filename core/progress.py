@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import TextIO
 
+from profreport.units import nbytes
+
 #: The bar appears only once reading has taken this long, so quick runs stay quiet.
 SHOW_AFTER_S = 1.0
 #: Seconds between two redraws.
@@ -69,15 +71,6 @@ def _offsets(files: set[Path]) -> dict[Path, int]:
     return offsets
 
 
-def _size_text(nbytes: float) -> str:
-    """Bytes in the largest unit that keeps the number under 1024."""
-    for unit in ("B", "KB", "MB", "GB"):
-        if nbytes < 1024 or unit == "GB":
-            return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
-        nbytes /= 1024
-    return f"{nbytes:.1f} TB"
-
-
 class TerminalProgress(ReadProgress):
     """The bar on ``stream``, redrawn by a background thread while files are read."""
 
@@ -129,7 +122,7 @@ class TerminalProgress(ReadProgress):
         share = read / total if total else 0.0
         filled = int(share * BAR_WIDTH)
         return (f"reading [{'#' * filled}{'.' * (BAR_WIDTH - filled)}] "
-                f"{_size_text(read)} / {_size_text(total)}, {len(done & set(sizes))}/"
+                f"{nbytes(read)} / {nbytes(total)}, {len(done & set(sizes))}/"
                 f"{len(sizes)} files, {time.monotonic() - self._started:.0f} s")
 
     def _redraw(self) -> None:

@@ -1,11 +1,23 @@
 """Units for display, written once: durations, shares and byte counts as text.
 
 Times are integer nanoseconds everywhere inside profreport; they become text only here, so a
-finding and a report table never disagree on a unit (bytes are binary: KiB, MiB, GiB).
+finding and a report table never disagree on a unit (bytes are binary: KiB, MiB, GiB). The scale
+factors live here too: code elsewhere that converts a time or a size (JSON milliseconds, chart
+data, a rate per second) divides by these names, never by a literal (tests/test_units.py).
 """
 
 from __future__ import annotations
 
+#: Nanoseconds per microsecond, millisecond and second.
+NS_PER_US = 1_000
+NS_PER_MS = 1_000_000
+NS_PER_S = 1_000_000_000
+#: Bytes per mebibyte and gibibyte.
+MIB = 2**20
+GIB = 2**30
+#: Bytes per decimal megabyte and gigabyte (device memory is sold in GB).
+MB = 10**6
+GB = 10**9
 #: Shown where a figure is unknown (its sources cannot tell).
 MISSING = "—"
 #: Below this many nanoseconds a duration reads better in microseconds (1 ms).
@@ -39,6 +51,26 @@ def ms(ns: float) -> str:
     return f"{ns / 1e6:.1f} ms" if abs(ns) < SECOND_FROM_NS else f"{ns / 1e9:.1f} s"
 
 
+def ms_value(ns: float) -> float:
+    """Nanoseconds as milliseconds rounded to the microsecond: JSON fields and chart data."""
+    return round(ns / NS_PER_MS, 3)
+
+
+def whole_us(ns: int) -> str:
+    """A threshold in whole microseconds: 10_000 -> '10 µs'."""
+    return f"{ns // NS_PER_US} µs"
+
+
+def delta_ms(ns: float | None) -> str:
+    """A change per step in milliseconds whatever its size, so a column reads in one unit."""
+    if ns is None:
+        return MISSING
+    if ns == 0:
+        return "0 ms"
+    digits = 1 if abs(ns) >= MICROSECOND_BELOW_NS else 2
+    return f"{ns / NS_PER_MS:+,.{digits}f} ms"
+
+
 def ordinal(n: int) -> str:
     """2 -> '2nd', 11 -> '11th', 23 -> '23rd'."""
     suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
@@ -48,6 +80,12 @@ def ordinal(n: int) -> str:
 def pct(fraction: float) -> str:
     """A 0..1 share for sentences: 0.1734 -> '17%'; small shares keep a decimal ('0.5%')."""
     return f"{fraction * 100:.1f}%" if abs(fraction) < 0.1 else f"{fraction * 100:.0f}%"
+
+
+def whole_pct(fraction: float) -> str:
+    """A 0..1 share in whole percent, whatever its size: 0.873 -> '87%' (efficiencies, a
+    device's memory)."""
+    return f"{fraction * 100:.0f}%"
 
 
 def percent(fraction: float | None) -> str:
@@ -65,3 +103,17 @@ def nbytes(value: float | None) -> str:
             return f"{size:,.0f} {unit}" if unit == "B" else f"{size:,.1f} {unit}"
         size /= 1024
     return MISSING
+
+
+def memory_size(value: float) -> str:
+    """A device memory size in decimal and binary units: '34.09 GB (31.75 GiB)', or MB (MiB)
+    below one GB (devices are sold in GB, the allocator counts GiB)."""
+    if abs(value) >= GB:
+        return f"{value / GB:.2f} GB ({value / GIB:.2f} GiB)"
+    return f"{value / MB:.1f} MB ({value / MIB:.1f} MiB)"
+
+
+def binary_unit(highest: float) -> tuple[str, int]:
+    """The unit a series of byte counts reaching ``highest`` reads in: GiB from one, else MiB,
+    with its size in bytes."""
+    return ("GiB", GIB) if highest >= GIB else ("MiB", MIB)

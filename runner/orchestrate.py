@@ -49,6 +49,7 @@ from profreport.runner.variants import (
     resolve_variants,
 )
 from profreport.runner.workloads import require_workload
+from profreport.units import NS_PER_S
 
 #: Steps of the Benchy-style io and synthetic trials in the plain launch: fewer than ~15 timed
 #: batches swing by a quarter between identical runs on a busy 2-core machine.
@@ -242,7 +243,7 @@ def record_launch(manifest: Manifest, folder: Path, profiler: str, record: Profi
         manifest.plain_step_ns = [int(ns) for ns in result.get("step_ns", [])]
         steps = len(manifest.plain_step_ns)
         if steps and sum(manifest.plain_step_ns):
-            manifest.throughput_steps_per_s = steps / (sum(manifest.plain_step_ns) / 1e9)
+            manifest.throughput_steps_per_s = steps / (sum(manifest.plain_step_ns) / NS_PER_S)
         manifest.throughput_basis = (f"plain run, rank 0: {steps} timed steps after "
                                      f"{WARMUP_STEPS} warm-up step, x {manifest.world_size} "
                                      "process(es)")

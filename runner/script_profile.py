@@ -44,6 +44,7 @@ from profreport import concepts
 from profreport.fileio import write_text
 from profreport.runner.script_scan import scan_script
 from profreport.runner.train import PROFILER_WAIT, PROFILER_WARMUP
+from profreport.units import NS_PER_S
 
 MODES = ("none", "kernprof", "torch", "nsys")
 #: The decorator name the line-profiling transform adds: one no script defines.
@@ -93,7 +94,7 @@ class StepMarks:
         """What this process saw: steps, their durations after the first, steps/s, loader."""
         ends = self.ends_ns
         step_ns = [later - earlier for earlier, later in zip(ends[:-1], ends[1:], strict=True)]
-        steps_per_s = len(step_ns) / (sum(step_ns) / 1e9) if step_ns and sum(step_ns) else None
+        steps_per_s = len(step_ns) / (sum(step_ns) / NS_PER_S) if step_ns and sum(step_ns) else None
         loader = self.training_loader()
         return {"rank": rank, "world_size": world_size, "steps": len(ends),
                 "step_ns": step_ns, "steps_per_s": steps_per_s,

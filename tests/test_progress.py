@@ -24,12 +24,12 @@ def test_bar_counts_bytes_read_from_an_open_file_and_files_done(tmp_path: Path) 
     try:
         with open(second, "rb", buffering=0) as handle:
             handle.read(400)
-            assert "400 B / 3.9 KB, 0/2 files" in progress.line()
+            assert "400 B / 3.9 KiB, 0/2 files" in progress.line()
         progress.file_done(first)
         # The closed file keeps the furthest offset seen, never falls back to 0.
-        assert "3.3 KB / 3.9 KB, 1/2 files" in progress.line()
+        assert "3.3 KiB / 3.9 KiB, 1/2 files" in progress.line()
         progress.file_done(second)
-        assert progress.line().startswith(f"reading [{'#' * 24}] 3.9 KB / 3.9 KB, 2/2 files")
+        assert progress.line().startswith(f"reading [{'#' * 24}] 3.9 KiB / 3.9 KiB, 2/2 files")
         assert not progress.reading()
     finally:
         progress.close()

@@ -147,7 +147,8 @@ def test_markdown_reads_as_a_comment(all_three: Report) -> None:
 
 def test_display_units_read_in_one_unit() -> None:
     """Deltas stay in ms whatever their size; clauses become sentences; indents are counted."""
-    from profreport.reports.render.display import delta_ms, duration, indent_width, plain, sentence
+    from profreport.reports.render.display import duration, indent_width, plain, sentence
+    from profreport.units import delta_ms
 
     assert [delta_ms(-519_900), delta_ms(11_900_000), delta_ms(0)] == ["-0.52 ms", "+11.9 ms",
                                                                       "0 ms"]

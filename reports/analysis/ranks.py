@@ -29,6 +29,7 @@ from profreport.reports.analysis.results import (
     StepStats,
 )
 from profreport.reports.analysis.steps import step_stats, step_windows
+from profreport.units import NS_PER_MS
 
 #: Ranks whose profile a worker sends back whole without being asked: sources that have no rank,
 #: and rank 0, the lowest rank of a whole job in every launcher (torchrun, srun, mpirun). Any
@@ -158,7 +159,7 @@ def per_rank_step_ms(summaries: Sequence[RankSummary]) -> dict[int, float]:
     out: dict[int, float] = {}
     for summary in sorted(summaries, key=lambda s: s.preference):
         if summary.source.rank is not None and summary.step_stats is not None:
-            out.setdefault(int(summary.source.rank), float(summary.step_stats.mean_ns) / 1e6)
+            out.setdefault(int(summary.source.rank), float(summary.step_stats.mean_ns) / NS_PER_MS)
     return dict(sorted(out.items()))
 
 

@@ -22,8 +22,9 @@ from profreport.reports.analysis.results import (
     Timeline,
     TopItem,
 )
-from profreport.reports.render.display import ns_to_ms, part_label, ratio
+from profreport.reports.render.display import part_label, ratio
 from profreport.text import display_text
+from profreport.units import NS_PER_MS, binary_unit, ms_value, whole_pct
 
 #: Longest name shown on a chart axis or in hover text; the tables show names in full.
 NAME_LIMIT = 60
@@ -142,7 +143,7 @@ def breakdown_figure(runs: list[RunAnalysis]) -> go.Figure | None:
     figure = _figure("Where a step's time goes (mean ms per step)",
                      FRAME_PX + ROW_PX * 2 * len(runs), barmode="stack")
     for part in BREAKDOWN_PARTS:
-        values = [ns_to_ms(run.metrics.breakdown.parts_ns.get(part, 0)) for run in runs]
+        values = [ms_value(run.metrics.breakdown.parts_ns.get(part, 0)) for run in runs]
         figure.add_trace(go.Bar(y=names, x=values, name=part_label(part), orientation="h",
                                 marker_color=PART_COLOURS[part],
                                 hovertemplate="%{x:.2f} ms<extra>" + part_label(part)
@@ -160,8 +161,8 @@ def _segment_frame(timeline: Timeline) -> pd.DataFrame:
         "label": [seg.label for seg in timeline.segments],
         "category": [seg.category for seg in timeline.segments],
     })
-    frame["base_ms"] = (frame["start"] / 1e6).round(3)
-    frame["width_ms"] = ((frame["end"] - frame["start"]) / 1e6).round(3)
+    frame["base_ms"] = (frame["start"] / NS_PER_MS).round(3)
+    frame["width_ms"] = ((frame["end"] - frame["start"]) / NS_PER_MS).round(3)
     frame["lane"] = frame["lane"].map(lambda lane: safe_label(lane_label(lane)))
     frame["label"] = frame["label"].map(safe_label)
     return frame
@@ -196,7 +197,7 @@ def top_items_figure(items: list[TopItem], title: str) -> go.Figure | None:
     what = "self ms" if shown[0].exclusive else "total ms"
     figure = _figure(title, FRAME_PX + ROW_PX * len(shown), xaxis_title=what, showlegend=False)
     figure.add_trace(go.Bar(
-        y=labels, x=[ns_to_ms(item.total_ns) for item in shown], orientation="h",
+        y=labels, x=[ms_value(item.total_ns) for item in shown], orientation="h",
         marker_color="#1f77b4", customdata=[round(item.share * 100, 1) for item in shown],
         hovertemplate="%{y}<br>%{x:.2f} ms, %{customdata}%<extra></extra>"))
     figure.update_yaxes(autorange="reversed", type="category")
@@ -214,9 +215,9 @@ def comm_overlap_figure(run: RunAnalysis) -> go.Figure | None:
         "Communication exposed": (breakdown.parts_ns.get("comm_exposed", 0),
                                   PART_COLOURS["comm_exposed"]),
     }
-    figure = _figure(f"Communication vs compute (overlap {comm.overlap_fraction * 100:.0f}%)",
+    figure = _figure(f"Communication vs compute (overlap {whole_pct(comm.overlap_fraction)})",
                      FRAME_PX + ROW_PX * len(bars), xaxis_title="ms per step", showlegend=False)
-    figure.add_trace(go.Bar(y=list(bars), x=[ns_to_ms(ns) for ns, _ in bars.values()],
+    figure.add_trace(go.Bar(y=list(bars), x=[ms_value(ns) for ns, _ in bars.values()],
                             orientation="h", marker_color=[colour for _, colour in bars.values()],
                             hovertemplate="%{y}: %{x:.2f} ms<extra></extra>"))
     figure.update_yaxes(autorange="reversed")
@@ -255,7 +256,7 @@ def comparison_figure(comparison: Comparison | None) -> go.Figure | None:
     else:
         rows = [row for row in rows if row.step_time_ns is not None]
         title = f"Step time against the baseline ({baseline})"
-        values = [ns_to_ms(row.step_time_ns) for row in rows]
+        values = [ms_value(row.step_time_ns) for row in rows]
         unit = "mean ms per step"
         speedups = [row.step_speedup if row.speedup_basis == "throughput" else row.speedup
                     for row in rows]
@@ -271,11 +272,10 @@ def comparison_figure(comparison: Comparison | None) -> go.Figure | None:
     return figure
 
 
-def _memory_unit(device: DeviceMemory) -> tuple[str, float]:
+def _memory_unit(device: DeviceMemory) -> tuple[str, int]:
     """GiB when the levels reach one, else MiB, with the divisor."""
-    highest = max(abs(value) for point in device.timeline
-                  for value in (point.allocated, point.reserved) if value is not None)
-    return ("GiB", 2**30) if highest >= 2**30 else ("MiB", 2**20)
+    return binary_unit(max(abs(value) for point in device.timeline
+                           for value in (point.allocated, point.reserved) if value is not None))
 
 
 def device_title(device: DeviceMemory) -> str:
@@ -294,7 +294,7 @@ def memory_figure(device: DeviceMemory) -> go.Figure | None:
     axis = unit if device.basis == "absolute" else f"{unit}, {device.basis}"
     figure = _figure(f"Memory of {device_title(device)}, first steps", 340,
                      xaxis_title="ms from the first step's start", yaxis_title=axis)
-    times = [round(point.at_ns / 1e6, 3) for point in device.timeline]
+    times = [ms_value(point.at_ns) for point in device.timeline]
     for name, values, dash, colour in (
             ("allocated", [p.allocated for p in device.timeline], "solid", "#1f77b4"),
             ("reserved", [p.reserved for p in device.timeline], "dash", "#ff7f0e")):
@@ -305,7 +305,7 @@ def memory_figure(device: DeviceMemory) -> go.Figure | None:
             line={"shape": "hv", "dash": dash, "color": colour, "width": 1.5},
             hovertemplate="%{x:.2f} ms: %{y:.3f} " + unit + "<extra>" + name + "</extra>"))
     for start, number in device.timeline_steps:
-        figure.add_vline(x=start / 1e6, line={"color": "#999", "width": 1, "dash": "dot"},
+        figure.add_vline(x=start / NS_PER_MS, line={"color": "#999", "width": 1, "dash": "dot"},
                          annotation_text=f"step {number}", annotation_position="top right")
     if device.total_bytes and device.basis == "absolute":
         figure.add_hline(y=device.total_bytes / divisor, line={"color": "#d62728", "dash": "dash"},
@@ -338,7 +338,7 @@ def scaling_figure(study: ScalingStudy) -> go.Figure | None:
     figure.add_trace(go.Scatter(
         x=processes, y=[p.throughput for p in points], name="measured", mode="lines+markers+text",
         line={"color": "#1f77b4", "width": 3}, marker={"size": 9},
-        text=[f"{p.efficiency * 100:.0f}%" if p.efficiency is not None else "" for p in points],
+        text=[whole_pct(p.efficiency) if p.efficiency is not None else "" for p in points],
         textposition="top center",
         hovertemplate="%{x} processes: %{y:,.1f}, efficiency %{text}<extra>measured</extra>"))
     figure.update_xaxes(type="log", tickvals=processes, ticktext=[str(n) for n in processes])

@@ -19,7 +19,7 @@ from profreport.reports.analysis.results import (
     Trials,
 )
 from profreport.text import elide as elide_text
-from profreport.units import MICROSECOND_BELOW_NS, MISSING, duration, nbytes, ordinal, percent
+from profreport.units import MISSING, duration, nbytes, ordinal, percent
 
 #: Longest name a tooltip holds: the longest real C++ kernel names fit, a hostile one does not.
 TOOLTIP_NAME_LIMIT = 2000
@@ -46,11 +46,6 @@ def part_label(part: str) -> str:
     return PART_LABELS.get(part, part)
 
 
-def ns_to_ms(ns: float) -> float:
-    """Nanoseconds as milliseconds, rounded to the microsecond (keeps chart data small)."""
-    return round(ns / 1e6, 3)
-
-
 def location(at: TraceLocation | None) -> str:
     """Where a piece of evidence lies, for after its sentence: ``rank0.json at 12.3 ms, for
     2.8 ms``; empty without one."""
@@ -64,16 +59,6 @@ def signed_duration(ns: float | None) -> str:
     if ns is None:
         return MISSING
     return ("+" if ns > 0 else "") + duration(ns)
-
-
-def delta_ms(ns: float | None) -> str:
-    """A change per step in milliseconds whatever its size, so a column reads in one unit."""
-    if ns is None:
-        return MISSING
-    if ns == 0:
-        return "0 ms"
-    digits = 1 if abs(ns) >= MICROSECOND_BELOW_NS else 2
-    return f"{ns / 1e6:+,.{digits}f} ms"
 
 
 def sentence(text: str) -> str:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import jinja2
 import markupsafe
 
+from profreport import units
 from profreport.reports.analysis.results import (
     BREAKDOWN_PARTS,
     Finding,
@@ -39,7 +40,7 @@ _FILTERS = {
     "duration": display.duration,
     "location": display.location,
     "signed_duration": display.signed_duration,
-    "delta_ms": display.delta_ms,
+    "delta_ms": units.delta_ms,
     "sentence": display.sentence,
     "source_place": display.source_place,
     "phase_label": display.phase_label,

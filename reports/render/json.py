@@ -33,11 +33,12 @@ from profreport.reports.analysis.results import (
     TraceLocation,
     Trials,
 )
+from profreport.units import NS_PER_S, ms_value
 
 
 def _ms(ns: float | None) -> float | None:
     """Nanoseconds to milliseconds (3 decimals), None stays None."""
-    return None if ns is None else round(ns / 1e6, 3)
+    return None if ns is None else ms_value(ns)
 
 
 def _frac(value: float | None) -> float | None:
@@ -177,7 +178,7 @@ def _top(item: TopItem) -> dict[str, Any]:
 def _line(line: LineItem) -> dict[str, Any]:
     """One line_profiler line."""
     return {"file": line.file, "function": line.function, "lineno": line.lineno,
-            "hits": line.hits, "time_s": round(line.time_ns / 1e9, 6),
+            "hits": line.hits, "time_s": round(line.time_ns / NS_PER_S, 6),
             "share": _frac(line.share), "source": line.source,
             "is_dataloader_loop": line.is_dataloader_loop, "is_sync_point": line.is_sync_point}
 

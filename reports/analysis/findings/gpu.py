@@ -24,7 +24,7 @@ from profreport.reports.analysis.results import (
     Severity,
     TraceLocation,
 )
-from profreport.units import ms, pct
+from profreport.units import ms, pct, whole_us
 
 #: Below half busy the GPU idles more than it works: worth a finding on its own.
 LOW_GPU_BUSY = 0.50
@@ -70,7 +70,7 @@ def host_launch_bound(facts: Facts) -> Finding | None:
                          m.locate(idle.origin, idle.longest_launch_wait)),
                 Evidence(f"{launch.kernels_per_step:.0f} kernels launched per step, "
                          f"{pct(launch.short_kernel_fraction)} shorter than "
-                         f"{launch.short_kernel_ns // 1000} µs; CUDA runtime calls take "
+                         f"{whole_us(launch.short_kernel_ns)}; CUDA runtime calls take "
                          f"{ms(launch.runtime_ns_per_step)} of CPU time per step", launch.origin)]
     if launch.launch_delay_p50_ns is not None:
         evidence.append(Evidence(f"median launch-to-start latency {ms(launch.launch_delay_p50_ns)}",
@@ -244,7 +244,7 @@ def small_batch(facts: Facts) -> Finding | None:
           and m.launch.kernels_per_step >= MANY_KERNELS_PER_STEP
           and (m.dataloader_fraction or 0.0) < LOADER_BOUND_FRACTION):
         evidence = [Evidence(f"{pct(m.launch.short_kernel_fraction)} of kernels are shorter "
-                             f"than {m.launch.short_kernel_ns // 1000} µs and the GPU is busy "
+                             f"than {whole_us(m.launch.short_kernel_ns)} and the GPU is busy "
                              f"{pct(m.gpu.busy_fraction)}", m.launch.origin)]
     else:
         return None

@@ -14,6 +14,7 @@ from profreport.reports.analysis.results import (
     Finding,
     MemoryStats,
 )
+from profreport.units import memory_size, whole_pct
 
 #: Above 90% of the device's memory a longer sequence, a larger image or fragmentation is enough
 #: to run out of memory.
@@ -34,13 +35,6 @@ LEAK_MIN_BYTES = 1 << 20
 CHURN_DRIVER_CALLS_PER_STEP = 1.0
 
 
-def _size(nbytes: float) -> str:
-    """Bytes as decimal and binary gigabytes (or megabytes below one GB)."""
-    if abs(nbytes) >= 1e9:
-        return f"{nbytes / 1e9:.2f} GB ({nbytes / 2**30:.2f} GiB)"
-    return f"{nbytes / 1e6:.1f} MB ({nbytes / 2**20:.1f} MiB)"
-
-
 def _where(device: DeviceMemory) -> str:
     """``rank 1 cuda:0 (Tesla V100)`` for evidence sentences."""
     rank = f"rank {device.rank} " if device.rank is not None else ""
@@ -58,8 +52,9 @@ def _peak_evidence(device: DeviceMemory, fraction: float) -> Evidence:
     what = "reserved" if device.peak_reserved is not None else "allocated"
     basis = "" if device.basis == "absolute" else f" ({device.basis}: a lower bound)"
     total = device.total_bytes or 0
-    return Evidence(f"{_where(device)}: peak {what} {_size(_peak_used(device) or 0)}{basis} of "
-                    f"{_size(total)}, {fraction * 100:.0f}% of the device", device.origin)
+    peak = memory_size(_peak_used(device) or 0)
+    return Evidence(f"{_where(device)}: peak {what} {peak}{basis} of {memory_size(total)}, "
+                    f"{whole_pct(fraction)} of the device", device.origin)
 
 
 def _gpu_fractions(stats: MemoryStats) -> list[tuple[float, DeviceMemory]]:
@@ -80,7 +75,7 @@ def oom_risk(facts: Facts) -> Finding | None:
     fraction, device = max(risky, key=lambda item: item[0])
     return Finding(
         id="MEMORY_OOM_RISK", severity="high",
-        title=f"Memory peaks at {fraction * 100:.0f}% of the device: close to out-of-memory",
+        title=f"Memory peaks at {whole_pct(fraction)} of the device: close to out-of-memory",
         evidence=[_peak_evidence(device, fraction)],
         recommendation="Free room before it runs out: lower the per-process batch size, "
                        "recompute activations in backward (torch.utils.checkpoint on the "
@@ -107,7 +102,7 @@ def _batch_advice(device: DeviceMemory, settings: TrainingSettings) -> str:
     """Which batch would fit and what to do with the learning rate (square-root rule)."""
     if settings.batch_size is None:
         return ("Raise the per-process batch size until the peak nears "
-                f"{TARGET_FILL_FRACTION * 100:.0f}% of the device (the runner did not record "
+                f"{whole_pct(TARGET_FILL_FRACTION)} of the device (the runner did not record "
                 "the batch size, so the fitting size is unknown); scale the learning rate by "
                 "the square root of the batch ratio.")
     batch = settings.batch_size
@@ -120,7 +115,7 @@ def _batch_advice(device: DeviceMemory, settings: TrainingSettings) -> str:
     lr = (f"from {settings.learning_rate:g} to {settings.learning_rate * factor:.3g}"
           if settings.learning_rate is not None else f"by {factor:.2f}")
     return (f"Raise the per-process batch from {batch} to about {fitting} (fills "
-            f"~{TARGET_FILL_FRACTION * 100:.0f}% of the device, counting the fixed weights and "
+            f"~{whole_pct(TARGET_FILL_FRACTION)} of the device, counting the fixed weights and "
             f"optimizer state once), and scale the learning rate {lr} (square-root rule: "
             f"sqrt({fitting}/{batch})); check the loss curve over the first epoch.")
 
@@ -138,7 +133,7 @@ def headroom(facts: Facts) -> Finding | None:
     fraction, device = max(roomy, key=lambda item: item[0])
     return Finding(
         id="MEMORY_HEADROOM", severity="low",
-        title=f"Memory peaks at only {fraction * 100:.0f}% of the device: room for a larger "
+        title=f"Memory peaks at only {whole_pct(fraction)} of the device: room for a larger "
               "batch",
         evidence=[_peak_evidence(device, fraction)],
         recommendation=_batch_advice(device, settings))
@@ -169,8 +164,8 @@ def memory_growth(facts: Facts) -> Finding | None:
         id="MEMORY_GROWTH", severity="high",
         title="Memory grows from step to step: something keeps tensors alive across iterations",
         evidence=[Evidence(f"{_where(device)}: the level at the end of each of {steps} steps is "
-                           f"above the previous one, +{_size(growth)} in all "
-                           f"(+{_size(growth / (steps - 1))} per step); it will run out of "
+                           f"above the previous one, +{memory_size(growth)} in all "
+                           f"(+{memory_size(growth / (steps - 1))} per step); it will run out of "
                            "memory in a long run", device.origin)],
         recommendation="Find what keeps a reference from one step to the next: accumulating "
                        "the loss tensor (total += loss keeps every step's graph; use "
@@ -195,8 +190,8 @@ def allocation_churn(facts: Facts) -> Finding | None:
     if device.steps:
         mean_calls = sum(s.allocations for s in device.steps) / len(device.steps)
         mean_bytes = sum(s.allocated_bytes for s in device.steps) / len(device.steps)
-        evidence.append(Evidence(f"{mean_calls:.0f} allocations of {_size(mean_bytes)} per step "
-                                 "from the framework allocator", device.origin))
+        evidence.append(Evidence(f"{mean_calls:.0f} allocations of {memory_size(mean_bytes)} "
+                                 "per step from the framework allocator", device.origin))
     return Finding(
         id="MEMORY_CHURN", severity="medium",
         title="The allocator goes back to the driver in every step",

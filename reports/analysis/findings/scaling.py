@@ -11,6 +11,7 @@ from profreport.reports.analysis.results import (
     ScalingPoint,
     Severity,
 )
+from profreport.units import ms, whole_pct
 
 #: Below 90% of ideal, scaling loses a tenth of the added hardware: worth explaining (the SC22
 #: tutorial calls 89% good and 78% the thing to fix).
@@ -28,11 +29,6 @@ COMM_GROWTH_SHARE = 0.5
 SUPERLINEAR_EFFICIENCY = 1.10
 
 
-def _ms(ns: float) -> str:
-    """Nanoseconds as milliseconds text."""
-    return f"{ns / 1e6:.1f} ms"
-
-
 def _comm_cause(base: ScalingPoint, point: ScalingPoint,
                 points: list[ScalingPoint], mode: str) -> tuple[Evidence, str] | None:
     """Exposed communication that grew by at least COMM_GROWTH_SHARE of the time lost per step."""
@@ -43,11 +39,11 @@ def _comm_cause(base: ScalingPoint, point: ScalingPoint,
     grown = (point.comm_exposed_ns_per_step or 0) - (base.comm_exposed_ns_per_step or 0)
     if lost <= 0 or grown < COMM_GROWTH_SHARE * lost:
         return None
-    per_point = ", ".join(f"{p.processes} proc: {_ms(p.comm_ns_per_step)} "
-                          f"({_ms(p.comm_exposed_ns_per_step or 0)} exposed)"
+    per_point = ", ".join(f"{p.processes} proc: {ms(p.comm_ns_per_step)} "
+                          f"({ms(p.comm_exposed_ns_per_step or 0)} exposed)"
                           for p in points if p.comm_ns_per_step is not None)
     evidence = Evidence(f"communication per step {per_point}; the exposed part grew by "
-                        f"{_ms(grown)} of the {_ms(lost)} each step lost",
+                        f"{ms(grown)} of the {ms(lost)} each step lost",
                         point.profile_origin or "kineto")
     batch = "the per-process batch shrinks as processes are added" if mode == "strong" else (
         "the per-process batch is too small to hide it")
@@ -97,7 +93,7 @@ def _synthetic_cause(base: ScalingPoint, point: ScalingPoint,
         return None
     evidence = Evidence(f"on synthetic data (no loader) {point.processes} processes reach "
                         f"{point.synthetic:.1f} {unit} of an ideal {ideal:.1f} "
-                        f"({efficiency * 100:.0f}%)", "manifest")
+                        f"({whole_pct(efficiency)})", "manifest")
     fix = ("Even without data loading the processes do not add up: give each its own cores "
            "(OMP_NUM_THREADS = cores per process, one process per GPU) or its own node, and "
            "check communication above.")
@@ -130,7 +126,7 @@ def superlinear(facts: Facts) -> Finding | None:
         return None
     base = points[0]
     evidence = [Evidence(
-        f"{best.processes} processes reach {(best.efficiency or 0) * 100:.0f}% of ideal: "
+        f"{best.processes} processes reach {whole_pct(best.efficiency or 0)} of ideal: "
         f"{_per_process(best.throughput, best.processes)} {unit} per process against "
         f"{_per_process(base.throughput, base.processes)} at {base.processes}", "manifest")]
     if base.synthetic is not None and best.synthetic is not None:
@@ -173,7 +169,7 @@ def scaling_efficiency(facts: Facts) -> Finding | None:
                                   _loader_cause(worst, unit), _straggler_cause(worst),
                                   _synthetic_cause(base, worst, unit)) if cause is not None]
     summary = Evidence(f"{worst.processes} processes: {worst.throughput:.1f} {unit} of an "
-                       f"ideal {worst.ideal:.1f} ({(worst.efficiency or 0) * 100:.0f}% "
+                       f"ideal {worst.ideal:.1f} ({whole_pct(worst.efficiency or 0)} "
                        f"efficiency, {mode} scaling)", "manifest" if unit == "samples/s"
                        else base.profile_origin or "kineto")
     fix = " ".join(fix for _, fix in causes) or (
@@ -183,6 +179,6 @@ def scaling_efficiency(facts: Facts) -> Finding | None:
                           else "medium")
     return Finding(id="SCALING_EFFICIENCY", severity=severity,
                    title=f"Scaling breaks at {worst.processes} processes: "
-                         f"{(worst.efficiency or 0) * 100:.0f}% of ideal",
+                         f"{whole_pct(worst.efficiency or 0)} of ideal",
                    evidence=[summary, *(evidence for evidence, _ in causes)],
                    recommendation=fix)
