@@ -126,6 +126,12 @@ def build_parser(run_options: bool = True) -> argparse.ArgumentParser:
                        help="also write the totals as a CSV this LMS imports")
     grade.add_argument("--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
                        help="submissions graded at once (default: the CPU count, %(default)s)")
+    grade.add_argument("--roster", type=Path, metavar="ROSTER.csv",
+                       help="CSV of student (folder or archive name), name, id, sis_user_id, "
+                            "login, section: the LMS identities --lms writes")
+    grade.add_argument("--overrides", type=Path, metavar="OVERRIDES.csv",
+                       help="CSV of student, check, points, comment: the teacher's changes, "
+                            "applied on every regrade (default: OUT/overrides.csv when present)")
     grade.add_argument("--run", action="store_true",
                        help="run each submission's script (the rubric's [run] table) in the "
                             "sandbox, beside the reference, and grade what the grader measured")

@@ -215,7 +215,8 @@ def grade_command(args: argparse.Namespace) -> int:
     check_output_folder(Path(args.out))
     rubric = load_rubric(args.rubric)
     outcome = grade_class(args.submissions, rubric, args.out, workers=args.jobs, lms=args.lms,
-                          run=args.run, slurm=args.slurm,
+                          run=args.run, slurm=args.slurm, roster=args.roster,
+                          overrides=args.overrides,
                           progress=_progress_bar if sys.stderr.isatty() else _no_progress,
                           said=lambda line: print(f"profreport: {line}", file=sys.stderr))
     for result in outcome.results:

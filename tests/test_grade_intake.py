@@ -58,3 +58,39 @@ def test_newest_of_several_submissions(tmp_path: Path) -> None:
     rows = list(csv.reader((tmp_path / "out" / "gradebook.csv").open(encoding="utf-8")))
     assert rows[0][-2:] == ["notes", "flags"] and rows[1][0] == "alice"
     assert rows[1][-2] == "newest of 2 submissions: alice.zip (not graded: alice)"
+
+
+def test_roster_overrides_and_late_penalty(tmp_path: Path) -> None:
+    """The Canvas file carries the roster's LMS ids; the teacher's override and comment are
+    applied on every regrade; a submission two days late loses 2 x 10% of the points."""
+    subs = tmp_path / "subs"
+    for name in ("José Núñez", "bob", "zed"):
+        (subs / name).mkdir(parents=True)
+        (subs / name / "notes.txt").write_text(name)
+        os.utime(subs / name, (1_763_500_000, 1_763_500_000))  # 2025-11-18 21:06 UTC
+    os.utime(subs / "bob", (1_763_700_000, 1_763_700_000))  # 2025-11-21 04:40 UTC
+    rubric = parse_rubric('[assignment]\nname = "hw"\ndeadline = 2025-11-20T00:00:00Z\n'
+                          "late_penalty_per_day = 0.1\n" + RUBRIC, tmp_path / "r.toml")
+    roster = tmp_path / "roster.csv"
+    roster.write_text("student,name,id,sis_user_id,login,section\n"
+                      "José Núñez,\"Núñez, José\",1001,S1,jnunez,A\nbob,Bob B,1002,S2,bob,A\n",
+                      encoding="utf-8")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "overrides.csv").write_text("student,check,points,comment\n"
+                                       "José Núñez,profiled,1,read the notes by hand\n"
+                                       "bob,,,handed in by email\n", encoding="utf-8")
+    for _ in range(2):
+        outcome = grade_class(subs, rubric, out, lms="canvas", roster=roster)
+        results = {r.student: r for r in outcome.results}
+        jose = results["José_Núñez"]
+        assert jose.total == 1 and "Points set by the teacher: 1 (measured 0)" in \
+            jose.checks[0].measured and "read the notes by hand" in jose.checks[0].measured
+        assert results["bob"].penalty == 0.2 and results["bob"].total == 0
+        assert "teacher: handed in by email" in results["bob"].notes
+        assert "2 day(s) late: -0.2 points (10% of 1 per day)" in results["bob"].notes
+    assert all(r.reused for r in outcome.results)
+    rows = list(csv.reader((out / "gradebook-canvas.csv").open(encoding="utf-8")))
+    assert rows[2:] == [["Núñez, José", "1001", "S1", "jnunez", "A", "1.0"],
+                        ["Bob B", "1002", "S2", "bob", "A", "0.0"]]
+    assert "not in the roster: left out of the LMS file" in results["zed"].notes

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from profreport.errors import UsageError
+from profreport.grade.adjust import OVERRIDES_NAME, adjustments, load_overrides, load_roster
 from profreport.grade.execute import RunJob, execute
 from profreport.grade.gradebook import write_gradebook
 from profreport.grade.grader import Job, Layout, failed_result, grade_submission
@@ -107,6 +108,7 @@ def run_submissions(found: list[Submission], rubric: Rubric, layout: Layout, slu
 
 def grade_class(submissions: Path, rubric: Rubric, out: Path, *, workers: int = 1,
                 lms: str | None = None, run: bool = False, slurm: bool = False,
+                roster: Path | None = None, overrides: Path | None = None,
                 progress: Progress = lambda done, total, result: None,
                 said: Callable[[str], None] = lambda line: None) -> ClassOutcome:
     """Grade every submission in ``submissions`` into ``out`` (running each first when
@@ -117,8 +119,10 @@ def grade_class(submissions: Path, rubric: Rubric, out: Path, *, workers: int = 
     out.mkdir(parents=True, exist_ok=True)
     if run or slurm:
         run_submissions(found, rubric, layout, slurm, said)
-    jobs = [Job(submission, rubric, layout) for submission in found]
+    changes = load_overrides(overrides or out / OVERRIDES_NAME)
+    jobs = [Job(submission, rubric, layout, adjustments(submission, rubric, changes))
+            for submission in found]
     results = grade_all(jobs, workers, progress)
     shutil.rmtree(layout.staging, ignore_errors=True)
-    written = write_gradebook(out, results, rubric, skipped, lms)
+    written = write_gradebook(out, results, rubric, skipped, lms, load_roster(roster))
     return ClassOutcome(results=results, skipped=skipped, written=written)

@@ -5,6 +5,7 @@ so an interrupted run leaves the previous gradebook or the new one, never half o
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import statistics
@@ -17,6 +18,7 @@ import jinja2
 
 from profreport import __version__
 from profreport.fileio import write_text
+from profreport.grade.adjust import RosterEntry
 from profreport.grade.feedback import GRADE_FILTERS
 from profreport.grade.results import GRADEBOOK_SCHEMA, StudentResult
 from profreport.grade.rubric import Rubric
@@ -57,14 +59,33 @@ def gradebook_rows(results: list[StudentResult], rubric: Rubric) -> list[list[ob
     return [header, *rows]
 
 
-def lms_rows(results: list[StudentResult], rubric: Rubric, lms: str) -> list[list[object]]:
-    """The totals in the CSV layout the LMS imports (Canvas gradebook, Moodle grade import)."""
+def lms_rows(results: list[StudentResult], rubric: Rubric, lms: str,
+             roster: dict[str, RosterEntry] | None = None) -> list[list[object]]:
+    """The totals in the CSV layout the LMS imports (Canvas gradebook, Moodle grade import),
+    each student under the roster's LMS identity (their own name without a roster; left out,
+    and said in their notes, when a roster does not list them)."""
+    people = [(r, _identity(r, roster)) for r in results]
+    listed = [(r, who) for r, who in people if who is not None]
     if lms == "canvas":
         column = f"{rubric.name} ({rubric.max_total:g} points)"
         return [["Student", "ID", "SIS User ID", "SIS Login ID", "Section", column],
                 ["Points Possible", "", "", "", "", rubric.max_total],
-                *[[r.student, "", "", r.student, "", r.total] for r in results]]
-    return [["Username", "Grade"], *[[r.student, r.total] for r in results]]
+                *[[who.name, who.id, who.sis_user_id, who.login, who.section, r.total]
+                  for r, who in listed]]
+    return [["Username", "Grade", "Feedback"],
+            *[[who.login or who.id, r.total, "; ".join(r.notes)] for r, who in listed]]
+
+
+def _identity(result: StudentResult, roster: dict[str, RosterEntry] | None
+              ) -> RosterEntry | None:
+    """The student's LMS identity: the roster's, or their name when there is no roster."""
+    if not roster:
+        return RosterEntry(result.student, login=result.student)
+    entry = roster.get(result.student)
+    if entry is None:
+        result.notes.append("not in the roster: left out of the LMS file")
+        return None
+    return dataclasses.replace(entry, name=entry.name or result.student)
 
 
 @dataclass
@@ -151,8 +172,10 @@ def _environment() -> jinja2.Environment:
 
 
 def write_gradebook(out: Path, results: list[StudentResult], rubric: Rubric,
-                    skipped: list[str], lms: str | None = None) -> list[Path]:
+                    skipped: list[str], lms: str | None = None,
+                    roster: dict[str, RosterEntry] | None = None) -> list[Path]:
     """gradebook.csv, gradebook.json, summary.html (and the LMS CSV); returns the paths."""
+    lms_text = _csv(lms_rows(results, rubric, lms, roster)) if lms is not None else None
     summary = summarize(results, rubric)
     data = {"schema": GRADEBOOK_SCHEMA, "generated_by": f"profreport {__version__}",
             "assignment": rubric.name, "max_total": rubric.max_total,
@@ -167,7 +190,6 @@ def write_gradebook(out: Path, results: list[StudentResult], rubric: Rubric,
                write_text(out / "gradebook.json", json.dumps(data, indent=2, sort_keys=True)
                           + "\n"),
                write_text(out / "summary.html", page)]
-    if lms is not None:
-        written.append(write_text(out / f"gradebook-{lms}.csv",
-                                  _csv(lms_rows(results, rubric, lms))))
+    if lms_text is not None:
+        written.append(write_text(out / f"gradebook-{lms}.csv", lms_text))
     return written

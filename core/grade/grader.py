@@ -14,6 +14,7 @@ from pathlib import Path
 from profreport import __version__
 from profreport.errors import InputError, ProfreportError
 from profreport.fileio import write_text
+from profreport.grade.adjust import Adjustments, apply
 from profreport.grade.checks import Graded, evaluate
 from profreport.grade.execute import load_measured
 from profreport.grade.fair import compare
@@ -67,11 +68,14 @@ class Job:
     submission: Submission
     rubric: Rubric
     layout: Layout
+    #: The teacher's overrides and the lateness of this submission.
+    adjust: Adjustments = Adjustments()
 
 
 def cache_key(job: Job, digest: str) -> str:
     """What a cached result depends on: the submission, the rubric and the grader's version."""
-    text = f"{GRADEBOOK_SCHEMA}|{CACHE_FORMAT}|{__version__}|{job.rubric.digest}|{digest}"
+    text = (f"{GRADEBOOK_SCHEMA}|{CACHE_FORMAT}|{__version__}|{job.rubric.digest}|{digest}|"
+            f"{job.adjust!r}")
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -146,6 +150,7 @@ def _finish(job: Job, key: str, result: StudentResult, graded: Graded) -> Studen
     """Write the student's pages and cache the result."""
     if job.submission.note:
         result.notes.insert(0, job.submission.note)
+    apply(result, job.adjust, job.rubric)
     _write_student(job, result, graded)
     write_text(job.layout.cache / f"{job.submission.student}.json",
                json.dumps({"key": key, "result": result.to_json()}, sort_keys=True))

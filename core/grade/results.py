@@ -74,10 +74,13 @@ class StudentResult:
     #: ``grade --run``: the speedup the grade used, with its spread over trials (None without).
     measured: dict[str, Any] | None = None
 
+    #: Points taken for lateness (adjust.apply).
+    penalty: float = 0.0
+
     @property
     def total(self) -> float:
-        """Points earned over all checks."""
-        return round(sum(check.points for check in self.checks), 3)
+        """Points earned over all checks, less the late penalty."""
+        return max(round(sum(check.points for check in self.checks) - self.penalty, 3), 0.0)
 
     def to_json(self) -> dict[str, Any]:
         """Plain data for the cache and gradebook.json."""

@@ -9,6 +9,7 @@ scanning the text for the table and the key.
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import importlib.resources
 import re
@@ -107,6 +108,10 @@ MIN_TRIALS = 2
 ASSIGNMENT_OPTIONS: dict[str, Option] = {
     "name": Option("a non-empty string", _text),
     "description": Option("a string", lambda v: isinstance(v, str)),
+    "deadline": Option("a TOML date-time (2026-11-20T23:59:00Z)",
+                       lambda v: isinstance(v, datetime.datetime)),
+    "late_penalty_per_day": Option("a fraction between 0 and 1",
+                                   lambda v: _number(v) and 0 <= v <= 1),
 }
 CHECK_OPTIONS: dict[str, Option] = {
     "id": Option("letters, digits, '-', '_' or '.' (at most 64)",
@@ -217,6 +222,9 @@ class Rubric:
     run: RunSpec | None = None
     #: The rubric file (absolute), for the Slurm tasks that read it again.
     source: Path | None = field(default=None, compare=False)
+    #: Late submissions (modified after the deadline) lose this fraction of the points a day.
+    deadline: datetime.datetime | None = None
+    late_penalty_per_day: float = 0.0
 
     @property
     def max_total(self) -> float:
@@ -372,7 +380,8 @@ def parse_rubric(text: str, path: Path) -> Rubric:
     return Rubric(name=assignment.get("name", path.stem), checks=checks,
                   description=assignment.get("description", ""),
                   digest=hashlib.sha256(text.encode()).hexdigest(), run=run,
-                  source=path.resolve())
+                  source=path.resolve(), deadline=assignment.get("deadline"),
+                  late_penalty_per_day=float(assignment.get("late_penalty_per_day", 0.0)))
 
 
 def _fits_mode(reader: _Reader, check: Check, index: int, running: bool) -> None:
