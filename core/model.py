@@ -153,6 +153,17 @@ class ProfileMeta:
     step_span: str | None = None
 
 
+@dataclass(frozen=True)
+class DataLoaderIterators:
+    """What a trace says about the DataLoader: the iterator kind and its ``__next__`` calls."""
+
+    #: ``multi-process`` (worker processes), ``single-process`` (``num_workers=0``), ``both``
+    #: or ``unknown``.
+    workers: str = "unknown"
+    multi_process_next_calls: int = 0
+    single_process_next_calls: int = 0
+
+
 @dataclass
 class KinetoMeta(ProfileMeta):
     """What a torch.profiler trace says besides its events."""
@@ -168,8 +179,7 @@ class KinetoMeta(ProfileMeta):
     base_time_ns: int = -1
     display_time_unit: str | None = None
     trace_name: str | None = None
-    #: The DataLoader iterator kind and its ``__next__`` calls.
-    dataloader: dict[str, Any] = field(default_factory=dict)
+    dataloader: DataLoaderIterators = field(default_factory=DataLoaderIterators)
     #: Trace events read.
     events: int = 0
 

@@ -40,7 +40,7 @@ import pandas as pd
 
 from profreport import concepts
 from profreport.errors import UnsupportedFormatError
-from profreport.model import KinetoMeta, Profile, conform, nothing_recorded
+from profreport.model import DataLoaderIterators, KinetoMeta, Profile, conform, nothing_recorded
 from profreport.parsers.kineto_columns import (
     ACCELERATOR_CATS,
     ANNOTATION_CATS,
@@ -357,7 +357,7 @@ def _distributed(header: dict[str, Any], dropped: Counter[str]) -> dict[str, Any
     return checked
 
 
-def _dataloader_meta(loader: pd.DataFrame) -> dict[str, Any]:
+def _dataloader_meta(loader: pd.DataFrame) -> DataLoaderIterators:
     """What the trace says about the DataLoader: iterator kind and its ``__next__`` calls.
 
     ``_MultiProcessingDataLoaderIter`` means worker processes (their number is not recorded in
@@ -368,8 +368,8 @@ def _dataloader_meta(loader: pd.DataFrame) -> dict[str, Any]:
     single = int(names.str.contains("_SingleProcessDataLoaderIter").sum())
     workers = "multi-process" if multi and not single else (
         "single-process" if single and not multi else ("both" if multi else "unknown"))
-    return {"workers": workers, "multi_process_next_calls": multi,
-            "single_process_next_calls": single}
+    return DataLoaderIterators(workers, multi_process_next_calls=multi,
+                               single_process_next_calls=single)
 
 
 def _dialect(cats: Symbols) -> str:

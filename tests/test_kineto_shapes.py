@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from profreport.executors import ExecutorOptions
+from profreport.model import DataLoaderIterators
 from profreport.parsers import kineto
 from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
 from profreport.reports.analysis.results import RunAnalysis
@@ -225,9 +226,9 @@ def test_dataloader_iterator_kind(corpus: Path) -> None:
     """The DataLoader iterator in the trace says whether worker processes were used."""
     w0 = kineto.parse(corpus / "kineto" / "resnet50_num_workers_0.pt.trace.json.gz")
     w4 = kineto.parse(corpus / "kineto" / "resnet50_num_workers_4.pt.trace.json.gz")
-    assert w0.meta.dataloader["workers"] == "single-process"
-    assert w4.meta.dataloader == {"workers": "multi-process", "multi_process_next_calls": 6,
-                                     "single_process_next_calls": 0}
+    assert w0.meta.dataloader.workers == "single-process"
+    assert w4.meta.dataloader == DataLoaderIterators(
+        "multi-process", multi_process_next_calls=6, single_process_next_calls=0)
 
 
 # --- shapes met in the wild (issue 19, item 7) -------------------------------------------------
@@ -266,7 +267,7 @@ def test_earliest_kineto_format(tmp_path: Path) -> None:
     assert set(steps["origin"]) == {"optimizer"} and len(steps) == 3
     inputs = profile.table("op_inputs")
     assert inputs["input_dims"].iloc[0][:2] == ((32, 3, 224, 224), (64, 3, 7, 7))
-    assert profile.meta.dataloader["workers"] == "single-process"
+    assert profile.meta.dataloader.workers == "single-process"
     assert _analyzed(tmp_path / "2021.pt.trace.json").verdict != "unknown"
 
 
@@ -316,7 +317,7 @@ def test_wild_2021_resnet50_trace(corpus: Path) -> None:
     profile = kineto.parse(corpus / "wild" /
                            "kineto2021_autograd_api_resnet50_nw0_worker0.pt.trace.json.gz")
     assert profile.meta.dialect == "2021" and profile.table("devices").empty
-    assert profile.meta.dataloader["workers"] == "single-process"
+    assert profile.meta.dataloader.workers == "single-process"
     first_conv = profile.table("op_inputs").query("name == 'aten::conv2d'").iloc[0]
     assert first_conv["input_dims"][0] == (32, 3, 224, 224)  # batch 32 of 224x224 images
     assert len(profile.table("kernels")) > 9000 and profile.meta.empty is None
