@@ -51,9 +51,12 @@ def _summary_lines(run: RunAnalysis) -> list[str]:
     m = run.metrics
     lines = [f"{run.name}: {run.verdict} ({run.verdict_reason})"]
     if m.steps is not None:
-        wall = f", wall {ms(m.steps.wall_mean_ns)} per step" if m.steps.wall_mean_ns else ""
-        lines.append(f"  steps: {m.steps.count} × {ms(m.steps.mean_ns)} ({m.steps.origin}"
-                     f"{wall})")
+        wall = (f", {ms(m.steps.wall_mean_ns)} start to next start" if m.steps.wall_mean_ns
+                else "")
+        window = m.shape.step_window if m.shape is not None else None
+        median = f", median window {ms(window.median_ns)}" if window is not None else ""
+        lines.append(f"  steps: {m.steps.count} × {ms(m.steps.mean_ns)} annotated range "
+                     f"({m.steps.origin}{wall}{median})")
     lines += [f"  [{f.severity}] {f.title}" for f in run.findings[:SUMMARY_FINDINGS]]
     if m.top_kernels:
         k = m.top_kernels[0]

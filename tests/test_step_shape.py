@@ -58,6 +58,9 @@ def test_a_trace_of_start_up_only_says_so(tmp_path: Path) -> None:
     assert found.severity == "high" and "start-up only" in found.title
     assert "cudaMalloc ×6, cuDevicePrimaryCtxRetain ×1, cuInit ×1" in found.evidence[0].text
     assert run.metrics.steps.count == 1
+    assert run.verdict_reason.endswith("; but the profile shows start-up only (one step holding "
+                                       "set-up calls), so this is not the steady state of "
+                                       "training")
     data = json.loads(render_json(report))["runs"][0]["metrics"]["step_shape"]
     assert data["warmup"]["startup_only"] is True
 
@@ -80,6 +83,9 @@ def test_a_long_first_step_is_left_out_of_the_per_step_figures(tmp_path: Path) -
     assert run.verdict != "loader-bound"
     found = next(f for f in run.findings if f.id == "STARTUP")
     assert found.severity == "info" and found.title.startswith("Step 0 is start-up")
+    assert warmup.loader_fill == (19_998_000, 98_000)
+    assert found.evidence[1].text.startswith("its DataLoader spans take 20.0 ms against a median "
+                                             "of 98.0 µs in the later steps")
     assert "Start-up | 20.5 ms (step 0, left out of the per-step figures)" in \
         render_markdown(report)
 

@@ -198,6 +198,10 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
     name_verdict, reason = verdict(metrics)
     if profiles and all(p.meta.empty for p in profiles):  # the parsers' fact, never a bottleneck
         name_verdict, reason = "unknown", str(profiles[0].meta.empty)
+    elif metrics.shape is not None and metrics.shape.warmup is not None \
+            and metrics.shape.warmup.only:
+        reason += ("; but the profile shows start-up only (one step holding set-up calls), so "
+                   "this is not the steady state of training")
     confidence = verdict_confidence(metrics, name_verdict)
     job = job_analysis(rank_verdicts(summaries, profiles))
     straggler = _straggler_verdict(job, profiles)

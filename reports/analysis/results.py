@@ -125,6 +125,9 @@ class Warmup:
     setup_calls: dict[str, int]
     #: True when the profile holds no later step: it shows start-up only.
     only: bool
+    #: The DataLoader spans' time in it and their median in the later steps, ns (the workers'
+    #: first fill); None without DataLoader spans.
+    loader_fill: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,8 @@ from profreport.reports.analysis.findings.catalogue import Facts, rule
 from profreport.reports.analysis.results import (
     Evidence,
     Finding,
+    Origin,
+    Warmup,
 )
 from profreport.units import ms
 
@@ -16,6 +18,17 @@ def _calls_text(calls: dict[str, int]) -> str:
     if not calls:
         return "no context, autotuning or allocator call recorded in it"
     return ", ".join(f"{name} ×{count}" for name, count in calls.items())
+
+
+def _fill_evidence(w: Warmup, origin: Origin) -> list[Evidence]:
+    """The DataLoader's first fill, when the start-up step waits longer for its batch than the
+    later steps do."""
+    if w.loader_fill is None or w.loader_fill[0] <= w.loader_fill[1]:
+        return []
+    first, later = w.loader_fill
+    return [Evidence(f"its DataLoader spans take {ms(first)} against a median of {ms(later)} in "
+                     "the later steps: the loader's first fill (worker start-up, first batches)",
+                     origin)]
 
 
 @rule("STARTUP", severity=("high", "info"), needs=("profiles",))
@@ -52,6 +65,6 @@ def startup(facts: Facts) -> Finding | None:
                "The profile begins with start-up before its first step, left out of the "
                "per-step figures."),
         evidence=[Evidence(f"{where}; set-up calls in it: {_calls_text(w.setup_calls)}",
-                           shape.origin, at)],
+                           shape.origin, at)] + _fill_evidence(w, shape.origin),
         recommendation="Nothing to change: start-up (context creation, cuDNN autotuning, the "
                        "allocator growing, the DataLoader's first fill) happens once per process.")
