@@ -3,6 +3,7 @@ why rank verdicts differ, on the project's two-rank gloo fixture and hand-built 
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -202,3 +203,17 @@ def test_ranks_2_and_3_of_4_are_analysed_with_rank_2_detailed(tmp_path: Path) ->
     assert run.metrics.comm.total_ns_per_step == 300_000
     assert run.metrics.steps.count == 5 and run.metrics.breakdown is not None
     assert run.metrics.per_rank_step_ms == {2: 1.1, 3: 0.85}
+
+
+def test_a_real_trace_rewritten_to_rank_3_reads_like_rank_0(corpus: Path, tmp_path: Path) -> None:
+    """The AMD TraceLens trace (rank 0 of 8) with only distributedInfo.rank rewritten to 3 gets
+    the same steps, breakdown and verdict as the original."""
+    source = corpus / "wild" / "tracelens_mi300x_resnet_actckpt_rank0of8.json.gz"
+    document = json.loads(gzip.decompress(source.read_bytes()))
+    document["distributedInfo"]["rank"] = 3
+    rank3 = tmp_path / "rank3.json"
+    rank3.write_text(json.dumps(document))
+    original, moved = (analyze_paths([p], AnalyzeOptions()).runs[0] for p in (source, rank3))
+    assert moved.sources[0].rank == 3 and moved.verdict == original.verdict
+    assert moved.metrics.steps == original.metrics.steps
+    assert moved.metrics.breakdown.parts_ns == original.metrics.breakdown.parts_ns

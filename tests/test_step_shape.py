@@ -109,3 +109,35 @@ def test_periodic_stalls_are_named_apart_from_the_steady_wait(tmp_path: Path) ->
     assert "step 3 at" in stalls.evidence[0].text and stalls.evidence[0].at is not None
     loader = next(f for f in run.findings if f.id == "LOADER_BOUND")
     assert "of that in stalls" in loader.title and "each step" not in loader.title
+
+
+def test_sc22_stalls_every_second_step(corpus: Path, nsys_available: str) -> None:
+    """The sc22 1-GPU baseline: its 88% DataLoader share is 28 stalls of 1.24-1.61 s, one every
+    2nd step (the longest before step 15, 9.90 s into the capture), over a 0.09 ms median wait at
+    the other 30 step boundaries: said in LOADER_BOUND and DATA_STALLS, not "88% of each step"."""
+    run = analyze_paths([corpus / "nsys" / "sc22_1gpu_baseline.nsys-rep"],
+                        AnalyzeOptions()).runs[0]
+    wait = run.metrics.shape.dataloader_wait
+    assert (wait.count, wait.outlier_count, wait.period) == (58, 28, 2)
+    assert wait.outlier_range_ns[0] > 1_200_000_000 and wait.outlier_range_ns[1] < 1_700_000_000
+    assert wait.steady_ns < 100_000 and wait.outliers[0].number == 15
+    loader = next(f for f in run.findings if f.id == "LOADER_BOUND")
+    assert "each step" not in loader.title and "in stalls" in loader.title
+    assert any("every 2nd step" in e.text for e in loader.evidence)
+    stalls = next(f for f in run.findings if f.id == "DATA_STALLS")
+    assert stalls.title.startswith("The DataLoader wait is stalls, not a steady wait: every 2nd "
+                                   "step stalls")
+
+
+def test_kineto2021_first_iteration_is_named_as_start_up(corpus: Path) -> None:
+    """The January 2021 trace records the first iteration before its first optimizer step
+    (4.49 s, 66 cudaMalloc calls while the allocator grows): STARTUP says so, and the five steps
+    found between optimizer steps stay the per-step figures."""
+    path = corpus / "wild" / "kineto2021_autograd_api_resnet50_nw0_worker0.pt.trace.json.gz"
+    run = analyze_paths([path], AnalyzeOptions()).runs[0]
+    warmup = run.metrics.shape.warmup
+    assert warmup.number is None and warmup.setup_calls == {"cudaMalloc": 66}
+    assert 4_400_000_000 < warmup.duration_ns < 4_600_000_000
+    assert run.metrics.steps.count == 5
+    found = next(f for f in run.findings if f.id == "STARTUP")
+    assert found.severity == "info" and "before the first step" in found.evidence[0].text
