@@ -1,5 +1,7 @@
-"""``profreport run-and-report``: run each variant plain and under each profiler, write its
-manifest as it goes, then analyse the run folders into one report."""
+"""``profreport run-and-report``'s runs: plan them (each variant or script setting, at each
+scaling point), then run each plain and under each profiler into its run folder, writing its
+manifest as it goes, or write one sbatch script per run (``--emit-slurm``). The run folders are
+analysed by the caller (``commands.report_on``), not here."""
 
 from __future__ import annotations
 
@@ -423,39 +425,54 @@ def scaled(name: str, total: int) -> str:
     return f"{name}-np{total}"
 
 
-def run_every(variants: list[Variant], options: RunOptions, started: float,
-              outcomes: list[Outcome]) -> None:
-    """Run each variant (or each script setting), at each scaling point when asked, appending
-    each outcome as it finishes."""
+@dataclass(frozen=True)
+class PlannedRun:
+    """One run run-and-report makes: a variant or a script setting, at one scaling point (of
+    ``total`` processes, with its manifest record) or at none; ``name`` is its run folder's."""
+
+    name: str
+    variant: Variant | None = None
+    setting: ScriptSetting | None = None
+    total: int | None = None
+    point: dict[str, Any] | None = None
+
+
+def plan_runs(variants: list[Variant], options: RunOptions) -> list[PlannedRun]:
+    """Every run, in order: each variant (or each script setting), at each scaling point when
+    asked; UsageError before anything runs when --strong or a point's layout cannot be met."""
     check_strong(options)
-    if options.script is not None:
-        facts = scan_script(options.script)
-        for setting in options.settings:
-            if not options.scaling:
-                outcomes.append(run_script_setting(setting, options, facts, started))
-            for total in options.scaling:
-                point = scaling_point(options, total, setting.name)
-                named = replace(setting, name=scaled(setting.name, total))
-                outcomes.append(run_script_setting(named, point_options(options, point), facts,
-                                                   started, point))
-        return
-    for variant in variants:
-        if not options.scaling:
-            outcomes.append(run_variant(variant, options, started))
-        for total in options.scaling:
-            point = scaling_point(options, total, variant.name)
-            changes = {**variant.changes, "ddp": total > 1}
-            at_point = Variant(scaled(variant.name, total), variant.description, changes)
-            outcomes.append(run_variant(at_point, point_options(options, point), started, point))
+    bases = ([PlannedRun(setting.name, setting=setting) for setting in options.settings]
+             if options.script is not None else
+             [PlannedRun(variant.name, variant=variant) for variant in variants])
+    if not options.scaling:
+        return bases
+    return [replace(base, name=scaled(base.name, total), total=total,
+                    point=scaling_point(options, total, base.name))
+            for base in bases for total in options.scaling]
 
 
-def planned_names(variants: list[Variant], options: RunOptions) -> list[str]:
-    """The run names, in order, that run_every makes."""
-    names = ([setting.name for setting in options.settings] if options.script is not None
-             else [variant.name for variant in variants])
-    if options.scaling:
-        names = [scaled(name, total) for name in names for total in options.scaling]
-    return names
+def run_planned(run: PlannedRun, options: RunOptions, facts: ScriptFacts | None,
+                started: float) -> Outcome:
+    """Run one planned run with its scaling point's options (a variant at a point trains with
+    DDP from two processes on)."""
+    at = point_options(options, run.point) if run.point is not None else options
+    if run.setting is not None:
+        assert facts is not None
+        return run_script_setting(replace(run.setting, name=run.name), at, facts, started,
+                                  run.point)
+    assert run.variant is not None
+    variant = run.variant
+    if run.total is not None:
+        variant = Variant(run.name, variant.description, {**variant.changes, "ddp": run.total > 1})
+    return run_variant(variant, at, started, run.point)
+
+
+def run_every(plan: list[PlannedRun], options: RunOptions, started: float,
+              outcomes: list[Outcome]) -> None:
+    """Run each planned run, appending each outcome as it finishes."""
+    facts = scan_script(options.script) if options.script is not None else None
+    for run in plan:
+        outcomes.append(run_planned(run, options, facts, started))
 
 
 def write_slurm(args: argparse.Namespace, variants: list[Variant], options: RunOptions) -> None:
@@ -484,33 +501,34 @@ def slurm_run_args(args: argparse.Namespace, options: RunOptions) -> list[str]:
     return run_args
 
 
+def _job_args(run: PlannedRun, options: RunOptions) -> tuple[list[str], int, int, bool]:
+    """What one run's job asks run-and-report for (its variant or script setting), its
+    DataLoader workers, its processes per node and whether it spans --nodes."""
+    if run.setting is not None:
+        return (["--script", str(options.script), *run.setting.options],
+                int(dict(run.setting.knobs).get("num_workers", 0)), options.nproc, True)
+    assert run.variant is not None
+    multi = run.variant.multi_process
+    return (["--variants", run.variant.name], run.variant.knobs(options.base_knobs()).num_workers,
+            options.nproc if multi else 1, multi)
+
+
 def slurm_jobs(variants: list[Variant], options: RunOptions) -> list[SlurmJob]:
-    """One job per variant, script setting, or scaling point; each runs run-and-report for
-    itself inside its allocation (so every profiler and the manifest run on every node)."""
-    check_strong(options)
-    if options.script is not None:
-        runs = [(setting.name, ["--script", str(options.script), *setting.options],
-                 int(dict(setting.knobs).get("num_workers", 0)), options.nproc, True)
-                for setting in options.settings]
-        after = ["--", *options.script_args]
-    else:
-        runs = [(variant.name, ["--variants", variant.name],
-                 variant.knobs(options.base_knobs()).num_workers,
-                 options.nproc if variant.multi_process else 1, variant.multi_process)
-                for variant in variants]
-        after = []
+    """One job per planned run (variant, script setting, or scaling point); each runs
+    run-and-report for itself inside its allocation (so every profiler and the manifest run on
+    every node)."""
+    after = ["--", *options.script_args] if options.script is not None else []
     jobs = []
-    for name, run_args, workers, processes, spans_nodes in runs:
-        if not options.scaling:
+    for run in plan_runs(variants, options):
+        run_args, workers, processes, spans_nodes = _job_args(run, options)
+        if run.point is None:
             nodes = options.nodes if spans_nodes else 1
-            jobs.append(SlurmJob(name, [*run_args, "--nproc", str(processes), "--nodes",
-                                        str(nodes), *after], nodes, processes, workers))
-        for total in options.scaling:
-            point = scaling_point(options, total, name)
-            jobs.append(SlurmJob(scaled(name, total),
-                                 [*run_args, "--scaling", str(total), "--nproc",
-                                  str(options.nproc), *after],
-                                 point["nodes"], point["processes_per_node"], workers))
+            jobs.append(SlurmJob(run.name, [*run_args, "--nproc", str(processes), "--nodes",
+                                            str(nodes), *after], nodes, processes, workers))
+        else:
+            jobs.append(SlurmJob(run.name, [*run_args, "--scaling", str(run.total), "--nproc",
+                                            str(options.nproc), *after],
+                                 run.point["nodes"], run.point["processes_per_node"], workers))
     return jobs
 
 
@@ -530,18 +548,19 @@ def run_all(variants: list[Variant], options: RunOptions) -> RunSummary:
     """Run every variant (or script setting); Ctrl-C stops it, and the variant it stopped and
     those not started are listed as failures."""
     started = time.perf_counter()
+    plan = plan_runs(variants, options)
     outcomes: list[Outcome] = []
     interrupted = False
     try:
-        run_every(variants, options, started, outcomes)
+        run_every(plan, options, started, outcomes)
     except KeyboardInterrupt:
         progress(started, "interrupted: reporting on the variants that finished")
         interrupted = True
     failures = [failure for outcome in outcomes for failure in outcome.failures]
     unprofiled = [outcome.folder.name for outcome in outcomes if not outcome.profiled]
     if interrupted:
-        failures += [f"{name}: not finished (interrupted by Ctrl-C)"
-                     for name in planned_names(variants, options)[len(outcomes):]]
+        failures += [f"{run.name}: not finished (interrupted by Ctrl-C)"
+                     for run in plan[len(outcomes):]]
     else:
         progress(started, f"runs done in {options.runs_dir}")
     return RunSummary([outcome.folder for outcome in outcomes], failures, interrupted,

@@ -40,9 +40,11 @@ from profreport.runner.options import add_run_arguments
 from profreport.runner.orchestrate import (
     PLAIN_STEPS_FACTOR,
     RunOptions,
+    plan_runs,
     record_launch,
     run_all,
     run_options,
+    slurm_jobs,
     write_slurm,
 )
 from profreport.runner.script_scan import scan_script
@@ -227,6 +229,30 @@ def test_emit_slurm_scripts_pass_bash_syntax_check(tmp_path: Path,
     driver = (out / "submit_all.sh").read_text()
     assert driver.count("sbatch --parsable") == 4 and "--dependency=afterany:" in driver
     assert f"{sys.executable} -m profreport analyze" in driver
+
+
+def test_one_plan_names_the_runs_the_runner_and_slurm_make(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    """plan_runs is the one list of runs: each variant at each scaling point, in order, named as
+    the run folders and the sbatch jobs are; a point whose processes cannot fill its nodes is
+    refused before anything runs."""
+    monkeypatch.chdir(tmp_path)
+    args = build_parser().parse_args(
+        ["run-and-report", "--variants", "baseline,workers", "--scaling", "1,2,4", "--nproc",
+         "2", "--emit-slurm", "slurm", "--out", "report"])
+    options, variants = run_options(args), resolve_variants(["baseline", "workers"])
+    plan = plan_runs(variants, options)
+    names = ["baseline-np1", "baseline-np2", "baseline-np4", "workers-np1", "workers-np2",
+             "workers-np4"]
+    assert [run.name for run in plan] == names
+    assert [(run.total, run.point["nodes"], run.point["processes_per_node"])
+            for run in plan[:3]] == [(1, 1, 1), (2, 1, 2), (4, 2, 2)]
+    assert [job.name for job in slurm_jobs(variants, options)] == names
+    assert [run.name for run in plan_runs(variants, replace(options, scaling=()))] == [
+        "baseline", "workers"]
+    with pytest.raises(UsageError, match="do not fill 2 nodes"):
+        plan_runs(variants, replace(options, scaling=(3,)))
 
 
 def test_emit_slurm_with_a_script_and_scaling(tmp_path: Path,
