@@ -132,6 +132,10 @@ def build_parser(run_options: bool = True) -> argparse.ArgumentParser:
     grade.add_argument("--overrides", type=Path, metavar="OVERRIDES.csv",
                        help="CSV of student, check, points, comment: the teacher's changes, "
                             "applied on every regrade (default: OUT/overrides.csv when present)")
+    grade.add_argument("--anonymous", action="store_true",
+                       help="students appear under codes (anon-1a2b3c4d) in every page and "
+                            "gradebook; OUT/anonymous-key.csv maps them back, and the --lms "
+                            "file uses the real identities")
     grade.add_argument("--run", action="store_true",
                        help="run each submission's script (the rubric's [run] table) in the "
                             "sandbox, beside the reference, and grade what the grader measured")

@@ -219,7 +219,7 @@ def grade_command(args: argparse.Namespace) -> int:
     rubric = load_rubric(args.rubric)
     outcome = grade_class(args.submissions, rubric, args.out, workers=args.jobs, lms=args.lms,
                           run=args.run, slurm=args.slurm, roster=args.roster,
-                          overrides=args.overrides,
+                          overrides=args.overrides, anonymous=args.anonymous,
                           progress=_progress_bar if sys.stderr.isatty() else _no_progress,
                           said=lambda line: print(f"profreport: {line}", file=sys.stderr))
     for result in outcome.results:

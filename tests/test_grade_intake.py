@@ -94,3 +94,29 @@ def test_roster_overrides_and_late_penalty(tmp_path: Path) -> None:
     assert rows[2:] == [["Núñez, José", "1001", "S1", "jnunez", "A", "1.0"],
                         ["Bob B", "1002", "S2", "bob", "A", "0.0"]]
     assert "not in the roster: left out of the LMS file" in results["zed"].notes
+
+
+def test_anonymous_mode(tmp_path: Path) -> None:
+    """Names appear nowhere the teacher grades from; the key maps the codes back, a regrade
+    keeps them, and the LMS file carries the real names."""
+    subs = tmp_path / "subs"
+    for name in ("Zoë Quinn", "王小明"):
+        (subs / name).mkdir(parents=True)
+        (subs / name / "notes.txt").write_text("hello")
+    out = tmp_path / "out"
+    rubric = parse_rubric(RUBRIC, tmp_path / "r.toml")
+    first = grade_class(subs, rubric, out, lms="canvas", anonymous=True)
+    codes = sorted(r.student for r in first.results)
+    assert all(code.startswith("anon-") and len(code) == 13 for code in codes)
+    shown = [out / "gradebook.csv", out / "gradebook.json", out / "summary.html",
+             *(out / "students").rglob("*")]
+    for path in shown:
+        text = path.read_text(encoding="utf-8") if path.is_file() else path.name
+        assert "Zoë" not in text and "王小明" not in text and "Quinn" not in text, path
+    key = dict(list(csv.reader((out / "anonymous-key.csv").open(encoding="utf-8")))[1:])
+    assert sorted(key.values()) == ["Zoë_Quinn", "王小明"]
+    canvas = {row[0] for row in csv.reader((out / "gradebook-canvas.csv").open(encoding="utf-8"))}
+    assert {"Zoë_Quinn", "王小明"} <= canvas and not set(codes) & canvas
+    again = grade_class(subs, rubric, out, anonymous=True)
+    assert sorted(r.student for r in again.results) == codes
+    assert all(r.reused for r in again.results)

@@ -20,7 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from profreport.errors import UsageError
-from profreport.grade.adjust import OVERRIDES_NAME, adjustments, load_overrides, load_roster
+from profreport.grade.adjust import (
+    OVERRIDES_NAME,
+    adjustments,
+    anonymize,
+    load_overrides,
+    load_roster,
+)
 from profreport.grade.execute import RunJob, execute
 from profreport.grade.gradebook import write_gradebook
 from profreport.grade.grader import Job, Layout, failed_result, grade_submission
@@ -109,6 +115,7 @@ def run_submissions(found: list[Submission], rubric: Rubric, layout: Layout, slu
 def grade_class(submissions: Path, rubric: Rubric, out: Path, *, workers: int = 1,
                 lms: str | None = None, run: bool = False, slurm: bool = False,
                 roster: Path | None = None, overrides: Path | None = None,
+                anonymous: bool = False,
                 progress: Progress = lambda done, total, result: None,
                 said: Callable[[str], None] = lambda line: None) -> ClassOutcome:
     """Grade every submission in ``submissions`` into ``out`` (running each first when
@@ -117,6 +124,8 @@ def grade_class(submissions: Path, rubric: Rubric, out: Path, *, workers: int = 
     found, skipped = find_submissions(submissions)
     layout = Layout(out.resolve())
     out.mkdir(parents=True, exist_ok=True)
+    if anonymous:
+        found = anonymize(found, out)
     if run or slurm:
         run_submissions(found, rubric, layout, slurm, said)
     changes = load_overrides(overrides or out / OVERRIDES_NAME)
@@ -124,5 +133,7 @@ def grade_class(submissions: Path, rubric: Rubric, out: Path, *, workers: int = 
             for submission in found]
     results = grade_all(jobs, workers, progress)
     shutil.rmtree(layout.staging, ignore_errors=True)
-    written = write_gradebook(out, results, rubric, skipped, lms, load_roster(roster))
+    names = {s.student: s.named for s in found if s.named}
+    written = write_gradebook(out, results, rubric, [] if anonymous else skipped, lms,
+                              load_roster(roster), names)
     return ClassOutcome(results=results, skipped=skipped, written=written)

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import hashlib
+import io
 import math
+import secrets
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from profreport.errors import UsageError
+from profreport.fileio import write_text
 from profreport.grade.results import StudentResult
 from profreport.grade.rubric import Rubric
 from profreport.grade.submissions import Submission, student_name
@@ -20,6 +24,12 @@ from profreport.grade.submissions import Submission, student_name
 DAY_S = 86400
 #: The overrides file the grader reads from the output folder when no --overrides is given.
 OVERRIDES_NAME = "overrides.csv"
+#: Anonymous mode: code -> student, for the teacher to open once grading is done, and the
+#: secret that makes the codes (kept, so that a regrade gives every student the same code).
+ANONYMOUS_KEY = "anonymous-key.csv"
+ANONYMOUS_SECRET = ".anonymous-secret"
+#: Hex digits of an anonymous code.
+CODE_DIGITS = 8
 
 
 @dataclass(frozen=True)
@@ -100,6 +110,28 @@ def load_roster(path: Path | None) -> dict[str, RosterEntry]:
     return roster
 
 
+def anonymize(found: list[Submission], out: Path) -> list[Submission]:
+    """Each submission under a code made from its name and a secret kept in ``out`` (the same
+    code on every regrade; unguessable from the name alone); ``anonymous-key.csv`` maps them
+    back. Intake notes naming the files lose the names."""
+    secret_file = out / ANONYMOUS_SECRET
+    if not secret_file.is_file():
+        write_text(secret_file, secrets.token_hex(16) + "\n")
+        secret_file.chmod(0o600)
+    secret = secret_file.read_text(encoding="utf-8").strip()
+    coded = []
+    for submission in found:
+        digest = hashlib.sha256(f"{secret}|{submission.student}".encode()).hexdigest()
+        note = submission.note.split(":", 1)[0] if submission.note else ""
+        coded.append(dataclasses.replace(submission, student=f"anon-{digest[:CODE_DIGITS]}",
+                                         note=note, named=submission.student))
+    rows = [["code", "student"], *sorted([s.student, s.named] for s in coded)]
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerows(rows)
+    write_text(out / ANONYMOUS_KEY, buffer.getvalue())
+    return coded
+
+
 def late_days(submission: Submission, deadline: datetime | None) -> int:
     """Whole days (started) between the deadline and the submission's modification time."""
     if deadline is None:
@@ -112,7 +144,7 @@ def late_days(submission: Submission, deadline: datetime | None) -> int:
 def adjustments(submission: Submission, rubric: Rubric,
                 overrides: dict[str, tuple[Override, ...]]) -> Adjustments:
     """One student's overrides and lateness."""
-    return Adjustments(overrides.get(submission.student, ()),
+    return Adjustments(overrides.get(submission.own_name, ()),
                        late_days(submission, rubric.deadline), rubric.late_penalty_per_day)
 
 

@@ -148,7 +148,7 @@ def _boxes(job: RunJob, spec: RunSpec) -> dict[str, tuple[Sandbox, Path]]:
     reference script (the submission cannot touch the reference it is timed against)."""
     student = job.folder / "sandbox"
     staged = stage(job.submission, student / "work")
-    root = unwrap(staged.root, job.submission.student)
+    root = unwrap(staged.root, job.submission.own_name)
     reference = job.folder / "reference-sandbox" / "work"
     reference.mkdir(parents=True)
     shutil.copy2(spec.reference, reference / spec.reference.name)

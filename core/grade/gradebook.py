@@ -60,11 +60,14 @@ def gradebook_rows(results: list[StudentResult], rubric: Rubric) -> list[list[ob
 
 
 def lms_rows(results: list[StudentResult], rubric: Rubric, lms: str,
-             roster: dict[str, RosterEntry] | None = None) -> list[list[object]]:
+             roster: dict[str, RosterEntry] | None = None,
+             names: dict[str, str] | None = None) -> list[list[object]]:
     """The totals in the CSV layout the LMS imports (Canvas gradebook, Moodle grade import),
     each student under the roster's LMS identity (their own name without a roster; left out,
-    and said in their notes, when a roster does not list them)."""
-    people = [(r, _identity(r, roster)) for r in results]
+    and said in their notes, when a roster does not list them); ``names`` turns anonymous
+    codes back into the students' names (the LMS must know who is who)."""
+    people = [(r, _identity(r, (names or {}).get(r.student, r.student), roster))
+              for r in results]
     listed = [(r, who) for r, who in people if who is not None]
     if lms == "canvas":
         column = f"{rubric.name} ({rubric.max_total:g} points)"
@@ -76,16 +79,16 @@ def lms_rows(results: list[StudentResult], rubric: Rubric, lms: str,
             *[[who.login or who.id, r.total, "; ".join(r.notes)] for r, who in listed]]
 
 
-def _identity(result: StudentResult, roster: dict[str, RosterEntry] | None
+def _identity(result: StudentResult, name: str, roster: dict[str, RosterEntry] | None
               ) -> RosterEntry | None:
     """The student's LMS identity: the roster's, or their name when there is no roster."""
     if not roster:
-        return RosterEntry(result.student, login=result.student)
-    entry = roster.get(result.student)
+        return RosterEntry(name, login=name)
+    entry = roster.get(name)
     if entry is None:
         result.notes.append("not in the roster: left out of the LMS file")
         return None
-    return dataclasses.replace(entry, name=entry.name or result.student)
+    return dataclasses.replace(entry, name=entry.name or name)
 
 
 @dataclass
@@ -173,9 +176,11 @@ def _environment() -> jinja2.Environment:
 
 def write_gradebook(out: Path, results: list[StudentResult], rubric: Rubric,
                     skipped: list[str], lms: str | None = None,
-                    roster: dict[str, RosterEntry] | None = None) -> list[Path]:
+                    roster: dict[str, RosterEntry] | None = None,
+                    names: dict[str, str] | None = None) -> list[Path]:
     """gradebook.csv, gradebook.json, summary.html (and the LMS CSV); returns the paths."""
-    lms_text = _csv(lms_rows(results, rubric, lms, roster)) if lms is not None else None
+    lms_text = (_csv(lms_rows(results, rubric, lms, roster, names)) if lms is not None
+                else None)
     summary = summarize(results, rubric)
     data = {"schema": GRADEBOOK_SCHEMA, "generated_by": f"profreport {__version__}",
             "assignment": rubric.name, "max_total": rubric.max_total,

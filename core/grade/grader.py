@@ -124,7 +124,7 @@ def _grade(job: Job) -> StudentResult:
     if cached is not None:
         return cached
     staged = stage(job.submission, job.layout.staging / job.submission.student)
-    root = unwrap(staged.root, job.submission.student)
+    root = unwrap(staged.root, job.submission.own_name)
     moved = _gather_loose(root)
     refused = staged.refused
     runs, failures, shown = _analyse(root, job.layout, moved)

@@ -56,6 +56,13 @@ class Submission:
     path: Path
     #: What intake decided about this student's entries ("newest of 2 submissions: ...").
     note: str = ""
+    #: The student's own name when ``student`` is an anonymous code (anonymous mode).
+    named: str = ""
+
+    @property
+    def own_name(self) -> str:
+        """The name the student's files go by (their folder or archive name, made safe)."""
+        return self.named or self.student
 
     @property
     def is_archive(self) -> bool:
