@@ -432,27 +432,20 @@ class _Export:
                                  "AND name = ?", (table,)).fetchone()
         order = [row[1] for row in self.conn.execute(f'PRAGMA table_info("{table}")')]
         wanted = [order.index(col) for col in columns]
-        parts: list[sqlite_pages.Columns] = []
         try:
             reader = sqlite_pages.PageReader(self.path)
             try:
                 text_columns = tuple(order.index(col) for col in texts)
-                for chunk in reader.columns(int(root[0]), wanted, text_columns):
-                    if len(chunk.spilled):
-                        return None
-                    parts.append(chunk)
+                read = reader.table(int(root[0]), wanted, text_columns)
             finally:
                 reader.close()
         except (sqlite_pages.PageFormatError, OSError, TypeError):
             return None
-        # Column by column, each chunk's arrays let go as they are copied (peak: one column).
-        values = {col: np.concatenate([c.values.pop(i) for c in parts]
-                                      or [np.empty(0, np.int64)])
-                  for col, i in zip(columns, wanted, strict=True)}
-        kinds = {col: np.concatenate([c.kinds.pop(i) for c in parts] or [np.empty(0, np.int8)])
-                 for col, i in zip(columns, wanted, strict=True)}
-        strings = {col: np.concatenate([c.texts[order.index(col)] for c in parts]
-                                       or [np.empty(0, object)]) for col in texts}
+        if len(read.spilled):
+            return None
+        values = {col: read.values[i] for col, i in zip(columns, wanted, strict=True)}
+        kinds = {col: read.kinds[i] for col, i in zip(columns, wanted, strict=True)}
+        strings = {col: read.texts[order.index(col)] for col in texts}
         return values, kinds, strings
 
     def name_value(self, table: str) -> dict[str, str]:
@@ -563,8 +556,25 @@ def _valid_native(export: _Export, name: str, values: dict[str, np.ndarray],
 
 def _ids(values: dict[str, np.ndarray], kinds: dict[str, np.ndarray], column: str,
          rows: np.ndarray | slice) -> np.ndarray:
-    """An integer id column at ``rows``, -1 where it is NULL."""
-    return np.where(kinds[column][rows] == sqlite_pages.NULL, -1, values[column][rows])
+    """An integer id column at ``rows``, -1 where it is NULL. The column is taken out of
+    ``values`` and ``kinds``: when every row is kept it is mended in place, not copied."""
+    ids, null = values.pop(column), kinds.pop(column) == sqlite_pages.NULL
+    if isinstance(rows, slice):
+        ids[null] = -1
+        return ids
+    return np.where(null[rows], -1, ids[rows])
+
+
+def _pid_tid(tids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Process and thread ids decoded from globalTids (-1 for -1), the thread ids written over
+    ``tids`` (no temporary column per step)."""
+    unknown = tids < 0
+    pids = tids >> _ID_SHIFT
+    pids &= _ID_MASK
+    pids[unknown] = -1
+    tids &= _ID_MASK
+    tids[unknown] = -1
+    return pids, tids
 
 
 def _distinct(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -776,13 +786,11 @@ def _native_runtime(export: _Export, table: str) -> pd.DataFrame | None:
     if read is None:
         return None
     values, kinds, rows = read
-    tids = _ids(values, kinds, "globalTid", rows)
+    pids, tids = _pid_tid(_ids(values, kinds, "globalTid", rows))
     texts, codes = _strings_at(export, _ids(values, kinds, "nameId", rows))
     names = [concepts.strip_api_version(text or "") for text in texts]
     return _native_table("runtime", {
-        "start": values["start"][rows], "end": values["end"][rows],
-        "pid": np.where(tids >= 0, (tids >> _ID_SHIFT) & _ID_MASK, -1),
-        "tid": np.where(tids >= 0, tids & _ID_MASK, -1),
+        "start": values["start"][rows], "end": values["end"][rows], "pid": pids, "tid": tids,
         "correlation": _ids(values, kinds, "correlationId", rows),
         "name": _categories(names, codes)})
 
@@ -845,11 +853,10 @@ def _native_ranges(export: _Export, table: str) -> pd.DataFrame | None:
         found, codes = _strings_at(export, _ids(values, kinds, "textId", rows[by_id]))
         names[by_id] = np.array(found, dtype=object)[codes]
     domains = _domains_of(domain_of, _ids(values, kinds, "domainId", rows), pids[rows])
-    frame = pd.DataFrame({"start": values["start"][rows], "end": values["end"][rows],
-                          "pid": pids[rows], "tid": tids[rows] & _ID_MASK,
-                          "name": pd.Series(names, dtype=object).fillna(""),
-                          "domain": pd.Series(domains, dtype=object)})
-    return conform("ranges", frame)
+    names[pd.isna(names)] = ""
+    return _native_table("ranges", {"start": values["start"][rows], "end": values["end"][rows],
+                                    "pid": pids[rows], "tid": tids[rows] & _ID_MASK,
+                                    "name": names, "domain": domains})
 
 
 def _domains_of(domain_of: dict[tuple[int, int], str], domains: np.ndarray,
@@ -858,11 +865,11 @@ def _domains_of(domain_of: dict[tuple[int, int], str], domains: np.ndarray,
     once per distinct pair."""
     domain_codes, domain_ids = pd.factorize(domains)
     pid_codes, pid_values = pd.factorize(pids)
-    pairs, codes = np.unique(domain_codes.astype(np.int64) * max(len(pid_values), 1) + pid_codes,
-                             return_inverse=True)
+    pairs, codes = _distinct(domain_codes.astype(np.int64) * max(len(pid_values), 1)
+                             + pid_codes)
     found = [domain_of.get((int(domain_ids[pair // len(pid_values)]),
                             int(pid_values[pair % len(pid_values)])), "") for pair in pairs]
-    return np.array(found, dtype=object)[codes.ravel()]
+    return np.array(found, dtype=object)[codes]
 
 
 def _domain_names(values: dict[str, np.ndarray], kinds: dict[str, np.ndarray],

@@ -159,6 +159,30 @@ def _serial_types(buf: np.ndarray, start: np.ndarray, columns: int
     return serial, header_end
 
 
+class _Growing:
+    """An array filled part after part in place. Its capacity grows, and is cut to its length
+    at the end, by ``ndarray.resize`` (realloc): for arrays this large the C library remaps
+    the pages instead of copying them, so a column is never held twice."""
+
+    def __init__(self, dtype: type, capacity: int) -> None:
+        """An empty array of ``dtype`` with room for ``capacity`` values."""
+        self.array = np.empty(max(capacity, 1), dtype=dtype)
+        self.size = 0
+
+    def extend(self, part: np.ndarray) -> None:
+        """Append ``part``, growing the capacity by half when it is full."""
+        end = self.size + len(part)
+        if end > len(self.array):
+            self.array.resize(max(end, len(self.array) * 3 // 2), refcheck=False)
+        self.array[self.size:end] = part
+        self.size = end
+
+    def done(self) -> np.ndarray:
+        """The filled array, its spare capacity given back."""
+        self.array.resize(self.size, refcheck=False)
+        return self.array
+
+
 class PageReader:
     """One SQLite database file opened for reading pages."""
 
@@ -290,12 +314,51 @@ class PageReader:
             texts[column][rows] = _texts(buf, offsets[column][rows], sizes[column][rows])
         return Columns(rowids=rowids, values=values, kinds=kinds, spilled=spilled, texts=texts)
 
+    def table(self, root: int, wanted: list[int], text_columns: tuple[int, ...] = ()
+              ) -> Columns:
+        """What :meth:`columns` gives, all chunks in one :class:`Columns`: each integer column
+        filled in place chunk after chunk (:class:`_Growing`), so that no chunk's arrays are
+        held beside the whole column."""
+        leaves = self.leaf_pages(root)
+        grown: dict[tuple[str, int], _Growing] = {}
+        texts: dict[int, list[np.ndarray]] = {column: [] for column in text_columns}
+        spilled: list[np.ndarray] = []
+        for chunk in self._chunks(leaves, wanted, text_columns):
+            if not grown:  # rows per page of the first chunk size every column
+                expected = len(chunk.rowids) * len(leaves) // min(len(leaves), CHUNK_PAGES) + 1
+                grown = {(part, column): _Growing(dtype, expected + expected // 16)
+                         for part, dtype in (("rowids", np.int64), ("values", np.int64),
+                                             ("kinds", np.int8))
+                         for column in (wanted if part != "rowids" else [-1])}
+            grown["rowids", -1].extend(chunk.rowids)
+            for column in wanted:
+                grown["values", column].extend(chunk.values.pop(column))
+                grown["kinds", column].extend(chunk.kinds.pop(column))
+            for column in text_columns:
+                texts[column].append(chunk.texts[column])
+            spilled.append(chunk.spilled)
+        if not grown:
+            empty = {column: np.empty(0, np.int64) for column in wanted}
+            return Columns(rowids=np.empty(0, np.int64), values=empty,
+                           kinds={column: np.empty(0, np.int8) for column in wanted},
+                           spilled=np.empty(0, np.int64),
+                           texts={column: np.empty(0, object) for column in text_columns})
+        return Columns(rowids=grown["rowids", -1].done(),
+                       values={column: grown["values", column].done() for column in wanted},
+                       kinds={column: grown["kinds", column].done() for column in wanted},
+                       spilled=np.concatenate(spilled),
+                       texts={column: np.concatenate(parts) for column, parts in texts.items()})
+
     def columns(self, root: int, wanted: list[int], text_columns: tuple[int, ...] = ()
                 ) -> Iterator[Columns]:
         """The ``wanted`` columns (0-based positions in the table's definition) of every row of
         the table rooted at ``root``, one chunk of leaf pages at a time; the texts of the
         ``text_columns`` (also in ``wanted``) are decoded too."""
-        leaves = self.leaf_pages(root)
+        return self._chunks(self.leaf_pages(root), wanted, text_columns)
+
+    def _chunks(self, leaves: np.ndarray, wanted: list[int], text_columns: tuple[int, ...]
+                ) -> Iterator[Columns]:
+        """The columns of the rows of the leaf pages ``leaves``, one chunk at a time."""
         for first in range(0, len(leaves), CHUNK_PAGES):
             numbers = leaves[first: first + CHUNK_PAGES]
             buf = self._read_pages(numbers)
