@@ -134,7 +134,7 @@ _PROGRESS_LINE = re.compile(r"^(?:Exporting|Processing) \d+ events")
 
 
 def parse(path: Path, *, cache_dir: Path | None = None, nsys: Path | None = None) -> Profile:
-    """Read an nsys report (exported through the cache, with ``nsys`` or the newest nsys found)
+    """Read an nsys report (exported through the cache, with ``nsys`` or :func:`exporting_nsys`)
     or an nsys SQLite export."""
     path = Path(path)
     if not path.is_file():
@@ -185,9 +185,9 @@ def default_cache_dir() -> Path:
 def export_report(report: Path, *, cache_dir: Path | None = None,
                   nsys: Path | None = None) -> Path:
     """The cached SQLite export of ``report``, made with ``nsys export`` when not cached yet, by
-    ``nsys`` or else the newest nsys found (:func:`nsys_tools`); a report written by a newer
-    Nsight Systems than that is refused with one line saying what to do."""
-    tool = str(nsys) if nsys is not None else newest_nsys(report)
+    ``nsys`` or else :func:`exporting_nsys`; a report written by a newer Nsight Systems than that
+    is refused with one line saying what to do."""
+    tool = str(nsys) if nsys is not None else exporting_nsys(report)
     version = nsys_version(tool)
     _check_writer(report, version)
     folder = cache_dir or default_cache_dir()
@@ -238,11 +238,19 @@ def nsys_tools() -> list[str]:
     return [tool for tool in dict.fromkeys(found) if tool]
 
 
-def newest_nsys(report: Path) -> str:
-    """The nsys of :func:`nsys_tools` with the highest version; MissingToolError when none."""
+def exporting_nsys(report: Path) -> str:
+    """The nsys to export ``report`` with: the one on PATH when its release is at least the
+    report writer's (or the writer is not recorded), so that one report exports the same on
+    every machine with that nsys whatever else is unpacked; else the newest of
+    :func:`nsys_tools`. MissingToolError when there is none."""
     tools = nsys_tools()
     if not tools:
         raise MissingToolError(NSYS_MISSING, report)
+    on_path = shutil.which("nsys")
+    written = writer_version(report)
+    if on_path and (written is None or
+                    version_key(nsys_version(on_path))[:2] >= version_key(written)[:2]):
+        return on_path
     return max(tools, key=lambda tool: version_key(nsys_version(tool)))
 
 

@@ -11,8 +11,8 @@
 # then: PROFREPORT_NSYS_NEWER_EXPORTS=SCRATCH_DIR/exports PROFREPORT_NSYS_NEWER_TOOL=<printed>
 #       .venv/bin/pytest tests/test_nsys.py
 # The unpacked package is also linked into ~/.cache/profreport/nsys-tools/ (XDG_CACHE_HOME
-# respected), where profreport looks for the newest nsys to export reports with (a report
-# written by a newer Nsight Systems than the installed one needs it); --nsys PATH overrides.
+# respected), where profreport looks for an nsys that can export a report written by a newer
+# Nsight Systems than the one on PATH; --nsys PATH overrides.
 set -euo pipefail
 
 if [[ $# -lt 1 ]]; then
@@ -44,7 +44,7 @@ nsys=$(find "$scratch/unpacked" -type f -name nsys -path '*target-linux-x64*' | 
 tools=${XDG_CACHE_HOME:-$HOME/.cache}/profreport/nsys-tools
 mkdir -p "$tools"
 ln -sfn "$scratch/unpacked" "$tools/$("$nsys" --version | awk '{print $NF}')"
-echo "linked into $tools (profreport exports with the newest nsys it finds there or on PATH)"
+echo "linked into $tools (profreport exports with it the reports the nsys on PATH is too old for)"
 
 for report in "$@"; do
     name=$(basename "$report")

@@ -244,6 +244,7 @@ def test_report_without_nsys(reports: dict[str, Path], monkeypatch: pytest.Monke
                              tmp_path: Path) -> None:
     """Reading a .nsys-rep without nsys says how to get it."""
     monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # no unpacked nsys either
     with pytest.raises(MissingToolError, match="nsys is not installed"):
         nsys.parse(reports["sc22_1gpu_baseline"], cache_dir=tmp_path)
 
@@ -443,9 +444,11 @@ def test_nvtx_ranges_alone_are_the_structure(tmp_path: Path) -> None:
 
 
 def test_report_written_by_a_newer_nsys_says_what_to_do(tmp_path: Path, fixtures_dir: Path,
-                                                        nsys_available: str) -> None:
+                                                        nsys_available: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """The writer's version is read from the report itself; an older nsys than that is not
     asked to export it, and the line says which versions and how to get an export."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # only the installed nsys
     original = fixtures_dir / "loader_heavy" / "nsys.nsys-rep"
     assert nsys.writer_version(original) == "2022.4.2.1-df9881f"
     newer = tmp_path / "newer.nsys-rep"
@@ -512,7 +515,8 @@ def test_newest_nsys_found_exports_a_newer_report(tmp_path: Path, fixtures_dir: 
     original = fixtures_dir / "loader_heavy" / "nsys.nsys-rep"
     report.write_bytes(original.read_bytes().replace(b"2022.4.2.1-df9881f",
                                                      newer_version[:18].encode()))
-    assert nsys.newest_nsys(report) == str(place / "nsys")
+    assert nsys.exporting_nsys(report) == str(place / "nsys")
+    assert nsys.exporting_nsys(original) == shutil.which("nsys")  # the installed one suffices
     profile = nsys.parse(report, cache_dir=tmp_path / "cache")
     assert str(profile.meta.exporter_version).startswith(newer_version.split("-")[0][:6])
     assert not profile.table("steps").empty
