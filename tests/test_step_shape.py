@@ -15,12 +15,22 @@ KERNEL = "volta_sgemm_128x64_nn"
 LOADER = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
 
 
-def write_trace(path: Path, steps: list[tuple[int, int, list[str]]]) -> Path:
+def write_trace(path: Path, steps: list[tuple[int, int, list[str]]],
+                busy_in_wait: bool = False) -> Path:
     """A trace of ProfilerStep spans, one per ``(wait_us, compute_us, setup_calls)``: the step
     opens with a DataLoader span of ``wait_us``, then the setup runtime calls, then one kernel
-    of ``compute_us`` launched by cudaLaunchKernel (joined by correlation id)."""
+    of ``compute_us`` launched by cudaLaunchKernel (joined by correlation id). With
+    ``busy_in_wait``, a kernel runs through the middle 80% of every wait over 10 ms (another
+    task on the GPU then)."""
     events, ts, corr = [], 1000, 1
     for n, (wait_us, compute_us, setup) in enumerate(steps):
+        if busy_in_wait and wait_us > 10_000:
+            events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel",
+                           "pid": 1, "tid": 1, "ts": ts + 2, "dur": 5,
+                           "args": {"correlation": 500000 + n}})
+            events.append({"ph": "X", "cat": "kernel", "name": "eval_kernel", "pid": 0,
+                           "tid": 7, "ts": ts + wait_us // 10, "dur": wait_us * 8 // 10,
+                           "args": {"correlation": 500000 + n, "stream": 7, "device": 0}})
         step_us = wait_us + compute_us + 50 + 10 * len(setup)
         events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}",
                        "pid": 1, "tid": 1, "ts": ts, "dur": step_us, "args": {}})
@@ -141,3 +151,22 @@ def test_kineto2021_first_iteration_is_named_as_start_up(corpus: Path) -> None:
     assert run.metrics.steps.count == 5
     found = next(f for f in run.findings if f.id == "STARTUP")
     assert found.severity == "info" and "before the first step" in found.evidence[0].text
+
+
+def test_stalls_with_the_gpu_at_work_are_another_task(tmp_path: Path) -> None:
+    """The same stalls, but with the GPU busy through 80% of each (an evaluation pass on the
+    GPU): the stalls are named another task between the steps, not a wait for data; without
+    that work the GPU waits with the loop (0% busy during the stalls)."""
+    steps = [(30000 if n % 4 == 3 else 200, 1000, []) for n in range(17)]
+    idle = analyze_paths([write_trace(tmp_path / "idle.pt.trace.json", steps)],
+                         AnalyzeOptions()).runs[0]
+    assert idle.metrics.shape.dataloader_wait.outlier_gpu_busy == 0.0
+    stalls = next(f for f in idle.findings if f.id == "DATA_STALLS")
+    assert stalls.evidence[-1].text == ("during the stalls the GPU is busy 0.0% of the time: it "
+                                        "waits with the training loop")
+    busy = analyze_paths([write_trace(tmp_path / "busy.pt.trace.json", steps, True)],
+                         AnalyzeOptions()).runs[0]
+    assert 0.79 < busy.metrics.shape.dataloader_wait.outlier_gpu_busy < 0.81
+    stalls = next(f for f in busy.findings if f.id == "DATA_STALLS")
+    assert stalls.recommendation.startswith("The GPU works through the stalls, so they are "
+                                            "another task between the training steps")

@@ -96,6 +96,14 @@ def device_activity(profile: Profile) -> dict[int, iv.Intervals]:
             for device, masks in device_rows(tables)}
 
 
+def busy_intervals(profile: Profile) -> iv.Intervals:
+    """When any GPU of the profile is busy (kernels, copies, memsets on any device)."""
+    busy = iv.EMPTY
+    for activity in device_activity(profile).values():
+        busy = iv.merge(busy, activity)
+    return busy
+
+
 def profiled_span(profile: Profile) -> iv.Intervals:
     """First to last event of any table with times (CPU and GPU): what the profiler watched."""
     frames = [profile.table(name) for name in ("kernels", "memcpy", "memset", "runtime",

@@ -33,6 +33,7 @@ from profreport.reports.analysis.breakdown import cpu_breakdown, cpu_phases
 from profreport.reports.analysis.comm import cpu_comm_stats, gpu_comm_stats
 from profreport.reports.analysis.cpu import cpu_op_mix, framework_ops, top_ops
 from profreport.reports.analysis.gpu import (
+    busy_intervals,
     copy_stats,
     gpu_breakdown,
     gpu_claims,
@@ -207,7 +208,9 @@ def _add_step_metrics(metrics: RunMetrics, timed: list[tuple[Profile, StepWindow
             profile.kind, dataloader_fraction(profile, windows))
     if timed:
         metrics.steps = metrics.steps_by_origin[0]
-        metrics.shape = step_shape(*timed[0])
+        profile, windows = timed[0]
+        metrics.shape = step_shape(profile, windows, busy_intervals(profile)
+                                   if has_gpu_events(profile) else None)
     with_ops = [(p, w) for p, w in timed if attribution_level(p) <= ATTRIBUTES_CPU_OPS]
     if with_ops:
         ops_profile, ops_windows = min(with_ops, key=lambda pw: _OPS_ORIGIN_ORDER[pw[0].kind])

@@ -107,6 +107,9 @@ class PerStep:
     period: int | None
     #: Median of the steps that are not outliers.
     steady_ns: int
+    #: Share of the outliers' time with a GPU busy (kernels, copies, memsets): near 0 the GPU
+    #: waits with the loop, high it runs other work then (evaluation, say); None unknown.
+    outlier_gpu_busy: float | None = None
 
 
 @dataclass(frozen=True)

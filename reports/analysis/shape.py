@@ -43,6 +43,9 @@ PERIOD_MIN_STALLS = 3
 #: Stalls holding half the DataLoader wait make it a stall problem rather than a steady wait:
 #: the title says so instead of "each step waits".
 STALLS_DOMINATE = 0.5
+#: A GPU busy for half of the stalls runs work of its own then (an evaluation pass, say): the
+#: stalls are not the loop waiting for data but another task between the training steps.
+STALL_GPU_WORK_SHARE = 0.5
 #: Outliers listed by step and time in the results (the largest first); the rest are counted.
 OUTLIERS_LISTED = 5
 
@@ -129,10 +132,12 @@ def _period(numbers: list[int]) -> int | None:
 
 
 def per_step(values: np.ndarray, numbers: np.ndarray, starts: np.ndarray, ends: np.ndarray,
-             window_ns: int) -> PerStep:
+             window_ns: int, gpu_busy: np.ndarray | None = None) -> PerStep:
     """The distribution of one per-step figure (ns per step window): median, p90, the outlying
     steps (over STALL_FACTOR times the median and STALL_MIN_SHARE of ``window_ns``, the median
-    step window) with where they lie, the period when they recur, and the median of the rest."""
+    step window) with where they lie, the period when they recur, and the median of the rest;
+    ``gpu_busy`` (ns per window of the figure's time with a GPU busy) gives the outliers' busy
+    share."""
     median = int(np.median(values))
     limit = max(STALL_FACTOR * median, STALL_MIN_SHARE * window_ns)
     out = np.flatnonzero(values > limit)
@@ -146,7 +151,9 @@ def per_step(values: np.ndarray, numbers: np.ndarray, starts: np.ndarray, ends: 
         outlier_count=len(outliers), outlier_ns=int(values[out].sum()),
         outlier_range_ns=(int(values[out].min()), int(values[out].max())) if len(out) else None,
         period=_period([o.number for o in outliers]),
-        steady_ns=int(np.median(rest)) if len(rest) else median)
+        steady_ns=int(np.median(rest)) if len(rest) else median,
+        outlier_gpu_busy=float(gpu_busy[out].sum() / max(values[out].sum(), 1))
+        if gpu_busy is not None and len(out) else None)
 
 
 def _outliers_text(d: PerStep, m: RunMetrics, origin: str) -> str:

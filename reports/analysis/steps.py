@@ -140,19 +140,24 @@ def dataloader_intervals(profile: Profile, windows: StepWindows) -> iv.Intervals
     return iv.merge(iv.union_of([profile.table("dataloader")]), between)
 
 
-def step_shape(profile: Profile, windows: StepWindows) -> StepShape:
+def step_shape(profile: Profile, windows: StepWindows,
+               gpu_busy: iv.Intervals | None = None) -> StepShape:
     """Start-up and the spread of the step window and the DataLoader wait over the steps (the
-    last window left out when it is only its own range, with no fetch after it)."""
+    last window left out when it is only its own range, with no fetch after it); with the GPUs'
+    busy intervals, how busy they are during the DataLoader stalls."""
     whole = windows.count - 1 if windows.count > 2 else windows.count
     numbers, starts, ends = (windows.numbers[:whole], windows.starts[:whole],
                              windows.ends[:whole])
     lengths = ends - starts
     median = int(np.median(lengths))
-    waits = iv.overlap_per_window(dataloader_intervals(profile, windows), starts, ends)
+    loader = dataloader_intervals(profile, windows)
+    waits = iv.overlap_per_window(loader, starts, ends)
+    busy = None if gpu_busy is None else \
+        iv.overlap_per_window(iv.intersect(loader, gpu_busy), starts, ends)
     return StepShape(origin=windows.origin, warmup=windows.warmup,
                      step_window=per_step(lengths, numbers, starts, ends, median),
                      dataloader_wait=per_step(np.asarray(waits, np.int64), numbers, starts,
-                                              ends, median) if waits.any() else None)
+                                              ends, median, busy) if waits.any() else None)
 
 
 def dataloader_fraction(profile: Profile, windows: StepWindows) -> float:

@@ -102,7 +102,8 @@ def _per_step(d: PerStep | None) -> dict[str, Any] | None:
     return {"median": _ms(d.median_ns), "p90": _ms(d.p90_ns), "min": _ms(d.min_ns),
             "max": _ms(d.max_ns), "steps": d.count, "outlier_count": d.outlier_count,
             "outliers": [{"step": o.number, "ms": _ms(o.value_ns)} for o in d.outliers],
-            "period": d.period, "steady_median": _ms(d.steady_ns)}
+            "period": d.period, "steady_median": _ms(d.steady_ns),
+            "outlier_gpu_busy": _frac(d.outlier_gpu_busy)}
 
 
 def _shape(s: StepShape | None) -> dict[str, Any] | None:

@@ -23,9 +23,11 @@ from profreport.reports.analysis.results import (
     Evidence,
     Finding,
     Origin,
+    PerStep,
     RunMetrics,
 )
 from profreport.reports.analysis.shape import (
+    STALL_GPU_WORK_SHARE,
     STALLS_DOMINATE,
     ordinal,
     stalled_share,
@@ -204,6 +206,10 @@ def data_stalls(facts: Facts) -> Finding | None:
              "Isolated stalls are one-off events: an epoch start (the workers restart unless "
              "persistent_workers=True), evaluation, a checkpoint, or a slow read.")
     biggest = d.outliers[0]
+    gpu = _stall_gpu_evidence(d, shape.origin)
+    if d.outlier_gpu_busy is not None and d.outlier_gpu_busy >= STALL_GPU_WORK_SHARE:
+        cause = ("The GPU works through the stalls, so they are another task between the "
+                 "training steps (an evaluation pass, say), not the loop waiting for data.")
     return Finding(
         id="DATA_STALLS", severity="medium" if share >= STALLS_DOMINATE else "low",
         title=f"The DataLoader wait is stalls, not a steady wait: {periodic} for "
@@ -211,10 +217,21 @@ def data_stalls(facts: Facts) -> Finding | None:
         evidence=[Evidence(wait_shape_text(m) or "", shape.origin,
                            m.locate(shape.origin, biggest.span)),
                   Evidence(f"the stalls hold {pct(share)} of the DataLoader wait over these "
-                           "steps", shape.origin)],
+                           "steps", shape.origin)] + gpu,
         recommendation=f"{cause} Look at what runs during the longest stall (the location "
                        "above) before raising num_workers: more workers shorten a steady wait, "
                        "not a periodic task.")
+
+
+def _stall_gpu_evidence(d: PerStep, origin: Origin) -> list[Evidence]:
+    """How busy the GPU is during the stalls, when the profile records GPU work."""
+    if d.outlier_gpu_busy is None:
+        return []
+    busy = d.outlier_gpu_busy
+    what = ("it runs work of its own then" if busy >= STALL_GPU_WORK_SHARE else
+            "it waits with the training loop")
+    return [Evidence(f"during the stalls the GPU is busy {pct(busy)} of the time: {what}",
+                     origin)]
 
 
 def _wait_evidence(m: RunMetrics, origin: str, share: float) -> Evidence:
