@@ -8,8 +8,10 @@ When a change is meant to alter reports, regenerate them and review the diff:
 
 then name each changed behaviour in the commit message. Only what truly varies between machines
 is scrubbed: absolute paths (the checkout, ../shared/corpus, the nsys export cache) and the
-profreport version. The corpus cases skip when ../shared/corpus is absent, the ones holding an
-``.nsys-rep`` when nsys is absent.
+profreport version. Reports are exported with the nsys on PATH (Debian's 2022.4, which
+scripts/setup.sh installs) into a fresh cache, never with a newer nsys unpacked under
+~/.cache/profreport/nsys-tools, whose version the reports would name. The corpus cases skip when
+../shared/corpus is absent, the ones holding an ``.nsys-rep`` when nsys is absent.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,8 +82,10 @@ def scrub(text: str, cache_dir: Path) -> str:
 
 def generate(case: Case, cache_dir: Path) -> dict[str, str]:
     """The scrubbed reports of ``case`` by format name (one local process: deterministic)."""
+    nsys = shutil.which("nsys")
+    parse = ParseOptions(cache_dir=cache_dir, nsys=Path(nsys) if nsys else None)
     report = analyze_paths(case.paths(), AnalyzeOptions(
-        parse=ParseOptions(cache_dir=cache_dir), executor=ExecutorOptions(processes=1)))
+        parse=parse, executor=ExecutorOptions(processes=1)))
     return {name: scrub(str(RENDERERS[name].render(report)), cache_dir) for name in FORMATS}
 
 
@@ -106,23 +111,27 @@ def main(argv: list[str] | None = None) -> int:
     """``--update``: rewrite the golden reports of every case that can run here."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--update", action="store_true", help="rewrite tests/golden/")
-    parser.add_argument("--cache-dir", type=Path,
-                        default=Path.home() / ".cache" / "profreport" / "nsys")
     args = parser.parse_args(argv)
     if not args.update:
         parser.error("nothing to do: pass --update (the comparison runs under pytest)")
-    for case in CASES:
-        reason = case.missing()
-        if reason:
-            print(f"{case.name}: skipped ({reason})")
-            continue
-        for name, text in generate(case, args.cache_dir).items():
-            path = golden_path(case, name)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            changed = not path.is_file() or path.read_text(encoding="utf-8") != text
-            path.write_text(text, encoding="utf-8")
-            print(f"{path.relative_to(REPO)}: {'changed' if changed else 'unchanged'}")
+    with tempfile.TemporaryDirectory(prefix="golden-nsys-") as cache:
+        for case in CASES:
+            update(case, Path(cache))
     return 0
+
+
+def update(case: Case, cache_dir: Path) -> None:
+    """Rewrite the golden reports of ``case``, saying which changed (or why it was skipped)."""
+    reason = case.missing()
+    if reason:
+        print(f"{case.name}: skipped ({reason})")
+        return
+    for name, text in generate(case, cache_dir).items():
+        path = golden_path(case, name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        changed = not path.is_file() or path.read_text(encoding="utf-8") != text
+        path.write_text(text, encoding="utf-8")
+        print(f"{path.relative_to(REPO)}: {'changed' if changed else 'unchanged'}")
 
 
 if __name__ == "__main__":
