@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def positive_int(text: str) -> int:
@@ -14,3 +15,17 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
     return value
+
+
+class DeprecatedAlias(argparse.Action):
+    """An old option name that still works, saying on stderr which name replaced it."""
+
+    def __init__(self, *args: object, replacement: str, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.replacement = replacement
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        print(f"profreport: {option_string} is deprecated; use {self.replacement}",
+              file=sys.stderr)
+        setattr(namespace, self.dest, values)

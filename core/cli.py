@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from profreport import __version__
-from profreport.argtypes import positive_int
+from profreport.argtypes import DeprecatedAlias, positive_int
 from profreport.errors import EXIT_INTERRUPTED, ProfreportError, UsageError
 from profreport.reports.render import DEFAULT_FORMATS, RENDERERS
 
@@ -124,8 +124,12 @@ def build_parser(run_options: bool = True) -> argparse.ArgumentParser:
                             "(default: %(default)s)")
     grade.add_argument("--lms", choices=("canvas", "moodle"),
                        help="also write the totals as a CSV this LMS imports")
-    grade.add_argument("--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
-                       help="submissions graded at once (default: the CPU count, %(default)s)")
+    grade.add_argument("--processes", type=positive_int, default=os.cpu_count() or 1,
+                       metavar="N", help="submissions graded at once, each in a local worker "
+                                         "process (default: the CPU count, %(default)s)")
+    grade.add_argument("--jobs", type=positive_int, dest="processes", action=DeprecatedAlias,
+                       replacement="--processes", metavar="N",
+                       help="deprecated name of --processes")
     grade.add_argument("--roster", type=Path, metavar="ROSTER.csv",
                        help="CSV of student (folder or archive name), name, id, sis_user_id, "
                             "login, section: the LMS identities --lms writes")

@@ -213,12 +213,10 @@ def grade_command(args: argparse.Namespace) -> int:
     if args.submissions is None or args.rubric is None:
         raise UsageError("grade needs SUBMISSIONS and --rubric RUBRIC.toml "
                          "(profreport grade --example-rubric prints one to start from)")
-    if args.jobs < 1:
-        raise UsageError(f"--jobs must be at least 1, not {args.jobs}")
     check_output_folder(Path(args.out))
     rubric = load_rubric(args.rubric)
-    outcome = grade_class(args.submissions, rubric, args.out, workers=args.jobs, lms=args.lms,
-                          run=args.run, slurm=args.slurm, roster=args.roster,
+    outcome = grade_class(args.submissions, rubric, args.out, workers=args.processes,
+                          lms=args.lms, run=args.run, slurm=args.slurm, roster=args.roster,
                           overrides=args.overrides, anonymous=args.anonymous,
                           progress=_progress_bar if sys.stderr.isatty() else _no_progress,
                           said=lambda line: print(f"profreport: {line}", file=sys.stderr))

@@ -39,6 +39,21 @@ def test_grade_needs_submissions_and_a_rubric(capsys: pytest.CaptureFixture[str]
     assert len(err.strip().splitlines()) == 1
 
 
+def test_grade_and_analyze_name_their_worker_processes_alike(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """grade takes --processes like analyze; its old --jobs still works, saying it is
+    deprecated; neither takes less than one."""
+    from profreport.cli import build_parser
+
+    parser = build_parser(run_options=False)
+    assert parser.parse_args(["grade", "--processes", "3"]).processes == 3
+    assert parser.parse_args(["analyze", "x", "--processes", "3"]).processes == 3
+    assert parser.parse_args(["grade", "--jobs", "2"]).processes == 2
+    assert "--jobs is deprecated; use --processes" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parser.parse_args(["grade", "--processes", "0"])
+
+
 def test_example_rubric_is_the_readmes_and_parses(tmp_path: Path) -> None:
     """`grade --example-rubric` prints the rubric the README shows, and it is a valid rubric."""
     from profreport.grade.rubric import parse_rubric

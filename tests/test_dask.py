@@ -98,7 +98,7 @@ def test_dask_cluster_report_is_identical_to_local_processes(
     before = _tasks_run(dask_cluster)
     remote = analyze_paths(inputs, AnalyzeOptions(
         parse=parse, executor=ExecutorOptions(scheduler=dask_cluster)))
-    files = sum(len(run.sources) for run in remote.runs) + len(remote.failures)
+    files = sum(len(run.inputs) for run in remote.runs) + len(remote.failures)
     assert _tasks_run(dask_cluster) - before >= files > 2
     assert render_json(remote) == render_json(local)
     assert sorted(remote.runs[0].metrics.per_rank_step_ms) == [0, 1]

@@ -390,7 +390,7 @@ def test_cli_grade_and_rubric_error_line(tmp_path: Path, fixtures_dir: Path,
     assert not (tmp_path / "out").exists()
     rubric.write_text(RUBRIC)
     assert main(["grade", str(subs), "--rubric", str(rubric), "--out", str(tmp_path / "out"),
-                 "--jobs", "1"]) == 0
+                 "--processes", "1"]) == 0
     _, points = speedup_credit(fixtures_dir / "loader_heavy", fixtures_dir / "compute_heavy")
     assert f"a: {10 + points:g}/14 ok" in capsys.readouterr().out
     assert stat.S_ISREG(os.stat(tmp_path / "out" / "gradebook.csv").st_mode)

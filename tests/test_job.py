@@ -188,7 +188,7 @@ def test_a_rank_other_than_0_given_alone_is_analysed_in_full(tmp_path: Path) -> 
     assert run.metrics.steps.count == 5 and run.metrics.steps.mean_ns == 1_100_000
     assert run.metrics.breakdown.parts_ns["compute"] == 800_000
     assert run.metrics.launch.kernels_per_step == 2
-    assert run.sources[0].rank == 5 and run.job is None
+    assert run.inputs[0].rank == 5 and run.job is None
     assert run.timeline is not None
 
 
@@ -214,6 +214,6 @@ def test_a_real_trace_rewritten_to_rank_3_reads_like_rank_0(corpus: Path, tmp_pa
     rank3 = tmp_path / "rank3.json"
     rank3.write_text(json.dumps(document))
     original, moved = (analyze_paths([p], AnalyzeOptions()).runs[0] for p in (source, rank3))
-    assert moved.sources[0].rank == 3 and moved.verdict == original.verdict
+    assert moved.inputs[0].rank == 3 and moved.verdict == original.verdict
     assert moved.metrics.steps == original.metrics.steps
     assert moved.metrics.breakdown.parts_ns == original.metrics.breakdown.parts_ns

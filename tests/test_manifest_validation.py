@@ -73,7 +73,7 @@ def test_artifacts_outside_the_run_folder_are_never_opened(tmp_path: Path, tiny_
     folder = write_run(tmp_path / "escape", tiny_trace, artifacts=[
         artifact, {"path": "trace.pt.trace.json", "profiler": "torch.profiler"}])
     report = analyze_paths([folder], AnalyzeOptions())
-    assert [source.path for source in report.runs[0].sources] == [
+    assert [source.path for source in report.runs[0].inputs] == [
         str(folder / "trace.pt.trace.json")]
     assert report.failures == [f"{folder / 'manifest.json'}: refused {artifact['path']}: " + (
         "system folders (/proc, /sys, /dev) are never read" if "proc" in artifact["path"]
@@ -87,7 +87,7 @@ def test_artifact_link_leading_outside_is_refused(tmp_path: Path, tiny_trace: Pa
         {"path": "trace.pt.trace.json", "profiler": "torch.profiler"}])
     (folder / "secret.json").symlink_to(tiny_trace)
     report = analyze_paths([folder], AnalyzeOptions())
-    assert len(report.runs[0].sources) == 1
+    assert len(report.runs[0].inputs) == 1
     assert report.failures[0].endswith("(through a symbolic link)")
 
 

@@ -37,7 +37,7 @@ class Graded:
 
     def where(self, run: RunAnalysis) -> str:
         """The run's profiles as the student knows them."""
-        return ", ".join(self.shown_paths.get(s.path, s.path) for s in run.sources) or "none"
+        return ", ".join(self.shown_paths.get(s.path, s.path) for s in run.inputs) or "none"
 
 
 def _credit(check: Check, fraction: float, measured: str, advice: str,
@@ -106,7 +106,7 @@ def check_require(check: Check, graded: Graded) -> CheckResult:
     if check.run is not None and check.run not in graded.runs:
         return _missing_run(check, check.run, graded)
     runs = [graded.runs[check.run]] if check.run else list(graded.runs.values())
-    sources = [s for run in runs for s in run.sources]
+    sources = [s for run in runs for s in run.inputs]
     kinds = {s.kind for s in sources}
     wanted = list(check.target)
     present = [k for k in wanted if (k == "any" and sources) or k in kinds]

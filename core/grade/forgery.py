@@ -29,7 +29,7 @@ def handmade(run: RunAnalysis) -> list[str]:
     """torch.profiler traces without the ``schemaVersion`` every torch.profiler writes."""
     return [f"run {run.name}: {source.path} has no schemaVersion (torch.profiler writes one "
             "in every trace): written by hand or edited"
-            for source in run.sources
+            for source in run.inputs
             if source.kind == "kineto" and "schema unknown" in (source.tool_version or "")]
 
 
@@ -45,7 +45,7 @@ def unequal_comparison(rubric: Rubric, runs: dict[str, RunAnalysis]) -> list[str
             flags.append(f"{check.id}: {cand.name} trains on batches of {batches[1]}, "
                          f"{base.name} on {batches[0]}: a step of each is not the same work "
                          "(compare samples/s)")
-        kinds = (sorted({s.kind for s in base.sources}), sorted({s.kind for s in cand.sources}))
+        kinds = (sorted({s.kind for s in base.inputs}), sorted({s.kind for s in cand.inputs}))
         if kinds[0] != kinds[1]:
             flags.append(f"{check.id}: {base.name} was profiled with {', '.join(kinds[0])}, "
                          f"{cand.name} with {', '.join(kinds[1])}: their step times carry "

@@ -142,7 +142,7 @@ def _grade(job: Job) -> StudentResult:
             checks=[evaluate(check, graded) for check in job.rubric.checks],
             runs=[_summary(run, graded) for run in runs],
             profile_hashes={shown.get(s.path, s.path): file_hash(Path(s.path))
-                            for run in runs for s in run.sources}, **fields)
+                            for run in runs for s in run.inputs}, **fields)
     return _finish(job, key, result, graded)
 
 
@@ -269,7 +269,7 @@ def _summary(run: RunAnalysis, graded: Graded) -> RunSummary:
     top = display.headline_finding(run)
     return RunSummary(
         name=run.name, verdict=run.verdict, verdict_reason=run.verdict_reason,
-        sources=[(s.kind, graded.shown_paths.get(s.path, s.path)) for s in run.sources],
+        sources=[(s.kind, graded.shown_paths.get(s.path, s.path)) for s in run.inputs],
         finding_ids=[f.id for f in run.findings],
         what_to_change=top.recommendation if top else "",
         timing_fingerprint=_timing_fingerprint(run.metrics),
@@ -283,8 +283,8 @@ def _student_report(job: Job, result: StudentResult, graded: Graded) -> Report:
     baseline = next((c.baseline for c in job.rubric.checks
                      if c.baseline in graded.runs), None)
     for run in runs:
-        run.sources = [dataclasses.replace(s, path=graded.shown_paths.get(s.path, s.path))
-                       for s in run.sources]
+        run.inputs = [dataclasses.replace(s, path=graded.shown_paths.get(s.path, s.path))
+                       for s in run.inputs]
     return Report(title=f"{result.student}: {job.rubric.name}",
                   generated_by=f"profreport {__version__}", runs=runs,
                   comparison=compare_runs(runs, baseline),

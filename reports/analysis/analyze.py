@@ -210,7 +210,7 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
     timed = primary_timed(profiles)
     return RunAnalysis(
         name=name,
-        sources=[summary.source for summary in summaries],
+        inputs=[summary.input for summary in summaries],
         verdict=name_verdict, verdict_reason=reason, metrics=metrics,
         findings=find_all(metrics, context, name_verdict),
         timeline=build_timeline(*timed[0]) if timed else None,

@@ -22,10 +22,10 @@ from profreport.reports.analysis.memory import memory_stats
 from profreport.reports.analysis.metrics import compute_run_metrics, preference
 from profreport.reports.analysis.results import (
     DeviceMemory,
+    InputFile,
     MemoryStats,
     RankVerdict,
     RunMetrics,
-    SourceInfo,
     StepStats,
 )
 from profreport.reports.analysis.steps import step_stats, step_windows
@@ -42,7 +42,7 @@ WHOLE_PROFILE_RANKS = (None, 0)
 class RankSummary:
     """One profile reduced to what the run's cross-rank figures need."""
 
-    source: SourceInfo
+    input: InputFile
     #: Sort key of the profile as a step source (GPU events first, nsys first, lowest rank).
     preference: tuple[int, int, int]
     has_gpu_events: bool
@@ -100,7 +100,7 @@ def summarize(profile: Profile, with_verdict: bool = True) -> RankSummary:
     windows = step_windows(profile) if profile.kind != "lprof" else None
     memory = memory_stats([profile])
     return RankSummary(
-        source=SourceInfo(path=str(profile.path), kind=profile.kind,
+        input=InputFile(path=str(profile.path), kind=profile.kind,
                           tool_version=profile.tool_version, rank=profile.rank),
         preference=preference(profile), has_gpu_events=has_gpu_events(profile),
         step_stats=step_stats(windows) if windows is not None else None,
@@ -146,8 +146,8 @@ def needed_whole(summaries: Sequence[RankSummary]) -> list[int]:
     a rank, the primary (lowest) rank among those that time steps, and the preferred source of
     GPU events (see metrics.primary_timed and compute_run_metrics)."""
     timed = [s for s in summaries if s.step_stats is not None]
-    primary = min((s.source.rank for s in timed if s.source.rank is not None), default=None)
-    wanted = {i for i, s in enumerate(summaries) if s.source.rank in (None, primary)}
+    primary = min((s.input.rank for s in timed if s.input.rank is not None), default=None)
+    wanted = {i for i, s in enumerate(summaries) if s.input.rank in (None, primary)}
     gpu = [i for i, s in enumerate(summaries) if s.has_gpu_events]
     if gpu:
         wanted.add(min(gpu, key=lambda i: summaries[i].preference))
@@ -158,8 +158,8 @@ def per_rank_step_ms(summaries: Sequence[RankSummary]) -> dict[int, float]:
     """Mean annotated step time of every rank, in ms, from each rank's preferred step source."""
     out: dict[int, float] = {}
     for summary in sorted(summaries, key=lambda s: s.preference):
-        if summary.source.rank is not None and summary.step_stats is not None:
-            out.setdefault(int(summary.source.rank), float(summary.step_stats.mean_ns) / NS_PER_MS)
+        if summary.input.rank is not None and summary.step_stats is not None:
+            out.setdefault(int(summary.input.rank), float(summary.step_stats.mean_ns) / NS_PER_MS)
     return dict(sorted(out.items()))
 
 
@@ -179,7 +179,7 @@ def rank_verdicts(summaries: Sequence[RankSummary],
                   profiles: Sequence[Profile]) -> list[RankVerdict]:
     """One verdict per rank (from its preferred profile), by rank; a rank whose profile came back
     whole gets its verdict here; empty when the run has fewer than two ranks."""
-    ranks = {s.source.rank for s in summaries if s.source.rank is not None}
+    ranks = {s.input.rank for s in summaries if s.input.rank is not None}
     if len(ranks) < 2:
         return []
     chosen: dict[int, RankVerdict] = {}

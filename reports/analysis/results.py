@@ -3,7 +3,12 @@
 Data flows one way: parsers -> tables -> metrics (``reports.analysis.metrics``) -> findings
 (``reports.analysis.findings``) -> these objects -> renderers (``reports.render``). Renderers only
 format what is here; they never compute a metric. Durations are integer nanoseconds; fractions
-are floats in 0..1; a field is ``None`` when the sources of a run cannot tell.
+are floats in 0..1; a field is ``None`` when the profiles of a run cannot tell.
+
+Words kept to one meaning each: an **input** (:class:`InputFile`) is a file given to the analysis;
+an **origin** is the profiler (or the runner's manifest) a figure comes from; **source** is a
+program's source code (a line's text, ``--source-root``). The JSON report keeps its published keys
+(``sources`` for the inputs, ``source`` for an evidence's origin and a line's text).
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ PART_LABELS = {
 
 
 @dataclass(frozen=True)
-class SourceInfo:
+class InputFile:
     """One input file of a run."""
 
     path: str
@@ -59,7 +64,7 @@ class SourceInfo:
 
 @dataclass(frozen=True)
 class StepStats:
-    """Iteration count and duration, from one source."""
+    """Iteration count and duration, from one origin."""
 
     origin: Origin
     count: int
@@ -71,7 +76,7 @@ class StepStats:
     #: Start-to-start time of consecutive steps (includes the gaps between annotated ranges).
     wall_mean_ns: int | None = None
     #: Sample standard deviation of the step durations; None with fewer than 2 steps or when the
-    #: source knows only the mean (line_profiler).
+    #: origin knows only the mean (line_profiler).
     stdev_ns: int | None = None
 
 
@@ -186,7 +191,7 @@ class Breakdown:
     #: Communication hidden under compute (not a part: compute already claims it).
     comm_overlapped_ns: int = 0
     #: Each part's ns in every whole step window, and ``step`` the window (for robust
-    #: comparisons); empty when the source splits no window (line_profiler).
+    #: comparisons); empty when the origin splits no window (line_profiler).
     per_step_ns: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
 
@@ -518,10 +523,10 @@ class Timeline:
 
 @dataclass
 class RunMetrics:
-    """Every metric of one run; ``None`` where its sources cannot tell."""
+    """Every metric of one run; ``None`` where its profiles cannot tell."""
 
     steps: StepStats | None = None
-    #: Step statistics from every source that has them (for the agreement finding).
+    #: Step statistics from every origin that has them (for the agreement finding).
     steps_by_origin: list[StepStats] = field(default_factory=list)
     gpu: GpuUtilization | None = None
     #: Start-up and the spread of the per-step figures (reports.analysis.shape).
@@ -665,7 +670,7 @@ class RunAnalysis:
     """Everything profreport says about one run."""
 
     name: str
-    sources: list[SourceInfo]
+    inputs: list[InputFile]
     verdict: Verdict
     verdict_reason: str
     metrics: RunMetrics
@@ -748,7 +753,7 @@ class ComparisonRow:
     #: (largest first), then offsets, then minor parts; empty without a breakdown on both sides.
     attribution: list[PartChange] = field(default_factory=list)
     #: Step-time difference the breakdown parts do not account for (the step time and the
-    #: breakdown come from different sources), ns per step; None without a breakdown.
+    #: breakdown come from different origins), ns per step; None without a breakdown.
     unexplained_ns: int | None = None
     #: What else differs between the runs (knobs, world size, precision, optimizer kernels,
     #: DataLoader kind, bytes per step), see compare.confounds; a gain is credited to no single
@@ -794,9 +799,9 @@ class MemoryStep:
     """One training step on one device; levels in bytes on the device's ``basis``."""
 
     number: int
-    #: Highest allocated level inside the step; None when the source records only reserved.
+    #: Highest allocated level inside the step; None when the origin records only reserved.
     peak_allocated: int | None
-    #: Highest reserved level inside the step; None when the source does not record it.
+    #: Highest reserved level inside the step; None when the origin does not record it.
     peak_reserved: int | None
     #: Level (allocated, else reserved) when the step starts and when it ends.
     start_level: int
@@ -819,7 +824,7 @@ class LargeAllocation:
     #: The step it happened in, when steps are known.
     step: int | None
     #: The innermost framework operator running on the allocating thread; None when the
-    #: source records no operators (nsys) or none encloses the event.
+    #: origin records no operators (nsys) or none encloses the event.
     op: str | None
 
 
@@ -862,7 +867,7 @@ class DeviceMemory:
     #: Step boundaries inside the timeline (ns, same origin), with their numbers.
     timeline_steps: list[tuple[int, int]]
     #: Driver allocations (cudaMalloc/cudaFree, reserved-level changes) per step after the first
-    #: step; None when the source cannot tell.
+    #: step; None when the origin cannot tell.
     driver_calls_per_step: float | None = None
     #: Allocations per step over the steps the recorder saw (see memory.allocations_per_step).
     allocations_per_step: float | None = None

@@ -48,10 +48,10 @@ def run_world_size(manifest: Manifest | None, summaries: Sequence[RankSummary]) 
     sizes = [s.world_size for s in summaries if s.world_size is not None]
     if sizes:
         return max(sizes)
-    ranks = {s.source.rank for s in summaries if s.source.rank is not None}
+    ranks = {s.input.rank for s in summaries if s.input.rank is not None}
     if ranks:
         return len(ranks)
-    traces = [s for s in summaries if s.source.kind == "kineto"]
+    traces = [s for s in summaries if s.input.kind == "kineto"]
     # torch.profiler writes distributedInfo whenever a process group exists: none, one process.
     return 1 if traces and not any(s.distributed for s in traces) else None
 

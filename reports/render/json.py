@@ -192,7 +192,7 @@ def run_json(run: RunAnalysis) -> dict[str, Any]:
     return {
         "name": run.name,
         "sources": [{"path": s.path, "kind": s.kind, "tool_version": s.tool_version,
-                     "rank": s.rank} for s in run.sources],
+                     "rank": s.rank} for s in run.inputs],
         "verdict": run.verdict, "verdict_reason": run.verdict_reason,
         "verdict_confidence": run.verdict_confidence,
         "verdict_margin": _frac(run.verdict_margin),
