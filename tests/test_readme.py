@@ -1,4 +1,8 @@
-"""The README documents what the code does: every threshold with its value, every finding id."""
+"""The README documents what the code does: every threshold with its value, every finding id.
+
+The README's table of findings is made from the registry: after adding a rule, rewrite it with
+``.venv/bin/python tests/test_readme.py --update-findings-table`` and review ``git diff README.md``.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,11 @@ import pytest
 
 from profreport.reports.analysis import compare, findings, gpu, job, scaling
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+README_PATH = Path(__file__).resolve().parents[1] / "README.md"
+README = README_PATH.read_text(encoding="utf-8")
+#: The README's table of findings: its header and every row after it.
+FINDINGS_TABLE = re.compile(
+    r"\| id \| severity \| theme \| needs \| what it finds \|\n(?:\|.*\|\n)+")
 
 
 def documented_constants(module: object) -> list[tuple[str, str]]:
@@ -58,10 +66,13 @@ def findings_table() -> str:
 
 def test_the_readme_table_of_findings_is_the_registry() -> None:
     """Every finding id the analysis can emit is in the README's table, as registered (a new
-    rule fails this test until its row, printed in the failure, is pasted into the README)."""
+    rule fails this test until the table is rewritten: see the module's docstring)."""
     table = findings_table()
     assert len(findings.FINDING_IDS) >= 29
-    assert table in README, "README's table of findings should read:\n" + table
+    assert FINDINGS_TABLE.search(README) is not None
+    assert table + "\n" in README, ("README's table of findings is not the registry's: run "
+                                    "`.venv/bin/python tests/test_readme.py "
+                                    "--update-findings-table`")
 
 
 def test_quick_start_is_two_commands_and_ci_runs_the_readme_test_command() -> None:
@@ -71,3 +82,19 @@ def test_quick_start_is_two_commands_and_ci_runs_the_readme_test_command() -> No
                         ".venv/bin/python -m pytest"]
     ci = (Path(__file__).resolve().parents[1] / ".ci" / "run").read_text()
     assert commands[1] in ci and "scripts/setup.sh" in ci
+
+
+def update_findings_table() -> bool:
+    """Rewrite the README's table of findings from the registry; whether it changed."""
+    text = FINDINGS_TABLE.sub(lambda _: findings_table() + "\n", README, count=1)
+    README_PATH.write_text(text, encoding="utf-8")
+    return text != README
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] != ["--update-findings-table"]:
+        sys.exit("usage: tests/test_readme.py --update-findings-table")
+    print("README.md: findings table " + ("rewritten" if update_findings_table() else
+                                          "unchanged"))
