@@ -7,15 +7,9 @@ import pandas as pd
 
 from profreport import concepts
 from profreport.reports.analysis.findings.catalogue import Facts, rule
-from profreport.reports.analysis.findings.context import (
-    RunContext,
-)
-from profreport.reports.analysis.findings.copies import (
-    _count,
-)
-from profreport.reports.analysis.findings.verdicts import (
-    COMM_BOUND_EXPOSED_FRACTION,
-)
+from profreport.reports.analysis.findings.context import RunContext
+from profreport.reports.analysis.findings.copies import _count
+from profreport.reports.analysis.findings.verdicts import COMM_BOUND_EXPOSED_FRACTION
 from profreport.reports.analysis.results import (
     CommStats,
     Evidence,

@@ -15,9 +15,7 @@ from profreport.reports.analysis.findings.context import (
     cpu_load,
     loader_core_demand,
 )
-from profreport.reports.analysis.findings.ops import (
-    optimizer_many_kernels,
-)
+from profreport.reports.analysis.findings.ops import optimizer_many_kernels
 from profreport.reports.analysis.findings.verdicts import (
     COMPUTE_BOUND_BUSY,
     COMPUTE_BOUND_SHARE,

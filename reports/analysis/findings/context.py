@@ -7,9 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from profreport.reports.analysis.memory import TrainingSettings
-from profreport.reports.analysis.results import (
-    Trials,
-)
+from profreport.reports.analysis.results import Trials
 
 
 @dataclass(frozen=True)

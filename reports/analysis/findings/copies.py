@@ -6,9 +6,7 @@ from __future__ import annotations
 
 from profreport import concepts
 from profreport.reports.analysis.findings.catalogue import Facts, rule
-from profreport.reports.analysis.findings.verdicts import (
-    COMPUTE_BOUND_BUSY,
-)
+from profreport.reports.analysis.findings.verdicts import COMPUTE_BOUND_BUSY
 from profreport.reports.analysis.results import (
     Evidence,
     Finding,

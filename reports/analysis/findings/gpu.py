@@ -5,12 +5,8 @@ little work per step.
 from __future__ import annotations
 
 from profreport.reports.analysis.findings.catalogue import Facts, rule
-from profreport.reports.analysis.findings.context import (
-    RunContext,
-)
-from profreport.reports.analysis.findings.copies import (
-    minor_sync_evidence,
-)
+from profreport.reports.analysis.findings.context import RunContext
+from profreport.reports.analysis.findings.copies import minor_sync_evidence
 from profreport.reports.analysis.findings.verdicts import (
     HOST_BOUND_IDLE_SHARE,
     LOADER_BOUND_FRACTION,

@@ -11,9 +11,7 @@ from profreport.reports.analysis.findings.context import (
     RunContext,
     training_processes,
 )
-from profreport.reports.analysis.findings.gpu import (
-    largest_gap_at,
-)
+from profreport.reports.analysis.findings.gpu import largest_gap_at
 from profreport.reports.analysis.findings.verdicts import (
     LOADER_BOUND_FRACTION,
     loop_ns_without_loader,

@@ -5,9 +5,7 @@ stands, the runner's trials beside the profilers, and the TRIALS finding when th
 from __future__ import annotations
 
 from profreport.reports.analysis.findings.catalogue import Facts, rule, run_findings
-from profreport.reports.analysis.findings.context import (
-    RunContext,
-)
+from profreport.reports.analysis.findings.context import RunContext
 from profreport.reports.analysis.results import (
     Evidence,
     Finding,
@@ -44,7 +42,7 @@ CLEAR_MARGIN = 0.05
 #: When more than this share of the step the GPU idles for no reason the trace shows (no data
 #: wait, sync or launch ends it), the verdict says unknown rather than guess.
 UNEXPLAINED_IDLE_SHARE = 0.50
-#: When half the step is time no source could attribute (a CPU-only nsys capture holds only NVTX
+#: When half the step is time no profile could attribute (a CPU-only nsys capture holds only NVTX
 #: ranges), calling the run "balanced" would be a guess: the verdict is unknown instead.
 UNATTRIBUTED_SHARE = 0.50
 #: In the runner's trials, the DataLoader alone or the model alone is the limit when the other
@@ -53,8 +51,8 @@ TRIAL_LIMIT_RATIO = 1.5
 # Which limit (in the runner's trials' terms) each profiler verdict points at: the synthetic
 # trial runs the whole model step, so launch overhead and communication count as the model's.
 VERDICT_LIMIT = {"loader-bound": "loader", "compute-bound": "compute",
-                  "host-bound": "compute", "communication-bound": "compute",
-                  "sync-bound": "compute"}
+                 "host-bound": "compute", "communication-bound": "compute",
+                 "sync-bound": "compute"}
 _LIMIT_VERDICT: dict[str, Verdict] = {"loader": "loader-bound", "compute": "compute-bound"}
 #: The finding that explains each verdict: it leads the run's findings, whatever its severity.
 VERDICT_FINDINGS: dict[str, str] = {
