@@ -194,11 +194,17 @@ def test_fair_speedup_in_samples_per_second() -> None:
 
 
 def test_fair_within_noise_counts_as_no_change() -> None:
-    """Trials that overlap the reference's: within noise, graded as 1.00x."""
+    """Trials that overlap the reference's, or a speedup inside the trials' spreads: within
+    noise, graded as 1.00x."""
     measured = Measured("k", trials("reference", [4.0, 4.6]) + trials("submission", [3.9, 4.5]))
     fair = compare(measured, spec())
     assert fair.speedup is not None and fair.speedup > 1
     assert fair.within_noise and fair.graded_speedup == 1.0
+    # Apart, every pair faster, but by less than the two sides' spreads (9.5% + 10.8%).
+    apart = compare(Measured("k", trials("reference", [4.0, 4.4]) +
+                             trials("submission", [3.5, 3.9])), spec())
+    assert min(apart.submission) > max(apart.reference) and apart.low > 1
+    assert apart.speedup == pytest.approx(1.136, abs=1e-3) and apart.within_noise
 
 
 def test_fair_refuses_fewer_steps_another_batch_or_loss() -> None:

@@ -5,9 +5,12 @@ Each trial's throughput is the rubric's steps x the batch over the launch's wall
 outside the sandbox (start-up included, the same for every script): nothing the script reports
 about its own speed enters it. A submission that makes other steps, or (unless the rubric allows
 it) another batch, or whose loss after the steps is not within the tolerance of the
-reference's, is not compared: a faster run that does not train is not faster. A speedup whose
-trials overlap the reference's (the slowest submission trial no faster than the fastest
-reference one, or the other way round) is within noise and counts as no change.
+reference's, is not compared: a faster run that does not train is not faster. A speedup is
+within noise, and counts as no change, when the trials overlap the reference's (the slowest
+submission trial no faster than the fastest reference one, or the other way round), when the
+trial-by-trial ratios fall on both sides of 1, or when it lies closer to 1 than the two sides'
+spreads added (each side's range over its median): the same script against itself on a busy
+machine (load 5 on 2 CPUs) measured 0.72x to 1.13x with two trials.
 """
 
 from __future__ import annotations
@@ -105,6 +108,14 @@ def compare(measured: Measured, spec: RunSpec) -> Fair:
     fair.speedup = statistics.median(fair.submission) / statistics.median(fair.reference)
     ratios = [s / r for s, r in zip(fair.submission, fair.reference, strict=False)]
     fair.low, fair.high = min(ratios), max(ratios)
-    fair.within_noise = (min(fair.submission) <= max(fair.reference)
-                         and max(fair.submission) >= min(fair.reference))
+    overlap = (min(fair.submission) <= max(fair.reference)
+               and max(fair.submission) >= min(fair.reference))
+    band = _spread(fair.reference) + _spread(fair.submission)
+    fair.within_noise = (overlap or fair.low <= 1 <= fair.high
+                         or abs(fair.speedup - 1) <= band)
     return fair
+
+
+def _spread(values: list[float]) -> float:
+    """A side's range over its median (0.1: its trials lie within 10% of each other)."""
+    return (max(values) - min(values)) / statistics.median(values)
