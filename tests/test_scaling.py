@@ -107,3 +107,27 @@ def test_above_ideal_blames_the_reference() -> None:
     assert finding.id == "SCALING_SUPERLINEAR" and "164%" in finding.evidence[0].text
     assert "42.2 samples/s per process against 25.7 at 1" in finding.evidence[0].text
     assert "56.6 per process against 31.2" in finding.evidence[1].text
+
+
+def test_a_point_that_changed_more_than_its_processes_says_so() -> None:
+    """A 4-process point that also moved to fp16 kernels and a fused optimizer: the efficiency
+    finding lists those differences and credits none of them (scaling._besides_processes keeps
+    world size and process knobs out, since they are what a study varies)."""
+    from dataclasses import replace
+
+    from profreport.reports.analysis.results import KernelMix, RunAnalysis, RunMetrics
+    from profreport.reports.analysis.scaling import _besides_processes
+
+    def run(name: str, size: int, reduced: float, fused: bool) -> RunAnalysis:
+        metrics = RunMetrics(kernel_mix=KernelMix("kineto", MS, reduced, 0.0, 0.1, None, fused))
+        return RunAnalysis(name, [], "compute-bound", "", metrics, [], world_size=size,
+                           knobs={"nproc": size, "num_workers": 4})
+    base, big = run("np1", 1, 0.0, False), run("np4", 4, 0.9, True)
+    differ = _besides_processes(base, big)
+    assert differ == ["fp16/bf16 compute 0.0% -> 90% of compute-kernel time (kernel names)",
+                      "optimizer kernels per-tensor -> fused (multi_tensor_apply)"]
+    points = [_point(1, 100.0), replace(_point(4, 250.0), confounds=differ)]
+    finding = study_findings(Study(points, "samples/s", "weak"))[0]
+    assert finding.evidence[-1].text.startswith(
+        "besides the process count, the 4-process point differs from the reference in: fp16/bf16")
+    assert "no part of it can be credited to one of these" in finding.evidence[-1].text

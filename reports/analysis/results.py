@@ -909,6 +909,9 @@ class ScalingPoint:
     profile_origin: Origin | None = None
     #: PyTorch intra-op threads per process (the runner's plain run), when recorded.
     threads_per_process: int | None = None
+    #: What else differs from the study's reference point besides the process count (see
+    #: compare.confounds): precision, optimizer kernels, DataLoader kind, bytes per step, knobs.
+    confounds: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

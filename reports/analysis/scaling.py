@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from profreport.manifest import Manifest
+from profreport.reports.analysis.compare import confounds
 from profreport.reports.analysis.findings import Study, study_findings
 from profreport.reports.analysis.ranks import RankSummary
 from profreport.reports.analysis.results import (
@@ -145,8 +146,16 @@ def _points(members: list[RunAnalysis]) -> tuple[str, list[ScalingPoint]]:
             rank_imbalance=_imbalance(run),
             profile_origin=run.metrics.steps.origin if run.metrics.steps else None,
             threads_per_process=_int_or_none(run.environment.get("torch_threads")),
-            local_batch_size=_int_or_none(run.scaling_point.get("local_batch_size"))))
+            local_batch_size=_int_or_none(run.scaling_point.get("local_batch_size")),
+            confounds=_besides_processes(base, run)))
     return unit, points
+
+
+def _besides_processes(base: RunAnalysis, run: RunAnalysis) -> list[str]:
+    """What differs between two points of a study besides the process count and the process
+    knobs (see compare.confounds)."""
+    return [c for c in confounds(base, run) if not c.startswith("world size ")
+            and not any(c.startswith(f"{knob} ") for knob in PROCESS_KNOBS)]
 
 
 def _mode(members: list[RunAnalysis]) -> str:

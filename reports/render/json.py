@@ -304,4 +304,5 @@ def scaling_json(study: ScalingStudy) -> dict[str, Any]:
                         "comm_ms_per_step": _ms(p.comm_ns_per_step),
                         "comm_exposed_ms_per_step": _ms(p.comm_exposed_ns_per_step),
                         "rank_imbalance": rounded(p.rank_imbalance, 4),
-                        "local_batch_size": p.local_batch_size} for p in study.points]}
+                        "local_batch_size": p.local_batch_size,
+                        "confounds": p.confounds} for p in study.points]}

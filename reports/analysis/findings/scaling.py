@@ -114,6 +114,17 @@ def _above_ideal(points: list[ScalingPoint]) -> ScalingPoint | None:
     return best
 
 
+def confound_evidence(point: ScalingPoint) -> list[Evidence]:
+    """What else changed at this point besides the process count: then its efficiency is not
+    the scaling's alone."""
+    if not point.confounds:
+        return []
+    return [Evidence(f"besides the process count, the {point.processes}-process point differs "
+                     f"from the reference in: {'; '.join(point.confounds)}: its efficiency is "
+                     "not the scaling's alone, and no part of it can be credited to one of "
+                     "these", point.profile_origin or "manifest")]
+
+
 @rule("SCALING_SUPERLINEAR", severity=("info",), needs=("study",))
 def superlinear(facts: Facts) -> Finding | None:
     """A point far above ideal: the reference runs slower per process than the others."""
@@ -138,6 +149,7 @@ def superlinear(facts: Facts) -> Finding | None:
         evidence.append(Evidence(
             f"intra-op threads per process: {base.threads_per_process} at {base.processes}, "
             f"{best.threads_per_process} at {best.processes}", "manifest"))
+    evidence += confound_evidence(best)
     return Finding(
         id="SCALING_SUPERLINEAR", severity="info",
         title=f"Above ideal at {best.processes} processes: the {base.processes}-process "
@@ -180,5 +192,6 @@ def scaling_efficiency(facts: Facts) -> Finding | None:
     return Finding(id="SCALING_EFFICIENCY", severity=severity,
                    title=f"Scaling breaks at {worst.processes} processes: "
                          f"{whole_pct(worst.efficiency or 0)} of ideal",
-                   evidence=[summary, *(evidence for evidence, _ in causes)],
+                   evidence=[summary, *(evidence for evidence, _ in causes),
+                             *confound_evidence(worst)],
                    recommendation=fix)
