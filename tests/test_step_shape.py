@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from profreport.commands import _summary_lines
 from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
 from profreport.reports.render.json import render_json
 from profreport.reports.render.markdown import render_markdown
@@ -96,8 +97,14 @@ def test_a_long_first_step_is_left_out_of_the_per_step_figures(tmp_path: Path) -
     assert warmup.loader_fill == (19_998_000, 98_000)
     assert found.evidence[1].text.startswith("its DataLoader spans take 20.0 ms against a median "
                                              "of 98.0 µs in the later steps")
-    assert "Start-up | 20.5 ms (step 0, left out of the per-step figures)" in \
-        render_markdown(report)
+    text = render_markdown(report)
+    assert "Start-up | 20.5 ms (step 0, left out of the per-step figures)" in text
+    # Each step time says which it is: the annotated range, start to next start, the window.
+    assert "| Mean annotated step (its range alone) | 1.1 ms |" in text
+    assert "| Wall time per step (start to next start) | 1.1 ms |" in text
+    assert "Step window, mean (start to next start; the last step its range)" in text
+    assert _summary_lines(run)[1] == ("  steps: 5 × 1.1 ms annotated range (kineto, 1.1 ms start "
+                                      "to next start, median window 1.1 ms)")
 
 
 def test_periodic_stalls_are_named_apart_from_the_steady_wait(tmp_path: Path) -> None:
