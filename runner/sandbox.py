@@ -169,8 +169,8 @@ def bwrap_command(sandbox: Sandbox, command: list[str], cwd: Path) -> list[str]:
     root = os.geteuid() == 0
     args = [bwrap, *(ROOT_NAMESPACES if root else ["--unshare-all"]), "--die-with-parent",
             "--new-session", "--hostname", "sandbox", *_system_mounts(), "--perms", "1777",
-            "--tmpfs", "/tmp", "--dev", "/dev", "--proc", "/proc", "--perms", "0777", "--dir",
-            SANDBOX_HOME]
+            "--tmpfs", "/tmp", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm",
+            "--proc", "/proc", "--perms", "0777", "--dir", SANDBOX_HOME]
     for device in GPU_DEVICES:
         if Path("/dev", device).exists():
             args += ["--dev-bind", f"/dev/{device}", f"/dev/{device}"]

@@ -246,3 +246,15 @@ def test_grade_run_on_slurm(tmp_path: Path) -> None:
     for name in ("good", "wrong"):
         measured = json.loads((out / "runs" / name / "measured.json").read_text())
         assert len(measured["trials"]) == 4 and measured["run_folder"]
+
+
+def test_run_without_a_sandbox_runs_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                            ) -> None:
+    """Without bubblewrap, --run stops before any student's script runs, with one line."""
+    subs = make_class(tmp_path / "subs", {"good": "good"})
+    monkeypatch.setenv("PATH", str(tmp_path))
+    done = grade(subs, tmp_path / "out", "--run")
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines()[-1].startswith(
+        "profreport: error: sandbox unavailable: bubblewrap (bwrap) is not installed")
+    assert not (tmp_path / "out" / "runs").exists()

@@ -97,6 +97,27 @@ def test_writes_only_its_own_copy(tmp_path: Path) -> None:
     assert (alice / "mine.txt").read_text() == "x"
 
 
+def test_data_folder_is_read_only(tmp_path: Path) -> None:
+    """The rubric's data folder is readable inside, and cannot be changed."""
+    alice, _, _ = class_folder(tmp_path)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.csv").write_text("1,2\n")
+    (alice / "hostile.py").write_text(textwrap.dedent(f"""
+        print(open({str(data / "train.csv")!r}).read().strip())
+        try:
+            open({str(data / "train.csv")!r}, "w").write("poisoned")
+        except OSError as exc:
+            print("refused", exc.strerror)
+        """))
+    done = run_sandboxed(Sandbox(alice, (data,), TIGHT), [sys.executable, "hostile.py"], alice,
+                         tmp_path / "out.txt", tmp_path / "err.txt")
+    assert done.status == 0, (tmp_path / "err.txt").read_text()
+    out = (tmp_path / "out.txt").read_text()
+    assert out.startswith("1,2") and "refused Read-only file system" in out
+    assert (data / "train.csv").read_text() == "1,2\n"
+
+
 def test_cannot_read_another_student(tmp_path: Path) -> None:
     """Bob's folder (a sibling of alice's copy) is not in the sandbox at all; /etc/shadow
     cannot be read."""
@@ -238,3 +259,25 @@ def test_no_bwrap_fails_loudly(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
     with pytest.raises(SandboxError, match="sandbox unavailable"):
         probe()
     probe.cache_clear()
+
+
+def test_shared_memory_and_nsys_work_inside(tmp_path: Path, nsys_available: str) -> None:
+    """What training needs still works: POSIX shared memory (DataLoader workers pass batches
+    through /dev/shm, a private tmpfs here) and Nsight Systems, whose agent talks through it."""
+    alice, _, _ = class_folder(tmp_path)
+    status, out, err, _ = hostile(tmp_path, """
+        from multiprocessing import shared_memory
+        block = shared_memory.SharedMemory(create=True, size=1 << 20)
+        block.buf[0] = 7
+        print("shm", block.buf[0])
+        block.close()
+        block.unlink()
+        """, Limits(wall_s=60, cpu_s=60, memory_bytes=4 << 30, processes=256))
+    assert status == 0 and "shm 7" in out, err
+    (alice / "tiny.py").write_text("print(sum(range(10)))\n")
+    done = run_sandboxed(Sandbox(alice, limits=Limits(wall_s=300, processes=256)),
+                         [nsys_available, "profile", "--trace=osrt", "--sample=none",
+                          "--cpuctxsw=none", "-o", str(alice / "tiny"), sys.executable,
+                          "tiny.py"], alice, tmp_path / "out.txt", tmp_path / "err.txt")
+    assert done.status == 0, (tmp_path / "err.txt").read_text()[-2000:]
+    assert (alice / "tiny.nsys-rep").is_file()

@@ -15,6 +15,7 @@ reference and the grader are unchanged.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import shutil
@@ -237,6 +238,10 @@ def profile(box: Sandbox, script: Path, spec: RunSpec, folder: Path,
                "json", "--profilers", ",".join(spec.profilers), "--device", "auto",
                "--", *spec.command_args()]
     logs = folder / "logs"
+    # One limit per launch run-and-report makes (the plain run and each profiler) and one for
+    # its analysis.
+    wall = box.limits.wall_s * (len(spec.profilers) + 2)
+    box = dataclasses.replace(box, limits=dataclasses.replace(box.limits, wall_s=wall))
     done = run_sandboxed(box, command, script.parent, logs / "profile.out", logs / "profile.err")
     made = runs / script.stem
     if done.killed or done.status != 0:
