@@ -77,6 +77,12 @@ def gamed(tmp_path_factory: pytest.TempPathFactory,
     edit_trace(run_folder(subs / "deleter" / "optimized", heavy, ("trace", "train.lprof")),
                lambda data: data.update(traceEvents=[
                    e for e in data["traceEvents"] if "DataLoader" not in e.get("name", "")]))
+    # The optimized manifest's throughput doubled by hand.
+    run_folder(subs / "inflater" / "baseline", heavy)
+    inflated = run_folder(subs / "inflater" / "optimized", compute)
+    manifest = json.loads((inflated / "manifest.json").read_text())
+    manifest["throughput_samples_per_s"] *= 2
+    (inflated / "manifest.json").write_text(json.dumps(manifest))
     # A quarter of the batch: the manifest says so.
     run_folder(subs / "smaller" / "baseline", heavy)
     small = run_folder(subs / "smaller" / "optimized", compute)
@@ -101,6 +107,14 @@ def test_halved_times_do_not_move_the_speedup(gamed: dict) -> None:
     check = next(check for check in gamed["halver"].checks if check.id == "speedup")
     assert "Samples per second of the unprofiled runs" in check.measured
     assert check.points == 0 and "1.00x" in check.measured
+
+
+def test_edited_manifest_throughput_is_flagged(gamed: dict) -> None:
+    """A throughput that the manifest's own step times do not give is flagged; the honest
+    fixtures' manifests are not."""
+    (flag,) = [f for f in gamed["inflater"].flags if "manifest says" in f]
+    assert flag.startswith("run optimized:") and flag.endswith("edited")
+    assert not any("manifest says" in f for f in gamed["author"].flags)
 
 
 def test_handmade_trace_is_flagged(gamed: dict) -> None:

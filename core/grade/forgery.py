@@ -5,13 +5,17 @@ never changes the points by itself. Copies between students are found by
 :func:`profreport.grade.gradebook.duplicates`. Edited step times are not flagged: profilers'
 overheads differ too much to bound one by another (the fixture loader_heavy: nsys steps 1.1 s,
 the unprofiled run 2.1 s, torch.profiler 6.0 s); the speedup comes from the manifests'
-unprofiled samples/s instead, which no trace edit moves."""
+unprofiled samples/s instead, which no trace edit moves, and a manifest whose throughput is not
+what its own step times give is flagged."""
 
 from __future__ import annotations
 
 from profreport.grade.rubric import SPEEDUP, Rubric
 from profreport.reports.analysis.results import RunAnalysis
 
+#: The runner writes a manifest's throughput as batch x processes over its own mean plain step:
+#: more than this relative difference between the two means one of them was edited.
+MANIFEST_TOLERANCE = 0.01
 #: The finding the analysis emits when a run's profilers disagree on the DataLoader wait.
 SOURCES_DISAGREE = "SOURCES_DISAGREE"
 
@@ -23,6 +27,22 @@ def profilers_disagree(run: RunAnalysis) -> list[str]:
         return []
     return [f"run {run.name}: {disagree.title} ("
             + "; ".join(e.text for e in disagree.evidence) + ")"]
+
+
+def manifest_edited(run: RunAnalysis) -> list[str]:
+    """A manifest whose throughput is not what its own plain step times and batch give."""
+    metrics, batch = run.metrics, run.knobs.get("batch_size")
+    if not (metrics.throughput_samples_per_s and metrics.plain_step_ns
+            and isinstance(batch, int) and batch > 0):
+        return []
+    mean_s = sum(metrics.plain_step_ns) / len(metrics.plain_step_ns) / 1e9
+    expected = batch * (run.world_size or 1) / mean_s
+    if abs(metrics.throughput_samples_per_s / expected - 1) <= MANIFEST_TOLERANCE:
+        return []
+    return [f"run {run.name}: the manifest says {metrics.throughput_samples_per_s:,.1f} "
+            f"samples/s; its own plain steps ({len(metrics.plain_step_ns)}, mean "
+            f"{mean_s * 1e3:,.1f} ms) of {batch} samples x {run.world_size or 1} process(es) "
+            f"give {expected:,.1f}: edited"]
 
 
 def handmade(run: RunAnalysis) -> list[str]:
@@ -55,6 +75,7 @@ def unequal_comparison(rubric: Rubric, runs: dict[str, RunAnalysis]) -> list[str
 
 def flags(rubric: Rubric, runs: dict[str, RunAnalysis]) -> list[str]:
     """Every sign of forgery or unequal conditions in one submission's runs."""
-    found = [flag for run in runs.values() for sign in (profilers_disagree, handmade)
+    found = [flag for run in runs.values() for sign in (profilers_disagree, handmade,
+                                                        manifest_edited)
              for flag in sign(run)]
     return found + unequal_comparison(rubric, runs)
