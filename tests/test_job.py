@@ -189,7 +189,7 @@ def test_a_rank_other_than_0_given_alone_is_analysed_in_full(tmp_path: Path) -> 
     assert run.metrics.breakdown.parts_ns["compute"] == 800_000
     assert run.metrics.launch.kernels_per_step == 2
     assert run.inputs[0].rank == 5 and run.job is None
-    assert run.timeline is not None
+    assert run.timeline is not None and run.detailed_rank == 5
 
 
 def test_ranks_2_and_3_of_4_are_analysed_with_rank_2_detailed(tmp_path: Path) -> None:
@@ -203,6 +203,9 @@ def test_ranks_2_and_3_of_4_are_analysed_with_rank_2_detailed(tmp_path: Path) ->
     assert run.metrics.comm.total_ns_per_step == 300_000
     assert run.metrics.steps.count == 5 and run.metrics.breakdown is not None
     assert run.metrics.per_rank_step_ms == {2: 1.1, 3: 0.85}
+    assert run.detailed_rank == 2
+    assert ("_The figures and findings below come from rank 2's profile, the lowest rank "
+            "present._") in render_markdown(analyze_paths([tmp_path], AnalyzeOptions()))
 
 
 def test_a_real_trace_rewritten_to_rank_3_reads_like_rank_0(corpus: Path, tmp_path: Path) -> None:

@@ -220,7 +220,8 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
         scaling_point=dict(getattr(manifest, "scaling", None) or {}),
         verdict_confidence=confidence[0] if confidence else None,
         verdict_margin=confidence[1] if confidence else None,
-        job=job)
+        job=job,
+        detailed_rank=min((p.rank for p, _ in timed if p.rank is not None), default=None))
 
 
 def _straggler_verdict(job: JobAnalysis | None, profiles: list[Profile]

@@ -690,6 +690,9 @@ class RunAnalysis:
     verdict_margin: float | None = None
     #: The ranks analysed together (two or more ranks with profiles); None for one process.
     job: JobAnalysis | None = None
+    #: The rank whose profiles the metrics and findings come from (the lowest rank present);
+    #: None when no source records a rank.
+    detailed_rank: int | None = None
 
 
 #: How a breakdown part's change relates to the change of the whole step: it moved the same way

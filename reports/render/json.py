@@ -203,7 +203,7 @@ def run_json(run: RunAnalysis) -> dict[str, Any]:
         "lines": [_line(line) for line in m.lines],
         "knobs": run.knobs, "environment": run.environment, "notes": run.notes,
         "memory": memory_json(m.memory), "world_size": run.world_size,
-        "job": job_json(run.job),
+        "job": job_json(run.job), "detailed_rank": run.detailed_rank,
     }
 
 
