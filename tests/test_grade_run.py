@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -258,3 +259,25 @@ def test_run_without_a_sandbox_runs_nothing(tmp_path: Path, monkeypatch: pytest.
     assert done.stderr.strip().splitlines()[-1].startswith(
         "profreport: error: sandbox unavailable: bubblewrap (bwrap) is not installed")
     assert not (tmp_path / "out" / "runs").exists()
+
+
+def test_what_the_sandbox_leaves_is_read_safely(tmp_path: Path) -> None:
+    """Step marks left as a FIFO (which would block a reader) or a link are not read; links
+    and FIFOs in the run folder are removed before the analysis sees it."""
+    from profreport.grade.execute import _read_marks, _regular_only
+
+    fifo = tmp_path / "trial0.rank0.json"
+    os.mkfifo(fifo)
+    trial = Trial("submission", 0, 1.0, 0)
+    _read_marks(fifo, trial)
+    assert trial.error == "the run left no readable step marks"
+    run = tmp_path / "run"
+    (run / "trace").mkdir(parents=True)
+    (run / "trace" / "a.pt.trace.json").symlink_to("/etc/passwd")
+    os.mkfifo(run / "manifest.json")
+    (run / "train.lprof").write_bytes(b"x")
+    removed = _regular_only(run)
+    assert sorted(removed) == [
+        "manifest.json: removed from the run folder (not a regular file)",
+        "trace/a.pt.trace.json: removed from the run folder (not a regular file)"]
+    assert sorted(p.name for p in run.rglob("*")) == ["trace", "train.lprof"]

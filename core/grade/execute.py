@@ -18,17 +18,20 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import shutil
+import stat
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from profreport import __version__
-from profreport.errors import ProfreportError
+from profreport.errors import InputError, ProfreportError
 from profreport.fileio import write_text
 from profreport.grade.rubric import REFERENCE_RUN, SUBMISSION_RUN, Rubric, RunSpec, load_rubric
 from profreport.grade.submissions import Submission, content_hash, file_hash, stage, unwrap
+from profreport.inputs import open_input
 from profreport.runner.sandbox import Limits, Sandbox, run_sandboxed
 
 MEASURED_NAME = "measured.json"
@@ -211,9 +214,11 @@ def _read_marks(path: Path, result: Trial) -> None:
     """Steps, batch size and losses from the step marks (written inside the sandbox: read
     with a size limit and every field's type checked)."""
     try:
-        with open(path, "rb") as handle:
+        if path.is_symlink():
+            raise InputError("a link", path)
+        with open_input(path) as handle:  # never blocks on a FIFO the script left there
             data = json.loads(handle.read(MAX_RESULT_BYTES))
-    except (OSError, ValueError):
+    except (OSError, ValueError, InputError):
         result.error = "the run left no readable step marks"
         return
     if not isinstance(data, dict):
@@ -252,7 +257,23 @@ def profile(box: Sandbox, script: Path, spec: RunSpec, folder: Path,
     target = folder / "runs" / SUBMISSION_RUN
     target.parent.mkdir(exist_ok=True)
     made.rename(target)
+    measured.failures += _regular_only(target)
     return str(target)
+
+
+def _regular_only(folder: Path) -> list[str]:
+    """Remove every link, FIFO, socket or device the sandboxed code left in the run folder the
+    grader is about to analyse; one line for each."""
+    removed = []
+    for parent, dirs, files in os.walk(folder):
+        for name in [*dirs, *files]:
+            path = Path(parent) / name
+            mode = path.lstat().st_mode
+            if stat.S_ISLNK(mode) or not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                path.unlink()
+                removed.append(f"{path.relative_to(folder)}: removed from the run folder "
+                               "(not a regular file)")
+    return removed
 
 
 def main(argv: list[str] | None = None) -> int:
