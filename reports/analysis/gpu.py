@@ -91,8 +91,9 @@ def gathered(tables: list[pd.DataFrame], masks: list[np.ndarray], column: str) -
 def device_activity(profile: Profile) -> dict[int, iv.Intervals]:
     """Per device (in order), the union of its kernel, memcpy and memset intervals."""
     tables = [t for t in gpu_tables(profile) if not t.empty]
-    return {int(device): iv.union(gathered(tables, masks, "start"),
-                                  gathered(tables, masks, "end"))
+    return {int(device): iv.union_each([(t["start"].to_numpy(np.int64)[m],
+                                         t["end"].to_numpy(np.int64)[m])
+                                        for t, m in zip(tables, masks, strict=True)])
             for device, masks in device_rows(tables)}
 
 
@@ -297,8 +298,7 @@ def launched_in(profile: Profile, spans: iv.Intervals, table: str = "kernels") -
     """Rows of a GPU table (kernels by default) whose launching runtime call started inside
     ``spans`` (joined on the correlation id)."""
     runtime = profile.table("runtime")
-    at = runtime["start"].to_numpy(np.int64)
-    inside = iv.overlap_per_window(spans, at, at + 1) > 0
+    inside = iv.inside(spans, runtime["start"].to_numpy(np.int64))
     rows = profile.table(table)
     launched = rows["correlation"].isin(runtime.loc[inside, "correlation"]).to_numpy()
     return rows[launched].reset_index(drop=True)

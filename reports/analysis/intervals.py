@@ -7,6 +7,7 @@ windows (step windows, the GPU window) without Python loops over rows.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,21 +38,27 @@ def union(starts: np.ndarray | pd.Series, ends: np.ndarray | pd.Series) -> Inter
     """Merge possibly overlapping intervals into disjoint ones (sort + cumulative max)."""
     s = np.asarray(starts, dtype=np.int64)
     e = np.asarray(ends, dtype=np.int64)
-    keep = e > s
-    if not keep.all():
-        s, e = s[keep], e[keep]
     if len(s) == 0:
         return EMPTY
     if (s[1:] < s[:-1]).any():  # tables come in start order: sort only when they are not
         order = np.argsort(s, kind="stable")
         s, e = s[order], e[order]
+    # Empty intervals (end <= start) stay in, not copied out: their end never reaches past a
+    # later start, so they join no two intervals, and alone they make a group left out below.
     reach = np.maximum.accumulate(e)
-    # A new merged interval starts where a start lies beyond everything reached before it.
+    # A new merged interval starts where a start lies beyond everything reached before it, and
+    # the one before it ends there (boolean masks: no index array of every row).
     new = np.empty(len(s), dtype=bool)
     new[0] = True
-    new[1:] = s[1:] > reach[:-1]
-    group_ends = np.append(np.flatnonzero(new)[1:] - 1, len(s) - 1)
-    return Intervals(s[new], reach[group_ends])
+    np.greater(s[1:], reach[:-1], out=new[1:])
+    last = np.empty(len(s), dtype=bool)
+    last[:-1] = new[1:]
+    last[-1] = True
+    merged_starts, merged_ends = s[new], reach[last]
+    held = merged_ends > merged_starts
+    if held.all():
+        return Intervals(merged_starts, merged_ends)
+    return Intervals(merged_starts[held], merged_ends[held])
 
 
 def union_of(frames: list[pd.DataFrame]) -> Intervals:
@@ -59,21 +66,37 @@ def union_of(frames: list[pd.DataFrame]) -> Intervals:
     frames = [frame for frame in frames if not frame.empty]
     if not frames:
         return EMPTY
-    if len(frames) == 1:  # no copy of a million-row table's columns
-        return union(frames[0]["start"].to_numpy(), frames[0]["end"].to_numpy())
-    return union(np.concatenate([f["start"].to_numpy() for f in frames]),
-                 np.concatenate([f["end"].to_numpy() for f in frames]))
+    return union_each([(f["start"].to_numpy(), f["end"].to_numpy()) for f in frames])
+
+
+def union_each(columns: list[tuple[np.ndarray, np.ndarray]]) -> Intervals:
+    """Union of several ``(starts, ends)`` column pairs: each one's union (tables come in start
+    order: no sort, no concatenated copy of their columns), merged one after another."""
+    return functools.reduce(merge, (union(starts, ends) for starts, ends in columns), EMPTY)
 
 
 def _overlaps(a: Intervals, b: Intervals) -> Intervals:
     """The parts covered by both ``a`` and ``b``: each pair of overlapping intervals, found by
     binary search in the sorted ends and starts (no sort of all the endpoints)."""
     first = np.searchsorted(b.ends, a.starts, side="right")  # b's first interval ending after
-    counts = np.maximum(np.searchsorted(b.starts, a.ends, side="left") - first, 0)
+    counts = np.searchsorted(b.starts, a.ends, side="left")
+    counts -= first  # in place: each step would otherwise allocate another array as long as a
+    np.maximum(counts, 0, out=counts)
+    before = np.cumsum(counts)
+    before -= counts
+    first -= before
+    del before
+    pair_b = np.repeat(first, counts)
+    del first
+    pair_b += np.arange(len(pair_b))
     pair_a = np.repeat(np.arange(len(a)), counts)
-    pair_b = np.repeat(first - (np.cumsum(counts) - counts), counts) + np.arange(len(pair_a))
-    return union(np.maximum(a.starts[pair_a], b.starts[pair_b]),
-                 np.minimum(a.ends[pair_a], b.ends[pair_b]))
+    del counts
+    starts = a.starts[pair_a]
+    np.maximum(starts, b.starts[pair_b], out=starts)
+    ends = a.ends[pair_a]
+    del pair_a
+    np.minimum(ends, b.ends[pair_b], out=ends)
+    return union(starts, ends)
 
 
 def _complement(iv: Intervals) -> Intervals:
@@ -98,8 +121,15 @@ def intersect(a: Intervals, b: Intervals) -> Intervals:
 
 
 def merge(a: Intervals, b: Intervals) -> Intervals:
-    """Union of two interval sets."""
-    return union(np.concatenate([a.starts, b.starts]), np.concatenate([a.ends, b.ends]))
+    """Union of two interval sets: both are sorted, so they are interleaved by binary search
+    (each one's place among the other's starts, ties ``a`` first) instead of sorted again."""
+    at_a = np.searchsorted(b.starts, a.starts, side="left") + np.arange(len(a))
+    at_b = np.searchsorted(a.starts, b.starts, side="right") + np.arange(len(b))
+    starts = np.empty(len(a) + len(b), dtype=np.int64)
+    ends = np.empty(len(a) + len(b), dtype=np.int64)
+    starts[at_a], starts[at_b] = a.starts, b.starts
+    ends[at_a], ends[at_b] = a.ends, b.ends
+    return union(starts, ends)
 
 
 def covered_before(iv: Intervals, times: np.ndarray) -> np.ndarray:
@@ -113,6 +143,15 @@ def covered_before(iv: Intervals, times: np.ndarray) -> np.ndarray:
     last = np.maximum(k - 1, 0)
     partial = np.clip(times - iv.starts[last], 0, lengths[last])
     return np.where(k > 0, before[last] + partial, 0)
+
+
+def inside(iv: Intervals, times: np.ndarray) -> np.ndarray:
+    """Whether each time lies in an interval of ``iv`` (``start <= t < end``)."""
+    times = np.asarray(times, dtype=np.int64)
+    at = np.searchsorted(iv.starts, times, side="right") - 1
+    found = at >= 0
+    found[found] = times[found] < iv.ends[at[found]]
+    return found
 
 
 def overlap_per_window(iv: Intervals, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
