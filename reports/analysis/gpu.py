@@ -202,11 +202,9 @@ def correlated(keys: np.ndarray, calls: np.ndarray) -> tuple[np.ndarray, np.ndar
     keys = np.asarray(keys, dtype=np.int64)
     order = np.argsort(calls, kind="stable")
     ordered = np.asarray(calls, dtype=np.int64)[order]
-    low = np.searchsorted(ordered, keys, side="left")
-    counts = np.searchsorted(ordered, keys, side="right") - low
-    left = np.repeat(np.arange(len(keys)), counts)
-    first = np.repeat(low - (np.cumsum(counts) - counts), counts)
-    return left, order[first + np.arange(len(left))]
+    at, left = iv.ranges_of(np.searchsorted(ordered, keys, side="left"),
+                            np.searchsorted(ordered, keys, side="right"))
+    return left, order[at]
 
 
 def first_call(keys: np.ndarray, calls: np.ndarray) -> np.ndarray:
@@ -216,8 +214,13 @@ def first_call(keys: np.ndarray, calls: np.ndarray) -> np.ndarray:
         return np.full(len(keys), -1)
     order = np.argsort(calls, kind="stable")
     ordered = np.asarray(calls, dtype=np.int64)[order]
-    at = np.minimum(np.searchsorted(ordered, keys, side="left"), len(ordered) - 1)
-    return np.where(ordered[at] == keys, order[at], -1)
+    at = np.searchsorted(ordered, keys, side="left")
+    np.minimum(at, len(ordered) - 1, out=at)
+    missing = ordered[at] != keys
+    del ordered
+    found = order[at]
+    found[missing] = -1
+    return found
 
 
 def launch_times(profile: Profile, frame: pd.DataFrame) -> np.ndarray:
@@ -226,8 +229,10 @@ def launch_times(profile: Profile, frame: pd.DataFrame) -> np.ndarray:
     runtime = profile.table("runtime")
     call = first_call(frame["correlation"].to_numpy(np.int64),
                       runtime["correlation"].to_numpy(np.int64))
-    return np.where(call >= 0, runtime["start"].to_numpy(np.int64)[call],
-                    frame["start"].to_numpy(np.int64))
+    unlaunched = call < 0
+    times = runtime["start"].to_numpy(np.int64)[call]
+    times[unlaunched] = frame["start"].to_numpy(np.int64)[unlaunched]
+    return times
 
 
 def launched_in_steps(profile: Profile, frame: pd.DataFrame,

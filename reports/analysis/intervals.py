@@ -75,22 +75,27 @@ def union_each(columns: list[tuple[np.ndarray, np.ndarray]]) -> Intervals:
     return functools.reduce(merge, (union(starts, ends) for starts, ends in columns), EMPTY)
 
 
-def _overlaps(a: Intervals, b: Intervals) -> Intervals:
-    """The parts covered by both ``a`` and ``b``: each pair of overlapping intervals, found by
-    binary search in the sorted ends and starts (no sort of all the endpoints)."""
-    first = np.searchsorted(b.ends, a.starts, side="right")  # b's first interval ending after
-    counts = np.searchsorted(b.starts, a.ends, side="left")
-    counts -= first  # in place: each step would otherwise allocate another array as long as a
-    np.maximum(counts, 0, out=counts)
+def ranges_of(first: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each i, the positions ``first[i] .. last[i] - 1`` (none where ``last <= first``),
+    one range after another, and the i each comes from. Both arrays are written over: each
+    step in place, not another array as long as them."""
+    last -= first
+    np.maximum(last, 0, out=last)
+    counts = last
     before = np.cumsum(counts)
     before -= counts
     first -= before
     del before
-    pair_b = np.repeat(first, counts)
-    del first
-    pair_b += np.arange(len(pair_b))
-    pair_a = np.repeat(np.arange(len(a)), counts)
-    del counts
+    positions = np.repeat(first, counts)
+    positions += np.arange(len(positions))
+    return positions, np.repeat(np.arange(len(counts)), counts)
+
+
+def _overlaps(a: Intervals, b: Intervals) -> Intervals:
+    """The parts covered by both ``a`` and ``b``: each pair of overlapping intervals, found by
+    binary search in the sorted ends and starts (no sort of all the endpoints)."""
+    pair_b, pair_a = ranges_of(np.searchsorted(b.ends, a.starts, side="right"),
+                               np.searchsorted(b.starts, a.ends, side="left"))
     starts = a.starts[pair_a]
     np.maximum(starts, b.starts[pair_b], out=starts)
     ends = a.ends[pair_a]
