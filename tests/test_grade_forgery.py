@@ -109,6 +109,14 @@ def test_halved_times_do_not_move_the_speedup(gamed: dict) -> None:
     assert check.points == 0 and "1.00x" in check.measured
 
 
+def test_halved_times_are_flagged(gamed: dict) -> None:
+    """Every operator and kernel of the halved trace takes 0.50x its time per call, all alike:
+    flagged. Two different honest runs (loader_heavy against compute_heavy) are not."""
+    (flag,) = [f for f in gamed["halver"].flags if "scaled" in f]
+    assert flag.startswith("speedup: every one of the ") and "takes 0.50x its time" in flag
+    assert not any("scaled" in f for f in gamed["author"].flags)
+
+
 def test_edited_manifest_throughput_is_flagged(gamed: dict) -> None:
     """A throughput that the manifest's own step times do not give is flagged; the honest
     fixtures' manifests are not."""

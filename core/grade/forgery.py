@@ -1,7 +1,9 @@
 """Profile-only mode: signs that a submission's profiles were edited, made up, or taken under
 unequal conditions. Each sign is a flag for the teacher with its evidence, read from the
 analysis of the runs (the profilers of one run against each other, the runs' manifests); a flag
-never changes the points by itself. Copies between students are found by
+never changes the points by itself. Times scaled by one factor (every operator and kernel
+faster by the same ratio, as an edit of a trace's timestamps makes them) are flagged. Copies
+between students are found by
 :func:`profreport.grade.gradebook.duplicates`. Edited step times are not flagged: profilers'
 overheads differ too much to bound one by another (the fixture loader_heavy: nsys steps 1.1 s,
 the unprofiled run 2.1 s, torch.profiler 6.0 s); the speedup comes from the manifests'
@@ -16,6 +18,14 @@ from profreport.reports.analysis.results import RunAnalysis
 #: The runner writes a manifest's throughput as batch x processes over its own mean plain step:
 #: more than this relative difference between the two means one of them was edited.
 MANIFEST_TOLERANCE = 0.01
+#: Operators and kernels two runs must share before their per-call times can be called scaled.
+SCALED_MIN_NAMES = 5
+#: Per-call times all within this much of one factor are one scaling, not a code change: the
+#: same run profiled twice spreads by tens of percent over its operators (resnet50 with 0 and 4
+#: workers: 0.97-1.4x), an edit multiplies them exactly.
+SCALED_SPREAD = 0.05
+#: ... and only a factor this far from 1 matters for a grade (a 20% faster or slower run).
+SCALED_MIN_FACTOR = 1.2
 #: The finding the analysis emits when a run's profilers disagree on the DataLoader wait.
 SOURCES_DISAGREE = "SOURCES_DISAGREE"
 
@@ -53,6 +63,33 @@ def handmade(run: RunAnalysis) -> list[str]:
             if source.kind == "kineto" and "schema unknown" in (source.tool_version or "")]
 
 
+def per_call_ns(run: RunAnalysis) -> dict[str, float]:
+    """Mean time per call of each top CPU operator (self time) and GPU kernel of a run."""
+    return {item.name: item.total_ns / item.count
+            for item in (*run.metrics.top_ops, *run.metrics.top_kernels) if item.count > 0}
+
+
+def scaled_times(base: RunAnalysis, cand: RunAnalysis) -> str | None:
+    """Why ``cand``'s recorded times look like ``base``'s scaled by one factor, else None: every
+    operator and kernel the two runs share runs faster (or slower) per call by the same factor.
+    A real change (workers, pinned memory, AMP) leaves most operators as they were and moves a
+    few by different amounts; a trace whose timestamps were multiplied moves all of them alike."""
+    before, after = per_call_ns(base), per_call_ns(cand)
+    common = sorted(set(before) & set(after))
+    if len(common) < SCALED_MIN_NAMES:
+        return None
+    ratios = sorted(after[name] / before[name] for name in common)
+    middle = ratios[len(ratios) // 2]
+    if not (middle <= 1 / SCALED_MIN_FACTOR or middle >= SCALED_MIN_FACTOR) or \
+            any(abs(ratio / middle - 1) > SCALED_SPREAD for ratio in ratios):
+        return None
+    return (f"every one of the {len(common)} operators and kernels both runs record takes "
+            f"{middle:.2f}x its time per call in {cand.name} (all within "
+            f"{SCALED_SPREAD:.0%} of each other, e.g. {common[0]}): what a trace whose times "
+            "were scaled looks like (or a run on other hardware); no code change moves every "
+            "operator by one factor")
+
+
 def unequal_comparison(rubric: Rubric, runs: dict[str, RunAnalysis]) -> list[str]:
     """Speedups compared across another batch, or across other profilers."""
     flags = []
@@ -65,6 +102,9 @@ def unequal_comparison(rubric: Rubric, runs: dict[str, RunAnalysis]) -> list[str
             flags.append(f"{check.id}: {cand.name} trains on batches of {batches[1]}, "
                          f"{base.name} on {batches[0]}: a step of each is not the same work "
                          "(compare samples/s)")
+        scaled = scaled_times(base, cand)
+        if scaled is not None:
+            flags.append(f"{check.id}: {scaled}")
         kinds = (sorted({s.kind for s in base.inputs}), sorted({s.kind for s in cand.inputs}))
         if kinds[0] != kinds[1]:
             flags.append(f"{check.id}: {base.name} was profiled with {', '.join(kinds[0])}, "
