@@ -7,6 +7,8 @@ same intervals (:func:`claim`), so the breakdown and the communication figures n
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 
 from profreport import concepts
@@ -21,16 +23,22 @@ from profreport.reports.analysis.results import (
 )
 from profreport.reports.analysis.steps import StepWindows, dataloader_intervals
 
-Parts = list[tuple[str, iv.Intervals]]
+Parts = Iterable[tuple[str, iv.Intervals]]
 
 
 def claim(parts: Parts) -> dict[str, iv.Intervals]:
-    """Each part's intervals minus those of every earlier part (the time it claims)."""
+    """Each part's intervals minus those of every earlier part (the time it claims). Parts are
+    taken one at a time and let go once claimed (a generator of parts builds each only when it
+    is its turn), and what the last one claims is not merged into a union nobody reads."""
     claimed = iv.EMPTY
     out: dict[str, iv.Intervals] = {}
+    previous = None
     for name, part in parts:
+        if previous is not None:
+            claimed = iv.merge(claimed, out[previous])
         out[name] = iv.subtract(part, claimed)
-        claimed = iv.merge(claimed, out[name])
+        del part
+        previous = name
     return out
 
 

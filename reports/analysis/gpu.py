@@ -167,13 +167,14 @@ def gpu_parts(profile: Profile, windows: StepWindows) -> Parts:
     """The parts of a GPU step in claiming order: DataLoader wait, H2D copies, compute kernels,
     other copies and memsets, communication kernels (what they claim is the exposed
     communication), CUDA runtime calls on the CPU while the GPU has nothing else; the rest is
-    other."""
-    return [("dataloader", dataloader_intervals(profile, windows)),
-            ("h2d_copy", iv.union_of([copies_of_kind(profile, concepts.HTOD)])),
-            ("compute", compute_intervals(profile)),
-            ("copy_memset", copy_memset_intervals(profile)),
-            ("comm_exposed", iv.union_of([comm_kernels(profile)])),
-            ("host_runtime", iv.union_of([profile.table("runtime")]))]
+    other. Each part is built when it is asked for, so that only the one being claimed is held
+    beside what the earlier ones claimed."""
+    yield "dataloader", dataloader_intervals(profile, windows)
+    yield "h2d_copy", iv.union_of([copies_of_kind(profile, concepts.HTOD)])
+    yield "compute", compute_intervals(profile)
+    yield "copy_memset", copy_memset_intervals(profile)
+    yield "comm_exposed", iv.union_of([comm_kernels(profile)])
+    yield "host_runtime", iv.union_of([profile.table("runtime")])
 
 
 def gpu_claims(profile: Profile, windows: StepWindows) -> dict[str, iv.Intervals]:
@@ -251,21 +252,28 @@ def launch_stats(profile: Profile, windows: StepWindows) -> LaunchStats | None:
     if len(mine) == 0:
         return None
     kernel_starts = kernels["start"].to_numpy(np.int64)[mine]
-    duration = kernels["end"].to_numpy(np.int64)[mine] - kernel_starts
+    duration = kernels["end"].to_numpy(np.int64)[mine]
+    duration -= kernel_starts  # in place, and each figure taken before the next array is made
+    short_fraction = float((duration < SHORT_KERNEL_NS).mean())
+    kernel_ns = int(duration.sum())
+    del duration
     runtime = profile.table("runtime")
     starts = runtime["start"].to_numpy(np.int64)
     inside = (starts >= windows.first_ns) & (starts < windows.last_ns)
+    runtime_ns = int((runtime["end"].to_numpy(np.int64)[inside] - starts[inside]).sum())
     launches = np.flatnonzero(inside & runtime["name"].isin(concepts.LAUNCH_APIS).to_numpy())
+    del inside
     kernel_at, call_at = correlated(kernels["correlation"].to_numpy(np.int64)[mine],
                                     runtime["correlation"].to_numpy(np.int64)[launches])
-    delay = pd.Series(kernel_starts[kernel_at] - starts[launches][call_at])
+    delay = kernel_starts[kernel_at]
+    del kernel_at, kernel_starts
+    delay -= starts[launches[call_at]]
     return LaunchStats(origin=profile.kind, kernels_per_step=len(mine) / windows.count,
-                       short_kernel_fraction=float((duration < SHORT_KERNEL_NS).mean()),
-                       short_kernel_ns=SHORT_KERNEL_NS,
-                       launch_delay_p50_ns=int(delay.median()) if len(delay) else None,
-                       runtime_ns_per_step=int((runtime["end"].to_numpy(np.int64)[inside]
-                                                - starts[inside]).sum()) // windows.count,
-                       gpu_kernel_ns_per_step=int(duration.sum()) // windows.count)
+                       short_kernel_fraction=short_fraction, short_kernel_ns=SHORT_KERNEL_NS,
+                       launch_delay_p50_ns=int(pd.Series(delay).median()) if len(delay)
+                       else None,
+                       runtime_ns_per_step=runtime_ns // windows.count,
+                       gpu_kernel_ns_per_step=kernel_ns // windows.count)
 
 
 def copy_stats(profile: Profile) -> CopyStats | None:

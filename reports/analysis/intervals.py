@@ -128,6 +128,8 @@ def intersect(a: Intervals, b: Intervals) -> Intervals:
 def merge(a: Intervals, b: Intervals) -> Intervals:
     """Union of two interval sets: both are sorted, so they are interleaved by binary search
     (each one's place among the other's starts, ties ``a`` first) instead of sorted again."""
+    if len(a) == 0 or len(b) == 0:
+        return b if len(a) == 0 else a
     at_a = np.searchsorted(b.starts, a.starts, side="left") + np.arange(len(a))
     at_b = np.searchsorted(a.starts, b.starts, side="right") + np.arange(len(b))
     starts = np.empty(len(a) + len(b), dtype=np.int64)
