@@ -160,9 +160,10 @@ def _serial_types(buf: np.ndarray, start: np.ndarray, columns: int
 
 
 class _Growing:
-    """An array filled part after part in place. Its capacity grows, and is cut to its length
-    at the end, by ``ndarray.resize`` (realloc): for arrays this large the C library remaps
-    the pages instead of copying them, so a column is never held twice."""
+    """An array filled part after part in place. Its capacity grows by ``ndarray.resize``
+    (realloc: for arrays this large the C library remaps the pages instead of copying them), so
+    a column is never held twice; capacity never filled is never touched, so it takes no
+    memory."""
 
     def __init__(self, dtype: type, capacity: int) -> None:
         """An empty array of ``dtype`` with room for ``capacity`` values."""
@@ -178,9 +179,8 @@ class _Growing:
         self.size = end
 
     def done(self) -> np.ndarray:
-        """The filled array, its spare capacity given back."""
-        self.array.resize(self.size, refcheck=False)
-        return self.array
+        """The filled part of the array (a view: cutting the capacity would remap it)."""
+        return self.array[: self.size]
 
 
 class PageReader:
