@@ -241,7 +241,14 @@ def launched_in_steps(profile: Profile, frame: pd.DataFrame,
     """The rows of ``frame`` launched inside a step window, with the ``step`` (window index)
     that launched them: a kernel launched in step N that runs in step N+1 belongs to step N."""
     step = windows.index_of(launch_times(profile, frame))
-    return frame.assign(step=step)[step >= 0]
+    kept = step >= 0
+    # The kept rows' columns taken one by one: one copy of them, not a copy of the whole table
+    # with the step added and then a second of the rows kept.
+    index = frame.index[kept]
+    columns = {name: pd.Series(frame[name].array[kept], index=index, dtype=frame[name].dtype,
+                               copy=False) for name in frame.columns}
+    return pd.DataFrame({**columns, "step": pd.Series(step[kept], index=index, copy=False)},
+                        copy=False)
 
 
 def launch_stats(profile: Profile, windows: StepWindows) -> LaunchStats | None:
