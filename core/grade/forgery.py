@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from profreport.grade.rubric import SPEEDUP, Rubric
 from profreport.reports.analysis.results import RunAnalysis
+from profreport.units import NS_PER_S, ms
 
 #: The runner writes a manifest's throughput as batch x processes over its own mean plain step:
 #: more than this relative difference between the two means one of them was edited.
@@ -45,13 +46,13 @@ def manifest_edited(run: RunAnalysis) -> list[str]:
     if not (metrics.throughput_samples_per_s and metrics.plain_step_ns
             and isinstance(batch, int) and batch > 0):
         return []
-    mean_s = sum(metrics.plain_step_ns) / len(metrics.plain_step_ns) / 1e9
-    expected = batch * (run.world_size or 1) / mean_s
+    mean_ns = sum(metrics.plain_step_ns) / len(metrics.plain_step_ns)
+    expected = batch * (run.world_size or 1) * NS_PER_S / mean_ns
     if abs(metrics.throughput_samples_per_s / expected - 1) <= MANIFEST_TOLERANCE:
         return []
     return [f"run {run.name}: the manifest says {metrics.throughput_samples_per_s:,.1f} "
             f"samples/s; its own plain steps ({len(metrics.plain_step_ns)}, mean "
-            f"{mean_s * 1e3:,.1f} ms) of {batch} samples x {run.world_size or 1} process(es) "
+            f"{ms(mean_ns)}) of {batch} samples x {run.world_size or 1} process(es) "
             f"give {expected:,.1f}: edited"]
 
 
