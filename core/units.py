@@ -51,6 +51,11 @@ def ms(ns: float) -> str:
     return f"{ns / 1e6:.1f} ms" if abs(ns) < SECOND_FROM_NS else f"{ns / 1e9:.1f} s"
 
 
+def ms_range(low: float, high: float) -> str:
+    """'1.2 s–1.6 s', or one figure when both ends read the same ('6.9 ms', not '6.9 ms–6.9 ms')."""
+    return ms(low) if ms(low) == ms(high) else f"{ms(low)}–{ms(high)}"
+
+
 def ms_value(ns: float) -> float:
     """Nanoseconds as milliseconds rounded to the microsecond: JSON fields and chart data."""
     return round(ns / NS_PER_MS, 3)

@@ -122,7 +122,7 @@ def test_periodic_stalls_are_named_apart_from_the_steady_wait(tmp_path: Path) ->
     assert wait.median_ns == 198_000 and wait.steady_ns == 198_000
     assert wait.outlier_range_ns == (29_998_000, 29_998_000)
     stalls = next(f for f in run.findings if f.id == "DATA_STALLS")
-    assert "every 4th step stalls for 30.0 ms–30.0 ms" in stalls.title
+    assert "every 4th step stalls for 30.0 ms," in stalls.title
     assert "step 3 at" in stalls.evidence[0].text and stalls.evidence[0].at is not None
     loader = next(f for f in run.findings if f.id == "LOADER_BOUND")
     assert "of that in stalls" in loader.title and "each step" not in loader.title

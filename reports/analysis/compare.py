@@ -359,19 +359,24 @@ def attribution_text(changes: list[PartChange], before_ns: int, after_ns: int,
     total = after_ns - before_ns
     if total == 0:
         return f"Mean step time unchanged at {ms(before_ns)}."
+    # Shares of a difference inside the noise mean nothing (a 79 µs change split 928% / -870%):
+    # the parts' moves are said without them.
+    within = abs(total) <= tolerance_ns
     head = (f"Mean step time {'fell' if total < 0 else 'grew'} by {ms(abs(total))} per step "
-            f"({ms(before_ns)} -> {ms(after_ns)})")
+            f"({ms(before_ns)} -> {ms(after_ns)}"
+            + (f", within the noise of ±{ms(tolerance_ns)})" if within else ")"))
     drivers = [c for c in changes if c.role == "driver"]
     offsets = [c for c in changes if c.role == "offset"]
     minor = sum(c.delta_ns for c in changes if c.role == "minor")
-    clauses = ["; ".join(f"{_moved(c)}, {pct(c.share)} of the difference)"  # type: ignore[arg-type]
+    clauses = ["; ".join(f"{_moved(c)}" + (")" if within else
+                                         f", {pct(c.share)} of the difference)")  # type: ignore[arg-type]
                          for c in drivers) or "no part of the breakdown moved with it"]
     if offsets:
         clauses.append("offset by " + ", ".join(f"{_moved(c)})" for c in offsets))
     if minor:
         clauses.append(f"smaller changes {_signed(minor)} together")
     rest = unexplained_ns(changes, total) or 0
-    if abs(rest) > tolerance_ns:
+    if abs(rest) > tolerance_ns and not within:
         clauses.append(f"{_signed(rest)} ({pct(rest / total)} of the difference) is not in the "
                        "breakdown, whose steps are timed by another profiler than the step time")
     return f"{head}: " + "; ".join(clauses) + "."
@@ -421,7 +426,8 @@ def explain(base: RunAnalysis, run: RunAnalysis, knobs: dict[str, object],
     if not changes or before is None or after is None:
         return "No breakdown on both sides: the step time alone is compared."
     text = attribution_text(changes, before, after, tolerance_ns) + beyond_spread_text(changes)
-    return text + _credit(base, run, changes, knobs) if causal else text
+    moved = abs(after - before) > tolerance_ns
+    return text + _credit(base, run, changes, knobs) if causal and moved else text
 
 
 def beyond_spread_text(changes: list[PartChange]) -> str:

@@ -25,7 +25,7 @@ from profreport.reports.analysis.results import (
     StepOutlier,
     Warmup,
 )
-from profreport.units import ms, ordinal
+from profreport.units import ms, ms_range, ordinal
 
 #: A first step this many times the median of the later ones holds one-off work: steady steps of
 #: one loop stay within tens of percent of each other, start-up (context creation, autotuning,
@@ -180,7 +180,8 @@ def wait_shape_text(m: RunMetrics) -> str | None:
         return text + ", with no stall"
     low, high = d.outlier_range_ns
     every = f", every {ordinal(d.period)} step" if d.period else ""
-    return (f"{text}: {d.outlier_count} stalls of {ms(low)}–{ms(high)}{every} "
+    stalls = "stall" if d.outlier_count == 1 else "stalls"
+    return (f"{text}: {d.outlier_count} {stalls} of {ms_range(low, high)}{every} "
             f"({_outliers_text(d, m, shape.origin)}) and {ms(d.steady_ns)} (median) over the "
             f"other {d.count - d.outlier_count} steps")
 

@@ -31,7 +31,7 @@ from profreport.reports.analysis.shape import (
     stalled_share,
     wait_shape_text,
 )
-from profreport.units import ms, pct
+from profreport.units import ms, ms_range, pct
 
 #: A single-process DataLoader (num_workers=0) taking 5% of the step is worth a worker process
 #: even when the run is not loader-bound.
@@ -211,7 +211,7 @@ def data_stalls(facts: Facts) -> Finding | None:
     return Finding(
         id="DATA_STALLS", severity="medium" if share >= STALLS_DOMINATE else "low",
         title=f"The DataLoader wait is stalls, not a steady wait: {periodic} for "
-              f"{ms(low)}–{ms(high)}, the other steps wait {ms(d.steady_ns)} (median).",
+              f"{ms_range(low, high)}, the other steps wait {ms(d.steady_ns)} (median).",
         evidence=[Evidence(wait_shape_text(m) or "", shape.origin,
                            m.locate(shape.origin, biggest.span)),
                   Evidence(f"the stalls hold {pct(share)} of the DataLoader wait over these "
