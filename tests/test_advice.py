@@ -147,12 +147,18 @@ def test_memory_format_follows_the_convolutions_rank(tmp_path: Path, rank: int, 
     assert fmt in advice and other not in advice
 
 
-def test_memory_format_is_conditional_without_shapes(corpus: Path) -> None:
-    """sc22's 3-D U-Net under nsys: no input shapes, so both formats are named, each with the
-    convolutions it fits."""
-    from profreport.reports.analysis.findings.compute import memory_format_advice
-
-    assert "channels_last_3d for 3-D ones (5-D inputs)" in memory_format_advice(())
+def test_memory_format_is_conditional_without_shapes(corpus: Path, nsys_available: str) -> None:
+    """sc22's 3-D U-Net on 4 GPUs under nsys: layout conversions take 19% of kernel time, but
+    nsys records no input shapes, so both formats are named, each with the convolutions it
+    fits, and no rank is claimed."""
+    run = analyze_paths([corpus / "nsys" / "sc22_4gpu_baseline.nsys-rep"],
+                        AnalyzeOptions()).runs[0]
+    assert run.metrics.kernel_mix is not None
+    assert run.metrics.kernel_mix.layout_conversion_fraction == pytest.approx(0.194, abs=0.005)
+    advice = {f.id: f for f in run.findings}["COMPUTE_BOUND"].recommendation
+    assert ("channels_last for 2-D convolutions (4-D inputs) or channels_last_3d for 3-D ones "
+            "(5-D inputs; the profile records no input shapes to tell which)") in advice
+    assert "memory_format=torch." not in advice
 
 
 @pytest.mark.parametrize("collective, advice_has, advice_lacks", [
@@ -272,3 +278,26 @@ def test_the_reference_walker_reads_references() -> None:
         ["DataLoader", "launch"]
     assert references("stop them (see the oversubscription finding), then") == \
         ["oversubscription"]
+
+
+def test_many_small_launches_advice_keeps_its_names(tmp_path: Path) -> None:
+    """Two steps of 150 kernels of 5 µs, each launched 60 µs after the last: the GPU waits for
+    the CPU's launches. The fix names torch.compile, or CUDA graphs for a compiled model, with
+    'CUDA' spelt as such."""
+    from profreport.reports.analysis.findings import RunContext, find_all
+
+    events: list[dict] = []
+    for step in range(2):
+        t0 = step * 10_000
+        events.append(event(f"ProfilerStep#{step + 1}", t0, 10_000, "user_annotation"))
+        for k in range(150):
+            corr = 1000 + step * 200 + k
+            events += [launch(t0 + 20 + 60 * k, corr),
+                       kernel("vectorized_elementwise_kernel", t0 + 40 + 60 * k, 5, corr)]
+    run = analyze_trace(tmp_path, events)
+    advice = {f.id: f for f in run.findings}["HOST_LAUNCH_BOUND"].recommendation
+    assert advice.startswith("Fuse kernels with torch.compile (mode='reduce-overhead' also "
+                             "replays them as a CUDA graph) and raise the batch size")
+    compiled = {f.id: f for f in find_all(run.metrics, RunContext(knobs={"compile": True}))}
+    assert compiled["HOST_LAUNCH_BOUND"].recommendation.startswith(
+        "Replay the step as a CUDA graph (the model is compiled already")

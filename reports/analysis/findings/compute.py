@@ -61,7 +61,7 @@ def memory_format_advice(conv_ranks: tuple[int, ...]) -> str:
                if rank in _MEMORY_FORMAT_OF_RANK]
     if not formats:
         return ("channels_last for 2-D convolutions (4-D inputs) or channels_last_3d for 3-D "
-                "ones (5-D inputs): the profile records no input shapes to tell which")
+                "ones (5-D inputs; the profile records no input shapes to tell which)")
     spelled = [f"{name} (model.to(memory_format=torch.{name}), x.to(memory_format="
                f"torch.{name}))" for name in formats]
     return " and ".join(spelled)

@@ -74,7 +74,8 @@ def host_launch_bound(facts: Facts) -> Finding | None:
     evidence += _launch_wait_evidence(idle) + minor_sync_evidence(m.syncs)
     title = ("The GPU waits for the CPU to launch many small kernels." if many_short else
              "The GPU waits for the CPU to launch its work.")
-    advice = (f"{_fuse_advice(ctx).capitalize()} and raise the batch size so each launch "
+    fuse = _fuse_advice(ctx)  # str.capitalize would lower-case 'CUDA'
+    advice = (f"{fuse[0].upper()}{fuse[1:]} and raise the batch size so each launch "
               "carries more work." if many_short else
               _launch_wait_advice(idle, m.steps.count if m.steps is not None else 1, ctx))
     return Finding("HOST_LAUNCH_BOUND", "high", title, evidence, advice)
