@@ -57,11 +57,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import pandas as pd
 
 from profreport.units import duration
 
 SourceKind = Literal["nsys", "kineto", "lprof"]
+
+#: Columns of small integer ids (GPUs, streams, correlation ids, processes, threads). Each is held
+#: in the narrowest signed dtype that fits its values (:func:`narrowest_int`): the schema's
+#: ``int64`` is the widest they take. A 10M-row table's ids then take 1 to 4 bytes a row instead
+#: of 8; code reading them must not assume int64 (compare, join and index them as they are).
+ID_COLUMNS = frozenset({"device", "stream", "correlation", "pid", "tid"})
+#: The signed dtypes an id column may take, narrowest first.
+_ID_DTYPES = (np.int8, np.int16, np.int32, np.int64)
 
 _TIME = {"start": "int64", "end": "int64"}
 _CPU = {**_TIME, "pid": "int64", "tid": "int64"}
@@ -123,13 +132,34 @@ def empty_table(name: str) -> pd.DataFrame:
     return pd.DataFrame({col: pd.Series(dtype=dtype) for col, dtype in schema.items()})
 
 
+def narrowest_int(values: np.ndarray) -> type:
+    """The narrowest signed integer dtype holding every one of ``values`` (int64 when empty)."""
+    if len(values) == 0:
+        return np.int64
+    low, high = int(values.min()), int(values.max())
+    return next(dtype for dtype in _ID_DTYPES
+                if np.iinfo(dtype).min <= low and high <= np.iinfo(dtype).max)
+
+
+def narrowed_ids(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with each integer id column (:data:`ID_COLUMNS`) in its narrowest dtype, in
+    place."""
+    for column in ID_COLUMNS.intersection(frame.columns):
+        values = frame[column].to_numpy()
+        dtype = narrowest_int(values)
+        if values.dtype != dtype:
+            frame[column] = values.astype(dtype)
+    return frame
+
+
 def conform(name: str, frame: pd.DataFrame) -> pd.DataFrame:
-    """Return ``frame`` with exactly the columns of table ``name``, in order, with their dtypes."""
+    """Return ``frame`` with exactly the columns of table ``name``, in order, with their dtypes
+    (id columns narrowed, see :data:`ID_COLUMNS`)."""
     schema = TABLE_SCHEMAS[name]
     missing = [col for col in schema if col not in frame.columns]
     if missing:
         raise ValueError(f"table {name} lacks columns {missing}")
-    return frame[list(schema)].astype(schema).reset_index(drop=True)
+    return narrowed_ids(frame[list(schema)].astype(schema).reset_index(drop=True))
 
 
 @dataclass

@@ -36,11 +36,13 @@ from profreport import concepts
 from profreport.errors import InputError, MissingToolError, UnsupportedFormatError
 from profreport.inputs import EVENT_TIMES
 from profreport.model import (
+    ID_COLUMNS,
     TABLE_SCHEMAS,
     NsysMeta,
     Profile,
     conform,
     empty_table,
+    narrowed_ids,
     nothing_recorded,
 )
 
@@ -678,9 +680,9 @@ def _native_table(name: str, columns: dict[str, np.ndarray | pd.Categorical]) ->
     schema = TABLE_SCHEMAS[name]
     frame = pd.DataFrame({column: columns[column] for column in schema}, copy=False)
     wrong = {column: dtype for column, dtype in schema.items()
-             if frame[column].dtype != dtype
+             if frame[column].dtype != dtype and column not in ID_COLUMNS
              and not isinstance(frame[column].dtype, pd.CategoricalDtype)}
-    return frame.astype(wrong) if wrong else frame
+    return narrowed_ids(frame.astype(wrong) if wrong else frame)
 
 
 def _kernel_names(names: list[str | None], shorts: list[str | None]
