@@ -25,15 +25,17 @@ import shutil
 import sqlite3
 import subprocess
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import pandas as pd
 
 from profreport import concepts
 from profreport.errors import InputError, MissingToolError, UnsupportedFormatError
+from profreport.executors import available_cpus
 from profreport.inputs import EVENT_TIMES
 from profreport.model import (
     ID_COLUMNS,
@@ -43,6 +45,7 @@ from profreport.model import (
     conform,
     empty_table,
     narrowed_ids,
+    narrowest_int,
     nothing_recorded,
 )
 
@@ -429,12 +432,12 @@ class _Export:
         rows = self.query("SELECT id, value FROM StringIds")
         return dict(zip(rows["id"].tolist(), rows["value"].tolist(), strict=True))
 
-    def native_columns(self, table: str, columns: list[str], texts: tuple[str, ...] = ()
-                       ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray],
-                                  dict[str, np.ndarray]] | None:
-        """Columns of ``table`` read from its pages: integer values, value kinds (of
-        sqlite_pages) and, for the ``texts`` columns, their strings; None when a column is
-        missing or the page reader cannot read the table (SQL is used instead)."""
+    def native_parts(self, table: str, columns: list[str], reduce: _ChunkReduce[_T],
+                     texts: tuple[str, ...] = ()) -> list[_T] | None:
+        """``reduce`` of each chunk of ``table``'s rows read from its pages (its integer
+        ``columns``' values and value kinds of sqlite_pages, and the strings of the ``texts``
+        columns, by column name), in row order; None when a column is missing or the page
+        reader cannot read the table (SQL is used instead)."""
         if self.path is None or not NATIVE_READER or \
                 not {*columns, *texts} <= self.columns(table):
             return None
@@ -442,21 +445,27 @@ class _Export:
                                  "AND name = ?", (table,)).fetchone()
         order = [row[1] for row in self.conn.execute(f'PRAGMA table_info("{table}")')]
         wanted = [order.index(col) for col in columns]
+        text_columns = tuple(order.index(col) for col in texts)
+
+        def named(chunk: sqlite_pages.Columns) -> _T:
+            """The chunk reduced, its columns called by name; rows that spilled onto overflow
+            pages make the whole table SQL's."""
+            if len(chunk.spilled):
+                raise sqlite_pages.PageFormatError("a row spills onto overflow pages")
+            return reduce({col: chunk.values.pop(i) for col, i in zip(columns, wanted,
+                                                                      strict=True)},
+                          {col: chunk.kinds.pop(i) for col, i in zip(columns, wanted,
+                                                                     strict=True)},
+                          {col: chunk.texts.pop(order.index(col)) for col in texts})
         try:
             reader = sqlite_pages.PageReader(self.path)
             try:
-                text_columns = tuple(order.index(col) for col in texts)
-                read = reader.table(int(root[0]), wanted, text_columns)
+                return reader.reduced(int(root[0]), wanted, text_columns, named,
+                                      threads=available_cpus())
             finally:
                 reader.close()
         except (sqlite_pages.PageFormatError, OSError, TypeError):
             return None
-        if len(read.spilled):
-            return None
-        values = {col: read.values[i] for col, i in zip(columns, wanted, strict=True)}
-        kinds = {col: read.kinds[i] for col, i in zip(columns, wanted, strict=True)}
-        strings = {col: read.texts[order.index(col)] for col in texts}
-        return values, kinds, strings
 
     def name_value(self, table: str) -> dict[str, str]:
         """A ``name``/``value`` metadata table as a dict (the first value of repeated names)."""
@@ -540,39 +549,78 @@ def _string(export: _Export, table: str, column: str, alias: str) -> tuple[str, 
             f"LEFT JOIN StringIds AS {alias}_s ON {alias}_s.id = t.{column}")
 
 
-def _valid_native(export: _Export, name: str, values: dict[str, np.ndarray],
-                  kinds: dict[str, np.ndarray]) -> np.ndarray | slice:
-    """Row positions with possible times, in start order (the rule of :func:`_checked_times`),
-    or ``slice(None)`` when that is every row as stored; the others are counted as dropped.
-    An id column holding text or reals is a damaged export."""
+@dataclass
+class _Part:
+    """What a table reader keeps of one chunk of rows: its columns by name, in row order, and
+    how many rows it dropped for impossible times."""
+
+    columns: dict[str, np.ndarray]
+    dropped: int = 0
+
+
+_T = TypeVar("_T")
+#: A table reader's reduction of one chunk: integer values, value kinds and texts by column.
+_ChunkReduce = Callable[[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]],
+                        _T]
+
+
+def _possible(values: dict[str, np.ndarray], kinds: dict[str, np.ndarray],
+              integers: Iterable[str]) -> np.ndarray:
+    """Which rows have possible times (the rule of :func:`_checked_times`). An ``integers``
+    column holding text or reals is a damaged export."""
     start, end = values["start"], values["end"]
     with np.errstate(over="ignore"):
         valid = ((kinds["start"] == sqlite_pages.INTEGER) & (kinds["end"] == sqlite_pages.INTEGER)
                  & (start >= 0) & (end >= start) & (end <= MAX_TIMESTAMP_NS)
                  & (end - start <= MAX_EVENT_NS))
-    for column, kind in kinds.items():
-        if column not in ("start", "end") and (
-                (kind != sqlite_pages.INTEGER) & (kind != sqlite_pages.NULL)).any():
+    for column in integers:
+        kind = kinds[column]
+        if ((kind != sqlite_pages.INTEGER) & (kind != sqlite_pages.NULL)).any():
             raise ValueError(f"{column} holds text or real values")
-    if not valid.all():
-        export.dropped[name] = export.dropped.get(name, 0) + int((~valid).sum())
-    if valid.all() and not (start[1:] < start[:-1]).any():
-        return slice(None)  # every row, already in start order: columns are taken as they are
-    rows = np.flatnonzero(valid)
-    if len(rows) > 1 and (np.diff(start[rows]) < 0).any():
-        rows = rows[np.argsort(start[rows], kind="stable")]
-    return rows
+    return valid
 
 
 def _ids(values: dict[str, np.ndarray], kinds: dict[str, np.ndarray], column: str,
-         rows: np.ndarray | slice) -> np.ndarray:
-    """An integer id column at ``rows``, -1 where it is NULL. The column is taken out of
-    ``values`` and ``kinds``: when every row is kept it is mended in place, not copied."""
-    ids, null = values.pop(column), kinds.pop(column) == sqlite_pages.NULL
-    if isinstance(rows, slice):
-        ids[null] = -1
-        return ids
-    return np.where(null[rows], -1, ids[rows])
+         rows: np.ndarray) -> np.ndarray:
+    """An integer id column at ``rows`` (a mask or positions), -1 where it is NULL, in its
+    narrowest dtype (ids of a chunk are small; concatenation widens to the widest chunk's)."""
+    ids = np.where(kinds[column][rows] == sqlite_pages.NULL, -1, values[column][rows])
+    return ids.astype(narrowest_int(ids), copy=False)
+
+
+def _timed_part(values: dict[str, np.ndarray], kinds: dict[str, np.ndarray],
+                ids: dict[str, str], rows: np.ndarray | None = None
+                ) -> tuple[_Part, np.ndarray]:
+    """A chunk's rows with possible times, start, end and the id columns ``ids`` (export column
+    -> table column), and which rows they are. Without ``rows`` every row is a candidate and
+    every column but the times must hold integers; with it, only those rows are and only the
+    times are checked."""
+    valid = _possible(values, kinds, [column for column in kinds if column not in
+                                      ("start", "end")] if rows is None else ())
+    candidate = np.ones(len(valid), dtype=bool) if rows is None else rows
+    picked = valid & candidate
+    columns = {"start": values["start"][picked], "end": values["end"][picked]}
+    columns.update({alias: _ids(values, kinds, column, picked) for column, alias in ids.items()})
+    return _Part(columns, int((candidate & ~valid).sum())), picked
+
+
+def _joined(export: _Export, name: str, parts: list[_Part]) -> dict[str, np.ndarray]:
+    """The chunks' columns joined (each column's parts freed as it is joined), rows in start
+    order (stable: stored order among equal starts); the dropped rows counted under
+    ``name``."""
+    dropped = sum(part.dropped for part in parts)
+    if dropped:
+        export.dropped[name] = export.dropped.get(name, 0) + dropped
+    names = list(parts[0].columns) if parts else []
+    joined = {}
+    for column in names:
+        joined[column] = np.concatenate([part.columns.pop(column) for part in parts])
+    start = joined.get("start")
+    if start is not None and len(start) > 1 and (start[1:] < start[:-1]).any():
+        order = np.argsort(start, kind="stable")
+        for column in names:  # one column reordered at a time
+            joined[column] = joined[column][order]
+    return joined
 
 
 def _pid_tid(tids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -632,45 +680,35 @@ def _categorical_names(frame: pd.DataFrame, columns: tuple[str, ...]) -> pd.Data
     return frame
 
 
-#: What :func:`_read_native` gives: values and value kinds by column, and the rows to keep.
-_NativeRead = tuple[dict[str, np.ndarray], dict[str, np.ndarray], np.ndarray | slice]
+#: Kernel columns of the export, and what they are called in the kernels table.
+_KERNEL_IDS = {"deviceId": "device", "streamId": "stream", "correlationId": "correlation",
+               "demangledName": "name_id", "shortName": "short_id"}
 
 
-def _read_native(export: _Export, table: str, name: str, columns: list[str]
-                 ) -> _NativeRead | None:
-    """The ``columns`` of ``table`` from the export's pages, their value kinds and the positions
-    of the rows with possible times (:func:`_valid_native`, counted under ``name``); None when
-    the page reader cannot read them (then SQL does)."""
-    read = export.native_columns(table, columns)
-    if read is None:
-        return None
-    values, kinds, _ = read
-    return values, kinds, _valid_native(export, name, values, kinds)
+def _kernel_part(values: dict[str, np.ndarray], kinds: dict[str, np.ndarray],
+                 texts: dict[str, np.ndarray]) -> _Part:
+    """One chunk of kernels: times, ids and the StringIds ids of both names."""
+    return _timed_part(values, kinds, _KERNEL_IDS)[0]
 
 
 def _native_kernels(export: _Export, table: str) -> pd.DataFrame | None:
     """The kernels table from the export's pages, or None (then SQL reads it)."""
-    read = _read_native(export, table, "kernels", ["start", "end", "deviceId", "streamId",
-                                                   "correlationId", "demangledName", "shortName"])
-    if read is None:
+    parts = export.native_parts(table, ["start", "end", *_KERNEL_IDS], _kernel_part)
+    if parts is None:
         return None
-    values, kinds, rows = read
+    columns = _joined(export, "kernels", parts)
     # Each distinct (demangled, short) id pair is named once.
-    long_ids, long_codes = _distinct(_ids(values, kinds, "demangledName", rows))
-    short_ids, short_codes = _distinct(_ids(values, kinds, "shortName", rows))
+    long_ids, long_codes = _distinct(columns.pop("name_id"))
+    short_ids, short_codes = _distinct(columns.pop("short_id"))
     shorts_count = max(len(short_ids), 1)
     pairs, codes = _distinct(long_codes.astype(np.int64) * shorts_count + short_codes)
     del long_codes, short_codes
     names, shorts, comm = _kernel_names(
         [export.strings.get(int(i)) for i in long_ids[pairs // shorts_count]],
         [export.strings.get(int(i)) for i in short_ids[pairs % shorts_count]])
-    return _native_table("kernels", {
-        "start": values["start"][rows], "end": values["end"][rows],
-        "device": _ids(values, kinds, "deviceId", rows),
-        "stream": _ids(values, kinds, "streamId", rows),
-        "correlation": _ids(values, kinds, "correlationId", rows),
-        "name": _categories(names, codes), "short_name": _categories(shorts, codes),
-        "is_comm": comm[codes]})
+    return _native_table("kernels", {**columns, "name": _categories(names, codes),
+                                     "short_name": _categories(shorts, codes),
+                                     "is_comm": comm[codes]})
 
 
 def _native_table(name: str, columns: dict[str, np.ndarray | pd.Categorical]) -> pd.DataFrame:
@@ -735,17 +773,18 @@ def _native_activity(export: _Export, table: str, name: str, extras: list[str]
     (-1 when NULL) and the integer ``extras`` (NaN when NULL, as SQL gives them); None when
     the page reader cannot read it (then SQL does)."""
     ids = {"deviceId": "device", "streamId": "stream", "correlationId": "correlation"}
-    read = _read_native(export, table, name, ["start", "end", *ids, *extras])
-    if read is None:
-        return None
-    values, kinds, rows = read
-    frame = pd.DataFrame({"start": values["start"][rows], "end": values["end"][rows]})
-    for column, alias in ids.items():
-        frame[alias] = _ids(values, kinds, column, rows)
-    for column in extras:
-        frame[column] = np.where(kinds[column][rows] == sqlite_pages.NULL, np.nan,
-                                 values[column][rows])
-    return frame
+
+    def part(values: dict[str, np.ndarray], kinds: dict[str, np.ndarray],
+             texts: dict[str, np.ndarray]) -> _Part:
+        """One chunk: times, ids and the extras."""
+        kept, valid = _timed_part(values, kinds, ids)
+        kept.columns.update({column: np.where(kinds[column][valid] == sqlite_pages.NULL,
+                                              np.nan, values[column][valid])
+                             for column in extras})
+        return kept
+
+    parts = export.native_parts(table, ["start", "end", *ids, *extras], part)
+    return None if parts is None else pd.DataFrame(_joined(export, name, parts))
 
 
 def _memcpy(export: _Export) -> pd.DataFrame | None:
@@ -789,20 +828,29 @@ def _memset(export: _Export) -> pd.DataFrame | None:
     return conform("memset", frame)
 
 
+def _runtime_part(values: dict[str, np.ndarray], kinds: dict[str, np.ndarray],
+                  texts: dict[str, np.ndarray]) -> _Part:
+    """One chunk of runtime calls: times, pid and tid from the globalTid, correlation and the
+    StringIds id of the name."""
+    kept, valid = _timed_part(values, kinds, {"correlationId": "correlation",
+                                              "nameId": "name_id"})
+    pids, tids = _pid_tid(np.where(kinds["globalTid"][valid] == sqlite_pages.NULL, -1,
+                                   values["globalTid"][valid]))
+    kept.columns.update({"pid": pids.astype(narrowest_int(pids)),
+                         "tid": tids.astype(narrowest_int(tids))})
+    return kept
+
+
 def _native_runtime(export: _Export, table: str) -> pd.DataFrame | None:
     """The runtime table from the export's pages, or None (then SQL reads it)."""
-    read = _read_native(export, table, "runtime",
-                        ["start", "end", "globalTid", "correlationId", "nameId"])
-    if read is None:
+    parts = export.native_parts(table, ["start", "end", "globalTid", "correlationId", "nameId"],
+                                _runtime_part)
+    if parts is None:
         return None
-    values, kinds, rows = read
-    pids, tids = _pid_tid(_ids(values, kinds, "globalTid", rows))
-    texts, codes = _strings_at(export, _ids(values, kinds, "nameId", rows))
+    columns = _joined(export, "runtime", parts)
+    texts, codes = _strings_at(export, columns.pop("name_id"))
     names = [concepts.strip_api_version(text or "") for text in texts]
-    return _native_table("runtime", {
-        "start": values["start"][rows], "end": values["end"][rows], "pid": pids, "tid": tids,
-        "correlation": _ids(values, kinds, "correlationId", rows),
-        "name": _categories(names, codes)})
+    return _native_table("runtime", {**columns, "name": _categories(names, codes)})
 
 
 def _runtime(export: _Export) -> pd.DataFrame | None:
@@ -838,35 +886,49 @@ def _sync(export: _Export) -> pd.DataFrame | None:
     return conform("sync", frame)
 
 
-def _native_ranges(export: _Export, table: str) -> pd.DataFrame | None:
-    """The NVTX ranges from the export's pages (as :func:`_ranges` selects them), or None."""
-    columns = ["start", "end", "eventType", "text", "globalTid", "textId", "domainId"]
-    if not set(columns) <= export.columns(table):
-        return None
-    read = export.native_columns(table, columns, texts=("text",))
-    if read is None:
-        return None
-    values, kinds, texts = read
+_RANGE_COLUMNS = ["start", "end", "eventType", "text", "globalTid", "textId", "domainId"]
+
+
+def _range_part(values: dict[str, np.ndarray], kinds: dict[str, np.ndarray],
+                texts: dict[str, np.ndarray]) -> tuple[_Part, _Part]:
+    """One chunk of NVTX events: its ranges (times, pid, tid, text, textId and domainId) and
+    its domain-create events (domainId, pid, text)."""
     tids = np.where(kinds["globalTid"] == sqlite_pages.NULL, -1, values["globalTid"])
     pids = (tids >> _ID_SHIFT) & _ID_MASK
-    domain_of = _domain_names(values, kinds, texts["text"], pids)
+    created = ((values["eventType"] == NVTX_DOMAIN_CREATE)
+               & (kinds["domainId"] == sqlite_pages.INTEGER) & pd.notna(texts["text"]))
+    creates = _Part({"domain": values["domainId"][created], "pid": pids[created],
+                     "text": texts["text"][created]})
     is_range = (np.isin(values["eventType"], NVTX_RANGE_TYPES)
                 & (kinds["eventType"] == sqlite_pages.INTEGER)
                 & (kinds["end"] != sqlite_pages.NULL) & (tids >= 0))
-    picked = np.flatnonzero(is_range)
-    checked = {name: kinds[name][picked] for name in ("start", "end")}
-    rows = picked[_valid_native(export, "ranges", {n: values[n][picked] for n in checked},
-                                checked)]
-    names = texts["text"][rows]
+    ranges, picked = _timed_part(values, kinds, {"textId": "text_id", "domainId": "domain_id"},
+                                 rows=is_range)
+    ranges.columns.update({"pid": pids[picked], "tid": tids[picked] & _ID_MASK,
+                           "name": texts["text"][picked]})
+    return ranges, creates
+
+
+def _native_ranges(export: _Export, table: str) -> pd.DataFrame | None:
+    """The NVTX ranges from the export's pages (as :func:`_ranges` selects them), or None."""
+    if not set(_RANGE_COLUMNS) <= export.columns(table):
+        return None
+    parts = export.native_parts(table, _RANGE_COLUMNS, _range_part, texts=("text",))
+    if parts is None:
+        return None
+    creates = _joined(export, "ranges", [created for _, created in parts])
+    columns = _joined(export, "ranges", [ranges for ranges, _ in parts])
+    del parts
+    domain_of = _domain_names(creates)
+    names = columns.pop("name")
     by_id = np.flatnonzero(pd.isna(names))
+    text_ids = columns.pop("text_id")
     if len(by_id):
-        found, codes = _strings_at(export, _ids(values, kinds, "textId", rows[by_id]))
+        found, codes = _strings_at(export, text_ids[by_id])
         names[by_id] = np.array(found, dtype=object)[codes]
-    domains = _domains_of(domain_of, _ids(values, kinds, "domainId", rows), pids[rows])
+    domains = _domains_of(domain_of, columns.pop("domain_id"), columns["pid"])
     names[pd.isna(names)] = ""
-    return _native_table("ranges", {"start": values["start"][rows], "end": values["end"][rows],
-                                    "pid": pids[rows], "tid": tids[rows] & _ID_MASK,
-                                    "name": names, "domain": domains})
+    return _native_table("ranges", {**columns, "name": names, "domain": domains})
 
 
 def _domains_of(domain_of: dict[tuple[int, int], str], domains: np.ndarray,
@@ -882,14 +944,12 @@ def _domains_of(domain_of: dict[tuple[int, int], str], domains: np.ndarray,
     return np.array(found, dtype=object)[codes]
 
 
-def _domain_names(values: dict[str, np.ndarray], kinds: dict[str, np.ndarray],
-                  texts: np.ndarray, pids: np.ndarray) -> dict[tuple[int, int], str]:
+def _domain_names(creates: dict[str, np.ndarray]) -> dict[tuple[int, int], str]:
     """The name of each (domainId, pid) from its domain-create events (the least text)."""
-    created = np.flatnonzero((values["eventType"] == NVTX_DOMAIN_CREATE)
-                             & (kinds["domainId"] == sqlite_pages.INTEGER)
-                             & pd.notna(texts))
-    frame = pd.DataFrame({"domain": values["domainId"][created], "pid": pids[created],
-                          "text": pd.Series(texts[created], dtype=object)})
+    frame = pd.DataFrame({"domain": creates.get("domain", np.empty(0, np.int64)),
+                          "pid": creates.get("pid", np.empty(0, np.int64)),
+                          "text": pd.Series(creates.get("text", np.empty(0, object)),
+                                            dtype=object)})
     return {(int(d), int(p)): str(t)
             for (d, p), t in frame.groupby(["domain", "pid"])["text"].min().items()}
 

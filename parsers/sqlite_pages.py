@@ -15,9 +15,12 @@ falls back to SQL.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -25,9 +28,9 @@ HEADER_MAGIC = b"SQLite format 3\x00"
 # B-tree page types (file format, section 1.6).
 LEAF_TABLE_PAGE = 0x0D
 INTERIOR_TABLE_PAGE = 0x05
-# Leaf pages decoded at a time: 1024 pages of 4 KiB (~50,000 rows) keep the per-row arrays of a
+# Leaf pages decoded at a time: 512 pages of 4 KiB (~25,000 rows) keep the per-row arrays of a
 # chunk within the CPU caches.
-CHUNK_PAGES = 1024
+CHUNK_PAGES = 512
 # Value kinds returned beside each column.
 INTEGER, NULL, OTHER, TEXT = 0, 1, 2, 3
 # Texts up to this many bytes are grouped by content in numpy (hash, then a byte-by-byte check)
@@ -37,6 +40,24 @@ MAX_GROUPED_TEXT = 128
 _FNV_PRIME = np.uint64(1099511628211)
 # Content size of serial types 0..11 (12 and up: blobs and text of (type - 12) // 2 bytes).
 _SIZE_OF_TYPE = np.array([0, 1, 2, 3, 4, 6, 8, 8, 0, 0, 0, 0], dtype=np.int64)
+# Serial types below this fit in one header byte (every integer and text up to 57 bytes): their
+# size, kind and integer decoding come from tables indexed by the type.
+_ONE_BYTE_TYPES = 256
+_TYPES = np.arange(_ONE_BYTE_TYPES)
+_SIZE_LUT = np.where(_TYPES >= 12, (_TYPES - 12) // 2,
+                     _SIZE_OF_TYPE[np.minimum(_TYPES, 11)]).astype(np.int32)
+_IS_STORED_INT = (_TYPES >= 1) & (_TYPES <= 6)
+_KIND_LUT = np.select([_TYPES == 0, _IS_STORED_INT | (_TYPES == 8) | (_TYPES == 9),
+                       (_TYPES >= 13) & (_TYPES % 2 == 1)], [NULL, INTEGER, TEXT],
+                      OTHER).astype(np.int8)
+# An integer of serial type 1..6 is the top bytes of the 8-byte window at its position: this
+# right shift sign-extends it (0 for other types, whose value comes from _CONSTANT_LUT).
+_SHIFT_LUT = np.where(_IS_STORED_INT, 64 - 8 * _SIZE_LUT, 0).astype(np.int64)
+_CONSTANT_LUT = np.where(_TYPES == 9, 1, 0).astype(np.int64)
+
+
+#: What a caller's per-chunk reduction gives.
+T = TypeVar("T")
 
 
 class PageFormatError(Exception):
@@ -127,29 +148,54 @@ def _windows(buf: np.ndarray) -> np.ndarray:
     return np.ndarray(shape=(len(buf) - 7,), dtype="<u8", buffer=buf, offset=0, strides=(1,))
 
 
+def _one_byte(types: np.ndarray) -> np.ndarray:
+    """Serial types as indexes of the lookup tables (types of two bytes or more, long texts
+    and blobs, become 255: a blob, no integer)."""
+    if types.dtype == np.uint8:
+        return types
+    return np.where(types < _ONE_BYTE_TYPES, types, _ONE_BYTE_TYPES - 1).astype(np.uint8)
+
+
+def _sizes(serial: np.ndarray) -> np.ndarray:
+    """Content sizes in bytes of serial types."""
+    if serial.dtype == np.uint8:
+        return _SIZE_LUT[serial]
+    return np.where(serial >= 12, (serial - 12) // 2,
+                    _SIZE_OF_TYPE[np.minimum(serial, 11)]).astype(np.int32)
+
+
+def _kinds(types: np.ndarray) -> np.ndarray:
+    """Value kinds (INTEGER, NULL, TEXT, OTHER) of serial types."""
+    kind = _KIND_LUT[_one_byte(types)]
+    if types.dtype != np.uint8:
+        long = types >= _ONE_BYTE_TYPES
+        kind[long] = np.where(types[long] % 2 == 1, TEXT, OTHER)
+    return kind
+
+
 def _integers(windows: np.ndarray, pos: np.ndarray, types: np.ndarray) -> np.ndarray:
     """Signed integers of serial types 1..6 (and the constants 8, 9; 0 for others) at each
     position: the type's first bytes of the 8-byte window, sign-extended by a right shift."""
-    size = _SIZE_OF_TYPE[np.where(types <= 6, types, 0)]
-    raw = windows[pos].byteswap().view(np.int64)
-    out = np.where(size > 0, raw >> np.where(size > 0, 64 - 8 * size, 0), 0)
-    out[types == 9] = 1
-    return out
+    index = _one_byte(types)
+    out = windows[pos].byteswap().view(np.int64)
+    out >>= _SHIFT_LUT[index]
+    return np.where(_IS_STORED_INT[index], out, _CONSTANT_LUT[index])
 
 
 def _serial_types(buf: np.ndarray, start: np.ndarray, columns: int
                   ) -> tuple[np.ndarray, np.ndarray]:
     """Serial types of the first ``columns`` columns of the records at ``start`` (shape
-    columns x rows; 0 = NULL for a column the record lacks) and where each record's body
-    begins. One-byte types (every integer and short text) are read at once; the rest per
-    varint."""
+    columns x rows; 0 = NULL for a column the record lacks; uint8 when every type is one byte,
+    int64 otherwise) and where each record's body begins. One-byte types (every integer and
+    short text) are read at once; the rest per varint."""
     header_len, n3 = _varints(buf, start)
     header_end = start + header_len
     at = start[None, :] + n3[None, :] + np.arange(columns)[:, None]
     inside = at < header_end[None, :]
-    serial = np.where(inside, buf[np.minimum(at, len(buf) - 1)], 0).astype(np.int64)
+    serial = np.where(inside, buf[np.minimum(at, len(buf) - 1)], np.uint8(0))
     slow = np.flatnonzero((serial >= 0x80).any(axis=0))
     if len(slow):
+        serial = serial.astype(np.int64)
         pos = start[slow] + n3[slow]
         for column in range(columns):
             present = pos < header_end[slow]
@@ -157,30 +203,6 @@ def _serial_types(buf: np.ndarray, start: np.ndarray, columns: int
             serial[column, slow] = np.where(present, value, 0)
             pos = pos + np.where(present, length, 0)
     return serial, header_end
-
-
-class _Growing:
-    """An array filled part after part in place. Its capacity grows by ``ndarray.resize``
-    (realloc: for arrays this large the C library remaps the pages instead of copying them), so
-    a column is never held twice; capacity never filled is never touched, so it takes no
-    memory."""
-
-    def __init__(self, dtype: type, capacity: int) -> None:
-        """An empty array of ``dtype`` with room for ``capacity`` values."""
-        self.array = np.empty(max(capacity, 1), dtype=dtype)
-        self.size = 0
-
-    def extend(self, part: np.ndarray) -> None:
-        """Append ``part``, growing the capacity by half when it is full."""
-        end = self.size + len(part)
-        if end > len(self.array):
-            self.array.resize(max(end, len(self.array) * 3 // 2), refcheck=False)
-        self.array[self.size:end] = part
-        self.size = end
-
-    def done(self) -> np.ndarray:
-        """The filled part of the array (a view: cutting the capacity would remap it)."""
-        return self.array[: self.size]
 
 
 class PageReader:
@@ -257,10 +279,9 @@ class PageReader:
         breaks = np.flatnonzero(np.diff(numbers) != 1) + 1
         for run in np.split(np.arange(len(numbers)), breaks):
             first, count = int(numbers[run[0]]), len(run)
-            data = os.pread(self.fd, count * size, (first - 1) * size)
-            if len(data) != count * size:
+            into = memoryview(buf[run[0] * size: (run[0] + count) * size])
+            if os.preadv(self.fd, [into], (first - 1) * size) != count * size:
                 raise PageFormatError("the file ends inside a table")
-            buf[run[0] * size: (run[0] + count) * size] = np.frombuffer(data, dtype=np.uint8)
         return buf
 
     def _cells(self, buf: np.ndarray, count: int) -> np.ndarray:
@@ -293,20 +314,18 @@ class PageReader:
         keep = ~spills
         start, rowids = start[keep], rowids[keep]
         serial, body = _serial_types(buf, start, max(wanted) + 1)
-        sizes = np.where(serial >= 12, (serial - 12) // 2, _SIZE_OF_TYPE[np.minimum(serial, 11)])
-        offsets = body[None, :] + np.cumsum(sizes, axis=0) - sizes
+        sizes = _sizes(serial)
+        before = np.cumsum(sizes, axis=0, dtype=np.int32)  # bytes up to each column's end
+        before -= sizes
         windows = _windows(buf)
         values: dict[int, np.ndarray] = {}
         kinds: dict[int, np.ndarray] = {}
+        offsets: dict[int, np.ndarray] = {}
         for column in wanted:
-            types = serial[column]
-            kind = np.full(len(types), OTHER, dtype=np.int8)
-            kind[types == 0] = NULL
-            kind[((types >= 1) & (types <= 6)) | (types == 8) | (types == 9)] = INTEGER
-            kind[(types >= 13) & (types % 2 == 1)] = TEXT
-            pos = np.minimum(offsets[column], len(windows) - 1)
-            values[column] = _integers(windows, pos, np.where(kind == INTEGER, types, 0))
-            kinds[column] = kind
+            offsets[column] = body + before[column]
+            kinds[column] = _kinds(serial[column])
+            values[column] = _integers(windows, np.minimum(offsets[column], len(windows) - 1),
+                                       serial[column])
         texts = {}
         for column in text_columns:
             rows = np.flatnonzero(kinds[column] == TEXT)
@@ -314,40 +333,25 @@ class PageReader:
             texts[column][rows] = _texts(buf, offsets[column][rows], sizes[column][rows])
         return Columns(rowids=rowids, values=values, kinds=kinds, spilled=spilled, texts=texts)
 
-    def table(self, root: int, wanted: list[int], text_columns: tuple[int, ...] = ()
-              ) -> Columns:
-        """What :meth:`columns` gives, all chunks in one :class:`Columns`: each integer column
-        filled in place chunk after chunk (:class:`_Growing`), so that no chunk's arrays are
-        held beside the whole column."""
-        leaves = self.leaf_pages(root)
-        grown: dict[tuple[str, int], _Growing] = {}
-        texts: dict[int, list[np.ndarray]] = {column: [] for column in text_columns}
-        spilled: list[np.ndarray] = []
-        for chunk in self._chunks(leaves, wanted, text_columns):
-            if not grown:  # rows per page of the first chunk size every column
-                expected = len(chunk.rowids) * len(leaves) // min(len(leaves), CHUNK_PAGES) + 1
-                grown = {(part, column): _Growing(dtype, expected + expected // 16)
-                         for part, dtype in (("rowids", np.int64), ("values", np.int64),
-                                             ("kinds", np.int8))
-                         for column in (wanted if part != "rowids" else [-1])}
-            grown["rowids", -1].extend(chunk.rowids)
-            for column in wanted:
-                grown["values", column].extend(chunk.values.pop(column))
-                grown["kinds", column].extend(chunk.kinds.pop(column))
-            for column in text_columns:
-                texts[column].append(chunk.texts[column])
-            spilled.append(chunk.spilled)
-        if not grown:
-            empty = {column: np.empty(0, np.int64) for column in wanted}
-            return Columns(rowids=np.empty(0, np.int64), values=empty,
-                           kinds={column: np.empty(0, np.int8) for column in wanted},
-                           spilled=np.empty(0, np.int64),
-                           texts={column: np.empty(0, object) for column in text_columns})
-        return Columns(rowids=grown["rowids", -1].done(),
-                       values={column: grown["values", column].done() for column in wanted},
-                       kinds={column: grown["kinds", column].done() for column in wanted},
-                       spilled=np.concatenate(spilled),
-                       texts={column: np.concatenate(parts) for column, parts in texts.items()})
+    def reduced(self, root: int, wanted: list[int], text_columns: tuple[int, ...],
+                reduce: Callable[[Columns], T], threads: int = 1) -> list[T]:
+        """``reduce`` of each chunk of the table's rows (what :meth:`columns` yields), in row
+        order. ``threads`` threads decode and reduce chunks side by side (numpy and ``pread``
+        release the GIL), at most two chunks per thread in hand at once, so a table is never
+        held decoded whole: only what ``reduce`` keeps of it."""
+        chunks = self._chunk_pages(self.leaf_pages(root))
+        if threads <= 1:
+            return [reduce(self._decoded(numbers, wanted, text_columns)) for numbers in chunks]
+        done: list[T] = []
+        with ThreadPoolExecutor(threads) as pool:
+            pending: deque[Future[T]] = deque()
+            for numbers in chunks:
+                if len(pending) >= 2 * threads:
+                    done.append(pending.popleft().result())
+                pending.append(pool.submit(
+                    lambda pages: reduce(self._decoded(pages, wanted, text_columns)), numbers))
+            done.extend(future.result() for future in pending)
+        return done
 
     def columns(self, root: int, wanted: list[int], text_columns: tuple[int, ...] = ()
                 ) -> Iterator[Columns]:
@@ -359,13 +363,22 @@ class PageReader:
     def _chunks(self, leaves: np.ndarray, wanted: list[int], text_columns: tuple[int, ...]
                 ) -> Iterator[Columns]:
         """The columns of the rows of the leaf pages ``leaves``, one chunk at a time."""
-        for first in range(0, len(leaves), CHUNK_PAGES):
-            numbers = leaves[first: first + CHUNK_PAGES]
-            buf = self._read_pages(numbers)
-            try:
-                yield self._decode_chunk(buf, len(numbers), wanted, text_columns)
-            except IndexError:
-                raise PageFormatError("a record runs past its page") from None
+        for numbers in self._chunk_pages(leaves):
+            yield self._decoded(numbers, wanted, text_columns)
+
+    @staticmethod
+    def _chunk_pages(leaves: np.ndarray) -> list[np.ndarray]:
+        """The leaf page numbers cut into chunks of :data:`CHUNK_PAGES`."""
+        return [leaves[first: first + CHUNK_PAGES] for first in range(0, len(leaves), CHUNK_PAGES)]
+
+    def _decoded(self, numbers: np.ndarray, wanted: list[int], text_columns: tuple[int, ...]
+                 ) -> Columns:
+        """The columns of the rows of the leaf pages ``numbers`` (one chunk)."""
+        buf = self._read_pages(numbers)
+        try:
+            return self._decode_chunk(buf, len(numbers), wanted, text_columns)
+        except IndexError:
+            raise PageFormatError("a record runs past its page") from None
 
 
 def _has_content(path: Path) -> bool:
