@@ -895,8 +895,9 @@ def _range_part(values: dict[str, np.ndarray], kinds: dict[str, np.ndarray],
     its domain-create events (domainId, pid, text)."""
     tids = np.where(kinds["globalTid"] == sqlite_pages.NULL, -1, values["globalTid"])
     pids = (tids >> _ID_SHIFT) & _ID_MASK
+    has_text = kinds["text"] == sqlite_pages.TEXT
     created = ((values["eventType"] == NVTX_DOMAIN_CREATE)
-               & (kinds["domainId"] == sqlite_pages.INTEGER) & pd.notna(texts["text"]))
+               & (kinds["domainId"] == sqlite_pages.INTEGER) & has_text)
     creates = _Part({"domain": values["domainId"][created], "pid": pids[created],
                      "text": texts["text"][created]})
     is_range = (np.isin(values["eventType"], NVTX_RANGE_TYPES)
@@ -905,7 +906,7 @@ def _range_part(values: dict[str, np.ndarray], kinds: dict[str, np.ndarray],
     ranges, picked = _timed_part(values, kinds, {"textId": "text_id", "domainId": "domain_id"},
                                  rows=is_range)
     ranges.columns.update({"pid": pids[picked], "tid": tids[picked] & _ID_MASK,
-                           "name": texts["text"][picked]})
+                           "name": texts["text"][picked], "has_text": has_text[picked]})
     return ranges, creates
 
 
@@ -921,13 +922,13 @@ def _native_ranges(export: _Export, table: str) -> pd.DataFrame | None:
     del parts
     domain_of = _domain_names(creates)
     names = columns.pop("name")
-    by_id = np.flatnonzero(pd.isna(names))
+    by_id = np.flatnonzero(~columns.pop("has_text"))
     text_ids = columns.pop("text_id")
-    if len(by_id):
+    if len(by_id):  # no text: the name is the textId's string, else ""
         found, codes = _strings_at(export, text_ids[by_id])
-        names[by_id] = np.array(found, dtype=object)[codes]
+        names[by_id] = np.array(["" if text is None else text for text in found],
+                                dtype=object)[codes]
     domains = _domains_of(domain_of, columns.pop("domain_id"), columns["pid"])
-    names[pd.isna(names)] = ""
     return _native_table("ranges", {**columns, "name": names, "domain": domains})
 
 

@@ -36,8 +36,11 @@ INTEGER, NULL, OTHER, TEXT = 0, 1, 2, 3
 # Texts up to this many bytes are grouped by content in numpy (hash, then a byte-by-byte check)
 # so that each distinct text is decoded once; longer ones are decoded one by one.
 MAX_GROUPED_TEXT = 128
-# FNV-1a's 64-bit prime: the hash that groups texts (every group is checked byte by byte).
+# FNV-1a's 64-bit prime: the hash that groups texts (every group is checked word by word).
 _FNV_PRIME = np.uint64(1099511628211)
+# Zero bytes after a chunk's last page: a short text or an 8-byte window read at any position
+# inside the pages stays inside the buffer.
+_PADDING = MAX_GROUPED_TEXT + 8
 # Content size of serial types 0..11 (12 and up: blobs and text of (type - 12) // 2 bytes).
 _SIZE_OF_TYPE = np.array([0, 1, 2, 3, 4, 6, 8, 8, 0, 0, 0, 0], dtype=np.int64)
 # Serial types below this fit in one header byte (every integer and text up to 57 bytes): their
@@ -82,32 +85,35 @@ def _decode(buf: np.ndarray, pos: int, size: int) -> str:
     return bytes(buf[pos: pos + size]).decode("utf-8", "replace")
 
 
-def _same_bytes(buf: np.ndarray, a: np.ndarray, b: np.ndarray, size: np.ndarray) -> np.ndarray:
-    """Whether the ``size`` bytes at ``a`` equal those at ``b``, for each row."""
-    same = np.ones(len(a), dtype=bool)
-    for j in range(int(size.max(initial=0))):
-        check = np.flatnonzero(same & (size > j))
-        same[check] = buf[a[check] + j] == buf[b[check] + j]
-    return same
+def _padded_words(buf: np.ndarray, pos: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """The ``length`` bytes at each of ``pos``, zero-padded to a multiple of 8 bytes, as one
+    row of 64-bit words each (the buffer holds :data:`_PADDING` bytes past its last page)."""
+    width = max(-(-int(length.max(initial=0)) // 8) * 8, 8)
+    rows = np.lib.stride_tricks.as_strided(buf, shape=(len(buf) - width + 1, width),
+                                           strides=(1, 1), writeable=False)
+    matrix = rows[pos]
+    matrix[np.arange(width) >= length[:, None]] = 0
+    return matrix.view(np.uint64)
 
 
 def _texts(buf: np.ndarray, pos: np.ndarray, size: np.ndarray) -> np.ndarray:
     """The texts of ``size`` bytes at ``pos`` as Python strings, each distinct text decoded
-    once (texts repeat: NVTX range names, thread names)."""
+    once (texts repeat: NVTX range names, thread names). Short texts are grouped by a hash of
+    their 8-byte words and every group is checked word by word."""
     out = np.full(len(pos), None, dtype=object)
     rows = np.flatnonzero(size <= MAX_GROUPED_TEXT)
     length = size[rows]
+    words = _padded_words(buf, pos[rows], length)
     digest = length.astype(np.uint64)
-    for j in range(int(length.max(initial=0))):
-        grow = np.flatnonzero(length > j)
-        digest[grow] = (digest[grow] * _FNV_PRIME) ^ buf[pos[rows[grow]] + j].astype(np.uint64)
+    for word in words.T:
+        digest *= _FNV_PRIME
+        digest ^= word
     _, first, codes = np.unique(digest, return_index=True, return_inverse=True)
     codes = codes.ravel()
     representative = rows[first]
     distinct = np.array([_decode(buf, int(pos[r]), int(size[r])) for r in representative] + [""],
                         dtype=object)[:-1]
-    same = (size[representative][codes] == length) & _same_bytes(
-        buf, pos[rows], pos[representative][codes], length)
+    same = (length[first][codes] == length) & (words == words[first][codes]).all(axis=1)
     out[rows[same]] = distinct[codes[same]]
     for row in np.concatenate([rows[~same], np.flatnonzero(size > MAX_GROUPED_TEXT)]):
         out[row] = _decode(buf, int(pos[row]), int(size[row]))
@@ -274,8 +280,8 @@ class PageReader:
     def _read_pages(self, numbers: np.ndarray) -> np.ndarray:
         """The pages ``numbers`` one after another in one buffer (runs read at once), padded."""
         size = self.page_size
-        buf = np.empty(len(numbers) * size + 16, dtype=np.uint8)
-        buf[-16:] = 0
+        buf = np.empty(len(numbers) * size + _PADDING, dtype=np.uint8)
+        buf[-_PADDING:] = 0
         breaks = np.flatnonzero(np.diff(numbers) != 1) + 1
         for run in np.split(np.arange(len(numbers)), breaks):
             first, count = int(numbers[run[0]]), len(run)
