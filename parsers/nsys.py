@@ -25,10 +25,11 @@ import shutil
 import sqlite3
 import subprocess
 import tempfile
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -432,12 +433,13 @@ class _Export:
         rows = self.query("SELECT id, value FROM StringIds")
         return dict(zip(rows["id"].tolist(), rows["value"].tolist(), strict=True))
 
-    def native_parts(self, table: str, columns: list[str], reduce: _ChunkReduce[_T],
-                     texts: tuple[str, ...] = ()) -> list[_T] | None:
+    def native_parts(self, table: str, columns: list[str], reduce: _ChunkReduce,
+                     texts: tuple[str, ...] = ()) -> list[_Part] | None:
         """``reduce`` of each chunk of ``table``'s rows read from its pages (its integer
         ``columns``' values and value kinds of sqlite_pages, and the strings of the ``texts``
-        columns, by column name), in row order; None when a column is missing or the page
-        reader cannot read the table (SQL is used instead)."""
+        columns, by column name): each of the parts it returns joined over the chunks, in row
+        order, as they come; None when a column is missing or the page reader cannot read the
+        table (SQL is used instead)."""
         if self.path is None or not NATIVE_READER or \
                 not {*columns, *texts} <= self.columns(table):
             return None
@@ -447,7 +449,7 @@ class _Export:
         wanted = [order.index(col) for col in columns]
         text_columns = tuple(order.index(col) for col in texts)
 
-        def named(chunk: sqlite_pages.Columns) -> _T:
+        def named(chunk: sqlite_pages.Columns) -> tuple[_Part, ...]:
             """The chunk reduced, its columns called by name; rows that spilled onto overflow
             pages make the whole table SQL's."""
             if len(chunk.spilled):
@@ -460,8 +462,8 @@ class _Export:
         try:
             reader = sqlite_pages.PageReader(self.path)
             try:
-                return reader.reduced(int(root[0]), wanted, text_columns, named,
-                                      threads=available_cpus())
+                return _joined(reader.reduced(int(root[0]), wanted, text_columns, named,
+                                              threads=available_cpus()))
             finally:
                 reader.close()
         except (sqlite_pages.PageFormatError, OSError, TypeError):
@@ -558,10 +560,10 @@ class _Part:
     dropped: int = 0
 
 
-_T = TypeVar("_T")
-#: A table reader's reduction of one chunk: integer values, value kinds and texts by column.
+#: A table reader's reduction of one chunk (integer values, value kinds and texts by column)
+#: into one or more parts.
 _ChunkReduce = Callable[[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]],
-                        _T]
+                        tuple[_Part, ...]]
 
 
 def _possible(values: dict[str, np.ndarray], kinds: dict[str, np.ndarray],
@@ -604,23 +606,71 @@ def _timed_part(values: dict[str, np.ndarray], kinds: dict[str, np.ndarray],
     return _Part(columns, int((candidate & ~valid).sum())), picked
 
 
-def _joined(export: _Export, name: str, parts: list[_Part]) -> dict[str, np.ndarray]:
-    """The chunks' columns joined (each column's parts freed as it is joined), rows in start
-    order (stable: stored order among equal starts); the dropped rows counted under
-    ``name``."""
-    dropped = sum(part.dropped for part in parts)
-    if dropped:
-        export.dropped[name] = export.dropped.get(name, 0) + dropped
-    names = list(parts[0].columns) if parts else []
-    joined = {}
-    for column in names:
-        joined[column] = np.concatenate([part.columns.pop(column) for part in parts])
-    start = joined.get("start")
+class _Growing:
+    """A column filled part after part in place. Its capacity grows by ``ndarray.resize``
+    (realloc: for arrays this large the C library remaps the pages instead of copying them), so
+    a column is never held twice, and capacity never filled is never touched, so it takes no
+    memory. A part of a wider dtype widens the column; object columns are joined at the end."""
+
+    def __init__(self) -> None:
+        """An empty column."""
+        self.array: np.ndarray | None = None
+        self.objects: list[np.ndarray] = []
+        self.size = 0
+
+    def extend(self, part: np.ndarray) -> None:
+        """Append ``part``, growing the capacity by half when it is full."""
+        if part.dtype == object:
+            self.objects.append(part)
+            return
+        if self.array is None:
+            self.array = np.empty(max(2 * len(part), 1), dtype=part.dtype)
+        elif np.promote_types(self.array.dtype, part.dtype) != self.array.dtype:
+            self.array = self.array.astype(np.promote_types(self.array.dtype, part.dtype))
+        end = self.size + len(part)
+        if end > len(self.array):
+            self.array.resize(max(end, len(self.array) * 3 // 2), refcheck=False)
+        self.array[self.size:end] = part
+        self.size = end
+
+    def done(self) -> np.ndarray:
+        """The filled part of the column (a view: cutting the capacity would remap it)."""
+        if self.objects:
+            return np.concatenate(self.objects)
+        assert self.array is not None
+        return self.array[: self.size]
+
+
+def _joined(parts: Iterator[tuple[_Part, ...]]) -> list[_Part]:
+    """Each of the chunks' parts joined column by column as the chunks come (a chunk's arrays
+    are let go once copied), its dropped rows summed."""
+    columns: list[dict[str, _Growing]] = []
+    dropped: list[int] = []
+    for chunk in parts:
+        if not columns:
+            columns = [{name: _Growing() for name in part.columns} for part in chunk]
+            dropped = [0] * len(chunk)
+        for at, part in enumerate(chunk):
+            for name, growing in columns[at].items():
+                growing.extend(part.columns.pop(name))
+            dropped[at] += part.dropped
+    return [_Part({name: growing.done() for name, growing in grown.items()}, count)
+            for grown, count in zip(columns, dropped, strict=True)]
+
+
+def _counted(export: _Export, name: str, part: _Part) -> dict[str, np.ndarray]:
+    """The columns of a joined table part in start order (stable: stored order among equal
+    starts; a table stored out of order is reordered one column at a time); its dropped rows
+    counted under ``name``."""
+    if part.dropped:
+        export.dropped[name] = export.dropped.get(name, 0) + part.dropped
+    columns = part.columns
+    start = columns.get("start")
     if start is not None and len(start) > 1 and (start[1:] < start[:-1]).any():
         order = np.argsort(start, kind="stable")
-        for column in names:  # one column reordered at a time
-            joined[column] = joined[column][order]
-    return joined
+        for column in list(columns):
+            columns[column] = columns[column][order]
+    return columns
 
 
 def _pid_tid(tids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -669,6 +719,7 @@ def _categories(texts: list[str | None], codes: np.ndarray) -> pd.Categorical:
     categories = sorted({text for text in texts if text is not None})
     position = {text: at for at, text in enumerate(categories)}
     remap = np.array([position.get(text, -1) for text in texts] + [-1], dtype=np.int32)
+    remap = remap.astype(narrowest_int(remap), copy=False)  # codes of the categoricals' width
     return pd.Categorical.from_codes(remap[codes], pd.Index(categories, dtype=object))
 
 
@@ -680,32 +731,59 @@ def _categorical_names(frame: pd.DataFrame, columns: tuple[str, ...]) -> pd.Data
     return frame
 
 
-#: Kernel columns of the export, and what they are called in the kernels table.
-_KERNEL_IDS = {"deviceId": "device", "streamId": "stream", "correlationId": "correlation",
-               "demangledName": "name_id", "shortName": "short_id"}
+class _Vocabulary:
+    """Distinct integer keys (StringIds ids, pairs of them) numbered in the order first met,
+    shared by the threads reading a table's chunks: each row's key becomes a small code while
+    its chunk is decoded, and each distinct key is named once at the end."""
+
+    def __init__(self) -> None:
+        """An empty vocabulary."""
+        self.number: dict[int, int] = {}
+        self._lock = threading.Lock()
+
+    def codes(self, keys: np.ndarray) -> np.ndarray:
+        """The code of each of ``keys`` (keys met for the first time are numbered)."""
+        at, distinct = pd.factorize(keys)
+        with self._lock:
+            numbers = [self.number.setdefault(key, len(self.number)) for key in distinct.tolist()]
+        codes = np.asarray(numbers, dtype=np.int32)[at]
+        return codes.astype(narrowest_int(codes), copy=False)
+
+    def in_order(self) -> list[int]:
+        """The keys in code order."""
+        return list(self.number)
 
 
-def _kernel_part(values: dict[str, np.ndarray], kinds: dict[str, np.ndarray],
-                 texts: dict[str, np.ndarray]) -> _Part:
-    """One chunk of kernels: times, ids and the StringIds ids of both names."""
-    return _timed_part(values, kinds, _KERNEL_IDS)[0]
+# A kernel's (demangledName, shortName) pair as one key: demangled * _PAIR + short + 1
+# (StringIds ids are below 2**31; -1, NULL, becomes 0).
+_PAIR = 1 << 32
+#: Kernel id columns of the export, and what they are called in the kernels table.
+_KERNEL_IDS = {"deviceId": "device", "streamId": "stream", "correlationId": "correlation"}
+_KERNEL_NAMES = ["demangledName", "shortName"]
 
 
 def _native_kernels(export: _Export, table: str) -> pd.DataFrame | None:
-    """The kernels table from the export's pages, or None (then SQL reads it)."""
-    parts = export.native_parts(table, ["start", "end", *_KERNEL_IDS], _kernel_part)
+    """The kernels table from the export's pages, or None (then SQL reads it). Each distinct
+    (demangled, short) name pair is numbered while the chunks are decoded and named once."""
+    pairs = _Vocabulary()
+
+    def part(values: dict[str, np.ndarray], kinds: dict[str, np.ndarray],
+             texts: dict[str, np.ndarray]) -> tuple[_Part]:
+        """One chunk: times, ids and the code of each row's name pair."""
+        kept, picked = _timed_part(values, kinds, _KERNEL_IDS)
+        long, short = (_ids(values, kinds, column, picked) for column in _KERNEL_NAMES)
+        kept.columns["pair"] = pairs.codes(long.astype(np.int64) * _PAIR + short + 1)
+        return (kept,)
+
+    parts = export.native_parts(table, ["start", "end", *_KERNEL_IDS, *_KERNEL_NAMES], part)
     if parts is None:
         return None
-    columns = _joined(export, "kernels", parts)
-    # Each distinct (demangled, short) id pair is named once.
-    long_ids, long_codes = _distinct(columns.pop("name_id"))
-    short_ids, short_codes = _distinct(columns.pop("short_id"))
-    shorts_count = max(len(short_ids), 1)
-    pairs, codes = _distinct(long_codes.astype(np.int64) * shorts_count + short_codes)
-    del long_codes, short_codes
+    columns = _counted(export, "kernels", parts[0])
+    codes = columns.pop("pair")
+    keys = pairs.in_order()
     names, shorts, comm = _kernel_names(
-        [export.strings.get(int(i)) for i in long_ids[pairs // shorts_count]],
-        [export.strings.get(int(i)) for i in short_ids[pairs % shorts_count]])
+        [export.strings.get(key // _PAIR) for key in keys],
+        [export.strings.get(key % _PAIR - 1) for key in keys])
     return _native_table("kernels", {**columns, "name": _categories(names, codes),
                                      "short_name": _categories(shorts, codes),
                                      "is_comm": comm[codes]})
@@ -775,16 +853,16 @@ def _native_activity(export: _Export, table: str, name: str, extras: list[str]
     ids = {"deviceId": "device", "streamId": "stream", "correlationId": "correlation"}
 
     def part(values: dict[str, np.ndarray], kinds: dict[str, np.ndarray],
-             texts: dict[str, np.ndarray]) -> _Part:
+             texts: dict[str, np.ndarray]) -> tuple[_Part]:
         """One chunk: times, ids and the extras."""
         kept, valid = _timed_part(values, kinds, ids)
         kept.columns.update({column: np.where(kinds[column][valid] == sqlite_pages.NULL,
                                               np.nan, values[column][valid])
                              for column in extras})
-        return kept
+        return (kept,)
 
     parts = export.native_parts(table, ["start", "end", *ids, *extras], part)
-    return None if parts is None else pd.DataFrame(_joined(export, name, parts))
+    return None if parts is None else pd.DataFrame(_counted(export, name, parts[0]))
 
 
 def _memcpy(export: _Export) -> pd.DataFrame | None:
@@ -828,29 +906,30 @@ def _memset(export: _Export) -> pd.DataFrame | None:
     return conform("memset", frame)
 
 
-def _runtime_part(values: dict[str, np.ndarray], kinds: dict[str, np.ndarray],
-                  texts: dict[str, np.ndarray]) -> _Part:
-    """One chunk of runtime calls: times, pid and tid from the globalTid, correlation and the
-    StringIds id of the name."""
-    kept, valid = _timed_part(values, kinds, {"correlationId": "correlation",
-                                              "nameId": "name_id"})
-    pids, tids = _pid_tid(np.where(kinds["globalTid"][valid] == sqlite_pages.NULL, -1,
-                                   values["globalTid"][valid]))
-    kept.columns.update({"pid": pids.astype(narrowest_int(pids)),
-                         "tid": tids.astype(narrowest_int(tids))})
-    return kept
-
-
 def _native_runtime(export: _Export, table: str) -> pd.DataFrame | None:
-    """The runtime table from the export's pages, or None (then SQL reads it)."""
+    """The runtime table from the export's pages, or None (then SQL reads it). Names are
+    numbered while the chunks are decoded and each distinct one is looked up once."""
+    names = _Vocabulary()
+
+    def part(values: dict[str, np.ndarray], kinds: dict[str, np.ndarray],
+             texts: dict[str, np.ndarray]) -> tuple[_Part]:
+        """One chunk: times, pid and tid from the globalTid, correlation and name code."""
+        kept, valid = _timed_part(values, kinds, {"correlationId": "correlation"})
+        pids, tids = _pid_tid(np.where(kinds["globalTid"][valid] == sqlite_pages.NULL, -1,
+                                       values["globalTid"][valid]))
+        kept.columns.update({"pid": pids.astype(narrowest_int(pids)),
+                             "tid": tids.astype(narrowest_int(tids)),
+                             "name": names.codes(_ids(values, kinds, "nameId", valid))})
+        return (kept,)
+
     parts = export.native_parts(table, ["start", "end", "globalTid", "correlationId", "nameId"],
-                                _runtime_part)
+                                part)
     if parts is None:
         return None
-    columns = _joined(export, "runtime", parts)
-    texts, codes = _strings_at(export, columns.pop("name_id"))
-    names = [concepts.strip_api_version(text or "") for text in texts]
-    return _native_table("runtime", {**columns, "name": _categories(names, codes)})
+    columns = _counted(export, "runtime", parts[0])
+    texts = [concepts.strip_api_version(export.strings.get(key) or "") for key in names.in_order()]
+    columns["name"] = _categories(texts, columns["name"])
+    return _native_table("runtime", columns)
 
 
 def _runtime(export: _Export) -> pd.DataFrame | None:
@@ -917,9 +996,7 @@ def _native_ranges(export: _Export, table: str) -> pd.DataFrame | None:
     parts = export.native_parts(table, _RANGE_COLUMNS, _range_part, texts=("text",))
     if parts is None:
         return None
-    creates = _joined(export, "ranges", [created for _, created in parts])
-    columns = _joined(export, "ranges", [ranges for ranges, _ in parts])
-    del parts
+    columns, creates = _counted(export, "ranges", parts[0]), parts[1].columns
     domain_of = _domain_names(creates)
     names = columns.pop("name")
     by_id = np.flatnonzero(~columns.pop("has_text"))

@@ -340,24 +340,25 @@ class PageReader:
         return Columns(rowids=rowids, values=values, kinds=kinds, spilled=spilled, texts=texts)
 
     def reduced(self, root: int, wanted: list[int], text_columns: tuple[int, ...],
-                reduce: Callable[[Columns], T], threads: int = 1) -> list[T]:
+                reduce: Callable[[Columns], T], threads: int = 1) -> Iterator[T]:
         """``reduce`` of each chunk of the table's rows (what :meth:`columns` yields), in row
         order. ``threads`` threads decode and reduce chunks side by side (numpy and ``pread``
         release the GIL), at most two chunks per thread in hand at once, so a table is never
-        held decoded whole: only what ``reduce`` keeps of it."""
+        held decoded whole: only what ``reduce`` keeps of it, as the caller consumes it."""
         chunks = self._chunk_pages(self.leaf_pages(root))
         if threads <= 1:
-            return [reduce(self._decoded(numbers, wanted, text_columns)) for numbers in chunks]
-        done: list[T] = []
+            for numbers in chunks:
+                yield reduce(self._decoded(numbers, wanted, text_columns))
+            return
         with ThreadPoolExecutor(threads) as pool:
             pending: deque[Future[T]] = deque()
             for numbers in chunks:
                 if len(pending) >= 2 * threads:
-                    done.append(pending.popleft().result())
+                    yield pending.popleft().result()
                 pending.append(pool.submit(
                     lambda pages: reduce(self._decoded(pages, wanted, text_columns)), numbers))
-            done.extend(future.result() for future in pending)
-        return done
+            while pending:
+                yield pending.popleft().result()
 
     def columns(self, root: int, wanted: list[int], text_columns: tuple[int, ...] = ()
                 ) -> Iterator[Columns]:
