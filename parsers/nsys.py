@@ -609,8 +609,8 @@ def _timed_part(values: dict[str, np.ndarray], kinds: dict[str, np.ndarray],
 class _Growing:
     """A column filled part after part in place. Its capacity grows by ``ndarray.resize``
     (realloc: for arrays this large the C library remaps the pages instead of copying them), so
-    a column is never held twice, and capacity never filled is never touched, so it takes no
-    memory. A part of a wider dtype widens the column; object columns are joined at the end."""
+    a column is never held twice. A part of a wider dtype widens the column; object columns are
+    joined at the end."""
 
     def __init__(self) -> None:
         """An empty column."""
@@ -634,11 +634,13 @@ class _Growing:
         self.size = end
 
     def done(self) -> np.ndarray:
-        """The filled part of the column (a view: cutting the capacity would remap it)."""
+        """The column, its capacity cut to what is filled (growing zero-fills the capacity, so
+        it is resident; cutting a block this large gives the pages back without a copy)."""
         if self.objects:
             return np.concatenate(self.objects)
         assert self.array is not None
-        return self.array[: self.size]
+        self.array.resize(self.size, refcheck=False)
+        return self.array
 
 
 def _joined(parts: Iterator[tuple[_Part, ...]]) -> list[_Part]:
