@@ -378,6 +378,9 @@ class _Export:
         self._columns: dict[str, set[str]] = {}
         #: Rows dropped per profreport table for impossible times (see MAX_EVENT_NS).
         self.dropped: dict[str, int] = {}
+        #: Whether correlation ids are qualified by process (:func:`_qualified`): set once the
+        #: runtime calls show more than one process.
+        self.qualified = False
 
     @classmethod
     def open(cls, export_path: Path, source: Path) -> _Export:
@@ -486,10 +489,18 @@ class _Export:
 
 
 def _read_tables(export: _Export) -> dict[str, pd.DataFrame]:
-    """Every table the export holds, keyed by profreport table name."""
-    readers = {"kernels": _kernels, "memcpy": _memcpy, "memset": _memset, "runtime": _runtime,
-               "sync": _sync, "ranges": _ranges, "osrt": _osrt, "devices": _devices,
-               "threads": _threads, "memory": _memory}
+    """Every table the export holds, keyed by profreport table name. The runtime calls are read
+    first: they tell whether correlation ids must be qualified by process."""
+    runtime = _runtime(export)
+    if runtime is not None:
+        launching = runtime["pid"].to_numpy()[runtime["correlation"].to_numpy() >= 0]
+        export.qualified = len(pd.unique(launching)) > 1
+        if export.qualified:
+            runtime["correlation"] = _qualified(runtime["correlation"].to_numpy(),
+                                                runtime["pid"].to_numpy())
+    readers = {"kernels": _kernels, "memcpy": _memcpy, "memset": _memset,
+               "runtime": lambda _: runtime, "sync": _sync, "ranges": _ranges, "osrt": _osrt,
+               "devices": _devices, "threads": _threads, "memory": _memory}
     tables = {name: frame for name, read in readers.items()
               if (frame := read(export)) is not None}
     if "ranges" in tables:
@@ -564,6 +575,46 @@ class _Part:
 #: into one or more parts.
 _ChunkReduce = Callable[[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]],
                         tuple[_Part, ...]]
+
+
+# CUPTI numbers correlation ids per process, from 1 and below 2**32, so two processes traced in
+# one capture reuse them. When more than one process made runtime calls, each id is qualified
+# by its process, pid * _PROCESS_CORRELATIONS + id, in every table: a join on correlation ids
+# then never pairs one process's launch with another's GPU work.
+_PROCESS_CORRELATIONS = 1 << 32
+
+
+def _qualified(correlation: np.ndarray, pids: np.ndarray) -> np.ndarray:
+    """Correlation ids qualified by process (an unknown id stays -1; an unknown process,
+    -1, counts as 0)."""
+    qualified = np.maximum(pids, 0).astype(np.int64) * _PROCESS_CORRELATIONS + correlation
+    return np.where(correlation < 0, -1, qualified)
+
+
+def _process_column(export: _Export, table: str) -> list[str]:
+    """``["globalPid"]`` when ``table``'s correlation ids must be qualified by process and it
+    records them, else ``[]``."""
+    return ["globalPid"] if export.qualified and "globalPid" in export.columns(table) else []
+
+
+def _gpu_ids(values: dict[str, np.ndarray], kinds: dict[str, np.ndarray]
+             ) -> tuple[_Part, np.ndarray]:
+    """A chunk of GPU activity: times, device, stream and correlation (qualified by process
+    when the chunk holds ``globalPid``), and which rows were kept."""
+    kept, picked = _timed_part(values, kinds, _GPU_ID_COLUMNS)
+    if "globalPid" in values:
+        pids = (_ids(values, kinds, "globalPid", picked).astype(np.int64) >> _ID_SHIFT) & _ID_MASK
+        kept.columns["correlation"] = _qualified(kept.columns["correlation"], pids)
+    return kept, picked
+
+
+def _sql_correlation(export: _Export, table: str) -> str:
+    """SELECT item ``correlation`` of a GPU activity table (as :func:`_gpu_ids` gives it)."""
+    if not _process_column(export, table):
+        return "t.correlationId AS correlation"
+    return (f"CASE WHEN t.correlationId < 0 THEN -1 ELSE "
+            f"COALESCE((t.globalPid >> {_ID_SHIFT}) & {_ID_MASK}, 0) * {_PROCESS_CORRELATIONS} "
+            f"+ t.correlationId END AS correlation")
 
 
 def _possible(values: dict[str, np.ndarray], kinds: dict[str, np.ndarray],
@@ -759,8 +810,8 @@ class _Vocabulary:
 # A kernel's (demangledName, shortName) pair as one key: demangled * _PAIR + short + 1
 # (StringIds ids are below 2**31; -1, NULL, becomes 0).
 _PAIR = 1 << 32
-#: Kernel id columns of the export, and what they are called in the kernels table.
-_KERNEL_IDS = {"deviceId": "device", "streamId": "stream", "correlationId": "correlation"}
+#: The id columns of GPU activity in the export, and what they are called in the tables.
+_GPU_ID_COLUMNS = {"deviceId": "device", "streamId": "stream", "correlationId": "correlation"}
 _KERNEL_NAMES = ["demangledName", "shortName"]
 
 
@@ -772,12 +823,13 @@ def _native_kernels(export: _Export, table: str) -> pd.DataFrame | None:
     def part(values: dict[str, np.ndarray], kinds: dict[str, np.ndarray],
              texts: dict[str, np.ndarray]) -> tuple[_Part]:
         """One chunk: times, ids and the code of each row's name pair."""
-        kept, picked = _timed_part(values, kinds, _KERNEL_IDS)
+        kept, picked = _gpu_ids(values, kinds)
         long, short = (_ids(values, kinds, column, picked) for column in _KERNEL_NAMES)
         kept.columns["pair"] = pairs.codes(long.astype(np.int64) * _PAIR + short + 1)
         return (kept,)
 
-    parts = export.native_parts(table, ["start", "end", *_KERNEL_IDS, *_KERNEL_NAMES], part)
+    parts = export.native_parts(table, ["start", "end", *_GPU_ID_COLUMNS, *_KERNEL_NAMES,
+                                        *_process_column(export, table)], part)
     if parts is None:
         return None
     columns = _counted(export, "kernels", parts[0])
@@ -841,7 +893,7 @@ def _kernels(export: _Export) -> pd.DataFrame | None:
     short_sel, short_join = _string(export, table, "shortName", "short_name")
     frame = _valid_rows(export, "kernels", export.query(
         f"SELECT {_checked_times('t')}, t.deviceId AS device, t.streamId AS stream, "
-        f"t.correlationId AS correlation, {long_sel}, {short_sel} FROM {table} AS t "
+        f"{_sql_correlation(export, table)}, {long_sel}, {short_sel} FROM {table} AS t "
         f"{long_join} {short_join} ORDER BY t.start"))
     frame[_GPU_IDS] = frame[_GPU_IDS].fillna(-1)
     return _named_kernels(frame)
@@ -852,18 +904,17 @@ def _native_activity(export: _Export, table: str, name: str, extras: list[str]
     """A GPU activity table from the export's pages: start, end, device, stream, correlation
     (-1 when NULL) and the integer ``extras`` (NaN when NULL, as SQL gives them); None when
     the page reader cannot read it (then SQL does)."""
-    ids = {"deviceId": "device", "streamId": "stream", "correlationId": "correlation"}
-
     def part(values: dict[str, np.ndarray], kinds: dict[str, np.ndarray],
              texts: dict[str, np.ndarray]) -> tuple[_Part]:
         """One chunk: times, ids and the extras."""
-        kept, valid = _timed_part(values, kinds, ids)
+        kept, valid = _gpu_ids(values, kinds)
         kept.columns.update({column: np.where(kinds[column][valid] == sqlite_pages.NULL,
                                               np.nan, values[column][valid])
                              for column in extras})
         return (kept,)
 
-    parts = export.native_parts(table, ["start", "end", *ids, *extras], part)
+    parts = export.native_parts(table, ["start", "end", *_GPU_ID_COLUMNS, *extras,
+                                        *_process_column(export, table)], part)
     return None if parts is None else pd.DataFrame(_counted(export, name, parts[0]))
 
 
@@ -880,7 +931,7 @@ def _memcpy(export: _Export) -> pd.DataFrame | None:
     if frame is None:
         frame = _valid_rows(export, "memcpy", export.query(
             f"SELECT {_checked_times('t')}, deviceId AS device, streamId AS stream, "
-            f"correlationId AS correlation, bytes, copyKind, {', '.join(kinds)} "
+            f"{_sql_correlation(export, table)}, bytes, copyKind, {', '.join(kinds)} "
             f"FROM {table} AS t ORDER BY t.start"))
     frame[_GPU_IDS] = frame[_GPU_IDS].fillna(-1)
     frame["kind"] = _enum_names(export, "memcpy", frame["copyKind"], MEMCPY_OPER_CODES,
@@ -902,7 +953,7 @@ def _memset(export: _Export) -> pd.DataFrame | None:
     if frame is None:
         frame = _valid_rows(export, "memset", export.query(
             f"SELECT {_checked_times('t')}, deviceId AS device, streamId AS stream, "
-            f"correlationId AS correlation, bytes FROM {table} AS t ORDER BY t.start"))
+            f"{_sql_correlation(export, table)}, bytes FROM {table} AS t ORDER BY t.start"))
     frame[_GPU_IDS] = frame[_GPU_IDS].fillna(-1)
     frame["bytes"] = frame["bytes"].fillna(-1)
     return conform("memset", frame)
@@ -956,12 +1007,13 @@ def _sync(export: _Export) -> pd.DataFrame | None:
     table = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
     if not export.usable(table, ("start", "end", "deviceId", "streamId", "syncType")):
         return None
-    correlation = "correlationId" if "correlationId" in export.columns(table) else "NULL"
+    correlation = (_sql_correlation(export, table) if "correlationId" in export.columns(table)
+                   else "NULL AS correlation")
     frame = _native_activity(export, table, "sync", ["syncType"])
     if frame is None:
         frame = _valid_rows(export, "sync", export.query(
             f"SELECT {_checked_times('t')}, deviceId AS device, streamId AS stream, "
-            f"{correlation} AS correlation, syncType FROM {table} AS t ORDER BY t.start"))
+            f"{correlation}, syncType FROM {table} AS t ORDER BY t.start"))
     frame["kind"] = _enum_names(export, "sync", frame["syncType"], SYNC_TYPE_CODES)
     frame[_GPU_IDS] = frame[_GPU_IDS].fillna(-1)
     return conform("sync", frame)

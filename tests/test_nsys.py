@@ -520,3 +520,55 @@ def test_newest_nsys_found_exports_a_newer_report(tmp_path: Path, fixtures_dir: 
     profile = nsys.parse(report, cache_dir=tmp_path / "cache")
     assert str(profile.meta.exporter_version).startswith(newer_version.split("-")[0][:6])
     assert not profile.table("steps").empty
+
+
+# --- two processes in one capture: CUPTI numbers correlation ids per process ---
+
+
+def _two_process_copy(exports: dict[str, Path], tmp_path: Path) -> Path:
+    """The 1-GPU export with a second process beside the first: every activity row and NVTX
+    event copied with the next pid (globalPid, globalTid) and, for GPU work, the next device;
+    the copies keep their correlation ids and times, as two ranks traced together do."""
+    copy = Path(shutil.copy2(exports["sc22_1gpu_baseline"], tmp_path / "two_processes.sqlite"))
+    moved = {"globalPid": "globalPid + 16777216", "globalTid": "globalTid + 16777216",
+             "deviceId": "deviceId + 1"}
+    with sqlite3.connect(copy) as conn:
+        for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
+                      "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
+                      "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"):
+            columns = [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
+            select = ", ".join(moved.get(column, column) for column in columns)
+            conn.execute(f"INSERT INTO {table} ({', '.join(columns)}) "
+                         f"SELECT {select} FROM {table}")
+    return copy
+
+
+def test_two_processes_keep_their_own_launches(exports: dict[str, Path],
+                                               profiles: dict[str, Profile], tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both processes use correlation ids 1, 2, 3...: each kernel is joined to the launch of its
+    own process, so no process seems to drive both GPUs (which would read as nn.DataParallel)."""
+    from profreport.reports.analysis.gpu import max_devices_per_process
+
+    path = _two_process_copy(exports, tmp_path)
+    profile = nsys.parse(path)
+    kernels, runtime = profile.table("kernels"), profile.table("runtime")
+    assert sorted(kernels["device"].unique()) == [0, 1]
+    assert runtime["pid"].nunique() == 2
+    assert len(kernels) == 2 * 28674
+    launched = kernels[["correlation", "device"]].merge(runtime[["correlation", "pid"]])
+    assert len(launched) == len(kernels)  # one launch per kernel, not two
+    assert launched.groupby("device")["pid"].nunique().tolist() == [1, 1]
+    assert launched.groupby("pid")["device"].nunique().tolist() == [1, 1]
+    assert max_devices_per_process(profile) == 1
+    # Each process's kernels are the 1-GPU export's, joined to the same calls as there.
+    single = profiles["sc22_1gpu_baseline"]
+    assert single.table("kernels")["correlation"].max() < 2**32  # one process: ids as recorded
+    first = kernels[kernels["device"] == 0].reset_index(drop=True)
+    assert np.array_equal(first["start"], single.table("kernels")["start"])
+    assert np.array_equal(first["correlation"] % 2**32, single.table("kernels")["correlation"])
+    # SQL qualifies the ids as the page reader does.
+    monkeypatch.setattr(nsys, "NATIVE_READER", False)
+    through_sql = nsys.parse(path)
+    for name in ("kernels", "runtime", "memcpy", "memset", "sync"):
+        pd.testing.assert_frame_equal(profile.table(name), through_sql.table(name))
