@@ -42,15 +42,6 @@ from profreport import concepts
 from profreport.errors import UnsupportedFormatError
 from profreport.model import DataLoaderIterators, KinetoMeta, Profile, conform, nothing_recorded
 from profreport.parsers.kineto_columns import (
-    ACCELERATOR_CATS,
-    ANNOTATION_CATS,
-    CPU_OP_CATS,
-    KERNEL_CATS,
-    MEMCPY_CATS,
-    MEMSET_CATS,
-    PYTHON_CATS,
-    RUNTIME_CATS,
-    SYNC_CATS,
     ColumnBuilder,
     Columns,
     Symbols,
@@ -82,6 +73,8 @@ ACCELERATOR_COPY_KINDS = {"HOST_TO_DEVICE": ("HtoD", "unknown", "Device"),
 DEVICE_LIST_KEYS = ("deviceProperties", "computeProperties")
 #: Where the rows of the ``steps`` table came from, for each way of finding them.
 STEP_ORIGINS = ("ProfilerStep", "optimizer", "repeated op")
+#: The stores (:data:`kineto_columns.GROUPS`) the device-side tables and API calls are built from.
+DEVICE_GROUPS = ("kernel", "accelerator", "memcpy", "memset", "sync", "runtime")
 
 
 def _check_schema_version(header: dict[str, Any], path: Path) -> None:
@@ -97,22 +90,24 @@ class _Tables:
     """Builds the Profile tables from a trace's columns and symbol tables."""
 
     def __init__(self, builder: ColumnBuilder) -> None:
-        self.detailed, self.plain = builder.finish()
+        self.stores = builder.stores
         self.names = builder.names.values()
         self.details = builder.details.values()
-        self.cats = builder.cats
         self.thread_numbers = thread_numbers(builder.threads)
         self.metadata = builder.metadata
         self.flows = builder.flows()
-        spans = self.rows(CPU_OP_CATS | ANNOTATION_CATS).name
+        spans = np.concatenate([self.rows("cpu_op").name, self.rows("annotation").name])
         self.is_step = _per_name(self.names, lambda s: concepts.step_numbers(s).notna(),
                                  spans).astype(bool)
 
-    def rows(self, cats: frozenset[str]) -> Columns:
-        """The events whose category is in ``cats``."""
-        wanted = self.cats.lookup(cats)
-        return concat(self.plain.take(np.isin(self.plain.cat, wanted)),
-                       self.detailed.take(np.isin(self.detailed.cat, wanted)))
+    def rows(self, store: str) -> Columns:
+        """The events of one store: a group of categories or named spans (kineto_columns)."""
+        return self.stores[store].columns()
+
+    def release(self, stores: tuple[str, ...]) -> None:
+        """Free the columns of ``stores`` (their tables are built)."""
+        for store in stores:
+            self.stores[store].release()
 
     def named(self, rows: Columns, wanted: frozenset[str], keep: bool = True) -> Columns:
         """The rows whose name is (``keep``) or is not in ``wanted``."""
@@ -141,7 +136,7 @@ class _Tables:
 
     def _correlation(self, rows: Columns) -> np.ndarray:
         """Each row's correlation id, from the ``ac2g`` flow ending on it when args lack one."""
-        correlation = rows.correlation.copy()
+        correlation = rows.correlation.astype(np.int64)
         missing = np.flatnonzero(correlation < 0)
         if not len(missing) or self.flows.empty:
             return correlation
@@ -157,26 +152,27 @@ class _Tables:
         that they are not held while the (larger) CPU-side tables are built."""
         out = {"kernels": self.kernels(), "memcpy": self.memcpy(), "memset": self.memset(),
                "sync": self.sync(), "runtime": self.runtime()}
-        self.detailed = self.detailed.take(np.zeros(len(self.detailed), dtype=bool))
+        self.release(DEVICE_GROUPS)
+        self.flows = self.flows.iloc[:0]
         return out
 
     def cpu_ops(self) -> pd.DataFrame:
         """Framework operators, without the ProfilerStep spans (those are ranges)."""
-        rows = self.rows(CPU_OP_CATS)
+        rows = self.rows("cpu_op")
         return conform("cpu_ops", self.cpu(rows.take(~self.is_step[rows.name])))
 
     def ranges(self) -> pd.DataFrame:
         """User annotations, plus ProfilerStep spans recorded as operators (2021 dialect)."""
-        ops = self.rows(CPU_OP_CATS)
-        frame = pd.concat([self.cpu(self.rows(ANNOTATION_CATS)),
+        ops = self.rows("cpu_op")
+        frame = pd.concat([self.cpu(self.rows("annotation")),
                            self.cpu(ops.take(self.is_step[ops.name]))], ignore_index=True)
         frame["domain"] = ""
         return conform("ranges", frame.sort_values("start", kind="stable"))
 
     def kernels(self) -> pd.DataFrame:
         """Device kernels (MTIA's executions too) with short names and communication flag."""
-        accelerator = self.rows(ACCELERATOR_CATS)
-        rows = concat(self.rows(KERNEL_CATS), self.named(
+        accelerator = self.rows("accelerator")
+        rows = concat(self.rows("kernel"), self.named(
             accelerator, ACCELERATOR_SYNC_NAMES | ACCELERATOR_COPY_NAMES, keep=False))
         frame = self.gpu(rows)
         short = _per_name(self.names, lambda s: s.map(concepts.short_kernel_name), rows.name)
@@ -194,7 +190,7 @@ class _Tables:
         """Device copies: the direction the profiler recorded (``args.kind``, as ROCm writes
         it) or else the one the name says (``Memcpy HtoD (Pageable -> Device)``), classified
         once per distinct name and kind."""
-        rows = self.rows(MEMCPY_CATS)
+        rows = self.rows("memcpy")
         frame = self.gpu(rows)
         pairs = np.stack([rows.name.astype(np.int64), rows.detail.astype(np.int64)], axis=1)
         distinct, row_part = np.unique(pairs, axis=0, return_inverse=True)
@@ -208,7 +204,7 @@ class _Tables:
 
     def _accelerator_copies(self) -> pd.DataFrame:
         """MTIA DMA requests: direction in ``args.direction``, size in ``args.size``."""
-        rows = self.named(self.rows(ACCELERATOR_CATS), ACCELERATOR_COPY_NAMES)
+        rows = self.named(self.rows("accelerator"), ACCELERATOR_COPY_NAMES)
         frame = self.gpu(rows)
         kinds = [ACCELERATOR_COPY_KINDS.get(str(d), ("unknown",) * 3)
                  for d in self.details[rows.detail]]
@@ -219,15 +215,15 @@ class _Tables:
 
     def memset(self) -> pd.DataFrame:
         """GPU memsets with their size."""
-        rows = self.rows(MEMSET_CATS)
+        rows = self.rows("memset")
         frame = self.gpu(rows)
         frame["bytes"] = rows.bytes
         return conform("memset", frame)
 
     def sync(self) -> pd.DataFrame:
         """Device-side synchronisation: CUPTI ``cuda_sync`` records, MTIA event waits/records."""
-        rows = concat(self.rows(SYNC_CATS),
-                       self.named(self.rows(ACCELERATOR_CATS), ACCELERATOR_SYNC_NAMES))
+        rows = concat(self.rows("sync"),
+                       self.named(self.rows("accelerator"), ACCELERATOR_SYNC_NAMES))
         frame = self.gpu(rows)
         detail = self.details[rows.detail]
         frame["kind"] = np.where(pd.isna(detail), frame["name"], detail)
@@ -235,7 +231,7 @@ class _Tables:
 
     def runtime(self) -> pd.DataFrame:
         """Runtime and driver calls (CUDA, HIP, MTIA...), names without their version suffix."""
-        rows = self.rows(RUNTIME_CATS)
+        rows = self.rows("runtime")
         frame = self.cpu(rows)
         stripped = _per_name(self.names, lambda s: s.map(concepts.strip_api_version), rows.name)
         frame["name"] = stripped[rows.name]
@@ -254,7 +250,7 @@ class _Tables:
         if not frame.empty:
             frame = concepts.one_row_per_step(frame)
             return conform("steps", frame.assign(origin="ProfilerStep")), None
-        spans = pd.concat([self.cpu(self.rows(CPU_OP_CATS)), ranges[["start", "end", "pid",
+        spans = pd.concat([self.cpu(self.rows("cpu_op")), ranges[["start", "end", "pid",
                                                                     "tid", "name"]]],
                           ignore_index=True)
         optimizer = spans[concepts.is_optimizer_step_span(spans["name"])]
@@ -262,22 +258,18 @@ class _Tables:
             return _steps_between_ends(on_busiest_thread(optimizer)), None
         return steps_from_repeats(spans, "repeated op")
 
-    def named_rows(self, cats: frozenset[str], rule: Any) -> pd.DataFrame:
-        """CPU-side events of categories ``cats`` whose name satisfies the vectorised ``rule``."""
-        rows = self.rows(cats)
-        keep = _per_name(self.names, rule, rows.name).astype(bool)
-        frame = self.cpu(rows.take(keep[rows.name]))
+    def named_rows(self, store: str) -> pd.DataFrame:
+        """The CPU-side spans picked by name as they were read (``NAMED_SPANS``), by start."""
+        frame = self.cpu(self.rows(store))
         return frame.drop_duplicates().sort_values("start", kind="stable")
 
     def dataloader(self) -> pd.DataFrame:
         """Waits for the next batch, from operators, annotations and Python functions."""
-        cats = CPU_OP_CATS | ANNOTATION_CATS | PYTHON_CATS
-        return conform("dataloader", self.named_rows(cats, concepts.is_dataloader_span))
+        return conform("dataloader", self.named_rows("dataloader"))
 
     def cpu_collectives(self) -> pd.DataFrame:
         """Collective calls on the CPU (c10d, gloo, nccl, record_param_comms)."""
-        cats = CPU_OP_CATS | ANNOTATION_CATS
-        return conform("cpu_collectives", self.named_rows(cats, concepts.is_cpu_collective))
+        return conform("cpu_collectives", self.named_rows("cpu_collectives"))
 
     def threads(self) -> pd.DataFrame:
         """Thread names from the ``thread_name`` metadata events (the last name wins)."""
@@ -420,10 +412,13 @@ def parse(path: Path) -> Profile:
                   for reason, count in sorted(meta.dropped.items()) if count]
     meta.step_span, meta.events = step_span, builder.events
     meta.dataloader = _dataloader_meta(loader)
+    collectives = tables.cpu_collectives()
+    cpu_ops = tables.cpu_ops()
+    tables.release(tuple(tables.stores))
     frames = {
         **device, "ranges": ranges,
-        "cpu_ops": tables.cpu_ops(), "steps": steps, "dataloader": loader,
-        "cpu_collectives": tables.cpu_collectives(),
+        "cpu_ops": cpu_ops, "steps": steps, "dataloader": loader,
+        "cpu_collectives": collectives,
         "devices": _devices(header), "threads": tables.threads(),
         "memory": builder.memory.frame(),
         "op_inputs": builder.op_inputs.frame(tables.names, tables.thread_numbers),

@@ -10,7 +10,7 @@ events and the inputs of checked operators are kept in their own columns. What t
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import compress
 from operator import attrgetter
@@ -23,7 +23,7 @@ import pandas as pd
 
 from profreport import concepts
 from profreport.inputs import EVENT_TIMES, MAX_EVENTS, MAX_NAME_CHARS, Limit
-from profreport.model import conform, empty_table
+from profreport.model import conform, empty_table, narrowest_int
 
 # Largest value an id or a byte count may have to fit an int64 column.
 _INT64_MAX = (1 << 63) - 1
@@ -123,11 +123,16 @@ class _Ids(dict):  # type: ignore[type-arg]
     limit: Limit | None = None
     path: Path | None = None
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.order: list[Any] = []
+
     def __missing__(self, value: Any) -> int:
         """Add ``value`` (checked against the length limit) with the next id."""
         if self.limit is not None:
             self.limit.check(len(str(value)), self.path)
         self[value] = number = len(self)
+        self.order.append(value)
         return number
 
 
@@ -146,11 +151,15 @@ class Symbols:
         """For each id of ``other``, the id of the same value here (added when unseen)."""
         return self.ids(other._ids, len(other._ids))
 
-    def values(self) -> np.ndarray:
-        """Every interned value, indexed by id (an object array)."""
-        out = np.empty(len(self._ids), dtype=object)
-        out[:] = list(self._ids)
+    def values(self, since: int = 0) -> np.ndarray:
+        """Every interned value from id ``since`` on, indexed by id less ``since`` (objects)."""
+        out = np.empty(len(self._ids) - since, dtype=object)
+        out[:] = self._ids.order[since:]
         return out
+
+    def __len__(self) -> int:
+        """The number of interned values."""
+        return len(self._ids)
 
     def lookup(self, wanted: frozenset[str]) -> np.ndarray:
         """Ids of the interned values whose lower-cased text is in ``wanted``."""
@@ -158,15 +167,13 @@ class Symbols:
 
 
 #: Columns of the complete-duration ("X") events and the symbol table each id column uses.
-_SYMBOL_COLUMNS = {"cat": "cats", "name": "names", "pid": "threads", "tid": "threads",
-                   "detail": "details"}
+_SYMBOL_COLUMNS = {"name": "names", "pid": "threads", "tid": "threads", "detail": "details"}
 
 
 @dataclass
 class Columns:
-    """The complete-duration ("X") events of a trace, one numpy array per field."""
+    """Complete-duration ("X") events of one group of categories, one numpy array per field."""
 
-    cat: np.ndarray
     name: np.ndarray
     pid: np.ndarray
     tid: np.ndarray
@@ -192,9 +199,31 @@ class Columns:
 
 #: The columns every complete event fills; the others (``_DETAIL_COLUMNS``) only events of
 #: ``DETAILED_CATS`` fill, and the other events' rows read -1 there without storing it.
-_PLAIN_COLUMNS = ("cat", "name", "pid", "tid", "start", "end")
+_PLAIN_COLUMNS = ("name", "pid", "tid", "start", "end")
 _DETAIL_COLUMNS = ("device", "stream", "correlation", "bytes", "detail")
-_ID_COLUMNS = frozenset({"cat", "name", "pid", "tid", "detail"})
+_ID_COLUMNS = frozenset({"name", "pid", "tid", "detail"})
+
+#: The groups of categories the tables are built from. Each group's events are kept in columns
+#: of their own as they are read, so that no table selects its rows among all the trace's events
+#: and each group's columns can be freed once its tables are built. Python functions are kept
+#: only where :data:`NAMED_SPANS` wants them; events of any other category
+#: (``gpu_user_annotation``, ``Trace``...) are checked and counted, not kept.
+GROUPS = {"cpu_op": CPU_OP_CATS, "annotation": ANNOTATION_CATS, "python": PYTHON_CATS,
+          "kernel": KERNEL_CATS, "accelerator": ACCELERATOR_CATS, "memcpy": MEMCPY_CATS,
+          "memset": MEMSET_CATS, "sync": SYNC_CATS, "runtime": RUNTIME_CATS}
+#: The groups whose events are not kept whole.
+_UNSTORED_GROUPS = frozenset({"python"})
+_GROUP_NAMES = tuple(GROUPS)
+_GROUP_CODES = {name: code for code, name in enumerate(GROUPS)}
+_DETAILED_GROUPS = np.array([code for name, code in _GROUP_CODES.items()
+                             if GROUPS[name] & DETAILED_CATS], dtype=np.int8)
+#: Spans kept apart by name as they are read, in file order: the groups they are taken from and
+#: the rule (on a Series of names) that picks them.
+NAMED_SPANS = {"dataloader": (("cpu_op", "annotation", "python"), concepts.is_dataloader_span),
+               "cpu_collectives": (("cpu_op", "annotation"), concepts.is_cpu_collective)}
+#: Rows joined into one block of columns at a time: a batch holds ~13k events, so a large
+#: trace's many small arrays become fewer, compact ones (see :class:`_Store`).
+BLOCK_ROWS = 1 << 16
 
 
 def _detail_text(value: Any) -> Any:
@@ -217,6 +246,94 @@ def _stack(parts: list[dict[str, np.ndarray]], columns: tuple[str, ...]) -> dict
                     else np.empty(0, dtype))
     parts.clear()
     return out
+
+
+def _narrowed(values: np.ndarray) -> np.ndarray:
+    """An integer column in the narrowest signed dtype that holds its values."""
+    return values.astype(narrowest_int(values), copy=False)
+
+
+class _Store:
+    """One group's rows: columns appended batch by batch and joined into blocks of at least
+    :data:`BLOCK_ROWS` rows, then into one when the tables read them.
+
+    A block is compact: each id, size and detail column in the narrowest dtype its values fit
+    (a thread or a device id takes 1 byte, a correlation 4), and the end of each event held as
+    its duration from the start (4 bytes where it is under 2.1 s); start and end become int64
+    nanoseconds again only when the tables read the rows.
+    """
+
+    def __init__(self, detailed: bool) -> None:
+        self.keys = _PLAIN_COLUMNS + (_DETAIL_COLUMNS if detailed else ())
+        self._block_keys = tuple("dur" if key == "end" else key for key in self.keys)
+        self._blocks: list[dict[str, np.ndarray]] = []
+        self._pending: list[dict[str, np.ndarray]] = []
+        self._pending_rows = 0
+        self._joined: Columns | None = None
+
+    def append(self, part: dict[str, np.ndarray]) -> None:
+        """Append one batch's rows."""
+        self._pending.append(part)
+        self._pending_rows += len(part["start"])
+        if self._pending_rows >= BLOCK_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Join the batches appended since the last block into one block."""
+        if self._pending:
+            block = _stack(self._pending, self.keys)
+            block["dur"] = block.pop("end") - block["start"]
+            self._blocks.append({key: value if key == "start" else _narrowed(value)
+                                 for key, value in block.items()})
+            self._pending_rows = 0
+
+    def extend(self, other: _Store, maps: dict[str, np.ndarray]) -> None:
+        """Append ``other``'s rows (a later part of the same trace), its symbol ids mapped to
+        ours by ``maps`` (symbol table name -> our id of each of its ids)."""
+        self._flush()
+        other._flush()
+        self._blocks.extend({key: _narrowed(maps[_SYMBOL_COLUMNS[key]][value])
+                             if key in _SYMBOL_COLUMNS else value
+                             for key, value in block.items()} for block in other._blocks)
+        other.release()
+
+    def columns(self) -> Columns:
+        """Every row, as one set of columns with int64 start and end (joined on the first
+        call, the blocks freed one column at a time, and kept until :meth:`release`)."""
+        if self._joined is None:
+            self._flush()
+            block = _stack(self._blocks, self._block_keys)
+            block["end"] = block["start"] + block.pop("dur")
+            count = len(block["start"])
+            self._joined = Columns(**block, **{key: _fill(-1, count) for key in _DETAIL_COLUMNS
+                                               if key not in block})
+        return self._joined
+
+    def release(self) -> None:
+        """Free every row."""
+        self._blocks, self._pending, self._pending_rows, self._joined = [], [], 0, None
+
+
+class _NameFlags:
+    """Whether a rule on names holds for each name id, worked out once per name as names come."""
+
+    def __init__(self, rule: Callable[[pd.Series], Any]) -> None:
+        self._rule = rule
+        self._flags = np.zeros(0, dtype=bool)
+
+    def of(self, names: Symbols, ids: np.ndarray) -> np.ndarray:
+        """The rule's answer for each of the name ids ``ids`` of ``names``."""
+        known = len(self._flags)
+        if len(names) > known:
+            new = self._rule(pd.Series(names.values(known), dtype=object))
+            self._flags = np.concatenate([self._flags, np.asarray(new, dtype=bool)])
+        return self._flags[ids]
+
+
+def _input_checked(names: pd.Series) -> np.ndarray:
+    """Whether each name is an operator whose inputs the op_inputs table keeps."""
+    return np.fromiter((isinstance(name, str) and concepts.is_input_checked_name(name)
+                        for name in names), bool, len(names))
 
 
 def _integers(values: list[Any], absent: int = -1) -> tuple[np.ndarray, np.ndarray]:
@@ -298,8 +415,13 @@ class ColumnBuilder:
         self.op_inputs = _OpInputs()
         self.dropped: Counter[str] = Counter()
         self.events = 0
-        self._plain: list[dict[str, np.ndarray]] = []
-        self._detailed: list[dict[str, np.ndarray]] = []
+        #: Group or named-span store name -> its rows.
+        self.stores = {name: _Store(bool(cats & DETAILED_CATS)) for name, cats in GROUPS.items()
+                       if name not in _UNSTORED_GROUPS}
+        self.stores.update({name: _Store(False) for name in NAMED_SPANS})
+        self._named = {name: (np.array([_GROUP_CODES[g] for g in groups], np.int8),
+                              _NameFlags(rule)) for name, (groups, rule) in NAMED_SPANS.items()}
+        self._group_of = np.zeros(0, dtype=np.int8)
         self._flows: list[dict[str, np.ndarray]] = []
 
     def add(self, events: list[Event]) -> None:
@@ -330,19 +452,36 @@ class ColumnBuilder:
         args = list(map(_ARGS, spans))
         start, end, keep = self._times(np.fromiter(map(_TS, spans), np.float64, count),
                                        np.fromiter(map(_DUR, spans), np.float64, count))
+        group = self._groups(self.cats.ids(map(_CAT, spans), count))
         part = {
-            "cat": self.cats.ids(map(_CAT, spans), count),
             "name": self.names.ids(map(_NAME, spans), count),
             "pid": self.threads.ids(map(_PID, spans), count),
             "tid": self.threads.ids(map(_TID, spans), count),
             "start": start, "end": end,
         }
-        detailed = np.isin(part["cat"], self.cats.lookup(DETAILED_CATS))
-        part.update(self._arg_columns(args, end - start, keep, detailed))
-        plain = keep & ~detailed
-        self._plain.append({key: part[key][plain] for key in _PLAIN_COLUMNS})
-        self.op_inputs.add(self, part, args, keep)
-        self._detailed.append({key: value[keep & detailed] for key, value in part.items()})
+        part.update(self._arg_columns(args, end - start, keep,
+                                      np.isin(group, _DETAILED_GROUPS)))
+        self.op_inputs.add(self.names, part, args, keep & (group == _GROUP_CODES["cpu_op"]))
+        for code in np.unique(group[keep]).tolist():
+            store = self.stores.get(_GROUP_NAMES[code]) if code >= 0 else None
+            if store is not None:
+                rows = keep & (group == code)
+                store.append({key: part[key][rows] for key in store.keys})
+        for name, (codes, flags) in self._named.items():
+            rows = keep & np.isin(group, codes)
+            rows[rows] = flags.of(self.names, part["name"][rows])
+            if rows.any():
+                self.stores[name].append({key: part[key][rows] for key in _PLAIN_COLUMNS})
+
+    def _groups(self, cats: np.ndarray) -> np.ndarray:
+        """The group of each category id (its index in :data:`GROUPS`, -1 for none)."""
+        known = len(self._group_of)
+        if len(self.cats) > known:
+            new = [next((code for code, members in enumerate(GROUPS.values())
+                         if str(cat).lower() in members), -1)
+                   for cat in self.cats.values(known)]
+            self._group_of = np.concatenate([self._group_of, np.array(new, dtype=np.int8)])
+        return self._group_of[cats]
 
     def _arg_columns(self, args: list[_Args], duration: np.ndarray, keep: np.ndarray,
                      detailed: np.ndarray) -> dict[str, np.ndarray]:
@@ -423,11 +562,11 @@ class ColumnBuilder:
 
     def absorb(self, other: ColumnBuilder) -> None:
         """Append everything ``other`` read (a later part of the same trace)."""
+        self.cats.remap(other.cats)
         maps = {name: getattr(self, name).remap(getattr(other, name))
                 for name in set(_SYMBOL_COLUMNS.values())}
-        for mine, theirs in ((self._plain, other._plain), (self._detailed, other._detailed)):
-            mine.extend({key: maps[_SYMBOL_COLUMNS[key]][value] if key in _SYMBOL_COLUMNS
-                         else value for key, value in part.items()} for part in theirs)
+        for name, store in self.stores.items():
+            store.extend(other.stores[name], maps)
         for flow in other._flows:
             self._flows.append({key: maps["threads"][value] if key in ("pid", "tid") else value
                                 for key, value in flow.items()})
@@ -437,14 +576,6 @@ class ColumnBuilder:
         self.dropped.update(other.dropped)
         self.events += other.events
         MAX_EVENTS.check(self.events, self.path)
-
-    def finish(self) -> tuple[Columns, Columns]:
-        """All batches as two sets of columns: events of ``DETAILED_CATS``, and the others."""
-        plain = _stack(self._plain, _PLAIN_COLUMNS)
-        count = len(plain["start"])
-        plain.update({key: _fill(-1, count) for key in _DETAIL_COLUMNS})
-        return Columns(**_stack(self._detailed, _PLAIN_COLUMNS + _DETAIL_COLUMNS)), \
-            Columns(**plain)
 
     def flows(self) -> pd.DataFrame:
         """Where each ``ac2g`` flow ends: pid and tid ids, start (ns) and the flow's id."""
@@ -513,25 +644,15 @@ class _OpInputs:
 
     def __init__(self) -> None:
         self.values = Symbols()
-        #: Per name id: whether the operator's inputs are kept.
-        self._checked = np.zeros(0, dtype=bool)
+        self._checked = _NameFlags(_input_checked)
         self._parts: list[dict[str, np.ndarray]] = []
 
-    def _is_checked(self, names: Symbols, ids: np.ndarray) -> np.ndarray:
-        """Whether each name id is a checked operator (names seen first are classified now)."""
-        if len(ids) and int(ids.max()) >= len(self._checked):
-            new = names.values()[len(self._checked):]
-            flags = np.fromiter((isinstance(name, str) and concepts.is_input_checked_name(name)
-                                 for name in new), bool, len(new))
-            self._checked = np.concatenate([self._checked, flags])
-        return self._checked[ids]
-
-    def add(self, builder: ColumnBuilder, part: dict[str, np.ndarray], args: list[_Args],
-            keep: np.ndarray) -> None:
-        """Keep the checked operators of one batch of complete events (``part``'s columns)."""
-        wanted = keep & np.isin(part["cat"], builder.cats.lookup(CPU_OP_CATS))
-        rows = np.flatnonzero(wanted)
-        rows = rows[self._is_checked(builder.names, part["name"][rows])]
+    def add(self, names: Symbols, part: dict[str, np.ndarray], args: list[_Args],
+            operators: np.ndarray) -> None:
+        """Keep the checked operators among one batch's complete events (``part``'s columns;
+        ``operators``: the rows that are operators with possible values)."""
+        rows = np.flatnonzero(operators)
+        rows = rows[self._checked.of(names, part["name"][rows])]
         if not len(rows):
             return
         pairs = ((bytes(args[i].input_types),
