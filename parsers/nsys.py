@@ -465,8 +465,10 @@ class _Export:
         try:
             reader = sqlite_pages.PageReader(self.path)
             try:
-                return _joined(reader.reduced(int(root[0]), wanted, text_columns, named,
-                                              threads=available_cpus()))
+                leaves = reader.leaf_pages(int(root[0]))
+                return _joined(reader.reduced(leaves, wanted, text_columns, named,
+                                              threads=available_cpus()),
+                               sqlite_pages.chunk_count(leaves))
             finally:
                 reader.close()
         except (sqlite_pages.PageFormatError, OSError, TypeError):
@@ -663,19 +665,21 @@ class _Growing:
     a column is never held twice. A part of a wider dtype widens the column; object columns are
     joined at the end."""
 
-    def __init__(self) -> None:
-        """An empty column."""
+    def __init__(self, parts: int) -> None:
+        """An empty column that ``parts`` parts will fill."""
+        self.parts = parts
         self.array: np.ndarray | None = None
         self.objects: list[np.ndarray] = []
         self.size = 0
 
     def extend(self, part: np.ndarray) -> None:
-        """Append ``part``, growing the capacity by half when it is full."""
+        """Append ``part``, growing the capacity by half when it is full (the first part sizes
+        it for every part, with room to spare: room never filled is never touched)."""
         if part.dtype == object:
             self.objects.append(part)
             return
         if self.array is None:
-            self.array = np.empty(max(2 * len(part), 1), dtype=part.dtype)
+            self.array = np.empty(max(len(part) * self.parts * 9 // 8, 1), dtype=part.dtype)
         elif np.promote_types(self.array.dtype, part.dtype) != self.array.dtype:
             self.array = self.array.astype(np.promote_types(self.array.dtype, part.dtype))
         end = self.size + len(part)
@@ -694,14 +698,14 @@ class _Growing:
         return self.array
 
 
-def _joined(parts: Iterator[tuple[_Part, ...]]) -> list[_Part]:
-    """Each of the chunks' parts joined column by column as the chunks come (a chunk's arrays
-    are let go once copied), its dropped rows summed."""
+def _joined(parts: Iterator[tuple[_Part, ...]], chunks: int) -> list[_Part]:
+    """Each of the ``chunks`` chunks' parts joined column by column as the chunks come (a
+    chunk's arrays are let go once copied), its dropped rows summed."""
     columns: list[dict[str, _Growing]] = []
     dropped: list[int] = []
     for chunk in parts:
         if not columns:
-            columns = [{name: _Growing() for name in part.columns} for part in chunk]
+            columns = [{name: _Growing(chunks) for name in part.columns} for part in chunk]
             dropped = [0] * len(chunk)
         for at, part in enumerate(chunk):
             for name, growing in columns[at].items():

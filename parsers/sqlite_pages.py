@@ -184,7 +184,15 @@ def _integers(windows: np.ndarray, pos: np.ndarray, types: np.ndarray) -> np.nda
     position: the type's first bytes of the 8-byte window, sign-extended by a right shift."""
     index = _one_byte(types)
     out = windows[pos].byteswap().view(np.int64)
+    low, high = int(index.min(initial=1)), int(index.max(initial=1))
+    if low == high:  # one type for the whole chunk (ids, times of one width): scalar decoding
+        if _IS_STORED_INT[low]:
+            out >>= _SHIFT_LUT[low]
+            return out
+        return np.full(len(out), _CONSTANT_LUT[low])
     out >>= _SHIFT_LUT[index]
+    if low >= 1 and high <= 6:  # stored integers of several widths
+        return out
     return np.where(_IS_STORED_INT[index], out, _CONSTANT_LUT[index])
 
 
@@ -196,9 +204,13 @@ def _serial_types(buf: np.ndarray, start: np.ndarray, columns: int
     short text) are read at once; the rest per varint."""
     header_len, n3 = _varints(buf, start)
     header_end = start + header_len
-    at = start[None, :] + n3[None, :] + np.arange(columns)[:, None]
-    inside = at < header_end[None, :]
-    serial = np.where(inside, buf[np.minimum(at, len(buf) - 1)], np.uint8(0))
+    # Each header's first bytes in one gather of ``columns`` bytes per record (a damaged cell
+    # cannot read past the buffer), the bytes past the header zeroed (NULL).
+    windows = np.lib.stride_tricks.as_strided(buf, shape=(len(buf) - columns + 1, columns),
+                                              strides=(1, 1), writeable=False)
+    first = windows[np.minimum(start + n3, len(buf) - columns)].T
+    inside = np.arange(columns)[:, None] < (header_len - n3)[None, :]
+    serial = np.where(inside, first, np.uint8(0))
     slow = np.flatnonzero((serial >= 0x80).any(axis=0))
     if len(slow):
         serial = serial.astype(np.int64)
@@ -339,13 +351,14 @@ class PageReader:
             texts[column][rows] = _texts(buf, offsets[column][rows], sizes[column][rows])
         return Columns(rowids=rowids, values=values, kinds=kinds, spilled=spilled, texts=texts)
 
-    def reduced(self, root: int, wanted: list[int], text_columns: tuple[int, ...],
+    def reduced(self, leaves: np.ndarray, wanted: list[int], text_columns: tuple[int, ...],
                 reduce: Callable[[Columns], T], threads: int = 1) -> Iterator[T]:
-        """``reduce`` of each chunk of the table's rows (what :meth:`columns` yields), in row
-        order. ``threads`` threads decode and reduce chunks side by side (numpy and ``pread``
-        release the GIL), at most two chunks per thread in hand at once, so a table is never
-        held decoded whole: only what ``reduce`` keeps of it, as the caller consumes it."""
-        chunks = self._chunk_pages(self.leaf_pages(root))
+        """``reduce`` of each chunk of the rows of the leaf pages ``leaves`` (what
+        :meth:`columns` yields), in row order. ``threads`` threads decode and reduce chunks side
+        by side (numpy and ``pread`` release the GIL), at most two chunks per thread in hand at
+        once, so a table is never held decoded whole: only what ``reduce`` keeps of it, as the
+        caller consumes it."""
+        chunks = self._chunk_pages(leaves)
         if threads <= 1:
             for numbers in chunks:
                 yield reduce(self._decoded(numbers, wanted, text_columns))
@@ -375,7 +388,7 @@ class PageReader:
 
     @staticmethod
     def _chunk_pages(leaves: np.ndarray) -> list[np.ndarray]:
-        """The leaf page numbers cut into chunks of :data:`CHUNK_PAGES`."""
+        """The leaf page numbers cut into chunks (:func:`chunk_count` of them)."""
         return [leaves[first: first + CHUNK_PAGES] for first in range(0, len(leaves), CHUNK_PAGES)]
 
     def _decoded(self, numbers: np.ndarray, wanted: list[int], text_columns: tuple[int, ...]
@@ -386,6 +399,11 @@ class PageReader:
             return self._decode_chunk(buf, len(numbers), wanted, text_columns)
         except IndexError:
             raise PageFormatError("a record runs past its page") from None
+
+
+def chunk_count(leaves: np.ndarray) -> int:
+    """How many chunks the leaf pages ``leaves`` are read in."""
+    return -(-len(leaves) // CHUNK_PAGES)
 
 
 def _has_content(path: Path) -> bool:
