@@ -384,7 +384,8 @@ def test_page_reader_drops_what_sql_drops(exports: dict[str, Path], tmp_path: Pa
         pd.testing.assert_frame_equal(native.table(name), through_sql.table(name))
 
 
-def test_page_reader_reads_every_integer_width(tmp_path: Path) -> None:
+def test_page_reader_reads_every_integer_width(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """Integers of 1 to 8 bytes, negatives, the constants 0 and 1, NULL, reals and text, over
     many pages (a B-tree of interior pages), with rows that spill onto overflow pages."""
     from profreport.parsers import sqlite_pages
@@ -418,6 +419,14 @@ def test_page_reader_reads_every_integer_width(tmp_path: Path) -> None:
     assert texts.tolist() == [v if type(v) is str else None for v in values] * 400
     pads = np.concatenate([c.texts[1] for c in chunks])  # "" to 299 chars: grouped and not
     assert pads.tolist() == ["x" * (i % 300) for i in range(len(values) * 400)]
+    # Chunks reduced by several threads come back in row order, as on one thread.
+    monkeypatch.setattr(sqlite_pages, "CHUNK_PAGES", 16)
+    reader = sqlite_pages.PageReader(path)
+    for threads in (1, 3):
+        rows = list(reader.reduced(leaves, [0, 2], (), lambda chunk: chunk.values[2], threads))
+        assert len(rows) == sqlite_pages.chunk_count(leaves) > 1
+        assert np.array_equal(np.concatenate(rows), b)
+    reader.close()
 
 
 def test_nvtx_ranges_alone_are_the_structure(tmp_path: Path) -> None:
