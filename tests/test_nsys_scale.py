@@ -10,9 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from profreport.model import Profile
 from profreport.parsers import nsys
 from profreport.reports.analysis import intervals as iv
-from profreport.reports.analysis.gpu import correlated, first_call
+from profreport.reports.analysis.launches import launch_calls, launch_pairs, unique_calls
 
 
 def _keys(seed: int, size: int, high: int) -> np.ndarray:
@@ -20,24 +21,45 @@ def _keys(seed: int, size: int, high: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(-1, high, size)
 
 
-def test_correlated_pairs_are_those_of_an_inner_merge() -> None:
-    keys, calls = _keys(1, 5000, 3000), _keys(2, 4000, 3000)
-    left, right = correlated(keys, calls)
+def _launched(kernel_ids: np.ndarray, call_ids: np.ndarray) -> Profile:
+    """A profile of kernels and runtime calls with these correlation ids (in the narrow dtype
+    the parsers give ids)."""
+    return Profile(Path("hand-built"), "nsys", tables={
+        "kernels": pd.DataFrame({"correlation": kernel_ids.astype(np.int32)}),
+        "runtime": pd.DataFrame({"correlation": call_ids.astype(np.int32),
+                                 "start": np.arange(len(call_ids), dtype=np.int64)})})
+
+
+@pytest.mark.parametrize("call_high", [3000, 100_000], ids=["repeated ids", "unique ids"])
+def test_launch_pairs_are_those_of_an_inner_merge(call_high: int) -> None:
+    keys = _keys(1, 5000, 3000)
+    calls = np.random.default_rng(2).choice(np.arange(-1, call_high), 4000, replace=False) \
+        if call_high > 4000 else _keys(2, 4000, call_high)
+    profile = _launched(keys, calls)
+    assert unique_calls(profile) == (call_high > 4000)
+    left, right = launch_pairs(profile, "kernels")
     merged = pd.DataFrame({"key": keys, "i": np.arange(len(keys))}).merge(
         pd.DataFrame({"key": calls, "j": np.arange(len(calls))}), on="key")
-    assert len(left) == len(merged) > len(keys) // 2
+    assert len(left) == len(merged) > 50
     np.testing.assert_array_equal(left, merged["i"].to_numpy())
     np.testing.assert_array_equal(right, merged["j"].to_numpy())
-    empty_left, empty_right = correlated(keys, np.empty(0, np.int64))
+    some = np.arange(0, len(keys), 3)
+    sub_left, sub_right = launch_pairs(profile, "kernels", some)
+    chosen = merged[merged["i"] % 3 == 0]
+    np.testing.assert_array_equal(sub_left, chosen["i"].to_numpy())
+    np.testing.assert_array_equal(sub_right, chosen["j"].to_numpy())
+    empty_left, empty_right = launch_pairs(_launched(keys, np.empty(0, np.int64)), "kernels")
     assert len(empty_left) == len(empty_right) == 0
 
 
-def test_first_call_is_the_first_row_of_each_id() -> None:
+def test_launch_call_is_the_first_call_of_each_id() -> None:
     keys, calls = _keys(3, 5000, 3000), _keys(4, 4000, 3000)
     first = pd.Series(np.arange(len(calls))).groupby(calls).first()
     expected = pd.Series(keys).map(first).fillna(-1).to_numpy(np.int64)
-    np.testing.assert_array_equal(first_call(keys, calls), expected)
-    assert (first_call(keys, np.empty(0, np.int64)) == -1).all()
+    profile = _launched(keys, calls)
+    np.testing.assert_array_equal(launch_calls(profile, "kernels"), expected)
+    assert launch_calls(profile, "kernels") is launch_calls(profile, "kernels")  # made once
+    assert (launch_calls(_launched(keys, np.empty(0, np.int64)), "kernels") == -1).all()
 
 
 def test_nsys_names_are_categoricals_of_the_exported_strings(corpus: Path, nsys_available: str,

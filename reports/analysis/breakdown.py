@@ -2,7 +2,7 @@
 
 The parts (``BREAKDOWN_PARTS``) claim in order, so they add up to the mean step window. The time
 the communication part claims is *the* exposed communication of the run: ``CommStats`` reads the
-same intervals (:func:`claim`), so the breakdown and the communication figures never disagree.
+same claimed time (:func:`claim`), so the breakdown and the communication figures never disagree.
 """
 
 from __future__ import annotations
@@ -26,28 +26,30 @@ from profreport.reports.analysis.steps import StepWindows, dataloader_intervals
 Parts = Iterable[tuple[str, iv.Intervals]]
 
 
-def claim(parts: Parts) -> dict[str, iv.Intervals]:
-    """Each part's intervals minus those of every earlier part (the time it claims). Parts are
-    taken one at a time and let go once claimed (a generator of parts builds each only when it
-    is its turn), and what the last one claims is not merged into a union nobody reads."""
+def claim(parts: Parts, windows: StepWindows) -> dict[str, np.ndarray]:
+    """The ns each part claims in every step window: what it covers there that no earlier part
+    covers. The parts' running union is measured in the windows after each part joins it, and a
+    part claims what it adds; parts are taken one at a time and let go once merged (a generator
+    of parts builds each only when it is its turn), so no part's own remainder is ever built."""
     claimed = iv.EMPTY
-    out: dict[str, iv.Intervals] = {}
-    previous = None
+    before = np.zeros(windows.count, dtype=np.int64)
+    out: dict[str, np.ndarray] = {}
     for name, part in parts:
-        if previous is not None:
-            claimed = iv.merge(claimed, out[previous])
-        out[name] = iv.subtract(part, claimed)
+        claimed = iv.merge(claimed, part)
         del part
-        previous = name
+        covered = np.asarray(iv.overlap_per_window(claimed, windows.starts, windows.ends),
+                             np.int64)
+        out[name] = covered - before
+        before = covered
     return out
 
 
-def mean_per_step(claims: dict[str, iv.Intervals], windows: StepWindows) -> dict[str, int]:
+def mean_per_step(claims: dict[str, np.ndarray], windows: StepWindows) -> dict[str, int]:
     """Mean ns per step window of each claimed part."""
-    return {name: windows.per_step(part) for name, part in claims.items()}
+    return {name: int(part.sum()) // max(windows.count, 1) for name, part in claims.items()}
 
 
-def per_step_samples(claims: dict[str, iv.Intervals],
+def per_step_samples(claims: dict[str, np.ndarray],
                      windows: StepWindows) -> dict[str, tuple[int, ...]]:
     """Each part's ns in every whole step window (the last window left out when it is only its
     own range, with no fetch after it), ``other`` the rest of the window, ``step`` the window."""
@@ -56,13 +58,13 @@ def per_step_samples(claims: dict[str, iv.Intervals],
     lengths = (ends - starts).astype(np.int64)
     out = {name: np.zeros(whole, np.int64) for name in BREAKDOWN_PARTS}
     for name, part in claims.items():
-        out[name] = np.asarray(iv.overlap_per_window(part, starts, ends), np.int64)
+        out[name] = part[:whole]
     out["other"] = np.maximum(lengths - sum(v for k, v in out.items() if k != "other"), 0)
     out["step"] = lengths
     return {name: tuple(int(v) for v in values) for name, values in out.items()}
 
 
-def make_breakdown(origin: Origin, windows: StepWindows, claims: dict[str, iv.Intervals],
+def make_breakdown(origin: Origin, windows: StepWindows, claims: dict[str, np.ndarray],
                    overlapped_ns: int = 0) -> Breakdown:
     """A Breakdown whose parts (in BREAKDOWN_PARTS order) add up to the mean window, with each
     part's per-step samples."""
@@ -88,7 +90,7 @@ def cpu_parts(profile: Profile, windows: StepWindows) -> Parts:
 
 def cpu_breakdown(profile: Profile, windows: StepWindows) -> Breakdown:
     """The step breakdown of a CPU-only run (see :func:`cpu_parts`)."""
-    return make_breakdown(profile.kind, windows, claim(cpu_parts(profile, windows)))
+    return make_breakdown(profile.kind, windows, claim(cpu_parts(profile, windows), windows))
 
 
 def cpu_phases(profile: Profile, windows: StepWindows) -> CpuPhaseBreakdown:
@@ -102,7 +104,7 @@ def cpu_phases(profile: Profile, windows: StepWindows) -> CpuPhaseBreakdown:
              ("backward", iv.union_of([spans_where(profile, concepts.is_backward_op)])),
              ("forward", iv.union_of([framework_ops(profile)])),
              ("communication", iv.union_of([profile.table("cpu_collectives")]))]
-    mean = mean_per_step(claim(parts), windows)
+    mean = mean_per_step(claim(parts, windows), windows)
     step_ns = max(windows.total_ns // max(windows.count, 1), 1)
     fractions = {name: ns / step_ns for name, ns in mean.items()}
     fractions["other"] = max(1.0 - sum(fractions.values()), 0.0)

@@ -16,12 +16,8 @@ from profreport import concepts
 from profreport.model import Profile
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.breakdown import claim, cpu_parts
-from profreport.reports.analysis.gpu import (
-    comm_kernels,
-    comm_under_compute,
-    first_call,
-    launched_in_steps,
-)
+from profreport.reports.analysis.gpu import comm_intervals, comm_under_compute, launched_in_steps
+from profreport.reports.analysis.launches import launch_calls
 from profreport.reports.analysis.results import CommStats
 from profreport.reports.analysis.steps import StepWindows, in_windows
 
@@ -45,18 +41,19 @@ def _enclosing_kind(calls: pd.DataFrame, kinds: pd.Series, tids: np.ndarray,
     return out
 
 
-def kernel_collective_kinds(profile: Profile, kernels: pd.DataFrame) -> pd.Series:
-    """What each communication kernel does: from its name where NCCL/RCCL name the collective,
-    else (``ncclDevKernel_Generic``) from the CPU collective call that was running on the
-    launching thread when its launch call (same correlation id) started."""
+def kernel_collective_kinds(profile: Profile, kernels: pd.DataFrame,
+                            rows: np.ndarray) -> pd.Series:
+    """What each communication kernel (``kernels``: the ``rows`` of the kernel table) does: from
+    its name where NCCL/RCCL name the collective, else (``ncclDevKernel_Generic``) from the CPU
+    collective call that was running on the launching thread when its launch call (same
+    correlation id) started."""
     kinds = concepts.collective_kind(kernels["short_name"])
     unnamed = kinds.isna().to_numpy()
     calls = profile.table("cpu_collectives")
     runtime = profile.table("runtime")
     if not unnamed.any() or calls.empty or runtime.empty:
         return kinds
-    launch = first_call(kernels["correlation"].to_numpy(np.int64)[unnamed],
-                        runtime["correlation"].to_numpy(np.int64))
+    launch = launch_calls(profile, "kernels")[rows[unnamed]]
     found = launch >= 0
     tids = runtime["tid"].to_numpy()[launch[found]]
     times = runtime["start"].to_numpy(np.int64)[launch[found]]
@@ -77,16 +74,16 @@ def ns_per_step_by_collective(events: pd.DataFrame, kinds: pd.Series,
 
 
 def _comm_stats(profile: Profile, windows: StepWindows, comm: iv.Intervals,
-                exposed: iv.Intervals, overlapped: iv.Intervals, calls: tuple[int, int],
+                exposed: np.ndarray, overlapped: iv.Intervals, calls: tuple[int, int],
                 events: pd.DataFrame, kinds: pd.Series, on_gpu: bool) -> CommStats:
-    """CommStats from the communication intervals, their exposed part, the part under compute,
-    the call counts (inside the step windows, and in all) and the events with their collective
-    kinds."""
+    """CommStats from the communication intervals, their exposed ns in each step window, the
+    part under compute, the call counts (inside the step windows, and in all) and the events
+    with their collective kinds."""
     spent = windows.covered(comm)
     total = max(windows.total_ns, 1)
     return CommStats(origin=profile.kind, total_ns_per_step=spent // windows.count,
                      fraction=spent / total,
-                     exposed_fraction=windows.covered(exposed) / total,
+                     exposed_fraction=int(exposed.sum()) / total,
                      overlap_fraction=windows.covered(overlapped) / max(spent, 1),
                      calls_per_step=calls[0] / windows.count, calls_total=calls[1],
                      names=sorted(events["short_name" if on_gpu else "name"].unique().tolist()),
@@ -95,16 +92,18 @@ def _comm_stats(profile: Profile, windows: StepWindows, comm: iv.Intervals,
 
 
 def gpu_comm_stats(profile: Profile, windows: StepWindows,
-                   claims: dict[str, iv.Intervals]) -> CommStats | None:
+                   claims: dict[str, np.ndarray]) -> CommStats | None:
     """NCCL kernels: share of step time, exposed share (what they claim in the breakdown),
     overlap with compute kernels, calls launched per step."""
-    kernels = comm_kernels(profile)
-    if kernels.empty:
+    comm = profile.table("kernels")["is_comm"].to_numpy(bool)
+    if not comm.any():
         return None
-    launched = len(launched_in_steps(profile, kernels, windows))
-    return _comm_stats(profile, windows, iv.union_of([kernels]), claims["comm_exposed"],
-                       comm_under_compute(profile), (launched, len(kernels)),
-                       kernels, kernel_collective_kinds(profile, kernels), on_gpu=True)
+    kernels = profile.table("kernels")[comm]
+    launched = launched_in_steps(profile, "kernels", comm, windows)
+    return _comm_stats(profile, windows, comm_intervals(profile), claims["comm_exposed"],
+                       comm_under_compute(profile), (launched, len(kernels)), kernels,
+                       kernel_collective_kinds(profile, kernels, np.flatnonzero(comm)),
+                       on_gpu=True)
 
 
 def collective_calls(calls: pd.DataFrame) -> int:
@@ -122,8 +121,10 @@ def cpu_comm_stats(profile: Profile, windows: StepWindows) -> CommStats | None:
     if calls.empty:
         return None
     comm = iv.union_of([calls])
-    claims = claim(cpu_parts(profile, windows))
-    overlapped = iv.intersect(comm, claims["compute"])
+    parts = dict(cpu_parts(profile, windows))
+    claims = claim(parts.items(), windows)
+    # Under compute: under the framework ops' time that the DataLoader wait does not claim.
+    overlapped = iv.intersect(comm, iv.subtract(parts["compute"], parts["dataloader"]))
     return _comm_stats(profile, windows, comm, claims["comm_exposed"], overlapped,
                        (collective_calls(in_windows(calls, windows)), collective_calls(calls)),
                        calls, concepts.collective_kind(calls["name"]), on_gpu=False)

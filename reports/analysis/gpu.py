@@ -18,6 +18,12 @@ from profreport.model import Profile
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.breakdown import Parts, claim, make_breakdown
 from profreport.reports.analysis.cpu import spans_where
+from profreport.reports.analysis.launches import (
+    GPU_TABLES,
+    launch_pairs,
+    launch_steps,
+    per_profile,
+)
 from profreport.reports.analysis.results import (
     Breakdown,
     CopyStats,
@@ -47,7 +53,7 @@ TOP_GAPS = 5
 
 def gpu_tables(profile: Profile) -> list[pd.DataFrame]:
     """The kernel, memcpy and memset tables (the GPU's activity)."""
-    return [profile.table("kernels"), profile.table("memcpy"), profile.table("memset")]
+    return [profile.table(name) for name in GPU_TABLES]
 
 
 def has_gpu_events(profile: Profile) -> bool:
@@ -61,42 +67,33 @@ def comm_kernels(profile: Profile) -> pd.DataFrame:
     return kernels[kernels["is_comm"]]
 
 
-def compute_kernels(profile: Profile) -> pd.DataFrame:
-    """Compute kernels: every kernel that is not communication."""
-    kernels = profile.table("kernels")
-    return kernels[~kernels["is_comm"]]
-
-
 def copies_of_kind(profile: Profile, kind: str) -> pd.DataFrame:
     """GPU copies of one direction (a ``concepts.COPY_KINDS`` value)."""
     memcpy = profile.table("memcpy")
     return memcpy[memcpy["kind"] == kind]
 
 
-def device_rows(tables: list[pd.DataFrame]) -> Iterator[tuple[int, list[np.ndarray]]]:
-    """Each device of the (non-empty) GPU ``tables``, in order, with a mask per table selecting
-    its rows: a device's rows are taken from the columns, never from one concatenated copy."""
-    devices = np.unique(np.concatenate([pd.unique(t["device"].to_numpy(np.int64))
-                                        for t in tables]))
-    for device in devices:
-        yield device, [t["device"].to_numpy(np.int64) == device for t in tables]
+def device_rows(tables: list[pd.DataFrame]) -> Iterator[tuple[int, list[np.ndarray | slice]]]:
+    """Each device of the (non-empty) GPU ``tables``, in order, with the rows of each table it
+    ran (a mask, or every row when the table holds only that device): a device's rows are taken
+    from the columns, never from one concatenated copy."""
+    distinct = [pd.unique(t["device"].to_numpy()) for t in tables]
+    for device in np.unique(np.concatenate(distinct)).tolist():
+        yield device, [slice(None) if len(d) == 1 else t["device"].to_numpy() == device
+                       for t, d in zip(tables, distinct, strict=True)]
 
 
-def gathered(tables: list[pd.DataFrame], masks: list[np.ndarray], column: str) -> np.ndarray:
-    """``column`` of the rows the ``masks`` select, table after table."""
-    return np.concatenate([t[column].to_numpy(np.int64)[m] for t, m in zip(tables, masks,
-                                                                          strict=True)])
-
-
+@per_profile
 def device_activity(profile: Profile) -> dict[int, iv.Intervals]:
     """Per device (in order), the union of its kernel, memcpy and memset intervals."""
     tables = [t for t in gpu_tables(profile) if not t.empty]
-    return {int(device): iv.union_each([(t["start"].to_numpy(np.int64)[m],
-                                         t["end"].to_numpy(np.int64)[m])
-                                        for t, m in zip(tables, masks, strict=True)])
+    return {device: iv.union_each([(t["start"].to_numpy(np.int64)[m],
+                                    t["end"].to_numpy(np.int64)[m])
+                                   for t, m in zip(tables, masks, strict=True)])
             for device, masks in device_rows(tables)}
 
 
+@per_profile
 def busy_intervals(profile: Profile) -> iv.Intervals:
     """When any GPU of the profile is busy (kernels, copies, memsets on any device)."""
     busy = iv.EMPTY
@@ -148,6 +145,7 @@ def gpu_utilization(profile: Profile, windows: StepWindows | None) -> GpuUtiliza
                           span="step windows" if windows is not None else "profiled span")
 
 
+@per_profile
 def compute_intervals(profile: Profile) -> iv.Intervals:
     """When compute kernels run (every kernel that is not communication); only the two time
     columns are taken, not a copy of the kernel table."""
@@ -173,94 +171,47 @@ def gpu_parts(profile: Profile, windows: StepWindows) -> Parts:
     yield "h2d_copy", iv.union_of([copies_of_kind(profile, concepts.HTOD)])
     yield "compute", compute_intervals(profile)
     yield "copy_memset", copy_memset_intervals(profile)
-    yield "comm_exposed", iv.union_of([comm_kernels(profile)])
+    yield "comm_exposed", comm_intervals(profile)
     yield "host_runtime", iv.union_of([profile.table("runtime")])
 
 
-def gpu_claims(profile: Profile, windows: StepWindows) -> dict[str, iv.Intervals]:
-    """The time each part of :func:`gpu_parts` claims (computed once per run: the breakdown
-    and the communication figures both read it)."""
-    return claim(gpu_parts(profile, windows))
+def gpu_claims(profile: Profile, windows: StepWindows) -> dict[str, np.ndarray]:
+    """The ns each part of :func:`gpu_parts` claims in every step window (computed once per
+    run: the breakdown and the communication figures both read it)."""
+    return claim(gpu_parts(profile, windows), windows)
 
 
+@per_profile
+def comm_intervals(profile: Profile) -> iv.Intervals:
+    """When communication kernels run."""
+    return iv.union_of([comm_kernels(profile)])
+
+
+@per_profile
 def comm_under_compute(profile: Profile) -> iv.Intervals:
     """Communication kernels running while a compute kernel runs (copies and memsets are not
     compute: overlap with them hides nothing)."""
-    return iv.intersect(iv.union_of([comm_kernels(profile)]), compute_intervals(profile))
+    return iv.intersect(comm_intervals(profile), compute_intervals(profile))
 
 
 def gpu_breakdown(profile: Profile, windows: StepWindows,
-                  claims: dict[str, iv.Intervals]) -> Breakdown:
+                  claims: dict[str, np.ndarray]) -> Breakdown:
     """Step time split into the parts of :func:`gpu_parts`; ``comm_overlapped_ns`` is the
     communication that runs under compute kernels."""
     overlapped = windows.per_step(comm_under_compute(profile))
     return make_breakdown(profile.kind, windows, claims, overlapped)
 
 
-def correlated(keys: np.ndarray, calls: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Every pair (i, j) with ``keys[i] == calls[j]``, in the order of an inner merge: by i,
-    then by j (sorted arrays and binary search, no hash table of a million keys)."""
-    keys = np.asarray(keys, dtype=np.int64)
-    order = np.argsort(calls, kind="stable")
-    ordered = np.asarray(calls, dtype=np.int64)[order]
-    at, left = iv.ranges_of(np.searchsorted(ordered, keys, side="left"),
-                            np.searchsorted(ordered, keys, side="right"))
-    return left, order[at]
-
-
-def first_call(keys: np.ndarray, calls: np.ndarray) -> np.ndarray:
-    """For each key, the position of the first entry of ``calls`` equal to it (-1 for none)."""
-    keys = np.asarray(keys, dtype=np.int64)
-    if len(calls) == 0:
-        return np.full(len(keys), -1)
-    order = np.argsort(calls, kind="stable")
-    ordered = np.asarray(calls, dtype=np.int64)[order]
-    at = np.searchsorted(ordered, keys, side="left")
-    np.minimum(at, len(ordered) - 1, out=at)
-    missing = ordered[at] != keys
-    del ordered
-    found = order[at]
-    found[missing] = -1
-    return found
-
-
-def launch_times(profile: Profile, frame: pd.DataFrame) -> np.ndarray:
-    """When the CPU launched each GPU row (kernel, copy, memset): the start of the runtime call
-    with the same correlation id, or the row's own GPU start when no call was recorded."""
-    runtime = profile.table("runtime")
-    call = first_call(frame["correlation"].to_numpy(np.int64),
-                      runtime["correlation"].to_numpy(np.int64))
-    unlaunched = call < 0
-    times = runtime["start"].to_numpy(np.int64)[call]
-    times[unlaunched] = frame["start"].to_numpy(np.int64)[unlaunched]
-    return times
-
-
-def launched_in_steps(profile: Profile, frame: pd.DataFrame,
-                      windows: StepWindows) -> pd.DataFrame:
-    """The rows of ``frame`` launched inside a step window, with the ``step`` (window index)
-    that launched them: a kernel launched in step N that runs in step N+1 belongs to step N."""
-    step = windows.index_of(launch_times(profile, frame))
-    kept = step >= 0
-    # The kept rows' columns taken one by one: one copy of them, not a copy of the whole table
-    # with the step added and then a second of the rows kept.
-    index = frame.index[kept]
-    columns = {name: pd.Series(frame[name].array[kept], index=index, dtype=frame[name].dtype,
-                               copy=False) for name in frame.columns}
-    return pd.DataFrame({**columns, "step": pd.Series(step[kept], index=index, copy=False)},
-                        copy=False)
-
-
 def launch_stats(profile: Profile, windows: StepWindows) -> LaunchStats | None:
     """Kernels launched per step, share of short kernels, launch delay and CPU runtime time per
     step."""
     kernels = profile.table("kernels")
-    mine = np.flatnonzero(windows.index_of(launch_times(profile, kernels)) >= 0)
+    mine = np.flatnonzero(launch_steps(profile, "kernels", windows) >= 0)
     if len(mine) == 0:
         return None
-    kernel_starts = kernels["start"].to_numpy(np.int64)[mine]
+    kernel_starts = kernels["start"].to_numpy(np.int64)
     duration = kernels["end"].to_numpy(np.int64)[mine]
-    duration -= kernel_starts  # in place, and each figure taken before the next array is made
+    duration -= kernel_starts[mine]  # in place, each figure taken before the next array is made
     short_fraction = float((duration < SHORT_KERNEL_NS).mean())
     kernel_ns = int(duration.sum())
     del duration
@@ -268,13 +219,13 @@ def launch_stats(profile: Profile, windows: StepWindows) -> LaunchStats | None:
     starts = runtime["start"].to_numpy(np.int64)
     inside = (starts >= windows.first_ns) & (starts < windows.last_ns)
     runtime_ns = int((runtime["end"].to_numpy(np.int64)[inside] - starts[inside]).sum())
-    launches = np.flatnonzero(inside & runtime["name"].isin(concepts.LAUNCH_APIS).to_numpy())
+    launches = inside & runtime["name"].isin(concepts.LAUNCH_APIS).to_numpy()
     del inside
-    kernel_at, call_at = correlated(kernels["correlation"].to_numpy(np.int64)[mine],
-                                    runtime["correlation"].to_numpy(np.int64)[launches])
-    delay = kernel_starts[kernel_at]
-    del kernel_at, kernel_starts
-    delay -= starts[launches[call_at]]
+    kernel_at, call_at = launch_pairs(profile, "kernels", mine)
+    by_launch = launches[call_at]
+    delay = kernel_starts[kernel_at[by_launch]]
+    del kernel_at
+    delay -= starts[call_at[by_launch]]
     return LaunchStats(origin=profile.kind, kernels_per_step=len(mine) / windows.count,
                        short_kernel_fraction=short_fraction, short_kernel_ns=SHORT_KERNEL_NS,
                        launch_delay_p50_ns=int(pd.Series(delay).median()) if len(delay)
@@ -314,14 +265,21 @@ def top_kernels(profile: Profile) -> list[TopItem]:
     return [replace(item, is_comm=item.name in comm) for item in top]
 
 
-def launched_in(profile: Profile, spans: iv.Intervals, table: str = "kernels") -> pd.DataFrame:
-    """Rows of a GPU table (kernels by default) whose launching runtime call started inside
-    ``spans`` (joined on the correlation id)."""
-    runtime = profile.table("runtime")
-    inside = iv.inside(spans, runtime["start"].to_numpy(np.int64))
-    rows = profile.table(table)
-    launched = rows["correlation"].isin(runtime.loc[inside, "correlation"]).to_numpy()
-    return rows[launched].reset_index(drop=True)
+def launched_in(profile: Profile, spans: iv.Intervals, table: str = "kernels") -> np.ndarray:
+    """Which rows of a GPU table (kernels by default) a runtime call started inside ``spans``
+    launched (joined on the correlation id)."""
+    row, call = launch_pairs(profile, table)
+    launched = np.zeros(len(profile.table(table)), dtype=bool)
+    launched[row[iv.inside(spans, profile.table("runtime")["start"].to_numpy(np.int64)[call])]] \
+        = True
+    return launched
+
+
+def launched_in_steps(profile: Profile, table: str, rows: np.ndarray,
+                      windows: StepWindows) -> int:
+    """How many of the ``rows`` (a mask) of GPU table ``table`` were launched inside a step
+    window."""
+    return int((rows & (launch_steps(profile, table, windows) >= 0)).sum())
 
 
 def zero_grad_work_per_step(profile: Profile, windows: StepWindows | None) -> float | None:
@@ -330,9 +288,8 @@ def zero_grad_work_per_step(profile: Profile, windows: StepWindows | None) -> fl
     spans = iv.union_of([spans_where(profile, concepts.is_zero_grad_span)])
     if windows is None or not len(spans):
         return None
-    work = pd.concat([launched_in(profile, spans, table) for table in ("kernels", "memset")],
-                     ignore_index=True)
-    return len(launched_in_steps(profile, work, windows)) / windows.count
+    return sum(launched_in_steps(profile, table, launched_in(profile, spans, table), windows)
+               for table in ("kernels", "memset")) / windows.count
 
 
 def kernel_mix(profile: Profile, windows: StepWindows | None) -> KernelMix | None:
@@ -352,12 +309,13 @@ def kernel_mix(profile: Profile, windows: StepWindows | None) -> KernelMix | Non
 
     spans = spans_where(profile, concepts.is_optimizer_step_span)
     optimizer = iv.union_of([spans])
-    in_optimizer = launched_in(profile, optimizer) if len(optimizer) else kernels.iloc[:0]
+    in_optimizer = launched_in(profile, optimizer) if len(optimizer) else None
     classes = [c for c in map(concepts.optimizer_class, spans["name"].unique()) if c]
     per_step = None
-    if len(optimizer) and windows is not None:
-        per_step = len(launched_in_steps(profile, in_optimizer, windows)) / windows.count
-    fused_pool = in_optimizer["name"] if not in_optimizer.empty else names
+    if in_optimizer is not None and windows is not None:
+        per_step = launched_in_steps(profile, "kernels", in_optimizer, windows) / windows.count
+    fused_pool = kernels["name"][in_optimizer] if in_optimizer is not None \
+        and in_optimizer.any() else names
     return KernelMix(
         origin=profile.kind, compute_kernel_ns=total,
         reduced_precision_fraction=share(concepts.is_reduced_precision_kernel(names)),
@@ -372,11 +330,16 @@ def kernel_mix(profile: Profile, windows: StepWindows | None) -> KernelMix | Non
 def max_devices_per_process(profile: Profile) -> int:
     """Most GPUs whose kernels one process launched (kernels joined to runtime calls)."""
     kernels = profile.table("kernels")
-    runtime = profile.table("runtime")
-    kernel_at, call_at = correlated(kernels["correlation"].to_numpy(np.int64),
-                                    runtime["correlation"].to_numpy(np.int64))
+    kernel_at, call_at = launch_pairs(profile, "kernels")
     if len(kernel_at) == 0:
         return int(kernels["device"].nunique())
-    launched = pd.DataFrame({"pid": runtime["pid"].to_numpy(np.int64)[call_at],
-                             "device": kernels["device"].to_numpy(np.int64)[kernel_at]})
-    return int(launched.groupby("pid")["device"].nunique().max())
+    pids = profile.table("runtime")["pid"].to_numpy()[call_at]
+    devices = kernels["device"].to_numpy()[kernel_at]
+    del kernel_at, call_at
+    # Each device's launching processes, then the devices each process launched on (a few
+    # devices: one pass each, no table of every launch).
+    per_pid: dict[int, int] = {}
+    for device in pd.unique(devices):
+        for pid in pd.unique(pids[devices == device]).tolist():
+            per_pid[pid] = per_pid.get(pid, 0) + 1
+    return max(per_pid.values())

@@ -8,6 +8,7 @@ windows (step windows, the GPU window) without Python loops over rows.
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,31 +35,64 @@ class Intervals:
 EMPTY = Intervals(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
 
 
+#: Rows merged at a time by :func:`union`: its temporaries stay a few MB, reused from one block
+#: to the next, instead of several arrays as long as a 10 M-row table.
+UNION_BLOCK = 1 << 18
+
+
 def union(starts: np.ndarray | pd.Series, ends: np.ndarray | pd.Series) -> Intervals:
-    """Merge possibly overlapping intervals into disjoint ones (sort + cumulative max)."""
+    """Merge possibly overlapping intervals into disjoint ones (sort + cumulative max), block by
+    block (:data:`UNION_BLOCK` rows)."""
     s = np.asarray(starts, dtype=np.int64)
     e = np.asarray(ends, dtype=np.int64)
-    if len(s) == 0:
-        return EMPTY
-    if (s[1:] < s[:-1]).any():  # tables come in start order: sort only when they are not
+    if not _ascending(s):  # tables come in start order: sort only when they are not
         order = np.argsort(s, kind="stable")
         s, e = s[order], e[order]
-    # Empty intervals (end <= start) stay in, not copied out: their end never reaches past a
-    # later start, so they join no two intervals, and alone they make a group left out below.
-    reach = np.maximum.accumulate(e)
-    # A new merged interval starts where a start lies beyond everything reached before it, and
-    # the one before it ends there (boolean masks: no index array of every row).
-    new = np.empty(len(s), dtype=bool)
-    new[0] = True
-    np.greater(s[1:], reach[:-1], out=new[1:])
-    last = np.empty(len(s), dtype=bool)
-    last[:-1] = new[1:]
-    last[-1] = True
-    merged_starts, merged_ends = s[new], reach[last]
+    return _union_blocks((s[at:at + UNION_BLOCK], e[at:at + UNION_BLOCK])
+                         for at in range(0, len(s), UNION_BLOCK))
+
+
+def _union_blocks(blocks: Iterable[tuple[np.ndarray, np.ndarray]]) -> Intervals:
+    """The union of intervals given block after block, their starts ascending across blocks:
+    a cumulative max of the ends, carried from one block to the next."""
+    firsts: list[np.ndarray] = []
+    lasts: list[np.ndarray] = []
+    reached = None
+    for block_starts, block_ends in blocks:
+        if len(block_starts) == 0:
+            continue
+        reach = np.maximum.accumulate(block_ends)
+        if reached is not None:
+            np.maximum(reach, reached, out=reach)
+        # A merged interval starts where a start lies beyond everything reached before it; the
+        # one before it ends at that reach (the carried one for a block's first row).
+        new = np.empty(len(block_starts), dtype=bool)
+        new[0] = reached is None or block_starts[0] > reached
+        np.greater(block_starts[1:], reach[:-1], out=new[1:])
+        opened = np.flatnonzero(new)
+        firsts.append(block_starts[opened])
+        closed = reach[opened - 1]  # opened[0] == 0 reads reach[-1]: replaced below
+        if len(opened) and opened[0] == 0:
+            closed[0] = reached if reached is not None else 0  # the first is dropped below
+        lasts.append(closed)
+        reached = int(reach[-1])
+    if reached is None:
+        return EMPTY
+    lasts.append(np.array([reached], dtype=np.int64))
+    merged_starts, merged_ends = np.concatenate(firsts), np.concatenate(lasts)[1:]
+    # Empty intervals (end <= start) stay in until here: their end never reaches past a later
+    # start, so they join no two intervals, and alone they make a group left out now.
     held = merged_ends > merged_starts
     if held.all():
         return Intervals(merged_starts, merged_ends)
     return Intervals(merged_starts[held], merged_ends[held])
+
+
+def _ascending(values: np.ndarray) -> bool:
+    """Whether ``values`` never decrease (checked block by block, no column-sized mask)."""
+    last = len(values) - 1
+    return not any((values[at + 1:stop + 1] < values[at:stop]).any()
+                   for at in range(0, last, UNION_BLOCK) if (stop := min(at + UNION_BLOCK, last)))
 
 
 def union_of(frames: list[pd.DataFrame]) -> Intervals:
@@ -127,16 +161,30 @@ def intersect(a: Intervals, b: Intervals) -> Intervals:
 
 def merge(a: Intervals, b: Intervals) -> Intervals:
     """Union of two interval sets: both are sorted, so they are interleaved by binary search
-    (each one's place among the other's starts, ties ``a`` first) instead of sorted again."""
+    (each one's place among the other's starts, ties ``a`` first) instead of sorted again, a
+    stretch of time at a time (at most :data:`UNION_BLOCK` of each's intervals)."""
     if len(a) == 0 or len(b) == 0:
         return b if len(a) == 0 else a
-    at_a = np.searchsorted(b.starts, a.starts, side="left") + np.arange(len(a))
-    at_b = np.searchsorted(a.starts, b.starts, side="right") + np.arange(len(b))
-    starts = np.empty(len(a) + len(b), dtype=np.int64)
-    ends = np.empty(len(a) + len(b), dtype=np.int64)
-    starts[at_a], starts[at_b] = a.starts, b.starts
-    ends[at_a], ends[at_b] = a.ends, b.ends
-    return union(starts, ends)
+    bounds = np.unique(np.concatenate([a.starts[UNION_BLOCK::UNION_BLOCK],
+                                       b.starts[UNION_BLOCK::UNION_BLOCK]]))
+    cut_a = np.concatenate([[0], np.searchsorted(a.starts, bounds, side="left"), [len(a)]])
+    cut_b = np.concatenate([[0], np.searchsorted(b.starts, bounds, side="left"), [len(b)]])
+    return _union_blocks(_interleaved(a, b, slice(*cut_a[k:k + 2]), slice(*cut_b[k:k + 2]))
+                         for k in range(len(cut_a) - 1))
+
+
+def _interleaved(a: Intervals, b: Intervals, in_a: slice,
+                 in_b: slice) -> tuple[np.ndarray, np.ndarray]:
+    """The intervals ``in_a`` of ``a`` and ``in_b`` of ``b`` (the same stretch of time) as one
+    sequence by start, ties ``a`` first."""
+    a_starts, b_starts = a.starts[in_a], b.starts[in_b]
+    at_a = np.searchsorted(b_starts, a_starts, side="left") + np.arange(len(a_starts))
+    at_b = np.searchsorted(a_starts, b_starts, side="right") + np.arange(len(b_starts))
+    starts = np.empty(len(a_starts) + len(b_starts), dtype=np.int64)
+    ends = np.empty(len(starts), dtype=np.int64)
+    starts[at_a], starts[at_b] = a_starts, b_starts
+    ends[at_a], ends[at_b] = a.ends[in_a], b.ends[in_b]
+    return starts, ends
 
 
 def covered_before(iv: Intervals, times: np.ndarray) -> np.ndarray:

@@ -20,12 +20,14 @@ import pandas as pd
 
 from profreport import concepts
 from profreport.model import Profile
-from profreport.reports.analysis.gpu import compute_kernels, first_call, launched_in_steps
+from profreport.reports.analysis.launches import launch_calls, launch_steps
 from profreport.reports.analysis.results import ConvBiasStats, OpPrecision
 from profreport.reports.analysis.steps import StepWindows
 
 #: Precision labels of :func:`concepts.precision_of`, plus operators whose types were not recorded.
 UNRECORDED = "unrecorded"
+#: The precisions an operator's kernel time is counted under, in the order they are reported.
+PRECISIONS = ("fp32", "reduced", "other", UNRECORDED)
 
 
 def outermost(ops: pd.DataFrame) -> pd.DataFrame:
@@ -47,15 +49,14 @@ def innermost(ops: pd.DataFrame) -> pd.DataFrame:
     return ordered[(following.isna() | (following >= ordered["end"])).to_numpy()]
 
 
-def launching_op(profile: Profile, spans: pd.DataFrame, frame: pd.DataFrame) -> np.ndarray:
-    """For each row of a GPU table ``frame``, the position in ``spans`` (non-overlapping per
-    thread) of the span whose thread made the launching runtime call inside it; -1 for none."""
-    out = np.full(len(frame), -1, dtype=np.int64)
-    if spans.empty or frame.empty:
+def launching_op(profile: Profile, spans: pd.DataFrame, call: np.ndarray) -> np.ndarray:
+    """For GPU rows launched by the runtime calls ``call`` (rows of the runtime table, -1 for
+    none; see launches.launch_calls), the position in ``spans`` (non-overlapping per thread) of
+    the span whose thread made the launching call inside it; -1 for none."""
+    out = np.full(len(call), -1, dtype=np.int64)
+    if spans.empty or len(call) == 0:
         return out
     runtime = profile.table("runtime")
-    call = first_call(frame["correlation"].to_numpy(np.int64),
-                      runtime["correlation"].to_numpy(np.int64))
     with_call = np.flatnonzero(call >= 0)
     call = call[with_call]
     call_pid, call_tid = runtime["pid"].to_numpy()[call], runtime["tid"].to_numpy()[call]
@@ -74,17 +75,28 @@ def launching_op(profile: Profile, spans: pd.DataFrame, frame: pd.DataFrame) -> 
     return out
 
 
-def _stepped_kernels(profile: Profile, windows: StepWindows | None) -> pd.DataFrame:
-    """Compute kernels launched inside the step windows (every one without windows)."""
-    kernels = compute_kernels(profile)
-    return kernels if windows is None else launched_in_steps(profile, kernels, windows)
+def _stepped_kernels(profile: Profile, windows: StepWindows | None) -> np.ndarray:
+    """The rows of the compute kernels launched inside the step windows (of every one without
+    windows)."""
+    compute = ~profile.table("kernels")["is_comm"].to_numpy(bool)
+    if windows is not None:
+        compute &= launch_steps(profile, "kernels", windows) >= 0
+    return np.flatnonzero(compute)
 
 
-def _capability(profile: Profile, devices: pd.DataFrame,
-                kernels: pd.DataFrame) -> tuple[tuple[int, int] | None, str | None]:
-    """Compute capability and name of the GPUs that ran ``kernels`` (the lowest when they
-    differ); None when the profiles do not record it."""
-    ran = devices[devices["device"].isin(kernels["device"].unique())]
+def _durations(profile: Profile, rows: np.ndarray) -> np.ndarray:
+    """How long each of the kernel ``rows`` ran."""
+    kernels = profile.table("kernels")
+    duration = kernels["end"].to_numpy(np.int64)[rows]
+    duration -= kernels["start"].to_numpy(np.int64)[rows]
+    return duration
+
+
+def _capability(devices: pd.DataFrame,
+                ran_on: np.ndarray) -> tuple[tuple[int, int] | None, str | None]:
+    """Compute capability and name of the GPUs ``ran_on`` (the device of each kernel; the
+    lowest when they differ); None when the profiles do not record it."""
+    ran = devices[devices["device"].isin(pd.unique(ran_on))]
     known = ran[(ran["compute_major"] >= 0) & (ran["compute_minor"] >= 0)]
     if known.empty:
         return None, (str(ran["name"].iloc[0]) if not ran.empty else None)
@@ -115,9 +127,10 @@ def op_precision(profile: Profile, devices: pd.DataFrame,
                  windows: StepWindows | None) -> OpPrecision | None:
     """What the matmul and convolution operators compute in, and the GPU kernel time each
     precision launched, against the GPU's compute capability; None without GPU kernels."""
-    kernels = _stepped_kernels(profile, windows)
-    if kernels.empty:
+    rows = _stepped_kernels(profile, windows)
+    if len(rows) == 0:
         return None
+    kernels = profile.table("kernels")
     ops = profile.table("op_inputs")
     family = concepts.op_family(ops["name"])
     # The innermost layer is the one that computes (under autocast the outer aten::conv2d still
@@ -125,27 +138,30 @@ def op_precision(profile: Profile, devices: pd.DataFrame,
     units = innermost(ops[family.isin([concepts.MATMUL, concepts.CONVOLUTION]).to_numpy()])
     units = units.assign(precision=[concepts.precision_of(t) or UNRECORDED
                                     for t in units["input_types"]])
-    launcher = launching_op(profile, units, kernels)
-    duration = (kernels["end"] - kernels["start"]).to_numpy(np.int64)
-    # position -1 (launched by no matmul/convolution) reads the trailing "".
-    precision = np.append(units["precision"].to_numpy(object), "")[launcher]
-    kernel_ns = {label: int(duration[precision == label].sum())
-                 for label in ("fp32", "reduced", "other", UNRECORDED)}
+    launcher = launching_op(profile, units, launch_calls(profile, "kernels")[rows])
+    duration = _durations(profile, rows)
+    # Each kernel's precision as its place in PRECISIONS: position -1 (launched by no
+    # matmul/convolution) reads the trailing -1.
+    precision = np.append(pd.Categorical(units["precision"], categories=PRECISIONS).codes,
+                          np.int8(-1))[launcher]
+    kernel_ns = {label: int(duration[precision == code].sum())
+                 for code, label in enumerate(PRECISIONS)}
     in_steps = units if windows is None else units[windows.index_of(
         units["start"].to_numpy(np.int64)) >= 0]
-    fp32 = precision == "fp32"
-    tf32 = concepts.is_tf32_kernel(kernels["name"]).to_numpy(bool)
-    capability, device_name = _capability(profile, devices, kernels)
+    fp32 = precision == PRECISIONS.index("fp32")
+    del precision
+    tf32 = concepts.is_tf32_kernel(kernels["name"]).to_numpy(bool)[rows[fp32]] if fp32.any() \
+        else np.zeros(0, dtype=bool)
+    capability, device_name = _capability(devices, kernels["device"].to_numpy()[rows])
     by_name = pd.Series(duration[fp32], index=np.append(units["name"].to_numpy(object),
                                                         "")[launcher[fp32]])
     return OpPrecision(
         origin=profile.kind, compute_capability=capability, device_name=device_name,
         steps=windows.count if windows is not None else None,
-        calls={label: int((in_steps["precision"] == label).sum())
-               for label in ("fp32", "reduced", "other", UNRECORDED)},
+        calls={label: int((in_steps["precision"] == label).sum()) for label in PRECISIONS},
         kernel_ns=kernel_ns, compute_kernel_ns=int(duration.sum()),
         fp32_ops=list(by_name.groupby(level=0).sum().sort_values(ascending=False).index),
-        tf32_kernel_fraction=(float(duration[fp32 & tf32].sum()) / kernel_ns["fp32"]
+        tf32_kernel_fraction=(float(duration[fp32][tf32].sum()) / kernel_ns["fp32"]
                               if kernel_ns["fp32"] else 0.0),
         unknown_reason=_unknown_reason(profile, units, capability),
         longest_fp32=_longest_call(units, launcher[fp32], duration[fp32]))
@@ -235,13 +251,13 @@ def _bias_kernel_ns(profile: Profile, convs: pd.DataFrame, chosen: pd.DataFrame,
                     windows: StepWindows | None) -> int | None:
     """Kernel time the ``chosen`` convolutions launched outside the innermost convolution ops
     inside them (the bias add ATen launches after cuDNN's kernel); None when none."""
-    kernels = _stepped_kernels(profile, windows)
-    if kernels.empty or chosen.empty:
+    rows = _stepped_kernels(profile, windows)
+    if len(rows) == 0 or chosen.empty:
         return None
-    in_chosen = launching_op(profile, chosen, kernels) >= 0
-    in_kernel_op = launching_op(profile, innermost(convs), kernels) >= 0
-    extra = kernels[in_chosen & ~in_kernel_op]
-    total = int((extra["end"] - extra["start"]).sum())
+    call = launch_calls(profile, "kernels")[rows]
+    in_chosen = launching_op(profile, chosen, call) >= 0
+    in_kernel_op = launching_op(profile, innermost(convs), call) >= 0
+    total = int(_durations(profile, rows[in_chosen & ~in_kernel_op]).sum())
     return total or None
 
 

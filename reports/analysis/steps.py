@@ -24,9 +24,10 @@ from profreport.reports.analysis.results import Origin, StepShape, StepStats, Wa
 from profreport.reports.analysis.shape import find_warmup, per_step
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class StepWindows:
-    """The steps of one profile: annotated ranges and the wall windows they own."""
+    """The steps of one profile: annotated ranges and the wall windows they own (compared and
+    hashed by identity: results kept per windows, see launches.per_profile)."""
 
     origin: Origin
     numbers: np.ndarray

@@ -16,13 +16,8 @@ from profreport import concepts
 from profreport.model import Profile
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.cpu import self_time_ns
-from profreport.reports.analysis.gpu import (
-    device_rows,
-    gathered,
-    gpu_tables,
-    has_gpu_events,
-    launch_times,
-)
+from profreport.reports.analysis.gpu import device_activity, has_gpu_events
+from profreport.reports.analysis.launches import GPU_TABLES, launch_times, per_profile
 from profreport.reports.analysis.results import IdleCauses, SyncCall, SyncStats, TopItem
 from profreport.reports.analysis.steps import StepWindows, dataloader_intervals
 from profreport.reports.analysis.top import ranked
@@ -33,6 +28,7 @@ IDLE_CAUSES = ("data", "sync", "launch", "unexplained")
 LAUNCH_WAIT_OPS = 3
 
 
+@per_profile
 def blocking(profile: Profile) -> pd.DataFrame:
     """The profile's blocking calls (see ``concepts.blocking_calls``)."""
     return concepts.blocking_calls(profile.table("runtime"), profile.table("memcpy"))
@@ -41,13 +37,13 @@ def blocking(profile: Profile) -> pd.DataFrame:
 def queued_at(profile: Profile, times: np.ndarray) -> np.ndarray:
     """How many GPU operations (kernels, copies, memsets) were queued or running at each time:
     launched before it (the launch call joined by correlation id) and not yet finished."""
-    tables = [t for t in gpu_tables(profile) if not t.empty]
+    tables = [name for name in GPU_TABLES if profile.has(name)]
     if not tables:
         return np.zeros(len(times), np.int64)
-    rows = pd.DataFrame({column: np.concatenate([t[column].to_numpy(np.int64) for t in tables])
-                         for column in ("correlation", "start", "end")}, copy=False)
-    launched = np.sort(launch_times(profile, rows))
-    ended = np.sort(rows["end"].to_numpy(np.int64))
+    launched = np.concatenate([launch_times(profile, name) for name in tables])
+    launched.sort()
+    ended = np.concatenate([profile.table(name)["end"].to_numpy(np.int64) for name in tables])
+    ended.sort()
     # Work that ended by t was launched before t, so the difference counts the pending work.
     return (np.searchsorted(launched, times, side="left")
             - np.searchsorted(ended, times, side="right")).clip(min=0)
@@ -84,24 +80,36 @@ def sync_stats(profile: Profile, windows: StepWindows) -> SyncStats | None:
 def _gaps_of(profile: Profile, windows: StepWindows) -> pd.DataFrame:
     """Idle gaps of each device inside the step windows, with the launch time of the work that
     ends each gap (NaN when the gap ends at the window's end)."""
-    tables = [t for t in gpu_tables(profile) if not t.empty]
-    calls = pd.DataFrame({column: np.concatenate([t[column].to_numpy(np.int64) for t in tables])
-                          for column in ("correlation", "start")}, copy=False)
-    launch = np.split(launch_times(profile, calls), np.cumsum([len(t) for t in tables])[:-1])
-    del calls
     frames = []
-    for device, masks in device_rows(tables):
-        starts = gathered(tables, masks, "start")
-        holes = iv.subtract(windows.windows(), iv.union(starts, gathered(tables, masks, "end")))
-        order = np.argsort(starts, kind="stable")
-        starts = starts[order]
-        when = np.concatenate([at[m] for at, m in zip(launch, masks, strict=True)])[order]
-        k = np.searchsorted(starts, holes.ends, side="left")
-        ends_work = (k < len(starts)) & (starts[np.minimum(k, len(starts) - 1)] == holes.ends)
-        launched = np.where(ends_work, when[np.minimum(k, len(starts) - 1)], np.nan)
+    for device, busy in device_activity(profile).items():
+        holes = iv.subtract(windows.windows(), busy)
         frames.append(pd.DataFrame({"device": device, "start": holes.starts, "end": holes.ends,
-                                    "launched": launched}))
+                                    "launched": _launch_of_work_at(profile, device, holes.ends)}))
     return pd.concat(frames, ignore_index=True)
+
+
+def _launch_of_work_at(profile: Profile, device: int, times: np.ndarray) -> np.ndarray:
+    """For each time, the launch time of the first GPU row of ``device`` (kernels, then copies,
+    then memsets; each in row order) that starts exactly then; NaN where none does."""
+    out = np.full(len(times), np.nan)
+    pending = np.ones(len(times), dtype=bool)
+    for name in GPU_TABLES:
+        table = profile.table(name)
+        if table.empty or not pending.any():
+            continue
+        devices = table["device"].to_numpy()
+        rows = np.flatnonzero(devices == device) if (devices != device).any() else None
+        starts = table["start"].to_numpy(np.int64)
+        if rows is not None:
+            starts = starts[rows]
+        order = None if (starts[1:] >= starts[:-1]).all() else np.argsort(starts, kind="stable")
+        ordered = starts if order is None else starts[order]
+        at = np.minimum(np.searchsorted(ordered, times, side="left"), len(ordered) - 1)
+        found = pending & (ordered[at] == times)
+        row = at[found] if order is None else order[at[found]]
+        out[found] = launch_times(profile, name, row if rows is None else rows[row])
+        pending &= ~found
+    return out
 
 
 def _mostly(covering: iv.Intervals, gaps: pd.DataFrame) -> np.ndarray:

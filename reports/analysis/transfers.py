@@ -11,7 +11,7 @@ import pandas as pd
 from profreport import concepts
 from profreport.model import Profile
 from profreport.reports.analysis.cpu import spans_where
-from profreport.reports.analysis.gpu import launched_in_steps
+from profreport.reports.analysis.launches import launch_calls, launch_steps
 from profreport.reports.analysis.ops import launching_op, outermost
 from profreport.reports.analysis.results import StepCopies
 from profreport.reports.analysis.steps import StepWindows
@@ -26,10 +26,11 @@ TOP_LAUNCHERS = 3
 
 
 def _launchers(profile: Profile, copies: pd.DataFrame, steps: int) -> list[tuple[str, float]]:
-    """The outermost CPU ops that launched ``copies``, with copies per step, most first;
-    ``(no operator)`` for copies launched outside every recorded op."""
+    """The outermost CPU ops that launched ``copies`` (their launching runtime calls in column
+    ``call``), with copies per step, most first; ``(no operator)`` for copies launched outside
+    every recorded op."""
     ops = outermost(profile.table("cpu_ops"))
-    where = launching_op(profile, ops, copies)
+    where = launching_op(profile, ops, copies["call"].to_numpy())
     names = np.append(ops["name"].to_numpy(object), "(no operator)")[where]
     counts = pd.Series(names).value_counts()
     return [(str(name), count / steps) for name, count in counts.head(TOP_LAUNCHERS).items()]
@@ -40,8 +41,10 @@ def step_copies(profile: Profile, windows: StepWindows | None) -> StepCopies | N
     None without steps or copies."""
     if windows is None or not profile.has("memcpy"):
         return None
-    copies = launched_in_steps(profile, profile.table("memcpy"), windows)
-    copies = copies[copies["kind"].isin(DIRECTIONS)]
+    memcpy = profile.table("memcpy")
+    rows = np.flatnonzero((launch_steps(profile, "memcpy", windows) >= 0)
+                          & memcpy["kind"].isin(DIRECTIONS).to_numpy())
+    copies = memcpy.iloc[rows].assign(call=launch_calls(profile, "memcpy")[rows])
     if copies.empty:
         return None
     steps = windows.count

@@ -1,0 +1,145 @@
+"""Which CUDA runtime call launched each GPU row (kernel, copy, memset), joined once per profile.
+
+A GPU row and the runtime call that launched it carry the same correlation id. The metrics ask
+for this join of the same rows many times (a 10 M-kernel profile: launch times, steps, launch
+delays, the launching thread), so it is made once per profile and table and kept beside the
+profile (:func:`per_profile`) for as long as the profile lives.
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from collections.abc import Callable, Hashable
+from typing import Any, TypeVar
+
+import numpy as np
+
+from profreport.model import Profile
+from profreport.reports.analysis import intervals as iv
+from profreport.reports.analysis.steps import StepWindows
+
+T = TypeVar("T")
+
+#: id(profile) -> (a weak reference to it, the ids of its tables when filled, its results).
+_KEPT: dict[int, tuple[weakref.ref, tuple[int, ...], dict[Hashable, Any]]] = {}
+
+
+def _kept(profile: Profile) -> dict[Hashable, Any]:
+    """The results kept for ``profile``: emptied when its tables are replaced, dropped when it
+    is garbage-collected."""
+    key, tables = id(profile), tuple(map(id, profile.tables.values()))
+    entry = _KEPT.get(key)
+    if entry is None or entry[0]() is not profile or entry[1] != tables:
+        entry = (weakref.ref(profile, lambda _, key=key: _KEPT.pop(key, None)), tables, {})
+        _KEPT[key] = entry
+    return entry[2]
+
+
+def per_profile(make: Callable[..., T]) -> Callable[..., T]:
+    """``make(profile, *args)`` computed once per profile and hashable ``args``, then kept while
+    the profile lives and its tables stay the same objects."""
+
+    @functools.wraps(make)
+    def kept(profile: Profile, *args: Hashable) -> T:
+        """The kept result, made on first use."""
+        results = _kept(profile)
+        key = (make, *args)
+        if key not in results:
+            results[key] = make(profile, *args)
+        return results[key]
+
+    return kept
+
+
+#: The tables of the GPU's activity, in the order their rows are taken.
+GPU_TABLES = ("kernels", "memcpy", "memset")
+
+
+def _by_correlation(profile: Profile) -> tuple[np.ndarray, np.ndarray]:
+    """The runtime table's rows ordered by correlation id (stable: equal ids in row order), and
+    those ids in that order."""
+    ids = profile.table("runtime")["correlation"].to_numpy()
+    order = np.argsort(ids, kind="stable")
+    return order, ids[order]
+
+
+@per_profile
+def _launch_index(profile: Profile) -> tuple[dict[str, np.ndarray], bool]:
+    """For each GPU table, the runtime row of each row's first call with its correlation id (-1
+    where none was recorded; int32 where the runtime table allows), and whether no two runtime
+    calls share an id. The calls' order by id is let go once every table is joined."""
+    order, ordered = _by_correlation(profile)
+    unique = bool((ordered[1:] != ordered[:-1]).all())
+    dtype = np.int32 if len(order) < np.iinfo(np.int32).max else np.int64
+    calls = {name: _first_in(profile.table(name)["correlation"].to_numpy(), order,
+                             ordered).astype(dtype, copy=False) for name in GPU_TABLES}
+    return calls, unique
+
+
+def unique_calls(profile: Profile) -> bool:
+    """Whether no two runtime calls share a correlation id: then each GPU row has at most one
+    launching call, and the first call of its id is the one."""
+    return _launch_index(profile)[1]
+
+
+def _first_in(keys: np.ndarray, order: np.ndarray, ordered: np.ndarray) -> np.ndarray:
+    """For each key, the first of the calls (``order``: their stable order by id, ``ordered``:
+    their ids in that order) with that id (-1 for none)."""
+    if len(ordered) == 0:
+        return np.full(len(keys), -1)
+    at = np.searchsorted(ordered, keys, side="left")
+    np.minimum(at, len(ordered) - 1, out=at)
+    missing = ordered[at] != keys
+    found = order[at]
+    found[missing] = -1
+    return found
+
+
+def launch_calls(profile: Profile, table: str) -> np.ndarray:
+    """For each row of GPU table ``table``, the runtime row of the first call with its
+    correlation id (-1 where none was recorded)."""
+    return _launch_index(profile)[0][table]
+
+
+def launch_pairs(profile: Profile, table: str, rows: np.ndarray | None = None
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Every pair (row, runtime call) with the same correlation id, for the ``rows`` (positions;
+    all by default) of GPU table ``table``, in the order of an inner merge: by row, then by
+    call. Where ids repeat (several processes in one export) a row pairs with every call of its
+    id."""
+    calls = launch_calls(profile, table)
+    if rows is not None:
+        calls = calls[rows]
+    if unique_calls(profile):
+        found = np.flatnonzero(calls >= 0)
+        return (found if rows is None else rows[found]), calls[found]
+    del calls
+    order, ordered = _by_correlation(profile)
+    keys = profile.table(table)["correlation"].to_numpy()
+    if rows is not None:
+        keys = keys[rows]
+    at, row = iv.ranges_of(np.searchsorted(ordered, keys, side="left"),
+                           np.searchsorted(ordered, keys, side="right"))
+    return (row if rows is None else rows[row]), order[at]
+
+
+def launch_times(profile: Profile, table: str, rows: np.ndarray | slice = slice(None)
+                 ) -> np.ndarray:
+    """When the CPU launched the ``rows`` (positions or a mask) of GPU table ``table``: the
+    start of the runtime call with the same correlation id, or the row's own GPU start when no
+    call was recorded."""
+    call = launch_calls(profile, table)[rows]
+    times = profile.table("runtime")["start"].to_numpy(np.int64)[call]
+    unlaunched = call < 0
+    if unlaunched.any():
+        times[unlaunched] = profile.table(table)["start"].to_numpy(np.int64)[rows][unlaunched]
+    return times
+
+
+@per_profile
+def launch_steps(profile: Profile, table: str, windows: StepWindows) -> np.ndarray:
+    """For each row of GPU table ``table``, the step window its launch lies in (-1 outside every
+    window): a kernel launched in step N that runs in step N+1 belongs to step N."""
+    steps = windows.index_of(launch_times(profile, table))
+    return steps.astype(np.int32) if windows.count < np.iinfo(np.int32).max else steps
