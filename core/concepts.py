@@ -216,7 +216,10 @@ def _per_distinct(names: pd.Series, classify: Callable[[pd.Series], pd.Series]) 
 
     A table holds one name per event (hundreds of thousands of kernels) but only hundreds of
     distinct names, so a regular expression per distinct name instead of per row."""
-    codes, distinct = pd.factorize(names)
+    if isinstance(names.dtype, pd.CategoricalDtype):  # its own codes: no pass to hash the rows
+        codes, distinct = names.cat.codes.to_numpy(dtype="intp"), list(names.cat.categories)
+    else:
+        codes, distinct = pd.factorize(names)
     classified = classify(pd.Series([*distinct, None], dtype=object))
     codes[codes < 0] = len(distinct)  # a missing name is classified as the trailing None
     return classified.iloc[codes].set_axis(names.index)

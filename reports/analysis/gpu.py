@@ -7,7 +7,7 @@ memsets are their own categories.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 import numpy as np
@@ -292,20 +292,44 @@ def zero_grad_work_per_step(profile: Profile, windows: StepWindows | None) -> fl
                for table in ("kernels", "memset")) / windows.count
 
 
+def name_codes(names: pd.Series) -> tuple[np.ndarray, pd.Series]:
+    """Each row's name as its position among the distinct names (-1 where it has none), and
+    those names: a categorical's own codes and categories (no pass over the rows)."""
+    if isinstance(names.dtype, pd.CategoricalDtype):
+        return names.cat.codes.to_numpy(), pd.Series(names.cat.categories, dtype=object)
+    codes, distinct = pd.factorize(names)
+    return codes, pd.Series(distinct, dtype=object)
+
+
+def ns_by_name(table: pd.DataFrame, rows: np.ndarray, codes: np.ndarray,
+               names: int) -> np.ndarray:
+    """Summed duration of the ``rows`` (a mask) of ``table`` per name code (of ``names``
+    distinct names; the last slot sums the rows without a name), block by block."""
+    ns = np.zeros(names + 1, dtype=np.int64)
+    starts, ends = table["start"].to_numpy(np.int64), table["end"].to_numpy(np.int64)
+    for at in range(0, len(table), iv.BLOCK_ROWS):
+        block = slice(at, at + iv.BLOCK_ROWS)
+        chosen = rows[block]
+        duration = ends[block][chosen]
+        duration -= starts[block][chosen]
+        np.add.at(ns, codes[block][chosen], duration)  # code -1 adds to the last slot
+    return ns
+
+
 def kernel_mix(profile: Profile, windows: StepWindows | None) -> KernelMix | None:
     """Precision, layout conversions, elementwise share and optimizer kernels of the compute
     kernels (communication kernels left out)."""
     kernels = profile.table("kernels")
     compute = ~kernels["is_comm"].to_numpy(bool)  # masks, not a copy of the kernel table
-    duration = (kernels["end"].to_numpy(np.int64) - kernels["start"].to_numpy(np.int64))[compute]
-    total = int(duration.sum())
+    codes, distinct = name_codes(kernels["name"])
+    ns = ns_by_name(kernels, compute, codes, len(distinct))
+    total = int(ns.sum())
     if total <= 0:
         return None
-    names = kernels["name"][compute]
 
-    def share(mask: pd.Series) -> float:
-        """Share of compute-kernel time in the kernels ``mask`` selects."""
-        return float(duration[mask.to_numpy()].sum()) / total
+    def share(classify: Callable[[pd.Series], pd.Series]) -> float:
+        """Share of compute-kernel time in the kernels whose names ``classify`` selects."""
+        return float(ns[:-1][classify(distinct).to_numpy(bool)].sum()) / total
 
     spans = spans_where(profile, concepts.is_optimizer_step_span)
     optimizer = iv.union_of([spans])
@@ -314,15 +338,16 @@ def kernel_mix(profile: Profile, windows: StepWindows | None) -> KernelMix | Non
     per_step = None
     if in_optimizer is not None and windows is not None:
         per_step = launched_in_steps(profile, "kernels", in_optimizer, windows) / windows.count
-    fused_pool = kernels["name"][in_optimizer] if in_optimizer is not None \
-        and in_optimizer.any() else names
+    pool = in_optimizer if in_optimizer is not None and in_optimizer.any() else compute
+    present = np.zeros(len(distinct) + 1, dtype=bool)  # the last: kernels without a name
+    present[codes[pool]] = True
     return KernelMix(
         origin=profile.kind, compute_kernel_ns=total,
-        reduced_precision_fraction=share(concepts.is_reduced_precision_kernel(names)),
-        layout_conversion_fraction=share(concepts.is_layout_conversion_kernel(names)),
-        elementwise_fraction=share(concepts.is_elementwise_kernel(names)),
+        reduced_precision_fraction=share(concepts.is_reduced_precision_kernel),
+        layout_conversion_fraction=share(concepts.is_layout_conversion_kernel),
+        elementwise_fraction=share(concepts.is_elementwise_kernel),
         optimizer_kernels_per_step=per_step,
-        fused_optimizer=bool(concepts.is_fused_optimizer_kernel(fused_pool).any()),
+        fused_optimizer=bool(concepts.is_fused_optimizer_kernel(distinct[present[:-1]]).any()),
         optimizer_name=classes[0] if classes else None,
         zero_grad_work_per_step=zero_grad_work_per_step(profile, windows))
 

@@ -35,21 +35,22 @@ class Intervals:
 EMPTY = Intervals(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
 
 
-#: Rows merged at a time by :func:`union`: its temporaries stay a few MB, reused from one block
-#: to the next, instead of several arrays as long as a 10 M-row table.
-UNION_BLOCK = 1 << 18
+#: Rows handled at a time by the block-wise passes (:func:`union`, :func:`merge`, sums per name):
+#: their temporaries stay a few MB, reused from one block to the next, instead of several arrays
+#: as long as a 10 M-row table.
+BLOCK_ROWS = 1 << 18
 
 
 def union(starts: np.ndarray | pd.Series, ends: np.ndarray | pd.Series) -> Intervals:
     """Merge possibly overlapping intervals into disjoint ones (sort + cumulative max), block by
-    block (:data:`UNION_BLOCK` rows)."""
+    block (:data:`BLOCK_ROWS` rows)."""
     s = np.asarray(starts, dtype=np.int64)
     e = np.asarray(ends, dtype=np.int64)
     if not _ascending(s):  # tables come in start order: sort only when they are not
         order = np.argsort(s, kind="stable")
         s, e = s[order], e[order]
-    return _union_blocks((s[at:at + UNION_BLOCK], e[at:at + UNION_BLOCK])
-                         for at in range(0, len(s), UNION_BLOCK))
+    return _union_blocks((s[at:at + BLOCK_ROWS], e[at:at + BLOCK_ROWS])
+                         for at in range(0, len(s), BLOCK_ROWS))
 
 
 def _union_blocks(blocks: Iterable[tuple[np.ndarray, np.ndarray]]) -> Intervals:
@@ -92,7 +93,7 @@ def _ascending(values: np.ndarray) -> bool:
     """Whether ``values`` never decrease (checked block by block, no column-sized mask)."""
     last = len(values) - 1
     return not any((values[at + 1:stop + 1] < values[at:stop]).any()
-                   for at in range(0, last, UNION_BLOCK) if (stop := min(at + UNION_BLOCK, last)))
+                   for at in range(0, last, BLOCK_ROWS) if (stop := min(at + BLOCK_ROWS, last)))
 
 
 def union_of(frames: list[pd.DataFrame]) -> Intervals:
@@ -162,11 +163,11 @@ def intersect(a: Intervals, b: Intervals) -> Intervals:
 def merge(a: Intervals, b: Intervals) -> Intervals:
     """Union of two interval sets: both are sorted, so they are interleaved by binary search
     (each one's place among the other's starts, ties ``a`` first) instead of sorted again, a
-    stretch of time at a time (at most :data:`UNION_BLOCK` of each's intervals)."""
+    stretch of time at a time (at most :data:`BLOCK_ROWS` of each's intervals)."""
     if len(a) == 0 or len(b) == 0:
         return b if len(a) == 0 else a
-    bounds = np.unique(np.concatenate([a.starts[UNION_BLOCK::UNION_BLOCK],
-                                       b.starts[UNION_BLOCK::UNION_BLOCK]]))
+    bounds = np.unique(np.concatenate([a.starts[BLOCK_ROWS::BLOCK_ROWS],
+                                       b.starts[BLOCK_ROWS::BLOCK_ROWS]]))
     cut_a = np.concatenate([[0], np.searchsorted(a.starts, bounds, side="left"), [len(a)]])
     cut_b = np.concatenate([[0], np.searchsorted(b.starts, bounds, side="left"), [len(b)]])
     return _union_blocks(_interleaved(a, b, slice(*cut_a[k:k + 2]), slice(*cut_b[k:k + 2]))
