@@ -31,6 +31,8 @@ ones carry ``Device Type``, ``Device Id`` and ``Bytes``; current ones add ``Tota
 
 from __future__ import annotations
 
+import ctypes
+import gc
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,6 +48,7 @@ from profreport.parsers.kineto_columns import (
     Columns,
     Symbols,
     as_int,
+    by_time,
     checked_int,
     concat,
     thread_numbers,
@@ -96,7 +99,8 @@ class _Tables:
         self.thread_numbers = thread_numbers(builder.threads)
         self.metadata = builder.metadata
         self.flows = builder.flows()
-        spans = np.concatenate([self.rows("cpu_op").name, self.rows("annotation").name])
+        spans = np.concatenate([self.stores[name].distinct_names()
+                                for name in ("cpu_op", "annotation")])
         self.is_step = _per_name(self.names, lambda s: concepts.step_numbers(s).notna(),
                                  spans).astype(bool)
 
@@ -119,7 +123,7 @@ class _Tables:
         return pd.DataFrame({
             "start": rows.start, "end": rows.end, "pid": self.thread_numbers[rows.pid],
             "tid": self.thread_numbers[rows.tid], "name": self.names[rows.name],
-        })
+        }, copy=False)
 
     def gpu(self, rows: Columns) -> pd.DataFrame:
         """start, end, device, stream, correlation and name of device activities.
@@ -132,14 +136,14 @@ class _Tables:
             "start": rows.start, "end": rows.end,
             "device": np.where(rows.device >= 0, rows.device, pid), "stream": rows.stream,
             "correlation": self._correlation(rows), "name": self.names[rows.name],
-        })
+        }, copy=False)
 
     def _correlation(self, rows: Columns) -> np.ndarray:
         """Each row's correlation id, from the ``ac2g`` flow ending on it when args lack one."""
-        correlation = rows.correlation.astype(np.int64)
-        missing = np.flatnonzero(correlation < 0)
+        missing = np.flatnonzero(rows.correlation < 0)
         if not len(missing) or self.flows.empty:
-            return correlation
+            return rows.correlation
+        correlation = rows.correlation.astype(np.int64)
         wanted = pd.DataFrame({"pid": rows.pid[missing], "tid": rows.tid[missing],
                                "start": rows.start[missing], "row": missing})
         found = wanted.merge(self.flows.drop_duplicates(["pid", "tid", "start"]),
@@ -167,7 +171,7 @@ class _Tables:
         frame = pd.concat([self.cpu(self.rows("annotation")),
                            self.cpu(ops.take(self.is_step[ops.name]))], ignore_index=True)
         frame["domain"] = ""
-        return conform("ranges", frame.sort_values("start", kind="stable"))
+        return conform("ranges", by_time(frame))
 
     def kernels(self) -> pd.DataFrame:
         """Device kernels (MTIA's executions too) with short names and communication flag."""
@@ -179,12 +183,12 @@ class _Tables:
         comm = _per_name(self.names, concepts.is_comm_kernel, rows.name)
         frame["short_name"] = short[rows.name]
         frame["is_comm"] = comm[rows.name].astype(bool)
-        return conform("kernels", frame.sort_values("start", kind="stable"))
+        return conform("kernels", by_time(frame))
 
     def memcpy(self) -> pd.DataFrame:
         """Device copies with direction, memory kinds and size."""
         frame = pd.concat([self._named_copies(), self._accelerator_copies()], ignore_index=True)
-        return conform("memcpy", frame.sort_values("start", kind="stable"))
+        return conform("memcpy", by_time(frame))
 
     def _named_copies(self) -> pd.DataFrame:
         """Device copies: the direction the profiler recorded (``args.kind``, as ROCm writes
@@ -227,7 +231,7 @@ class _Tables:
         frame = self.gpu(rows)
         detail = self.details[rows.detail]
         frame["kind"] = np.where(pd.isna(detail), frame["name"], detail)
-        return conform("sync", frame.sort_values("start", kind="stable"))
+        return conform("sync", by_time(frame))
 
     def runtime(self) -> pd.DataFrame:
         """Runtime and driver calls (CUDA, HIP, MTIA...), names without their version suffix."""
@@ -261,7 +265,7 @@ class _Tables:
     def named_rows(self, store: str) -> pd.DataFrame:
         """The CPU-side spans picked by name as they were read (``NAMED_SPANS``), by start."""
         frame = self.cpu(self.rows(store))
-        return frame.drop_duplicates().sort_values("start", kind="stable")
+        return by_time(frame.drop_duplicates())
 
     def dataloader(self) -> pd.DataFrame:
         """Waits for the next batch, from operators, annotations and Python functions."""
@@ -296,6 +300,19 @@ def _per_name(names: np.ndarray, rule: Any, ids: np.ndarray) -> np.ndarray:
     out = np.empty(len(names), dtype=object)
     out[distinct] = np.asarray(rule(pd.Series(names[distinct], dtype=object)), dtype=object)
     return out
+
+
+def _give_back_freed_memory() -> None:
+    """Return the memory freed while the tables were built to the system.
+
+    glibc keeps freed heap pages for reuse, and the analysis that follows allocates arrays of
+    other sizes beside them rather than in them: on a 389 MB trace the analysis then peaked
+    ~45 MB higher. A no-op where the C library has no ``malloc_trim``.
+    """
+    gc.collect()
+    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
+    if trim is not None:
+        trim(0)
 
 
 def _header_int(value: Any) -> int:
@@ -398,6 +415,7 @@ def parse(path: Path) -> Profile:
     """Parse one torch.profiler trace (``.json`` or ``.json.gz``) into a Profile."""
     path = Path(path)
     header, builder = read_trace(path)
+    _give_back_freed_memory()
     _check_schema_version(header, path)
     dialect = _dialect(builder.cats)
     distributed = _distributed(header, builder.dropped)
@@ -424,6 +442,7 @@ def parse(path: Path) -> Profile:
         "op_inputs": builder.op_inputs.frame(tables.names, tables.thread_numbers),
     }
     meta.empty = nothing_recorded(frames)
+    _give_back_freed_memory()
     return Profile(path=path, kind="kineto",
                    tool_version=_tool_version(header, dialect, distributed),
                    rank=distributed.get("rank"), tables=frames, meta=meta)

@@ -186,8 +186,10 @@ class Columns:
     detail: np.ndarray
 
     def take(self, mask: np.ndarray) -> Columns:
-        """The rows where ``mask`` holds."""
+        """The rows where ``mask`` holds (these columns themselves when it holds everywhere)."""
         count = int(mask.sum())
+        if count == len(self):
+            return self
         return Columns(**{key: _fill(value[0] if len(value) else -1, count)
                            if value.strides == (0,) else value[mask]
                            for key, value in vars(self).items()})
@@ -202,6 +204,8 @@ class Columns:
 _PLAIN_COLUMNS = ("name", "pid", "tid", "start", "end")
 _DETAIL_COLUMNS = ("device", "stream", "correlation", "bytes", "detail")
 _ID_COLUMNS = frozenset({"name", "pid", "tid", "detail"})
+#: Where an ``ac2g`` flow ends (pid and tid ids, ns) and its id.
+_FLOW_COLUMNS = ("pid", "tid", "start", "flow")
 
 #: The groups of categories the tables are built from. Each group's events are kept in columns
 #: of their own as they are read, so that no table selects its rows among all the trace's events
@@ -224,6 +228,14 @@ NAMED_SPANS = {"dataloader": (("cpu_op", "annotation", "python"), concepts.is_da
 #: Rows joined into one block of columns at a time: a batch holds ~13k events, so a large
 #: trace's many small arrays become fewer, compact ones (see :class:`_Store`).
 BLOCK_ROWS = 1 << 16
+
+
+def by_time(frame: pd.DataFrame, column: str = "start") -> pd.DataFrame:
+    """``frame`` in ``column`` order, rows of equal times as they were (not copied when it is in
+    order already, as a trace's events mostly are)."""
+    if frame[column].is_monotonic_increasing:
+        return frame
+    return frame.sort_values(column, kind="stable")
 
 
 def _detail_text(value: Any) -> Any:
@@ -254,8 +266,8 @@ def _narrowed(values: np.ndarray) -> np.ndarray:
 
 
 class _Store:
-    """One group's rows: columns appended batch by batch and joined into blocks of at least
-    :data:`BLOCK_ROWS` rows, then into one when the tables read them.
+    """One group's rows (or the flows'): columns appended batch by batch and joined into blocks
+    of at least :data:`BLOCK_ROWS` rows, then into one when the tables read them.
 
     A block is compact: each id, size and detail column in the narrowest dtype its values fit
     (a thread or a device id takes 1 byte, a correlation 4), and the end of each event held as
@@ -263,13 +275,13 @@ class _Store:
     nanoseconds again only when the tables read the rows.
     """
 
-    def __init__(self, detailed: bool) -> None:
-        self.keys = _PLAIN_COLUMNS + (_DETAIL_COLUMNS if detailed else ())
+    def __init__(self, keys: tuple[str, ...]) -> None:
+        self.keys = keys
         self._block_keys = tuple("dur" if key == "end" else key for key in self.keys)
         self._blocks: list[dict[str, np.ndarray]] = []
         self._pending: list[dict[str, np.ndarray]] = []
         self._pending_rows = 0
-        self._joined: Columns | None = None
+        self._joined: dict[str, np.ndarray] | None = None
 
     def append(self, part: dict[str, np.ndarray]) -> None:
         """Append one batch's rows."""
@@ -282,7 +294,8 @@ class _Store:
         """Join the batches appended since the last block into one block."""
         if self._pending:
             block = _stack(self._pending, self.keys)
-            block["dur"] = block.pop("end") - block["start"]
+            if "end" in block:
+                block["dur"] = block.pop("end") - block["start"]
             self._blocks.append({key: value if key == "start" else _narrowed(value)
                                  for key, value in block.items()})
             self._pending_rows = 0
@@ -297,17 +310,29 @@ class _Store:
                              for key, value in block.items()} for block in other._blocks)
         other.release()
 
-    def columns(self) -> Columns:
-        """Every row, as one set of columns with int64 start and end (joined on the first
-        call, the blocks freed one column at a time, and kept until :meth:`release`)."""
+    def joined(self) -> dict[str, np.ndarray]:
+        """Every row, one array per key, start and end in int64 (joined on the first call, the
+        blocks freed one column at a time, and kept until :meth:`release`)."""
         if self._joined is None:
             self._flush()
-            block = _stack(self._blocks, self._block_keys)
-            block["end"] = block["start"] + block.pop("dur")
-            count = len(block["start"])
-            self._joined = Columns(**block, **{key: _fill(-1, count) for key in _DETAIL_COLUMNS
-                                               if key not in block})
+            self._joined = _stack(self._blocks, self._block_keys)
+            if "dur" in self._joined:
+                self._joined["end"] = self._joined["start"] + self._joined.pop("dur")
         return self._joined
+
+    def columns(self) -> Columns:
+        """Every row, as the columns of complete events (those it lacks read -1)."""
+        joined = self.joined()
+        count = len(joined["start"])
+        return Columns(**joined, **{key: _fill(-1, count) for key in _DETAIL_COLUMNS
+                                    if key not in joined})
+
+    def distinct_names(self) -> np.ndarray:
+        """The name ids of the rows, each once (the blocks left as they are)."""
+        self._flush()
+        parts = ([self._joined["name"]] if self._joined is not None
+                 else [block["name"] for block in self._blocks])
+        return np.unique(np.concatenate(parts)) if parts else np.empty(0, dtype=np.int32)
 
     def release(self) -> None:
         """Free every row."""
@@ -416,13 +441,14 @@ class ColumnBuilder:
         self.dropped: Counter[str] = Counter()
         self.events = 0
         #: Group or named-span store name -> its rows.
-        self.stores = {name: _Store(bool(cats & DETAILED_CATS)) for name, cats in GROUPS.items()
-                       if name not in _UNSTORED_GROUPS}
-        self.stores.update({name: _Store(False) for name in NAMED_SPANS})
+        self.stores = {name: _Store(_PLAIN_COLUMNS + (_DETAIL_COLUMNS if cats & DETAILED_CATS
+                                                      else ()))
+                       for name, cats in GROUPS.items() if name not in _UNSTORED_GROUPS}
+        self.stores.update({name: _Store(_PLAIN_COLUMNS) for name in NAMED_SPANS})
         self._named = {name: (np.array([_GROUP_CODES[g] for g in groups], np.int8),
                               _NameFlags(rule)) for name, (groups, rule) in NAMED_SPANS.items()}
         self._group_of = np.zeros(0, dtype=np.int8)
-        self._flows: list[dict[str, np.ndarray]] = []
+        self._flows = _Store(_FLOW_COLUMNS)
 
     def add(self, events: list[Event]) -> None:
         """Append one batch: "X" events become columns, "M" events are kept as they are."""
@@ -516,7 +542,10 @@ class ColumnBuilder:
         absent = self.details.ids([None], 1)[0]
         detail = np.full(len(args), absent, dtype=np.int32)
         for field in (_COPY_KIND, _DIRECTION, _SYNC_KIND):
-            ids = self.details.ids(map(_detail_text, map(field, args)), len(args))
+            values = list(map(field, args))
+            if values.count(None) == len(values):  # the usual case: no event records it
+                continue
+            ids = self.details.ids(map(_detail_text, values), len(values))
             detail = np.where(ids != absent, ids, detail)
         return detail
 
@@ -567,9 +596,7 @@ class ColumnBuilder:
                 for name in set(_SYMBOL_COLUMNS.values())}
         for name, store in self.stores.items():
             store.extend(other.stores[name], maps)
-        for flow in other._flows:
-            self._flows.append({key: maps["threads"][value] if key in ("pid", "tid") else value
-                                for key, value in flow.items()})
+        self._flows.extend(other._flows, maps)
         self.metadata.extend(other.metadata)
         self.memory.extend(other.memory)
         self.op_inputs.extend(other.op_inputs, maps)
@@ -578,12 +605,11 @@ class ColumnBuilder:
         MAX_EVENTS.check(self.events, self.path)
 
     def flows(self) -> pd.DataFrame:
-        """Where each ``ac2g`` flow ends: pid and tid ids, start (ns) and the flow's id."""
-        if not self._flows:
-            return pd.DataFrame({key: np.empty(0, np.int64)
-                                 for key in ("pid", "tid", "start", "flow")})
-        return pd.DataFrame({key: np.concatenate([part[key] for part in self._flows])
-                             for key in self._flows[0]})
+        """Where each ``ac2g`` flow ends: pid and tid ids, start (ns) and the flow's id (the
+        builder's copy freed)."""
+        frame = pd.DataFrame(self._flows.joined(), copy=False)
+        self._flows.release()
+        return frame
 
 
 def _possible_times(ts_us: np.ndarray) -> np.ndarray:
@@ -634,7 +660,7 @@ class _MemoryEvents:
             "total_allocated": columns["total_allocated"],
             "total_reserved": columns["total_reserved"], "addr": columns["addr"],
             "counts": "allocated"})
-        return conform("memory", frame.sort_values("time", kind="stable"))
+        return conform("memory", by_time(frame, "time"))
 
 
 class _OpInputs:
@@ -684,7 +710,7 @@ class _OpInputs:
             "pid": thread_numbers[columns["pid"]], "tid": thread_numbers[columns["tid"]],
             "name": names[columns["name"]], "input_types": types[columns["inputs"]],
             "input_dims": dims[columns["inputs"]]})
-        return conform("op_inputs", frame.sort_values("start", kind="stable"))
+        return conform("op_inputs", by_time(frame))
 
 
 def _frozen(value: Any) -> Any:

@@ -431,12 +431,18 @@ def _verified_cut(handle: BinaryIO, target: int) -> tuple[int, int] | None:
     return None
 
 
-def _read_range(path: Path, start: int, stop: int) -> ColumnBuilder:
-    """Decode the whole events in bytes ``[start, stop)`` of a plain trace (a worker's part)."""
+def _read_range(path: Path, start: int, stop: int | None) -> tuple[ColumnBuilder, bytes]:
+    """Decode the whole events in bytes ``[start, stop)`` of a plain trace (a worker's part),
+    or from ``start`` to the end of the file when ``stop`` is None; the columns, and the text
+    after the event array (empty but for the last range)."""
     builder = ColumnBuilder(path)
-    with io.BufferedReader(_RangeReader(path, start, stop, b"]"), READ_CHUNK) as handle:
-        _TraceText(handle, path, builder, offset=start).read_all()  # type: ignore[arg-type]
-    return builder
+    raw = open_input(path) if stop is None else _RangeReader(path, start, stop, b"]")
+    with io.BufferedReader(raw, READ_CHUNK) as handle:  # type: ignore[arg-type]
+        if stop is None:
+            handle.seek(start)
+        text = _TraceText(handle, path, builder, offset=start)  # type: ignore[arg-type]
+        text.read_all()
+    return builder, text.suffix
 
 
 def _worker_context() -> multiprocessing.context.BaseContext:
@@ -457,13 +463,13 @@ def read_trace(path: Path) -> tuple[dict[str, Any], ColumnBuilder]:
         if len(ranges) < 2:
             text.read_all()
             return text.header(), builder
-        handle.seek(ranges[-1][0])
-        last = _TraceText(handle, path, ColumnBuilder(path), offset=ranges[-1][0])
-        last.prefix = text.prefix
-        with ProcessPoolExecutor(len(ranges) - 1, mp_context=_worker_context()) as pool:
-            parts = [pool.submit(_read_range, path, start, stop) for start, stop in ranges[:-1]]
-            last.read_all()
+        # Every range is read by a worker, this process only joins their columns: the garbage
+        # of decoding (freed structs and batches the allocator keeps) stays in the workers.
+        bounds = [*ranges[:-1], (ranges[-1][0], None)]
+        with ProcessPoolExecutor(len(ranges), mp_context=_worker_context()) as pool:
+            parts = [pool.submit(_read_range, path, start, stop) for start, stop in bounds]
             for part in parts:
-                builder.absorb(part.result())
-        builder.absorb(last._builder)
-        return last.header(), builder
+                other, text.suffix = part.result()
+                builder.absorb(other)
+                del other
+        return text.header(), builder
