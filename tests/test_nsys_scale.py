@@ -37,19 +37,28 @@ def test_launch_pairs_are_those_of_an_inner_merge(call_high: int) -> None:
         if call_high > 4000 else _keys(2, 4000, call_high)
     profile = _launched(keys, calls)
     assert unique_calls(profile) == (call_high > 4000)
-    left, right = launch_pairs(profile, "kernels")
+    left, right = _pairs(profile)
     merged = pd.DataFrame({"key": keys, "i": np.arange(len(keys))}).merge(
         pd.DataFrame({"key": calls, "j": np.arange(len(calls))}), on="key")
     assert len(left) == len(merged) > 50
     np.testing.assert_array_equal(left, merged["i"].to_numpy())
     np.testing.assert_array_equal(right, merged["j"].to_numpy())
-    some = np.arange(0, len(keys), 3)
-    sub_left, sub_right = launch_pairs(profile, "kernels", some)
+    some = np.arange(len(keys)) % 3 == 0
+    sub_left, sub_right = _pairs(profile, some)
     chosen = merged[merged["i"] % 3 == 0]
     np.testing.assert_array_equal(sub_left, chosen["i"].to_numpy())
     np.testing.assert_array_equal(sub_right, chosen["j"].to_numpy())
-    empty_left, empty_right = launch_pairs(_launched(keys, np.empty(0, np.int64)), "kernels")
+    empty_left, empty_right = _pairs(_launched(keys, np.empty(0, np.int64)))
     assert len(empty_left) == len(empty_right) == 0
+
+
+def _pairs(profile: Profile, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """launch_pairs of the kernels in blocks of 256 rows, joined."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(iv, "BLOCK_ROWS", 256)
+        blocks = list(launch_pairs(profile, "kernels", rows))
+    return (np.concatenate([left for left, _ in blocks] or [np.empty(0, np.int64)]),
+            np.concatenate([right for _, right in blocks] or [np.empty(0, np.int64)]))
 
 
 def test_launch_call_is_the_first_call_of_each_id() -> None:

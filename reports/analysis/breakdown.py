@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import numpy as np
+import pandas as pd
 
 from profreport import concepts
 from profreport.model import Profile
@@ -23,7 +24,10 @@ from profreport.reports.analysis.results import (
 )
 from profreport.reports.analysis.steps import StepWindows, dataloader_intervals
 
-Parts = Iterable[tuple[str, iv.Intervals]]
+#: A part's intervals, or a table whose rows' start/end are its intervals (merged into the
+#: claimed time row by row, never built into a union of their own).
+Part = iv.Intervals | pd.DataFrame
+Parts = Iterable[tuple[str, Part]]
 
 
 def claim(parts: Parts, windows: StepWindows) -> dict[str, np.ndarray]:
@@ -35,7 +39,8 @@ def claim(parts: Parts, windows: StepWindows) -> dict[str, np.ndarray]:
     before = np.zeros(windows.count, dtype=np.int64)
     out: dict[str, np.ndarray] = {}
     for name, part in parts:
-        claimed = iv.merge(claimed, part)
+        claimed = iv.merge(claimed, part) if isinstance(part, iv.Intervals) else \
+            iv.merge_rows(claimed, part["start"], part["end"])
         del part
         covered = np.asarray(iv.overlap_per_window(claimed, windows.starts, windows.ends),
                              np.int64)

@@ -114,6 +114,25 @@ def profiled_span(profile: Profile) -> iv.Intervals:
     return iv.union(np.array([first]), np.array([max(last, first + 1)]))
 
 
+def _longest_holes(holes: dict[int, iv.Intervals], count: int) -> list[tuple[int, int, int]]:
+    """The ``count`` longest of every device's ``holes`` as (device, start, length), longest
+    first, equal lengths in device then time order; each device's candidates are picked by
+    partition (those longer than its count-th longest, and the first ``count`` as long), not
+    by sorting them all."""
+    found = []
+    for order, (device, idle) in enumerate(holes.items()):
+        lengths = idle.ends - idle.starts
+        if len(lengths) > count:  # every hole as long as the count-th longest, ties and all
+            kth = np.partition(lengths, len(lengths) - count)[len(lengths) - count]
+            picked = np.concatenate([np.flatnonzero(lengths > kth),
+                                     np.flatnonzero(lengths == kth)[:count]])
+        else:
+            picked = np.arange(len(lengths))
+        found += [(-int(lengths[i]), order, int(i), device, int(idle.starts[i]))
+                  for i in picked.tolist()]
+    return [(device, start, -negative) for negative, _, _, device, start in sorted(found)[:count]]
+
+
 def gpu_utilization(profile: Profile, windows: StepWindows | None) -> GpuUtilization | None:
     """Busy share of each device over the step windows (the profiled span without steps), never
     over the device's own first and last event: a GPU that runs one 2 µs kernel in a 13 s step
@@ -122,30 +141,25 @@ def gpu_utilization(profile: Profile, windows: StepWindows | None) -> GpuUtiliza
     if not has_gpu_events(profile):
         return None
     span = windows.windows() if windows is not None else profiled_span(profile)
-    activity = {dev: iv.intersect(busy, span) for dev, busy in device_activity(profile).items()}
+    # The idle stretches of each device inside the span; what they leave of it is busy.
+    holes = {dev: iv.subtract(span, busy) for dev, busy in device_activity(profile).items()}
     span_ns = max(span.total, 1)
-    per_device = {dev: busy.total / span_ns for dev, busy in activity.items()}
-    window_ns = span_ns * len(activity)
-    busy_ns = sum(b.total for b in activity.values())
-    holes = [(dev, iv.subtract(span, b)) for dev, b in activity.items()]
-    frame = pd.DataFrame({
-        "device": np.concatenate([np.full(len(g), dev) for dev, g in holes]),
-        "start": np.concatenate([g.starts for _, g in holes]),
-        "duration": np.concatenate([g.ends - g.starts for _, g in holes]),
-    })
-    top = frame.nlargest(TOP_GAPS, "duration")
-    where = where_in_steps(top["start"].to_numpy(np.int64), windows)
-    largest = [IdleGap(int(d), int(s), int(n), w) for d, s, n, w in
-               zip(top["device"], top["start"], top["duration"], where, strict=True)]
+    busy = {dev: span.total - idle.total for dev, idle in holes.items()}
+    per_device = {dev: ns / span_ns for dev, ns in busy.items()}
+    window_ns = span_ns * len(holes)
+    busy_ns = sum(busy.values())
+    top = _longest_holes(holes, TOP_GAPS)
+    where = where_in_steps(np.array([start for _, start, _ in top], dtype=np.int64), windows)
+    largest = [IdleGap(d, s, n, w) for (d, s, n), w in zip(top, where, strict=True)]
+    long_gaps = sum(int((idle.ends - idle.starts > LONG_IDLE_GAP_NS).sum())
+                    for idle in holes.values())
     return GpuUtilization(origin=profile.kind, busy_fraction=busy_ns / max(window_ns, 1),
                           window_ns=window_ns, busy_ns=busy_ns, per_device=per_device,
-                          largest_gaps=largest,
-                          long_gap_count=int((frame["duration"] > LONG_IDLE_GAP_NS).sum()),
+                          largest_gaps=largest, long_gap_count=long_gaps,
                           long_gap_ns=LONG_IDLE_GAP_NS,
                           span="step windows" if windows is not None else "profiled span")
 
 
-@per_profile
 def compute_intervals(profile: Profile) -> iv.Intervals:
     """When compute kernels run (every kernel that is not communication); only the two time
     columns are taken, not a copy of the kernel table."""
@@ -172,7 +186,7 @@ def gpu_parts(profile: Profile, windows: StepWindows) -> Parts:
     yield "compute", compute_intervals(profile)
     yield "copy_memset", copy_memset_intervals(profile)
     yield "comm_exposed", comm_intervals(profile)
-    yield "host_runtime", iv.union_of([profile.table("runtime")])
+    yield "host_runtime", profile.table("runtime")
 
 
 def gpu_claims(profile: Profile, windows: StepWindows) -> dict[str, np.ndarray]:
@@ -206,30 +220,33 @@ def launch_stats(profile: Profile, windows: StepWindows) -> LaunchStats | None:
     """Kernels launched per step, share of short kernels, launch delay and CPU runtime time per
     step."""
     kernels = profile.table("kernels")
-    mine = np.flatnonzero(launch_steps(profile, "kernels", windows) >= 0)
-    if len(mine) == 0:
+    mine = launch_steps(profile, "kernels", windows) >= 0
+    count = int(mine.sum())
+    if count == 0:
         return None
-    kernel_starts = kernels["start"].to_numpy(np.int64)
-    duration = kernels["end"].to_numpy(np.int64)[mine]
-    duration -= kernel_starts[mine]  # in place, each figure taken before the next array is made
-    short_fraction = float((duration < SHORT_KERNEL_NS).mean())
-    kernel_ns = int(duration.sum())
-    del duration
+    short = kernel_ns = 0
+    for duration in iv.lengths(kernels["start"], kernels["end"], mine):
+        short += int((duration < SHORT_KERNEL_NS).sum())
+        kernel_ns += int(duration.sum())
+    short_fraction = short / count
     runtime = profile.table("runtime")
     starts = runtime["start"].to_numpy(np.int64)
     inside = (starts >= windows.first_ns) & (starts < windows.last_ns)
-    runtime_ns = int((runtime["end"].to_numpy(np.int64)[inside] - starts[inside]).sum())
+    runtime_ns = sum(int(ns.sum()) for ns in iv.lengths(starts, runtime["end"], inside))
     launches = inside & runtime["name"].isin(concepts.LAUNCH_APIS).to_numpy()
     del inside
-    kernel_at, call_at = launch_pairs(profile, "kernels", mine)
-    by_launch = launches[call_at]
-    delay = kernel_starts[kernel_at[by_launch]]
-    del kernel_at
-    delay -= starts[call_at[by_launch]]
-    return LaunchStats(origin=profile.kind, kernels_per_step=len(mine) / windows.count,
+    kernel_starts = kernels["start"].to_numpy(np.int64)
+    delays = []
+    for kernel_at, call_at in launch_pairs(profile, "kernels", mine):
+        by_launch = launches[call_at]
+        delay = kernel_starts[kernel_at[by_launch]]
+        delay -= starts[call_at[by_launch]]
+        delays.append(delay)
+    delay = np.concatenate(delays) if delays else np.empty(0, dtype=np.int64)
+    return LaunchStats(origin=profile.kind, kernels_per_step=count / windows.count,
                        short_kernel_fraction=short_fraction, short_kernel_ns=SHORT_KERNEL_NS,
-                       launch_delay_p50_ns=int(pd.Series(delay).median()) if len(delay)
-                       else None,
+                       launch_delay_p50_ns=int(np.median(delay, overwrite_input=True))
+                       if len(delay) else None,
                        runtime_ns_per_step=runtime_ns // windows.count,
                        gpu_kernel_ns_per_step=kernel_ns // windows.count)
 
@@ -268,10 +285,10 @@ def top_kernels(profile: Profile) -> list[TopItem]:
 def launched_in(profile: Profile, spans: iv.Intervals, table: str = "kernels") -> np.ndarray:
     """Which rows of a GPU table (kernels by default) a runtime call started inside ``spans``
     launched (joined on the correlation id)."""
-    row, call = launch_pairs(profile, table)
+    starts = profile.table("runtime")["start"].to_numpy(np.int64)
     launched = np.zeros(len(profile.table(table)), dtype=bool)
-    launched[row[iv.inside(spans, profile.table("runtime")["start"].to_numpy(np.int64)[call])]] \
-        = True
+    for row, call in launch_pairs(profile, table):
+        launched[row[iv.inside(spans, starts[call])]] = True
     return launched
 
 
@@ -355,16 +372,19 @@ def kernel_mix(profile: Profile, windows: StepWindows | None) -> KernelMix | Non
 def max_devices_per_process(profile: Profile) -> int:
     """Most GPUs whose kernels one process launched (kernels joined to runtime calls)."""
     kernels = profile.table("kernels")
-    kernel_at, call_at = launch_pairs(profile, "kernels")
-    if len(kernel_at) == 0:
+    pids, devices = profile.table("runtime")["pid"].to_numpy(), kernels["device"].to_numpy()
+    # Each device's launching processes (a few devices: a pass each per block, no table of
+    # every launch), then the devices each process launched on.
+    launchers: dict[int, set[int]] = {}
+    for kernel_at, call_at in launch_pairs(profile, "kernels"):
+        launched_on, launched_by = devices[kernel_at], pids[call_at]
+        for device in pd.unique(launched_on).tolist():
+            launchers.setdefault(device, set()).update(
+                pd.unique(launched_by[launched_on == device]).tolist())
+    if not launchers:
         return int(kernels["device"].nunique())
-    pids = profile.table("runtime")["pid"].to_numpy()[call_at]
-    devices = kernels["device"].to_numpy()[kernel_at]
-    del kernel_at, call_at
-    # Each device's launching processes, then the devices each process launched on (a few
-    # devices: one pass each, no table of every launch).
     per_pid: dict[int, int] = {}
-    for device in pd.unique(devices):
-        for pid in pd.unique(pids[devices == device]).tolist():
+    for launching in launchers.values():
+        for pid in launching:
             per_pid[pid] = per_pid.get(pid, 0) + 1
     return max(per_pid.values())

@@ -8,7 +8,7 @@ windows (step windows, the GPU window) without Python loops over rows.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,15 +49,18 @@ def union(starts: np.ndarray | pd.Series, ends: np.ndarray | pd.Series) -> Inter
     if not _ascending(s):  # tables come in start order: sort only when they are not
         order = np.argsort(s, kind="stable")
         s, e = s[order], e[order]
-    return _union_blocks((s[at:at + BLOCK_ROWS], e[at:at + BLOCK_ROWS])
-                         for at in range(0, len(s), BLOCK_ROWS))
+    return _union_blocks(((s[at:at + BLOCK_ROWS], e[at:at + BLOCK_ROWS])
+                          for at in range(0, len(s), BLOCK_ROWS)), len(s))
 
 
-def _union_blocks(blocks: Iterable[tuple[np.ndarray, np.ndarray]]) -> Intervals:
-    """The union of intervals given block after block, their starts ascending across blocks:
-    a cumulative max of the ends, carried from one block to the next."""
-    firsts: list[np.ndarray] = []
-    lasts: list[np.ndarray] = []
+def _union_blocks(blocks: Iterable[tuple[np.ndarray, np.ndarray]], rows: int) -> Intervals:
+    """The union of ``rows`` intervals given block after block, their starts ascending across
+    blocks: a cumulative max of the ends, carried from one block to the next. The merged
+    intervals are written into arrays sized for ``rows`` (their pages past the merged count are
+    never touched, so never resident) instead of being gathered and concatenated."""
+    merged_starts = np.empty(rows, dtype=np.int64)
+    merged_ends = np.empty(rows, dtype=np.int64)
+    count = 0  # merged intervals opened so far; the last one's end is not known yet
     reached = None
     for block_starts, block_ends in blocks:
         if len(block_starts) == 0:
@@ -71,22 +74,39 @@ def _union_blocks(blocks: Iterable[tuple[np.ndarray, np.ndarray]]) -> Intervals:
         new[0] = reached is None or block_starts[0] > reached
         np.greater(block_starts[1:], reach[:-1], out=new[1:])
         opened = np.flatnonzero(new)
-        firsts.append(block_starts[opened])
-        closed = reach[opened - 1]  # opened[0] == 0 reads reach[-1]: replaced below
+        merged_starts[count:count + len(opened)] = block_starts[opened]
+        closed = reach[opened - 1]  # opened[0] == 0 reads reach[-1]: the carried reach instead
         if len(opened) and opened[0] == 0:
-            closed[0] = reached if reached is not None else 0  # the first is dropped below
-        lasts.append(closed)
+            closed = closed[1:]
+            if count:
+                merged_ends[count - 1] = reached
+        merged_ends[count + len(opened) - 1 - len(closed):count + len(opened) - 1] = closed
+        count += len(opened)
         reached = int(reach[-1])
     if reached is None:
         return EMPTY
-    lasts.append(np.array([reached], dtype=np.int64))
-    merged_starts, merged_ends = np.concatenate(firsts), np.concatenate(lasts)[1:]
+    merged_ends[count - 1] = reached
+    merged_starts, merged_ends = merged_starts[:count], merged_ends[:count]
     # Empty intervals (end <= start) stay in until here: their end never reaches past a later
     # start, so they join no two intervals, and alone they make a group left out now.
     held = merged_ends > merged_starts
     if held.all():
         return Intervals(merged_starts, merged_ends)
     return Intervals(merged_starts[held], merged_ends[held])
+
+
+def lengths(starts: np.ndarray | pd.Series, ends: np.ndarray | pd.Series,
+            rows: np.ndarray) -> Iterator[np.ndarray]:
+    """The lengths of the ``rows`` (a mask) of a table's intervals, :data:`BLOCK_ROWS` rows at a
+    time (for sums and counts with no column-sized array)."""
+    s = np.asarray(starts, dtype=np.int64)
+    e = np.asarray(ends, dtype=np.int64)
+    for at in range(0, len(s), BLOCK_ROWS):
+        block = slice(at, at + BLOCK_ROWS)
+        chosen = rows[block]
+        length = e[block][chosen]
+        length -= s[block][chosen]
+        yield length
 
 
 def _ascending(values: np.ndarray) -> bool:
@@ -166,12 +186,29 @@ def merge(a: Intervals, b: Intervals) -> Intervals:
     stretch of time at a time (at most :data:`BLOCK_ROWS` of each's intervals)."""
     if len(a) == 0 or len(b) == 0:
         return b if len(a) == 0 else a
+    return _merged(a, b)
+
+
+def merge_rows(a: Intervals, starts: np.ndarray | pd.Series,
+               ends: np.ndarray | pd.Series) -> Intervals:
+    """Union of ``a`` and the intervals of a table's rows (they may overlap): when the rows come
+    in start order (tables do) they are merged into ``a`` as they are, without building their
+    own union first (17 M runtime calls are 17 M intervals of their own)."""
+    s = np.asarray(starts, dtype=np.int64)
+    e = np.asarray(ends, dtype=np.int64)
+    if len(a) == 0 or len(s) == 0 or not _ascending(s):
+        return merge(a, union(s, e))
+    return _merged(a, Intervals(s, e))
+
+
+def _merged(a: Intervals, b: Intervals) -> Intervals:
+    """:func:`merge` of two non-empty sets whose starts ascend (``b`` may overlap itself)."""
     bounds = np.unique(np.concatenate([a.starts[BLOCK_ROWS::BLOCK_ROWS],
                                        b.starts[BLOCK_ROWS::BLOCK_ROWS]]))
     cut_a = np.concatenate([[0], np.searchsorted(a.starts, bounds, side="left"), [len(a)]])
     cut_b = np.concatenate([[0], np.searchsorted(b.starts, bounds, side="left"), [len(b)]])
-    return _union_blocks(_interleaved(a, b, slice(*cut_a[k:k + 2]), slice(*cut_b[k:k + 2]))
-                         for k in range(len(cut_a) - 1))
+    return _union_blocks((_interleaved(a, b, slice(*cut_a[k:k + 2]), slice(*cut_b[k:k + 2]))
+                          for k in range(len(cut_a) - 1)), len(a) + len(b))
 
 
 def _interleaved(a: Intervals, b: Intervals, in_a: slice,

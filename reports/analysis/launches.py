@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import weakref
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from typing import Any, TypeVar
 
 import numpy as np
@@ -103,25 +103,29 @@ def launch_calls(profile: Profile, table: str) -> np.ndarray:
 
 
 def launch_pairs(profile: Profile, table: str, rows: np.ndarray | None = None
-                 ) -> tuple[np.ndarray, np.ndarray]:
-    """Every pair (row, runtime call) with the same correlation id, for the ``rows`` (positions;
-    all by default) of GPU table ``table``, in the order of an inner merge: by row, then by
-    call. Where ids repeat (several processes in one export) a row pairs with every call of its
-    id."""
+                 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Every pair (row, runtime call) with the same correlation id, for the ``rows`` (a mask;
+    all by default) of GPU table ``table``, in the order of an inner merge (by row, then by
+    call), a block of :data:`intervals.BLOCK_ROWS` rows at a time. Where ids repeat (several
+    processes in one export) a row pairs with every call of its id."""
     calls = launch_calls(profile, table)
-    if rows is not None:
-        calls = calls[rows]
-    if unique_calls(profile):
-        found = np.flatnonzero(calls >= 0)
-        return (found if rows is None else rows[found]), calls[found]
-    del calls
-    order, ordered = _by_correlation(profile)
-    keys = profile.table(table)["correlation"].to_numpy()
-    if rows is not None:
-        keys = keys[rows]
-    at, row = iv.ranges_of(np.searchsorted(ordered, keys, side="left"),
-                           np.searchsorted(ordered, keys, side="right"))
-    return (row if rows is None else rows[row]), order[at]
+    unique = unique_calls(profile)
+    if not unique:
+        order, ordered = _by_correlation(profile)
+        ids = profile.table(table)["correlation"].to_numpy()
+    for at in range(0, len(calls), iv.BLOCK_ROWS):
+        block = slice(at, at + iv.BLOCK_ROWS)
+        chosen = calls[block] >= 0
+        if rows is not None:
+            chosen &= rows[block]
+        found = np.flatnonzero(chosen)
+        if unique:
+            yield found + at, calls[block][found]
+            continue
+        keys = ids[block][found]
+        pair, row = iv.ranges_of(np.searchsorted(ordered, keys, side="left"),
+                                 np.searchsorted(ordered, keys, side="right"))
+        yield found[row] + at, order[pair]
 
 
 def launch_times(profile: Profile, table: str, rows: np.ndarray | slice = slice(None)
