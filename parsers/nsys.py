@@ -681,7 +681,9 @@ class _Growing:
         if self.array is None:
             self.array = np.empty(max(len(part) * self.parts * 9 // 8, 1), dtype=part.dtype)
         elif np.promote_types(self.array.dtype, part.dtype) != self.array.dtype:
-            self.array = self.array.astype(np.promote_types(self.array.dtype, part.dtype))
+            wider = np.empty(len(self.array), np.promote_types(self.array.dtype, part.dtype))
+            wider[: self.size] = self.array[: self.size]  # the room beyond stays untouched
+            self.array = wider
         end = self.size + len(part)
         if end > len(self.array):
             self.array.resize(max(end, len(self.array) * 3 // 2), refcheck=False)
