@@ -581,3 +581,23 @@ def test_two_processes_keep_their_own_launches(exports: dict[str, Path],
     through_sql = nsys.parse(path)
     for name in ("kernels", "runtime", "memcpy", "memset", "sync"):
         pd.testing.assert_frame_equal(profile.table(name), through_sql.table(name))
+
+
+def test_id_columns_take_the_narrowest_dtype_that_holds_them(profiles: dict[str, Profile]
+                                                              ) -> None:
+    """conform narrows device, stream, correlation, pid and tid to the least signed width
+    that holds their values, -1 (unknown) included, and keeps the values; times stay int64."""
+    from profreport.model import conform
+
+    frame = pd.DataFrame({"start": [0, 5], "end": [1, 2**40], "device": [-1, 7],
+                          "stream": [-1, 300], "correlation": [-1, 2**31],
+                          "name": ["a", "b"], "short_name": ["a", "b"], "is_comm": [False] * 2})
+    kernels = conform("kernels", frame)
+    assert dict(kernels.dtypes.astype(str)) == {
+        "start": "int64", "end": "int64", "device": "int8", "stream": "int16",
+        "correlation": "int64", "name": "object", "short_name": "object", "is_comm": "bool"}
+    assert kernels["correlation"].tolist() == [-1, 2**31]
+    assert conform("kernels", frame.iloc[:0])["device"].dtype == "int64"  # nothing to narrow
+    read = profiles["sc22_4gpu_baseline"]
+    assert str(read.table("kernels")["correlation"].dtype) == "int32"
+    assert str(read.table("runtime")["tid"].dtype) == "int32"
