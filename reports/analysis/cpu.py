@@ -12,6 +12,7 @@ import pandas as pd
 from profreport import concepts
 from profreport.model import Profile
 from profreport.reports.analysis import intervals as iv
+from profreport.reports.analysis.kept import classified, table_name_codes
 from profreport.reports.analysis.results import CpuOpMix, TopItem
 from profreport.reports.analysis.steps import StepWindows, in_windows
 from profreport.reports.analysis.top import TOP_OPS, ranked
@@ -23,12 +24,16 @@ def framework_ops(profile: Profile) -> pd.DataFrame:
     return ops[concepts.is_framework_op(ops["name"]).to_numpy()]
 
 
+#: The tables of spans on the CPU: framework ops and annotated ranges (NVTX, user annotations).
+SPAN_TABLES = ("cpu_ops", "ranges")
+
+
 def spans_where(profile: Profile, classify) -> pd.DataFrame:
     """Start and end of the CPU ops and annotated ranges that ``classify`` (a concepts
     predicate) selects: Kineto records ``Optimizer.step#...`` as a user annotation, i.e. a range,
     not a ``cpu_op``."""
-    frames = [table[classify(table["name"]).to_numpy()]
-              for table in (profile.table("cpu_ops"), profile.table("ranges"))]
+    frames = [profile.table(table)[classified(profile, table, classify)]
+              for table in SPAN_TABLES]
     return pd.concat([f[["start", "end", "name"]] for f in frames], ignore_index=True)
 
 
@@ -146,20 +151,24 @@ def cpu_op_mix(profile: Profile, windows: StepWindows) -> CpuOpMix | None:
                     slow_fallback_ops=[str(name) for name in by_name.index])
 
 
-def _span_names(profile: Profile) -> pd.Series:
-    """Names of every CPU op and annotated range."""
-    return pd.concat([profile.table("cpu_ops")["name"], profile.table("ranges")["name"]])
-
-
 def dataparallel_ops(profile: Profile) -> dict[str, int]:
     """Counts of nn.DataParallel's forward and its autograd functions among the CPU ops and
     annotated ranges."""
-    names = _span_names(profile)
-    mask = concepts.is_dataparallel_op(names) | concepts.is_dataparallel_forward(names)
-    hits = names[mask.to_numpy()].astype("string")
-    return {str(name): int(count) for name, count in hits.value_counts().sort_index().items()}
+    counts: dict[str, int] = {}
+    for table in SPAN_TABLES:
+        codes, distinct = table_name_codes(profile, table)
+        chosen = (concepts.is_dataparallel_op(distinct)
+                  | concepts.is_dataparallel_forward(distinct)).to_numpy(bool)
+        if not chosen.any():
+            continue
+        found = np.bincount(codes[codes >= 0], minlength=len(distinct))
+        for name, count in zip(distinct[chosen], found[chosen], strict=True):
+            if count:
+                counts[str(name)] = counts.get(str(name), 0) + int(count)
+    return dict(sorted(counts.items()))
 
 
 def ddp_forward_calls(profile: Profile) -> int:
     """How many DistributedDataParallel forward spans the profile holds."""
-    return int(concepts.is_ddp_forward(_span_names(profile)).sum())
+    return sum(int(classified(profile, table, concepts.is_ddp_forward).sum())
+               for table in SPAN_TABLES)

@@ -18,12 +18,8 @@ from profreport.model import Profile
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.breakdown import Parts, claim, make_breakdown
 from profreport.reports.analysis.cpu import spans_where
-from profreport.reports.analysis.launches import (
-    GPU_TABLES,
-    launch_pairs,
-    launch_steps,
-    per_profile,
-)
+from profreport.reports.analysis.kept import name_codes, per_profile
+from profreport.reports.analysis.launches import GPU_TABLES, launch_pairs, launch_steps
 from profreport.reports.analysis.results import (
     Breakdown,
     CopyStats,
@@ -307,15 +303,6 @@ def zero_grad_work_per_step(profile: Profile, windows: StepWindows | None) -> fl
         return None
     return sum(launched_in_steps(profile, table, launched_in(profile, spans, table), windows)
                for table in ("kernels", "memset")) / windows.count
-
-
-def name_codes(names: pd.Series) -> tuple[np.ndarray, pd.Series]:
-    """Each row's name as its position among the distinct names (-1 where it has none), and
-    those names: a categorical's own codes and categories (no pass over the rows)."""
-    if isinstance(names.dtype, pd.CategoricalDtype):
-        return names.cat.codes.to_numpy(), pd.Series(names.cat.categories, dtype=object)
-    codes, distinct = pd.factorize(names)
-    return codes, pd.Series(distinct, dtype=object)
 
 
 def ns_by_name(table: pd.DataFrame, rows: np.ndarray, codes: np.ndarray,

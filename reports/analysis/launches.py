@@ -3,54 +3,19 @@
 A GPU row and the runtime call that launched it carry the same correlation id. The metrics ask
 for this join of the same rows many times (a 10 M-kernel profile: launch times, steps, launch
 delays, the launching thread), so it is made once per profile and table and kept beside the
-profile (:func:`per_profile`) for as long as the profile lives.
+profile (:func:`kept.per_profile`) for as long as the profile lives.
 """
 
 from __future__ import annotations
 
-import functools
-import weakref
-from collections.abc import Callable, Hashable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Iterator
 
 import numpy as np
 
 from profreport.model import Profile
 from profreport.reports.analysis import intervals as iv
+from profreport.reports.analysis.kept import per_profile
 from profreport.reports.analysis.steps import StepWindows
-
-T = TypeVar("T")
-
-#: id(profile) -> (a weak reference to it, the ids of its tables when filled, its results).
-_KEPT: dict[int, tuple[weakref.ref, tuple[int, ...], dict[Hashable, Any]]] = {}
-
-
-def _kept(profile: Profile) -> dict[Hashable, Any]:
-    """The results kept for ``profile``: emptied when its tables are replaced, dropped when it
-    is garbage-collected."""
-    key, tables = id(profile), tuple(map(id, profile.tables.values()))
-    entry = _KEPT.get(key)
-    if entry is None or entry[0]() is not profile or entry[1] != tables:
-        entry = (weakref.ref(profile, lambda _, key=key: _KEPT.pop(key, None)), tables, {})
-        _KEPT[key] = entry
-    return entry[2]
-
-
-def per_profile(make: Callable[..., T]) -> Callable[..., T]:
-    """``make(profile, *args)`` computed once per profile and hashable ``args``, then kept while
-    the profile lives and its tables stay the same objects."""
-
-    @functools.wraps(make)
-    def kept(profile: Profile, *args: Hashable) -> T:
-        """The kept result, made on first use."""
-        results = _kept(profile)
-        key = (make, *args)
-        if key not in results:
-            results[key] = make(profile, *args)
-        return results[key]
-
-    return kept
-
 
 #: The tables of the GPU's activity, in the order their rows are taken.
 GPU_TABLES = ("kernels", "memcpy", "memset")

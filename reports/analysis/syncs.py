@@ -17,7 +17,8 @@ from profreport.model import Profile
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.cpu import self_time_ns
 from profreport.reports.analysis.gpu import device_activity, has_gpu_events
-from profreport.reports.analysis.launches import GPU_TABLES, launch_times, per_profile
+from profreport.reports.analysis.kept import per_profile
+from profreport.reports.analysis.launches import GPU_TABLES, launch_times
 from profreport.reports.analysis.results import IdleCauses, SyncCall, SyncStats, TopItem
 from profreport.reports.analysis.steps import StepWindows, dataloader_intervals
 from profreport.reports.analysis.top import ranked
