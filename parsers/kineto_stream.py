@@ -59,6 +59,10 @@ MAX_CUT_TRIES = 8
 PREFETCH_CHUNKS = 4
 # Plain text per parallel range: below this a worker process costs more than it saves.
 PARALLEL_MIN_BYTES = 32 << 20
+# Plain text per range beyond one range per core: each range's columns come back as one
+# message, held twice while it is unpickled, so ranges of this size keep that to tens of MB in
+# this process and the workers whatever the trace's size.
+RANGE_BYTES = 64 << 20
 # Text searched after a split target for a verified cut between two events.
 SPLIT_PROBE_BYTES = 4 << 20
 
@@ -397,13 +401,17 @@ def _open(path: Path) -> tuple[BinaryIO, bool]:
 
 
 def _parallel_ranges(path: Path, array_start: int, size: int) -> list[tuple[int, int]]:
-    """Byte ranges ``[start, stop)`` of whole events that split the event array, one per core.
+    """Byte ranges ``[start, stop)`` of whole events that split the event array: one per core,
+    or one per :data:`RANGE_BYTES` of text when that makes more (and each at least
+    :data:`PARALLEL_MIN_BYTES`).
 
     Each cut is a gap between two events verified by decoding the events after it; the last
-    range runs to the end of the file. A single range when the file is small or no cut holds.
+    range runs to the end of the file. A single range when the file is small, there is one
+    core, or no cut holds.
     """
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    count = min(cores or 1, (size - array_start) // PARALLEL_MIN_BYTES)
+    cores = _cores()
+    text = size - array_start
+    count = min(max(cores, text // RANGE_BYTES), text // PARALLEL_MIN_BYTES) if cores > 1 else 1
     cuts: list[tuple[int, int]] = []
     with open_input(path) as handle:
         for part in range(1, count):
@@ -413,6 +421,13 @@ def _parallel_ranges(path: Path, array_start: int, size: int) -> list[tuple[int,
     starts = [array_start] + [after for _, after in cuts]
     stops = [before for before, _ in cuts] + [size]
     return list(zip(starts, stops, strict=True))
+
+
+def _cores() -> int:
+    """The cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def _verified_cut(handle: BinaryIO, target: int) -> tuple[int, int] | None:
@@ -466,7 +481,8 @@ def read_trace(path: Path) -> tuple[dict[str, Any], ColumnBuilder]:
         # Every range is read by a worker, this process only joins their columns: the garbage
         # of decoding (freed structs and batches the allocator keeps) stays in the workers.
         bounds = [*ranges[:-1], (ranges[-1][0], None)]
-        with ProcessPoolExecutor(len(ranges), mp_context=_worker_context()) as pool:
+        with ProcessPoolExecutor(min(len(ranges), _cores()),
+                                 mp_context=_worker_context()) as pool:
             parts = [pool.submit(_read_range, path, start, stop) for start, stop in bounds]
             for part in parts:
                 other, text.suffix = part.result()
