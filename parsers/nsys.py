@@ -9,9 +9,10 @@ The export schema changes between Nsight Systems versions (2022.4 writes schema 
 ``META_DATA_CAPTURE`` and extra columns), so every table and column is looked up in
 ``sqlite_master`` and ``PRAGMA table_info`` first; a table the export lacks is left out.
 
-Kernel and runtime names are pandas categoricals (sorted categories, one integer code per row):
-an export holds millions of rows but a few hundred names, so the analysis classifies and groups
-each distinct name once instead of hashing a million strings per question.
+Kernel, runtime and NVTX range names (and range domains) are pandas categoricals (sorted
+categories, one integer code per row): an export holds millions of rows but a few hundred names,
+so the analysis classifies and groups each distinct name once instead of hashing a million
+strings per question.
 """
 
 from __future__ import annotations
@@ -107,9 +108,6 @@ SYNC_TYPE_CODES = {0: "UNKNOWN", 1: "EVENT_SYNCHRONIZE", 2: "STREAM_WAIT_EVENT",
 # (parsers/sqlite_pages.py); SQL otherwise.
 NATIVE_READER = True
 
-# Ids spanning at most this many values are made distinct through a lookup table (16 MiB of
-# flags); StringIds of real exports hold thousands to a few million strings.
-MAX_LOOKUP_IDS = 1 << 24
 
 # The id columns of GPU activity rows; a missing one becomes -1 (unknown).
 _GPU_IDS = ["device", "stream", "correlation"]
@@ -744,29 +742,6 @@ def _pid_tid(tids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return pids, tids
 
 
-def _distinct(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(ids, return_inverse=True)`` of small integer ids (StringIds row numbers,
-    -1 unknown) in one pass through a lookup table instead of a sort of millions of rows."""
-    if len(ids) == 0:
-        return np.empty(0, np.int64), np.empty(0, np.int64)
-    low, high = int(ids.min()), int(ids.max())
-    if high - low > MAX_LOOKUP_IDS:
-        distinct, codes = np.unique(ids, return_inverse=True)
-        return distinct, codes.ravel()
-    offset = ids - low
-    present = np.zeros(high - low + 1, dtype=bool)
-    present[offset] = True
-    codes = (np.cumsum(present, dtype=np.int32) - 1)[offset]
-    return np.flatnonzero(present) + low, codes
-
-
-def _strings_at(export: _Export, ids: np.ndarray) -> tuple[list[str | None], np.ndarray]:
-    """The distinct StringIds texts of ``ids`` (None where unknown), and each row's index
-    into them: every distinct id is looked up once."""
-    unique, codes = _distinct(ids)
-    return [export.strings.get(int(i)) for i in unique], codes
-
-
 def _objects(texts: list[str | None], codes: np.ndarray) -> pd.Series:
     """A column of Python strings (object dtype: no per-row copies) from distinct texts."""
     return pd.Series(np.array(texts, dtype=object)[codes], dtype=object)
@@ -1028,10 +1003,16 @@ def _sync(export: _Export) -> pd.DataFrame | None:
 _RANGE_COLUMNS = ["start", "end", "eventType", "text", "globalTid", "textId", "domainId"]
 
 
-def _range_part(values: dict[str, np.ndarray], kinds: dict[str, np.ndarray],
-                texts: dict[str, np.ndarray]) -> tuple[_Part, _Part]:
-    """One chunk of NVTX events: its ranges (times, pid, tid, text, textId and domainId) and
-    its domain-create events (domainId, pid, text)."""
+# A range's (domainId, pid) as one key: (domainId + 1) * _PID_KEYS + pid (pids take 24 bits).
+_PID_KEYS = 1 << _ID_SHIFT
+
+
+def _range_part(names: _Vocabulary, domains: _Vocabulary, values: dict[str, np.ndarray],
+                kinds: dict[str, np.ndarray], texts: dict[str, np.ndarray]
+                ) -> tuple[_Part, _Part]:
+    """One chunk of NVTX events: its ranges (times, pid, tid, the code of the name: its text,
+    else its textId, and of its (domainId, pid)) and its domain-create events (domainId, pid,
+    text)."""
     tids = np.where(kinds["globalTid"] == sqlite_pages.NULL, -1, values["globalTid"])
     pids = (tids >> _ID_SHIFT) & _ID_MASK
     has_text = kinds["text"] == sqlite_pages.TEXT
@@ -1042,44 +1023,35 @@ def _range_part(values: dict[str, np.ndarray], kinds: dict[str, np.ndarray],
     is_range = (np.isin(values["eventType"], NVTX_RANGE_TYPES)
                 & (kinds["eventType"] == sqlite_pages.INTEGER)
                 & (kinds["end"] != sqlite_pages.NULL) & (tids >= 0))
-    ranges, picked = _timed_part(values, kinds, {"textId": "text_id", "domainId": "domain_id"},
-                                 rows=is_range)
+    ranges, picked = _timed_part(values, kinds, {}, rows=is_range)
+    text_ids = _ids(values, kinds, "textId", picked).astype(object)
+    keys = np.where(has_text[picked], texts["text"][picked], text_ids)
+    domain_keys = ((_ids(values, kinds, "domainId", picked).astype(np.int64) + 1) * _PID_KEYS
+                   + pids[picked])
     ranges.columns.update({"pid": pids[picked], "tid": tids[picked] & _ID_MASK,
-                           "name": texts["text"][picked], "has_text": has_text[picked]})
+                           "name": names.codes(keys), "domain": domains.codes(domain_keys)})
     return ranges, creates
 
 
 def _native_ranges(export: _Export, table: str) -> pd.DataFrame | None:
-    """The NVTX ranges from the export's pages (as :func:`_ranges` selects them), or None."""
+    """The NVTX ranges from the export's pages (as :func:`_ranges` selects them), or None. Names
+    and domains are numbered while the chunks are decoded and named once each."""
     if not set(_RANGE_COLUMNS) <= export.columns(table):
         return None
-    parts = export.native_parts(table, _RANGE_COLUMNS, _range_part, texts=("text",))
+    names, domains = _Vocabulary(), _Vocabulary()
+    parts = export.native_parts(table, _RANGE_COLUMNS,
+                                functools.partial(_range_part, names, domains), texts=("text",))
     if parts is None:
         return None
     columns, creates = _counted(export, "ranges", parts[0]), parts[1].columns
     domain_of = _domain_names(creates)
-    names = columns.pop("name")
-    by_id = np.flatnonzero(~columns.pop("has_text"))
-    text_ids = columns.pop("text_id")
-    if len(by_id):  # no text: the name is the textId's string, else ""
-        found, codes = _strings_at(export, text_ids[by_id])
-        names[by_id] = np.array(["" if text is None else text for text in found],
-                                dtype=object)[codes]
-    domains = _domains_of(domain_of, columns.pop("domain_id"), columns["pid"])
-    return _native_table("ranges", {**columns, "name": names, "domain": domains})
-
-
-def _domains_of(domain_of: dict[tuple[int, int], str], domains: np.ndarray,
-                pids: np.ndarray) -> np.ndarray:
-    """Each row's domain name from its (domainId, pid) ("" when none was created), looked up
-    once per distinct pair."""
-    domain_codes, domain_ids = pd.factorize(domains)
-    pid_codes, pid_values = pd.factorize(pids)
-    pairs, codes = _distinct(domain_codes.astype(np.int64) * max(len(pid_values), 1)
-                             + pid_codes)
-    found = [domain_of.get((int(domain_ids[pair // len(pid_values)]),
-                            int(pid_values[pair % len(pid_values)])), "") for pair in pairs]
-    return np.array(found, dtype=object)[codes]
+    texts = [key if isinstance(key, str) else export.strings.get(key) or ""  # a textId
+             for key in names.in_order()]
+    domain_texts = [domain_of.get((key // _PID_KEYS - 1, key % _PID_KEYS), "")
+                    for key in domains.in_order()]
+    columns["name"] = _categories(texts, columns["name"])
+    columns["domain"] = _categories(domain_texts, columns["domain"])
+    return _native_table("ranges", columns)
 
 
 def _domain_names(creates: dict[str, np.ndarray]) -> dict[tuple[int, int], str]:
@@ -1116,7 +1088,8 @@ def _ranges(export: _Export) -> pd.DataFrame | None:
         f"AND d.pid = (t.globalTid >> {_ID_SHIFT}) & {_ID_MASK} "
         f"WHERE t.eventType IN ({range_types}) AND t.end IS NOT NULL "
         f"AND t.globalTid IS NOT NULL ORDER BY t.start")
-    return conform("ranges", _valid_rows(export, "ranges", frame))
+    return _categorical_names(conform("ranges", _valid_rows(export, "ranges", frame)),
+                              ("name", "domain"))
 
 
 def _osrt(export: _Export) -> pd.DataFrame | None:

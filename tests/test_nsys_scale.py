@@ -124,12 +124,14 @@ def test_interval_arithmetic_matches_a_plain_grid() -> None:
         np.testing.assert_array_equal(_covered(again), np.isin(np.arange(500), a.ends - 1))
 
 
-def test_distinct_ids_are_those_of_numpy_unique(monkeypatch: pytest.MonkeyPatch) -> None:
-    ids = np.random.default_rng(5).integers(-1, 5000, 20_000)
-    for limit in (nsys.MAX_LOOKUP_IDS, 100):  # lookup table, and the sort past the limit
-        monkeypatch.setattr(nsys, "MAX_LOOKUP_IDS", limit)
-        distinct, codes = nsys._distinct(ids)
-        expected, inverse = np.unique(ids, return_inverse=True)
-        np.testing.assert_array_equal(distinct, expected)
-        np.testing.assert_array_equal(codes, inverse)
-        np.testing.assert_array_equal(distinct[codes], ids)
+def test_vocabulary_numbers_keys_across_chunks_and_threads() -> None:
+    """Chunks coded by four threads at once: every key gets one code, each code names its key."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    keys = np.random.default_rng(5).integers(-1, 5000, 20_000)
+    vocabulary = nsys._Vocabulary()
+    with ThreadPoolExecutor(4) as pool:
+        codes = list(pool.map(vocabulary.codes, np.array_split(keys, 40)))
+    numbered = np.array(vocabulary.in_order())
+    np.testing.assert_array_equal(numbered[np.concatenate(codes)], keys)
+    assert sorted(numbered.tolist()) == np.unique(keys).tolist()
