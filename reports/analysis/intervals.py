@@ -46,7 +46,7 @@ def union(starts: np.ndarray | pd.Series, ends: np.ndarray | pd.Series) -> Inter
     block (:data:`BLOCK_ROWS` rows)."""
     s = np.asarray(starts, dtype=np.int64)
     e = np.asarray(ends, dtype=np.int64)
-    if not _ascending(s):  # tables come in start order: sort only when they are not
+    if not ascending(s):  # tables come in start order: sort only when they are not
         order = np.argsort(s, kind="stable")
         s, e = s[order], e[order]
     return _union_blocks(((s[at:at + BLOCK_ROWS], e[at:at + BLOCK_ROWS])
@@ -109,7 +109,7 @@ def lengths(starts: np.ndarray | pd.Series, ends: np.ndarray | pd.Series,
         yield length
 
 
-def _ascending(values: np.ndarray) -> bool:
+def ascending(values: np.ndarray) -> bool:
     """Whether ``values`` never decrease (checked block by block, no column-sized mask)."""
     last = len(values) - 1
     return not any((values[at + 1:stop + 1] < values[at:stop]).any()
@@ -196,7 +196,7 @@ def merge_rows(a: Intervals, starts: np.ndarray | pd.Series,
     own union first (17 M runtime calls are 17 M intervals of their own)."""
     s = np.asarray(starts, dtype=np.int64)
     e = np.asarray(ends, dtype=np.int64)
-    if len(a) == 0 or len(s) == 0 or not _ascending(s):
+    if len(a) == 0 or len(s) == 0 or not ascending(s):
         return merge(a, union(s, e))
     return _merged(a, Intervals(s, e))
 

@@ -9,6 +9,8 @@ teardown ``cudaDeviceSynchronize``) are reported apart.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -78,71 +80,94 @@ def sync_stats(profile: Profile, windows: StepWindows) -> SyncStats | None:
                      outside_calls=len(outside), outside_ns=int(outside["ns"].sum()))
 
 
-def _gaps_of(profile: Profile, windows: StepWindows) -> pd.DataFrame:
-    """Idle gaps of each device inside the step windows, with the launch time of the work that
-    ends each gap (NaN when the gap ends at the window's end)."""
-    frames = []
-    for device, busy in device_activity(profile).items():
-        holes = iv.subtract(windows.windows(), busy)
-        frames.append(pd.DataFrame({"device": device, "start": holes.starts, "end": holes.ends,
-                                    "launched": _launch_of_work_at(profile, device, holes.ends)}))
-    return pd.concat(frames, ignore_index=True)
+@dataclass(frozen=True)
+class _Work:
+    """One GPU table's rows of one device, by start: to find the work that starts at a time."""
+
+    table: str
+    #: The device's rows of the table (None: every row is the device's).
+    rows: np.ndarray | None
+    #: Their stable order by start (None: they come in start order).
+    order: np.ndarray | None
+    #: Their starts in that order.
+    starts: np.ndarray
 
 
-def _launch_of_work_at(profile: Profile, device: int, times: np.ndarray) -> np.ndarray:
-    """For each time, the launch time of the first GPU row of ``device`` (kernels, then copies,
-    then memsets; each in row order) that starts exactly then; NaN where none does."""
-    out = np.full(len(times), np.nan)
-    pending = np.ones(len(times), dtype=bool)
+def _work_of(profile: Profile, device: int) -> list[_Work]:
+    """The device's rows of each GPU table that has any (kernels, copies, memsets)."""
+    found = []
     for name in GPU_TABLES:
         table = profile.table(name)
-        if table.empty or not pending.any():
-            continue
         devices = table["device"].to_numpy()
         rows = np.flatnonzero(devices == device) if (devices != device).any() else None
         starts = table["start"].to_numpy(np.int64)
         if rows is not None:
             starts = starts[rows]
-        order = None if (starts[1:] >= starts[:-1]).all() else np.argsort(starts, kind="stable")
-        ordered = starts if order is None else starts[order]
-        at = np.minimum(np.searchsorted(ordered, times, side="left"), len(ordered) - 1)
-        found = pending & (ordered[at] == times)
-        row = at[found] if order is None else order[at[found]]
-        out[found] = launch_times(profile, name, row if rows is None else rows[row])
+        if len(starts) == 0:
+            continue
+        order = None if iv.ascending(starts) else np.argsort(starts, kind="stable")
+        found.append(_Work(name, rows, order, starts if order is None else starts[order]))
+    return found
+
+
+def _launch_of_work_at(profile: Profile, work: list[_Work], times: np.ndarray) -> np.ndarray:
+    """For each time, the launch time of the first row of ``work`` (kernels, then copies, then
+    memsets; each in row order) that starts exactly then; NaN where none does."""
+    out = np.full(len(times), np.nan)
+    pending = np.ones(len(times), dtype=bool)
+    for rows in work:
+        at = np.minimum(np.searchsorted(rows.starts, times, side="left"), len(rows.starts) - 1)
+        found = pending & (rows.starts[at] == times)
+        row = at[found] if rows.order is None else rows.order[at[found]]
+        out[found] = launch_times(profile, rows.table, row if rows.rows is None
+                                  else rows.rows[row])
         pending &= ~found
     return out
 
 
-def _mostly(covering: iv.Intervals, gaps: pd.DataFrame) -> np.ndarray:
-    """Whether ``covering`` covers more than half of each gap."""
-    starts, ends = gaps["start"].to_numpy(np.int64), gaps["end"].to_numpy(np.int64)
+def _mostly(covering: iv.Intervals, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Whether ``covering`` covers more than half of each gap ``[starts, ends)``."""
     return 2 * iv.overlap_per_window(covering, starts, ends) > ends - starts
 
 
 def idle_causes(profile: Profile, windows: StepWindows) -> IdleCauses | None:
     """What each device's idle time inside the step windows waits for (see IdleCauses), summed
-    over devices, per step."""
+    over devices, per step. The gaps are judged a block at a time (a GPU kept busy by 10 M
+    kernels has millions of short ones)."""
     if not has_gpu_events(profile):
         return None
-    gaps = _gaps_of(profile, windows)
-    data = _mostly(dataloader_intervals(profile, windows), gaps)
+    loader = dataloader_intervals(profile, windows)
     blocked = iv.union_of([blocking(profile)])
-    starts = gaps["start"].to_numpy(np.int64)
-    began_blocked = iv.overlap_per_window(blocked, starts - 1, starts) > 0
-    sync = ~data & (began_blocked | _mostly(blocked, gaps))
-    launch = ~data & ~sync & (gaps["launched"] >= gaps["start"]).to_numpy()
-    length = (gaps["end"] - gaps["start"]).to_numpy(np.int64)
-    masks = {"data": data, "sync": sync, "launch": launch,
-             "unexplained": ~(data | sync | launch)}
-    waited = iv.union(gaps["start"][launch], gaps["end"][launch])
+    idle = dict.fromkeys(IDLE_CAUSES, 0)
+    waits: list[tuple[np.ndarray, np.ndarray]] = []
+    longest = (0, 0, 0)  # length, start and end of the longest launch wait (the first of equals)
+    for device, busy in device_activity(profile).items():
+        holes = iv.subtract(windows.windows(), busy)
+        work = _work_of(profile, device)
+        for at in range(0, len(holes), iv.BLOCK_ROWS):
+            starts = holes.starts[at:at + iv.BLOCK_ROWS]
+            ends = holes.ends[at:at + iv.BLOCK_ROWS]
+            data = _mostly(loader, starts, ends)
+            began_blocked = iv.overlap_per_window(blocked, starts - 1, starts) > 0
+            sync = ~data & (began_blocked | _mostly(blocked, starts, ends))
+            # Waiting for the launch: the work that ends the gap was launched during it.
+            launch = ~data & ~sync & (_launch_of_work_at(profile, work, ends) >= starts)
+            length = ends - starts
+            for cause, mask in (("data", data), ("sync", sync), ("launch", launch),
+                                ("unexplained", ~(data | sync | launch))):
+                idle[cause] += int(length[mask].sum())
+            waits.append((starts[launch], ends[launch]))
+            if launch.any():
+                at_most = int(np.argmax(np.where(launch, length, -1)))
+                if length[at_most] > longest[0]:
+                    longest = (int(length[at_most]), int(starts[at_most]), int(ends[at_most]))
+    waited = iv.union(np.concatenate([w[0] for w in waits] or [np.empty(0, np.int64)]),
+                      np.concatenate([w[1] for w in waits] or [np.empty(0, np.int64)]))
     ops, outside = _cpu_in(profile, waited, windows.count)
-    longest = int(np.argmax(np.where(launch, length, -1))) if launch.any() else None
     return IdleCauses(origin=profile.kind, step_ns=windows.total_ns // max(windows.count, 1),
-                      idle_ns_per_step={cause: int(length[masks[cause]].sum()) // windows.count
-                                        for cause in IDLE_CAUSES},
+                      idle_ns_per_step={cause: ns // windows.count for cause, ns in idle.items()},
                       launch_wait_ops=ops, launch_wait_outside_ops_ns=outside,
-                      longest_launch_wait=None if longest is None else
-                      (int(gaps["start"].iloc[longest]), int(gaps["end"].iloc[longest])))
+                      longest_launch_wait=longest[1:] if longest[0] else None)
 
 
 def _cpu_in(profile: Profile, waited: iv.Intervals, steps: int) -> tuple[list[TopItem], int]:
