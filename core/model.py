@@ -2,7 +2,10 @@
 
 All times are integer nanoseconds (``int64``) on the clock of the profile they came from; a
 table's ``start``/``end`` columns are comparable with every other table of the same profile.
-Converting to milliseconds or seconds happens only when something is displayed.
+Converting to milliseconds or seconds happens only when something is displayed. Id columns take
+the narrowest signed integer dtype that holds them (:data:`ID_COLUMNS`), and a name column may
+be a pandas categorical (the nsys parser's kernel, runtime and range names): a few hundred
+distinct names over millions of rows.
 
 Tables (a parser leaves out what its format cannot hold; :meth:`Profile.table` then returns an
 empty frame with the right columns):

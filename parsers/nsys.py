@@ -107,6 +107,9 @@ SYNC_TYPE_CODES = {0: "UNKNOWN", 1: "EVENT_SYNCHRONIZE", 2: "STREAM_WAIT_EVENT",
 # Read the activity tables (kernels, runtime, copies, memsets, syncs) from the SQLite pages
 # (parsers/sqlite_pages.py); SQL otherwise.
 NATIVE_READER = True
+# Threads decoding an export's pages at most: numpy releases the GIL only inside its calls, so
+# past a few threads they wait for it more than they decode, and each keeps two chunks in hand.
+PAGE_THREADS = 4
 
 
 # The id columns of GPU activity rows; a missing one becomes -1 (unknown).
@@ -465,7 +468,7 @@ class _Export:
             try:
                 leaves = reader.leaf_pages(int(root[0]))
                 return _joined(reader.reduced(leaves, wanted, text_columns, named,
-                                              threads=available_cpus()),
+                                              threads=min(available_cpus(), PAGE_THREADS)),
                                sqlite_pages.chunk_count(leaves))
             finally:
                 reader.close()
