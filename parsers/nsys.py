@@ -606,7 +606,8 @@ def _gpu_ids(values: dict[str, np.ndarray], kinds: dict[str, np.ndarray]
     when the chunk holds ``globalPid``), and which rows were kept."""
     kept, picked = _timed_part(values, kinds, _GPU_ID_COLUMNS)
     if "globalPid" in values:
-        pids = (_ids(values, kinds, "globalPid", picked).astype(np.int64) >> _ID_SHIFT) & _ID_MASK
+        global_pids = _ids(values, kinds, "globalPid", picked).astype(np.int64)
+        pids = np.where(global_pids < 0, -1, (global_pids >> _ID_SHIFT) & _ID_MASK)
         kept.columns["correlation"] = _qualified(kept.columns["correlation"], pids)
     return kept, picked
 
