@@ -77,7 +77,7 @@ DEVICE_LIST_KEYS = ("deviceProperties", "computeProperties")
 #: Where the rows of the ``steps`` table came from, for each way of finding them.
 STEP_ORIGINS = ("ProfilerStep", "optimizer", "repeated op")
 #: The stores (:data:`kineto_columns.GROUPS`) the device-side tables and API calls are built from.
-DEVICE_GROUPS = ("kernel", "accelerator", "memcpy", "memset", "sync", "runtime")
+DEVICE_GROUPS = frozenset({"kernel", "accelerator", "memcpy", "memset", "sync", "runtime"})
 
 
 def _check_schema_version(header: dict[str, Any], path: Path) -> None:
@@ -152,12 +152,19 @@ class _Tables:
         return correlation
 
     def device_tables(self) -> dict[str, pd.DataFrame]:
-        """The device-side tables and the API calls; their columns are released afterwards, so
-        that they are not held while the (larger) CPU-side tables are built."""
-        out = {"kernels": self.kernels(), "memcpy": self.memcpy(), "memset": self.memset(),
-               "sync": self.sync(), "runtime": self.runtime()}
-        self.release(DEVICE_GROUPS)
-        self.flows = self.flows.iloc[:0]
+        """The device-side tables and the API calls, each group's columns freed (and the memory
+        given back) as soon as the last table that reads them is built."""
+        out = {}
+        for table, build, done in (("kernels", self.kernels, ("kernel",)),
+                                   ("memcpy", self.memcpy, ("memcpy",)),
+                                   ("memset", self.memset, ("memset",)),
+                                   ("sync", self.sync, ("sync", "accelerator")),
+                                   ("runtime", self.runtime, ("runtime",))):
+            out[table] = build()
+            self.release(done)
+            if table == "sync":  # the last table whose correlations may come from flows
+                self.flows = self.flows.iloc[:0]
+            _give_back_freed_memory()
         return out
 
     def cpu_ops(self) -> pd.DataFrame:
@@ -420,19 +427,21 @@ def parse(path: Path) -> Profile:
     dialect = _dialect(builder.cats)
     distributed = _distributed(header, builder.dropped)
     tables = _Tables(builder)
-    device = tables.device_tables()
+    # The operators' tables first (the largest), while the device work is still held compact.
     ranges = tables.ranges()
     steps, step_span = tables.steps(ranges)
     loader = tables.dataloader()
+    collectives = tables.cpu_collectives()
+    cpu_ops = tables.cpu_ops()
+    tables.release(tuple(name for name in tables.stores if name not in DEVICE_GROUPS))
+    _give_back_freed_memory()
+    device = tables.device_tables()
     meta = _meta(header, dialect, distributed)
     meta.dropped = dict(builder.dropped)
     meta.notes = [f"{count:,} records dropped: {reason}"
                   for reason, count in sorted(meta.dropped.items()) if count]
     meta.step_span, meta.events = step_span, builder.events
     meta.dataloader = _dataloader_meta(loader)
-    collectives = tables.cpu_collectives()
-    cpu_ops = tables.cpu_ops()
-    tables.release(tuple(tables.stores))
     frames = {
         **device, "ranges": ranges,
         "cpu_ops": cpu_ops, "steps": steps, "dataloader": loader,
