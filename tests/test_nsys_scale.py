@@ -13,6 +13,7 @@ import pytest
 from profreport.model import Profile
 from profreport.parsers import nsys
 from profreport.reports.analysis import intervals as iv
+from profreport.reports.analysis.gpu import top_kernels
 from profreport.reports.analysis.launches import launch_calls, launch_pairs, unique_calls
 
 
@@ -30,13 +31,17 @@ def _launched(kernel_ids: np.ndarray, call_ids: np.ndarray) -> Profile:
                                  "start": np.arange(len(call_ids), dtype=np.int64)})})
 
 
-@pytest.mark.parametrize("call_high", [3000, 100_000], ids=["repeated ids", "unique ids"])
-def test_launch_pairs_are_those_of_an_inner_merge(call_high: int) -> None:
+@pytest.mark.parametrize("ids", ["repeated", "unique and sparse", "unique and dense"])
+def test_launch_pairs_are_those_of_an_inner_merge(ids: str) -> None:
+    """Every join path: repeated ids (sorted calls, every pair), unique ids spread wide (sorted
+    calls) and unique ids close together (a table indexed by id)."""
     keys = _keys(1, 5000, 3000)
-    calls = np.random.default_rng(2).choice(np.arange(-1, call_high), 4000, replace=False) \
-        if call_high > 4000 else _keys(2, 4000, call_high)
+    rng = np.random.default_rng(2)
+    calls = {"repeated": _keys(2, 4000, 3000),
+             "unique and sparse": rng.choice(np.arange(-1, 100_000), 4000, replace=False),
+             "unique and dense": rng.permutation(np.arange(-1, 3999))}[ids]
     profile = _launched(keys, calls)
-    assert unique_calls(profile) == (call_high > 4000)
+    assert unique_calls(profile) == (ids != "repeated")
     left, right = _pairs(profile)
     merged = pd.DataFrame({"key": keys, "i": np.arange(len(keys))}).merge(
         pd.DataFrame({"key": calls, "j": np.arange(len(calls))}), on="key")
@@ -135,3 +140,27 @@ def test_vocabulary_numbers_keys_across_chunks_and_threads() -> None:
     numbered = np.array(vocabulary.in_order())
     np.testing.assert_array_equal(numbered[np.concatenate(codes)], keys)
     assert sorted(numbered.tolist()) == np.unique(keys).tolist()
+
+
+@pytest.mark.parametrize("categorical", [True, False], ids=["nsys names", "Kineto names"])
+def test_top_kernels_rank_as_a_grouping_by_name(categorical: bool) -> None:
+    """Top kernels summed per name code in blocks rank as pandas' grouping does: most time,
+    then most calls, then the name seen first (ties made on purpose: durations of 1-3 ns)."""
+    rng = np.random.default_rng(7)
+    names = pd.Series(rng.choice([f"k{i}" for i in range(25)] + [None], 3000))
+    starts = np.sort(rng.integers(0, 10**6, 3000))
+    kernels = pd.DataFrame({"start": starts, "end": starts + rng.integers(1, 4, 3000),
+                            "name": names.astype("category") if categorical else names,
+                            "is_comm": rng.random(3000) < 0.1})
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(iv, "BLOCK_ROWS", 256)
+        top = top_kernels(Profile(Path("hand-built"), "nsys", tables={"kernels": kernels}))
+    spans = kernels.assign(ns=kernels["end"] - kernels["start"])
+    grouped = (spans.groupby("name", sort=False, observed=True)
+               .agg(sum=("ns", "sum"), count=("ns", "size"))
+               .sort_values(["sum", "count"], ascending=False).head(10))
+    comm = set(kernels.loc[kernels["is_comm"], "name"])
+    assert [(t.name, t.total_ns, t.count, t.is_comm) for t in top] == [
+        (str(name), int(row["sum"]), int(row["count"]), name in comm)
+        for name, row in grouped.iterrows()]
+    assert top[0].share == grouped["sum"].iloc[0] / spans["ns"].sum()

@@ -8,7 +8,6 @@ memsets are their own categories.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -34,7 +33,7 @@ from profreport.reports.analysis.steps import (
     dataloader_intervals,
     where_in_steps,
 )
-from profreport.reports.analysis.top import TOP_KERNELS, top_items
+from profreport.reports.analysis.top import TOP_KERNELS
 
 #: An idle GPU gap longer than this is a stall, not launch jitter: the sc22 tutorial reads its
 #: 500 ms gaps as the GPU waiting for the DataLoader between iterations.
@@ -160,9 +159,7 @@ def compute_intervals(profile: Profile) -> iv.Intervals:
     """When compute kernels run (every kernel that is not communication); only the two time
     columns are taken, not a copy of the kernel table."""
     kernels = profile.table("kernels")
-    compute = ~kernels["is_comm"].to_numpy(bool)
-    return iv.union(kernels["start"].to_numpy(np.int64)[compute],
-                    kernels["end"].to_numpy(np.int64)[compute])
+    return iv.union(kernels["start"], kernels["end"], ~kernels["is_comm"].to_numpy(bool))
 
 
 def copy_memset_intervals(profile: Profile) -> iv.Intervals:
@@ -271,11 +268,28 @@ def copy_stats(profile: Profile) -> CopyStats | None:
 
 def top_kernels(profile: Profile) -> list[TopItem]:
     """Kernels by total GPU time (grouped by full name), share of all kernel time, each marked
-    communication or not."""
+    communication or not: summed per name code a block at a time, no copy of the table."""
     kernels = profile.table("kernels")
-    top = top_items(kernels, "name", TOP_KERNELS, int((kernels["end"] - kernels["start"]).sum()))
-    comm = set(kernels.loc[kernels["is_comm"], "name"])
-    return [replace(item, is_comm=item.name in comm) for item in top]
+    codes, distinct = name_codes(kernels["name"])
+    ns = ns_by_name(kernels, np.ones(len(kernels), dtype=bool), codes, len(distinct))
+    count = np.zeros(len(distinct) + 1, dtype=np.int64)
+    first = np.full(len(distinct) + 1, len(kernels), dtype=np.int64)  # each name's first row
+    comm = np.zeros(len(distinct) + 1, dtype=bool)
+    is_comm = kernels["is_comm"].to_numpy(bool)
+    for at in range(0, len(kernels), iv.BLOCK_ROWS):
+        block = codes[at:at + iv.BLOCK_ROWS]
+        np.add.at(count, block, 1)
+        named, where = np.unique(block, return_index=True)
+        first[named] = np.minimum(first[named], where + at)
+        comm[block[is_comm[at:at + iv.BLOCK_ROWS]]] = True
+    # Most time first, then most calls, then the name seen first (a stable sort of the names
+    # in the order they appear, as a grouping by name would list them); the unnamed slot left out.
+    ranking = sorted(np.flatnonzero(count[:-1]).tolist(),
+                     key=lambda code: (-ns[code], -count[code], first[code]))[:TOP_KERNELS]
+    total = max(int(ns.sum()), 1)
+    return [TopItem(name=str(distinct[code]), total_ns=int(ns[code]), count=int(count[code]),
+                    share=float(ns[code]) / total, is_comm=bool(comm[code]))
+            for code in ranking]
 
 
 def launched_in(profile: Profile, spans: iv.Intervals, table: str = "kernels") -> np.ndarray:

@@ -41,16 +41,23 @@ EMPTY = Intervals(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
 BLOCK_ROWS = 1 << 18
 
 
-def union(starts: np.ndarray | pd.Series, ends: np.ndarray | pd.Series) -> Intervals:
-    """Merge possibly overlapping intervals into disjoint ones (sort + cumulative max), block by
-    block (:data:`BLOCK_ROWS` rows)."""
+def union(starts: np.ndarray | pd.Series, ends: np.ndarray | pd.Series,
+          rows: np.ndarray | None = None) -> Intervals:
+    """Merge possibly overlapping intervals (the ``rows`` of them a mask selects; all by
+    default) into disjoint ones (sort + cumulative max), block by block (:data:`BLOCK_ROWS`
+    rows): a table in start order is read in place, its chosen rows never copied out whole."""
     s = np.asarray(starts, dtype=np.int64)
     e = np.asarray(ends, dtype=np.int64)
     if not ascending(s):  # tables come in start order: sort only when they are not
+        if rows is not None:
+            s, e, rows = s[rows], e[rows], None
         order = np.argsort(s, kind="stable")
         s, e = s[order], e[order]
-    return _union_blocks(((s[at:at + BLOCK_ROWS], e[at:at + BLOCK_ROWS])
-                          for at in range(0, len(s), BLOCK_ROWS)), len(s))
+    blocks = (slice(at, at + BLOCK_ROWS) for at in range(0, len(s), BLOCK_ROWS))
+    if rows is None:
+        return _union_blocks(((s[block], e[block]) for block in blocks), len(s))
+    return _union_blocks(((s[block][rows[block]], e[block][rows[block]]) for block in blocks),
+                         len(s))
 
 
 def _union_blocks(blocks: Iterable[tuple[np.ndarray, np.ndarray]], rows: int) -> Intervals:
@@ -148,15 +155,31 @@ def ranges_of(first: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarr
 
 def _overlaps(a: Intervals, b: Intervals) -> Intervals:
     """The parts covered by both ``a`` and ``b``: each pair of overlapping intervals, found by
-    binary search in the sorted ends and starts (no sort of all the endpoints)."""
-    pair_b, pair_a = ranges_of(np.searchsorted(b.ends, a.starts, side="right"),
-                               np.searchsorted(b.starts, a.ends, side="left"))
-    starts = a.starts[pair_a]
-    np.maximum(starts, b.starts[pair_b], out=starts)
-    ends = a.ends[pair_a]
-    del pair_a
-    np.minimum(ends, b.ends[pair_b], out=ends)
-    return union(starts, ends)
+    binary search in the sorted ends and starts (no sort of all the endpoints), made
+    :data:`BLOCK_ROWS` pairs at a time (a few windows against millions of idle gaps are
+    millions of pairs)."""
+    first = np.searchsorted(b.ends, a.starts, side="right")  # a[i] meets b[first[i]:stop[i]]
+    counts = np.searchsorted(b.starts, a.ends, side="left")
+    counts -= first
+    np.maximum(counts, 0, out=counts)
+    through = np.cumsum(counts)  # pairs up to and including a[i]'s
+    total = int(through[-1]) if len(through) else 0
+    return _union_blocks((_pieces(a, b, first, through - counts, through, pairs)
+                          for pairs in (np.arange(at, min(at + BLOCK_ROWS, total))
+                                        for at in range(0, total, BLOCK_ROWS))), total)
+
+
+def _pieces(a: Intervals, b: Intervals, first: np.ndarray, before: np.ndarray,
+            through: np.ndarray, pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The overlaps of the ``pairs`` (numbers in the order of a, then b) of :func:`_overlaps`:
+    pair p belongs to the a[i] whose pairs run through it, and is its (p - before[i])-th b."""
+    in_a = np.searchsorted(through, pairs, side="right")
+    in_b = first[in_a] + pairs - before[in_a]
+    starts = a.starts[in_a]
+    np.maximum(starts, b.starts[in_b], out=starts)
+    ends = a.ends[in_a]
+    np.minimum(ends, b.ends[in_b], out=ends)
+    return starts, ends
 
 
 def _complement(iv: Intervals) -> Intervals:
@@ -177,7 +200,7 @@ def intersect(a: Intervals, b: Intervals) -> Intervals:
     """The parts covered by both ``a`` and ``b``."""
     if len(a) == 0 or len(b) == 0:
         return EMPTY
-    return _overlaps(a, b)
+    return _overlaps(a, b) if len(a) <= len(b) else _overlaps(b, a)  # searched: the fewer
 
 
 def merge(a: Intervals, b: Intervals) -> Intervals:

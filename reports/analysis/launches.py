@@ -29,17 +29,62 @@ def _by_correlation(profile: Profile) -> tuple[np.ndarray, np.ndarray]:
     return order, ids[order]
 
 
+#: Correlation ids spread over more than this many slots per runtime call are joined by sorting
+#: the calls instead of through a table indexed by id (it would cost more memory than the sort).
+SLOTS_PER_CALL = 2
+
+
 @per_profile
 def _launch_index(profile: Profile) -> tuple[dict[str, np.ndarray], bool]:
     """For each GPU table, the runtime row of each row's first call with its correlation id (-1
     where none was recorded; int32 where the runtime table allows), and whether no two runtime
-    calls share an id. The calls' order by id is let go once every table is joined."""
+    calls share an id. Unique ids that lie close together (CUPTI counts them up per process)
+    are looked up in a table indexed by id, no sort; others through the calls sorted by id.
+    Either is let go once every table is joined."""
+    ids = profile.table("runtime")["correlation"].to_numpy()
+    dtype = np.int32 if len(ids) < np.iinfo(np.int32).max else np.int64
+    slots = _slots_by_id(ids, dtype)
+    if slots is not None:
+        low, row_of = slots
+        return {name: _looked_up(profile.table(name)["correlation"].to_numpy(), low, row_of)
+                for name in GPU_TABLES}, True
     order, ordered = _by_correlation(profile)
     unique = bool((ordered[1:] != ordered[:-1]).all())
-    dtype = np.int32 if len(order) < np.iinfo(np.int32).max else np.int64
     calls = {name: _first_in(profile.table(name)["correlation"].to_numpy(), order,
                              ordered).astype(dtype, copy=False) for name in GPU_TABLES}
     return calls, unique
+
+
+def _slots_by_id(ids: np.ndarray, dtype: type) -> tuple[int, np.ndarray] | None:
+    """The lowest id and, for every id from it up, the row of the call with that id (-1 for
+    none); None when the ids repeat or spread over more than SLOTS_PER_CALL slots per call.
+    Filled and checked :data:`intervals.BLOCK_ROWS` calls at a time."""
+    if len(ids) == 0:
+        return None
+    low, high = int(ids.min()), int(ids.max())
+    if high - low + 1 > SLOTS_PER_CALL * len(ids):
+        return None
+    row_of = np.full(high - low + 1, -1, dtype=dtype)
+    blocks = [slice(at, at + iv.BLOCK_ROWS) for at in range(0, len(ids), iv.BLOCK_ROWS)]
+    for block in blocks:
+        row_of[ids[block].astype(np.int64) - low] = np.arange(block.start, block.start
+                                                              + len(ids[block]), dtype=dtype)
+    # Every call finds its own row in its id's slot only when no other call took that slot.
+    for block in blocks:
+        if (row_of[ids[block].astype(np.int64) - low]
+                != np.arange(block.start, block.start + len(ids[block]))).any():
+            return None
+    return low, row_of
+
+
+def _looked_up(keys: np.ndarray, low: int, row_of: np.ndarray) -> np.ndarray:
+    """For each key, the row ``row_of`` holds for it (-1 outside its ids), block by block."""
+    out = np.full(len(keys), -1, dtype=row_of.dtype)
+    for at in range(0, len(keys), iv.BLOCK_ROWS):
+        slot = keys[at:at + iv.BLOCK_ROWS].astype(np.int64) - low
+        known = (slot >= 0) & (slot < len(row_of))
+        out[at:at + iv.BLOCK_ROWS][known] = row_of[slot[known]]
+    return out
 
 
 def unique_calls(profile: Profile) -> bool:
@@ -110,5 +155,9 @@ def launch_times(profile: Profile, table: str, rows: np.ndarray | slice = slice(
 def launch_steps(profile: Profile, table: str, windows: StepWindows) -> np.ndarray:
     """For each row of GPU table ``table``, the step window its launch lies in (-1 outside every
     window): a kernel launched in step N that runs in step N+1 belongs to step N."""
-    steps = windows.index_of(launch_times(profile, table))
-    return steps.astype(np.int32) if windows.count < np.iinfo(np.int32).max else steps
+    rows = len(profile.table(table))
+    steps = np.empty(rows, dtype=np.int32 if windows.count < np.iinfo(np.int32).max else np.int64)
+    for at in range(0, rows, iv.BLOCK_ROWS):
+        block = slice(at, at + iv.BLOCK_ROWS)
+        steps[block] = windows.index_of(launch_times(profile, table, block))
+    return steps

@@ -20,6 +20,7 @@ import pandas as pd
 
 from profreport import concepts
 from profreport.model import Profile
+from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.launches import launch_calls, launch_steps
 from profreport.reports.analysis.results import ConvBiasStats, OpPrecision
 from profreport.reports.analysis.steps import StepWindows
@@ -53,7 +54,7 @@ def launching_op(profile: Profile, spans: pd.DataFrame, call: np.ndarray) -> np.
     """For GPU rows launched by the runtime calls ``call`` (rows of the runtime table, -1 for
     none; see launches.launch_calls), the position in ``spans`` (non-overlapping per thread) of
     the span whose thread made the launching call inside it; -1 for none."""
-    out = np.full(len(call), -1, dtype=np.int64)
+    out = np.full(len(call), -1, dtype=np.int32 if len(spans) < 2**31 else np.int64)
     if spans.empty or len(call) == 0:
         return out
     runtime = profile.table("runtime")
@@ -76,12 +77,12 @@ def launching_op(profile: Profile, spans: pd.DataFrame, call: np.ndarray) -> np.
 
 
 def _stepped_kernels(profile: Profile, windows: StepWindows | None) -> np.ndarray:
-    """The rows of the compute kernels launched inside the step windows (of every one without
-    windows)."""
+    """Which kernels are compute kernels launched inside the step windows (every compute
+    kernel without windows)."""
     compute = ~profile.table("kernels")["is_comm"].to_numpy(bool)
     if windows is not None:
         compute &= launch_steps(profile, "kernels", windows) >= 0
-    return np.flatnonzero(compute)
+    return compute
 
 
 def _durations(profile: Profile, rows: np.ndarray) -> np.ndarray:
@@ -127,8 +128,8 @@ def op_precision(profile: Profile, devices: pd.DataFrame,
                  windows: StepWindows | None) -> OpPrecision | None:
     """What the matmul and convolution operators compute in, and the GPU kernel time each
     precision launched, against the GPU's compute capability; None without GPU kernels."""
-    rows = _stepped_kernels(profile, windows)
-    if len(rows) == 0:
+    stepped = _stepped_kernels(profile, windows)
+    if not stepped.any():
         return None
     kernels = profile.table("kernels")
     ops = profile.table("op_inputs")
@@ -138,33 +139,39 @@ def op_precision(profile: Profile, devices: pd.DataFrame,
     units = innermost(ops[family.isin([concepts.MATMUL, concepts.CONVOLUTION]).to_numpy()])
     units = units.assign(precision=[concepts.precision_of(t) or UNRECORDED
                                     for t in units["input_types"]])
-    launcher = launching_op(profile, units, launch_calls(profile, "kernels")[rows])
-    duration = _durations(profile, rows)
+    launcher = launching_op(profile, units, launch_calls(profile, "kernels")[stepped])
     # Each kernel's precision as its place in PRECISIONS: position -1 (launched by no
     # matmul/convolution) reads the trailing -1.
     precision = np.append(pd.Categorical(units["precision"], categories=PRECISIONS).codes,
                           np.int8(-1))[launcher]
-    kernel_ns = {label: int(duration[precision == code].sum())
-                 for code, label in enumerate(PRECISIONS)}
+    # Kernel time per precision (the last slot: launched by none), summed block by block.
+    per_precision = np.zeros(len(PRECISIONS) + 1, dtype=np.int64)
+    done = 0
+    for duration in iv.lengths(kernels["start"], kernels["end"], stepped):
+        np.add.at(per_precision, precision[done:done + len(duration)], duration)
+        done += len(duration)
+    kernel_ns = {label: int(per_precision[code]) for code, label in enumerate(PRECISIONS)}
     in_steps = units if windows is None else units[windows.index_of(
         units["start"].to_numpy(np.int64)) >= 0]
     fp32 = precision == PRECISIONS.index("fp32")
     del precision
-    tf32 = concepts.is_tf32_kernel(kernels["name"]).to_numpy(bool)[rows[fp32]] if fp32.any() \
-        else np.zeros(0, dtype=bool)
-    capability, device_name = _capability(devices, kernels["device"].to_numpy()[rows])
-    by_name = pd.Series(duration[fp32], index=np.append(units["name"].to_numpy(object),
-                                                        "")[launcher[fp32]])
+    fp32_rows = np.flatnonzero(stepped)[fp32] if fp32.any() else np.empty(0, dtype=np.intp)
+    duration = _durations(profile, fp32_rows)
+    tf32 = concepts.is_tf32_kernel(kernels["name"]).to_numpy(bool)[fp32_rows] \
+        if len(fp32_rows) else np.zeros(0, dtype=bool)
+    capability, device_name = _capability(devices, kernels["device"].to_numpy()[stepped])
+    by_name = pd.Series(duration, index=np.append(units["name"].to_numpy(object),
+                                                  "")[launcher[fp32]])
     return OpPrecision(
         origin=profile.kind, compute_capability=capability, device_name=device_name,
         steps=windows.count if windows is not None else None,
         calls={label: int((in_steps["precision"] == label).sum()) for label in PRECISIONS},
-        kernel_ns=kernel_ns, compute_kernel_ns=int(duration.sum()),
+        kernel_ns=kernel_ns, compute_kernel_ns=int(per_precision.sum()),
         fp32_ops=list(by_name.groupby(level=0).sum().sort_values(ascending=False).index),
-        tf32_kernel_fraction=(float(duration[fp32][tf32].sum()) / kernel_ns["fp32"]
+        tf32_kernel_fraction=(float(duration[tf32].sum()) / kernel_ns["fp32"]
                               if kernel_ns["fp32"] else 0.0),
         unknown_reason=_unknown_reason(profile, units, capability),
-        longest_fp32=_longest_call(units, launcher[fp32], duration[fp32]))
+        longest_fp32=_longest_call(units, launcher[fp32], duration))
 
 
 def _longest_call(units: pd.DataFrame, launcher: np.ndarray,
@@ -251,13 +258,13 @@ def _bias_kernel_ns(profile: Profile, convs: pd.DataFrame, chosen: pd.DataFrame,
                     windows: StepWindows | None) -> int | None:
     """Kernel time the ``chosen`` convolutions launched outside the innermost convolution ops
     inside them (the bias add ATen launches after cuDNN's kernel); None when none."""
-    rows = _stepped_kernels(profile, windows)
-    if len(rows) == 0 or chosen.empty:
+    stepped = _stepped_kernels(profile, windows)
+    if not stepped.any() or chosen.empty:
         return None
-    call = launch_calls(profile, "kernels")[rows]
+    call = launch_calls(profile, "kernels")[stepped]
     in_chosen = launching_op(profile, chosen, call) >= 0
     in_kernel_op = launching_op(profile, innermost(convs), call) >= 0
-    total = int(_durations(profile, rows[in_chosen & ~in_kernel_op]).sum())
+    total = int(_durations(profile, np.flatnonzero(stepped)[in_chosen & ~in_kernel_op]).sum())
     return total or None
 
 

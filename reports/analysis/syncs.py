@@ -19,7 +19,7 @@ from profreport.model import Profile
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.cpu import self_time_ns
 from profreport.reports.analysis.gpu import device_activity, has_gpu_events
-from profreport.reports.analysis.kept import per_profile
+from profreport.reports.analysis.kept import classified, per_profile
 from profreport.reports.analysis.launches import GPU_TABLES, launch_times
 from profreport.reports.analysis.results import IdleCauses, SyncCall, SyncStats, TopItem
 from profreport.reports.analysis.steps import StepWindows, dataloader_intervals
@@ -33,23 +33,43 @@ LAUNCH_WAIT_OPS = 3
 
 @per_profile
 def blocking(profile: Profile) -> pd.DataFrame:
-    """The profile's blocking calls (see ``concepts.blocking_calls``)."""
-    return concepts.blocking_calls(profile.table("runtime"), profile.table("memcpy"))
+    """The profile's blocking calls (see ``concepts.blocking_calls``), judged among the calls
+    that could be one (a sync or copy API by name, asked once per distinct name): each call is
+    judged on its own, so the few candidates give the same rows as all 17 M calls."""
+    runtime = profile.table("runtime")
+    candidates = classified(profile, "runtime", _could_block)
+    return concepts.blocking_calls(runtime[candidates], profile.table("memcpy"))
+
+
+def _could_block(names: pd.Series) -> pd.Series:
+    """Names of calls concepts.blocking_calls may choose: the sync and synchronous copy APIs and
+    any copy call ("Memcpy" in its name)."""
+    return names.isin(concepts.SYNC_APIS | concepts.SYNC_COPY_APIS) | names.astype(
+        "string").str.contains("Memcpy", regex=False).fillna(False).astype(bool)
 
 
 def queued_at(profile: Profile, times: np.ndarray) -> np.ndarray:
     """How many GPU operations (kernels, copies, memsets) were queued or running at each time:
     launched before it (the launch call joined by correlation id) and not yet finished."""
-    tables = [name for name in GPU_TABLES if profile.has(name)]
-    if not tables:
-        return np.zeros(len(times), np.int64)
-    launched = np.concatenate([launch_times(profile, name) for name in tables])
-    launched.sort()
-    ended = np.concatenate([profile.table(name)["end"].to_numpy(np.int64) for name in tables])
-    ended.sort()
+    order = np.argsort(times, kind="stable")
+    asked = np.asarray(times, dtype=np.int64)[order]
+    # Each GPU row counted at the first asked time after its launch and at the first not
+    # before its end, block by block: no sorted copy of every row's times.
+    launched = np.zeros(len(asked) + 1, dtype=np.int64)
+    ended = np.zeros(len(asked) + 1, dtype=np.int64)
+    for name in GPU_TABLES:
+        end = profile.table(name)["end"].to_numpy(np.int64)
+        for at in range(0, len(end), iv.BLOCK_ROWS):
+            block = slice(at, at + iv.BLOCK_ROWS)
+            np.add.at(launched, np.searchsorted(asked, launch_times(profile, name, block),
+                                                side="right"), 1)
+            np.add.at(ended, np.searchsorted(asked, end[block], side="left"), 1)
     # Work that ended by t was launched before t, so the difference counts the pending work.
-    return (np.searchsorted(launched, times, side="left")
-            - np.searchsorted(ended, times, side="right")).clip(min=0)
+    queued = np.cumsum(launched[:-1])
+    queued -= np.cumsum(ended[:-1])
+    out = np.empty(len(asked), dtype=np.int64)
+    out[order] = queued.clip(min=0)
+    return out
 
 
 def sync_stats(profile: Profile, windows: StepWindows) -> SyncStats | None:

@@ -23,9 +23,3 @@ def ranked(spans: pd.DataFrame, key: str, limit: int, total_ns: int,
     return [TopItem(name=str(name), total_ns=int(row["sum"]), count=int(row["count"]),
                     share=float(row["sum"]) / max(total_ns, 1), exclusive=exclusive)
             for name, row in grouped.iterrows()]
-
-
-def top_items(frame: pd.DataFrame, key: str, limit: int, total_ns: int) -> list[TopItem]:
-    """The ``limit`` names with the most summed duration (kernels: they do not nest)."""
-    return ranked(frame.assign(ns=frame["end"] - frame["start"], outer=True), key, limit,
-                  total_ns, exclusive=False)
