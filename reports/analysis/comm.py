@@ -74,17 +74,17 @@ def ns_per_step_by_collective(events: pd.DataFrame, kinds: pd.Series,
 
 
 def _comm_stats(profile: Profile, windows: StepWindows, comm: iv.Intervals,
-                exposed: np.ndarray, overlapped: iv.Intervals, calls: tuple[int, int],
+                exposed: np.ndarray, overlapped_ns: int, calls: tuple[int, int],
                 events: pd.DataFrame, kinds: pd.Series, on_gpu: bool) -> CommStats:
     """CommStats from the communication intervals, their exposed ns in each step window, the
-    part under compute, the call counts (inside the step windows, and in all) and the events
+    ns under compute, the call counts (inside the step windows, and in all) and the events
     with their collective kinds."""
     spent = windows.covered(comm)
     total = max(windows.total_ns, 1)
     return CommStats(origin=profile.kind, total_ns_per_step=spent // windows.count,
                      fraction=spent / total,
                      exposed_fraction=int(exposed.sum()) / total,
-                     overlap_fraction=windows.covered(overlapped) / max(spent, 1),
+                     overlap_fraction=overlapped_ns / max(spent, 1),
                      calls_per_step=calls[0] / windows.count, calls_total=calls[1],
                      names=sorted(events["short_name" if on_gpu else "name"].unique().tolist()),
                      on_gpu=on_gpu,
@@ -101,7 +101,7 @@ def gpu_comm_stats(profile: Profile, windows: StepWindows,
     kernels = profile.table("kernels")[comm]
     launched = launched_in_steps(profile, "kernels", comm, windows)
     return _comm_stats(profile, windows, comm_intervals(profile), claims["comm_exposed"],
-                       comm_under_compute(profile), (launched, len(kernels)), kernels,
+                       comm_under_compute(profile, windows), (launched, len(kernels)), kernels,
                        kernel_collective_kinds(profile, kernels, np.flatnonzero(comm)),
                        on_gpu=True)
 
@@ -125,6 +125,6 @@ def cpu_comm_stats(profile: Profile, windows: StepWindows) -> CommStats | None:
     claims = claim(parts.items(), windows)
     # Under compute: under the framework ops' time that the DataLoader wait does not claim.
     overlapped = iv.intersect(comm, iv.subtract(parts["compute"], parts["dataloader"]))
-    return _comm_stats(profile, windows, comm, claims["comm_exposed"], overlapped,
+    return _comm_stats(profile, windows, comm, claims["comm_exposed"], windows.covered(overlapped),
                        (collective_calls(in_windows(calls, windows)), collective_calls(calls)),
                        calls, concepts.collective_kind(calls["name"]), on_gpu=False)

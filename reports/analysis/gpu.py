@@ -195,17 +195,18 @@ def comm_intervals(profile: Profile) -> iv.Intervals:
 
 
 @per_profile
-def comm_under_compute(profile: Profile) -> iv.Intervals:
-    """Communication kernels running while a compute kernel runs (copies and memsets are not
-    compute: overlap with them hides nothing)."""
-    return iv.intersect(comm_intervals(profile), compute_intervals(profile))
+def comm_under_compute(profile: Profile, windows: StepWindows) -> int:
+    """The ns inside the step windows with communication kernels running while a compute
+    kernel runs (copies and memsets are not compute: overlap with them hides nothing); kept as
+    that figure, not as its intervals."""
+    return windows.covered(iv.intersect(comm_intervals(profile), compute_intervals(profile)))
 
 
 def gpu_breakdown(profile: Profile, windows: StepWindows,
                   claims: dict[str, np.ndarray]) -> Breakdown:
     """Step time split into the parts of :func:`gpu_parts`; ``comm_overlapped_ns`` is the
     communication that runs under compute kernels."""
-    overlapped = windows.per_step(comm_under_compute(profile))
+    overlapped = comm_under_compute(profile, windows) // max(windows.count, 1)
     return make_breakdown(profile.kind, windows, claims, overlapped)
 
 

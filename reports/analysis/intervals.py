@@ -253,8 +253,21 @@ def covered_before(iv: Intervals, times: np.ndarray) -> np.ndarray:
     times = np.asarray(times, dtype=np.int64)
     if len(iv) == 0:
         return np.zeros(len(times), dtype=np.int64)
+    return _covered_before(iv, *_prefix(iv), times)
+
+
+def _prefix(iv: Intervals) -> tuple[np.ndarray, np.ndarray]:
+    """Each interval's length, and the covered length before each one (one more at the end)."""
     lengths = iv.ends - iv.starts
-    before = np.concatenate([[0], np.cumsum(lengths)])
+    before = np.empty(len(lengths) + 1, dtype=np.int64)
+    before[0] = 0
+    np.cumsum(lengths, out=before[1:])
+    return lengths, before
+
+
+def _covered_before(iv: Intervals, lengths: np.ndarray, before: np.ndarray,
+                    times: np.ndarray) -> np.ndarray:
+    """:func:`covered_before` given the lengths and prefix of :func:`_prefix`."""
     k = np.searchsorted(iv.starts, times, side="right")
     last = np.maximum(k - 1, 0)
     partial = np.clip(times - iv.starts[last], 0, lengths[last])
@@ -271,8 +284,13 @@ def inside(iv: Intervals, times: np.ndarray) -> np.ndarray:
 
 
 def overlap_per_window(iv: Intervals, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Covered length of ``iv`` inside each window ``[starts[i], ends[i])``."""
-    return covered_before(iv, ends) - covered_before(iv, starts)
+    """Covered length of ``iv`` inside each window ``[starts[i], ends[i])`` (the intervals'
+    running length made once for both ends)."""
+    starts, ends = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
+    if len(iv) == 0:
+        return np.zeros(len(starts), dtype=np.int64)
+    prefix = _prefix(iv)
+    return _covered_before(iv, *prefix, ends) - _covered_before(iv, *prefix, starts)
 
 
 def gaps(iv: Intervals) -> Intervals:

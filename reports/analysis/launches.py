@@ -50,8 +50,8 @@ def _launch_index(profile: Profile) -> tuple[dict[str, np.ndarray], bool]:
                 for name in GPU_TABLES}, True
     order, ordered = _by_correlation(profile)
     unique = bool((ordered[1:] != ordered[:-1]).all())
-    calls = {name: _first_in(profile.table(name)["correlation"].to_numpy(), order,
-                             ordered).astype(dtype, copy=False) for name in GPU_TABLES}
+    calls = {name: _first_in(profile.table(name)["correlation"].to_numpy(), order, ordered,
+                             dtype) for name in GPU_TABLES}
     return calls, unique
 
 
@@ -93,16 +93,20 @@ def unique_calls(profile: Profile) -> bool:
     return _launch_index(profile)[1]
 
 
-def _first_in(keys: np.ndarray, order: np.ndarray, ordered: np.ndarray) -> np.ndarray:
+def _first_in(keys: np.ndarray, order: np.ndarray, ordered: np.ndarray,
+              dtype: type = np.int64) -> np.ndarray:
     """For each key, the first of the calls (``order``: their stable order by id, ``ordered``:
-    their ids in that order) with that id (-1 for none)."""
+    their ids in that order) with that id (-1 for none), :data:`intervals.BLOCK_ROWS` keys at a
+    time."""
+    found = np.full(len(keys), -1, dtype=dtype)
     if len(ordered) == 0:
-        return np.full(len(keys), -1)
-    at = np.searchsorted(ordered, keys, side="left")
-    np.minimum(at, len(ordered) - 1, out=at)
-    missing = ordered[at] != keys
-    found = order[at]
-    found[missing] = -1
+        return found
+    for at in range(0, len(keys), iv.BLOCK_ROWS):
+        block = keys[at:at + iv.BLOCK_ROWS]
+        place = np.searchsorted(ordered, block, side="left")
+        np.minimum(place, len(ordered) - 1, out=place)
+        known = ordered[place] == block
+        found[at:at + iv.BLOCK_ROWS][known] = order[place[known]]
     return found
 
 
