@@ -136,6 +136,8 @@ MEMORY_KIND_OF_TOKEN = {"PAGEABLE": "Pageable", "PINNED": "Pinned", "DEVICE": "D
 
 # An enum row's name is ``<PREFIX>_KIND_<TOKEN>`` or ``<PREFIX>_TYPE_<TOKEN>``.
 _ENUM_TOKEN = re.compile(r"^.*?_(?:KIND|TYPE)_")
+# The first table a query reads, named in the error when the database is damaged.
+_QUERIED_TABLE = re.compile(r"\bFROM\s+\"?(\w+)")
 # nsys prints progress bars on the same stream as its errors.
 _PROGRESS_LINE = re.compile(r"^(?:Exporting|Processing) \d+ events")
 
@@ -425,11 +427,15 @@ class _Export:
         return True
 
     def query(self, sql: str) -> pd.DataFrame:
-        """Run ``sql`` and return its rows; a damaged database becomes an InputError."""
+        """Run ``sql`` and return its rows; a damaged database becomes an InputError naming the
+        table read and SQLite's reason (pandas would quote the whole query)."""
         try:
             return pd.read_sql_query(sql, self.conn)
         except (sqlite3.Error, pd.errors.DatabaseError) as exc:
-            raise InputError(f"damaged nsys export: {exc}", self.source) from None
+            reason = exc.__cause__ if isinstance(exc.__cause__, sqlite3.Error) else exc
+            table = _QUERIED_TABLE.search(sql)
+            where = f" (table {table.group(1)})" if table else ""
+            raise InputError(f"damaged nsys export{where}: {reason}", self.source) from None
 
     @functools.cached_property
     def strings(self) -> dict[int, str]:
@@ -474,6 +480,8 @@ class _Export:
                 reader.close()
         except (sqlite_pages.PageFormatError, OSError, TypeError):
             return None
+        except ValueError as exc:  # a column of the wrong type: the table named
+            raise ValueError(f"table {table}: {exc}") from None
 
     def name_value(self, table: str) -> dict[str, str]:
         """A ``name``/``value`` metadata table as a dict (the first value of repeated names)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sqlite3
 import sys
@@ -353,6 +354,42 @@ def test_damaged_exports_give_one_line(exports: dict[str, Path], tmp_path: Path,
         nsys.parse(path)
     line = caught.value.one_line()
     assert line.startswith(str(path)) and "\n" not in line and len(line) < 800
+
+
+def test_damaged_kernel_pages_name_the_table(exports: dict[str, Path], tmp_path: Path) -> None:
+    """Bytes flipped in the kernel table's leaf pages: the page reader gives the table to SQL,
+    whose error is SQLite's reason and the table, not the query pandas ran."""
+    import random
+
+    from profreport.parsers import sqlite_pages
+
+    source = exports["sc22_4gpu_baseline"]
+    with sqlite3.connect(source) as conn:
+        root = conn.execute("SELECT rootpage FROM sqlite_master "
+                            "WHERE name = 'CUPTI_ACTIVITY_KIND_KERNEL'").fetchone()[0]
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    reader = sqlite_pages.PageReader(source)
+    leaves = reader.leaf_pages(root)
+    reader.close()
+    lines = []
+    for seed in range(8):
+        rng, data = random.Random(seed), bytearray(source.read_bytes())
+        for _ in range(50):
+            page = int(leaves[rng.randrange(len(leaves))])
+            data[(page - 1) * page_size + rng.randrange(page_size)] = rng.randrange(256)
+        path = tmp_path / f"flipped{seed}.sqlite"
+        path.write_bytes(bytes(data))
+        try:
+            nsys.parse(path)
+        except InputError as caught:
+            lines.append(caught.one_line().removeprefix(f"{path}: "))
+    table = "table CUPTI_ACTIVITY_KIND_KERNEL"
+    malformed = [line for line in lines if line == f"damaged nsys export ({table}): "
+                 "database disk image is malformed"]
+    wrong_type = [line for line in lines if re.fullmatch(
+        rf"damaged nsys export: a column holds values of the wrong type \({table}: \w+ holds "
+        r"text or real values\)", line)]
+    assert malformed and wrong_type and len(malformed) + len(wrong_type) == len(lines)
 
 
 # --- the page reader (parsers/sqlite_pages.py) gives exactly what SQL gives ---
