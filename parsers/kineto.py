@@ -32,7 +32,6 @@ ones carry ``Device Type``, ``Device Id`` and ``Bytes``; current ones add ``Tota
 from __future__ import annotations
 
 import ctypes
-import gc
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -316,7 +315,6 @@ def _give_back_freed_memory() -> None:
     other sizes beside them rather than in them: on a 389 MB trace the analysis then peaked
     ~45 MB higher. A no-op where the C library has no ``malloc_trim``.
     """
-    gc.collect()
     trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
     if trim is not None:
         trim(0)
