@@ -145,24 +145,28 @@ def narrowest_int(values: np.ndarray) -> type:
 
 
 def narrowed_ids(frame: pd.DataFrame) -> pd.DataFrame:
-    """``frame`` with each integer id column (:data:`ID_COLUMNS`) in its narrowest dtype, in
-    place."""
+    """``frame`` with each id column (:data:`ID_COLUMNS`) in its narrowest integer dtype, in
+    place; an id column of another kind (floats after ``fillna``) is made integer first."""
     for column in ID_COLUMNS.intersection(frame.columns):
         values = frame[column].to_numpy()
+        if values.dtype.kind not in "iu":
+            values = values.astype(np.int64)
         dtype = narrowest_int(values)
-        if values.dtype != dtype:
-            frame[column] = values.astype(dtype)
+        if values.dtype != dtype or frame[column].dtype != dtype:
+            frame[column] = values.astype(dtype, copy=False)
     return frame
 
 
 def conform(name: str, frame: pd.DataFrame) -> pd.DataFrame:
     """Return ``frame`` with exactly the columns of table ``name``, in order, with their dtypes
-    (id columns narrowed, see :data:`ID_COLUMNS`)."""
+    (id columns narrowed from what they hold, never widened to int64 first, see
+    :data:`ID_COLUMNS`)."""
     schema = TABLE_SCHEMAS[name]
     missing = [col for col in schema if col not in frame.columns]
     if missing:
         raise ValueError(f"table {name} lacks columns {missing}")
-    return narrowed_ids(frame[list(schema)].astype(schema).reset_index(drop=True))
+    others = {col: dtype for col, dtype in schema.items() if col not in ID_COLUMNS}
+    return narrowed_ids(frame[list(schema)].astype(others).reset_index(drop=True))
 
 
 @dataclass
