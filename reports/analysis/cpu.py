@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from profreport import concepts
-from profreport.model import Profile
+from profreport.model import Profile, narrowest_int
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.kept import classified, table_name_codes
 from profreport.reports.analysis.results import CpuOpMix, TopItem
@@ -57,15 +57,18 @@ def outer_calls(frame: pd.DataFrame, key: str) -> pd.Series:
 
 def _nesting_depth(starts: np.ndarray, ends: np.ndarray, threads: np.ndarray) -> np.ndarray:
     """How many spans of the same thread are open when each span starts (spans sorted by thread,
-    start, longest first): a sweep over start (+1) and end (-1) events, ends first on ties."""
+    start, longest first): a sweep over start (+1) and end (-1) events, ends first on ties.
+    Positions and counts in int32 and the steps in int8: millions of operators make the sweep's
+    arrays twice as long as the operators."""
     n = len(starts)
-    times = np.concatenate([starts, ends])
-    is_start = np.concatenate([np.ones(n, dtype=bool), np.zeros(n, dtype=bool)])
-    rank = np.concatenate([np.arange(n), np.arange(n)])
-    events = np.lexsort((rank, is_start, times, np.concatenate([threads, threads])))
-    open_after = np.cumsum(np.where(is_start[events], 1, -1))
-    depth = np.empty(n, dtype=np.int64)
+    position = np.int32 if 2 * n < np.iinfo(np.int32).max else np.int64
+    rank = np.tile(np.arange(n, dtype=position), 2)
+    is_start = np.repeat(np.array([True, False]), n)
+    events = np.lexsort((rank, is_start, np.concatenate([starts, ends]), np.tile(threads, 2)))
     starting = is_start[events]
+    del is_start
+    open_after = np.cumsum(starting.astype(np.int8) * np.int8(2) - np.int8(1), dtype=position)
+    depth = np.empty(n, dtype=position)
     depth[rank[events][starting]] = open_after[starting] - 1
     return depth
 
@@ -73,7 +76,7 @@ def _nesting_depth(starts: np.ndarray, ends: np.ndarray, threads: np.ndarray) ->
 def _parents(depth: np.ndarray) -> np.ndarray:
     """Index of each span's direct parent (-1 for none): the nearest earlier span one level up,
     found with one searchsorted per nesting level (levels are few, spans many)."""
-    parent = np.full(len(depth), -1, dtype=np.int64)
+    parent = np.full(len(depth), -1, dtype=depth.dtype)
     for level in range(1, int(depth.max(initial=0)) + 1):
         above, here = np.flatnonzero(depth == level - 1), np.flatnonzero(depth == level)
         k = np.searchsorted(above, here) - 1
@@ -91,7 +94,8 @@ def self_time_ns(ops: pd.DataFrame, covering: iv.Intervals | None = None) -> np.
         return np.empty(0, dtype=np.int64)
     start = ops["start"].to_numpy(np.int64)
     end = np.maximum(ops["end"].to_numpy(np.int64), start)
-    thread = ops.groupby(["pid", "tid"], sort=False).ngroup().to_numpy(np.int64)
+    thread = ops.groupby(["pid", "tid"], sort=False).ngroup().to_numpy()
+    thread = thread.astype(narrowest_int(thread), copy=False)
     order = np.lexsort((-end, start, thread))
     s, e = start[order], end[order]
     parent = _parents(_nesting_depth(s, e, thread[order]))
