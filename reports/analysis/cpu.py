@@ -18,10 +18,14 @@ from profreport.reports.analysis.steps import StepWindows, in_windows
 from profreport.reports.analysis.top import TOP_OPS, ranked
 
 
+def _is_framework_op(profile: Profile) -> np.ndarray:
+    """Which CPU ops are the framework's own work (not steps, DataLoader waits, collectives)."""
+    return concepts.is_framework_op(profile.table("cpu_ops")["name"]).to_numpy()
+
+
 def framework_ops(profile: Profile) -> pd.DataFrame:
     """CPU ops that are the framework's own work (not steps, DataLoader waits, collectives)."""
-    ops = profile.table("cpu_ops")
-    return ops[concepts.is_framework_op(ops["name"]).to_numpy()]
+    return profile.table("cpu_ops")[_is_framework_op(profile)]
 
 
 #: The tables of spans on the CPU: framework ops and annotated ranges (NVTX, user annotations).
@@ -97,8 +101,11 @@ def self_time_ns(ops: pd.DataFrame, covering: iv.Intervals | None = None) -> np.
     thread = ops.groupby(["pid", "tid"], sort=False).ngroup().to_numpy()
     thread = thread.astype(narrowest_int(thread), copy=False)
     order = np.lexsort((-end, start, thread))
-    s, e = start[order], end[order]
-    parent = _parents(_nesting_depth(s, e, thread[order]))
+    s, e, threads = start[order], end[order], thread[order]
+    del end, thread  # only the sorted copies are read from here on
+    order = order.astype(narrowest_int(np.array([len(order)])), copy=False)
+    parent = _parents(_nesting_depth(s, e, threads))
+    del threads
     child = parent >= 0
     child_end = np.maximum(np.minimum(e[child], e[parent[child]]), s[child])
     if covering is None:
@@ -117,11 +124,12 @@ def op_self_times(profile: Profile, windows: StepWindows | None) -> pd.DataFrame
     same-name call), inside the step windows' span when there are steps. Nesting is worked out
     over all CPU ops, so a step or DataLoader span still owns the time between its children."""
     ops = profile.table("cpu_ops")
-    framework = framework_ops(profile)
-    if framework.empty:
-        return framework.assign(ns=pd.Series(dtype="int64"), outer=pd.Series(dtype=bool))
-    spans = ops.assign(ns=self_time_ns(ops)).loc[framework.index]
-    spans = spans.assign(outer=outer_calls(spans, "name"))
+    framework = _is_framework_op(profile)
+    spans = ops[framework]  # the one copy made: the framework ops' rows, given two columns
+    if spans.empty:
+        return spans.assign(ns=pd.Series(dtype="int64"), outer=pd.Series(dtype=bool))
+    spans["ns"] = self_time_ns(ops)[framework]
+    spans["outer"] = outer_calls(spans, "name")
     return in_windows(spans, windows) if windows is not None else spans
 
 
