@@ -22,6 +22,9 @@ import pytest
 # Without the train extra (an analysis-only install) the runner cannot be imported: skip it all.
 torch = pytest.importorskip("torch", reason="the runner needs pip install 'profreport[train]'")
 
+sys.path.insert(0, str(Path(__file__).parent))
+from conftest import torch_heap_crash  # noqa: E402
+
 from profreport.cli import build_parser
 from profreport.errors import EXIT_INTERRUPTED, EXIT_PARTIAL, InputError, UsageError
 from profreport.manifest import Manifest, load_manifest
@@ -616,9 +619,14 @@ def test_ddp_script_with_its_own_profiler_under_torchrun(tmp_path: Path,
     options = script_options(tmp_path / "out", str(SCRIPTS / "ddp_own_profiler.py"),
                              "kernprof,torch", "--nproc", "2")
     summary = run_all([], options)
-    assert summary.failures == [], summary.failures
     folder = summary.folders[0]
     manifest = load_manifest(folder / "manifest.json")
+    crashed = [launch for launch in manifest.launches if launch.exit_status != 0]
+    if crashed and all(torch_heap_crash(launch, folder) for launch in crashed):
+        # Recorded as it should be (the signal, its stderr); the crash itself is torch's.
+        pytest.xfail(f"torch's native profiler/gloo teardown crashed in the "
+                     f"{crashed[0].profiler} run: {crashed[0].error}")
+    assert summary.failures == [], summary.failures
     assert manifest.world_size == 2
     assert any("drives torch.profiler itself" in note for note in manifest.notes)
     traces = sorted((a.path, a.rank) for a in manifest.artifacts if a.profiler == "torch.profiler")

@@ -14,6 +14,9 @@ import pytest
 
 from profreport.manifest import load_manifest
 
+sys.path.insert(0, str(Path(__file__).parent))
+from conftest import torch_heap_crash  # noqa: E402
+
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 #: How long the submitted jobs may take together on a busy 2-core machine.
 JOBS_DEADLINE_S = 900
@@ -47,22 +50,6 @@ def submit_and_wait(folder: Path) -> dict[str, str]:
     if not set(states.values()) <= FINISHED:
         subprocess.run(["scancel", *jobs], check=False)
     return states
-
-
-#: What torch 2.13.0 CPU prints when a script's own torch.profiler stops beside gloo and the
-#: process dies in native code: glibc's heap-corruption report, or std::terminate called from a
-#: destructor at teardown (right after the profiler's ``profiler_stop``), both ending in SIGABRT.
-TORCH_TEARDOWN_CRASH = ("malloc(): ", "terminate called without an active exception")
-
-
-def torch_heap_crash(launch: object, run_folder: Path) -> bool:
-    """Whether a launch died of a signal after one of TORCH_TEARDOWN_CRASH in its stderr log:
-    seen intermittently (2 of 3 full runs on 2 loaded CPUs in one session) in the plain run,
-    where profreport adds no profiler."""
-    log = run_folder / f"{getattr(launch, 'profiler', '')}.stderr.log"
-    text = log.read_text(errors="replace") if log.is_file() else ""
-    return bool(getattr(launch, "signal", None)) and any(
-        sign in text for sign in TORCH_TEARDOWN_CRASH)
 
 
 def emit(tmp_path: Path, *options: str) -> Path:
