@@ -243,10 +243,12 @@ TORCH_TEARDOWN_CRASH = ("malloc(): ", "terminate called without an active except
 
 
 def torch_heap_crash(launch: object, run_folder: Path) -> bool:
-    """Whether a launch died of a signal after one of TORCH_TEARDOWN_CRASH in its stderr log:
-    seen intermittently (2 of 3 full runs on 2 loaded CPUs in one session) in the plain run,
-    where profreport adds no profiler."""
-    log = run_folder / f"{getattr(launch, 'profiler', '')}.stderr.log"
-    text = log.read_text(errors="replace") if log.is_file() else ""
+    """Whether a launch died of a signal after one of TORCH_TEARDOWN_CRASH in its stderr (the
+    tail the manifest keeps, or the run's log: ``torch.stderr.log`` for ``torch.profiler``):
+    seen intermittently in the plain run, where profreport adds no profiler, and in the
+    torch.profiler one."""
+    log = run_folder / f"{str(getattr(launch, 'profiler', '')).split('.')[0]}.stderr.log"
+    text = "\n".join([*getattr(launch, "stderr_tail", []),
+                      log.read_text(errors="replace") if log.is_file() else ""])
     return bool(getattr(launch, "signal", None)) and any(
         sign in text for sign in TORCH_TEARDOWN_CRASH)
