@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+import numpy as np
 import pandas as pd
 
 #: Copy directions, as nsys and Kineto name them (the ``kind`` column of the ``memcpy`` table).
@@ -216,13 +217,20 @@ def _per_distinct(names: pd.Series, classify: Callable[[pd.Series], pd.Series]) 
 
     A table holds one name per event (hundreds of thousands of kernels) but only hundreds of
     distinct names, so a regular expression per distinct name instead of per row."""
-    if isinstance(names.dtype, pd.CategoricalDtype):  # its own codes: no pass to hash the rows
-        codes, distinct = names.cat.codes.to_numpy(dtype="intp"), list(names.cat.categories)
-    else:
-        codes, distinct = pd.factorize(names)
-    classified = classify(pd.Series([*distinct, None], dtype=object))
-    codes[codes < 0] = len(distinct)  # a missing name is classified as the trailing None
-    return classified.iloc[codes].set_axis(names.index)
+    codes, distinct = name_codes(names)
+    classified = classify(pd.concat([distinct, pd.Series([None], dtype=object)],
+                                    ignore_index=True))
+    # A missing name (code -1) is classified as the trailing None.
+    return classified.iloc[np.where(codes < 0, len(distinct), codes)].set_axis(names.index)
+
+
+def name_codes(names: pd.Series) -> tuple[np.ndarray, pd.Series]:
+    """Each row's name as its position among the distinct names (-1 where it has none), and
+    those names: a categorical's own codes and categories (no pass to hash the rows)."""
+    if isinstance(names.dtype, pd.CategoricalDtype):
+        return names.cat.codes.to_numpy(), pd.Series(names.cat.categories, dtype=object)
+    codes, distinct = pd.factorize(names)
+    return codes, pd.Series(distinct, dtype=object)
 
 
 def is_comm_kernel(names: pd.Series) -> pd.Series:

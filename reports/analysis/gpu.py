@@ -17,7 +17,7 @@ from profreport.model import Profile
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.breakdown import Parts, claim, make_breakdown
 from profreport.reports.analysis.cpu import spans_where
-from profreport.reports.analysis.kept import name_codes, per_profile
+from profreport.reports.analysis.kept import per_profile
 from profreport.reports.analysis.launches import GPU_TABLES, launch_pairs, launch_steps
 from profreport.reports.analysis.results import (
     Breakdown,
@@ -271,7 +271,7 @@ def top_kernels(profile: Profile) -> list[TopItem]:
     """Kernels by total GPU time (grouped by full name), share of all kernel time, each marked
     communication or not: summed per name code a block at a time, no copy of the table."""
     kernels = profile.table("kernels")
-    codes, distinct = name_codes(kernels["name"])
+    codes, distinct = concepts.name_codes(kernels["name"])
     ns = ns_by_name(kernels, np.ones(len(kernels), dtype=bool), codes, len(distinct))
     count = np.zeros(len(distinct) + 1, dtype=np.int64)
     first = np.full(len(distinct) + 1, len(kernels), dtype=np.int64)  # each name's first row
@@ -340,7 +340,7 @@ def kernel_mix(profile: Profile, windows: StepWindows | None) -> KernelMix | Non
     kernels (communication kernels left out)."""
     kernels = profile.table("kernels")
     compute = ~kernels["is_comm"].to_numpy(bool)  # masks, not a copy of the kernel table
-    codes, distinct = name_codes(kernels["name"])
+    codes, distinct = concepts.name_codes(kernels["name"])
     ns = ns_by_name(kernels, compute, codes, len(distinct))
     total = int(ns.sum())
     if total <= 0:

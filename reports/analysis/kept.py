@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
+from profreport.concepts import name_codes
 from profreport.model import Profile, narrowest_int
 
 T = TypeVar("T")
@@ -44,15 +45,6 @@ def per_profile(make: Callable[..., T]) -> Callable[..., T]:
         return results[key]
 
     return kept
-
-
-def name_codes(names: pd.Series) -> tuple[np.ndarray, pd.Series]:
-    """Each row's name as its position among the distinct names (-1 where it has none), and
-    those names: a categorical's own codes and categories (no pass over the rows)."""
-    if isinstance(names.dtype, pd.CategoricalDtype):
-        return names.cat.codes.to_numpy(), pd.Series(names.cat.categories, dtype=object)
-    codes, distinct = pd.factorize(names)
-    return codes, pd.Series(distinct, dtype=object)
 
 
 @per_profile
