@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from profreport import __version__
+from profreport.allocator import tune_for_large_arrays
 from profreport.argtypes import DeprecatedAlias, positive_int
 from profreport.errors import EXIT_INTERRUPTED, ProfreportError, UsageError
 from profreport.reports.render import DEFAULT_FORMATS, RENDERERS
@@ -170,6 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: every ProfreportError becomes one line on stderr and its exit code."""
     words = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(run_options=RUN_COMMAND in words).parse_args(words)
+    tune_for_large_arrays()
     try:
         return _dispatch(args)
     except ProfreportError as exc:

@@ -15,6 +15,7 @@ falls back to SQL.
 from __future__ import annotations
 
 import os
+import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -57,6 +58,10 @@ _KIND_LUT = np.select([_TYPES == 0, _IS_STORED_INT | (_TYPES == 8) | (_TYPES == 
 # right shift sign-extends it (0 for other types, whose value comes from _CONSTANT_LUT).
 _SHIFT_LUT = np.where(_IS_STORED_INT, 64 - 8 * _SIZE_LUT, 0).astype(np.int64)
 _CONSTANT_LUT = np.where(_TYPES == 9, 1, 0).astype(np.int64)
+# Each decoding thread's page buffer, reused from chunk to chunk: a fresh 2 MB buffer per chunk
+# is fresh pages for the kernel to fault in and zero, a second cost as large as the read itself
+# (a 2 GB export is a million page faults). Nothing decoded keeps a view of it.
+_THREAD_BUFFERS = threading.local()
 
 
 #: What a caller's per-chunk reduction gives.
@@ -292,7 +297,7 @@ class PageReader:
     def _read_pages(self, numbers: np.ndarray) -> np.ndarray:
         """The pages ``numbers`` one after another in one buffer (runs read at once), padded."""
         size = self.page_size
-        buf = np.empty(len(numbers) * size + _PADDING, dtype=np.uint8)
+        buf = _thread_buffer(len(numbers) * size + _PADDING)
         buf[-_PADDING:] = 0
         breaks = np.flatnonzero(np.diff(numbers) != 1) + 1
         for run in np.split(np.arange(len(numbers)), breaks):
@@ -399,6 +404,14 @@ class PageReader:
             return self._decode_chunk(buf, len(numbers), wanted, text_columns)
         except IndexError:
             raise PageFormatError("a record runs past its page") from None
+
+
+def _thread_buffer(size: int) -> np.ndarray:
+    """This thread's page buffer, ``size`` bytes of it (grown when it is smaller)."""
+    held = getattr(_THREAD_BUFFERS, "buffer", None)
+    if held is None or len(held) < size:
+        held = _THREAD_BUFFERS.buffer = np.empty(size, dtype=np.uint8)
+    return held[:size]
 
 
 def chunk_count(leaves: np.ndarray) -> int:

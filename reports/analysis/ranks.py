@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from profreport.allocator import tune_for_large_arrays
 from profreport.errors import failure_line
 from profreport.model import Profile
 from profreport.parsers import ParseOptions, parse_file
@@ -129,6 +130,7 @@ def rank_verdict(profile: Profile) -> RankVerdict | None:
 
 def read_rank(task: RankTask) -> RankResult:
     """Parse one file and reduce it (the task a worker runs); never raises for a bad file."""
+    tune_for_large_arrays()  # a Dask worker's process is not the command's
     path = task.location()
     try:
         profile = parse_file(path, task.parse)

@@ -1,0 +1,44 @@
+"""The C library's allocator set for numpy work on tables of millions of rows (glibc only).
+
+glibc's ``malloc`` serves a block above its mmap threshold with fresh pages mapped from the
+kernel, and gives the free top of its heap back once it exceeds the trim threshold; both start
+low (128 KiB) and move at run time. Reading an export chunk by chunk, and the analysis's
+block-wise passes, make and free many thousands of arrays of 100 KiB to a few MiB: with the
+defaults a large share of them are mapped, faulted in and zeroed page by page, then given back,
+again and again (a 2 GB nsys export: a million page faults, 2 s of system time out of 14 s of
+CPU). Fixed thresholds keep those blocks in the heap, reused; whole columns (tens of MB) are
+still mapped and given back the moment they are freed, so the peak memory does not grow.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import sys
+
+#: Blocks larger than this are mapped on their own (whole columns of large tables): a chunk's
+#: and a block's temporaries (at most 2 MiB: 2**18 int64 rows) stay below it, in the heap.
+MMAP_THRESHOLD_BYTES = 4 << 20
+#: Free heap top kept before it is given back: about what one chunk's decoding frees at once,
+#: so the next chunk reuses it instead of faulting it in again.
+TRIM_THRESHOLD_BYTES = 128 << 20
+# mallopt parameter numbers (glibc's malloc.h).
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+
+
+@functools.cache
+def tune_for_large_arrays() -> bool:
+    """Set glibc's mmap and trim thresholds (once per process; forked workers inherit them);
+    False where the C library is not glibc or refuses."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        if not hasattr(libc, "gnu_get_libc_version"):  # musl and others: their own malloc
+            return False
+        return bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+                    and libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
+    except (OSError, AttributeError):
+        return False
