@@ -37,6 +37,7 @@ column = np.ones(64 << 20, np.uint8)
 with_column = resident_pages()
 del column
 print(json.dumps({"tuned": tuned, "churn_faults": churn_faults,
+                  "huge_pages": bool(np._core.multiarray._get_madvise_hugepage()),
                   "column_pages_freed": with_column - resident_pages()}))
 """
 #: Pages the churn writes: 100 rounds of 8 arrays of 2 MiB, 4 KiB pages.
@@ -54,6 +55,7 @@ def _churn(mode: str) -> dict[str, int]:
 def test_tuning_reuses_chunk_sized_blocks_and_frees_columns() -> None:
     default, tuned = _churn("default"), _churn("tuned")
     assert tuned["tuned"] is True
+    assert not tuned["huge_pages"]
     # glibc's defaults give the freed 16 MiB back each round and fault it in again.
     assert default["churn_faults"] > _CHURN_PAGES // 2
     assert tuned["churn_faults"] < _CHURN_PAGES // 20
