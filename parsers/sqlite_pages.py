@@ -58,6 +58,10 @@ _KIND_LUT = np.select([_TYPES == 0, _IS_STORED_INT | (_TYPES == 8) | (_TYPES == 
 # right shift sign-extends it (0 for other types, whose value comes from _CONSTANT_LUT).
 _SHIFT_LUT = np.where(_IS_STORED_INT, 64 - 8 * _SIZE_LUT, 0).astype(np.int64)
 _CONSTANT_LUT = np.where(_TYPES == 9, 1, 0).astype(np.int64)
+# The top bit of each byte of a little-endian 8-byte window, and each one alone (byte 0 first;
+# 0 after them stands for none: a varint of nine bytes).
+_TOP_BITS = np.uint64(0x8080808080808080)
+_LAST_BYTE_BITS = np.array([1 << (8 * k + 7) for k in range(8)], dtype=np.uint64)
 # Each decoding thread's page buffer, reused from chunk to chunk: a fresh 2 MB buffer per chunk
 # is fresh pages for the kernel to fault in and zero, a second cost as large as the read itself
 # (a 2 GB export is a million page faults). Nothing decoded keeps a view of it.
@@ -76,7 +80,6 @@ class PageFormatError(Exception):
 class Columns:
     """Decoded columns of a table: per requested column its int64 values and value kinds."""
 
-    rowids: np.ndarray
     values: dict[int, np.ndarray]
     kinds: dict[int, np.ndarray]
     #: Rowids of rows stored partly on overflow pages: not decoded here.
@@ -151,6 +154,16 @@ def _varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         length[more] += 1
         more = more[byte >= 0x80]
     return value, length
+
+
+def _varint_lengths(windows: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """Lengths in bytes (1 to 9) of the SQLite varints at each position (``windows`` of
+    :func:`_windows`), their values not decoded: one past the first of the 8 bytes at each
+    position whose top bit is clear, 9 when all eight are set."""
+    clear = ~windows[pos] & _TOP_BITS  # top bit of byte k (little-endian window): bit 8k + 7
+    clear &= -clear  # only the lowest: the varint's last byte among its first eight
+    clear -= np.uint64(1)  # below that bit; none (0) wraps past every bit: nine bytes
+    return np.searchsorted(_LAST_BYTE_BITS, clear) + 1
 
 
 def _windows(buf: np.ndarray) -> np.ndarray:
@@ -326,35 +339,37 @@ class PageReader:
 
     def _decode_chunk(self, buf: np.ndarray, count: int, wanted: list[int],
                       text_columns: tuple[int, ...] = ()) -> Columns:
-        """Rowids, values and kinds of the ``wanted`` columns of ``count`` pages' rows, and the
-        texts of the ``text_columns`` among them."""
+        """Values and kinds of the ``wanted`` columns of ``count`` pages' rows, the texts of the
+        ``text_columns`` among them, and the rowids of the rows that spill (only the rowids'
+        lengths are read for the others: nothing needs them)."""
         cells = self._cells(buf, count)
         payload, n1 = _varints(buf, cells)
-        rowids, n2 = _varints(buf, cells + n1)
-        start = cells + n1 + n2
+        windows = _windows(buf)
+        rowid_at = cells + n1
+        start = rowid_at + _varint_lengths(windows, rowid_at)
         spills = payload > self.usable - 35
-        spilled = rowids[spills]
-        keep = ~spills
-        start, rowids = start[keep], rowids[keep]
+        spilled = _varints(buf, rowid_at[spills])[0]
+        start = start[~spills]
         serial, body = _serial_types(buf, start, max(wanted) + 1)
         sizes = _sizes(serial)
-        before = np.cumsum(sizes, axis=0, dtype=np.int32)  # bytes up to each column's end
-        before -= sizes
-        windows = _windows(buf)
         values: dict[int, np.ndarray] = {}
         kinds: dict[int, np.ndarray] = {}
         offsets: dict[int, np.ndarray] = {}
+        reached = body  # where each record's next column begins, column after column
+        for column in range(max(wanted) + 1):
+            if column in wanted:
+                offsets[column] = reached
+            reached = reached + sizes[column]
         for column in wanted:
-            offsets[column] = body + before[column]
             kinds[column] = _kinds(serial[column])
             values[column] = _integers(windows, np.minimum(offsets[column], len(windows) - 1),
                                        serial[column])
         texts = {}
         for column in text_columns:
             rows = np.flatnonzero(kinds[column] == TEXT)
-            texts[column] = np.full(len(rowids), None, dtype=object)
+            texts[column] = np.full(len(start), None, dtype=object)
             texts[column][rows] = _texts(buf, offsets[column][rows], sizes[column][rows])
-        return Columns(rowids=rowids, values=values, kinds=kinds, spilled=spilled, texts=texts)
+        return Columns(values=values, kinds=kinds, spilled=spilled, texts=texts)
 
     def reduced(self, leaves: np.ndarray, wanted: list[int], text_columns: tuple[int, ...],
                 reduce: Callable[[Columns], T], threads: int = 1) -> Iterator[T]:

@@ -421,6 +421,34 @@ def test_page_reader_drops_what_sql_drops(exports: dict[str, Path], tmp_path: Pa
         pd.testing.assert_frame_equal(native.table(name), through_sql.table(name))
 
 
+def _varint(value: int) -> bytes:
+    """``value`` (0 to 2**64 - 1) as an SQLite varint (file format, section 1.6)."""
+    if value >= 1 << 56:  # eight 7-bit bytes, then all eight bits of the last
+        high = [(value >> (8 + 7 * k)) & 0x7F for k in reversed(range(8))]
+        return bytes(b | 0x80 for b in high) + bytes([value & 0xFF])
+    groups = [value & 0x7F]
+    while value := value >> 7:
+        groups.append(value & 0x7F | 0x80)
+    return bytes(reversed(groups))
+
+
+def test_varint_lengths_without_values_match_decoded_varints() -> None:
+    """The rowid's length read without its value (sqlite_pages._varint_lengths) agrees with the
+    full decoding for varints of every length, 1 to 9 bytes."""
+    from profreport.parsers import sqlite_pages
+
+    values = [0, 1, 127, 128, 2**14 - 1, 2**14, 2**21, 2**28, 2**35, 2**42, 2**49, 2**56 - 1,
+              2**56, 2**63 - 1, 2**64 - 1]
+    encoded = [_varint(v) for v in values]
+    starts = np.cumsum([0] + [len(e) for e in encoded[:-1]])
+    buf = np.frombuffer(b"".join(encoded) + bytes(16), dtype=np.uint8)
+    decoded, lengths = sqlite_pages._varints(buf, starts)
+    assert decoded.astype(np.uint64).tolist() == values
+    assert lengths.tolist() == [1, 1, 1, 2, 2, 3, 4, 5, 6, 7, 8, 8, 9, 9, 9]
+    windows = sqlite_pages._windows(buf)
+    assert sqlite_pages._varint_lengths(windows, starts).tolist() == lengths.tolist()
+
+
 def test_page_reader_reads_every_integer_width(tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """Integers of 1 to 8 bytes, negatives, the constants 0 and 1, NULL, reals and text, over
