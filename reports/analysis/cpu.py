@@ -6,21 +6,24 @@ Which CPU op is which (framework op, optimizer, backward, DataParallel) is decid
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pandas as pd
 
 from profreport import concepts
-from profreport.model import Profile, narrowest_int
+from profreport.model import Profile, narrowest_int, objects
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.kept import classified, table_name_codes
 from profreport.reports.analysis.results import CpuOpMix, TopItem
-from profreport.reports.analysis.steps import StepWindows, in_windows
+from profreport.reports.analysis.steps import StepWindows, starts_in_windows
 from profreport.reports.analysis.top import TOP_OPS, ranked
 
 
 def _is_framework_op(profile: Profile) -> np.ndarray:
-    """Which CPU ops are the framework's own work (not steps, DataLoader waits, collectives)."""
-    return concepts.is_framework_op(profile.table("cpu_ops")["name"]).to_numpy()
+    """Which CPU ops are the framework's own work (not steps, DataLoader waits, collectives),
+    asked once per distinct name."""
+    return classified(profile, "cpu_ops", concepts.is_framework_op)
 
 
 def framework_ops(profile: Profile) -> pd.DataFrame:
@@ -43,37 +46,49 @@ def spans_where(profile: Profile, classify) -> pd.DataFrame:
 
 def outer_calls(frame: pd.DataFrame, key: str) -> pd.Series:
     """Whether each row starts outside every earlier same-``key`` row, aligned with ``frame``: a
-    call re-entered under a same-name call (``aten::conv2d`` under autocast) is no new call.
+    call re-entered under a same-name call (``aten::conv2d`` under autocast) is no new call."""
+    return pd.Series(_outer(concepts.name_codes(frame[key])[0], frame["start"].to_numpy(),
+                            frame["end"].to_numpy()), index=frame.index)
+
+
+def _outer(codes: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """:func:`outer_calls` of rows given as their key codes (-1: none), starts and ends.
 
     Rows are ordered by key code and start (integer sorts, not string sorts); within a key,
-    a row is outer when it starts at or after the latest end of the rows before it."""
-    codes = pd.factorize(frame[key])[0]
-    start, end = frame["start"].to_numpy(), frame["end"].to_numpy()
+    a row is outer when it starts at or after the latest end of the rows before it. The latest
+    end is a running maximum over each key's rows, a key at a time: names are hundreds, rows
+    millions, and a grouped running maximum held ~40 bytes a row."""
     order = np.lexsort((start, codes))
     code = codes[order]
-    first = np.r_[True, code[1:] != code[:-1]] if len(code) else np.empty(0, dtype=bool)
-    reach = pd.Series(end[order]).groupby(np.cumsum(first), sort=False).cummax().to_numpy()
-    outer = first | (start[order] >= np.r_[reach[:1], reach[:-1]]) | (code < 0)
+    bounds = np.flatnonzero(np.r_[True, code[1:] != code[:-1], True]) if len(code) else [0]
+    outer = np.ones(len(order), dtype=bool)  # a key's first row, and rows without a key
+    for first, stop in zip(bounds[:-1], bounds[1:], strict=True):
+        if stop - first > 1 and code[first] >= 0:
+            rows = order[first:stop]
+            reach = np.maximum.accumulate(end[rows])
+            outer[first + 1:stop] = start[rows[1:]] >= reach[:-1]
     out = np.empty(len(order), dtype=bool)
     out[order] = outer
-    return pd.Series(out, index=frame.index)
+    return out
+
+
+#: Spans handled at a time once sorted: their temporaries stay a few MB whatever the op count.
+SPAN_BLOCK_ROWS = 1 << 16
 
 
 def _nesting_depth(starts: np.ndarray, ends: np.ndarray, threads: np.ndarray) -> np.ndarray:
     """How many spans of the same thread are open when each span starts (spans sorted by thread,
-    start, longest first): a sweep over start (+1) and end (-1) events, ends first on ties.
-    Positions and counts in int32 and the steps in int8: millions of operators make the sweep's
-    arrays twice as long as the operators."""
-    n = len(starts)
-    position = np.int32 if 2 * n < np.iinfo(np.int32).max else np.int64
-    rank = np.tile(np.arange(n, dtype=position), 2)
-    is_start = np.repeat(np.array([True, False]), n)
-    events = np.lexsort((rank, is_start, np.concatenate([starts, ends]), np.tile(threads, 2)))
-    starting = is_start[events]
-    del is_start
-    open_after = np.cumsum(starting.astype(np.int8) * np.int8(2) - np.int8(1), dtype=position)
-    depth = np.empty(n, dtype=position)
-    depth[rank[events][starting]] = open_after[starting] - 1
+    start, longest first; ``threads``: where each thread's spans begin, then their count; a
+    span ending when another starts is closed by then): the spans of its thread sorted before
+    it less those that ended by its start, counted a thread at a time with a sorted copy of the
+    thread's ends (no sweep over twice as many start/end events)."""
+    depth = np.empty(len(starts), dtype=np.int32 if len(starts) < 2**31 else np.int64)
+    for first, stop in zip(threads[:-1], threads[1:], strict=True):
+        ended = np.sort(ends[first:stop])
+        for at in range(first, stop, SPAN_BLOCK_ROWS):
+            block = slice(at, min(at + SPAN_BLOCK_ROWS, stop))
+            depth[block] = np.arange(at - first, block.stop - first)
+            depth[block] -= np.searchsorted(ended, starts[block], side="right")
     return depth
 
 
@@ -88,35 +103,53 @@ def _parents(depth: np.ndarray) -> np.ndarray:
     return parent
 
 
+def row_blocks(count: int) -> Iterator[slice]:
+    """``count`` rows, :data:`SPAN_BLOCK_ROWS` at a time: for work on every op whose
+    temporaries would otherwise be column-sized."""
+    return (slice(at, min(at + SPAN_BLOCK_ROWS, count))
+            for at in range(0, count, SPAN_BLOCK_ROWS))
+
+
 def self_time_ns(ops: pd.DataFrame, covering: iv.Intervals | None = None) -> np.ndarray:
     """Each op's self (exclusive) time: its duration minus the part of it its direct children on
     the same thread cover, aligned with ``ops``' rows; with ``covering``, only the self time
-    that lies inside those intervals. Vectorised: nesting depth from a sweep over start/end
-    events, parents by depth level. A child that overruns its parent's end (trace rounding) only
-    takes its overlap; self time never goes below zero."""
+    that lies inside those intervals. Vectorised: nesting depth from the sorted ends of each
+    thread, parents by depth level, then the children's time summed into their parents a block
+    of spans at a time. A child that overruns its parent's end (trace rounding) only takes its
+    overlap; self time never goes below zero."""
     if ops.empty:
         return np.empty(0, dtype=np.int64)
     start = ops["start"].to_numpy(np.int64)
     end = np.maximum(ops["end"].to_numpy(np.int64), start)
-    thread = ops.groupby(["pid", "tid"], sort=False).ngroup().to_numpy()
-    thread = thread.astype(narrowest_int(thread), copy=False)
-    order = np.lexsort((-end, start, thread))
-    s, e, threads = start[order], end[order], thread[order]
-    del end, thread  # only the sorted copies are read from here on
+    pid, tid = ops["pid"].to_numpy(), ops["tid"].to_numpy()
+    np.negative(end, out=end)  # longest first among equal starts, without another array
+    order = np.lexsort((end, start, tid, pid))
+    np.negative(end, out=end)
+    pid, tid = pid[order], tid[order]
+    threads = np.flatnonzero(np.r_[True, (pid[1:] != pid[:-1]) | (tid[1:] != tid[:-1]), True])
+    del pid, tid
     order = order.astype(narrowest_int(np.array([len(order)])), copy=False)
+    s, e = start[order], end[order]
+    del end  # only the sorted copies are read from here on
     parent = _parents(_nesting_depth(s, e, threads))
-    del threads
-    child = parent >= 0
-    child_end = np.maximum(np.minimum(e[child], e[parent[child]]), s[child])
-    if covering is None:
-        length, covered = e - s, child_end - s[child]
-    else:
-        length = iv.overlap_per_window(covering, s, e)
-        covered = iv.overlap_per_window(covering, s[child], child_end)
-    children_ns = np.bincount(parent[child], weights=covered, minlength=len(s)).astype(np.int64)
-    own = np.empty(len(s), dtype=np.int64)
-    own[order] = np.maximum(length - children_ns, 0)
-    return own
+    own = np.zeros(len(s), dtype=np.int64)  # the children's time, then the self time
+    for block in row_blocks(len(s)):
+        mine = parent[block]
+        child = np.flatnonzero(mine >= 0) + block.start
+        mine = mine[mine >= 0]
+        child_start, child_end = s[child], np.minimum(e[child], e[mine])
+        np.maximum(child_end, child_start, out=child_end)
+        np.add.at(own, mine, child_end - child_start if covering is None else
+                  iv.overlap_per_window(covering, child_start, child_end))
+    del parent
+    for block in row_blocks(len(s)):
+        length = (e[block] - s[block] if covering is None else
+                  iv.overlap_per_window(covering, s[block], e[block]))
+        np.maximum(length - own[block], 0, out=own[block])
+    del s, e
+    out = np.empty(len(own), dtype=np.int64)
+    out[order] = own
+    return out
 
 
 def op_self_times(profile: Profile, windows: StepWindows | None) -> pd.DataFrame:
@@ -125,12 +158,16 @@ def op_self_times(profile: Profile, windows: StepWindows | None) -> pd.DataFrame
     over all CPU ops, so a step or DataLoader span still owns the time between its children."""
     ops = profile.table("cpu_ops")
     framework = _is_framework_op(profile)
-    spans = ops[framework]  # the one copy made: the framework ops' rows, given two columns
-    if spans.empty:
-        return spans.assign(ns=pd.Series(dtype="int64"), outer=pd.Series(dtype=bool))
-    spans["ns"] = self_time_ns(ops)[framework]
-    spans["outer"] = outer_calls(spans, "name")
-    return in_windows(spans, windows) if windows is not None else spans
+    ns = self_time_ns(ops)[framework]  # before any copy of the rows: its sort is the peak
+    # The one copy made: the framework ops' start, end and name (the columns read of them).
+    start, end = (ops[column].to_numpy()[framework] for column in ("start", "end"))
+    outer = _outer(table_name_codes(profile, "cpu_ops")[0][framework], start, end)
+    if windows is not None:  # the calls are told apart among all the framework ops first
+        framework[framework] = kept = starts_in_windows(start, windows)
+        start, end, ns, outer = start[kept], end[kept], ns[kept], outer[kept]
+    names = objects(ops["name"].to_numpy()[framework])
+    return pd.DataFrame({"start": start, "end": end, "name": names, "ns": ns, "outer": outer},
+                        copy=False)
 
 
 def top_ops(profile: Profile, windows: StepWindows | None) -> list[TopItem]:

@@ -119,7 +119,12 @@ def step_stats(windows: StepWindows) -> StepStats:
 
 def in_windows(frame: pd.DataFrame, windows: StepWindows) -> pd.DataFrame:
     """Rows starting inside the span of the step windows."""
-    return frame[(frame["start"] >= windows.first_ns) & (frame["start"] < windows.last_ns)]
+    return frame[starts_in_windows(frame["start"].to_numpy(), windows)]
+
+
+def starts_in_windows(starts: np.ndarray, windows: StepWindows) -> np.ndarray:
+    """Which of ``starts`` lie inside the span of the step windows."""
+    return (starts >= windows.first_ns) & (starts < windows.last_ns)
 
 
 def where_in_steps(starts: np.ndarray, windows: StepWindows | None) -> list[str]:

@@ -15,9 +15,9 @@ import numpy as np
 import pandas as pd
 
 from profreport import concepts
-from profreport.model import Profile
+from profreport.model import Profile, objects
 from profreport.reports.analysis import intervals as iv
-from profreport.reports.analysis.cpu import self_time_ns
+from profreport.reports.analysis.cpu import row_blocks, self_time_ns
 from profreport.reports.analysis.gpu import device_activity, has_gpu_events
 from profreport.reports.analysis.kept import classified, per_profile
 from profreport.reports.analysis.launches import GPU_TABLES, launch_times
@@ -197,8 +197,14 @@ def _cpu_in(profile: Profile, waited: iv.Intervals, steps: int) -> tuple[list[To
     if waited.total == 0:
         return [], 0
     ops = profile.table("cpu_ops")
-    spans = ops.assign(ns=self_time_ns(ops, waited) // steps, outer=True)
-    spans = spans[concepts.is_framework_op(spans["name"]).to_numpy() & (spans["ns"] > 0)]
-    outside = waited.total - iv.intersect(waited, iv.union_of([ops])).total
+    start, end = ops["start"].to_numpy(), ops["end"].to_numpy()  # in file order: unsorted
+    busy = iv.union_each([(start[block], end[block]) for block in row_blocks(len(ops))])
+    outside = waited.total - iv.intersect(waited, busy).total
+    del busy  # each large step's temporaries gone before the next one's
+    ns = self_time_ns(ops, waited) // steps
+    chosen = classified(profile, "cpu_ops", concepts.is_framework_op) & (ns > 0)
+    spans = pd.DataFrame({"name": objects(ops["name"].to_numpy()[chosen]), "ns": ns[chosen],
+                          "outer": True}, copy=False)  # only the rows and columns ranked reads
+    del ns, chosen
     return ranked(spans, "name", LAUNCH_WAIT_OPS, waited.total // steps, exclusive=True), \
         outside // steps

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
+from profreport.concepts import name_codes
 from profreport.reports.analysis.results import TopItem
 
 #: How many kernels, CPU ops and source lines are kept for display.
@@ -18,8 +20,13 @@ def ranked(spans: pd.DataFrame, key: str, limit: int, total_ns: int,
     ``total_ns``."""
     if spans.empty:
         return []
-    grouped = (spans.groupby(key, sort=False).agg(sum=("ns", "sum"), count=("outer", "sum"))
-               .sort_values(["sum", "count"], ascending=False).head(limit))
-    return [TopItem(name=str(name), total_ns=int(row["sum"]), count=int(row["count"]),
-                    share=float(row["sum"]) / max(total_ns, 1), exclusive=exclusive)
-            for name, row in grouped.iterrows()]
+    codes, distinct = name_codes(spans[key])  # names numbered as they first appear
+    named = codes >= 0
+    ns = np.zeros(len(distinct), dtype=np.int64)
+    np.add.at(ns, codes[named], spans["ns"].to_numpy(np.int64)[named])
+    count = np.bincount(codes[named & spans["outer"].to_numpy(bool)], minlength=len(distinct))
+    # Most time first, then most calls, then the name seen first (a stable sort).
+    top = sorted(range(len(distinct)), key=lambda code: (-ns[code], -count[code]))[:limit]
+    return [TopItem(name=str(distinct.iloc[code]), total_ns=int(ns[code]),
+                    count=int(count[code]), share=float(ns[code]) / max(total_ns, 1),
+                    exclusive=exclusive) for code in top]
