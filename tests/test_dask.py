@@ -101,7 +101,7 @@ def test_dask_cluster_report_is_identical_to_local_processes(
     files = sum(len(run.inputs) for run in remote.runs) + len(remote.failures)
     assert _tasks_run(dask_cluster) - before >= files > 2
     assert render_json(remote) == render_json(local)
-    assert sorted(remote.runs[0].metrics.per_rank_step_ms) == [0, 1]
+    assert sorted(remote.runs[0].metrics.per_rank_step_ns) == [0, 1]
 
 
 def test_unreachable_scheduler_is_one_line(tmp_path: Path) -> None:

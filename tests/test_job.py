@@ -58,8 +58,7 @@ def test_gloo_fixture_ranks_keep_pace_and_the_job_waits_for_one(fixtures_dir: Pa
     run = report.runs[0]
     job = run.job
     assert [r.rank for r in job.ranks] == [0, 1]
-    assert {r.rank: r.step_ns / 1e6 for r in job.ranks} == pytest.approx(
-        run.metrics.per_rank_step_ms)
+    assert {r.rank: r.step_ns for r in job.ranks} == run.metrics.per_rank_step_ns
     assert all(r.comm_fraction > 0 and r.comm_exposed_fraction > 0 for r in job.ranks)
     slowest = max(job.ranks, key=lambda r: r.step_ns)
     assert job.slowest_rank == slowest.rank and job.slowest_step_ns == slowest.step_ns
@@ -202,7 +201,7 @@ def test_ranks_2_and_3_of_4_are_analysed_with_rank_2_detailed(tmp_path: Path) ->
     assert [r.rank for r in run.job.ranks] == [2, 3]
     assert run.metrics.comm.total_ns_per_step == 300_000
     assert run.metrics.steps.count == 5 and run.metrics.breakdown is not None
-    assert run.metrics.per_rank_step_ms == {2: 1.1, 3: 0.85}
+    assert run.metrics.per_rank_step_ns == {2: 1_100_000, 3: 850_000}
     assert run.detailed_rank == 2
     assert ("_The figures and findings below come from rank 2's profile, the lowest rank "
             "present._") in render_markdown(analyze_paths([tmp_path], AnalyzeOptions()))

@@ -99,13 +99,13 @@ def test_listing_marks_the_dataloader_line_with_heat(loader_heavy: Report) -> No
 def test_ddp_gloo_draws_the_per_rank_chart(fixtures_dir: Path) -> None:
     """Two ranks profiled: a per-rank bar chart with each rank's mean step time as its label."""
     report = analyze(fixtures_dir / "ddp_gloo")
-    per_rank = report.runs[0].metrics.per_rank_step_ms
+    per_rank = report.runs[0].metrics.per_rank_step_ns
     assert sorted(per_rank) == [0, 1]
     (chart,) = [chart for chart in build_view(report).charts() if chart.id == "chart-run1-ranks"]
     (bars,) = chart.figure.data
     assert list(bars.y) == ["rank 0", "rank 1"]
-    assert list(bars.x) == [round(per_rank[0], 3), round(per_rank[1], 3)]
-    assert list(bars.text) == [f"{per_rank[0]:,.1f} ms", f"{per_rank[1]:,.1f} ms"]
+    assert list(bars.x) == [round(per_rank[0] / 1e6, 3), round(per_rank[1] / 1e6, 3)]
+    assert list(bars.text) == [f"{per_rank[0] / 1e6:,.1f} ms", f"{per_rank[1] / 1e6:,.1f} ms"]
     assert 'id="chart-run1-ranks"' in render_html(report)
 
 

@@ -30,7 +30,6 @@ from profreport.reports.analysis.results import (
     StepStats,
 )
 from profreport.reports.analysis.steps import step_stats, step_windows
-from profreport.units import NS_PER_MS
 
 #: Ranks whose profile a worker sends back whole without being asked: sources that have no rank,
 #: and rank 0, the lowest rank of a whole job in every launcher (torchrun, srun, mpirun). Any
@@ -156,19 +155,19 @@ def needed_whole(summaries: Sequence[RankSummary]) -> list[int]:
     return sorted(wanted)
 
 
-def per_rank_step_ms(summaries: Sequence[RankSummary]) -> dict[int, float]:
-    """Mean annotated step time of every rank, in ms, from each rank's preferred step source."""
-    out: dict[int, float] = {}
+def per_rank_step_ns(summaries: Sequence[RankSummary]) -> dict[int, int]:
+    """Mean annotated step time of every rank (ns), from each rank's preferred step source."""
+    out: dict[int, int] = {}
     for summary in sorted(summaries, key=lambda s: s.preference):
         if summary.input.rank is not None and summary.step_stats is not None:
-            out.setdefault(int(summary.input.rank), float(summary.step_stats.mean_ns) / NS_PER_MS)
+            out.setdefault(int(summary.input.rank), int(summary.step_stats.mean_ns))
     return dict(sorted(out.items()))
 
 
 def add_rank_metrics(metrics: RunMetrics, summaries: Sequence[RankSummary]) -> None:
     """The figures of a run that every rank contributes to: per-rank step times, DataParallel
     ops and the memory of every device."""
-    metrics.per_rank_step_ms = per_rank_step_ms(summaries)
+    metrics.per_rank_step_ns = per_rank_step_ns(summaries)
     for summary in sorted(summaries, key=lambda s: s.preference):
         metrics.ddp_forward_calls += summary.ddp_forward_calls
         for name, count in summary.dataparallel_ops.items():

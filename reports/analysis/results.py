@@ -557,7 +557,8 @@ class RunMetrics:
     #: Each timed step of the runner's plain (unprofiled) run, ns: the samples behind the
     #: throughput (empty without a manifest that has them).
     plain_step_ns: list[int] = field(default_factory=list)
-    per_rank_step_ms: dict[int, float] = field(default_factory=dict)
+    #: Mean step time of every rank that timed steps (ns), by rank.
+    per_rank_step_ns: dict[int, int] = field(default_factory=dict)
     #: Signs of ``nn.DataParallel``: its Broadcast/Scatter/Gather/ReduceAddCoalesced ops by count.
     dataparallel_ops: dict[str, int] = field(default_factory=dict)
     #: Most GPUs one process launched kernels on (several = one process drives many GPUs).

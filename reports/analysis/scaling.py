@@ -113,7 +113,7 @@ def _comm(run: RunAnalysis) -> tuple[int | None, int | None]:
 
 def _imbalance(run: RunAnalysis) -> float | None:
     """Slowest over fastest rank's mean step, with at least two ranks traced."""
-    steps = [ms for ms in run.metrics.per_rank_step_ms.values() if ms > 0]
+    steps = [ns for ns in run.metrics.per_rank_step_ns.values() if ns > 0]
     return max(steps) / min(steps) if len(steps) > 1 else None
 
 

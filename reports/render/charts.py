@@ -24,7 +24,7 @@ from profreport.reports.analysis.results import (
 )
 from profreport.reports.render.display import part_label, ratio
 from profreport.text import display_text
-from profreport.units import NS_PER_MS, binary_unit, ms_value, whole_pct
+from profreport.units import NS_PER_MS, binary_unit, duration, ms_value, whole_pct
 
 #: Longest name shown on a chart axis or in hover text; the tables show names in full.
 NAME_LIMIT = 60
@@ -226,16 +226,16 @@ def comm_overlap_figure(run: RunAnalysis) -> go.Figure | None:
 
 def per_rank_figure(run: RunAnalysis) -> go.Figure | None:
     """Mean step time of each rank as labelled bars, when several ranks were profiled."""
-    per_rank = run.metrics.per_rank_step_ms
+    per_rank = run.metrics.per_rank_step_ns
     if len(per_rank) < 2:
         return None
     ranks = sorted(per_rank)
     figure = _figure("Mean step time per rank (ms)", FRAME_PX + ROW_PX * 2 * len(ranks),
                      xaxis_title="mean ms per step", showlegend=False)
     figure.add_trace(go.Bar(
-        y=[f"rank {rank}" for rank in ranks], x=[round(per_rank[rank], 3) for rank in ranks],
+        y=[f"rank {rank}" for rank in ranks], x=[ms_value(per_rank[rank]) for rank in ranks],
         orientation="h", marker_color="#1f77b4",
-        text=[f"{per_rank[rank]:,.1f} ms" for rank in ranks], textposition="auto",
+        text=[duration(per_rank[rank]) for rank in ranks], textposition="auto",
         hovertemplate="%{y}: %{x:.2f} ms<extra></extra>"))
     figure.update_yaxes(autorange="reversed", type="category")
     return figure
