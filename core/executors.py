@@ -56,6 +56,25 @@ def available_cpus() -> int:
     return os.cpu_count() or 1
 
 
+#: The CPUs a local pool's worker process may use for its own parallel work (set in each
+#: worker when the pool starts); None in any other process.
+_POOL_SHARE: int | None = None
+
+
+def cpu_share() -> int:
+    """The CPUs this process's own parallel work (a parser's decoding threads or range workers)
+    may use: all it may run on, or, in one of a local pool's worker processes, an equal share of
+    them, so that N files read side by side never start N times as many threads or processes
+    as there are CPUs."""
+    return _POOL_SHARE or available_cpus()
+
+
+def _set_pool_share(share: int) -> None:
+    """Record this worker process's share of the CPUs (a pool's initializer)."""
+    global _POOL_SHARE
+    _POOL_SHARE = share
+
+
 def require_dask(options: ExecutorOptions) -> None:
     """MissingToolError naming the ``dask`` extra when a Dask scheduler is asked for and the
     extra is not installed (checked before any file is read)."""
@@ -95,8 +114,10 @@ class LocalProcesses(Executor):
         if self._pool is None:
             methods = multiprocessing.get_all_start_methods()
             context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+            share = max(1, available_cpus() // self._processes)
             self._pool = self._stack.enter_context(
-                ProcessPoolExecutor(self._processes, mp_context=context))
+                ProcessPoolExecutor(self._processes, mp_context=context,
+                                    initializer=_set_pool_share, initargs=(share,)))
         futures = {self._pool.submit(function, item): index for index, item in enumerate(items)}
         for future in as_completed(futures):
             yield futures[future], future.result()

@@ -29,6 +29,7 @@ from typing import Any, BinaryIO
 import msgspec
 
 from profreport.errors import InputError
+from profreport.executors import cpu_share
 from profreport.inputs import (
     MAX_DECOMPRESSED_BYTES,
     MAX_EVENT_BYTES,
@@ -411,7 +412,7 @@ def _parallel_ranges(path: Path, array_start: int, size: int) -> list[tuple[int,
     range runs to the end of the file. A single range when the file is small, there is one
     core, or no cut holds.
     """
-    cores = _cores()
+    cores = cpu_share()
     text = size - array_start
     count = min(max(cores, text // RANGE_BYTES), text // PARALLEL_MIN_BYTES) if cores > 1 else 1
     cuts: list[tuple[int, int]] = []
@@ -423,13 +424,6 @@ def _parallel_ranges(path: Path, array_start: int, size: int) -> list[tuple[int,
     starts = [array_start] + [after for _, after in cuts]
     stops = [before for before, _ in cuts] + [size]
     return list(zip(starts, stops, strict=True))
-
-
-def _cores() -> int:
-    """The cores this process may run on."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def _verified_cut(handle: BinaryIO, target: int) -> tuple[int, int] | None:
@@ -483,7 +477,7 @@ def read_trace(path: Path) -> tuple[dict[str, Any], ColumnBuilder]:
         # Every range is read by a worker, this process only joins their columns: the garbage
         # of decoding (freed structs and batches the allocator keeps) stays in the workers.
         bounds = [*ranges[:-1], (ranges[-1][0], None)]
-        with ProcessPoolExecutor(min(len(ranges), _cores()),
+        with ProcessPoolExecutor(min(len(ranges), cpu_share()),
                                  mp_context=_worker_context()) as pool:
             parts = [pool.submit(_read_range, path, start, stop) for start, stop in bounds]
             for part in parts:

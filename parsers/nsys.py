@@ -37,7 +37,7 @@ import pandas as pd
 
 from profreport import concepts
 from profreport.errors import InputError, MissingToolError, UnsupportedFormatError
-from profreport.executors import available_cpus
+from profreport.executors import cpu_share
 from profreport.inputs import EVENT_TIMES
 from profreport.model import (
     ID_COLUMNS,
@@ -474,7 +474,7 @@ class _Export:
             try:
                 leaves = reader.leaf_pages(int(root[0]))
                 return _joined(reader.reduced(leaves, wanted, text_columns, named,
-                                              threads=min(available_cpus(), PAGE_THREADS)),
+                                              threads=min(cpu_share(), PAGE_THREADS)),
                                sqlite_pages.chunk_count(leaves))
             finally:
                 reader.close()
