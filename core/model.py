@@ -240,18 +240,59 @@ class NsysMeta(ProfileMeta):
     capture: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class LprofFunction:
+    """One function a line_profiler file times, and whether its source is shown."""
+
+    file: str
+    function: str
+    first_lineno: int
+    #: The source file shown (an allowed Python file found for it), None when not shown.
+    source_path: str | None
+    #: Why the source is not shown, None when it is.
+    source_note: str | None
+
+
+@dataclass(frozen=True)
+class TrainingLoop:
+    """The loop header line_profiler's counts point at (see parsers.lprof.training_loop): its
+    counts and times, and whether, from which evidence and how surely it fetches the batches."""
+
+    file: str
+    function: str
+    lineno: int
+    hits: int
+    #: Runs of the loop's body, and entries into the loop (the hits of the line before it).
+    iterations: int
+    entries: int
+    #: Fewer header hits than iterations + entries: every entry left through break/return.
+    ended_by_break: bool
+    time_ns: int
+    body_ns: int
+    largest_body_line_ns: int
+    #: ``source`` (the line shown iterates over a DataLoader) or ``hit counts``.
+    evidence: str = "hit counts"
+    #: Whether the loop is taken for the DataLoader loop.
+    dataloader: bool = False
+    #: ``high`` (source), ``medium``, ``low`` or ``none`` (hit counts: how many signs agree).
+    confidence: str = "none"
+    #: Hit-count signs: the header takes more time than any line of its body; the function's
+    #: name says it trains.
+    header_is_largest: bool = False
+    training_name: bool = False
+
+
 @dataclass
 class LprofMeta(ProfileMeta):
     """What a line_profiler file says: its unit, functions and the training loop found."""
 
     #: Seconds per timer tick.
     unit: float = 0.0
-    #: One dict per function: file, function, first_lineno, source_path, source_note.
-    functions: list[dict[str, Any]] = field(default_factory=list)
+    functions: list[LprofFunction] = field(default_factory=list)
     pickle_protocol: int | None = None
     class_path: str = ""
-    #: The training loop (see parsers.lprof.training_loop), None when none was found.
-    loop: dict[str, Any] | None = None
+    #: The training loop, None when none was found.
+    loop: TrainingLoop | None = None
 
 
 @dataclass

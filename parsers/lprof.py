@@ -28,8 +28,9 @@ import pickle
 import re
 import stat
 import tokenize
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -41,7 +42,7 @@ from profreport.concepts import (
 from profreport.errors import InputError
 from profreport.inputs import MAX_LINE_ENTRIES, RefusedPathError, open_input, resolve_inside
 from profreport.manifest import MANIFEST_NAME
-from profreport.model import LprofMeta, Profile, conform
+from profreport.model import LprofFunction, LprofMeta, Profile, TrainingLoop, conform
 
 if TYPE_CHECKING:  # the registry imports this module, never the other way round
     from profreport.parsers import ParseOptions
@@ -348,7 +349,7 @@ def loop_headers(frame: pd.DataFrame) -> pd.Series:
     return ((body > before) & (hits >= body) & (hits <= body + before)).astype(bool)
 
 
-def _loop_of(frame: pd.DataFrame, header: int) -> dict[str, Any]:
+def _loop_of(frame: pd.DataFrame, header: int) -> TrainingLoop:
     """A loop header's facts: entries, iterations, its time, and its body's (the later lines of
     the function that run at least once per iteration)."""
     row = frame.loc[header]
@@ -357,14 +358,14 @@ def _loop_of(frame: pd.DataFrame, header: int) -> dict[str, Any]:
         frame["function"] == row["function"])
     body = frame[same & (frame.index > header) & (frame["hits"] >= iterations)]
     entries = int(frame.loc[header - 1, "hits"]) if header - 1 in frame.index else 1
-    return {"file": str(row["file"]), "function": str(row["function"]),
-            "lineno": int(row["lineno"]), "hits": int(row["hits"]), "iterations": iterations,
-            "entries": entries, "ended_by_break": int(row["hits"]) < iterations + entries,
-            "time_ns": int(row["time_ns"]), "body_ns": int(body["time_ns"].sum()),
-            "largest_body_line_ns": int(body["time_ns"].max()) if not body.empty else 0}
+    return TrainingLoop(file=str(row["file"]), function=str(row["function"]),
+                        lineno=int(row["lineno"]), hits=int(row["hits"]), iterations=iterations,
+                        entries=entries, ended_by_break=int(row["hits"]) < iterations + entries,
+                        time_ns=int(row["time_ns"]), body_ns=int(body["time_ns"].sum()),
+                        largest_body_line_ns=int(body["time_ns"].max()) if not body.empty else 0)
 
 
-def training_loop(frame: pd.DataFrame) -> dict[str, Any] | None:
+def training_loop(frame: pd.DataFrame) -> TrainingLoop | None:
     """The training loop among the loop headers (the one with the most time in itself and its
     body), whether its header is the line that fetches batches, the evidence, how sure.
 
@@ -377,33 +378,31 @@ def training_loop(frame: pd.DataFrame) -> dict[str, Any] | None:
     loops = [_loop_of(frame, i) for i in headers if i + 1 in frame.index]
     if not loops:
         return None
-    loop = max(loops, key=lambda item: item["time_ns"] + item["body_ns"])
-    row = frame[(frame["file"] == loop["file"]) & (frame["function"] == loop["function"])
-                & (frame["lineno"] == loop["lineno"])].iloc[0]
+    loop = max(loops, key=lambda item: item.time_ns + item.body_ns)
+    row = frame[(frame["file"] == loop.file) & (frame["function"] == loop.function)
+                & (frame["lineno"] == loop.lineno)].iloc[0]
     if row["source"] is not None:
-        loop.update(evidence="source", dataloader=bool(row["is_dataloader_loop"]),
-                    confidence="high")
-        return loop
-    largest = loop["time_ns"] > loop["largest_body_line_ns"]
-    named = is_training_function(loop["function"])
-    loop.update(evidence="hit counts", header_is_largest=largest, training_name=named,
-                dataloader=largest or named,
-                confidence={2: "medium", 1: "low", 0: "none"}[int(largest) + int(named)])
-    return loop
+        return replace(loop, evidence="source", dataloader=bool(row["is_dataloader_loop"]),
+                       confidence="high")
+    largest = loop.time_ns > loop.largest_body_line_ns
+    named = is_training_function(loop.function)
+    return replace(loop, evidence="hit counts", header_is_largest=largest,
+                   training_name=named, dataloader=largest or named,
+                   confidence={2: "medium", 1: "low", 0: "none"}[int(largest) + int(named)])
 
 
-def _mark_loader(frame: pd.DataFrame, loop: dict[str, Any] | None) -> pd.DataFrame:
+def _mark_loader(frame: pd.DataFrame, loop: TrainingLoop | None) -> pd.DataFrame:
     """Flag the training loop's header as the DataLoader line when the hit counts say so."""
-    if loop is not None and loop["evidence"] == "hit counts" and loop["dataloader"]:
-        frame.loc[(frame["file"] == loop["file"]) & (frame["function"] == loop["function"])
-                  & (frame["lineno"] == loop["lineno"]), "is_dataloader_loop"] = True
+    if loop is not None and loop.evidence == "hit counts" and loop.dataloader:
+        frame.loc[(frame["file"] == loop.file) & (frame["function"] == loop.function)
+                  & (frame["lineno"] == loop.lineno), "is_dataloader_loop"] = True
     return frame
 
 
-def _note(function: dict[str, Any]) -> str:
+def _note(function: LprofFunction) -> str:
     """The note saying that a function's source is not shown, and why."""
-    return (f"source of {error_text(function['function'])} "
-            f"({error_text(function['file'])}) not shown: {function['source_note']}")
+    return (f"source of {error_text(function.function)} "
+            f"({error_text(function.file)}) not shown: {function.source_note}")
 
 
 def parse(path: Path, *, source_root: Path | None = None) -> Profile:
@@ -412,15 +411,15 @@ def parse(path: Path, *, source_root: Path | None = None) -> Profile:
     timings, unit, class_path, protocol = _unpickle(path)
     located = {file: find_source(file, path, source_root) for file, _, _ in timings}
     sources = {file: _source_lines(where) for file, (where, _) in located.items()}
-    functions = [{"file": file, "function": name, "first_lineno": first,
-                  "source_path": None if located[file][0] is None else str(located[file][0]),
-                  "source_note": located[file][1]}
+    functions = [LprofFunction(file=file, function=name, first_lineno=first,
+                               source_path=None if located[file][0] is None
+                               else str(located[file][0]), source_note=located[file][1])
                  for file, first, name in sorted(timings)]
     frame = _lines_table(timings, unit, sources)
     loop = training_loop(frame)
     meta = LprofMeta(unit=unit, functions=functions, pickle_protocol=protocol,
                      class_path=".".join(class_path), loop=loop,
-                     notes=[_note(f) for f in functions if f["source_note"]]
+                     notes=[_note(f) for f in functions if f.source_note]
                      + _mismatch_notes(timings, sources))
     return Profile(path=path, kind="lprof", tool_version=LINESTATS_CLASS_PATHS[class_path],
                    tables={"lines": conform("lines", _mark_loader(frame, loop))}, meta=meta)

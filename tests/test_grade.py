@@ -437,7 +437,7 @@ def test_lprof_without_its_script_is_graded_from_hit_counts(tmp_path: Path,
     assert "graded from its hit counts only" in feedback
     # The fixture's .lprof records the runner's train.py where make_fixtures.py ran: a file
     # outside the submission when that checkout still exists, else one that is not there.
-    recorded = next(str(f["file"]) for f in parse_file(
+    recorded = next(f.file for f in parse_file(
         fixtures_dir / "loader_heavy" / "train.lprof").meta.functions)
     why = ("it lies outside baseline, your submission" if Path(recorded).is_file() else
            "not found beside the .lprof")

@@ -17,6 +17,7 @@ from line_profiler.line_profiler import LineStats
 from profreport import concepts
 from profreport.errors import InputError
 from profreport.inputs import Limit
+from profreport.model import LprofFunction
 from profreport.parsers import lprof
 from profreport.reports.analysis.lines import top_lines
 
@@ -130,9 +131,9 @@ def test_loader_line_is_flagged_and_carries_the_time(loader_run: tuple[Path, Pat
     assert profile.kind == "lprof"
     assert profile.tool_version == "line_profiler 3.x or 5.1+"
     first = line_of(LOADER_SCRIPT, "@profile")  # a decorated function starts at its decorator
-    assert profile.meta.functions == [{"file": str(script), "function": "train",
-                                          "first_lineno": first, "source_path": str(script),
-                                          "source_note": None}]
+    assert profile.meta.functions == [LprofFunction(file=str(script), function="train",
+                                                    first_lineno=first, source_path=str(script),
+                                                    source_note=None)]
 
 
 def test_compute_loop_is_not_a_loader(compute_run: tuple[Path, Path]) -> None:
@@ -179,7 +180,7 @@ def test_source_found_beside_the_lprof(tmp_path: Path) -> None:
     shutil.rmtree(tmp_path / "run")
     profile = lprof.parse(moved / path.name)
     assert by_line(profile)[LOADER_LOOP_LINE]["is_dataloader_loop"]
-    assert profile.meta.functions[0]["source_path"] == str(moved / script.name)
+    assert profile.meta.functions[0].source_path == str(moved / script.name)
 
 
 def test_relative_recorded_path_resolves_beside_the_lprof(tmp_path: Path) -> None:
@@ -187,7 +188,7 @@ def test_relative_recorded_path_resolves_beside_the_lprof(tmp_path: Path) -> Non
     subprocess.run([str(KERNPROF), "-l", "compute.py"], check=True, capture_output=True,
                    timeout=120, cwd=tmp_path)
     profile = lprof.parse(tmp_path / "compute.py.lprof")
-    assert profile.meta.functions[0]["file"] == "compute.py"
+    assert profile.meta.functions[0].file == "compute.py"
     assert by_line(profile)[4]["source"] == "    for row in rows:"
 
 
@@ -208,13 +209,13 @@ def test_source_found_under_source_root_then_nowhere(tmp_path: Path) -> None:
     shutil.move(script, root / "pkg" / script.name)
     assert lprof.parse(path).table("lines")["source"].isna().all()
     found = lprof.parse(path, source_root=root)
-    assert found.meta.functions[0]["source_path"] == str(root / "pkg" / script.name)
+    assert found.meta.functions[0].source_path == str(root / "pkg" / script.name)
     assert by_line(found)[LOADER_LOOP_LINE]["is_dataloader_loop"]
     shutil.rmtree(root)
     gone = lprof.parse(path, source_root=tmp_path)
     assert gone.table("lines")["source"].tolist() == [None] * 4
     # Without the source the loop is still found, from the hit counts (see the tests below).
-    assert gone.meta.loop["evidence"] == "hit counts"
+    assert gone.meta.loop.evidence == "hit counts"
     assert gone.table("lines")["hits"].tolist() == [1, LOADER_BATCHES + 1, LOADER_BATCHES, 1]
 
 
@@ -361,7 +362,7 @@ def test_sources_outside_the_allowed_folders_are_never_read(tmp_path: Path,
     assert lines["hits"].tolist() == [1, 6, 5, 1]
     (note,) = profile.meta.notes
     assert note.startswith("source of train (") and "not shown: " in note
-    assert profile.meta.functions[0]["source_path"] is None
+    assert profile.meta.functions[0].source_path is None
 
 
 def test_source_reasons_say_why(tmp_path: Path) -> None:
@@ -417,11 +418,11 @@ def test_loader_loop_found_from_hit_counts_alone(loader_run: tuple[Path, Path]) 
     assert [n for n, row in lines.items() if row["is_loop_header"]] == [LOADER_LOOP_LINE]
     assert [n for n, row in lines.items() if row["is_dataloader_loop"]] == [LOADER_LOOP_LINE]
     loop = profile.meta.loop
-    assert loop["lineno"] == LOADER_LOOP_LINE and loop["function"] == "train"
-    assert (loop["iterations"], loop["entries"], loop["ended_by_break"]) == (LOADER_BATCHES, 1,
+    assert loop.lineno == LOADER_LOOP_LINE and loop.function == "train"
+    assert (loop.iterations, loop.entries, loop.ended_by_break) == (LOADER_BATCHES, 1,
                                                                              False)
-    assert loop["evidence"] == "hit counts" and loop["dataloader"]
-    assert loop["confidence"] == "medium"  # the function is called train
+    assert loop.evidence == "hit counts" and loop.dataloader
+    assert loop.confidence == "medium"  # the function is called train
 
 
 def test_compute_loop_found_from_hit_counts_is_no_loader(compute_run: tuple[Path, Path]) -> None:
@@ -430,11 +431,11 @@ def test_compute_loop_found_from_hit_counts_is_no_loader(compute_run: tuple[Path
     assert [n for n, row in lines.items() if row["is_loop_header"]] == [4]
     assert not profile.table("lines")["is_dataloader_loop"].any()
     loop = profile.meta.loop
-    assert (loop["lineno"], loop["iterations"], loop["dataloader"]) == (4, COMPUTE_ROWS, False)
-    assert loop["confidence"] == "none"  # small header time, "compute" says nothing of training
+    assert (loop.lineno, loop.iterations, loop.dataloader) == (4, COMPUTE_ROWS, False)
+    assert loop.confidence == "none"  # small header time, "compute" says nothing of training
     with_source = lprof.parse(compute_run[1], source_root=compute_run[0].parent)
-    assert with_source.meta.loop["evidence"] == "source"
-    assert with_source.meta.loop["confidence"] == "high"
+    assert with_source.meta.loop.evidence == "source"
+    assert with_source.meta.loop.confidence == "high"
 
 
 def test_loop_header_of_a_function_called_several_times(tmp_path: Path) -> None:
@@ -445,8 +446,8 @@ def test_loop_header_of_a_function_called_several_times(tmp_path: Path) -> None:
     assert profile.table("lines")["is_loop_header"].tolist() == [False, True, False, False,
                                                                  False]
     loop = profile.meta.loop
-    assert (loop["lineno"], loop["entries"], loop["iterations"]) == (3, 3, 12)
-    assert loop["dataloader"] and loop["body_ns"] == 1300 and loop["confidence"] == "medium"
+    assert (loop.lineno, loop.entries, loop.iterations) == (3, 3, 12)
+    assert loop.dataloader and loop.body_ns == 1300 and loop.confidence == "medium"
 
 
 def test_loop_left_by_break_is_found(tmp_path: Path) -> None:
@@ -457,19 +458,19 @@ def test_loop_left_by_break_is_found(tmp_path: Path) -> None:
     assert profile.table("lines")["is_loop_header"].tolist() == [False, True, False, False,
                                                                  False, False]
     loop = profile.meta.loop
-    assert loop["ended_by_break"] and loop["iterations"] == 6
+    assert loop.ended_by_break and loop.iterations == 6
     # The body's line 4 outweighs the header: only the name says "training loop".
-    assert loop["dataloader"] and loop["confidence"] == "low"
+    assert loop.dataloader and loop.confidence == "low"
     assert by_line(profile)[3]["is_dataloader_loop"]
 
 
 def test_runner_fixture_loops_found_without_source(fixtures_dir: Path) -> None:
     loader = lprof.parse(fixtures_dir / "loader_heavy" / "train.lprof").meta.loop
     compute = lprof.parse(fixtures_dir / "compute_heavy" / "train.lprof").meta.loop
-    assert loader["function"] == compute["function"] == "train"
-    assert loader["lineno"] == compute["lineno"] and loader["ended_by_break"]
-    assert loader["header_is_largest"] and not compute["header_is_largest"]
-    assert (loader["confidence"], compute["confidence"]) == ("medium", "low")
+    assert loader.function == compute.function == "train"
+    assert loader.lineno == compute.lineno and loader.ended_by_break
+    assert loader.header_is_largest and not compute.header_is_largest
+    assert (loader.confidence, compute.confidence) == ("medium", "low")
 
 
 def _py2_lineprofiler_file(filename: bytes, function: bytes, lines: list[tuple[int, int, int]],
@@ -547,7 +548,7 @@ def test_source_that_changed_since_profiling_is_warned_about(
                       {(recorded, first, name): rows
                        for (_, first, name), rows in timings.items()})
     profile = lprof.parse(path, source_root=root)
-    assert profile.meta.functions[0]["source_path"] == str(root / "train.py")
+    assert profile.meta.functions[0].source_path == str(root / "train.py")
     assert profile.meta.notes == [f"source of {next(iter(timings))[2]} ({recorded}) may have "
                                   f"changed since it was profiled: {reason}"]
 

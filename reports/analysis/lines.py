@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
+from profreport.model import TrainingLoop
 from profreport.reports.analysis.results import (
     BREAKDOWN_PARTS,
     Breakdown,
@@ -69,25 +68,25 @@ def lprof_breakdown(lines: pd.DataFrame, steps: StepStats) -> Breakdown | None:
     return Breakdown(origin="lprof", step_ns=steps.mean_ns, parts_ns=parts_ns)
 
 
-def loop_identification(loop: Mapping[str, Any] | None) -> LoopIdentification | None:
-    """How the parser found the DataLoader loop (``Profile.meta["loop"]`` of an lprof), or None
+def loop_identification(loop: TrainingLoop | None) -> LoopIdentification | None:
+    """How the parser found the DataLoader loop (``Profile.meta.loop`` of an lprof), or None
     when it found none or did not take the loop for the DataLoader's."""
-    if not loop or not loop.get("dataloader"):
+    if loop is None or not loop.dataloader:
         return None
-    where = f"{Path(str(loop['file'])).name}:{loop['lineno']}"
-    if loop.get("evidence") == "source":
+    where = f"{Path(loop.file).name}:{loop.lineno}"
+    if loop.evidence == "source":
         return LoopIdentification("source", "high", f"{where} iterates over a DataLoader")
-    exit_by = "left by break" if loop.get("ended_by_break") else "one more hit per entry"
-    signs = [f"a loop header ({loop['hits']:,} hits for {loop['iterations']:,} iterations of "
+    exit_by = "left by break" if loop.ended_by_break else "one more hit per entry"
+    signs = [f"a loop header ({loop.hits:,} hits for {loop.iterations:,} iterations of "
              f"its body, {exit_by})"]
-    if loop.get("header_is_largest"):
+    if loop.header_is_largest:
         signs.append("it takes more time than any line of its body (the batch is fetched there)")
-    if loop.get("training_name"):
-        signs.append(f"its function {loop['function']}() is named as training")
+    if loop.training_name:
+        signs.append(f"its function {loop.function}() is named as training")
     return LoopIdentification(
-        "hit counts", str(loop["confidence"]),
+        "hit counts", loop.confidence,
         f"source not shown: {where} taken for the DataLoader loop from hit counts alone, "
-        f"{'; '.join(signs)} (confidence {loop['confidence']})")
+        f"{'; '.join(signs)} (confidence {loop.confidence})")
 
 
 def line_item(row: pd.Series) -> LineItem:
