@@ -19,7 +19,6 @@ same memory in 4 KiB pages when the page cache is full (it is: the export was ju
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
 import sys
 
@@ -43,7 +42,7 @@ def tune_for_large_arrays() -> bool:
     if not sys.platform.startswith("linux"):
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc = ctypes.CDLL(None)  # the process's own symbols: its C library's among them
         if not hasattr(libc, "gnu_get_libc_version"):  # musl and others: their own malloc
             return False
         _no_huge_pages()
