@@ -31,7 +31,6 @@ ones carry ``Device Type``, ``Device Id`` and ``Bytes``; current ones add ``Tota
 
 from __future__ import annotations
 
-import ctypes
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,8 +39,16 @@ import numpy as np
 import pandas as pd
 
 from profreport import concepts
+from profreport.allocator import give_back_freed_memory
 from profreport.errors import UnsupportedFormatError
-from profreport.model import DataLoaderIterators, KinetoMeta, Profile, conform, nothing_recorded
+from profreport.model import (
+    DataLoaderIterators,
+    KinetoMeta,
+    Profile,
+    conform,
+    nothing_recorded,
+    objects,
+)
 from profreport.parsers.kineto_columns import (
     ColumnBuilder,
     Columns,
@@ -121,7 +128,7 @@ class _Tables:
         """start, end, pid, tid and name of CPU-side events."""
         return pd.DataFrame({
             "start": rows.start, "end": rows.end, "pid": self.thread_numbers[rows.pid],
-            "tid": self.thread_numbers[rows.tid], "name": self.names[rows.name],
+            "tid": self.thread_numbers[rows.tid], "name": objects(self.names[rows.name]),
         }, copy=False)
 
     def gpu(self, rows: Columns) -> pd.DataFrame:
@@ -134,7 +141,8 @@ class _Tables:
         return pd.DataFrame({
             "start": rows.start, "end": rows.end,
             "device": np.where(rows.device >= 0, rows.device, pid), "stream": rows.stream,
-            "correlation": self._correlation(rows), "name": self.names[rows.name],
+            "correlation": self._correlation(rows),
+            "name": objects(self.names[rows.name]),
         }, copy=False)
 
     def _correlation(self, rows: Columns) -> np.ndarray:
@@ -163,7 +171,7 @@ class _Tables:
             self.release(done)
             if table == "sync":  # the last table whose correlations may come from flows
                 self.flows = self.flows.iloc[:0]
-            _give_back_freed_memory()
+            give_back_freed_memory()
         return out
 
     def cpu_ops(self) -> pd.DataFrame:
@@ -187,7 +195,7 @@ class _Tables:
         frame = self.gpu(rows)
         short = _per_name(self.names, lambda s: s.map(concepts.short_kernel_name), rows.name)
         comm = _per_name(self.names, concepts.is_comm_kernel, rows.name)
-        frame["short_name"] = short[rows.name]
+        frame["short_name"] = objects(short[rows.name])
         frame["is_comm"] = comm[rows.name].astype(bool)
         return conform("kernels", by_time(frame))
 
@@ -241,10 +249,10 @@ class _Tables:
 
     def runtime(self) -> pd.DataFrame:
         """Runtime and driver calls (CUDA, HIP, MTIA...), names without their version suffix."""
-        rows = self.rows("runtime")
+        rows = self.rows("runtime").in_time_order()  # as every table is: unions need no sort
         frame = self.cpu(rows)
         stripped = _per_name(self.names, lambda s: s.map(concepts.strip_api_version), rows.name)
-        frame["name"] = stripped[rows.name]
+        frame["name"] = objects(stripped[rows.name])
         frame["correlation"] = rows.correlation
         return conform("runtime", frame)
 
@@ -306,18 +314,6 @@ def _per_name(names: np.ndarray, rule: Any, ids: np.ndarray) -> np.ndarray:
     out = np.empty(len(names), dtype=object)
     out[distinct] = np.asarray(rule(pd.Series(names[distinct], dtype=object)), dtype=object)
     return out
-
-
-def _give_back_freed_memory() -> None:
-    """Return the memory freed while the tables were built to the system.
-
-    glibc keeps freed heap pages for reuse, and the analysis that follows allocates arrays of
-    other sizes beside them rather than in them: on a 389 MB trace the analysis then peaked
-    ~45 MB higher. A no-op where the C library has no ``malloc_trim``.
-    """
-    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
-    if trim is not None:
-        trim(0)
 
 
 def _header_int(value: Any) -> int:
@@ -420,7 +416,7 @@ def parse(path: Path) -> Profile:
     """Parse one torch.profiler trace (``.json`` or ``.json.gz``) into a Profile."""
     path = Path(path)
     header, builder = read_trace(path)
-    _give_back_freed_memory()
+    give_back_freed_memory()
     _check_schema_version(header, path)
     dialect = _dialect(builder.cats)
     distributed = _distributed(header, builder.dropped)
@@ -432,7 +428,7 @@ def parse(path: Path) -> Profile:
     collectives = tables.cpu_collectives()
     cpu_ops = tables.cpu_ops()
     tables.release(tuple(name for name in tables.stores if name not in DEVICE_GROUPS))
-    _give_back_freed_memory()
+    give_back_freed_memory()
     device = tables.device_tables()
     meta = _meta(header, dialect, distributed)
     meta.dropped = dict(builder.dropped)
@@ -449,7 +445,7 @@ def parse(path: Path) -> Profile:
         "op_inputs": builder.op_inputs.frame(tables.names, tables.thread_numbers),
     }
     meta.empty = nothing_recorded(frames)
-    _give_back_freed_memory()
+    give_back_freed_memory()
     return Profile(path=path, kind="kineto",
                    tool_version=_tool_version(header, dialect, distributed),
                    rank=distributed.get("rank"), tables=frames, meta=meta)

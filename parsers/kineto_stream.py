@@ -28,6 +28,7 @@ from typing import Any, BinaryIO
 
 import msgspec
 
+from profreport.allocator import give_back_freed_memory
 from profreport.errors import InputError
 from profreport.executors import cpu_share
 from profreport.inputs import (
@@ -50,9 +51,9 @@ _RAW_EVENTS_DECODER = msgspec.json.Decoder(list[msgspec.Raw])
 # enough that the text in memory stays a few MB whatever the size of the trace.
 READ_CHUNK = 1 << 20
 # Target size of one decoded batch of events: its structs live only until they are columns
-# (~7k events; on a 2 GB trace 4 MB batches cost each range worker ~12 MB more for the same
-# CPU time, 1 MB batches 5-10% more CPU time for 5 MB less).
-BATCH_BYTES = 2 << 20
+# (~3.5k events; on a 400 MB trace 2 MB batches cost this process and the worker 8-10 MB more
+# each, for no less CPU time; on a 2 GB trace 4 MB batches cost each range worker ~12 MB more).
+BATCH_BYTES = 1 << 20
 # Tail of the buffer searched first for a cut between two events; events are ~0.3 kB each.
 CUT_WINDOW = 64 << 10
 # Cuts tried before the buffer is checked for damage: a wrong cut needs "},{" inside a string
@@ -442,17 +443,19 @@ def _verified_cut(handle: BinaryIO, target: int) -> tuple[int, int] | None:
     return None
 
 
-def _read_range(path: Path, start: int, stop: int | None) -> tuple[ColumnBuilder, bytes]:
-    """Decode the whole events in bytes ``[start, stop)`` of a plain trace (a worker's part),
-    or from ``start`` to the end of the file when ``stop`` is None; the columns, and the text
-    after the event array (empty but for the last range)."""
-    builder = ColumnBuilder(path)
+def _read_range(path: Path, start: int, stop: int | None,
+                builder: ColumnBuilder | None = None) -> tuple[ColumnBuilder, bytes]:
+    """Decode the whole events in bytes ``[start, stop)`` of a plain trace, or from ``start`` to
+    the end of the file when ``stop`` is None, into ``builder`` (a new one in a worker); the
+    columns, and the text after the event array (empty but for the last range)."""
+    builder = ColumnBuilder(path) if builder is None else builder
     raw = open_input(path) if stop is None else _RangeReader(path, start, stop, b"]")
     with io.BufferedReader(raw, READ_CHUNK) as handle:  # type: ignore[arg-type]
         if stop is None:
             handle.seek(start)
         text = _TraceText(handle, path, builder, offset=start)  # type: ignore[arg-type]
         text.read_all()
+    give_back_freed_memory()  # the decoded batches, before the next range's
     return builder, text.suffix
 
 
@@ -474,13 +477,18 @@ def read_trace(path: Path) -> tuple[dict[str, Any], ColumnBuilder]:
         if len(ranges) < 2:
             text.read_all()
             return text.header(), builder
-        # Every range is read by a worker, this process only joins their columns: the garbage
-        # of decoding (freed structs and batches the allocator keeps) stays in the workers.
+        # One range in every ``cores`` is read here, straight into the columns, the others by
+        # ``cores - 1`` workers whose columns are joined in file order: one process fewer than
+        # cores (each worker holds tens of MB of its own), none of them idle.
         bounds = [*ranges[:-1], (ranges[-1][0], None)]
-        with ProcessPoolExecutor(min(len(ranges), cpu_share()),
-                                 mp_context=_worker_context()) as pool:
-            parts = [pool.submit(_read_range, path, start, stop) for start, stop in bounds]
-            for part in parts:
+        cores = min(len(ranges), cpu_share())
+        with ProcessPoolExecutor(cores - 1, mp_context=_worker_context()) as pool:
+            parts = [None if index % cores == 0 else pool.submit(_read_range, path, start, stop)
+                     for index, (start, stop) in enumerate(bounds)]
+            for (start, stop), part in zip(bounds, parts, strict=True):
+                if part is None:
+                    text.suffix = _read_range(path, start, stop, builder)[1]
+                    continue
                 other, text.suffix = part.result()
                 builder.absorb(other)
                 del other

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from profreport import concepts
+from profreport.allocator import giving_back_memory
 from profreport.model import Profile, narrowest_int, objects
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.kept import classified, table_name_codes
@@ -76,6 +77,13 @@ def _outer(codes: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
 SPAN_BLOCK_ROWS = 1 << 16
 
 
+def row_blocks(count: int) -> Iterator[slice]:
+    """``count`` rows, :data:`SPAN_BLOCK_ROWS` at a time: for work on every op whose
+    temporaries would otherwise be column-sized."""
+    return (slice(at, min(at + SPAN_BLOCK_ROWS, count))
+            for at in range(0, count, SPAN_BLOCK_ROWS))
+
+
 def _nesting_depth(starts: np.ndarray, ends: np.ndarray, threads: np.ndarray) -> np.ndarray:
     """How many spans of the same thread are open when each span starts (spans sorted by thread,
     start, longest first; ``threads``: where each thread's spans begin, then their count; a
@@ -97,19 +105,15 @@ def _parents(depth: np.ndarray) -> np.ndarray:
     found with one searchsorted per nesting level (levels are few, spans many)."""
     parent = np.full(len(depth), -1, dtype=depth.dtype)
     for level in range(1, int(depth.max(initial=0)) + 1):
-        above, here = np.flatnonzero(depth == level - 1), np.flatnonzero(depth == level)
-        k = np.searchsorted(above, here) - 1
-        parent[here] = np.where(k >= 0, above[np.maximum(k, 0)], -1)
+        above = np.flatnonzero(depth == level - 1)
+        for block in row_blocks(len(depth)):
+            here = np.flatnonzero(depth[block] == level) + block.start
+            k = np.searchsorted(above, here) - 1
+            parent[here] = np.where(k >= 0, above[np.maximum(k, 0)], -1)
     return parent
 
 
-def row_blocks(count: int) -> Iterator[slice]:
-    """``count`` rows, :data:`SPAN_BLOCK_ROWS` at a time: for work on every op whose
-    temporaries would otherwise be column-sized."""
-    return (slice(at, min(at + SPAN_BLOCK_ROWS, count))
-            for at in range(0, count, SPAN_BLOCK_ROWS))
-
-
+@giving_back_memory
 def self_time_ns(ops: pd.DataFrame, covering: iv.Intervals | None = None) -> np.ndarray:
     """Each op's self (exclusive) time: its duration minus the part of it its direct children on
     the same thread cover, aligned with ``ops``' rows; with ``covering``, only the self time

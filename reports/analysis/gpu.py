@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from profreport import concepts
+from profreport.allocator import giving_back_memory
 from profreport.model import Profile
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.breakdown import Parts, claim, make_breakdown
@@ -182,6 +183,7 @@ def gpu_parts(profile: Profile, windows: StepWindows) -> Parts:
     yield "host_runtime", profile.table("runtime")
 
 
+@giving_back_memory
 def gpu_claims(profile: Profile, windows: StepWindows) -> dict[str, np.ndarray]:
     """The ns each part of :func:`gpu_parts` claims in every step window (computed once per
     run: the breakdown and the communication figures both read it)."""

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from profreport import concepts
+from profreport.allocator import giving_back_memory
 from profreport.model import Profile, objects
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.cpu import row_blocks, self_time_ns
@@ -190,6 +191,7 @@ def idle_causes(profile: Profile, windows: StepWindows) -> IdleCauses | None:
                       longest_launch_wait=longest[1:] if longest[0] else None)
 
 
+@giving_back_memory
 def _cpu_in(profile: Profile, waited: iv.Intervals, steps: int) -> tuple[list[TopItem], int]:
     """What the CPU did while the GPU waited for launches, per step: the framework ops with the
     most self time inside ``waited`` (share: of ``waited``), and the waited time no CPU op on
