@@ -157,34 +157,40 @@ def self_time_ns(ops: pd.DataFrame, covering: iv.Intervals | None = None) -> np.
 
 
 def op_self_times(profile: Profile, windows: StepWindows | None) -> pd.DataFrame:
-    """Framework ops with their self time ``ns`` and ``outer`` (a call not re-entered under a
-    same-name call), inside the step windows' span when there are steps. Nesting is worked out
-    over all CPU ops, so a step or DataLoader span still owns the time between its children."""
+    """Name, self time ``ns`` and ``outer`` (a call not re-entered under a same-name call) of
+    the framework ops, those starting inside the step windows' span when there are steps.
+    Nesting is worked out over all CPU ops, so a step or DataLoader span still owns the time
+    between its children."""
     ops = profile.table("cpu_ops")
     framework = _is_framework_op(profile)
     ns = self_time_ns(ops)[framework]  # before any copy of the rows: its sort is the peak
-    # The one copy made: the framework ops' start, end and name (the columns read of them).
-    start, end = (ops[column].to_numpy()[framework] for column in ("start", "end"))
-    outer = _outer(table_name_codes(profile, "cpu_ops")[0][framework], start, end)
+    start, end = (ops[column].to_numpy() for column in ("start", "end"))
+    outer = _outer(table_name_codes(profile, "cpu_ops")[0][framework], start[framework],
+                   end[framework])
     if windows is not None:  # the calls are told apart among all the framework ops first
-        framework[framework] = kept = starts_in_windows(start, windows)
-        start, end, ns, outer = start[kept], end[kept], ns[kept], outer[kept]
-    names = objects(ops["name"].to_numpy()[framework])
-    return pd.DataFrame({"start": start, "end": end, "name": names, "ns": ns, "outer": outer},
-                        copy=False)
+        kept = starts_in_windows(start[framework], windows)
+        framework[framework] = kept
+        ns, outer = ns[kept], outer[kept]
+    # The one copy made: the framework ops' names, as the table holds them.
+    return pd.DataFrame({"name": objects(ops["name"].to_numpy()[framework]), "ns": ns,
+                         "outer": outer}, copy=False)
 
 
 def top_ops(profile: Profile, windows: StepWindows | None) -> list[TopItem]:
     """CPU ops by self time (duration minus direct children), so a chain of wrappers
     (``autograd::engine::evaluate_function: ConvolutionBackward0`` > ``ConvolutionBackward0`` >
     ``aten::convolution_backward``) is counted once, where the work is done. ``share`` is the
-    self time over the summed step windows (first to last op without steps); ops on several
-    threads (autograd's device threads, workers) run beside each other, so shares of different
-    threads can add up to more than 1."""
+    self time over the summed step windows (first to last framework op without steps); ops on
+    several threads (autograd's device threads, workers) run beside each other, so shares of
+    different threads can add up to more than 1."""
     spans = op_self_times(profile, windows)
     if spans.empty:
         return []
-    total = windows.total_ns if windows else int(spans["end"].max() - spans["start"].min())
+    if windows is not None:
+        total = windows.total_ns
+    else:
+        ops = framework_ops(profile)
+        total = int(ops["end"].max() - ops["start"].min())
     return ranked(spans, "name", TOP_OPS, total, exclusive=True)
 
 
