@@ -136,6 +136,13 @@ def self_time_ns(ops: pd.DataFrame, covering: iv.Intervals | None = None) -> np.
     s, e = start[order], end[order]
     del end  # only the sorted copies are read from here on
     parent = _parents(_nesting_depth(s, e, threads))
+    if covering is not None:
+        # Each time becomes the covered time before it: a span's length is then the part of it
+        # inside ``covering``, and clipping a child to its parent still holds (covered time
+        # never decreases, so it keeps every min and max).
+        for block in row_blocks(len(s)):
+            s[block] = iv.covered_before(covering, s[block])
+            e[block] = iv.covered_before(covering, e[block])
     own = np.zeros(len(s), dtype=np.int64)  # the children's time, then the self time
     for block in row_blocks(len(s)):
         mine = parent[block]
@@ -143,13 +150,10 @@ def self_time_ns(ops: pd.DataFrame, covering: iv.Intervals | None = None) -> np.
         mine = mine[mine >= 0]
         child_start, child_end = s[child], np.minimum(e[child], e[mine])
         np.maximum(child_end, child_start, out=child_end)
-        np.add.at(own, mine, child_end - child_start if covering is None else
-                  iv.overlap_per_window(covering, child_start, child_end))
+        np.add.at(own, mine, child_end - child_start)
     del parent
     for block in row_blocks(len(s)):
-        length = (e[block] - s[block] if covering is None else
-                  iv.overlap_per_window(covering, s[block], e[block]))
-        np.maximum(length - own[block], 0, out=own[block])
+        np.maximum(e[block] - s[block] - own[block], 0, out=own[block])
     del s, e
     out = np.empty(len(own), dtype=np.int64)
     out[order] = own

@@ -157,6 +157,19 @@ def idle_causes(profile: Profile, windows: StepWindows) -> IdleCauses | None:
     kernels has millions of short ones)."""
     if not has_gpu_events(profile):
         return None
+    # The gaps' own arrays are gone (the helper returned) before every CPU op is read.
+    idle, waited, longest = _idle_by_cause(profile, windows)
+    ops, outside = _cpu_in(profile, waited, windows.count)
+    return IdleCauses(origin=profile.kind, step_ns=windows.total_ns // max(windows.count, 1),
+                      idle_ns_per_step={cause: ns // windows.count for cause, ns in idle.items()},
+                      launch_wait_ops=ops, launch_wait_outside_ops_ns=outside,
+                      longest_launch_wait=longest[1:] if longest[0] else None)
+
+
+def _idle_by_cause(profile: Profile, windows: StepWindows
+                   ) -> tuple[dict[str, int], iv.Intervals, tuple[int, int, int]]:
+    """The devices' idle ns inside the step windows by cause, the launch waits' union, and the
+    longest launch wait (length, start, end; the first of equals), the gaps a block at a time."""
     loader = dataloader_intervals(profile, windows)
     blocked = iv.union_of([blocking(profile)])
     idle = dict.fromkeys(IDLE_CAUSES, 0)
@@ -184,11 +197,7 @@ def idle_causes(profile: Profile, windows: StepWindows) -> IdleCauses | None:
                     longest = (int(length[at_most]), int(starts[at_most]), int(ends[at_most]))
     waited = iv.union(np.concatenate([w[0] for w in waits] or [np.empty(0, np.int64)]),
                       np.concatenate([w[1] for w in waits] or [np.empty(0, np.int64)]))
-    ops, outside = _cpu_in(profile, waited, windows.count)
-    return IdleCauses(origin=profile.kind, step_ns=windows.total_ns // max(windows.count, 1),
-                      idle_ns_per_step={cause: ns // windows.count for cause, ns in idle.items()},
-                      launch_wait_ops=ops, launch_wait_outside_ops_ns=outside,
-                      longest_launch_wait=longest[1:] if longest[0] else None)
+    return idle, waited, longest
 
 
 @giving_back_memory
