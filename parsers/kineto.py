@@ -249,7 +249,8 @@ class _Tables:
 
     def runtime(self) -> pd.DataFrame:
         """Runtime and driver calls (CUDA, HIP, MTIA...), names without their version suffix."""
-        rows = self.rows("runtime").in_time_order()  # as every table is: unions need no sort
+        self.stores["runtime"].in_time_order()  # as every table is: unions need no sort
+        rows = self.rows("runtime")
         frame = self.cpu(rows)
         stripped = _per_name(self.names, lambda s: s.map(concepts.strip_api_version), rows.name)
         frame["name"] = objects(stripped[rows.name])

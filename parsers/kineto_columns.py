@@ -194,15 +194,6 @@ class Columns:
                            if value.strides == (0,) else value[mask]
                            for key, value in vars(self).items()})
 
-    def in_time_order(self) -> Columns:
-        """These rows by start, rows of equal starts as they were (these columns themselves
-        when they are in order): each column reordered alone, not a table's copy at once."""
-        if not len(self) or (self.start[1:] >= self.start[:-1]).all():
-            return self
-        order = np.argsort(self.start, kind="stable")
-        return Columns(**{key: value if value.strides == (0,) else value[order]
-                          for key, value in vars(self).items()})
-
     def __len__(self) -> int:
         """The number of rows."""
         return len(self.start)
@@ -328,6 +319,18 @@ class _Store:
             if "dur" in self._joined:
                 self._joined["end"] = self._joined["start"] + self._joined.pop("dur")
         return self._joined
+
+    def in_time_order(self) -> None:
+        """Put the rows in start order, rows of equal starts as they were: one column
+        reordered at a time, each one's old copy freed before the next is made."""
+        joined = self.joined()
+        start = joined["start"]
+        if (start[1:] >= start[:-1]).all():
+            return
+        order = np.argsort(start, kind="stable")
+        del start
+        for key in list(joined):
+            joined[key] = joined[key][order]
 
     def columns(self) -> Columns:
         """Every row, as the columns of complete events (those it lacks read -1)."""
@@ -802,8 +805,10 @@ def as_int(value: Any) -> int:
 
 
 def thread_numbers(symbols: Symbols) -> np.ndarray:
-    """Each interned pid/tid as an integer; -1 for labels such as ``stream 7`` or ``Spans``."""
-    return np.array([as_int(value) for value in symbols.values()], dtype=np.int64)
+    """Each interned pid/tid as an integer; -1 for labels such as ``stream 7`` or ``Spans``
+    (in the narrowest dtype that holds them, as the tables keep them)."""
+    numbers = np.array([as_int(value) for value in symbols.values()], dtype=np.int64)
+    return numbers.astype(narrowest_int(numbers), copy=False)
 
 
 def concat(first: Columns, second: Columns) -> Columns:
