@@ -167,12 +167,13 @@ def narrowed_ids(frame: pd.DataFrame) -> pd.DataFrame:
 def conform(name: str, frame: pd.DataFrame) -> pd.DataFrame:
     """Return ``frame`` with exactly the columns of table ``name``, in order, with their dtypes
     (id columns narrowed from what they hold, never widened to int64 first, see
-    :data:`ID_COLUMNS`)."""
+    :data:`ID_COLUMNS`; a categorical name column kept as it is)."""
     schema = TABLE_SCHEMAS[name]
     missing = [col for col in schema if col not in frame.columns]
     if missing:
         raise ValueError(f"table {name} lacks columns {missing}")
-    others = {col: dtype for col, dtype in schema.items() if col not in ID_COLUMNS}
+    others = {col: dtype for col, dtype in schema.items() if col not in ID_COLUMNS
+              and not (dtype == "object" and isinstance(frame[col].dtype, pd.CategoricalDtype))}
     return narrowed_ids(frame[list(schema)].astype(others).reset_index(drop=True))
 
 

@@ -13,7 +13,7 @@ import pandas as pd
 
 from profreport import concepts
 from profreport.allocator import giving_back_memory
-from profreport.model import Profile, narrowest_int, objects
+from profreport.model import Profile, narrowest_int
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.kept import classified, table_name_codes
 from profreport.reports.analysis.results import CpuOpMix, TopItem
@@ -176,7 +176,7 @@ def op_self_times(profile: Profile, windows: StepWindows | None) -> pd.DataFrame
         framework[framework] = kept
         ns, outer = ns[kept], outer[kept]
     # The one copy made: the framework ops' names, as the table holds them.
-    return pd.DataFrame({"name": objects(ops["name"].to_numpy()[framework]), "ns": ns,
+    return pd.DataFrame({"name": ops["name"][framework].reset_index(drop=True), "ns": ns,
                          "outer": outer}, copy=False)
 
 

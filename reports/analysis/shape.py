@@ -70,7 +70,8 @@ def setup_calls(profile: Profile, start: int, end: int) -> dict[str, int]:
         inside = frame[(frame["start"] >= start) & (frame["start"] < end)]
         names = inside["name"][inside["name"].str.match(_SETUP_CALL)]
         for name, count in names.value_counts().items():
-            counts[str(name)] = counts.get(str(name), 0) + int(count)
+            if count:  # a categorical's counts list its other names too, at 0
+                counts[str(name)] = counts.get(str(name), 0) + int(count)
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 

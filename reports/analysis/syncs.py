@@ -16,7 +16,7 @@ import pandas as pd
 
 from profreport import concepts
 from profreport.allocator import giving_back_memory
-from profreport.model import Profile, objects
+from profreport.model import Profile
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.cpu import row_blocks, self_time_ns
 from profreport.reports.analysis.gpu import device_activity, has_gpu_events
@@ -214,7 +214,7 @@ def _cpu_in(profile: Profile, waited: iv.Intervals, steps: int) -> tuple[list[To
     del busy  # each large step's temporaries gone before the next one's
     ns = self_time_ns(ops, waited) // steps
     chosen = classified(profile, "cpu_ops", concepts.is_framework_op) & (ns > 0)
-    spans = pd.DataFrame({"name": objects(ops["name"].to_numpy()[chosen]), "ns": ns[chosen],
+    spans = pd.DataFrame({"name": ops["name"][chosen].reset_index(drop=True), "ns": ns[chosen],
                           "outer": True}, copy=False)  # only the rows and columns ranked reads
     del ns, chosen
     return ranked(spans, "name", LAUNCH_WAIT_OPS, waited.total // steps, exclusive=True), \
