@@ -27,8 +27,11 @@ from profreport.reports.analysis.results import (
 )
 
 # --- thresholds -------------------------------------------------------------------------------
-#: Traces without a manifest are one training when at least half of their busiest operators
-#: (by name) are the same: another model runs other operators.
+#: Traces without a manifest are one training when, in each, at least half of its busiest
+#: operators' self time is spent in operators (by name) that are among the other's busiest:
+#: another model spends its time in other operators. Weighed by time, not counted by name, so
+#: that the last few of a list (near-equal, their order moved by a loaded machine's noise) do
+#: not decide it.
 SAME_MODEL_OP_OVERLAP = 0.5
 
 # Knobs that only say how many processes there are and how they talk: runs differing only in
@@ -65,9 +68,12 @@ def _same_training(run: RunAnalysis, other: RunAnalysis) -> bool:
             """The knobs that are not about processes."""
             return {k: v for k, v in knobs.items() if k not in PROCESS_KNOBS}
         return strip(run.knobs) == strip(other.knobs)
-    ops = [{item.name for item in r.metrics.top_ops} for r in (run, other)]
-    shared = len(ops[0] & ops[1]) / max(min(len(ops[0]), len(ops[1])), 1)
-    return bool(ops[0] and ops[1]) and shared >= SAME_MODEL_OP_OVERLAP
+    ops = [{item.name: item.total_ns for item in r.metrics.top_ops} for r in (run, other)]
+    if not (ops[0] and ops[1]):
+        return False
+    return all(sum(ns for name, ns in mine.items() if name in theirs)
+               >= SAME_MODEL_OP_OVERLAP * sum(mine.values())
+               for mine, theirs in ((ops[0], ops[1]), (ops[1], ops[0])))
 
 
 def _implicit_points(runs: list[RunAnalysis]) -> list[RunAnalysis]:
