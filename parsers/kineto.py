@@ -135,16 +135,18 @@ class _Tables:
             "tid": self.thread_numbers[rows.tid], "name": names,
         }, copy=False)
 
-    def categorical_names(self, ids: np.ndarray) -> pd.Categorical:
-        """The names of the name ``ids`` as a categorical of the distinct names among them,
-        sorted (as the nsys parser keeps its names): one small code per row instead of an
-        8-byte reference, made from the interned ids without hashing a row."""
-        present = np.flatnonzero(np.bincount(ids, minlength=len(self.names)))
-        categories = sorted({self.names[at] for at in present})
+    def categorical_names(self, ids: np.ndarray, texts: np.ndarray | None = None
+                          ) -> pd.Categorical:
+        """The names of the name ``ids`` (``texts`` by name id: the trace's names, or names
+        made from them) as a categorical of the distinct names among them, sorted (as the nsys
+        parser keeps its names): one small code per row instead of an 8-byte reference, made
+        from the interned ids without hashing a row."""
+        texts = self.names if texts is None else texts
+        present = np.flatnonzero(np.bincount(ids, minlength=len(texts)))
+        categories = sorted({texts[at] for at in present})
         position = {name: at for at, name in enumerate(categories)}
-        lookup = np.full(len(self.names), -1,
-                         dtype=narrowest_int(np.array([-1, len(categories)])))
-        lookup[present] = [position[self.names[at]] for at in present]
+        lookup = np.full(len(texts), -1, dtype=narrowest_int(np.array([-1, len(categories)])))
+        lookup[present] = [position[texts[at]] for at in present]
         return pd.Categorical.from_codes(lookup[ids], pd.Index(categories, dtype=object))
 
     def gpu(self, rows: Columns) -> pd.DataFrame:
@@ -212,7 +214,8 @@ class _Tables:
         frame = self.gpu(rows)
         short = _per_name(self.names, lambda s: s.map(concepts.short_kernel_name), rows.name)
         comm = _per_name(self.names, concepts.is_comm_kernel, rows.name)
-        frame["short_name"] = objects(short[rows.name])
+        frame["name"] = self.categorical_names(rows.name)
+        frame["short_name"] = self.categorical_names(rows.name, short)
         frame["is_comm"] = comm[rows.name].astype(bool)
         return conform("kernels", by_time(frame))
 
@@ -268,9 +271,9 @@ class _Tables:
         """Runtime and driver calls (CUDA, HIP, MTIA...), names without their version suffix."""
         self.stores["runtime"].in_time_order()  # as every table is: unions need no sort
         rows = self.rows("runtime")
-        frame = self.cpu(rows)
         stripped = _per_name(self.names, lambda s: s.map(concepts.strip_api_version), rows.name)
-        frame["name"] = objects(stripped[rows.name])
+        frame = self.cpu(rows, categorical=True)
+        frame["name"] = self.categorical_names(rows.name, stripped)
         frame["correlation"] = rows.correlation
         return conform("runtime", frame)
 

@@ -134,7 +134,7 @@ def test_nccl_trace(corpus: Path) -> None:
     kernels = profile.table("kernels")
     assert len(kernels) == 2700
     comm = kernels[kernels["is_comm"]]
-    assert comm["short_name"].value_counts().to_dict() == {
+    assert comm["short_name"].astype(object).value_counts().to_dict() == {
         "ncclKernel_AllReduce_RING_LL_Sum_float": 15,
         "ncclKernel_Broadcast_RING_LL_Sum_int8_t": 6}
     assert comm["name"].str.startswith("ncclKernel_").all()
