@@ -84,19 +84,16 @@ def row_blocks(count: int) -> Iterator[slice]:
             for at in range(0, count, SPAN_BLOCK_ROWS))
 
 
-def _nesting_depth(starts: np.ndarray, ends: np.ndarray, threads: np.ndarray) -> np.ndarray:
-    """How many spans of the same thread are open when each span starts (spans sorted by thread,
-    start, longest first; ``threads``: where each thread's spans begin, then their count; a
-    span ending when another starts is closed by then): the spans of its thread sorted before
-    it less those that ended by its start, counted a thread at a time with a sorted copy of the
-    thread's ends (no sweep over twice as many start/end events)."""
+def _nesting_depth(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """How many spans of one thread are open when each span starts (spans sorted by start,
+    longest first; a span ending when another starts is closed by then): the spans sorted
+    before it less those that ended by its start, counted with a sorted copy of the ends (no
+    sweep over twice as many start/end events)."""
     depth = np.empty(len(starts), dtype=np.int32 if len(starts) < 2**31 else np.int64)
-    for first, stop in zip(threads[:-1], threads[1:], strict=True):
-        ended = np.sort(ends[first:stop])
-        for at in range(first, stop, SPAN_BLOCK_ROWS):
-            block = slice(at, min(at + SPAN_BLOCK_ROWS, stop))
-            depth[block] = np.arange(at - first, block.stop - first)
-            depth[block] -= np.searchsorted(ended, starts[block], side="right")
+    ended = np.sort(ends)
+    for block in row_blocks(len(starts)):
+        depth[block] = np.arange(block.start, block.stop)
+        depth[block] -= np.searchsorted(ended, starts[block], side="right")
     return depth
 
 
@@ -117,25 +114,36 @@ def _parents(depth: np.ndarray) -> np.ndarray:
 def self_time_ns(ops: pd.DataFrame, covering: iv.Intervals | None = None) -> np.ndarray:
     """Each op's self (exclusive) time: its duration minus the part of it its direct children on
     the same thread cover, aligned with ``ops``' rows; with ``covering``, only the self time
-    that lies inside those intervals. Vectorised: nesting depth from the sorted ends of each
-    thread, parents by depth level, then the children's time summed into their parents a block
-    of spans at a time. A child that overruns its parent's end (trace rounding) only takes its
-    overlap; self time never goes below zero."""
+    that lies inside those intervals. The ops are sorted by thread, start and longest first
+    once, then each thread's are worked out alone (:func:`_thread_self_times`), so the arrays
+    held at once are one thread's. A child that overruns its parent's end (trace rounding) only
+    takes its overlap; self time never goes below zero."""
     if ops.empty:
         return np.empty(0, dtype=np.int64)
-    start = ops["start"].to_numpy(np.int64)
-    end = np.maximum(ops["end"].to_numpy(np.int64), start)
+    start, end = ops["start"].to_numpy(np.int64), ops["end"].to_numpy(np.int64)
     pid, tid = ops["pid"].to_numpy(), ops["tid"].to_numpy()
-    np.negative(end, out=end)  # longest first among equal starts, without another array
-    order = np.lexsort((end, start, tid, pid))
-    np.negative(end, out=end)
+    longest_first = np.maximum(end, start)
+    np.negative(longest_first, out=longest_first)
+    order = np.lexsort((longest_first, start, tid, pid))
+    del longest_first
     pid, tid = pid[order], tid[order]
     threads = np.flatnonzero(np.r_[True, (pid[1:] != pid[:-1]) | (tid[1:] != tid[:-1]), True])
     del pid, tid
     order = order.astype(narrowest_int(np.array([len(order)])), copy=False)
-    s, e = start[order], end[order]
-    del end  # only the sorted copies are read from here on
-    parent = _parents(_nesting_depth(s, e, threads))
+    out = np.empty(len(order), dtype=np.int64)
+    for first, stop in zip(threads[:-1], threads[1:], strict=True):
+        rows = order[first:stop]
+        s = start[rows]
+        out[rows] = _thread_self_times(s, np.maximum(end[rows], s), covering)
+    return out
+
+
+def _thread_self_times(s: np.ndarray, e: np.ndarray, covering: iv.Intervals | None
+                       ) -> np.ndarray:
+    """:func:`self_time_ns` of one thread's spans sorted by start, longest first (``s`` and
+    ``e`` are written over): nesting depth from the sorted ends, parents by depth level, then
+    the children's time summed into their parents a block of spans at a time."""
+    parent = _parents(_nesting_depth(s, e))
     if covering is not None:
         # Each time becomes the covered time before it: a span's length is then the part of it
         # inside ``covering``, and clipping a child to its parent still holds (covered time
@@ -154,10 +162,7 @@ def self_time_ns(ops: pd.DataFrame, covering: iv.Intervals | None = None) -> np.
     del parent
     for block in row_blocks(len(s)):
         np.maximum(e[block] - s[block] - own[block], 0, out=own[block])
-    del s, e
-    out = np.empty(len(own), dtype=np.int64)
-    out[order] = own
-    return out
+    return own
 
 
 def op_self_times(profile: Profile, windows: StepWindows | None) -> pd.DataFrame:
@@ -167,17 +172,16 @@ def op_self_times(profile: Profile, windows: StepWindows | None) -> pd.DataFrame
     between its children."""
     ops = profile.table("cpu_ops")
     framework = _is_framework_op(profile)
-    ns = self_time_ns(ops)[framework]  # before any copy of the rows: its sort is the peak
+    ns = self_time_ns(ops)
     start, end = (ops[column].to_numpy() for column in ("start", "end"))
-    outer = _outer(table_name_codes(profile, "cpu_ops")[0][framework], start[framework],
-                   end[framework])
-    if windows is not None:  # the calls are told apart among all the framework ops first
-        kept = starts_in_windows(start[framework], windows)
-        framework[framework] = kept
-        ns, outer = ns[kept], outer[kept]
-    # The one copy made: the framework ops' names, as the table holds them.
-    return pd.DataFrame({"name": ops["name"][framework].reset_index(drop=True), "ns": ns,
-                         "outer": outer}, copy=False)
+    # The calls are told apart among all the framework ops (the others' names left out), over
+    # the table's own columns rather than copies of the framework ops' rows.
+    outer = _outer(np.where(framework, table_name_codes(profile, "cpu_ops")[0], -1), start,
+                   end)
+    if windows is not None:
+        framework &= starts_in_windows(start, windows)
+    return pd.DataFrame({"name": ops["name"][framework].reset_index(drop=True),
+                         "ns": ns[framework], "outer": outer[framework]}, copy=False)
 
 
 def top_ops(profile: Profile, windows: StepWindows | None) -> list[TopItem]:
