@@ -77,11 +77,10 @@ def _outer(codes: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
 SPAN_BLOCK_ROWS = 1 << 16
 
 
-def row_blocks(count: int) -> Iterator[slice]:
-    """``count`` rows, :data:`SPAN_BLOCK_ROWS` at a time: for work on every op whose
-    temporaries would otherwise be column-sized."""
-    return (slice(at, min(at + SPAN_BLOCK_ROWS, count))
-            for at in range(0, count, SPAN_BLOCK_ROWS))
+def row_blocks(count: int, size: int = SPAN_BLOCK_ROWS) -> Iterator[slice]:
+    """``count`` rows, ``size`` at a time: for work on every op whose temporaries would
+    otherwise be column-sized."""
+    return (slice(at, min(at + size, count)) for at in range(0, count, size))
 
 
 def _nesting_depth(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:

@@ -209,7 +209,10 @@ def _cpu_in(profile: Profile, waited: iv.Intervals, steps: int) -> tuple[list[To
         return [], 0
     ops = profile.table("cpu_ops")
     start, end = ops["start"].to_numpy(), ops["end"].to_numpy()  # in file order: unsorted
-    busy = iv.union_each([(start[block], end[block]) for block in row_blocks(len(ops))])
+    # Unioned in blocks of the intervals module's size: each merge into the union so far reads
+    # all of it, so fewer, larger blocks (15 merges, not 60, for 3.9 M ops).
+    busy = iv.union_each([(start[block], end[block])
+                          for block in row_blocks(len(ops), iv.BLOCK_ROWS)])
     # The waited time the ops cover, summed a block of waits at a time (both sets are disjoint:
     # the length of their intersection, without making it).
     covered = sum(int((iv.covered_before(busy, waited.ends[block])
