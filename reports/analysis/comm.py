@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from profreport import concepts
+from profreport.allocator import giving_back_memory
 from profreport.model import Profile
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.breakdown import claim, cpu_parts
@@ -91,6 +92,7 @@ def _comm_stats(profile: Profile, windows: StepWindows, comm: iv.Intervals,
                      ns_per_step_by_collective=ns_per_step_by_collective(events, kinds, windows))
 
 
+@giving_back_memory
 def gpu_comm_stats(profile: Profile, windows: StepWindows,
                    claims: dict[str, np.ndarray]) -> CommStats | None:
     """NCCL kernels: share of step time, exposed share (what they claim in the breakdown),

@@ -130,6 +130,7 @@ def _longest_holes(holes: dict[int, iv.Intervals], count: int) -> list[tuple[int
     return [(device, start, -negative) for negative, _, _, device, start in sorted(found)[:count]]
 
 
+@giving_back_memory
 def gpu_utilization(profile: Profile, windows: StepWindows | None) -> GpuUtilization | None:
     """Busy share of each device over the step windows (the profiled span without steps), never
     over the device's own first and last event: a GPU that runs one 2 µs kernel in a 13 s step
@@ -213,6 +214,7 @@ def gpu_breakdown(profile: Profile, windows: StepWindows,
     return make_breakdown(profile.kind, windows, claims, overlapped)
 
 
+@giving_back_memory
 def launch_stats(profile: Profile, windows: StepWindows) -> LaunchStats | None:
     """Kernels launched per step, share of short kernels, launch delay and CPU runtime time per
     step."""

@@ -73,6 +73,7 @@ def queued_at(profile: Profile, times: np.ndarray) -> np.ndarray:
     return out
 
 
+@giving_back_memory
 def sync_stats(profile: Profile, windows: StepWindows) -> SyncStats | None:
     """Blocking calls per step inside the step windows, by call, with the GPU work queued when
     each began; the rest apart."""
@@ -151,6 +152,7 @@ def _mostly(covering: iv.Intervals, starts: np.ndarray, ends: np.ndarray) -> np.
     return 2 * iv.overlap_per_window(covering, starts, ends) > ends - starts
 
 
+@giving_back_memory
 def idle_causes(profile: Profile, windows: StepWindows) -> IdleCauses | None:
     """What each device's idle time inside the step windows waits for (see IdleCauses), summed
     over devices, per step. The gaps are judged a block at a time (a GPU kept busy by 10 M
