@@ -129,6 +129,24 @@ def test_interval_arithmetic_matches_a_plain_grid() -> None:
         np.testing.assert_array_equal(_covered(again), np.isin(np.arange(500), a.ends - 1))
 
 
+def test_covered_lengths_match_a_plain_grid() -> None:
+    """Covered length before any times (unsorted, repeated, outside every interval) and inside
+    windows, summed over blocks of 4 intervals, as a grid of nanoseconds counts them."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(iv, "BLOCK_ROWS", 4)
+        for seed in range(20):
+            a = _random_intervals(seed, 40)
+            rng = np.random.default_rng(seed)
+            times = rng.integers(-5, 505, 60)
+            grid = np.concatenate([[0], np.cumsum(_covered(a))])  # covered before t: grid[t]
+            expected = grid[np.clip(times, 0, 500)]
+            np.testing.assert_array_equal(iv.covered_before(a, times), expected)
+            starts = rng.integers(0, 450, 30)
+            ends = starts + rng.integers(0, 50, 30)
+            np.testing.assert_array_equal(iv.overlap_per_window(a, starts, ends),
+                                          grid[ends] - grid[starts])
+
+
 def test_vocabulary_numbers_keys_across_chunks_and_threads() -> None:
     """Chunks coded by four threads at once: every key gets one code, each code names its key."""
     from concurrent.futures import ThreadPoolExecutor

@@ -253,25 +253,33 @@ def covered_before(iv: Intervals, times: np.ndarray) -> np.ndarray:
     times = np.asarray(times, dtype=np.int64)
     if len(iv) == 0:
         return np.zeros(len(times), dtype=np.int64)
-    return _covered_before(iv, *_prefix(iv), times)
-
-
-def _prefix(iv: Intervals) -> tuple[np.ndarray, np.ndarray]:
-    """Each interval's length, and the covered length before each one (one more at the end)."""
-    lengths = iv.ends - iv.starts
-    before = np.empty(len(lengths) + 1, dtype=np.int64)
-    before[0] = 0
-    np.cumsum(lengths, out=before[1:])
-    return lengths, before
-
-
-def _covered_before(iv: Intervals, lengths: np.ndarray, before: np.ndarray,
-                    times: np.ndarray) -> np.ndarray:
-    """:func:`covered_before` given the lengths and prefix of :func:`_prefix`."""
     k = np.searchsorted(iv.starts, times, side="right")
     last = np.maximum(k - 1, 0)
-    partial = np.clip(times - iv.starts[last], 0, lengths[last])
-    return np.where(k > 0, before[last] + partial, 0)
+    partial = np.clip(times - iv.starts[last], 0, iv.ends[last] - iv.starts[last])
+    return np.where(k > 0, _length_before(iv, last) + partial, 0)
+
+
+def _length_before(iv: Intervals, positions: np.ndarray) -> np.ndarray:
+    """For each position p, the total length of ``iv``'s intervals before the p-th, summed a
+    block of :data:`BLOCK_ROWS` intervals at a time in the order of the positions: no array
+    as long as ``iv`` (a running sum over 7 M merged intervals is 118 MB), one pass over it."""
+    order = np.argsort(positions, kind="stable")
+    ordered = positions[order]
+    found = np.zeros(len(positions), dtype=np.int64)
+    carried = 0
+    done = int(np.searchsorted(ordered, 0, side="right"))  # position 0: nothing before it
+    for at in range(0, len(iv), BLOCK_ROWS):
+        if done == len(ordered):
+            break
+        stop = min(at + BLOCK_ROWS, len(iv))
+        running = np.cumsum(iv.ends[at:stop] - iv.starts[at:stop])
+        upto = int(np.searchsorted(ordered, stop, side="right"))  # positions in (at, stop]
+        found[done:upto] = carried + running[ordered[done:upto] - at - 1]
+        carried += int(running[-1])
+        done = upto
+    out = np.empty(len(positions), dtype=np.int64)
+    out[order] = found
+    return out
 
 
 def inside(iv: Intervals, times: np.ndarray) -> np.ndarray:
@@ -284,13 +292,13 @@ def inside(iv: Intervals, times: np.ndarray) -> np.ndarray:
 
 
 def overlap_per_window(iv: Intervals, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Covered length of ``iv`` inside each window ``[starts[i], ends[i])`` (the intervals'
-    running length made once for both ends)."""
+    """Covered length of ``iv`` inside each window ``[starts[i], ends[i])`` (both ends of every
+    window measured in one pass over the intervals)."""
     starts, ends = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
     if len(iv) == 0:
         return np.zeros(len(starts), dtype=np.int64)
-    prefix = _prefix(iv)
-    return _covered_before(iv, *prefix, ends) - _covered_before(iv, *prefix, starts)
+    before = covered_before(iv, np.concatenate([ends, starts]))
+    return before[:len(ends)] - before[len(ends):]
 
 
 def gaps(iv: Intervals) -> Intervals:
