@@ -145,6 +145,14 @@ def test_covered_lengths_match_a_plain_grid() -> None:
             ends = starts + rng.integers(0, 50, 30)
             np.testing.assert_array_equal(iv.overlap_per_window(a, starts, ends),
                                           grid[ends] - grid[starts])
+            # Fewer times than intervals: summed block by block, not as a whole running sum.
+            spaced = np.arange(0, 490, 10)
+            b = iv.union(spaced, spaced + rng.integers(1, 9, len(spaced)))
+            grid_b = np.concatenate([[0], np.cumsum(_covered(b))])
+            np.testing.assert_array_equal(iv.covered_before(b, times[:3]),
+                                          grid_b[np.clip(times[:3], 0, 500)])
+            np.testing.assert_array_equal(iv.overlap_per_window(b, starts[:2], ends[:2]),
+                                          grid_b[ends[:2]] - grid_b[starts[:2]])
 
 
 def test_vocabulary_numbers_keys_across_chunks_and_threads() -> None:

@@ -260,9 +260,15 @@ def covered_before(iv: Intervals, times: np.ndarray) -> np.ndarray:
 
 
 def _length_before(iv: Intervals, positions: np.ndarray) -> np.ndarray:
-    """For each position p, the total length of ``iv``'s intervals before the p-th, summed a
-    block of :data:`BLOCK_ROWS` intervals at a time in the order of the positions: no array
-    as long as ``iv`` (a running sum over 7 M merged intervals is 118 MB), one pass over it."""
+    """For each position p, the total length of ``iv``'s intervals before the p-th. A running
+    sum over the intervals when it is no longer than the positions asked (or one block);
+    otherwise summed a block of :data:`BLOCK_ROWS` intervals at a time in the order of the
+    positions, with no array as long as ``iv`` (a running sum over the 7 M merged intervals
+    that a few thousand step windows ask about is 118 MB)."""
+    if len(iv) <= max(len(positions), BLOCK_ROWS):
+        before = np.zeros(len(iv) + 1, dtype=np.int64)
+        np.cumsum(iv.ends - iv.starts, out=before[1:])
+        return before[positions]
     order = np.argsort(positions, kind="stable")
     ordered = positions[order]
     found = np.zeros(len(positions), dtype=np.int64)
