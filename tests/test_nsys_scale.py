@@ -14,7 +14,13 @@ from profreport.model import Profile
 from profreport.parsers import nsys
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.gpu import top_kernels
-from profreport.reports.analysis.launches import launch_calls, launch_pairs, unique_calls
+from profreport.reports.analysis.kept import made_beside
+from profreport.reports.analysis.launches import (
+    _launch_index,
+    launch_calls,
+    launch_pairs,
+    unique_calls,
+)
 
 
 def _keys(seed: int, size: int, high: int) -> np.ndarray:
@@ -74,6 +80,18 @@ def test_launch_call_is_the_first_call_of_each_id() -> None:
     np.testing.assert_array_equal(launch_calls(profile, "kernels"), expected)
     assert launch_calls(profile, "kernels") is launch_calls(profile, "kernels")  # made once
     assert (launch_calls(_launched(keys, np.empty(0, np.int64)), "kernels") == -1).all()
+
+
+def test_launch_join_made_beside_is_the_same_join() -> None:
+    """The join started on a thread of its own (kept.made_beside, as the analysis starts it)
+    gives the rows the join made on first use gives; asking waits for it, once."""
+    keys, calls = _keys(3, 5000, 3000), _keys(4, 4000, 3000)
+    beside = _launched(keys, calls)
+    made_beside(_launch_index, beside)
+    in_line = launch_calls(_launched(keys, calls), "kernels")
+    np.testing.assert_array_equal(launch_calls(beside, "kernels"), in_line)
+    assert launch_calls(beside, "kernels") is launch_calls(beside, "kernels")
+    assert unique_calls(beside) is False
 
 
 def test_nsys_names_are_categoricals_of_the_exported_strings(corpus: Path, nsys_available: str,

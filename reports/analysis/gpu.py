@@ -81,10 +81,10 @@ def device_rows(tables: list[pd.DataFrame]) -> Iterator[tuple[int, list[np.ndarr
 
 @per_profile
 def device_activity(profile: Profile) -> dict[int, iv.Intervals]:
-    """Per device (in order), the union of its kernel, memcpy and memset intervals."""
+    """Per device (in order), the union of its kernel, memcpy and memset intervals (a device's
+    rows read in place from the columns, not copied out)."""
     tables = [t for t in gpu_tables(profile) if not t.empty]
-    return {device: iv.union_each([(t["start"].to_numpy(np.int64)[m],
-                                    t["end"].to_numpy(np.int64)[m])
+    return {device: iv.union_each([(t["start"], t["end"], None if isinstance(m, slice) else m)
                                    for t, m in zip(tables, masks, strict=True)])
             for device, masks in device_rows(tables)}
 

@@ -131,10 +131,17 @@ def union_of(frames: list[pd.DataFrame]) -> Intervals:
     return union_each([(f["start"].to_numpy(), f["end"].to_numpy()) for f in frames])
 
 
-def union_each(columns: list[tuple[np.ndarray, np.ndarray]]) -> Intervals:
-    """Union of several ``(starts, ends)`` column pairs: each one's union (tables come in start
-    order: no sort, no concatenated copy of their columns), merged one after another."""
-    return functools.reduce(merge, (union(starts, ends) for starts, ends in columns), EMPTY)
+#: Columns of intervals: ``(starts, ends)``, or ``(starts, ends, rows)`` with a mask of the
+#: rows taken (None: all).
+Columns = tuple[np.ndarray | pd.Series, np.ndarray | pd.Series] | tuple[
+    np.ndarray | pd.Series, np.ndarray | pd.Series, np.ndarray | None]
+
+
+def union_each(columns: list[Columns]) -> Intervals:
+    """Union of several tables' intervals: each one's union (tables come in start order: no
+    sort, no concatenated copy of their columns, the chosen rows read in place), merged one
+    after another."""
+    return functools.reduce(merge, (union(*column) for column in columns), EMPTY)
 
 
 def ranges_of(first: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -6,11 +6,13 @@ from __future__ import annotations
 import functools
 import weakref
 from collections.abc import Callable, Hashable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
 
+from profreport.allocator import giving_back_memory
 from profreport.concepts import name_codes
 from profreport.model import Profile, narrowest_int
 
@@ -37,14 +39,33 @@ def per_profile(make: Callable[..., T]) -> Callable[..., T]:
 
     @functools.wraps(make)
     def kept(profile: Profile, *args: Hashable) -> T:
-        """The kept result, made on first use."""
+        """The kept result, made on first use (or awaited, when it is being made beside)."""
         results = _kept(profile)
         key = (make, *args)
         if key not in results:
             results[key] = make(profile, *args)
+        if isinstance(results[key], Future):
+            results[key] = results[key].result()
         return results[key]
 
     return kept
+
+
+#: The one thread that makes kept results beside the analysis (see :func:`made_beside`).
+_BESIDE: list[ThreadPoolExecutor] = []
+
+
+def made_beside(kept_function: Callable[..., Any], profile: Profile, *args: Hashable) -> None:
+    """Start making ``kept_function(profile, *args)`` (a :func:`per_profile` function) on a
+    thread of its own, so that the analysis goes on meanwhile (numpy lets go of the
+    interpreter in its sorts and searches); the first to ask for it waits for it."""
+    results = _kept(profile)
+    make = kept_function.__wrapped__  # type: ignore[attr-defined]
+    key = (make, *args)
+    if key not in results:
+        if not _BESIDE:
+            _BESIDE.append(ThreadPoolExecutor(1, thread_name_prefix="profreport-kept"))
+        results[key] = _BESIDE[0].submit(giving_back_memory(make), profile, *args)
 
 
 @per_profile

@@ -12,9 +12,10 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from profreport.executors import cpu_share
 from profreport.model import Profile
 from profreport.reports.analysis import intervals as iv
-from profreport.reports.analysis.kept import per_profile
+from profreport.reports.analysis.kept import made_beside, per_profile
 from profreport.reports.analysis.steps import StepWindows
 
 #: The tables of the GPU's activity, in the order their rows are taken.
@@ -26,6 +27,8 @@ def _by_correlation(profile: Profile) -> tuple[np.ndarray, np.ndarray]:
     those ids in that order."""
     ids = profile.table("runtime")["correlation"].to_numpy()
     order = np.argsort(ids, kind="stable")
+    if len(ids) < np.iinfo(np.int32).max:  # half the memory while the join holds it
+        order = order.astype(np.int32)
     return order, ids[order]
 
 
@@ -85,6 +88,15 @@ def _looked_up(keys: np.ndarray, low: int, row_of: np.ndarray) -> np.ndarray:
         known = (slot >= 0) & (slot < len(row_of))
         out[at:at + iv.BLOCK_ROWS][known] = row_of[slot[known]]
     return out
+
+
+def join_beside(profile: Profile) -> None:
+    """Start joining the GPU rows to their launch calls on a thread of its own (see
+    kept.made_beside) when this process has a second CPU: the first metrics read only the GPU
+    tables' times, and the join (sorting every runtime call by id) is the launch metrics' first
+    step."""
+    if cpu_share() >= 2 and profile.has("runtime") and any(map(profile.has, GPU_TABLES)):
+        made_beside(_launch_index, profile)
 
 
 def unique_calls(profile: Profile) -> bool:

@@ -44,6 +44,7 @@ from profreport.reports.analysis.gpu import (
     max_devices_per_process,
     top_kernels,
 )
+from profreport.reports.analysis.launches import join_beside
 from profreport.reports.analysis.lines import (
     function_listings,
     loop_identification,
@@ -132,13 +133,15 @@ def compute_run_metrics(profiles: list[Profile], manifest: Manifest | None = Non
     """Every metric of one run that its primary rank's profiles give (and its manifest, when
     there is one); the figures every rank adds come from ranks.add_rank_metrics."""
     metrics = RunMetrics()
+    ordered = sorted(profiles, key=preference)
+    gpu_profile = next((p for p in ordered if has_gpu_events(p)), None)
+    if gpu_profile is not None:
+        join_beside(gpu_profile)
     timed = primary_timed(profiles)
     lines = _lines_of(profiles)
     _add_step_metrics(metrics, timed)
     _add_lprof_metrics(metrics, lines, profiles)
     _add_attributed_metrics(metrics, timed, lines)
-    ordered = sorted(profiles, key=preference)
-    gpu_profile = next((p for p in ordered if has_gpu_events(p)), None)
     if gpu_profile is not None:
         metrics.top_kernels = top_kernels(gpu_profile)
         metrics.kernel_mix = kernel_mix(gpu_profile, _windows_of(gpu_profile, timed))
