@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -208,3 +209,27 @@ def test_top_kernels_rank_as_a_grouping_by_name(categorical: bool) -> None:
         (str(name), int(row["sum"]), int(row["count"]), name in comm)
         for name, row in grouped.iterrows()]
     assert top[0].share == grouped["sum"].iloc[0] / spans["ns"].sum()
+
+
+def _join_in_forked_worker(seed: int, out: Any) -> None:
+    """The launch join made beside in a forked worker process (its parent's thread is gone)."""
+    profile = _launched(_keys(seed, 500, 300), _keys(seed + 1, 400, 300))
+    made_beside(_launch_index, profile)
+    out.put(launch_calls(profile, "kernels").tolist())
+
+
+def test_a_forked_worker_makes_its_own_join_beside() -> None:
+    """A worker forked after this process made a join beside starts its own thread for it
+    instead of waiting forever on a thread that only the parent has."""
+    import multiprocessing
+
+    made_beside(_launch_index, _launched(_keys(1, 50, 30), _keys(2, 40, 30)))  # thread here
+    expected = launch_calls(_launched(_keys(9, 500, 300), _keys(10, 400, 300)), "kernels")
+    fork = multiprocessing.get_context("fork")
+    out = fork.Queue()
+    worker = fork.Process(target=_join_in_forked_worker, args=(9, out))
+    worker.start()
+    worker.join(timeout=60)
+    if worker.is_alive():
+        worker.kill()
+    assert out.get(timeout=5) == expected.tolist()  # queue.Empty: the worker never answered

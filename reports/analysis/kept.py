@@ -4,6 +4,7 @@ table (a join, a union, the names' codes) is made once per profile, not once per
 from __future__ import annotations
 
 import functools
+import os
 import weakref
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -53,6 +54,8 @@ def per_profile(make: Callable[..., T]) -> Callable[..., T]:
 
 #: The one thread that makes kept results beside the analysis (see :func:`made_beside`).
 _BESIDE: list[ThreadPoolExecutor] = []
+# A forked worker process inherits the executor but not its thread: it starts its own.
+os.register_at_fork(after_in_child=_BESIDE.clear)
 
 
 def made_beside(kept_function: Callable[..., Any], profile: Profile, *args: Hashable) -> None:
