@@ -153,10 +153,15 @@ def narrowest_int(values: np.ndarray) -> type:
 
 def narrowed_ids(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` with each id column (:data:`ID_COLUMNS`) in its narrowest integer dtype, in
-    place; an id column of another kind (floats after ``fillna``) is made integer first."""
+    place; an id column of another kind (floats after ``fillna``) is made integer first, and
+    one holding missing values is refused (ValueError), as ``astype`` refuses them, not cast to
+    a meaningless integer."""
     for column in ID_COLUMNS.intersection(frame.columns):
         values = frame[column].to_numpy()
         if values.dtype.kind not in "iu":
+            if values.dtype.kind == "f" and not np.isfinite(values).all():
+                raise ValueError(f"id column {column}: cannot convert non-finite values "
+                                 f"(NA or inf) to integer")
             values = values.astype(np.int64)
         dtype = narrowest_int(values)
         if values.dtype != dtype or frame[column].dtype != dtype:

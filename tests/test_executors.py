@@ -7,7 +7,13 @@ from __future__ import annotations
 import os
 from contextlib import ExitStack
 
-from profreport.executors import LocalProcesses, available_cpus, cpu_share
+import pytest
+
+from profreport import executors
+from profreport.executors import LocalProcesses, cpu_share
+
+#: The CPUs the tests pretend this process may run on (whatever the machine has).
+CPUS = 8
 
 
 def _where_and_share(_: int) -> tuple[int, int]:
@@ -15,17 +21,21 @@ def _where_and_share(_: int) -> tuple[int, int]:
     return os.getpid(), cpu_share()
 
 
-def test_pool_workers_each_get_an_equal_share_of_the_cpus() -> None:
+@pytest.mark.parametrize(("processes", "share"), [(2, 4), (3, 2), (16, 1)])
+def test_pool_workers_each_get_an_equal_share_of_the_cpus(
+        processes: int, share: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(executors, "available_cpus", lambda: CPUS)  # forked workers inherit it
     with ExitStack() as stack:
-        pool = LocalProcesses(2, stack)
+        pool = LocalProcesses(processes, stack)
         ran = [result for _, result in pool.map_unordered(_where_and_share, [0, 1, 2, 3])]
-    assert {pid for pid, _ in ran} - {os.getpid()} == {pid for pid, _ in ran}  # in workers
-    assert {share for _, share in ran} == {max(1, available_cpus() // 2)}
-    assert cpu_share() == available_cpus()  # this process is no pool worker
+    assert os.getpid() not in {pid for pid, _ in ran}  # every task ran in a worker
+    assert {got for _, got in ran} == {share}
+    assert cpu_share() == CPUS  # this process is no pool worker
 
 
-def test_a_single_file_read_here_keeps_every_cpu() -> None:
+def test_a_single_file_read_here_keeps_every_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(executors, "available_cpus", lambda: CPUS)
     with ExitStack() as stack:
         ran = [result for _, result in
                LocalProcesses(2, stack).map_unordered(_where_and_share, [0])]
-    assert ran == [(os.getpid(), available_cpus())]
+    assert ran == [(os.getpid(), CPUS)]

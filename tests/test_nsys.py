@@ -389,7 +389,9 @@ def test_damaged_kernel_pages_name_the_table(exports: dict[str, Path], tmp_path:
     wrong_type = [line for line in lines if re.fullmatch(
         rf"damaged nsys export: a column holds values of the wrong type \({table}: \w+ holds "
         r"text or real values\)", line)]
-    assert malformed and wrong_type and len(malformed) + len(wrong_type) == len(lines)
+    # Which of the two a flip gives depends on where the export's bytes lie (nsys version):
+    # every damaged file gives one of them, and at least one is damaged.
+    assert lines and len(malformed) + len(wrong_type) == len(lines)
 
 
 # --- the page reader (parsers/sqlite_pages.py) gives exactly what SQL gives ---
@@ -651,10 +653,10 @@ def test_two_processes_keep_their_own_launches(exports: dict[str, Path],
         pd.testing.assert_frame_equal(profile.table(name), through_sql.table(name))
 
 
-def test_id_columns_take_the_narrowest_dtype_that_holds_them(profiles: dict[str, Profile]
-                                                              ) -> None:
+def test_id_columns_take_the_narrowest_dtype_that_holds_them() -> None:
     """conform narrows device, stream, correlation, pid and tid to the least signed width
-    that holds their values, -1 (unknown) included, and keeps the values; times stay int64."""
+    that holds their values, -1 (unknown) included, and keeps the values; times stay int64;
+    a missing id is refused, not cast to some integer."""
     from profreport.model import conform
 
     frame = pd.DataFrame({"start": [0, 5], "end": [1, 2**40], "device": [-1, 7],
@@ -666,6 +668,14 @@ def test_id_columns_take_the_narrowest_dtype_that_holds_them(profiles: dict[str,
         "correlation": "int64", "name": "object", "short_name": "object", "is_comm": "bool"}
     assert kernels["correlation"].tolist() == [-1, 2**31]
     assert conform("kernels", frame.iloc[:0])["device"].dtype == "int64"  # nothing to narrow
+    ops = pd.DataFrame({"start": [0, 1], "end": [1, 2], "pid": [1.0, np.nan], "tid": [3, 4],
+                        "name": ["a", "b"]})
+    with pytest.raises(ValueError, match="pid: cannot convert non-finite"):
+        conform("cpu_ops", ops)
+
+
+def test_exported_ids_take_the_narrowest_dtype(profiles: dict[str, Profile]) -> None:
+    """The sc22 export's correlation ids and thread ids fit 32 bits, and are held so."""
     read = profiles["sc22_4gpu_baseline"]
     assert str(read.table("kernels")["correlation"].dtype) == "int32"
     assert str(read.table("runtime")["tid"].dtype) == "int32"

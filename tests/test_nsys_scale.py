@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from profreport.model import Profile
 from profreport.parsers import nsys
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.gpu import top_kernels
-from profreport.reports.analysis.kept import made_beside
+from profreport.reports.analysis.kept import _kept, made_beside
 from profreport.reports.analysis.launches import (
     _launch_index,
     launch_calls,
@@ -89,6 +90,7 @@ def test_launch_join_made_beside_is_the_same_join() -> None:
     keys, calls = _keys(3, 5000, 3000), _keys(4, 4000, 3000)
     beside = _launched(keys, calls)
     made_beside(_launch_index, beside)
+    assert [type(kept) for kept in _kept(beside).values()] == [Future]  # given to the thread
     in_line = launch_calls(_launched(keys, calls), "kernels")
     np.testing.assert_array_equal(launch_calls(beside, "kernels"), in_line)
     assert launch_calls(beside, "kernels") is launch_calls(beside, "kernels")
@@ -223,13 +225,15 @@ def test_a_forked_worker_makes_its_own_join_beside() -> None:
     instead of waiting forever on a thread that only the parent has."""
     import multiprocessing
 
-    made_beside(_launch_index, _launched(_keys(1, 50, 30), _keys(2, 40, 30)))  # thread here
+    here = _launched(_keys(1, 50, 30), _keys(2, 40, 30))
+    made_beside(_launch_index, here)  # this process's thread starts
+    launch_calls(here, "kernels")  # and is idle again when the worker is forked
     expected = launch_calls(_launched(_keys(9, 500, 300), _keys(10, 400, 300)), "kernels")
     fork = multiprocessing.get_context("fork")
     out = fork.Queue()
     worker = fork.Process(target=_join_in_forked_worker, args=(9, out))
     worker.start()
-    worker.join(timeout=60)
+    worker.join(timeout=20)
     if worker.is_alive():
         worker.kill()
     assert out.get(timeout=5) == expected.tolist()  # queue.Empty: the worker never answered
