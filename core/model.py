@@ -56,6 +56,7 @@ empty frame with the right columns):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -140,6 +141,20 @@ def objects(values: np.ndarray) -> pd.Series:
     bare array infers pandas 3's ``str`` dtype for strings, a checked copy of every row (a
     transient 40 bytes a row), which ``conform`` then casts back to object."""
     return pd.Series(values, dtype=object, copy=False)
+
+
+def categorical(texts: Sequence[str | None], codes: np.ndarray) -> pd.Categorical:
+    """A name column from distinct ``texts`` (repeats allowed, None missing) and each row's
+    index into them (-1 missing): a categorical of the texts its rows hold, sorted, its codes in
+    the narrowest dtype (one small code per row instead of an 8-byte reference; the parsers
+    number names as they read them, so no row's text is hashed)."""
+    held = codes if len(codes) == 0 or codes.min() >= 0 else codes[codes >= 0]
+    used = np.flatnonzero(np.bincount(held, minlength=len(texts)))
+    categories = sorted({texts[at] for at in used.tolist() if texts[at] is not None})
+    position = {text: at for at, text in enumerate(categories)}
+    remap = np.full(len(texts) + 1, -1, dtype=narrowest_int(np.array([-1, len(categories)])))
+    remap[used] = [position.get(texts[at], -1) for at in used.tolist()]  # remap[-1]: code -1
+    return pd.Categorical.from_codes(remap[codes], pd.Index(categories, dtype=object))
 
 
 def narrowest_int(values: np.ndarray) -> type:

@@ -45,8 +45,8 @@ from profreport.model import (
     DataLoaderIterators,
     KinetoMeta,
     Profile,
+    categorical,
     conform,
-    narrowest_int,
     nothing_recorded,
     objects,
 )
@@ -141,13 +141,7 @@ class _Tables:
         made from them) as a categorical of the distinct names among them, sorted (as the nsys
         parser keeps its names): one small code per row instead of an 8-byte reference, made
         from the interned ids without hashing a row."""
-        texts = self.names if texts is None else texts
-        present = np.flatnonzero(np.bincount(ids, minlength=len(texts)))
-        categories = sorted({texts[at] for at in present})
-        position = {name: at for at, name in enumerate(categories)}
-        lookup = np.full(len(texts), -1, dtype=narrowest_int(np.array([-1, len(categories)])))
-        lookup[present] = [position[texts[at]] for at in present]
-        return pd.Categorical.from_codes(lookup[ids], pd.Index(categories, dtype=object))
+        return categorical(self.names if texts is None else texts, ids)
 
     def gpu(self, rows: Columns) -> pd.DataFrame:
         """start, end, device, stream, correlation and name of device activities.

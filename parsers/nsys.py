@@ -44,6 +44,7 @@ from profreport.model import (
     TABLE_SCHEMAS,
     NsysMeta,
     Profile,
+    categorical,
     conform,
     empty_table,
     narrowed_ids,
@@ -759,21 +760,11 @@ def _objects(texts: list[str | None], codes: np.ndarray) -> pd.Series:
     return pd.Series(np.array(texts, dtype=object)[codes], dtype=object)
 
 
-def _categories(texts: list[str | None], codes: np.ndarray) -> pd.Categorical:
-    """A name column as a categorical from distinct texts (repeats allowed; None is missing) and
-    each row's index into them (-1 missing); categories sorted, whichever way it was read."""
-    categories = sorted({text for text in texts if text is not None})
-    position = {text: at for at, text in enumerate(categories)}
-    remap = np.array([position.get(text, -1) for text in texts] + [-1], dtype=np.int32)
-    remap = remap.astype(narrowest_int(remap), copy=False)  # codes of the categoricals' width
-    return pd.Categorical.from_codes(remap[codes], pd.Index(categories, dtype=object))
-
-
 def _categorical_names(frame: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
     """``frame`` with its ``columns`` of names held as categoricals."""
     for column in columns:
         codes, distinct = pd.factorize(frame[column].to_numpy(dtype=object))
-        frame[column] = _categories(list(distinct), codes)
+        frame[column] = categorical(list(distinct), codes)
     return frame
 
 
@@ -831,8 +822,8 @@ def _native_kernels(export: _Export, table: str) -> pd.DataFrame | None:
     names, shorts, comm = _kernel_names(
         [export.strings.get(key // _PAIR) for key in keys],
         [export.strings.get(key % _PAIR - 1) for key in keys])
-    return _native_table("kernels", {**columns, "name": _categories(names, codes),
-                                     "short_name": _categories(shorts, codes),
+    return _native_table("kernels", {**columns, "name": categorical(names, codes),
+                                     "short_name": categorical(shorts, codes),
                                      "is_comm": comm[codes]})
 
 
@@ -870,7 +861,7 @@ def _named_kernels(frame: pd.DataFrame) -> pd.DataFrame:
     frame = frame.assign(name=_objects(names, codes).to_numpy(),
                          short_name=_objects(shorts, codes).to_numpy(), is_comm=comm[codes])
     frame = conform("kernels", frame)
-    frame["name"], frame["short_name"] = _categories(names, codes), _categories(shorts, codes)
+    frame["name"], frame["short_name"] = categorical(names, codes), categorical(shorts, codes)
     return frame
 
 
@@ -974,7 +965,7 @@ def _native_runtime(export: _Export, table: str) -> pd.DataFrame | None:
         return None
     columns = _counted(export, "runtime", parts[0])
     texts = [concepts.strip_api_version(export.strings.get(key) or "") for key in names.in_order()]
-    columns["name"] = _categories(texts, columns["name"])
+    columns["name"] = categorical(texts, columns["name"])
     return _native_table("runtime", columns)
 
 
@@ -1061,8 +1052,8 @@ def _native_ranges(export: _Export, table: str) -> pd.DataFrame | None:
              for key in names.in_order()]
     domain_texts = [domain_of.get((key // _PID_KEYS - 1, key % _PID_KEYS), "")
                     for key in domains.in_order()]
-    columns["name"] = _categories(texts, columns["name"])
-    columns["domain"] = _categories(domain_texts, columns["domain"])
+    columns["name"] = categorical(texts, columns["name"])
+    columns["domain"] = categorical(domain_texts, columns["domain"])
     return _native_table("ranges", columns)
 
 
