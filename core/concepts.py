@@ -230,9 +230,10 @@ NAME_CODE_ROWS = 1 << 16
 
 
 def name_codes(names: pd.Series) -> tuple[np.ndarray, pd.Series]:
-    """Each row's name as its position among the distinct names in the order they first appear
-    (-1 where it has none; int32), and those names: a categorical's own codes and categories
-    (no pass to hash the rows), else the rows hashed a block at a time."""
+    """Each row's name as its position among the distinct names (-1 where it has none), and
+    those names: a categorical's own codes and sorted categories as they are (no pass to hash
+    the rows), else the names in the order they first appear, int32 codes, the rows hashed a
+    block at a time."""
     if isinstance(names.dtype, pd.CategoricalDtype):
         return names.cat.codes.to_numpy(), pd.Series(names.cat.categories, dtype=object)
     values = names.to_numpy(dtype=object)

@@ -4,8 +4,8 @@ All times are integer nanoseconds (``int64``) on the clock of the profile they c
 table's ``start``/``end`` columns are comparable with every other table of the same profile.
 Converting to milliseconds or seconds happens only when something is displayed. Id columns take
 the narrowest signed integer dtype that holds them (:data:`ID_COLUMNS`), and a name column may
-be a pandas categorical (the nsys parser's kernel, runtime and range names): a few hundred
-distinct names over millions of rows.
+be a pandas categorical (both parsers' kernel and runtime names, nsys range names, Kineto
+operator names; see :func:`categorical`): a few hundred distinct names over millions of rows.
 
 Tables (a parser leaves out what its format cannot hold; :meth:`Profile.table` then returns an
 empty frame with the right columns):
@@ -155,6 +155,20 @@ def categorical(texts: Sequence[str | None], codes: np.ndarray) -> pd.Categorica
     remap = np.full(len(texts) + 1, -1, dtype=narrowest_int(np.array([-1, len(categories)])))
     remap[used] = [position.get(texts[at], -1) for at in used.tolist()]  # remap[-1]: code -1
     return pd.Categorical.from_codes(remap[codes], pd.Index(categories, dtype=object))
+
+
+def in_start_order(columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A table's columns (``start`` among them) put in start order in place, rows of equal
+    starts as they were, one column reordered at a time (each old copy let go before the next
+    is made); not touched when already in order, as tables mostly come."""
+    start = columns.get("start")
+    if start is None or len(start) < 2 or (start[1:] >= start[:-1]).all():
+        return columns
+    order = np.argsort(start, kind="stable")
+    del start
+    for column in list(columns):
+        columns[column] = columns[column][order]
+    return columns
 
 
 def narrowest_int(values: np.ndarray) -> type:

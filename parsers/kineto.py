@@ -263,7 +263,7 @@ class _Tables:
 
     def runtime(self) -> pd.DataFrame:
         """Runtime and driver calls (CUDA, HIP, MTIA...), names without their version suffix."""
-        self.stores["runtime"].in_time_order()  # as every table is: unions need no sort
+        self.stores["runtime"].in_time_order()  # as the device tables are: unions need no sort
         rows = self.rows("runtime")
         stripped = _per_name(self.names, lambda s: s.map(concepts.strip_api_version), rows.name)
         frame = self.cpu(rows, categorical=True)

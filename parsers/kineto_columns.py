@@ -23,7 +23,7 @@ import pandas as pd
 
 from profreport import concepts
 from profreport.inputs import EVENT_TIMES, MAX_EVENTS, MAX_NAME_CHARS, Limit
-from profreport.model import conform, empty_table, narrowest_int
+from profreport.model import conform, empty_table, in_start_order, narrowest_int
 
 # Largest value an id or a byte count may have to fit an int64 column.
 _INT64_MAX = (1 << 63) - 1
@@ -225,7 +225,7 @@ _DETAILED_GROUPS = np.array([code for name, code in _GROUP_CODES.items()
 #: the rule (on a Series of names) that picks them.
 NAMED_SPANS = {"dataloader": (("cpu_op", "annotation", "python"), concepts.is_dataloader_span),
                "cpu_collectives": (("cpu_op", "annotation"), concepts.is_cpu_collective)}
-#: Rows joined into one block of columns at a time: a batch holds ~13k events, so a large
+#: Rows joined into one block of columns at a time: a batch holds a few thousand events, so a large
 #: trace's many small arrays become fewer, compact ones (see :class:`_Store`).
 BLOCK_ROWS = 1 << 16
 
@@ -323,14 +323,7 @@ class _Store:
     def in_time_order(self) -> None:
         """Put the rows in start order, rows of equal starts as they were: one column
         reordered at a time, each one's old copy freed before the next is made."""
-        joined = self.joined()
-        start = joined["start"]
-        if (start[1:] >= start[:-1]).all():
-            return
-        order = np.argsort(start, kind="stable")
-        del start
-        for key in list(joined):
-            joined[key] = joined[key][order]
+        in_start_order(self.joined())
 
     def columns(self) -> Columns:
         """Every row, as the columns of complete events (those it lacks read -1)."""

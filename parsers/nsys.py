@@ -47,6 +47,7 @@ from profreport.model import (
     categorical,
     conform,
     empty_table,
+    in_start_order,
     narrowed_ids,
     narrowest_int,
     nothing_recorded,
@@ -615,8 +616,7 @@ def _gpu_ids(values: dict[str, np.ndarray], kinds: dict[str, np.ndarray]
     when the chunk holds ``globalPid``), and which rows were kept."""
     kept, picked = _timed_part(values, kinds, _GPU_ID_COLUMNS)
     if "globalPid" in values:
-        global_pids = _ids(values, kinds, "globalPid", picked).astype(np.int64)
-        pids = np.where(global_pids < 0, -1, (global_pids >> _ID_SHIFT) & _ID_MASK)
+        pids, _ = _pid_tid(_ids(values, kinds, "globalPid", picked).astype(np.int64))
         kept.columns["correlation"] = _qualified(kept.columns["correlation"], pids)
     return kept, picked
 
@@ -734,18 +734,13 @@ def _counted(export: _Export, name: str, part: _Part) -> dict[str, np.ndarray]:
     counted under ``name``."""
     if part.dropped:
         export.dropped[name] = export.dropped.get(name, 0) + part.dropped
-    columns = part.columns
-    start = columns.get("start")
-    if start is not None and len(start) > 1 and (start[1:] < start[:-1]).any():
-        order = np.argsort(start, kind="stable")
-        for column in list(columns):
-            columns[column] = columns[column][order]
-    return columns
+    return in_start_order(part.columns)
 
 
 def _pid_tid(tids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Process and thread ids decoded from globalTids (-1 for -1), the thread ids written over
-    ``tids`` (no temporary column per step)."""
+    """Process and thread ids decoded from globalTids (or globalPids: thread id 0), -1 for an
+    unknown (negative) one, the thread ids written over ``tids`` (no temporary column per
+    step); the one decoder of the page reader's tables, as :func:`_decoded_tid` is SQL's."""
     unknown = tids < 0
     pids = tids >> _ID_SHIFT
     pids &= _ID_MASK
@@ -828,9 +823,10 @@ def _native_kernels(export: _Export, table: str) -> pd.DataFrame | None:
 
 
 def _native_table(name: str, columns: dict[str, np.ndarray | pd.Categorical]) -> pd.DataFrame:
-    """Table ``name`` from the page reader's fresh columns, none copied: the columns of
-    TABLE_SCHEMAS in order with its dtypes, but names kept as categoricals (``conform`` would
-    turn them into objects)."""
+    """Table ``name`` from the page reader's fresh columns, as ``conform`` gives it (the
+    schema's columns in order and dtypes, ids narrowed, names kept as categoricals) but built
+    around the columns themselves, only those of another dtype cast: no column of a 10 M-row
+    table held twice."""
     schema = TABLE_SCHEMAS[name]
     frame = pd.DataFrame({column: columns[column] for column in schema}, copy=False)
     wrong = {column: dtype for column, dtype in schema.items()
@@ -1016,8 +1012,8 @@ def _range_part(names: _Vocabulary, domains: _Vocabulary, values: dict[str, np.n
     """One chunk of NVTX events: its ranges (times, pid, tid, the code of the name: its text,
     else its textId, and of its (domainId, pid)) and its domain-create events (domainId, pid,
     text)."""
-    tids = np.where(kinds["globalTid"] == sqlite_pages.NULL, -1, values["globalTid"])
-    pids = (tids >> _ID_SHIFT) & _ID_MASK
+    pids, tids = _pid_tid(np.where(kinds["globalTid"] == sqlite_pages.NULL, -1,
+                                   values["globalTid"]))
     has_text = kinds["text"] == sqlite_pages.TEXT
     created = ((values["eventType"] == NVTX_DOMAIN_CREATE)
                & (kinds["domainId"] == sqlite_pages.INTEGER) & has_text)
@@ -1031,7 +1027,7 @@ def _range_part(names: _Vocabulary, domains: _Vocabulary, values: dict[str, np.n
     keys = np.where(has_text[picked], texts["text"][picked], text_ids)
     domain_keys = ((_ids(values, kinds, "domainId", picked).astype(np.int64) + 1) * _PID_KEYS
                    + pids[picked])
-    ranges.columns.update({"pid": pids[picked], "tid": tids[picked] & _ID_MASK,
+    ranges.columns.update({"pid": pids[picked], "tid": tids[picked],
                            "name": names.codes(keys), "domain": domains.codes(domain_keys)})
     return ranges, creates
 
