@@ -506,8 +506,9 @@ def _read_tables(export: _Export) -> dict[str, pd.DataFrame]:
     first: they tell whether correlation ids must be qualified by process."""
     runtime = _runtime(export)
     if runtime is not None:
-        launching = runtime["pid"].to_numpy()[runtime["correlation"].to_numpy() >= 0]
-        export.qualified = len(pd.unique(launching)) > 1
+        pids = runtime["pid"].to_numpy()
+        launching = pids[(runtime["correlation"].to_numpy() >= 0) & (pids >= 0)]
+        export.qualified = len(pd.unique(launching)) > 1  # an unknown process is none
         if export.qualified:
             runtime["correlation"] = _qualified(runtime["correlation"].to_numpy(),
                                                 runtime["pid"].to_numpy())

@@ -653,6 +653,18 @@ def test_two_processes_keep_their_own_launches(exports: dict[str, Path],
         pd.testing.assert_frame_equal(profile.table(name), through_sql.table(name))
 
 
+def test_a_call_of_unknown_process_is_no_second_process(exports: dict[str, Path],
+                                                         tmp_path: Path) -> None:
+    """One process, one of its runtime calls without a thread (NULL globalTid, pid -1): the
+    ids stay as CUPTI recorded them, not qualified as if a second process had launched."""
+    copy = Path(shutil.copy2(exports["sc22_1gpu_baseline"], tmp_path / "one_unknown.sqlite"))
+    with sqlite3.connect(copy) as conn:
+        conn.execute("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET globalTid = NULL WHERE rowid = 1")
+    profile = nsys.parse(copy)
+    assert (profile.table("runtime")["pid"] == -1).sum() == 1
+    assert profile.table("kernels")["correlation"].max() < 2**32
+
+
 def test_id_columns_take_the_narrowest_dtype_that_holds_them() -> None:
     """conform narrows device, stream, correlation, pid and tid to the least signed width
     that holds their values, -1 (unknown) included, and keeps the values; times stay int64;
