@@ -171,6 +171,12 @@ def in_start_order(columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return columns
 
 
+def narrowed(values: np.ndarray) -> np.ndarray:
+    """An integer column in the narrowest signed dtype that holds its values (not copied when
+    it already has it)."""
+    return values.astype(narrowest_int(values), copy=False)
+
+
 def narrowest_int(values: np.ndarray) -> type:
     """The narrowest signed integer dtype holding every one of ``values`` (int64 when empty)."""
     if len(values) == 0:

@@ -23,7 +23,7 @@ import pandas as pd
 
 from profreport import concepts
 from profreport.inputs import EVENT_TIMES, MAX_EVENTS, MAX_NAME_CHARS, Limit
-from profreport.model import conform, empty_table, in_start_order, narrowest_int
+from profreport.model import conform, empty_table, in_start_order, narrowed
 
 # Largest value an id or a byte count may have to fit an int64 column.
 _INT64_MAX = (1 << 63) - 1
@@ -260,11 +260,6 @@ def _stack(parts: list[dict[str, np.ndarray]], columns: tuple[str, ...]) -> dict
     return out
 
 
-def _narrowed(values: np.ndarray) -> np.ndarray:
-    """An integer column in the narrowest signed dtype that holds its values."""
-    return values.astype(narrowest_int(values), copy=False)
-
-
 class _Store:
     """One group's rows (or the flows'): columns appended batch by batch and joined into blocks
     of at least :data:`BLOCK_ROWS` rows, then into one when the tables read them.
@@ -296,7 +291,7 @@ class _Store:
             block = _stack(self._pending, self.keys)
             if "end" in block:
                 block["dur"] = block.pop("end") - block["start"]
-            self._blocks.append({key: value if key == "start" else _narrowed(value)
+            self._blocks.append({key: value if key == "start" else narrowed(value)
                                  for key, value in block.items()})
             self._pending_rows = 0
 
@@ -305,7 +300,7 @@ class _Store:
         ours by ``maps`` (symbol table name -> our id of each of its ids)."""
         self._flush()
         other._flush()
-        self._blocks.extend({key: _narrowed(maps[_SYMBOL_COLUMNS[key]][value])
+        self._blocks.extend({key: narrowed(maps[_SYMBOL_COLUMNS[key]][value])
                              if key in _SYMBOL_COLUMNS else value
                              for key, value in block.items()} for block in other._blocks)
         other.release()
@@ -800,8 +795,7 @@ def as_int(value: Any) -> int:
 def thread_numbers(symbols: Symbols) -> np.ndarray:
     """Each interned pid/tid as an integer; -1 for labels such as ``stream 7`` or ``Spans``
     (in the narrowest dtype that holds them, as the tables keep them)."""
-    numbers = np.array([as_int(value) for value in symbols.values()], dtype=np.int64)
-    return numbers.astype(narrowest_int(numbers), copy=False)
+    return narrowed(np.array([as_int(value) for value in symbols.values()], dtype=np.int64))
 
 
 def concat(first: Columns, second: Columns) -> Columns:

@@ -48,8 +48,8 @@ from profreport.model import (
     conform,
     empty_table,
     in_start_order,
+    narrowed,
     narrowed_ids,
-    narrowest_int,
     nothing_recorded,
 )
 
@@ -651,8 +651,7 @@ def _ids(values: dict[str, np.ndarray], kinds: dict[str, np.ndarray], column: st
          rows: np.ndarray) -> np.ndarray:
     """An integer id column at ``rows`` (a mask or positions), -1 where it is NULL, in its
     narrowest dtype (ids of a chunk are small; concatenation widens to the widest chunk's)."""
-    ids = np.where(kinds[column][rows] == sqlite_pages.NULL, -1, values[column][rows])
-    return ids.astype(narrowest_int(ids), copy=False)
+    return narrowed(np.where(kinds[column][rows] == sqlite_pages.NULL, -1, values[column][rows]))
 
 
 def _timed_part(values: dict[str, np.ndarray], kinds: dict[str, np.ndarray],
@@ -779,8 +778,7 @@ class _Vocabulary:
         at, distinct = pd.factorize(keys)
         with self._lock:
             numbers = [self.number.setdefault(key, len(self.number)) for key in distinct.tolist()]
-        codes = np.asarray(numbers, dtype=np.int32)[at]
-        return codes.astype(narrowest_int(codes), copy=False)
+        return narrowed(np.asarray([*numbers, -1], dtype=np.int32)[at])  # -1: no key
 
     def in_order(self) -> list[int]:
         """The keys in code order."""
@@ -951,8 +949,7 @@ def _native_runtime(export: _Export, table: str) -> pd.DataFrame | None:
         kept, valid = _timed_part(values, kinds, {"correlationId": "correlation"})
         pids, tids = _pid_tid(np.where(kinds["globalTid"][valid] == sqlite_pages.NULL, -1,
                                        values["globalTid"][valid]))
-        kept.columns.update({"pid": pids.astype(narrowest_int(pids)),
-                             "tid": tids.astype(narrowest_int(tids)),
+        kept.columns.update({"pid": narrowed(pids), "tid": narrowed(tids),
                              "name": names.codes(_ids(values, kinds, "nameId", valid))})
         return (kept,)
 
