@@ -304,6 +304,16 @@ def copy_kinds(names: pd.Series, recorded: pd.Series | None = None) -> pd.DataFr
     return parts.astype(object)
 
 
+#: What a copy call's name holds (cudaMemcpy, cudaMemcpyAsync, cuMemcpyDtoH, hipMemcpy...).
+_COPY_CALL = "Memcpy"
+
+
+def may_block(names: pd.Series) -> pd.Series:
+    """Whether each runtime call's name lets :func:`blocking_calls` choose it: a sync or
+    synchronous copy API, or any copy call ("Memcpy" in its name, whose copy then decides)."""
+    return names.isin(SYNC_APIS | SYNC_COPY_APIS) | _matches(names, _COPY_CALL)
+
+
 def blocking_calls(runtime: pd.DataFrame, memcpy: pd.DataFrame) -> pd.DataFrame:
     """The runtime calls that block the CPU until the GPU catches up, with a ``label``: the sync
     APIs, the synchronous copy APIs, and any copy call whose copy goes from the device to
@@ -312,7 +322,7 @@ def blocking_calls(runtime: pd.DataFrame, memcpy: pd.DataFrame) -> pd.DataFrame:
     copies = memcpy[(memcpy["kind"] == DTOH) & (memcpy["dst_kind"] == PAGEABLE)]
     names = runtime["name"]
     to_pageable = (runtime["correlation"].isin(copies["correlation"])
-                   & _matches(names, "Memcpy")).to_numpy()
+                   & _matches(names, _COPY_CALL)).to_numpy()
     chosen = to_pageable | names.isin(SYNC_APIS | SYNC_COPY_APIS).to_numpy()
     calls = runtime[chosen]
     label = calls["name"].astype(object)

@@ -54,8 +54,18 @@ def per_profile(make: Callable[..., T]) -> Callable[..., T]:
 
 #: The one thread that makes kept results beside the analysis (see :func:`made_beside`).
 _BESIDE: list[ThreadPoolExecutor] = []
-# A forked worker process inherits the executor but not its thread: it starts its own.
-os.register_at_fork(after_in_child=_BESIDE.clear)
+
+
+def _forked() -> None:
+    """In a forked worker process: forget the executor (its thread is the parent's; the worker
+    starts its own) and the results it was still making (no thread here would finish them)."""
+    _BESIDE.clear()
+    for _, _, results in _KEPT.values():
+        for key in [key for key, value in results.items() if isinstance(value, Future)]:
+            del results[key]
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def made_beside(kept_function: Callable[..., Any], profile: Profile, *args: Hashable) -> None:

@@ -27,7 +27,7 @@ from profreport.reports.analysis.shape import find_warmup, per_step
 @dataclass(frozen=True, eq=False)
 class StepWindows:
     """The steps of one profile: annotated ranges and the wall windows they own (compared and
-    hashed by identity: results kept per windows, see launches.per_profile)."""
+    hashed by identity: results kept per windows, see kept.per_profile)."""
 
     origin: Origin
     numbers: np.ndarray

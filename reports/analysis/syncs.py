@@ -38,15 +38,8 @@ def blocking(profile: Profile) -> pd.DataFrame:
     that could be one (a sync or copy API by name, asked once per distinct name): each call is
     judged on its own, so the few candidates give the same rows as all 17 M calls."""
     runtime = profile.table("runtime")
-    candidates = classified(profile, "runtime", _could_block)
+    candidates = classified(profile, "runtime", concepts.may_block)
     return concepts.blocking_calls(runtime[candidates], profile.table("memcpy"))
-
-
-def _could_block(names: pd.Series) -> pd.Series:
-    """Names of calls concepts.blocking_calls may choose: the sync and synchronous copy APIs and
-    any copy call ("Memcpy" in its name)."""
-    return names.isin(concepts.SYNC_APIS | concepts.SYNC_COPY_APIS) | names.astype(
-        "string").str.contains("Memcpy", regex=False).fillna(False).astype(bool)
 
 
 def queued_at(profile: Profile, times: np.ndarray) -> np.ndarray:
