@@ -171,6 +171,12 @@ def in_start_order(columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return columns
 
 
+def position_dtype(count: int) -> type:
+    """The dtype of positions among (or numbers up to) ``count`` items: int32, half the memory
+    of numpy's int64 indexes, unless there are 2**31 of them."""
+    return np.int32 if count < np.iinfo(np.int32).max else np.int64
+
+
 def narrowed(values: np.ndarray) -> np.ndarray:
     """An integer column in the narrowest signed dtype that holds its values (not copied when
     it already has it)."""

@@ -13,7 +13,7 @@ import pandas as pd
 
 from profreport import concepts
 from profreport.allocator import giving_back_memory
-from profreport.model import Profile, narrowest_int
+from profreport.model import Profile, narrowest_int, position_dtype
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.kept import classified, table_name_codes
 from profreport.reports.analysis.results import CpuOpMix, TopItem
@@ -88,7 +88,7 @@ def _nesting_depth(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     longest first; a span ending when another starts is closed by then): the spans sorted
     before it less those that ended by its start, counted with a sorted copy of the ends (no
     sweep over twice as many start/end events)."""
-    depth = np.empty(len(starts), dtype=np.int32 if len(starts) < 2**31 else np.int64)
+    depth = np.empty(len(starts), dtype=position_dtype(len(starts)))
     ended = np.sort(ends)
     for block in row_blocks(len(starts)):
         depth[block] = np.arange(block.start, block.stop)

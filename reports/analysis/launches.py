@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from profreport.executors import cpu_share
-from profreport.model import Profile
+from profreport.model import Profile, position_dtype
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.kept import made_beside, per_profile
 from profreport.reports.analysis.steps import StepWindows
@@ -27,8 +27,7 @@ def _by_correlation(profile: Profile) -> tuple[np.ndarray, np.ndarray]:
     those ids in that order."""
     ids = profile.table("runtime")["correlation"].to_numpy()
     order = np.argsort(ids, kind="stable")
-    if len(ids) < np.iinfo(np.int32).max:  # half the memory while the join holds it
-        order = order.astype(np.int32)
+    order = order.astype(position_dtype(len(ids)), copy=False)  # half, while the join holds it
     return order, ids[order]
 
 
@@ -45,7 +44,7 @@ def _launch_index(profile: Profile) -> tuple[dict[str, np.ndarray], bool]:
     are looked up in a table indexed by id, no sort; others through the calls sorted by id.
     Either is let go once every table is joined."""
     ids = profile.table("runtime")["correlation"].to_numpy()
-    dtype = np.int32 if len(ids) < np.iinfo(np.int32).max else np.int64
+    dtype = position_dtype(len(ids))
     slots = _slots_by_id(ids, dtype)
     if slots is not None:
         low, row_of = slots
@@ -172,7 +171,7 @@ def launch_steps(profile: Profile, table: str, windows: StepWindows) -> np.ndarr
     """For each row of GPU table ``table``, the step window its launch lies in (-1 outside every
     window): a kernel launched in step N that runs in step N+1 belongs to step N."""
     rows = len(profile.table(table))
-    steps = np.empty(rows, dtype=np.int32 if windows.count < np.iinfo(np.int32).max else np.int64)
+    steps = np.empty(rows, dtype=position_dtype(windows.count))
     for at in range(0, rows, iv.BLOCK_ROWS):
         block = slice(at, at + iv.BLOCK_ROWS)
         steps[block] = windows.index_of(launch_times(profile, table, block))

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from profreport import concepts
-from profreport.model import Profile
+from profreport.model import Profile, position_dtype
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.launches import launch_calls, launch_steps
 from profreport.reports.analysis.results import ConvBiasStats, OpPrecision
@@ -54,7 +54,7 @@ def launching_op(profile: Profile, spans: pd.DataFrame, call: np.ndarray) -> np.
     """For GPU rows launched by the runtime calls ``call`` (rows of the runtime table, -1 for
     none; see launches.launch_calls), the position in ``spans`` (non-overlapping per thread) of
     the span whose thread made the launching call inside it; -1 for none."""
-    out = np.full(len(call), -1, dtype=np.int32 if len(spans) < 2**31 else np.int64)
+    out = np.full(len(call), -1, dtype=position_dtype(len(spans)))
     if spans.empty or len(call) == 0:
         return out
     runtime = profile.table("runtime")
