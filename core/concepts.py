@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
+from pandas.api.extensions import ExtensionArray
 
 #: Copy directions, as nsys and Kineto name them (the ``kind`` column of the ``memcpy`` table).
 HTOD, DTOH, DTOD, HTOH, PTOP = "HtoD", "DtoH", "DtoD", "HtoH", "PtoP"
@@ -212,16 +213,26 @@ _RECORDED_KIND = re.compile(r"^(?:hip|cuda)?(?:Memcpy|Copy)?\s*(\w+?)\s*$", re.I
 _TRAINING_FUNCTION = re.compile(r"(?i)train|epoch|(?:^|_)fit(?:$|_)")
 
 
-def _per_distinct(names: pd.Series, classify: Callable[[pd.Series], pd.Series]) -> pd.Series:
-    """``classify`` run once per distinct name and spread back over ``names`` (same index).
+def per_distinct(codes: np.ndarray, distinct: pd.Series,
+                 classify: Callable[[pd.Series], pd.Series]) -> np.ndarray | ExtensionArray:
+    """``classify``'s answer for each name code (a position in ``distinct``, -1 for no name),
+    asked once per distinct name and once, as None, for no name.
 
     A table holds one name per event (hundreds of thousands of kernels) but only hundreds of
-    distinct names, so a regular expression per distinct name instead of per row."""
-    codes, distinct = name_codes(names)
-    classified = classify(pd.concat([distinct, pd.Series([None], dtype=object)],
-                                    ignore_index=True))
-    # A missing name (code -1) is classified as the trailing None.
-    return classified.iloc[np.where(codes < 0, len(distinct), codes)].set_axis(names.index)
+    distinct names, so a regular expression per distinct name instead of per row. Answers of
+    a numpy dtype are spread by numpy indexing, which casts the codes a block at a time (a
+    pandas take first copies them all as int64)."""
+    answers = classify(pd.concat([distinct, pd.Series([None], dtype=object)],
+                                 ignore_index=True))
+    # A missing name (code -1) reads the trailing None's answer.
+    return (answers.to_numpy()[codes] if isinstance(answers.dtype, np.dtype)
+            else answers.array.take(codes))
+
+
+def _per_distinct(names: pd.Series, classify: Callable[[pd.Series], pd.Series]) -> pd.Series:
+    """:func:`per_distinct` of a column of names (same index, the answers' dtype)."""
+    spread = per_distinct(*name_codes(names), classify)
+    return pd.Series(spread, index=names.index, dtype=spread.dtype, copy=False)
 
 
 #: Rows of names hashed at a time: pandas sizes its hash table by the rows it is handed, so the

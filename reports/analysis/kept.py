@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from profreport.allocator import giving_back_memory
-from profreport.concepts import name_codes
+from profreport.concepts import name_codes, per_distinct
 from profreport.model import Profile, narrowest_int
 
 T = TypeVar("T")
@@ -92,8 +92,5 @@ def table_name_codes(profile: Profile, table: str) -> tuple[np.ndarray, pd.Serie
 def classified(profile: Profile, table: str,
                classify: Callable[[pd.Series], pd.Series]) -> np.ndarray:
     """Which rows of ``table`` ``classify`` (a concepts predicate) selects by name, asked once
-    per distinct name (a row without a name is asked as None)."""
-    codes, distinct = table_name_codes(profile, table)
-    chosen = classify(pd.concat([distinct, pd.Series([None], dtype=object)],
-                                ignore_index=True)).to_numpy(bool)
-    return chosen[codes]  # code -1 (no name) reads the trailing None
+    per distinct name (:func:`concepts.per_distinct` of the kept codes)."""
+    return np.asarray(per_distinct(*table_name_codes(profile, table), classify), dtype=bool)
