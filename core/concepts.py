@@ -245,8 +245,8 @@ def name_codes(names: pd.Series) -> tuple[np.ndarray, pd.Series]:
     those names: a categorical's own codes and sorted categories as they are (no pass to hash
     the rows), else the names in the order they first appear, int32 codes, the rows hashed a
     block at a time."""
-    if isinstance(names.dtype, pd.CategoricalDtype):
-        return names.cat.codes.to_numpy(), pd.Series(names.cat.categories, dtype=object)
+    if isinstance(names.dtype, pd.CategoricalDtype):  # its codes as they are, not a copy
+        return names.array.codes, pd.Series(names.cat.categories, dtype=object)
     values = names.to_numpy(dtype=object)
     codes = np.empty(len(values), dtype=np.int32)
     number: dict[object, int] = {}

@@ -18,7 +18,7 @@ from profreport.model import Profile
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.breakdown import Parts, claim, make_breakdown
 from profreport.reports.analysis.cpu import spans_where
-from profreport.reports.analysis.kept import per_profile
+from profreport.reports.analysis.kept import per_profile, table_name_codes
 from profreport.reports.analysis.launches import GPU_TABLES, launch_pairs, launch_steps
 from profreport.reports.analysis.results import (
     Breakdown,
@@ -34,7 +34,7 @@ from profreport.reports.analysis.steps import (
     dataloader_intervals,
     where_in_steps,
 )
-from profreport.reports.analysis.top import TOP_KERNELS
+from profreport.reports.analysis.top import TOP_KERNELS, calls_by_name, top_items
 
 #: An idle GPU gap longer than this is a stall, not launch jitter: the sc22 tutorial reads its
 #: 500 ms gaps as the GPU waiting for the DataLoader between iterations.
@@ -274,28 +274,17 @@ def copy_stats(profile: Profile) -> CopyStats | None:
 
 def top_kernels(profile: Profile) -> list[TopItem]:
     """Kernels by total GPU time (grouped by full name), share of all kernel time, each marked
-    communication or not: summed per name code a block at a time, no copy of the table."""
+    communication or not: summed per kept name code a block at a time, no copy of the table."""
     kernels = profile.table("kernels")
-    codes, distinct = concepts.name_codes(kernels["name"])
+    codes, distinct = table_name_codes(profile, "kernels")
     ns = ns_by_name(kernels, np.ones(len(kernels), dtype=bool), codes, len(distinct))
-    count = np.zeros(len(distinct) + 1, dtype=np.int64)
-    first = np.full(len(distinct) + 1, len(kernels), dtype=np.int64)  # each name's first row
+    count, first = calls_by_name(codes, len(distinct))
     comm = np.zeros(len(distinct) + 1, dtype=bool)
     is_comm = kernels["is_comm"].to_numpy(bool)
     for at in range(0, len(kernels), iv.BLOCK_ROWS):
-        block = codes[at:at + iv.BLOCK_ROWS]
-        np.add.at(count, block, 1)
-        named, where = np.unique(block, return_index=True)
-        first[named] = np.minimum(first[named], where + at)
-        comm[block[is_comm[at:at + iv.BLOCK_ROWS]]] = True
-    # Most time first, then most calls, then the name seen first (a stable sort of the names
-    # in the order they appear, as a grouping by name would list them); the unnamed slot left out.
-    ranking = sorted(np.flatnonzero(count[:-1]).tolist(),
-                     key=lambda code: (-ns[code], -count[code], first[code]))[:TOP_KERNELS]
-    total = max(int(ns.sum()), 1)
-    return [TopItem(name=str(distinct[code]), total_ns=int(ns[code]), count=int(count[code]),
-                    share=float(ns[code]) / total, is_comm=bool(comm[code]))
-            for code in ranking]
+        block = slice(at, at + iv.BLOCK_ROWS)
+        comm[codes[block][is_comm[block]]] = True
+    return top_items(distinct, ns, count, first, TOP_KERNELS, int(ns.sum()), comm=comm)
 
 
 def launched_in(profile: Profile, spans: iv.Intervals, table: str = "kernels") -> np.ndarray:
@@ -345,7 +334,7 @@ def kernel_mix(profile: Profile, windows: StepWindows | None) -> KernelMix | Non
     kernels (communication kernels left out)."""
     kernels = profile.table("kernels")
     compute = ~kernels["is_comm"].to_numpy(bool)  # masks, not a copy of the kernel table
-    codes, distinct = concepts.name_codes(kernels["name"])
+    codes, distinct = table_name_codes(profile, "kernels")
     ns = ns_by_name(kernels, compute, codes, len(distinct))
     total = int(ns.sum())
     if total <= 0:

@@ -6,12 +6,16 @@ import numpy as np
 import pandas as pd
 
 from profreport.concepts import name_codes
+from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.results import TopItem
 
 #: How many kernels, CPU ops and source lines are kept for display.
 TOP_KERNELS = 10
 TOP_OPS = 10
 TOP_LINES = 20
+
+#: The first row of a name that has none.
+_NOT_SEEN = np.iinfo(np.int64).max
 
 
 def ranked(spans: pd.DataFrame, key: str, limit: int, total_ns: int,
@@ -21,16 +25,37 @@ def ranked(spans: pd.DataFrame, key: str, limit: int, total_ns: int,
     if spans.empty:
         return []
     codes, distinct = name_codes(spans[key])
-    named = np.flatnonzero(codes >= 0)
-    ns = np.zeros(len(distinct), dtype=np.int64)
-    np.add.at(ns, codes[named], spans["ns"].to_numpy(np.int64)[named])
-    count = np.bincount(codes[named[spans["outer"].to_numpy(bool)[named]]],
-                        minlength=len(distinct))
-    first = np.full(len(distinct), len(codes))  # each name's first row; none: not there
-    np.minimum.at(first, codes[named], named)
-    # Most time first, then most calls, then the name seen first.
-    top = sorted(np.flatnonzero(first < len(codes)).tolist(),
+    ns = np.zeros(len(distinct) + 1, dtype=np.int64)
+    np.add.at(ns, codes, spans["ns"].to_numpy(np.int64))  # code -1 adds to the last slot
+    count, first = calls_by_name(codes, len(distinct), spans["outer"].to_numpy(bool))
+    return top_items(distinct, ns, count, first, limit, total_ns, exclusive=exclusive)
+
+
+def calls_by_name(codes: np.ndarray, names: int, calls: np.ndarray | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Per name code (of ``names`` distinct names; the last slot: rows without a name), how
+    many of its rows ``calls`` marks (every row: None), and its first row, a block of
+    :data:`intervals.BLOCK_ROWS` rows at a time."""
+    count = np.zeros(names + 1, dtype=np.int64)
+    first = np.full(names + 1, _NOT_SEEN, dtype=np.int64)
+    for at in range(0, len(codes), iv.BLOCK_ROWS):
+        block = codes[at:at + iv.BLOCK_ROWS]
+        np.add.at(count, block if calls is None else block[calls[at:at + iv.BLOCK_ROWS]], 1)
+        named, where = np.unique(block, return_index=True)
+        first[named] = np.minimum(first[named], where + at)
+    return count, first
+
+
+def top_items(distinct: pd.Series, ns: np.ndarray, count: np.ndarray, first: np.ndarray,
+              limit: int, total_ns: int, exclusive: bool = False,
+              comm: np.ndarray | None = None) -> list[TopItem]:
+    """The ``limit`` names (per code of ``distinct``, the last slot: rows without a name, left
+    out) with the most ``ns``, then the most calls, then the first row first (a stable sort of
+    the names in the order they appear, as a grouping by name lists them), with their share of
+    ``total_ns`` and, given ``comm`` per code, whether they are communication."""
+    top = sorted(np.flatnonzero(first[:-1] != _NOT_SEEN).tolist(),
                  key=lambda code: (-ns[code], -count[code], first[code]))[:limit]
     return [TopItem(name=str(distinct.iloc[code]), total_ns=int(ns[code]),
                     count=int(count[code]), share=float(ns[code]) / max(total_ns, 1),
-                    exclusive=exclusive) for code in top]
+                    exclusive=exclusive, is_comm=comm is not None and bool(comm[code]))
+            for code in top]
