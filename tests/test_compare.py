@@ -213,9 +213,28 @@ def test_a_step_time_from_another_profiler_leaves_a_reported_rest() -> None:
     assert row.unexplained_ns == -30_000_000
     assert sum(c.delta_ns for c in row.attribution) + row.unexplained_ns == -40_000_000
     assert row.explanation == (
-        "Mean step time fell by 40.0 ms per step (120.0 ms -> 80.0 ms): DataLoader wait fell "
-        "20.0 ms -> 10.0 ms (-10.0 ms, 25% of the difference); -30.0 ms (75% of the difference) "
-        "is not in the breakdown, whose steps are timed by another profiler than the step time.")
+        "Mean step time fell by 40.0 ms per step (120.0 ms -> 80.0 ms, timed by Nsight Systems); "
+        "in the torch.profiler breakdown (its own steps 100.0 ms -> 90.0 ms): DataLoader wait "
+        "fell 20.0 ms -> 10.0 ms (-10.0 ms, 25% of the difference); -30.0 ms (75% of the "
+        "difference) is not in the breakdown, whose steps are timed by another profiler than the "
+        "step time.")
+
+
+def test_a_step_time_within_noise_names_both_profilers() -> None:
+    """The new-user run on a loaded machine: nsys timed 48.0 -> 44.6 ms steps while the slowed
+    torch.profiler runs' compute fell 362.7 -> 42.3 ms. Within noise, the sentence still says
+    which profiler timed which figure, and the breakdown's own steps."""
+    wobble = [40.0, 56.0, 44.0, 52.0, 48.0]
+    base = run_with_parts("base", {"compute": 362.7, "dataloader": 7.3}, steps_ms=48.0,
+                          plain_ms=wobble)
+    run = run_with_parts("pinned", {"compute": 42.3, "dataloader": 7.7}, steps_ms=44.6,
+                         plain_ms=[v * 44.6 / 48 for v in wobble])
+    row = compare_runs([base, run]).rows[1]
+    assert row.within_noise is True
+    assert ("In the profiled runs, mean step time fell by 3.4 ms per step (48.0 ms -> 44.6 ms, "
+            "timed by Nsight Systems, within the noise of ±") in row.explanation
+    assert ("ms); in the torch.profiler breakdown (its own steps 370.0 ms -> 50.0 ms): Compute "
+            "fell 362.7 ms -> 42.3 ms (-320.4 ms)") in row.explanation
 
 
 def test_a_confounded_comparison_lists_what_differs_and_credits_no_one(tmp_path: Path) -> None:

@@ -21,9 +21,10 @@ Attribution: the breakdown's parts add up to its step, so the step-time differen
 the parts' differences. Parts that moved with the step are its drivers, each with the share of
 the difference it explains (a driver can explain more than all of it when others moved against
 it); parts that moved the other way are named as offsets, never as the reason. When the step
-time comes from another profiler than the breakdown, the rest beyond the noise band is reported
-as unexplained. A knob change is credited only to the drivers, and only when the change is
-beyond noise and the profiled step time moved the same way as the speedup.
+time comes from another profiler than the breakdown, the sentence names both profilers and the
+breakdown's own steps, and the rest beyond the noise band is reported as unexplained. A knob
+change is credited only to the drivers, and only when the change is beyond noise and the
+profiled step time moved the same way as the speedup.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from profreport.reports.analysis.results import (
     PartChange,
     PartRole,
     RunAnalysis,
+    origin_label,
 )
 from profreport.units import ms, nbytes, pct
 
@@ -210,16 +212,41 @@ def noise_text(speedup: float, band: float) -> str:
             "both runs): no change can be claimed.")
 
 
-def step_time_ns(run: RunAnalysis) -> int | None:
+def step_time(run: RunAnalysis) -> tuple[int, str] | None:
     """Time per step from the run's step source (the least intrusive profiler that timed steps,
-    see metrics): the breakdown's step when the breakdown comes from that same source, else the
-    source's wall time per step; the breakdown's step when no source timed steps."""
+    see metrics) and that source's origin: the breakdown's step when the breakdown comes from
+    that same source, else the source's wall time per step; the breakdown's step when no source
+    timed steps."""
     m = run.metrics
     if m.breakdown is not None and (m.steps is None or m.steps.origin == m.breakdown.origin):
-        return m.breakdown.step_ns
+        return m.breakdown.step_ns, m.breakdown.origin
     if m.steps is not None:
-        return m.steps.wall_mean_ns or m.steps.mean_ns
+        return m.steps.wall_mean_ns or m.steps.mean_ns, m.steps.origin
     return None
+
+
+def step_time_ns(run: RunAnalysis) -> int | None:
+    """The run's time per step (see step_time), or None."""
+    timed = step_time(run)
+    return timed[0] if timed is not None else None
+
+
+def _sources_text(base: RunAnalysis, run: RunAnalysis) -> tuple[str, str] | None:
+    """When a side's step time comes from another profiler than its breakdown: who timed the
+    steps ('Nsight Systems') and the breakdown with its own steps ('the torch.profiler
+    breakdown (its own steps 370.0 ms -> 50.0 ms)'), so that no sentence sets figures of two
+    profilers side by side unnamed; None when one profiler gives both."""
+    timed = [step_time(base), step_time(run)]
+    parts = [base.metrics.breakdown, run.metrics.breakdown]
+    step_origins = [t[1] for t in timed if t is not None]
+    breakdowns = [p for p in parts if p is not None]
+    if len(step_origins) < 2 or len(breakdowns) < 2 or step_origins == [
+            p.origin for p in breakdowns]:
+        return None
+    who = " -> ".join(dict.fromkeys(map(origin_label, step_origins)))
+    which = " -> ".join(dict.fromkeys(origin_label(p.origin) for p in breakdowns))
+    return who, (f"the {which} breakdown (its own steps {ms(breakdowns[0].step_ns)} -> "
+                 f"{ms(breakdowns[1].step_ns)})")
 
 
 def changed_knobs(base: RunAnalysis, run: RunAnalysis) -> dict[str, object]:
@@ -352,10 +379,11 @@ def _moved(change: PartChange) -> str:
 
 
 def attribution_text(changes: list[PartChange], before_ns: int, after_ns: int,
-                     tolerance_ns: float) -> str:
+                     tolerance_ns: float, sources: tuple[str, str] | None = None) -> str:
     """The step difference split into its parts: drivers with their share, offsets named as
     offsets (never as the reason), minor parts summed, and what the parts leave unexplained when
-    it exceeds ``tolerance_ns``."""
+    it exceeds ``tolerance_ns``; ``sources`` (see _sources_text) names who timed the step and
+    the breakdown when they differ."""
     total = after_ns - before_ns
     if total == 0:
         return f"Mean step time unchanged at {ms(before_ns)}."
@@ -364,7 +392,9 @@ def attribution_text(changes: list[PartChange], before_ns: int, after_ns: int,
     within = abs(total) <= tolerance_ns
     head = (f"Mean step time {'fell' if total < 0 else 'grew'} by {ms(abs(total))} per step "
             f"({ms(before_ns)} -> {ms(after_ns)}"
-            + (f", within the noise of ±{ms(tolerance_ns)})" if within else ")"))
+            + (f", timed by {sources[0]}" if sources else "")
+            + (f", within the noise of ±{ms(tolerance_ns)})" if within else ")")
+            + (f"; in {sources[1]}" if sources else ""))
     drivers = [c for c in changes if c.role == "driver"]
     offsets = [c for c in changes if c.role == "offset"]
     minor = sum(c.delta_ns for c in changes if c.role == "minor")
@@ -425,7 +455,8 @@ def explain(base: RunAnalysis, run: RunAnalysis, knobs: dict[str, object],
     changes = attribute(base, run, (after or 0) - (before or 0))
     if not changes or before is None or after is None:
         return "No breakdown on both sides: the step time alone is compared."
-    text = attribution_text(changes, before, after, tolerance_ns) + beyond_spread_text(changes)
+    text = (attribution_text(changes, before, after, tolerance_ns, _sources_text(base, run))
+            + beyond_spread_text(changes))
     moved = abs(after - before) > tolerance_ns
     return text + _credit(base, run, changes, knobs) if causal and moved else text
 
