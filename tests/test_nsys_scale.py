@@ -16,7 +16,7 @@ from profreport.model import Profile
 from profreport.parsers import nsys
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.gpu import top_kernels
-from profreport.reports.analysis.kept import _kept, made_beside
+from profreport.reports.analysis.kept import _kept
 from profreport.reports.analysis.launches import (
     _launch_index,
     launch_calls,
@@ -85,11 +85,11 @@ def test_launch_call_is_the_first_call_of_each_id() -> None:
 
 
 def test_launch_join_made_beside_is_the_same_join() -> None:
-    """The join started on a thread of its own (kept.made_beside, as the analysis starts it)
+    """The join started on a thread of its own (``beside``, as the analysis starts it)
     gives the rows the join made on first use gives; asking waits for it, once."""
     keys, calls = _keys(3, 5000, 3000), _keys(4, 4000, 3000)
     beside = _launched(keys, calls)
-    made_beside(_launch_index, beside)
+    _launch_index.beside(beside)
     assert [type(kept) for kept in _kept(beside).values()] == [Future]  # given to the thread
     in_line = launch_calls(_launched(keys, calls), "kernels")
     np.testing.assert_array_equal(launch_calls(beside, "kernels"), in_line)
@@ -216,7 +216,7 @@ def test_top_kernels_rank_as_a_grouping_by_name(categorical: bool) -> None:
 def _join_in_forked_worker(seed: int, out: Any) -> None:
     """The launch join made beside in a forked worker process (its parent's thread is gone)."""
     profile = _launched(_keys(seed, 500, 300), _keys(seed + 1, 400, 300))
-    made_beside(_launch_index, profile)
+    _launch_index.beside(profile)
     out.put(launch_calls(profile, "kernels").tolist())
 
 
@@ -226,7 +226,7 @@ def test_a_forked_worker_makes_its_own_join_beside() -> None:
     import multiprocessing
 
     here = _launched(_keys(1, 50, 30), _keys(2, 40, 30))
-    made_beside(_launch_index, here)  # this process's thread starts
+    _launch_index.beside(here)  # this process's thread starts
     launch_calls(here, "kernels")  # and is idle again when the worker is forked
     expected = launch_calls(_launched(_keys(9, 500, 300), _keys(10, 400, 300)), "kernels")
     fork = multiprocessing.get_context("fork")

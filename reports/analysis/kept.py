@@ -8,7 +8,7 @@ import os
 import weakref
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -17,7 +17,7 @@ from profreport.allocator import giving_back_memory
 from profreport.concepts import name_codes, per_distinct
 from profreport.model import Profile, narrowest_int
 
-T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
 
 #: id(profile) -> (a weak reference to it, the ids of its tables when filled, its results).
 _KEPT: dict[int, tuple[weakref.ref, tuple[int, ...], dict[Hashable, Any]]] = {}
@@ -34,12 +34,25 @@ def _kept(profile: Profile) -> dict[Hashable, Any]:
     return entry[2]
 
 
-def per_profile(make: Callable[..., T]) -> Callable[..., T]:
+class Kept(Protocol[T_co]):
+    """A :func:`per_profile` function: called, its kept result; ``beside``, that result started
+    on a thread of its own."""
+
+    def __call__(self, profile: Profile, /, *args: Hashable) -> T_co:
+        """The result for ``profile`` and ``args``."""
+
+    def beside(self, profile: Profile, /, *args: Hashable) -> None:
+        """Start making the result for ``profile`` and ``args``."""
+
+
+def per_profile(make: Callable[..., T_co]) -> Kept[T_co]:
     """``make(profile, *args)`` computed once per profile and hashable ``args``, then kept while
-    the profile lives and its tables stay the same objects."""
+    the profile lives and its tables stay the same objects; ``.beside(profile, *args)`` starts
+    making it on a thread of its own, so that the analysis goes on meanwhile (numpy lets go of
+    the interpreter in its sorts and searches)."""
 
     @functools.wraps(make)
-    def kept(profile: Profile, *args: Hashable) -> T:
+    def kept(profile: Profile, *args: Hashable) -> T_co:
         """The kept result, made on first use (or awaited, when it is being made beside)."""
         results = _kept(profile)
         key = (make, *args)
@@ -49,10 +62,21 @@ def per_profile(make: Callable[..., T]) -> Callable[..., T]:
             results[key] = results[key].result()
         return results[key]
 
-    return kept
+    def beside(profile: Profile, *args: Hashable) -> None:
+        """Start making the kept result on the kept-results thread (one, started on first
+        use); the first to ask for it waits for it."""
+        results = _kept(profile)
+        key = (make, *args)
+        if key not in results:
+            if not _BESIDE:
+                _BESIDE.append(ThreadPoolExecutor(1, thread_name_prefix="profreport-kept"))
+            results[key] = _BESIDE[0].submit(giving_back_memory(make), profile, *args)
+
+    kept.beside = beside  # type: ignore[attr-defined]
+    return kept  # type: ignore[return-value]
 
 
-#: The one thread that makes kept results beside the analysis (see :func:`made_beside`).
+#: The one thread that makes kept results beside the analysis (see :func:`per_profile`).
 _BESIDE: list[ThreadPoolExecutor] = []
 
 
@@ -66,19 +90,6 @@ def _forked() -> None:
 
 
 os.register_at_fork(after_in_child=_forked)
-
-
-def made_beside(kept_function: Callable[..., Any], profile: Profile, *args: Hashable) -> None:
-    """Start making ``kept_function(profile, *args)`` (a :func:`per_profile` function) on a
-    thread of its own, so that the analysis goes on meanwhile (numpy lets go of the
-    interpreter in its sorts and searches); the first to ask for it waits for it."""
-    results = _kept(profile)
-    make = kept_function.__wrapped__  # type: ignore[attr-defined]
-    key = (make, *args)
-    if key not in results:
-        if not _BESIDE:
-            _BESIDE.append(ThreadPoolExecutor(1, thread_name_prefix="profreport-kept"))
-        results[key] = _BESIDE[0].submit(giving_back_memory(make), profile, *args)
 
 
 @per_profile

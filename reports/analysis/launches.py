@@ -15,7 +15,7 @@ import numpy as np
 from profreport.executors import cpu_share
 from profreport.model import Profile, position_dtype
 from profreport.reports.analysis import intervals as iv
-from profreport.reports.analysis.kept import made_beside, per_profile
+from profreport.reports.analysis.kept import per_profile
 from profreport.reports.analysis.steps import StepWindows
 
 #: The tables of the GPU's activity, in the order their rows are taken.
@@ -90,12 +90,12 @@ def _looked_up(keys: np.ndarray, low: int, row_of: np.ndarray) -> np.ndarray:
 
 
 def join_beside(profile: Profile) -> None:
-    """Start joining the GPU rows to their launch calls on a thread of its own (see
-    kept.made_beside) when this process has a second CPU: the first metrics read only the GPU
+    """Start joining the GPU rows to their launch calls on a thread of its own (``beside``, see
+    kept.per_profile) when this process has a second CPU: the first metrics read only the GPU
     tables' times, and the join (sorting every runtime call by id) is the launch metrics' first
     step."""
     if cpu_share() >= 2 and profile.has("runtime") and any(map(profile.has, GPU_TABLES)):
-        made_beside(_launch_index, profile)
+        _launch_index.beside(profile)
 
 
 def unique_calls(profile: Profile) -> bool:
