@@ -202,6 +202,24 @@ def test_a_launch_wait_held_once_is_a_one_off(tmp_path: Path) -> None:
     assert "cheaper" not in advice
 
 
+def test_a_launch_a_quarter_microsecond_before_the_gap_is_no_launch_wait(
+        tmp_path: Path) -> None:
+    """Epoch-based times (1.7e15 µs): the kernel that ends a 34 µs gap was launched 0.25 µs
+    before the gap began, so the gap did not wait for its launch. In float64 ns the launch and
+    the gap's start are the same number (1.7e18 ns is spaced 256 ns), and the gap was counted
+    as a launch wait."""
+    base = 1_700_000_000_000_000
+    events = [event("ProfilerStep#1", base, 100, "user_annotation"),
+              launch(base + 1, 501), kernel("gemm_kernel", base + 2, 14, 501),
+              event("cudaLaunchKernel", base + 15.75, 0.1, "cuda_runtime", correlation=502),
+              kernel("gemm_kernel", base + 50, 40, 502)]
+    idle = analyze_trace(tmp_path, events).metrics.gpu_idle
+    # Only the step's first 2 µs waited for a launch (the first kernel's, 1 µs in); the 34 µs
+    # gap and the 10 µs after the last kernel are unexplained.
+    assert idle is not None and idle.idle_ns_per_step["launch"] == 2_000
+    assert idle.idle_ns_per_step["unexplained"] == 44_000
+
+
 #: Every setting the advice may name, already set, and what advising it again would say.
 ALREADY_SET = {"pin_memory": True, "persistent_workers": True, "amp": True,
                "channels_last": True, "compile": True, "bucket_cap_mb": 100.0,

@@ -125,10 +125,16 @@ def _work_of(profile: Profile, device: int) -> list[_Work]:
     return found
 
 
+#: The launch time of work no launch was found for: earlier than any possible time.
+_NO_LAUNCH_NS = np.iinfo(np.int64).min
+
+
 def _launch_of_work_at(profile: Profile, work: list[_Work], times: np.ndarray) -> np.ndarray:
-    """For each time, the launch time of the first row of ``work`` (kernels, then copies, then
-    memsets; each in row order) that starts exactly then; NaN where none does."""
-    out = np.full(len(times), np.nan)
+    """For each time, the launch time (ns) of the first row of ``work`` (kernels, then copies,
+    then memsets; each in row order) that starts exactly then; _NO_LAUNCH_NS, before every time,
+    where none does. Integers throughout: a float64 would round epoch-based Kineto times to
+    256 ns, enough to move a launch across the gap's start."""
+    out = np.full(len(times), _NO_LAUNCH_NS, dtype=np.int64)
     pending = np.ones(len(times), dtype=bool)
     for rows in work:
         at = np.minimum(np.searchsorted(rows.starts, times, side="left"), len(rows.starts) - 1)
