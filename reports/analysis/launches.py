@@ -37,24 +37,27 @@ SLOTS_PER_CALL = 2
 
 
 @per_profile
-def _launch_index(profile: Profile) -> tuple[dict[str, np.ndarray], bool]:
+def _launch_index(profile: Profile
+                  ) -> tuple[dict[str, np.ndarray], tuple[np.ndarray, np.ndarray] | None]:
     """For each GPU table, the runtime row of each row's first call with its correlation id (-1
-    where none was recorded; int32 where the runtime table allows), and whether no two runtime
-    calls share an id. Unique ids that lie close together (CUPTI counts them up per process)
-    are looked up in a table indexed by id, no sort; others through the calls sorted by id.
-    Either is let go once every table is joined."""
+    where none was recorded; int32 where the runtime table allows), and, where two runtime
+    calls share an id, the calls sorted by id (:func:`_by_correlation`: kept with the index,
+    as :func:`launch_pairs` reads them on every call; None where no id repeats). Unique ids
+    that lie close together (CUPTI counts them up per process) are looked up in a table
+    indexed by id, no sort; others through the calls sorted by id, let go once every table is
+    joined when the ids are unique."""
     ids = profile.table("runtime")["correlation"].to_numpy()
     dtype = position_dtype(len(ids))
     slots = _slots_by_id(ids, dtype)
     if slots is not None:
         low, row_of = slots
         return {name: _looked_up(profile.table(name)["correlation"].to_numpy(), low, row_of)
-                for name in GPU_TABLES}, True
+                for name in GPU_TABLES}, None
     order, ordered = _by_correlation(profile)
     unique = bool((ordered[1:] != ordered[:-1]).all())
     calls = {name: _first_in(profile.table(name)["correlation"].to_numpy(), order, ordered,
                              dtype) for name in GPU_TABLES}
-    return calls, unique
+    return calls, None if unique else (order, ordered)
 
 
 def _slots_by_id(ids: np.ndarray, dtype: type) -> tuple[int, np.ndarray] | None:
@@ -101,7 +104,7 @@ def join_beside(profile: Profile) -> None:
 def unique_calls(profile: Profile) -> bool:
     """Whether no two runtime calls share a correlation id: then each GPU row has at most one
     launching call, and the first call of its id is the one."""
-    return _launch_index(profile)[1]
+    return _launch_index(profile)[1] is None
 
 
 def _first_in(keys: np.ndarray, order: np.ndarray, ordered: np.ndarray,
@@ -134,9 +137,9 @@ def launch_pairs(profile: Profile, table: str, rows: np.ndarray | None = None
     call), a block of :data:`intervals.BLOCK_ROWS` rows at a time. Where ids repeat (several
     processes in one export) a row pairs with every call of its id."""
     calls = launch_calls(profile, table)
-    unique = unique_calls(profile)
-    if not unique:
-        order, ordered = _by_correlation(profile)
+    repeated = _launch_index(profile)[1]  # the calls sorted once per profile, where ids repeat
+    if repeated is not None:
+        order, ordered = repeated
         ids = profile.table(table)["correlation"].to_numpy()
     for at in range(0, len(calls), iv.BLOCK_ROWS):
         block = slice(at, at + iv.BLOCK_ROWS)
@@ -144,7 +147,7 @@ def launch_pairs(profile: Profile, table: str, rows: np.ndarray | None = None
         if rows is not None:
             chosen &= rows[block]
         found = np.flatnonzero(chosen)
-        if unique:
+        if repeated is None:
             yield found + at, calls[block][found]
             continue
         keys = ids[block][found]
