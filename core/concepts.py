@@ -319,6 +319,16 @@ def copy_kinds(names: pd.Series, recorded: pd.Series | None = None) -> pd.DataFr
 _COPY_CALL = "Memcpy"
 
 
+def is_launch_api(names: pd.Series) -> pd.Series:
+    """Whether each runtime call launches work on the GPU (see LAUNCH_APIS)."""
+    return names.isin(LAUNCH_APIS)
+
+
+def is_sync_api(names: pd.Series) -> pd.Series:
+    """Whether each runtime call is a sync API, blocking the CPU until the GPU caught up."""
+    return names.isin(SYNC_APIS)
+
+
 def may_block(names: pd.Series) -> pd.Series:
     """Whether each runtime call's name lets :func:`blocking_calls` choose it: a sync or
     synchronous copy API, or any copy call ("Memcpy" in its name, whose copy then decides)."""

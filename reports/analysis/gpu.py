@@ -18,7 +18,7 @@ from profreport.model import Profile
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.breakdown import Parts, claim, make_breakdown
 from profreport.reports.analysis.cpu import spans_where
-from profreport.reports.analysis.kept import per_profile, table_name_codes
+from profreport.reports.analysis.kept import classified, per_profile, table_name_codes
 from profreport.reports.analysis.launches import GPU_TABLES, launch_pairs, launch_steps
 from profreport.reports.analysis.results import (
     Breakdown,
@@ -111,23 +111,20 @@ def profiled_span(profile: Profile) -> iv.Intervals:
     return iv.union(np.array([first]), np.array([max(last, first + 1)]))
 
 
-def _longest_holes(holes: dict[int, iv.Intervals], count: int) -> list[tuple[int, int, int]]:
-    """The ``count`` longest of every device's ``holes`` as (device, start, length), longest
-    first, equal lengths in device then time order; each device's candidates are picked by
-    partition (those longer than its count-th longest, and the first ``count`` as long), not
-    by sorting them all."""
-    found = []
-    for order, (device, idle) in enumerate(holes.items()):
-        lengths = idle.ends - idle.starts
-        if len(lengths) > count:  # every hole as long as the count-th longest, ties and all
-            kth = np.partition(lengths, len(lengths) - count)[len(lengths) - count]
-            picked = np.concatenate([np.flatnonzero(lengths > kth),
-                                     np.flatnonzero(lengths == kth)[:count]])
-        else:
-            picked = np.arange(len(lengths))
-        found += [(-int(lengths[i]), order, int(i), device, int(idle.starts[i]))
-                  for i in picked.tolist()]
-    return [(device, start, -negative) for negative, _, _, device, start in sorted(found)[:count]]
+def _longest_candidates(order: int, device: int, idle: iv.Intervals, count: int
+                        ) -> list[tuple[int, int, int, int, int]]:
+    """The holes of one device that can be among the ``count`` longest of all, as sort keys
+    (-length, device order, position, device, start): those longer than its count-th longest,
+    and the first ``count`` as long, picked by partition rather than by sorting them all."""
+    lengths = idle.ends - idle.starts
+    if len(lengths) > count:  # every hole as long as the count-th longest, ties and all
+        kth = np.partition(lengths, len(lengths) - count)[len(lengths) - count]
+        picked = np.concatenate([np.flatnonzero(lengths > kth),
+                                 np.flatnonzero(lengths == kth)[:count]])
+    else:
+        picked = np.arange(len(lengths))
+    return [(-int(lengths[i]), order, int(i), device, int(idle.starts[i]))
+            for i in picked.tolist()]
 
 
 @giving_back_memory
@@ -139,18 +136,26 @@ def gpu_utilization(profile: Profile, windows: StepWindows | None) -> GpuUtiliza
     if not has_gpu_events(profile):
         return None
     span = windows.windows() if windows is not None else profiled_span(profile)
-    # The idle stretches of each device inside the span; what they leave of it is busy.
-    holes = {dev: iv.subtract(span, busy) for dev, busy in device_activity(profile).items()}
+    busy: dict[int, int] = {}
+    candidates: list[tuple[int, int, int, int, int]] = []
+    long_gaps = 0
+    # The idle stretches of one device inside the span at a time (what they leave of it is
+    # busy): only its longest few outlive it.
+    for order, (dev, activity) in enumerate(device_activity(profile).items()):
+        idle = iv.subtract(span, activity)
+        busy[dev] = span.total - idle.total
+        candidates += _longest_candidates(order, dev, idle, TOP_GAPS)
+        long_gaps += int((idle.ends - idle.starts > LONG_IDLE_GAP_NS).sum())
+        del idle
     span_ns = max(span.total, 1)
-    busy = {dev: span.total - idle.total for dev, idle in holes.items()}
     per_device = {dev: ns / span_ns for dev, ns in busy.items()}
-    window_ns = span_ns * len(holes)
+    window_ns = span_ns * len(busy)
     busy_ns = sum(busy.values())
-    top = _longest_holes(holes, TOP_GAPS)
+    # Longest first; equal lengths in device, then time order.
+    top = [(device, start, -negative)
+           for negative, _, _, device, start in sorted(candidates)[:TOP_GAPS]]
     where = where_in_steps(np.array([start for _, start, _ in top], dtype=np.int64), windows)
     largest = [IdleGap(d, s, n, w) for (d, s, n), w in zip(top, where, strict=True)]
-    long_gaps = sum(int((idle.ends - idle.starts > LONG_IDLE_GAP_NS).sum())
-                    for idle in holes.values())
     return GpuUtilization(origin=profile.kind, busy_fraction=busy_ns / max(window_ns, 1),
                           window_ns=window_ns, busy_ns=busy_ns, per_device=per_device,
                           largest_gaps=largest, long_gap_count=long_gaps,
@@ -232,16 +237,21 @@ def launch_stats(profile: Profile, windows: StepWindows) -> LaunchStats | None:
     starts = runtime["start"].to_numpy(np.int64)
     inside = (starts >= windows.first_ns) & (starts < windows.last_ns)
     runtime_ns = sum(int(ns.sum()) for ns in iv.lengths(starts, runtime["end"], inside))
-    launches = inside & runtime["name"].isin(concepts.LAUNCH_APIS).to_numpy()
+    launches = inside & classified(profile, "runtime", concepts.is_launch_api)
     del inside
     kernel_starts = kernels["start"].to_numpy(np.int64)
-    delays = []
+    # Filled in place (a list of blocks then joined held every delay twice): one per kernel,
+    # more only where a correlation id repeats.
+    delay, filled = np.empty(count, dtype=np.int64), 0
     for kernel_at, call_at in launch_pairs(profile, "kernels", mine):
         by_launch = launches[call_at]
-        delay = kernel_starts[kernel_at[by_launch]]
-        delay -= starts[call_at[by_launch]]
-        delays.append(delay)
-    delay = np.concatenate(delays) if delays else np.empty(0, dtype=np.int64)
+        block = kernel_starts[kernel_at[by_launch]]
+        block -= starts[call_at[by_launch]]
+        if filled + len(block) > len(delay):
+            delay = np.resize(delay, 2 * (filled + len(block)))
+        delay[filled:filled + len(block)] = block
+        filled += len(block)
+    delay = delay[:filled]
     return LaunchStats(origin=profile.kind, kernels_per_step=count / windows.count,
                        short_kernel_fraction=short_fraction, short_kernel_ns=SHORT_KERNEL_NS,
                        launch_delay_p50_ns=int(np.median(delay, overwrite_input=True))
@@ -260,7 +270,7 @@ def copy_stats(profile: Profile) -> CopyStats | None:
     known = h2d[h2d["bytes"] >= 0]
     d2h = copies_of_kind(profile, concepts.DTOH)
     tiny = d2h[d2h["bytes"].between(0, TINY_COPY_BYTES)]
-    syncs = runtime[runtime["name"].isin(concepts.SYNC_APIS)]
+    syncs = runtime[classified(profile, "runtime", concepts.is_sync_api)]
     return CopyStats(origin=profile.kind, h2d_bytes=int(known["bytes"].sum()),
                      h2d_ns=int((h2d["end"] - h2d["start"]).sum()),
                      h2d_pageable_bytes=int(known.loc[known["src_kind"] == concepts.PAGEABLE,
