@@ -6,8 +6,6 @@ Which CPU op is which (framework op, optimizer, backward, DataParallel) is decid
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pandas as pd
 
@@ -77,12 +75,6 @@ def _outer(codes: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
 SPAN_BLOCK_ROWS = 1 << 16
 
 
-def row_blocks(count: int, size: int = SPAN_BLOCK_ROWS) -> Iterator[slice]:
-    """``count`` rows, ``size`` at a time: for work on every op whose temporaries would
-    otherwise be column-sized."""
-    return (slice(at, min(at + size, count)) for at in range(0, count, size))
-
-
 def _nesting_depth(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """How many spans of one thread are open when each span starts (spans sorted by start,
     longest first; a span ending when another starts is closed by then): the spans sorted
@@ -90,7 +82,7 @@ def _nesting_depth(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     sweep over twice as many start/end events)."""
     depth = np.empty(len(starts), dtype=position_dtype(len(starts)))
     ended = np.sort(ends)
-    for block in row_blocks(len(starts)):
+    for block in iv.blocks(len(starts), SPAN_BLOCK_ROWS):
         depth[block] = np.arange(block.start, block.stop)
         depth[block] -= np.searchsorted(ended, starts[block], side="right")
     return depth
@@ -102,7 +94,7 @@ def _parents(depth: np.ndarray) -> np.ndarray:
     parent = np.full(len(depth), -1, dtype=depth.dtype)
     for level in range(1, int(depth.max(initial=0)) + 1):
         above = np.flatnonzero(depth == level - 1)
-        for block in row_blocks(len(depth)):
+        for block in iv.blocks(len(depth), SPAN_BLOCK_ROWS):
             here = np.flatnonzero(depth[block] == level) + block.start
             k = np.searchsorted(above, here) - 1
             parent[here] = np.where(k >= 0, above[np.maximum(k, 0)], -1)
@@ -147,11 +139,11 @@ def _thread_self_times(s: np.ndarray, e: np.ndarray, covering: iv.Intervals | No
         # Each time becomes the covered time before it: a span's length is then the part of it
         # inside ``covering``, and clipping a child to its parent still holds (covered time
         # never decreases, so it keeps every min and max).
-        for block in row_blocks(len(s)):
+        for block in iv.blocks(len(s), SPAN_BLOCK_ROWS):
             s[block] = iv.covered_before(covering, s[block])
             e[block] = iv.covered_before(covering, e[block])
     own = np.zeros(len(s), dtype=np.int64)  # the children's time, then the self time
-    for block in row_blocks(len(s)):
+    for block in iv.blocks(len(s), SPAN_BLOCK_ROWS):
         mine = parent[block]
         child = np.flatnonzero(mine >= 0) + block.start
         mine = mine[mine >= 0]
@@ -159,7 +151,7 @@ def _thread_self_times(s: np.ndarray, e: np.ndarray, covering: iv.Intervals | No
         np.maximum(child_end, child_start, out=child_end)
         np.add.at(own, mine, child_end - child_start)
     del parent
-    for block in row_blocks(len(s)):
+    for block in iv.blocks(len(s), SPAN_BLOCK_ROWS):
         np.maximum(e[block] - s[block] - own[block], 0, out=own[block])
     return own
 

@@ -291,8 +291,7 @@ def top_kernels(profile: Profile) -> list[TopItem]:
     count, first = calls_by_name(codes, len(distinct))
     comm = np.zeros(len(distinct) + 1, dtype=bool)
     is_comm = kernels["is_comm"].to_numpy(bool)
-    for at in range(0, len(kernels), iv.BLOCK_ROWS):
-        block = slice(at, at + iv.BLOCK_ROWS)
+    for block in iv.blocks(len(kernels)):
         comm[codes[block][is_comm[block]]] = True
     return top_items(distinct, ns, count, first, TOP_KERNELS, int(ns.sum()), comm=comm)
 
@@ -329,13 +328,11 @@ def ns_by_name(table: pd.DataFrame, rows: np.ndarray, codes: np.ndarray,
     """Summed duration of the ``rows`` (a mask) of ``table`` per name code (of ``names``
     distinct names; the last slot sums the rows without a name), block by block."""
     ns = np.zeros(names + 1, dtype=np.int64)
-    starts, ends = table["start"].to_numpy(np.int64), table["end"].to_numpy(np.int64)
-    for at in range(0, len(table), iv.BLOCK_ROWS):
-        block = slice(at, at + iv.BLOCK_ROWS)
-        chosen = rows[block]
-        duration = ends[block][chosen]
-        duration -= starts[block][chosen]
-        np.add.at(ns, codes[block][chosen], duration)  # code -1 adds to the last slot
+    durations = iv.lengths(table["start"], table["end"], rows)
+    for block in iv.blocks(len(table)):
+        duration = next(durations)
+        np.add.at(ns, codes[block][rows[block]], duration)  # code -1 adds to the last slot
+        del duration  # let go before the next block's lengths are made
     return ns
 
 

@@ -41,6 +41,13 @@ EMPTY = Intervals(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
 BLOCK_ROWS = 1 << 18
 
 
+def blocks(count: int, size: int | None = None) -> Iterator[slice]:
+    """``count`` rows as slices of ``size`` rows (:data:`BLOCK_ROWS` by default, read when
+    called), the last one stopping at ``count``."""
+    size = size or BLOCK_ROWS
+    return (slice(at, min(at + size, count)) for at in range(0, count, size))
+
+
 def union(starts: np.ndarray | pd.Series, ends: np.ndarray | pd.Series,
           rows: np.ndarray | None = None) -> Intervals:
     """Merge possibly overlapping intervals (the ``rows`` of them a mask selects; all by
@@ -53,11 +60,10 @@ def union(starts: np.ndarray | pd.Series, ends: np.ndarray | pd.Series,
             s, e, rows = s[rows], e[rows], None
         order = np.argsort(s, kind="stable")
         s, e = s[order], e[order]
-    blocks = (slice(at, at + BLOCK_ROWS) for at in range(0, len(s), BLOCK_ROWS))
     if rows is None:
-        return _union_blocks(((s[block], e[block]) for block in blocks), len(s))
-    return _union_blocks(((s[block][rows[block]], e[block][rows[block]]) for block in blocks),
-                         len(s))
+        return _union_blocks(((s[block], e[block]) for block in blocks(len(s))), len(s))
+    return _union_blocks(((s[block][rows[block]], e[block][rows[block]])
+                          for block in blocks(len(s))), len(s))
 
 
 def _union_blocks(blocks: Iterable[tuple[np.ndarray, np.ndarray]], rows: int) -> Intervals:
@@ -108,8 +114,7 @@ def lengths(starts: np.ndarray | pd.Series, ends: np.ndarray | pd.Series,
     time (for sums and counts with no column-sized array)."""
     s = np.asarray(starts, dtype=np.int64)
     e = np.asarray(ends, dtype=np.int64)
-    for at in range(0, len(s), BLOCK_ROWS):
-        block = slice(at, at + BLOCK_ROWS)
+    for block in blocks(len(s)):
         chosen = rows[block]
         length = e[block][chosen]
         length -= s[block][chosen]
@@ -118,9 +123,8 @@ def lengths(starts: np.ndarray | pd.Series, ends: np.ndarray | pd.Series,
 
 def ascending(values: np.ndarray) -> bool:
     """Whether ``values`` never decrease (checked block by block, no column-sized mask)."""
-    last = len(values) - 1
-    return not any((values[at + 1:stop + 1] < values[at:stop]).any()
-                   for at in range(0, last, BLOCK_ROWS) if (stop := min(at + BLOCK_ROWS, last)))
+    return not any((values[block.start + 1:block.stop + 1] < values[block]).any()
+                   for block in blocks(len(values) - 1))
 
 
 def union_of(frames: list[pd.DataFrame]) -> Intervals:
@@ -172,8 +176,8 @@ def _overlaps(a: Intervals, b: Intervals) -> Intervals:
     through = np.cumsum(counts)  # pairs up to and including a[i]'s
     total = int(through[-1]) if len(through) else 0
     return _union_blocks((_pieces(a, b, first, through - counts, through, pairs)
-                          for pairs in (np.arange(at, min(at + BLOCK_ROWS, total))
-                                        for at in range(0, total, BLOCK_ROWS))), total)
+                          for pairs in (np.arange(block.start, block.stop)
+                                        for block in blocks(total))), total)
 
 
 def _pieces(a: Intervals, b: Intervals, first: np.ndarray, before: np.ndarray,
@@ -281,13 +285,12 @@ def _length_before(iv: Intervals, positions: np.ndarray) -> np.ndarray:
     found = np.zeros(len(positions), dtype=np.int64)
     carried = 0
     done = int(np.searchsorted(ordered, 0, side="right"))  # position 0: nothing before it
-    for at in range(0, len(iv), BLOCK_ROWS):
+    for block in blocks(len(iv)):
         if done == len(ordered):
             break
-        stop = min(at + BLOCK_ROWS, len(iv))
-        running = np.cumsum(iv.ends[at:stop] - iv.starts[at:stop])
-        upto = int(np.searchsorted(ordered, stop, side="right"))  # positions in (at, stop]
-        found[done:upto] = carried + running[ordered[done:upto] - at - 1]
+        running = np.cumsum(iv.ends[block] - iv.starts[block])
+        upto = int(np.searchsorted(ordered, block.stop, side="right"))  # in (start, stop]
+        found[done:upto] = carried + running[ordered[done:upto] - block.start - 1]
         carried += int(running[-1])
         done = upto
     out = np.empty(len(positions), dtype=np.int64)

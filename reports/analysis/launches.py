@@ -70,14 +70,14 @@ def _slots_by_id(ids: np.ndarray, dtype: type) -> tuple[int, np.ndarray] | None:
     if high - low + 1 > SLOTS_PER_CALL * len(ids):
         return None
     row_of = np.full(high - low + 1, -1, dtype=dtype)
-    blocks = [slice(at, at + iv.BLOCK_ROWS) for at in range(0, len(ids), iv.BLOCK_ROWS)]
+    blocks = list(iv.blocks(len(ids)))
     for block in blocks:
-        row_of[ids[block].astype(np.int64) - low] = np.arange(block.start, block.start
-                                                              + len(ids[block]), dtype=dtype)
+        row_of[ids[block].astype(np.int64) - low] = np.arange(block.start, block.stop,
+                                                              dtype=dtype)
     # Every call finds its own row in its id's slot only when no other call took that slot.
     for block in blocks:
         if (row_of[ids[block].astype(np.int64) - low]
-                != np.arange(block.start, block.start + len(ids[block]))).any():
+                != np.arange(block.start, block.stop)).any():
             return None
     return low, row_of
 
@@ -85,10 +85,10 @@ def _slots_by_id(ids: np.ndarray, dtype: type) -> tuple[int, np.ndarray] | None:
 def _looked_up(keys: np.ndarray, low: int, row_of: np.ndarray) -> np.ndarray:
     """For each key, the row ``row_of`` holds for it (-1 outside its ids), block by block."""
     out = np.full(len(keys), -1, dtype=row_of.dtype)
-    for at in range(0, len(keys), iv.BLOCK_ROWS):
-        slot = keys[at:at + iv.BLOCK_ROWS].astype(np.int64) - low
+    for block in iv.blocks(len(keys)):
+        slot = keys[block].astype(np.int64) - low
         known = (slot >= 0) & (slot < len(row_of))
-        out[at:at + iv.BLOCK_ROWS][known] = row_of[slot[known]]
+        out[block][known] = row_of[slot[known]]
     return out
 
 
@@ -115,12 +115,11 @@ def _first_in(keys: np.ndarray, order: np.ndarray, ordered: np.ndarray,
     found = np.full(len(keys), -1, dtype=dtype)
     if len(ordered) == 0:
         return found
-    for at in range(0, len(keys), iv.BLOCK_ROWS):
-        block = keys[at:at + iv.BLOCK_ROWS]
-        place = np.searchsorted(ordered, block, side="left")
+    for block in iv.blocks(len(keys)):
+        place = np.searchsorted(ordered, keys[block], side="left")
         np.minimum(place, len(ordered) - 1, out=place)
-        known = ordered[place] == block
-        found[at:at + iv.BLOCK_ROWS][known] = order[place[known]]
+        known = ordered[place] == keys[block]
+        found[block][known] = order[place[known]]
     return found
 
 
@@ -141,19 +140,18 @@ def launch_pairs(profile: Profile, table: str, rows: np.ndarray | None = None
     if repeated is not None:
         order, ordered = repeated
         ids = profile.table(table)["correlation"].to_numpy()
-    for at in range(0, len(calls), iv.BLOCK_ROWS):
-        block = slice(at, at + iv.BLOCK_ROWS)
+    for block in iv.blocks(len(calls)):
         chosen = calls[block] >= 0
         if rows is not None:
             chosen &= rows[block]
         found = np.flatnonzero(chosen)
         if repeated is None:
-            yield found + at, calls[block][found]
+            yield found + block.start, calls[block][found]
             continue
         keys = ids[block][found]
         pair, row = iv.ranges_of(np.searchsorted(ordered, keys, side="left"),
                                  np.searchsorted(ordered, keys, side="right"))
-        yield found[row] + at, order[pair]
+        yield found[row] + block.start, order[pair]
 
 
 def launch_times(profile: Profile, table: str, rows: np.ndarray | slice = slice(None)
@@ -175,7 +173,6 @@ def launch_steps(profile: Profile, table: str, windows: StepWindows) -> np.ndarr
     window): a kernel launched in step N that runs in step N+1 belongs to step N."""
     rows = len(profile.table(table))
     steps = np.empty(rows, dtype=position_dtype(windows.count))
-    for at in range(0, rows, iv.BLOCK_ROWS):
-        block = slice(at, at + iv.BLOCK_ROWS)
+    for block in iv.blocks(rows):
         steps[block] = windows.index_of(launch_times(profile, table, block))
     return steps

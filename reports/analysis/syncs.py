@@ -18,7 +18,7 @@ from profreport import concepts
 from profreport.allocator import giving_back_memory
 from profreport.model import Profile
 from profreport.reports.analysis import intervals as iv
-from profreport.reports.analysis.cpu import row_blocks, self_time_ns
+from profreport.reports.analysis.cpu import SPAN_BLOCK_ROWS, self_time_ns
 from profreport.reports.analysis.gpu import device_activity, has_gpu_events
 from profreport.reports.analysis.kept import classified, per_profile
 from profreport.reports.analysis.launches import GPU_TABLES, launch_times
@@ -53,8 +53,7 @@ def queued_at(profile: Profile, times: np.ndarray) -> np.ndarray:
     ended = np.zeros(len(asked) + 1, dtype=np.int64)
     for name in GPU_TABLES:
         end = profile.table(name)["end"].to_numpy(np.int64)
-        for at in range(0, len(end), iv.BLOCK_ROWS):
-            block = slice(at, at + iv.BLOCK_ROWS)
+        for block in iv.blocks(len(end)):
             np.add.at(launched, np.searchsorted(asked, launch_times(profile, name, block),
                                                 side="right"), 1)
             np.add.at(ended, np.searchsorted(asked, end[block], side="left"), 1)
@@ -179,9 +178,8 @@ def _idle_by_cause(profile: Profile, windows: StepWindows
     for device, busy in device_activity(profile).items():
         holes = iv.subtract(windows.windows(), busy)
         work = _work_of(profile, device)
-        for at in range(0, len(holes), iv.BLOCK_ROWS):
-            starts = holes.starts[at:at + iv.BLOCK_ROWS]
-            ends = holes.ends[at:at + iv.BLOCK_ROWS]
+        for block in iv.blocks(len(holes)):
+            starts, ends = holes.starts[block], holes.ends[block]
             data = _mostly(loader, starts, ends)
             began_blocked = iv.overlap_per_window(blocked, starts - 1, starts) > 0
             sync = ~data & (began_blocked | _mostly(blocked, starts, ends))
@@ -213,12 +211,12 @@ def _cpu_in(profile: Profile, waited: iv.Intervals, steps: int) -> tuple[list[To
     # Unioned in blocks of the intervals module's size: each merge into the union so far reads
     # all of it, so fewer, larger blocks (15 merges, not 60, for 3.9 M ops).
     busy = iv.union_each([(start[block], end[block])
-                          for block in row_blocks(len(ops), iv.BLOCK_ROWS)])
+                          for block in iv.blocks(len(ops))])
     # The waited time the ops cover, summed a block of waits at a time (both sets are disjoint:
     # the length of their intersection, without making it).
     covered = sum(int((iv.covered_before(busy, waited.ends[block])
                        - iv.covered_before(busy, waited.starts[block])).sum())
-                  for block in row_blocks(len(waited)))
+                  for block in iv.blocks(len(waited), SPAN_BLOCK_ROWS))
     outside = waited.total - covered
     del busy  # each large step's temporaries gone before the next one's
     ns = self_time_ns(ops, waited)

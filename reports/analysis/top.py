@@ -38,11 +38,11 @@ def calls_by_name(codes: np.ndarray, names: int, calls: np.ndarray | None = None
     :data:`intervals.BLOCK_ROWS` rows at a time."""
     count = np.zeros(names + 1, dtype=np.int64)
     first = np.full(names + 1, _NOT_SEEN, dtype=np.int64)
-    for at in range(0, len(codes), iv.BLOCK_ROWS):
-        block = codes[at:at + iv.BLOCK_ROWS]
-        np.add.at(count, block if calls is None else block[calls[at:at + iv.BLOCK_ROWS]], 1)
-        named, where = np.unique(block, return_index=True)
-        first[named] = np.minimum(first[named], where + at)
+    for block in iv.blocks(len(codes)):
+        here = codes[block]
+        np.add.at(count, here if calls is None else here[calls[block]], 1)
+        named, where = np.unique(here, return_index=True)
+        first[named] = np.minimum(first[named], where + block.start)
     return count, first
 
 
