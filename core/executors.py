@@ -13,6 +13,7 @@ import importlib.util
 import multiprocessing
 import os
 import signal
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import AbstractContextManager, ExitStack, contextmanager
@@ -63,10 +64,26 @@ _POOL_SHARE: int | None = None
 
 def cpu_share() -> int:
     """The CPUs this process's own parallel work (a parser's decoding threads or range workers)
-    may use: all it may run on, or, in one of a local pool's worker processes, an equal share of
-    them, so that N files read side by side never start N times as many threads or processes
-    as there are CPUs."""
-    return _POOL_SHARE or available_cpus()
+    may use: all it may run on, or, in one of a local pool's worker processes or a Dask worker
+    running N tasks at once, an equal share of them, so that N files read side by side never
+    start N times as many threads or processes as there are CPUs."""
+    if _POOL_SHARE:
+        return _POOL_SHARE
+    tasks = _dask_worker_threads()
+    return max(1, available_cpus() // tasks) if tasks else available_cpus()
+
+
+def _dask_worker_threads() -> int | None:
+    """The tasks the Dask worker running this code runs at once (its threads), or None outside
+    a Dask task."""
+    if "distributed" not in sys.modules:  # never imported: no Dask worker in this process
+        return None
+    from distributed import get_worker
+
+    try:
+        return int(get_worker().state.nthreads)
+    except ValueError:  # not inside a task
+        return None
 
 
 def _set_pool_share(share: int) -> None:

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from profreport.executors import ExecutorOptions
+from profreport import executors
+from profreport.executors import ExecutorOptions, cpu_share
 from profreport.parsers import ParseOptions
 from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
 from profreport.reports.render.json import render_json
@@ -131,3 +132,14 @@ def test_slurm_workers_give_the_same_report(slurm_available: str, tmp_path: Path
     logs = list(tmp_path.glob("slurm-*.out"))
     assert logs and "Start worker" in logs[0].read_text()
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Ctrl-C still ours
+
+
+def test_a_dask_task_gets_its_share_of_the_worker_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker running 2 tasks at once on 8 CPUs gives each task 4 for its own parallel work
+    (decoding threads, range workers), as a local pool's worker does; outside a task, all 8."""
+    monkeypatch.setattr(executors, "available_cpus", lambda: 8)
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        assert client.submit(cpu_share, pure=False).result(timeout=START_TIMEOUT_S) == 4
+    assert cpu_share() == 8
