@@ -347,9 +347,10 @@ class _NameFlags:
         self._flags = np.zeros(0, dtype=bool)
 
     def of(self, names: Symbols, ids: np.ndarray) -> np.ndarray:
-        """The rule's answer for each of the name ids ``ids`` of ``names``."""
+        """The rule's answer for each of the name ids ``ids`` of ``names``; names are asked
+        only once an id at or past them is (most new names belong to other groups' events)."""
         known = len(self._flags)
-        if len(names) > known:
+        if len(ids) and int(ids.max()) >= known:
             new = self._rule(pd.Series(names.values(known), dtype=object))
             self._flags = np.concatenate([self._flags, np.asarray(new, dtype=bool)])
         return self._flags[ids]
