@@ -20,6 +20,7 @@ import pandas as pd
 
 from profreport.model import Profile
 from profreport.reports.analysis import intervals as iv
+from profreport.reports.analysis.kept import per_profile
 from profreport.reports.analysis.results import Origin, StepShape, StepStats, Warmup
 from profreport.reports.analysis.shape import find_warmup, per_step
 
@@ -83,8 +84,10 @@ class StepWindows:
         return np.where(inside, k, -1)
 
 
+@per_profile
 def step_windows(profile: Profile) -> StepWindows | None:
-    """The step windows of a profile with a ``steps`` table (one row per step), or None."""
+    """The step windows of a profile with a ``steps`` table (one row per step), or None; kept,
+    so that every question asks with the same windows and finds the results kept for them."""
     steps = profile.table("steps")
     if steps.empty:
         return None
