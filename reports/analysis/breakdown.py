@@ -82,20 +82,22 @@ def make_breakdown(origin: Origin, windows: StepWindows, claims: dict[str, np.nd
                      per_step_ns=per_step_samples(claims, windows))
 
 
-def cpu_parts(profile: Profile, windows: StepWindows) -> Parts:
+def cpu_parts(profile: Profile, windows: StepWindows) -> dict[str, iv.Intervals]:
     """CPU-only runs: DataLoader wait, then framework ops (any thread) as compute, then CPU
-    collectives while no framework op runs as exposed communication; the rest is other.
+    collectives while no framework op runs as exposed communication; the rest is other. Built
+    once per run: the breakdown claims them and the communication figures read them.
 
     A profile with ranges but no framework ops (nsys NVTX on a CPU-only capture) gets DataLoader
     wait and "other" only: it cannot tell compute from anything else."""
-    return [("dataloader", dataloader_intervals(profile, windows)),
-            ("compute", iv.union_of([framework_ops(profile)])),
-            ("comm_exposed", iv.union_of([profile.table("cpu_collectives")]))]
+    return {"dataloader": dataloader_intervals(profile, windows),
+            "compute": iv.union_of([framework_ops(profile)]),
+            "comm_exposed": iv.union_of([profile.table("cpu_collectives")])}
 
 
-def cpu_breakdown(profile: Profile, windows: StepWindows) -> Breakdown:
-    """The step breakdown of a CPU-only run (see :func:`cpu_parts`)."""
-    return make_breakdown(profile.kind, windows, claim(cpu_parts(profile, windows), windows))
+def cpu_breakdown(profile: Profile, windows: StepWindows,
+                  claims: dict[str, np.ndarray]) -> Breakdown:
+    """The step breakdown of a CPU-only run from the ``claims`` of :func:`cpu_parts`."""
+    return make_breakdown(profile.kind, windows, claims)
 
 
 def cpu_phases(profile: Profile, windows: StepWindows) -> CpuPhaseBreakdown:

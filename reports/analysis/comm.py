@@ -16,7 +16,6 @@ from profreport import concepts
 from profreport.allocator import giving_back_memory
 from profreport.model import Profile
 from profreport.reports.analysis import intervals as iv
-from profreport.reports.analysis.breakdown import claim, cpu_parts
 from profreport.reports.analysis.gpu import comm_intervals, comm_under_compute, launched_in_steps
 from profreport.reports.analysis.launches import launch_calls
 from profreport.reports.analysis.results import CommStats
@@ -116,15 +115,15 @@ def collective_calls(calls: pd.DataFrame) -> int:
     return int(concepts.collective_layer(calls["name"]).value_counts().max())
 
 
-def cpu_comm_stats(profile: Profile, windows: StepWindows) -> CommStats | None:
+def cpu_comm_stats(profile: Profile, windows: StepWindows, parts: dict[str, iv.Intervals],
+                   claims: dict[str, np.ndarray]) -> CommStats | None:
     """CPU collectives (gloo, c10d): time with a collective in flight on any thread, and the
-    exposed part, when no framework op runs beside it (the training thread waits for it)."""
+    exposed part, when no framework op runs beside it (the training thread waits for it);
+    ``parts`` and their ``claims`` are the breakdown's (see breakdown.cpu_parts)."""
     calls = profile.table("cpu_collectives")
     if calls.empty:
         return None
-    comm = iv.union_of([calls])
-    parts = dict(cpu_parts(profile, windows))
-    claims = claim(parts.items(), windows)
+    comm = parts["comm_exposed"]
     # Under compute: under the framework ops' time that the DataLoader wait does not claim.
     overlapped = iv.intersect(comm, iv.subtract(parts["compute"], parts["dataloader"]))
     return _comm_stats(profile, windows, comm, claims["comm_exposed"], windows.covered(overlapped),

@@ -29,7 +29,7 @@ import pandas as pd
 from profreport import concepts
 from profreport.manifest import Manifest
 from profreport.model import LprofMeta, Profile
-from profreport.reports.analysis.breakdown import cpu_breakdown, cpu_phases
+from profreport.reports.analysis.breakdown import claim, cpu_breakdown, cpu_parts, cpu_phases
 from profreport.reports.analysis.comm import cpu_comm_stats, gpu_comm_stats
 from profreport.reports.analysis.cpu import cpu_op_mix, framework_ops, top_ops
 from profreport.reports.analysis.gpu import (
@@ -247,8 +247,10 @@ def _add_attributed_metrics(metrics: RunMetrics, timed: list[tuple[Profile, Step
         metrics.syncs = sync_stats(profile, windows)
         metrics.gpu_idle = idle_causes(profile, windows)
         return
-    metrics.breakdown = cpu_breakdown(profile, windows)
-    metrics.comm = cpu_comm_stats(profile, windows)
+    parts = cpu_parts(profile, windows)
+    claims = claim(parts.items(), windows)
+    metrics.breakdown = cpu_breakdown(profile, windows, claims)
+    metrics.comm = cpu_comm_stats(profile, windows, parts, claims)
     if attribution_level(profile) == ATTRIBUTES_CPU_OPS:
         metrics.cpu_phases = cpu_phases(profile, windows)
         metrics.cpu_op_mix = cpu_op_mix(profile, windows)
