@@ -45,7 +45,10 @@ def steps_from_repeats(spans: pd.DataFrame, origin: str,
                        key: Callable[[pd.Series], pd.Series] | None = None,
                        own_extent: bool = False) -> tuple[pd.DataFrame, str | None]:
     """Iterations from the top-level span that repeats most (by time) on the busiest thread,
-    spans grouped by ``key(name)`` (the name itself by default). Each runs from one
+    spans grouped by ``key(name)`` (the name itself by default). A group whose every
+    occurrence has a name of its own (``iteration 3``, ``iteration 4``: the loop writes its
+    counter into it) comes first: it marks the passes of the loop, where a repeated name
+    without a counter (``load batch``, ``forward``) may be any part of a pass. Each runs from one
     occurrence's start to the next one's (the last to its own end), or over the span itself
     when ``own_extent`` (an annotated range encloses its step, as ``step N`` ranges do).
     Returns the ``steps`` table and the group's name (None when nothing repeats)."""
@@ -53,11 +56,13 @@ def steps_from_repeats(spans: pd.DataFrame, origin: str,
         return conform("steps", spans.assign(number=0, origin="")), None
     top = top_level(on_busiest_thread(spans))
     top = top.assign(group=top["name"] if key is None else key(top["name"]))
-    counts = top.groupby("group")["length"].agg(["size", "sum"])
+    counts = top.groupby("group").agg(size=("length", "size"), sum=("length", "sum"),
+                                      names=("name", "nunique"))
     repeated = counts[counts["size"] >= MIN_STEP_REPEATS]
     if repeated.empty:
         return conform("steps", spans.iloc[:0].assign(number=0, origin="")), None
-    name = str(repeated["sum"].idxmax())
+    counted = repeated[repeated["names"] == repeated["size"]]
+    name = str((counted if not counted.empty else repeated)["sum"].idxmax())
     chosen = top[top["group"] == name]
     starts, ends = chosen["start"].to_numpy(), chosen["end"].to_numpy()
     frame = pd.DataFrame({"number": np.arange(1, len(starts) + 1), "start": starts,

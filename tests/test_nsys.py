@@ -519,6 +519,23 @@ def test_nvtx_ranges_alone_are_the_structure(tmp_path: Path) -> None:
         "; inside each: forward 35.0 ms, backward 30.0 ms, optimizer 8.0 ms per step"]
 
 
+def test_the_range_that_counts_the_passes_is_the_step(tmp_path: Path) -> None:
+    """A loop annotates its batch loading (``load batch``, 40 ms, no counter) and each pass
+    (``iteration N``, 10 ms): the range whose name carries the loop's counter is the step,
+    although the unnumbered one takes more time; the loading falls between the steps."""
+    ms = 10**6
+    ranges = []
+    for i in range(5):
+        base = i * 50 * ms
+        ranges += [(base, base + 40 * ms, "load batch"),
+                   (base + 40 * ms, base + 50 * ms, f"iteration {i}"),
+                   (base + 41 * ms, base + 45 * ms, "fwd")]
+    profile = nsys.parse(write_nsys_export(tmp_path / "counted.sqlite", [], ranges))
+    assert profile.meta.step_span == "iteration #"
+    assert profile.table("steps")[["start", "end"]].values.tolist() == [
+        [i * 50 * ms + 40 * ms, (i + 1) * 50 * ms] for i in range(5)]
+
+
 def test_report_written_by_a_newer_nsys_says_what_to_do(tmp_path: Path, fixtures_dir: Path,
                                                         nsys_available: str,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
