@@ -369,16 +369,21 @@ def training_loop(frame: pd.DataFrame) -> TrainingLoop | None:
     """The training loop among the loop headers (the one with the most time in itself and its
     body), whether its header is the line that fetches batches, the evidence, how sure.
 
-    With the source shown, a ``for`` over a DataLoader says so (confidence high). Without it,
+    With the source shown, a ``for`` over a DataLoader says so (confidence high), and such a
+    loop is taken before any other. Without it,
     two signs say that the header fetches batches: it takes more time than any line of its body
     (``next(loader)`` runs in the header), and the function's name says it trains. Both: medium
     confidence; one: low; none: the loop is recorded but not taken for the DataLoader loop.
     """
-    headers = frame.index[frame["is_loop_header"] | frame["is_dataloader_loop"]]
-    loops = [_loop_of(frame, i) for i in headers if i + 1 in frame.index]
-    if not loops:
+    headers = [i for i in frame.index[frame["is_loop_header"] | frame["is_dataloader_loop"]]
+               if i + 1 in frame.index]
+    if not headers:
         return None
-    loop = max(loops, key=lambda item: item.time_ns + item.body_ns)
+    # A loop the source shows iterating over a DataLoader is the one, though an outer loop
+    # (over epochs) holds more time.
+    marked = [i for i in headers if frame.loc[i, "is_dataloader_loop"]]
+    loop = max((_loop_of(frame, i) for i in marked or headers),
+               key=lambda item: item.time_ns + item.body_ns)
     row = frame[(frame["file"] == loop.file) & (frame["function"] == loop.function)
                 & (frame["lineno"] == loop.lineno)].iloc[0]
     if row["source"] is not None:

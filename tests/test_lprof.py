@@ -578,3 +578,37 @@ def test_a_line_that_only_syncs_is_a_sync_point(tmp_path: Path) -> None:
         "        acc += loss.item()", "x = y.cpu().numpy()", "torch.cuda.synchronize()",
         "    loss = model(x)  # not .item()", "items = d.items()")] == [
         True, True, True, False, False]
+
+
+def test_steps_are_the_loops_passes_without_the_set_up_before_it(tmp_path: Path) -> None:
+    """``train()`` builds its optimizer (one line, 900 ms, once), then loops 10 times: the
+    header is hit 11 times (the last test ends the loop). The steps are the 10 passes of 1 ms
+    (header 2 ms and body 8 ms over 10), and the DataLoader wait is the header's share of the
+    loop (20%), not of the whole function with its set-up."""
+    from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+
+    ms = 10**6
+    timings = {("gone.py", 1, "train"): [(2, 1, 900 * ms), (3, 11, 2 * ms), (4, 10, 5 * ms),
+                                         (5, 10, 3 * ms)]}
+    run = analyze_paths([stats_file(tmp_path / "x.lprof", timings)], AnalyzeOptions()).runs[0]
+    steps = run.metrics.steps
+    assert steps is not None and (steps.origin, steps.count, steps.mean_ns) == ("lprof", 10, ms)
+    assert run.metrics.dataloader_fraction_by_origin["lprof"] == pytest.approx(0.2)
+    assert run.metrics.breakdown is not None
+    assert run.metrics.breakdown.parts_ns["dataloader"] == ms // 5
+
+
+def test_the_dataloader_loop_the_source_shows_is_the_training_loop(tmp_path: Path) -> None:
+    """The source shows ``for x, y in train_loader:`` in train() and a longer loop over a range
+    in evaluate(): the DataLoader loop is the training loop, whichever holds more time."""
+    (tmp_path / "fit.py").write_text(
+        "def train(model, train_loader):\n    model.train()\n    for x, y in train_loader:\n"
+        "        model(x)\n\n\ndef evaluate(model):\n    model.eval()\n"
+        "    for i in range(20):\n        model(i)\n")
+    recorded = str(tmp_path / "fit.py")
+    timings = {(recorded, 1, "train"): [(2, 1, 10), (3, 6, 500), (4, 5, 500)],
+               (recorded, 7, "evaluate"): [(8, 1, 10), (9, 21, 100), (10, 20, 9000)]}
+    profile = lprof.parse(stats_file(tmp_path / "x.lprof", timings))
+    loop = profile.meta.loop
+    assert loop is not None and (loop.function, loop.lineno, loop.iterations) == ("train", 3, 5)
+    assert loop.dataloader and loop.evidence == "source"

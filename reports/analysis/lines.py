@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from profreport.model import TrainingLoop
+from profreport.model import LprofMeta, Profile, TrainingLoop
 from profreport.reports.analysis.results import (
     BREAKDOWN_PARTS,
     Breakdown,
@@ -33,33 +33,38 @@ def loop_line(lines: pd.DataFrame) -> LineItem | None:
     return None if row is None else line_item(row)
 
 
-def _function_total(lines: pd.DataFrame, line: pd.Series) -> int:
-    """Total time of the function holding ``line``."""
-    same = (lines["file"] == line["file"]) & (lines["function"] == line["function"])
-    return int(lines.loc[same, "time_ns"].sum())
+def dataloader_loop(profiles: list[Profile]) -> TrainingLoop | None:
+    """The DataLoader loop the line_profiler profiles found (``meta.loop``), the one with the
+    most time when several did; None when none did."""
+    loops = [p.meta.loop for p in profiles if isinstance(p.meta, LprofMeta)
+             and p.meta.loop is not None and p.meta.loop.dataloader]
+    return max(loops, key=lambda loop: loop.time_ns + loop.body_ns, default=None)
 
 
-def lprof_step_stats(lines: pd.DataFrame) -> StepStats | None:
-    """Iterations from the loop line's hits; mean = function total / hits (only the mean is known,
-    so percentiles, min and max repeat it)."""
-    line = loop_line_row(lines)
-    if line is None or int(line["hits"]) == 0:
+def lprof_step_stats(loop: TrainingLoop | None) -> StepStats | None:
+    """Iterations of the DataLoader loop: its body's runs, each the time of the header and the
+    lines that run every iteration over those runs (only the mean is known, so percentiles, min
+    and max repeat it). Set-up before the loop and the header's last test, which ends it, are
+    no iteration. None without a DataLoader loop."""
+    if loop is None or not loop.dataloader or loop.iterations <= 0:
         return None
-    mean = _function_total(lines, line) // int(line["hits"])
-    return StepStats(origin="lprof", count=int(line["hits"]), mean_ns=mean, p50_ns=mean,
+    mean = (loop.time_ns + loop.body_ns) // loop.iterations
+    return StepStats(origin="lprof", count=loop.iterations, mean_ns=mean, p50_ns=mean,
                      p90_ns=mean, min_ns=mean, max_ns=mean, wall_mean_ns=mean)
 
 
-def lprof_dataloader_fraction(lines: pd.DataFrame) -> float | None:
-    """The loop line's share of its function's time (waiting on ``next(loader)``)."""
-    line = loop_line_row(lines)
-    return None if line is None else float(line["function_share"])
+def lprof_dataloader_fraction(loop: TrainingLoop | None) -> float | None:
+    """The loop header's share of the loop's time (waiting on ``next(loader)``); None without
+    a DataLoader loop."""
+    if loop is None or not loop.dataloader:
+        return None
+    return loop.time_ns / max(loop.time_ns + loop.body_ns, 1)
 
 
-def lprof_breakdown(lines: pd.DataFrame, steps: StepStats) -> Breakdown | None:
-    """line_profiler: the loop line is DataLoader wait, the rest of the loop's function is counted
-    as compute (line_profiler cannot split the loop body further)."""
-    share = lprof_dataloader_fraction(lines)
+def lprof_breakdown(loop: TrainingLoop | None, steps: StepStats) -> Breakdown | None:
+    """line_profiler: the loop line is DataLoader wait, the rest of the loop is counted as
+    compute (line_profiler cannot split the loop body further)."""
+    share = lprof_dataloader_fraction(loop)
     if share is None:
         return None
     loader = int(steps.mean_ns * share)

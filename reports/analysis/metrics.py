@@ -28,7 +28,7 @@ import pandas as pd
 
 from profreport import concepts
 from profreport.manifest import Manifest
-from profreport.model import LprofMeta, Profile
+from profreport.model import Profile, TrainingLoop
 from profreport.reports.analysis.breakdown import claim, cpu_breakdown, cpu_parts, cpu_phases
 from profreport.reports.analysis.comm import cpu_comm_stats, gpu_comm_stats
 from profreport.reports.analysis.cpu import cpu_op_mix, framework_ops, top_ops
@@ -46,6 +46,7 @@ from profreport.reports.analysis.gpu import (
 )
 from profreport.reports.analysis.launches import join_beside
 from profreport.reports.analysis.lines import (
+    dataloader_loop,
     function_listings,
     loop_identification,
     loop_line,
@@ -139,9 +140,10 @@ def compute_run_metrics(profiles: list[Profile], manifest: Manifest | None = Non
         join_beside(gpu_profile)
     timed = primary_timed(profiles)
     lines = _lines_of(profiles)
+    loop = dataloader_loop(profiles)
     _add_step_metrics(metrics, timed)
-    _add_lprof_metrics(metrics, lines, profiles)
-    _add_attributed_metrics(metrics, timed, lines)
+    _add_lprof_metrics(metrics, lines, loop)
+    _add_attributed_metrics(metrics, timed, loop)
     if gpu_profile is not None:
         metrics.top_kernels = top_kernels(gpu_profile)
         metrics.kernel_mix = kernel_mix(gpu_profile, _windows_of(gpu_profile, timed))
@@ -222,14 +224,14 @@ def _add_step_metrics(metrics: RunMetrics, timed: list[tuple[Profile, StepWindow
 
 
 def _add_attributed_metrics(metrics: RunMetrics, timed: list[tuple[Profile, StepWindows]],
-                            lines: pd.DataFrame) -> None:
+                            loop: TrainingLoop | None) -> None:
     """Breakdown, DataLoader share, CPU phases, communication, GPU and launch metrics, from the
     source that can attribute step time best (see the module docstring)."""
     best = min(timed, key=_attribution_key, default=None)
-    lprof_steps = lprof_step_stats(lines) if not lines.empty else None
+    lprof_steps = lprof_step_stats(loop)
     if lprof_steps is not None and (best is None or attribution_level(best[0]) == RANGES_ONLY):
         # NVTX-only ranges still time the DataLoader well; the lines split the rest.
-        metrics.breakdown = lprof_breakdown(lines, lprof_steps)
+        metrics.breakdown = lprof_breakdown(loop, lprof_steps)
         metrics.dataloader_fraction = metrics.dataloader_fraction_by_origin[
             best[0].kind if best is not None else "lprof"]
         return
@@ -257,20 +259,17 @@ def _add_attributed_metrics(metrics: RunMetrics, timed: list[tuple[Profile, Step
 
 
 def _add_lprof_metrics(metrics: RunMetrics, lines: pd.DataFrame,
-                       profiles: list[Profile]) -> None:
+                       loop: TrainingLoop | None) -> None:
     """Lines, listings, line_profiler's step and DataLoader figures; its steps stand in when no
     profiler timed the steps."""
     if lines.empty:
         return
     metrics.lines = top_lines(lines)
     metrics.loop_line = loop_line(lines)
-    metrics.loop_identification = next(
-        (found for p in profiles if p.kind == "lprof"
-         and isinstance(p.meta, LprofMeta)
-         and (found := loop_identification(p.meta.loop)) is not None), None)
+    metrics.loop_identification = loop_identification(loop)
     metrics.listings = function_listings(lines)
-    steps = lprof_step_stats(lines)
-    fraction = lprof_dataloader_fraction(lines)
+    steps = lprof_step_stats(loop)
+    fraction = lprof_dataloader_fraction(loop)
     if steps is not None:
         metrics.steps_by_origin.append(steps)
         if metrics.steps is None:
