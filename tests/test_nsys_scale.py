@@ -150,6 +150,30 @@ def test_interval_arithmetic_matches_a_plain_grid() -> None:
         np.testing.assert_array_equal(_covered(again), np.isin(np.arange(500), a.ends - 1))
 
 
+def test_subtraction_by_stretches_of_time_is_the_whole_subtraction() -> None:
+    """subtract_blocks, 1 to 5 gaps of b at a time, joined, equals subtract, interval for
+    interval (touching windows as a, step windows are: their parts in one gap stay merged)."""
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        cuts = np.unique(rng.integers(0, 500, 8))
+        windows = iv.Intervals(cuts[:-1], cuts[1:])
+        for a in (windows, _random_intervals(seed, 40)):
+            b = _random_intervals(seed + 100, 25)
+            whole = iv.subtract(a, b)
+            for size in range(1, 6):
+                with pytest.MonkeyPatch.context() as patch:
+                    patch.setattr(iv, "BLOCK_ROWS", size)
+                    pieces = list(iv.subtract_blocks(a, b))
+                np.testing.assert_array_equal(
+                    np.concatenate([p.starts for p in pieces] or [np.empty(0, np.int64)]),
+                    whole.starts)
+                np.testing.assert_array_equal(
+                    np.concatenate([p.ends for p in pieces] or [np.empty(0, np.int64)]),
+                    whole.ends)
+        assert [len(p) for p in iv.subtract_blocks(windows, iv.EMPTY)] == [len(windows)]
+        assert list(iv.subtract_blocks(iv.EMPTY, b)) == []
+
+
 def test_covered_lengths_match_a_plain_grid() -> None:
     """Covered length before any times (unsorted, repeated, outside every interval) and inside
     windows, summed over blocks of 4 intervals, as a grid of nanoseconds counts them."""

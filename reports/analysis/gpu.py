@@ -111,11 +111,12 @@ def profiled_span(profile: Profile) -> iv.Intervals:
     return iv.union(np.array([first]), np.array([max(last, first + 1)]))
 
 
-def _longest_candidates(order: int, device: int, idle: iv.Intervals, count: int
+def _longest_candidates(order: int, device: int, idle: iv.Intervals, count: int, before: int
                         ) -> list[tuple[int, int, int, int, int]]:
-    """The holes of one device that can be among the ``count`` longest of all, as sort keys
-    (-length, device order, position, device, start): those longer than its count-th longest,
-    and the first ``count`` as long, picked by partition rather than by sorting them all."""
+    """The holes of a stretch of one device's that can be among the ``count`` longest of all,
+    as sort keys (-length, device order, position among the device's holes, ``before`` being
+    those of earlier stretches, device, start): those longer than its count-th longest, and the
+    first ``count`` as long, picked by partition rather than by sorting them all."""
     lengths = idle.ends - idle.starts
     if len(lengths) > count:  # every hole as long as the count-th longest, ties and all
         kth = np.partition(lengths, len(lengths) - count)[len(lengths) - count]
@@ -123,7 +124,7 @@ def _longest_candidates(order: int, device: int, idle: iv.Intervals, count: int
                                  np.flatnonzero(lengths == kth)[:count]])
     else:
         picked = np.arange(len(lengths))
-    return [(-int(lengths[i]), order, int(i), device, int(idle.starts[i]))
+    return [(-int(lengths[i]), order, before + int(i), device, int(idle.starts[i]))
             for i in picked.tolist()]
 
 
@@ -139,14 +140,16 @@ def gpu_utilization(profile: Profile, windows: StepWindows | None) -> GpuUtiliza
     busy: dict[int, int] = {}
     candidates: list[tuple[int, int, int, int, int]] = []
     long_gaps = 0
-    # The idle stretches of one device inside the span at a time (what they leave of it is
-    # busy): only its longest few outlive it.
+    # The idle stretches of one device inside the span, a stretch of time at a time (what they
+    # leave of it is busy): only the longest few outlive it.
     for order, (dev, activity) in enumerate(device_activity(profile).items()):
-        idle = iv.subtract(span, activity)
-        busy[dev] = span.total - idle.total
-        candidates += _longest_candidates(order, dev, idle, TOP_GAPS)
-        long_gaps += int((idle.ends - idle.starts > LONG_IDLE_GAP_NS).sum())
-        del idle
+        idle_ns = holes = 0
+        for idle in iv.subtract_blocks(span, activity):
+            idle_ns += idle.total
+            candidates += _longest_candidates(order, dev, idle, TOP_GAPS, holes)
+            long_gaps += int((idle.ends - idle.starts > LONG_IDLE_GAP_NS).sum())
+            holes += len(idle)
+        busy[dev] = span.total - idle_ns
     span_ns = max(span.total, 1)
     per_device = {dev: ns / span_ns for dev, ns in busy.items()}
     window_ns = span_ns * len(busy)

@@ -207,6 +207,35 @@ def subtract(a: Intervals, b: Intervals) -> Intervals:
     return _overlaps(a, _complement(b))
 
 
+def subtract_blocks(a: Intervals, b: Intervals) -> Iterator[Intervals]:
+    """:func:`subtract` a stretch of time at a time: the parts of ``a`` not covered by ``b``, in
+    order, made from :data:`BLOCK_ROWS` of ``b``'s gaps at a time against the intervals of
+    ``a`` that reach into them (the gaps of 6 M busy intervals, and the parts of a few windows
+    they leave, are never built whole). Joined, the pieces are ``subtract(a, b)``: parts from
+    different gaps never touch, ``b``'s intervals being non-empty."""
+    if len(a) == 0:
+        return
+    if len(b) == 0:
+        yield a
+        return
+    limits = np.iinfo(np.int64)
+    gaps = len(b) + 1  # gap i runs from b.ends[i - 1] (or -inf) to b.starts[i] (or +inf)
+    for block in blocks(gaps):
+        starts = b.ends[max(block.start - 1, 0):block.stop - 1]
+        ends = b.starts[block.start:min(block.stop, len(b))]
+        if block.start == 0:
+            starts = np.concatenate([[limits.min], starts])
+        if block.stop == gaps:
+            ends = np.concatenate([ends, [limits.max]])
+        reaching = slice(int(np.searchsorted(a.ends, starts[0], side="right")),
+                         int(np.searchsorted(a.starts, ends[-1], side="left")))
+        if reaching.stop > reaching.start:
+            parts = _overlaps(Intervals(a.starts[reaching], a.ends[reaching]),
+                              Intervals(starts, ends))
+            if len(parts):
+                yield parts
+
+
 def intersect(a: Intervals, b: Intervals) -> Intervals:
     """The parts covered by both ``a`` and ``b``."""
     if len(a) == 0 or len(b) == 0:

@@ -169,17 +169,23 @@ def idle_causes(profile: Profile, windows: StepWindows) -> IdleCauses | None:
 def _idle_by_cause(profile: Profile, windows: StepWindows
                    ) -> tuple[dict[str, int], iv.Intervals, tuple[int, int, int]]:
     """The devices' idle ns inside the step windows by cause, the launch waits' union, and the
-    longest launch wait (length, start, end; the first of equals), the gaps a block at a time."""
+    longest launch wait (length, start, end; the first of equals), the gaps a stretch of time at
+    a time (see intervals.subtract_blocks)."""
     loader = dataloader_intervals(profile, windows)
     blocked = iv.union_of([blocking(profile)])
     idle = dict.fromkeys(IDLE_CAUSES, 0)
-    waits: list[tuple[np.ndarray, np.ndarray]] = []
+    waited = iv.EMPTY
     longest = (0, 0, 0)  # length, start and end of the longest launch wait (the first of equals)
     for device, busy in device_activity(profile).items():
-        holes = iv.subtract(windows.windows(), busy)
         work = _work_of(profile, device)
-        for block in iv.blocks(len(holes)):
-            starts, ends = holes.starts[block], holes.ends[block]
+        # One device's launch waits are some of its holes (disjoint, in order), written in
+        # place (at most one hole per gap of ``busy`` and per window; pages never written are
+        # never resident), then merged into the other devices'.
+        most = len(busy) + 1 + windows.count
+        wait_starts, wait_ends = np.empty(most, np.int64), np.empty(most, np.int64)
+        waits = 0
+        for holes in iv.subtract_blocks(windows.windows(), busy):
+            starts, ends = holes.starts, holes.ends
             data = _mostly(loader, starts, ends)
             began_blocked = iv.overlap_per_window(blocked, starts - 1, starts) > 0
             sync = ~data & (began_blocked | _mostly(blocked, starts, ends))
@@ -189,13 +195,16 @@ def _idle_by_cause(profile: Profile, windows: StepWindows
             for cause, mask in (("data", data), ("sync", sync), ("launch", launch),
                                 ("unexplained", ~(data | sync | launch))):
                 idle[cause] += int(length[mask].sum())
-            waits.append((starts[launch], ends[launch]))
-            if launch.any():
+            found = int(launch.sum())
+            wait_starts[waits:waits + found] = starts[launch]
+            wait_ends[waits:waits + found] = ends[launch]
+            waits += found
+            if found:
                 at_most = int(np.argmax(np.where(launch, length, -1)))
                 if length[at_most] > longest[0]:
                     longest = (int(length[at_most]), int(starts[at_most]), int(ends[at_most]))
-    waited = iv.union(np.concatenate([w[0] for w in waits] or [np.empty(0, np.int64)]),
-                      np.concatenate([w[1] for w in waits] or [np.empty(0, np.int64)]))
+        del work
+        waited = iv.merge(waited, iv.Intervals(wait_starts[:waits], wait_ends[:waits]))
     return idle, waited, longest
 
 
