@@ -276,7 +276,8 @@ class _Tables:
 
         ``ProfilerStep#N`` spans when the trace has them; else the stretches between the ends
         of consecutive optimizer steps; else the stretches between consecutive starts of the
-        top-level op that repeats most on the busiest thread. ``origin`` says which.
+        top-level span that repeats most on the busiest thread, never an operator of the
+        dispatcher (``aten::``...). ``origin`` says which.
         """
         frame = ranges.assign(number=concepts.step_numbers(ranges["name"])).dropna(
             subset=["number"])
@@ -289,7 +290,9 @@ class _Tables:
         optimizer = spans[concepts.is_optimizer_step_span(spans["name"])]
         if len(optimizer) >= 2:
             return _steps_between_ends(on_busiest_thread(optimizer)), None
-        return steps_from_repeats(spans, "repeated op")
+        # An operator of the dispatcher repeats per layer or parameter (aten::uniform_ while a
+        # model is built): only a span standing for a pass (an annotation, a stage) marks one.
+        return steps_from_repeats(spans, "repeated op", never=concepts.is_dispatcher_op)
 
     def named_rows(self, store: str) -> pd.DataFrame:
         """The CPU-side spans picked by name as they were read (``NAMED_SPANS``), by start."""

@@ -364,3 +364,24 @@ def test_mi300x_copies_are_all_device_to_device(corpus: Path) -> None:
     hipMemcpyAsync calls all carry kind 3): no host-to-device copy is recorded there."""
     profile = kineto.parse(corpus / "wild" / "tracelens_mi300x_resnet_actckpt_rank0of8.json.gz")
     assert profile.table("memcpy")["kind"].value_counts().to_dict() == {"DtoD": 550}
+
+
+def test_an_operator_repeated_while_a_model_is_built_is_no_step(tmp_path: Path) -> None:
+    """A trace of model construction only: each Linear layer's Parameter made (aten::empty,
+    aten::detach over detach) and initialised (aten::uniform_ for its weight and its bias).
+    aten::uniform_ repeats 16 times and takes the most time, but one operator repeats per
+    parameter: no pass of a loop is recorded, so no steps and the verdict is unknown."""
+    events, ts = [], 0.0
+    for _ in range(8):
+        for _parameter in ("weight", "bias"):
+            events += [_cpu("aten::empty", ts, 1), _cpu("aten::detach", ts + 2, 2),
+                       _cpu("detach", ts + 2.5, 1)]
+            ts += 5
+        events += [_cpu("aten::uniform_", ts, 90), _cpu("aten::uniform_", ts + 95, 2)]
+        ts += 100
+    path = _trace(tmp_path / "construct.json", events)
+    profile = kineto.parse(path)
+    assert profile.table("steps").empty and profile.meta.step_span is None
+    run = _analyzed(path)
+    assert run.metrics.steps is None
+    assert run.verdict == "unknown" and "an optimizer step" in run.verdict_reason
