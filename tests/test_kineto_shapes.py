@@ -119,6 +119,9 @@ def test_steps_from_optimizer_without_profiler_steps(tmp_path: Path) -> None:
     assert steps["origin"].eq("optimizer").all() and steps["number"].tolist() == [1, 2, 3]
     assert steps["start"].tolist() == [900_000, 1_900_000, 2_900_000]
     assert (steps["end"] - steps["start"]).eq(1_000_000).all()
+    assert profile.meta.notes == [  # the report says where its steps came from
+        "no ProfilerStep span: the 3 steps run from the end of one optimizer step to the end "
+        "of the next (the time before the first one's end is no step's)"]
 
 
 def test_steps_from_repeated_top_level_op(tmp_path: Path) -> None:
@@ -134,6 +137,9 @@ def test_steps_from_repeated_top_level_op(tmp_path: Path) -> None:
     assert profile.meta.step_span == "train_step"
     assert steps["start"].tolist() == [(100 + 300 * i) * 1000 for i in range(5)]
     assert steps["end"].iloc[-1] == (100 + 300 * 4 + 250) * 1000
+    assert profile.meta.notes == [
+        "no ProfilerStep span or optimizer step: the 5 steps are the repeated span "
+        "'train_step', each from its start to the next one's"]
 
 
 def test_cpu_only_trace_has_no_device_tables(tmp_path: Path) -> None:
