@@ -5,20 +5,19 @@
 With ``--size-mb`` the trace (default: the corpus's ``hta/nccl_data.json.gz``) is grown into a
 plain ``.json`` of about that size by repeating its events, each copy shifted in time past the
 previous one, with its correlation ids, ``External id``s, flow ids and ``ProfilerStep#N`` numbers
-shifted too, so the copies are distinct steps. Each measurement runs in a fresh interpreter so
-that its peak resident memory (``ru_maxrss``) is its own; the largest proportional set size of
-the process and its workers together (``Pss`` of ``/proc/PID/smaps_rollup``, sampled every
-``SAMPLE_S``: pages a forked worker shares with its parent counted once) is shown beside it:
+shifted too, so the copies are distinct steps. Each measurement runs in a fresh interpreter,
+measured by ``peaks.run_measured`` (wall time, CPU time of its process tree, and peak memory: its
+own peak resident set, or the largest proportional set size of it and its workers together when
+larger):
 
-- ``profreport``: ``profreport analyze TRACE --format json`` (parse, analysis, report), in-process;
-  its worker processes' largest peak is shown apart.
+- ``profreport``: ``profreport analyze TRACE --format json`` (parse, analysis, report).
 - ``profreport parse``: the Kineto parser alone.
 - ``hta``: HTA's ``TraceAnalysis`` load plus temporal, idle-time and kernel breakdowns.
 - ``orjson.loads``: the floor, reading the file and building the whole tree.
 
 Targets (issue #14, on the 2-core development machine): the analysis in at most half the time
 of ``orjson.loads``, at least ``MIN_SPEEDUP_OVER_HTA`` times faster than HTA, and a peak resident
-memory of at most half the trace's size (the larger of the process's own peak and its tree's).
+memory of at most half the trace's size.
 Each row shows its CPU time and peak as ratios to profreport's. Exits 1 when a target is missed.
 Not a unit test.
 """
@@ -28,17 +27,13 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import os
 import re
-import resource
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 
-from profreport.progress import PROC, process_tree
+from peaks import run_measured  # the sibling module: one way of measuring for every benchmark
 
 #: profreport's analysis may take at most this fraction of ``orjson.loads``'s time.
 MAX_SHARE_OF_ORJSON = 0.5
@@ -53,11 +48,6 @@ MB = 1 << 20
 SAMPLE_S = 0.05
 TOOLS = ("profreport", "profreport parse", "hta", "orjson.loads")
 _STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
-
-
-def _peak_mb(who: int) -> float:
-    """Peak resident memory in MB of this process or its children (Linux reports kB)."""
-    return resource.getrusage(who).ru_maxrss / 1024
 
 
 def _run_tool(tool: str, trace: Path) -> None:
@@ -93,55 +83,12 @@ def _run_hta(trace: Path) -> None:
     analysis.get_gpu_kernel_breakdown(visualize=False)
 
 
-def _tree_pss_mb(pid: int) -> float:
-    """Proportional set size of ``pid`` and every process below it together, in MB."""
-    total = 0
-    for member in process_tree(pid):
-        try:
-            text = (PROC / str(member) / "smaps_rollup").read_text()
-        except OSError:
-            continue
-        total += next((int(line.split()[1]) for line in text.splitlines()
-                       if line.startswith("Pss:")), 0)
-    return total / 1024
-
-
-def _sample_tree(peak: list[float], stop: threading.Event) -> None:
-    """Keep the largest :func:`_tree_pss_mb` of this process in ``peak[0]`` until ``stop``."""
-    while not stop.wait(SAMPLE_S):
-        peak[0] = max(peak[0], _tree_pss_mb(os.getpid()))
-
-
-def _child(tool: str, trace: Path) -> None:
-    """Time ``tool`` on ``trace`` here and print seconds and peaks as JSON."""
-    tree_peak, stop = [0.0], threading.Event()
-    sampler = threading.Thread(target=_sample_tree, args=(tree_peak, stop), daemon=True)
-    sampler.start()
-    started, cpu_before = time.perf_counter(), _cpu_s()
-    _run_tool(tool, trace)
-    seconds = time.perf_counter() - started
-    stop.set()
-    sampler.join()
-    print(json.dumps({"seconds": seconds, "cpu_s": _cpu_s() - cpu_before,
-                      "peak_mb": _peak_mb(resource.RUSAGE_SELF),
-                      "workers_peak_mb": _peak_mb(resource.RUSAGE_CHILDREN),
-                      "tree_pss_mb": tree_peak[0]}))
-
-
-def _cpu_s() -> float:
-    """CPU seconds (user + system) of this process and its finished children."""
-    return sum(usage.ru_utime + usage.ru_stime for usage in
-               (resource.getrusage(resource.RUSAGE_SELF),
-                resource.getrusage(resource.RUSAGE_CHILDREN)))
-
-
 def _measure(tool: str, trace: Path) -> dict[str, float] | str:
     """Run ``tool`` on ``trace`` in a fresh interpreter; its figures, or why it failed."""
-    done = subprocess.run([sys.executable, __file__, "--child", tool, str(trace)],
-                          capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        return done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed"
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    run = run_measured([sys.executable, __file__, "--child", tool, str(trace)])
+    if run.returncode != 0:
+        return run.stderr.strip().splitlines()[-1] if run.stderr.strip() else "failed"
+    return {"seconds": run.wall_s, "cpu_s": run.cpu_s, "peak_mb": run.peak_mb}
 
 
 def _open_text(trace: Path):
@@ -219,30 +166,25 @@ def _size_mb(trace: Path) -> float:
     return total / MB
 
 
-def _peak(result: dict[str, float]) -> float:
-    """A measurement's peak memory: its own, or its process tree's when that is larger."""
-    return max(result["peak_mb"], result["workers_peak_mb"], result["tree_pss_mb"])
-
-
 def _report(trace: Path, results: dict[str, dict[str, float] | str], text_mb: float) -> bool:
     """Print the comparison table; whether profreport meets every target it was measured on."""
     print(f"trace: {trace.name} ({text_mb:.0f} MB of JSON)")
     ours = results.get("profreport")
-    print(f"{'tool':<18}{'seconds':>10}{'CPU s':>10}{'peak MB':>10}{'workers MB':>12}"
-          f"{'tree PSS MB':>13}{'CPU vs ours':>13}{'peak vs ours':>14}")
+    print(f"{'tool':<18}{'seconds':>10}{'CPU s':>10}{'peak MB':>10}{'CPU vs ours':>13}"
+          f"{'peak vs ours':>14}")
     for tool, result in results.items():
         if isinstance(result, str):
             print(f"{tool:<18}  failed: {result}")
             continue
         ratios = (f"{result['cpu_s'] / ours['cpu_s']:>12.2f}x"
-                  f"{_peak(result) / _peak(ours):>13.2f}x") if isinstance(ours, dict) else ""
+                  f"{result['peak_mb'] / ours['peak_mb']:>13.2f}x"
+                  if isinstance(ours, dict) else "")
         print(f"{tool:<18}{result['seconds']:>10.2f}{result['cpu_s']:>10.2f}"
-              f"{result['peak_mb']:>10.0f}{result['workers_peak_mb']:>12.0f}"
-              f"{result['tree_pss_mb']:>13.0f}{ratios}")
+              f"{result['peak_mb']:>10.0f}{ratios}")
     if not isinstance(ours, dict):
         return False
-    checks = [(f"peak memory <= {MAX_RSS_SHARE_OF_FILE:.0%} of the file", _peak(ours) / text_mb,
-               _peak(ours) <= MAX_RSS_SHARE_OF_FILE * text_mb)]
+    checks = [(f"peak memory <= {MAX_RSS_SHARE_OF_FILE:.0%} of the file",
+               ours["peak_mb"] / text_mb, ours["peak_mb"] <= MAX_RSS_SHARE_OF_FILE * text_mb)]
     floor = results.get("orjson.loads")
     if isinstance(floor, dict):
         share = ours["seconds"] / floor["seconds"]
@@ -270,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replicate-into", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        _child(args.child, args.trace)
+        _run_tool(args.child, args.trace)
         return 0
     if args.replicate_into:
         print(_replicate(args.trace, args.size_mb, args.replicate_into))

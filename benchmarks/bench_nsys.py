@@ -7,7 +7,7 @@ corpus's ``sc22_4gpu_baseline.nsys-rep``: its kernel, runtime, memcpy, memset, s
 and NVTX range rows are replicated, each copy shifted in time past the previous one, with
 correlation ids shifted so that every launch still names its own GPU work and ``step N`` ranges
 renumbered so that every copy adds its own steps. Then, each in a fresh process, measures wall
-time, CPU seconds (user + system) and peak resident memory of:
+time, CPU seconds (user + system) and peak memory (``peaks.run_measured``) of:
 
 - ``profreport analyze EXPORT --format json`` (the whole analysis, report written);
 - ``nsys stats --report gpukernsum`` on the same export (Nsight's own kernel summary);
@@ -23,14 +23,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import sqlite3
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from peaks import run_measured  # the sibling module: one way of measuring for every benchmark
 
 #: The issue's targets on a 2-core machine for the 10-million-kernel export.
 TARGET_SECONDS = 10.0
@@ -46,13 +46,6 @@ REPLICATED = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME",
 NVTX_RANGE_TYPES = "(59, 60, 70, 71)"
 # Time between the end of one copy and the start of the next (1 ms of idle GPU).
 COPY_GAP_NS = 1_000_000
-# GNU time measures each tool's peak resident memory, children included (nsys stats runs some).
-GNU_TIME = "/usr/bin/time"
-# GNU time's line with the peak resident set size in kB.
-_MAXRSS = re.compile(r"Maximum resident set size \(kbytes\): (\d+)")
-# GNU time's lines with the CPU seconds spent in user and kernel mode (children included).
-_CPU = re.compile(r"(?:User|System) time \(seconds\): ([\d.]+)")
-
 
 def _source_export() -> Path:
     """The corpus report's SQLite export (made through profreport's cache when needed)."""
@@ -106,18 +99,13 @@ def build_export(target: Path, kernels: int) -> Path:
     return target
 
 
-def _measure(command: list[str]) -> tuple[float, float, float, str]:
-    """Wall seconds, CPU seconds, peak RSS in MB (GNU time) and output of ``command``. On a
-    shared machine the CPU seconds are the steadier figure."""
-    started = time.perf_counter()
-    done = subprocess.run([GNU_TIME, "-v", *command], capture_output=True, text=True,
-                          check=False)
-    seconds = time.perf_counter() - started
-    match = _MAXRSS.search(done.stderr)
-    if done.returncode != 0:
-        print(f"{command[0]} failed ({done.returncode}): {done.stderr[-2000:]}", file=sys.stderr)
-    cpu = sum(float(value) for value in _CPU.findall(done.stderr))
-    return seconds, cpu, int(match.group(1)) / 1024 if match else float("nan"), done.stdout
+def _measure(command: list[str]) -> tuple[float, float, float]:
+    """Wall seconds, CPU seconds and peak MB of ``command`` (``peaks.run_measured``). On a shared
+    machine the CPU seconds are the steadier figure."""
+    run = run_measured(command)
+    if run.returncode != 0:
+        print(f"{command[0]} failed ({run.returncode}): {run.stderr[-2000:]}", file=sys.stderr)
+    return run.wall_s, run.cpu_s, run.peak_mb
 
 
 def _sqlite_scan(export: Path) -> None:
@@ -143,10 +131,6 @@ def main() -> int:
     if args.scan:
         _sqlite_scan(args.scan)
         return 0
-    if not Path(GNU_TIME).is_file():
-        print(f"needs GNU time at {GNU_TIME} for peak memory (apt-get install time)",
-              file=sys.stderr)
-        return 2
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     export = build_export(args.out / f"sc22_4gpu_x{args.kernels}.sqlite", args.kernels)
@@ -154,17 +138,17 @@ def main() -> int:
           f"ready in {time.perf_counter() - started:.1f} s)")
     results: dict[str, tuple[float, float, float]] = {}
     with tempfile.TemporaryDirectory() as out:
-        wall, cpu, peak, _ = _measure([sys.executable, "-m", "profreport", "analyze",
+        wall, cpu, peak = _measure([sys.executable, "-m", "profreport", "analyze",
                                        str(export), "--format", "json", "--out", out])
         results["profreport analyze (json)"] = (wall, cpu, peak)
     nsys = shutil.which("nsys")
     if nsys and not args.skip_nsys:
         with tempfile.TemporaryDirectory() as out:
-            wall, cpu, peak, _ = _measure([nsys, "stats", "--report", "gpukernsum",
+            wall, cpu, peak = _measure([nsys, "stats", "--report", "gpukernsum",
                                            "--format", "csv", "--output", f"{out}/k",
                                            str(export)])
         results["nsys stats --report gpukernsum"] = (wall, cpu, peak)
-    wall, cpu, peak, _ = _measure([sys.executable, __file__, "--scan", str(export)])
+    wall, cpu, peak = _measure([sys.executable, __file__, "--scan", str(export)])
     results["sqlite3 scan of the kernel table"] = (wall, cpu, peak)
     base_wall, base_cpu, base_peak = results["profreport analyze (json)"]
     print(f"{'tool':36} {'wall s':>8} {'CPU s':>8} {'peak MB':>9} {'wall/ours':>10} "

@@ -14,11 +14,12 @@ whose kernel, runtime and NVTX rows are replicated with shifted times):
 - ``nsys10m``: the 4-GPU sc22 export grown to 10 million kernels.
 
 Each tool runs in a fresh process; its wall time, CPU time (user + system of its whole process
-tree) and peak resident memory (the largest sum over its process tree, sampled from ``/proc``)
-are printed side by side with ratios to profreport. On a machine shared with other work, wall
-time moves with the load and CPU time much less: both are shown. Holistic Trace Analysis and
-``orjson.loads`` on the 2 GB trace need about 10 GB of memory each and are left out unless
-``--with-2gb-peers``. Not a unit test; it prints, it does not judge.
+tree) and peak memory (its own peak resident set, or the largest proportional set size of its
+process tree when larger: ``peaks.py``) are printed side by side with ratios to profreport.
+On a machine shared with other work, wall time moves with the load and CPU time much less: both
+are shown. Holistic Trace Analysis and ``orjson.loads`` on the 2 GB trace need about 10 GB of
+memory each and are left out unless ``--with-2gb-peers``. Not a unit test; it prints, it does
+not judge.
 """
 
 from __future__ import annotations
@@ -26,22 +27,16 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import resource
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
-import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_kineto  # noqa: E402  (the sibling script's trace builder)
-
-from profreport.progress import PROC, process_tree  # noqa: E402
+from peaks import run_measured  # noqa: E402  (one way of measuring for every benchmark)
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 SMALL_TRACE = CORPUS / "kineto" / "resnet50_num_workers_0.pt.trace.json.gz"
@@ -50,12 +45,8 @@ GROWN_FROM = CORPUS / "hta" / "nccl_data.json.gz"
 MID_MB, LARGE_MB, RANK_MB = 400, 2048, 50
 RANKS = 8
 NSYS_KERNELS = 10_000_000
-#: Seconds between two samples of a process tree's resident memory.
-SAMPLE_S = 0.05
 #: Seconds a tool may run before it is stopped and reported as not finished (--timeout).
 DEFAULT_TIMEOUT_S = 900
-PAGE = os.sysconf("SC_PAGE_SIZE")
-MB = 1 << 20
 CASES = ("1mb", "400mb", "2gb", "8ranks", "nsys10m")
 _RANK_FIELDS = re.compile(rb'"rank": \d+, "world_size": \d+')
 
@@ -72,51 +63,19 @@ class Measurement:
     failed: str | None = None
 
 
-def _tree_rss_mb(pid: int) -> float:
-    """Resident memory of ``pid`` and its descendants together, in MB."""
-    total = 0
-    for member in process_tree(pid):
-        try:
-            total += int((PROC / str(member) / "statm").read_text().split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-    return total * PAGE / MB
-
-
 def measure(case: str, tool: str, command: list[str],
             timeout_s: float = DEFAULT_TIMEOUT_S) -> Measurement:
-    """Run ``command`` and measure it (the whole process tree); stopped after ``timeout_s``."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               start_new_session=True)
-    peak = [0.0]
-    stop = threading.Event()
-
-    def sample() -> None:
-        while not stop.wait(SAMPLE_S):
-            peak[0] = max(peak[0], _tree_rss_mb(process.pid))
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    try:
-        _, err = process.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        _, err = process.communicate()
-        err = f"did not finish in {timeout_s:.0f} s".encode()
-    wall = time.perf_counter() - started
-    stop.set()
-    sampler.join()
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    result = Measurement(case, tool, wall, cpu, peak[0])
-    if process.returncode != 0:
-        lines = err.decode(errors="replace").strip().splitlines()
-        result.failed = (f"{lines[-1] if lines else ''} (exit {process.returncode}, "
-                         f"{cpu:.0f} s CPU, {peak[0]:.0f} MB so far)")[:160]
-    print(f"  {case:8} {tool:34} {wall:8.1f} s {cpu:8.1f} s cpu {peak[0]:8.0f} MB"
-          + (f"  FAILED {result.failed}" if result.failed else ""), flush=True)
+    """Run ``command`` and measure it (:func:`peaks.run_measured`); stopped after
+    ``timeout_s``."""
+    run = run_measured(command, timeout_s)
+    result = Measurement(case, tool, run.wall_s, run.cpu_s, run.peak_mb)
+    if run.returncode != 0:
+        lines = (run.stopped or run.stderr.strip()).splitlines()
+        result.failed = (f"{lines[-1] if lines else ''} (exit {run.returncode}, "
+                         f"{run.cpu_s:.0f} s CPU, {run.peak_mb:.0f} MB so far)")[:160]
+    print(f"  {case:8} {tool:34} {run.wall_s:8.1f} s {run.cpu_s:8.1f} s cpu "
+          f"{run.peak_mb:8.0f} MB" + (f"  FAILED {result.failed}" if result.failed else ""),
+          flush=True)
     return result
 
 
