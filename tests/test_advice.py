@@ -172,6 +172,22 @@ def test_ddp_advice_only_for_all_reduce(tmp_path: Path, collective: tuple[str, s
     assert advice_has in advice and advice_lacks not in advice
 
 
+def test_broadcast_buffers_only_where_broadcasts_run(tmp_path: Path) -> None:
+    """DDP's broadcast_buffers=True sends the model's buffers at every forward: a step that
+    records only the gradient all-reduce broadcasts nothing, so the knob would change nothing;
+    one that records a broadcast beside it gets the advice."""
+    reduce_only = comm_steps(("c10d::allreduce_", "nccl:all_reduce"),
+                             "ncclKernel_AllReduce_RING_LL_Sum_float")
+    advice = {f.id: f for f in analyze_trace(tmp_path, reduce_only).findings}[
+        "COMM_OVERHEAD"].recommendation
+    assert "broadcast_buffers" not in advice and "no_sync()" in advice
+    broadcasts = [kernel("ncclKernel_Broadcast_RING_LL_Sum_int8_t", 10_000 * step + 8400, 100,
+                         -1) for step in range(4)]
+    both = analyze_trace(tmp_path, reduce_only + broadcasts, name="both.json")
+    advice = {f.id: f for f in both.findings}["COMM_OVERHEAD"].recommendation
+    assert "set broadcast_buffers=False" in advice
+
+
 def test_a_changed_ddp_knob_is_not_advised_again(tmp_path: Path) -> None:
     """A run that set bucket_cap_mb and broadcast_buffers is not told to set them."""
     from profreport.reports.analysis.findings import RunContext, find_all

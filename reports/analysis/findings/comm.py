@@ -39,6 +39,14 @@ def dominant_collective(c: CommStats) -> str | None:
                  if kind != "unknown" and ns >= COLLECTIVE_DOMINANT_SHARE * total > 0), None)
 
 
+def _may_broadcast(c: CommStats) -> bool:
+    """Whether the steps may hold DDP's buffer broadcasts (broadcast_buffers=True sends the
+    buffers at every forward): broadcasts recorded, or collectives the profile does not name.
+    A model without buffers broadcasts nothing, and neither does the knob then."""
+    kinds = c.ns_per_step_by_collective
+    return not kinds or kinds.get(concepts.BROADCAST, 0) > 0 or kinds.get("unknown", 0) > 0
+
+
 def _ddp_levers(c: CommStats, ctx: RunContext) -> str:
     """DDP's gradient all-reduce: the knobs that cut or hide it, less those the run has set."""
     calls = f"{_count(c.calls_per_step)} call{'' if c.calls_per_step == 1 else 's'} per step"
@@ -46,7 +54,7 @@ def _ddp_levers(c: CommStats, ctx: RunContext) -> str:
     bucket = ctx.knob("bucket_cap_mb")
     if bucket in (None, DDP_DEFAULT_BUCKET_MB) and c.calls_per_step > 1:
         levers.append(f"raise bucket_cap_mb from {DDP_DEFAULT_BUCKET_MB} MB to cut the {calls}")
-    if ctx.knob("broadcast_buffers") in (None, True):
+    if ctx.knob("broadcast_buffers") in (None, True) and _may_broadcast(c):
         levers.append("set broadcast_buffers=False if the model's buffers need no sync")
     levers.append("use a larger local batch or gradient accumulation with no_sync() so "
                   "gradients are reduced less often")
