@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
-from profreport.reports.analysis.job import job_analysis
+from profreport.reports.analysis.job import PACE_EXPOSED_MARGIN, job_analysis
 from profreport.reports.analysis.results import RankVerdict
 from profreport.reports.render.html import render_html
 from profreport.reports.render.json import render_json
@@ -130,6 +130,22 @@ def test_ranks_that_keep_pace_wait_for_the_one_that_computes_longest(tmp_path: P
         "the other ranks wait inside the collectives for rank 0 (exposed communication: rank 1 "
         "50% of its step, rank 0 5.0%), so their communication is rank 0's compute-bound time "
         "seen from outside.")
+
+
+def test_ranks_that_wait_alike_wait_for_none_of_them(tmp_path: Path) -> None:
+    """Both ranks compute about 10 ms and sit about 10 ms in the all-reduce (as two gloo ranks
+    sharing two cores do): rank 0's exposed communication is lower, but by less than
+    PACE_EXPOSED_MARGIN, so it is not the rank the other waits for."""
+    write_rank(tmp_path, 0, compute_us=10000, comm_us=9500)
+    write_rank(tmp_path, 1, compute_us=10400, comm_us=10200)
+    report = analyze_paths([tmp_path], AnalyzeOptions())
+    job = report.runs[0].job
+    exposed = [r.comm_exposed_fraction for r in job.ranks]
+    assert 0 < exposed[1] - exposed[0] < PACE_EXPOSED_MARGIN  # rank 0 waits a little less
+    assert job.straggler is False and job.paced_by == job.slowest_rank == 1
+    assert "waits least" not in job.verdict_reason
+    assert "they wait alike inside the collectives (" in job.verdict_reason
+    assert "(the others wait for it)" not in render_markdown(report)
 
 
 def rank(number: int, verdict: str, step_ms: float, comm: float | None) -> RankVerdict:

@@ -19,6 +19,10 @@ from profreport.units import ms, pct
 #: The slowest rank is called a straggler when its mean step is 10% longer than the other ranks'
 #: mean: below that, ranks of one job differ by the ordinary step-to-step wobble.
 STRAGGLER_LAG = 0.10
+#: A rank that keeps pace is the one the others wait for only when its exposed communication is
+#: this share of the step below every other rank's: ranks within it wait alike inside the
+#: collectives (one collective's timing moves the share by a few percent from rank to rank).
+PACE_EXPOSED_MARGIN = 0.05
 
 
 def _slowest(ranks: Sequence[RankVerdict]) -> tuple[RankVerdict, int] | None:
@@ -50,9 +54,20 @@ def pace_setter(ranks: Sequence[RankVerdict], slowest: RankVerdict,
     inside the collectives, since the others' exposed communication is time spent waiting for
     it. The slowest rank when the ranks record no communication."""
     timed = [r for r in ranks if r.comm_exposed_fraction is not None]
-    if straggler or len(timed) < 2:
+    if straggler or len(timed) < 2 or _wait_alike(timed):
         return slowest
     return min(timed, key=lambda r: (r.comm_exposed_fraction, r.rank))
+
+
+def _wait_alike(timed: Sequence[RankVerdict]) -> str | None:
+    """'61% to 67%' (or '67%' when they round alike) when the least exposed communication
+    of the ranks lies within PACE_EXPOSED_MARGIN of the step of the next (no rank is waited
+    for), else None."""
+    shares = sorted(r.comm_exposed_fraction or 0.0 for r in timed)
+    if len(shares) < 2 or shares[1] - shares[0] >= PACE_EXPOSED_MARGIN:
+        return None
+    low, high = pct(shares[0]), pct(shares[-1])
+    return low if low == high else f"{low} to {high}"
 
 
 def disagreement(ranks: Sequence[RankVerdict], pacer: RankVerdict | None) -> str | None:
@@ -99,6 +114,10 @@ def job_analysis(ranks: Sequence[RankVerdict]) -> JobAnalysis | None:
         lead = f"{pace} and the job runs at its pace"
     elif pacer is slowest:
         lead = f"the ranks keep pace within {STRAGGLER_LAG:.0%}: {pace}"
+        alike = _wait_alike([r for r in ranks if r.comm_exposed_fraction is not None])
+        if alike is not None:
+            lead += (f"; they wait alike inside the collectives ({alike} of each step "
+                     "exposed), so none is the one the others wait for")
     else:
         lead = (f"the ranks keep pace within {STRAGGLER_LAG:.0%} ({pace}); rank {pacer.rank} "
                 "waits least inside the collectives "
