@@ -13,6 +13,10 @@ import numpy as np
 import pandas as pd
 from pandas.api.extensions import ExtensionArray
 
+#: The ``steps`` origin of torch.profiler's ``ProfilerStep#N`` spans: ``prof.step()`` closes one
+#: and opens the next back to back, so the loop's fetch of its next batch lies inside a span and
+#: the sliver between two spans is the profiler's own work.
+PROFILER_STEP = "ProfilerStep"
 #: Copy directions, as nsys and Kineto name them (the ``kind`` column of the ``memcpy`` table).
 HTOD, DTOH, DTOD, HTOH, PTOP = "HtoD", "DtoH", "DtoD", "HtoH", "PtoP"
 COPY_KINDS = (HTOD, DTOH, DTOD, HTOH, PTOP, "unknown")

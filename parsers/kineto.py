@@ -83,7 +83,7 @@ ACCELERATOR_COPY_KINDS = {"HOST_TO_DEVICE": ("HtoD", "unknown", "Device"),
 #: Header members that list the accelerators, in the order they are looked for.
 DEVICE_LIST_KEYS = ("deviceProperties", "computeProperties")
 #: Where the rows of the ``steps`` table came from, for each way of finding them.
-STEP_ORIGINS = ("ProfilerStep", "optimizer", "repeated op")
+STEP_ORIGINS = (concepts.PROFILER_STEP, "optimizer", "repeated op")
 #: The stores (:data:`kineto_columns.GROUPS`) the device-side tables and API calls are built from.
 DEVICE_GROUPS = frozenset({"kernel", "accelerator", "memcpy", "memset", "sync", "runtime"})
 
@@ -284,7 +284,7 @@ class _Tables:
             subset=["number"])
         if not frame.empty:
             frame = concepts.one_row_per_step(frame)
-            return conform("steps", frame.assign(origin="ProfilerStep")), None
+            return conform("steps", frame.assign(origin=concepts.PROFILER_STEP)), None
         spans = pd.concat([self.cpu(self.rows("cpu_op")), ranges[["start", "end", "pid",
                                                                     "tid", "name"]]],
                           ignore_index=True)
@@ -329,7 +329,7 @@ def _steps_between_ends(optimizer: pd.DataFrame) -> pd.DataFrame:
 
 def _steps_notes(steps: pd.DataFrame, span: str | None) -> list[str]:
     """The note saying where the steps came from when no ProfilerStep span marks them."""
-    origin = steps["origin"].iloc[0] if not steps.empty else "ProfilerStep"
+    origin = steps["origin"].iloc[0] if not steps.empty else concepts.PROFILER_STEP
     if origin == "optimizer":
         return [f"no ProfilerStep span: the {len(steps):,} steps run from the end of one "
                 "optimizer step to the end of the next (the time before the first one's end is "

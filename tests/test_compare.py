@@ -110,7 +110,7 @@ def roles(row: ComparisonRow) -> dict[str, tuple[str, float | None]]:
 
 
 def test_corpus_speedup_is_attributed_to_the_parts_that_add_up(corpus: Path) -> None:
-    """ResNet-50 num_workers 0 -> 4: DataLoader wait fell 69.4 -> 1.5 ms and explains 193% of the
+    """ResNet-50 num_workers 0 -> 4: DataLoader wait fell 69.3 -> 1.4 ms and explains 193% of the
     35.1 ms the step lost; Other, Compute and Host / CUDA runtime grew and are named as offsets;
     the parts add up to the step-time difference exactly (both from torch.profiler)."""
     report = analyze_paths([corpus / "kineto" / f"resnet50_num_workers_{n}.pt.trace.json.gz"
@@ -127,23 +127,23 @@ def test_corpus_speedup_is_attributed_to_the_parts_that_add_up(corpus: Path) -> 
     assert sum(c.delta_ns for c in row.attribution) == total and row.unexplained_ns == 0
     loader = row.attribution[0]
     assert (loader.part, loader.role, loader.before_ns, loader.after_ns) == (
-        "dataloader", "driver", 69_355_333, 1_476_666)
-    assert loader.share == pytest.approx(67_878_667 / 35_137_833)
+        "dataloader", "driver", 69_298_500, 1_420_333)
+    assert loader.share == pytest.approx(67_878_167 / 35_137_833)
     assert [c.part for c in row.attribution if c.role == "offset"] == [
         "other", "compute", "host_runtime"]
     assert row.explanation.startswith(
         "Mean step time fell by 35.1 ms per step (174.9 ms -> 139.7 ms): DataLoader wait fell "
-        "69.4 ms -> 1.5 ms (-67.9 ms, 193% of the difference); offset by Other grew")
-    # Each part judged on its own spread: the DataLoader wait's median fell 70.9 -> 1.3 ms,
+        "69.3 ms -> 1.4 ms (-67.9 ms, 193% of the difference); offset by Other grew")
+    # Each part judged on its own spread: the DataLoader wait's median fell 70.8 -> 1.3 ms,
     # far beyond its ±4.8 ms band.
-    assert (loader.median_before_ns, loader.median_after_ns) == (70_911_000, 1_315_000)
+    assert (loader.median_before_ns, loader.median_after_ns) == (70_844_000, 1_251_000)
     assert loader.beyond_noise and loader.band_ns < 5_000_000
-    assert "these parts changed: DataLoader wait 70.9 ms -> 1.3 ms (±4.8 ms)" in row.explanation
+    assert "these parts changed: DataLoader wait 70.8 ms -> 1.3 ms (±4.8 ms)" in row.explanation
     data = json.loads(render_json(report))["comparison"]["rows"][1]
-    assert data["attribution"][0] == {"part": "dataloader", "before_ms": 69.355,
-                                      "after_ms": 1.477, "delta_ms": -67.879,
+    assert data["attribution"][0] == {"part": "dataloader", "before_ms": 69.299,
+                                      "after_ms": 1.42, "delta_ms": -67.878,
                                       "share_of_difference": 1.9318, "role": "driver",
-                                      "median_before_ms": 70.911, "median_after_ms": 1.315,
+                                      "median_before_ms": 70.844, "median_after_ms": 1.251,
                                       "band_ms": data["attribution"][0]["band_ms"],
                                       "beyond_noise": True}
     assert data["unexplained_ms"] == 0.0

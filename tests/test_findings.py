@@ -144,15 +144,15 @@ def test_resnet50_workers(corpus: Path) -> None:
     assert verdict(w0)[0] == "loader-bound"
     assert verdict(w4)[0] not in ("loader-bound", "unknown")
     loader = ids(w0, RunContext(knobs={"num_workers": 0}, environment={"cpus": 8}))
-    # The loop loads each batch itself in 69.4 ms and does 105.5 ms of other work per step: two
-    # workers (1.5 x 69.4 / 105.5 rounded up, at least 2) keep up; the 4-worker run of the same
+    # The loop loads each batch itself in 69.3 ms and does 105.6 ms of other work per step: two
+    # workers (1.5 x 69.3 / 105.6 rounded up, at least 2) keep up; the 4-worker run of the same
     # model confirms the wait is gone well before 7.
     assert w0.breakdown is not None and w0.dataloader_fraction is not None
     wait = w0.dataloader_fraction * w0.breakdown.step_ns
-    assert wait == pytest.approx(69.4e6, rel=0.01)
-    assert w0.breakdown.step_ns - wait == pytest.approx(105.5e6, rel=0.01)
-    assert "Raise DataLoader num_workers from 0 to 2 (the loop waits 69.4 ms per step for " \
-        "105.5 ms of other work)" in loader["LOADER_BOUND"].recommendation
+    assert wait == pytest.approx(69.3e6, rel=0.01)
+    assert w0.breakdown.step_ns - wait == pytest.approx(105.6e6, rel=0.01)
+    assert "Raise DataLoader num_workers from 0 to 2 (the loop waits 69.3 ms per step for " \
+        "105.6 ms of other work)" in loader["LOADER_BOUND"].recommendation
     assert "--cpus-per-task=3" in loader["LOADER_BOUND"].recommendation
     assert w4.dataloader_fraction is not None and w4.dataloader_fraction < 0.02
     assert "LOADER_BOUND" not in ids(w4)

@@ -71,11 +71,11 @@ def test_folder_search_skips_nsys_cache_and_outputs(tmp_path: Path) -> None:
 #: mean step; each part's median is then judged on its own spread).
 RESNET_PARTS = (
     "step time fell by 35.1 ms per step (174.9 ms -> 139.7 ms): DataLoader wait fell "
-    "69.4 ms -> 1.5 ms (-67.9 ms, 193% of the difference); offset by Other grew 14.8 ms -> "
-    "26.9 ms (+12.1 ms), Compute grew 85.9 ms -> 97.6 ms (+11.7 ms), Host / CUDA runtime grew "
+    "69.3 ms -> 1.4 ms (-67.9 ms, 193% of the difference); offset by Other grew 14.8 ms -> "
+    "26.9 ms (+12.1 ms), Compute grew 86.0 ms -> 97.7 ms (+11.7 ms), Host / CUDA runtime grew "
     "2.8 ms -> 10.5 ms (+7.7 ms); smaller changes +1.3 ms together. Judged each on its own "
     "step-to-step spread (median per step, 95% band), these parts changed: DataLoader wait "
-    "70.9 ms -> 1.3 ms (±4.8 ms); Compute 86.3 ms -> 98.8 ms (±3.8 ms); Host / CUDA runtime "
+    "70.8 ms -> 1.3 ms (±4.8 ms); Compute 86.4 ms -> 98.8 ms (±3.8 ms); Host / CUDA runtime "
     "2.8 ms -> 3.5 ms (±0.3 ms); Host-to-device copy 1.9 ms -> 3.0 ms (±61.9 µs); Other GPU "
     "copies and memsets 85.0 µs -> 97.0 µs (±2.3 µs).")
 
@@ -103,7 +103,7 @@ def test_comparison_names_the_dataloader_change(corpus: Path, tmp_path: Path) ->
     flipped = analyze_paths(folders, AnalyzeOptions(baseline="workers4")).comparison.rows[0]
     assert flipped.speedup == pytest.approx(100 / 140) and flipped.within_noise is False
     assert flipped.explanation.startswith("Mean step time grew by 35.1 ms per step (139.7 ms -> "
-                                          "174.9 ms): DataLoader wait grew 1.5 ms -> 69.4 ms")
+                                          "174.9 ms): DataLoader wait grew 1.4 ms -> 69.3 ms")
     assert flipped.explanation.endswith(
         "The DataLoader change (num_workers 4 -> 0) brought the loss.")
 
@@ -112,7 +112,7 @@ def test_comparison_calls_a_small_difference_noise(corpus: Path, tmp_path: Path)
     """100 -> 104 samples/s is inside the ±5.5% band that the traces' median step windows give
     (their robust spread: one slow first step no longer widens it to ±22%): the row says so and
     claims no gain for the whole step, and judges each part of the breakdown on its own spread,
-    so the DataLoader wait's fall (median 70.9 -> 1.3 ms per step) is said beside it."""
+    so the DataLoader wait's fall (median 70.8 -> 1.3 ms per step) is said beside it."""
     report = analyze_paths([run_folder(tmp_path, corpus, 0), run_folder(tmp_path, corpus, 4)],
                            AnalyzeOptions())
     row = report.comparison.rows[1]
@@ -121,12 +121,12 @@ def test_comparison_calls_a_small_difference_noise(corpus: Path, tmp_path: Path)
         "1.04× is within this machine's run-to-run noise (±5% at 95% confidence, from the "
         "step-to-step spread of both runs): no change can be claimed. "
         "In the profiled runs, mean step time fell by 35.1 ms per step (174.9 ms -> 139.7 ms): "
-        "DataLoader wait fell 69.4 ms "
-        "-> 1.5 ms (-67.9 ms, 193% of the difference); offset by Other grew 14.8 ms -> 26.9 ms "
-        "(+12.1 ms), Compute grew 85.9 ms -> 97.6 ms (+11.7 ms), Host / CUDA runtime grew 2.8 ms "
+        "DataLoader wait fell 69.3 ms "
+        "-> 1.4 ms (-67.9 ms, 193% of the difference); offset by Other grew 14.8 ms -> 26.9 ms "
+        "(+12.1 ms), Compute grew 86.0 ms -> 97.7 ms (+11.7 ms), Host / CUDA runtime grew 2.8 ms "
         "-> 10.5 ms (+7.7 ms); smaller changes +1.3 ms together. Judged each on its own "
         "step-to-step spread (median per step, 95% band), these parts changed: DataLoader wait "
-        "70.9 ms -> 1.3 ms (±4.8 ms);")
+        "70.8 ms -> 1.3 ms (±4.8 ms);")
     assert row.explanation.endswith(" Also different between these runs: num_workers 0 -> 4.")
     data = json.loads(render_json(report))["comparison"]
     assert data["noise_confidence"] == 0.95
@@ -163,12 +163,12 @@ def test_comparison_without_knobs_and_baseline_choice(corpus: Path) -> None:
     """Without manifests the part that shrank most is named; --baseline picks the reference."""
     files = [kineto(corpus, 0), kineto(corpus, 4)]
     report = analyze_paths(files, AnalyzeOptions())
-    assert "DataLoader wait fell 69.4 ms -> 1.5 ms" in report.comparison.rows[1].explanation
+    assert "DataLoader wait fell 69.3 ms -> 1.4 ms" in report.comparison.rows[1].explanation
     row = report.comparison.rows[1]
     assert row.speedup_basis == "step time" and row.speedup == row.step_speedup
     flipped = analyze_paths(files, AnalyzeOptions(baseline="resnet50_num_workers_4"))
     assert flipped.comparison.baseline == "resnet50_num_workers_4"
-    assert "DataLoader wait grew 1.5 ms -> 69.4 ms" in flipped.comparison.rows[0].explanation
+    assert "DataLoader wait grew 1.4 ms -> 69.3 ms" in flipped.comparison.rows[0].explanation
     with pytest.raises(UsageError):
         analyze_paths(files, AnalyzeOptions(baseline="nope"))
 

@@ -177,3 +177,23 @@ def test_stalls_with_the_gpu_at_work_are_another_task(tmp_path: Path) -> None:
     stalls = next(f for f in busy.findings if f.id == "DATA_STALLS")
     assert stalls.recommendation.startswith("The GPU works through the stalls, so they are "
                                             "another task between the training steps")
+
+
+def test_the_sliver_between_profiler_steps_is_no_dataloader_wait(tmp_path: Path) -> None:
+    """prof.step() closes ProfilerStep#N and opens #N+1 back to back: the loop fetches its next
+    batch inside a step, and the 20 µs between two spans (the profiler's own work) is no
+    DataLoader wait. A loop without any DataLoader, four steps of 1 ms of work: no wait."""
+    events, ts = [], 1000
+    for n in range(4):
+        events += [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}", "pid": 1,
+                    "tid": 1, "ts": ts, "dur": 1000, "args": {}},
+                   {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1,
+                    "ts": ts + 10, "dur": 950, "args": {}}]
+        ts += 1020
+    path = tmp_path / "no_loader.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    metrics = analyze_paths([path], AnalyzeOptions()).runs[0].metrics
+    assert metrics.steps is not None and metrics.steps.wall_mean_ns == 1_020_000
+    assert metrics.dataloader_fraction == 0.0
+    assert metrics.shape is not None and metrics.shape.dataloader_wait is None
+    assert metrics.breakdown is not None and metrics.breakdown.parts_ns["dataloader"] == 0

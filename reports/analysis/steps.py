@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from profreport import concepts
 from profreport.model import Profile
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.kept import per_profile
@@ -40,6 +41,10 @@ class StepWindows:
     #: The first step when it is start-up: left out of the arrays above when later steps
     #: follow (kept, as the only step, when none does).
     warmup: Warmup | None = None
+    #: Whether the time between one step's range and the next step's start is the loop fetching
+    #: its next batch (ranges opened after the fetch, as NVTX ``step N``); not between
+    #: ProfilerStep spans (see concepts.PROFILER_STEP).
+    fetch_between: bool = True
 
     @property
     def count(self) -> int:
@@ -101,7 +106,8 @@ def step_windows(profile: Profile) -> StepWindows | None:
     keep = slice(1 if dropped else 0, None)
     return StepWindows(origin=profile.kind, numbers=numbers[keep], range_starts=starts[keep],
                        range_ends=ends[keep], starts=starts[keep], ends=wall_ends[keep],
-                       warmup=warmup)
+                       warmup=warmup,
+                       fetch_between=not steps["origin"].eq(concepts.PROFILER_STEP).all())
 
 
 def _pct(values: np.ndarray, q: float) -> int:
@@ -144,9 +150,12 @@ def where_in_steps(starts: np.ndarray, windows: StepWindows | None) -> list[str]
 
 
 def dataloader_intervals(profile: Profile, windows: StepWindows) -> iv.Intervals:
-    """DataLoader spans plus the time inside step windows outside the annotated step ranges."""
-    between = iv.subtract(windows.windows(), windows.ranges())
-    return iv.merge(iv.union_of([profile.table("dataloader")]), between)
+    """DataLoader spans plus the time inside step windows outside the annotated step ranges
+    (when that is the loop's fetch, see StepWindows.fetch_between)."""
+    spans = iv.union_of([profile.table("dataloader")])
+    if not windows.fetch_between:
+        return spans
+    return iv.merge(spans, iv.subtract(windows.windows(), windows.ranges()))
 
 
 def step_shape(profile: Profile, windows: StepWindows,
