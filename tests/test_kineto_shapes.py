@@ -391,3 +391,21 @@ def test_an_operator_repeated_while_a_model_is_built_is_no_step(tmp_path: Path) 
     run = _analyzed(path)
     assert run.metrics.steps is None
     assert run.verdict == "unknown" and "an optimizer step" in run.verdict_reason
+
+
+def test_a_second_trace_without_a_rank_is_said_to_be_left_out(tmp_path: Path) -> None:
+    """tensorboard_trace_handler writes one file per profiling cycle of one process, neither with
+    a rank: the figures come from the first; the report says the second's steps are not in
+    them, instead of dropping them without a word."""
+    run = tmp_path / "cycles"
+    run.mkdir()
+    for cycle, first_step in enumerate((2, 6)):
+        events = [_cpu(f"ProfilerStep#{first_step + i}", 10_000 * cycle + 1000 * i, 900,
+                       cat="user_annotation") for i in range(3)]
+        _trace(run / f"host_1.{cycle}.pt.trace.json", events)
+    analysed = _analyzed(run)
+    assert analysed.metrics.steps is not None and analysed.metrics.steps.count == 3
+    assert analysed.notes == [
+        "host_1.1.pt.trace.json: its 3 steps are not in the per-step figures, which come from "
+        "host_1.0.pt.trace.json (neither records a rank, so they are not read as ranks of one "
+        "job; analyse it alone for its own figures)"]

@@ -186,6 +186,23 @@ def source_notes(profiles: list[Profile]) -> list[str]:
             for note in profile.meta.notes]
 
 
+def left_out_notes(profiles: list[Profile]) -> list[str]:
+    """The traces whose steps the per-step figures leave out, said rather than dropped without a
+    word: a second file of one format without a rank (the next profiling cycle of the same
+    process, as tensorboard_trace_handler writes one file per cycle) beside the one they come
+    from."""
+    used: dict[str, Profile] = {}
+    notes = []
+    for profile, windows in primary_timed(profiles):
+        first = used.setdefault(profile.kind, profile) if profile.rank is None else profile
+        if first is not profile:
+            notes.append(f"{Path(profile.path).name}: its {windows.count:,} steps are not in the "
+                         f"per-step figures, which come from {Path(first.path).name} (neither "
+                         "records a rank, so they are not read as ranks of one job; analyse it "
+                         "alone for its own figures)")
+    return notes
+
+
 def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
                 summaries: list[RankSummary]) -> RunAnalysis:
     """Metrics, findings, verdict and timeline of one run, from the whole profiles of its
@@ -215,7 +232,7 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
         findings=find_all(metrics, context, name_verdict),
         timeline=build_timeline(*timed[0]) if timed else None,
         knobs=context.knobs, environment=context.environment,
-        notes=_notes(manifest) + source_notes(profiles),
+        notes=_notes(manifest) + source_notes(profiles) + left_out_notes(profiles),
         world_size=run_world_size(manifest, summaries),
         scaling_point=dict(getattr(manifest, "scaling", None) or {}),
         verdict_confidence=confidence[0] if confidence else None,
