@@ -176,8 +176,10 @@ def conv_bias_before_bn(facts: Facts) -> Finding | None:
         evidence.append(Evidence(f"kernels these convolutions launch outside their convolution "
                                  f"kernels (the bias add): {added}", b.origin))
     else:
-        evidence.append(Evidence("the bias add's own kernel time cannot be told apart (no GPU "
-                                 "kernel launched outside the convolution kernels)", b.origin))
+        why = ("a CPU-only profile records no kernels" if m.gpu is None else
+               "no GPU kernel launched outside the convolution kernels")
+        evidence.append(Evidence(f"the bias add's own kernel time cannot be told apart ({why})",
+                                 b.origin))
     return Finding("CONV_BIAS_BEFORE_BN", "low",
                    f"Convolutions add a bias that the BatchNorm after them cancels ({per}).",
                    evidence,
