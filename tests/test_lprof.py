@@ -612,3 +612,20 @@ def test_the_dataloader_loop_the_source_shows_is_the_training_loop(tmp_path: Pat
     loop = profile.meta.loop
     assert loop is not None and (loop.function, loop.lineno, loop.iterations) == ("train", 3, 5)
     assert loop.dataloader and loop.evidence == "source"
+
+
+def test_a_busy_loop_body_from_line_profiler_alone_names_no_operators(tmp_path: Path) -> None:
+    """line_profiler alone, a loop body taking 80% of each pass: compute-bound, but said of the
+    loop body's lines, never of 'the model's CPU operators' (the lines record neither the
+    operators nor the device: a GPU run profiled by kernprof alone looks the same)."""
+    from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+
+    ms = 10**6
+    timings = {("gone.py", 1, "train"): [(2, 1, 5 * ms), (3, 11, 2 * ms), (4, 10, 8 * ms)]}
+    run = analyze_paths([stats_file(tmp_path / "x.lprof", timings)], AnalyzeOptions()).runs[0]
+    assert (run.verdict, run.verdict_reason) == (
+        "compute-bound", "the loop body's lines take 80% of step time")
+    finding = {f.id: f for f in run.findings}["COMPUTE_BOUND"]
+    assert finding.title == ("The loop body takes 80% of each step; line_profiler does not "
+                             "record what runs in it.")
+    assert "operators" not in finding.title and "A GPU is" not in finding.recommendation

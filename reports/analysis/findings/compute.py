@@ -86,6 +86,8 @@ def compute_bound(facts: Facts) -> Finding | None:
         evidence.append(Evidence(f"compute {pct(share)} of {ms(m.breakdown.step_ns)} per step",
                                  m.breakdown.origin))
     evidence += trial_evidence(m.trials, "compute")
+    if m.gpu is None and m.breakdown is not None and m.breakdown.origin == "lprof":
+        return _lines_compute_bound(share or 0.0, evidence)
     if m.gpu is None:
         return _cpu_compute_bound(m, ctx, share or 0.0, evidence)
     evidence.append(Evidence(f"GPU busy {pct(m.gpu.busy_fraction)} of its "
@@ -156,6 +158,18 @@ def _gpu_compute_advice(mix: KernelMix | None, ctx: RunContext,
                 "unfused optimizer: the remaining levers are less work per sample (a smaller "
                 "model or input) or more GPUs.")
     return "To go faster: " + "; ".join(steps) + "."
+
+
+def _lines_compute_bound(share: float, evidence: list[Evidence]) -> Finding:
+    """COMPUTE_BOUND from line_profiler alone: the loop body, not the batch fetch, fills the
+    step, but the lines record neither the operators nor the device that run them."""
+    return Finding("COMPUTE_BOUND", "info",
+                   f"The loop body takes {pct(share)} of each step; line_profiler does not record "
+                   "what runs in it.", evidence,
+                   "Profile a few steps with torch.profiler (record_shapes=True) or Nsight "
+                   "Systems to see which operators or kernels the loop body's time goes to: "
+                   "line_profiler times lines, not the operators or the device that run them "
+                   "(the slowest lines are listed below).")
 
 
 def _cpu_compute_bound(m: RunMetrics, ctx: RunContext, share: float,

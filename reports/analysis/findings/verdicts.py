@@ -99,6 +99,17 @@ def compute_share(m: RunMetrics) -> float | None:
     return m.breakdown.parts_ns["compute"] / m.breakdown.step_ns
 
 
+def compute_where(m: RunMetrics) -> str:
+    """What the breakdown's compute part is: GPU kernels, the model's CPU operators, or, from
+    line_profiler alone, the loop body's lines (it times lines, not the operators or the device
+    that run them)."""
+    if m.gpu is not None:
+        return "GPU kernels"
+    if m.breakdown is not None and m.breakdown.origin == "lprof":
+        return "the loop body's lines"
+    return "the model's CPU operators"
+
+
 def loop_ns_without_loader(m: RunMetrics) -> tuple[int, int] | None:
     """Per step, the DataLoader wait and the rest of the loop (model, copies, Python), ns, from
     the step breakdown; None when the breakdown does not have both."""
@@ -243,8 +254,7 @@ def _compute_or_balanced(m: RunMetrics) -> tuple[Verdict, str]:
         return "compute-bound", f"GPU busy {pct(m.gpu.busy_fraction)} of the {m.gpu.span}"
     share = compute_share(m)
     if share is not None and share >= COMPUTE_BOUND_SHARE:
-        where = "GPU kernels" if m.gpu is not None else "the model's CPU operators"
-        return "compute-bound", f"{where} take {pct(share)} of step time"
+        return "compute-bound", f"{compute_where(m)} take {pct(share)} of step time"
     if m.steps is None:
         return "unknown", (f"GPU busy {pct(m.gpu.busy_fraction) if m.gpu else '?'} but no step "
                            "markers to attribute the idle time")
