@@ -126,8 +126,10 @@ def nothing_recorded(tables: dict[str, pd.DataFrame]) -> str | None:
     ends = [int(tables[name]["end"].max()) for name, _ in held]
     what = ", ".join(f"{count:,} {ROW_WORDS.get(name, f'{name} rows')}" for name, count in held)
     span = f" over {duration(max(ends) - min(starts))}" if held else ""
-    return ("the trace is empty or was cut: no kernels or operators recorded"
-            + (f" (only {what}{span})" if held else ""))
+    return ("nothing to analyse: no kernels, copies, operators, ranges, steps or lines recorded"
+            + (f" (only {what}{span})" if held else "")
+            + ": the profiler traced none of them, or the capture ended before the first "
+            "iteration")
 
 
 def empty_table(name: str) -> pd.DataFrame:

@@ -304,15 +304,17 @@ def test_gpu_events_without_cpu_ops_give_a_report(tmp_path: Path) -> None:
 
 
 def test_nearly_empty_trace_is_said_to_be_empty(tmp_path: Path) -> None:
-    """A few runtime calls over 9 s and nothing else: the trace is empty or was cut, never a
-    bottleneck."""
+    """A few runtime calls over 9 s and nothing else: nothing to analyse (an nsys capture of OS
+    runtime calls alone reads the same), never a bottleneck, and never called 'empty'."""
     events = [_cpu(name, ts, 5, cat="cuda_runtime", correlation=i) for i, (name, ts) in
               enumerate([("cudaGetDeviceCount", 0.0), ("cudaGetDevice", 5e6),
                          ("cudaStreamIsCapturing", 9e6)])]
     path = _trace(tmp_path / "cut.json", events)
     profile = kineto.parse(path)
-    assert profile.meta.empty == ("the trace is empty or was cut: no kernels or operators "
-                                  "recorded (only 3 runtime calls over 9,000.0 ms)")
+    assert profile.meta.empty == (
+        "nothing to analyse: no kernels, copies, operators, ranges, steps or lines recorded "
+        "(only 3 runtime calls over 9,000.0 ms): the profiler traced none of them, or the "
+        "capture ended before the first iteration")
     run = _analyzed(path)
     assert run.verdict == "unknown" and run.verdict_reason == profile.meta.empty
     assert run.findings == []
