@@ -235,3 +235,18 @@ def test_a_real_trace_rewritten_to_rank_3_reads_like_rank_0(corpus: Path, tmp_pa
     assert moved.inputs[0].rank == 3 and moved.verdict == original.verdict
     assert moved.metrics.steps == original.metrics.steps
     assert moved.metrics.breakdown.parts_ns == original.metrics.breakdown.parts_ns
+
+
+def test_one_rank_of_a_job_says_the_others_were_not_given(tmp_path: Path) -> None:
+    """Rank 1 of a 2-rank job alone (its distributedInfo says world_size 2), waiting 10 ms per
+    step in the all-reduce: the report says that time may be waiting for the rank not given,
+    which its trace cannot tell apart from the transfer; with both ranks, no such note."""
+    alone = write_rank(tmp_path, 1, compute_us=9000, comm_us=10000)
+    run = analyze_paths([alone], AnalyzeOptions()).runs[0]
+    assert run.world_size == 2 and run.job is None
+    assert run.notes == [
+        "only rank 1 of the job's 2 ranks given: the time in collectives includes waiting for "
+        "the ranks not given, which its trace cannot tell apart from the transfer itself (give "
+        "every rank's trace to see which rank the job waits for)"]
+    write_rank(tmp_path, 0, compute_us=9000, comm_us=10000)
+    assert analyze_paths([tmp_path], AnalyzeOptions()).runs[0].notes == []

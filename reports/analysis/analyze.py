@@ -203,6 +203,20 @@ def left_out_notes(profiles: list[Profile]) -> list[str]:
     return notes
 
 
+def missing_ranks_note(world_size: int | None, summaries: list[RankSummary],
+                       communicates: bool) -> list[str]:
+    """The note saying that some ranks of a communicating job were not given: a collective's
+    time on one rank holds its wait for the others, which its own trace cannot tell apart."""
+    ranks = sorted({int(s.input.rank) for s in summaries if s.input.rank is not None})
+    if not communicates or world_size is None or not ranks or len(ranks) >= world_size:
+        return []
+    given, traces = ((f"ranks {', '.join(map(str, ranks))}", "these traces") if len(ranks) > 1
+                     else (f"rank {ranks[0]}", "its trace"))
+    return [f"only {given} of the job's {world_size} ranks given: the time in collectives "
+            f"includes waiting for the ranks not given, which {traces} cannot tell apart from "
+            "the transfer itself (give every rank's trace to see which rank the job waits for)"]
+
+
 def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
                 summaries: list[RankSummary]) -> RunAnalysis:
     """Metrics, findings, verdict and timeline of one run, from the whole profiles of its
@@ -225,6 +239,7 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
     if straggler is not None:
         name_verdict, reason, confidence = straggler
     timed = primary_timed(profiles)
+    world_size = run_world_size(manifest, summaries)
     return RunAnalysis(
         name=name,
         inputs=[summary.input for summary in summaries],
@@ -232,8 +247,9 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
         findings=find_all(metrics, context, name_verdict),
         timeline=build_timeline(*timed[0]) if timed else None,
         knobs=context.knobs, environment=context.environment,
-        notes=_notes(manifest) + source_notes(profiles) + left_out_notes(profiles),
-        world_size=run_world_size(manifest, summaries),
+        notes=_notes(manifest) + source_notes(profiles) + left_out_notes(profiles)
+        + missing_ranks_note(world_size, summaries, metrics.comm is not None),
+        world_size=world_size,
         scaling_point=dict(getattr(manifest, "scaling", None) or {}),
         verdict_confidence=confidence[0] if confidence else None,
         verdict_margin=confidence[1] if confidence else None,
