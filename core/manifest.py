@@ -47,6 +47,12 @@ class ProfiledRun:
     signal: str | None = None
     #: The last lines of its stderr when it failed.
     stderr_tail: list[str] = field(default_factory=list)
+    #: CPU seconds its own processes used (user + system of its whole process tree); None
+    #: where not measured (launches on other nodes).
+    cpu_s: float | None = None
+    #: CPU seconds the rest of the machine used while it ran: other processes, and time the
+    #: hypervisor took (/proc/stat's busy time less the launch's and the runner's own).
+    other_cpu_s: float | None = None
 
 
 @dataclass
@@ -354,7 +360,8 @@ _FIELDS: dict[str, tuple[Callable[[str, object, list[str]], object], Callable[[]
         "profiler": _text, "command": _texts,
         "exit_status": _optional_integer, "wall_time_s": _number,
         "error": _optional_text, "note": _optional_text, "signal": _optional_text,
-        "stderr_tail": _texts})), list),
+        "stderr_tail": _texts, "cpu_s": _optional_number, "other_cpu_s": _optional_number})),
+        list),
     "artifacts": (_list_of(_record(Artifact, {
         "path": _text, "profiler": _text, "rank": _optional_count})), list),
     "throughput_samples_per_s": (_plain(_optional_number), lambda: None),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import re
+import resource
 import shlex
 import shutil
 import signal
@@ -122,9 +123,41 @@ def wrap_command(profiler: str, folder: Path, entry: list[str], on_gpu: bool,
     return [*srun, *command]
 
 
+#: /proc/stat: its first line holds the ticks all CPUs of the machine spent in each state.
+PROC_STAT = Path("/proc/stat")
+# The busy states among them: user (guest time inside), nice, system, irq, softirq, steal.
+_BUSY_STATES = (0, 1, 2, 5, 6, 7)
+
+
+def machine_busy_s() -> float | None:
+    """CPU seconds all CPUs of this machine have been busy since boot, or None without
+    /proc/stat."""
+    try:
+        ticks = PROC_STAT.read_text(encoding="ascii").split("\n", 1)[0].split()[1:]
+    except OSError:
+        return None
+    return sum(int(ticks[i]) for i in _BUSY_STATES if i < len(ticks)) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_s(who: int) -> float:
+    """User + system CPU seconds of this process (RUSAGE_SELF) or its reaped children."""
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _own_tree(launch: Launch) -> bool:
+    """Whether the launch's processes all run below this one, so that their CPU time comes back
+    when they are reaped: not under srun (slurmstepd starts them) nor nsys (its agent does)."""
+    return not any(Path(part).name in ("srun", "nsys") for part in launch.command[:1])
+
+
 def run_launch(launch: Launch) -> ProfiledRun:
-    """Run the command, stdout into the log and stderr beside it; exit status, signal, wall time
-    and, when it failed, the error line and the last lines of stderr recorded."""
+    """Run the command, stdout into the log and stderr beside it; exit status, signal, wall time,
+    the CPU time of its processes and of the rest of the machine meanwhile (where its processes
+    are this one's descendants) and, when it failed, the error line and the last lines of stderr
+    recorded."""
+    busy_before = machine_busy_s()
+    runner_before, launch_before = _cpu_s(resource.RUSAGE_SELF), _cpu_s(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     launch.log.parent.mkdir(parents=True, exist_ok=True)
     errors = stderr_log(launch.log)
@@ -138,6 +171,11 @@ def run_launch(launch: Launch) -> ProfiledRun:
                            time.perf_counter() - started, error=f"cannot start: {exc}")
     record = ProfiledRun(MANIFEST_PROFILER[launch.profiler], launch.command, status,
                          time.perf_counter() - started)
+    busy_after = machine_busy_s()
+    if _own_tree(launch) and busy_before is not None and busy_after is not None:
+        record.cpu_s = round(_cpu_s(resource.RUSAGE_CHILDREN) - launch_before, 3)
+        runner = _cpu_s(resource.RUSAGE_SELF) - runner_before
+        record.other_cpu_s = round(max(busy_after - busy_before - record.cpu_s - runner, 0.0), 3)
     if status != 0:
         lines = log_lines(errors) or log_lines(launch.log)
         record.signal = signal_of(status, lines)

@@ -27,6 +27,7 @@ from profreport.reports.analysis.results import (
     KernelMix,
     RunAnalysis,
     RunMetrics,
+    SharedCpu,
     StepCopies,
     StepStats,
 )
@@ -235,6 +236,62 @@ def test_a_step_time_within_noise_names_both_profilers() -> None:
             "timed by Nsight Systems, within the noise of ±") in row.explanation
     assert ("ms); in the torch.profiler breakdown (its own steps 370.0 ms -> 50.0 ms): Compute "
             "fell 362.7 ms -> 42.3 ms (-320.4 ms)") in row.explanation
+
+
+def test_an_unprofiled_run_that_shared_the_cpus_is_not_its_throughput() -> None:
+    """The new-user run on a loaded machine: the baseline's unprofiled run took 350-470 ms steps
+    (277 samples/s) while another job kept both CPUs busy, the variant's 47-52 ms (1271
+    samples/s). The 4.6x throughput ratio is the other job's doing: the speedup is the profiled
+    step-time ratio, the noise band comes from the profiled steps, and the row says why."""
+    slow_plain = [468.0, 351.0, 306.0, 435.0, 327.0, 354.0, 137.0, 93.0, 458.0, 472.0]
+    base = run_with_parts("baseline", {"compute": 42.5, "dataloader": 1.3, "other": 1.7},
+                          plain_ms=slow_plain, steps_ms=49.4)
+    run = run_with_parts("workers", {"compute": 47.4, "dataloader": 1.3, "other": 2.8},
+                         plain_ms=[52.0, 74.5, 47.3, 46.2, 51.6, 48.1, 47.1, 51.0, 48.5, 62.8],
+                         steps_ms=53.9)
+    base.metrics.throughput_samples_per_s, run.metrics.throughput_samples_per_s = 277.4, 1270.8
+    base.metrics.plain_cpu = SharedCpu(wall_ns=12_100_000_000, cpu_ns=9_000_000_000,
+                                       other_cpu_ns=14_500_000_000, cpus=2, other_share=0.60,
+                                       idle_share=0.03, shared=True)
+    run.metrics.plain_cpu = SharedCpu(wall_ns=5_200_000_000, cpu_ns=9_800_000_000,
+                                      other_cpu_ns=200_000_000, cpus=2, other_share=0.02,
+                                      idle_share=0.04, shared=False)
+    row = compare_runs([base, run]).rows[1]
+    assert row.speedup_basis == "step time" and row.throughput_gain is None
+    assert row.speedup == pytest.approx(49.4 / 53.9)
+    assert row.explanation.startswith(
+        "The unprofiled runs shared the CPUs with other work (baseline: other processes used 60% "
+        "of the machine's CPU time while it ran and 3.0% was left idle): their throughput is not "
+        "their own, so the speedup is the profiled step-time ratio.")
+    # Without the shared baseline, the slow plain steps set the speedup and its band.
+    base.metrics.plain_cpu = None
+    unshared = compare_runs([base, run]).rows[1]
+    assert unshared.speedup_basis == "throughput" and unshared.speedup > 4
+    assert unshared.noise_fraction > 0.5 and unshared.within_noise is False
+
+
+@pytest.mark.parametrize(("cpus", "cpu_s", "other_cpu_s", "shared"), [
+    (2, 9.0, 10.5, True),     # another job kept the CPUs the run left busy
+    (2, 19.5, 0.3, False),    # the run itself keeps both CPUs busy: no one else's doing
+    (64, 9.0, 320.0, False),  # others used half a big node, and 37% of it stayed idle
+    (2, 1.0, 0.2, False),     # an idle machine
+])
+def test_a_run_shared_the_cpus_when_the_machine_was_full_and_others_used_it(
+        cpus: int, cpu_s: float, other_cpu_s: float, shared: bool) -> None:
+    """metrics.plain_cpu over a 10 s unprofiled launch: shared only when the machine had under
+    SATURATED_IDLE_SHARE of its CPU time idle and other processes used OTHER_CPU_SHARE_MIN."""
+    from profreport.manifest import Manifest, ProfiledRun
+    from profreport.reports.analysis.metrics import plain_cpu
+
+    launch = ProfiledRun("none", ["python", "train.py"], 0, 10.0, cpu_s=cpu_s,
+                         other_cpu_s=other_cpu_s)
+    manifest = Manifest("run", "mnist", {}, {"cpu_count": cpus}, launches=[launch])
+    measured = plain_cpu(manifest)
+    assert measured.shared is shared
+    assert measured.other_share == pytest.approx(other_cpu_s / (10.0 * cpus))
+    assert measured.cpu_ns == round(cpu_s * 1e9) and measured.wall_ns == 10_000_000_000
+    assert plain_cpu(Manifest("run", "mnist", {}, {"cpu_count": cpus},
+                              launches=[ProfiledRun("none", ["python"], 0, 10.0)])) is None
 
 
 def test_a_confounded_comparison_lists_what_differs_and_credits_no_one(tmp_path: Path) -> None:

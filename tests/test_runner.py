@@ -657,7 +657,8 @@ def test_runner_manifest_fields_round_trip(tmp_path: Path) -> None:
     from profreport.manifest import ProfiledRun, read_manifest, write_manifest
 
     failed = ProfiledRun("none", ["python", "x.py"], -11, 1.5, error="killed by SIGSEGV",
-                         signal="SIGSEGV", stderr_tail=["a warning", "Segmentation fault"])
+                         signal="SIGSEGV", stderr_tail=["a warning", "Segmentation fault"],
+                         cpu_s=2.75, other_cpu_s=0.5)
     manifest = Manifest("train", "script /abs/train.py", {"batch_size": 16, "lr": 0.1}, {},
                         launches=[failed], throughput_steps_per_s=7.5,
                         throughput_basis="plain run", world_size=2,
@@ -666,6 +667,31 @@ def test_runner_manifest_fields_round_trip(tmp_path: Path) -> None:
     write_manifest(tmp_path, manifest)
     loaded, problems = read_manifest(tmp_path / "manifest.json")
     assert problems == [] and loaded == manifest
+
+
+#: A Python loop spinning until it has used the CPU seconds given as its argument.
+SPIN = "import sys, time\nwhile time.process_time() < float(sys.argv[1]): pass"
+
+
+def test_a_launch_records_its_cpu_time_and_the_rest_of_the_machines(tmp_path: Path) -> None:
+    """A launch spinning for 1.5 s of CPU while another process spins beside it: the launch
+    used about its 1.5 s, and the rest of the machine at least a second meanwhile (the other
+    spinner on another CPU for the launch's whole wall time, or half of one CPU shared with
+    it; more on a loaded machine). An nsys launch runs its program outside the runner's
+    process tree: not measured."""
+    other = subprocess.Popen([sys.executable, "-c", SPIN, "60"])
+    try:
+        time.sleep(0.3)  # the other process is spinning before the launch starts
+        record = run_launch(Launch("none", [sys.executable, "-c", SPIN, "1.5"],
+                                   tmp_path / "spin.log"))
+    finally:
+        other.kill()
+        other.wait()
+    assert record.exit_status == 0
+    assert 1.5 <= record.cpu_s <= 2.2
+    assert record.other_cpu_s >= 1.0
+    nsys = run_launch(Launch("nsys", ["nsys", "--version"], tmp_path / "nsys.log"))
+    assert nsys.cpu_s is None and nsys.other_cpu_s is None
 
 
 @pytest.mark.slow

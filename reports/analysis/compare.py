@@ -146,11 +146,31 @@ def typical_step_ns(run: RunAnalysis) -> int | None:
     return int(np.median(samples)) if samples else step_time_ns(run)
 
 
+def shared_cpus(run: RunAnalysis) -> bool:
+    """Whether the run's unprofiled launch competed with other processes for the CPUs (see
+    metrics.plain_cpu): its throughput and step times are then not its own."""
+    return run.metrics.plain_cpu is not None and run.metrics.plain_cpu.shared
+
+
+def shared_cpu_text(base: RunAnalysis, run: RunAnalysis) -> str | None:
+    """The sentence naming the runs whose unprofiled launch shared the CPUs with other work
+    (their throughput is then left out of the speedup), or None."""
+    said = "; ".join(f"{r.name}: other processes used {pct(cpu.other_share)} of the machine's "
+                     f"CPU time while it ran and {pct(cpu.idle_share)} was left idle"
+                     for r in (base, run)
+                     if (cpu := r.metrics.plain_cpu) is not None and cpu.shared)
+    if not said:
+        return None
+    return (f"The unprofiled runs shared the CPUs with other work ({said}): their throughput "
+            "is not their own, so the speedup is the profiled step-time ratio.")
+
+
 def step_spread(run: RunAnalysis) -> Spread | None:
-    """Spread of the run's step samples: the plain run's steps in blocks (see NOISE_BLOCKS),
-    else the profiled step windows' median and its robust error (see robust_spread), else the
-    step source's statistics; None when none has two samples."""
-    samples = block_means(run.metrics.plain_step_ns)
+    """Spread of the run's step samples: the plain run's steps in blocks (see NOISE_BLOCKS;
+    not when that run shared the CPUs with other work), else the profiled step windows' median
+    and its robust error (see robust_spread), else the step source's statistics; None when none
+    has two samples."""
+    samples = block_means([] if shared_cpus(run) else run.metrics.plain_step_ns)
     if len(samples) >= 2 and samples.mean() > 0:
         return Spread(float(samples.mean()), float(samples.std(ddof=1)), len(samples))
     robust = robust_spread(step_samples(run))
@@ -543,7 +563,8 @@ def _row(base: RunAnalysis, run: RunAnalysis) -> ComparisonRow:
     knobs = changed_knobs(base, run)
     delta = breakdown_delta(base, run)
     step_speedup = base_step / step if base_step and step else None
-    throughput_gain = tp / base_tp if tp and base_tp else None
+    shared = shared_cpu_text(base, run) if run is not base else None
+    throughput_gain = tp / base_tp if tp and base_tp and shared is None else None
     speedup = throughput_gain if throughput_gain is not None else step_speedup
     explanation, band, noise = "baseline", None, None
     mean_base, mean_run = step_time_ns(base), step_time_ns(run)
@@ -554,6 +575,8 @@ def _row(base: RunAnalysis, run: RunAnalysis) -> ComparisonRow:
         noise = None if band is None else within_noise(speedup, band)  # type: ignore[arg-type]
         explanation = _row_explanation(base, run, knobs, (throughput_gain, step_speedup), band,
                                        noise)
+        if shared is not None:
+            explanation = f"{shared} {explanation}"
         unsaid = [d for d in confounds(base, run) if d not in explanation
                   and not (d.split(" ")[0] in knobs and d.split(" ")[0] in explanation)]
         if unsaid:

@@ -56,7 +56,7 @@ from profreport.reports.analysis.lines import (
     top_lines,
 )
 from profreport.reports.analysis.ops import conv_bias_before_bn, op_precision
-from profreport.reports.analysis.results import RunMetrics, TraceFile, Trials
+from profreport.reports.analysis.results import RunMetrics, SharedCpu, TraceFile, Trials
 from profreport.reports.analysis.steps import (
     StepWindows,
     dataloader_fraction,
@@ -66,6 +66,7 @@ from profreport.reports.analysis.steps import (
 )
 from profreport.reports.analysis.syncs import idle_causes, sync_stats
 from profreport.reports.analysis.transfers import step_copies
+from profreport.units import NS_PER_S
 
 
 def manifest_trials(manifest: Manifest) -> Trials | None:
@@ -75,6 +76,33 @@ def manifest_trials(manifest: Manifest) -> Trials | None:
     if not trials:
         return None
     return Trials(io=trials.get("io"), synthetic=trials.get("synthetic"), full=trials.get("full"))
+
+
+#: A launch competed for the CPUs when its machine had less than this share of its CPU time
+#: left idle (every CPU busy: another process's turn was time taken from the launch)...
+SATURATED_IDLE_SHARE = 0.10
+#: ...and other processes used at least this share of it (a launch training on every core
+#: keeps the machine busy on its own).
+OTHER_CPU_SHARE_MIN = 0.10
+
+
+def plain_cpu(manifest: Manifest) -> SharedCpu | None:
+    """The plain launch's CPU time beside the rest of its machine's, when the runner measured
+    both (runner.launch.run_launch) and knows the machine's CPUs."""
+    plain = next((launch for launch in manifest.launches if launch.profiler == "none"), None)
+    cpus = manifest.environment.get("cpu_count")
+    if (plain is None or plain.cpu_s is None or plain.other_cpu_s is None
+            or not isinstance(cpus, int) or cpus < 1 or plain.wall_time_s <= 0):
+        return None
+    capacity_s = plain.wall_time_s * cpus
+    other_share = plain.other_cpu_s / capacity_s
+    idle_share = max(1.0 - (plain.cpu_s + plain.other_cpu_s) / capacity_s, 0.0)
+    return SharedCpu(wall_ns=round(plain.wall_time_s * NS_PER_S),
+                     cpu_ns=round(plain.cpu_s * NS_PER_S),
+                     other_cpu_ns=round(plain.other_cpu_s * NS_PER_S), cpus=cpus,
+                     other_share=other_share, idle_share=idle_share,
+                     shared=idle_share < SATURATED_IDLE_SHARE
+                     and other_share >= OTHER_CPU_SHARE_MIN)
 
 
 def preference(profile: Profile) -> tuple[int, int, int]:
@@ -168,6 +196,7 @@ def compute_run_metrics(profiles: list[Profile], manifest: Manifest | None = Non
     if manifest is not None:
         metrics.throughput_samples_per_s = manifest.throughput_samples_per_s
         metrics.plain_step_ns = list(manifest.plain_step_ns)
+        metrics.plain_cpu = plain_cpu(manifest)
         metrics.trials = manifest_trials(manifest)
     return metrics
 

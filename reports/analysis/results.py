@@ -447,6 +447,23 @@ class Trials:
     full: float | None
 
 
+@dataclass(frozen=True)
+class SharedCpu:
+    """The runner's unprofiled launch beside the rest of its machine (runner measurement): the
+    CPU time it used, the CPU time other processes used meanwhile, and whether it competed with
+    them for the CPUs (its throughput then is not its own)."""
+
+    wall_ns: int
+    cpu_ns: int
+    other_cpu_ns: int
+    #: The machine's CPUs (all of them: other processes may run on any).
+    cpus: int
+    #: Shares of the machine's CPU time (wall time x CPUs) other processes used and left idle.
+    other_share: float
+    idle_share: float
+    shared: bool
+
+
 @dataclass
 class LoopIdentification:
     """How line_profiler's DataLoader loop line was found: from its source text (a ``for`` over a
@@ -557,6 +574,8 @@ class RunMetrics:
     #: Each timed step of the runner's plain (unprofiled) run, ns: the samples behind the
     #: throughput (empty without a manifest that has them).
     plain_step_ns: list[int] = field(default_factory=list)
+    #: The plain run's CPU time beside the rest of the machine's, when the runner measured it.
+    plain_cpu: SharedCpu | None = None
     #: Mean step time of every rank that timed steps (ns), by rank.
     per_rank_step_ns: dict[int, int] = field(default_factory=dict)
     #: Signs of ``nn.DataParallel``: its Broadcast/Scatter/Gather/ReduceAddCoalesced ops by count.

@@ -27,6 +27,7 @@ from profreport.reports.analysis.results import (
     RunAnalysis,
     RunMetrics,
     ScalingStudy,
+    SharedCpu,
     StepShape,
     StepStats,
     TopItem,
@@ -90,6 +91,7 @@ def metrics_json(m: RunMetrics) -> dict[str, Any]:
         "cpu_phases": ({k: _frac(v) for k, v in sorted(m.cpu_phases.fractions.items())}
                        if m.cpu_phases else None),
         "trials": _trials(m.trials),
+        "plain_cpu": _plain_cpu(m.plain_cpu),
         "kernel_mix": _kernel_mix(m.kernel_mix),
         "cpu_op_mix": _cpu_op_mix(m.cpu_op_mix),
     }
@@ -125,6 +127,15 @@ def _shape(s: StepShape | None) -> dict[str, Any] | None:
 def _trials(t: Trials | None) -> dict[str, float | None] | None:
     """The runner's trials, samples/s."""
     return None if t is None else {"io": t.io, "synthetic": t.synthetic, "full": t.full}
+
+
+def _plain_cpu(c: SharedCpu | None) -> dict[str, Any] | None:
+    """The unprofiled run's CPU time beside the rest of its machine's."""
+    if c is None:
+        return None
+    return {"wall_ms": _ms(c.wall_ns), "cpu_ms": _ms(c.cpu_ns), "other_cpu_ms": _ms(c.other_cpu_ns),
+            "cpus": c.cpus, "other_share": _frac(c.other_share), "idle_share": _frac(c.idle_share),
+            "shared": c.shared}
 
 
 def _kernel_mix(k: KernelMix | None) -> dict[str, Any] | None:
