@@ -61,7 +61,7 @@ from profreport.parsers.kineto_columns import (
     thread_numbers,
 )
 from profreport.parsers.kineto_stream import read_trace
-from profreport.parsers.repeats import on_busiest_thread, steps_from_repeats
+from profreport.parsers.repeats import masked_numbers, on_busiest_thread, steps_from_repeats
 from profreport.text import error_text
 
 if TYPE_CHECKING:  # the registry imports this module, never the other way round
@@ -277,8 +277,9 @@ class _Tables:
 
         ``ProfilerStep#N`` spans when the trace has them; else the stretches between the ends
         of consecutive optimizer steps; else the stretches between consecutive starts of the
-        top-level span that repeats most on the busiest thread, never an operator of the
-        dispatcher (``aten::``...). ``origin`` says which.
+        top-level span that repeats most on the busiest thread (numbers masked, the one that
+        counts the passes first, as nsys ranges are read), never an operator of the dispatcher
+        (``aten::``...). ``origin`` says which.
         """
         frame = ranges.assign(number=concepts.step_numbers(ranges["name"])).dropna(
             subset=["number"])
@@ -293,7 +294,8 @@ class _Tables:
             return _steps_between_ends(on_busiest_thread(optimizer)), None
         # An operator of the dispatcher repeats per layer or parameter (aten::uniform_ while a
         # model is built): only a span standing for a pass (an annotation, a stage) marks one.
-        return steps_from_repeats(spans, "repeated op", never=concepts.is_dispatcher_op)
+        return steps_from_repeats(spans, "repeated op", masked_numbers,
+                                  never=concepts.is_dispatcher_op)
 
     def named_rows(self, store: str) -> pd.DataFrame:
         """The CPU-side spans picked by name as they were read (``NAMED_SPANS``), by start."""

@@ -411,3 +411,19 @@ def test_a_second_trace_without_a_rank_is_said_to_be_left_out(tmp_path: Path) ->
         "host_1.1.pt.trace.json: its 3 steps are not in the per-step figures, which come from "
         "host_1.0.pt.trace.json (neither records a rank, so they are not read as ranks of one "
         "job; analyse it alone for its own figures)"]
+
+
+def test_annotations_that_count_the_passes_are_the_steps(tmp_path: Path) -> None:
+    """An inference loop annotated record_function(f"batch {i}"), no ProfilerStep nor
+    optimizer: each name differs by its counter, so the annotations are grouped with their
+    numbers masked (as NVTX ranges are) and are the steps; aten::addmm repeats as often and
+    takes more time, but it is an operator."""
+    events = []
+    for i in range(4):
+        start = 1000 * i
+        events += [_cpu(f"batch {i}", start, 300, cat="user_annotation"),
+                   _cpu("aten::addmm", start + 400, 500)]
+    profile = kineto.parse(_trace(tmp_path / "batches.json", events))
+    steps = profile.table("steps")
+    assert profile.meta.step_span == "batch #" and steps["origin"].eq("repeated op").all()
+    assert steps["start"].tolist() == [1_000_000 * i for i in range(4)]
