@@ -427,3 +427,24 @@ def test_annotations_that_count_the_passes_are_the_steps(tmp_path: Path) -> None
     steps = profile.table("steps")
     assert profile.meta.step_span == "batch #" and steps["origin"].eq("repeated op").all()
     assert steps["start"].tolist() == [1_000_000 * i for i in range(4)]
+
+
+def test_a_cpu_only_run_is_told_of_no_gpu(tmp_path: Path) -> None:
+    """A CPU-only training trace (no device events) with a single-process DataLoader and
+    convolutions recorded without shapes: the loader evidence says the model waits, not a GPU,
+    and the operator checks ask for record_shapes without sending the run to a GPU (the bias
+    check reads shapes only)."""
+    events = []
+    for step in range(4):
+        base = 1000.0 * step
+        events += [_cpu(f"ProfilerStep#{step}", base, 1000, cat="user_annotation"),
+                   _cpu("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+                        base + 1, 300, cat="user_annotation"),
+                   _cpu("aten::conv2d", base + 320, 500), _cpu("aten::batch_norm", base + 830, 50)]
+    run = _analyzed(_trace(tmp_path / "cpu.json", events))
+    found = {f.id: f for f in run.findings}
+    texts = [e.text for f in run.findings for e in f.evidence]
+    assert any(t.endswith("loaded in the training process while the model waits") for t in texts)
+    assert not any("GPU waits" in t for t in texts)
+    assert found["OP_CHECKS_UNKNOWN"].recommendation.startswith(
+        "Profile a few steps with torch.profiler(record_shapes=True): ")

@@ -165,8 +165,10 @@ def _in_process_evidence(m: RunMetrics) -> list[Evidence]:
     if not m.loader_in_process:
         return []
     origin: Origin = m.breakdown.origin if m.breakdown is not None else "kineto"
+    waits = "the GPU" if m.gpu is not None else "the model"
     return [Evidence("the DataLoader spans are _SingleProcessDataLoaderIter: num_workers=0, "
-                     "every batch is loaded in the training process while the GPU waits", origin)]
+                     f"every batch is loaded in the training process while {waits} waits",
+                     origin)]
 
 
 @rule("SYNC_DATALOADER", severity=("medium",), needs=("profiles", "manifest"))

@@ -216,7 +216,10 @@ def op_checks_unknown(facts: Facts) -> Finding | None:
     evidence = _unknown_checks(m)
     if not evidence:
         return None
+    # The precision check needs the GPU's compute capability; the bias check reads shapes only.
+    gpu = m.op_precision is not None and m.op_precision.unknown_reason is not None
     return Finding("OP_CHECKS_UNKNOWN", "info",
                    "Some operator checks could not be made from these profiles.", evidence,
-                   "Profile a few steps with torch.profiler(record_shapes=True) on the GPU: the "
-                   "operators' input dtypes and shapes answer these checks.")
+                   "Profile a few steps with torch.profiler(record_shapes=True)"
+                   f"{' on the GPU' if gpu else ''}: the operators' input dtypes and shapes "
+                   "answer these checks.")
