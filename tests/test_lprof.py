@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import re
@@ -593,6 +594,9 @@ def test_steps_are_the_loops_passes_without_the_set_up_before_it(tmp_path: Path)
     run = analyze_paths([stats_file(tmp_path / "x.lprof", timings)], AnalyzeOptions()).runs[0]
     steps = run.metrics.steps
     assert steps is not None and (steps.origin, steps.count, steps.mean_ns) == ("lprof", 10, ms)
+    # The lines hold totals: no pass is timed alone, so no spread and no start-to-start time.
+    assert (steps.p50_ns, steps.p90_ns, steps.min_ns, steps.max_ns, steps.wall_mean_ns) == (
+        None, None, None, None, None)
     assert run.metrics.dataloader_fraction_by_origin["lprof"] == pytest.approx(0.2)
     assert run.metrics.breakdown is not None
     assert run.metrics.breakdown.parts_ns["dataloader"] == ms // 5
@@ -629,3 +633,22 @@ def test_a_busy_loop_body_from_line_profiler_alone_names_no_operators(tmp_path: 
     assert finding.title == ("The loop body takes 80% of each step; line_profiler does not "
                              "record what runs in it.")
     assert "operators" not in finding.title and "A GPU is" not in finding.recommendation
+
+
+def test_line_profiler_steps_show_their_mean_only(tmp_path: Path) -> None:
+    """The report of a .lprof alone gives the mean pass and no percentiles (line_profiler
+    cannot time a pass alone), and calls it the loop's time over its passes, not a range."""
+    from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+    from profreport.reports.render.json import render_json
+    from profreport.reports.render.markdown import render_markdown
+
+    ms = 10**6
+    timings = {("gone.py", 1, "train"): [(2, 1, 900 * ms), (3, 11, 2 * ms), (4, 10, 8 * ms)]}
+    report = analyze_paths([stats_file(tmp_path / "x.lprof", timings)], AnalyzeOptions())
+    text = render_markdown(report)
+    assert "| Mean step (the loop's time over its passes) | 1.0 ms |" in text
+    assert "p50" not in text and "Wall time per step" not in text
+    metrics = json.loads(render_json(report))["runs"][0]["metrics"]
+    assert metrics["step_time_ms"] == {"mean": 1.0, "p50": None, "p90": None, "min": None,
+                                       "max": None}
+    assert metrics["wall_step_time_ms"] is None

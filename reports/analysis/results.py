@@ -69,11 +69,14 @@ class StepStats:
     origin: Origin
     count: int
     mean_ns: int
-    p50_ns: int
-    p90_ns: int
-    min_ns: int
-    max_ns: int
-    #: Start-to-start time of consecutive steps (includes the gaps between annotated ranges).
+    #: The spread of the step durations; None when the origin knows only the mean
+    #: (line_profiler records each line's total over the passes, not each pass).
+    p50_ns: int | None
+    p90_ns: int | None
+    min_ns: int | None
+    max_ns: int | None
+    #: Start-to-start time of consecutive steps (includes the gaps between annotated ranges);
+    #: None with one step or without start times (line_profiler).
     wall_mean_ns: int | None = None
     #: Sample standard deviation of the step durations; None with fewer than 2 steps or when the
     #: origin knows only the mean (line_profiler).

@@ -186,25 +186,34 @@ def metric_groups(metrics: RunMetrics) -> list[MetricGroup]:
             for origin in origins]
 
 
+def _mean_step_label(origin: str) -> str:
+    """The mean step's row label: an annotated range, or line_profiler's loop time over its
+    passes (it records totals, not ranges)."""
+    if origin == "lprof":
+        return "Mean step (the loop's time over its passes)"
+    return "Mean annotated step (its range alone)"
+
+
 def metric_rows(metrics: RunMetrics) -> list[MetricRow]:
     """The key metrics of a run as display rows, leaving out those its sources cannot tell."""
     rows: list[MetricRow] = []
     if metrics.steps is not None:
         steps = metrics.steps
         rows.append(MetricRow("Steps measured", number(steps.count), steps.origin))
-        rows.append(MetricRow("Mean annotated step (its range alone)",
-                              duration(steps.mean_ns), steps.origin))
-        rows.append(MetricRow("Annotated step p50 / p90",
-                              f"{duration(steps.p50_ns)} / {duration(steps.p90_ns)}",
+        rows.append(MetricRow(_mean_step_label(steps.origin), duration(steps.mean_ns),
                               steps.origin))
+        if steps.p50_ns is not None and steps.p90_ns is not None:
+            rows.append(MetricRow("Annotated step p50 / p90",
+                                  f"{duration(steps.p50_ns)} / {duration(steps.p90_ns)}",
+                                  steps.origin))
         if steps.wall_mean_ns is not None:
             rows.append(MetricRow("Wall time per step (start to next start)",
                                   duration(steps.wall_mean_ns), steps.origin))
     rows.extend(_shape_rows(metrics))
     for other in metrics.steps_by_origin:
         if metrics.steps is None or other.origin != metrics.steps.origin:
-            rows.append(MetricRow("Mean annotated step (its range alone)",
-                                  duration(other.mean_ns), other.origin))
+            rows.append(MetricRow(_mean_step_label(other.origin), duration(other.mean_ns),
+                                  other.origin))
     if metrics.throughput_samples_per_s is not None:
         rows.append(MetricRow("Throughput (unprofiled)",
                               f"{number(metrics.throughput_samples_per_s)} samples/s",
