@@ -578,3 +578,23 @@ def test_loader_advice_when_the_worker_count_is_not_recorded(corpus: Path) -> No
     capped = ids(starved, RunContext(knobs={"num_workers": 16}, environment={"cpus": 17}))
     assert capped["LOADER_BOUND"].recommendation.startswith(
         "num_workers is already 16, as many as the job's 17 CPUs allow")
+
+
+def test_a_run_that_shared_the_cpus_says_so_with_the_cpu_times() -> None:
+    """SHARED_CPUS: a 21.9 s unprofiled run on 2 CPUs used 15.9 s of CPU while other processes
+    used 27.8 s and 0.3% stayed idle (the new-user run beside another job); not on an idle
+    machine."""
+    from profreport.reports.analysis.results import SharedCpu
+
+    shared = SharedCpu(wall_ns=21_897_000_000, cpu_ns=15_889_000_000,
+                       other_cpu_ns=27_790_000_000, cpus=2, other_share=0.6346,
+                       idle_share=0.0026, shared=True)
+    finding = ids(RunMetrics(plain_cpu=shared))["SHARED_CPUS"]
+    assert finding.severity == "medium" and "63%" in finding.title
+    assert finding.evidence[0].text == (
+        "in 21.90 s on 2 CPUs, the run used 15.89 s of CPU time, other processes 27.79 s, and "
+        "0.3% of the machine's CPU time was left idle")
+    assert finding.evidence[0].origin == "manifest"
+    idle = dataclasses.replace(shared, other_cpu_ns=200_000_000, other_share=0.005,
+                               idle_share=0.6, shared=False)
+    assert "SHARED_CPUS" not in ids(RunMetrics(plain_cpu=idle))

@@ -1,5 +1,6 @@
 """The verdict: the run's bottleneck in one word with the numbers behind it and how clearly it
-stands, the runner's trials beside the profilers, and the TRIALS finding when they disagree.
+stands, the runner's trials beside the profilers, the TRIALS finding when they disagree and
+SHARED_CPUS when the unprofiled run competed with other work for the CPUs.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from profreport.reports.analysis.results import (
     Verdict,
     origin_label,
 )
-from profreport.units import pct
+from profreport.units import duration, pct
 
 #: A quarter of every step spent waiting for the next batch is the biggest single loss a run can
 #: fix without touching the model, so from here on the run is called loader-bound.
@@ -291,6 +292,27 @@ def trials_disagree(facts: Facts) -> Finding | None:
                    "Profilers slow down what they trace (every operator, every Python line), "
                    "so the unprofiled trials are the better guide to throughput; compare the "
                    "step breakdown with a longer profiled run before acting on either.")
+
+
+@rule("SHARED_CPUS", severity=("medium",), needs=("manifest",))
+def shared_cpus(facts: Facts) -> Finding | None:
+    """The unprofiled run competed with other processes for the CPUs: its throughput and step
+    times are partly theirs."""
+    shared = facts.metrics.plain_cpu
+    if shared is None or not shared.shared:
+        return None
+    return Finding(
+        "SHARED_CPUS", "medium",
+        f"The unprofiled run shared the CPUs with other work: other processes used "
+        f"{pct(shared.other_share)} of the machine's CPU time while it ran.",
+        [Evidence(f"in {duration(shared.wall_ns)} on {shared.cpus} CPUs, the run used "
+                  f"{duration(shared.cpu_ns)} of CPU time, other processes "
+                  f"{duration(shared.other_cpu_ns)}, and {pct(shared.idle_share)} of the "
+                  "machine's CPU time was left idle", "manifest")],
+        "Measure again on an idle machine or in an allocation of its own (Slurm: --exclusive, "
+        "or --cpus-per-task with the node's other jobs known): throughput and step times taken "
+        "now include the time the run waited for the CPUs, and comparisons with it use the "
+        "profiled step times instead.")
 
 
 def find_all(metrics: RunMetrics, ctx: RunContext,
