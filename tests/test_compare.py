@@ -314,3 +314,20 @@ def test_a_confounded_comparison_lists_what_differs_and_credits_no_one(tmp_path:
     assert "These runs differ in 5 ways at once" in row.explanation
     assert "cannot be credited to any one of them" in row.explanation
     assert "brought the gain" not in row.explanation
+
+
+def test_a_line_profiler_breakdown_is_not_compared_part_by_part() -> None:
+    """torch.profiler's breakdown (loader 0.5, compute 2.6, other 0.5 ms) against
+    line_profiler's, whose lines give only the DataLoader wait and the rest (loader 0.5,
+    compute 2.9 ms): 'Other fell 0.5 ms -> 0' would be the two profilers' difference, not the
+    runs', so no part is credited and the sentence says why."""
+    base = run_with_parts("traced", {"dataloader": 0.5, "compute": 2.6, "other": 0.5})
+    lines = run_with_parts("lines", {"dataloader": 0.5, "compute": 2.9})
+    lines.metrics.breakdown = Breakdown("lprof", lines.metrics.breakdown.step_ns,
+                                        lines.metrics.breakdown.parts_ns)
+    row = compare_runs([base, lines]).rows[1]
+    assert row.attribution == [] and row.unexplained_ns is None
+    assert row.explanation.startswith(
+        "The breakdowns come from torch.profiler -> line_profiler, which split the step "
+        "differently (line_profiler's lines give only the DataLoader wait and the rest): the "
+        "step time alone is compared.")

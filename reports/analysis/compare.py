@@ -359,12 +359,23 @@ def _core_contention(base: RunAnalysis, run: RunAnalysis, part: str,
             "threads for the same cores.")
 
 
+def parts_differ(base: RunAnalysis, run: RunAnalysis) -> str | None:
+    """'torch.profiler -> line_profiler' when one side's breakdown is line_profiler's and the
+    other's is not: its lines split the step into the DataLoader wait and the rest only, so the
+    other parts read 0 on its side whatever ran; None when the parts compare."""
+    a, b = base.metrics.breakdown, run.metrics.breakdown
+    if a is None or b is None or (a.origin == "lprof") == (b.origin == "lprof"):
+        return None
+    return f"{origin_label(a.origin)} -> {origin_label(b.origin)}"
+
+
 def attribute(base: RunAnalysis, run: RunAnalysis, total_ns: int) -> list[PartChange]:
     """Each breakdown part's change with its share of the step difference ``total_ns``: drivers
     (moved with the step, at least PART_SHARE_MIN of it) largest first, then offsets (moved
-    against it), then minor parts; empty without a breakdown on both sides."""
+    against it), then minor parts; empty without a breakdown on both sides, or when their
+    parts do not compare (see parts_differ)."""
     a, b = base.metrics.breakdown, run.metrics.breakdown
-    if a is None or b is None:
+    if a is None or b is None or parts_differ(base, run) is not None:
         return []
     changes = []
     for part in BREAKDOWN_PARTS:
@@ -473,6 +484,11 @@ def explain(base: RunAnalysis, run: RunAnalysis, knobs: dict[str, object],
     behind the parts that account for it."""
     before, after = step_time_ns(base), step_time_ns(run)
     changes = attribute(base, run, (after or 0) - (before or 0))
+    differ = parts_differ(base, run)
+    if differ is not None:
+        return (f"The breakdowns come from {differ}, which split the step differently "
+                "(line_profiler's lines give only the DataLoader wait and the rest): the step "
+                "time alone is compared.")
     if not changes or before is None or after is None:
         return "No breakdown on both sides: the step time alone is compared."
     text = (attribution_text(changes, before, after, tolerance_ns, _sources_text(base, run))
