@@ -314,7 +314,8 @@ class TrainingLoop:
     #: Runs of the loop's body, and entries into the loop (the hits of the line before it).
     iterations: int
     entries: int
-    #: Fewer header hits than iterations + entries: every entry left through break/return.
+    #: The header hit as often as the body runs, never for a last test: every entry left through
+    #: break/return.
     ended_by_break: bool
     time_ns: int
     body_ns: int

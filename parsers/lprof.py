@@ -357,10 +357,18 @@ def _loop_of(frame: pd.DataFrame, header: int) -> TrainingLoop:
     same = (frame["file"] == row["file"]) & (frame["first_lineno"] == row["first_lineno"]) & (
         frame["function"] == row["function"])
     body = frame[same & (frame.index > header) & (frame["hits"] >= iterations)]
-    entries = int(frame.loc[header - 1, "hits"]) if header - 1 in frame.index else 1
+    # An entry that runs the loop to its end tests the header once more than the body runs; one
+    # left through break/return does not. So the extra hits count the entries, and none extra
+    # means every entry left early (then the line before tells the entries). The line before
+    # cannot count them first: an enclosing loop's header (over epochs) runs once more than it
+    # enters this loop.
+    hits = int(row["hits"])
+    ended_by_break = hits == iterations
+    entries = hits - iterations if not ended_by_break else (
+        int(frame.loc[header - 1, "hits"]) if header - 1 in frame.index else 1)
     return TrainingLoop(file=str(row["file"]), function=str(row["function"]),
-                        lineno=int(row["lineno"]), hits=int(row["hits"]), iterations=iterations,
-                        entries=entries, ended_by_break=int(row["hits"]) < iterations + entries,
+                        lineno=int(row["lineno"]), hits=hits, iterations=iterations,
+                        entries=entries, ended_by_break=ended_by_break,
                         time_ns=int(row["time_ns"]), body_ns=int(body["time_ns"].sum()),
                         largest_body_line_ns=int(body["time_ns"].max()) if not body.empty else 0)
 

@@ -652,3 +652,15 @@ def test_line_profiler_steps_show_their_mean_only(tmp_path: Path) -> None:
     assert metrics["step_time_ms"] == {"mean": 1.0, "p50": None, "p90": None, "min": None,
                                        "max": None}
     assert metrics["wall_step_time_ms"] is None
+
+
+def test_a_loop_inside_an_epoch_loop_is_entered_once_per_epoch(tmp_path: Path) -> None:
+    """``for epoch in range(3): for x, y in loader: ...`` (10 batches): the inner header is hit
+    33 times for 30 passes, once more per epoch; the epoch loop's header before it is hit 4
+    times (its own last test too), which counts no entry of the inner loop. So 3 entries, each
+    run to its end, not 4 entries of which one left by break."""
+    timings = {("gone.py", 1, "train"): [(9, 1, 10), (10, 4, 20), (11, 33, 9000),
+                                         (12, 30, 600), (13, 30, 700)]}
+    loop = lprof.parse(stats_file(tmp_path / "x.lprof", timings)).meta.loop
+    assert (loop.lineno, loop.iterations, loop.entries, loop.ended_by_break) == (11, 30, 3,
+                                                                                  False)
