@@ -349,14 +349,20 @@ def loop_headers(frame: pd.DataFrame) -> pd.Series:
     return ((body > before) & (hits >= body) & (hits <= body + before)).astype(bool)
 
 
+def _body_hits(iterations: int, entries: int) -> int:
+    """The fewest hits of a line that runs in every pass of a loop: each entry's last pass may
+    stop at a ``break`` (``while True: ... next(it) ... break``), so such a line runs at least
+    once per pass but one per entry; a line after the loop runs once per entry, so fewer."""
+    return max(iterations - entries, entries + 1)
+
+
 def _loop_of(frame: pd.DataFrame, header: int) -> TrainingLoop:
     """A loop header's facts: entries, iterations, its time, and its body's (the later lines of
-    the function that run at least once per iteration)."""
+    the function that run in every pass, see _body_hits)."""
     row = frame.loc[header]
     iterations = int(frame.loc[header + 1, "hits"])
     same = (frame["file"] == row["file"]) & (frame["first_lineno"] == row["first_lineno"]) & (
         frame["function"] == row["function"])
-    body = frame[same & (frame.index > header) & (frame["hits"] >= iterations)]
     # An entry that runs the loop to its end tests the header once more than the body runs; one
     # left through break/return does not. So the extra hits count the entries, and none extra
     # means every entry left early (then the line before tells the entries). The line before
@@ -366,6 +372,8 @@ def _loop_of(frame: pd.DataFrame, header: int) -> TrainingLoop:
     ended_by_break = hits == iterations
     entries = hits - iterations if not ended_by_break else (
         int(frame.loc[header - 1, "hits"]) if header - 1 in frame.index else 1)
+    body = frame[same & (frame.index > header)
+                 & (frame["hits"] >= _body_hits(iterations, entries))]
     return TrainingLoop(file=str(row["file"]), function=str(row["function"]),
                         lineno=int(row["lineno"]), hits=hits, iterations=iterations,
                         entries=entries, ended_by_break=ended_by_break,

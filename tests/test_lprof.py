@@ -664,3 +664,17 @@ def test_a_loop_inside_an_epoch_loop_is_entered_once_per_epoch(tmp_path: Path) -
     loop = lprof.parse(stats_file(tmp_path / "x.lprof", timings)).meta.loop
     assert (loop.lineno, loop.iterations, loop.entries, loop.ended_by_break) == (11, 30, 3,
                                                                                   False)
+
+
+def test_a_while_loop_left_by_break_keeps_the_lines_of_every_full_pass(tmp_path: Path) -> None:
+    """``while True: try: batch = next(it) except StopIteration: break; work(batch)``: 20
+    batches, 21 passes (the last one breaks before the work), so the work line runs 20 times,
+    one fewer than the passes. It belongs to the body (run in every pass but the breaking one);
+    the except and break lines (once) do not: the body holds the 20 ms of work, not only the
+    5 µs of the lines run 21 times."""
+    timings = {("gone.py", 10, "train"): [(11, 1, 10), (12, 21, 1000), (13, 21, 1000),
+                                          (14, 21, 4000), (15, 1, 50), (16, 1, 50),
+                                          (17, 20, 20_000_000)]}
+    loop = lprof.parse(stats_file(tmp_path / "x.lprof", timings)).meta.loop
+    assert (loop.lineno, loop.iterations, loop.ended_by_break) == (12, 21, True)
+    assert loop.body_ns == 1000 + 4000 + 20_000_000
