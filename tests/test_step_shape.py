@@ -197,3 +197,23 @@ def test_the_sliver_between_profiler_steps_is_no_dataloader_wait(tmp_path: Path)
     assert metrics.dataloader_fraction == 0.0
     assert metrics.shape is not None and metrics.shape.dataloader_wait is None
     assert metrics.breakdown is not None and metrics.breakdown.parts_ns["dataloader"] == 0
+
+
+def test_one_step_gives_a_verdict_of_low_confidence_and_says_why(tmp_path: Path) -> None:
+    """One ProfilerStep of CPU work (as schedule(active=1) around a first step gives): the
+    step may hold one-off work that a CPU profile records no set-up call for, so the verdict's
+    confidence is low whatever its margin, and a note says why."""
+    events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "pid": 1,
+               "tid": 1, "ts": 1000, "dur": 10_000, "args": {}},
+              {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1,
+               "ts": 1010, "dur": 9000, "args": {}}]
+    path = tmp_path / "one.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    run = analyze_paths([path], AnalyzeOptions()).runs[0]
+    assert run.verdict == "compute-bound" and run.verdict_margin > 0.15
+    assert run.verdict_confidence == "low"
+    assert run.notes == [
+        "only 1 step measured: whether it is a typical step or holds one-off work (a first "
+        "step builds optimizer state, picks its kernels, grows the allocator's pool) one step "
+        "cannot show, so the verdict's confidence is low at most; profile several steps after "
+        "the first"]

@@ -32,6 +32,7 @@ from profreport.reports.analysis.findings import (
     verdict,
     verdict_confidence,
 )
+from profreport.reports.analysis.findings.verdicts import STEADY_MIN_STEPS
 from profreport.reports.analysis.job import job_analysis
 from profreport.reports.analysis.memory import training_settings
 from profreport.reports.analysis.metrics import compute_run_metrics, primary_timed
@@ -44,7 +45,13 @@ from profreport.reports.analysis.ranks import (
     rank_verdicts,
     read_rank,
 )
-from profreport.reports.analysis.results import JobAnalysis, Report, RunAnalysis, Verdict
+from profreport.reports.analysis.results import (
+    JobAnalysis,
+    Report,
+    RunAnalysis,
+    RunMetrics,
+    Verdict,
+)
 from profreport.reports.analysis.scaling import run_world_size, scaling_studies
 from profreport.reports.analysis.timeline import build_timeline
 
@@ -217,6 +224,19 @@ def missing_ranks_note(world_size: int | None, summaries: list[RankSummary],
             "the transfer itself (give every rank's trace to see which rank the job waits for)"]
 
 
+def few_steps_note(metrics: RunMetrics) -> list[str]:
+    """The note saying that too few steps were measured to tell a typical step from one holding
+    one-off work (see STEADY_MIN_STEPS), unless the step is known to be start-up."""
+    steps = metrics.steps
+    warmup = metrics.shape.warmup if metrics.shape is not None else None
+    if steps is None or steps.count >= STEADY_MIN_STEPS or (warmup is not None and warmup.only):
+        return []
+    return [f"only {steps.count} step measured: whether it is a typical step or holds one-off "
+            "work (a first step builds optimizer state, picks its kernels, grows the "
+            "allocator's pool) one step cannot show, so the verdict's confidence is low at "
+            "most; profile several steps after the first"]
+
+
 def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
                 summaries: list[RankSummary]) -> RunAnalysis:
     """Metrics, findings, verdict and timeline of one run, from the whole profiles of its
@@ -248,7 +268,8 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
         timeline=build_timeline(*timed[0]) if timed else None,
         knobs=context.knobs, environment=context.environment,
         notes=_notes(manifest) + source_notes(profiles) + left_out_notes(profiles)
-        + missing_ranks_note(world_size, summaries, metrics.comm is not None),
+        + missing_ranks_note(world_size, summaries, metrics.comm is not None)
+        + few_steps_note(metrics),
         world_size=world_size,
         scaling_point=dict(getattr(manifest, "scaling", None) or {}),
         verdict_confidence=confidence[0] if confidence else None,

@@ -178,9 +178,10 @@ def _cpu_compute_bound(m: RunMetrics, ctx: RunContext, share: float,
     the operators' implementation (oneDNN or ATen's slow fallback) and the run's knobs."""
     origin: Origin = m.top_ops_origin or "kineto"
     for top in m.top_ops[:1]:
+        calls = f"{top.count:,} call{'' if top.count == 1 else 's'}"
         evidence.append(Evidence(f"top CPU operator by self time {top.name[:80]}: "
                                  f"{pct(top.share)} of step time ({ms(top.total_ns)} in "
-                                 f"{top.count:,} calls over the steps measured)", origin))
+                                 f"{calls} over the steps measured)", origin))
     mix = m.cpu_op_mix
     slow = mix is not None and mix.slow_fallback_fraction >= SLOW_FALLBACK_SHARE
     if mix is not None and slow:

@@ -40,6 +40,9 @@ SYNC_BOUND_IDLE_SHARE = 0.25
 CONFIDENT_MARGIN = 0.15
 #: Under 5 points from the threshold or the runner-up, a rerun could flip it: low confidence.
 CLEAR_MARGIN = 0.05
+#: Fewer steps than this cannot tell a typical step from one holding one-off work (a first step
+#: builds optimizer state, picks its kernels, grows the allocator's pool): confidence low at most.
+STEADY_MIN_STEPS = 2
 #: When more than this share of the step the GPU idles for no reason the trace shows (no data
 #: wait, sync or launch ends it), the verdict says unknown rather than guess.
 UNEXPLAINED_IDLE_SHARE = 0.50
@@ -233,6 +236,8 @@ def verdict_confidence(m: RunMetrics, name: Verdict) -> tuple[str, float] | None
     margin = min(chosen[0] - chosen[1], chosen[0] - max(others, default=0.0))
     label = ("high" if margin >= CONFIDENT_MARGIN else
              "medium" if margin >= CLEAR_MARGIN else "low")
+    if m.steps is not None and m.steps.count < STEADY_MIN_STEPS:
+        label = "low"
     return _capped_by_loop(m, name, label), margin
 
 
