@@ -58,6 +58,8 @@ _COLLECTIVE_KINDS = {
 # A training iteration: torch.profiler's ``ProfilerStep#12``, or an NVTX range ``step 12`` /
 # ``step_12`` / ``Step 12`` as the tutorials and profreport's own runner annotate them.
 _STEP = re.compile(r"^\s*(?:ProfilerStep#(\d+)|step[ _#]?(\d+))\s*$", re.IGNORECASE)
+# The step spans torch.profiler itself opens (see PROFILER_STEP), not a user's ``step 12``.
+_PROFILER_STEP_SPAN = r"^\s*ProfilerStep#\d+\s*$"
 
 # Waiting for the next batch: torch.profiler's ``enumerate(DataLoader)#<Iter>.__next__`` for the
 # single- and multi-process iterators, ``enumerate(DataPipe)#...`` for DataPipes, and the NVTX
@@ -512,6 +514,11 @@ def _step_numbers(names: pd.Series) -> pd.Series:
     """:func:`step_numbers` of distinct names."""
     parts = names.astype("string").str.extract(_STEP)
     return parts[0].fillna(parts[1]).astype("Int64")
+
+
+def is_profiler_step_span(names: pd.Series) -> pd.Series:
+    """Whether each step span is one torch.profiler opened (``ProfilerStep#N``)."""
+    return _matches(names, _PROFILER_STEP_SPAN)
 
 
 def step_numbers(names: pd.Series) -> pd.Series:

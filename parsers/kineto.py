@@ -83,7 +83,7 @@ ACCELERATOR_COPY_KINDS = {"HOST_TO_DEVICE": ("HtoD", "unknown", "Device"),
 #: Header members that list the accelerators, in the order they are looked for.
 DEVICE_LIST_KEYS = ("deviceProperties", "computeProperties")
 #: Where the rows of the ``steps`` table came from, for each way of finding them.
-STEP_ORIGINS = (concepts.PROFILER_STEP, "optimizer", "repeated op")
+STEP_ORIGINS = (concepts.PROFILER_STEP, "step range", "optimizer", "repeated op")
 #: The stores (:data:`kineto_columns.GROUPS`) the device-side tables and API calls are built from.
 DEVICE_GROUPS = frozenset({"kernel", "accelerator", "memcpy", "memset", "sync", "runtime"})
 
@@ -275,7 +275,8 @@ class _Tables:
     def steps(self, ranges: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
         """One row per iteration and the span name it came from (None for ProfilerStep).
 
-        ``ProfilerStep#N`` spans when the trace has them; else the stretches between the ends
+        ``ProfilerStep#N`` spans (or a user's ``step N`` ranges, origin ``step range``) when the
+        trace has them; else the stretches between the ends
         of consecutive optimizer steps; else the stretches between consecutive starts of the
         top-level span that repeats most on the busiest thread (numbers masked, the one that
         counts the passes first, as nsys ranges are read), never an operator of the dispatcher
@@ -285,7 +286,9 @@ class _Tables:
             subset=["number"])
         if not frame.empty:
             frame = concepts.one_row_per_step(frame)
-            return conform("steps", frame.assign(origin=concepts.PROFILER_STEP)), None
+            origin = np.where(concepts.is_profiler_step_span(frame["name"]),
+                              concepts.PROFILER_STEP, "step range")
+            return conform("steps", frame.assign(origin=origin)), None
         spans = pd.concat([self.cpu(self.rows("cpu_op")), ranges[["start", "end", "pid",
                                                                     "tid", "name"]]],
                           ignore_index=True)

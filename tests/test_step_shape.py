@@ -179,19 +179,26 @@ def test_stalls_with_the_gpu_at_work_are_another_task(tmp_path: Path) -> None:
                                             "another task between the training steps")
 
 
+def cpu_steps(path: Path, name: str, steps: int, range_us: int, period_us: int,
+              op_us: int) -> Path:
+    """A CPU-only trace of ``steps`` step ranges (``name`` formatted with the step number) of
+    ``range_us``, one every ``period_us``, each holding one aten::mm of ``op_us``."""
+    events = []
+    for n in range(steps):
+        ts = 1000 + n * period_us
+        events += [{"ph": "X", "cat": "user_annotation", "name": name.format(n), "pid": 1,
+                    "tid": 1, "ts": ts, "dur": range_us, "args": {}},
+                   {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1,
+                    "ts": ts + 10, "dur": op_us, "args": {}}]
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    return path
+
+
 def test_the_sliver_between_profiler_steps_is_no_dataloader_wait(tmp_path: Path) -> None:
     """prof.step() closes ProfilerStep#N and opens #N+1 back to back: the loop fetches its next
     batch inside a step, and the 20 µs between two spans (the profiler's own work) is no
     DataLoader wait. A loop without any DataLoader, four steps of 1 ms of work: no wait."""
-    events, ts = [], 1000
-    for n in range(4):
-        events += [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}", "pid": 1,
-                    "tid": 1, "ts": ts, "dur": 1000, "args": {}},
-                   {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1,
-                    "ts": ts + 10, "dur": 950, "args": {}}]
-        ts += 1020
-    path = tmp_path / "no_loader.json"
-    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    path = cpu_steps(tmp_path / "no_loader.json", "ProfilerStep#{}", 4, 1000, 1020, 950)
     metrics = analyze_paths([path], AnalyzeOptions()).runs[0].metrics
     assert metrics.steps is not None and metrics.steps.wall_mean_ns == 1_020_000
     assert metrics.dataloader_fraction == 0.0
@@ -203,12 +210,7 @@ def test_one_step_gives_a_verdict_of_low_confidence_and_says_why(tmp_path: Path)
     """One ProfilerStep of CPU work (as schedule(active=1) around a first step gives): the
     step may hold one-off work that a CPU profile records no set-up call for, so the verdict's
     confidence is low whatever its margin, and a note says why."""
-    events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "pid": 1,
-               "tid": 1, "ts": 1000, "dur": 10_000, "args": {}},
-              {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1,
-               "ts": 1010, "dur": 9000, "args": {}}]
-    path = tmp_path / "one.json"
-    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    path = cpu_steps(tmp_path / "one.json", "ProfilerStep#{}", 1, 10_000, 10_000, 9000)
     run = analyze_paths([path], AnalyzeOptions()).runs[0]
     assert run.verdict == "compute-bound" and run.verdict_margin > 0.15
     assert run.verdict_confidence == "low"
@@ -217,3 +219,13 @@ def test_one_step_gives_a_verdict_of_low_confidence_and_says_why(tmp_path: Path)
         "step builds optimizer state, picks its kernels, grows the allocator's pool) one step "
         "cannot show, so the verdict's confidence is low at most; profile several steps after "
         "the first"]
+
+
+def test_the_time_between_a_users_step_ranges_is_the_loops_fetch(tmp_path: Path) -> None:
+    """record_function(f"step {i}") opened after the loop fetched its batch (as NVTX 'step N'
+    ranges are): the 200 µs between two ranges is the fetch, a DataLoader wait, unlike the
+    sliver between torch.profiler's own ProfilerStep spans."""
+    path = cpu_steps(tmp_path / "user_steps.json", "step {}", 4, 800, 1000, 780)
+    metrics = analyze_paths([path], AnalyzeOptions()).runs[0].metrics
+    assert metrics.breakdown is not None
+    assert metrics.breakdown.parts_ns["dataloader"] == 600_000 // 4  # 3 gaps over 4 steps
