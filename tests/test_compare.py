@@ -141,6 +141,7 @@ def test_corpus_speedup_is_attributed_to_the_parts_that_add_up(corpus: Path) -> 
     assert loader.beyond_noise and loader.band_ns < 5_000_000
     assert "these parts changed: DataLoader wait 70.8 ms -> 1.3 ms (±4.8 ms)" in row.explanation
     data = json.loads(render_json(report))["comparison"]["rows"][1]
+    assert (row.step_time_kind, data["step_time_kind"]) == ("median", "median")
     assert data["attribution"][0] == {"part": "dataloader", "before_ms": 69.299,
                                       "after_ms": 1.42, "delta_ms": -67.878,
                                       "share_of_difference": 1.9318, "role": "driver",
@@ -212,6 +213,8 @@ def test_a_step_time_from_another_profiler_leaves_a_reported_rest() -> None:
     run = run_with_parts("fast", {"dataloader": 10, "compute": 80}, steps_ms=80)
     row = compare_runs([base, run]).rows[1]
     assert row.unexplained_ns == -30_000_000
+    # nsys gives its mean step only: the row's step time says it is a mean, not a median.
+    assert row.step_time_kind == "mean"
     assert sum(c.delta_ns for c in row.attribution) + row.unexplained_ns == -40_000_000
     assert row.explanation == (
         "Mean step time fell by 40.0 ms per step (120.0 ms -> 80.0 ms, timed by Nsight Systems); "

@@ -45,6 +45,7 @@ from profreport.reports.analysis.results import (
     PartChange,
     PartRole,
     RunAnalysis,
+    StepTimeKind,
     origin_label,
 )
 from profreport.units import ms, nbytes, pct
@@ -138,12 +139,12 @@ def step_samples(run: RunAnalysis) -> tuple[int, ...]:
     return part_samples(run, "step") if same else ()
 
 
-def typical_step_ns(run: RunAnalysis) -> int | None:
-    """The run's typical step: the median step window (warm-up left out, so one start-up or
-    teardown step cannot move it) when the step source has per-step samples, else
-    step_time_ns."""
+def typical_step(run: RunAnalysis) -> tuple[int | None, StepTimeKind]:
+    """The run's typical step and which statistic it is: the median step window (warm-up left
+    out, so one start-up or teardown step cannot move it) when the step source has per-step
+    samples, else step_time_ns, a mean."""
     samples = step_samples(run)
-    return int(np.median(samples)) if samples else step_time_ns(run)
+    return (int(np.median(samples)), "median") if samples else (step_time_ns(run), "mean")
 
 
 def shared_cpus(run: RunAnalysis) -> bool:
@@ -574,7 +575,7 @@ def _in_profiled_runs(base: RunAnalysis, run: RunAnalysis, knobs: dict[str, obje
 def _row(base: RunAnalysis, run: RunAnalysis) -> ComparisonRow:
     """One run's row against the baseline (speedup and noise: see the module docstring); the
     step time shown and its ratio are the typical (median) step, warm-up left out."""
-    base_step, step = typical_step_ns(base), typical_step_ns(run)
+    (base_step, _), (step, step_kind) = typical_step(base), typical_step(run)
     base_tp, tp = base.metrics.throughput_samples_per_s, run.metrics.throughput_samples_per_s
     knobs = changed_knobs(base, run)
     delta = breakdown_delta(base, run)
@@ -604,7 +605,7 @@ def _row(base: RunAnalysis, run: RunAnalysis) -> ComparisonRow:
         speedup_basis="throughput" if throughput_gain is not None else "step time",
         within_noise=noise, noise_fraction=band, attribution=changes,
         confounds=confounds(base, run) if run is not base else [],
-        unexplained_ns=unexplained_ns(changes, total))
+        unexplained_ns=unexplained_ns(changes, total), step_time_kind=step_kind)
 
 
 def compare_runs(runs: list[RunAnalysis], baseline: str | None = None) -> Comparison | None:

@@ -21,6 +21,8 @@ SCHEMA = "profreport/1"
 Severity = Literal["high", "medium", "low", "info"]
 Verdict = Literal["loader-bound", "compute-bound", "communication-bound", "host-bound",
                   "sync-bound", "balanced", "unknown"]
+#: Which statistic a comparison row's step time is.
+StepTimeKind = Literal["median", "mean"]
 #: Where a metric came from: a profiler, or the runner's own measurement.
 Origin = Literal["nsys", "kineto", "lprof", "manifest"]
 
@@ -755,6 +757,7 @@ class ComparisonRow:
     """One run against the baseline."""
 
     name: str
+    #: The run's typical profiled step (``step_time_kind`` says which statistic it is).
     step_time_ns: int | None
     throughput_samples_per_s: float | None
     #: The run's speed against the baseline's (>1 faster): the unprofiled throughput ratio when
@@ -785,6 +788,10 @@ class ComparisonRow:
     #: DataLoader kind, bytes per step), see compare.confounds; a gain is credited to no single
     #: one when there are several.
     confounds: list[str] = field(default_factory=list)
+    #: "median" when ``step_time_ns`` is the median step window (the breakdown's source timed
+    #: each step), "mean" when its step source gives a mean only (line_profiler, or steps
+    #: timed by another profiler than the breakdown's).
+    step_time_kind: StepTimeKind = "median"
 
 
 @dataclass(frozen=True)

@@ -243,7 +243,8 @@ def per_rank_figure(run: RunAnalysis) -> go.Figure | None:
 
 def comparison_figure(comparison: Comparison | None) -> go.Figure | None:
     """Every run against the baseline: unprofiled throughput when every run has one (what the
-    speedup is the ratio of), else mean step time; each bar labelled with its speedup."""
+    speedup is the ratio of), else the typical profiled step (its median, or its mean where the
+    step source gives only that); each bar labelled with its speedup."""
     if comparison is None or not comparison.rows:
         return None
     rows = comparison.rows
@@ -257,7 +258,9 @@ def comparison_figure(comparison: Comparison | None) -> go.Figure | None:
         rows = [row for row in rows if row.step_time_ns is not None]
         title = f"Step time against the baseline ({baseline})"
         values = [ms_value(row.step_time_ns) for row in rows]
-        unit = "mean ms per step"
+        kinds = {row.step_time_kind for row in rows}
+        unit = (f"{kinds.pop()} ms per step" if len(kinds) == 1
+                else "ms per step (median or mean: see the table)")
         speedups = [row.step_speedup if row.speedup_basis == "throughput" else row.speedup
                     for row in rows]
     if not rows:

@@ -237,7 +237,7 @@ def comparison_json(c: Comparison | None) -> dict[str, Any] | None:
     if c is None:
         return None
     return {"baseline": c.baseline, "noise_confidence": c.noise_confidence, "rows": [{
-        "name": r.name, "step_time_ms": _ms(r.step_time_ns),
+        "name": r.name, "step_time_ms": _ms(r.step_time_ns), "step_time_kind": r.step_time_kind,
         "throughput_samples_per_s": r.throughput_samples_per_s,
         "speedup": None if r.speedup is None else round(r.speedup, 4),
         "speedup_basis": r.speedup_basis,
