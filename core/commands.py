@@ -55,8 +55,7 @@ def _summary_lines(run: RunAnalysis) -> list[str]:
                 else "")
         window = m.shape.step_window if m.shape is not None else None
         median = f", median window {ms(window.median_ns)}" if window is not None else ""
-        kind = "loop pass" if m.steps.origin == "lprof" else "annotated range"
-        lines.append(f"  steps: {m.steps.count} × {ms(m.steps.mean_ns)} {kind} "
+        lines.append(f"  steps: {m.steps.count} × {ms(m.steps.mean_ns)} {m.steps.marker} "
                      f"({m.steps.origin}{wall}{median})")
     lines += [f"  [{f.severity}] {f.title}" for f in run.findings[:SUMMARY_FINDINGS]]
     if m.top_kernels:

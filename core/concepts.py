@@ -17,6 +17,9 @@ from pandas.api.extensions import ExtensionArray
 #: and opens the next back to back, so the loop's fetch of its next batch lies inside a span and
 #: the sliver between two spans is the profiler's own work.
 PROFILER_STEP = "ProfilerStep"
+#: The ``steps`` origins of a Kineto trace without step spans: the stretches from one optimizer
+#: step's end to the next one's, and the stretches between the starts of a repeated span.
+OPTIMIZER_STEPS, REPEATED_SPAN = "optimizer", "repeated op"
 #: Copy directions, as nsys and Kineto name them (the ``kind`` column of the ``memcpy`` table).
 HTOD, DTOH, DTOD, HTOH, PTOP = "HtoD", "DtoH", "DtoD", "HtoH", "PtoP"
 COPY_KINDS = (HTOD, DTOH, DTOD, HTOH, PTOP, "unknown")

@@ -83,7 +83,8 @@ ACCELERATOR_COPY_KINDS = {"HOST_TO_DEVICE": ("HtoD", "unknown", "Device"),
 #: Header members that list the accelerators, in the order they are looked for.
 DEVICE_LIST_KEYS = ("deviceProperties", "computeProperties")
 #: Where the rows of the ``steps`` table came from, for each way of finding them.
-STEP_ORIGINS = (concepts.PROFILER_STEP, "step range", "optimizer", "repeated op")
+STEP_ORIGINS = (concepts.PROFILER_STEP, "step range", concepts.OPTIMIZER_STEPS,
+                concepts.REPEATED_SPAN)
 #: The stores (:data:`kineto_columns.GROUPS`) the device-side tables and API calls are built from.
 DEVICE_GROUPS = frozenset({"kernel", "accelerator", "memcpy", "memset", "sync", "runtime"})
 
@@ -297,7 +298,7 @@ class _Tables:
             return _steps_between_ends(on_busiest_thread(optimizer)), None
         # An operator of the dispatcher repeats per layer or parameter (aten::uniform_ while a
         # model is built): only a span standing for a pass (an annotation, a stage) marks one.
-        return steps_from_repeats(spans, "repeated op", masked_numbers,
+        return steps_from_repeats(spans, concepts.REPEATED_SPAN, masked_numbers,
                                   never=concepts.is_dispatcher_op)
 
     def named_rows(self, store: str) -> pd.DataFrame:
@@ -328,18 +329,19 @@ def _steps_between_ends(optimizer: pd.DataFrame) -> pd.DataFrame:
     ends = optimizer["end"].to_numpy()
     frame = pd.DataFrame({"number": np.arange(1, len(ends)), "start": ends[:-1],
                           "end": ends[1:], "pid": optimizer["pid"].iloc[0],
-                          "tid": optimizer["tid"].iloc[0], "origin": "optimizer"})
+                          "tid": optimizer["tid"].iloc[0],
+                          "origin": concepts.OPTIMIZER_STEPS})
     return conform("steps", frame)
 
 
 def _steps_notes(steps: pd.DataFrame, span: str | None) -> list[str]:
     """The note saying where the steps came from when no ProfilerStep span marks them."""
     origin = steps["origin"].iloc[0] if not steps.empty else concepts.PROFILER_STEP
-    if origin == "optimizer":
+    if origin == concepts.OPTIMIZER_STEPS:
         return [f"no ProfilerStep span: the {len(steps):,} steps run from the end of one "
                 "optimizer step to the end of the next (the time before the first one's end is "
                 "no step's)"]
-    if origin == "repeated op":
+    if origin == concepts.REPEATED_SPAN:
         return [f"no ProfilerStep span or optimizer step: the {len(steps):,} steps are the "
                 f"repeated span '{error_text(span)}', each from its start to the next one's"]
     return []

@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from profreport.commands import _summary_lines
 from profreport.executors import ExecutorOptions
 from profreport.model import DataLoaderIterators
 from profreport.parsers import kineto
 from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
 from profreport.reports.analysis.results import RunAnalysis
+from profreport.reports.render.display import metric_groups
 
 PID, TID = 4242, 4242
 
@@ -427,6 +429,38 @@ def test_annotations_that_count_the_passes_are_the_steps(tmp_path: Path) -> None
     steps = profile.table("steps")
     assert profile.meta.step_span == "batch #" and steps["origin"].eq("repeated op").all()
     assert steps["start"].tolist() == [1_000_000 * i for i in range(4)]
+
+
+def _step_labels(path: Path) -> tuple[str, list[str]]:
+    """The terminal summary's steps line and the key-metrics labels of the steps' source."""
+    run = _analyzed(path)
+    (group,) = [g for g in metric_groups(run.metrics) if g.origin == "kineto"]
+    return _summary_lines(run)[1], [row.label for row in group.rows[:3]]
+
+
+def test_steps_found_without_a_marker_are_called_what_they_are(tmp_path: Path) -> None:
+    """Steps found from optimizer steps or a repeated span are no annotated range: the summary
+    and the key metrics say what the steps are, from the steps table's origin; steps that
+    ProfilerStep spans mark keep their label."""
+    optimizer, batches, marked = [], [], []
+    for i in range(4):
+        start = 1000 * i
+        optimizer += [_cpu("aten::mm", start, 600),
+                      _cpu("Optimizer.step#SGD.step", start + 700, 200)]
+        batches += [_cpu(f"batch {i}", start, 900, cat="user_annotation"),
+                    _cpu("aten::addmm", start + 10, 800)]
+        marked += [_cpu(f"ProfilerStep#{i}", start, 900, cat="user_annotation"),
+                   _cpu("aten::addmm", start + 10, 800)]
+    line, labels = _step_labels(_trace(tmp_path / "optimizer.json", optimizer))
+    assert line.startswith("  steps: 3 × 1.0 ms optimizer step to optimizer step (kineto, ")
+    assert labels == ["Steps measured", "Mean step (optimizer step to optimizer step)",
+                      "Step p50 / p90"]
+    line, labels = _step_labels(_trace(tmp_path / "batches.json", batches))
+    assert line.startswith("  steps: 4 × 1.0 ms repeated span 'batch #' (kineto, ")
+    assert labels[1:] == ["Mean step (repeated span 'batch #')", "Step p50 / p90"]
+    line, labels = _step_labels(_trace(tmp_path / "marked.json", marked))
+    assert line.startswith("  steps: 4 × 0.9 ms annotated range (kineto, ")
+    assert labels[1:] == ["Mean annotated step (its range alone)", "Annotated step p50 / p90"]
 
 
 def test_a_cpu_only_run_is_told_of_no_gpu(tmp_path: Path) -> None:

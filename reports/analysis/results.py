@@ -25,6 +25,8 @@ Verdict = Literal["loader-bound", "compute-bound", "communication-bound", "host-
 StepTimeKind = Literal["median", "mean"]
 #: Where a metric came from: a profiler, or the runner's own measurement.
 Origin = Literal["nsys", "kineto", "lprof", "manifest"]
+#: What a step is when a span the loop (or torch.profiler) opens per pass marks it.
+ANNOTATED_RANGE = "annotated range"
 
 #: The name people know each origin by, for evidence sentences and tables.
 ORIGIN_LABELS: dict[str, str] = {
@@ -83,6 +85,10 @@ class StepStats:
     #: Sample standard deviation of the step durations; None with fewer than 2 steps or when the
     #: origin knows only the mean (line_profiler).
     stdev_ns: int | None = None
+    #: What each step is, as the source recorded it: an annotated range (ProfilerStep, a user's
+    #: ``step N``, NVTX), line_profiler's loop pass, or a stretch found without step markers
+    #: (see reports.analysis.steps.step_marker).
+    marker: str = ANNOTATED_RANGE
 
 
 @dataclass(frozen=True)

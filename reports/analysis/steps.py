@@ -22,7 +22,13 @@ from profreport import concepts
 from profreport.model import Profile
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.kept import per_profile
-from profreport.reports.analysis.results import Origin, StepShape, StepStats, Warmup
+from profreport.reports.analysis.results import (
+    ANNOTATED_RANGE,
+    Origin,
+    StepShape,
+    StepStats,
+    Warmup,
+)
 from profreport.reports.analysis.shape import find_warmup, per_step
 
 
@@ -45,6 +51,8 @@ class StepWindows:
     #: its next batch (ranges opened after the fetch, as NVTX ``step N``); not between
     #: ProfilerStep spans (see concepts.PROFILER_STEP).
     fetch_between: bool = True
+    #: What each step is (see :func:`step_marker`).
+    marker: str = ANNOTATED_RANGE
 
     @property
     def count(self) -> int:
@@ -107,7 +115,19 @@ def step_windows(profile: Profile) -> StepWindows | None:
     return StepWindows(origin=profile.kind, numbers=numbers[keep], range_starts=starts[keep],
                        range_ends=ends[keep], starts=starts[keep], ends=wall_ends[keep],
                        warmup=warmup,
-                       fetch_between=not steps["origin"].eq(concepts.PROFILER_STEP).all())
+                       fetch_between=not steps["origin"].eq(concepts.PROFILER_STEP).all(),
+                       marker=step_marker(str(steps["origin"].iloc[0]), profile.meta.step_span))
+
+
+def step_marker(origin: str, span: str | None) -> str:
+    """What each step is, from the ``steps`` table's origin: the stretch from one optimizer
+    step's end to the next one's, the repeated span ``span`` (start to next start) when no
+    marker names the steps, else the annotated range that marks each."""
+    if origin == concepts.OPTIMIZER_STEPS:
+        return "optimizer step to optimizer step"
+    if origin == concepts.REPEATED_SPAN and span is not None:
+        return f"repeated span '{span}'"
+    return ANNOTATED_RANGE
 
 
 def _pct(values: np.ndarray, q: float) -> int:
@@ -123,7 +143,8 @@ def step_stats(windows: StepWindows) -> StepStats:
                      p50_ns=_pct(durations, 50), p90_ns=_pct(durations, 90),
                      min_ns=int(durations.min()), max_ns=int(durations.max()),
                      wall_mean_ns=int(wall.mean()) if len(wall) else None,
-                     stdev_ns=int(durations.std(ddof=1)) if len(durations) > 1 else None)
+                     stdev_ns=int(durations.std(ddof=1)) if len(durations) > 1 else None,
+                     marker=windows.marker)
 
 
 def in_windows(frame: pd.DataFrame, windows: StepWindows) -> pd.DataFrame:

@@ -11,10 +11,12 @@ from dataclasses import dataclass
 from pathlib import PurePath
 
 from profreport.reports.analysis.results import (
+    ANNOTATED_RANGE,
     PART_LABELS,
     Finding,
     RunAnalysis,
     RunMetrics,
+    StepStats,
     TraceLocation,
     Trials,
 )
@@ -186,12 +188,14 @@ def metric_groups(metrics: RunMetrics) -> list[MetricGroup]:
             for origin in origins]
 
 
-def _mean_step_label(origin: str) -> str:
-    """The mean step's row label: an annotated range, or line_profiler's loop time over its
-    passes (it records totals, not ranges)."""
-    if origin == "lprof":
+def _mean_step_label(steps: StepStats) -> str:
+    """The mean step's row label: an annotated range, line_profiler's loop time over its
+    passes (it records totals, not ranges), or what else marks the steps."""
+    if steps.origin == "lprof":
         return "Mean step (the loop's time over its passes)"
-    return "Mean annotated step (its range alone)"
+    if steps.marker == ANNOTATED_RANGE:
+        return "Mean annotated step (its range alone)"
+    return f"Mean step ({steps.marker})"
 
 
 def metric_rows(metrics: RunMetrics) -> list[MetricRow]:
@@ -200,10 +204,10 @@ def metric_rows(metrics: RunMetrics) -> list[MetricRow]:
     if metrics.steps is not None:
         steps = metrics.steps
         rows.append(MetricRow("Steps measured", number(steps.count), steps.origin))
-        rows.append(MetricRow(_mean_step_label(steps.origin), duration(steps.mean_ns),
-                              steps.origin))
+        rows.append(MetricRow(_mean_step_label(steps), duration(steps.mean_ns), steps.origin))
         if steps.p50_ns is not None and steps.p90_ns is not None:
-            rows.append(MetricRow("Annotated step p50 / p90",
+            annotated = "Annotated step" if steps.marker == ANNOTATED_RANGE else "Step"
+            rows.append(MetricRow(f"{annotated} p50 / p90",
                                   f"{duration(steps.p50_ns)} / {duration(steps.p90_ns)}",
                                   steps.origin))
         if steps.wall_mean_ns is not None:
@@ -212,7 +216,7 @@ def metric_rows(metrics: RunMetrics) -> list[MetricRow]:
     rows.extend(_shape_rows(metrics))
     for other in metrics.steps_by_origin:
         if metrics.steps is None or other.origin != metrics.steps.origin:
-            rows.append(MetricRow(_mean_step_label(other.origin), duration(other.mean_ns),
+            rows.append(MetricRow(_mean_step_label(other), duration(other.mean_ns),
                                   other.origin))
     if metrics.throughput_samples_per_s is not None:
         rows.append(MetricRow("Throughput (unprofiled)",
