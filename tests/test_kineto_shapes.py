@@ -14,6 +14,8 @@ from profreport.parsers import kineto
 from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
 from profreport.reports.analysis.results import RunAnalysis
 from profreport.reports.render.display import metric_groups
+from profreport.reports.render.json import render_json
+from profreport.reports.render.markdown import render_markdown
 
 PID, TID = 4242, 4242
 
@@ -376,11 +378,10 @@ def test_mi300x_copies_are_all_device_to_device(corpus: Path) -> None:
     assert profile.table("memcpy")["kind"].value_counts().to_dict() == {"DtoD": 550}
 
 
-def test_an_operator_repeated_while_a_model_is_built_is_no_step(tmp_path: Path) -> None:
-    """A trace of model construction only: each Linear layer's Parameter made (aten::empty,
-    aten::detach over detach) and initialised (aten::uniform_ for its weight and its bias).
-    aten::uniform_ repeats 16 times and takes the most time, but one operator repeats per
-    parameter: no pass of a loop is recorded, so no steps and the verdict is unknown."""
+def _construction() -> list[dict]:
+    """The events of building 8 Linear layers: each one's weight and bias Parameter made
+    (aten::empty, aten::detach over detach), then initialised (aten::uniform_, 90 µs for the
+    weight, 2 µs for the bias); 877 µs from the first operator's start to the last one's end."""
     events, ts = [], 0.0
     for _ in range(8):
         for _parameter in ("weight", "bias"):
@@ -389,12 +390,37 @@ def test_an_operator_repeated_while_a_model_is_built_is_no_step(tmp_path: Path) 
             ts += 5
         events += [_cpu("aten::uniform_", ts, 90), _cpu("aten::uniform_", ts + 95, 2)]
         ts += 100
-    path = _trace(tmp_path / "construct.json", events)
+    return events
+
+
+def test_an_operator_repeated_while_a_model_is_built_is_no_step(tmp_path: Path) -> None:
+    """A trace of model construction only: each Linear layer's Parameter made (aten::empty,
+    aten::detach over detach) and initialised (aten::uniform_ for its weight and its bias).
+    aten::uniform_ repeats 16 times and takes the most time, but one operator repeats per
+    parameter: no pass of a loop is recorded, so no steps and the verdict is unknown."""
+    path = _trace(tmp_path / "construct.json", _construction())
     profile = kineto.parse(path)
     assert profile.table("steps").empty and profile.meta.step_span is None
     run = _analyzed(path)
     assert run.metrics.steps is None
     assert run.verdict == "unknown" and "an optimizer step" in run.verdict_reason
+
+
+def test_a_trace_without_steps_lists_its_top_operators_over_the_profiled_span(
+        tmp_path: Path) -> None:
+    """Model construction only: no steps, so no share of step time, but the report still says
+    where the time went: the operators by self time over the profiled span (877 µs), the share's
+    basis carried in the result and said in the report's share column and its JSON."""
+    report = analyze_paths([_trace(tmp_path / "construct.json", _construction())],
+                           AnalyzeOptions(executor=ExecutorOptions(processes=1)))
+    (run,) = report.runs
+    assert run.metrics.steps is None and run.metrics.top_ops_share_of == "profiled span"
+    top = run.metrics.top_ops[0]
+    assert (top.name, top.total_ns, top.count) == ("aten::uniform_", 736_000, 16)
+    assert top.share == pytest.approx(736 / 877)
+    assert ("| # | Operator | Self time | Calls | Share of the profiled span |"
+            in render_markdown(report))
+    assert json.loads(render_json(report))["runs"][0]["top_ops_share_of"] == "profiled span"
 
 
 def test_a_second_trace_without_a_rank_is_said_to_be_left_out(tmp_path: Path) -> None:

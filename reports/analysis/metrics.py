@@ -170,6 +170,7 @@ def compute_run_metrics(profiles: list[Profile], manifest: Manifest | None = Non
     lines = _lines_of(profiles)
     loop = dataloader_loop(profiles)
     _add_step_metrics(metrics, timed)
+    _add_top_ops(metrics, timed, ordered)
     _add_lprof_metrics(metrics, lines, loop)
     _add_attributed_metrics(metrics, timed, loop)
     if gpu_profile is not None:
@@ -235,7 +236,7 @@ def _windows_of(profile: Profile, timed: list[tuple[Profile, StepWindows]]) -> S
 
 
 def _add_step_metrics(metrics: RunMetrics, timed: list[tuple[Profile, StepWindows]]) -> None:
-    """Step statistics and the DataLoader share from every ranged profile; CPU ops to list."""
+    """Step statistics and the DataLoader share from every ranged profile."""
     for profile, windows in timed:
         metrics.steps_by_origin.append(step_stats(windows))
         metrics.dataloader_fraction_by_origin.setdefault(
@@ -245,11 +246,27 @@ def _add_step_metrics(metrics: RunMetrics, timed: list[tuple[Profile, StepWindow
         profile, windows = timed[0]
         metrics.shape = step_shape(profile, windows, busy_intervals(profile)
                                    if has_gpu_events(profile) else None)
-    with_ops = [(p, w) for p, w in timed if attribution_level(p) <= ATTRIBUTES_CPU_OPS]
-    if with_ops:
-        ops_profile, ops_windows = min(with_ops, key=lambda pw: _OPS_ORIGIN_ORDER[pw[0].kind])
-        metrics.top_ops = top_ops(ops_profile, ops_windows)
-        metrics.top_ops_origin = ops_profile.kind if metrics.top_ops else None
+
+
+def _add_top_ops(metrics: RunMetrics, timed: list[tuple[Profile, StepWindows]],
+                 ordered: list[Profile]) -> None:
+    """CPU ops by self time, from the preferred source with operators over its steps; when no
+    source has both, over the profiled span of one without steps (a trace of model
+    construction, or of inference with no pass marked), so the report still says where the
+    time went."""
+    with_ops: list[tuple[Profile, StepWindows | None]] = [
+        (p, w) for p, w in timed if attribution_level(p) <= ATTRIBUTES_CPU_OPS]
+    if not with_ops:
+        with_ops = [(p, None) for p in ordered
+                    if p.kind != "lprof" and step_windows(p) is None
+                    and attribution_level(p) <= ATTRIBUTES_CPU_OPS]
+    if not with_ops:
+        return
+    ops_profile, ops_windows = min(with_ops, key=lambda pw: _OPS_ORIGIN_ORDER[pw[0].kind])
+    metrics.top_ops = top_ops(ops_profile, ops_windows)
+    if metrics.top_ops:
+        metrics.top_ops_origin = ops_profile.kind
+        metrics.top_ops_share_of = "step time" if ops_windows is not None else "profiled span"
 
 
 def _add_attributed_metrics(metrics: RunMetrics, timed: list[tuple[Profile, StepWindows]],

@@ -25,6 +25,9 @@ Verdict = Literal["loader-bound", "compute-bound", "communication-bound", "host-
 StepTimeKind = Literal["median", "mean"]
 #: Where a metric came from: a profiler, or the runner's own measurement.
 Origin = Literal["nsys", "kineto", "lprof", "manifest"]
+#: What a share of CPU-operator time is of: the summed step windows, or, in a profile without
+#: steps, the profiled span (its first framework operator's start to its last one's end).
+ShareBasis = Literal["step time", "profiled span"]
 #: What a step is when a span the loop (or torch.profiler) opens per pass marks it.
 ANNOTATED_RANGE = "annotated range"
 
@@ -569,9 +572,11 @@ class RunMetrics:
     gpu_idle: IdleCauses | None = None
     cpu_phases: CpuPhaseBreakdown | None = None
     top_kernels: list[TopItem] = field(default_factory=list)
-    #: CPU ops by self time; ``top_ops_origin`` is the profiler they came from.
+    #: CPU ops by self time; ``top_ops_origin`` is the profiler they came from and
+    #: ``top_ops_share_of`` what their ``share`` is of.
     top_ops: list[TopItem] = field(default_factory=list)
     top_ops_origin: Origin | None = None
+    top_ops_share_of: ShareBasis | None = None
     kernel_mix: KernelMix | None = None
     cpu_op_mix: CpuOpMix | None = None
     trials: Trials | None = None

@@ -117,6 +117,12 @@ def number(value: float | None, digits: int = 1) -> str:
     return f"{value:,.{digits}f}"
 
 
+def share_header(basis: str | None) -> str:
+    """The top-operator table's share column: of step time, as every share in a report is
+    unless it says otherwise, or of the profiled span (a profile without steps)."""
+    return "Share of the profiled span" if basis == "profiled span" else "Share"
+
+
 def elide(text: str, limit: int | None) -> str:
     """``text`` cut to about ``limit`` characters by dropping its middle (no limit when None);
     the templates' ``finalize`` neutralises it afterwards (:func:`profreport.text.neutralise`)."""

@@ -56,6 +56,7 @@ _FILTERS = {
     "origin_label": origin_label,
     "heat_bucket": display.heat_bucket,
     "elide": display.elide,
+    "share_header": display.share_header,
     "tooltip": display.tooltip,
 }
 #: Longest kernel or op name a table shows (templated kernels run to thousands of characters;

@@ -211,6 +211,7 @@ def run_json(run: RunAnalysis) -> dict[str, Any]:
         "findings": [_finding(f) for f in run.findings],
         "top_kernels": [_top(k) for k in m.top_kernels],
         "top_ops": [_top(k) for k in m.top_ops],
+        "top_ops_share_of": m.top_ops_share_of,
         "lines": [_line(line) for line in m.lines],
         "knobs": run.knobs, "environment": run.environment, "notes": run.notes,
         "memory": memory_json(m.memory), "world_size": run.world_size,
