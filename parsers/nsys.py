@@ -178,6 +178,8 @@ def read_export(export_path: Path, *, source: Path | None = None) -> Profile:
     meta.time_zero_ns = 0
     meta.dropped = dict(export.dropped)
     meta.notes = [dropped_note(table, count) for table, count in export.dropped.items()]
+    if "ranges" in tables:
+        meta.notes += filter(None, [other_step_processes(tables["ranges"], tables["steps"])])
     _nvtx_structure(tables, meta)
     meta.empty = nothing_recorded(tables)
     return Profile(path=source, kind="nsys", tool_version=meta.exporter_version,
@@ -519,7 +521,7 @@ def _read_tables(export: _Export) -> dict[str, pd.DataFrame]:
               if (frame := read(export)) is not None}
     if "ranges" in tables:
         tables["steps"] = steps_from_ranges(tables["ranges"])
-        tables["dataloader"] = dataloader_from_ranges(tables["ranges"])
+        tables["dataloader"] = dataloader_from_ranges(tables["ranges"], tables["steps"])
     return tables
 
 
@@ -1166,7 +1168,8 @@ def _threads(export: _Export) -> pd.DataFrame | None:
 
 
 def steps_from_ranges(ranges: pd.DataFrame) -> pd.DataFrame:
-    """``step N`` ranges of the thread that has the most of them, one row per step number."""
+    """``step N`` ranges of the thread that has the most of them (the first such thread in
+    (pid, tid) order on a tie), one row per step number."""
     numbers = concepts.step_numbers(ranges["name"])
     steps = ranges.assign(number=numbers)[numbers.notna().to_numpy()]
     if steps.empty:
@@ -1176,9 +1179,31 @@ def steps_from_ranges(ranges: pd.DataFrame) -> pd.DataFrame:
     return conform("steps", concepts.one_row_per_step(steps).assign(origin="nvtx"))
 
 
-def dataloader_from_ranges(ranges: pd.DataFrame) -> pd.DataFrame:
-    """Ranges that mark waiting for the next batch (concepts.is_dataloader_span)."""
-    return conform("dataloader", ranges[concepts.is_dataloader_span(ranges["name"]).to_numpy()])
+def dataloader_from_ranges(ranges: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """Ranges that mark waiting for the next batch (concepts.is_dataloader_span), of the
+    process whose ``steps`` they are when there are steps: in a capture of several processes
+    (torchrun under nsys) another rank's waits are not this one's."""
+    loader = ranges[concepts.is_dataloader_span(ranges["name"]).to_numpy()]
+    if not steps.empty:
+        loader = loader[loader["pid"].to_numpy() == steps["pid"].iloc[0]]
+    return conform("dataloader", loader)
+
+
+def other_step_processes(ranges: pd.DataFrame, steps: pd.DataFrame) -> str | None:
+    """The note for a capture whose ``step N`` ranges come from several processes: whose steps
+    the per-step figures are, and which processes were left out; None for one process."""
+    if steps.empty:
+        return None
+    numbered = ranges[concepts.step_numbers(ranges["name"]).notna().to_numpy()]
+    pids = sorted(int(pid) for pid in pd.unique(numbered["pid"]))
+    chosen = int(steps["pid"].iloc[0])
+    others = [pid for pid in pids if pid != chosen]
+    if not others:
+        return None
+    return (f"the capture holds the step ranges of {len(pids)} processes (pids "
+            f"{', '.join(map(str, pids))}): the per-step figures and the DataLoader wait are "
+            f"process {chosen}'s (the most step ranges on one thread); those of "
+            f"{', '.join(map(str, others))} are not in them")
 
 
 def _enum_names(export: _Export, enum: str, codes: pd.Series, fallback: dict[int, str],

@@ -708,3 +708,31 @@ def test_exported_ids_take_the_narrowest_dtype(profiles: dict[str, Profile]) -> 
     read = profiles["sc22_4gpu_baseline"]
     assert str(read.table("kernels")["correlation"].dtype) == "int32"
     assert str(read.table("runtime")["tid"].dtype) == "int32"
+
+
+def test_two_processes_in_one_capture_keep_their_own_dataloader_wait(tmp_path: Path) -> None:
+    """torchrun under nsys: both ranks write 'step N' and 'dataloader' ranges into one capture.
+    The steps are process 1's (its thread first on a tie), so only its DataLoader ranges count
+    (10 ms between its steps); process 2's 50 ms waits inside process 1's steps are not in
+    them, and a note names the process left out."""
+    ms = 10**6
+    ranges = []
+    for i in range(5):
+        base = i * 100 * ms
+        ranges += [(base, base + 90 * ms, f"step {i}"),
+                   (base + 90 * ms, base + 100 * ms, "dataloader")]
+    path = write_nsys_export(tmp_path / "two_ranks.sqlite", [], ranges)
+    second = (2 << 24) | 2  # pid 2, tid 2
+    with sqlite3.connect(path) as conn:
+        conn.executemany("INSERT INTO NVTX_EVENTS VALUES (?, ?, 59, ?, 0, ?, NULL)",
+                         [row for i in range(5) for row in (
+                             (i * 100 * ms, i * 100 * ms + 90 * ms, second, f"step {i}"),
+                             (i * 100 * ms + 10 * ms, i * 100 * ms + 60 * ms, second,
+                              "dataloader"))])
+    profile = nsys.parse(path)
+    assert set(profile.table("steps")["pid"]) == {1}
+    loader = profile.table("dataloader")
+    assert set(loader["pid"]) == {1} and len(loader) == 5
+    assert ("the capture holds the step ranges of 2 processes (pids 1, 2): the per-step figures "
+            "and the DataLoader wait are process 1's (the most step ranges on one thread); those "
+            "of 2 are not in them") in profile.meta.notes
