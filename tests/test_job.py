@@ -250,3 +250,14 @@ def test_one_rank_of_a_job_says_the_others_were_not_given(tmp_path: Path) -> Non
         "every rank's trace to see which rank the job waits for)"]
     write_rank(tmp_path, 0, compute_us=9000, comm_us=10000)
     assert analyze_paths([tmp_path], AnalyzeOptions()).runs[0].notes == []
+
+
+def test_only_the_ranks_that_wait_alike_are_said_to() -> None:
+    """Three ranks keeping pace: ranks 0 and 1 expose 10% and 12% of their step, rank 2 60%.
+    No single rank is waited for, and the sentence names the two that wait alike, not a
+    '10% to 60%' that every rank would share."""
+    job = job_analysis([rank(0, "compute-bound", 100, 0.10), rank(1, "compute-bound", 100, 0.12),
+                        rank(2, "communication-bound", 101, 0.60)])
+    assert "the 2 ranks that wait least wait alike inside the collectives (10% to 12% of each " \
+        "step exposed), so none is the one the others wait for" in job.verdict_reason
+    assert "60%" not in job.verdict_reason.split("exposed)")[0]

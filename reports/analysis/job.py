@@ -60,14 +60,18 @@ def pace_setter(ranks: Sequence[RankVerdict], slowest: RankVerdict,
 
 
 def _wait_alike(timed: Sequence[RankVerdict]) -> str | None:
-    """'61% to 67%' (or '67%' when they round alike) when the least exposed communication
-    of the ranks lies within PACE_EXPOSED_MARGIN of the step of the next (no rank is waited
-    for), else None."""
+    """Who waits alike when the least exposed communication of the ranks lies within
+    PACE_EXPOSED_MARGIN of the step of the next (no rank is waited for): 'they wait alike
+    (61% to 67% ...' when every rank does, 'the 2 ranks that wait least wait alike (10% to
+    12% ...' when others wait longer; else None."""
     shares = sorted(r.comm_exposed_fraction or 0.0 for r in timed)
     if len(shares) < 2 or shares[1] - shares[0] >= PACE_EXPOSED_MARGIN:
         return None
-    low, high = pct(shares[0]), pct(shares[-1])
-    return low if low == high else f"{low} to {high}"
+    alike = [share for share in shares if share - shares[0] < PACE_EXPOSED_MARGIN]
+    low, high = pct(alike[0]), pct(alike[-1])
+    who = ("they wait alike" if len(alike) == len(shares)
+           else f"the {len(alike)} ranks that wait least wait alike")
+    return f"{who} inside the collectives ({low if low == high else f'{low} to {high}'}"
 
 
 def disagreement(ranks: Sequence[RankVerdict], pacer: RankVerdict | None) -> str | None:
@@ -116,8 +120,7 @@ def job_analysis(ranks: Sequence[RankVerdict]) -> JobAnalysis | None:
         lead = f"the ranks keep pace within {STRAGGLER_LAG:.0%}: {pace}"
         alike = _wait_alike([r for r in ranks if r.comm_exposed_fraction is not None])
         if alike is not None:
-            lead += (f"; they wait alike inside the collectives ({alike} of each step "
-                     "exposed), so none is the one the others wait for")
+            lead += f"; {alike} of each step exposed), so none is the one the others wait for"
     else:
         lead = (f"the ranks keep pace within {STRAGGLER_LAG:.0%} ({pace}); rank {pacer.rank} "
                 "waits least inside the collectives "
