@@ -263,9 +263,13 @@ def test_an_unprofiled_run_that_shared_the_cpus_is_not_its_throughput() -> None:
     assert row.speedup_basis == "step time" and row.throughput_gain is None
     assert row.speedup == pytest.approx(49.4 / 53.9)
     assert row.explanation.startswith(
-        "The unprofiled runs shared the CPUs with other work (baseline: other processes used 60% "
-        "of the machine's CPU time while it ran and 3.0% was left idle): their throughput is not "
-        "their own, so the speedup is the profiled step-time ratio.")
+        "The unprofiled run shared the CPUs with other work (baseline's: other processes used "
+        "60% of the machine's CPU time while it ran and 3.0% was left idle): its throughput is "
+        "not its own, so the speedup is the profiled step-time ratio.")
+    # Both sides' noise would come from their profiled steps, not one from its unshared plain
+    # run: these hand-built runs time no profiled step, so the band is unknown, not mixed.
+    assert step_spread(run) is not None and step_spread(run, plain=False) is None
+    assert row.noise_fraction is None and row.within_noise is None
     # Without the shared baseline, the slow plain steps set the speedup and its band.
     base.metrics.plain_cpu = None
     unshared = compare_runs([base, run]).rows[1]
@@ -330,6 +334,7 @@ def test_a_line_profiler_breakdown_is_not_compared_part_by_part() -> None:
                                         lines.metrics.breakdown.parts_ns)
     row = compare_runs([base, lines]).rows[1]
     assert row.attribution == [] and row.unexplained_ns is None
+    assert row.breakdown_delta_ns == {}  # the per-part table would show the same 'Other -0.5 ms'
     assert row.explanation.startswith(
         "The breakdowns come from torch.profiler -> line_profiler, which split the step "
         "differently (line_profiler's lines give only the DataLoader wait and the rest): the "

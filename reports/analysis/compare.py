@@ -153,25 +153,30 @@ def shared_cpus(run: RunAnalysis) -> bool:
     return run.metrics.plain_cpu is not None and run.metrics.plain_cpu.shared
 
 
-def shared_cpu_text(base: RunAnalysis, run: RunAnalysis) -> str | None:
+def shared_cpu_text(base: RunAnalysis, run: RunAnalysis, step_speedup: float | None) -> str | None:
     """The sentence naming the runs whose unprofiled launch shared the CPUs with other work
     (their throughput is then left out of the speedup), or None."""
-    said = "; ".join(f"{r.name}: other processes used {pct(cpu.other_share)} of the machine's "
-                     f"CPU time while it ran and {pct(cpu.idle_share)} was left idle"
-                     for r in (base, run)
-                     if (cpu := r.metrics.plain_cpu) is not None and cpu.shared)
-    if not said:
+    shared = [(r.name, cpu) for r in (base, run)
+              if (cpu := r.metrics.plain_cpu) is not None and cpu.shared]
+    if not shared:
         return None
-    return (f"The unprofiled runs shared the CPUs with other work ({said}): their throughput "
-            "is not their own, so the speedup is the profiled step-time ratio.")
+    said = "; ".join(f"{name}'s: other processes used {pct(cpu.other_share)} of the machine's "
+                     f"CPU time while it ran and {pct(cpu.idle_share)} was left idle"
+                     for name, cpu in shared)
+    one = len(shared) == 1
+    instead = ("so the speedup is the profiled step-time ratio" if step_speedup is not None
+               else "and no profiled step time gives a speedup instead")
+    return (f"The unprofiled run{'' if one else 's'} shared the CPUs with other work ({said}): "
+            f"{'its' if one else 'their'} throughput is not {'its' if one else 'their'} own, "
+            f"{instead}.")
 
 
-def step_spread(run: RunAnalysis) -> Spread | None:
+def step_spread(run: RunAnalysis, plain: bool = True) -> Spread | None:
     """Spread of the run's step samples: the plain run's steps in blocks (see NOISE_BLOCKS;
-    not when that run shared the CPUs with other work), else the profiled step windows' median
-    and its robust error (see robust_spread), else the step source's statistics; None when none
-    has two samples."""
-    samples = block_means([] if shared_cpus(run) else run.metrics.plain_step_ns)
+    when ``plain`` and that run did not share the CPUs with other work), else the profiled step
+    windows' median and its robust error (see robust_spread), else the step source's
+    statistics; None when none has two samples."""
+    samples = block_means(run.metrics.plain_step_ns if plain and not shared_cpus(run) else [])
     if len(samples) >= 2 and samples.mean() > 0:
         return Spread(float(samples.mean()), float(samples.std(ddof=1)), len(samples))
     robust = robust_spread(step_samples(run))
@@ -329,9 +334,10 @@ def confounds(base: RunAnalysis, run: RunAnalysis) -> list[str]:
 
 
 def breakdown_delta(base: RunAnalysis, run: RunAnalysis) -> dict[str, int]:
-    """Run minus baseline, mean ns per step, for each breakdown part."""
+    """Run minus baseline, mean ns per step, for each breakdown part; none when either side has
+    no breakdown or the two split the step differently (see parts_differ)."""
     a, b = base.metrics.breakdown, run.metrics.breakdown
-    if a is None or b is None:
+    if a is None or b is None or parts_differ(base, run) is not None:
         return {}
     return {part: b.parts_ns[part] - a.parts_ns[part] for part in BREAKDOWN_PARTS}
 
@@ -533,8 +539,11 @@ def disagreement(throughput_gain: float | None, step_speedup: float | None) -> s
 
 
 def _noise(base: RunAnalysis, run: RunAnalysis, speedup: float | None) -> float | None:
-    """The noise band of ``speedup`` (see noise_band), or None when a side's spread is unknown."""
-    spreads = step_spread(base), step_spread(run)
+    """The noise band of ``speedup`` (see noise_band), or None when a side's spread is unknown;
+    both sides' spreads of the same kind: the profiled steps' on both when either plain run
+    shared the CPUs."""
+    plain = not (shared_cpus(base) or shared_cpus(run))
+    spreads = step_spread(base, plain), step_spread(run, plain)
     if speedup is None or speedup <= 0 or spreads[0] is None or spreads[1] is None:
         return None
     return noise_band(spreads[0], spreads[1])
@@ -580,7 +589,7 @@ def _row(base: RunAnalysis, run: RunAnalysis) -> ComparisonRow:
     knobs = changed_knobs(base, run)
     delta = breakdown_delta(base, run)
     step_speedup = base_step / step if base_step and step else None
-    shared = shared_cpu_text(base, run) if run is not base else None
+    shared = shared_cpu_text(base, run, step_speedup) if run is not base else None
     throughput_gain = tp / base_tp if tp and base_tp and shared is None else None
     speedup = throughput_gain if throughput_gain is not None else step_speedup
     explanation, band, noise = "baseline", None, None
