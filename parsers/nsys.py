@@ -1201,9 +1201,11 @@ def other_step_processes(ranges: pd.DataFrame, steps: pd.DataFrame) -> str | Non
     if not others:
         return None
     return (f"the capture holds the step ranges of {len(pids)} processes (pids "
-            f"{', '.join(map(str, pids))}): the per-step figures and the DataLoader wait are "
-            f"process {chosen}'s (the most step ranges on one thread); those of "
-            f"{', '.join(map(str, others))} are not in them")
+            f"{', '.join(map(str, pids))}): the steps and the DataLoader wait are process "
+            f"{chosen}'s (the most step ranges on one thread), while the GPU work and runtime "
+            f"calls of {', '.join(map(str, others))} stay in the figures timed against those "
+            "steps; for each rank's own figures, profile each rank to its own file "
+            "(torchrun ... --no-python nsys profile -o report.%q{RANK} python train.py)")
 
 
 def _enum_names(export: _Export, enum: str, codes: pd.Series, fallback: dict[int, str],
