@@ -145,10 +145,15 @@ def _cpu_s(who: int) -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+#: Launchers that start the program outside the launcher's own process tree: slurmstepd runs
+#: srun's tasks, nsys's agent starts the profiled program (its parent is nsys-launcher).
+OUTSIDE_TREE_LAUNCHERS = frozenset({"srun", "nsys"})
+
+
 def _own_tree(launch: Launch) -> bool:
     """Whether the launch's processes all run below this one, so that their CPU time comes back
-    when they are reaped: not under srun (slurmstepd starts them) nor nsys (its agent does)."""
-    return not any(Path(part).name in ("srun", "nsys") for part in launch.command[:1])
+    when they are reaped (see OUTSIDE_TREE_LAUNCHERS)."""
+    return bool(launch.command) and Path(launch.command[0]).name not in OUTSIDE_TREE_LAUNCHERS
 
 
 def run_launch(launch: Launch) -> ProfiledRun:
@@ -172,10 +177,14 @@ def run_launch(launch: Launch) -> ProfiledRun:
     record = ProfiledRun(MANIFEST_PROFILER[launch.profiler], launch.command, status,
                          time.perf_counter() - started)
     busy_after = machine_busy_s()
-    if _own_tree(launch) and busy_before is not None and busy_after is not None:
+    # A launch that failed may leave workers no one reaps: their CPU time would read as the
+    # rest of the machine's.
+    if _own_tree(launch) and status == 0:
         record.cpu_s = round(_cpu_s(resource.RUSAGE_CHILDREN) - launch_before, 3)
-        runner = _cpu_s(resource.RUSAGE_SELF) - runner_before
-        record.other_cpu_s = round(max(busy_after - busy_before - record.cpu_s - runner, 0.0), 3)
+        if busy_before is not None and busy_after is not None:
+            runner = _cpu_s(resource.RUSAGE_SELF) - runner_before
+            record.other_cpu_s = round(max(busy_after - busy_before - record.cpu_s - runner,
+                                           0.0), 3)
     if status != 0:
         lines = log_lines(errors) or log_lines(launch.log)
         record.signal = signal_of(status, lines)

@@ -139,7 +139,7 @@ def test_a_dask_task_gets_its_share_of_the_worker_cpus(monkeypatch: pytest.Monke
     (decoding threads, range workers), as a local pool's worker does; outside a task, all 8."""
     monkeypatch.setattr(executors, "available_cpus", lambda: 8)
     with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
-                                  dashboard_address=":0") as cluster, \
+                                  dashboard_address="127.0.0.1:0") as cluster, \
             distributed.Client(cluster) as client:
         assert client.submit(cpu_share, pure=False).result(timeout=START_TIMEOUT_S) == 4
     assert cpu_share() == 8

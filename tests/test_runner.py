@@ -690,8 +690,32 @@ def test_a_launch_records_its_cpu_time_and_the_rest_of_the_machines(tmp_path: Pa
     assert record.exit_status == 0
     assert 1.5 <= record.cpu_s <= 2.2
     assert record.other_cpu_s >= 1.0
-    nsys = run_launch(Launch("nsys", ["nsys", "--version"], tmp_path / "nsys.log"))
-    assert nsys.cpu_s is None and nsys.other_cpu_s is None
+    # A launcher that starts its program outside the runner's tree (here a stand-in named nsys
+    # that runs it): not measured, although this stand-in's program is the runner's child.
+    stand_in = tmp_path / "nsys"
+    stand_in.write_text('#!/bin/sh\nexec "$@"\n')
+    stand_in.chmod(0o755)
+    nsys = run_launch(Launch("nsys", [str(stand_in), sys.executable, "-c", SPIN, "0.2"],
+                             tmp_path / "nsys.log"))
+    assert nsys.exit_status == 0 and nsys.cpu_s is None and nsys.other_cpu_s is None
+
+
+def test_launch_cpu_accounting_subtracts_the_launch_and_the_runner(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The machine was busy 10 s during the launch, the launch's processes used 3 s and the
+    runner 0.2 s: the rest of the machine used 6.8 s. A failed launch records neither (workers
+    it leaves unreaped would read as the rest of the machine's)."""
+    from profreport.runner import launch as launch_module
+
+    busy = iter([100.0, 110.0, 200.0, 210.0])
+    usage = {"self": iter([1.0, 1.2, 5.0, 5.0]), "children": iter([5.0, 8.0, 9.0, 9.0])}
+    monkeypatch.setattr(launch_module, "machine_busy_s", lambda: next(busy))
+    monkeypatch.setattr(launch_module, "_cpu_s", lambda who: next(
+        usage["self" if who == launch_module.resource.RUSAGE_SELF else "children"]))
+    done = run_launch(Launch("none", ["true"], tmp_path / "true.log"))
+    assert (done.cpu_s, done.other_cpu_s) == (3.0, 6.8)
+    failed = run_launch(Launch("none", ["false"], tmp_path / "false.log"))
+    assert failed.exit_status == 1 and (failed.cpu_s, failed.other_cpu_s) == (None, None)
 
 
 @pytest.mark.slow
