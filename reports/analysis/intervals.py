@@ -193,18 +193,13 @@ def _pieces(a: Intervals, b: Intervals, first: np.ndarray, before: np.ndarray,
     return starts, ends
 
 
-def _complement(iv: Intervals) -> Intervals:
-    """Everything ``iv`` does not cover, as intervals reaching the int64 limits."""
-    limits = np.iinfo(np.int64)
-    return Intervals(np.concatenate([[limits.min], iv.ends]),
-                     np.concatenate([iv.starts, [limits.max]]))
-
-
 def subtract(a: Intervals, b: Intervals) -> Intervals:
-    """The parts of ``a`` not covered by ``b``."""
-    if len(a) == 0 or len(b) == 0:
-        return a
-    return _overlaps(a, _complement(b))
+    """The parts of ``a`` not covered by ``b``: :func:`subtract_blocks`' stretches joined."""
+    pieces = list(subtract_blocks(a, b))
+    if len(pieces) <= 1:
+        return pieces[0] if pieces else EMPTY
+    return Intervals(np.concatenate([piece.starts for piece in pieces]),
+                     np.concatenate([piece.ends for piece in pieces]))
 
 
 def subtract_blocks(a: Intervals, b: Intervals) -> Iterator[Intervals]:
