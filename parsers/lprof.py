@@ -356,26 +356,43 @@ def _body_hits(iterations: int, entries: int) -> int:
     return max(iterations - entries, entries + 1)
 
 
+def _entries(frame: pd.DataFrame, header: int, iterations: int) -> tuple[int, bool]:
+    """How many times the loop at ``header`` was entered, and whether every entry left early.
+
+    An entry that runs the loop to its end tests the header once more than the body runs; one
+    left through break/return does not. So the extra hits count the entries, and none extra
+    means every entry left early (then the line before tells the entries). The line before
+    cannot count them first: an enclosing loop's header (over epochs) runs once more than it
+    enters this loop.
+    """
+    hits = int(frame.loc[header, "hits"])
+    if hits != iterations:
+        return hits - iterations, False
+    return (int(frame.loc[header - 1, "hits"]) if header - 1 in frame.index else 1), True
+
+
+def _iterations(frame: pd.DataFrame, header: int) -> int:
+    """The passes of the loop at ``header``: how often its first body line began. That is the
+    line's hits, unless it is itself an inner loop's header, hit once per pass of the inner
+    loop and once more per entry: then the inner loop's entries, one per pass of this one."""
+    first = header + 1
+    if bool(frame.loc[first, "is_loop_header"]):  # the inner body's line is in the function
+        return _entries(frame, first, _iterations(frame, first))[0]
+    return int(frame.loc[first, "hits"])
+
+
 def _loop_of(frame: pd.DataFrame, header: int) -> TrainingLoop:
     """A loop header's facts: entries, iterations, its time, and its body's (the later lines of
     the function that run in every pass, see _body_hits)."""
     row = frame.loc[header]
-    iterations = int(frame.loc[header + 1, "hits"])
+    iterations = _iterations(frame, header)
     same = (frame["file"] == row["file"]) & (frame["first_lineno"] == row["first_lineno"]) & (
         frame["function"] == row["function"])
-    # An entry that runs the loop to its end tests the header once more than the body runs; one
-    # left through break/return does not. So the extra hits count the entries, and none extra
-    # means every entry left early (then the line before tells the entries). The line before
-    # cannot count them first: an enclosing loop's header (over epochs) runs once more than it
-    # enters this loop.
-    hits = int(row["hits"])
-    ended_by_break = hits == iterations
-    entries = hits - iterations if not ended_by_break else (
-        int(frame.loc[header - 1, "hits"]) if header - 1 in frame.index else 1)
+    entries, ended_by_break = _entries(frame, header, iterations)
     body = frame[same & (frame.index > header)
                  & (frame["hits"] >= _body_hits(iterations, entries))]
     return TrainingLoop(file=str(row["file"]), function=str(row["function"]),
-                        lineno=int(row["lineno"]), hits=hits, iterations=iterations,
+                        lineno=int(row["lineno"]), hits=int(row["hits"]), iterations=iterations,
                         entries=entries, ended_by_break=ended_by_break,
                         time_ns=int(row["time_ns"]), body_ns=int(body["time_ns"].sum()),
                         largest_body_line_ns=int(body["time_ns"].max()) if not body.empty else 0)

@@ -678,3 +678,56 @@ def test_a_while_loop_left_by_break_keeps_the_lines_of_every_full_pass(tmp_path:
     loop = lprof.parse(stats_file(tmp_path / "x.lprof", timings)).meta.loop
     assert (loop.lineno, loop.iterations, loop.ended_by_break) == (12, 21, True)
     assert loop.body_ns == 1000 + 4000 + 20_000_000
+
+
+# A DataLoader loop whose first body line is an inner loop over each batch's 3 parts.
+NESTED_SCRIPT = """\
+import time
+
+
+class Loader:
+    def __iter__(self):
+        for index in range(8):
+            time.sleep(0.002)
+            yield [index, index + 1, index + 2]
+
+
+@profile
+def train(train_loader):
+    total = 0
+    for batch in train_loader:
+        for part in batch:
+            time.sleep(0.0005)
+            total += part
+    return total
+
+
+train(Loader())
+"""
+
+
+def test_a_loop_whose_first_body_line_is_an_inner_loop_counts_its_own_passes(
+        tmp_path: Path) -> None:
+    """kernprof of ``for batch in train_loader: for part in batch: ...`` (8 batches of 3): the
+    inner header is hit 32 times (24 passes, one last test per batch), so it began 8 times, once
+    per pass of the DataLoader loop, whose header is hit 9 times: 8 passes, 1 entry. Its body is
+    the inner loop's lines. Taking the inner header's 32 hits for the passes gave -23 entries,
+    an empty body and steps of the header's time alone (100% DataLoader wait)."""
+    from profreport.parsers import ParseOptions
+    from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+
+    script, path = profiled(tmp_path, "nested", NESTED_SCRIPT)
+    profile = lprof.parse(path, source_root=script.parent)
+    lines = by_line(profile)
+    outer, inner = line_of(NESTED_SCRIPT, "for batch in"), line_of(NESTED_SCRIPT, "for part in")
+    assert (lines[outer]["hits"], lines[inner]["hits"]) == (9, 32)
+    loop = profile.meta.loop
+    assert (loop.lineno, loop.evidence, loop.dataloader) == (outer, "source", True)
+    assert (loop.hits, loop.iterations, loop.entries, loop.ended_by_break) == (9, 8, 1, False)
+    assert loop.body_ns == sum(lines[n]["time_ns"] for n in (inner, inner + 1, inner + 2))
+    options = AnalyzeOptions(parse=ParseOptions(source_root=script.parent))
+    run = analyze_paths([path], options).runs[0]
+    steps = run.metrics.steps
+    assert (steps.count, steps.mean_ns) == (8, (loop.time_ns + loop.body_ns) // 8)
+    assert run.metrics.dataloader_fraction_by_origin["lprof"] == pytest.approx(
+        loop.time_ns / (loop.time_ns + loop.body_ns))
