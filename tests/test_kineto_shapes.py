@@ -14,7 +14,7 @@ from profreport.parsers import kineto
 from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
 from profreport.reports.analysis.results import RunAnalysis
 from profreport.reports.render.display import metric_groups
-from profreport.reports.render.json import render_json
+from profreport.reports.render.json import metrics_json, render_json
 from profreport.reports.render.markdown import render_markdown
 
 PID, TID = 4242, 4242
@@ -458,10 +458,12 @@ def test_annotations_that_count_the_passes_are_the_steps(tmp_path: Path) -> None
 
 
 def _step_labels(path: Path) -> tuple[str, list[str]]:
-    """The terminal summary's steps line and the key-metrics labels of the steps' source."""
+    """The terminal summary's steps line and the key-metrics labels of the steps' source, each
+    label after the JSON's ``steps_marker``."""
     run = _analyzed(path)
     (group,) = [g for g in metric_groups(run.metrics) if g.origin == "kineto"]
-    return _summary_lines(run)[1], [row.label for row in group.rows[:3]]
+    marker = metrics_json(run.metrics)["steps_marker"]
+    return _summary_lines(run)[1], [marker] + [row.label for row in group.rows[:3]]
 
 
 def test_steps_found_without_a_marker_are_called_what_they_are(tmp_path: Path) -> None:
@@ -479,14 +481,16 @@ def test_steps_found_without_a_marker_are_called_what_they_are(tmp_path: Path) -
                    _cpu("aten::addmm", start + 10, 800)]
     line, labels = _step_labels(_trace(tmp_path / "optimizer.json", optimizer))
     assert line.startswith("  steps: 3 × 1.0 ms optimizer step to optimizer step (kineto, ")
-    assert labels == ["Steps measured", "Mean step (optimizer step to optimizer step)",
-                      "Step p50 / p90"]
+    assert labels == ["optimizer step to optimizer step", "Steps measured",
+                      "Mean step (optimizer step to optimizer step)", "Step p50 / p90"]
     line, labels = _step_labels(_trace(tmp_path / "batches.json", batches))
     assert line.startswith("  steps: 4 × 1.0 ms repeated span 'batch #' (kineto, ")
-    assert labels[1:] == ["Mean step (repeated span 'batch #')", "Step p50 / p90"]
+    assert labels[:1] + labels[2:] == ["repeated span 'batch #'",
+                                       "Mean step (repeated span 'batch #')", "Step p50 / p90"]
     line, labels = _step_labels(_trace(tmp_path / "marked.json", marked))
     assert line.startswith("  steps: 4 × 0.9 ms annotated range (kineto, ")
-    assert labels[1:] == ["Mean annotated step (its range alone)", "Annotated step p50 / p90"]
+    assert labels[:1] + labels[2:] == ["annotated range", "Mean annotated step (its range alone)",
+                                       "Annotated step p50 / p90"]
 
 
 def test_a_cpu_only_run_is_told_of_no_gpu(tmp_path: Path) -> None:

@@ -23,8 +23,8 @@ from profreport.reports.render.markdown import render_markdown
 
 RUN_KEYS = {"name", "sources", "verdict", "verdict_reason", "metrics", "breakdown", "findings",
             "top_kernels", "top_ops", "lines", "knobs", "notes"}
-METRIC_KEYS = {"steps", "step_time_ms", "wall_step_time_ms", "gpu_busy_fraction",
-               "dataloader_fraction", "comm_fraction", "comm_exposed_fraction",
+METRIC_KEYS = {"steps", "steps_origin", "steps_marker", "step_time_ms", "wall_step_time_ms",
+               "gpu_busy_fraction", "dataloader_fraction", "comm_fraction", "comm_exposed_fraction",
                "comm_overlap_fraction", "comm_calls_per_step", "h2d_bytes", "h2d_pageable_bytes",
                "kernels_per_step", "short_kernel_fraction", "throughput_samples_per_s"}
 PROFREPORT = Path(sys.executable).with_name("profreport")

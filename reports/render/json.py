@@ -61,6 +61,7 @@ def metrics_json(m: RunMetrics) -> dict[str, Any]:
     return {
         "steps": m.steps.count if m.steps else None,
         "steps_origin": m.steps.origin if m.steps else None,
+        "steps_marker": m.steps.marker if m.steps else None,
         "step_time_ms": _step_time(m.steps),
         "step_shape": _shape(m.shape),
         "wall_step_time_ms": _ms(m.steps.wall_mean_ns) if m.steps else None,
