@@ -21,15 +21,16 @@ NCCL_KERNEL = "ncclKernel_AllReduce_RING_LL_Sum_float"
 
 
 def write_rank(folder: Path, rank: int, compute_us: int, comm_us: int, steps: int = 5,
-               world_size: int = 2) -> Path:
-    """A Kineto trace of one rank: ``steps`` ProfilerStep spans, each a compute kernel then an
-    all-reduce kernel, both launched by cudaLaunchKernel (joined by correlation id); every step
-    is 200 µs longer than its kernels (launch time before them)."""
+               world_size: int = 2, step_name: str = "ProfilerStep#{}") -> Path:
+    """A Kineto trace of one rank: ``steps`` spans named ``step_name`` with the step's number
+    (ProfilerStep by default), each a compute kernel then an all-reduce kernel, both launched
+    by cudaLaunchKernel (joined by correlation id); every step is 200 µs longer than its
+    kernels (launch time before them)."""
     pid = 100 + rank
     events, ts, correlation = [], 1000, 1
     step_us = compute_us + comm_us + 200
     for n in range(steps):
-        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}",
+        events.append({"ph": "X", "cat": "user_annotation", "name": step_name.format(n),
                        "pid": pid, "tid": pid, "ts": ts, "dur": step_us, "args": {}})
         for name, start, dur in ((COMPUTE_KERNEL, ts + 100, compute_us),
                                  (NCCL_KERNEL, ts + 100 + compute_us, comm_us)):
@@ -146,6 +147,20 @@ def test_ranks_that_wait_alike_wait_for_none_of_them(tmp_path: Path) -> None:
     assert "waits least" not in job.verdict_reason
     assert "they wait alike inside the collectives (" in job.verdict_reason
     assert "(the others wait for it)" not in render_markdown(report)
+
+
+def test_the_rank_table_names_what_marks_the_steps(tmp_path: Path) -> None:
+    """Ranks whose steps are the repeated 'iteration N' span (no ProfilerStep): the per-rank
+    table's step column says so, as the key metrics do, instead of 'Mean annotated step'."""
+    for number in (0, 1):
+        write_rank(tmp_path, number, compute_us=9000, comm_us=1000, step_name="iteration {}")
+    report = analyze_paths([tmp_path], AnalyzeOptions())
+    ranks = report.runs[0].job.ranks
+    assert [r.step_marker for r in ranks] == ["repeated span 'iteration #'"] * 2
+    header = "| Rank | Verdict | Mean step (repeated span 'iteration \\#') | Communication |"
+    assert header in render_markdown(report)
+    assert "<th class=\"num\">Mean step (repeated span &#39;iteration #&#39;)</th>" in \
+        render_html(report)
 
 
 def rank(number: int, verdict: str, step_ms: float, comm: float | None) -> RankVerdict:

@@ -9,6 +9,7 @@ import pandas as pd
 from profreport.model import LprofMeta, Profile, TrainingLoop
 from profreport.reports.analysis.results import (
     BREAKDOWN_PARTS,
+    LOOP_PASS,
     Breakdown,
     FunctionListing,
     LineItem,
@@ -51,7 +52,7 @@ def lprof_step_stats(loop: TrainingLoop | None) -> StepStats | None:
         return None
     mean = (loop.time_ns + loop.body_ns) // loop.iterations
     return StepStats(origin="lprof", count=loop.iterations, mean_ns=mean, p50_ns=None,
-                     p90_ns=None, min_ns=None, max_ns=None, marker="loop pass")
+                     p90_ns=None, min_ns=None, max_ns=None, marker=LOOP_PASS)
 
 
 def lprof_dataloader_fraction(loop: TrainingLoop | None) -> float | None:

@@ -22,6 +22,7 @@ from profreport.reports.analysis.gpu import has_gpu_events
 from profreport.reports.analysis.memory import memory_stats
 from profreport.reports.analysis.metrics import compute_run_metrics, preference
 from profreport.reports.analysis.results import (
+    ANNOTATED_RANGE,
     DeviceMemory,
     InputFile,
     MemoryStats,
@@ -119,12 +120,14 @@ def rank_verdict(profile: Profile) -> RankVerdict | None:
     name, reason = profiler_verdict(metrics)
     comm = metrics.comm
     confidence = verdict_confidence(metrics, name)
+    steps = metrics.steps
     return RankVerdict(int(profile.rank), name, reason,
-                       metrics.steps.mean_ns if metrics.steps is not None else None,
+                       steps.mean_ns if steps is not None else None,
                        comm.fraction if comm is not None else None,
                        comm.exposed_fraction if comm is not None else None,
                        confidence[0] if confidence else None,
-                       confidence[1] if confidence else None)
+                       confidence[1] if confidence else None,
+                       steps.marker if steps is not None else ANNOTATED_RANGE)
 
 
 def read_rank(task: RankTask) -> RankResult:

@@ -30,6 +30,8 @@ Origin = Literal["nsys", "kineto", "lprof", "manifest"]
 ShareBasis = Literal["step time", "profiled span"]
 #: What a step is when a span the loop (or torch.profiler) opens per pass marks it.
 ANNOTATED_RANGE = "annotated range"
+#: What a step is to line_profiler: one pass of the training loop (its lines hold totals).
+LOOP_PASS = "loop pass"
 
 #: The name people know each origin by, for evidence sentences and tables.
 ORIGIN_LABELS: dict[str, str] = {
@@ -670,7 +672,8 @@ class RankVerdict:
     rank: int
     verdict: Verdict
     verdict_reason: str
-    #: Mean annotated step time of the rank, ns; None when its profile times no steps.
+    #: Mean step time of the rank (what ``step_marker`` marks), ns; None when its profile times
+    #: no steps.
     step_ns: int | None
     #: Share of the rank's step in collectives, and the share not hidden under compute.
     comm_fraction: float | None = None
@@ -679,6 +682,8 @@ class RankVerdict:
     #: and balanced.
     confidence: str | None = None
     margin: float | None = None
+    #: What marks the rank's steps (see StepStats.marker).
+    step_marker: str = ANNOTATED_RANGE
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,12 @@ from pathlib import PurePath
 
 from profreport.reports.analysis.results import (
     ANNOTATED_RANGE,
+    LOOP_PASS,
     PART_LABELS,
     Finding,
+    RankVerdict,
     RunAnalysis,
     RunMetrics,
-    StepStats,
     TraceLocation,
     Trials,
 )
@@ -194,14 +195,24 @@ def metric_groups(metrics: RunMetrics) -> list[MetricGroup]:
             for origin in origins]
 
 
-def _mean_step_label(steps: StepStats) -> str:
-    """The mean step's row label: an annotated range, line_profiler's loop time over its
-    passes (it records totals, not ranges), or what else marks the steps."""
-    if steps.origin == "lprof":
+def mean_step_label(marker: str) -> str:
+    """The mean step's label from what marks the steps: an annotated range, line_profiler's
+    loop time over its passes (it records totals, not ranges), or what else marks them."""
+    if marker == LOOP_PASS:
         return "Mean step (the loop's time over its passes)"
-    if steps.marker == ANNOTATED_RANGE:
+    if marker == ANNOTATED_RANGE:
         return "Mean annotated step (its range alone)"
-    return f"Mean step ({steps.marker})"
+    return f"Mean step ({marker})"
+
+
+def rank_step_label(ranks: list[RankVerdict]) -> str:
+    """The per-rank table's step column, named from what marks the ranks' steps (each rank's
+    marker when they differ)."""
+    timed = [r for r in ranks if r.step_ns is not None]
+    markers = dict.fromkeys(r.step_marker for r in timed)
+    if len(markers) <= 1:
+        return mean_step_label(next(iter(markers), ANNOTATED_RANGE))
+    return "Mean step (" + "; ".join(f"rank {r.rank}: {r.step_marker}" for r in timed) + ")"
 
 
 def metric_rows(metrics: RunMetrics) -> list[MetricRow]:
@@ -210,7 +221,7 @@ def metric_rows(metrics: RunMetrics) -> list[MetricRow]:
     if metrics.steps is not None:
         steps = metrics.steps
         rows.append(MetricRow("Steps measured", number(steps.count), steps.origin))
-        rows.append(MetricRow(_mean_step_label(steps), duration(steps.mean_ns), steps.origin))
+        rows.append(MetricRow(mean_step_label(steps.marker), duration(steps.mean_ns), steps.origin))
         if steps.p50_ns is not None and steps.p90_ns is not None:
             annotated = "Annotated step" if steps.marker == ANNOTATED_RANGE else "Step"
             rows.append(MetricRow(f"{annotated} p50 / p90",
@@ -222,7 +233,7 @@ def metric_rows(metrics: RunMetrics) -> list[MetricRow]:
     rows.extend(_shape_rows(metrics))
     for other in metrics.steps_by_origin:
         if metrics.steps is None or other.origin != metrics.steps.origin:
-            rows.append(MetricRow(_mean_step_label(other), duration(other.mean_ns),
+            rows.append(MetricRow(mean_step_label(other.marker), duration(other.mean_ns),
                                   other.origin))
     if metrics.throughput_samples_per_s is not None:
         rows.append(MetricRow("Throughput (unprofiled)",

@@ -53,6 +53,7 @@ _FILTERS = {
     "nbytes": display.nbytes,
     "verdict_label": display.verdict_label,
     "part_label": display.part_label,
+    "rank_step_label": display.rank_step_label,
     "origin_label": origin_label,
     "heat_bucket": display.heat_bucket,
     "elide": display.elide,
