@@ -529,6 +529,17 @@ def step_numbers(names: pd.Series) -> pd.Series:
     return _per_distinct(names, _step_numbers)
 
 
+def step_marks(ranges: pd.DataFrame) -> pd.DataFrame:
+    """The ranges that mark the steps, with their ``number``: torch.profiler's ``ProfilerStep#N``
+    spans when there are any, else a user's ``step N`` ranges; never both, whose numbers and
+    bounds need not agree (a loop annotating its own steps inside the profiler's counts from 0
+    while ``ProfilerStep#N`` goes on counting the profiler's skipped and warm-up steps)."""
+    numbers = step_numbers(ranges["name"])
+    marks = ranges.assign(number=numbers)[numbers.notna().to_numpy()]
+    profiler = is_profiler_step_span(marks["name"]).to_numpy()
+    return marks[profiler] if profiler.any() else marks
+
+
 def _dataloader_spans(names: pd.Series) -> pd.Series:
     """:func:`is_dataloader_span` of distinct names."""
     text = names.astype("string")

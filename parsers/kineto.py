@@ -276,20 +276,18 @@ class _Tables:
     def steps(self, ranges: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
         """One row per iteration and the span name it came from (None for ProfilerStep).
 
-        ``ProfilerStep#N`` spans (or a user's ``step N`` ranges, origin ``step range``) when the
-        trace has them; else the stretches between the ends
+        ``ProfilerStep#N`` spans, else a user's ``step N`` ranges (origin ``step range``; see
+        concepts.step_marks), when the trace has them; else the stretches between the ends
         of consecutive optimizer steps; else the stretches between consecutive starts of the
         top-level span that repeats most on the busiest thread (numbers masked, the one that
         counts the passes first, as nsys ranges are read), never an operator of the dispatcher
         (``aten::``...). ``origin`` says which.
         """
-        frame = ranges.assign(number=concepts.step_numbers(ranges["name"])).dropna(
-            subset=["number"])
+        frame = concepts.step_marks(ranges)
         if not frame.empty:
-            frame = concepts.one_row_per_step(frame)
-            origin = np.where(concepts.is_profiler_step_span(frame["name"]),
-                              concepts.PROFILER_STEP, "step range")
-            return conform("steps", frame.assign(origin=origin)), None
+            origin = (concepts.PROFILER_STEP if concepts.is_profiler_step_span(frame["name"]).all()
+                      else "step range")
+            return conform("steps", concepts.one_row_per_step(frame).assign(origin=origin)), None
         spans = pd.concat([self.cpu(self.rows("cpu_op")), ranges[["start", "end", "pid",
                                                                     "tid", "name"]]],
                           ignore_index=True)

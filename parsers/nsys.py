@@ -1170,8 +1170,7 @@ def _threads(export: _Export) -> pd.DataFrame | None:
 def steps_from_ranges(ranges: pd.DataFrame) -> pd.DataFrame:
     """``step N`` ranges of the thread that has the most of them (the first such thread in
     (pid, tid) order on a tie), one row per step number."""
-    numbers = concepts.step_numbers(ranges["name"])
-    steps = ranges.assign(number=numbers)[numbers.notna().to_numpy()]
+    steps = concepts.step_marks(ranges)
     if steps.empty:
         return empty_table("steps")
     pid, tid = steps.groupby(["pid", "tid"]).size().idxmax()
@@ -1194,8 +1193,7 @@ def other_step_processes(ranges: pd.DataFrame, steps: pd.DataFrame) -> str | Non
     the per-step figures are, and which processes were left out; None for one process."""
     if steps.empty:
         return None
-    numbered = ranges[concepts.step_numbers(ranges["name"]).notna().to_numpy()]
-    pids = sorted(int(pid) for pid in pd.unique(numbered["pid"]))
+    pids = sorted(int(pid) for pid in pd.unique(concepts.step_marks(ranges)["pid"]))
     chosen = int(steps["pid"].iloc[0])
     others = [pid for pid in pids if pid != chosen]
     if not others:

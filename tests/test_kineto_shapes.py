@@ -128,6 +128,27 @@ def test_steps_from_optimizer_without_profiler_steps(tmp_path: Path) -> None:
         "of the next (the time before the first one's end is no step's)"]
 
 
+def test_steps_come_from_profiler_steps_alone_beside_a_users_step_ranges(
+        tmp_path: Path) -> None:
+    """schedule(wait=1, warmup=2, active=3) around a loop that opens record_function(f"step
+    {i}") itself: ProfilerStep#3-#5, each holding the user's 'step 0'-'step 2' after a 200 µs
+    fetch. The steps are the 3 ProfilerStep spans, all of origin ProfilerStep (the fetch inside
+    them, no wait between them), not 6 overlapping steps numbered 0-5 of two origins."""
+    events = []
+    for i in range(3):
+        start = 1000 * i
+        events += [_cpu(f"ProfilerStep#{i + 3}", start, 1000, cat="user_annotation"),
+                   _cpu(f"step {i}", start + 200, 790, cat="user_annotation"),
+                   _cpu("aten::mm", start + 210, 700)]
+    path = _trace(tmp_path / "both.json", events)
+    steps = kineto.parse(path).table("steps")
+    assert steps["number"].tolist() == [3, 4, 5] and steps["origin"].eq("ProfilerStep").all()
+    assert steps["start"].tolist() == [0, 1_000_000, 2_000_000]
+    metrics = analyze_paths([path], AnalyzeOptions()).runs[0].metrics
+    assert (metrics.steps.count, metrics.steps.mean_ns) == (3, 1_000_000)
+    assert metrics.breakdown is not None and metrics.breakdown.parts_ns["dataloader"] == 0
+
+
 def test_steps_from_repeated_top_level_op(tmp_path: Path) -> None:
     """No ProfilerStep nor optimizer: the top-level op that repeats most marks iterations."""
     events = [_cpu("warmup", 0, 50)]

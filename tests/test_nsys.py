@@ -738,3 +738,17 @@ def test_two_processes_in_one_capture_keep_their_own_dataloader_wait(tmp_path: P
             "work and runtime calls of 2 stay in the figures timed against those steps; for each "
             "rank's own figures, profile each rank to its own file (torchrun ... --no-python nsys "
             "profile -o report.%q{RANK} python train.py)") in profile.meta.notes
+
+
+def test_steps_come_from_profiler_steps_alone_beside_a_users_step_ranges(
+        tmp_path: Path) -> None:
+    """torch.profiler's ProfilerStep#3-#5 recorded as NVTX ranges (emit_nvtx) around a loop's
+    own 'step 0'-'step 2' ranges: the steps are the 3 ProfilerStep ranges alone (one marker,
+    see concepts.step_marks), not 6 overlapping steps numbered 0-5."""
+    ms = 10**6
+    ranges = [row for i in range(3) for row in (
+        (i * 10 * ms, (i + 1) * 10 * ms, f"ProfilerStep#{i + 3}"),
+        (i * 10 * ms + 2 * ms, (i + 1) * 10 * ms, f"step {i}"))]
+    steps = nsys.parse(write_nsys_export(tmp_path / "both.sqlite", [], ranges)).table("steps")
+    assert steps["number"].tolist() == [3, 4, 5]
+    assert steps["start"].tolist() == [0, 10 * ms, 20 * ms]
