@@ -83,9 +83,14 @@ CACHE_FORMAT = "1"
 MAX_EVENT_NS = EVENT_TIMES.max_duration_ns
 MAX_TIMESTAMP_NS = EVENT_TIMES.max_time_ns
 
-# globalTid packs the process id and thread id in two 24-bit fields (nsys export docs).
+# globalTid packs the process id and thread id in two 24-bit fields (nsys export docs), and the
+# ids of the hardware (host) and VM the process ran on in the 16 bits above them.
 _ID_SHIFT = 24
 _ID_MASK = 0xFFFFFF
+_HOST_SHIFT = 48
+# A process as globalTid names it: its pid with the host and VM bits above (40 bits), kept as the
+# tables' pid when the capture spans several hosts or VMs, whose pids may collide.
+_PROCESS_MASK = (1 << (_HOST_SHIFT - _ID_SHIFT + 16)) - 1
 
 # NVTX event types (ENUM_NSYS_EVENT_TYPE): push/pop and start/end ranges, their NVTXT twins, and
 # the domain-create event that names a domainId. Marks (34) are instants, not ranges.
@@ -385,9 +390,12 @@ class _Export:
         self._columns: dict[str, set[str]] = {}
         #: Rows dropped per profreport table for impossible times (see MAX_EVENT_NS).
         self.dropped: dict[str, int] = {}
-        #: Whether correlation ids are qualified by process (:func:`_qualified`): set once the
-        #: runtime calls show more than one process.
-        self.qualified = False
+        #: The processes that made runtime calls, sorted, when correlation ids are qualified by
+        #: process (:func:`_qualified`): set once the runtime calls show more than one; else None.
+        self.launching: np.ndarray | None = None
+        #: The bits of a globalTid (shifted down by 24) that name a process: the pid's, and the
+        #: host and VM ids above it when the export's processes ran on several (see hosts_mask).
+        self.pid_mask = _ID_MASK
 
     @classmethod
     def open(cls, export_path: Path, source: Path) -> _Export:
@@ -506,14 +514,15 @@ class _Export:
 def _read_tables(export: _Export) -> dict[str, pd.DataFrame]:
     """Every table the export holds, keyed by profreport table name. The runtime calls are read
     first: they tell whether correlation ids must be qualified by process."""
+    export.pid_mask = _pid_mask(export)
     runtime = _runtime(export)
     if runtime is not None:
         pids = runtime["pid"].to_numpy()
-        launching = pids[(runtime["correlation"].to_numpy() >= 0) & (pids >= 0)]
-        export.qualified = len(pd.unique(launching)) > 1  # an unknown process is none
-        if export.qualified:
-            runtime["correlation"] = _qualified(runtime["correlation"].to_numpy(),
-                                                runtime["pid"].to_numpy())
+        launching = pd.unique(pids[(runtime["correlation"].to_numpy() >= 0) & (pids >= 0)])
+        if len(launching) > 1:  # an unknown process is none
+            export.launching = np.sort(launching)
+            runtime["correlation"] = _qualified(runtime["correlation"].to_numpy(), pids,
+                                                export.launching)
     readers = {"kernels": _kernels, "memcpy": _memcpy, "memset": _memset,
                "runtime": lambda _: runtime, "sync": _sync, "ranges": _ranges, "osrt": _osrt,
                "devices": _devices, "threads": _threads, "memory": _memory}
@@ -564,10 +573,28 @@ def _valid_rows(export: _Export, name: str, frame: pd.DataFrame) -> pd.DataFrame
     return frame.drop(columns="valid").reset_index(drop=True)
 
 
-def _decoded_tid(column: str) -> str:
-    """SQL selecting ``pid`` and ``tid`` decoded from a globalTid column."""
-    return (f"(({column} >> {_ID_SHIFT}) & {_ID_MASK}) AS pid, "
-            f"({column} & {_ID_MASK}) AS tid")
+def _pid_mask(export: _Export) -> int:
+    """The export's :attr:`_Export.pid_mask`: the pid's bits, and the host and VM bits above
+    them when its process table (PROCESSES, and the threads of ThreadNames) names processes of
+    more than one host or VM."""
+    hosts = [f'SELECT "{column}" >> {_HOST_SHIFT} AS host FROM "{table}"'
+             for table, column in (("PROCESSES", "globalPid"), ("ThreadNames", "globalTid"))
+             if column in export.columns(table)]
+    if not hosts:
+        return _ID_MASK
+    found = export.query(f"SELECT COUNT(DISTINCT host) AS hosts FROM ({' UNION '.join(hosts)})")
+    return _PROCESS_MASK if int(found["hosts"].iloc[0]) > 1 else _ID_MASK
+
+
+def _decoded_tid(export: _Export, column: str) -> str:
+    """SQL selecting ``pid`` (as :attr:`_Export.pid_mask` says) and ``tid`` decoded from a
+    globalTid column."""
+    return (f"{_decoded_pid(export, column)} AS pid, ({column} & {_ID_MASK}) AS tid")
+
+
+def _decoded_pid(export: _Export, column: str) -> str:
+    """SQL of the process a globalTid or globalPid column names (:attr:`_Export.pid_mask`)."""
+    return f"(({column} >> {_ID_SHIFT}) & {export.pid_mask})"
 
 
 def _string(export: _Export, table: str, column: str, alias: str) -> tuple[str, str]:
@@ -595,42 +622,59 @@ _ChunkReduce = Callable[[dict[str, np.ndarray], dict[str, np.ndarray], dict[str,
 
 # CUPTI numbers correlation ids per process, from 1 and below 2**32, so two processes traced in
 # one capture reuse them. When more than one process made runtime calls, each id is qualified
-# by its process, pid * _PROCESS_CORRELATIONS + id, in every table: a join on correlation ids
-# then never pairs one process's launch with another's GPU work.
+# by its process in every table, index * _PROCESS_CORRELATIONS + id, the index being the
+# process's place among those that made runtime calls (a process, host and VM bits included,
+# takes 40 bits: too many to stand beside the id itself): a join on correlation ids then never
+# pairs one process's launch with another's GPU work.
 _PROCESS_CORRELATIONS = 1 << 32
 
 
-def _qualified(correlation: np.ndarray, pids: np.ndarray) -> np.ndarray:
-    """Correlation ids qualified by process (an unknown id stays -1; an unknown process,
-    -1, counts as 0)."""
-    qualified = np.maximum(pids, 0).astype(np.int64) * _PROCESS_CORRELATIONS + correlation
-    return np.where(correlation < 0, -1, qualified)
+def _qualified(correlation: np.ndarray, pids: np.ndarray, launching: np.ndarray) -> np.ndarray:
+    """Correlation ids qualified by process (``launching``: the processes that made runtime
+    calls, sorted); an unknown id stays -1, and every other process (-1, unknown, included)
+    takes the index after them, whose ids no runtime call holds."""
+    index = np.searchsorted(launching, pids).astype(np.int64)
+    index[launching[np.minimum(index, len(launching) - 1)] != pids] = len(launching)
+    return np.where(correlation < 0, -1, index * _PROCESS_CORRELATIONS + correlation)
 
 
 def _process_column(export: _Export, table: str) -> list[str]:
     """``["globalPid"]`` when ``table``'s correlation ids must be qualified by process and it
     records them, else ``[]``."""
-    return ["globalPid"] if export.qualified and "globalPid" in export.columns(table) else []
+    return (["globalPid"] if export.launching is not None
+            and "globalPid" in export.columns(table) else [])
 
 
-def _gpu_ids(values: dict[str, np.ndarray], kinds: dict[str, np.ndarray]
+def _gpu_ids(export: _Export, values: dict[str, np.ndarray], kinds: dict[str, np.ndarray]
              ) -> tuple[_Part, np.ndarray]:
     """A chunk of GPU activity: times, device, stream and correlation (qualified by process
     when the chunk holds ``globalPid``), and which rows were kept."""
     kept, picked = _timed_part(values, kinds, _GPU_ID_COLUMNS)
-    if "globalPid" in values:
-        pids, _ = _pid_tid(_ids(values, kinds, "globalPid", picked).astype(np.int64))
-        kept.columns["correlation"] = _qualified(kept.columns["correlation"], pids)
+    if export.launching is not None and "globalPid" in values:
+        pids, _ = _pid_tid(_ids(values, kinds, "globalPid", picked).astype(np.int64),
+                           export.pid_mask)
+        kept.columns["correlation"] = _qualified(kept.columns["correlation"], pids,
+                                                 export.launching)
     return kept, picked
 
 
 def _sql_correlation(export: _Export, table: str) -> str:
-    """SELECT item ``correlation`` of a GPU activity table (as :func:`_gpu_ids` gives it)."""
+    """SELECT items ``correlation`` of a GPU activity table, and the process that
+    :func:`_sql_qualified` qualifies it by when it must be."""
     if not _process_column(export, table):
         return "t.correlationId AS correlation"
-    return (f"CASE WHEN t.correlationId < 0 THEN -1 ELSE "
-            f"COALESCE((t.globalPid >> {_ID_SHIFT}) & {_ID_MASK}, 0) * {_PROCESS_CORRELATIONS} "
-            f"+ t.correlationId END AS correlation")
+    return f"t.correlationId AS correlation, {_decoded_pid(export, 't.globalPid')} AS process"
+
+
+def _sql_qualified(export: _Export, frame: pd.DataFrame) -> pd.DataFrame:
+    """A GPU activity table read through SQL with its correlation ids qualified as
+    :func:`_gpu_ids` qualifies them (its ``process`` column, when selected, dropped)."""
+    if "process" not in frame or export.launching is None:
+        return frame
+    correlation = frame["correlation"].fillna(-1).to_numpy(np.int64)
+    frame["correlation"] = _qualified(correlation, frame.pop("process").fillna(-1).to_numpy(
+        np.int64), export.launching)
+    return frame
 
 
 def _possible(values: dict[str, np.ndarray], kinds: dict[str, np.ndarray],
@@ -739,13 +783,14 @@ def _counted(export: _Export, name: str, part: _Part) -> dict[str, np.ndarray]:
     return in_start_order(part.columns)
 
 
-def _pid_tid(tids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Process and thread ids decoded from globalTids (or globalPids: thread id 0), -1 for an
-    unknown (negative) one, the thread ids written over ``tids`` (no temporary column per
-    step); the one decoder of the page reader's tables, as :func:`_decoded_tid` is SQL's."""
+def _pid_tid(tids: np.ndarray, pid_mask: int) -> tuple[np.ndarray, np.ndarray]:
+    """Process (``pid_mask``: :attr:`_Export.pid_mask`) and thread ids decoded from globalTids
+    (or globalPids: thread id 0), -1 for an unknown (negative) one, the thread ids written over
+    ``tids`` (no temporary column per step); the one decoder of the page reader's tables, as
+    :func:`_decoded_tid` is SQL's."""
     unknown = tids < 0
     pids = tids >> _ID_SHIFT
-    pids &= _ID_MASK
+    pids &= pid_mask
     pids[unknown] = -1
     tids &= _ID_MASK
     tids[unknown] = -1
@@ -803,7 +848,7 @@ def _native_kernels(export: _Export, table: str) -> pd.DataFrame | None:
     def part(values: dict[str, np.ndarray], kinds: dict[str, np.ndarray],
              texts: dict[str, np.ndarray]) -> tuple[_Part]:
         """One chunk: times, ids and the code of each row's name pair."""
-        kept, picked = _gpu_ids(values, kinds)
+        kept, picked = _gpu_ids(export, values, kinds)
         long, short = (_ids(values, kinds, column, picked) for column in _KERNEL_NAMES)
         kept.columns["pair"] = pairs.codes(long.astype(np.int64) * _PAIR + short + 1)
         return (kept,)
@@ -872,10 +917,10 @@ def _kernels(export: _Export) -> pd.DataFrame | None:
         return native
     long_sel, long_join = _string(export, table, "demangledName", "name")
     short_sel, short_join = _string(export, table, "shortName", "short_name")
-    frame = _valid_rows(export, "kernels", export.query(
+    frame = _sql_qualified(export, _valid_rows(export, "kernels", export.query(
         f"SELECT {_checked_times('t')}, t.deviceId AS device, t.streamId AS stream, "
         f"{_sql_correlation(export, table)}, {long_sel}, {short_sel} FROM {table} AS t "
-        f"{long_join} {short_join} ORDER BY t.start"))
+        f"{long_join} {short_join} ORDER BY t.start")))
     frame[_GPU_IDS] = frame[_GPU_IDS].fillna(-1)
     return _named_kernels(frame)
 
@@ -888,7 +933,7 @@ def _native_activity(export: _Export, table: str, name: str, extras: list[str]
     def part(values: dict[str, np.ndarray], kinds: dict[str, np.ndarray],
              texts: dict[str, np.ndarray]) -> tuple[_Part]:
         """One chunk: times, ids and the extras."""
-        kept, valid = _gpu_ids(values, kinds)
+        kept, valid = _gpu_ids(export, values, kinds)
         kept.columns.update({column: np.where(kinds[column][valid] == sqlite_pages.NULL,
                                               np.nan, values[column][valid])
                              for column in extras})
@@ -910,10 +955,10 @@ def _memcpy(export: _Export) -> pd.DataFrame | None:
     frame = _native_activity(export, table, "memcpy", ["bytes", "copyKind", "srcKind",
                                                        "dstKind"])
     if frame is None:
-        frame = _valid_rows(export, "memcpy", export.query(
+        frame = _sql_qualified(export, _valid_rows(export, "memcpy", export.query(
             f"SELECT {_checked_times('t')}, deviceId AS device, streamId AS stream, "
             f"{_sql_correlation(export, table)}, bytes, copyKind, {', '.join(kinds)} "
-            f"FROM {table} AS t ORDER BY t.start"))
+            f"FROM {table} AS t ORDER BY t.start")))
     frame[_GPU_IDS] = frame[_GPU_IDS].fillna(-1)
     frame["kind"] = _enum_names(export, "memcpy", frame["copyKind"], MEMCPY_OPER_CODES,
                                 COPY_KIND_OF_TOKEN)
@@ -932,9 +977,9 @@ def _memset(export: _Export) -> pd.DataFrame | None:
         return None
     frame = _native_activity(export, table, "memset", ["bytes"])
     if frame is None:
-        frame = _valid_rows(export, "memset", export.query(
+        frame = _sql_qualified(export, _valid_rows(export, "memset", export.query(
             f"SELECT {_checked_times('t')}, deviceId AS device, streamId AS stream, "
-            f"{_sql_correlation(export, table)}, bytes FROM {table} AS t ORDER BY t.start"))
+            f"{_sql_correlation(export, table)}, bytes FROM {table} AS t ORDER BY t.start")))
     frame[_GPU_IDS] = frame[_GPU_IDS].fillna(-1)
     frame["bytes"] = frame["bytes"].fillna(-1)
     return conform("memset", frame)
@@ -950,7 +995,7 @@ def _native_runtime(export: _Export, table: str) -> pd.DataFrame | None:
         """One chunk: times, pid and tid from the globalTid, correlation and name code."""
         kept, valid = _timed_part(values, kinds, {"correlationId": "correlation"})
         pids, tids = _pid_tid(np.where(kinds["globalTid"][valid] == sqlite_pages.NULL, -1,
-                                       values["globalTid"][valid]))
+                                       values["globalTid"][valid]), export.pid_mask)
         kept.columns.update({"pid": narrowed(pids), "tid": narrowed(tids),
                              "name": names.codes(_ids(values, kinds, "nameId", valid))})
         return (kept,)
@@ -974,7 +1019,7 @@ def _runtime(export: _Export) -> pd.DataFrame | None:
     if native is not None:
         return native
     frame = _valid_rows(export, "runtime", export.query(
-        f"SELECT {_checked_times('t')}, {_decoded_tid('t.globalTid')}, "
+        f"SELECT {_checked_times('t')}, {_decoded_tid(export, 't.globalTid')}, "
         f"t.correlationId AS correlation, s.value AS name FROM {table} AS t "
         f"LEFT JOIN StringIds AS s ON s.id = t.nameId ORDER BY t.start"))
     frame[["pid", "tid", "correlation"]] = frame[["pid", "tid", "correlation"]].fillna(-1)
@@ -991,9 +1036,9 @@ def _sync(export: _Export) -> pd.DataFrame | None:
                    else "NULL AS correlation")
     frame = _native_activity(export, table, "sync", ["syncType"])
     if frame is None:
-        frame = _valid_rows(export, "sync", export.query(
+        frame = _sql_qualified(export, _valid_rows(export, "sync", export.query(
             f"SELECT {_checked_times('t')}, deviceId AS device, streamId AS stream, "
-            f"{correlation}, syncType FROM {table} AS t ORDER BY t.start"))
+            f"{correlation}, syncType FROM {table} AS t ORDER BY t.start")))
     frame["kind"] = _enum_names(export, "sync", frame["syncType"], SYNC_TYPE_CODES)
     frame[_GPU_IDS] = frame[_GPU_IDS].fillna(-1)
     return conform("sync", frame)
@@ -1002,18 +1047,19 @@ def _sync(export: _Export) -> pd.DataFrame | None:
 _RANGE_COLUMNS = ["start", "end", "eventType", "text", "globalTid", "textId", "domainId"]
 
 
-# A range's (domainId, pid) as one key: (domainId + 1) * _PID_KEYS + pid (pids take 24 bits).
-_PID_KEYS = 1 << _ID_SHIFT
+# A range's (domainId, pid) as one key: (domainId + 1) * _PID_KEYS + pid (a pid takes 40 bits
+# at most, see _PROCESS_MASK).
+_PID_KEYS = _PROCESS_MASK + 1
 
 
-def _range_part(names: _Vocabulary, domains: _Vocabulary, values: dict[str, np.ndarray],
-                kinds: dict[str, np.ndarray], texts: dict[str, np.ndarray]
-                ) -> tuple[_Part, _Part]:
+def _range_part(names: _Vocabulary, domains: _Vocabulary, pid_mask: int,
+                values: dict[str, np.ndarray], kinds: dict[str, np.ndarray],
+                texts: dict[str, np.ndarray]) -> tuple[_Part, _Part]:
     """One chunk of NVTX events: its ranges (times, pid, tid, the code of the name: its text,
     else its textId, and of its (domainId, pid)) and its domain-create events (domainId, pid,
     text)."""
     pids, tids = _pid_tid(np.where(kinds["globalTid"] == sqlite_pages.NULL, -1,
-                                   values["globalTid"]))
+                                   values["globalTid"]), pid_mask)
     has_text = kinds["text"] == sqlite_pages.TEXT
     created = ((values["eventType"] == NVTX_DOMAIN_CREATE)
                & (kinds["domainId"] == sqlite_pages.INTEGER) & has_text)
@@ -1038,8 +1084,8 @@ def _native_ranges(export: _Export, table: str) -> pd.DataFrame | None:
     if not set(_RANGE_COLUMNS) <= export.columns(table):
         return None
     names, domains = _Vocabulary(), _Vocabulary()
-    parts = export.native_parts(table, _RANGE_COLUMNS,
-                                functools.partial(_range_part, names, domains), texts=("text",))
+    parts = export.native_parts(table, _RANGE_COLUMNS, functools.partial(
+        _range_part, names, domains, export.pid_mask), texts=("text",))
     if parts is None:
         return None
     columns, creates = _counted(export, "ranges", parts[0]), parts[1].columns
@@ -1077,14 +1123,14 @@ def _ranges(export: _Export) -> pd.DataFrame | None:
     text_join = "LEFT JOIN StringIds AS s ON s.id = t.textId" if "textId" in cols else ""
     range_types = ", ".join(str(code) for code in NVTX_RANGE_TYPES)
     frame = export.query(
-        f"WITH domains AS (SELECT domainId, (globalTid >> {_ID_SHIFT}) & {_ID_MASK} AS pid, "
+        f"WITH domains AS (SELECT domainId, {_decoded_pid(export, 'globalTid')} AS pid, "
         f"MIN({text}) AS domain FROM {table} AS t WHERE eventType = {NVTX_DOMAIN_CREATE} "
         f"GROUP BY 1, 2) "
-        f"SELECT {_checked_times('t')}, {_decoded_tid('t.globalTid')}, "
+        f"SELECT {_checked_times('t')}, {_decoded_tid(export, 't.globalTid')}, "
         f"COALESCE({text}, {text_id}, '') AS name, COALESCE(d.domain, '') AS domain "
         f"FROM {table} AS t {text_join} "
         f"LEFT JOIN domains AS d ON d.domainId = t.domainId "
-        f"AND d.pid = (t.globalTid >> {_ID_SHIFT}) & {_ID_MASK} "
+        f"AND d.pid = {_decoded_pid(export, 't.globalTid')} "
         f"WHERE t.eventType IN ({range_types}) AND t.end IS NOT NULL "
         f"AND t.globalTid IS NOT NULL ORDER BY t.start")
     return _categorical_names(conform("ranges", _valid_rows(export, "ranges", frame)),
@@ -1097,7 +1143,7 @@ def _osrt(export: _Export) -> pd.DataFrame | None:
     if not export.usable(table, ("start", "end", "globalTid", "nameId")):
         return None
     frame = export.query(
-        f"SELECT {_checked_times('t')}, {_decoded_tid('t.globalTid')}, "
+        f"SELECT {_checked_times('t')}, {_decoded_tid(export, 't.globalTid')}, "
         f"COALESCE(s.value, '') AS name "
         f"FROM {table} AS t LEFT JOIN StringIds AS s ON s.id = t.nameId ORDER BY t.start")
     return conform("osrt", _valid_rows(export, "osrt", frame))
@@ -1131,7 +1177,7 @@ def _memory(export: _Export) -> pd.DataFrame | None:
         return None
     address = "address" if "address" in export.columns(table) else "-1"
     frame = export.query(
-        f"SELECT start AS time, (globalPid >> {_ID_SHIFT}) & {_ID_MASK} AS pid, deviceId, "
+        f"SELECT start AS time, {_decoded_pid(export, 'globalPid')} AS pid, deviceId, "
         f"bytes, memoryOperationType, memKind, {address} AS addr "
         f"FROM {table} ORDER BY start")
     on_device = _enum_names(export, "memory", frame["memKind"], MEMORY_KIND_CODES,
@@ -1162,7 +1208,7 @@ def _threads(export: _Export) -> pd.DataFrame | None:
     if not export.usable(table, ("nameId", "globalTid")):
         return None
     frame = export.query(
-        f"SELECT {_decoded_tid('t.globalTid')}, COALESCE(s.value, '') AS name "
+        f"SELECT {_decoded_tid(export, 't.globalTid')}, COALESCE(s.value, '') AS name "
         f"FROM {table} AS t LEFT JOIN StringIds AS s ON s.id = t.nameId")
     return conform("threads", frame.drop_duplicates(["pid", "tid"], keep="last"))
 
