@@ -118,10 +118,6 @@ _ZERO_GRAD_SPAN = r"^Optimizer\.zero_grad#"
 # The backward pass on the CPU: autograd engine nodes
 # (``autograd::engine::evaluate_function: ConvolutionBackward0``).
 _BACKWARD_OP = r"^autograd::engine::evaluate_function"
-# One operator as the dispatcher records it, under its schema's namespace (``aten::uniform_``,
-# ``c10d::allreduce_``), or one node of the autograd engine: one tensor operation whatever it
-# calls inside, repeated once per layer or parameter as readily as once per pass of a loop.
-_DISPATCHER_OP = r"^(?:aten|prim|c10d|_c10d_functional|quantized)::|^autograd::engine::"
 # ATen's elementwise CUDA kernels (``vectorized_elementwise_kernel``, ``unrolled_...``,
 # ``elementwise_kernel``): one launch per pointwise op, what torch.compile fuses.
 _ELEMENTWISE_KERNEL = r"elementwise_kernel"
@@ -466,11 +462,6 @@ def is_ddp_forward(names: pd.Series) -> pd.Series:
 def is_optimizer_step_span(names: pd.Series) -> pd.Series:
     """Whether each CPU op or range is one optimizer step."""
     return _matches(names, _OPTIMIZER_STEP_SPAN)
-
-
-def is_dispatcher_op(names: pd.Series) -> pd.Series:
-    """Whether each CPU op is one operator of the dispatcher or the autograd engine."""
-    return _matches(names, _DISPATCHER_OP)
 
 
 def optimizer_class(name: str) -> str | None:

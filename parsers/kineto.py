@@ -280,24 +280,26 @@ class _Tables:
         concepts.step_marks), when the trace has them; else the stretches between the ends
         of consecutive optimizer steps; else the stretches between consecutive starts of the
         top-level span that repeats most on the busiest thread (numbers masked, the one that
-        counts the passes first, as nsys ranges are read), never an operator of the dispatcher
-        (``aten::``...). ``origin`` says which.
+        counts the passes first, as nsys ranges are read) that the program opened, never an
+        operator the dispatcher recorded (``aten::``...). ``origin`` says which.
         """
         frame = concepts.step_marks(ranges)
         if not frame.empty:
             origin = (concepts.PROFILER_STEP if concepts.is_profiler_step_span(frame["name"]).all()
                       else "step range")
             return conform("steps", concepts.one_row_per_step(frame).assign(origin=origin)), None
-        spans = pd.concat([self.cpu(self.rows("cpu_op")), ranges[["start", "end", "pid",
-                                                                    "tid", "name"]]],
+        # The operators' category (cpu_op; the 2021 dialect's Operator, which holds its
+        # annotations too) is the dispatcher's record of one operator, which repeats per layer
+        # or parameter (aten::uniform_ while a model is built): only a span the program opened
+        # (record_function: user_annotation) marks a pass.
+        spans = pd.concat([self.cpu(self.rows("cpu_op")).assign(operator=True),
+                           ranges[["start", "end", "pid", "tid", "name"]].assign(operator=False)],
                           ignore_index=True)
         optimizer = spans[concepts.is_optimizer_step_span(spans["name"])]
         if len(optimizer) >= 2:
             return _steps_between_ends(on_busiest_thread(optimizer)), None
-        # An operator of the dispatcher repeats per layer or parameter (aten::uniform_ while a
-        # model is built): only a span standing for a pass (an annotation, a stage) marks one.
         return steps_from_repeats(spans, concepts.REPEATED_SPAN, masked_numbers,
-                                  never=concepts.is_dispatcher_op)
+                                  never="operator")
 
     def named_rows(self, store: str) -> pd.DataFrame:
         """The CPU-side spans picked by name as they were read (``NAMED_SPANS``), by start."""

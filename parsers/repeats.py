@@ -44,8 +44,7 @@ def masked_numbers(names: pd.Series) -> pd.Series:
 def steps_from_repeats(spans: pd.DataFrame, origin: str,
                        key: Callable[[pd.Series], pd.Series] | None = None,
                        own_extent: bool = False,
-                       never: Callable[[pd.Series], pd.Series] | None = None
-                       ) -> tuple[pd.DataFrame, str | None]:
+                       never: str | None = None) -> tuple[pd.DataFrame, str | None]:
     """Iterations from the top-level span that repeats most (by time) on the busiest thread,
     spans grouped by ``key(name)`` (the name itself by default). A group whose every
     occurrence has a name of its own (``iteration 3``, ``iteration 4``: the loop writes its
@@ -53,13 +52,13 @@ def steps_from_repeats(spans: pd.DataFrame, origin: str,
     without a counter (``load batch``, ``forward``) may be any part of a pass. Each runs from one
     occurrence's start to the next one's (the last to its own end), or over the span itself
     when ``own_extent`` (an annotated range encloses its step, as ``step N`` ranges do). Spans
-    whose names ``never`` picks are no step, though they still enclose others.
+    true in the boolean column ``never`` are no step, though they still enclose others.
     Returns the ``steps`` table and the group's name (None when nothing repeats)."""
     if spans.empty:
         return conform("steps", spans.assign(number=0, origin="")), None
     top = top_level(on_busiest_thread(spans))
     if never is not None:
-        top = top[~never(top["name"]).to_numpy()]
+        top = top[~top[never].to_numpy(bool)]
     top = top.assign(group=top["name"] if key is None else key(top["name"]))
     counts = top.groupby("group").agg(size=("length", "size"), sum=("length", "sum"),
                                       names=("name", "nunique"))

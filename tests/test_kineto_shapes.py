@@ -150,11 +150,13 @@ def test_steps_come_from_profiler_steps_alone_beside_a_users_step_ranges(
 
 
 def test_steps_from_repeated_top_level_op(tmp_path: Path) -> None:
-    """No ProfilerStep nor optimizer: the top-level op that repeats most marks iterations."""
-    events = [_cpu("warmup", 0, 50)]
+    """No ProfilerStep nor optimizer: the top-level annotation (record_function) that repeats
+    most marks iterations."""
+    events = [_cpu("warmup", 0, 50, cat="user_annotation")]
     for i in range(5):
         start = 100 + 300 * i
-        events += [_cpu("train_step", start, 250), _cpu("aten::mm", start + 10, 200),
+        events += [_cpu("train_step", start, 250, cat="user_annotation"),
+                   _cpu("aten::mm", start + 10, 200),
                    _cpu("aten::mm", start + 260, 10)]
     profile = kineto.parse(_trace(tmp_path / "repeat.json", events))
     steps = profile.table("steps")
@@ -425,6 +427,18 @@ def test_an_operator_repeated_while_a_model_is_built_is_no_step(tmp_path: Path) 
     run = _analyzed(path)
     assert run.metrics.steps is None
     assert run.verdict == "unknown" and "an optimizer step" in run.verdict_reason
+
+
+def test_an_operator_of_any_namespace_is_no_step(tmp_path: Path) -> None:
+    """A library's own operator (fbgemm::, a custom mylib::) is recorded under the operators'
+    category as aten's are: 6 top-level calls of mylib::fused_gelu, the most time of the trace,
+    mark no pass of a loop (a list of aten-like namespaces had taken them for 6 steps), while
+    the user's record_function('forward') around each pass does."""
+    events = [_cpu("mylib::fused_gelu", 200 * i, 150) for i in range(6)]
+    assert kineto.parse(_trace(tmp_path / "ops.json", events)).table("steps").empty
+    events += [_cpu("forward", 200 * i + 160, 30, cat="user_annotation") for i in range(6)]
+    profile = kineto.parse(_trace(tmp_path / "marked.json", events))
+    assert profile.meta.step_span == "forward" and len(profile.table("steps")) == 6
 
 
 def test_a_trace_without_steps_lists_its_top_operators_over_the_profiled_span(
