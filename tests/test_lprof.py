@@ -731,3 +731,25 @@ def test_a_loop_whose_first_body_line_is_an_inner_loop_counts_its_own_passes(
     assert (steps.count, steps.mean_ns) == (8, (loop.time_ns + loop.body_ns) // 8)
     assert run.metrics.dataloader_fraction_by_origin["lprof"] == pytest.approx(
         loop.time_ns / (loop.time_ns + loop.body_ns))
+
+
+def test_the_dataloader_loop_line_is_the_training_loops_header(tmp_path: Path) -> None:
+    """train() loops over train_loader (3 ms waiting, 20 ms of work over 5 passes), evaluate()
+    over val_loader (5 ms waiting, 1 ms of work): the training loop is train()'s, and the loop
+    line the report quotes beside its DataLoader share is its header, not evaluate()'s line
+    that waits longer (the loop line was picked apart from the loop, by its own time)."""
+    from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+
+    ms = 10**6
+    (tmp_path / "fit.py").write_text(
+        "def train(model, train_loader):\n    model.train()\n    for x, y in train_loader:\n"
+        "        model(x)\n\n\ndef evaluate(model, val_loader):\n    model.eval()\n"
+        "    for x, y in val_loader:\n        model(x)\n")
+    recorded = str(tmp_path / "fit.py")
+    timings = {(recorded, 1, "train"): [(2, 1, 10), (3, 6, 3 * ms), (4, 5, 20 * ms)],
+               (recorded, 7, "evaluate"): [(8, 1, 10), (9, 6, 5 * ms), (10, 5, ms)]}
+    metrics = analyze_paths([stats_file(tmp_path / "x.lprof", timings)],
+                            AnalyzeOptions()).runs[0].metrics
+    assert metrics.dataloader_fraction_by_origin["lprof"] == pytest.approx(3 / 23)
+    line = metrics.loop_line
+    assert line is not None and (line.function, line.lineno, line.time_ns) == ("train", 3, 3 * ms)

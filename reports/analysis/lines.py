@@ -19,19 +19,14 @@ from profreport.reports.analysis.results import (
 from profreport.reports.analysis.top import TOP_LINES
 
 
-def loop_line_row(lines: pd.DataFrame) -> pd.Series | None:
-    """The DataLoader loop line (``is_dataloader_loop``, see concepts) that took the most time,
-    or None."""
-    loops = lines[lines["is_dataloader_loop"]]
-    if loops.empty:
+def loop_line(lines: pd.DataFrame, loop: TrainingLoop | None) -> LineItem | None:
+    """The header line of the DataLoader loop (see :func:`dataloader_loop`) as a LineItem, the
+    row with the most time where several profiles recorded it; None without one."""
+    if loop is None or not loop.dataloader or lines.empty:
         return None
-    return loops.loc[loops["time_ns"].idxmax()]
-
-
-def loop_line(lines: pd.DataFrame) -> LineItem | None:
-    """The DataLoader loop line as a LineItem, or None."""
-    row = loop_line_row(lines) if not lines.empty else None
-    return None if row is None else line_item(row)
+    rows = lines[(lines["file"] == loop.file) & (lines["function"] == loop.function)
+                 & (lines["lineno"] == loop.lineno)]
+    return None if rows.empty else line_item(rows.loc[rows["time_ns"].idxmax()])
 
 
 def dataloader_loop(profiles: list[Profile]) -> TrainingLoop | None:

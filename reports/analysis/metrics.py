@@ -311,7 +311,7 @@ def _add_lprof_metrics(metrics: RunMetrics, lines: pd.DataFrame,
     if lines.empty:
         return
     metrics.lines = top_lines(lines)
-    metrics.loop_line = loop_line(lines)
+    metrics.loop_line = loop_line(lines, loop)
     metrics.loop_identification = loop_identification(loop)
     metrics.listings = function_listings(lines)
     steps = lprof_step_stats(loop)

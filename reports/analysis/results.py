@@ -584,7 +584,7 @@ class RunMetrics:
     trials: Trials | None = None
     lines: list[LineItem] = field(default_factory=list)
     listings: list[FunctionListing] = field(default_factory=list)
-    #: line_profiler's DataLoader loop line (the one with the most time), when there is one.
+    #: The header line of line_profiler's DataLoader loop (lines.dataloader_loop), if any.
     loop_line: LineItem | None = None
     #: How the DataLoader loop line was identified (the source's text, or hit counts alone).
     loop_identification: LoopIdentification | None = None
