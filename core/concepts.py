@@ -140,6 +140,10 @@ _DDP_FORWARD = (r"DistributedDataParallel(?:\.forward|_\d+\b|\b)"
 _SLOW_FALLBACK_OP = r"^aten::_slow_|^aten::thnn_"
 # oneDNN (formerly MKL-DNN) operators: the optimised CPU path for convolutions and matmuls.
 _ONEDNN_OP = r"(?i)mkldnn|onednn"
+# What torch.compile leaves in a trace: TorchDynamo runs every compiled frame inside a
+# ``record_function("Torch-Compiled Region: <frame>/<compile>")``, and AOTAutograd runs the
+# compiled graph as the autograd function ``CompiledFunction`` (torch 2.0 records only that).
+_COMPILED_REGION = r"^Torch-Compiled Region\b|^CompiledFunction$"
 
 # Matrix multiplications as ATen records them (``aten::linear`` calls ``aten::addmm``;
 # ``aten::matmul`` calls ``mm``/``bmm``): the work tensor cores run.
@@ -479,6 +483,12 @@ def is_slow_fallback_op(names: pd.Series) -> pd.Series:
 def is_onednn_op(names: pd.Series) -> pd.Series:
     """Whether each CPU op runs on oneDNN (mkldnn), the optimised CPU path."""
     return _matches(names, _ONEDNN_OP)
+
+
+def is_compiled_region(names: pd.Series) -> pd.Series:
+    """Whether each CPU span is code torch.compile compiled (a Dynamo frame or AOTAutograd's
+    compiled graph)."""
+    return _matches(names, _COMPILED_REGION)
 
 
 def is_cpu_collective(names: pd.Series) -> pd.Series:

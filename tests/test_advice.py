@@ -335,3 +335,37 @@ def test_many_small_launches_advice_keeps_its_names(tmp_path: Path) -> None:
     compiled = {f.id: f for f in find_all(run.metrics, RunContext(knobs={"compile": True}))}
     assert compiled["HOST_LAUNCH_BOUND"].recommendation.startswith(
         "Replay the step as a CUDA graph (the model is compiled already")
+
+
+def compute_steps(compiled: bool, steps: int = 4) -> list[dict]:
+    """A CPU-only trace whose steps are one matmul each, run inside torch.compile's frame (as
+    TorchDynamo records it) when ``compiled``."""
+    events = []
+    for number in range(steps):
+        start = 1_000 + number * 1_000
+        events.append(event(f"ProfilerStep#{number}", start, 990, "user_annotation"))
+        if compiled:
+            events.append(event("Torch-Compiled Region: 0/0", start + 10, 960))
+        events.append(event("aten::mm", start + 20, 900))
+    return events
+
+
+def test_a_compiled_model_is_not_told_to_compile(tmp_path: Path) -> None:
+    """The profile shows compiled code (TorchDynamo's frame spans): no fix asks for
+    torch.compile, and JSON counts the spans; the same steps without them are told to."""
+    compiled = analyze_trace(tmp_path, compute_steps(compiled=True), "compiled.json")
+    plain = analyze_trace(tmp_path, compute_steps(compiled=False), "plain.json")
+    assert (compiled.metrics.compiled_regions, plain.metrics.compiled_regions) == (4, 0)
+    fixes = {run.name: " ".join(f.recommendation for f in run.findings)
+             for run in (compiled, plain)}
+    assert "torch.compile the model to fuse the operators around aten::mm" in fixes["plain"]
+    assert "torch.compile" not in fixes["compiled"]
+    assert "aten::mm takes" in fixes["compiled"] and "even compiled" in fixes["compiled"]
+
+
+def test_without_cpu_spans_compilation_is_unknown(fixtures_dir: Path) -> None:
+    """line_profiler's lines hold no operators or ranges: whether the model was compiled is
+    unknown (null), not 0."""
+    lprof = fixtures_dir / "compute_heavy" / "train.lprof"
+    run = analyze_paths([lprof], AnalyzeOptions()).runs[0]
+    assert run.metrics.compiled_regions is None

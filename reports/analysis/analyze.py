@@ -245,7 +245,8 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
     add_rank_metrics(metrics, summaries)
     context = RunContext(knobs=dict(manifest.knobs) if manifest else {},
                          environment=dict(manifest.environment) if manifest else {},
-                         settings=training_settings(manifest))
+                         settings=training_settings(manifest),
+                         compiled_regions=metrics.compiled_regions)
     name_verdict, reason = verdict(metrics)
     if profiles and all(p.meta.empty for p in profiles):  # the parsers' fact, never a bottleneck
         name_verdict, reason = "unknown", str(profiles[0].meta.empty)

@@ -226,6 +226,16 @@ def dataparallel_ops(profile: Profile) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+def compiled_regions(profiles: list[Profile]) -> int | None:
+    """The most spans of torch.compile'd code (concepts.is_compiled_region) one of the profiles
+    records; None when none of them records CPU operators or annotated ranges to tell."""
+    telling = [p for p in profiles if any(p.has(table) for table in SPAN_TABLES)]
+    if not telling:
+        return None
+    return max(sum(int(classified(p, table, concepts.is_compiled_region).sum())
+                   for table in SPAN_TABLES) for p in telling)
+
+
 def ddp_forward_calls(profile: Profile) -> int:
     """How many DistributedDataParallel forward spans the profile holds."""
     return sum(int(classified(profile, table, concepts.is_ddp_forward).sum())

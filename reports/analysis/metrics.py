@@ -31,7 +31,7 @@ from profreport.manifest import Manifest
 from profreport.model import Profile, TrainingLoop
 from profreport.reports.analysis.breakdown import claim, cpu_breakdown, cpu_parts, cpu_phases
 from profreport.reports.analysis.comm import cpu_comm_stats, gpu_comm_stats
-from profreport.reports.analysis.cpu import cpu_op_mix, framework_ops, top_ops
+from profreport.reports.analysis.cpu import compiled_regions, cpu_op_mix, framework_ops, top_ops
 from profreport.reports.analysis.gpu import (
     busy_intervals,
     copy_stats,
@@ -190,6 +190,7 @@ def compute_run_metrics(profiles: list[Profile], manifest: Manifest | None = Non
     conv_profile = ops_profile or gpu_profile
     if conv_profile is not None:
         metrics.conv_bias = conv_bias_before_bn(conv_profile, _windows_of(conv_profile, timed))
+    metrics.compiled_regions = compiled_regions(ordered)
     for profile in ordered:
         first = first_recorded_ns(profile)
         if first is not None:

@@ -611,6 +611,9 @@ class RunMetrics:
     op_precision: OpPrecision | None = None
     #: Convolutions with a bias feeding BatchNorm (reports.analysis.ops).
     conv_bias: ConvBiasStats | None = None
+    #: Spans of torch.compile'd code in the profile (cpu.compiled_regions); None when no
+    #: profile records CPU operators or ranges that would show them.
+    compiled_regions: int | None = None
     #: Host <-> device copies launched per step (reports.analysis.transfers).
     step_copies: StepCopies | None = None
     #: The file each profiler's figures come from (the primary rank's), for evidence locations.

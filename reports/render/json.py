@@ -95,6 +95,7 @@ def metrics_json(m: RunMetrics) -> dict[str, Any]:
         "plain_cpu": _plain_cpu(m.plain_cpu),
         "kernel_mix": _kernel_mix(m.kernel_mix),
         "cpu_op_mix": _cpu_op_mix(m.cpu_op_mix),
+        "compiled_regions": m.compiled_regions,
     }
 
 

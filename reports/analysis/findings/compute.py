@@ -130,7 +130,7 @@ def _gpu_compute_advice(mix: KernelMix | None, ctx: RunContext,
         amp = "" if ctx.knob("amp") else "enable mixed precision (torch.autocast + GradScaler), "
         layout = ("" if ctx.knob("channels_last") else
                   f"try {memory_format_advice(conv_ranks)} for the convolutions, and ")
-        compiled = "" if ctx.knob("compile") else "try torch.compile, or "
+        compiled = "" if ctx.compiled() else "try torch.compile, or "
         return f"To go faster, {amp}{layout}{compiled}reduce the model's work per sample."
     steps = []
     if mix.reduced_precision_fraction < AMP_PRESENT_FRACTION and not ctx.knob("amp"):
@@ -150,7 +150,7 @@ def _gpu_compute_advice(mix: KernelMix | None, ctx: RunContext,
         steps.append(f"build the optimizer with foreach=True ({optimizer}(..., foreach=True), or "
                      "fused=True where it supports it): each step launches "
                      f"{mix.optimizer_kernels_per_step:.0f} optimizer kernels")
-    if mix.elementwise_fraction >= ELEMENTWISE_SHARE and not ctx.knob("compile"):
+    if mix.elementwise_fraction >= ELEMENTWISE_SHARE and not ctx.compiled():
         steps.append("try torch.compile to fuse the elementwise kernels "
                      f"({pct(mix.elementwise_fraction)} of kernel time)")
     if not steps:
@@ -266,7 +266,7 @@ def _top_op_levers(m: RunMetrics, ctx: RunContext) -> list[str]:
     if onednn and not ctx.knob("channels_last"):
         out.append(f"{top.name} takes {pct(top.share)} of step time on oneDNN: try "
                    f"{memory_format_advice(conv_ranks(m))}, which oneDNN's convolutions prefer")
-    if not ctx.knob("compile"):
+    if not ctx.compiled():
         out.append(f"torch.compile the model to fuse the operators around {top.name}"
                    if not out else "torch.compile the model to fuse the operators around it")
     elif not out:

@@ -18,10 +18,17 @@ class RunContext:
     knobs: dict[str, object] = field(default_factory=dict)
     environment: dict[str, object] = field(default_factory=dict)
     settings: TrainingSettings = field(default_factory=TrainingSettings)
+    #: Spans of torch.compile'd code the profiles record (RunMetrics.compiled_regions).
+    compiled_regions: int | None = None
 
     def knob(self, name: str) -> object | None:
         """A knob's value, or None when the run has no such knob."""
         return self.knobs.get(name)
+
+    def compiled(self) -> bool:
+        """Whether the model runs compiled: the manifest's ``compile`` knob, or compiled code
+        in the profiles (an ``analyze`` of a trace has no knobs)."""
+        return bool(self.knob("compile")) or bool(self.compiled_regions)
 
     def cpus(self) -> int | None:
         """CPUs the run could use, when the manifest recorded them (its affinity mask before the

@@ -104,7 +104,7 @@ def _launch_wait_evidence(idle: IdleCauses) -> list[Evidence]:
 def _fuse_advice(ctx: RunContext) -> str:
     """How to launch fewer kernels from the CPU: torch.compile, or CUDA graphs when the model is
     compiled already (compiled kernels are still launched one by one)."""
-    if ctx.knob("compile"):
+    if ctx.compiled():
         return ("replay the step as a CUDA graph (the model is compiled already, but each of its "
                 "kernels is still launched from the CPU: compile with mode='reduce-overhead' or "
                 "capture with torch.cuda.graph)")
