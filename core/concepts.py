@@ -342,23 +342,29 @@ def is_sync_api(names: pd.Series) -> pd.Series:
     return names.isin(SYNC_APIS)
 
 
+def _always_blocks(names: pd.Series) -> pd.Series:
+    """Whether each runtime call is a sync API or a synchronous copy API, blocking whatever
+    it copies."""
+    return names.isin(SYNC_APIS | SYNC_COPY_APIS)
+
+
 def may_block(names: pd.Series) -> pd.Series:
     """Whether each runtime call's name lets :func:`blocking_calls` choose it: a sync or
     synchronous copy API, or any copy call ("Memcpy" in its name, whose copy then decides)."""
-    return names.isin(SYNC_APIS | SYNC_COPY_APIS) | _matches(names, _COPY_CALL)
+    return _always_blocks(names) | _matches(names, _COPY_CALL)
 
 
 def blocking_calls(runtime: pd.DataFrame, memcpy: pd.DataFrame) -> pd.DataFrame:
-    """The runtime calls that block the CPU until the GPU catches up, with a ``label``: the sync
-    APIs, the synchronous copy APIs, and any copy call whose copy goes from the device to
-    pageable host memory (``cudaMemcpyAsync`` too: the driver must wait for the GPU before it can
-    write pageable memory), labelled ``<call> DtoH to pageable``."""
+    """The runtime calls that block the CPU until the GPU catches up, with a ``label``: among
+    the calls that :func:`may_block`, the sync APIs, the synchronous copy APIs, and any copy
+    call whose copy goes from the device to pageable host memory (``cudaMemcpyAsync`` too: the
+    driver must wait for the GPU before it can write pageable memory), labelled ``<call> DtoH
+    to pageable``."""
     copies = memcpy[(memcpy["kind"] == DTOH) & (memcpy["dst_kind"] == PAGEABLE)]
-    names = runtime["name"]
-    to_pageable = (runtime["correlation"].isin(copies["correlation"])
-                   & _matches(names, _COPY_CALL)).to_numpy()
-    chosen = to_pageable | names.isin(SYNC_APIS | SYNC_COPY_APIS).to_numpy()
-    calls = runtime[chosen]
+    calls = runtime[may_block(runtime["name"]).to_numpy()]
+    to_pageable = calls["correlation"].isin(copies["correlation"]).to_numpy()
+    chosen = to_pageable | _always_blocks(calls["name"]).to_numpy()
+    calls = calls[chosen]
     label = calls["name"].astype(object)
     return calls.assign(label=label.mask(to_pageable[chosen], label + " DtoH to pageable"))
 
