@@ -13,6 +13,8 @@ import numpy as np
 import pandas as pd
 from pandas.api.extensions import ExtensionArray
 
+from profreport.text import error_text
+
 #: The ``steps`` origin of torch.profiler's ``ProfilerStep#N`` spans: ``prof.step()`` closes one
 #: and opens the next back to back, so the loop's fetch of its next batch lies inside a span and
 #: the sliver between two spans is the profiler's own work.
@@ -20,6 +22,8 @@ PROFILER_STEP = "ProfilerStep"
 #: The ``steps`` origins of a Kineto trace without step spans: the stretches from one optimizer
 #: step's end to the next one's, and the stretches between the starts of a repeated span.
 OPTIMIZER_STEPS, REPEATED_SPAN = "optimizer", "repeated op"
+#: What a step is when a span the loop (or torch.profiler) opens per pass marks it.
+ANNOTATED_RANGE = "annotated range"
 #: Copy directions, as nsys and Kineto name them (the ``kind`` column of the ``memcpy`` table).
 HTOD, DTOH, DTOD, HTOH, PTOP = "HtoD", "DtoH", "DtoD", "HtoH", "PtoP"
 COPY_KINDS = (HTOD, DTOH, DTOD, HTOH, PTOP, "unknown")
@@ -545,6 +549,29 @@ def step_marks(ranges: pd.DataFrame) -> pd.DataFrame:
     marks = ranges.assign(number=numbers)[numbers.notna().to_numpy()]
     profiler = is_profiler_step_span(marks["name"]).to_numpy()
     return marks[profiler] if profiler.any() else marks
+
+
+def step_marker(origin: str, span: str | None) -> str:
+    """What each step is, from the ``steps`` table's origin: the stretch from one optimizer
+    step's end to the next one's, the repeated span ``span`` (start to next start) when no
+    marker names the steps, else the annotated range that marks each."""
+    if origin == OPTIMIZER_STEPS:
+        return "optimizer step to optimizer step"
+    if origin == REPEATED_SPAN and span is not None:
+        return f"repeated span '{span}'"
+    return ANNOTATED_RANGE
+
+
+def steps_note(origin: str, span: str | None, count: int) -> str | None:
+    """The note saying where ``count`` steps of a Kineto trace came from when no ProfilerStep
+    span marks them (see :func:`step_marker`); None when one does."""
+    if origin == OPTIMIZER_STEPS:
+        return (f"no ProfilerStep span: the {count:,} steps run from the end of one optimizer "
+                "step to the end of the next (the time before the first one's end is no step's)")
+    if origin == REPEATED_SPAN:
+        return (f"no ProfilerStep span or optimizer step: the {count:,} steps are the repeated "
+                f"span '{error_text(span)}', each from its start to the next one's")
+    return None
 
 
 def _dataloader_spans(names: pd.Series) -> pd.Series:

@@ -62,7 +62,6 @@ from profreport.parsers.kineto_columns import (
 )
 from profreport.parsers.kineto_stream import read_trace
 from profreport.parsers.repeats import masked_numbers, on_busiest_thread, steps_from_repeats
-from profreport.text import error_text
 
 if TYPE_CHECKING:  # the registry imports this module, never the other way round
     from profreport.parsers import ParseOptions
@@ -334,19 +333,6 @@ def _steps_between_ends(optimizer: pd.DataFrame) -> pd.DataFrame:
     return conform("steps", frame)
 
 
-def _steps_notes(steps: pd.DataFrame, span: str | None) -> list[str]:
-    """The note saying where the steps came from when no ProfilerStep span marks them."""
-    origin = steps["origin"].iloc[0] if not steps.empty else concepts.PROFILER_STEP
-    if origin == concepts.OPTIMIZER_STEPS:
-        return [f"no ProfilerStep span: the {len(steps):,} steps run from the end of one "
-                "optimizer step to the end of the next (the time before the first one's end is "
-                "no step's)"]
-    if origin == concepts.REPEATED_SPAN:
-        return [f"no ProfilerStep span or optimizer step: the {len(steps):,} steps are the "
-                f"repeated span '{error_text(span)}', each from its start to the next one's"]
-    return []
-
-
 def _per_name(names: np.ndarray, rule: Any, ids: np.ndarray) -> np.ndarray:
     """Apply a vectorised name ``rule`` once per distinct name among ``ids``; index by name id."""
     distinct = np.unique(ids)
@@ -474,7 +460,9 @@ def parse(path: Path) -> Profile:
     meta.notes = [f"{count:,} records dropped: {reason}"
                   for reason, count in sorted(meta.dropped.items()) if count]
     meta.step_span, meta.events = step_span, builder.events
-    meta.notes += _steps_notes(steps, step_span)
+    if not steps.empty:
+        meta.notes += filter(None, [concepts.steps_note(steps["origin"].iloc[0], step_span,
+                                                        len(steps))])
     meta.dataloader = _dataloader_meta(loader)
     frames = {
         **device, "ranges": ranges,

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from profreport.allocator import tune_for_large_arrays
+from profreport.concepts import ANNOTATED_RANGE
 from profreport.errors import failure_line
 from profreport.model import Profile
 from profreport.parsers import ParseOptions, parse_file
@@ -22,7 +23,6 @@ from profreport.reports.analysis.gpu import has_gpu_events
 from profreport.reports.analysis.memory import memory_stats
 from profreport.reports.analysis.metrics import compute_run_metrics, preference
 from profreport.reports.analysis.results import (
-    ANNOTATED_RANGE,
     DeviceMemory,
     InputFile,
     MemoryStats,

@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from profreport.concepts import ANNOTATED_RANGE
+
 SCHEMA = "profreport/1"
 
 Severity = Literal["high", "medium", "low", "info"]
@@ -28,8 +30,6 @@ Origin = Literal["nsys", "kineto", "lprof", "manifest"]
 #: What a share of CPU-operator time is of: the summed step windows, or, in a profile without
 #: steps, the profiled span (its first framework operator's start to its last one's end).
 ShareBasis = Literal["step time", "profiled span"]
-#: What a step is when a span the loop (or torch.profiler) opens per pass marks it.
-ANNOTATED_RANGE = "annotated range"
 #: What a step is to line_profiler: one pass of the training loop (its lines hold totals).
 LOOP_PASS = "loop pass"
 
@@ -92,7 +92,7 @@ class StepStats:
     stdev_ns: int | None = None
     #: What each step is, as the source recorded it: an annotated range (ProfilerStep, a user's
     #: ``step N``, NVTX), line_profiler's loop pass, or a stretch found without step markers
-    #: (see reports.analysis.steps.step_marker).
+    #: (see concepts.step_marker).
     marker: str = ANNOTATED_RANGE
 
 

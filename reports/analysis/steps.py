@@ -23,7 +23,6 @@ from profreport.model import Profile
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.kept import per_profile
 from profreport.reports.analysis.results import (
-    ANNOTATED_RANGE,
     Origin,
     StepShape,
     StepStats,
@@ -51,8 +50,8 @@ class StepWindows:
     #: its next batch (ranges opened after the fetch, as NVTX ``step N``); not between
     #: ProfilerStep spans (see concepts.PROFILER_STEP).
     fetch_between: bool = True
-    #: What each step is (see :func:`step_marker`).
-    marker: str = ANNOTATED_RANGE
+    #: What each step is (see concepts.step_marker).
+    marker: str = concepts.ANNOTATED_RANGE
 
     @property
     def count(self) -> int:
@@ -116,18 +115,8 @@ def step_windows(profile: Profile) -> StepWindows | None:
                        range_ends=ends[keep], starts=starts[keep], ends=wall_ends[keep],
                        warmup=warmup,
                        fetch_between=not steps["origin"].eq(concepts.PROFILER_STEP).all(),
-                       marker=step_marker(str(steps["origin"].iloc[0]), profile.meta.step_span))
-
-
-def step_marker(origin: str, span: str | None) -> str:
-    """What each step is, from the ``steps`` table's origin: the stretch from one optimizer
-    step's end to the next one's, the repeated span ``span`` (start to next start) when no
-    marker names the steps, else the annotated range that marks each."""
-    if origin == concepts.OPTIMIZER_STEPS:
-        return "optimizer step to optimizer step"
-    if origin == concepts.REPEATED_SPAN and span is not None:
-        return f"repeated span '{span}'"
-    return ANNOTATED_RANGE
+                       marker=concepts.step_marker(str(steps["origin"].iloc[0]),
+                                                   profile.meta.step_span))
 
 
 def _pct(values: np.ndarray, q: float) -> int:

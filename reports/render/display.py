@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import PurePath
 
+from profreport.concepts import ANNOTATED_RANGE
 from profreport.reports.analysis.results import (
-    ANNOTATED_RANGE,
     LOOP_PASS,
     PART_LABELS,
     Finding,
