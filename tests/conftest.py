@@ -178,6 +178,32 @@ def tiny_trace(tmp_path: Path) -> Path:
     return path
 
 
+#: The process and thread of a hand-built Kineto trace's training loop (:func:`cpu_event`).
+TRAINING_PID = 4242
+
+
+def kineto_trace(path: Path, events: list[dict], **header) -> Path:
+    """Write a small Kineto-shaped trace with the given events and top-level members."""
+    import json
+
+    document = {"schemaVersion": 1, **header, "traceEvents": events}
+    path.write_text(json.dumps(document, indent=1))
+    return path
+
+
+def cpu_event(name: str, ts: float, dur: float, cat: str = "cpu_op", **args) -> dict:
+    """A CPU-side complete event on the training thread."""
+    return {"ph": "X", "cat": cat, "name": name, "pid": TRAINING_PID, "tid": TRAINING_PID,
+            "ts": ts, "dur": dur, "args": args}
+
+
+def device_event(name: str, ts: float, dur: float, cat: str = "kernel", pid: int | str = 0,
+                 tid: int | str = 7, **args) -> dict:
+    """A device-side complete event."""
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur,
+            "args": args}
+
+
 def write_nsys_export(path: Path, kernels: list[tuple], steps: list[tuple],
                       runtime: list[tuple] = ()) -> Path:
     """A minimal Nsight Systems SQLite export built by hand: ``kernels`` rows are

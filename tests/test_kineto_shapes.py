@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,41 +18,22 @@ from profreport.reports.render.display import metric_groups
 from profreport.reports.render.json import metrics_json, render_json
 from profreport.reports.render.markdown import render_markdown
 
-PID, TID = 4242, 4242
-
-
-def _trace(path: Path, events: list[dict], **header) -> Path:
-    """Write a small Kineto-shaped trace with the given events and top-level members."""
-    document = {"schemaVersion": 1, **header, "traceEvents": events}
-    path.write_text(json.dumps(document, indent=1))
-    return path
-
-
-def _cpu(name: str, ts: float, dur: float, cat: str = "cpu_op", **args) -> dict:
-    """A CPU-side complete event on the training thread."""
-    return {"ph": "X", "cat": cat, "name": name, "pid": PID, "tid": TID, "ts": ts, "dur": dur,
-            "args": args}
-
-
-def _device(name: str, ts: float, dur: float, cat: str = "kernel", pid: int | str = 0,
-            tid: int | str = 7, **args) -> dict:
-    """A device-side complete event."""
-    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur,
-            "args": args}
+sys.path.insert(0, str(Path(__file__).parent))
+from conftest import TRAINING_PID, cpu_event, device_event, kineto_trace  # noqa: E402
 
 
 def test_rocm_hex_streams(tmp_path: Path) -> None:
     """ROCm writes ``args.stream`` as a hex string; HIP launches correlate to their kernels."""
     events = [
-        _cpu("ProfilerStep#3", 100, 50, cat="user_annotation"),
-        _cpu("hipLaunchKernel", 110, 5, cat="cuda_runtime", correlation=11),
-        _cpu("hipMemcpyAsync", 120, 5, cat="cuda_runtime", correlation=12),
-        _device("Cijk_Ailk_Bljk_SB_MT64x64x8", 118, 20, device=1, stream="0x1f",
-                correlation=11),
-        _device("Memcpy HtoD", 130, 4, cat="gpu_memcpy", device=1, stream="0x0",
-                correlation=12, bytes=4096),
+        cpu_event("ProfilerStep#3", 100, 50, cat="user_annotation"),
+        cpu_event("hipLaunchKernel", 110, 5, cat="cuda_runtime", correlation=11),
+        cpu_event("hipMemcpyAsync", 120, 5, cat="cuda_runtime", correlation=12),
+        device_event("Cijk_Ailk_Bljk_SB_MT64x64x8", 118, 20, device=1, stream="0x1f",
+                     correlation=11),
+        device_event("Memcpy HtoD", 130, 4, cat="gpu_memcpy", device=1, stream="0x0",
+                     correlation=12, bytes=4096),
     ]
-    profile = kineto.parse(_trace(tmp_path / "rocm.json", events))
+    profile = kineto.parse(kineto_trace(tmp_path / "rocm.json", events))
     kernels, memcpy = profile.table("kernels"), profile.table("memcpy")
     assert kernels[["device", "stream", "correlation"]].values.tolist() == [[1, 31, 11]]
     assert memcpy[["stream", "kind", "bytes"]].values.tolist() == [[0, "HtoD", 4096]]
@@ -62,11 +44,11 @@ def test_rocm_hex_streams(tmp_path: Path) -> None:
 
 def test_cuda_graph_launch_correlates_every_kernel(tmp_path: Path) -> None:
     """The kernels of one replayed CUDA graph share the correlation id of its cudaGraphLaunch."""
-    events = [_cpu("ProfilerStep#1", 0, 100, cat="user_annotation"),
-              _cpu("cudaGraphLaunch", 10, 8, cat="cuda_runtime", correlation=77)]
-    events += [_device(f"graph_kernel_{i}", 20 + 10 * i, 5, device=0, stream=7, correlation=77)
+    events = [cpu_event("ProfilerStep#1", 0, 100, cat="user_annotation"),
+              cpu_event("cudaGraphLaunch", 10, 8, cat="cuda_runtime", correlation=77)]
+    events += [device_event(f"graph_kernel_{i}", 20 + 10 * i, 5, device=0, stream=7, correlation=77)
                for i in range(3)]
-    profile = kineto.parse(_trace(tmp_path / "graph.json", events))
+    profile = kineto.parse(kineto_trace(tmp_path / "graph.json", events))
     kernels = profile.table("kernels")
     launches = kernels.merge(profile.table("runtime"), on="correlation")
     assert len(kernels) == 3 and launches["name_y"].eq("cudaGraphLaunch").all()
@@ -75,23 +57,25 @@ def test_cuda_graph_launch_correlates_every_kernel(tmp_path: Path) -> None:
 def test_flow_events_give_missing_correlations(tmp_path: Path) -> None:
     """A device event without ``args.correlation`` takes the id of the ac2g flow ending on it."""
     events = [
-        _cpu("cudaLaunchKernel", 10, 3, cat="cuda_runtime", correlation=42),
-        {"ph": "s", "id": 42, "pid": PID, "tid": TID, "ts": 10, "cat": "ac2g", "name": "ac2g"},
-        _device("k", 15, 2, device=0, stream=7),
+        cpu_event("cudaLaunchKernel", 10, 3, cat="cuda_runtime", correlation=42),
+        {"ph": "s", "id": 42, "pid": TRAINING_PID, "tid": TRAINING_PID, "ts": 10, "cat": "ac2g",
+         "name": "ac2g"},
+        device_event("k", 15, 2, device=0, stream=7),
         {"ph": "f", "id": 42, "pid": 0, "tid": 7, "ts": 15, "cat": "ac2g", "name": "ac2g",
          "bp": "e"},
-        _device("unlinked", 30, 2, device=0, stream=7),
+        device_event("unlinked", 30, 2, device=0, stream=7),
     ]
-    kernels = kineto.parse(_trace(tmp_path / "flows.json", events)).table("kernels")
+    kernels = kineto.parse(kineto_trace(tmp_path / "flows.json", events)).table("kernels")
     assert kernels.set_index("name")["correlation"].to_dict() == {"k": 42, "unlinked": -1}
 
 
 def test_nanosecond_timestamps(tmp_path: Path) -> None:
     """Fractional microseconds (ns resolution) give exact integer nanoseconds."""
-    events = [_cpu("ProfilerStep#7", 4458676522690.655, 156.777, cat="user_annotation"),
-              _device("k", 4458676522700.001, 0.999, device=0, stream=7, correlation=1)]
-    profile = kineto.parse(_trace(tmp_path / "ns.json", events, displayTimeUnit="ns",
-                                  traceName="ns.json", baseTimeNanoseconds=1711964646000000000))
+    events = [cpu_event("ProfilerStep#7", 4458676522690.655, 156.777, cat="user_annotation"),
+              device_event("k", 4458676522700.001, 0.999, device=0, stream=7, correlation=1)]
+    profile = kineto.parse(kineto_trace(tmp_path / "ns.json", events, displayTimeUnit="ns",
+                                        traceName="ns.json",
+                                        baseTimeNanoseconds=1711964646000000000))
     step, kernel = profile.table("steps").iloc[0], profile.table("kernels").iloc[0]
     assert (step["start"], step["end"]) == (4458676522690655, 4458676522847432)
     assert (kernel["start"], kernel["end"]) == (4458676522700001, 4458676522701000)
@@ -101,12 +85,12 @@ def test_nanosecond_timestamps(tmp_path: Path) -> None:
 
 def test_no_rank_and_no_distributed_info(tmp_path: Path) -> None:
     """Without distributedInfo, or with one lacking a rank, the rank is unknown (None)."""
-    events = [_cpu("ProfilerStep#1", 0, 10, cat="user_annotation")]
-    bare = kineto.parse(_trace(tmp_path / "bare.json", events))
+    events = [cpu_event("ProfilerStep#1", 0, 10, cat="user_annotation")]
+    bare = kineto.parse(kineto_trace(tmp_path / "bare.json", events))
     assert bare.rank is None and bare.meta.distributed_info == {}
     assert bare.meta.world_size is None
-    norank = kineto.parse(_trace(tmp_path / "norank.json", events,
-                                 distributedInfo={"backend": "nccl", "world_size": 4}))
+    norank = kineto.parse(kineto_trace(tmp_path / "norank.json", events,
+                                       distributedInfo={"backend": "nccl", "world_size": 4}))
     assert norank.rank is None and norank.meta.world_size == 4
     assert norank.meta.backend == "nccl"
 
@@ -116,9 +100,9 @@ def test_steps_from_optimizer_without_profiler_steps(tmp_path: Path) -> None:
     events = []
     for i in range(4):
         start = 1000 * i
-        events += [_cpu("aten::mm", start, 600),
-                   _cpu("Optimizer.step#SGD.step", start + 700, 200)]
-    profile = kineto.parse(_trace(tmp_path / "opt.json", events))
+        events += [cpu_event("aten::mm", start, 600),
+                   cpu_event("Optimizer.step#SGD.step", start + 700, 200)]
+    profile = kineto.parse(kineto_trace(tmp_path / "opt.json", events))
     steps = profile.table("steps")
     assert steps["origin"].eq("optimizer").all() and steps["number"].tolist() == [1, 2, 3]
     assert steps["start"].tolist() == [900_000, 1_900_000, 2_900_000]
@@ -137,10 +121,10 @@ def test_steps_come_from_profiler_steps_alone_beside_a_users_step_ranges(
     events = []
     for i in range(3):
         start = 1000 * i
-        events += [_cpu(f"ProfilerStep#{i + 3}", start, 1000, cat="user_annotation"),
-                   _cpu(f"step {i}", start + 200, 790, cat="user_annotation"),
-                   _cpu("aten::mm", start + 210, 700)]
-    path = _trace(tmp_path / "both.json", events)
+        events += [cpu_event(f"ProfilerStep#{i + 3}", start, 1000, cat="user_annotation"),
+                   cpu_event(f"step {i}", start + 200, 790, cat="user_annotation"),
+                   cpu_event("aten::mm", start + 210, 700)]
+    path = kineto_trace(tmp_path / "both.json", events)
     steps = kineto.parse(path).table("steps")
     assert steps["number"].tolist() == [3, 4, 5] and steps["origin"].eq("ProfilerStep").all()
     assert steps["start"].tolist() == [0, 1_000_000, 2_000_000]
@@ -152,13 +136,13 @@ def test_steps_come_from_profiler_steps_alone_beside_a_users_step_ranges(
 def test_steps_from_repeated_top_level_op(tmp_path: Path) -> None:
     """No ProfilerStep nor optimizer: the top-level annotation (record_function) that repeats
     most marks iterations."""
-    events = [_cpu("warmup", 0, 50, cat="user_annotation")]
+    events = [cpu_event("warmup", 0, 50, cat="user_annotation")]
     for i in range(5):
         start = 100 + 300 * i
-        events += [_cpu("train_step", start, 250, cat="user_annotation"),
-                   _cpu("aten::mm", start + 10, 200),
-                   _cpu("aten::mm", start + 260, 10)]
-    profile = kineto.parse(_trace(tmp_path / "repeat.json", events))
+        events += [cpu_event("train_step", start, 250, cat="user_annotation"),
+                   cpu_event("aten::mm", start + 10, 200),
+                   cpu_event("aten::mm", start + 260, 10)]
+    profile = kineto.parse(kineto_trace(tmp_path / "repeat.json", events))
     steps = profile.table("steps")
     assert steps["origin"].eq("repeated op").all() and len(steps) == 5
     assert profile.meta.step_span == "train_step"
@@ -171,8 +155,9 @@ def test_steps_from_repeated_top_level_op(tmp_path: Path) -> None:
 
 def test_cpu_only_trace_has_no_device_tables(tmp_path: Path) -> None:
     """A CPU-only trace: operators and steps, empty device tables, no dropped records."""
-    events = [_cpu("ProfilerStep#1", 0, 100, cat="user_annotation"), _cpu("aten::add", 5, 3)]
-    profile = kineto.parse(_trace(tmp_path / "cpu.json", events))
+    events = [cpu_event("ProfilerStep#1", 0, 100, cat="user_annotation"),
+              cpu_event("aten::add", 5, 3)]
+    profile = kineto.parse(kineto_trace(tmp_path / "cpu.json", events))
     assert profile.table("kernels").empty and profile.table("sync").empty
     assert profile.table("cpu_ops")["name"].tolist() == ["aten::add"]
 
@@ -180,15 +165,15 @@ def test_cpu_only_trace_has_no_device_tables(tmp_path: Path) -> None:
 def test_mtia_device_work_in_hand_built_trace(tmp_path: Path) -> None:
     """MTIA: runtime calls, command-processor executions as kernels, DMAs as copies."""
     events = [
-        _cpu("runFunction - job_prep_and_submit_for_execution", 10, 5, cat="mtia_runtime",
-             correlation=5, device=17, stream_id="101"),
-        _device("remote", 20, 30, cat="mtia_ccp_events", pid=17, tid=3536, stream=101,
-                correlation=5),
-        _device("dma_request", 60, 4, cat="mtia_ccp_events", pid=17, tid=3672, stream=105,
-                direction="DEVICE_TO_HOST", size=1024),
-        _device("event_wait", 70, 9, cat="mtia_ccp_events", pid=17, tid=3774, stream=108),
+        cpu_event("runFunction - job_prep_and_submit_for_execution", 10, 5, cat="mtia_runtime",
+                  correlation=5, device=17, stream_id="101"),
+        device_event("remote", 20, 30, cat="mtia_ccp_events", pid=17, tid=3536, stream=101,
+                     correlation=5),
+        device_event("dma_request", 60, 4, cat="mtia_ccp_events", pid=17, tid=3672, stream=105,
+                     direction="DEVICE_TO_HOST", size=1024),
+        device_event("event_wait", 70, 9, cat="mtia_ccp_events", pid=17, tid=3774, stream=108),
     ]
-    profile = kineto.parse(_trace(tmp_path / "mtia.json", events))
+    profile = kineto.parse(kineto_trace(tmp_path / "mtia.json", events))
     kernels = profile.table("kernels")
     assert kernels[["name", "device", "stream", "correlation"]].values.tolist() == [
         ["remote", 17, 101, 5]]
@@ -281,18 +266,18 @@ def test_earliest_kineto_format(tmp_path: Path) -> None:
     for step in range(4):
         base = 1000.0 * step
         events += [
-            _cpu("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", base, 200,
-                 cat="Operator"),
-            _cpu("aten::conv2d", base + 300, 100, cat="Operator",
-                 **{"Input dims": [[32, 3, 224, 224], [64, 3, 7, 7], [], [], [], [], []]}),
-            _cpu("cudaLaunchKernel", base + 310, 10, cat="Runtime", correlation=step + 1),
-            _device("implicit_convolve_sgemm", base + 330, 60, cat="Kernel", pid=0,
-                    tid="stream 7", device=0, stream=7, correlation=step + 1),
-            _cpu("Optimizer.step#SGD.step", base + 600, 150, cat="Operator"),
+            cpu_event("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", base, 200,
+                      cat="Operator"),
+            cpu_event("aten::conv2d", base + 300, 100, cat="Operator",
+                      **{"Input dims": [[32, 3, 224, 224], [64, 3, 7, 7], [], [], [], [], []]}),
+            cpu_event("cudaLaunchKernel", base + 310, 10, cat="Runtime", correlation=step + 1),
+            device_event("implicit_convolve_sgemm", base + 330, 60, cat="Kernel", pid=0,
+                         tid="stream 7", device=0, stream=7, correlation=step + 1),
+            cpu_event("Optimizer.step#SGD.step", base + 600, 150, cat="Operator"),
         ]
     for event in events:
         event["tid"] = tid if event["cat"] != "Kernel" else event["tid"]
-    profile = kineto.parse(_trace(tmp_path / "2021.pt.trace.json", events))
+    profile = kineto.parse(kineto_trace(tmp_path / "2021.pt.trace.json", events))
     assert profile.meta.dialect == "2021" and profile.table("devices").empty
     assert len(profile.table("kernels")) == 4 and set(profile.table("cpu_ops")["tid"]) == {
         int(tid)}
@@ -308,9 +293,9 @@ def test_compute_properties_name_the_devices(tmp_path: Path) -> None:
     """Some Kineto builds list the accelerators under ``computeProperties``."""
     props = [{"id": 0, "name": "Tesla V100-SXM2-16GB", "totalGlobalMem": 16945512448,
               "computeMajor": 7, "computeMinor": 0, "numSms": 80}]
-    events = [_cpu("ProfilerStep#1", 0, 100, cat="user_annotation"),
-              _device("k", 10, 20, device=0, stream=7, correlation=1)]
-    profile = kineto.parse(_trace(tmp_path / "v100.json", events, computeProperties=props))
+    events = [cpu_event("ProfilerStep#1", 0, 100, cat="user_annotation"),
+              device_event("k", 10, 20, device=0, stream=7, correlation=1)]
+    profile = kineto.parse(kineto_trace(tmp_path / "v100.json", events, computeProperties=props))
     devices = profile.table("devices")
     assert devices[["device", "name", "sm_count", "compute_major"]].values.tolist() == [
         [0, "Tesla V100-SXM2-16GB", 80, 7]]
@@ -320,9 +305,9 @@ def test_compute_properties_name_the_devices(tmp_path: Path) -> None:
 def test_gpu_events_without_cpu_ops_give_a_report(tmp_path: Path) -> None:
     """A trace of device activity only (CPU tracing off): kernels are read and the verdict says
     why it cannot attribute the idle time."""
-    events = [_device(f"k{i % 3}", 1000.0 + 50 * i, 30, device=0, stream=7, correlation=i + 1)
+    events = [device_event(f"k{i % 3}", 1000.0 + 50 * i, 30, device=0, stream=7, correlation=i + 1)
               for i in range(40)]
-    path = _trace(tmp_path / "gpu_only.json", events)
+    path = kineto_trace(tmp_path / "gpu_only.json", events)
     profile = kineto.parse(path)
     assert len(profile.table("kernels")) == 40 and profile.table("cpu_ops").empty
     assert profile.meta.empty is None
@@ -333,10 +318,10 @@ def test_gpu_events_without_cpu_ops_give_a_report(tmp_path: Path) -> None:
 def test_nearly_empty_trace_is_said_to_be_empty(tmp_path: Path) -> None:
     """A few runtime calls over 9 s and nothing else: nothing to analyse (an nsys capture of OS
     runtime calls alone reads the same), never a bottleneck, and never called 'empty'."""
-    events = [_cpu(name, ts, 5, cat="cuda_runtime", correlation=i) for i, (name, ts) in
+    events = [cpu_event(name, ts, 5, cat="cuda_runtime", correlation=i) for i, (name, ts) in
               enumerate([("cudaGetDeviceCount", 0.0), ("cudaGetDevice", 5e6),
                          ("cudaStreamIsCapturing", 9e6)])]
-    path = _trace(tmp_path / "cut.json", events)
+    path = kineto_trace(tmp_path / "cut.json", events)
     profile = kineto.parse(path)
     assert profile.meta.empty == (
         "nothing to analyse: no kernels, copies, operators, ranges, steps or lines recorded "
@@ -375,7 +360,7 @@ def test_rocm_copies_are_classified_by_their_recorded_kind(tmp_path: Path) -> No
     """Host-to-device copies were 'none recorded' on AMD traces: ROCm names its copy
     activities ``CopyHostToDevice`` (roctracer) or records the direction only in ``args.kind``
     (``HtoD``, or hipMemcpyKind's number); the recorded kind decides, in concepts.copy_kinds."""
-    events = [_cpu("ProfilerStep#1", 0, 1000, cat="user_annotation")]
+    events = [cpu_event("ProfilerStep#1", 0, 1000, cat="user_annotation")]
     copies = [("CopyHostToDevice", {}, "HtoD"),
               ("Memcpy", {"kind": "HtoD"}, "HtoD"),
               ("Memcpy", {"kind": 1}, "HtoD"),
@@ -383,11 +368,11 @@ def test_rocm_copies_are_classified_by_their_recorded_kind(tmp_path: Path) -> No
               ("CopyDeviceToHost", {"kind": "2"}, "DtoH"),
               ("Memcpy", {"kind": 4}, "unknown")]
     for i, (name, args, _) in enumerate(copies):
-        events += [_cpu("hipMemcpyAsync", 10 + 100 * i, 5, cat="cuda_runtime",
-                        correlation=i + 1, kind="1"),
-                   _device(name, 20 + 100 * i, 10, cat="gpu_memcpy", device=0, stream="0x0",
-                           correlation=i + 1, bytes=1 << 20, **args)]
-    path = _trace(tmp_path / "rocm_copies.json", events)
+        events += [cpu_event("hipMemcpyAsync", 10 + 100 * i, 5, cat="cuda_runtime",
+                             correlation=i + 1, kind="1"),
+                   device_event(name, 20 + 100 * i, 10, cat="gpu_memcpy", device=0, stream="0x0",
+                                correlation=i + 1, bytes=1 << 20, **args)]
+    path = kineto_trace(tmp_path / "rocm_copies.json", events)
     memcpy = kineto.parse(path).table("memcpy")
     assert memcpy["kind"].tolist() == [kind for _, _, kind in copies]
     copied = _analyzed(path).metrics.copies
@@ -408,10 +393,10 @@ def _construction() -> list[dict]:
     events, ts = [], 0.0
     for _ in range(8):
         for _parameter in ("weight", "bias"):
-            events += [_cpu("aten::empty", ts, 1), _cpu("aten::detach", ts + 2, 2),
-                       _cpu("detach", ts + 2.5, 1)]
+            events += [cpu_event("aten::empty", ts, 1), cpu_event("aten::detach", ts + 2, 2),
+                       cpu_event("detach", ts + 2.5, 1)]
             ts += 5
-        events += [_cpu("aten::uniform_", ts, 90), _cpu("aten::uniform_", ts + 95, 2)]
+        events += [cpu_event("aten::uniform_", ts, 90), cpu_event("aten::uniform_", ts + 95, 2)]
         ts += 100
     return events
 
@@ -421,7 +406,7 @@ def test_an_operator_repeated_while_a_model_is_built_is_no_step(tmp_path: Path) 
     aten::detach over detach) and initialised (aten::uniform_ for its weight and its bias).
     aten::uniform_ repeats 16 times and takes the most time, but one operator repeats per
     parameter: no pass of a loop is recorded, so no steps and the verdict is unknown."""
-    path = _trace(tmp_path / "construct.json", _construction())
+    path = kineto_trace(tmp_path / "construct.json", _construction())
     profile = kineto.parse(path)
     assert profile.table("steps").empty and profile.meta.step_span is None
     run = _analyzed(path)
@@ -434,10 +419,10 @@ def test_an_operator_of_any_namespace_is_no_step(tmp_path: Path) -> None:
     category as aten's are: 6 top-level calls of mylib::fused_gelu, the most time of the trace,
     mark no pass of a loop (a list of aten-like namespaces had taken them for 6 steps), while
     the user's record_function('forward') around each pass does."""
-    events = [_cpu("mylib::fused_gelu", 200 * i, 150) for i in range(6)]
-    assert kineto.parse(_trace(tmp_path / "ops.json", events)).table("steps").empty
-    events += [_cpu("forward", 200 * i + 160, 30, cat="user_annotation") for i in range(6)]
-    profile = kineto.parse(_trace(tmp_path / "marked.json", events))
+    events = [cpu_event("mylib::fused_gelu", 200 * i, 150) for i in range(6)]
+    assert kineto.parse(kineto_trace(tmp_path / "ops.json", events)).table("steps").empty
+    events += [cpu_event("forward", 200 * i + 160, 30, cat="user_annotation") for i in range(6)]
+    profile = kineto.parse(kineto_trace(tmp_path / "marked.json", events))
     assert profile.meta.step_span == "forward" and len(profile.table("steps")) == 6
 
 
@@ -446,7 +431,7 @@ def test_a_trace_without_steps_lists_its_top_operators_over_the_profiled_span(
     """Model construction only: no steps, so no share of step time, but the report still says
     where the time went: the operators by self time over the profiled span (877 µs), the share's
     basis carried in the result and said in the report's share column and its JSON."""
-    report = analyze_paths([_trace(tmp_path / "construct.json", _construction())],
+    report = analyze_paths([kineto_trace(tmp_path / "construct.json", _construction())],
                            AnalyzeOptions(executor=ExecutorOptions(processes=1)))
     (run,) = report.runs
     assert run.metrics.steps is None and run.metrics.top_ops_share_of == "profiled span"
@@ -465,9 +450,9 @@ def test_a_second_trace_without_a_rank_is_said_to_be_left_out(tmp_path: Path) ->
     run = tmp_path / "cycles"
     run.mkdir()
     for cycle, first_step in enumerate((2, 6)):
-        events = [_cpu(f"ProfilerStep#{first_step + i}", 10_000 * cycle + 1000 * i, 900,
-                       cat="user_annotation") for i in range(3)]
-        _trace(run / f"host_1.{cycle}.pt.trace.json", events)
+        events = [cpu_event(f"ProfilerStep#{first_step + i}", 10_000 * cycle + 1000 * i, 900,
+                            cat="user_annotation") for i in range(3)]
+        kineto_trace(run / f"host_1.{cycle}.pt.trace.json", events)
     analysed = _analyzed(run)
     assert analysed.metrics.steps is not None and analysed.metrics.steps.count == 3
     assert analysed.notes == [
@@ -484,9 +469,9 @@ def test_annotations_that_count_the_passes_are_the_steps(tmp_path: Path) -> None
     events = []
     for i in range(4):
         start = 1000 * i
-        events += [_cpu(f"batch {i}", start, 300, cat="user_annotation"),
-                   _cpu("aten::addmm", start + 400, 500)]
-    profile = kineto.parse(_trace(tmp_path / "batches.json", events))
+        events += [cpu_event(f"batch {i}", start, 300, cat="user_annotation"),
+                   cpu_event("aten::addmm", start + 400, 500)]
+    profile = kineto.parse(kineto_trace(tmp_path / "batches.json", events))
     steps = profile.table("steps")
     assert profile.meta.step_span == "batch #" and steps["origin"].eq("repeated op").all()
     assert steps["start"].tolist() == [1_000_000 * i for i in range(4)]
@@ -508,21 +493,21 @@ def test_steps_found_without_a_marker_are_called_what_they_are(tmp_path: Path) -
     optimizer, batches, marked = [], [], []
     for i in range(4):
         start = 1000 * i
-        optimizer += [_cpu("aten::mm", start, 600),
-                      _cpu("Optimizer.step#SGD.step", start + 700, 200)]
-        batches += [_cpu(f"batch {i}", start, 900, cat="user_annotation"),
-                    _cpu("aten::addmm", start + 10, 800)]
-        marked += [_cpu(f"ProfilerStep#{i}", start, 900, cat="user_annotation"),
-                   _cpu("aten::addmm", start + 10, 800)]
-    line, labels = _step_labels(_trace(tmp_path / "optimizer.json", optimizer))
+        optimizer += [cpu_event("aten::mm", start, 600),
+                      cpu_event("Optimizer.step#SGD.step", start + 700, 200)]
+        batches += [cpu_event(f"batch {i}", start, 900, cat="user_annotation"),
+                    cpu_event("aten::addmm", start + 10, 800)]
+        marked += [cpu_event(f"ProfilerStep#{i}", start, 900, cat="user_annotation"),
+                   cpu_event("aten::addmm", start + 10, 800)]
+    line, labels = _step_labels(kineto_trace(tmp_path / "optimizer.json", optimizer))
     assert line.startswith("  steps: 3 × 1.0 ms optimizer step to optimizer step (kineto, ")
     assert labels == ["optimizer step to optimizer step", "Steps measured",
                       "Mean step (optimizer step to optimizer step)", "Step p50 / p90"]
-    line, labels = _step_labels(_trace(tmp_path / "batches.json", batches))
+    line, labels = _step_labels(kineto_trace(tmp_path / "batches.json", batches))
     assert line.startswith("  steps: 4 × 1.0 ms repeated span 'batch #' (kineto, ")
     assert labels[:1] + labels[2:] == ["repeated span 'batch #'",
                                        "Mean step (repeated span 'batch #')", "Step p50 / p90"]
-    line, labels = _step_labels(_trace(tmp_path / "marked.json", marked))
+    line, labels = _step_labels(kineto_trace(tmp_path / "marked.json", marked))
     assert line.startswith("  steps: 4 × 0.9 ms annotated range (kineto, ")
     assert labels[:1] + labels[2:] == ["annotated range", "Mean annotated step (its range alone)",
                                        "Annotated step p50 / p90"]
@@ -536,11 +521,12 @@ def test_a_cpu_only_run_is_told_of_no_gpu(tmp_path: Path) -> None:
     events = []
     for step in range(4):
         base = 1000.0 * step
-        events += [_cpu(f"ProfilerStep#{step}", base, 1000, cat="user_annotation"),
-                   _cpu("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
-                        base + 1, 300, cat="user_annotation"),
-                   _cpu("aten::conv2d", base + 320, 500), _cpu("aten::batch_norm", base + 830, 50)]
-    run = _analyzed(_trace(tmp_path / "cpu.json", events))
+        events += [cpu_event(f"ProfilerStep#{step}", base, 1000, cat="user_annotation"),
+                   cpu_event("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+                             base + 1, 300, cat="user_annotation"),
+                   cpu_event("aten::conv2d", base + 320, 500),
+                   cpu_event("aten::batch_norm", base + 830, 50)]
+    run = _analyzed(kineto_trace(tmp_path / "cpu.json", events))
     found = {f.id: f for f in run.findings}
     texts = [e.text for f in run.findings for e in f.evidence]
     assert any(t.endswith("loaded in the training process while the model waits") for t in texts)
@@ -555,9 +541,9 @@ def test_the_top_cpu_operator_is_given_as_a_share_of_the_step(tmp_path: Path) ->
     never '3.2 ms' beside a 1 ms step as if it were one step's."""
     events = []
     for step in range(4):
-        events += [_cpu(f"ProfilerStep#{step}", 1000.0 * step, 1000, cat="user_annotation"),
-                   _cpu("aten::mm", 1000.0 * step + 100, 800)]
-    finding = {f.id: f for f in _analyzed(_trace(tmp_path / "mm.json", events)).findings}[
+        events += [cpu_event(f"ProfilerStep#{step}", 1000.0 * step, 1000, cat="user_annotation"),
+                   cpu_event("aten::mm", 1000.0 * step + 100, 800)]
+    finding = {f.id: f for f in _analyzed(kineto_trace(tmp_path / "mm.json", events)).findings}[
         "COMPUTE_BOUND"]
     assert ("top CPU operator by self time aten::mm: 80% of step time (3.2 ms in 4 calls over "
             "the steps measured)") in [e.text for e in finding.evidence]

@@ -5,12 +5,16 @@ stalls every Nth step over a small steady wait."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from profreport.commands import _summary_lines
 from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
 from profreport.reports.render.json import render_json
 from profreport.reports.render.markdown import render_markdown
+
+sys.path.insert(0, str(Path(__file__).parent))
+from conftest import cpu_event, kineto_trace  # noqa: E402
 
 KERNEL = "volta_sgemm_128x64_nn"
 LOADER = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
@@ -183,15 +187,10 @@ def cpu_steps(path: Path, name: str, steps: int, range_us: int, period_us: int,
               op_us: int) -> Path:
     """A CPU-only trace of ``steps`` step ranges (``name`` formatted with the step number) of
     ``range_us``, one every ``period_us``, each holding one aten::mm of ``op_us``."""
-    events = []
-    for n in range(steps):
-        ts = 1000 + n * period_us
-        events += [{"ph": "X", "cat": "user_annotation", "name": name.format(n), "pid": 1,
-                    "tid": 1, "ts": ts, "dur": range_us, "args": {}},
-                   {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1,
-                    "ts": ts + 10, "dur": op_us, "args": {}}]
-    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
-    return path
+    starts = [1000 + n * period_us for n in range(steps)]
+    return kineto_trace(path, [event for n, ts in enumerate(starts) for event in (
+        cpu_event(name.format(n), ts, range_us, cat="user_annotation"),
+        cpu_event("aten::mm", ts + 10, op_us))])
 
 
 def test_the_sliver_between_profiler_steps_is_no_dataloader_wait(tmp_path: Path) -> None:
