@@ -33,6 +33,7 @@ from profreport.reports.analysis.results import (
 )
 from profreport.reports.render.html import render_html
 from profreport.reports.render.json import render_json
+from profreport.reports.render.markdown import render_markdown
 
 
 def test_t_quantile_matches_the_tables() -> None:
@@ -60,7 +61,7 @@ def test_plain_steps_are_averaged_in_blocks(fixtures_dir: Path) -> None:
     assert len(steps) == 17 and report.runs[0].metrics.plain_step_ns == manifest["plain_step_ns"]
     blocks = [steps[0:4].mean(), steps[4:8].mean(), steps[8:11].mean(), steps[11:14].mean(),
               steps[14:17].mean()]
-    spread = step_spread(report.runs[0])
+    spread = step_spread(report.runs[0], report.comparison.steps_origin)
     assert spread.count == NOISE_BLOCKS
     assert spread.mean == pytest.approx(np.mean(blocks))
     assert spread.stdev == pytest.approx(np.std(blocks, ddof=1))
@@ -72,7 +73,8 @@ def test_fixture_comparison_flags_noise_consistently(fixtures_dir: Path) -> None
     report = analyze_paths([fixtures_dir / "loader_heavy", fixtures_dir / "compute_heavy"],
                            AnalyzeOptions())
     row = report.comparison.rows[1]
-    expected = noise_band(step_spread(report.runs[0]), step_spread(report.runs[1]))
+    origin = report.comparison.steps_origin
+    expected = noise_band(step_spread(report.runs[0], origin), step_spread(report.runs[1], origin))
     assert row.noise_fraction == pytest.approx(expected) and row.noise_fraction > 0
     assert row.within_noise is (abs(math.log(row.speedup)) <= math.log1p(row.noise_fraction))
     said = row.explanation.startswith(f"{row.speedup:.2f}× is within this machine's run-to-run")
@@ -93,15 +95,18 @@ def test_step_stats_carry_their_spread(corpus: Path) -> None:
 def run_with_parts(name: str, parts_ms: dict[str, float], plain_ms: list[float] | None = None,
                    steps_ms: float | None = None, knobs: dict[str, object] | None = None
                    ) -> RunAnalysis:
-    """A run whose torch.profiler breakdown holds ``parts_ms`` (the rest 0), with the plain run's
-    step samples when given, and a step source from another profiler when ``steps_ms`` is."""
+    """A run whose torch.profiler breakdown holds ``parts_ms`` (the rest 0) over torch.profiler's
+    steps, with the plain run's step samples when given, and nsys's steps too when
+    ``steps_ms`` is."""
     parts = dict.fromkeys(BREAKDOWN_PARTS, 0) | {k: round(v * 1e6) for k, v in parts_ms.items()}
-    steps = None
+    step = sum(parts.values())
+    timed = [StepStats("kineto", 10, step, step, step, step, step)]
     if steps_ms is not None:
         mean = round(steps_ms * 1e6)
-        steps = StepStats("nsys", 10, mean, mean, mean, mean, mean)
-    metrics = RunMetrics(steps=steps, breakdown=Breakdown("kineto", sum(parts.values()), parts),
-                         plain_step_ns=[round(v * 1e6) for v in plain_ms or []])
+        timed.insert(0, StepStats("nsys", 10, mean, mean, mean, mean, mean))
+    metrics = RunMetrics(steps=timed[0], breakdown=Breakdown("kineto", step, parts),
+                         plain_step_ns=[round(v * 1e6) for v in plain_ms or []],
+                         steps_by_origin=timed)
     return RunAnalysis(name, [], "compute-bound", "", metrics, [], knobs=knobs or {})
 
 
@@ -213,7 +218,7 @@ def test_a_step_time_from_another_profiler_leaves_a_reported_rest() -> None:
     run = run_with_parts("fast", {"dataloader": 10, "compute": 80}, steps_ms=80)
     row = compare_runs([base, run]).rows[1]
     assert row.unexplained_ns == -30_000_000
-    # nsys gives its mean step only: the row's step time says it is a mean, not a median.
+    # These hand-built nsys steps hold no windows, only their mean: the row says it is a mean.
     assert row.step_time_kind == "mean"
     assert sum(c.delta_ns for c in row.attribution) + row.unexplained_ns == -40_000_000
     assert row.explanation == (
@@ -268,7 +273,7 @@ def test_an_unprofiled_run_that_shared_the_cpus_is_not_its_throughput() -> None:
         "not its own, so the speedup is the profiled step-time ratio.")
     # Both sides' noise would come from their profiled steps, not one from its unshared plain
     # run: these hand-built runs time no profiled step, so the band is unknown, not mixed.
-    assert step_spread(run) is not None and step_spread(run, plain=False) is None
+    assert step_spread(run, "nsys") is not None and step_spread(run, "nsys", plain=False) is None
     assert row.noise_fraction is None and row.within_noise is None
     # Without the shared baseline, the slow plain steps set the speedup and its band.
     base.metrics.plain_cpu = None
@@ -339,3 +344,46 @@ def test_a_line_profiler_breakdown_is_not_compared_part_by_part() -> None:
         "The breakdowns come from torch.profiler -> line_profiler, which split the step "
         "differently (line_profiler's lines give only the DataLoader wait and the rest): the "
         "step time alone is compared.")
+
+
+def test_every_row_is_timed_by_the_one_profiler_all_runs_have(fixtures_dir: Path) -> None:
+    """loader_heavy (nsys, torch.profiler, line_profiler) against compute_heavy's torch.profiler
+    trace alone: only torch.profiler timed the steps of both, so both rows are its median step
+    windows, 7275.1 ms -> 1683.0 ms (4.32x). Each run's own step source had set nsys's 1112.9 ms
+    start-to-start mean beside torch.profiler's median and read 0.66x."""
+    trace = next((fixtures_dir / "compute_heavy" / "trace").iterdir())
+    report = analyze_paths([fixtures_dir / "loader_heavy", trace], AnalyzeOptions())
+    comparison = report.comparison
+    assert comparison.steps_origin == "kineto" and comparison.steps_unknown_reason is None
+    assert report.runs[0].metrics.steps.origin == "nsys"  # the run's own preferred source
+    base, row = comparison.rows
+    assert (base.step_time_ns, row.step_time_ns) == (7_275_066_685, 1_683_007_807)
+    assert base.step_time_kind == row.step_time_kind == "median"
+    assert row.speedup == pytest.approx(7_275_066_685 / 1_683_007_807)
+    assert row.explanation.startswith("Mean step time fell by 3236.0 ms per step (4871.3 ms -> "
+                                      "1635.3 ms")
+    assert "Nsight Systems" not in row.explanation
+    data = json.loads(render_json(report))["comparison"]
+    assert (data["steps_origin"], data["steps_unknown_reason"]) == ("kineto", None)
+    assert "| Run | Step (profiled, torch.profiler) |" in render_markdown(report)
+
+
+def test_no_profiler_timed_every_run_so_no_step_time_is_compared(
+        fixtures_dir: Path, nsys_available: str) -> None:
+    """An nsys report against a torch.profiler trace: no profiler timed both runs' steps, so no
+    row has a step time or a step-time speedup, and the comparison says why rather than set
+    nsys's 1112.9 ms beside torch.profiler's 1683.0 ms."""
+    trace = next((fixtures_dir / "compute_heavy" / "trace").iterdir())
+    report = analyze_paths([fixtures_dir / "loader_heavy" / "nsys.nsys-rep", trace],
+                           AnalyzeOptions())
+    comparison = report.comparison
+    name = report.runs[1].name  # the trace's file name without its suffixes
+    why = (f"no profiler timed the steps of every run (nsys: Nsight Systems; {name}: "
+           "torch.profiler), and each profiler slows a step by its own amount, so step times of "
+           "two profilers are not compared")
+    assert comparison.steps_origin is None and comparison.steps_unknown_reason == why
+    assert all(r.step_time_ns is None and r.step_time_kind is None and r.speedup is None
+               for r in comparison.rows)
+    row = comparison.rows[1]
+    assert row.attribution == [] and row.explanation == f"Profiled step time unknown: {why}."
+    assert "| Run | Step (profiled): unknown |" in render_markdown(report)

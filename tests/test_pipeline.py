@@ -250,13 +250,16 @@ def test_comparison_names_core_contention() -> None:
         Breakdown,
         RunAnalysis,
         RunMetrics,
+        StepStats,
     )
 
     def run(name: str, workers: int, compute_ms: int) -> RunAnalysis:
-        """A CPU-only run whose step is mostly compute."""
+        """A CPU-only run whose step (torch.profiler's) is mostly compute."""
         parts = dict.fromkeys(BREAKDOWN_PARTS, 0) | {"compute": compute_ms * 10**6,
                                                      "dataloader": 3 * 10**6}
-        metrics = RunMetrics(breakdown=Breakdown("kineto", sum(parts.values()), parts))
+        step = sum(parts.values())
+        metrics = RunMetrics(breakdown=Breakdown("kineto", step, parts), steps_by_origin=[
+            StepStats("kineto", 10, step, step, step, step, step)])
         return RunAnalysis(name, [], "compute-bound", "", metrics, [],
                            knobs={"num_workers": workers},
                            environment={"cpus_usable": 2, "cuda": None, "torch_threads": 2})

@@ -57,15 +57,14 @@ def mean_per_step(claims: dict[str, np.ndarray], windows: StepWindows) -> dict[s
 def per_step_samples(claims: dict[str, np.ndarray],
                      windows: StepWindows) -> dict[str, tuple[int, ...]]:
     """Each part's ns in every whole step window (the last window left out when it is only its
-    own range, with no fetch after it), ``other`` the rest of the window, ``step`` the window."""
-    whole = windows.count - 1 if windows.count > 2 else windows.count
-    starts, ends = windows.starts[:whole], windows.ends[:whole]
-    lengths = (ends - starts).astype(np.int64)
+    own range, with no fetch after it), ``other`` the rest of the window (the window itself is
+    the steps' StepStats.window_ns)."""
+    whole = windows.whole
+    lengths = windows.whole_lengths()
     out = {name: np.zeros(whole, np.int64) for name in BREAKDOWN_PARTS}
     for name, part in claims.items():
         out[name] = part[:whole]
     out["other"] = np.maximum(lengths - sum(v for k, v in out.items() if k != "other"), 0)
-    out["step"] = lengths
     return {name: tuple(int(v) for v in values) for name, values in out.items()}
 
 

@@ -9,9 +9,14 @@ profiled step-time ratio (baseline over run) is kept beside it (``step_speedup``
 speedup is the step-time ratio. When the two ratios point in opposite directions the row's
 explanation says so before naming the part of the step that moved.
 
+Step source: every row's profiled steps come from one profiler, the first of
+``STEP_SOURCE_ORDER`` that timed the steps of every run (each run's own preferred source could
+set one profiler's figure beside another's, and each profiler slows a step by its own amount).
+When no profiler timed them all, no step time is compared and each row says why.
+
 Noise: identical work on a shared machine varies by tens of percent between launches. Each side's
-step samples (the plain run's per-step durations, averaged in consecutive blocks; else the step
-source's mean, standard deviation and count) give the relative standard error of its mean; a
+step samples (the plain run's per-step durations, averaged in consecutive blocks; else the
+profiled step windows' median with its robust error) give the relative standard error; a
 Welch t-interval on the log of the ratio gives the band (``noise_fraction``) at
 ``NOISE_CONFIDENCE``. A speedup inside it is ``within_noise``: its explanation says so first and
 names the part that moved without claiming a cause or a gain. A part's gain or loss is claimed
@@ -42,9 +47,11 @@ from profreport.reports.analysis.results import (
     PART_LABELS,
     Comparison,
     ComparisonRow,
+    Origin,
     PartChange,
     PartRole,
     RunAnalysis,
+    StepStats,
     StepTimeKind,
     origin_label,
 )
@@ -74,6 +81,10 @@ NOISE_BLOCKS = 5
 #: A part whose change is under 5% of the step-time difference is summed with the other small
 #: ones instead of named: listing every wobble of a few tenths of a ms would bury the cause.
 PART_SHARE_MIN = 0.05
+#: The profilers a comparison times every run's steps with, the first that timed them all, least
+#: intrusive first (as metrics picks a run's step source): nsys records CUDA and NVTX calls,
+#: torch.profiler every operator, line_profiler every Python line.
+STEP_SOURCE_ORDER = ("nsys", "kineto", "lprof")
 #: Host-to-device bytes per step differing by this factor between two runs are another batch
 #: or input (the same training moves the same batch each step): a confound of the comparison.
 BYTES_CONFOUND_RATIO = 1.25
@@ -124,27 +135,46 @@ def robust_spread(samples: tuple[int, ...] | list[int]) -> Spread | None:
     return Spread(median, MEDIAN_SE_FACTOR * sd, len(values))
 
 
+def common_step_source(runs: list[RunAnalysis]) -> tuple[Origin | None, str | None]:
+    """The first profiler of STEP_SOURCE_ORDER that timed the steps of every run, so that
+    every row's step time is one profiler's; else None and why."""
+    timed = [{steps.origin for steps in run.metrics.steps_by_origin} for run in runs]
+    for origin in STEP_SOURCE_ORDER:
+        if all(origin in origins for origins in timed):
+            return origin, None
+    said = "; ".join(f"{run.name}: " + (", ".join(origin_label(o) for o in STEP_SOURCE_ORDER
+                                                  if o in origins) or "none")
+                     for run, origins in zip(runs, timed, strict=True))
+    return None, (f"no profiler timed the steps of every run ({said}), and each profiler slows "
+                  "a step by its own amount, so step times of two profilers are not compared")
+
+
+def steps_of(run: RunAnalysis, origin: Origin | None) -> StepStats | None:
+    """The run's steps as ``origin`` timed them, or None."""
+    return next((s for s in run.metrics.steps_by_origin if s.origin == origin), None)
+
+
 def part_samples(run: RunAnalysis, part: str) -> tuple[int, ...]:
-    """The run's per-step samples of one breakdown part (``step``: the window), warm-up left
-    out; empty without them."""
+    """The run's per-step samples of one breakdown part, warm-up left out; empty without
+    them."""
     breakdown = run.metrics.breakdown
     return breakdown.per_step_ns.get(part, ()) if breakdown is not None else ()
 
 
-def step_samples(run: RunAnalysis) -> tuple[int, ...]:
-    """The step windows' per-step samples when the breakdown comes from the run's step source
-    (see step_time_ns: the step time is that source's), else none."""
-    m = run.metrics
-    same = m.breakdown is not None and (m.steps is None or m.steps.origin == m.breakdown.origin)
-    return part_samples(run, "step") if same else ()
+def step_samples(run: RunAnalysis, origin: Origin | None) -> tuple[int, ...]:
+    """The run's step windows as ``origin`` timed them (warm-up left out); empty when it timed
+    none (line_profiler knows only the mean pass)."""
+    steps = steps_of(run, origin)
+    return steps.window_ns if steps is not None else ()
 
 
-def typical_step(run: RunAnalysis) -> tuple[int | None, StepTimeKind]:
-    """The run's typical step and which statistic it is: the median step window (warm-up left
-    out, so one start-up or teardown step cannot move it) when the step source has per-step
-    samples, else step_time_ns, a mean."""
-    samples = step_samples(run)
-    return (int(np.median(samples)), "median") if samples else (step_time_ns(run), "mean")
+def typical_step(run: RunAnalysis, origin: Origin | None) -> tuple[int | None, StepTimeKind]:
+    """The run's typical step as ``origin`` timed it and which statistic it is: the median step
+    window (warm-up left out, so one start-up or teardown step cannot move it), else
+    step_time_ns, a mean (line_profiler's)."""
+    samples = step_samples(run, origin)
+    return (int(np.median(samples)), "median") if samples else (step_time_ns(run, origin),
+                                                                 "mean")
 
 
 def shared_cpus(run: RunAnalysis) -> bool:
@@ -171,21 +201,16 @@ def shared_cpu_text(base: RunAnalysis, run: RunAnalysis, step_speedup: float | N
             f"{instead}.")
 
 
-def step_spread(run: RunAnalysis, plain: bool = True) -> Spread | None:
+def step_spread(run: RunAnalysis, origin: Origin | None, plain: bool = True) -> Spread | None:
     """Spread of the run's step samples: the plain run's steps in blocks (see NOISE_BLOCKS;
-    when ``plain`` and that run did not share the CPUs with other work), else the profiled step
-    windows' median and its robust error (see robust_spread), else the step source's
-    statistics; None when none has two samples."""
+    when ``plain`` and that run did not share the CPUs with other work), else the median of the
+    step windows ``origin`` timed and its robust error (see robust_spread); None when neither
+    has two samples."""
     samples = block_means(run.metrics.plain_step_ns if plain and not shared_cpus(run) else [])
     if len(samples) >= 2 and samples.mean() > 0:
         return Spread(float(samples.mean()), float(samples.std(ddof=1)), len(samples))
-    robust = robust_spread(step_samples(run))
-    if robust is not None and robust.mean > 0:
-        return robust
-    steps = run.metrics.steps
-    if steps is None or steps.stdev_ns is None or steps.count < 2 or steps.mean_ns <= 0:
-        return None
-    return Spread(float(steps.mean_ns), float(steps.stdev_ns), steps.count)
+    robust = robust_spread(step_samples(run, origin))
+    return robust if robust is not None and robust.mean > 0 else None
 
 
 def t_quantile(probability: float, df: float) -> float:
@@ -238,38 +263,27 @@ def noise_text(speedup: float, band: float) -> str:
             "both runs): no change can be claimed.")
 
 
-def step_time(run: RunAnalysis) -> tuple[int, str] | None:
-    """Time per step from the run's step source (the least intrusive profiler that timed steps,
-    see metrics) and that source's origin: the breakdown's step when the breakdown comes from
-    that same source, else the source's wall time per step; the breakdown's step when no source
-    timed steps."""
-    m = run.metrics
-    if m.breakdown is not None and (m.steps is None or m.steps.origin == m.breakdown.origin):
-        return m.breakdown.step_ns, m.breakdown.origin
-    if m.steps is not None:
-        return m.steps.wall_mean_ns or m.steps.mean_ns, m.steps.origin
-    return None
+def step_time_ns(run: RunAnalysis, origin: Origin | None) -> int | None:
+    """Mean time per step as ``origin`` timed the run's steps: the breakdown's step when the
+    breakdown comes from that source (its parts add up to it), else the source's wall time per
+    step (line_profiler's mean pass); None when it timed none."""
+    breakdown = run.metrics.breakdown
+    if breakdown is not None and breakdown.origin == origin:
+        return breakdown.step_ns
+    steps = steps_of(run, origin)
+    return None if steps is None else steps.wall_mean_ns or steps.mean_ns
 
 
-def step_time_ns(run: RunAnalysis) -> int | None:
-    """The run's time per step (see step_time), or None."""
-    timed = step_time(run)
-    return timed[0] if timed is not None else None
-
-
-def _sources_text(base: RunAnalysis, run: RunAnalysis) -> tuple[str, str] | None:
-    """When a side's step time comes from another profiler than its breakdown: who timed the
-    steps ('Nsight Systems') and the breakdown with its own steps ('the torch.profiler
-    breakdown (its own steps 370.0 ms -> 50.0 ms)'), so that no sentence sets figures of two
-    profilers side by side unnamed; None when one profiler gives both."""
-    timed = [step_time(base), step_time(run)]
-    parts = [base.metrics.breakdown, run.metrics.breakdown]
-    step_origins = [t[1] for t in timed if t is not None]
-    breakdowns = [p for p in parts if p is not None]
-    if len(step_origins) < 2 or len(breakdowns) < 2 or step_origins == [
-            p.origin for p in breakdowns]:
+def _sources_text(base: RunAnalysis, run: RunAnalysis,
+                  origin: Origin | None) -> tuple[str, str] | None:
+    """When a side's breakdown comes from another profiler than ``origin``, which timed the
+    steps: who timed the steps ('Nsight Systems') and the breakdown with its own steps ('the
+    torch.profiler breakdown (its own steps 370.0 ms -> 50.0 ms)'), so that no sentence sets
+    figures of two profilers side by side unnamed; None when one profiler gives both."""
+    breakdowns = [p for p in (base.metrics.breakdown, run.metrics.breakdown) if p is not None]
+    if origin is None or len(breakdowns) < 2 or all(p.origin == origin for p in breakdowns):
         return None
-    who = " -> ".join(dict.fromkeys(map(origin_label, step_origins)))
+    who = origin_label(origin)
     which = " -> ".join(dict.fromkeys(origin_label(p.origin) for p in breakdowns))
     return who, (f"the {which} breakdown (its own steps {ms(breakdowns[0].step_ns)} -> "
                  f"{ms(breakdowns[1].step_ns)})")
@@ -485,11 +499,11 @@ def _credit(base: RunAnalysis, run: RunAnalysis, changes: list[PartChange],
 
 
 def explain(base: RunAnalysis, run: RunAnalysis, knobs: dict[str, object],
-            tolerance_ns: float, causal: bool = True) -> str:
-    """The step difference attributed to its parts (see attribution_text) and, when ``causal``
-    (the change is beyond noise and the speedup agrees with the step time), the knob change
-    behind the parts that account for it."""
-    before, after = step_time_ns(base), step_time_ns(run)
+            tolerance_ns: float, origin: Origin | None, causal: bool = True) -> str:
+    """The step difference (``origin`` timed the steps) attributed to its parts (see
+    attribution_text) and, when ``causal`` (the change is beyond noise and the speedup agrees
+    with the step time), the knob change behind the parts that account for it."""
+    before, after = step_time_ns(base, origin), step_time_ns(run, origin)
     changes = attribute(base, run, (after or 0) - (before or 0))
     differ = parts_differ(base, run)
     if differ is not None:
@@ -498,7 +512,8 @@ def explain(base: RunAnalysis, run: RunAnalysis, knobs: dict[str, object],
                 "time alone is compared.")
     if not changes or before is None or after is None:
         return "No breakdown on both sides: the step time alone is compared."
-    text = (attribution_text(changes, before, after, tolerance_ns, _sources_text(base, run))
+    text = (attribution_text(changes, before, after, tolerance_ns,
+                             _sources_text(base, run, origin))
             + beyond_spread_text(changes))
     moved = abs(after - before) > tolerance_ns
     return text + _credit(base, run, changes, knobs) if causal and moved else text
@@ -538,12 +553,13 @@ def disagreement(throughput_gain: float | None, step_speedup: float | None) -> s
             "with how much each profiler slows a run).")
 
 
-def _noise(base: RunAnalysis, run: RunAnalysis, speedup: float | None) -> float | None:
+def _noise(base: RunAnalysis, run: RunAnalysis, speedup: float | None,
+           origin: Origin | None) -> float | None:
     """The noise band of ``speedup`` (see noise_band), or None when a side's spread is unknown;
-    both sides' spreads of the same kind: the profiled steps' on both when either plain run
-    shared the CPUs."""
+    both sides' spreads of the same kind: the profiled steps' (``origin``'s) on both when
+    either plain run shared the CPUs."""
     plain = not (shared_cpus(base) or shared_cpus(run))
-    spreads = step_spread(base, plain), step_spread(run, plain)
+    spreads = step_spread(base, origin, plain), step_spread(run, origin, plain)
     if speedup is None or speedup <= 0 or spreads[0] is None or spreads[1] is None:
         return None
     return noise_band(spreads[0], spreads[1])
@@ -559,32 +575,45 @@ def _tolerance_ns(base_step: int | None, step: int | None, band: float | None) -
 
 def _row_explanation(base: RunAnalysis, run: RunAnalysis, knobs: dict[str, object],
                      ratios: tuple[float | None, float | None], band: float | None,
-                     noise: bool | None) -> str:
-    """The row's sentences: the noise or disagreement note first, then the attribution; a cause
-    is named only for a change beyond noise that the profiled step time agrees with."""
+                     noise: bool | None, origin: Origin) -> str:
+    """The row's sentences: the noise or disagreement note first, then the attribution of the
+    step difference ``origin`` timed; a cause is named only for a change beyond noise that the
+    profiled step time agrees with."""
     throughput_gain, step_speedup = ratios
     speedup = throughput_gain if throughput_gain is not None else step_speedup
-    tolerance = _tolerance_ns(step_time_ns(base), step_time_ns(run), band)
+    tolerance = _tolerance_ns(step_time_ns(base, origin), step_time_ns(run, origin), band)
     if noise:
-        return f"{noise_text(speedup, band)} {_in_profiled_runs(base, run, knobs, tolerance)}"  # type: ignore[arg-type]
+        return (f"{noise_text(speedup, band)} "  # type: ignore[arg-type]
+                f"{_in_profiled_runs(base, run, knobs, tolerance, origin)}")
     note = disagreement(throughput_gain, step_speedup)
     if note is None:
-        return explain(base, run, knobs, tolerance)
-    return (f"{note} {_in_profiled_runs(base, run, knobs, tolerance)} The profiled breakdown "
-            "does not explain the throughput change, so no cause is named.")
+        return explain(base, run, knobs, tolerance, origin)
+    return (f"{note} {_in_profiled_runs(base, run, knobs, tolerance, origin)} The profiled "
+            "breakdown does not explain the throughput change, so no cause is named.")
+
+
+def _unknown_steps_text(speedup: float | None, band: float | None, noise: bool | None,
+                        why: str) -> str:
+    """The row's sentences when no profiler timed every run's steps: the noise note of the
+    throughput ratio when it is within noise, then why no step time is compared."""
+    head = f"{noise_text(speedup, band)} " if noise else ""  # type: ignore[arg-type]
+    return f"{head}Profiled step time unknown: {why}."
 
 
 def _in_profiled_runs(base: RunAnalysis, run: RunAnalysis, knobs: dict[str, object],
-                      tolerance: float) -> str:
+                      tolerance: float, origin: Origin) -> str:
     """What moved in the profiled runs' breakdown, said as what the profilers saw (no cause)."""
-    profiled = explain(base, run, knobs, tolerance, causal=False)
+    profiled = explain(base, run, knobs, tolerance, origin, causal=False)
     return f"In the profiled runs, {profiled[:1].lower()}{profiled[1:]}"
 
 
-def _row(base: RunAnalysis, run: RunAnalysis) -> ComparisonRow:
-    """One run's row against the baseline (speedup and noise: see the module docstring); the
-    step time shown and its ratio are the typical (median) step, warm-up left out."""
-    (base_step, _), (step, step_kind) = typical_step(base), typical_step(run)
+def _row(base: RunAnalysis, run: RunAnalysis, origin: Origin | None,
+         unknown: str | None) -> ComparisonRow:
+    """One run's row against the baseline (speedup and noise: see the module docstring), its
+    steps as ``origin`` timed them, or none and ``unknown`` said when no profiler timed every
+    run's; the step time shown and its ratio are the typical (median) step, warm-up left
+    out."""
+    (base_step, _), (step, step_kind) = typical_step(base, origin), typical_step(run, origin)
     base_tp, tp = base.metrics.throughput_samples_per_s, run.metrics.throughput_samples_per_s
     knobs = changed_knobs(base, run)
     delta = breakdown_delta(base, run)
@@ -593,14 +622,15 @@ def _row(base: RunAnalysis, run: RunAnalysis) -> ComparisonRow:
     throughput_gain = tp / base_tp if tp and base_tp and shared is None else None
     speedup = throughput_gain if throughput_gain is not None else step_speedup
     explanation, band, noise = "baseline", None, None
-    mean_base, mean_run = step_time_ns(base), step_time_ns(run)
+    mean_base, mean_run = step_time_ns(base, origin), step_time_ns(run, origin)
     total = (mean_run or 0) - (mean_base or 0)
     changes = attribute(base, run, total) if mean_base and mean_run else []
     if run is not base:
-        band = _noise(base, run, speedup)
+        band = _noise(base, run, speedup, origin)
         noise = None if band is None else within_noise(speedup, band)  # type: ignore[arg-type]
-        explanation = _row_explanation(base, run, knobs, (throughput_gain, step_speedup), band,
-                                       noise)
+        explanation = (_unknown_steps_text(speedup, band, noise, unknown) if origin is None
+                       else _row_explanation(base, run, knobs, (throughput_gain, step_speedup),
+                                             band, noise, origin))
         if shared is not None:
             explanation = f"{shared} {explanation}"
         unsaid = [d for d in confounds(base, run) if d not in explanation
@@ -614,7 +644,8 @@ def _row(base: RunAnalysis, run: RunAnalysis) -> ComparisonRow:
         speedup_basis="throughput" if throughput_gain is not None else "step time",
         within_noise=noise, noise_fraction=band, attribution=changes,
         confounds=confounds(base, run) if run is not base else [],
-        unexplained_ns=unexplained_ns(changes, total), step_time_kind=step_kind)
+        unexplained_ns=unexplained_ns(changes, total),
+        step_time_kind=step_kind if step is not None else None)
 
 
 def compare_runs(runs: list[RunAnalysis], baseline: str | None = None) -> Comparison | None:
@@ -625,5 +656,7 @@ def compare_runs(runs: list[RunAnalysis], baseline: str | None = None) -> Compar
     if baseline is not None and baseline not in names:
         raise UsageError(f"--baseline {baseline!r} is not one of the runs: {', '.join(names)}")
     base = runs[names.index(baseline)] if baseline is not None else runs[0]
-    return Comparison(baseline=base.name, rows=[_row(base, run) for run in runs],
-                      noise_confidence=NOISE_CONFIDENCE)
+    origin, unknown = common_step_source(runs)
+    return Comparison(baseline=base.name, rows=[_row(base, run, origin, unknown) for run in runs],
+                      noise_confidence=NOISE_CONFIDENCE, steps_origin=origin,
+                      steps_unknown_reason=unknown)

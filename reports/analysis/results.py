@@ -94,6 +94,10 @@ class StepStats:
     #: ``step N``, NVTX), line_profiler's loop pass, or a stretch found without step markers
     #: (see concepts.step_marker).
     marker: str = ANNOTATED_RANGE
+    #: Every whole step window (start to the next step's start, warm-up left out, the last
+    #: window left out when it is only its own range), ns; empty when the origin records no
+    #: windows (line_profiler).
+    window_ns: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -206,8 +210,8 @@ class Breakdown:
     parts_ns: dict[str, int]
     #: Communication hidden under compute (not a part: compute already claims it).
     comm_overlapped_ns: int = 0
-    #: Each part's ns in every whole step window, and ``step`` the window (for robust
-    #: comparisons); empty when the origin splits no window (line_profiler).
+    #: Each part's ns in every whole step window (for robust comparisons); empty when the
+    #: origin splits no window (line_profiler).
     per_step_ns: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
 
@@ -807,10 +811,9 @@ class ComparisonRow:
     #: DataLoader kind, bytes per step), see compare.confounds; a gain is credited to no single
     #: one when there are several.
     confounds: list[str] = field(default_factory=list)
-    #: "median" when ``step_time_ns`` is the median step window (the breakdown's source timed
-    #: each step), "mean" when its step source gives a mean only (line_profiler, or steps
-    #: timed by another profiler than the breakdown's).
-    step_time_kind: StepTimeKind = "median"
+    #: "median" when ``step_time_ns`` is the median step window, "mean" when the comparison's
+    #: step source gives a mean only (line_profiler); None without a step time.
+    step_time_kind: StepTimeKind | None = "median"
 
 
 @dataclass(frozen=True)
@@ -821,6 +824,10 @@ class Comparison:
     rows: list[ComparisonRow]
     #: Confidence level of every row's noise band (``ComparisonRow.noise_fraction``).
     noise_confidence: float | None = None
+    #: The profiler that timed every row's steps (compare.STEP_SOURCE_ORDER: the first that
+    #: timed every run's); None when none did, and ``steps_unknown_reason`` says why.
+    steps_origin: Origin | None = None
+    steps_unknown_reason: str | None = None
 
 
 @dataclass

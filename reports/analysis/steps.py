@@ -59,6 +59,16 @@ class StepWindows:
         return len(self.numbers)
 
     @property
+    def whole(self) -> int:
+        """Number of whole windows: the last one is left out when it is only its own range (no
+        fetch after it), unless that would leave fewer than two."""
+        return self.count - 1 if self.count > 2 else self.count
+
+    def whole_lengths(self) -> np.ndarray:
+        """Lengths of the whole windows (see :attr:`whole`), ns."""
+        return (self.ends[:self.whole] - self.starts[:self.whole]).astype(np.int64)
+
+    @property
     def total_ns(self) -> int:
         """Sum of the window lengths."""
         return int((self.ends - self.starts).sum())
@@ -125,7 +135,8 @@ def _pct(values: np.ndarray, q: float) -> int:
 
 
 def step_stats(windows: StepWindows) -> StepStats:
-    """Count and duration of the annotated step ranges; wall time is start-to-start."""
+    """Count and duration of the annotated step ranges; wall time is start-to-start; every
+    whole window's length."""
     durations = windows.range_ends - windows.range_starts
     wall = np.diff(windows.range_starts)
     return StepStats(origin=windows.origin, count=windows.count, mean_ns=int(durations.mean()),
@@ -133,7 +144,8 @@ def step_stats(windows: StepWindows) -> StepStats:
                      min_ns=int(durations.min()), max_ns=int(durations.max()),
                      wall_mean_ns=int(wall.mean()) if len(wall) else None,
                      stdev_ns=int(durations.std(ddof=1)) if len(durations) > 1 else None,
-                     marker=windows.marker)
+                     marker=windows.marker,
+                     window_ns=tuple(int(v) for v in windows.whole_lengths()))
 
 
 def in_windows(frame: pd.DataFrame, windows: StepWindows) -> pd.DataFrame:
@@ -173,10 +185,10 @@ def step_shape(profile: Profile, windows: StepWindows,
     """Start-up and the spread of the step window and the DataLoader wait over the steps (the
     last window left out when it is only its own range, with no fetch after it); with the GPUs'
     busy intervals, how busy they are during the DataLoader stalls."""
-    whole = windows.count - 1 if windows.count > 2 else windows.count
+    whole = windows.whole
     numbers, starts, ends = (windows.numbers[:whole], windows.starts[:whole],
                              windows.ends[:whole])
-    lengths = ends - starts
+    lengths = windows.whole_lengths()
     median = int(np.median(lengths))
     loader = dataloader_intervals(profile, windows)
     waits = iv.overlap_per_window(loader, starts, ends)

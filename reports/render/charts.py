@@ -21,6 +21,7 @@ from profreport.reports.analysis.results import (
     ScalingStudy,
     Timeline,
     TopItem,
+    origin_label,
 )
 from profreport.reports.render.display import part_label, ratio
 from profreport.text import display_text
@@ -244,7 +245,8 @@ def per_rank_figure(run: RunAnalysis) -> go.Figure | None:
 def comparison_figure(comparison: Comparison | None) -> go.Figure | None:
     """Every run against the baseline: unprofiled throughput when every run has one (what the
     speedup is the ratio of), else the typical profiled step (its median, or its mean where the
-    step source gives only that); each bar labelled with its speedup."""
+    step source gives only that), as the one profiler that timed every run's steps; each bar
+    labelled with its speedup."""
     if comparison is None or not comparison.rows:
         return None
     rows = comparison.rows
@@ -258,9 +260,8 @@ def comparison_figure(comparison: Comparison | None) -> go.Figure | None:
         rows = [row for row in rows if row.step_time_ns is not None]
         title = f"Step time against the baseline ({baseline})"
         values = [ms_value(row.step_time_ns) for row in rows]
-        kinds = {row.step_time_kind for row in rows}
-        unit = (f"{kinds.pop()} ms per step" if len(kinds) == 1
-                else "ms per step (median or mean: see the table)")
+        unit = (f"{rows[0].step_time_kind} ms per step, "
+                f"{origin_label(comparison.steps_origin or '')}" if rows else "")
         speedups = [row.step_speedup if row.speedup_basis == "throughput" else row.speedup
                     for row in rows]
     if not rows:

@@ -14,12 +14,14 @@ from profreport.concepts import ANNOTATED_RANGE
 from profreport.reports.analysis.results import (
     LOOP_PASS,
     PART_LABELS,
+    Comparison,
     Finding,
     RankVerdict,
     RunAnalysis,
     RunMetrics,
     TraceLocation,
     Trials,
+    origin_label,
 )
 from profreport.text import elide as elide_text
 from profreport.units import MISSING, duration, nbytes, ordinal, percent
@@ -203,6 +205,14 @@ def mean_step_label(marker: str) -> str:
     if marker == ANNOTATED_RANGE:
         return "Mean annotated step (its range alone)"
     return f"Mean step ({marker})"
+
+
+def comparison_step_label(comparison: Comparison) -> str:
+    """The comparison table's step column: the profiler that timed every row's steps, or
+    that none timed them all (each row says why)."""
+    if comparison.steps_origin is None:
+        return "Step (profiled): unknown"
+    return f"Step (profiled, {origin_label(comparison.steps_origin)})"
 
 
 def rank_step_label(ranks: list[RankVerdict]) -> str:

@@ -54,6 +54,7 @@ _FILTERS = {
     "verdict_label": display.verdict_label,
     "part_label": display.part_label,
     "rank_step_label": display.rank_step_label,
+    "comparison_step_label": display.comparison_step_label,
     "origin_label": origin_label,
     "heat_bucket": display.heat_bucket,
     "elide": display.elide,

@@ -239,7 +239,9 @@ def comparison_json(c: Comparison | None) -> dict[str, Any] | None:
     """The comparison against the baseline."""
     if c is None:
         return None
-    return {"baseline": c.baseline, "noise_confidence": c.noise_confidence, "rows": [{
+    return {"baseline": c.baseline, "noise_confidence": c.noise_confidence,
+            "steps_origin": c.steps_origin, "steps_unknown_reason": c.steps_unknown_reason,
+            "rows": [{
         "name": r.name, "step_time_ms": _ms(r.step_time_ns), "step_time_kind": r.step_time_kind,
         "throughput_samples_per_s": r.throughput_samples_per_s,
         "speedup": None if r.speedup is None else round(r.speedup, 4),
