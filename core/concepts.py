@@ -24,6 +24,8 @@ PROFILER_STEP = "ProfilerStep"
 OPTIMIZER_STEPS, REPEATED_SPAN = "optimizer", "repeated op"
 #: What a step is when a span the loop (or torch.profiler) opens per pass marks it.
 ANNOTATED_RANGE = "annotated range"
+#: What a step is to line_profiler: one pass of the training loop (its lines hold totals).
+LOOP_PASS = "loop pass"
 #: Copy directions, as nsys and Kineto name them (the ``kind`` column of the ``memcpy`` table).
 HTOD, DTOH, DTOD, HTOH, PTOP = "HtoD", "DtoH", "DtoD", "HtoH", "PtoP"
 COPY_KINDS = (HTOD, DTOH, DTOD, HTOH, PTOP, "unknown")

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from profreport import concepts
 from profreport.model import LprofMeta, Profile, TrainingLoop
 from profreport.reports.analysis.results import (
     BREAKDOWN_PARTS,
-    LOOP_PASS,
     Breakdown,
     FunctionListing,
     LineItem,
@@ -47,7 +47,7 @@ def lprof_step_stats(loop: TrainingLoop | None) -> StepStats | None:
         return None
     mean = (loop.time_ns + loop.body_ns) // loop.iterations
     return StepStats(origin="lprof", count=loop.iterations, mean_ns=mean, p50_ns=None,
-                     p90_ns=None, min_ns=None, max_ns=None, marker=LOOP_PASS)
+                     p90_ns=None, min_ns=None, max_ns=None, marker=concepts.LOOP_PASS)
 
 
 def lprof_dataloader_fraction(loop: TrainingLoop | None) -> float | None:

@@ -30,8 +30,6 @@ Origin = Literal["nsys", "kineto", "lprof", "manifest"]
 #: What a share of CPU-operator time is of: the summed step windows, or, in a profile without
 #: steps, the profiled span (its first framework operator's start to its last one's end).
 ShareBasis = Literal["step time", "profiled span"]
-#: What a step is to line_profiler: one pass of the training loop (its lines hold totals).
-LOOP_PASS = "loop pass"
 
 #: The name people know each origin by, for evidence sentences and tables.
 ORIGIN_LABELS: dict[str, str] = {

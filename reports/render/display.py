@@ -10,9 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import PurePath
 
-from profreport.concepts import ANNOTATED_RANGE
+from profreport.concepts import ANNOTATED_RANGE, LOOP_PASS
 from profreport.reports.analysis.results import (
-    LOOP_PASS,
     PART_LABELS,
     Comparison,
     Finding,
