@@ -200,6 +200,29 @@ def test_covered_lengths_match_a_plain_grid() -> None:
                                           grid_b[ends[:2]] - grid_b[starts[:2]])
 
 
+def test_covered_lengths_asked_block_after_block_go_on_from_where_the_last_ask_began(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Times asked a block at a time in rising order with a cursor: each ask reads the
+    intervals from the block where the last ask's earliest time lay (95 lies in the 3rd block of
+    4 intervals, 250 in the 7th), not from the first, and gives what the grid gives; an earlier
+    time starts again from the first block."""
+    monkeypatch.setattr(iv, "BLOCK_ROWS", 4)
+    spaced = np.arange(0, 490, 10)  # 49 intervals: 13 blocks of 4
+    b = iv.union(spaced, spaced + 5)
+    grid = np.concatenate([[0], np.cumsum(_covered(b))])
+    read: list[int] = []
+    blocks = iv.blocks
+    monkeypatch.setattr(iv, "blocks", lambda count, size=None, first=0: (
+        read.append(block.start) or block for block in blocks(count, size, first)))
+    cursor = iv.Cursor()
+    for times in (np.array([3, 12]), np.array([95, 101]), np.array([250, 260]),
+                  np.array([255, 480]), np.array([30])):
+        read.clear()
+        np.testing.assert_array_equal(iv.covered_before(b, times, cursor), grid[times])
+        assert read[0] == {3: 0, 95: 0, 250: 8, 255: 24, 30: 0}[int(times[0])]
+    assert (cursor.at, cursor.before) == (0, 0)
+
+
 def test_vocabulary_numbers_keys_across_chunks_and_threads() -> None:
     """Chunks coded by four threads at once: every key gets one code, each code names its key."""
     from concurrent.futures import ThreadPoolExecutor

@@ -139,9 +139,10 @@ def _thread_self_times(s: np.ndarray, e: np.ndarray, covering: iv.Intervals | No
         # Each time becomes the covered time before it: a span's length is then the part of it
         # inside ``covering``, and clipping a child to its parent still holds (covered time
         # never decreases, so it keeps every min and max).
+        from_start, from_end = iv.Cursor(), iv.Cursor()  # each walk goes on block by block
         for block in iv.blocks(len(s), SPAN_BLOCK_ROWS):
-            s[block] = iv.covered_before(covering, s[block])
-            e[block] = iv.covered_before(covering, e[block])
+            s[block] = iv.covered_before(covering, s[block], from_start)
+            e[block] = iv.covered_before(covering, e[block], from_end)
     own = np.zeros(len(s), dtype=np.int64)  # the children's time, then the self time
     for block in iv.blocks(len(s), SPAN_BLOCK_ROWS):
         mine = parent[block]

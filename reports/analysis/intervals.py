@@ -41,11 +41,11 @@ EMPTY = Intervals(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
 BLOCK_ROWS = 1 << 18
 
 
-def blocks(count: int, size: int | None = None) -> Iterator[slice]:
-    """``count`` rows as slices of ``size`` rows (:data:`BLOCK_ROWS` by default, read when
-    called), the last one stopping at ``count``."""
+def blocks(count: int, size: int | None = None, first: int = 0) -> Iterator[slice]:
+    """Rows ``first`` to ``count`` as slices of ``size`` rows (:data:`BLOCK_ROWS` by default,
+    read when called), the last one stopping at ``count``."""
     size = size or BLOCK_ROWS
-    return (slice(at, min(at + size, count)) for at in range(0, count, size))
+    return (slice(at, min(at + size, count)) for at in range(first, count, size))
 
 
 def union(starts: np.ndarray | pd.Series, ends: np.ndarray | pd.Series,
@@ -283,40 +283,64 @@ def _interleaved(a: Intervals, b: Intervals, in_a: slice,
     return starts, ends
 
 
-def covered_before(iv: Intervals, times: np.ndarray) -> np.ndarray:
-    """For each time t, the covered length of ``iv`` in ``(-inf, t)``."""
+@dataclass
+class Cursor:
+    """Where a walk over the intervals of one :class:`Intervals` may start again (see
+    :func:`covered_before`): the first interval of the block that held the earliest position
+    the last walk was asked, and the covered length of the intervals before that one."""
+
+    at: int = 0
+    before: int = 0
+
+
+def covered_before(iv: Intervals, times: np.ndarray, cursor: Cursor | None = None
+                   ) -> np.ndarray:
+    """For each time t, the covered length of ``iv`` in ``(-inf, t)``. A ``cursor`` kept
+    between calls on the same ``iv`` (times asked block after block, in rising order) lets each
+    call start from the block of intervals where the last one's earliest time lay instead of
+    from the first (a time earlier than that starts again from the first)."""
     times = np.asarray(times, dtype=np.int64)
     if len(iv) == 0:
         return np.zeros(len(times), dtype=np.int64)
     k = np.searchsorted(iv.starts, times, side="right")
     last = np.maximum(k - 1, 0)
     partial = np.clip(times - iv.starts[last], 0, iv.ends[last] - iv.starts[last])
-    return np.where(k > 0, _length_before(iv, last) + partial, 0)
+    return np.where(k > 0, _length_before(iv, last, cursor) + partial, 0)
 
 
-def _length_before(iv: Intervals, positions: np.ndarray) -> np.ndarray:
+def _length_before(iv: Intervals, positions: np.ndarray, cursor: Cursor | None = None
+                   ) -> np.ndarray:
     """For each position p, the total length of ``iv``'s intervals before the p-th. A running
     sum over the intervals when it is no longer than the positions asked (or one block);
     otherwise summed a block of :data:`BLOCK_ROWS` intervals at a time in the order of the
     positions, with no array as long as ``iv`` (a running sum over the 7 M merged intervals
-    that a few thousand step windows ask about is 118 MB)."""
+    that a few thousand step windows ask about is 118 MB), from the ``cursor``'s block when no
+    position lies before it, else from the first; the cursor then moves to the block of the
+    earliest position."""
     if len(iv) <= max(len(positions), BLOCK_ROWS):
         before = np.zeros(len(iv) + 1, dtype=np.int64)
         np.cumsum(iv.ends - iv.starts, out=before[1:])
         return before[positions]
     order = np.argsort(positions, kind="stable")
     ordered = positions[order]
+    walk = cursor if cursor is not None and ordered[0] >= cursor.at else Cursor()
     found = np.zeros(len(positions), dtype=np.int64)
-    carried = 0
-    done = int(np.searchsorted(ordered, 0, side="right"))  # position 0: nothing before it
-    for block in blocks(len(iv)):
+    carried = walk.before
+    done = int(np.searchsorted(ordered, walk.at, side="right"))  # nothing between them
+    found[:done] = carried
+    first = None  # the block of the first position past the walk's: a later ask starts there
+    for block in blocks(len(iv), first=walk.at):
         if done == len(ordered):
             break
         running = np.cumsum(iv.ends[block] - iv.starts[block])
         upto = int(np.searchsorted(ordered, block.stop, side="right"))  # in (start, stop]
         found[done:upto] = carried + running[ordered[done:upto] - block.start - 1]
+        if first is None and upto > done:
+            first = Cursor(block.start, carried)
         carried += int(running[-1])
         done = upto
+    if cursor is not None and first is not None:
+        cursor.at, cursor.before = first.at, first.before
     out = np.empty(len(positions), dtype=np.int64)
     out[order] = found
     return out

@@ -222,9 +222,11 @@ def _cpu_in(profile: Profile, waited: iv.Intervals, steps: int) -> tuple[list[To
     busy = iv.union_each([(start[block], end[block])
                           for block in iv.blocks(len(ops))])
     # The waited time the ops cover, summed a block of waits at a time (both sets are disjoint:
-    # the length of their intersection, without making it).
-    covered = sum(int((iv.covered_before(busy, waited.ends[block])
-                       - iv.covered_before(busy, waited.starts[block])).sum())
+    # the length of their intersection, without making it), each walk over ``busy`` going on
+    # from block to block.
+    from_end, from_start = iv.Cursor(), iv.Cursor()
+    covered = sum(int((iv.covered_before(busy, waited.ends[block], from_end)
+                       - iv.covered_before(busy, waited.starts[block], from_start)).sum())
                   for block in iv.blocks(len(waited), SPAN_BLOCK_ROWS))
     outside = waited.total - covered
     del busy  # each large step's temporaries gone before the next one's
