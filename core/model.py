@@ -355,6 +355,9 @@ class Profile:
     rank: int | None = None
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     meta: ProfileMeta = field(default_factory=ProfileMeta)
+    #: The process this profile holds of a capture of several (an nsys pid, with the host and VM
+    #: ids above bit 24 when the capture spans several hosts); None for a whole file.
+    process: int | None = None
 
     def table(self, name: str) -> pd.DataFrame:
         """The table called ``name``, or an empty one with its columns when the file has none."""
@@ -366,3 +369,14 @@ class Profile:
     def has(self, name: str) -> bool:
         """Whether the profile holds at least one row of table ``name``."""
         return name in self.tables and not self.tables[name].empty
+
+
+#: A process id above this holds the host and VM ids nsys packs above the pid's 24 bits.
+PID_BITS = 24
+
+
+def process_label(process: int) -> str:
+    """A process as a report names it: ``pid 4242``, or ``pid 4242 of host/VM 257`` when the
+    capture spans several hosts (see Profile.process)."""
+    host, pid = process >> PID_BITS, process & ((1 << PID_BITS) - 1)
+    return f"pid {pid}" + (f" of host/VM {host}" if host else "")

@@ -28,7 +28,7 @@ import subprocess
 import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -51,6 +51,7 @@ from profreport.model import (
     narrowed,
     narrowed_ids,
     nothing_recorded,
+    process_label,
 )
 
 if TYPE_CHECKING:  # the registry imports this module, never the other way round
@@ -183,8 +184,6 @@ def read_export(export_path: Path, *, source: Path | None = None) -> Profile:
     meta.time_zero_ns = 0
     meta.dropped = dict(export.dropped)
     meta.notes = [dropped_note(table, count) for table, count in export.dropped.items()]
-    if "ranges" in tables:
-        meta.notes += filter(None, [other_step_processes(tables["ranges"], tables["steps"])])
     _nvtx_structure(tables, meta)
     meta.empty = nothing_recorded(tables)
     return Profile(path=source, kind="nsys", tool_version=meta.exporter_version,
@@ -1234,22 +1233,71 @@ def dataloader_from_ranges(ranges: pd.DataFrame, steps: pd.DataFrame) -> pd.Data
     return conform("dataloader", loader)
 
 
-def other_step_processes(ranges: pd.DataFrame, steps: pd.DataFrame) -> str | None:
-    """The note for a capture whose ``step N`` ranges come from several processes: whose steps
-    the per-step figures are, and which processes were left out; None for one process."""
-    if steps.empty:
-        return None
-    pids = sorted(int(pid) for pid in pd.unique(concepts.step_marks(ranges)["pid"]))
-    chosen = int(steps["pid"].iloc[0])
-    others = [pid for pid in pids if pid != chosen]
-    if not others:
-        return None
-    return (f"the capture holds the step ranges of {len(pids)} processes (pids "
-            f"{', '.join(map(str, pids))}): the steps and the DataLoader wait are process "
-            f"{chosen}'s (the most step ranges on one thread), while the GPU work and runtime "
-            f"calls of {', '.join(map(str, others))} stay in the figures timed against those "
-            "steps; for each rank's own figures, profile each rank to its own file "
-            "(torchrun ... --no-python nsys profile -o report.%q{RANK} python train.py)")
+#: The tables whose rows belong to the process that launched them (through the correlation id of
+#: its runtime call), and those whose rows name their process.
+_LAUNCHED_TABLES = ("kernels", "memcpy", "memset", "sync")
+_PROCESS_TABLES = ("runtime", "ranges", "osrt", "threads", "memory")
+
+
+def process_profiles(profile: Profile) -> list[Profile]:
+    """One profile per process of an nsys capture that has work of its own (``step N`` ranges,
+    or runtime calls and the GPU work they launched), in pid order, to be read as the ranks of
+    a job; ``[profile]`` when at most one process has (a launcher's OS calls are no work).
+    A process's GPU rows are those its runtime calls launched (correlation ids are its own,
+    see _qualified), whatever the device; rows whose launch was not recorded are no process's,
+    and a note counts them. The rank of each is unknown: an export records neither a process's
+    environment (torchrun's RANK) nor its arguments."""
+    ranges, runtime = profile.table("ranges"), profile.table("runtime")
+    calls = runtime["pid"].to_numpy()
+    one_caller = len(calls) == 0 or calls.min() == calls.max()  # no table of 10^7 pids hashed
+    members = sorted({int(pid) for pid in (calls[:1] if one_caller else pd.unique(calls))}
+                     .union(concepts.step_marks(ranges)["pid"].tolist()) - {-1})
+    if len(members) < 2:
+        return [profile]
+    launched_by = {name: _launching_pids(profile.table(name), runtime)
+                   for name in _LAUNCHED_TABLES if name in profile.tables}
+    unlaunched = {name: int((pids < 0).sum()) for name, pids in launched_by.items()}
+    said = (f"one of the {len(members)} processes of this capture with work of their own "
+            f"({', '.join(map(process_label, members))}), read as the ranks of one job; its rank "
+            "is unknown (an nsys export records no process's environment, where torchrun's RANK "
+            "is): each is named by its pid")
+    lost = ", ".join(f"{count:,} {name} rows" for name, count in unlaunched.items() if count)
+    parts = []
+    for pid in members:
+        tables = {name: conform(name, frame[frame["pid"].to_numpy() == pid])
+                  for name, frame in profile.tables.items() if name in _PROCESS_TABLES}
+        tables.update({name: conform(name, profile.tables[name][pids == pid])
+                       for name, pids in launched_by.items()})
+        if "devices" in profile.tables:
+            tables["devices"] = profile.tables["devices"]
+        meta = replace(profile.meta, step_span=None, notes=[
+            *(dropped_note(table, count) for table, count in profile.meta.dropped.items()),
+            f"{process_label(pid)}: {said}" + (f"; {lost} were launched by no recorded runtime "
+                                               "call, so they are in no process's figures"
+                                               if lost else "")])
+        if "ranges" in tables:
+            tables["steps"] = steps_from_ranges(tables["ranges"])
+            tables["dataloader"] = dataloader_from_ranges(tables["ranges"], tables["steps"])
+            _nvtx_structure(tables, meta)
+        meta.empty = nothing_recorded(tables)
+        parts.append(Profile(path=profile.path, kind=profile.kind,
+                             tool_version=profile.tool_version, tables=tables, meta=meta,
+                             process=pid))
+    return parts
+
+
+def _launching_pids(table: pd.DataFrame, runtime: pd.DataFrame) -> np.ndarray:
+    """For each row of a GPU table, the process of the runtime call with its correlation id
+    (-1 where none was recorded)."""
+    calls = runtime[runtime["correlation"].to_numpy() >= 0]
+    ids = calls["correlation"].to_numpy(np.int64)
+    order = np.argsort(ids, kind="stable")
+    ids, pids = ids[order], calls["pid"].to_numpy(np.int64)[order]
+    keys = table["correlation"].to_numpy(np.int64)
+    if len(ids) == 0:
+        return np.full(len(keys), -1, dtype=np.int64)
+    place = np.minimum(np.searchsorted(ids, keys), len(ids) - 1)
+    return np.where((ids[place] == keys) & (keys >= 0), pids[place], -1)
 
 
 def _enum_names(export: _Export, enum: str, codes: pd.Series, fallback: dict[int, str],

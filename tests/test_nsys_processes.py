@@ -124,3 +124,97 @@ def test_one_host_keeps_its_pids_and_ids(tmp_path: Path) -> None:
     assert ids == {7: [1, 2, 3, 4], 9: [2**32 + 1, 2**32 + 2, 2**32 + 3, 2**32 + 4]}
     assert np.array_equal(np.sort(profile.table("kernels")["correlation"].to_numpy()),
                           np.sort(runtime["correlation"].to_numpy()))
+
+
+def _stepped(pid: int, step_ms: int, *, host: int = 1, device: int = 0,
+             steps: int = 6) -> Process:
+    """A training process: ``steps`` 'step N' ranges of ``step_ms`` (a 2 ms DataLoader range
+    before each), one kernel of ``step_ms`` / 2 launched at the start of each step on
+    ``device``."""
+    ranges, launches = [], []
+    for i in range(steps):
+        start = i * (step_ms + 2) * MS
+        ranges += [(start, start + 2 * MS, "dataloader"),
+                   (start + 2 * MS, start + (step_ms + 2) * MS, f"step {i}")]
+        launch = start + 3 * MS
+        launches.append((launch, launch + MS, launch + MS + step_ms * MS // 2, i + 1, device))
+    return Process(pid, host=host, ranges=ranges, launches=launches)
+
+
+def _report(path: Path):  # type: ignore[no-untyped-def]
+    """``analyze`` of one export, in this process."""
+    from profreport.executors import ExecutorOptions
+    from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+
+    return analyze_paths([path], AnalyzeOptions(executor=ExecutorOptions(processes=1)))
+
+
+def test_two_stepped_processes_are_two_ranks_of_unknown_rank(tmp_path: Path) -> None:
+    """torchrun under nsys, two GPU ranks in one capture (each launches on its own device,
+    correlation ids 1, 2, 3... in both): one profile per process, each with its own steps,
+    DataLoader ranges and kernels, analysed as the ranks of a job named by pid (the capture
+    records no rank); the job's pace is the slower process's (it took process 7's steps and
+    kept process 9's kernels in its figures)."""
+    path = write_export(tmp_path / "two_ranks.sqlite",
+                        [_stepped(7, 20, device=0), _stepped(9, 40, device=1)])
+    parts = nsys.process_profiles(nsys.parse(path))
+    assert [(p.process, p.rank) for p in parts] == [(7, None), (9, None)]
+    for part, device, step_ms in zip(parts, (0, 1), (20, 40), strict=True):
+        steps, kernels = part.table("steps"), part.table("kernels")
+        assert len(steps) == 6 and set(steps["pid"]) == {part.process}
+        assert set((steps["end"] - steps["start"]) // MS) == {step_ms}
+        assert len(part.table("dataloader")) == 6
+        assert len(kernels) == 6 and set(kernels["device"]) == {device}
+        assert len(part.table("runtime")) == 6
+        assert not any("stay in the figures" in note for note in part.meta.notes)
+    run = _report(path).runs[0]
+    job = run.job
+    assert job is not None
+    assert [(r.rank, r.process, r.label) for r in job.ranks] == [
+        (None, 7, "pid 7"), (None, 9, "pid 9")]
+    assert [r.step_ns // MS for r in job.ranks] == [20, 40]
+    assert job.slowest == "pid 9" and job.slowest_rank is None and job.straggler
+    assert job.verdict_reason.startswith("pid 9, the slowest, takes 40.0 ms per step against "
+                                         "20.0 ms for the other ranks (+100.0%)")
+    assert run.metrics.steps is not None and run.metrics.steps.mean_ns == 20 * MS
+    assert ("the figures and findings below come from pid 7's profile, one of the 2 processes "
+            "of the capture (their ranks are unknown); the others are in the per-rank "
+            "verdicts") in run.notes
+
+
+def test_a_process_without_steps_is_a_rank_with_its_own_gpu_work(tmp_path: Path) -> None:
+    """One process marks its steps, the other only launches kernels (no step ranges): the
+    second is a rank of its own, and its 6 kernels on device 1 are not in the first's GPU
+    figures, which hold only the 6 kernels the stepped process launched."""
+    other = Process(9, launches=_launches(device=1, count=6))
+    path = write_export(tmp_path / "stepped_and_not.sqlite", [_stepped(7, 20), other])
+    stepped, unstepped = nsys.process_profiles(nsys.parse(path))
+    assert (stepped.process, unstepped.process) == (7, 9)
+    assert unstepped.table("steps").empty and len(unstepped.table("kernels")) == 6
+    assert set(stepped.table("kernels")["device"]) == {0}
+    run = _report(path).runs[0]
+    assert run.job is not None and [r.label for r in run.job.ranks] == ["pid 7", "pid 9"]
+    assert [r.step_ns for r in run.job.ranks] == [20 * MS, None]
+    assert sum(k.count for k in run.metrics.top_kernels) == 6
+
+
+def test_colliding_pids_of_two_hosts_are_two_ranks(tmp_path: Path) -> None:
+    """Two hosts' training processes both have pid 7: two ranks, named with their host."""
+    path = write_export(tmp_path / "two_hosts_steps.sqlite",
+                        [_stepped(7, 20, host=1), _stepped(7, 30, host=2)])
+    parts = nsys.process_profiles(nsys.parse(path))
+    assert [p.process for p in parts] == [(1 << 24) | 7, (2 << 24) | 7]
+    assert [len(p.table("kernels")) for p in parts] == [6, 6]
+    job = _report(path).runs[0].job
+    assert job is not None
+    assert [r.label for r in job.ranks] == ["pid 7 of host/VM 1", "pid 7 of host/VM 2"]
+    assert [r.step_ns // MS for r in job.ranks] == [20, 30]
+
+
+def test_a_launcher_with_os_calls_only_is_no_rank(tmp_path: Path) -> None:
+    """One training process beside torchrun's launcher, which records no steps and no runtime
+    calls: the capture is read whole, as before."""
+    path = write_export(tmp_path / "one_rank.sqlite", [_stepped(7, 20), Process(3)])
+    profile = nsys.parse(path)
+    assert nsys.process_profiles(profile) == [profile]
+    assert _report(path).runs[0].job is None

@@ -17,7 +17,7 @@ from profreport.errors import InputError, ProfreportError, failure_line
 from profreport.executors import Executor, ExecutorOptions, open_executor
 from profreport.inputs import check_regular_file, resolve_inside
 from profreport.manifest import MANIFEST_NAME, Manifest, read_manifest
-from profreport.model import Profile
+from profreport.model import Profile, process_label
 from profreport.parsers import (
     NSYS_REPORT_SUFFIXES,
     PROFILE_SUFFIXES,
@@ -35,7 +35,7 @@ from profreport.reports.analysis.findings import (
 from profreport.reports.analysis.findings.verdicts import STEADY_MIN_STEPS
 from profreport.reports.analysis.job import job_analysis
 from profreport.reports.analysis.memory import training_settings
-from profreport.reports.analysis.metrics import compute_run_metrics, primary_timed
+from profreport.reports.analysis.metrics import compute_run_metrics, preference, primary_timed
 from profreport.reports.analysis.ranks import (
     RankResult,
     RankSummary,
@@ -161,16 +161,17 @@ def _read_files(files: dict[Path, int | None], options: AnalyzeOptions, executor
     for index, result in executor.map_unordered(read_rank, tasks):
         results[index] = result
         options.progress.file_done(Path(tasks[index].path))
-    read = [r for r in results if r is not None and r.summary is not None]
     failures += [r.failure for r in results if r is not None and r.failure is not None]
-    summaries = [r.summary for r in read if r.summary is not None]
+    read = [(r, at) for r in results if r is not None for at in range(len(r.summaries))]
+    summaries = [result.summaries[at] for result, at in read]
     profiles = []
     for index in needed_whole(summaries):
         # A whole profile the worker did not send back (a lowest rank other than 0) is read here.
-        profile = read[index].profile or read_rank(
-            dataclasses.replace(read[index].task, whole=True)).profile
-        if profile is not None:
-            profiles.append(profile)
+        result, at = read[index]
+        if not result.profiles:
+            result = read_rank(dataclasses.replace(result.task, whole=True))
+        if len(result.profiles) > at:
+            profiles.append(result.profiles[at])
     return profiles, summaries
 
 
@@ -201,7 +202,8 @@ def left_out_notes(profiles: list[Profile]) -> list[str]:
     used: dict[str, Profile] = {}
     notes = []
     for profile, windows in primary_timed(profiles):
-        first = used.setdefault(profile.kind, profile) if profile.rank is None else profile
+        alone = profile.rank is None and profile.process is None
+        first = used.setdefault(profile.kind, profile) if alone else profile
         if first is not profile:
             notes.append(f"{Path(profile.path).name}: its {windows.count:,} steps are not in the "
                          f"per-step figures, which come from {Path(first.path).name} (neither "
@@ -237,10 +239,35 @@ def few_steps_note(metrics: RunMetrics) -> list[str]:
             "most; profile several steps after the first"]
 
 
+def member_label(profile: Profile) -> str | None:
+    """``rank 1``, or ``pid 4242`` for a process of unknown rank (see RankVerdict.label); None
+    for a profile of neither."""
+    if profile.rank is not None:
+        return f"rank {profile.rank}"
+    return process_label(profile.process) if profile.process is not None else None
+
+
+def detailed_profiles(profiles: list[Profile]) -> tuple[list[Profile], list[str]]:
+    """The profiles the detailed figures come from, and the note saying whose they are: of a
+    capture read as processes of unknown rank, one process's (the preferred step source, then
+    the lowest pid: which rank it is the capture cannot tell), as of ranked files the lowest
+    rank's; every profile when there are no such processes."""
+    parts = [p for p in profiles if p.process is not None]
+    if not parts:
+        return profiles, []
+    first = min(parts, key=lambda p: (preference(p), p.process))
+    note = (f"the figures and findings below come from {member_label(first)}'s profile, one of "
+            f"the {len(parts)} processes of the capture (their ranks are unknown); the others are "
+            "in the per-rank verdicts")
+    return [p for p in profiles if p.process in (None, first.process)], [note]
+
+
 def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
                 summaries: list[RankSummary]) -> RunAnalysis:
     """Metrics, findings, verdict and timeline of one run, from the whole profiles of its
     primary rank and the summary of every file."""
+    job = job_analysis(rank_verdicts(summaries, profiles))
+    profiles, detailed_note = detailed_profiles(profiles)
     metrics = compute_run_metrics(profiles, manifest)
     add_rank_metrics(metrics, summaries)
     context = RunContext(knobs=dict(manifest.knobs) if manifest else {},
@@ -255,7 +282,6 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
         reason += ("; but the profile shows start-up only (one step holding set-up calls), so "
                    "this is not the steady state of training")
     confidence = verdict_confidence(metrics, name_verdict)
-    job = job_analysis(rank_verdicts(summaries, profiles))
     straggler = _straggler_verdict(job, profiles)
     if straggler is not None:
         name_verdict, reason, confidence = straggler
@@ -268,7 +294,8 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
         findings=find_all(metrics, context, name_verdict),
         timeline=build_timeline(*timed[0]) if timed else None,
         knobs=context.knobs, environment=context.environment,
-        notes=_notes(manifest) + source_notes(profiles) + left_out_notes(profiles)
+        notes=_notes(manifest) + source_notes(profiles) + detailed_note
+        + left_out_notes(profiles)
         + missing_ranks_note(world_size, summaries, metrics.comm is not None)
         + few_steps_note(metrics),
         world_size=world_size,
@@ -284,16 +311,16 @@ def _straggler_verdict(job: JobAnalysis | None, profiles: list[Profile]
     """The run's verdict when a straggler sets the job's pace and its verdict differs from the
     rank whose profile is detailed: the job runs at the straggler's pace, so its verdict leads
     (with its confidence), and the reason says which rank the details below come from."""
-    if job is None or not job.straggler or job.slowest_rank is None:
+    if job is None or not job.straggler or job.slowest is None:
         return None
-    slowest = next(r for r in job.ranks if r.rank == job.slowest_rank)
-    detailed = next((p.rank for p in profiles if p.rank is not None), None)
-    if detailed is None or detailed == slowest.rank:
+    slowest = next(r for r in job.ranks if r.label == job.slowest)
+    detailed = next(filter(None, map(member_label, profiles)), None)
+    if detailed is None or detailed == slowest.label:
         return None
-    mine = next((r for r in job.ranks if r.rank == detailed), None)
+    mine = next((r for r in job.ranks if r.label == detailed), None)
     if mine is not None and mine.verdict == slowest.verdict:
         return None
-    reason = (f"{job.verdict_reason} (the findings below come from rank {detailed}'s profile"
+    reason = (f"{job.verdict_reason} (the findings below come from {detailed}'s profile"
               + (f", which reads {mine.verdict}" if mine is not None else "") + ")")
     confidence = (slowest.confidence, slowest.margin) if slowest.confidence and \
         slowest.margin is not None else None

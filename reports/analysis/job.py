@@ -31,20 +31,27 @@ def _slowest(ranks: Sequence[RankVerdict]) -> tuple[RankVerdict, int] | None:
     timed = [r for r in ranks if r.step_ns is not None]
     if len(timed) < 2:
         return None
-    slowest = max(timed, key=lambda r: (r.step_ns, -r.rank))
+    slowest = max(timed, key=lambda r: (r.step_ns, tuple(-key for key in r.order)))
     others = [r.step_ns for r in timed if r is not slowest]
     return slowest, round(sum(others) / len(others))  # type: ignore[arg-type]
 
 
 def _comm_note(ranks: Sequence[RankVerdict]) -> str | None:
     """The sentence saying some ranks recorded collectives and others none, or None."""
-    with_comm = [r.rank for r in ranks if r.comm_fraction]
-    without = [r.rank for r in ranks if not r.comm_fraction]
+    with_comm = [r for r in ranks if r.comm_fraction]
+    without = [r for r in ranks if not r.comm_fraction]
     if not with_comm or not without:
         return None
-    return (f"rank {', '.join(map(str, without))} recorded no collectives although rank "
-            f"{', '.join(map(str, with_comm))} did: the job communicates, so its trace is "
-            "incomplete there rather than the rank free of communication")
+    return (f"{_named(without)} recorded no collectives although {_named(with_comm)} did: the "
+            "job communicates, so its trace is incomplete there rather than the rank free of "
+            "communication")
+
+
+def _named(ranks: Sequence[RankVerdict]) -> str:
+    """``rank 1, 2`` for ranks, ``pid 41, pid 42`` where a rank is unknown."""
+    if all(r.rank is not None for r in ranks):
+        return "rank " + ", ".join(str(r.rank) for r in ranks)
+    return ", ".join(r.label for r in ranks)
 
 
 def pace_setter(ranks: Sequence[RankVerdict], slowest: RankVerdict,
@@ -56,7 +63,7 @@ def pace_setter(ranks: Sequence[RankVerdict], slowest: RankVerdict,
     timed = [r for r in ranks if r.comm_exposed_fraction is not None]
     if straggler or len(timed) < 2 or _wait_alike(timed):
         return slowest
-    return min(timed, key=lambda r: (r.comm_exposed_fraction, r.rank))
+    return min(timed, key=lambda r: (r.comm_exposed_fraction, r.order))
 
 
 def _wait_alike(timed: Sequence[RankVerdict]) -> str | None:
@@ -78,17 +85,17 @@ def disagreement(ranks: Sequence[RankVerdict], pacer: RankVerdict | None) -> str
     """Why the rank verdicts differ, or None when they agree."""
     if len({r.verdict for r in ranks}) < 2:
         return None
-    said = "; ".join(f"rank {r.rank} {r.verdict}" for r in ranks)
+    said = "; ".join(f"{r.label} {r.verdict}" for r in ranks)
     reasons = []
     waiting = [r for r in ranks if r.verdict == "communication-bound" and pacer is not None
                and r is not pacer and pacer.verdict != "communication-bound"]
     if waiting and pacer is not None:
-        exposed = ", ".join(f"rank {r.rank} {pct(r.comm_exposed_fraction or 0)} of its step"
+        exposed = ", ".join(f"{r.label} {pct(r.comm_exposed_fraction or 0)} of its step"
                             for r in waiting)
-        reasons.append(f"the other ranks wait inside the collectives for rank {pacer.rank} "
-                       f"(exposed communication: {exposed}, rank {pacer.rank} "
+        reasons.append(f"the other ranks wait inside the collectives for {pacer.label} "
+                       f"(exposed communication: {exposed}, {pacer.label} "
                        f"{pct(pacer.comm_exposed_fraction or 0)}), so their communication is "
-                       f"rank {pacer.rank}'s {pacer.verdict} time seen from outside")
+                       f"{pacer.label}'s {pacer.verdict} time seen from outside")
     note = _comm_note(ranks)
     if note is not None:
         reasons.append(note)
@@ -100,17 +107,17 @@ def disagreement(ranks: Sequence[RankVerdict], pacer: RankVerdict | None) -> str
 def job_analysis(ranks: Sequence[RankVerdict]) -> JobAnalysis | None:
     """The job's verdict from its ranks' own verdicts: the slowest rank's (the job runs at its
     pace), or the common verdict when no rank times steps; None for fewer than two ranks."""
-    ranks = sorted(ranks, key=lambda r: r.rank)
+    ranks = sorted(ranks, key=lambda r: r.order)
     if len(ranks) < 2:
         return None
     found = _slowest(ranks)
     if found is None:
         lead = ranks[0]
-        return JobAnalysis(ranks, lead.verdict, f"rank {lead.rank}: {lead.verdict_reason}",
+        return JobAnalysis(ranks, lead.verdict, f"{lead.label}: {lead.verdict_reason}",
                            disagreement=disagreement(ranks, None))
     slowest, others = found
     lag = slowest.step_ns / others - 1 if others else 0.0  # type: ignore[operator]
-    pace = (f"rank {slowest.rank}, the slowest, takes {ms(slowest.step_ns)} per step against "  # type: ignore[arg-type]
+    pace = (f"{slowest.label}, the slowest, takes {ms(slowest.step_ns)} per step against "  # type: ignore[arg-type]
             f"{ms(others)} for the other ranks ({lag:+.1%})")
     straggler = lag > STRAGGLER_LAG
     pacer = pace_setter(ranks, slowest, straggler)
@@ -122,11 +129,12 @@ def job_analysis(ranks: Sequence[RankVerdict]) -> JobAnalysis | None:
         if alike is not None:
             lead += f"; {alike} of each step exposed), so none is the one the others wait for"
     else:
-        lead = (f"the ranks keep pace within {STRAGGLER_LAG:.0%} ({pace}); rank {pacer.rank} "
+        lead = (f"the ranks keep pace within {STRAGGLER_LAG:.0%} ({pace}); {pacer.label} "
                 "waits least inside the collectives "
                 f"({pct(pacer.comm_exposed_fraction or 0)} of its step exposed), so the others "
                 "wait for it")
     return JobAnalysis(ranks, pacer.verdict, f"{lead}: {pacer.verdict_reason}",
                        slowest_rank=slowest.rank, slowest_step_ns=slowest.step_ns,
-                       others_step_ns=others, straggler=straggler,
-                       disagreement=disagreement(ranks, pacer), paced_by=pacer.rank)
+                       others_step_ns=others, slowest=slowest.label, pacer=pacer.label,
+                       straggler=straggler, disagreement=disagreement(ranks, pacer),
+                       paced_by=pacer.rank)

@@ -17,6 +17,7 @@ from profreport.concepts import ANNOTATED_RANGE
 from profreport.errors import failure_line
 from profreport.model import Profile
 from profreport.parsers import ParseOptions, parse_file
+from profreport.parsers.nsys import process_profiles
 from profreport.reports.analysis.cpu import dataparallel_ops, ddp_forward_calls
 from profreport.reports.analysis.findings import profiler_verdict, verdict_confidence
 from profreport.reports.analysis.gpu import has_gpu_events
@@ -85,12 +86,13 @@ class RankTask:
 
 @dataclass
 class RankResult:
-    """What a worker sends back: the summary, the whole profile when the analysis needs it, or
-    the one-line failure."""
+    """What a worker sends back: the summary of each profile the file holds (one, or one per
+    process of an nsys capture of several), those profiles whole when the analysis needs them
+    (empty otherwise), or the one-line failure."""
 
     task: RankTask
-    summary: RankSummary | None = None
-    profile: Profile | None = None
+    summaries: list[RankSummary] = field(default_factory=list)
+    profiles: list[Profile] = field(default_factory=list)
     failure: str | None = None
 
 
@@ -102,7 +104,8 @@ def summarize(profile: Profile, with_verdict: bool = True) -> RankSummary:
     memory = memory_stats([profile])
     return RankSummary(
         input=InputFile(path=str(profile.path), kind=profile.kind,
-                          tool_version=profile.tool_version, rank=profile.rank),
+                          tool_version=profile.tool_version, rank=profile.rank,
+                          process=profile.process),
         preference=preference(profile), has_gpu_events=has_gpu_events(profile),
         step_stats=step_stats(windows) if windows is not None else None,
         world_size=profile.meta.world_size, distributed=profile.meta.distributed,
@@ -113,21 +116,23 @@ def summarize(profile: Profile, with_verdict: bool = True) -> RankSummary:
 
 def rank_verdict(profile: Profile) -> RankVerdict | None:
     """The verdict of one rank's profile on its own, with its step and communication shares;
-    None for a profile without a rank or without step timing (line_profiler)."""
-    if profile.rank is None or profile.kind == "lprof":
+    None for a profile without a rank (nor a process of a capture of several) or without step
+    timing (line_profiler)."""
+    if (profile.rank is None and profile.process is None) or profile.kind == "lprof":
         return None
     metrics = compute_run_metrics([profile])
     name, reason = profiler_verdict(metrics)
     comm = metrics.comm
     confidence = verdict_confidence(metrics, name)
     steps = metrics.steps
-    return RankVerdict(int(profile.rank), name, reason,
+    return RankVerdict(profile.rank, name, reason,
                        steps.mean_ns if steps is not None else None,
                        comm.fraction if comm is not None else None,
                        comm.exposed_fraction if comm is not None else None,
                        confidence[0] if confidence else None,
                        confidence[1] if confidence else None,
-                       steps.marker if steps is not None else ANNOTATED_RANGE)
+                       steps.marker if steps is not None else ANNOTATED_RANGE,
+                       profile.process)
 
 
 def read_rank(task: RankTask) -> RankResult:
@@ -139,8 +144,13 @@ def read_rank(task: RankTask) -> RankResult:
         profile.path = Path(task.path)  # the report names the file as the user gave it
         if profile.rank is None:
             profile.rank = task.rank
+        if profile.kind == "nsys" and len(parts := process_profiles(profile)) > 1:
+            # Processes of one capture: of unknown rank, each travels back whole.
+            return RankResult(task, [summarize(part, with_verdict=False) for part in parts],
+                              parts)
         whole = profile if task.whole or profile.rank in WHOLE_PROFILE_RANKS else None
-        return RankResult(task, summarize(profile, with_verdict=whole is None), whole)
+        return RankResult(task, [summarize(profile, with_verdict=whole is None)],
+                          [whole] if whole is not None else [])
     except Exception as exc:  # one bad file never stops the batch
         return RankResult(task, failure=failure_line(exc, path))
 
@@ -181,18 +191,23 @@ def add_rank_metrics(metrics: RunMetrics, summaries: Sequence[RankSummary]) -> N
 
 def rank_verdicts(summaries: Sequence[RankSummary],
                   profiles: Sequence[Profile]) -> list[RankVerdict]:
-    """One verdict per rank (from its preferred profile), by rank; a rank whose profile came back
-    whole gets its verdict here; empty when the run has fewer than two ranks."""
-    ranks = {s.input.rank for s in summaries if s.input.rank is not None}
+    """One verdict per rank (from its preferred profile), by rank; without ranked files, one per
+    process of a capture of several (their ranks unknown), by pid: beside ranked files they are
+    those ranks, which ones the capture cannot tell. A rank whose profile came back whole gets
+    its verdict here; empty when the run has fewer than two ranks."""
+    ranks = {(s.input.rank, None) for s in summaries if s.input.rank is not None} or {
+        (None, s.input.process) for s in summaries if s.input.process is not None}
     if len(ranks) < 2:
         return []
-    chosen: dict[int, RankVerdict] = {}
+    chosen: dict[tuple[int | None, int | None], RankVerdict] = {}
     for summary in sorted(summaries, key=lambda s: s.preference):
-        if summary.verdict is not None:
-            chosen.setdefault(summary.verdict.rank, summary.verdict)
+        verdict = summary.verdict
+        if verdict is not None and (verdict.rank, verdict.process) in ranks:
+            chosen.setdefault((verdict.rank, verdict.process), verdict)
     for profile in sorted(profiles, key=preference):
-        if profile.rank in ranks and profile.rank not in chosen:
+        member = (profile.rank, profile.process)
+        if member in ranks and member not in chosen:
             found = rank_verdict(profile)
             if found is not None:
-                chosen[found.rank] = found
-    return [chosen[rank] for rank in sorted(chosen)]
+                chosen[member] = found
+    return sorted(chosen.values(), key=lambda verdict: verdict.order)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from profreport.concepts import ANNOTATED_RANGE
+from profreport.model import process_label
 
 SCHEMA = "profreport/1"
 
@@ -67,6 +68,8 @@ class InputFile:
     kind: Literal["nsys", "kineto", "lprof"]
     tool_version: str | None = None
     rank: int | None = None
+    #: The process of the file this input is, when the file holds several (Profile.process).
+    process: int | None = None
 
 
 @dataclass(frozen=True)
@@ -672,9 +675,11 @@ class Finding:
 
 @dataclass(frozen=True)
 class RankVerdict:
-    """One rank of a job analysed on its own profile (see reports.analysis.job)."""
+    """One rank of a job analysed on its own profile (see reports.analysis.job): a rank the
+    profile records, or a process of a capture of several whose rank is unknown."""
 
-    rank: int
+    #: The rank; None when unknown (then ``process`` names it).
+    rank: int | None
     verdict: Verdict
     verdict_reason: str
     #: Mean step time of the rank (what ``step_marker`` marks), ns; None when its profile times
@@ -689,6 +694,18 @@ class RankVerdict:
     margin: float | None = None
     #: What marks the rank's steps (see StepStats.marker).
     step_marker: str = ANNOTATED_RANGE
+    #: The process (Profile.process) of a rank whose rank is unknown; None otherwise.
+    process: int | None = None
+
+    @property
+    def label(self) -> str:
+        """``rank 1``, or ``pid 4242`` when the rank is unknown."""
+        return f"rank {self.rank}" if self.rank is not None else process_label(self.process or 0)
+
+    @property
+    def order(self) -> tuple[int, int]:
+        """Sort key: ranks in order, then processes of unknown rank by pid."""
+        return (0, self.rank) if self.rank is not None else (1, self.process or 0)
 
 
 @dataclass(frozen=True)
@@ -703,6 +720,9 @@ class JobAnalysis:
     slowest_rank: int | None = None
     slowest_step_ns: int | None = None
     others_step_ns: int | None = None
+    #: Its label (RankVerdict.label), and that of the rank the job waits for.
+    slowest: str | None = None
+    pacer: str | None = None
     #: Whether the slowest rank lags the others by more than job.STRAGGLER_LAG.
     straggler: bool = False
     #: Why the rank verdicts differ; None when they agree.

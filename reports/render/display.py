@@ -221,7 +221,7 @@ def rank_step_label(ranks: list[RankVerdict]) -> str:
     markers = dict.fromkeys(r.step_marker for r in timed)
     if len(markers) <= 1:
         return mean_step_label(next(iter(markers), ANNOTATED_RANGE))
-    return "Mean step (" + "; ".join(f"rank {r.rank}: {r.step_marker}" for r in timed) + ")"
+    return "Mean step (" + "; ".join(f"{r.label}: {r.step_marker}" for r in timed) + ")"
 
 
 def metric_rows(metrics: RunMetrics) -> list[MetricRow]:
