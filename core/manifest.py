@@ -50,9 +50,13 @@ class ProfiledRun:
     #: CPU seconds its own processes used (user + system of its whole process tree); None
     #: where not measured (launches on other nodes).
     cpu_s: float | None = None
-    #: CPU seconds the rest of the machine used while it ran: other processes, and time the
-    #: hypervisor took (/proc/stat's busy time less the launch's and the runner's own).
+    #: CPU seconds the rest of the CPUs it may use (``cpus``) were busy while it ran: other
+    #: processes, and time the hypervisor took (/proc/stat's busy time less the launch's and the
+    #: runner's own).
     other_cpu_s: float | None = None
+    #: How many CPUs ``other_cpu_s`` was measured over: the runner's affinity set. None in
+    #: manifests written before it was recorded, whose figure is the whole machine's.
+    cpus: int | None = None
 
 
 @dataclass
@@ -360,7 +364,8 @@ _FIELDS: dict[str, tuple[Callable[[str, object, list[str]], object], Callable[[]
         "profiler": _text, "command": _texts,
         "exit_status": _optional_integer, "wall_time_s": _number,
         "error": _optional_text, "note": _optional_text, "signal": _optional_text,
-        "stderr_tail": _texts, "cpu_s": _optional_number, "other_cpu_s": _optional_number})),
+        "stderr_tail": _texts, "cpu_s": _optional_number, "other_cpu_s": _optional_number,
+        "cpus": _optional_count})),
         list),
     "artifacts": (_list_of(_record(Artifact, {
         "path": _text, "profiler": _text, "rank": _optional_count})), list),

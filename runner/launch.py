@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -123,20 +124,34 @@ def wrap_command(profiler: str, folder: Path, entry: list[str], on_gpu: bool,
     return [*srun, *command]
 
 
-#: /proc/stat: its first line holds the ticks all CPUs of the machine spent in each state.
+#: /proc/stat: a line per CPU (``cpu3 ...``, after the machine's sum ``cpu ...``) of the ticks
+#: it spent in each state since boot.
 PROC_STAT = Path("/proc/stat")
 # The busy states among them: user (guest time inside), nice, system, irq, softirq, steal.
 _BUSY_STATES = (0, 1, 2, 5, 6, 7)
+# A per-CPU line of /proc/stat and its CPU's number.
+_CPU_LINE = re.compile(r"cpu(\d+)\s")
 
 
-def machine_busy_s() -> float | None:
-    """CPU seconds all CPUs of this machine have been busy since boot, or None without
+def busy_ticks(stat: str, cpus: Collection[int]) -> int:
+    """The ticks the CPUs numbered ``cpus`` spent busy, from the text of /proc/stat."""
+    total = 0
+    for line in stat.splitlines():
+        found = _CPU_LINE.match(line)
+        if found and int(found.group(1)) in cpus:
+            ticks = line.split()[1:]
+            total += sum(int(ticks[i]) for i in _BUSY_STATES if i < len(ticks))
+    return total
+
+
+def cpus_busy_s(cpus: Collection[int]) -> float | None:
+    """CPU seconds the CPUs numbered ``cpus`` have been busy since boot, or None without
     /proc/stat."""
     try:
-        ticks = PROC_STAT.read_text(encoding="ascii").split("\n", 1)[0].split()[1:]
+        stat = PROC_STAT.read_text(encoding="ascii")
     except OSError:
         return None
-    return sum(int(ticks[i]) for i in _BUSY_STATES if i < len(ticks)) / os.sysconf("SC_CLK_TCK")
+    return busy_ticks(stat, cpus) / os.sysconf("SC_CLK_TCK")
 
 
 def _cpu_s(who: int) -> float:
@@ -158,10 +173,12 @@ def _own_tree(launch: Launch) -> bool:
 
 def run_launch(launch: Launch) -> ProfiledRun:
     """Run the command, stdout into the log and stderr beside it; exit status, signal, wall time,
-    the CPU time of its processes and of the rest of the machine meanwhile (where its processes
-    are this one's descendants) and, when it failed, the error line and the last lines of stderr
+    the CPU time of its processes and of the others on the CPUs it may use meanwhile (its
+    affinity set, which a Slurm allocation or taskset bounds; where its processes are this
+    one's descendants) and, when it failed, the error line and the last lines of stderr
     recorded."""
-    busy_before = machine_busy_s()
+    cpus = os.sched_getaffinity(0)
+    busy_before = cpus_busy_s(cpus)
     runner_before, launch_before = _cpu_s(resource.RUSAGE_SELF), _cpu_s(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     launch.log.parent.mkdir(parents=True, exist_ok=True)
@@ -176,7 +193,7 @@ def run_launch(launch: Launch) -> ProfiledRun:
                            time.perf_counter() - started, error=f"cannot start: {exc}")
     record = ProfiledRun(MANIFEST_PROFILER[launch.profiler], launch.command, status,
                          time.perf_counter() - started)
-    busy_after = machine_busy_s()
+    busy_after = cpus_busy_s(cpus)
     # A launch that failed may leave workers no one reaps: their CPU time would read as the
     # rest of the machine's.
     if _own_tree(launch) and status == 0:
@@ -185,6 +202,7 @@ def run_launch(launch: Launch) -> ProfiledRun:
             runner = _cpu_s(resource.RUSAGE_SELF) - runner_before
             record.other_cpu_s = round(max(busy_after - busy_before - record.cpu_s - runner,
                                            0.0), 3)
+            record.cpus = len(cpus)
     if status != 0:
         lines = log_lines(errors) or log_lines(launch.log)
         record.signal = signal_of(status, lines)

@@ -269,7 +269,7 @@ def test_an_unprofiled_run_that_shared_the_cpus_is_not_its_throughput() -> None:
     assert row.speedup == pytest.approx(49.4 / 53.9)
     assert row.explanation.startswith(
         "The unprofiled run shared the CPUs with other work (baseline's: other processes used "
-        "60% of the machine's CPU time while it ran and 3.0% was left idle): its throughput is "
+        "60% of its CPUs' time while it ran and 3.0% was left idle): its throughput is "
         "not its own, so the speedup is the profiled step-time ratio.")
     # Both sides' noise would come from their profiled steps, not one from its unshared plain
     # run: these hand-built runs time no profiled step, so the band is unknown, not mixed.

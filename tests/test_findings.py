@@ -594,8 +594,8 @@ def test_a_run_that_shared_the_cpus_says_so_with_the_cpu_times() -> None:
     finding = ids(RunMetrics(plain_cpu=shared))["SHARED_CPUS"]
     assert finding.severity == "medium" and "63%" in finding.title
     assert finding.evidence[0].text == (
-        "in 21.90 s on 2 CPUs, the run used 15.89 s of CPU time, other processes 27.79 s, and "
-        "0.3% of the machine's CPU time was left idle")
+        "in 21.90 s on the 2 CPUs it may use, the run used 15.89 s of CPU time, other "
+        "processes 27.79 s, and 0.3% of their CPU time was left idle")
     assert finding.evidence[0].origin == "manifest"
     idle = dataclasses.replace(shared, other_cpu_ns=200_000_000, other_share=0.005,
                                idle_share=0.6, shared=False)

@@ -658,7 +658,7 @@ def test_runner_manifest_fields_round_trip(tmp_path: Path) -> None:
 
     failed = ProfiledRun("none", ["python", "x.py"], -11, 1.5, error="killed by SIGSEGV",
                          signal="SIGSEGV", stderr_tail=["a warning", "Segmentation fault"],
-                         cpu_s=2.75, other_cpu_s=0.5)
+                         cpu_s=2.75, other_cpu_s=0.5, cpus=2)
     manifest = Manifest("train", "script /abs/train.py", {"batch_size": 16, "lr": 0.1}, {},
                         launches=[failed], throughput_steps_per_s=7.5,
                         throughput_basis="plain run", world_size=2,
@@ -709,13 +709,54 @@ def test_launch_cpu_accounting_subtracts_the_launch_and_the_runner(
 
     busy = iter([100.0, 110.0, 200.0, 210.0])
     usage = {"self": iter([1.0, 1.2, 5.0, 5.0]), "children": iter([5.0, 8.0, 9.0, 9.0])}
-    monkeypatch.setattr(launch_module, "machine_busy_s", lambda: next(busy))
+    monkeypatch.setattr(launch_module, "cpus_busy_s", lambda cpus: next(busy))
     monkeypatch.setattr(launch_module, "_cpu_s", lambda who: next(
         usage["self" if who == launch_module.resource.RUSAGE_SELF else "children"]))
     done = run_launch(Launch("none", ["true"], tmp_path / "true.log"))
     assert (done.cpu_s, done.other_cpu_s) == (3.0, 6.8)
+    assert done.cpus == len(os.sched_getaffinity(0))
     failed = run_launch(Launch("none", ["false"], tmp_path / "false.log"))
     assert failed.exit_status == 1 and (failed.cpu_s, failed.other_cpu_s) == (None, None)
+
+
+def _proc_stat(busy: list[int]) -> str:
+    """/proc/stat's text for CPUs whose user ticks are ``busy`` (each also 100 idle, 2 system
+    and 1 steal ticks, 5 guest ticks inside user), with the machine's sum first and the lines
+    that follow the CPUs'."""
+    def line(name: str, user: int, cpus: int) -> str:
+        return f"{name} {user} 0 {2 * cpus} {100 * cpus} 0 0 0 {cpus} {5 * cpus} 0"
+    return "\n".join([line("cpu ", sum(busy), len(busy)),
+                      *(line(f"cpu{i}", ticks, 1) for i, ticks in enumerate(busy)),
+                      "intr 123456 0 0", "ctxt 98765", "btime 1764000000",
+                      "processes 4242", "procs_running 9", "procs_blocked 0"]) + "\n"
+
+
+def test_a_run_on_its_own_cpus_of_a_busy_node_did_not_share_them() -> None:
+    """A 10 s launch with CPUs 2 and 3 of an 8-CPU node to itself (a Slurm allocation) keeps
+    them busy with 19 s of its own CPU time, while other jobs keep the other 6 busy (USER_HZ
+    100: 1,000 ticks a CPU). Over its CPUs (per-CPU lines of /proc/stat, those of its affinity
+    set) the others used nothing: not shared. The whole machine's count (the summed line)
+    read 60 s of others' work on 8 CPUs: 75% of the machine, 1% idle, which flagged it."""
+    from profreport.manifest import Manifest, ProfiledRun
+    from profreport.reports.analysis.metrics import plain_cpu
+    from profreport.runner.launch import busy_ticks
+
+    before = _proc_stat([5000] * 8)
+    after = _proc_stat([6000, 6000, 5950, 5950, 6000, 6000, 6000, 6000])
+    mine = {2, 3}
+    assert busy_ticks(before, mine) == 2 * (5000 + 2 + 1)
+    own_cpus = (busy_ticks(after, mine) - busy_ticks(before, mine)) / 100
+    whole = (busy_ticks(after, range(8)) - busy_ticks(before, range(8))) / 100
+    assert (own_cpus, whole) == (19.0, 79.0)
+    environment = {"cpu_count": 8}
+    run = ProfiledRun("none", ["python", "train.py"], 0, 10.0, cpu_s=19.0,
+                      other_cpu_s=own_cpus - 19.0, cpus=len(mine))
+    measured = plain_cpu(Manifest("run", "mnist", {}, environment, launches=[run]))
+    assert (measured.cpus, measured.other_share, measured.shared) == (2, 0.0, False)
+    machine = ProfiledRun("none", ["python", "train.py"], 0, 10.0, cpu_s=19.0,
+                          other_cpu_s=whole - 19.0)  # as measured before, over the machine
+    flagged = plain_cpu(Manifest("run", "mnist", {}, environment, launches=[machine]))
+    assert (flagged.cpus, flagged.other_share, flagged.shared) == (8, 0.75, True)
 
 
 @pytest.mark.slow

@@ -190,8 +190,8 @@ def shared_cpu_text(base: RunAnalysis, run: RunAnalysis, step_speedup: float | N
               if (cpu := r.metrics.plain_cpu) is not None and cpu.shared]
     if not shared:
         return None
-    said = "; ".join(f"{name}'s: other processes used {pct(cpu.other_share)} of the machine's "
-                     f"CPU time while it ran and {pct(cpu.idle_share)} was left idle"
+    said = "; ".join(f"{name}'s: other processes used {pct(cpu.other_share)} of its CPUs' "
+                     f"time while it ran and {pct(cpu.idle_share)} was left idle"
                      for name, cpu in shared)
     one = len(shared) == 1
     instead = ("so the speedup is the profiled step-time ratio" if step_speedup is not None

@@ -87,10 +87,12 @@ OTHER_CPU_SHARE_MIN = 0.10
 
 
 def plain_cpu(manifest: Manifest) -> SharedCpu | None:
-    """The plain launch's CPU time beside the rest of its machine's, when the runner measured
-    both (runner.launch.run_launch) and knows the machine's CPUs."""
+    """The plain launch's CPU time beside the rest of the CPUs it may use, when the runner
+    measured both (runner.launch.run_launch) and knows over how many CPUs (the launch's
+    ``cpus``; the machine's count for a manifest written before launches recorded it)."""
     plain = next((launch for launch in manifest.launches if launch.profiler == "none"), None)
-    cpus = manifest.environment.get("cpu_count")
+    cpus = plain.cpus if plain is not None and plain.cpus else manifest.environment.get(
+        "cpu_count")
     if (plain is None or plain.cpu_s is None or plain.other_cpu_s is None
             or not isinstance(cpus, int) or cpus < 1 or plain.wall_time_s <= 0):
         return None

@@ -477,9 +477,10 @@ class SharedCpu:
     wall_ns: int
     cpu_ns: int
     other_cpu_ns: int
-    #: The machine's CPUs (all of them: other processes may run on any).
+    #: The CPUs the launch may use (its affinity set: other processes on them compete with it;
+    #: the whole machine's for a manifest that does not say).
     cpus: int
-    #: Shares of the machine's CPU time (wall time x CPUs) other processes used and left idle.
+    #: Shares of those CPUs' time (wall time x CPUs) other processes used and left idle.
     other_share: float
     idle_share: float
     shared: bool
@@ -597,7 +598,7 @@ class RunMetrics:
     #: Each timed step of the runner's plain (unprofiled) run, ns: the samples behind the
     #: throughput (empty without a manifest that has them).
     plain_step_ns: list[int] = field(default_factory=list)
-    #: The plain run's CPU time beside the rest of the machine's, when the runner measured it.
+    #: The plain run's CPU time beside the rest of its CPUs', when the runner measured it.
     plain_cpu: SharedCpu | None = None
     #: Mean step time of every rank that timed steps (ns), by rank.
     per_rank_step_ns: dict[int, int] = field(default_factory=dict)

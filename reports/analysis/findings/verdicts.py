@@ -309,11 +309,11 @@ def shared_cpus(facts: Facts) -> Finding | None:
     return Finding(
         "SHARED_CPUS", "medium",
         f"The unprofiled run shared the CPUs with other work: other processes used "
-        f"{pct(shared.other_share)} of the machine's CPU time while it ran.",
-        [Evidence(f"in {duration(shared.wall_ns)} on {shared.cpus} CPUs, the run used "
-                  f"{duration(shared.cpu_ns)} of CPU time, other processes "
-                  f"{duration(shared.other_cpu_ns)}, and {pct(shared.idle_share)} of the "
-                  "machine's CPU time was left idle", "manifest")],
+        f"{pct(shared.other_share)} of its CPUs' time while it ran.",
+        [Evidence(f"in {duration(shared.wall_ns)} on the {shared.cpus} CPUs it may use, the "
+                  f"run used {duration(shared.cpu_ns)} of CPU time, other processes "
+                  f"{duration(shared.other_cpu_ns)}, and {pct(shared.idle_share)} of their "
+                  "CPU time was left idle", "manifest")],
         "Measure again on an idle machine or in an allocation of its own (Slurm: --exclusive, "
         "or --cpus-per-task with the node's other jobs known): throughput and step times taken "
         "now include the time the run waited for the CPUs, and comparisons with it use the "
