@@ -3,6 +3,7 @@ project's fixtures (whose manifests hold the plain run's per-step durations) and
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -330,20 +331,68 @@ def test_a_confounded_comparison_lists_what_differs_and_credits_no_one(tmp_path:
 
 def test_a_line_profiler_breakdown_is_not_compared_part_by_part() -> None:
     """torch.profiler's breakdown (loader 0.5, compute 2.6, other 0.5 ms) against
-    line_profiler's, whose lines give only the DataLoader wait and the rest (loader 0.5,
-    compute 2.9 ms): 'Other fell 0.5 ms -> 0' would be the two profilers' difference, not the
-    runs', so no part is credited and the sentence says why."""
+    line_profiler's, which measured only the DataLoader wait and the rest (loader 0.5, compute
+    2.9 ms): 'Other fell 0.5 ms -> 0' would be the two profilers' difference, not the runs', so
+    no part is credited and the sentence says which parts each measured."""
     base = run_with_parts("traced", {"dataloader": 0.5, "compute": 2.6, "other": 0.5})
+    base.metrics.breakdown = dataclasses.replace(
+        base.metrics.breakdown, measured=frozenset({"dataloader", "compute", "other"}))
     lines = run_with_parts("lines", {"dataloader": 0.5, "compute": 2.9})
     lines.metrics.breakdown = Breakdown("lprof", lines.metrics.breakdown.step_ns,
-                                        lines.metrics.breakdown.parts_ns)
+                                        lines.metrics.breakdown.parts_ns,
+                                        measured=frozenset({"dataloader", "compute"}))
     row = compare_runs([base, lines]).rows[1]
     assert row.attribution == [] and row.unexplained_ns is None
     assert row.breakdown_delta_ns == {}  # the per-part table would show the same 'Other -0.5 ms'
     assert row.explanation.startswith(
-        "The breakdowns come from torch.profiler -> line_profiler, which split the step "
-        "differently (line_profiler's lines give only the DataLoader wait and the rest): the "
-        "step time alone is compared.")
+        "The breakdowns split the step differently (traced's torch.profiler breakdown measures "
+        "DataLoader wait, Compute and Other; lines's line_profiler breakdown measures DataLoader "
+        "wait and Compute): the step time alone is compared.")
+
+
+def test_line_profiler_leaves_the_parts_it_cannot_see_unmeasured(fixtures_dir: Path) -> None:
+    """loader_heavy's .lprof alone: its lines give the DataLoader wait (4110.8 ms) and the rest
+    of the loop (435.0 ms, as compute); every other part is unmeasured, never '0 ms' in the
+    reports or 0.0 in the JSON."""
+    report = analyze_paths([fixtures_dir / "loader_heavy" / "train.lprof"], AnalyzeOptions())
+    breakdown = report.runs[0].metrics.breakdown
+    assert breakdown.origin == "lprof" and breakdown.measured == {"dataloader", "compute"}
+    assert (breakdown.parts_ns["dataloader"], breakdown.parts_ns["compute"]) == (
+        4_110_770_516, 434_986_521)
+    text = render_markdown(report)
+    assert "| Other | unmeasured |" in text and "| Host-to-device copy | unmeasured |" in text
+    assert "| Compute | 435.0 ms |" in text
+    data = json.loads(render_json(report))["runs"][0]["breakdown"]
+    assert data["other"] is None and data["h2d_copy"] is None and data["compute"] == 434.987
+
+
+def test_parts_one_breakdown_did_not_measure_are_not_compared(
+        fixtures_dir: Path, nsys_available: str, tmp_path: Path) -> None:
+    """loader_heavy's nsys report (NVTX ranges on a CPU-only run: DataLoader wait and the rest)
+    against compute_heavy's nsys report and torch.profiler trace (whose CPU operators give
+    compute): nsys timed both runs' steps, but the breakdowns measured different parts, so no
+    part is credited. Each part had been compared, and 'Compute grew 0.0 ms -> 1616.6 ms'
+    (278% of the difference) credited a part nsys never measured."""
+    traced = tmp_path / "traced"
+    traced.mkdir()
+    for source in [fixtures_dir / "compute_heavy" / "nsys.nsys-rep",
+                   *(fixtures_dir / "compute_heavy" / "trace").iterdir()]:
+        (traced / source.name).write_bytes(source.read_bytes())
+    report = analyze_paths([fixtures_dir / "loader_heavy" / "nsys.nsys-rep", traced],
+                           AnalyzeOptions())
+    assert report.comparison.steps_origin == "nsys"
+    ranges, ops = (run.metrics.breakdown for run in report.runs)
+    assert ranges.measured == {"dataloader", "other"}
+    assert ops.measured == {"dataloader", "compute", "comm_exposed", "other"}
+    row = report.comparison.rows[1]
+    assert row.attribution == [] and row.breakdown_delta_ns == {}
+    assert row.explanation.endswith(
+        "the breakdowns split the step differently (nsys's Nsight Systems breakdown measures "
+        "DataLoader wait and Other; traced's torch.profiler breakdown measures DataLoader wait, "
+        "Compute, Communication (exposed) and Other): the step time alone is compared.")
+    # The per-part table has the baseline's own row only, its unmeasured parts said so.
+    assert ("| nsys | 0 ms | unmeasured | unmeasured | unmeasured | unmeasured | unmeasured | "
+            "0 ms |") in render_markdown(report)
 
 
 def test_every_row_is_timed_by_the_one_profiler_all_runs_have(fixtures_dir: Path) -> None:

@@ -69,16 +69,17 @@ def per_step_samples(claims: dict[str, np.ndarray],
 
 
 def make_breakdown(origin: Origin, windows: StepWindows, claims: dict[str, np.ndarray],
-                   overlapped_ns: int = 0) -> Breakdown:
+                   overlapped_ns: int = 0,
+                   measured: frozenset[str] = frozenset(BREAKDOWN_PARTS)) -> Breakdown:
     """A Breakdown whose parts (in BREAKDOWN_PARTS order) add up to the mean window, with each
-    part's per-step samples."""
+    part's per-step samples and the parts its source ``measured``."""
     step_ns = windows.total_ns // max(windows.count, 1)
     parts_ns = dict.fromkeys(BREAKDOWN_PARTS, 0)
     parts_ns.update(mean_per_step(claims, windows))
     parts_ns["other"] = max(step_ns - sum(v for k, v in parts_ns.items() if k != "other"), 0)
     return Breakdown(origin=origin, step_ns=step_ns, parts_ns=parts_ns,
                      comm_overlapped_ns=overlapped_ns,
-                     per_step_ns=per_step_samples(claims, windows))
+                     per_step_ns=per_step_samples(claims, windows), measured=measured)
 
 
 def cpu_parts(profile: Profile, windows: StepWindows) -> dict[str, iv.Intervals]:
@@ -95,8 +96,13 @@ def cpu_parts(profile: Profile, windows: StepWindows) -> dict[str, iv.Intervals]
 
 def cpu_breakdown(profile: Profile, windows: StepWindows,
                   claims: dict[str, np.ndarray]) -> Breakdown:
-    """The step breakdown of a CPU-only run from the ``claims`` of :func:`cpu_parts`."""
-    return make_breakdown(profile.kind, windows, claims)
+    """The step breakdown of a CPU-only run from the ``claims`` of :func:`cpu_parts`: the
+    DataLoader wait and the rest ("other") always; compute and exposed communication only when
+    the profile records framework ops (nsys NVTX ranges alone cannot tell them from the rest);
+    the GPU parts never."""
+    ops = {"compute", "comm_exposed"} if not framework_ops(profile).empty else set()
+    return make_breakdown(profile.kind, windows, claims,
+                          measured=frozenset({"dataloader", "other"} | ops))
 
 
 def cpu_phases(profile: Profile, windows: StepWindows) -> CpuPhaseBreakdown:

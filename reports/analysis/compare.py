@@ -45,6 +45,7 @@ from profreport.reports.analysis.findings import RunContext, cpu_load
 from profreport.reports.analysis.results import (
     BREAKDOWN_PARTS,
     PART_LABELS,
+    Breakdown,
     Comparison,
     ComparisonRow,
     Origin,
@@ -347,13 +348,23 @@ def confounds(base: RunAnalysis, run: RunAnalysis) -> list[str]:
     return out
 
 
-def breakdown_delta(base: RunAnalysis, run: RunAnalysis) -> dict[str, int]:
-    """Run minus baseline, mean ns per step, for each breakdown part; none when either side has
-    no breakdown or the two split the step differently (see parts_differ)."""
+def split_alike(base: RunAnalysis, run: RunAnalysis) -> tuple[Breakdown, Breakdown] | None:
+    """Both runs' breakdowns when they measured the same parts (Breakdown.measured), so each
+    part means one thing on both sides; None otherwise (a part one side did not measure sits
+    inside another of its parts)."""
     a, b = base.metrics.breakdown, run.metrics.breakdown
-    if a is None or b is None or parts_differ(base, run) is not None:
+    return (a, b) if a is not None and b is not None and a.measured == b.measured else None
+
+
+def breakdown_delta(base: RunAnalysis, run: RunAnalysis) -> dict[str, int]:
+    """Run minus baseline, mean ns per step, for each part both breakdowns measured; none when
+    either side has no breakdown or the two measured different parts (see split_alike)."""
+    alike = split_alike(base, run)
+    if alike is None:
         return {}
-    return {part: b.parts_ns[part] - a.parts_ns[part] for part in BREAKDOWN_PARTS}
+    a, b = alike
+    return {part: b.parts_ns[part] - a.parts_ns[part] for part in BREAKDOWN_PARTS
+            if part in a.measured}
 
 
 def _core_contention(base: RunAnalysis, run: RunAnalysis, part: str,
@@ -380,26 +391,24 @@ def _core_contention(base: RunAnalysis, run: RunAnalysis, part: str,
             "threads for the same cores.")
 
 
-def parts_differ(base: RunAnalysis, run: RunAnalysis) -> str | None:
-    """'torch.profiler -> line_profiler' when one side's breakdown is line_profiler's and the
-    other's is not: its lines split the step into the DataLoader wait and the rest only, so the
-    other parts read 0 on its side whatever ran; None when the parts compare."""
-    a, b = base.metrics.breakdown, run.metrics.breakdown
-    if a is None or b is None or (a.origin == "lprof") == (b.origin == "lprof"):
-        return None
-    return f"{origin_label(a.origin)} -> {origin_label(b.origin)}"
+def measured_text(name: str, breakdown: Breakdown) -> str:
+    """"loader's torch.profiler breakdown measures DataLoader wait, Compute and Other"."""
+    parts = [PART_LABELS[part] for part in BREAKDOWN_PARTS if part in breakdown.measured]
+    listed = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
+    return f"{name}'s {origin_label(breakdown.origin)} breakdown measures {listed}"
 
 
 def attribute(base: RunAnalysis, run: RunAnalysis, total_ns: int) -> list[PartChange]:
-    """Each breakdown part's change with its share of the step difference ``total_ns``: drivers
-    (moved with the step, at least PART_SHARE_MIN of it) largest first, then offsets (moved
-    against it), then minor parts; empty without a breakdown on both sides, or when their
-    parts do not compare (see parts_differ)."""
-    a, b = base.metrics.breakdown, run.metrics.breakdown
-    if a is None or b is None or parts_differ(base, run) is not None:
+    """Each measured breakdown part's change with its share of the step difference
+    ``total_ns``: drivers (moved with the step, at least PART_SHARE_MIN of it) largest first,
+    then offsets (moved against it), then minor parts; empty without a breakdown on both
+    sides, or when they measured different parts (see split_alike)."""
+    alike = split_alike(base, run)
+    if alike is None:
         return []
+    a, b = alike
     changes = []
-    for part in BREAKDOWN_PARTS:
+    for part in (part for part in BREAKDOWN_PARTS if part in a.measured):
         delta = b.parts_ns[part] - a.parts_ns[part]
         share = delta / total_ns if total_ns else None
         role: PartRole = ("minor" if share is None or abs(share) < PART_SHARE_MIN
@@ -505,11 +514,10 @@ def explain(base: RunAnalysis, run: RunAnalysis, knobs: dict[str, object],
     with the step time), the knob change behind the parts that account for it."""
     before, after = step_time_ns(base, origin), step_time_ns(run, origin)
     changes = attribute(base, run, (after or 0) - (before or 0))
-    differ = parts_differ(base, run)
-    if differ is not None:
-        return (f"The breakdowns come from {differ}, which split the step differently "
-                "(line_profiler's lines give only the DataLoader wait and the rest): the step "
-                "time alone is compared.")
+    a, b = base.metrics.breakdown, run.metrics.breakdown
+    if a is not None and b is not None and a.measured != b.measured:
+        return (f"The breakdowns split the step differently ({measured_text(base.name, a)}; "
+                f"{measured_text(run.name, b)}): the step time alone is compared.")
     if not changes or before is None or after is None:
         return "No breakdown on both sides: the step time alone is compared."
     text = (attribution_text(changes, before, after, tolerance_ns,

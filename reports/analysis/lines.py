@@ -60,14 +60,16 @@ def lprof_dataloader_fraction(loop: TrainingLoop | None) -> float | None:
 
 def lprof_breakdown(loop: TrainingLoop | None, steps: StepStats) -> Breakdown | None:
     """line_profiler: the loop line is DataLoader wait, the rest of the loop is counted as
-    compute (line_profiler cannot split the loop body further)."""
+    compute (line_profiler cannot split the loop body further: the other parts are
+    unmeasured)."""
     share = lprof_dataloader_fraction(loop)
     if share is None:
         return None
     loader = int(steps.mean_ns * share)
     parts_ns = dict.fromkeys(BREAKDOWN_PARTS, 0)
     parts_ns.update(dataloader=loader, compute=steps.mean_ns - loader)
-    return Breakdown(origin="lprof", step_ns=steps.mean_ns, parts_ns=parts_ns)
+    return Breakdown(origin="lprof", step_ns=steps.mean_ns, parts_ns=parts_ns,
+                     measured=frozenset({"dataloader", "compute"}))
 
 
 def loop_identification(loop: TrainingLoop | None) -> LoopIdentification | None:

@@ -214,6 +214,10 @@ class Breakdown:
     #: Each part's ns in every whole step window (for robust comparisons); empty when the
     #: origin splits no window (line_profiler).
     per_step_ns: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    #: The parts its source measured (GPU events: all of them); the others read 0 in
+    #: ``parts_ns`` but are unmeasured, their time inside a measured part (line_profiler's
+    #: lines give the DataLoader wait and the rest of the loop, counted as compute).
+    measured: frozenset[str] = frozenset(BREAKDOWN_PARTS)
 
 
 @dataclass(frozen=True)

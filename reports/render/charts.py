@@ -136,7 +136,8 @@ def _figure(title: str, height: int, **layout: object) -> go.Figure:
 
 
 def breakdown_figure(runs: list[RunAnalysis]) -> go.Figure | None:
-    """Stacked bars of the mean step split into BREAKDOWN_PARTS, one bar per run."""
+    """Stacked bars of the mean step split into BREAKDOWN_PARTS, one bar per run (no segment
+    for a part its breakdown did not measure)."""
     runs = [run for run in runs if run.metrics.breakdown is not None]
     if not runs:
         return None
@@ -144,7 +145,8 @@ def breakdown_figure(runs: list[RunAnalysis]) -> go.Figure | None:
     figure = _figure("Where a step's time goes (mean ms per step)",
                      FRAME_PX + ROW_PX * 2 * len(runs), barmode="stack")
     for part in BREAKDOWN_PARTS:
-        values = [ms_value(run.metrics.breakdown.parts_ns.get(part, 0)) for run in runs]
+        values = [ms_value(b.parts_ns[part]) if part in (b := run.metrics.breakdown).measured
+                  else None for run in runs]
         figure.add_trace(go.Bar(y=names, x=values, name=part_label(part), orientation="h",
                                 marker_color=PART_COLOURS[part],
                                 hovertemplate="%{x:.2f} ms<extra>" + part_label(part)

@@ -13,7 +13,9 @@ from pathlib import PurePath
 from profreport.concepts import ANNOTATED_RANGE, LOOP_PASS
 from profreport.reports.analysis.results import (
     PART_LABELS,
+    Breakdown,
     Comparison,
+    ComparisonRow,
     Finding,
     RankVerdict,
     RunAnalysis,
@@ -23,7 +25,7 @@ from profreport.reports.analysis.results import (
     origin_label,
 )
 from profreport.text import elide as elide_text
-from profreport.units import MISSING, duration, nbytes, ordinal, percent
+from profreport.units import MISSING, delta_ms, duration, nbytes, ordinal, percent
 
 #: Longest name a tooltip holds: the longest real C++ kernel names fit, a hostile one does not.
 TOOLTIP_NAME_LIMIT = 2000
@@ -48,6 +50,23 @@ def verdict_label(verdict: str) -> str:
 def part_label(part: str) -> str:
     """The human name of a breakdown part."""
     return PART_LABELS.get(part, part)
+
+
+#: What a breakdown part its source did not measure reads as (never 0: its time is inside
+#: another part).
+UNMEASURED = "unmeasured"
+
+
+def part_time(breakdown: Breakdown, part: str) -> str:
+    """A breakdown part's mean per step, or UNMEASURED."""
+    return duration(breakdown.parts_ns[part]) if part in breakdown.measured else UNMEASURED
+
+
+def part_delta(row: ComparisonRow, part: str) -> str:
+    """A comparison row's change of one breakdown part, or UNMEASURED when the breakdowns did
+    not both measure it (see compare.breakdown_delta)."""
+    delta = row.breakdown_delta_ns.get(part)
+    return UNMEASURED if delta is None else delta_ms(delta)
 
 
 def location(at: TraceLocation | None) -> str:

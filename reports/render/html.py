@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 import jinja2
 import markupsafe
 
-from profreport import units
 from profreport.reports.analysis.results import (
     BREAKDOWN_PARTS,
     Finding,
@@ -40,7 +39,6 @@ _FILTERS = {
     "duration": display.duration,
     "location": display.location,
     "signed_duration": display.signed_duration,
-    "delta_ms": units.delta_ms,
     "sentence": display.sentence,
     "source_place": display.source_place,
     "phase_label": display.phase_label,
@@ -53,6 +51,8 @@ _FILTERS = {
     "nbytes": display.nbytes,
     "verdict_label": display.verdict_label,
     "part_label": display.part_label,
+    "part_time": display.part_time,
+    "part_delta": display.part_delta,
     "rank_step_label": display.rank_step_label,
     "comparison_step_label": display.comparison_step_label,
     "origin_label": origin_label,

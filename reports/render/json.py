@@ -162,10 +162,10 @@ def _cpu_op_mix(c: CpuOpMix | None) -> dict[str, Any] | None:
 
 
 def _breakdown(b: Breakdown | None) -> dict[str, float | None] | None:
-    """{part: ms per step}, plus the overlapped communication."""
+    """{part: ms per step, null where unmeasured}, plus the overlapped communication."""
     if b is None:
         return None
-    out = {part: _ms(ns) for part, ns in b.parts_ns.items()}
+    out = {part: _ms(ns) if part in b.measured else None for part, ns in b.parts_ns.items()}
     out["comm_overlapped"] = _ms(b.comm_overlapped_ns)
     return out
 

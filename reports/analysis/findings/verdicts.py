@@ -97,8 +97,8 @@ def trial_evidence(trials: Trials | None, limit: str) -> list[Evidence]:
 
 
 def compute_share(m: RunMetrics) -> float | None:
-    """Compute share of the step in the breakdown."""
-    if m.breakdown is None or m.breakdown.step_ns <= 0:
+    """Compute share of the step in the breakdown; None when it did not measure compute."""
+    if m.breakdown is None or m.breakdown.step_ns <= 0 or "compute" not in m.breakdown.measured:
         return None
     return m.breakdown.parts_ns["compute"] / m.breakdown.step_ns
 
