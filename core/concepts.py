@@ -415,6 +415,36 @@ def precision_of(types: tuple[str, ...] | None) -> str | None:
     return "fp32" if present & FP32_DTYPES else "other"
 
 
+#: The memory formats a convolution's input can be told to be in (torch.memory_format names).
+CHANNELS_LAST, CONTIGUOUS = "channels_last", "contiguous"
+
+
+def memory_format(dims: tuple[int, ...], strides: tuple[int, ...]) -> str | None:
+    """The memory format of a 4-D (N, C, H, W) or 5-D (N, C, D, H, W) tensor from its sizes and
+    strides: CONTIGUOUS when they are the row-major ones, CHANNELS_LAST when the channel is
+    innermost (channels_last, channels_last_3d); None when neither, or when both fit (a single
+    channel, or one pixel: the layouts coincide). Dimensions of size 1 have any stride."""
+    if len(dims) not in (4, 5) or len(strides) != len(dims):
+        return None
+    channels_inner = (0, *range(2, len(dims)), 1)
+    fits = [name for name, order in ((CONTIGUOUS, tuple(range(len(dims)))),
+                                     (CHANNELS_LAST, channels_inner))
+            if _strides_in_order(dims, strides, order)]
+    return fits[0] if len(fits) == 1 else None
+
+
+def _strides_in_order(dims: tuple[int, ...], strides: tuple[int, ...],
+                      order: tuple[int, ...]) -> bool:
+    """Whether ``strides`` are those of a dense tensor whose dimensions lie in memory in
+    ``order`` (outermost first), ignoring dimensions of size 1."""
+    expected = 1
+    for axis in reversed(order):
+        if dims[axis] != 1 and strides[axis] != expected:
+            return False
+        expected *= dims[axis]
+    return True
+
+
 def takes_conv_bias(names: pd.Series) -> pd.Series:
     """Whether each convolution op's third input is its bias."""
     return _matches(names, _CONV_WITH_BIAS_ARGUMENT)

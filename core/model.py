@@ -43,7 +43,8 @@ empty frame with the right columns):
                    convolutions, batch norms, pointwise ops), Kineto with ``record_shapes=True``:
                    start, end, pid, tid, name, input_types (tuple of dtype names such as
                    ``float``, ``c10::Half``, "" for a None argument), input_dims (tuple of
-                   shapes, each a tuple of ints); both None when the trace did not record them.
+                   shapes, each a tuple of ints), input_strides (the same for each tensor's
+                   strides, torch 2.1+); each None when the trace did not record it.
 ``threads``        pid, tid, name (nsys: decoded from globalTid).
 ``lines``          line_profiler lines: file, function, lineno, hits, time_ns, time_per_hit_ns,
                    function_share (0..1 of the function's total), source (text or None, see
@@ -98,7 +99,8 @@ TABLE_SCHEMAS: dict[str, dict[str, str]] = {
                "total_reserved": "int64", "addr": "int64", "counts": "object"},
     "devices": {"device": "int64", "name": "object", "memory_bytes": "int64",
                 "sm_count": "int64", "compute_major": "int64", "compute_minor": "int64"},
-    "op_inputs": {**_CPU, "name": "object", "input_types": "object", "input_dims": "object"},
+    "op_inputs": {**_CPU, "name": "object", "input_types": "object", "input_dims": "object",
+                  "input_strides": "object"},
     "threads": {"pid": "int64", "tid": "int64", "name": "object"},
     "lines": {"file": "object", "function": "object", "lineno": "int64", "hits": "int64",
               "time_ns": "int64", "time_per_hit_ns": "int64", "function_share": "float64",

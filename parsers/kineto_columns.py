@@ -86,6 +86,8 @@ class _Args(msgspec.Struct, gc=False, frozen=True):
     input_dims: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input Dims")
     # The 2021 dialect's spelling of the same shapes.
     input_dims_2021: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input dims")
+    # Each input tensor's strides (torch 2.1+), which tell its memory format.
+    input_strides: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input Strides")
 
 
 _NO_ARGS = _Args()
@@ -666,8 +668,8 @@ class _MemoryEvents:
 
 class _OpInputs:
     """The operators :func:`concepts.is_input_checked_op` names, with the raw text of their
-    ``Input type`` and ``Input Dims`` interned per distinct pair (a model repeats the same few
-    hundred shapes every step)."""
+    ``Input type``, ``Input Dims`` and ``Input Strides`` interned per distinct triple (a model
+    repeats the same few hundred shapes every step)."""
 
     def __init__(self) -> None:
         self.values = Symbols()
@@ -682,11 +684,12 @@ class _OpInputs:
         rows = rows[self._checked.of(names, part["name"][rows])]
         if not len(rows):
             return
-        pairs = ((bytes(args[i].input_types),
-                  bytes(args[i].input_dims) or bytes(args[i].input_dims_2021)) for i in rows)
+        inputs = ((bytes(args[i].input_types),
+                   bytes(args[i].input_dims) or bytes(args[i].input_dims_2021),
+                   bytes(args[i].input_strides)) for i in rows)
         self._parts.append({**{key: part[key][rows] for key in ("name", "pid", "tid", "start",
                                                                   "end")},
-                            "inputs": self.values.ids(pairs, len(rows))})
+                            "inputs": self.values.ids(inputs, len(rows))})
 
     def extend(self, other: _OpInputs, maps: dict[str, np.ndarray]) -> None:
         """Append the operators of a later part of the same trace (its ids mapped to ours)."""
@@ -702,15 +705,16 @@ class _OpInputs:
         columns = {key: np.concatenate([part[key] for part in self._parts])
                    for key in self._parts[0]}
         distinct = self.values.values()
-        types, dims = np.empty(len(distinct), object), np.empty(len(distinct), object)
-        for index, (types_text, dims_text) in enumerate(distinct):
+        types, dims, strides = (np.empty(len(distinct), object) for _ in range(3))
+        for index, (types_text, dims_text, strides_text) in enumerate(distinct):
             types[index] = _decoded_inputs(types_text, str)
             dims[index] = _decoded_inputs(dims_text, tuple)
+            strides[index] = _decoded_inputs(strides_text, tuple)
         frame = pd.DataFrame({
             "start": columns["start"], "end": columns["end"],
             "pid": thread_numbers[columns["pid"]], "tid": thread_numbers[columns["tid"]],
             "name": names[columns["name"]], "input_types": types[columns["inputs"]],
-            "input_dims": dims[columns["inputs"]]})
+            "input_dims": dims[columns["inputs"]], "input_strides": strides[columns["inputs"]]})
         return conform("op_inputs", by_time(frame))
 
 
@@ -730,8 +734,8 @@ _INPUT_DECODERS = {str: msgspec.json.Decoder(tuple[str, ...]),
 
 
 def _decoded_inputs(text: bytes, item: type) -> tuple[Any, ...] | None:
-    """``Input type``/``Input Dims`` text as a tuple whose items are all ``item`` (str names,
-    tuple shapes); None when absent or not of that shape."""
+    """``Input type``/``Input Dims``/``Input Strides`` text as a tuple whose items are all
+    ``item`` (str names, tuple shapes or strides); None when absent or not of that shape."""
     if not text:
         return None
     try:

@@ -117,17 +117,20 @@ def test_pin_memory_only_for_pageable_copies(tmp_path: Path, copy_name: str,
     assert "does not record how many" in advice  # worker spans, no count recorded
 
 
-def conv_steps(rank: int, steps: int = 3) -> list[dict]:
+def conv_steps(rank: int, steps: int = 3, strides: list[list[int]] | None = None) -> list[dict]:
     """Steps of 10 ms on a busy GPU: a convolution of a ``rank``-D input whose kernels include a
-    NCHW -> NHWC transpose (layout conversions 20% of kernel time)."""
+    NCHW -> NHWC transpose (layout conversions 20% of kernel time); its inputs' ``strides``
+    recorded when given."""
     dims = [[8, 16, 32, 32, 32][:rank], [32, 16, 3, 3, 3][:rank], []]
     conv = f"aten::conv{rank - 2}d"
+    inputs = {"Input type": ["float", "float", ""], "Input Dims": dims}
+    if strides is not None:
+        inputs["Input Strides"] = strides
     events: list[dict] = []
     for step in range(steps):
         t0, corr = step * 10_000, 300 + 2 * step
         events += [event(f"ProfilerStep#{step + 1}", t0, 10_000, "user_annotation"),
-                   event(conv, t0 + 10, 100, **{"Input type": ["float", "float", ""],
-                                                "Input Dims": dims}),
+                   event(conv, t0 + 10, 100, **inputs),
                    launch(t0 + 20, corr), launch(t0 + 30, corr + 1),
                    kernel("void cudnn::ops::nchwToNhwcKernel<float>", t0 + 50, 1900, corr),
                    kernel("sm80_xmma_fprop_implicit_gemm_bf16", t0 + 1960, 7900, corr + 1)]
@@ -145,6 +148,45 @@ def test_memory_format_follows_the_convolutions_rank(tmp_path: Path, rank: int, 
     assert run.metrics.conv_bias is not None and run.metrics.conv_bias.input_ranks == (rank,)
     advice = {f.id: f for f in run.findings}["COMPUTE_BOUND"].recommendation
     assert fmt in advice and other not in advice
+
+
+#: Strides of conv_steps' 4-D input (8, 16, 32, 32) and weight, row-major and channels-last.
+NCHW_STRIDES = [[16 * 32 * 32, 32 * 32, 32, 1], [144, 9, 3, 1], []]
+NHWC_STRIDES = [[16 * 32 * 32, 1, 32 * 16, 16], [144, 1, 48, 16], []]
+
+
+def test_channels_last_is_read_from_the_input_strides(tmp_path: Path) -> None:
+    """Convolutions whose recorded input strides are channels-last: the model uses it already,
+    so the layout conversions left are to be found, not channels_last advised again; row-major
+    strides get the advice; a trace without strides cannot tell (counted as neither)."""
+    gpu = [{"id": 0, "name": "NVIDIA A100-SXM4-40GB", "computeMajor": 8, "computeMinor": 0}]
+    runs = {name: analyze_trace(tmp_path, conv_steps(4, strides=strides), f"{name}.json",
+                                deviceProperties=gpu)
+            for name, strides in (("nhwc", NHWC_STRIDES), ("nchw", NCHW_STRIDES),
+                                  ("unrecorded", None))}
+    formats = {name: (run.metrics.conv_formats.channels_last, run.metrics.conv_formats.contiguous)
+               for name, run in runs.items()}
+    assert formats == {"nhwc": (3, 0), "nchw": (0, 3), "unrecorded": (0, 0)}
+    advice = {name: {f.id: f for f in run.findings}["COMPUTE_BOUND"].recommendation
+              for name, run in runs.items()}
+    assert "find the layer or input still in the old layout" in advice["nhwc"]
+    assert "torch.channels_last)" not in advice["nhwc"]
+    assert "torch.channels_last)" in advice["nchw"] and "torch.channels_last)" in \
+        advice["unrecorded"]
+
+
+def test_memory_formats_of_strides() -> None:
+    """Row-major and channel-innermost strides, 4-D and 5-D; one channel or a strided view
+    tells neither."""
+    from profreport.concepts import CHANNELS_LAST, CONTIGUOUS, memory_format
+
+    assert memory_format((8, 16, 32, 32), tuple(NCHW_STRIDES[0])) == CONTIGUOUS
+    assert memory_format((8, 16, 32, 32), tuple(NHWC_STRIDES[0])) == CHANNELS_LAST
+    assert memory_format((2, 4, 3, 5, 5), (300, 1, 100, 20, 4)) == CHANNELS_LAST
+    assert memory_format((2, 4, 3, 5, 5), (300, 75, 25, 5, 1)) == CONTIGUOUS
+    assert memory_format((8, 1, 32, 32), (1024, 1024, 32, 1)) is None
+    assert memory_format((8, 16, 32, 32), (16384, 1024, 1, 32)) is None
+    assert memory_format((8, 16), (16, 1)) is None
 
 
 def test_memory_format_is_conditional_without_shapes(corpus: Path, nsys_available: str) -> None:

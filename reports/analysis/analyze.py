@@ -273,7 +273,9 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
     context = RunContext(knobs=dict(manifest.knobs) if manifest else {},
                          environment=dict(manifest.environment) if manifest else {},
                          settings=training_settings(manifest),
-                         compiled_regions=metrics.compiled_regions)
+                         compiled_regions=metrics.compiled_regions,
+                         channels_last_convolutions=metrics.conv_formats.channels_last
+                         if metrics.conv_formats is not None else 0)
     name_verdict, reason = verdict(metrics)
     if profiles and all(p.meta.empty for p in profiles):  # the parsers' fact, never a bottleneck
         name_verdict, reason = "unknown", str(profiles[0].meta.empty)

@@ -55,7 +55,7 @@ from profreport.reports.analysis.lines import (
     lprof_step_stats,
     top_lines,
 )
-from profreport.reports.analysis.ops import conv_bias_before_bn, op_precision
+from profreport.reports.analysis.ops import conv_bias_before_bn, conv_formats, op_precision
 from profreport.reports.analysis.results import RunMetrics, SharedCpu, TraceFile, Trials
 from profreport.reports.analysis.steps import (
     StepWindows,
@@ -191,7 +191,9 @@ def compute_run_metrics(profiles: list[Profile], manifest: Manifest | None = Non
                                             _windows_of(precision_profile, timed))
     conv_profile = ops_profile or gpu_profile
     if conv_profile is not None:
-        metrics.conv_bias = conv_bias_before_bn(conv_profile, _windows_of(conv_profile, timed))
+        conv_windows = _windows_of(conv_profile, timed)
+        metrics.conv_bias = conv_bias_before_bn(conv_profile, conv_windows)
+        metrics.conv_formats = conv_formats(conv_profile, conv_windows)
     metrics.compiled_regions = compiled_regions(ordered)
     for profile in ordered:
         first = first_recorded_ns(profile)

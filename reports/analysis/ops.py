@@ -22,7 +22,7 @@ from profreport import concepts
 from profreport.model import Profile, position_dtype
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.launches import launch_calls, launch_steps
-from profreport.reports.analysis.results import ConvBiasStats, OpPrecision
+from profreport.reports.analysis.results import ConvBiasStats, ConvFormats, OpPrecision
 from profreport.reports.analysis.steps import StepWindows
 
 #: Precision labels of :func:`concepts.precision_of`, plus operators whose types were not recorded.
@@ -268,19 +268,44 @@ def _bias_kernel_ns(profile: Profile, convs: pd.DataFrame, chosen: pd.DataFrame,
     return total or None
 
 
+def _convolutions(profile: Profile, windows: StepWindows | None
+                  ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The convolution ops of the profile's ``op_inputs``, and the forward calls among them: the
+    outermost layer of each call, in the step windows (all of them without windows)."""
+    ops = profile.table("op_inputs")
+    convs = ops[(concepts.op_family(ops["name"]) == concepts.CONVOLUTION).to_numpy()]
+    forward = outermost(convs)
+    forward = forward[concepts.takes_conv_bias(forward["name"]).to_numpy()]
+    if windows is not None:
+        forward = forward[windows.index_of(forward["start"].to_numpy(np.int64)) >= 0]
+    return convs, forward
+
+
+def conv_formats(profile: Profile, windows: StepWindows | None) -> ConvFormats | None:
+    """The memory format of each forward convolution's input (concepts.memory_format of its
+    recorded sizes and strides); None for a profile without convolutions' inputs (Nsight
+    Systems, a trace without record_shapes)."""
+    if profile.kind != "kineto":
+        return None
+    forward = _convolutions(profile, windows)[1]
+    if forward.empty:
+        return None
+    formats = [concepts.memory_format(dims[0], strides[0])
+               if isinstance(dims, tuple) and isinstance(strides, tuple) and dims and strides
+               else None for dims, strides in zip(forward["input_dims"],
+                                                  forward["input_strides"], strict=True)]
+    return ConvFormats(origin=profile.kind, convolutions=len(formats),
+                       channels_last=formats.count(concepts.CHANNELS_LAST),
+                       contiguous=formats.count(concepts.CONTIGUOUS))
+
+
 def conv_bias_before_bn(profile: Profile, windows: StepWindows | None) -> ConvBiasStats | None:
     """Convolutions with a bias input whose output goes straight into batch_norm (see
     :func:`feeds_batch_norm`); None without convolutions."""
     if profile.kind != "kineto":
         return ConvBiasStats(profile.kind, None, 0, 0, 0, None, [],
                              unknown_reason="Nsight Systems records no operators' inputs")
-    ops = profile.table("op_inputs")
-    family = concepts.op_family(ops["name"])
-    convs = ops[(family == concepts.CONVOLUTION).to_numpy()]
-    forward = outermost(convs)
-    forward = forward[concepts.takes_conv_bias(forward["name"]).to_numpy()]
-    if windows is not None:
-        forward = forward[windows.index_of(forward["start"].to_numpy(np.int64)) >= 0]
+    convs, forward = _convolutions(profile, windows)
     if forward.empty:
         return None
     ranks = tuple(sorted({len(dims[0]) for dims in forward["input_dims"]

@@ -421,6 +421,21 @@ class OpPrecision:
 
 
 @dataclass(frozen=True)
+class ConvFormats:
+    """The memory format of the forward convolutions' inputs in the step windows, from the sizes
+    and strides torch.profiler records (record_shapes=True, torch 2.1+ for strides)."""
+
+    origin: Origin
+    #: Forward convolution calls (outermost layer).
+    convolutions: int
+    #: Of those, the ones whose input is channels_last (channels_last_3d for 5-D inputs), and the
+    #: ones in the default row-major layout; the rest recorded no strides, or a layout neither
+    #: tells (one channel or one pixel, where the two coincide, or a strided view).
+    channels_last: int
+    contiguous: int
+
+
+@dataclass(frozen=True)
 class ConvBiasStats:
     """Convolutions that add a bias and hand their output straight to BatchNorm, which removes
     any per-channel shift (see reports.analysis.ops); over the step windows (the whole profile
@@ -621,6 +636,8 @@ class RunMetrics:
     op_precision: OpPrecision | None = None
     #: Convolutions with a bias feeding BatchNorm (reports.analysis.ops).
     conv_bias: ConvBiasStats | None = None
+    #: Memory formats of the convolutions' inputs (reports.analysis.ops.conv_formats).
+    conv_formats: ConvFormats | None = None
     #: Spans of torch.compile'd code in the profile (cpu.compiled_regions); None when no
     #: profile records CPU operators or ranges that would show them.
     compiled_regions: int | None = None

@@ -96,6 +96,10 @@ def metrics_json(m: RunMetrics) -> dict[str, Any]:
         "kernel_mix": _kernel_mix(m.kernel_mix),
         "cpu_op_mix": _cpu_op_mix(m.cpu_op_mix),
         "compiled_regions": m.compiled_regions,
+        "conv_formats": None if m.conv_formats is None else {
+            "convolutions": m.conv_formats.convolutions,
+            "channels_last": m.conv_formats.channels_last,
+            "contiguous": m.conv_formats.contiguous},
     }
 
 

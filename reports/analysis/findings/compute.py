@@ -128,7 +128,7 @@ def _gpu_compute_advice(mix: KernelMix | None, ctx: RunContext,
     input ranks)."""
     if mix is None:
         amp = "" if ctx.knob("amp") else "enable mixed precision (torch.autocast + GradScaler), "
-        layout = ("" if ctx.knob("channels_last") else
+        layout = ("" if ctx.channels_last() else
                   f"try {memory_format_advice(conv_ranks)} for the convolutions, and ")
         compiled = "" if ctx.compiled() else "try torch.compile, or "
         return f"To go faster, {amp}{layout}{compiled}reduce the model's work per sample."
@@ -137,7 +137,7 @@ def _gpu_compute_advice(mix: KernelMix | None, ctx: RunContext,
         now = (f"{pct(mix.reduced_precision_fraction)} of kernel time is fp16/bf16 now"
                if mix.reduced_precision_fraction > 0 else "every kernel runs in fp32 now")
         steps.append(f"enable mixed precision (torch.autocast + GradScaler; {now})")
-    if mix.layout_conversion_fraction >= LAYOUT_CONVERSION_SHARE and ctx.knob("channels_last"):
+    if mix.layout_conversion_fraction >= LAYOUT_CONVERSION_SHARE and ctx.channels_last():
         steps.append("find the layer or input still in the old layout: with channels_last on, "
                      f"layout conversions still take {pct(mix.layout_conversion_fraction)} of "
                      "kernel time")
@@ -263,7 +263,7 @@ def _top_op_levers(m: RunMetrics, ctx: RunContext) -> list[str]:
         return []
     out = []
     onednn = bool(concepts.is_onednn_op(pd.Series([top.name])).iloc[0])
-    if onednn and not ctx.knob("channels_last"):
+    if onednn and not ctx.channels_last():
         out.append(f"{top.name} takes {pct(top.share)} of step time on oneDNN: try "
                    f"{memory_format_advice(conv_ranks(m))}, which oneDNN's convolutions prefer")
     if not ctx.compiled():

@@ -20,6 +20,9 @@ class RunContext:
     settings: TrainingSettings = field(default_factory=TrainingSettings)
     #: Spans of torch.compile'd code the profiles record (RunMetrics.compiled_regions).
     compiled_regions: int | None = None
+    #: Forward convolutions the profiles record taking a channels_last input
+    #: (RunMetrics.conv_formats).
+    channels_last_convolutions: int = 0
 
     def knob(self, name: str) -> object | None:
         """A knob's value, or None when the run has no such knob."""
@@ -29,6 +32,12 @@ class RunContext:
         """Whether the model runs compiled: the manifest's ``compile`` knob, or compiled code
         in the profiles (an ``analyze`` of a trace has no knobs)."""
         return bool(self.knob("compile")) or bool(self.compiled_regions)
+
+    def channels_last(self) -> bool:
+        """Whether the model uses channels_last: the manifest's knob, or convolutions in the
+        profiles whose inputs are in that layout (a model converted in part counts: what is
+        left is to find the rest)."""
+        return bool(self.knob("channels_last")) or self.channels_last_convolutions > 0
 
     def cpus(self) -> int | None:
         """CPUs the run could use, when the manifest recorded them (its affinity mask before the
