@@ -20,6 +20,7 @@ from profreport.manifest import Manifest
 from profreport.model import Profile
 from profreport.reports.analysis.results import (
     DeviceMemory,
+    HeldAllocations,
     LargeAllocation,
     MemoryBasis,
     MemoryPoint,
@@ -30,6 +31,11 @@ from profreport.reports.analysis.results import (
 
 # How many of the largest allocations each device lists.
 LARGEST_ALLOCATIONS = 5
+# How many groups of held allocations each device lists.
+HELD_GROUPS = 3
+# A group of allocations is held step after step when made in at least this share of the steps
+# before the last one (a one-time allocation, such as optimizer state, is held in one step).
+HELD_STEP_SHARE = 0.5
 # Steps drawn in the memory timeline.
 TIMELINE_STEPS = 3
 # Points kept per device in the timeline (each bucket keeps its lowest and highest level).
@@ -103,19 +109,36 @@ def _step_stats(levels: _Levels, steps: pd.DataFrame) -> list[MemoryStep]:
     return out
 
 
-def _enclosing_op(cpu_ops: dict[str, np.ndarray], pid: int, tid: int, time: int) -> str | None:
-    """The operators on thread (pid, tid) running at ``time`` (``cpu_ops``: the table's columns
-    as arrays): the outermost (what the model called) and the innermost (what allocated),
-    ``outer › inner``."""
-    if tid < 0 or not len(cpu_ops["start"]):
-        return None
-    found = np.flatnonzero((cpu_ops["pid"] == pid) & (cpu_ops["tid"] == tid)
-                           & (cpu_ops["start"] <= time) & (cpu_ops["end"] >= time))
-    if not len(found):
-        return None
-    found = found[np.argsort(cpu_ops["start"][found], kind="stable")]
-    outer, inner = str(cpu_ops["name"][found[0]]), str(cpu_ops["name"][found[-1]])
-    return outer if outer == inner else f"{outer} › {inner}"
+def _enclosing_ops(cpu_ops: pd.DataFrame, events: pd.DataFrame) -> list[str | None]:
+    """For each event (pid, tid, time), the operators running on its thread at that time: the
+    outermost (what the model called) and the innermost (what allocated), ``outer › inner``;
+    None when none runs. An operator's nested calls lie inside it on its thread, so the
+    outermost is the first (by start) whose end reaches the time and the innermost the last of
+    those that start after it and still run."""
+    found: list[str | None] = [None] * len(events)
+    rows = pd.DataFrame({"pid": events["pid"].to_numpy(), "tid": events["tid"].to_numpy(),
+                         "time": events["time"].to_numpy(np.int64),
+                         "row": np.arange(len(events))})
+    pids, tids = cpu_ops["pid"].to_numpy(), cpu_ops["tid"].to_numpy()
+    for (pid, tid), wanted in rows[rows["tid"] >= 0].groupby(["pid", "tid"], sort=False):
+        mine = np.flatnonzero((pids == pid) & (tids == tid))
+        if not len(mine):
+            continue
+        starts, ends = (cpu_ops[column].to_numpy(np.int64)[mine] for column in ("start", "end"))
+        order = np.lexsort((-ends, starts))  # by start, the longer of two starting together first
+        starts, ends = starts[order], ends[order]
+        names = cpu_ops["name"].take(mine[order]).to_numpy()
+        reach = np.maximum.accumulate(ends)
+        times = wanted["time"].to_numpy(np.int64)
+        first = np.searchsorted(reach, times, side="left")
+        after = np.searchsorted(starts, times, side="right")
+        for row, time, outer, stop in zip(wanted["row"], times, first, after, strict=True):
+            if outer >= stop:
+                continue
+            inner = outer + int(np.flatnonzero(ends[outer:stop] >= time)[-1])
+            found[row] = (str(names[outer]) if inner == outer
+                          else f"{names[outer]} › {names[inner]}")
+    return found
 
 
 def _step_of(steps: pd.DataFrame, time: int) -> int | None:
@@ -127,13 +150,52 @@ def _step_of(steps: pd.DataFrame, time: int) -> int | None:
 def _largest(events: pd.DataFrame, profile: Profile, origin_ns: int) -> list[LargeAllocation]:
     """The largest single allocations and the operators that made them."""
     top = events[events["bytes"] > 0].nlargest(LARGEST_ALLOCATIONS, "bytes", keep="first")
-    table, steps = profile.table("cpu_ops"), profile.table("steps")
-    cpu_ops = {column: table[column].to_numpy() for column in ("pid", "tid", "start", "end",
-                                                                 "name")}
+    steps = profile.table("steps")
+    ops = _enclosing_ops(profile.table("cpu_ops"), top)
     return [LargeAllocation(bytes=int(row.bytes), at_ns=int(row.time) - origin_ns,
-                            step=_step_of(steps, int(row.time)),
-                            op=_enclosing_op(cpu_ops, int(row.pid), int(row.tid), int(row.time)))
-            for row in top.itertuples(index=False)]
+                            step=_step_of(steps, int(row.time)), op=op)
+            for row, op in zip(top.itertuples(index=False), ops, strict=True)]
+
+
+def _unreleased(events: pd.DataFrame) -> np.ndarray:
+    """Which events are allocations whose address no later event of the device releases (each
+    allocation paired with the next event at its address)."""
+    addr, size = events["addr"].to_numpy(np.int64), events["bytes"].to_numpy(np.int64)
+    order = np.lexsort((np.arange(len(addr)), addr))  # by address, then in time order
+    released_next = np.zeros(len(addr), dtype=bool)
+    released_next[order[:-1]] = (addr[order[1:]] == addr[order[:-1]]) & (size[order[1:]] < 0)
+    return (size > 0) & ~released_next
+
+
+def held_each_step(events: pd.DataFrame, profile: Profile) -> list[HeldAllocations] | None:
+    """The allocations made in most steps before the last (:data:`HELD_STEP_SHARE`) and never
+    released while the profile records, grouped by the operator that made them and their size,
+    most bytes first; None when the events record no addresses. The last step is left out: what
+    it allocates may be released after the profiler stops."""
+    if (events["addr"] < 0).any():
+        return None
+    steps = profile.table("steps").sort_values("start", kind="stable")
+    if len(steps) < 3:
+        return []
+    times = events["time"].to_numpy(np.int64)
+    index = np.searchsorted(steps["start"].to_numpy(np.int64), times, side="right") - 1
+    inside = (index >= 0) & (times < steps["end"].to_numpy(np.int64)[np.maximum(index, 0)])
+    counted = np.flatnonzero(_unreleased(events) & inside & (index < len(steps) - 1))
+    if not len(counted):
+        return []
+    held = events.iloc[counted]
+    ops = _enclosing_ops(profile.table("cpu_ops"), held)
+    groups = pd.DataFrame({"op": pd.Series(ops, dtype=object).fillna(""),
+                           "bytes": held["bytes"].to_numpy(np.int64),
+                           "step": index[counted]}).groupby(["op", "bytes"], sort=False)
+    summary = groups["step"].agg(["size", "nunique"])
+    needed = max(2, HELD_STEP_SHARE * (len(steps) - 1))
+    summary = summary[summary["nunique"] >= needed]
+    ranked = summary.assign(total=summary["size"] * summary.index.get_level_values("bytes"))
+    ranked = ranked.sort_values("total", ascending=False, kind="stable").head(HELD_GROUPS)
+    return [HeldAllocations(op=op or None, bytes=int(size), count=int(count), steps=int(steps))
+            for (op, size), count, steps in zip(ranked.index, ranked["size"], ranked["nunique"],
+                                                strict=True)]
 
 
 def _downsample(times: np.ndarray, series: list[np.ndarray | None],
@@ -211,7 +273,8 @@ def _device_memory(profile: Profile, events: pd.DataFrame) -> DeviceMemory:
         allocations_per_step=allocations_per_step(stepped),
         largest=_largest(events, profile, int(events["time"].iloc[0])),
         timeline=points, timeline_steps=marks,
-        driver_calls_per_step=_driver_calls_per_step(levels, profile, device))
+        driver_calls_per_step=_driver_calls_per_step(levels, profile, device),
+        held=held_each_step(events, profile))
 
 
 def allocations_per_step(steps: list[MemoryStep]) -> float | None:

@@ -928,6 +928,21 @@ class LargeAllocation:
 
 
 @dataclass(frozen=True)
+class HeldAllocations:
+    """Allocations of one size by one operator, made in several steps and never released while
+    the profile records (its addresses are not freed after them): what a leak keeps."""
+
+    #: The operators running when they were made (``outer › inner``, see LargeAllocation.op);
+    #: None when none encloses them.
+    op: str | None
+    #: Bytes of each allocation.
+    bytes: int
+    #: Allocations held, and the steps (before the last) they were made in.
+    count: int
+    steps: int
+
+
+@dataclass(frozen=True)
 class MemoryPoint:
     """One point of the memory timeline (bytes on the device's basis)."""
 
@@ -970,6 +985,9 @@ class DeviceMemory:
     driver_calls_per_step: float | None = None
     #: Allocations per step over the steps the recorder saw (see memory.allocations_per_step).
     allocations_per_step: float | None = None
+    #: Allocations made step after step and never released, most bytes first (see
+    #: memory.held_each_step); None when the events record no addresses to pair.
+    held: list[HeldAllocations] | None = None
 
 
 @dataclass(frozen=True)

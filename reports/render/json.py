@@ -301,6 +301,8 @@ def _device_memory(d: DeviceMemory) -> dict[str, Any]:
                    "allocated_bytes": s.allocated_bytes, "events": s.events} for s in d.steps],
         "largest_allocations": [{"bytes": a.bytes, "at_ms": _ms(a.at_ns), "step": a.step,
                                  "op": a.op} for a in d.largest],
+        "held_allocations": None if d.held is None else [
+            {"op": h.op, "bytes": h.bytes, "count": h.count, "steps": h.steps} for h in d.held],
     }
 
 

@@ -149,6 +149,14 @@ def _growing(device: DeviceMemory) -> int | None:
     return growth if growth >= LEAK_MIN_BYTES else None
 
 
+def _held_evidence(device: DeviceMemory) -> list[Evidence]:
+    """What stays allocated step after step, by the operator that allocated it."""
+    return [Evidence(f"{held.op or 'outside any recorded operator'}: {held.count} allocations of "
+                     f"{memory_size(held.bytes)} made over {held.steps} steps are never "
+                     f"released ({memory_size(held.bytes * held.count)} held)", device.origin)
+            for held in device.held or []]
+
+
 @rule("MEMORY_GROWTH", severity=("high",), needs=("memory",))
 def memory_growth(facts: Facts) -> Finding | None:
     """The level at the end of each step above the previous step's: a leak."""
@@ -166,7 +174,8 @@ def memory_growth(facts: Facts) -> Finding | None:
         evidence=[Evidence(f"{_where(device)}: the level at the end of each of {steps} steps is "
                            f"above the previous one, +{memory_size(growth)} in all "
                            f"(+{memory_size(growth / (steps - 1))} per step); it will run out of "
-                           "memory in a long run", device.origin)],
+                           "memory in a long run", device.origin),
+                  *_held_evidence(device)],
         recommendation="Find what keeps a reference from one step to the next: accumulating "
                        "the loss tensor (total += loss keeps every step's graph; use "
                        "loss.item() every N steps, or loss.detach()), lists of outputs or "
