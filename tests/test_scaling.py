@@ -171,3 +171,33 @@ def test_traces_without_knobs_are_one_training_by_their_busiest_ops_time() -> No
     swapped = {("aten::sum" if op == "aten::addmm" else "aten::div" if op == "aten::bernoulli_"
                 else op): ms for op, ms in TWO_PROCESSES.items()}
     assert _same_training(one, _ops_run("np2", swapped))
+
+
+def test_every_point_is_timed_by_the_one_profiler_all_points_have() -> None:
+    """A scaling study from profiled steps (no unprofiled throughput): the 1-process run has
+    nsys's steps (100 ms start to start) and torch.profiler's (160 ms), the 2-process run only
+    torch.profiler's (200 ms). Both points come from torch.profiler: 6.25 -> 10.0 local
+    batches/s, 80% of ideal; the 1-process run's own source, nsys, had set 10.0 against 10.0,
+    a 50% efficiency that was the two profilers' difference."""
+    from profreport.reports.analysis.results import StepStats
+    from profreport.reports.analysis.scaling import scaling_studies
+
+    def run(name: str, size: int, steps_ms: dict[str, int]) -> RunAnalysis:
+        timed = [StepStats(origin, 10, ms * MS, None, None, None, None, wall_mean_ns=ms * MS)
+                 for origin, ms in steps_ms.items()]  # type: ignore[arg-type]
+        metrics = RunMetrics(steps=timed[0], steps_by_origin=timed)
+        return RunAnalysis(name, [], "compute-bound", "", metrics, [], world_size=size,
+                           scaling_point={"group": "cnn"})
+
+    study = scaling_studies([run("np1", 1, {"nsys": 100, "kineto": 160}),
+                             run("np2", 2, {"kineto": 200})])[0]
+    one, two = study.points
+    assert study.unit == "local batches/s"
+    assert (one.profile_origin, two.profile_origin) == ("kineto", "kineto")
+    assert (one.step_ns, two.step_ns) == (160 * MS, 200 * MS)
+    assert (one.throughput, two.throughput) == (pytest.approx(6.25), pytest.approx(10.0))
+    assert two.efficiency == pytest.approx(0.8)
+    # No profiler timed both points' steps: no step figure, rather than two profilers' mixed.
+    apart = scaling_studies([run("np1", 1, {"nsys": 100}), run("np2", 2, {"kineto": 200})])[0]
+    assert all(p.throughput is None and p.step_ns is None and p.profile_origin is None
+               for p in apart.points)

@@ -1014,7 +1014,8 @@ class ScalingPoint:
     #: The runner's trials at this point: the data loader alone, the model on one cached batch.
     loader_alone: float | None
     synthetic: float | None
-    #: Mean step time (annotated steps of the primary rank), ns.
+    #: Mean step time (annotated steps of the primary rank, as ``profile_origin`` timed them),
+    #: ns; None when no profiler timed every point's steps.
     step_ns: int | None
     #: Collective communication per step, and the part of it not hidden by compute, ns.
     comm_ns_per_step: int | None
@@ -1022,7 +1023,8 @@ class ScalingPoint:
     #: Slowest rank's mean step over the fastest's (1.0 = even); None with one rank traced.
     rank_imbalance: float | None
     local_batch_size: int | None = None
-    #: The profiler the step, communication and per-rank figures came from.
+    #: The profiler that timed the steps of every point of the study (see
+    #: compare.STEP_SOURCE_ORDER), whose step figures each point holds; None when none did.
     profile_origin: Origin | None = None
     #: PyTorch intra-op threads per process (the runner's plain run), when recorded.
     threads_per_process: int | None = None

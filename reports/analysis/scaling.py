@@ -17,10 +17,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from profreport.manifest import Manifest
-from profreport.reports.analysis.compare import confounds
+from profreport.reports.analysis.compare import common_step_source, confounds, steps_of
 from profreport.reports.analysis.findings import Study, study_findings
 from profreport.reports.analysis.ranks import RankSummary
 from profreport.reports.analysis.results import (
+    Origin,
     RunAnalysis,
     ScalingPoint,
     ScalingStudy,
@@ -99,9 +100,10 @@ def _groups(runs: list[RunAnalysis]) -> dict[str, list[RunAnalysis]]:
     return {"runs": _implicit_points(runs)}
 
 
-def _local_batches_per_s(run: RunAnalysis) -> float | None:
-    """The job's local batches per second from its profiled steps (one per process per step)."""
-    steps = run.metrics.steps
+def _local_batches_per_s(run: RunAnalysis, origin: Origin | None) -> float | None:
+    """The job's local batches per second from its steps as ``origin`` timed them (one per
+    process per step)."""
+    steps = steps_of(run, origin)
     if steps is None or not run.world_size:
         return None
     step_ns = steps.wall_mean_ns or steps.mean_ns
@@ -129,15 +131,20 @@ def _int_or_none(value: object) -> int | None:
 
 
 def _points(members: list[RunAnalysis]) -> tuple[str, list[ScalingPoint]]:
-    """The unit and the points of one study."""
+    """The unit and the points of one study; step figures from the one profiler that timed
+    every point's steps (compare.common_step_source), none when no profiler did."""
     measured = all(run.metrics.throughput_samples_per_s for run in members)
     unit = "samples/s" if measured else "local batches/s"
+    origin, _ = common_step_source(members)
     base = members[0]
-    base_value = base.metrics.throughput_samples_per_s if measured else _local_batches_per_s(base)
+    base_value = (base.metrics.throughput_samples_per_s if measured
+                  else _local_batches_per_s(base, origin))
     per_process = base_value / (base.world_size or 1) if base_value else None
     points = []
     for run in members:
-        value = run.metrics.throughput_samples_per_s if measured else _local_batches_per_s(run)
+        value = (run.metrics.throughput_samples_per_s if measured
+                 else _local_batches_per_s(run, origin))
+        steps = steps_of(run, origin)
         processes = run.world_size or 1
         ideal = per_process * processes if per_process else None
         trials = run.metrics.trials if measured else None
@@ -147,10 +154,10 @@ def _points(members: list[RunAnalysis]) -> tuple[str, list[ScalingPoint]]:
             efficiency=value / ideal if value and ideal else None,
             loader_alone=trials.io if trials else None,
             synthetic=trials.synthetic if trials else None,
-            step_ns=run.metrics.steps.mean_ns if run.metrics.steps else None,
+            step_ns=steps.mean_ns if steps is not None else None,
             comm_ns_per_step=comm, comm_exposed_ns_per_step=exposed,
             rank_imbalance=_imbalance(run),
-            profile_origin=run.metrics.steps.origin if run.metrics.steps else None,
+            profile_origin=origin,
             threads_per_process=_int_or_none(run.environment.get("torch_threads")),
             local_batch_size=_int_or_none(run.scaling_point.get("local_batch_size")),
             confounds=_besides_processes(base, run)))
