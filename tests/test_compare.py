@@ -362,6 +362,8 @@ def test_line_profiler_leaves_the_parts_it_cannot_see_unmeasured(fixtures_dir: P
     text = render_markdown(report)
     assert "| Other | unmeasured |" in text and "| Host-to-device copy | unmeasured |" in text
     assert "| Compute | 435.0 ms |" in text
+    # Its total is the mean pass of the loop, not a step window it never saw.
+    assert "| **Mean step (the loop's time over its passes)** | **4,545.8 ms** |" in text
     data = json.loads(render_json(report))["runs"][0]["breakdown"]
     assert data["other"] is None and data["h2d_copy"] is None and data["compute"] == 434.987
 

@@ -62,6 +62,16 @@ def part_time(breakdown: Breakdown, part: str) -> str:
     return duration(breakdown.parts_ns[part]) if part in breakdown.measured else UNMEASURED
 
 
+def breakdown_step_label(metrics: RunMetrics) -> str:
+    """The breakdown's total row: the mean step window, or line_profiler's mean loop pass (its
+    lines hold totals, not windows)."""
+    origin = metrics.breakdown.origin if metrics.breakdown is not None else None
+    steps = next((s for s in metrics.steps_by_origin if s.origin == origin), None)
+    if steps is not None and steps.marker == LOOP_PASS:
+        return mean_step_label(LOOP_PASS)
+    return "Step window, mean (start to next start; the last step its range)"
+
+
 def part_delta(row: ComparisonRow, part: str) -> str:
     """A comparison row's change of one breakdown part, or UNMEASURED when the breakdowns did
     not both measure it (see compare.breakdown_delta)."""

@@ -52,6 +52,7 @@ _FILTERS = {
     "verdict_label": display.verdict_label,
     "part_label": display.part_label,
     "part_time": display.part_time,
+    "breakdown_step_label": display.breakdown_step_label,
     "part_delta": display.part_delta,
     "rank_step_label": display.rank_step_label,
     "comparison_step_label": display.comparison_step_label,
