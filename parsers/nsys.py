@@ -393,7 +393,7 @@ class _Export:
         #: process (:func:`_qualified`): set once the runtime calls show more than one; else None.
         self.launching: np.ndarray | None = None
         #: The bits of a globalTid (shifted down by 24) that name a process: the pid's, and the
-        #: host and VM ids above it when the export's processes ran on several (see hosts_mask).
+        #: host and VM ids above it when the export's processes ran on several (see _pid_mask).
         self.pid_mask = _ID_MASK
 
     @classmethod
@@ -1248,9 +1248,10 @@ def process_profiles(profile: Profile) -> list[Profile]:
     and a note counts them. The rank of each is unknown: an export records neither a process's
     environment (torchrun's RANK) nor its arguments."""
     ranges, runtime = profile.table("ranges"), profile.table("runtime")
-    calls = runtime["pid"].to_numpy()
-    one_caller = len(calls) == 0 or calls.min() == calls.max()  # no table of 10^7 pids hashed
-    members = sorted({int(pid) for pid in (calls[:1] if one_caller else pd.unique(calls))}
+    pids = [frame["pid"].to_numpy() for frame in (ranges, runtime) if len(frame)]
+    if len({int(end) for column in pids for end in (column.min(), column.max())}) <= 1:
+        return [profile]  # one process: no table of 10^7 pids hashed, nor ranges copied
+    members = sorted(set(pd.unique(runtime["pid"].to_numpy()).tolist())
                      .union(concepts.step_marks(ranges)["pid"].tolist()) - {-1})
     if len(members) < 2:
         return [profile]

@@ -3,6 +3,7 @@ several hosts): exports built by hand, one process at a time, as nsys writes the
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -218,3 +219,58 @@ def test_a_launcher_with_os_calls_only_is_no_rank(tmp_path: Path) -> None:
     profile = nsys.parse(path)
     assert nsys.process_profiles(profile) == [profile]
     assert _report(path).runs[0].job is None
+
+
+#: Two ranks of a gloo job, each marking 6 steps with NVTX 'step N' ranges: rank 0's steps take
+#: 20 ms, rank 1's 60 ms (no collective inside a step, so neither waits for the other there);
+#: each writes which pid it is into PIDS_DIR, for the test alone (the capture records no rank).
+_TWO_RANKS = """
+import os, sys, time
+import nvtx
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+with open(os.path.join(sys.argv[1], f"rank{rank}"), "w") as handle:
+    handle.write(str(os.getpid()))
+dist.barrier()
+for step in range(6):
+    nvtx.push_range(f"step {step}")
+    time.sleep(0.02 + 0.04 * rank)
+    nvtx.pop_range()
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.nsys
+@pytest.mark.slow
+def test_real_torchrun_capture_reads_as_two_ranks(tmp_path: Path, nsys_available: str) -> None:
+    """A real capture of torchrun --nproc_per_node 2 under nsys (--trace=osrt,nvtx, gloo on
+    CPU): two ranks named by pid, each with its own 6 steps; rank 1's process, 60 ms a step,
+    is the slowest and a straggler; torchrun's own process (OS calls only) is no rank."""
+    import subprocess
+    import sys
+
+    from profreport.runner.launch import NSYS_QUIET_OPTIONS
+
+    script = tmp_path / "two_ranks.py"
+    script.write_text(_TWO_RANKS, encoding="utf-8")
+    report = tmp_path / "two_ranks"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run([nsys_available, "profile", "--trace=osrt,nvtx", *NSYS_QUIET_OPTIONS,
+                    "--force-overwrite=true", "-o", str(report), sys.executable, "-m",
+                    "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script),
+                    str(tmp_path)], check=True, capture_output=True, env=env, timeout=300)
+    pids = [int((tmp_path / f"rank{rank}").read_text()) for rank in (0, 1)]
+    path = nsys.export_report(report.with_suffix(".nsys-rep"), cache_dir=tmp_path / "cache")
+    parts = nsys.process_profiles(nsys.parse(path))
+    assert sorted(p.process for p in parts) == sorted(pids)
+    assert [len(p.table("steps")) for p in parts] == [6, 6]
+    job = _report(path).runs[0].job
+    assert job is not None
+    assert {r.label for r in job.ranks} == {f"pid {pid}" for pid in pids}
+    assert all(r.rank is None for r in job.ranks)
+    assert job.slowest == f"pid {pids[1]}" and job.straggler
+    slow = next(r for r in job.ranks if r.process == pids[1])
+    assert 60 * MS <= slow.step_ns < 90 * MS  # type: ignore[operator]
