@@ -438,3 +438,21 @@ def test_no_profiler_timed_every_run_so_no_step_time_is_compared(
     row = comparison.rows[1]
     assert row.attribution == [] and row.explanation == f"Profiled step time unknown: {why}."
     assert "| Run | Step (profiled): unknown |" in render_markdown(report)
+
+
+def test_a_run_without_steps_leaves_the_others_their_common_source() -> None:
+    """The baseline (nsys and torch.profiler), a run with torch.profiler's steps and one whose
+    profilers all failed (only the unprofiled throughput): the two timed runs share
+    torch.profiler, so their rows keep their step times, and the untimed run's row gives its
+    throughput ratio and says it has no steps rather than take every step time away."""
+    base = run_with_parts("base", {"dataloader": 20, "compute": 80}, steps_ms=90)
+    fast = run_with_parts("fast", {"dataloader": 10, "compute": 80})
+    bare = RunAnalysis("bare", [], "unknown", "", RunMetrics(), [])
+    base.metrics.throughput_samples_per_s, bare.metrics.throughput_samples_per_s = 100.0, 150.0
+    comparison = compare_runs([base, fast, bare])
+    assert comparison.steps_origin == "kineto"
+    rows = {row.name: row for row in comparison.rows}
+    assert (rows["base"].step_time_ns, rows["fast"].step_time_ns) == (100_000_000, 90_000_000)
+    assert rows["bare"].step_time_ns is None and rows["bare"].speedup == pytest.approx(1.5)
+    assert rows["bare"].explanation == (
+        "Profiled step time unknown: no profiler timed the steps of bare.")

@@ -137,15 +137,18 @@ def robust_spread(samples: tuple[int, ...] | list[int]) -> Spread | None:
 
 
 def common_step_source(runs: list[RunAnalysis]) -> tuple[Origin | None, str | None]:
-    """The first profiler of STEP_SOURCE_ORDER that timed the steps of every run, so that
-    every row's step time is one profiler's; else None and why."""
-    timed = [{steps.origin for steps in run.metrics.steps_by_origin} for run in runs]
+    """The first profiler of STEP_SOURCE_ORDER that timed the steps of every run that has
+    steps (a run without any sets no step time beside another's), so that every row's step
+    time is one profiler's; else None and why."""
+    timed = [(run.name, {s.origin for s in run.metrics.steps_by_origin}) for run in runs]
+    timed = [(name, origins) for name, origins in timed if origins]
+    if not timed:
+        return None, "no profiler timed the steps of any run"
     for origin in STEP_SOURCE_ORDER:
-        if all(origin in origins for origins in timed):
+        if all(origin in origins for _, origins in timed):
             return origin, None
-    said = "; ".join(f"{run.name}: " + (", ".join(origin_label(o) for o in STEP_SOURCE_ORDER
-                                                  if o in origins) or "none")
-                     for run, origins in zip(runs, timed, strict=True))
+    said = "; ".join(f"{name}: " + ", ".join(origin_label(o) for o in STEP_SOURCE_ORDER
+                                             if o in origins) for name, origins in timed)
     return None, (f"no profiler timed the steps of every run ({said}), and each profiler slows "
                   "a step by its own amount, so step times of two profilers are not compared")
 
@@ -618,9 +621,9 @@ def _in_profiled_runs(base: RunAnalysis, run: RunAnalysis, knobs: dict[str, obje
 def _row(base: RunAnalysis, run: RunAnalysis, origin: Origin | None,
          unknown: str | None) -> ComparisonRow:
     """One run's row against the baseline (speedup and noise: see the module docstring), its
-    steps as ``origin`` timed them, or none and ``unknown`` said when no profiler timed every
-    run's; the step time shown and its ratio are the typical (median) step, warm-up left
-    out."""
+    steps as ``origin`` timed them, or none and why (``unknown`` when no profiler timed every
+    run's, or that one side has none); the step time shown and its ratio are the typical
+    (median) step, warm-up left out."""
     (base_step, _), (step, step_kind) = typical_step(base, origin), typical_step(run, origin)
     base_tp, tp = base.metrics.throughput_samples_per_s, run.metrics.throughput_samples_per_s
     knobs = changed_knobs(base, run)
@@ -636,9 +639,12 @@ def _row(base: RunAnalysis, run: RunAnalysis, origin: Origin | None,
     if run is not base:
         band = _noise(base, run, speedup, origin)
         noise = None if band is None else within_noise(speedup, band)  # type: ignore[arg-type]
-        explanation = (_unknown_steps_text(speedup, band, noise, unknown) if origin is None
+        untimed = [r.name for r in (base, run) if steps_of(r, origin) is None]
+        why = unknown if origin is None else (
+            f"no profiler timed the steps of {' or '.join(untimed)}" if untimed else None)
+        explanation = (_unknown_steps_text(speedup, band, noise, why) if why is not None
                        else _row_explanation(base, run, knobs, (throughput_gain, step_speedup),
-                                             band, noise, origin))
+                                             band, noise, origin))  # type: ignore[arg-type]
         if shared is not None:
             explanation = f"{shared} {explanation}"
         unsaid = [d for d in confounds(base, run) if d not in explanation
