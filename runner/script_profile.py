@@ -79,6 +79,8 @@ class StepMarks:
 
     ends_ns: list[int] = field(default_factory=list)
     loaders: dict[int, LoaderUse] = field(default_factory=dict)
+    #: At each mark, the batches each loader had yielded so far (by loader id).
+    batches_at: list[dict[int, int]] = field(default_factory=list)
     #: The first optimizer's learning rate at its first step.
     lr: float | None = None
     #: ``--record-loss``: the value of the last one-element tensor ``backward()`` was called on
@@ -90,6 +92,23 @@ class StepMarks:
         """The loader the script took the most batches from."""
         return max(self.loaders.values(), key=lambda use: use.batches, default=None)
 
+    def mark(self) -> None:
+        """Mark the end of an iteration: its time, and the batches each loader had yielded."""
+        self.ends_ns.append(time.perf_counter_ns())
+        self.batches_at.append({key: use.batches for key, use in self.loaders.items()})
+
+    def batches_per_step(self) -> float | None:
+        """Batches the training loader yielded per step between the first and the last mark
+        (4 when the script accumulates gradients over 4 batches); None without two marks or a
+        loader, or when the loader yielded nothing between them (the steps take no batches
+        from it)."""
+        loader = self.training_loader()
+        if loader is None or len(self.batches_at) < 2:
+            return None
+        key = next(key for key, use in self.loaders.items() if use is loader)
+        taken = self.batches_at[-1].get(key, 0) - self.batches_at[0].get(key, 0)
+        return taken / (len(self.batches_at) - 1) if taken > 0 else None
+
     def result(self, rank: int, world_size: int) -> dict[str, Any]:
         """What this process saw: steps, their durations after the first, steps/s, loader."""
         ends = self.ends_ns
@@ -99,6 +118,7 @@ class StepMarks:
         return {"rank": rank, "world_size": world_size, "steps": len(ends),
                 "step_ns": step_ns, "steps_per_s": steps_per_s,
                 "loader": asdict(loader) if loader else None, "lr": self.lr,
+                "batches_per_step": self.batches_per_step(),
                 "losses": self.losses,
                 "torch_threads": torch.get_num_threads()}
 
@@ -122,7 +142,7 @@ class FirstOptimizerStepper:
             self.marks.lr = float(lr) if isinstance(lr, int | float) else None
         if id(optimizer) != self.optimizer_id:
             return
-        self.marks.ends_ns.append(time.perf_counter_ns())
+        self.marks.mark()
         if self.marks.last_backward is not None:
             self.marks.losses.append(self.marks.last_backward)
         if self.profiler is not None:

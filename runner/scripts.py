@@ -228,13 +228,24 @@ def record_plain_result(manifest: Manifest, folder: Path) -> None:
     batch = loader.get("batch_size")
     basis = (f"plain run, rank 0: {len(manifest.plain_step_ns)} steps between optimizer.step() "
              "calls of the first optimizer")
+    per_step = first.get("batches_per_step") or 1.0
+    if per_step != 1.0:
+        manifest.knobs["batches_per_step"] = int(per_step) if per_step.is_integer() \
+            else round(per_step, 2)
     if batch:
-        manifest.throughput_samples_per_s = steps_per_s * batch * manifest.world_size
-        basis += (f"; samples = steps x the DataLoader's batch size ({batch}) x "
-                  f"{manifest.world_size} process(es)")
+        manifest.throughput_samples_per_s = steps_per_s * batch * per_step * manifest.world_size
+        basis += (f"; samples = steps x the DataLoader's batch size ({batch})"
+                  f"{_batches_text(per_step)} x {manifest.world_size} process(es)")
     manifest.throughput_basis = basis
     manifest.notes.append(f"throughput: {basis}")
 
+
+def _batches_text(per_step: float) -> str:
+    """' x 4 batches per step (...)' when each step took several batches, '' when one."""
+    if per_step == 1.0:
+        return ""
+    return (f" x {per_step:g} batches per step (the DataLoader yielded them between two steps "
+            "of the first optimizer, as gradient accumulation does)")
 
 
 def overhead_notes(manifest: Manifest, folder: Path) -> list[str]:

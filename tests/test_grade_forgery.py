@@ -149,3 +149,18 @@ def test_shifted_copy_is_found(gamed: dict) -> None:
                     for name in ("author", "copier")}
     assert fingerprints["author"]["optimized"] == fingerprints["copier"]["optimized"]
     assert fingerprints["author"]["baseline"] != fingerprints["author"]["optimized"]
+
+
+def test_accumulated_batches_are_no_edited_throughput() -> None:
+    """A manifest whose steps each took 4 batches (gradient accumulation) gives 4 batches'
+    samples per step: not flagged; the same throughput without the knob is."""
+    from types import SimpleNamespace
+
+    from profreport.grade.forgery import manifest_edited
+
+    metrics = SimpleNamespace(throughput_samples_per_s=6400.0, plain_step_ns=[40_000_000] * 5)
+    honest = SimpleNamespace(name="ga", metrics=metrics, world_size=1,
+                             knobs={"batch_size": 64, "batches_per_step": 4})
+    assert manifest_edited(honest) == []
+    edited = SimpleNamespace(name="ga", metrics=metrics, world_size=1, knobs={"batch_size": 64})
+    assert manifest_edited(edited)[0].endswith("give 1,600.0: edited")

@@ -879,3 +879,33 @@ def test_profiler_overhead_is_noted_from_the_step_marks(tmp_path: Path) -> None:
     assert overhead_notes(manifest, tmp_path) == [
         "torch.profiler slowed the steps 5.0x (2.00 steps/s against 10.00 unprofiled): step "
         "times timed under it are inflated; throughput and comparisons come from the plain run"]
+
+
+def test_gradient_accumulation_counts_every_batch_of_a_step(tmp_path: Path) -> None:
+    """A script that steps its optimizer every 4th batch (gradient accumulation): the plain
+    run's samples/s counts the 4 batches each step took from the DataLoader, not one."""
+    from profreport.runner.scripts import record_plain_result
+
+    script = tmp_path / "accumulate.py"
+    script.write_text(
+        "import torch\n"
+        "model = torch.nn.Linear(8, 2)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "data = torch.utils.data.TensorDataset(torch.randn(16 * 40, 8))\n"
+        "loader = torch.utils.data.DataLoader(data, batch_size=16)\n"
+        "for i, (x,) in enumerate(loader):\n"
+        "    (model(x).sum() / 4).backward()\n"
+        "    if (i + 1) % 4 == 0:\n"
+        "        opt.step(); opt.zero_grad()\n")
+    subprocess.run([sys.executable, "-m", "profreport.runner.script_profile", "--mode", "none",
+                    "--result", str(tmp_path / "script_result.none.rank{rank}.json"),
+                    str(script)], check=True, cwd=tmp_path, timeout=120)
+    manifest = Manifest("accumulate", "script accumulate.py", {}, {})
+    record_plain_result(manifest, tmp_path)
+    assert len(manifest.plain_step_ns) == 9  # 10 optimizer steps
+    assert manifest.knobs["batches_per_step"] == 4
+    assert manifest.knobs["batch_size"] == 16
+    assert manifest.throughput_steps_per_s is not None
+    assert manifest.throughput_samples_per_s == pytest.approx(
+        manifest.throughput_steps_per_s * 16 * 4)
+    assert "x 4 batches per step" in manifest.throughput_basis

@@ -47,12 +47,16 @@ def manifest_edited(run: RunAnalysis) -> list[str]:
             and isinstance(batch, int) and batch > 0):
         return []
     mean_ns = sum(metrics.plain_step_ns) / len(metrics.plain_step_ns)
-    expected = batch * (run.world_size or 1) * NS_PER_S / mean_ns
+    per_step = run.knobs.get("batches_per_step", 1)
+    if not isinstance(per_step, int | float) or per_step <= 0:
+        per_step = 1
+    expected = batch * per_step * (run.world_size or 1) * NS_PER_S / mean_ns
+    batches = f" x {per_step:g} batches" if per_step != 1 else ""
     if abs(metrics.throughput_samples_per_s / expected - 1) <= MANIFEST_TOLERANCE:
         return []
     return [f"run {run.name}: the manifest says {metrics.throughput_samples_per_s:,.1f} "
             f"samples/s; its own plain steps ({len(metrics.plain_step_ns)}, mean "
-            f"{ms(mean_ns)}) of {batch} samples x {run.world_size or 1} process(es) "
+            f"{ms(mean_ns)}) of {batch} samples{batches} x {run.world_size or 1} process(es) "
             f"give {expected:,.1f}: edited"]
 
 
