@@ -3,6 +3,7 @@ several hosts): exports built by hand, one process at a time, as nsys writes the
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 from dataclasses import dataclass, field
@@ -168,19 +169,31 @@ def test_two_stepped_processes_are_two_ranks_of_unknown_rank(tmp_path: Path) -> 
         assert len(kernels) == 6 and set(kernels["device"]) == {device}
         assert len(part.table("runtime")) == 6
         assert not any("stay in the figures" in note for note in part.meta.notes)
-    run = _report(path).runs[0]
+    report = _report(path)
+    run = report.runs[0]
     job = run.job
     assert job is not None
     assert [(r.rank, r.process, r.label) for r in job.ranks] == [
         (None, 7, "pid 7"), (None, 9, "pid 9")]
+    from profreport.reports.render.html import render_html
+    from profreport.reports.render.json import render_json
+    from profreport.reports.render.markdown import render_markdown
+
+    markdown = render_markdown(report)
+    assert "| pid 9 (slowest) | " in markdown and "| pid 7 | " in markdown
+    assert "Pid 9 is a straggler: 40.0 ms per step" in markdown
+    assert "<tr><td>pid 9 (slowest)</td>" in render_html(report)
+    ranks = json.loads(render_json(report))["runs"][0]["job"]["ranks"]
+    assert [(r["rank"], r["process"]) for r in ranks] == [(None, 7), (None, 9)]
     assert [r.step_ns // MS for r in job.ranks] == [20, 40]
     assert job.slowest == "pid 9" and job.slowest_rank is None and job.straggler
     assert job.verdict_reason.startswith("pid 9, the slowest, takes 40.0 ms per step against "
                                          "20.0 ms for the other ranks (+100.0%)")
     assert run.metrics.steps is not None and run.metrics.steps.mean_ns == 20 * MS
-    assert ("the figures and findings below come from pid 7's profile, one of the 2 processes "
-            "of the capture (their ranks are unknown); the others are in the per-rank "
-            "verdicts") in run.notes
+    assert [(Path(i.path).name, i.rank) for i in run.inputs] == [("two_ranks.sqlite", None)]
+    assert ("the Nsight Systems figures come from pid 7's profile, one of the 2 processes of "
+            "the capture, whose rank it does not record; the other processes' own figures are in "
+            "the per-rank verdicts") in run.notes
 
 
 def test_a_process_without_steps_is_a_rank_with_its_own_gpu_work(tmp_path: Path) -> None:
@@ -274,3 +287,20 @@ def test_real_torchrun_capture_reads_as_two_ranks(tmp_path: Path, nsys_available
     assert job.slowest == f"pid {pids[1]}" and job.straggler
     slow = next(r for r in job.ranks if r.process == pids[1])
     assert 60 * MS <= slow.step_ns < 90 * MS  # type: ignore[operator]
+
+
+def test_beside_ranked_traces_the_processes_are_no_further_ranks(tmp_path: Path,
+                                                                 fixtures_dir: Path) -> None:
+    """A run folder with each rank's torch.profiler trace (they record their rank) and one nsys
+    capture of both processes: the job's ranks are the traces' 0 and 1, not four ranks, and the
+    Nsight Systems figures come from one process, said to be of unknown rank."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(fixtures_dir / "ddp_gloo" / "trace", run / "trace")
+    write_export(run / "nsys.sqlite", [_stepped(7, 20), _stepped(9, 40)])
+    analysed = _report(run).runs[0]
+    assert analysed.job is not None
+    assert [r.label for r in analysed.job.ranks] == ["rank 0", "rank 1"]
+    assert ("the Nsight Systems figures come from pid 7's profile, one of the 2 processes of "
+            "the capture, whose rank it does not record") in analysed.notes

@@ -256,9 +256,11 @@ def detailed_profiles(profiles: list[Profile]) -> tuple[list[Profile], list[str]
     if not parts:
         return profiles, []
     first = min(parts, key=lambda p: (preference(p), p.process))
-    note = (f"the figures and findings below come from {member_label(first)}'s profile, one of "
-            f"the {len(parts)} processes of the capture (their ranks are unknown); the others are "
-            "in the per-rank verdicts")
+    ranked = any(p.rank is not None for p in profiles)
+    note = (f"the Nsight Systems figures come from {member_label(first)}'s profile, one of the "
+            f"{len(parts)} processes of the capture, whose rank it does not record"
+            + ("" if ranked else "; the other processes' own figures are in the per-rank "
+               "verdicts"))
     return [p for p in profiles if p.process in (None, first.process)], [note]
 
 
@@ -291,7 +293,8 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
     world_size = run_world_size(manifest, summaries)
     return RunAnalysis(
         name=name,
-        inputs=[summary.input for summary in summaries],
+        inputs=list(dict.fromkeys(dataclasses.replace(summary.input, process=None)
+                                  for summary in summaries)),  # a file of several processes once
         verdict=name_verdict, verdict_reason=reason, metrics=metrics,
         findings=find_all(metrics, context, name_verdict),
         timeline=build_timeline(*timed[0]) if timed else None,
