@@ -276,3 +276,30 @@ def test_only_the_ranks_that_wait_alike_are_said_to() -> None:
     assert "the 2 ranks that wait least wait alike inside the collectives (10% to 12% of each " \
         "step exposed), so none is the one the others wait for" in job.verdict_reason
     assert "60%" not in job.verdict_reason.split("exposed)")[0]
+
+
+def test_the_detailed_rank_waiting_for_another_takes_its_verdict_and_advice(
+        tmp_path: Path) -> None:
+    """Rank 0 computes 10 ms and sits 10.3 ms in the all-reduce waiting for rank 1, which
+    computes 19 ms: the ranks keep pace (no straggler by step time), the job waits for rank 1,
+    so the run's verdict is rank 1's compute-bound, not the detailed rank 0's
+    communication-bound; rank 0's COMM_OVERHEAD says its communication is that wait and that
+    the collectives cost at most rank 1's 5.0%, instead of tuning the all-reduce alone."""
+    write_rank(tmp_path, 0, compute_us=10000, comm_us=10300)
+    write_rank(tmp_path, 1, compute_us=19000, comm_us=1000)
+    run = analyze_paths([tmp_path], AnalyzeOptions()).runs[0]
+    job = run.job
+    assert {r.rank: r.verdict for r in job.ranks} == {0: "communication-bound",
+                                                      1: "compute-bound"}
+    assert job.straggler is False and job.paced_by == 1
+    assert run.verdict == "compute-bound"
+    assert run.verdict_reason.endswith("(the findings below come from rank 0's profile, which "
+                                       "reads communication-bound)")
+    comm = next(f for f in run.findings if f.id == "COMM_OVERHEAD")
+    assert comm.severity == "low"  # the all-reduce itself: 5.0% of rank 1's step exposed
+    assert comm.evidence[-1].text == (
+        "rank 1, the rank the job waits for, has 5.0% of its step exposed in the same "
+        "collectives: the rest of this rank's 50% is waiting for rank 1 to join them")
+    assert comm.recommendation.startswith("Most of this communication is waiting for rank 1 "
+                               "(compute-bound: ")
+    assert "the collectives themselves cost at most 5.0% of the step." in comm.recommendation

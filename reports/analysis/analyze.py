@@ -33,7 +33,7 @@ from profreport.reports.analysis.findings import (
     verdict_confidence,
 )
 from profreport.reports.analysis.findings.verdicts import STEADY_MIN_STEPS
-from profreport.reports.analysis.job import job_analysis
+from profreport.reports.analysis.job import PACE_EXPOSED_MARGIN, job_analysis
 from profreport.reports.analysis.memory import training_settings
 from profreport.reports.analysis.metrics import compute_run_metrics, preference, primary_timed
 from profreport.reports.analysis.ranks import (
@@ -47,6 +47,7 @@ from profreport.reports.analysis.ranks import (
 )
 from profreport.reports.analysis.results import (
     JobAnalysis,
+    RankVerdict,
     Report,
     RunAnalysis,
     RunMetrics,
@@ -272,7 +273,8 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
     profiles, detailed_note = detailed_profiles(profiles)
     metrics = compute_run_metrics(profiles, manifest)
     add_rank_metrics(metrics, summaries)
-    context = RunContext(knobs=dict(manifest.knobs) if manifest else {},
+    pacer = waited_for(job, profiles)
+    context = RunContext(waited_for=pacer, knobs=dict(manifest.knobs) if manifest else {},
                          environment=dict(manifest.environment) if manifest else {},
                          settings=training_settings(manifest),
                          compiled_regions=metrics.compiled_regions,
@@ -286,9 +288,9 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
         reason += ("; but the profile shows start-up only (one step holding set-up calls), so "
                    "this is not the steady state of training")
     confidence = verdict_confidence(metrics, name_verdict)
-    straggler = _straggler_verdict(job, profiles)
-    if straggler is not None:
-        name_verdict, reason, confidence = straggler
+    paced = _paced_verdict(job, pacer, profiles)
+    if paced is not None:
+        name_verdict, reason, confidence = paced
     timed = primary_timed(profiles)
     world_size = run_world_size(manifest, summaries)
     return RunAnalysis(
@@ -311,25 +313,42 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
         detailed_rank=min((p.rank for p, _ in timed if p.rank is not None), default=None))
 
 
-def _straggler_verdict(job: JobAnalysis | None, profiles: list[Profile]
-                       ) -> tuple[Verdict, str, tuple[str, float] | None] | None:
-    """The run's verdict when a straggler sets the job's pace and its verdict differs from the
-    rank whose profile is detailed: the job runs at the straggler's pace, so its verdict leads
-    (with its confidence), and the reason says which rank the details below come from."""
-    if job is None or not job.straggler or job.slowest is None:
+def waited_for(job: JobAnalysis | None, profiles: list[Profile]) -> RankVerdict | None:
+    """The rank the job waits for when the detailed figures come from another rank's profile:
+    a straggler, or a rank keeping pace whose exposed communication lies PACE_EXPOSED_MARGIN of
+    the step below the detailed rank's (that rank waits inside the collectives for it); None
+    otherwise."""
+    if job is None or job.pacer is None:
         return None
-    slowest = next(r for r in job.ranks if r.label == job.slowest)
     detailed = next(filter(None, map(member_label, profiles)), None)
-    if detailed is None or detailed == slowest.label:
+    if detailed is None or detailed == job.pacer:
         return None
+    pacer = next(r for r in job.ranks if r.label == job.pacer)
     mine = next((r for r in job.ranks if r.label == detailed), None)
-    if mine is not None and mine.verdict == slowest.verdict:
+    if job.straggler:
+        return pacer
+    waits = (mine is not None and mine.comm_exposed_fraction is not None
+             and pacer.comm_exposed_fraction is not None
+             and mine.comm_exposed_fraction - pacer.comm_exposed_fraction >= PACE_EXPOSED_MARGIN)
+    return pacer if waits else None
+
+
+def _paced_verdict(job: JobAnalysis | None, pacer: RankVerdict | None, profiles: list[Profile]
+                   ) -> tuple[Verdict, str, tuple[str, float] | None] | None:
+    """The run's verdict when the rank the job waits for (see waited_for) reads otherwise than
+    the rank whose profile is detailed: the job runs at that rank's pace, so its verdict leads
+    (with its confidence), and the reason says which rank the details below come from."""
+    if job is None or pacer is None:
+        return None
+    detailed = next(filter(None, map(member_label, profiles)), None)
+    mine = next((r for r in job.ranks if r.label == detailed), None)
+    if mine is not None and mine.verdict == pacer.verdict:
         return None
     reason = (f"{job.verdict_reason} (the findings below come from {detailed}'s profile"
               + (f", which reads {mine.verdict}" if mine is not None else "") + ")")
-    confidence = (slowest.confidence, slowest.margin) if slowest.confidence and \
-        slowest.margin is not None else None
-    return slowest.verdict, reason, confidence
+    confidence = (pacer.confidence, pacer.margin) if pacer.confidence and \
+        pacer.margin is not None else None
+    return pacer.verdict, reason, confidence
 
 
 def _unique(name: str, taken: set[str]) -> str:

@@ -95,15 +95,38 @@ def _comm_advice(c: CommStats, ctx: RunContext) -> str:
             f"all-reduce, {_ddp_levers(c, ctx)}.")
 
 
+def _waiting(c: CommStats, ctx: RunContext) -> tuple[float, Evidence, str] | None:
+    """When this rank's exposed communication is mostly waiting for the rank the job waits for
+    (RunContext.waited_for, which waits less inside the collectives): the share of the step the
+    collectives themselves may cost (that rank's exposed share), the evidence and the advice."""
+    pacer = ctx.waited_for
+    if pacer is None or pacer.comm_exposed_fraction is None \
+            or pacer.comm_exposed_fraction >= c.exposed_fraction:
+        return None
+    share = pacer.comm_exposed_fraction
+    evidence = Evidence(f"{pacer.label}, the rank the job waits for, has {pct(share)} of its "
+                        f"step exposed in the same collectives: the rest of this rank's "
+                        f"{pct(c.exposed_fraction)} is waiting for {pacer.label} to join them",
+                        c.origin)
+    advice = (f"Most of this communication is waiting for {pacer.label} ({pacer.verdict}: "
+              f"{pacer.verdict_reason.rstrip('.')}): make {pacer.label}'s own step as short as "
+              "the others' first (its verdict in the per-rank table); the collectives "
+              f"themselves cost at most {pct(share)} of the step.")
+    return share, evidence, advice
+
+
 @rule("COMM_OVERHEAD", severity=("high", "medium", "low"), needs=("profiles", "manifest"))
 def comm_overhead(facts: Facts) -> Finding | None:
-    """Collectives take a noticeable share of the step; say how much is hidden under compute."""
+    """Collectives take a noticeable share of the step; say how much is hidden under compute
+    (and, of a rank waiting for another, how much is that wait)."""
     m, ctx = facts.metrics, facts.context
     c = m.comm
     if c is None or c.fraction < COMM_REPORT_FRACTION:
         return None
-    severity: Severity = ("high" if c.exposed_fraction >= COMM_BOUND_EXPOSED_FRACTION else
-                          "medium" if c.exposed_fraction >= COMM_EXPOSED_WARN_FRACTION else "low")
+    waiting = _waiting(c, ctx)
+    exposed = c.exposed_fraction if waiting is None else waiting[0]
+    severity: Severity = ("high" if exposed >= COMM_BOUND_EXPOSED_FRACTION else
+                          "medium" if exposed >= COMM_EXPOSED_WARN_FRACTION else "low")
     where = "NCCL kernels" if c.on_gpu else "CPU collectives"
     calls = f"{c.calls_per_step:g} call{'' if c.calls_per_step == 1 else 's'} per step"
     evidence = [Evidence(f"{where} take {pct(c.fraction)} of step time "
@@ -120,6 +143,9 @@ def comm_overhead(facts: Facts) -> Finding | None:
     if severity == "low":
         advice = ("Communication is mostly hidden under compute; no change needed unless you "
                   "scale further. " + advice)
+    if waiting is not None:
+        evidence.append(waiting[1])
+        advice = waiting[2] + ("" if severity == "low" else " Then: " + advice)
     title = (f"Communication takes {pct(c.fraction)} of each step; "
              f"{pct(c.overlap_fraction)} of it overlaps compute.")
     return Finding("COMM_OVERHEAD", severity, title, evidence, advice)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from profreport.reports.analysis.memory import TrainingSettings
-from profreport.reports.analysis.results import Trials
+from profreport.reports.analysis.results import RankVerdict, Trials
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,9 @@ class RunContext:
     #: Forward convolutions the profiles record taking a channels_last input
     #: (RunMetrics.conv_formats).
     channels_last_convolutions: int = 0
+    #: The rank the job waits for when the findings come from another rank's profile (see
+    #: analyze.waited_for): that rank's exposed communication is mostly waiting for it.
+    waited_for: RankVerdict | None = None
 
     def knob(self, name: str) -> object | None:
         """A knob's value, or None when the run has no such knob."""
