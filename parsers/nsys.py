@@ -1246,59 +1246,77 @@ def process_profiles(profile: Profile) -> list[Profile]:
     A process's GPU rows are those its runtime calls launched (correlation ids are its own,
     see _qualified), whatever the device; rows whose launch was not recorded are no process's,
     and a note counts them. The rank of each is unknown: an export records neither a process's
-    environment (torchrun's RANK) nor its arguments."""
+    environment (torchrun's RANK) nor its arguments. The tables are moved into the parts one at
+    a time (``profile`` is left without them), so a large capture is never held twice."""
     ranges, runtime = profile.table("ranges"), profile.table("runtime")
     pids = [frame["pid"].to_numpy() for frame in (ranges, runtime) if len(frame)]
     if len({int(end) for column in pids for end in (column.min(), column.max())}) <= 1:
         return [profile]  # one process: no table of 10^7 pids hashed, nor ranges copied
-    members = sorted(set(pd.unique(runtime["pid"].to_numpy()).tolist())
-                     .union(concepts.step_marks(ranges)["pid"].tolist()) - {-1})
+    members = np.array(sorted(set(pd.unique(runtime["pid"].to_numpy()).tolist())
+                              .union(concepts.step_marks(ranges)["pid"].tolist()) - {-1}))
     if len(members) < 2:
         return [profile]
-    launched_by = {name: _launching_pids(profile.table(name), runtime)
-                   for name in _LAUNCHED_TABLES if name in profile.tables}
-    unlaunched = {name: int((pids < 0).sum()) for name, pids in launched_by.items()}
+    owners = {name: _launching_member(profile.tables[name], runtime, members)
+              for name in _LAUNCHED_TABLES if name in profile.tables}
+    lost = ", ".join(f"{count:,} {name} rows" for name, owner in owners.items()
+                     if (count := int((owner < 0).sum())))
+    del ranges, runtime, pids  # the tables are let go as they are moved
+    tables: list[dict[str, pd.DataFrame]] = [{} for _ in members]
+    for name in [name for name in profile.tables if name in (*_PROCESS_TABLES, *owners)]:
+        frame = profile.tables.pop(name)
+        owner = owners.pop(name) if name in owners else _member_of(members,
+                                                                     frame["pid"].to_numpy())
+        for at, mine in enumerate(tables):
+            mine[name] = conform(name, frame[owner == at])
     said = (f"one of the {len(members)} processes of this capture with work of their own "
-            f"({', '.join(map(process_label, members))}), read as the ranks of one job; its rank "
-            "is unknown (an nsys export records no process's environment, where torchrun's RANK "
-            "is): each is named by its pid")
-    lost = ", ".join(f"{count:,} {name} rows" for name, count in unlaunched.items() if count)
-    parts = []
-    for pid in members:
-        tables = {name: conform(name, frame[frame["pid"].to_numpy() == pid])
-                  for name, frame in profile.tables.items() if name in _PROCESS_TABLES}
-        tables.update({name: conform(name, profile.tables[name][pids == pid])
-                       for name, pids in launched_by.items()})
-        if "devices" in profile.tables:
-            tables["devices"] = profile.tables["devices"]
-        meta = replace(profile.meta, step_span=None, notes=[
-            *(dropped_note(table, count) for table, count in profile.meta.dropped.items()),
-            f"{process_label(pid)}: {said}" + (f"; {lost} were launched by no recorded runtime "
-                                               "call, so they are in no process's figures"
-                                               if lost else "")])
-        if "ranges" in tables:
-            tables["steps"] = steps_from_ranges(tables["ranges"])
-            tables["dataloader"] = dataloader_from_ranges(tables["ranges"], tables["steps"])
-            _nvtx_structure(tables, meta)
-        meta.empty = nothing_recorded(tables)
-        parts.append(Profile(path=profile.path, kind=profile.kind,
-                             tool_version=profile.tool_version, tables=tables, meta=meta,
-                             process=pid))
-    return parts
+            f"({', '.join(map(process_label, members.tolist()))}), read as the ranks of one job; "
+            "its rank is unknown (an nsys export records no process's environment, where "
+            "torchrun's RANK is): each is named by its pid" + (
+                f"; {lost} were launched by no recorded runtime call, so they are in no "
+                "process's figures" if lost else ""))
+    return [_process_part(profile, int(pid), mine, said)
+            for pid, mine in zip(members.tolist(), tables, strict=True)]
 
 
-def _launching_pids(table: pd.DataFrame, runtime: pd.DataFrame) -> np.ndarray:
-    """For each row of a GPU table, the process of the runtime call with its correlation id
-    (-1 where none was recorded)."""
+def _process_part(profile: Profile, pid: int, tables: dict[str, pd.DataFrame],
+                  said: str) -> Profile:
+    """The profile of process ``pid`` of ``profile``'s capture, from its own ``tables``: its
+    steps and DataLoader ranges found again in its own ranges, the devices shared, the note
+    ``said`` and the capture's notes of rows dropped."""
+    if "devices" in profile.tables:
+        tables["devices"] = profile.tables["devices"]
+    meta = replace(profile.meta, step_span=None, notes=[
+        *(dropped_note(table, count) for table, count in profile.meta.dropped.items()),
+        f"{process_label(pid)}: {said}"])
+    if "ranges" in tables:
+        tables["steps"] = steps_from_ranges(tables["ranges"])
+        tables["dataloader"] = dataloader_from_ranges(tables["ranges"], tables["steps"])
+        _nvtx_structure(tables, meta)
+    meta.empty = nothing_recorded(tables)
+    return Profile(path=profile.path, kind=profile.kind, tool_version=profile.tool_version,
+                   tables=tables, meta=meta, process=pid)
+
+
+def _launching_member(table: pd.DataFrame, runtime: pd.DataFrame,
+                      members: np.ndarray) -> np.ndarray:
+    """For each row of a GPU table, the place among ``members`` (sorted pids) of the process
+    of the runtime call with its correlation id (-1 where none was recorded)."""
     calls = runtime[runtime["correlation"].to_numpy() >= 0]
     ids = calls["correlation"].to_numpy(np.int64)
     order = np.argsort(ids, kind="stable")
-    ids, pids = ids[order], calls["pid"].to_numpy(np.int64)[order]
+    ids = ids[order]
+    callers = _member_of(members, calls["pid"].to_numpy()[order])
     keys = table["correlation"].to_numpy(np.int64)
     if len(ids) == 0:
-        return np.full(len(keys), -1, dtype=np.int64)
+        return np.full(len(keys), -1, dtype=np.int16)
     place = np.minimum(np.searchsorted(ids, keys), len(ids) - 1)
-    return np.where((ids[place] == keys) & (keys >= 0), pids[place], -1)
+    return np.where((ids[place] == keys) & (keys >= 0), callers[place], np.int16(-1))
+
+
+def _member_of(members: np.ndarray, pids: np.ndarray) -> np.ndarray:
+    """The place of each of ``pids`` among ``members`` (sorted), -1 for a pid that is none."""
+    at = np.minimum(np.searchsorted(members, pids), len(members) - 1).astype(np.int16)
+    return np.where(members[at] == pids, at, np.int16(-1))
 
 
 def _enum_names(export: _Export, enum: str, codes: pd.Series, fallback: dict[int, str],

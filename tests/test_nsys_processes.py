@@ -156,11 +156,13 @@ def test_two_stepped_processes_are_two_ranks_of_unknown_rank(tmp_path: Path) -> 
     correlation ids 1, 2, 3... in both): one profile per process, each with its own steps,
     DataLoader ranges and kernels, analysed as the ranks of a job named by pid (the capture
     records no rank); the job's pace is the slower process's (it took process 7's steps and
-    kept process 9's kernels in its figures)."""
+    kept process 9's kernels in its figures). torchrun's own process is no rank."""
     path = write_export(tmp_path / "two_ranks.sqlite",
-                        [_stepped(7, 20, device=0), _stepped(9, 40, device=1)])
+                        [Process(3), _stepped(7, 20, device=0), _stepped(9, 40, device=1)])
     parts = nsys.process_profiles(nsys.parse(path))
     assert [(p.process, p.rank) for p in parts] == [(7, None), (9, None)]
+    # torchrun's own process (pid 3, a thread and nothing else) is in neither.
+    assert [set(p.table("threads")["pid"]) for p in parts] == [{7}, {9}]
     for part, device, step_ms in zip(parts, (0, 1), (20, 40), strict=True):
         steps, kernels = part.table("steps"), part.table("kernels")
         assert len(steps) == 6 and set(steps["pid"]) == {part.process}
