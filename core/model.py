@@ -322,7 +322,8 @@ class TrainingLoop:
     time_ns: int
     body_ns: int
     largest_body_line_ns: int
-    #: ``source`` (the line shown iterates over a DataLoader) or ``hit counts``.
+    #: ``source`` (the line shown iterates over a DataLoader) or ``hit counts`` (no source shown,
+    #: or a line shown that names no DataLoader).
     evidence: str = "hit counts"
     #: Whether the loop is taken for the DataLoader loop.
     dataloader: bool = False
@@ -332,6 +333,9 @@ class TrainingLoop:
     #: name says it trains.
     header_is_largest: bool = False
     training_name: bool = False
+    #: Whether the header's source line was shown (hit counts then decide because the line
+    #: names no DataLoader).
+    source_shown: bool = False
 
 
 @dataclass

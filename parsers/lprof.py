@@ -403,10 +403,11 @@ def training_loop(frame: pd.DataFrame) -> TrainingLoop | None:
     body), whether its header is the line that fetches batches, the evidence, how sure.
 
     With the source shown, a ``for`` over a DataLoader says so (confidence high), and such a
-    loop is taken before any other. Without it,
-    two signs say that the header fetches batches: it takes more time than any line of its body
-    (``next(loader)`` runs in the header), and the function's name says it trains. Both: medium
-    confidence; one: low; none: the loop is recorded but not taken for the DataLoader loop.
+    loop is taken before any other. Without it, or when the line shown names no DataLoader
+    (``for x, y in self.dl:``), two signs say that the header fetches batches: it takes more
+    time than any line of its body (``next(loader)`` runs in the header), and the function's
+    name says it trains. Both: medium confidence; one: low; none: the loop is recorded but not
+    taken for the DataLoader loop.
     """
     headers = [i for i in frame.index[frame["is_loop_header"] | frame["is_dataloader_loop"]]
                if i + 1 in frame.index]
@@ -419,12 +420,12 @@ def training_loop(frame: pd.DataFrame) -> TrainingLoop | None:
                key=lambda item: item.time_ns + item.body_ns)
     row = frame[(frame["file"] == loop.file) & (frame["function"] == loop.function)
                 & (frame["lineno"] == loop.lineno)].iloc[0]
-    if row["source"] is not None:
-        return replace(loop, evidence="source", dataloader=bool(row["is_dataloader_loop"]),
-                       confidence="high")
+    if bool(row["is_dataloader_loop"]):
+        return replace(loop, evidence="source", dataloader=True, confidence="high")
     largest = loop.time_ns > loop.largest_body_line_ns
     named = is_training_function(loop.function)
     return replace(loop, evidence="hit counts", header_is_largest=largest,
+                   source_shown=row["source"] is not None,
                    training_name=named, dataloader=largest or named,
                    confidence={2: "medium", 1: "low", 0: "none"}[int(largest) + int(named)])
 

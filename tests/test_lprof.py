@@ -434,9 +434,41 @@ def test_compute_loop_found_from_hit_counts_is_no_loader(compute_run: tuple[Path
     loop = profile.meta.loop
     assert (loop.lineno, loop.iterations, loop.dataloader) == (4, COMPUTE_ROWS, False)
     assert loop.confidence == "none"  # small header time, "compute" says nothing of training
-    with_source = lprof.parse(compute_run[1], source_root=compute_run[0].parent)
-    assert with_source.meta.loop.evidence == "source"
-    assert with_source.meta.loop.confidence == "high"
+    # The line shown names no DataLoader: the hit counts judge it, as without the source.
+    with_source = lprof.parse(compute_run[1], source_root=compute_run[0].parent).meta.loop
+    assert (with_source.evidence, with_source.source_shown) == ("hit counts", True)
+    assert (with_source.confidence, with_source.dataloader) == ("none", False)
+
+
+def test_a_loop_shown_over_a_loader_not_named_so_is_judged_by_hit_counts(
+        tmp_path: Path) -> None:
+    """``for x, y in self.dl:`` inside ``for epoch in range(3):`` of ``Trainer.fit``, its
+    script beside the .lprof: the line names no DataLoader, so, as without the source, the hit
+    counts find the inner loop (63 hits for 60 passes) and the function's name makes it the
+    training loop (low confidence); it had been no loop at all, and the verdict unknown."""
+    from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+
+    (tmp_path / "fit.py").write_text(
+        "class Trainer:\n"
+        "    def fit(self):\n"
+        "        for epoch in range(3):\n"
+        "            for x, y in self.dl:\n"
+        "                self.step(x, y)\n")
+    timings = {("fit.py", 2, "Trainer.fit"): [(3, 4, 50), (4, 63, 3_000_000),
+                                              (5, 60, 9_000_000)]}
+    path = stats_file(tmp_path / "fit.py.lprof", timings)
+    loop = lprof.parse(path).meta.loop
+    assert by_line(lprof.parse(path))[4]["source"] == "            for x, y in self.dl:"
+    assert (loop.lineno, loop.iterations, loop.entries) == (4, 60, 3)
+    assert (loop.evidence, loop.source_shown, loop.dataloader, loop.confidence) == (
+        "hit counts", True, True, "low")
+    run = analyze_paths([path], AnalyzeOptions()).runs[0]
+    assert run.metrics.steps.count == 60
+    assert run.metrics.steps.mean_ns == 12_000_000 // 60
+    assert run.metrics.dataloader_fraction == pytest.approx(0.25)
+    assert run.metrics.loop_identification.reason.startswith(
+        "the line shown names no DataLoader: fit.py:4 taken for the DataLoader loop from hit "
+        "counts alone")
 
 
 def test_loop_header_of_a_function_called_several_times(tmp_path: Path) -> None:

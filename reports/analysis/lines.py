@@ -87,9 +87,11 @@ def loop_identification(loop: TrainingLoop | None) -> LoopIdentification | None:
         signs.append("it takes more time than any line of its body (the batch is fetched there)")
     if loop.training_name:
         signs.append(f"its function {loop.function}() is named as training")
+    shown = ("the line shown names no DataLoader" if loop.source_shown
+             else "source not shown")
     return LoopIdentification(
         "hit counts", loop.confidence,
-        f"source not shown: {where} taken for the DataLoader loop from hit counts alone, "
+        f"{shown}: {where} taken for the DataLoader loop from hit counts alone, "
         f"{'; '.join(signs)} (confidence {loop.confidence})")
 
 

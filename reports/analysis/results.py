@@ -508,8 +508,8 @@ class SharedCpu:
 @dataclass
 class LoopIdentification:
     """How line_profiler's DataLoader loop line was found: from its source text (a ``for`` over a
-    DataLoader), or, when the source is not shown, from hit counts alone (a loop header is hit
-    once more per call than its body) and how sure that is."""
+    DataLoader), or, when the source is not shown or names no DataLoader, from hit counts alone
+    (a loop header is hit once more per call than its body) and how sure that is."""
 
     evidence: Literal["source", "hit counts"]
     #: ``high`` from the source; ``medium``/``low``/``none`` from hit counts (parsers.lprof).
