@@ -214,13 +214,22 @@ def test_a_process_without_steps_is_a_rank_with_its_own_gpu_work(tmp_path: Path)
     assert sum(k.count for k in run.metrics.top_kernels) == 6
 
 
-def test_colliding_pids_of_two_hosts_are_two_ranks(tmp_path: Path) -> None:
-    """Two hosts' training processes both have pid 7: two ranks, named with their host."""
+def test_colliding_pids_of_two_hosts_are_two_ranks(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two hosts' training processes both have pid 7: two ranks, named with their host (their
+    ranges, calls and kernels read alike by SQL and from the pages)."""
     path = write_export(tmp_path / "two_hosts_steps.sqlite",
                         [_stepped(7, 20, host=1), _stepped(7, 30, host=2)])
-    parts = nsys.process_profiles(nsys.parse(path))
+    profile = nsys.parse(path)
+    with monkeypatch.context() as patched:
+        patched.setattr(nsys, "NATIVE_READER", False)
+        through_sql = nsys.parse(path)
+    for name in ("ranges", "runtime", "kernels", "steps", "dataloader"):
+        pd.testing.assert_frame_equal(profile.table(name), through_sql.table(name))
+    parts = nsys.process_profiles(profile)
     assert [p.process for p in parts] == [(1 << 24) | 7, (2 << 24) | 7]
     assert [len(p.table("kernels")) for p in parts] == [6, 6]
+    assert [len(p.table("steps")) for p in parts] == [6, 6]
     job = _report(path).runs[0].job
     assert job is not None
     assert [r.label for r in job.ranks] == ["pid 7 of host/VM 1", "pid 7 of host/VM 2"]
