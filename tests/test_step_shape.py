@@ -14,7 +14,7 @@ from profreport.reports.render.json import render_json
 from profreport.reports.render.markdown import render_markdown
 
 sys.path.insert(0, str(Path(__file__).parent))
-from conftest import cpu_event, kineto_trace  # noqa: E402
+from conftest import cpu_event, kineto_trace, write_nsys_export  # noqa: E402
 
 KERNEL = "volta_sgemm_128x64_nn"
 LOADER = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
@@ -228,3 +228,29 @@ def test_the_time_between_a_users_step_ranges_is_the_loops_fetch(tmp_path: Path)
     metrics = analyze_paths([path], AnalyzeOptions()).runs[0].metrics
     assert metrics.breakdown is not None
     assert metrics.breakdown.parts_ns["dataloader"] == 600_000 // 4  # 3 gaps over 4 steps
+
+
+def test_stalls_of_one_profiler_are_no_share_of_anothers_wait(tmp_path: Path) -> None:
+    """One CPU-only run profiled twice: nsys (NVTX ranges only) sees every 4th of 17 steps
+    stall 30 ms for data, torch.profiler a steady 3 ms wait of 5 ms steps. The DataLoader share
+    comes from torch.profiler (its operators attribute the step) and the stalls from nsys (its
+    steps): LOADER_BOUND's title gives torch.profiler's share alone, never 'N% of that in
+    stalls' of nsys's wait."""
+    ranges, at = [], 0
+    for n in range(17):
+        wait = 30_000_000 if n % 4 == 3 else 200_000
+        ranges += [(at, at + wait, "dataloader"), (at + wait, at + wait + 1_000_000, f"step {n}")]
+        at += wait + 1_000_000
+    write_nsys_export(tmp_path / "nsys.sqlite", [], ranges)
+    events, ts = [], 1000
+    for n in range(8):
+        events += [cpu_event(f"ProfilerStep#{n}", ts, 5000, cat="user_annotation"),
+                   cpu_event(LOADER, ts + 1, 3000, cat="user_annotation"),
+                   cpu_event("aten::mm", ts + 3010, 1900)]
+        ts += 5000
+    kineto_trace(tmp_path / "cpu.pt.trace.json", events)
+    run = analyze_paths([tmp_path], AnalyzeOptions()).runs[0]
+    assert run.metrics.shape.origin == "nsys" and run.metrics.dataloader_origin == "kineto"
+    assert run.metrics.shape.dataloader_wait.outlier_count == 4
+    loader = next(f for f in run.findings if f.id == "LOADER_BOUND")
+    assert loader.title == "The training loop spends 60% of each step waiting for data."

@@ -283,12 +283,14 @@ def _add_attributed_metrics(metrics: RunMetrics, timed: list[tuple[Profile, Step
     if lprof_steps is not None and (best is None or attribution_level(best[0]) == RANGES_ONLY):
         # NVTX-only ranges still time the DataLoader well; the lines split the rest.
         metrics.breakdown = lprof_breakdown(loop, lprof_steps)
+        metrics.dataloader_origin = best[0].kind if best is not None else "lprof"
         metrics.dataloader_fraction = metrics.dataloader_fraction_by_origin[
-            best[0].kind if best is not None else "lprof"]
+            metrics.dataloader_origin]
         return
     if best is None:
         return
     profile, windows = best
+    metrics.dataloader_origin = profile.kind
     metrics.dataloader_fraction = metrics.dataloader_fraction_by_origin[profile.kind]
     metrics.loader_in_process = loader_in_process(profile)
     if has_gpu_events(profile):

@@ -591,6 +591,8 @@ class RunMetrics:
     shape: StepShape | None = None
     breakdown: Breakdown | None = None
     dataloader_fraction: float | None = None
+    #: The profiler ``dataloader_fraction`` comes from (the one that attributes step time best).
+    dataloader_origin: Origin | None = None
     dataloader_fraction_by_origin: dict[str, float] = field(default_factory=dict)
     comm: CommStats | None = None
     launch: LaunchStats | None = None

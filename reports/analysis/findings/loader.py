@@ -150,7 +150,9 @@ def loader_bound(facts: Facts) -> Finding | None:
     share = m.dataloader_fraction
     if share is None or share < LOADER_BOUND_FRACTION:
         return None
-    stalls = stalled_share(m)
+    # The stalls are a share of one profiler's wait: of this share only when it measured both.
+    stalls = stalled_share(m) if m.shape is not None and m.shape.origin == m.dataloader_origin \
+        else None
     where = (f"{pct(share)} of its step time waiting for data, {pct(stalls)} of that in "
              "stalls" if stalls is not None and stalls >= STALLS_DOMINATE
              else f"{pct(share)} of each step waiting for data")
