@@ -206,8 +206,7 @@ def test_a_change_within_noise_names_no_cause() -> None:
     assert row.explanation.startswith("1.02× is within this machine's run-to-run noise")
     assert row.explanation.endswith(
         "no change can be claimed. In the profiled runs, mean step time fell by 2.0 ms per step "
-        "(100.0 ms -> 98.0 ms, within the noise of ±12.2 ms): DataLoader "
-        "wait fell 20.0 ms -> 18.0 ms (-2.0 ms). Also different "
+        "(100.0 ms -> 98.0 ms): DataLoader wait fell 20.0 ms -> 18.0 ms (-2.0 ms). Also different "
         "between these runs: num_workers 0 -> 2.")
     assert "brought" not in row.explanation
 
@@ -242,9 +241,27 @@ def test_a_step_time_within_noise_names_both_profilers() -> None:
     row = compare_runs([base, run]).rows[1]
     assert row.within_noise is True
     assert ("In the profiled runs, mean step time fell by 3.4 ms per step (48.0 ms -> 44.6 ms, "
-            "timed by Nsight Systems, within the noise of ±") in row.explanation
-    assert ("ms); in the torch.profiler breakdown (its own steps 370.0 ms -> 50.0 ms): Compute "
-            "fell 362.7 ms -> 42.3 ms (-320.4 ms)") in row.explanation
+            "timed by Nsight Systems); in the torch.profiler breakdown (its own steps 370.0 ms "
+            "-> 50.0 ms): Compute fell 362.7 ms -> 42.3 ms (-320.4 ms)") in row.explanation
+
+
+def test_a_row_beyond_noise_never_calls_its_step_difference_noise(fixtures_dir: Path) -> None:
+    """loader_heavy against compute_heavy's torch.profiler trace: the row's 4.32x lies beyond
+    its ±181% band (on the log of the ratio: 1/2.81x to 2.81x), so its sentence gives the
+    parts' shares and says nothing of noise. The sentence had judged the mean step's 3236.0 ms
+    fall against a band of its own, 181% of the baseline's 4871.3 ms step, and called it
+    'within the noise of ±8799.4 ms' beside the row's beyond-noise verdict."""
+    trace = next((fixtures_dir / "compute_heavy" / "trace").iterdir())
+    report = analyze_paths([fixtures_dir / "loader_heavy", trace], AnalyzeOptions())
+    row = report.comparison.rows[1]
+    assert row.noise_fraction == pytest.approx(1.8064, abs=1e-4) and row.within_noise is False
+    assert "noise" not in row.explanation.split(". Judged each")[0]
+    assert row.explanation.startswith(
+        "Mean step time fell by 3236.0 ms per step (4871.3 ms -> 1635.3 ms): DataLoader wait "
+        "fell 4477.0 ms -> 9.1 ms (-4467.9 ms, 138% of the difference); offset by Compute grew")
+    # A part judged on its own spread names its band as the part's.
+    assert ("Judged each on its own step-to-step spread (median per step, 95% band), these "
+            "parts changed: Compute 247.8 ms -> 1666.7 ms (±470.8 ms).") in row.explanation
 
 
 def test_an_unprofiled_run_that_shared_the_cpus_is_not_its_throughput() -> None:

@@ -19,8 +19,11 @@ step samples (the plain run's per-step durations, averaged in consecutive blocks
 profiled step windows' median with its robust error) give the relative standard error; a
 Welch t-interval on the log of the ratio gives the band (``noise_fraction``) at
 ``NOISE_CONFIDENCE``. A speedup inside it is ``within_noise``: its explanation says so first and
-names the part that moved without claiming a cause or a gain. A part's gain or loss is claimed
-only when the part moved the same way as the whole run.
+names the part that moved without claiming a cause or a gain. That band and verdict (``Noise``)
+are the row's one statement of noise: the attribution makes no noise claim of its own, and
+judges the step difference it splits by the same band and rule (``Noise.covers``). A part's gain
+or loss is claimed only when the part moved the same way as the whole run; each part judged on
+its own spread says that band is the part's.
 
 Attribution: the breakdown's parts add up to its step, so the step-time difference splits into
 the parts' differences. Parts that moved with the step are its drivers, each with the share of
@@ -260,6 +263,30 @@ def within_noise(speedup: float, band: float) -> bool:
     return abs(math.log(speedup)) <= math.log1p(band)
 
 
+@dataclass(frozen=True)
+class Noise:
+    """A row's one statement of noise: the band of its speedup (see noise_band; None when a
+    side's spread is unknown) and whether the speedup lies inside it (see within_noise; None
+    when the band is unknown). Every sentence of the row takes its noise from here, so none can
+    call a difference noise that the row calls beyond it."""
+
+    band: float | None = None
+    within: bool | None = None
+
+    def covers(self, before_ns: int, after_ns: int) -> bool:
+        """Whether a step that went from ``before_ns`` to ``after_ns`` lies inside the band, by
+        the rule the row's speedup is judged with (see within_noise); False when it is unknown."""
+        return (self.band is not None and before_ns > 0 and after_ns > 0
+                and within_noise(before_ns / after_ns, self.band))
+
+    def rest_ns(self, before_ns: int, after_ns: int) -> float:
+        """How far the parts may miss the step difference before the rest is reported as
+        unexplained: the band on the baseline's step, else PART_SHARE_MIN of the difference."""
+        if self.band is not None and before_ns:
+            return self.band * before_ns
+        return PART_SHARE_MIN * abs(after_ns - before_ns)
+
+
 def noise_text(speedup: float, band: float) -> str:
     """The sentence that says a speedup is indistinguishable from noise."""
     return (f"{_ratio_text(speedup)} is within this machine's run-to-run noise "
@@ -443,21 +470,21 @@ def _moved(change: PartChange) -> str:
 
 
 def attribution_text(changes: list[PartChange], before_ns: int, after_ns: int,
-                     tolerance_ns: float, sources: tuple[str, str] | None = None) -> str:
+                     noise: Noise, sources: tuple[str, str] | None = None) -> str:
     """The step difference split into its parts: drivers with their share, offsets named as
     offsets (never as the reason), minor parts summed, and what the parts leave unexplained when
-    it exceeds ``tolerance_ns``; ``sources`` (see _sources_text) names who timed the step and
-    the breakdown when they differ."""
+    it exceeds ``noise``'s rest (see Noise.rest_ns); ``sources`` (see _sources_text) names who
+    timed the step and the breakdown when they differ. The sentence makes no noise claim of its
+    own: the row's (``noise``) is said once, before it."""
     total = after_ns - before_ns
     if total == 0:
         return f"Mean step time unchanged at {ms(before_ns)}."
     # Shares of a difference inside the noise mean nothing (a 79 µs change split 928% / -870%):
-    # the parts' moves are said without them.
-    within = abs(total) <= tolerance_ns
+    # when the row's band covers it, the parts' moves are said without them.
+    within = noise.covers(before_ns, after_ns)
     head = (f"Mean step time {'fell' if total < 0 else 'grew'} by {ms(abs(total))} per step "
             f"({ms(before_ns)} -> {ms(after_ns)}"
-            + (f", timed by {sources[0]}" if sources else "")
-            + (f", within the noise of ±{ms(tolerance_ns)})" if within else ")")
+            + (f", timed by {sources[0]})" if sources else ")")
             + (f"; in {sources[1]}" if sources else ""))
     drivers = [c for c in changes if c.role == "driver"]
     offsets = [c for c in changes if c.role == "offset"]
@@ -470,7 +497,7 @@ def attribution_text(changes: list[PartChange], before_ns: int, after_ns: int,
     if minor:
         clauses.append(f"smaller changes {_signed(minor)} together")
     rest = unexplained_ns(changes, total) or 0
-    if abs(rest) > tolerance_ns and not within:
+    if abs(rest) > noise.rest_ns(before_ns, after_ns) and not within:
         clauses.append(f"{_signed(rest)} ({pct(rest / total)} of the difference) is not in the "
                        "breakdown, whose steps are timed by another profiler than the step time")
     return f"{head}: " + "; ".join(clauses) + "."
@@ -510,11 +537,12 @@ def _credit(base: RunAnalysis, run: RunAnalysis, changes: list[PartChange],
     return ""
 
 
-def explain(base: RunAnalysis, run: RunAnalysis, knobs: dict[str, object],
-            tolerance_ns: float, origin: Origin | None, causal: bool = True) -> str:
+def explain(base: RunAnalysis, run: RunAnalysis, knobs: dict[str, object], noise: Noise,
+            origin: Origin | None, causal: bool = True) -> str:
     """The step difference (``origin`` timed the steps) attributed to its parts (see
-    attribution_text) and, when ``causal`` (the change is beyond noise and the speedup agrees
-    with the step time), the knob change behind the parts that account for it."""
+    attribution_text, told the row's ``noise``) and, when ``causal`` (the row's change is beyond
+    noise and the speedup agrees with the step time), the knob change behind the parts that
+    account for it."""
     before, after = step_time_ns(base, origin), step_time_ns(run, origin)
     changes = attribute(base, run, (after or 0) - (before or 0))
     a, b = base.metrics.breakdown, run.metrics.breakdown
@@ -523,10 +551,9 @@ def explain(base: RunAnalysis, run: RunAnalysis, knobs: dict[str, object],
                 f"{measured_text(run.name, b)}): the step time alone is compared.")
     if not changes or before is None or after is None:
         return "No breakdown on both sides: the step time alone is compared."
-    text = (attribution_text(changes, before, after, tolerance_ns,
-                             _sources_text(base, run, origin))
+    text = (attribution_text(changes, before, after, noise, _sources_text(base, run, origin))
             + beyond_spread_text(changes))
-    moved = abs(after - before) > tolerance_ns
+    moved = after != before and not noise.covers(before, after)
     return text + _credit(base, run, changes, knobs) if causal and moved else text
 
 
@@ -564,57 +591,48 @@ def disagreement(throughput_gain: float | None, step_speedup: float | None) -> s
             "with how much each profiler slows a run).")
 
 
-def _noise(base: RunAnalysis, run: RunAnalysis, speedup: float | None,
-           origin: Origin | None) -> float | None:
-    """The noise band of ``speedup`` (see noise_band), or None when a side's spread is unknown;
-    both sides' spreads of the same kind: the profiled steps' (``origin``'s) on both when
-    either plain run shared the CPUs."""
+def row_noise(base: RunAnalysis, run: RunAnalysis, speedup: float | None,
+              origin: Origin | None) -> Noise:
+    """The row's noise (see Noise): the band of ``speedup`` (see noise_band) and the verdict,
+    both unknown when a side's spread is; both sides' spreads of the same kind: the profiled
+    steps' (``origin``'s) on both when either plain run shared the CPUs."""
     plain = not (shared_cpus(base) or shared_cpus(run))
     spreads = step_spread(base, origin, plain), step_spread(run, origin, plain)
     if speedup is None or speedup <= 0 or spreads[0] is None or spreads[1] is None:
-        return None
-    return noise_band(spreads[0], spreads[1])
-
-
-def _tolerance_ns(base_step: int | None, step: int | None, band: float | None) -> float:
-    """How far the parts may miss the step difference before the rest is reported as
-    unexplained: the noise band on the baseline's step, else PART_SHARE_MIN of the difference."""
-    if band is not None and base_step:
-        return band * base_step
-    return PART_SHARE_MIN * abs((step or 0) - (base_step or 0))
+        return Noise()
+    band = noise_band(spreads[0], spreads[1])
+    return Noise(band, within_noise(speedup, band))
 
 
 def _row_explanation(base: RunAnalysis, run: RunAnalysis, knobs: dict[str, object],
-                     ratios: tuple[float | None, float | None], band: float | None,
-                     noise: bool | None, origin: Origin) -> str:
+                     ratios: tuple[float | None, float | None], noise: Noise,
+                     origin: Origin) -> str:
     """The row's sentences: the noise or disagreement note first, then the attribution of the
     step difference ``origin`` timed; a cause is named only for a change beyond noise that the
     profiled step time agrees with."""
     throughput_gain, step_speedup = ratios
     speedup = throughput_gain if throughput_gain is not None else step_speedup
-    tolerance = _tolerance_ns(step_time_ns(base, origin), step_time_ns(run, origin), band)
-    if noise:
-        return (f"{noise_text(speedup, band)} "  # type: ignore[arg-type]
-                f"{_in_profiled_runs(base, run, knobs, tolerance, origin)}")
+    if noise.within:
+        return (f"{noise_text(speedup, noise.band)} "  # type: ignore[arg-type]
+                f"{_in_profiled_runs(base, run, knobs, noise, origin)}")
     note = disagreement(throughput_gain, step_speedup)
     if note is None:
-        return explain(base, run, knobs, tolerance, origin)
-    return (f"{note} {_in_profiled_runs(base, run, knobs, tolerance, origin)} The profiled "
+        return explain(base, run, knobs, noise, origin)
+    return (f"{note} {_in_profiled_runs(base, run, knobs, noise, origin)} The profiled "
             "breakdown does not explain the throughput change, so no cause is named.")
 
 
-def _unknown_steps_text(speedup: float | None, band: float | None, noise: bool | None,
-                        why: str) -> str:
+def _unknown_steps_text(speedup: float | None, noise: Noise, why: str) -> str:
     """The row's sentences when no profiler timed every run's steps: the noise note of the
     throughput ratio when it is within noise, then why no step time is compared."""
-    head = f"{noise_text(speedup, band)} " if noise else ""  # type: ignore[arg-type]
+    head = f"{noise_text(speedup, noise.band)} " if noise.within else ""  # type: ignore[arg-type]
     return f"{head}Profiled step time unknown: {why}."
 
 
 def _in_profiled_runs(base: RunAnalysis, run: RunAnalysis, knobs: dict[str, object],
-                      tolerance: float, origin: Origin) -> str:
+                      noise: Noise, origin: Origin) -> str:
     """What moved in the profiled runs' breakdown, said as what the profilers saw (no cause)."""
-    profiled = explain(base, run, knobs, tolerance, origin, causal=False)
+    profiled = explain(base, run, knobs, noise, origin, causal=False)
     return f"In the profiled runs, {profiled[:1].lower()}{profiled[1:]}"
 
 
@@ -632,19 +650,18 @@ def _row(base: RunAnalysis, run: RunAnalysis, origin: Origin | None,
     shared = shared_cpu_text(base, run, step_speedup) if run is not base else None
     throughput_gain = tp / base_tp if tp and base_tp and shared is None else None
     speedup = throughput_gain if throughput_gain is not None else step_speedup
-    explanation, band, noise = "baseline", None, None
+    explanation, noise = "baseline", Noise()
     mean_base, mean_run = step_time_ns(base, origin), step_time_ns(run, origin)
     total = (mean_run or 0) - (mean_base or 0)
     changes = attribute(base, run, total) if mean_base and mean_run else []
     if run is not base:
-        band = _noise(base, run, speedup, origin)
-        noise = None if band is None else within_noise(speedup, band)  # type: ignore[arg-type]
+        noise = row_noise(base, run, speedup, origin)
         untimed = [r.name for r in (base, run) if steps_of(r, origin) is None]
         why = unknown if origin is None else (
             f"no profiler timed the steps of {' or '.join(untimed)}" if untimed else None)
-        explanation = (_unknown_steps_text(speedup, band, noise, why) if why is not None
+        explanation = (_unknown_steps_text(speedup, noise, why) if why is not None
                        else _row_explanation(base, run, knobs, (throughput_gain, step_speedup),
-                                             band, noise, origin))  # type: ignore[arg-type]
+                                             noise, origin))  # type: ignore[arg-type]
         if shared is not None:
             explanation = f"{shared} {explanation}"
         unsaid = [d for d in confounds(base, run) if d not in explanation
@@ -656,7 +673,7 @@ def _row(base: RunAnalysis, run: RunAnalysis, origin: Origin | None,
         throughput_gain=throughput_gain, breakdown_delta_ns=delta, changed_knobs=knobs,
         explanation=explanation, step_speedup=step_speedup,
         speedup_basis="throughput" if throughput_gain is not None else "step time",
-        within_noise=noise, noise_fraction=band, attribution=changes,
+        within_noise=noise.within, noise_fraction=noise.band, attribution=changes,
         confounds=confounds(base, run) if run is not base else [],
         unexplained_ns=unexplained_ns(changes, total),
         step_time_kind=step_kind if step is not None else None)
