@@ -1240,9 +1240,10 @@ _PROCESS_TABLES = ("runtime", "ranges", "osrt", "threads", "memory")
 
 
 def process_profiles(profile: Profile) -> list[Profile]:
-    """One profile per process of an nsys capture that has work of its own (``step N`` ranges,
-    or runtime calls and the GPU work they launched), in pid order, to be read as the ranks of
-    a job; ``[profile]`` when at most one process has (a launcher's OS calls are no work).
+    """One profile per process of an nsys capture that has work of its own (ranges that mark
+    its steps, or runtime calls and the GPU work they launched), in pid order, to be read as the
+    ranks of a job; ``[profile]`` when at most one process has (a launcher's OS calls are no
+    work).
     A process's GPU rows are those its runtime calls launched (correlation ids are its own,
     see _qualified), whatever the device; rows whose launch was not recorded are no process's,
     and a note counts them. The rank of each is unknown: an export records neither a process's
@@ -1253,7 +1254,7 @@ def process_profiles(profile: Profile) -> list[Profile]:
     if len({int(end) for column in pids for end in (column.min(), column.max())}) <= 1:
         return [profile]  # one process: no table of 10^7 pids hashed, nor ranges copied
     members = np.array(sorted(set(pd.unique(runtime["pid"].to_numpy()).tolist())
-                              .union(concepts.step_marks(ranges)["pid"].tolist()) - {-1}))
+                              .union(_stepped_processes(ranges)) - {-1}))
     if len(members) < 2:
         return [profile]
     owners = {name: _launching_member(profile.tables[name], runtime, members)
@@ -1276,6 +1277,17 @@ def process_profiles(profile: Profile) -> list[Profile]:
                 "process's figures" if lost else ""))
     return [_process_part(profile, int(pid), mine, said)
             for pid, mine in zip(members.tolist(), tables, strict=True)]
+
+
+def _stepped_processes(ranges: pd.DataFrame) -> set[int]:
+    """The processes whose NVTX ranges mark steps: those with ``step N`` ranges, or, in a
+    capture where no range is named as a step, those whose own ranges repeat as a step does
+    (see _nvtx_structure)."""
+    marked = concepts.step_marks(ranges)["pid"]
+    if len(marked):
+        return set(marked.tolist())
+    return {pid for pid in pd.unique(ranges["pid"]).tolist() if steps_from_repeats(
+        ranges[ranges["pid"].to_numpy() == pid], "nvtx", masked_numbers, own_extent=True)[1]}
 
 
 def _process_part(profile: Profile, pid: int, tables: dict[str, pd.DataFrame],

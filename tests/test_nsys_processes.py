@@ -315,3 +315,21 @@ def test_beside_ranked_traces_the_processes_are_no_further_ranks(tmp_path: Path,
     assert [r.label for r in analysed.job.ranks] == ["rank 0", "rank 1"]
     assert ("the Nsight Systems figures come from pid 7's profile, one of the 2 processes of "
             "the capture, whose rank it does not record") in analysed.notes
+
+
+def test_processes_stepped_by_a_repeated_range_are_two_ranks(tmp_path: Path) -> None:
+    """Two CPU processes annotate each pass as 'batch i' (no range named as a step, no runtime
+    calls): each is a rank whose steps are its own repeated range (the capture read whole took
+    one process's as the steps, and the other's were in no figure)."""
+    processes = []
+    for pid, step_ms in ((7, 20), (9, 30)):
+        processes.append(Process(pid, ranges=[(i * step_ms * MS, (i + 1) * step_ms * MS,
+                                               f"batch {i}") for i in range(6)]))
+    path = write_export(tmp_path / "batches.sqlite", processes)
+    assert set(nsys.parse(path).table("steps")["pid"]) == {9}
+    parts = nsys.process_profiles(nsys.parse(path))
+    assert [p.process for p in parts] == [7, 9]
+    assert [len(p.table("steps")) for p in parts] == [6, 6]
+    assert [p.meta.step_span for p in parts] == ["batch #", "batch #"]
+    job = _report(path).runs[0].job
+    assert job is not None and [r.step_ns // MS for r in job.ranks] == [20, 30]
