@@ -230,27 +230,47 @@ def test_the_time_between_a_users_step_ranges_is_the_loops_fetch(tmp_path: Path)
     assert metrics.breakdown.parts_ns["dataloader"] == 600_000 // 4  # 3 gaps over 4 steps
 
 
-def test_stalls_of_one_profiler_are_no_share_of_anothers_wait(tmp_path: Path) -> None:
-    """One CPU-only run profiled twice: nsys (NVTX ranges only) sees every 4th of 17 steps
-    stall 30 ms for data, torch.profiler a steady 3 ms wait of 5 ms steps. The DataLoader share
-    comes from torch.profiler (its operators attribute the step) and the stalls from nsys (its
-    steps): LOADER_BOUND's title gives torch.profiler's share alone, never 'N% of that in
-    stalls' of nsys's wait."""
+def nsys_beside_kineto(folder: Path, nsys_waits: list[int]):  # type: ignore[no-untyped-def]
+    """The run of ``folder`` holding an NVTX-only nsys export, one 'step N' range of 1 ms after
+    a 'dataloader' range of each of ``nsys_waits`` (ns), and a CPU Kineto trace of 8
+    ProfilerSteps of 5 ms, each waiting 3 ms in a DataLoader span before 1.9 ms of aten::mm."""
     ranges, at = [], 0
-    for n in range(17):
-        wait = 30_000_000 if n % 4 == 3 else 200_000
+    for n, wait in enumerate(nsys_waits):
         ranges += [(at, at + wait, "dataloader"), (at + wait, at + wait + 1_000_000, f"step {n}")]
         at += wait + 1_000_000
-    write_nsys_export(tmp_path / "nsys.sqlite", [], ranges)
+    write_nsys_export(folder / "nsys.sqlite", [], ranges)
     events, ts = [], 1000
     for n in range(8):
         events += [cpu_event(f"ProfilerStep#{n}", ts, 5000, cat="user_annotation"),
                    cpu_event(LOADER, ts + 1, 3000, cat="user_annotation"),
                    cpu_event("aten::mm", ts + 3010, 1900)]
         ts += 5000
-    kineto_trace(tmp_path / "cpu.pt.trace.json", events)
-    run = analyze_paths([tmp_path], AnalyzeOptions()).runs[0]
+    kineto_trace(folder / "cpu.pt.trace.json", events)
+    return analyze_paths([folder], AnalyzeOptions()).runs[0]
+
+
+def test_stalls_of_one_profiler_are_no_share_of_anothers_wait(tmp_path: Path) -> None:
+    """One CPU-only run profiled twice: nsys (NVTX ranges only) sees every 4th of 17 steps
+    stall 30 ms for data, torch.profiler a steady 3 ms wait of 5 ms steps. The DataLoader share
+    comes from torch.profiler (its operators attribute the step) and the stalls from nsys (its
+    steps): LOADER_BOUND's title gives torch.profiler's share alone, never 'N% of that in
+    stalls' of nsys's wait."""
+    run = nsys_beside_kineto(tmp_path, [30_000_000 if n % 4 == 3 else 200_000
+                                        for n in range(17)])
     assert run.metrics.shape.origin == "nsys" and run.metrics.dataloader_origin == "kineto"
     assert run.metrics.shape.dataloader_wait.outlier_count == 4
     loader = next(f for f in run.findings if f.id == "LOADER_BOUND")
     assert loader.title == "The training loop spends 60% of each step waiting for data."
+
+
+def test_trace_profilers_that_disagree_are_told_apart_by_their_steps(tmp_path: Path) -> None:
+    """nsys times 40 steps waiting 0.1 ms each, torch.profiler 8 steps waiting 3 ms of 5 ms:
+    they disagree, and no line_profiler is there to blame; the fix names the steps each timed
+    and trusts the one over more steps."""
+    run = nsys_beside_kineto(tmp_path, [100_000] * 40)
+    finding = next(f for f in run.findings if f.id == "SOURCES_DISAGREE")
+    assert "line_profiler" not in finding.recommendation
+    assert finding.recommendation.startswith(
+        "The trace profilers measured different windows (Nsight Systems 40 steps of 1.0 ms; "
+        "torch.profiler 8 steps of 5.0 ms): ")
+    assert "Trust the figure of Nsight Systems, over more steps" in finding.recommendation

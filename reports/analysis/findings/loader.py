@@ -23,6 +23,7 @@ from profreport.reports.analysis.results import (
     Origin,
     PerStep,
     RunMetrics,
+    origin_label,
 )
 from profreport.reports.analysis.shape import (
     STALL_GPU_WORK_SHARE,
@@ -267,6 +268,27 @@ def sources_agreement(facts: Facts) -> Finding | None:
                        "No action: the diagnosis rests on several independent measurements.")
     return Finding("SOURCES_DISAGREE", "info",
                    f"The profilers of this run disagree on the DataLoader wait ({spread} of "
-                   "step time).", evidence,
-                   "Trust the trace-based profiler (nsys/torch.profiler) over line_profiler, "
-                   "whose per-line overhead inflates Python-heavy lines; re-run if in doubt.")
+                   "step time).", evidence, _disagreement_advice(m))
+
+
+def _disagreement_advice(m: RunMetrics) -> str:
+    """Which figure to trust when the profilers disagree on the DataLoader wait: the trace
+    profilers' over line_profiler's, whose per-line overhead inflates Python-heavy lines; of
+    trace profilers alone, the one that timed more steps (a few steps may hold an epoch start or
+    the workers' first fill that many steps average out)."""
+    if "lprof" in m.dataloader_fraction_by_origin:
+        return ("Trust the trace-based profiler (nsys/torch.profiler) over line_profiler, "
+                "whose per-line overhead inflates Python-heavy lines; re-run if in doubt.")
+    timed = sorted((s for s in m.steps_by_origin if s.origin in m.dataloader_fraction_by_origin),
+                   key=lambda s: -s.count)
+    if len(timed) < 2:
+        return "Profile the same steps under each profiler to compare like with like."
+    counts = "; ".join(f"{origin_label(s.origin)} {s.count:,} steps of {ms(s.mean_ns)}"
+                       for s in timed)
+    trust = ("Each timed as many steps: compare the spread of the wait in each (the stalls) "
+             "and re-run if in doubt." if timed[0].count == timed[-1].count else
+             f"Trust the figure of {origin_label(timed[0].origin)}, over more steps, or profile "
+             "as many steps under the others to compare like with like.")
+    return (f"The trace profilers measured different windows ({counts}): a few steps may hold "
+            "an epoch start or the DataLoader workers' first fill that many steps average "
+            f"out. {trust}")
