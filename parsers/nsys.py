@@ -796,11 +796,6 @@ def _pid_tid(tids: np.ndarray, pid_mask: int) -> tuple[np.ndarray, np.ndarray]:
     return pids, tids
 
 
-def _objects(texts: list[str | None], codes: np.ndarray) -> pd.Series:
-    """A column of Python strings (object dtype: no per-row copies) from distinct texts."""
-    return pd.Series(np.array(texts, dtype=object)[codes], dtype=object)
-
-
 def _categorical_names(frame: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
     """``frame`` with its ``columns`` of names held as categoricals."""
     for column in columns:
@@ -899,11 +894,9 @@ def _named_kernels(frame: pd.DataFrame) -> pd.DataFrame:
     names, shorts, comm = _kernel_names(
         [None if n == "\x00" else n for n in unique.get_level_values(0)],
         [None if n == "\x00" else n for n in unique.get_level_values(1)])
-    frame = frame.assign(name=_objects(names, codes).to_numpy(),
-                         short_name=_objects(shorts, codes).to_numpy(), is_comm=comm[codes])
-    frame = conform("kernels", frame)
-    frame["name"], frame["short_name"] = categorical(names, codes), categorical(shorts, codes)
-    return frame
+    return conform("kernels", frame.assign(name=categorical(names, codes),
+                                           short_name=categorical(shorts, codes),
+                                           is_comm=comm[codes]))
 
 
 def _kernels(export: _Export) -> pd.DataFrame | None:
