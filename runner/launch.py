@@ -23,6 +23,8 @@ from profreport.manifest import Artifact, ProfiledRun
 from profreport.runner.variants import cpu_has_native_bf16, cpus_available
 
 PROFILERS = ("kernprof", "torch", "nsys")
+#: torch.profiler schedule: skip one step, warm up one, then record the active ones.
+PROFILER_WAIT, PROFILER_WARMUP = 1, 1
 #: The profiler names the manifest uses for each ``--profilers`` entry.
 MANIFEST_PROFILER = {"none": "none", "kernprof": "kernprof", "torch": "torch.profiler",
                      "nsys": "nsys"}

@@ -42,8 +42,8 @@ from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from profreport import concepts
 from profreport.fileio import write_text
+from profreport.runner.launch import PROFILER_WAIT, PROFILER_WARMUP
 from profreport.runner.script_scan import scan_script
-from profreport.runner.train import PROFILER_WAIT, PROFILER_WARMUP
 from profreport.units import NS_PER_S
 
 MODES = ("none", "kernprof", "torch", "nsys")

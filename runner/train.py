@@ -30,11 +30,10 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 from profreport import concepts
 from profreport.errors import ProfreportError
 from profreport.fileio import write_text
+from profreport.runner.launch import PROFILER_WAIT, PROFILER_WARMUP
 from profreport.runner.variants import Knobs
 from profreport.runner.workloads import build_workload
 
-#: torch.profiler schedule: skip one step, warm up one, then record the active ones.
-PROFILER_WAIT, PROFILER_WARMUP = 1, 1
 #: The first step of a timed run is left out of throughput: it pays worker start-up and warm-up.
 WARMUP_STEPS = 1
 

@@ -909,3 +909,27 @@ def test_gradient_accumulation_counts_every_batch_of_a_step(tmp_path: Path) -> N
     assert manifest.throughput_samples_per_s == pytest.approx(
         manifest.throughput_steps_per_s * 16 * 4)
     assert "x 4 batches per step" in manifest.throughput_basis
+
+
+def test_a_scripts_line_profile_holds_only_its_own_functions(tmp_path: Path) -> None:
+    """Under kernprof, the wrapper line-profiles every function the script defines and nothing
+    of profreport's: runner.train's loop, decorated for kernprof when imported under it, had
+    been registered in every script's .lprof (0 hits) and its report noted that profreport's
+    own source was not shown."""
+    import pickle
+
+    script = tmp_path / "tiny.py"
+    script.write_text(
+        "import torch\n"
+        "def fit():\n"
+        "    model = torch.nn.Linear(4, 1)\n"
+        "    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for _ in range(3):\n"
+        "        model(torch.randn(2, 4)).sum().backward(); opt.step()\n"
+        "fit()\n")
+    out = tmp_path / "tiny.lprof"
+    subprocess.run([sys.executable, "-m", "kernprof", "-l", "-q", "-o", str(out), "-m",
+                    "profreport.runner.script_profile", "--mode", "kernprof", str(script)],
+                   check=True, cwd=tmp_path, timeout=120, capture_output=True)
+    stats = pickle.loads(out.read_bytes())
+    assert {(Path(file).name, name) for file, _, name in stats.timings} == {("tiny.py", "fit")}
