@@ -9,6 +9,7 @@ whatever order the tasks finish in, so every executor gives the same report.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import multiprocessing
 import os
@@ -65,8 +66,9 @@ _POOL_SHARE: int | None = None
 def cpu_share() -> int:
     """The CPUs this process's own parallel work (a parser's decoding threads or range workers)
     may use: all it may run on, or, in one of a local pool's worker processes or a Dask worker
-    running N tasks at once, an equal share of them, so that N files read side by side never
-    start N times as many threads or processes as there are CPUs."""
+    whose CPUs run N tasks at once (its threads and those of the other workers on them), an
+    equal share of them, so that N files read side by side never start N times as many threads
+    or processes as there are CPUs."""
     if _POOL_SHARE:
         return _POOL_SHARE
     tasks = _dask_worker_threads()
@@ -74,16 +76,47 @@ def cpu_share() -> int:
 
 
 def _dask_worker_threads() -> int | None:
-    """The tasks the Dask worker running this code runs at once (its threads), or None outside
-    a Dask task."""
+    """The tasks run at once on this Dask worker's CPUs: its own threads, and those of the other
+    workers on its host whose CPUs overlap its own (``dask worker --nworkers N`` starts N
+    processes on the same CPUs); None outside a Dask task."""
     if "distributed" not in sys.modules:  # never imported: no Dask worker in this process
         return None
     from distributed import get_worker
 
     try:
-        return int(get_worker().state.nthreads)
+        worker = get_worker()
     except ValueError:  # not inside a task
         return None
+    return _threads_on_cpus_of(worker.address, int(worker.state.nthreads))
+
+
+def _worker_cpus() -> list[int]:
+    """The CPUs the Dask worker process running this may use (asked of every worker)."""
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+
+
+@functools.cache
+def _threads_on_cpus_of(address: str, own_threads: int) -> int:
+    """The threads of the workers on the host of worker ``address`` whose CPUs overlap its own,
+    asked of the scheduler and those workers once per worker process; its own threads when they
+    cannot be asked."""
+    from distributed import get_client
+
+    try:
+        client = get_client()
+        try:  # distributed 2025+ lists only a few workers unless asked for all
+            workers = client.scheduler_info(n_workers=-1)["workers"]
+        except TypeError:
+            workers = client.scheduler_info()["workers"]
+        host = workers[address]["host"]
+        neighbours = [other for other, info in workers.items() if info.get("host") == host]
+        cpus = client.run(_worker_cpus, workers=neighbours)
+    except (OSError, KeyError, ValueError, TimeoutError):
+        return own_threads
+    mine = set(cpus.get(address, ()))
+    sharing = sum(int(workers[other]["nthreads"]) for other in neighbours
+                  if other != address and mine & set(cpus.get(other, ())))
+    return own_threads + sharing
 
 
 def _set_pool_share(share: int) -> None:

@@ -143,3 +143,28 @@ def test_a_dask_task_gets_its_share_of_the_worker_cpus(monkeypatch: pytest.Monke
             distributed.Client(cluster) as client:
         assert client.submit(cpu_share, pure=False).result(timeout=START_TIMEOUT_S) == 4
     assert cpu_share() == 8
+
+
+def test_workers_on_the_same_cpus_share_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two workers of 2 threads each on the same 8 CPUs (``dask worker --nworkers 2``) run 4
+    tasks at once there: each task gets 2 CPUs, not the 4 its own worker's threads would leave."""
+    monkeypatch.setattr(executors, "available_cpus", lambda: 8)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=2, processes=False,
+                                  dashboard_address="127.0.0.1:0") as cluster, \
+            distributed.Client(cluster) as client:
+        shares = client.run(lambda: None)  # every worker is up
+        futures = [client.submit(cpu_share, pure=False, workers=[address])
+                   for address in shares]
+        assert [f.result(timeout=START_TIMEOUT_S) for f in futures] == [2, 2]
+
+
+def test_separate_worker_processes_share_the_host_cpus(dask_cluster: str) -> None:
+    """The two one-thread worker processes of the test cluster run on the same CPUs: a task of
+    either gets half of them (the worker's own thread alone would take them all)."""
+    cpus = len(os.sched_getaffinity(0))
+    if cpus < 2:
+        pytest.skip("one CPU: a half share and the whole are the same")
+    with distributed.Client(dask_cluster, timeout=START_TIMEOUT_S) as client:
+        futures = [client.submit(cpu_share, pure=False, workers=[address])
+                   for address in client.scheduler_info()["workers"]]
+        assert {f.result(timeout=START_TIMEOUT_S) for f in futures} == {cpus // 2}
