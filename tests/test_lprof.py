@@ -785,3 +785,25 @@ def test_the_dataloader_loop_line_is_the_training_loops_header(tmp_path: Path) -
     assert metrics.dataloader_fraction_by_origin["lprof"] == pytest.approx(3 / 23)
     line = metrics.loop_line
     assert line is not None and (line.function, line.lineno, line.time_ns) == ("train", 3, 3 * ms)
+
+
+def test_two_line_profiles_without_ranks_are_not_added_up(tmp_path: Path) -> None:
+    """Two .lprof files of one script in a folder (two processes: kernprof writes one each,
+    and a bare folder records no rank): the lines, listing and loop come from the first alone
+    and a note names the other, as for traces; their line totals had been listed together, the
+    same line twice without saying whose."""
+    from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+
+    for rank, body in ((0, 9_000_000), (1, 2_000_000)):
+        stats_file(tmp_path / f"train.rank{rank}.lprof",
+                   {("gone.py", 1, "train"): [(2, 1, 10), (3, 11, 1_000_000), (4, 10, body)]})
+    run = analyze_paths([tmp_path], AnalyzeOptions()).runs[0]
+    assert [(line.lineno, line.time_ns) for line in run.metrics.lines] == [(4, 9_000_000),
+                                                                            (3, 1_000_000),
+                                                                            (2, 10)]
+    (listing,) = run.metrics.listings
+    assert [line.lineno for line in listing.lines] == [2, 3, 4]
+    assert run.metrics.steps.count == 10 and run.metrics.steps.mean_ns == 1_000_000
+    assert ("train.rank1.lprof: its lines are not in the line figures or listings, which come "
+            "from train.rank0.lprof (neither records a rank, and two processes' line totals do "
+            "not add up; analyse it alone for its own lines)") in run.notes

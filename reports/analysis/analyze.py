@@ -35,7 +35,12 @@ from profreport.reports.analysis.findings import (
 from profreport.reports.analysis.findings.verdicts import STEADY_MIN_STEPS
 from profreport.reports.analysis.job import PACE_EXPOSED_MARGIN, job_analysis
 from profreport.reports.analysis.memory import training_settings
-from profreport.reports.analysis.metrics import compute_run_metrics, preference, primary_timed
+from profreport.reports.analysis.metrics import (
+    compute_run_metrics,
+    line_profiles,
+    preference,
+    primary_timed,
+)
 from profreport.reports.analysis.ranks import (
     RankResult,
     RankSummary,
@@ -210,6 +215,13 @@ def left_out_notes(profiles: list[Profile]) -> list[str]:
                          f"per-step figures, which come from {Path(first.path).name} (neither "
                          "records a rank, so they are not read as ranks of one job; analyse it "
                          "alone for its own figures)")
+    used, left = line_profiles(profiles)
+    if left:
+        first = next(p for p in used if p.rank is None and p.process is None)
+        notes += [f"{Path(p.path).name}: its lines are not in the line figures or listings, "
+                  f"which come from {Path(first.path).name} (neither records a rank, and two "
+                  "processes' line totals do not add up; analyse it alone for its own lines)"
+                  for p in left]
     return notes
 
 

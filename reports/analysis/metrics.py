@@ -145,9 +145,20 @@ def primary_timed(profiles: list[Profile]) -> list[tuple[Profile, StepWindows]]:
     return [(p, w) for p, w in timed if p.rank in (primary_rank, None)]
 
 
+def line_profiles(profiles: list[Profile]) -> tuple[list[Profile], list[Profile]]:
+    """The line_profiler profiles the run's lines come from, and those left out: of the files
+    that record no rank, the first alone (kernprof writes one file per process, and two
+    processes' line totals do not add up to one's: the same line twice, or one loop's passes
+    counted twice)."""
+    lprofs = [p for p in profiles if p.kind == "lprof" and p.has("lines")]
+    alone = [p for p in lprofs if p.rank is None and p.process is None]
+    left = {id(p) for p in alone[1:]}
+    return [p for p in lprofs if id(p) not in left], alone[1:]
+
+
 def _lines_of(profiles: list[Profile]) -> pd.DataFrame:
-    """The line_profiler lines of every lprof profile, in one table."""
-    tables = [p.table("lines") for p in profiles if p.kind == "lprof" and p.has("lines")]
+    """The line_profiler lines of these lprof profiles, in one table."""
+    tables = [p.table("lines") for p in profiles]
     return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
 
 
@@ -169,8 +180,9 @@ def compute_run_metrics(profiles: list[Profile], manifest: Manifest | None = Non
     if gpu_profile is not None:
         join_beside(gpu_profile)
     timed = primary_timed(profiles)
-    lines = _lines_of(profiles)
-    loop = dataloader_loop(profiles)
+    used, _ = line_profiles(profiles)
+    lines = _lines_of(used)
+    loop = dataloader_loop(used)
     _add_step_metrics(metrics, timed)
     _add_top_ops(metrics, timed, ordered)
     _add_lprof_metrics(metrics, lines, loop)
