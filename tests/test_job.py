@@ -303,3 +303,44 @@ def test_the_detailed_rank_waiting_for_another_takes_its_verdict_and_advice(
     assert comm.recommendation.startswith("Most of this communication is waiting for rank 1 "
                                "(compute-bound: ")
     assert "the collectives themselves cost at most 5.0% of the step." in comm.recommendation
+
+
+def test_an_unknown_rank_verdict_names_its_line_profiles_slowest_line(tmp_path: Path) -> None:
+    """Two CPU ranks whose torch.profiler steps are 90% time no operator covers (unknown), and
+    rank 1's line profile (its rank from the manifest) timing a sleep in the loop: rank 1's
+    verdict names that line, rank 0's (no line profile) stays as it was."""
+    import pickle
+
+    from line_profiler.line_profiler import LineStats
+
+    from profreport.manifest import Artifact, Manifest, write_manifest
+
+    artifacts = []
+    for rank in (0, 1):
+        events = []
+        for n in range(5):
+            start = 1000 + n * 10_000
+            events += [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}",
+                        "pid": 1, "tid": 1, "ts": start, "dur": 10_000, "args": {}},
+                       {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1,
+                        "ts": start + 9000, "dur": 1000, "args": {}}]
+        (tmp_path / f"rank{rank}.pt.trace.json").write_text(json.dumps(
+            {"schemaVersion": 1, "traceEvents": events,
+             "distributedInfo": {"backend": "gloo", "rank": rank, "world_size": 2}}))
+        artifacts.append(Artifact(f"rank{rank}.pt.trace.json", "torch.profiler", rank))
+    (tmp_path / "train.py").write_text("def train(loader):\n    for x in loader:\n"
+                                       "        time.sleep(0.009)\n        step(x)\n")
+    timings = {("train.py", 1, "train"): [(2, 6, 500_000), (3, 5, 45_000_000),
+                                          (4, 5, 5_000_000)]}
+    (tmp_path / "train.rank1.lprof").write_bytes(pickle.dumps(LineStats(timings, 1e-9)))
+    artifacts.append(Artifact("train.rank1.lprof", "kernprof", 1))
+    write_manifest(tmp_path, Manifest(name="ddp", workload="script train.py", knobs={},
+                                      environment={}, artifacts=artifacts))
+    job = analyze_paths([tmp_path], AnalyzeOptions()).runs[0].job
+    reasons = {r.rank: (r.verdict, r.verdict_reason) for r in job.ranks}
+    assert reasons[0] == ("unknown", "90% of the step is time torch.profiler cannot attribute "
+                                     "(no GPU events, CPU operators or source lines)")
+    assert reasons[1] == ("unknown", "90% of the step is time torch.profiler cannot attribute "
+                                     "(no GPU events, CPU operators or source lines); its line "
+                                     "profile's slowest line is train.py:3 "
+                                     "(time.sleep(0.009)), 89% of train() (45.0 ms over 5 hits)")

@@ -9,7 +9,7 @@ worker (``profreport.executors``): it takes and returns only picklable values.""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from profreport.allocator import tune_for_large_arrays
@@ -21,17 +21,21 @@ from profreport.parsers.nsys import process_profiles
 from profreport.reports.analysis.cpu import dataparallel_ops, ddp_forward_calls
 from profreport.reports.analysis.findings import profiler_verdict, verdict_confidence
 from profreport.reports.analysis.gpu import has_gpu_events
+from profreport.reports.analysis.lines import top_lines
 from profreport.reports.analysis.memory import memory_stats
 from profreport.reports.analysis.metrics import compute_run_metrics, preference
 from profreport.reports.analysis.results import (
     DeviceMemory,
     InputFile,
+    LineItem,
     MemoryStats,
     RankVerdict,
     RunMetrics,
     StepStats,
 )
 from profreport.reports.analysis.steps import step_stats, step_windows
+from profreport.text import error_text
+from profreport.units import ms, pct
 
 #: Ranks whose profile a worker sends back whole without being asked: sources that have no rank,
 #: and rank 0, the lowest rank of a whole job in every launcher (torchrun, srun, mpirun). Any
@@ -61,6 +65,8 @@ class RankSummary:
     memory: list[DeviceMemory] = field(default_factory=list)
     #: The rank's own verdict (see reports.analysis.job); None for a source without a rank.
     verdict: RankVerdict | None = None
+    #: The slowest line of a line profile (line_profiler); None for other profiles.
+    slowest_line: LineItem | None = None
 
 
 @dataclass(frozen=True)
@@ -111,7 +117,9 @@ def summarize(profile: Profile, with_verdict: bool = True) -> RankSummary:
         world_size=profile.meta.world_size, distributed=profile.meta.distributed,
         dataparallel_ops=dataparallel_ops(profile), ddp_forward_calls=ddp_forward_calls(profile),
         memory=list(memory.devices) if memory is not None else [],
-        verdict=rank_verdict(profile) if with_verdict else None)
+        verdict=rank_verdict(profile) if with_verdict else None,
+        slowest_line=next(iter(top_lines(profile.table("lines"))), None)
+        if profile.kind == "lprof" and profile.has("lines") else None)
 
 
 def rank_verdict(profile: Profile) -> RankVerdict | None:
@@ -210,4 +218,21 @@ def rank_verdicts(summaries: Sequence[RankSummary],
             found = rank_verdict(profile)
             if found is not None:
                 chosen[member] = found
-    return sorted(chosen.values(), key=lambda verdict: verdict.order)
+    return sorted((_with_lines(verdict, summaries) for verdict in chosen.values()),
+                  key=lambda verdict: verdict.order)
+
+
+def _with_lines(verdict: RankVerdict, summaries: Sequence[RankSummary]) -> RankVerdict:
+    """A rank's unknown verdict with its own line profile's slowest line, where it has one:
+    the time its preferred profile cannot attribute may be a line of its script (a sleep, a
+    Python loop) that line_profiler timed."""
+    line = next((s.slowest_line for s in summaries if s.slowest_line is not None
+                 and s.input.rank == verdict.rank and verdict.rank is not None), None)
+    if verdict.verdict != "unknown" or line is None:
+        return verdict
+    where = f"{Path(line.file).name}:{line.lineno}"
+    code = f" ({error_text(line.source.strip())})" if line.source else ""
+    return replace(verdict, verdict_reason=(
+        f"{verdict.verdict_reason.rstrip('.')}; its line profile's slowest line is {where}"
+        f"{code}, {pct(line.share)} of {error_text(line.function)}() "
+        f"({ms(line.time_ns)} over {line.hits:,} hits)"))
