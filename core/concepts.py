@@ -89,6 +89,8 @@ STEP_RANGE_FORMAT = "step {n}"
 # A source line that iterates a DataLoader: ``for x, y in train_loader:``,
 # ``for i, batch in enumerate(loader):``, ``for b in tqdm(dataloader)``.
 _DATALOADER_LOOP_LINE = re.compile(r"^\s*(?:async\s+)?for\b.+\bin\b.*loader", re.IGNORECASE)
+# A source line that opens a loop statement (Python's syntax, whatever it iterates over).
+_LOOP_LINE = re.compile(r"^\s*(?:(?:async\s+)?for\b.+\bin\b.*|while\b.*):\s*(?:#.*)?$")
 # A source line that makes the CPU wait for the GPU: it reads a GPU value on the host
 # (``loss.item()``, PyTorch 0.3's ``loss.data[0]``, ``.cpu()``, ``.numpy()``, ``.tolist()``) or
 # synchronizes outright (``torch.cuda.synchronize()``). line_profiler charges such a line with
@@ -632,6 +634,11 @@ def is_worker_loader_span(names: pd.Series) -> pd.Series:
 def is_dataloader_loop_line(source: str | None) -> bool:
     """Whether a source line is a ``for`` loop over a DataLoader."""
     return bool(source) and _DATALOADER_LOOP_LINE.match(source) is not None
+
+
+def is_loop_line(source: str | None) -> bool:
+    """Whether a source line opens a ``for`` or ``while`` loop."""
+    return bool(source) and _LOOP_LINE.match(source) is not None
 
 
 def is_sync_point_line(source: str | None) -> bool:

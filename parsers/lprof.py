@@ -36,6 +36,7 @@ import pandas as pd
 
 from profreport.concepts import (
     is_dataloader_loop_line,
+    is_loop_line,
     is_sync_point_line,
     is_training_function,
 )
@@ -341,12 +342,18 @@ def loop_headers(frame: pd.DataFrame) -> pd.Series:
     A loop entered ``n`` times (the hits of the line before it) whose body ran ``m`` times has
     its header hit ``m + n`` times: once more per entry, for the test that ends it (``m`` when
     every entry left through ``break``/``return``). The body runs more often than the line
-    before the loop, which no straight-line code does.
+    before the loop, which no straight-line code does. A loop that opens its function has no
+    line before it: it is a header where its source line is shown opening a loop.
     """
     by_function = frame.groupby(_FUNCTION_KEY, sort=False)["hits"]
     before, body = by_function.shift(1), by_function.shift(-1)
     hits = frame["hits"]
-    return ((body > before) & (hits >= body) & (hits <= body + before)).astype(bool)
+    counted = (body > before) & (hits >= body) & (hits <= body + before)
+    # A loop that opens its function has no line before it to count its entries: the source
+    # shown says it is a loop, and its first body line must still run in its passes.
+    shown = frame["source"].map(is_loop_line).astype(bool) & before.isna() & (body > 0) \
+        & (hits >= body)
+    return (counted | shown).astype(bool)
 
 
 def _body_hits(iterations: int, entries: int) -> int:
@@ -368,7 +375,9 @@ def _entries(frame: pd.DataFrame, header: int, iterations: int) -> tuple[int, bo
     hits = int(frame.loc[header, "hits"])
     if hits != iterations:
         return hits - iterations, False
-    return (int(frame.loc[header - 1, "hits"]) if header - 1 in frame.index else 1), True
+    same = header - 1 in frame.index and all(
+        frame.loc[header - 1, key] == frame.loc[header, key] for key in _FUNCTION_KEY)
+    return (int(frame.loc[header - 1, "hits"]) if same else 1), True
 
 
 def _iterations(frame: pd.DataFrame, header: int) -> int:

@@ -342,6 +342,15 @@ def stats_file(path: Path, timings: dict) -> Path:
     return path
 
 
+def profiled_beside(script: Path, source: str, lines: list[tuple[int, int, int]],
+                    function: str, first: int):  # type: ignore[no-untyped-def]
+    """A hand-built .lprof of ``function`` (starting at line ``first``) with these ``lines``
+    (lineno, hits, ns), beside ``script`` holding ``source``; its path and the loop found."""
+    script.write_text(source)
+    path = stats_file(script.with_suffix(".py.lprof"), {(script.name, first, function): lines})
+    return path, lprof.parse(path).meta.loop
+
+
 def one_function(recorded: str) -> dict:
     """Timings of one function recorded in file ``recorded``: a loop and its body."""
     return {(recorded, 1, "train"): [(2, 1, 10), (3, 6, 900), (4, 5, 50), (5, 1, 5)]}
@@ -448,16 +457,11 @@ def test_a_loop_shown_over_a_loader_not_named_so_is_judged_by_hit_counts(
     training loop (low confidence); it had been no loop at all, and the verdict unknown."""
     from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
 
-    (tmp_path / "fit.py").write_text(
-        "class Trainer:\n"
-        "    def fit(self):\n"
-        "        for epoch in range(3):\n"
-        "            for x, y in self.dl:\n"
-        "                self.step(x, y)\n")
-    timings = {("fit.py", 2, "Trainer.fit"): [(3, 4, 50), (4, 63, 3_000_000),
-                                              (5, 60, 9_000_000)]}
-    path = stats_file(tmp_path / "fit.py.lprof", timings)
-    loop = lprof.parse(path).meta.loop
+    path, loop = profiled_beside(
+        tmp_path / "fit.py", "class Trainer:\n    def fit(self):\n"
+        "        for epoch in range(3):\n            for x, y in self.dl:\n"
+        "                self.step(x, y)\n",
+        [(3, 4, 50), (4, 63, 3_000_000), (5, 60, 9_000_000)], "Trainer.fit", 2)
     assert by_line(lprof.parse(path))[4]["source"] == "            for x, y in self.dl:"
     assert (loop.lineno, loop.iterations, loop.entries) == (4, 60, 3)
     assert (loop.evidence, loop.source_shown, loop.dataloader, loop.confidence) == (
@@ -807,3 +811,20 @@ def test_two_line_profiles_without_ranks_are_not_added_up(tmp_path: Path) -> Non
     assert ("train.rank1.lprof: its lines are not in the line figures or listings, which come "
             "from train.rank0.lprof (neither records a rank, and two processes' line totals do "
             "not add up; analyse it alone for its own lines)") in run.notes
+
+
+def test_a_loop_that_opens_its_function_is_found_from_its_source(tmp_path: Path) -> None:
+    """``def train_epoch(batches, ...): for x in batches:`` (line_profiler 5's
+    ``from line_profiler import profile``): no line precedes the loop to count its entries, so
+    the hit counts alone cannot tell it from straight-line code; its source line shown opens a
+    loop, which makes it the header (51 hits, 50 passes), and the training loop from the hit
+    counts' signs. It had been no loop, and the verdict unknown."""
+    path, loop = profiled_beside(
+        tmp_path / "t.py", "@profile\ndef train_epoch(batches, model, opt):\n"
+        "    for x in batches:\n        loss = model(x).pow(2).mean()\n        opt.step()\n",
+        [(3, 51, 20_000), (4, 50, 2_000_000), (5, 50, 5_000_000)], "train_epoch", 1)
+    assert (loop.lineno, loop.iterations, loop.entries, loop.ended_by_break) == (3, 50, 1, False)
+    assert (loop.dataloader, loop.confidence) == (True, "low")  # named train_epoch
+    # Without the source the same counts find no loop: nothing says the first line is one.
+    (tmp_path / "t.py").unlink()
+    assert lprof.parse(path).meta.loop is None
