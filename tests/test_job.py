@@ -5,16 +5,21 @@ from __future__ import annotations
 
 import gzip
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
+from profreport.manifest import MANIFEST_SCHEMA
 from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
 from profreport.reports.analysis.job import PACE_EXPOSED_MARGIN, job_analysis
 from profreport.reports.analysis.results import RankVerdict
 from profreport.reports.render.html import render_html
 from profreport.reports.render.json import render_json
 from profreport.reports.render.markdown import render_markdown
+
+sys.path.insert(0, str(Path(__file__).parent))
+from conftest import write_nsys_export  # noqa: E402
 
 COMPUTE_KERNEL = "volta_sgemm_128x64_nn"
 NCCL_KERNEL = "ncclKernel_AllReduce_RING_LL_Sum_float"
@@ -344,3 +349,77 @@ def test_an_unknown_rank_verdict_names_its_line_profiles_slowest_line(tmp_path: 
                                      "(no GPU events, CPU operators or source lines); its line "
                                      "profile's slowest line is train.py:3 "
                                      "(time.sleep(0.009)), 89% of train() (45.0 ms over 5 hits)")
+
+
+def write_nsys_rank(folder: Path, step_us: int, steps: int = 5) -> Path:
+    """An nsys export of one rank: ``steps`` 'step N' NVTX ranges of ``step_us``, each a
+    600 µs kernel its cudaLaunchKernel launched (the rank comes from the manifest)."""
+    us = 1000
+    kernels, ranges, runtime = [], [], []
+    for n in range(steps):
+        start = 1_000_000 + n * step_us * us
+        ranges.append((start, start + step_us * us, f"step {n}"))
+        runtime.append((start + 10 * us, start + 15 * us, n + 1, "cudaLaunchKernel"))
+        kernels.append((start + 100 * us, start + 700 * us, n + 1, COMPUTE_KERNEL))
+    return write_nsys_export(folder / "rank0.sqlite", kernels, ranges, runtime)
+
+
+def write_job(folder: Path, files: dict[str, tuple[str, int]]) -> Path:
+    """A run folder whose manifest lists ``files`` (path -> profiler, rank)."""
+    artifacts = [{"path": path, "profiler": profiler, "rank": rank}
+                 for path, (profiler, rank) in files.items()]
+    (folder / "manifest.json").write_text(json.dumps({
+        "schema": MANIFEST_SCHEMA, "name": folder.name, "workload": "hand-built",
+        "artifacts": artifacts}))
+    return folder
+
+
+def test_every_rank_is_timed_by_the_one_profiler_all_ranks_have(tmp_path: Path) -> None:
+    """Rank 0 profiled by nsys (900 µs steps) and torch.profiler (1400 µs), rank 1 by
+    torch.profiler alone (1400 µs): every rank's step time and verdict are torch.profiler's, so
+    the ranks keep pace. Each rank's own preferred profiler had set rank 0's nsys 900 µs beside
+    rank 1's torch.profiler 1400 µs and named rank 1 a straggler (+55.6%)."""
+    write_nsys_rank(tmp_path, 900)
+    write_rank(tmp_path, 0, compute_us=1000, comm_us=200)
+    write_rank(tmp_path, 1, compute_us=1000, comm_us=200)
+    write_job(tmp_path, {"rank0.sqlite": ("nsys", 0),
+                         "rank0.pt.trace.json": ("torch.profiler", 0),
+                         "rank1.pt.trace.json": ("torch.profiler", 1)})
+    report = analyze_paths([tmp_path], AnalyzeOptions())
+    run = report.runs[0]
+    job = run.job
+    assert [(r.rank, r.step_ns) for r in job.ranks] == [(0, 1_400_000), (1, 1_400_000)]
+    # Rank 0's verdict is read from its torch.profiler trace too, which records rank 1's figures.
+    zero, one = job.ranks
+    assert (zero.verdict, zero.verdict_reason, zero.comm_fraction) == (
+        one.verdict, one.verdict_reason, one.comm_fraction)
+    assert zero.comm_fraction == pytest.approx(200 / 1400)
+    assert run.metrics.per_rank_step_ns == {0: 1_400_000, 1: 1_400_000}
+    assert job.straggler is False and job.steps_origin == "kineto"
+    assert job.steps_unknown_reason is None
+    assert run.metrics.steps.origin == "nsys"  # the detailed figures keep the rank's own source
+    data = json.loads(render_json(report))["runs"][0]["job"]
+    assert (data["steps_origin"], data["steps_unknown_reason"]) == ("kineto", None)
+
+
+def test_ranks_no_profiler_timed_all_of_have_no_step_times(tmp_path: Path) -> None:
+    """Rank 0 profiled by nsys alone (900 µs steps), rank 1 by torch.profiler alone (1400 µs):
+    no profiler timed both, so no rank has a step time, no straggler is named and the job says
+    why, rather than set nsys's 900 µs beside torch.profiler's 1400 µs."""
+    write_nsys_rank(tmp_path, 900)
+    write_rank(tmp_path, 1, compute_us=1000, comm_us=200)
+    write_job(tmp_path, {"rank0.sqlite": ("nsys", 0),
+                         "rank1.pt.trace.json": ("torch.profiler", 1)})
+    report = analyze_paths([tmp_path], AnalyzeOptions())
+    run = report.runs[0]
+    job = run.job
+    why = ("no profiler timed the steps of every rank (rank 0: Nsight Systems; rank 1: "
+           "torch.profiler), and each profiler slows a step by its own amount, so step times of "
+           "two profilers are not compared")
+    assert [(r.rank, r.step_ns) for r in job.ranks] == [(0, None), (1, None)]
+    assert run.metrics.per_rank_step_ns == {}
+    assert job.steps_origin is None and job.steps_unknown_reason == why
+    assert job.slowest is None and job.straggler is False
+    assert job.verdict_reason.startswith(f"the ranks' step times are unknown: {why}; rank 0: ")
+    assert f"The ranks' step times are unknown: {why}; rank 0: " in render_markdown(report)
+    assert json.loads(render_json(report))["runs"][0]["job"]["steps_unknown_reason"] == why

@@ -18,7 +18,7 @@ from profreport.reports.analysis.metrics import (
     attribution_level,
     compute_run_metrics,
 )
-from profreport.reports.analysis.ranks import add_rank_metrics, summarize
+from profreport.reports.analysis.ranks import add_rank_metrics, job_step_source, summarize
 from profreport.reports.analysis.results import RunMetrics
 from profreport.reports.analysis.steps import step_windows
 from profreport.reports.analysis.timeline import MAX_SEGMENTS, build_timeline
@@ -27,7 +27,8 @@ from profreport.reports.analysis.timeline import MAX_SEGMENTS, build_timeline
 def run_metrics(profiles: list) -> RunMetrics:
     """The metrics of one run of these profiles, those every rank adds included."""
     metrics = compute_run_metrics(profiles)
-    add_rank_metrics(metrics, [summarize(profile) for profile in profiles])
+    summaries = [summarize(profile) for profile in profiles]
+    add_rank_metrics(metrics, summaries, job_step_source(summaries)[0])
     return metrics
 
 

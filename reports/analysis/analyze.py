@@ -17,7 +17,7 @@ from profreport.errors import InputError, ProfreportError, failure_line
 from profreport.executors import Executor, ExecutorOptions, open_executor
 from profreport.inputs import check_regular_file, resolve_inside
 from profreport.manifest import MANIFEST_NAME, Manifest, read_manifest
-from profreport.model import Profile, process_label
+from profreport.model import Profile
 from profreport.parsers import (
     NSYS_REPORT_SUFFIXES,
     PROFILE_SUFFIXES,
@@ -46,6 +46,7 @@ from profreport.reports.analysis.ranks import (
     RankSummary,
     RankTask,
     add_rank_metrics,
+    job_step_source,
     needed_whole,
     rank_verdicts,
     read_rank,
@@ -57,6 +58,7 @@ from profreport.reports.analysis.results import (
     RunAnalysis,
     RunMetrics,
     Verdict,
+    rank_label,
 )
 from profreport.reports.analysis.scaling import run_world_size, scaling_studies
 from profreport.reports.analysis.timeline import build_timeline
@@ -255,9 +257,9 @@ def few_steps_note(metrics: RunMetrics) -> list[str]:
 def member_label(profile: Profile) -> str | None:
     """``rank 1``, or ``pid 4242`` for a process of unknown rank (see RankVerdict.label); None
     for a profile of neither."""
-    if profile.rank is not None:
-        return f"rank {profile.rank}"
-    return process_label(profile.process) if profile.process is not None else None
+    if profile.rank is None and profile.process is None:
+        return None
+    return rank_label(profile.rank, profile.process)
 
 
 def detailed_profiles(profiles: list[Profile]) -> tuple[list[Profile], list[str]]:
@@ -281,10 +283,11 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
                 summaries: list[RankSummary]) -> RunAnalysis:
     """Metrics, findings, verdict and timeline of one run, from the whole profiles of its
     primary rank and the summary of every file."""
-    job = job_analysis(rank_verdicts(summaries, profiles))
+    origin, unknown = job_step_source(summaries)
+    job = job_analysis(rank_verdicts(summaries, profiles, origin), origin, unknown)
     profiles, detailed_note = detailed_profiles(profiles)
     metrics = compute_run_metrics(profiles, manifest)
-    add_rank_metrics(metrics, summaries)
+    add_rank_metrics(metrics, summaries, origin)
     pacer = waited_for(job, profiles)
     context = RunContext(waited_for=pacer, knobs=dict(manifest.knobs) if manifest else {},
                          environment=dict(manifest.environment) if manifest else {},

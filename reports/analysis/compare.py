@@ -38,6 +38,7 @@ profiled step time moved the same way as the speedup.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
@@ -139,21 +140,29 @@ def robust_spread(samples: tuple[int, ...] | list[int]) -> Spread | None:
     return Spread(median, MEDIAN_SE_FACTOR * sd, len(values))
 
 
-def common_step_source(runs: list[RunAnalysis]) -> tuple[Origin | None, str | None]:
-    """The first profiler of STEP_SOURCE_ORDER that timed the steps of every run that has
-    steps (a run without any sets no step time beside another's), so that every row's step
-    time is one profiler's; else None and why."""
-    timed = [(run.name, {s.origin for s in run.metrics.steps_by_origin}) for run in runs]
+def common_source(timed: Sequence[tuple[str, Collection[str]]],
+                  member: str) -> tuple[Origin | None, str | None]:
+    """The first profiler of STEP_SOURCE_ORDER that timed the steps of every one of ``timed``
+    (each a name and the profilers that timed its steps) that has steps (one without any sets
+    no step time beside another's), so that all their step times are one profiler's; else None
+    and why, ``member`` ('run', 'rank') naming what they are."""
     timed = [(name, origins) for name, origins in timed if origins]
     if not timed:
-        return None, "no profiler timed the steps of any run"
+        return None, f"no profiler timed the steps of any {member}"
     for origin in STEP_SOURCE_ORDER:
         if all(origin in origins for _, origins in timed):
             return origin, None
     said = "; ".join(f"{name}: " + ", ".join(origin_label(o) for o in STEP_SOURCE_ORDER
                                              if o in origins) for name, origins in timed)
-    return None, (f"no profiler timed the steps of every run ({said}), and each profiler slows "
-                  "a step by its own amount, so step times of two profilers are not compared")
+    return None, (f"no profiler timed the steps of every {member} ({said}), and each profiler "
+                  "slows a step by its own amount, so step times of two profilers are not "
+                  "compared")
+
+
+def common_step_source(runs: list[RunAnalysis]) -> tuple[Origin | None, str | None]:
+    """The profiler every row's step time comes from (see common_source), else None and why."""
+    return common_source([(run.name, {s.origin for s in run.metrics.steps_by_origin})
+                          for run in runs], "run")
 
 
 def steps_of(run: RunAnalysis, origin: Origin | None) -> StepStats | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from profreport.reports.analysis.results import JobAnalysis, RankVerdict
+from profreport.reports.analysis.results import JobAnalysis, Origin, RankVerdict
 from profreport.units import ms, pct
 
 #: The slowest rank is called a straggler when its mean step is 10% longer than the other ranks'
@@ -104,17 +104,22 @@ def disagreement(ranks: Sequence[RankVerdict], pacer: RankVerdict | None) -> str
     return f"Ranks disagree ({said}): {'; '.join(reasons)}."
 
 
-def job_analysis(ranks: Sequence[RankVerdict]) -> JobAnalysis | None:
+def job_analysis(ranks: Sequence[RankVerdict], steps_origin: Origin | None = None,
+                 steps_unknown: str | None = None) -> JobAnalysis | None:
     """The job's verdict from its ranks' own verdicts: the slowest rank's (the job runs at its
-    pace), or the common verdict when no rank times steps; None for fewer than two ranks."""
+    pace), or the common verdict when no rank times steps (``steps_unknown`` says why when no
+    profiler timed every rank's, see ranks.job_step_source); None for fewer than two ranks.
+    ``steps_origin`` is the profiler that timed the ranks' steps."""
     ranks = sorted(ranks, key=lambda r: r.order)
     if len(ranks) < 2:
         return None
     found = _slowest(ranks)
     if found is None:
         lead = ranks[0]
-        return JobAnalysis(ranks, lead.verdict, f"{lead.label}: {lead.verdict_reason}",
-                           disagreement=disagreement(ranks, None))
+        unknown = f"the ranks' step times are unknown: {steps_unknown}; " if steps_unknown else ""
+        return JobAnalysis(ranks, lead.verdict, f"{unknown}{lead.label}: {lead.verdict_reason}",
+                           disagreement=disagreement(ranks, None),
+                           steps_unknown_reason=steps_unknown)
     slowest, others = found
     lag = slowest.step_ns / others - 1 if others else 0.0  # type: ignore[operator]
     pace = (f"{slowest.label}, the slowest, takes {ms(slowest.step_ns)} per step against "  # type: ignore[arg-type]
@@ -137,4 +142,4 @@ def job_analysis(ranks: Sequence[RankVerdict]) -> JobAnalysis | None:
                        slowest_rank=slowest.rank, slowest_step_ns=slowest.step_ns,
                        others_step_ns=others, slowest=slowest.label, pacer=pacer.label,
                        straggler=straggler, disagreement=disagreement(ranks, pacer),
-                       paced_by=pacer.rank)
+                       paced_by=pacer.rank, steps_origin=steps_origin)

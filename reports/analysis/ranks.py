@@ -18,6 +18,7 @@ from profreport.errors import failure_line
 from profreport.model import Profile
 from profreport.parsers import ParseOptions, parse_file
 from profreport.parsers.nsys import process_profiles
+from profreport.reports.analysis.compare import common_source
 from profreport.reports.analysis.cpu import dataparallel_ops, ddp_forward_calls
 from profreport.reports.analysis.findings import profiler_verdict, verdict_confidence
 from profreport.reports.analysis.gpu import has_gpu_events
@@ -29,13 +30,18 @@ from profreport.reports.analysis.results import (
     InputFile,
     LineItem,
     MemoryStats,
+    Origin,
     RankVerdict,
     RunMetrics,
     StepStats,
+    rank_label,
 )
 from profreport.reports.analysis.steps import step_stats, step_windows
 from profreport.text import error_text
 from profreport.units import ms, pct
+
+#: A member of a job: its rank, or the process of a capture of several whose rank is unknown.
+Member = tuple[int | None, int | None]
 
 #: Ranks whose profile a worker sends back whole without being asked: sources that have no rank,
 #: and rank 0, the lowest rank of a whole job in every launcher (torchrun, srun, mpirun). Any
@@ -176,19 +182,43 @@ def needed_whole(summaries: Sequence[RankSummary]) -> list[int]:
     return sorted(wanted)
 
 
-def per_rank_step_ns(summaries: Sequence[RankSummary]) -> dict[int, int]:
-    """Mean annotated step time of every rank (ns), from each rank's preferred step source."""
+def job_members(summaries: Sequence[RankSummary]) -> set[Member]:
+    """The job's ranks: every rank the files record, else every process of a capture of
+    several (their ranks unknown)."""
+    return {(s.input.rank, None) for s in summaries if s.input.rank is not None} or {
+        (None, s.input.process) for s in summaries if s.input.process is not None}
+
+
+def job_step_source(summaries: Sequence[RankSummary]) -> tuple[Origin | None, str | None]:
+    """The profiler every rank's step time comes from: the first of compare.STEP_SOURCE_ORDER
+    that timed the steps of every rank that has steps (compare.common_source), so that no rank's
+    figure is another profiler's beside the others'; else None and why."""
+    timed: dict[Member, set[str]] = {member: set() for member in job_members(summaries)}
+    for summary in summaries:
+        member = (summary.input.rank, summary.input.process)
+        if member in timed and summary.step_stats is not None:
+            timed[member].add(summary.step_stats.origin)
+    ordered = sorted(timed.items(), key=lambda item: (item[0][0] is None, item[0][0] or 0,
+                                                      item[0][1] or 0))
+    return common_source([(rank_label(*member), origins) for member, origins in ordered], "rank")
+
+
+def per_rank_step_ns(summaries: Sequence[RankSummary], origin: Origin | None) -> dict[int, int]:
+    """Mean annotated step time of every rank (ns) as ``origin`` (see job_step_source) timed
+    it; none when no profiler timed every rank."""
     out: dict[int, int] = {}
     for summary in sorted(summaries, key=lambda s: s.preference):
-        if summary.input.rank is not None and summary.step_stats is not None:
-            out.setdefault(int(summary.input.rank), int(summary.step_stats.mean_ns))
+        steps = summary.step_stats
+        if summary.input.rank is not None and steps is not None and steps.origin == origin:
+            out.setdefault(int(summary.input.rank), int(steps.mean_ns))
     return dict(sorted(out.items()))
 
 
-def add_rank_metrics(metrics: RunMetrics, summaries: Sequence[RankSummary]) -> None:
-    """The figures of a run that every rank contributes to: per-rank step times, DataParallel
-    ops and the memory of every device."""
-    metrics.per_rank_step_ns = per_rank_step_ns(summaries)
+def add_rank_metrics(metrics: RunMetrics, summaries: Sequence[RankSummary],
+                     origin: Origin | None) -> None:
+    """The figures of a run that every rank contributes to: per-rank step times (as ``origin``
+    timed them, see job_step_source), DataParallel ops and the memory of every device."""
+    metrics.per_rank_step_ns = per_rank_step_ns(summaries, origin)
     for summary in sorted(summaries, key=lambda s: s.preference):
         metrics.ddp_forward_calls += summary.ddp_forward_calls
         for name, count in summary.dataparallel_ops.items():
@@ -197,27 +227,27 @@ def add_rank_metrics(metrics: RunMetrics, summaries: Sequence[RankSummary]) -> N
     metrics.memory = MemoryStats(devices=devices) if devices else None
 
 
-def rank_verdicts(summaries: Sequence[RankSummary],
-                  profiles: Sequence[Profile]) -> list[RankVerdict]:
-    """One verdict per rank (from its preferred profile), by rank; without ranked files, one per
+def rank_verdicts(summaries: Sequence[RankSummary], profiles: Sequence[Profile],
+                  origin: Origin | None) -> list[RankVerdict]:
+    """One verdict per rank, by rank, from its profile of ``origin`` (the profiler that timed
+    every rank, see job_step_source), else its preferred one; without ranked files, one per
     process of a capture of several (their ranks unknown), by pid: beside ranked files they are
     those ranks, which ones the capture cannot tell. A rank whose profile came back whole gets
-    its verdict here; empty when the run has fewer than two ranks."""
-    ranks = {(s.input.rank, None) for s in summaries if s.input.rank is not None} or {
-        (None, s.input.process) for s in summaries if s.input.process is not None}
+    its verdict here; no rank has a step time when no profiler timed them all (``origin``
+    None); empty when the run has fewer than two ranks."""
+    ranks = job_members(summaries)
     if len(ranks) < 2:
         return []
-    chosen: dict[tuple[int | None, int | None], RankVerdict] = {}
-    for summary in sorted(summaries, key=lambda s: s.preference):
-        verdict = summary.verdict
-        if verdict is not None and (verdict.rank, verdict.process) in ranks:
-            chosen.setdefault((verdict.rank, verdict.process), verdict)
-    for profile in sorted(profiles, key=preference):
-        member = (profile.rank, profile.process)
+    candidates: list[tuple[tuple[bool, tuple[int, int, int]], Member, RankVerdict | Profile]] = [
+        ((s.input.kind != origin, s.preference), (s.verdict.rank, s.verdict.process), s.verdict)
+        for s in summaries if s.verdict is not None]
+    candidates += [((p.kind != origin, preference(p)), (p.rank, p.process), p) for p in profiles]
+    chosen: dict[Member, RankVerdict] = {}
+    for _, member, candidate in sorted(candidates, key=lambda c: c[0]):
         if member in ranks and member not in chosen:
-            found = rank_verdict(profile)
+            found = candidate if isinstance(candidate, RankVerdict) else rank_verdict(candidate)
             if found is not None:
-                chosen[member] = found
+                chosen[member] = found if origin is not None else replace(found, step_ns=None)
     return sorted((_with_lines(verdict, summaries) for verdict in chosen.values()),
                   key=lambda verdict: verdict.order)
 

@@ -697,6 +697,11 @@ class Finding:
     recommendation: str
 
 
+def rank_label(rank: int | None, process: int | None) -> str:
+    """``rank 1``, or ``pid 4242`` when the rank is unknown (see model.process_label)."""
+    return f"rank {rank}" if rank is not None else process_label(process or 0)
+
+
 @dataclass(frozen=True)
 class RankVerdict:
     """One rank of a job analysed on its own profile (see reports.analysis.job): a rank the
@@ -724,7 +729,7 @@ class RankVerdict:
     @property
     def label(self) -> str:
         """``rank 1``, or ``pid 4242`` when the rank is unknown."""
-        return f"rank {self.rank}" if self.rank is not None else process_label(self.process or 0)
+        return rank_label(self.rank, self.process)
 
     @property
     def order(self) -> tuple[int, int]:
@@ -753,6 +758,10 @@ class JobAnalysis:
     disagreement: str | None = None
     #: The rank the job waits for (see job.pace_setter), whose verdict is the job's.
     paced_by: int | None = None
+    #: The profiler every rank's step time comes from (see ranks.job_step_source); None, and
+    #: why, when no profiler timed every rank's steps (no rank then has a step time).
+    steps_origin: Origin | None = None
+    steps_unknown_reason: str | None = None
 
 
 @dataclass

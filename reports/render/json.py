@@ -233,6 +233,7 @@ def job_json(job: JobAnalysis | None) -> dict[str, Any] | None:
             "slowest_rank": job.slowest_rank, "slowest_step_ms": _ms(job.slowest_step_ns),
             "others_step_ms": _ms(job.others_step_ns), "straggler": job.straggler,
             "disagreement": job.disagreement, "paced_by": job.paced_by,
+            "steps_origin": job.steps_origin, "steps_unknown_reason": job.steps_unknown_reason,
             "ranks": [{"rank": r.rank, "process": r.process, "verdict": r.verdict,
                        "verdict_reason": r.verdict_reason,
                        "step_ms": _ms(r.step_ns), "comm_fraction": _frac(r.comm_fraction),
