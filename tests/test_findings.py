@@ -600,3 +600,20 @@ def test_a_run_that_shared_the_cpus_says_so_with_the_cpu_times() -> None:
     idle = dataclasses.replace(shared, other_cpu_ns=200_000_000, other_share=0.005,
                                idle_share=0.6, shared=False)
     assert "SHARED_CPUS" not in ids(RunMetrics(plain_cpu=idle))
+
+
+def test_cpu_oversubscribed_keeps_the_workers_of_a_loop_waiting_for_data(
+        fixtures_dir: Path) -> None:
+    """2 DataLoader workers + 1 recorded intra-op thread on 2 CPUs: a loop waiting for data
+    (loader_heavy's line profile) is not told to lower num_workers, which would slow it
+    further, and no run recording one thread is told to call torch.set_num_threads(1)."""
+    context = RunContext(knobs={"num_workers": 2}, environment={"torch_threads": 1, "cpus": 2})
+    loader = fixture_metrics(fixtures_dir / "loader_heavy", "train.lprof")
+    assert loader.dataloader_fraction > 0.5
+    advice = ids(loader, context)["CPU_OVERSUBSCRIBED"].recommendation
+    assert advice.startswith("Keep the 2 DataLoader workers: the loop waits for data ")
+    assert advice.endswith("it needs more CPUs, not fewer workers: request --cpus-per-task=3 "
+                           "in Slurm.")
+    compute = fixture_metrics(fixtures_dir / "compute_heavy", "train.lprof")
+    assert ids(compute, context)["CPU_OVERSUBSCRIBED"].recommendation == (
+        "Lower num_workers from 2 to 1; or request --cpus-per-task=3 in Slurm.")

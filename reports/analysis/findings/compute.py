@@ -11,6 +11,7 @@ import pandas as pd
 from profreport import concepts
 from profreport.reports.analysis.findings.catalogue import Facts, rule
 from profreport.reports.analysis.findings.context import (
+    CpuLoad,
     RunContext,
     cpu_load,
     loader_core_demand,
@@ -19,6 +20,7 @@ from profreport.reports.analysis.findings.ops import optimizer_many_kernels
 from profreport.reports.analysis.findings.verdicts import (
     COMPUTE_BOUND_BUSY,
     COMPUTE_BOUND_SHARE,
+    LOADER_BOUND_FRACTION,
     compute_share,
     trial_evidence,
 )
@@ -304,6 +306,7 @@ def cpu_oversubscribed(facts: Facts) -> Finding | None:
         evidence.append(Evidence(f"the DataLoader needs about {demand:.2f} of a core at the real "
                                  "loop's pace (workers × full / IO trial throughput)", "manifest"))
     budget = load.cpus_per_process
+    instead = "; or"
     if demand is not None and demand < LIGHT_LOADER_CORES:
         advice = (f"Keep PyTorch's {load.threads} intra-op threads: the loader needs only "
                   f"{demand:.2f} of a core, less than a thread taken from the model would cost. "
@@ -317,10 +320,20 @@ def cpu_oversubscribed(facts: Facts) -> Finding | None:
                   f"intra-op threads share {budget} CPU{'s' if budget != 1 else ''} per process "
                   "without contention")
         severity = "medium"
+    elif m.dataloader_fraction is not None and m.dataloader_fraction >= LOADER_BOUND_FRACTION:
+        advice = (f"Keep the {load.workers} DataLoader workers: the loop waits for data "
+                  f"{pct(m.dataloader_fraction)} of its step, so fewer would slow it further"
+                  f"{_one_thread(load)}; it needs more CPUs, not fewer workers")
+        severity, instead = "medium", ":"
     else:
-        advice = (f"Lower num_workers from {load.workers} to {budget - 1} and call "
-                  "torch.set_num_threads(1)")
+        advice = f"Lower num_workers from {load.workers} to {budget - 1}{_one_thread(load)}"
         severity = "medium"
     return Finding("CPU_OVERSUBSCRIBED", severity,
                    f"{load.describe()}: the DataLoader competes with the model for cores.",
-                   evidence, f"{advice}; or request --cpus-per-task={load.busy} in Slurm.")
+                   evidence, f"{advice}{instead} request --cpus-per-task={load.busy} in Slurm.")
+
+
+def _one_thread(load: CpuLoad) -> str:
+    """' and call torch.set_num_threads(1)', unless the run records one intra-op thread."""
+    return "" if load.threads_known and load.threads == 1 else \
+        " and call torch.set_num_threads(1)"
