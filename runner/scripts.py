@@ -222,6 +222,7 @@ def record_plain_result(manifest: Manifest, folder: Path) -> None:
     if len(results) < manifest.world_size:
         manifest.notes.append(f"only {len(results)} of {manifest.world_size} ranks wrote their "
                               "step marks")
+    manifest.notes += uneven_steps_note(results)
     if steps_per_s is None:
         manifest.notes.append("the plain run made fewer than two optimizer steps: no throughput")
         return
@@ -238,6 +239,18 @@ def record_plain_result(manifest: Manifest, folder: Path) -> None:
                   f"{_batches_text(per_step)} x {manifest.world_size} process(es)")
     manifest.throughput_basis = basis
     manifest.notes.append(f"throughput: {basis}")
+
+
+def uneven_steps_note(results: list[dict[str, Any]]) -> list[str]:
+    """The note saying the ranks made different numbers of steps (uneven inputs, trained under
+    DDP's Join), which rank 0's step marks alone do not show; none when they agree."""
+    steps = [(result.get("rank", 0), result.get("steps")) for result in results]
+    if len({count for _, count in steps}) < 2:
+        return []
+    listed = ", ".join(f"rank {rank} {count}" for rank, count in steps)
+    return [f"the ranks made different numbers of steps ({listed}): uneven inputs; throughput "
+            "and step times are rank 0's, while it trained, and the ranks that went on trained "
+            "without it"]
 
 
 def _batches_text(per_step: float) -> str:

@@ -933,3 +933,20 @@ def test_a_scripts_line_profile_holds_only_its_own_functions(tmp_path: Path) -> 
                    check=True, cwd=tmp_path, timeout=120, capture_output=True)
     stats = pickle.loads(out.read_bytes())
     assert {(Path(file).name, name) for file, _, name in stats.timings} == {("tiny.py", "fit")}
+
+
+def test_ranks_with_uneven_steps_are_noted(tmp_path: Path) -> None:
+    """Two ranks whose step marks count 12 and 20 steps (uneven inputs under DDP's Join): the
+    throughput is rank 0's, and a note says the ranks went on unevenly."""
+    from profreport.runner.scripts import record_plain_result
+
+    for rank, steps in ((0, 12), (1, 20)):
+        (tmp_path / f"script_result.none.rank{rank}.json").write_text(json.dumps(
+            {"rank": rank, "world_size": 2, "steps": steps, "step_ns": [5_000_000] * (steps - 1),
+             "steps_per_s": 200.0, "loader": {"batch_size": 32}}))
+    manifest = Manifest("uneven", "script ddp.py", {}, {})
+    record_plain_result(manifest, tmp_path)
+    assert manifest.throughput_samples_per_s == 200.0 * 32 * 2
+    assert ("the ranks made different numbers of steps (rank 0 12, rank 1 20): uneven inputs; "
+            "throughput and step times are rank 0's, while it trained, and the ranks that went "
+            "on trained without it") in manifest.notes
