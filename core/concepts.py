@@ -599,6 +599,11 @@ def step_marker(origin: str, span: str | None) -> str:
 def steps_note(origin: str, span: str | None, count: int) -> str | None:
     """The note saying where ``count`` steps of a Kineto trace came from when no ProfilerStep
     span marks them (see :func:`step_marker`); None when one does."""
+    if origin == OPTIMIZER_STEPS and span is not None:
+        return (f"no ProfilerStep span: the {count:,} steps run from the end of one step of the "
+                f"first optimizer, {error_text(span)}, to the end of its next (the trace's "
+                "optimizer steps name several optimizers: one step of each is one iteration; "
+                "the time before the first one's end is no step's)")
     if origin == OPTIMIZER_STEPS:
         return (f"no ProfilerStep span: the {count:,} steps run from the end of one optimizer "
                 "step to the end of the next (the time before the first one's end is no step's)")

@@ -296,7 +296,7 @@ class _Tables:
                           ignore_index=True)
         optimizer = spans[concepts.is_optimizer_step_span(spans["name"])]
         if len(optimizer) >= 2:
-            return _steps_between_ends(on_busiest_thread(optimizer)), None
+            return _first_optimizers_steps(on_busiest_thread(optimizer))
         return steps_from_repeats(spans, concepts.REPEATED_SPAN, masked_numbers,
                                   never="operator")
 
@@ -321,6 +321,19 @@ class _Tables:
             "name": [str(e.args.name) for e in named],
         })
         return conform("threads", frame.drop_duplicates(["pid", "tid"], keep="last"))
+
+
+def _first_optimizers_steps(optimizer: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
+    """Iterations between the ends of the first optimizer's steps, and its class when the
+    spans name several (a GAN's SGD and Adam: one step of each is one iteration, as the
+    runner's step marks count them); all the steps and None when they name one class or none
+    (two optimizers of one class cannot be told apart by their spans)."""
+    optimizer = optimizer.sort_values("start", kind="stable")
+    classes = optimizer["name"].map(concepts.optimizer_class)
+    first = classes.iloc[0]
+    if first is None or classes.nunique() < 2 or (classes == first).sum() < 2:
+        return _steps_between_ends(optimizer), None
+    return _steps_between_ends(optimizer[(classes == first).to_numpy()]), str(first)
 
 
 def _steps_between_ends(optimizer: pd.DataFrame) -> pd.DataFrame:

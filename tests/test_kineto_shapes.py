@@ -112,6 +112,29 @@ def test_steps_from_optimizer_without_profiler_steps(tmp_path: Path) -> None:
         "of the next (the time before the first one's end is no step's)"]
 
 
+def test_steps_of_two_optimizers_are_whole_iterations(tmp_path: Path) -> None:
+    """A GAN's discriminator (SGD) and generator (Adam) step once each per 1 ms iteration: the
+    steps run between the first optimizer's steps (as the runner's step marks count them), 3
+    whole iterations, not 7 half ones; two optimizers of one class stay indistinguishable."""
+    def gan(second: str) -> list[dict]:
+        return [event for i in range(4) for event in (
+            cpu_event("aten::mm", 1000 * i, 300),
+            cpu_event("Optimizer.step#SGD.step", 1000 * i + 300, 100),
+            cpu_event("aten::mm", 1000 * i + 400, 300),
+            cpu_event(f"Optimizer.step#{second}.step", 1000 * i + 700, 200))]
+
+    profile = kineto.parse(kineto_trace(tmp_path / "gan.json", gan("Adam")))
+    steps = profile.table("steps")
+    assert steps["start"].tolist() == [400_000, 1_400_000, 2_400_000]
+    assert (steps["end"] - steps["start"]).eq(1_000_000).all()
+    assert profile.meta.notes == [
+        "no ProfilerStep span: the 3 steps run from the end of one step of the first optimizer, "
+        "SGD, to the end of its next (the trace's optimizer steps name several optimizers: one "
+        "step of each is one iteration; the time before the first one's end is no step's)"]
+    alike = kineto.parse(kineto_trace(tmp_path / "alike.json", gan("SGD"))).table("steps")
+    assert len(alike) == 7
+
+
 def test_steps_come_from_profiler_steps_alone_beside_a_users_step_ranges(
         tmp_path: Path) -> None:
     """schedule(wait=1, warmup=2, active=3) around a loop that opens record_function(f"step
