@@ -274,3 +274,25 @@ def test_trace_profilers_that_disagree_are_told_apart_by_their_steps(tmp_path: P
         "The trace profilers measured different windows (Nsight Systems 40 steps of 1.0 ms; "
         "torch.profiler 8 steps of 5.0 ms): ")
     assert "Trust the figure of Nsight Systems, over more steps" in finding.recommendation
+
+
+def test_stall_advice_knows_the_workers_persist(tmp_path: Path) -> None:
+    """Two isolated 30 ms stalls in 17 steps: the fix blames an epoch start's worker restart
+    only where persistent_workers is not already set."""
+    from profreport.parsers import parse_file
+    from profreport.reports.analysis.findings import RunContext, find_all
+    from profreport.reports.analysis.metrics import compute_run_metrics
+
+    steps = [(30000 if n in (4, 11) else 200, 1000, []) for n in range(17)]
+    metrics = compute_run_metrics([parse_file(write_trace(tmp_path / "t.pt.trace.json",
+                                                          steps))])
+
+    def fix(**knobs: object) -> str:
+        found = find_all(metrics, RunContext(knobs=knobs))
+        return next(f for f in found if f.id == "DATA_STALLS").recommendation
+
+    assert fix().startswith("Isolated stalls are one-off events: an epoch start (the workers "
+                            "restart unless persistent_workers=True), evaluation")
+    assert fix(persistent_workers=True).startswith(
+        "Isolated stalls are one-off events: an epoch start (persistent_workers=True is set, so "
+        "not the workers restarting), evaluation")

@@ -193,11 +193,14 @@ def in_process_loader(facts: Facts) -> Finding | None:
 def data_stalls(facts: Facts) -> Finding | None:
     """The DataLoader wait is mostly a few long stalls (or stalls every Nth step),
     not a steady wait of every step."""
-    m = facts.metrics
+    m, ctx = facts.metrics, facts.context
     shape = m.shape
     d = shape.dataloader_wait if shape is not None else None
     if shape is None or d is None or not d.outlier_count or d.outlier_range_ns is None:
         return None
+    restart = ("persistent_workers=True is set, so not the workers restarting"
+               if ctx.knob("persistent_workers") else
+               "the workers restart unless persistent_workers=True")
     share = d.outlier_ns / max(d.total_ns, 1)
     low, high = d.outlier_range_ns
     periodic = (f"every {ordinal(d.period)} step stalls" if d.period else
@@ -206,8 +209,8 @@ def data_stalls(facts: Facts) -> Finding | None:
              f"keep up does (with {d.period} workers each batch arrives late once per round), or a "
              "periodic task (evaluation, checkpointing, an epoch start) every "
              f"{d.period} steps." if d.period else
-             "Isolated stalls are one-off events: an epoch start (the workers restart unless "
-             "persistent_workers=True), evaluation, a checkpoint, or a slow read.")
+             f"Isolated stalls are one-off events: an epoch start ({restart}), evaluation, a "
+             "checkpoint, or a slow read.")
     biggest = d.outliers[0]
     gpu = _stall_gpu_evidence(d, shape.origin)
     if d.outlier_gpu_busy is not None and d.outlier_gpu_busy >= STALL_GPU_WORK_SHARE:
