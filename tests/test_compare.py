@@ -26,6 +26,7 @@ from profreport.reports.analysis.results import (
     Breakdown,
     ComparisonRow,
     KernelMix,
+    Report,
     RunAnalysis,
     RunMetrics,
     SharedCpu,
@@ -473,3 +474,54 @@ def test_a_run_without_steps_leaves_the_others_their_common_source() -> None:
     assert rows["bare"].step_time_ns is None and rows["bare"].speedup == pytest.approx(1.5)
     assert rows["bare"].explanation == (
         "Profiled step time unknown: no profiler timed the steps of bare.")
+
+
+def nsys_breakdown(run: RunAnalysis, kineto_ms: float | None = None) -> RunAnalysis:
+    """The run with its breakdown and steps made nsys's (GPU events: every part), and
+    torch.profiler's steps of ``kineto_ms`` beside them when given, as a run profiled under
+    both keeps nsys's breakdown."""
+    metrics = run.metrics
+    metrics.breakdown = dataclasses.replace(metrics.breakdown, origin="nsys")
+    metrics.steps_by_origin = [dataclasses.replace(metrics.steps, origin="nsys")]
+    if kineto_ms is not None:
+        step = round(kineto_ms * 1e6)
+        metrics.steps_by_origin.append(StepStats("kineto", 10, step, step, step, step, step))
+    metrics.steps = metrics.steps_by_origin[0]
+    return run
+
+
+def test_breakdowns_of_two_profilers_are_not_subtracted_without_a_step_source() -> None:
+    """The baseline's breakdown and steps nsys's, the run's torch.profiler's: no step time is
+    compared, and no part either ('Compute +50.0 ms' in the per-part table and the JSON had set
+    torch.profiler's compute, its per-operator cost in it, beside nsys's)."""
+    base = nsys_breakdown(run_with_parts("nsysrun", {"dataloader": 20, "compute": 80}))
+    run = run_with_parts("kinetorun", {"dataloader": 20, "compute": 130})
+    report = Report("t", "test", runs=[base, run], comparison=compare_runs([base, run]))
+    row = report.comparison.rows[1]
+    assert row.breakdown_delta_ns == {} and row.attribution == []
+    assert row.explanation.startswith("Profiled step time unknown: no profiler timed the steps")
+    assert json.loads(render_json(report))["comparison"]["rows"][1]["breakdown_delta_ms"] == {}
+    assert "+50.0 ms" not in render_markdown(report)
+
+
+def test_breakdowns_of_two_profilers_are_not_compared_part_by_part() -> None:
+    """The baseline profiled under nsys (its breakdown, 100 ms steps) and torch.profiler (150
+    ms steps, the common source), the run, the same work with AMP on, under torch.profiler
+    alone (140 ms): its compute 120 ms against nsys's 80 ms is torch.profiler's own cost, so no
+    part moves, no rest is left unexplained and AMP is credited with nothing. The row had read
+    'offset by Compute grew 80.0 ms -> 120.0 ms (+40.0 ms); -50.0 ms (500% of the difference)
+    is not in the breakdown'."""
+    base = nsys_breakdown(run_with_parts("base", {"dataloader": 20, "compute": 80},
+                                         knobs={"amp": False}), kineto_ms=150)
+    run = run_with_parts("half", {"dataloader": 20, "compute": 120}, knobs={"amp": True})
+    comparison = compare_runs([base, run])
+    assert comparison.steps_origin == "kineto"
+    row = comparison.rows[1]
+    assert row.step_speedup == pytest.approx(150 / 140)
+    assert row.attribution == [] and row.breakdown_delta_ns == {}
+    assert row.unexplained_ns is None
+    assert row.explanation == (
+        "The breakdowns come from different profilers (base's by Nsight Systems, half's by "
+        "torch.profiler), and each profiler slows the parts it times by its own amount, so "
+        "their parts are not compared: the step time alone is compared. Also different between "
+        "these runs: amp False -> True.")

@@ -26,13 +26,16 @@ or loss is claimed only when the part moved the same way as the whole run; each 
 its own spread says that band is the part's.
 
 Attribution: the breakdown's parts add up to its step, so the step-time difference splits into
-the parts' differences. Parts that moved with the step are its drivers, each with the share of
-the difference it explains (a driver can explain more than all of it when others moved against
-it); parts that moved the other way are named as offsets, never as the reason. When the step
-time comes from another profiler than the breakdown, the sentence names both profilers and the
-breakdown's own steps, and the rest beyond the noise band is reported as unexplained. A knob
-change is credited only to the drivers, and only when the change is beyond noise and the
-profiled step time moved the same way as the speedup.
+the parts' differences. Parts are compared only between breakdowns that one profiler made over
+the same parts (a run keeps one breakdown, its best-attributing profiler's, and each profiler
+slows the parts it times by its own amount): else no part's change, attribution or knob credit
+is given, and the sentence says why. Parts that moved with the step are its drivers, each with
+the share of the difference it explains (a driver can explain more than all of it when others
+moved against it); parts that moved the other way are named as offsets, never as the reason.
+When the step time comes from another profiler than the breakdown, the sentence names both
+profilers and the breakdown's own steps, and the rest beyond the noise band is reported as
+unexplained. A knob change is credited only to the drivers, and only when the change is beyond
+noise and the profiled step time moved the same way as the speedup.
 """
 
 from __future__ import annotations
@@ -314,19 +317,16 @@ def step_time_ns(run: RunAnalysis, origin: Origin | None) -> int | None:
     return None if steps is None else steps.wall_mean_ns or steps.mean_ns
 
 
-def _sources_text(base: RunAnalysis, run: RunAnalysis,
-                  origin: Origin | None) -> tuple[str, str] | None:
-    """When a side's breakdown comes from another profiler than ``origin``, which timed the
-    steps: who timed the steps ('Nsight Systems') and the breakdown with its own steps ('the
-    torch.profiler breakdown (its own steps 370.0 ms -> 50.0 ms)'), so that no sentence sets
-    figures of two profilers side by side unnamed; None when one profiler gives both."""
-    breakdowns = [p for p in (base.metrics.breakdown, run.metrics.breakdown) if p is not None]
-    if origin is None or len(breakdowns) < 2 or all(p.origin == origin for p in breakdowns):
+def _sources_text(a: Breakdown, b: Breakdown, origin: Origin) -> tuple[str, str] | None:
+    """When the two runs' breakdowns (one profiler's, see split_alike) come from another
+    profiler than ``origin``, which timed the steps: who timed the steps ('Nsight Systems') and
+    the breakdown with its own steps ('the torch.profiler breakdown (its own steps 370.0 ms ->
+    50.0 ms)'), so that no sentence sets figures of two profilers side by side unnamed; None
+    when one profiler gives both."""
+    if a.origin == origin:
         return None
-    who = origin_label(origin)
-    which = " -> ".join(dict.fromkeys(origin_label(p.origin) for p in breakdowns))
-    return who, (f"the {which} breakdown (its own steps {ms(breakdowns[0].step_ns)} -> "
-                 f"{ms(breakdowns[1].step_ns)})")
+    return origin_label(origin), (f"the {origin_label(a.origin)} breakdown (its own steps "
+                                  f"{ms(a.step_ns)} -> {ms(b.step_ns)})")
 
 
 def changed_knobs(base: RunAnalysis, run: RunAnalysis) -> dict[str, object]:
@@ -387,17 +387,38 @@ def confounds(base: RunAnalysis, run: RunAnalysis) -> list[str]:
     return out
 
 
-def split_alike(base: RunAnalysis, run: RunAnalysis) -> tuple[Breakdown, Breakdown] | None:
-    """Both runs' breakdowns when they measured the same parts (Breakdown.measured), so each
-    part means one thing on both sides; None otherwise (a part one side did not measure sits
-    inside another of its parts)."""
+def unlike_breakdowns(base: RunAnalysis, run: RunAnalysis) -> str | None:
+    """Why the two runs' breakdowns are not compared part by part: they measured different
+    parts (Breakdown.measured: a part one side did not measure sits inside another of its
+    parts), or two profilers made them (each slows the parts it times by its own amount:
+    torch.profiler's compute holds its per-operator cost, nsys's does not); None when one
+    profiler made both over the same parts, or a side has none."""
     a, b = base.metrics.breakdown, run.metrics.breakdown
-    return (a, b) if a is not None and b is not None and a.measured == b.measured else None
+    if a is None or b is None:
+        return None
+    if a.measured != b.measured:
+        return (f"the breakdowns split the step differently ({measured_text(base.name, a)}; "
+                f"{measured_text(run.name, b)})")
+    if a.origin != b.origin:
+        return (f"the breakdowns come from different profilers ({base.name}'s by "
+                f"{origin_label(a.origin)}, {run.name}'s by {origin_label(b.origin)}), and each "
+                "profiler slows the parts it times by its own amount, so their parts are not "
+                "compared")
+    return None
+
+
+def split_alike(base: RunAnalysis, run: RunAnalysis) -> tuple[Breakdown, Breakdown] | None:
+    """Both runs' breakdowns when one profiler made both over the same parts, so each part
+    means one thing on both sides; None otherwise (see unlike_breakdowns)."""
+    a, b = base.metrics.breakdown, run.metrics.breakdown
+    if a is None or b is None or unlike_breakdowns(base, run) is not None:
+        return None
+    return a, b
 
 
 def breakdown_delta(base: RunAnalysis, run: RunAnalysis) -> dict[str, int]:
     """Run minus baseline, mean ns per step, for each part both breakdowns measured; none when
-    either side has no breakdown or the two measured different parts (see split_alike)."""
+    either side has no breakdown, or the two are not alike (see split_alike)."""
     alike = split_alike(base, run)
     if alike is None:
         return {}
@@ -441,7 +462,7 @@ def attribute(base: RunAnalysis, run: RunAnalysis, total_ns: int) -> list[PartCh
     """Each measured breakdown part's change with its share of the step difference
     ``total_ns``: drivers (moved with the step, at least PART_SHARE_MIN of it) largest first,
     then offsets (moved against it), then minor parts; empty without a breakdown on both
-    sides, or when they measured different parts (see split_alike)."""
+    sides, or when they are not alike (see split_alike)."""
     alike = split_alike(base, run)
     if alike is None:
         return []
@@ -554,13 +575,13 @@ def explain(base: RunAnalysis, run: RunAnalysis, knobs: dict[str, object], noise
     account for it."""
     before, after = step_time_ns(base, origin), step_time_ns(run, origin)
     changes = attribute(base, run, (after or 0) - (before or 0))
-    a, b = base.metrics.breakdown, run.metrics.breakdown
-    if a is not None and b is not None and a.measured != b.measured:
-        return (f"The breakdowns split the step differently ({measured_text(base.name, a)}; "
-                f"{measured_text(run.name, b)}): the step time alone is compared.")
-    if not changes or before is None or after is None:
+    unlike = unlike_breakdowns(base, run)
+    if unlike is not None:
+        return f"{unlike[:1].upper()}{unlike[1:]}: the step time alone is compared."
+    alike = split_alike(base, run)
+    if alike is None or not changes or before is None or after is None or origin is None:
         return "No breakdown on both sides: the step time alone is compared."
-    text = (attribution_text(changes, before, after, noise, _sources_text(base, run, origin))
+    text = (attribution_text(changes, before, after, noise, _sources_text(*alike, origin))
             + beyond_spread_text(changes))
     moved = after != before and not noise.covers(before, after)
     return text + _credit(base, run, changes, knobs) if causal and moved else text
