@@ -6,6 +6,7 @@ metrics use them for launch and sync calls. Nothing else may re-define what thes
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Callable
 
@@ -89,6 +90,10 @@ STEP_RANGE_FORMAT = "step {n}"
 # A source line that iterates a DataLoader: ``for x, y in train_loader:``,
 # ``for i, batch in enumerate(loader):``, ``for b in tqdm(dataloader)``.
 _DATALOADER_LOOP_LINE = re.compile(r"^\s*(?:async\s+)?for\b.+\bin\b.*loader", re.IGNORECASE)
+# A name that says it holds a DataLoader or an iterator of one (``train_loader``, ``loader_it``).
+_LOADER_NAME = re.compile(r"loader", re.IGNORECASE)
+# Builtins a ``for`` may wrap around range() or a literal and still fetch nothing per pass.
+_PASS_WRAPPERS = frozenset({"enumerate", "reversed"})
 # A source line that opens a loop statement (Python's syntax, whatever it iterates over).
 _LOOP_LINE = re.compile(r"^\s*(?:(?:async\s+)?for\b.+\bin\b.*|while\b.*):\s*(?:#.*)?$")
 # A source line that makes the CPU wait for the GPU: it reads a GPU value on the host
@@ -637,8 +642,70 @@ def is_worker_loader_span(names: pd.Series) -> pd.Series:
 
 
 def is_dataloader_loop_line(source: str | None) -> bool:
-    """Whether a source line is a ``for`` loop over a DataLoader."""
-    return bool(source) and _DATALOADER_LOOP_LINE.match(source) is not None
+    """Whether a source line is a ``for`` loop over a DataLoader (not one that counts passes
+    over ``range(len(train_loader))``, which fetches nothing)."""
+    return bool(source) and _DATALOADER_LOOP_LINE.match(source) is not None \
+        and not counts_passes(source)
+
+
+def _statement(source: str) -> ast.stmt | None:
+    """The one statement a source line holds, parsed alone (a loop header given an empty
+    body); None when the line is not a whole statement (a continued expression)."""
+    code = source.strip()
+    for text in (code, code + "\n pass"):
+        try:
+            body = ast.parse(text).body
+        except (SyntaxError, ValueError):
+            continue
+        return body[0] if len(body) == 1 else None
+    return None
+
+
+def _fetches_nothing(node: ast.expr) -> bool:
+    """Whether iterating over ``node`` fetches nothing per pass: ``range(...)`` or a literal
+    (``[0.1, 0.01]``), bare or in ``enumerate``/``reversed``."""
+    if isinstance(node, ast.List | ast.Tuple | ast.Set | ast.Dict | ast.Constant):
+        return True
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args):
+        return False
+    return node.func.id == "range" or (
+        node.func.id in _PASS_WRAPPERS and _fetches_nothing(node.args[0]))
+
+
+def counts_passes(source: str | None) -> bool:
+    """Whether a source line opens a ``for`` over ``range(...)`` or a literal: its header only
+    counts the passes, and whatever a pass trains on is fetched in its body."""
+    node = _statement(source) if source else None
+    return isinstance(node, ast.For | ast.AsyncFor) and _fetches_nothing(node.iter)
+
+
+def fetched_iterator(source: str | None) -> str | None:
+    """The iterator a source line takes its next item from (``next(it)``, ``it.__next__()``),
+    as written; None when the line takes none."""
+    node = _statement(source) if source else None
+    for call in ast.walk(node) if node is not None else ():
+        if not isinstance(call, ast.Call):
+            continue
+        if isinstance(call.func, ast.Name) and call.func.id == "next" and call.args:
+            return ast.unparse(call.args[0])
+        if isinstance(call.func, ast.Attribute) and call.func.attr == "__next__":
+            return ast.unparse(call.func.value)
+    return None
+
+
+def assigned_value(source: str | None, target: str) -> str | None:
+    """The expression a source line assigns to ``target`` (``it = iter(train_loader)``), as
+    written; None when it assigns nothing to it."""
+    node = _statement(source) if source else None
+    if isinstance(node, ast.Assign) and any(ast.unparse(t) == target for t in node.targets):
+        return ast.unparse(node.value)
+    return None
+
+
+def names_dataloader(expression: str) -> bool:
+    """Whether an expression names a DataLoader or an iterator of one, as a loop over a
+    DataLoader does (``iter(train_loader)``, ``self.loader_it``)."""
+    return _LOADER_NAME.search(expression) is not None
 
 
 def is_loop_line(source: str | None) -> bool:

@@ -322,8 +322,14 @@ class TrainingLoop:
     time_ns: int
     body_ns: int
     largest_body_line_ns: int
-    #: ``source`` (the line shown iterates over a DataLoader) or ``hit counts`` (no source shown,
-    #: or a line shown that names no DataLoader).
+    #: The line whose time is the DataLoader wait: the header (``next(loader)`` runs in it) or,
+    #: for a header that counts passes, the body line fetching each batch from a DataLoader's
+    #: iterator; None when the profile cannot tell the wait.
+    wait_lineno: int | None
+    wait_ns: int
+    #: ``source`` (the line shown iterates over a DataLoader, or counts passes over ``range()``
+    #: or a literal) or ``hit counts`` (no source shown, or a line shown that names no
+    #: DataLoader).
     evidence: str = "hit counts"
     #: Whether the loop is taken for the DataLoader loop.
     dataloader: bool = False
@@ -336,6 +342,15 @@ class TrainingLoop:
     #: Whether the header's source line was shown (hit counts then decide because the line
     #: names no DataLoader).
     source_shown: bool = False
+    #: The header shown counts passes over ``range()`` or a literal (concepts.counts_passes):
+    #: it fetches nothing, and the batch is fetched in the body.
+    counts_passes: bool = False
+    #: For such a header: the body line that fetches each batch (``batch = next(it)``), the
+    #: iterator it fetches from (``it``) and what the source shows that iterator to be
+    #: (``iter(train_loader)``; None when it does not show).
+    fetch_lineno: int | None = None
+    fetch_from: str | None = None
+    fetch_origin: str | None = None
 
 
 @dataclass

@@ -11,6 +11,11 @@ Python source file inside the ``.lprof``'s folder, its run folder (the nearest f
 with a ``manifest.json``) or ``--source-root``; anything else (``/etc/passwd``, ``/proc``,
 ``../..``) is refused and ``Profile.meta.notes`` says which source was not shown and why.
 
+A loop header shown counting passes (``for step in range(steps):``) fetches nothing: the
+DataLoader wait is then the body line that fetches each batch from a DataLoader's iterator
+(``batch = next(it)`` after ``it = iter(train_loader)``), or unknown when the source does not
+show where the batch comes from.
+
 Without its source, the training loop is still found from the hit counts: a ``for``/``while``
 header runs once more per call than its body (the last test that ends the loop), so a line whose
 hits equal the next line's hits plus the function's calls is a loop header; when that header
@@ -35,10 +40,14 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from profreport.concepts import (
+    assigned_value,
+    counts_passes,
+    fetched_iterator,
     is_dataloader_loop_line,
     is_loop_line,
     is_sync_point_line,
     is_training_function,
+    names_dataloader,
 )
 from profreport.errors import InputError
 from profreport.inputs import MAX_LINE_ENTRIES, RefusedPathError, open_input, resolve_inside
@@ -390,21 +399,72 @@ def _iterations(frame: pd.DataFrame, header: int) -> int:
     return int(frame.loc[first, "hits"])
 
 
+def _same_function(frame: pd.DataFrame, line: int) -> pd.Series:
+    """Which rows belong to the function of row ``line``."""
+    row = frame.loc[line]
+    return (frame["file"] == row["file"]) & (frame["first_lineno"] == row["first_lineno"]) & (
+        frame["function"] == row["function"])
+
+
+def _body(frame: pd.DataFrame, header: int, iterations: int, entries: int) -> pd.DataFrame:
+    """The rows of a loop's body: the later lines of its function that run in every pass (see
+    _body_hits)."""
+    return frame[_same_function(frame, header) & (frame.index > header)
+                 & (frame["hits"] >= _body_hits(iterations, entries))]
+
+
 def _loop_of(frame: pd.DataFrame, header: int) -> TrainingLoop:
-    """A loop header's facts: entries, iterations, its time, and its body's (the later lines of
-    the function that run in every pass, see _body_hits)."""
+    """A loop header's facts: entries, iterations, its time, and its body's; the DataLoader wait
+    is the header's time until the source says otherwise (see _counting_loop)."""
     row = frame.loc[header]
     iterations = _iterations(frame, header)
-    same = (frame["file"] == row["file"]) & (frame["first_lineno"] == row["first_lineno"]) & (
-        frame["function"] == row["function"])
     entries, ended_by_break = _entries(frame, header, iterations)
-    body = frame[same & (frame.index > header)
-                 & (frame["hits"] >= _body_hits(iterations, entries))]
+    body = _body(frame, header, iterations, entries)
     return TrainingLoop(file=str(row["file"]), function=str(row["function"]),
                         lineno=int(row["lineno"]), hits=int(row["hits"]), iterations=iterations,
                         entries=entries, ended_by_break=ended_by_break,
                         time_ns=int(row["time_ns"]), body_ns=int(body["time_ns"].sum()),
-                        largest_body_line_ns=int(body["time_ns"].max()) if not body.empty else 0)
+                        largest_body_line_ns=int(body["time_ns"].max()) if not body.empty else 0,
+                        wait_lineno=int(row["lineno"]), wait_ns=int(row["time_ns"]))
+
+
+def _iterator_origin(frame: pd.DataFrame, header: int, iterator: str) -> str | None:
+    """What the source shows ``iterator`` to be: the expression last assigned to it on a line
+    of the loop's function before the loop (``it = iter(train_loader)``); None when no line
+    shown assigns it (a parameter, or a line not profiled)."""
+    before = frame[_same_function(frame, header) & (frame.index < header)]
+    assigned = [value for value in (assigned_value(source, iterator)
+                                    for source in before["source"]) if value is not None]
+    return assigned[-1] if assigned else None
+
+
+def _counting_loop(frame: pd.DataFrame, header: int, loop: TrainingLoop) -> TrainingLoop:
+    """A loop whose header the source shows counting passes (``for step in range(steps):``).
+
+    Its header fetches nothing, so its time is no DataLoader wait. The batch is fetched in the
+    body (``batch = next(it)``): when the source shows that iterator to be a DataLoader's
+    (``it = iter(train_loader)`` before the loop, or a name such as ``loader_iter``), the wait
+    is that line's time (confidence high); when it does not show where the iterator comes from
+    (medium), or no body line fetches (the function's name alone says it trains: low), the loop
+    is still the training loop, its passes the steps, but the DataLoader wait is unknown.
+    """
+    fetch = next((row for _, row in _body(frame, header, loop.iterations, loop.entries)
+                  .iterrows() if fetched_iterator(row["source"]) is not None), None)
+    counted = replace(loop, evidence="source", source_shown=True, counts_passes=True,
+                      wait_lineno=None, wait_ns=0)
+    if fetch is None:
+        named = is_training_function(loop.function)
+        return replace(counted, training_name=named, dataloader=named,
+                       confidence="low" if named else "none")
+    iterator = str(fetched_iterator(fetch["source"]))
+    origin = iterator if names_dataloader(iterator) else _iterator_origin(frame, header,
+                                                                          iterator)
+    counted = replace(counted, dataloader=True, fetch_lineno=int(fetch["lineno"]),
+                      fetch_from=iterator, fetch_origin=origin, confidence="medium")
+    if origin is None or not names_dataloader(origin):
+        return counted
+    return replace(counted, confidence="high", wait_lineno=int(fetch["lineno"]),
+                   wait_ns=int(fetch["time_ns"]))
 
 
 def training_loop(frame: pd.DataFrame) -> TrainingLoop | None:
@@ -412,11 +472,13 @@ def training_loop(frame: pd.DataFrame) -> TrainingLoop | None:
     body), whether its header is the line that fetches batches, the evidence, how sure.
 
     With the source shown, a ``for`` over a DataLoader says so (confidence high), and such a
-    loop is taken before any other. Without it, or when the line shown names no DataLoader
-    (``for x, y in self.dl:``), two signs say that the header fetches batches: it takes more
-    time than any line of its body (``next(loader)`` runs in the header), and the function's
-    name says it trains. Both: medium confidence; one: low; none: the loop is recorded but not
-    taken for the DataLoader loop.
+    loop is taken before any other. A header shown counting passes (``for step in
+    range(steps):``) fetches nothing: its body's fetch tells the wait (see _counting_loop).
+    Without the source, or when the line shown names no DataLoader (``for x, y in
+    self.dl:``), two signs say that the header fetches batches: it takes more time than any
+    line of its body (``next(loader)`` runs in the header), and the function's name says it
+    trains. Both: medium confidence; one: low; none: the loop is recorded but not taken for the
+    DataLoader loop.
     """
     headers = [i for i in frame.index[frame["is_loop_header"] | frame["is_dataloader_loop"]]
                if i + 1 in frame.index]
@@ -427,10 +489,13 @@ def training_loop(frame: pd.DataFrame) -> TrainingLoop | None:
     marked = [i for i in headers if frame.loc[i, "is_dataloader_loop"]]
     loop = max((_loop_of(frame, i) for i in marked or headers),
                key=lambda item: item.time_ns + item.body_ns)
-    row = frame[(frame["file"] == loop.file) & (frame["function"] == loop.function)
-                & (frame["lineno"] == loop.lineno)].iloc[0]
+    header = frame.index[(frame["file"] == loop.file) & (frame["function"] == loop.function)
+                         & (frame["lineno"] == loop.lineno)][0]
+    row = frame.loc[header]
     if bool(row["is_dataloader_loop"]):
         return replace(loop, evidence="source", dataloader=True, confidence="high")
+    if counts_passes(row["source"]):
+        return _counting_loop(frame, header, loop)
     largest = loop.time_ns > loop.largest_body_line_ns
     named = is_training_function(loop.function)
     return replace(loop, evidence="hit counts", header_is_largest=largest,
@@ -440,10 +505,11 @@ def training_loop(frame: pd.DataFrame) -> TrainingLoop | None:
 
 
 def _mark_loader(frame: pd.DataFrame, loop: TrainingLoop | None) -> pd.DataFrame:
-    """Flag the training loop's header as the DataLoader line when the hit counts say so."""
-    if loop is not None and loop.evidence == "hit counts" and loop.dataloader:
+    """Flag the line whose time is the DataLoader wait (the training loop's header, or the body
+    line fetching from a DataLoader's iterator) as the DataLoader line."""
+    if loop is not None and loop.dataloader and loop.wait_lineno is not None:
         frame.loc[(frame["file"] == loop.file) & (frame["function"] == loop.function)
-                  & (frame["lineno"] == loop.lineno), "is_dataloader_loop"] = True
+                  & (frame["lineno"] == loop.wait_lineno), "is_dataloader_loop"] = True
     return frame
 
 

@@ -162,3 +162,17 @@ def test_dataloader_loop_line() -> None:
     assert concepts.is_dataloader_loop_line("    for x, y in train_loader:")
     assert concepts.is_dataloader_loop_line("for i, batch in enumerate(loader):")
     assert not concepts.is_dataloader_loop_line("for epoch in range(10):")
+    # A header over range() fetches nothing, whatever it counts.
+    assert not concepts.is_dataloader_loop_line("    for step in range(len(train_loader)):")
+    assert concepts.counts_passes("for i, lr in enumerate([0.1, 0.01]):  # sweep")
+    assert not concepts.counts_passes("    for x, y in self.dl:")
+
+
+def test_the_iterator_a_line_fetches_from() -> None:
+    """``next(it)``/``it.__next__()`` name the iterator; an assignment tells what it is."""
+    assert concepts.fetched_iterator("        batch = next(it)") == "it"
+    assert concepts.fetched_iterator("x, y = self.it.__next__()") == "self.it"
+    assert concepts.fetched_iterator("batch = next(iter(val_loader), None)") == "iter(val_loader)"
+    assert concepts.fetched_iterator("loss = model(x)") is None
+    assert concepts.assigned_value("    it = iter(train_loader)", "it") == "iter(train_loader)"
+    assert concepts.assigned_value("    it = iter(train_loader)", "other") is None

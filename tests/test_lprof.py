@@ -828,3 +828,158 @@ def test_a_loop_that_opens_its_function_is_found_from_its_source(tmp_path: Path)
     # Without the source the same counts find no loop: nothing says the first line is one.
     (tmp_path / "t.py").unlink()
     assert lprof.parse(path).meta.loop is None
+
+
+# A loop that counts its passes over range() and fetches each batch in its body: 10 passes,
+# each waiting 4 ms in next(it) for a batch and working 1 ms. ``{fetch}`` is where ``it``
+# comes from: shown in train() (``it = iter(train_loader)``) or not (a parameter).
+COUNTED_SCRIPT = """\
+import time
+
+
+class Loader:
+    def __iter__(self):
+        while True:
+            time.sleep(0.004)
+            yield 1
+
+
+@profile
+def train({parameter}, steps):
+    total = 0{fetch}
+    for step in range(steps):
+        batch = next(it)
+        time.sleep(0.001)
+        total += batch
+    return total
+
+
+train({argument}, 10)
+"""
+SHOWN_ITERATOR = COUNTED_SCRIPT.format(parameter="train_loader", argument="Loader()",
+                                       fetch="\n    it = iter(train_loader)")
+HIDDEN_ITERATOR = COUNTED_SCRIPT.format(parameter="it", argument="iter(Loader())", fetch="")
+
+
+def counted_run(tmp_path: Path, code: str, shown: bool):  # type: ignore[no-untyped-def]
+    """kernprof of ``code``; its lines by number, the loop found and the run analysed, with
+    the source shown or not."""
+    from profreport.parsers import ParseOptions
+    from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+
+    script, path = profiled(tmp_path, "counted", code)
+    root = script.parent if shown else None
+    profile = lprof.parse(path, source_root=root)
+    run = analyze_paths([path], AnalyzeOptions(parse=ParseOptions(source_root=root))).runs[0]
+    return by_line(profile), profile.meta.loop, run
+
+
+def test_a_loop_over_range_waits_for_data_in_the_line_that_fetches(tmp_path: Path) -> None:
+    """kernprof of ``it = iter(train_loader)`` then ``for step in range(steps): batch =
+    next(it)`` (4 ms of 5 ms per pass in next(it)), its source shown: the range() header
+    fetches nothing, so the DataLoader wait is the next(it) line's time, about 80% of the
+    loop, and the run is loader-bound. The header had been taken for the DataLoader loop by
+    the function's name, its own time (~0%) the wait, and the run compute-bound."""
+    lines, loop, run = counted_run(tmp_path, SHOWN_ITERATOR, shown=True)
+    header, fetch = (line_of(SHOWN_ITERATOR, "for step in"),
+                     line_of(SHOWN_ITERATOR, "batch = next(it)"))
+    assert (lines[header]["hits"], lines[fetch]["hits"]) == (11, 10)
+    m = run.metrics
+    wait = lines[fetch]["time_ns"] / (loop.time_ns + loop.body_ns)
+    assert m.dataloader_fraction == pytest.approx(wait) and wait > 0.5  # 4 ms of ~5 ms
+    assert run.verdict == "loader-bound"
+    assert (m.loop_line.lineno, m.loop_line.source) == (fetch, "        batch = next(it)")
+    assert [n for n, row in lines.items() if row["is_dataloader_loop"]] == [fetch]
+    assert lines[fetch]["time_ns"] >= 10 * 4_000_000
+    assert (m.steps.count, m.steps.mean_ns) == (10, (loop.time_ns + loop.body_ns) // 10)
+    assert (loop.lineno, loop.iterations, loop.evidence, loop.counts_passes) == (
+        header, 10, "source", True)
+    assert (loop.dataloader, loop.confidence, loop.wait_lineno) == (True, "high", fetch)
+    assert (loop.fetch_from, loop.fetch_origin) == ("it", "iter(train_loader)")
+    assert m.loop_identification.reason == (
+        f"counted.py:{header} only counts the passes (a header over range() or a literal "
+        f"fetches nothing); counted.py:{fetch} fetches each batch with next(it) from a "
+        "DataLoader, it = iter(train_loader): that line's time is the DataLoader wait")
+
+
+def test_a_loop_over_range_fetching_from_an_unseen_iterator_has_an_unknown_wait(
+        tmp_path: Path) -> None:
+    """The same loop with ``it`` a parameter: nothing shown says what next(it) fetches from,
+    so the loop's 10 passes are the steps but the DataLoader share is unknown, and so is the
+    verdict, saying why; it had been 0.05% (the range() header's time) and compute-bound."""
+    lines, loop, run = counted_run(tmp_path, HIDDEN_ITERATOR, shown=True)
+    header, fetch = (line_of(HIDDEN_ITERATOR, "for step in"),
+                     line_of(HIDDEN_ITERATOR, "batch = next(it)"))
+    m = run.metrics
+    assert (m.dataloader_fraction, m.dataloader_fraction_by_origin, m.loop_line) == (
+        None, {}, None)
+    assert run.verdict == "unknown"
+    assert not any(row["is_dataloader_loop"] for row in lines.values())
+    assert m.steps.count == 10
+    assert (loop.lineno, loop.counts_passes, loop.dataloader, loop.confidence) == (
+        header, True, True, "medium")
+    assert (loop.wait_lineno, loop.fetch_lineno, loop.fetch_origin) == (None, fetch, None)
+    unknown = (f"counted.py:{fetch} fetches each batch with next(it), but no line shown before "
+               "the loop says what it iterates over, so the DataLoader's share of the step is "
+               "unknown")
+    assert m.loop_identification.dataloader_unknown == unknown
+    assert (run.verdict, run.verdict_reason) == (
+        "unknown", f"steps were found but no source could split the step time: {unknown}")
+
+
+def test_a_loop_over_range_without_its_source_is_found_from_hit_counts(tmp_path: Path) -> None:
+    """The same .lprof with its script out of reach: nothing shows that the header counts
+    passes, so the hit counts judge it as before (11 hits for 10 passes, a function named
+    train): the header is the DataLoader line, its time the wait (low confidence)."""
+    lines, loop, run = counted_run(tmp_path, SHOWN_ITERATOR, shown=False)
+    header = line_of(SHOWN_ITERATOR, "for step in")
+    assert all(row["source"] is None for row in lines.values())
+    assert (loop.lineno, loop.evidence, loop.source_shown, loop.counts_passes) == (
+        header, "hit counts", False, False)
+    assert (loop.dataloader, loop.confidence, loop.wait_lineno) == (True, "low", header)
+    assert [n for n, row in lines.items() if row["is_dataloader_loop"]] == [header]
+    assert run.metrics.dataloader_fraction == pytest.approx(
+        lines[header]["time_ns"] / (loop.time_ns + loop.body_ns))
+    assert run.metrics.loop_identification.reason.startswith(
+        f"source not shown: counted.py:{header} taken for the DataLoader loop from hit counts")
+
+
+EPOCH_SCRIPT = """\
+import time
+
+
+class Loader:
+    def __iter__(self):
+        for index in range(8):
+            time.sleep(0.003)
+            yield index, index + 1
+
+
+@profile
+def train(train_loader, epochs):
+    total = 0
+    for epoch in range(epochs):
+        for x, y in train_loader:
+            time.sleep(0.001)
+            total += x * y
+    return total
+
+
+train(Loader(), 2)
+"""
+
+
+def test_a_loop_over_a_loader_inside_a_range_loop_is_unchanged(tmp_path: Path) -> None:
+    """kernprof of ``for epoch in range(2): for x, y in train_loader:``, its source shown: the
+    loop over the DataLoader is the training loop, its header's time the wait (3 ms of 4 ms a
+    pass); the range() loop around it is no DataLoader loop."""
+    lines, loop, run = counted_run(tmp_path, EPOCH_SCRIPT, shown=True)
+    inner = line_of(EPOCH_SCRIPT, "for x, y in")
+    assert (loop.lineno, loop.iterations, loop.entries) == (inner, 16, 2)
+    assert (loop.evidence, loop.counts_passes, loop.wait_lineno) == ("source", False, inner)
+    assert [n for n, row in lines.items() if row["is_dataloader_loop"]] == [inner]
+    assert run.metrics.dataloader_fraction == pytest.approx(
+        loop.time_ns / (loop.time_ns + loop.body_ns))
+    assert run.metrics.loop_line.lineno == inner
+    assert run.metrics.loop_identification.reason == (
+        f"counted.py:{inner} iterates over a DataLoader")

@@ -20,12 +20,14 @@ from profreport.reports.analysis.top import TOP_LINES
 
 
 def loop_line(lines: pd.DataFrame, loop: TrainingLoop | None) -> LineItem | None:
-    """The header line of the DataLoader loop (see :func:`dataloader_loop`) as a LineItem, the
-    row with the most time where several profiles recorded it; None without one."""
-    if loop is None or not loop.dataloader or lines.empty:
+    """The line of the DataLoader loop (see :func:`dataloader_loop`) whose time is the
+    DataLoader wait, its header or the body line that fetches each batch, as a LineItem, the
+    row with the most time where several profiles recorded it; None without one, or when the
+    wait is unknown."""
+    if loop is None or not loop.dataloader or loop.wait_lineno is None or lines.empty:
         return None
     rows = lines[(lines["file"] == loop.file) & (lines["function"] == loop.function)
-                 & (lines["lineno"] == loop.lineno)]
+                 & (lines["lineno"] == loop.wait_lineno)]
     return None if rows.empty else line_item(rows.loc[rows["time_ns"].idxmax()])
 
 
@@ -51,11 +53,12 @@ def lprof_step_stats(loop: TrainingLoop | None) -> StepStats | None:
 
 
 def lprof_dataloader_fraction(loop: TrainingLoop | None) -> float | None:
-    """The loop header's share of the loop's time (waiting on ``next(loader)``); None without
-    a DataLoader loop."""
-    if loop is None or not loop.dataloader:
+    """The DataLoader wait's share of the loop's time (its header's, waiting on
+    ``next(loader)``, or the body line's that fetches from a DataLoader's iterator); None
+    without a DataLoader loop or when the wait is unknown."""
+    if loop is None or not loop.dataloader or loop.wait_lineno is None:
         return None
-    return loop.time_ns / max(loop.time_ns + loop.body_ns, 1)
+    return loop.wait_ns / max(loop.time_ns + loop.body_ns, 1)
 
 
 def lprof_breakdown(loop: TrainingLoop | None, steps: StepStats) -> Breakdown | None:
@@ -78,6 +81,8 @@ def loop_identification(loop: TrainingLoop | None) -> LoopIdentification | None:
     if loop is None or not loop.dataloader:
         return None
     where = f"{Path(loop.file).name}:{loop.lineno}"
+    if loop.counts_passes:
+        return _counting_identification(loop, where)
     if loop.evidence == "source":
         return LoopIdentification("source", "high", f"{where} iterates over a DataLoader")
     exit_by = "left by break" if loop.ended_by_break else "one more hit per entry"
@@ -93,6 +98,33 @@ def loop_identification(loop: TrainingLoop | None) -> LoopIdentification | None:
         "hit counts", loop.confidence,
         f"{shown}: {where} taken for the DataLoader loop from hit counts alone, "
         f"{'; '.join(signs)} (confidence {loop.confidence})")
+
+
+def _counting_identification(loop: TrainingLoop, where: str) -> LoopIdentification:
+    """How a loop whose header counts passes (``for step in range(steps):``) was taken for the
+    training loop, where its DataLoader wait is, or why that is unknown."""
+    counts = (f"{where} only counts the passes (a header over range() or a literal fetches "
+              "nothing)")
+    if loop.fetch_lineno is None:
+        unknown = (f"no line of {loop.function}()'s loop body shown fetches a batch "
+                   "(next(...)), so where the batches come from and the DataLoader's share of "
+                   "the step are unknown")
+        return LoopIdentification("source", loop.confidence,
+                                  f"{counts}; its function {loop.function}() is named as "
+                                  f"training; {unknown}", unknown)
+    fetch = (f"{Path(loop.file).name}:{loop.fetch_lineno} fetches each batch with "
+             f"next({loop.fetch_from})")
+    if loop.wait_lineno is not None:
+        origin = ("" if loop.fetch_origin == loop.fetch_from
+                  else f", {loop.fetch_from} = {loop.fetch_origin}")
+        return LoopIdentification("source", loop.confidence,
+                                  f"{counts}; {fetch} from a DataLoader{origin}: that line's "
+                                  "time is the DataLoader wait")
+    shown = (f"no line shown before the loop says what {loop.fetch_from} iterates over"
+             if loop.fetch_origin is None
+             else f"{loop.fetch_from} = {loop.fetch_origin} names no DataLoader")
+    unknown = (f"{fetch}, but {shown}, so the DataLoader's share of the step is unknown")
+    return LoopIdentification("source", loop.confidence, f"{counts}; {unknown}", unknown)
 
 
 def line_item(row: pd.Series) -> LineItem:

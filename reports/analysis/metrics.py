@@ -295,9 +295,10 @@ def _add_attributed_metrics(metrics: RunMetrics, timed: list[tuple[Profile, Step
     if lprof_steps is not None and (best is None or attribution_level(best[0]) == RANGES_ONLY):
         # NVTX-only ranges still time the DataLoader well; the lines split the rest.
         metrics.breakdown = lprof_breakdown(loop, lprof_steps)
-        metrics.dataloader_origin = best[0].kind if best is not None else "lprof"
-        metrics.dataloader_fraction = metrics.dataloader_fraction_by_origin[
-            metrics.dataloader_origin]
+        origin = best[0].kind if best is not None else "lprof"
+        if origin in metrics.dataloader_fraction_by_origin:  # not lprof's when its wait is unknown
+            metrics.dataloader_origin = origin
+            metrics.dataloader_fraction = metrics.dataloader_fraction_by_origin[origin]
         return
     if best is None:
         return

@@ -508,14 +508,18 @@ class SharedCpu:
 @dataclass
 class LoopIdentification:
     """How line_profiler's DataLoader loop line was found: from its source text (a ``for`` over a
-    DataLoader), or, when the source is not shown or names no DataLoader, from hit counts alone
-    (a loop header is hit once more per call than its body) and how sure that is."""
+    DataLoader, or over range() with a body line fetching the batch), or, when the source is not
+    shown or names no DataLoader, from hit counts alone (a loop header is hit once more per call
+    than its body) and how sure that is."""
 
     evidence: Literal["source", "hit counts"]
     #: ``high`` from the source; ``medium``/``low``/``none`` from hit counts (parsers.lprof).
     confidence: str
     #: Why it was taken for the DataLoader loop, for the evidence of a finding.
     reason: str
+    #: Why the DataLoader's share of the step is unknown though the loop was found (its header
+    #: counts passes over range() and the source does not show where the batch comes from).
+    dataloader_unknown: str | None = None
 
 
 @dataclass(frozen=True)

@@ -265,7 +265,10 @@ def _compute_or_balanced(m: RunMetrics) -> tuple[Verdict, str]:
         return "unknown", (f"GPU busy {pct(m.gpu.busy_fraction) if m.gpu else '?'} but no step "
                            "markers to attribute the idle time")
     if m.breakdown is None:
-        return "unknown", "steps were found but no source could split the step time"
+        found = m.loop_identification
+        why = found.dataloader_unknown if found is not None else None
+        return "unknown", ("steps were found but no source could split the step time"
+                           + (f": {why}" if why else ""))
     other = m.breakdown.parts_ns["other"] / max(m.breakdown.step_ns, 1)
     if other >= UNATTRIBUTED_SHARE:
         return "unknown", (f"{pct(other)} of the step is time {origin_label(m.breakdown.origin)} "
