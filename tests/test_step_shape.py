@@ -296,3 +296,17 @@ def test_stall_advice_knows_the_workers_persist(tmp_path: Path) -> None:
     assert fix(persistent_workers=True).startswith(
         "Isolated stalls are one-off events: an epoch start (persistent_workers=True is set, so "
         "not the workers restarting), evaluation")
+
+
+def test_frequent_stalls_without_a_period_are_workers_falling_behind(tmp_path: Path) -> None:
+    """6 of 17 steps stall 30 ms at no fixed spacing: not 'isolated one-off events' but the
+    workers falling behind."""
+    steps = [(30000 if n in (1, 2, 5, 9, 10, 14) else 200, 1000, []) for n in range(17)]
+    run = analyze_paths([write_trace(tmp_path / "t.pt.trace.json", steps)],
+                        AnalyzeOptions()).runs[0]
+    wait = run.metrics.shape.dataloader_wait
+    assert (wait.outlier_count, wait.count, wait.period) == (6, 16, None)
+    stalls = next(f for f in run.findings if f.id == "DATA_STALLS")
+    assert stalls.recommendation.startswith(
+        "Stalls in 38% of the steps with no period are the workers falling behind: a batch "
+        "comes late whenever the worker making it has not finished")

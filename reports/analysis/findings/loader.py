@@ -26,6 +26,7 @@ from profreport.reports.analysis.results import (
     origin_label,
 )
 from profreport.reports.analysis.shape import (
+    PERIOD_MIN_STALLS,
     STALL_GPU_WORK_SHARE,
     STALLS_DOMINATE,
     ordinal,
@@ -66,6 +67,11 @@ def _loader_evidence(m: RunMetrics) -> list[Evidence]:
                             f"gaps over {ms(m.gpu.long_gap_ns)}", m.gpu.origin,
                             largest_gap_at(m)))
     return out
+
+
+#: Stalls in at most a tenth of the steps (or fewer than PERIOD_MIN_STALLS) are one-off events
+#: (an epoch start, a checkpoint); more of them with no period are the workers falling behind.
+ISOLATED_STALLS_SHARE = 0.10
 
 
 def workers_needed(wait_ns: int, rest_ns: int, workers: int) -> int:
@@ -209,6 +215,11 @@ def data_stalls(facts: Facts) -> Finding | None:
              f"keep up does (with {d.period} workers each batch arrives late once per round), or a "
              "periodic task (evaluation, checkpointing, an epoch start) every "
              f"{d.period} steps." if d.period else
+             f"Stalls in {pct(d.outlier_count / d.count)} of the steps with no period are the "
+             "workers falling behind: a batch comes late whenever the worker making it has not "
+             "finished (slow samples or collate_fn, workers short of cores)."
+             if d.outlier_count >= PERIOD_MIN_STALLS
+             and d.outlier_count > ISOLATED_STALLS_SHARE * d.count else
              f"Isolated stalls are one-off events: an epoch start ({restart}), evaluation, a "
              "checkpoint, or a slow read.")
     biggest = d.outliers[0]
