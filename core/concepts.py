@@ -86,6 +86,12 @@ DATALOADER_RANGE_NAMES = frozenset({DATALOADER_RANGE, "data_loading", "data load
                                     "next_batch"})
 #: The NVTX range profreport's runner puts around iteration ``n`` (matched by ``_STEP``).
 STEP_RANGE_FORMAT = "step {n}"
+#: The NVTX domain of the marks profreport's runner records, and the mark each rank of a
+#: distributed job records in it once (``rank 1 of 2``): an nsys capture records no process's
+#: environment, so the mark is how the parser learns which rank a process of the capture is.
+RANK_DOMAIN = "profreport"
+RANK_MARK_FORMAT = "rank {rank} of {world_size}"
+_RANK_MARK = re.compile(r"^rank (\d+) of (\d+)$")
 
 # A source line that iterates a DataLoader: ``for x, y in train_loader:``,
 # ``for i, batch in enumerate(loader):``, ``for b in tqdm(dataloader)``.
@@ -555,6 +561,21 @@ def is_framework_op(names: pd.Series) -> pd.Series:
 def step_range_name(number: int) -> str:
     """The NVTX range name profreport's runner gives iteration ``number`` (``step 3``)."""
     return STEP_RANGE_FORMAT.format(n=number)
+
+
+def rank_mark_name(rank: int, world_size: int) -> str:
+    """The NVTX mark rank ``rank`` of a job of ``world_size`` records (``rank 1 of 2``)."""
+    return RANK_MARK_FORMAT.format(rank=rank, world_size=world_size)
+
+
+def rank_of_mark(text: str) -> tuple[int, int] | None:
+    """The (rank, world size) a mark of :data:`RANK_DOMAIN` records; None for another text or
+    a rank outside its world."""
+    match = _RANK_MARK.match(text)
+    if match is None:
+        return None
+    rank, world_size = int(match.group(1)), int(match.group(2))
+    return (rank, world_size) if rank < world_size else None
 
 
 def one_row_per_step(steps: pd.DataFrame) -> pd.DataFrame:

@@ -289,6 +289,9 @@ class NsysMeta(ProfileMeta):
     export_meta_table: str | None = None
     #: ``META_DATA_CAPTURE`` name -> value (newer exports), environment variables left out.
     capture: dict[str, Any] = field(default_factory=dict)
+    #: The distinct (rank, world size) each process recorded by its NVTX marks of
+    #: concepts.RANK_DOMAIN (``rank 1 of 2``), by pid; empty when none did.
+    recorded_ranks: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

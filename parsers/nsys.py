@@ -94,8 +94,11 @@ _HOST_SHIFT = 48
 _PROCESS_MASK = (1 << (_HOST_SHIFT - _ID_SHIFT + 16)) - 1
 
 # NVTX event types (ENUM_NSYS_EVENT_TYPE): push/pop and start/end ranges, their NVTXT twins, and
-# the domain-create event that names a domainId. Marks (34) are instants, not ranges.
+# the domain-create event that names a domainId. Marks (34) are instants, not ranges: only
+# those of concepts.RANK_DOMAIN are read, for the rank each process records (see record_rank in
+# runner/train.py).
 NVTX_RANGE_TYPES = (59, 60, 70, 71)
+NVTX_MARK = 34
 NVTX_DOMAIN_CREATE = 75
 
 # The tables whose presence makes an SQLite file an nsys export.
@@ -179,6 +182,7 @@ def read_export(export_path: Path, *, source: Path | None = None) -> Profile:
             raise InputError(f"damaged nsys export: a column holds values of the wrong type "
                              f"({exc})", source) from None
         meta = _export_meta(export)
+    meta.recorded_ranks = recorded_ranks(export.rank_marks)
     meta.export_path = str(export_path)
     # Nsight Systems times are ns since the session started: its timeline's zero.
     meta.time_zero_ns = 0
@@ -395,6 +399,8 @@ class _Export:
         #: The bits of a globalTid (shifted down by 24) that name a process: the pid's, and the
         #: host and VM ids above it when the export's processes ran on several (see _pid_mask).
         self.pid_mask = _ID_MASK
+        #: The texts of the NVTX marks of concepts.RANK_DOMAIN, (pid, text), set by _ranges.
+        self.rank_marks: list[tuple[int, str]] = []
 
     @classmethod
     def open(cls, export_path: Path, source: Path) -> _Export:
@@ -1046,17 +1052,22 @@ _PID_KEYS = _PROCESS_MASK + 1
 
 def _range_part(names: _Vocabulary, domains: _Vocabulary, pid_mask: int,
                 values: dict[str, np.ndarray], kinds: dict[str, np.ndarray],
-                texts: dict[str, np.ndarray]) -> tuple[_Part, _Part]:
+                texts: dict[str, np.ndarray]) -> tuple[_Part, _Part, _Part]:
     """One chunk of NVTX events: its ranges (times, pid, tid, the code of the name: its text,
-    else its textId, and of its (domainId, pid)) and its domain-create events (domainId, pid,
-    text)."""
+    else its textId, and of its (domainId, pid)), its domain-create events (domainId, pid,
+    text) and its marks in a domain (domainId, pid, text or textId)."""
     pids, tids = _pid_tid(np.where(kinds["globalTid"] == sqlite_pages.NULL, -1,
                                    values["globalTid"]), pid_mask)
     has_text = kinds["text"] == sqlite_pages.TEXT
-    created = ((values["eventType"] == NVTX_DOMAIN_CREATE)
-               & (kinds["domainId"] == sqlite_pages.INTEGER) & has_text)
+    in_domain = kinds["domainId"] == sqlite_pages.INTEGER
+    created = (values["eventType"] == NVTX_DOMAIN_CREATE) & in_domain & has_text
     creates = _Part({"domain": values["domainId"][created], "pid": pids[created],
                      "text": texts["text"][created]})
+    marked = ((values["eventType"] == NVTX_MARK) & in_domain & (values["domainId"] != 0)
+              & (pids >= 0))
+    marks = _Part({"domain": values["domainId"][marked], "pid": pids[marked],
+                   "text": np.where(has_text[marked], texts["text"][marked],
+                                    _ids(values, kinds, "textId", marked).astype(object))})
     is_range = (np.isin(values["eventType"], NVTX_RANGE_TYPES)
                 & (kinds["eventType"] == sqlite_pages.INTEGER)
                 & (kinds["end"] != sqlite_pages.NULL) & (tids >= 0))
@@ -1067,7 +1078,7 @@ def _range_part(names: _Vocabulary, domains: _Vocabulary, pid_mask: int,
                    + pids[picked])
     ranges.columns.update({"pid": pids[picked], "tid": tids[picked],
                            "name": names.codes(keys), "domain": domains.codes(domain_keys)})
-    return ranges, creates
+    return ranges, creates, marks
 
 
 def _native_ranges(export: _Export, table: str) -> pd.DataFrame | None:
@@ -1082,6 +1093,12 @@ def _native_ranges(export: _Export, table: str) -> pd.DataFrame | None:
         return None
     columns, creates = _counted(export, "ranges", parts[0]), parts[1].columns
     domain_of = _domain_names(creates)
+    marks = parts[2].columns
+    export.rank_marks = [
+        (int(pid), key if isinstance(key, str) else export.strings.get(key) or "")
+        for domain, pid, key in zip(marks["domain"].tolist(), marks["pid"].tolist(),
+                                    marks["text"].tolist(), strict=True)
+        if domain_of.get((domain, pid)) == concepts.RANK_DOMAIN]
     texts = [key if isinstance(key, str) else export.strings.get(key) or ""  # a textId
              for key in names.in_order()]
     domain_texts = [domain_of.get((key // _PID_KEYS - 1, key % _PID_KEYS), "")
@@ -1114,17 +1131,21 @@ def _ranges(export: _Export) -> pd.DataFrame | None:
     text_id = "s.value" if "textId" in cols else "NULL"
     text_join = "LEFT JOIN StringIds AS s ON s.id = t.textId" if "textId" in cols else ""
     range_types = ", ".join(str(code) for code in NVTX_RANGE_TYPES)
+    domains = (f"WITH domains AS (SELECT domainId, {_decoded_pid(export, 'globalTid')} AS pid, "
+               f"MIN({text}) AS domain FROM {table} AS t WHERE eventType = "
+               f"{NVTX_DOMAIN_CREATE} GROUP BY 1, 2) ")
+    joins = (f"FROM {table} AS t {text_join} LEFT JOIN domains AS d ON d.domainId = t.domainId "
+             f"AND d.pid = {_decoded_pid(export, 't.globalTid')} ")
     frame = export.query(
-        f"WITH domains AS (SELECT domainId, {_decoded_pid(export, 'globalTid')} AS pid, "
-        f"MIN({text}) AS domain FROM {table} AS t WHERE eventType = {NVTX_DOMAIN_CREATE} "
-        f"GROUP BY 1, 2) "
-        f"SELECT {_checked_times('t')}, {_decoded_tid(export, 't.globalTid')}, "
-        f"COALESCE({text}, {text_id}, '') AS name, COALESCE(d.domain, '') AS domain "
-        f"FROM {table} AS t {text_join} "
-        f"LEFT JOIN domains AS d ON d.domainId = t.domainId "
-        f"AND d.pid = {_decoded_pid(export, 't.globalTid')} "
+        f"{domains}SELECT {_checked_times('t')}, {_decoded_tid(export, 't.globalTid')}, "
+        f"COALESCE({text}, {text_id}, '') AS name, COALESCE(d.domain, '') AS domain {joins}"
         f"WHERE t.eventType IN ({range_types}) AND t.end IS NOT NULL "
         f"AND t.globalTid IS NOT NULL ORDER BY t.start")
+    marks = export.query(
+        f"{domains}SELECT {_decoded_pid(export, 't.globalTid')} AS pid, "
+        f"COALESCE({text}, {text_id}, '') AS text {joins}WHERE t.eventType = {NVTX_MARK} "
+        f"AND t.globalTid IS NOT NULL AND d.domain = '{concepts.RANK_DOMAIN}'")
+    export.rank_marks = list(marks.itertuples(index=False, name=None))
     return _categorical_names(conform("ranges", _valid_rows(export, "ranges", frame)),
                               ("name", "domain"))
 
@@ -1239,9 +1260,10 @@ def process_profiles(profile: Profile) -> list[Profile]:
     work).
     A process's GPU rows are those its runtime calls launched (correlation ids are its own,
     see _qualified), whatever the device; rows whose launch was not recorded are no process's,
-    and a note counts them. The rank of each is unknown: an export records neither a process's
-    environment (torchrun's RANK) nor its arguments. The tables are moved into the parts one at
-    a time (``profile`` is left without them), so a large capture is never held twice."""
+    and a note counts them. A process's rank and world size are those it recorded (see
+    member_ranks); else its rank is unknown: an export records neither a process's environment
+    (torchrun's RANK) nor its arguments. The tables are moved into the parts one at a time
+    (``profile`` is left without them), so a large capture is never held twice."""
     ranges, runtime = profile.table("ranges"), profile.table("runtime")
     pids = [frame["pid"].to_numpy() for frame in (ranges, runtime) if len(frame)]
     if len({int(end) for column in pids for end in (column.min(), column.max())}) <= 1:
@@ -1263,13 +1285,58 @@ def process_profiles(profile: Profile) -> list[Profile]:
         for at, mine in enumerate(tables):
             mine[name] = conform(name, frame[owner == at])
     said = (f"one of the {len(members)} processes of this capture with work of their own "
-            f"({', '.join(map(process_label, members.tolist()))}), read as the ranks of one job; "
-            "its rank is unknown (an nsys export records no process's environment, where "
-            "torchrun's RANK is): each is named by its pid" + (
-                f"; {lost} were launched by no recorded runtime call, so they are in no "
-                "process's figures" if lost else ""))
-    return [_process_part(profile, int(pid), mine, said)
-            for pid, mine in zip(members.tolist(), tables, strict=True)]
+            f"({', '.join(map(process_label, members.tolist()))}), read as the ranks of one job; ")
+    lost_said = (f"; {lost} were launched by no recorded runtime call, so they are in no "
+                 "process's figures" if lost else "")
+    recorded = profile.meta.recorded_ranks if isinstance(profile.meta, NsysMeta) else {}
+    return [_process_part(profile, int(pid), mine, rank, said + rank_said + lost_said)
+            for pid, mine, (rank, rank_said) in zip(
+                members.tolist(), tables, member_ranks(members.tolist(), recorded), strict=True)]
+
+
+def recorded_ranks(marks: Iterable[tuple[int, str]]) -> dict[int, list[tuple[int, int]]]:
+    """The distinct (rank, world size) of each process's marks of concepts.RANK_DOMAIN
+    (``(pid, text)``, texts that are no rank left out), by pid, in order."""
+    found: dict[int, set[tuple[int, int]]] = {}
+    for pid, text in marks:
+        rank = concepts.rank_of_mark(text)
+        if rank is not None:
+            found.setdefault(pid, set()).add(rank)
+    return {pid: sorted(ranks) for pid, ranks in sorted(found.items())}
+
+
+def member_ranks(members: list[int], recorded: dict[int, list[tuple[int, int]]]
+                 ) -> list[tuple[tuple[int, int] | None, str]]:
+    """For each process of a capture (``members``, pids), the (rank, world size) it recorded
+    (:func:`recorded_ranks`) and the sentence saying so; None, and why, when it recorded none,
+    several, or one that another process recorded too (no two processes are one rank)."""
+    claims: dict[tuple[int, int], list[int]] = {}
+    for pid in members:
+        for rank in recorded.get(pid, []):
+            claims.setdefault(rank, []).append(pid)
+    out: list[tuple[tuple[int, int] | None, str]] = []
+    for pid in members:
+        ranks = recorded.get(pid, [])
+        names = [concepts.rank_mark_name(*rank) for rank in ranks]
+        if not ranks:
+            out.append((None, "its rank is unknown (it recorded none, as profreport's runner "
+                              f"does with an NVTX mark '{concepts.RANK_MARK_FORMAT}' in domain "
+                              f"'{concepts.RANK_DOMAIN}', and an nsys export records no "
+                              "process's environment, where torchrun's RANK is): it is named "
+                              "by its pid"))
+        elif len(ranks) > 1:
+            out.append((None, f"its rank is unknown: it recorded {len(ranks)} different ranks "
+                              f"({', '.join(names)}), so none is taken: it is named by its "
+                              "pid"))
+        elif len(claims[ranks[0]]) > 1:
+            others = [process_label(other) for other in claims[ranks[0]] if other != pid]
+            out.append((None, f"its rank is unknown: it recorded {names[0]}, as "
+                              f"{' and '.join(others)} did, so neither is taken: it is named "
+                              "by its pid"))
+        else:
+            out.append((ranks[0], f"it recorded its rank, {names[0]} (an NVTX mark in domain "
+                                  f"'{concepts.RANK_DOMAIN}')"))
+    return out
 
 
 def _stepped_processes(ranges: pd.DataFrame) -> set[int]:
@@ -1284,22 +1351,26 @@ def _stepped_processes(ranges: pd.DataFrame) -> set[int]:
 
 
 def _process_part(profile: Profile, pid: int, tables: dict[str, pd.DataFrame],
-                  said: str) -> Profile:
+                  rank: tuple[int, int] | None, said: str) -> Profile:
     """The profile of process ``pid`` of ``profile``'s capture, from its own ``tables``: its
-    steps and DataLoader ranges found again in its own ranges, the devices shared, the note
-    ``said`` and the capture's notes of rows dropped."""
+    steps and DataLoader ranges found again in its own ranges, the devices shared, its ``rank``
+    and world size when it recorded them, the note ``said`` and the capture's notes of rows
+    dropped."""
     if "devices" in profile.tables:
         tables["devices"] = profile.tables["devices"]
     meta = replace(profile.meta, step_span=None, notes=[
         *(dropped_note(table, count) for table, count in profile.meta.dropped.items()),
         f"{process_label(pid)}: {said}"])
+    if rank is not None:
+        meta.world_size, meta.distributed = rank[1], True
     if "ranges" in tables:
         tables["steps"] = steps_from_ranges(tables["ranges"])
         tables["dataloader"] = dataloader_from_ranges(tables["ranges"], tables["steps"])
         _nvtx_structure(tables, meta)
     meta.empty = nothing_recorded(tables)
     return Profile(path=profile.path, kind=profile.kind, tool_version=profile.tool_version,
-                   tables=tables, meta=meta, process=pid)
+                   rank=rank[0] if rank is not None else None, tables=tables, meta=meta,
+                   process=pid)
 
 
 def _launching_member(table: pd.DataFrame, runtime: pd.DataFrame,

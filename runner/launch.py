@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from profreport import concepts
 from profreport.errors import UsageError
 from profreport.manifest import Artifact, ProfiledRun
 from profreport.runner.variants import cpu_has_native_bf16, cpus_available
@@ -62,6 +63,16 @@ class Launch:
     profiler: str
     command: list[str]
     log: Path
+
+
+def record_rank(rank: int, world_size: int) -> None:
+    """Say this process's rank in an Nsight Systems capture, which records no environment: one
+    NVTX mark ``rank R of W`` in profreport's domain (concepts.RANK_DOMAIN; a mark, so no range
+    is added to the capture's figures), made by each rank of the runner's training and of a
+    --script run under nsys. Without a tool attached NVTX does nothing."""
+    import nvtx  # the training process's import: the runner's own command never loads it
+
+    nvtx.mark(concepts.rank_mark_name(rank, world_size), domain=concepts.RANK_DOMAIN)
 
 
 def nsys_options(on_gpu: bool) -> list[str]:

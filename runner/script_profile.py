@@ -8,7 +8,8 @@
 - step markers: PyTorch's global optimizer-step hook marks the end of each iteration (the first
   optimizer seen only, so a GAN's two optimizers still make whole iterations). The marks give
   the plain run's steps/s, drive ``prof.step()`` under torch.profiler and open an NVTX range
-  ``step N`` per iteration under nsys;
+  ``step N`` per iteration under nsys, where each rank of a torchrun job also marks its rank
+  (``rank 1 of 2``, from torchrun's RANK and WORLD_SIZE: see launch.record_rank);
 - the DataLoader the script trains from is watched, so its batch size, workers and pinning are
   recorded as the run's knobs (what the script really did, not what it was told);
 - under kernprof, when the script has no ``@profile`` of its own, every function it defines is
@@ -42,7 +43,7 @@ from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from profreport import concepts
 from profreport.fileio import write_text
-from profreport.runner.launch import PROFILER_WAIT, PROFILER_WARMUP
+from profreport.runner.launch import PROFILER_WAIT, PROFILER_WARMUP, record_rank
 from profreport.runner.script_scan import scan_script
 from profreport.units import NS_PER_S
 
@@ -273,6 +274,9 @@ def run_script(launch: ScriptLaunch, marks: StepMarks) -> None:
     install_profile_builtin()
     script = launch.script.resolve()
     rank = int(os.environ.get("RANK", "0"))
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if launch.mode == "nsys" and world_size > 1:
+        record_rank(rank, world_size)
     wrap = launch.mode == "torch" and not launch.own_profiler and launch.trace_dir is not None
     profiler = torch_profiler(launch.trace_dir, launch.active, rank) if wrap else None
     stepper = FirstOptimizerStepper(marks, profiler, nvtx_ranges=launch.mode == "nsys")

@@ -3,7 +3,8 @@
 
 The loop reads like the PyTorch tutorials' so that line_profiler shows the DataLoader line; it is
 decorated for kernprof only under ``kernprof -l`` (where ``builtins.profile`` exists). Each
-iteration is an NVTX range ``step N`` holding a ``dataloader`` range around the batch fetch. With
+iteration is an NVTX range ``step N`` holding a ``dataloader`` range around the batch fetch; each
+rank of a distributed job marks its rank once (``rank 1 of 2``, see launch.record_rank). With
 ``profiler == "torch"`` the loop runs under torch.profiler and writes gzipped Kineto traces.
 """
 
@@ -30,7 +31,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 from profreport import concepts
 from profreport.errors import ProfreportError
 from profreport.fileio import write_text
-from profreport.runner.launch import PROFILER_WAIT, PROFILER_WARMUP
+from profreport.runner.launch import PROFILER_WAIT, PROFILER_WARMUP, record_rank
 from profreport.runner.variants import Knobs
 from profreport.runner.workloads import build_workload
 
@@ -163,7 +164,9 @@ def start_distributed(device: torch.device) -> Rank:
         return Rank()
     backend = "nccl" if device.type == "cuda" else "gloo"
     torch.distributed.init_process_group(backend=backend)
-    return Rank(torch.distributed.get_rank(), world_size, int(os.environ.get("LOCAL_RANK", "0")))
+    rank = Rank(torch.distributed.get_rank(), world_size, int(os.environ.get("LOCAL_RANK", "0")))
+    record_rank(rank.rank, rank.world_size)
+    return rank
 
 
 def make_loader(dataset: Dataset, config: TrainConfig, rank: Rank) -> DataLoader:

@@ -21,13 +21,15 @@ MS = 10**6
 @dataclass
 class Process:
     """One traced process: its pid and the host (hardware) id nsys packs above it, its
-    ``step N`` NVTX ranges and DataLoader ranges ``(start, end, text)``, and its kernel launches
-    ``(launch start, kernel start, kernel end, correlation id, device)``."""
+    ``step N`` NVTX ranges and DataLoader ranges ``(start, end, text)``, its kernel launches
+    ``(launch start, kernel start, kernel end, correlation id, device)`` and its NVTX marks
+    ``(domain, text)`` ('' the default domain)."""
 
     pid: int
     host: int = 1
     ranges: list[tuple[int, int, str]] = field(default_factory=list)
     launches: list[tuple[int, int, int, int, int]] = field(default_factory=list)
+    marks: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def global_pid(self) -> int:
@@ -44,7 +46,9 @@ def write_export(path: Path, processes: list[Process]) -> Path:
     """An nsys SQLite export of ``processes``: PROCESSES and ThreadNames name them, each
     launch is a cudaLaunchKernel runtime call on the process's main thread and a kernel
     carrying the process's globalPid and the call's correlation id (CUPTI numbers them per
-    process, so two processes reuse them)."""
+    process, so two processes reuse them); a mark is recorded as nsys 2022.4 records nvtx
+    0.2.11's ``nvtx.mark(text, domain=...)``: a domain-create event naming the process's
+    domainId, and the mark (no end) in it, its text a registered string."""
     with sqlite3.connect(path) as conn:
         conn.executescript(
             "CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT);"
@@ -74,7 +78,22 @@ def write_export(path: Path, processes: list[Process]) -> Path:
                              "(?, ?, ?, 7, ?, ?, 1, 1)",
                              [(start, end, device, corr, proc.global_pid)
                               for _, start, end, corr, device in proc.launches])
+            _write_marks(conn, proc)
     return path
+
+
+def _write_marks(conn: sqlite3.Connection, proc: Process) -> None:
+    """``proc``'s NVTX marks: each named domain created once (domainIds 1, 2... per process),
+    each text a StringIds row."""
+    domains = {name: at for at, name in enumerate(dict.fromkeys(
+        name for name, _ in proc.marks if name), start=1)}
+    conn.executemany("INSERT INTO NVTX_EVENTS VALUES (0, NULL, 75, ?, ?, ?, NULL)",
+                     [(proc.global_tid, at, name) for name, at in domains.items()])
+    for at, (domain, text) in enumerate(proc.marks, start=1):
+        string = conn.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM StringIds").fetchone()[0]
+        conn.execute("INSERT INTO StringIds VALUES (?, ?)", (string, text))
+        conn.execute("INSERT INTO NVTX_EVENTS VALUES (?, NULL, 34, ?, ?, NULL, ?)",
+                     (at * 1000, proc.global_tid, domains.get(domain, 0), string))
 
 
 def _launches(device: int, count: int = 4) -> list[tuple[int, int, int, int, int]]:
@@ -247,14 +266,17 @@ def test_a_launcher_with_os_calls_only_is_no_rank(tmp_path: Path) -> None:
 
 #: Two ranks of a gloo job, each marking 6 steps with NVTX 'step N' ranges: rank 0's steps take
 #: 20 ms, rank 1's 60 ms (no collective inside a step, so neither waits for the other there);
-#: each writes which pid it is into PIDS_DIR, for the test alone (the capture records no rank).
+#: each records its rank as profreport's runner does (launch.record_rank), and writes which pid
+#: it is into PIDS_DIR, for the test alone.
 _TWO_RANKS = """
 import os, sys, time
 import nvtx
 import torch.distributed as dist
+from profreport.runner.launch import record_rank
 
 dist.init_process_group("gloo")
 rank = dist.get_rank()
+record_rank(rank, dist.get_world_size())
 with open(os.path.join(sys.argv[1], f"rank{rank}"), "w") as handle:
     handle.write(str(os.getpid()))
 dist.barrier()
@@ -271,8 +293,10 @@ dist.destroy_process_group()
 @pytest.mark.slow
 def test_real_torchrun_capture_reads_as_two_ranks(tmp_path: Path, nsys_available: str) -> None:
     """A real capture of torchrun --nproc_per_node 2 under nsys (--trace=osrt,nvtx, gloo on
-    CPU): two ranks named by pid, each with its own 6 steps; rank 1's process, 60 ms a step,
-    is the slowest and a straggler; torchrun's own process (OS calls only) is no rank."""
+    CPU), each rank marking its rank as the runner does: two ranks, each process the rank it
+    recorded (nvtx's mark in domain 'profreport', as nsys 2022.4 records it) with its own 6
+    steps; rank 1, 60 ms a step, is the slowest and a straggler; torchrun's own process (OS
+    calls only) is no rank."""
     import subprocess
     import sys
 
@@ -289,15 +313,15 @@ def test_real_torchrun_capture_reads_as_two_ranks(tmp_path: Path, nsys_available
     pids = [int((tmp_path / f"rank{rank}").read_text()) for rank in (0, 1)]
     path = nsys.export_report(report.with_suffix(".nsys-rep"), cache_dir=tmp_path / "cache")
     parts = nsys.process_profiles(nsys.parse(path))
-    assert sorted(p.process for p in parts) == sorted(pids)
+    assert sorted((p.process, p.rank, p.meta.world_size) for p in parts) == sorted(
+        (pid, rank, 2) for rank, pid in enumerate(pids))
     assert [len(p.table("steps")) for p in parts] == [6, 6]
     job = _report(path).runs[0].job
     assert job is not None
-    assert {r.label for r in job.ranks} == {f"pid {pid}" for pid in pids}
-    assert all(r.rank is None for r in job.ranks)
-    assert job.slowest == f"pid {pids[1]}" and job.straggler
-    slow = next(r for r in job.ranks if r.process == pids[1])
-    assert 60 * MS <= slow.step_ns < 90 * MS  # type: ignore[operator]
+    assert [(r.label, r.process) for r in job.ranks] == [("rank 0", None), ("rank 1", None)]
+    assert job.slowest == "rank 1" and job.slowest_rank == 1 and job.straggler
+    assert 60 * MS <= job.ranks[1].step_ns < 90 * MS  # type: ignore[operator]
+    assert 20 * MS <= job.ranks[0].step_ns < 50 * MS  # type: ignore[operator]
 
 
 def test_beside_ranked_traces_the_processes_are_no_further_ranks(tmp_path: Path,
@@ -333,3 +357,99 @@ def test_processes_stepped_by_a_repeated_range_are_two_ranks(tmp_path: Path) -> 
     assert [p.meta.step_span for p in parts] == ["batch #", "batch #"]
     job = _report(path).runs[0].job
     assert job is not None and [r.step_ns // MS for r in job.ranks] == [20, 30]
+
+
+def _marked(process: Process, *texts: str, domain: str = "profreport") -> Process:
+    """``process`` with NVTX marks ``texts`` in ``domain``."""
+    process.marks += [(domain, text) for text in texts]
+    return process
+
+
+def test_processes_that_record_their_rank_are_those_ranks(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """torchrun under nsys, each rank of profreport's runner marking 'rank R of 2' in domain
+    'profreport' (pid 7 is rank 1, pid 9 rank 0; torchrun's own process marks nothing): each
+    process's profile has the rank and world size it recorded (read alike from the pages and by
+    SQL), the job's ranks are 'rank 0' and 'rank 1', and the detailed figures are rank 0's
+    (they were pid 7's, the lowest pid, with the rank unknown)."""
+    path = write_export(tmp_path / "ranked.sqlite", [
+        Process(3), _marked(_stepped(7, 40, device=1), "rank 1 of 2"),
+        _marked(_stepped(9, 20, device=0), "rank 0 of 2")])
+    profile = nsys.parse(path)
+    assert isinstance(profile.meta, nsys.NsysMeta)
+    assert profile.meta.recorded_ranks == {7: [(1, 2)], 9: [(0, 2)]}
+    monkeypatch.setattr(nsys, "NATIVE_READER", False)
+    assert nsys.parse(path).meta.recorded_ranks == profile.meta.recorded_ranks  # type: ignore[attr-defined]
+    monkeypatch.undo()
+    parts = nsys.process_profiles(profile)
+    assert [(p.process, p.rank, p.meta.world_size) for p in parts] == [(7, 1, 2), (9, 0, 2)]
+    assert ("pid 7: one of the 2 processes of this capture with work of their own (pid 7, "
+            "pid 9), read as the ranks of one job; it recorded its rank, rank 1 of 2 (an NVTX "
+            "mark in domain 'profreport')") in parts[0].meta.notes
+    assert parts[0].table("ranges")["name"].tolist().count("rank 1 of 2") == 0  # a mark
+    report = _report(path)
+    run = report.runs[0]
+    job = run.job
+    assert job is not None
+    assert [(r.rank, r.process, r.label) for r in job.ranks] == [
+        (0, None, "rank 0"), (1, None, "rank 1")]
+    assert [r.step_ns // MS for r in job.ranks] == [20, 40]  # type: ignore[operator]
+    assert job.slowest == "rank 1" and job.slowest_rank == 1 and job.straggler
+    assert run.metrics.steps is not None and run.metrics.steps.mean_ns == 20 * MS
+    assert sum(k.count for k in run.metrics.top_kernels) == 6  # rank 0's kernels alone
+    assert run.metrics.per_rank_step_ns == {0: 20 * MS, 1: 40 * MS}
+    assert run.detailed_rank == 0 and run.world_size == 2
+    assert [(Path(i.path).name, i.rank) for i in run.inputs] == [("ranked.sqlite", None)]
+    assert ("the Nsight Systems figures come from rank 0's profile (pid 9), one of the 2 "
+            "processes of the capture; the other processes' own figures are in the per-rank "
+            "verdicts") in run.notes
+    from profreport.reports.render.json import render_json
+    from profreport.reports.render.markdown import render_markdown
+
+    assert "| 1 (slowest) | Balanced | 40.0 ms |" in render_markdown(report)
+    ranks = json.loads(render_json(report))["runs"][0]["job"]["ranks"]
+    assert [(r["rank"], r["process"]) for r in ranks] == [(0, None), (1, None)]
+
+
+def test_processes_without_their_own_rank_record_stay_of_unknown_rank(tmp_path: Path) -> None:
+    """A foreign capture whose processes mark 'rank 0 of 2' in a domain of their own and in the
+    default domain (not profreport's): no rank is read, each process is named by its pid and
+    its note says what record was missing."""
+    path = write_export(tmp_path / "foreign.sqlite", [
+        _marked(_marked(_stepped(7, 20), "rank 0 of 2", domain="myapp"), "rank 0 of 2",
+                domain=""),
+        _marked(_stepped(9, 40), "rank 1 of 2", domain="myapp")])
+    profile = nsys.parse(path)
+    assert profile.meta.recorded_ranks == {}  # type: ignore[attr-defined]
+    parts = nsys.process_profiles(profile)
+    assert [(p.process, p.rank, p.meta.world_size) for p in parts] == [(7, None, None),
+                                                                      (9, None, None)]
+    assert ("pid 9: one of the 2 processes of this capture with work of their own (pid 7, "
+            "pid 9), read as the ranks of one job; its rank is unknown (it recorded none, as "
+            "profreport's runner does with an NVTX mark 'rank {rank} of {world_size}' in domain "
+            "'profreport', and an nsys export records no process's environment, where "
+            "torchrun's RANK is): it is named by its pid") in parts[1].meta.notes
+    job = _report(path).runs[0].job
+    assert job is not None and [r.label for r in job.ranks] == ["pid 7", "pid 9"]
+
+
+def test_a_process_recording_two_ranks_stays_of_unknown_rank(tmp_path: Path) -> None:
+    """One process marks two different ranks, and two others both mark rank 2: none of those
+    three is given a rank (each note says why); the process with a rank of its own keeps it,
+    and the job holds all four."""
+    path = write_export(tmp_path / "contradicting.sqlite", [
+        _marked(_stepped(7, 20), "rank 0 of 4", "rank 1 of 4", "rank 0 of 4"),
+        _marked(_stepped(8, 20), "rank 2 of 4"), _marked(_stepped(9, 20), "rank 2 of 4"),
+        _marked(_stepped(10, 30), "rank 3 of 4", "not a rank")])
+    parts = nsys.process_profiles(nsys.parse(path))
+    assert [(p.process, p.rank) for p in parts] == [(7, None), (8, None), (9, None), (10, 3)]
+    assert parts[0].meta.notes[-1].endswith(
+        "its rank is unknown: it recorded 2 different ranks (rank 0 of 4, rank 1 of 4), so "
+        "none is taken: it is named by its pid")
+    assert parts[1].meta.notes[-1].endswith(
+        "its rank is unknown: it recorded rank 2 of 4, as pid 9 did, so neither is taken: it "
+        "is named by its pid")
+    job = _report(path).runs[0].job
+    assert job is not None
+    assert [r.label for r in job.ranks] == ["rank 3", "pid 7", "pid 8", "pid 9"]

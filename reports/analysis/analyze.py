@@ -17,7 +17,7 @@ from profreport.errors import InputError, ProfreportError, failure_line
 from profreport.executors import Executor, ExecutorOptions, open_executor
 from profreport.inputs import check_regular_file, resolve_inside
 from profreport.manifest import MANIFEST_NAME, Manifest, read_manifest
-from profreport.model import Profile
+from profreport.model import Profile, process_label
 from profreport.parsers import (
     NSYS_REPORT_SUFFIXES,
     PROFILE_SUFFIXES,
@@ -262,20 +262,22 @@ def member_label(profile: Profile) -> str | None:
     return rank_label(profile.rank, profile.process)
 
 
-def detailed_profiles(profiles: list[Profile]) -> tuple[list[Profile], list[str]]:
+def detailed_profiles(profiles: list[Profile], processes: int) -> tuple[list[Profile], list[str]]:
     """The profiles the detailed figures come from, and the note saying whose they are: of a
-    capture read as processes of unknown rank, one process's (the preferred step source, then
-    the lowest pid: which rank it is the capture cannot tell), as of ranked files the lowest
-    rank's; every profile when there are no such processes."""
+    capture read as ``processes`` processes, one process's (the lowest rank the processes
+    recorded, as of ranked files; else the preferred step source, then the lowest pid: which
+    rank it is the capture cannot tell); every profile when there are no such processes."""
     parts = [p for p in profiles if p.process is not None]
     if not parts:
         return profiles, []
-    first = min(parts, key=lambda p: (preference(p), p.process))
-    ranked = any(p.rank is not None for p in profiles)
-    note = (f"the Nsight Systems figures come from {member_label(first)}'s profile, one of the "
-            f"{len(parts)} processes of the capture, whose rank it does not record"
-            + ("" if ranked else "; the other processes' own figures are in the per-rank "
-               "verdicts"))
+    first = min(parts, key=lambda p: (p.rank is None, p.rank or 0, preference(p), p.process))
+    ranked_files = any(p.rank is not None and p.process is None for p in profiles)
+    whose = (f"{member_label(first)}'s profile ({process_label(first.process or 0)})"
+             if first.rank is not None else f"{member_label(first)}'s profile")
+    note = (f"the Nsight Systems figures come from {whose}, one of the {processes} processes of "
+            "the capture" + (", whose rank it does not record" if first.rank is None else "")
+            + ("" if ranked_files and first.rank is None else
+               "; the other processes' own figures are in the per-rank verdicts"))
     return [p for p in profiles if p.process in (None, first.process)], [note]
 
 
@@ -285,7 +287,8 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
     primary rank and the summary of every file."""
     origin, unknown = job_step_source(summaries)
     job = job_analysis(rank_verdicts(summaries, profiles, origin), origin, unknown)
-    profiles, detailed_note = detailed_profiles(profiles)
+    profiles, detailed_note = detailed_profiles(
+        profiles, sum(summary.input.process is not None for summary in summaries))
     metrics = compute_run_metrics(profiles, manifest)
     add_rank_metrics(metrics, summaries, origin)
     pacer = waited_for(job, profiles)
@@ -310,8 +313,9 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
     world_size = run_world_size(manifest, summaries)
     return RunAnalysis(
         name=name,
-        inputs=list(dict.fromkeys(dataclasses.replace(summary.input, process=None)
-                                  for summary in summaries)),  # a file of several processes once
+        inputs=list(dict.fromkeys(  # a file of several processes once, of no one rank
+            dataclasses.replace(summary.input, process=None, rank=None if summary.input.process
+                                is not None else summary.input.rank) for summary in summaries)),
         verdict=name_verdict, verdict_reason=reason, metrics=metrics,
         findings=find_all(metrics, context, name_verdict),
         timeline=build_timeline(*timed[0]) if timed else None,

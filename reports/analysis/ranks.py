@@ -146,7 +146,7 @@ def rank_verdict(profile: Profile) -> RankVerdict | None:
                        confidence[0] if confidence else None,
                        confidence[1] if confidence else None,
                        steps.marker if steps is not None else ANNOTATED_RANGE,
-                       profile.process)
+                       profile.process if profile.rank is None else None)
 
 
 def read_rank(task: RankTask) -> RankResult:
@@ -159,9 +159,10 @@ def read_rank(task: RankTask) -> RankResult:
         if profile.rank is None:
             profile.rank = task.rank
         if profile.kind == "nsys" and len(parts := process_profiles(profile)) > 1:
-            # Processes of one capture: of unknown rank, each travels back whole.
-            return RankResult(task, [summarize(part, with_verdict=False) for part in parts],
-                              parts)
+            # Processes of one capture (their ranks those they recorded): each travels back
+            # whole; a rank the analysis may not read whole (see needed_whole) has its verdict.
+            return RankResult(task, [summarize(part, with_verdict=part.rank not in
+                                               WHOLE_PROFILE_RANKS) for part in parts], parts)
         whole = profile if task.whole or profile.rank in WHOLE_PROFILE_RANKS else None
         return RankResult(task, [summarize(profile, with_verdict=whole is None)],
                           [whole] if whole is not None else [])
@@ -182,11 +183,21 @@ def needed_whole(summaries: Sequence[RankSummary]) -> list[int]:
     return sorted(wanted)
 
 
+def member(rank: int | None, process: int | None) -> Member:
+    """A rank of a job as a key: ``(rank, None)``, or ``(None, process)`` for a process of a
+    capture of several whose rank is unknown."""
+    return (rank, None) if rank is not None else (None, process)
+
+
 def job_members(summaries: Sequence[RankSummary]) -> set[Member]:
-    """The job's ranks: every rank the files record, else every process of a capture of
-    several (their ranks unknown)."""
-    return {(s.input.rank, None) for s in summaries if s.input.rank is not None} or {
-        (None, s.input.process) for s in summaries if s.input.process is not None}
+    """The job's ranks: every rank the files record and the processes of a capture of several
+    recorded; without ranked files, also every process of unknown rank (beside ranked files
+    such processes are those ranks, which ones the capture cannot tell)."""
+    ranks = {member(s.input.rank, None) for s in summaries if s.input.rank is not None}
+    if any(s.input.rank is not None and s.input.process is None for s in summaries):
+        return ranks
+    return ranks | {member(None, s.input.process) for s in summaries
+                    if s.input.rank is None and s.input.process is not None}
 
 
 def job_step_source(summaries: Sequence[RankSummary]) -> tuple[Origin | None, str | None]:
@@ -195,12 +206,12 @@ def job_step_source(summaries: Sequence[RankSummary]) -> tuple[Origin | None, st
     figure is another profiler's beside the others'; else None and why."""
     timed: dict[Member, set[str]] = {member: set() for member in job_members(summaries)}
     for summary in summaries:
-        member = (summary.input.rank, summary.input.process)
-        if member in timed and summary.step_stats is not None:
-            timed[member].add(summary.step_stats.origin)
+        key = member(summary.input.rank, summary.input.process)
+        if key in timed and summary.step_stats is not None:
+            timed[key].add(summary.step_stats.origin)
     ordered = sorted(timed.items(), key=lambda item: (item[0][0] is None, item[0][0] or 0,
                                                       item[0][1] or 0))
-    return common_source([(rank_label(*member), origins) for member, origins in ordered], "rank")
+    return common_source([(rank_label(*key), origins) for key, origins in ordered], "rank")
 
 
 def per_rank_step_ns(summaries: Sequence[RankSummary], origin: Origin | None) -> dict[int, int]:
@@ -230,24 +241,24 @@ def add_rank_metrics(metrics: RunMetrics, summaries: Sequence[RankSummary],
 def rank_verdicts(summaries: Sequence[RankSummary], profiles: Sequence[Profile],
                   origin: Origin | None) -> list[RankVerdict]:
     """One verdict per rank, by rank, from its profile of ``origin`` (the profiler that timed
-    every rank, see job_step_source), else its preferred one; without ranked files, one per
-    process of a capture of several (their ranks unknown), by pid: beside ranked files they are
-    those ranks, which ones the capture cannot tell. A rank whose profile came back whole gets
-    its verdict here; no rank has a step time when no profiler timed them all (``origin``
-    None); empty when the run has fewer than two ranks."""
+    every rank, see job_step_source), else its preferred one (the ranks of job_members: of
+    unknown rank, a process of a capture of several is named by pid). A rank whose profile
+    came back whole gets its verdict here; no rank has a step time when no profiler timed them
+    all (``origin`` None); empty when the run has fewer than two ranks."""
     ranks = job_members(summaries)
     if len(ranks) < 2:
         return []
     candidates: list[tuple[tuple[bool, tuple[int, int, int]], Member, RankVerdict | Profile]] = [
         ((s.input.kind != origin, s.preference), (s.verdict.rank, s.verdict.process), s.verdict)
         for s in summaries if s.verdict is not None]
-    candidates += [((p.kind != origin, preference(p)), (p.rank, p.process), p) for p in profiles]
+    candidates += [((p.kind != origin, preference(p)), member(p.rank, p.process), p)
+                   for p in profiles]
     chosen: dict[Member, RankVerdict] = {}
-    for _, member, candidate in sorted(candidates, key=lambda c: c[0]):
-        if member in ranks and member not in chosen:
+    for _, key, candidate in sorted(candidates, key=lambda c: c[0]):
+        if key in ranks and key not in chosen:
             found = candidate if isinstance(candidate, RankVerdict) else rank_verdict(candidate)
             if found is not None:
-                chosen[member] = found if origin is not None else replace(found, step_ns=None)
+                chosen[key] = found if origin is not None else replace(found, step_ns=None)
     return sorted((_with_lines(verdict, summaries) for verdict in chosen.values()),
                   key=lambda verdict: verdict.order)
 
