@@ -229,8 +229,9 @@ def record_plain_result(manifest: Manifest, folder: Path) -> None:
     batch = loader.get("batch_size")
     basis = (f"plain run, rank 0: {len(manifest.plain_step_ns)} steps between optimizer.step() "
              "calls of the first optimizer")
-    per_step = first.get("batches_per_step") or 1.0
-    if per_step != 1.0:
+    measured = first.get("batches_per_step")
+    per_step = measured or 1.0
+    if measured:
         manifest.knobs["batches_per_step"] = int(per_step) if per_step.is_integer() \
             else round(per_step, 2)
     if batch:

@@ -564,7 +564,7 @@ def test_profile_decorated_script_runs_in_every_launch(tmp_path: Path,
         ("none", 0), ("kernprof", 0), ("torch.profiler", 0)]
     assert "tag='two words'" in (folder / "none.log").read_text()
     assert manifest.knobs == {"batch_size": 16, "num_workers": 0, "pin_memory": False,
-                              "persistent_workers": False, "lr": 0.1}
+                              "persistent_workers": False, "lr": 0.1, "batches_per_step": 1}
     assert len(manifest.plain_step_ns) == 7  # 8 optimizer steps: 7 intervals
     assert manifest.throughput_steps_per_s == pytest.approx(
         7 / (sum(manifest.plain_step_ns) / 1e9))
