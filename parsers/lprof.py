@@ -467,13 +467,25 @@ def _counting_loop(frame: pd.DataFrame, header: int, loop: TrainingLoop) -> Trai
                    wait_ns=int(fetch["time_ns"]))
 
 
+def _counts_around_a_loop(frame: pd.DataFrame, header: int, headers: list[int]) -> bool:
+    """Whether the loop at ``header`` is shown counting passes (``for epoch in range(3):``)
+    around another loop header: its passes are the inner loop's entries, and the batches are
+    fetched by the inner loop, which is the training loop."""
+    if not counts_passes(frame.loc[header, "source"]):
+        return False
+    loop = _loop_of(frame, header)
+    body = _body(frame, header, loop.iterations, loop.entries).index
+    return any(inner in body for inner in headers if inner != header)
+
+
 def training_loop(frame: pd.DataFrame) -> TrainingLoop | None:
     """The training loop among the loop headers (the one with the most time in itself and its
     body), whether its header is the line that fetches batches, the evidence, how sure.
 
     With the source shown, a ``for`` over a DataLoader says so (confidence high), and such a
     loop is taken before any other. A header shown counting passes (``for step in
-    range(steps):``) fetches nothing: its body's fetch tells the wait (see _counting_loop).
+    range(steps):``) fetches nothing: its body's fetch tells the wait (see _counting_loop), and
+    around another loop (over epochs) it gives way to that loop.
     Without the source, or when the line shown names no DataLoader (``for x, y in
     self.dl:``), two signs say that the header fetches batches: it takes more time than any
     line of its body (``next(loader)`` runs in the header), and the function's name says it
@@ -485,9 +497,10 @@ def training_loop(frame: pd.DataFrame) -> TrainingLoop | None:
     if not headers:
         return None
     # A loop the source shows iterating over a DataLoader is the one, though an outer loop
-    # (over epochs) holds more time.
+    # (over epochs) holds more time; so is a loop inside one shown counting passes.
     marked = [i for i in headers if frame.loc[i, "is_dataloader_loop"]]
-    loop = max((_loop_of(frame, i) for i in marked or headers),
+    loop = max((_loop_of(frame, i) for i in marked or headers
+                if not _counts_around_a_loop(frame, i, headers)),
                key=lambda item: item.time_ns + item.body_ns)
     header = frame.index[(frame["file"] == loop.file) & (frame["function"] == loop.function)
                          & (frame["lineno"] == loop.lineno)][0]

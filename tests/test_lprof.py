@@ -944,7 +944,8 @@ def test_a_loop_over_range_without_its_source_is_found_from_hit_counts(tmp_path:
         f"source not shown: counted.py:{header} taken for the DataLoader loop from hit counts")
 
 
-EPOCH_SCRIPT = """\
+# 8 batches, 3 ms each.
+BATCHES_CLASS = """\
 import time
 
 
@@ -954,7 +955,8 @@ class Loader:
             time.sleep(0.003)
             yield index, index + 1
 
-
+"""
+EPOCH_SCRIPT = BATCHES_CLASS + """
 @profile
 def train(train_loader, epochs):
     total = 0
@@ -983,3 +985,44 @@ def test_a_loop_over_a_loader_inside_a_range_loop_is_unchanged(tmp_path: Path) -
     assert run.metrics.loop_line.lineno == inner
     assert run.metrics.loop_identification.reason == (
         f"counted.py:{inner} iterates over a DataLoader")
+
+
+EPOCHS_AROUND_SCRIPT = BATCHES_CLASS + """
+class Trainer:
+    def __init__(self, dl):
+        self.dl = dl
+
+    @profile
+    def fit(self, epochs):
+        total = 0
+        for epoch in range(epochs):
+            seen = 0
+            for x, y in self.dl:
+                time.sleep(0.001)
+                total += x * y
+        return total
+
+
+Trainer(Loader()).fit(2)
+"""
+
+
+def test_a_loop_inside_a_range_loop_is_the_training_loop(tmp_path: Path) -> None:
+    """kernprof of ``for epoch in range(2): seen = 0; for x, y in self.dl:`` (8 batches of
+    3 ms, 1 ms of work each), its source shown: the epoch loop's hit counts make it a loop
+    header too, and it holds the most time, but it only counts passes around the loop over
+    self.dl, which fetches the batches: that loop is the training loop (16 passes, its
+    header's time the wait, about 75%: loader-bound). The epoch loop had been taken, its 2
+    passes the steps and its DataLoader share unknown."""
+    lines, loop, run = counted_run(tmp_path, EPOCHS_AROUND_SCRIPT, shown=True)
+    outer, inner = (line_of(EPOCHS_AROUND_SCRIPT, "for epoch in"),
+                    line_of(EPOCHS_AROUND_SCRIPT, "for x, y in"))
+    assert lines[outer]["is_loop_header"] and lines[inner]["is_loop_header"]
+    m = run.metrics
+    assert m.steps.count == 16
+    share = lines[inner]["time_ns"] / (loop.time_ns + loop.body_ns)
+    assert m.dataloader_fraction == pytest.approx(share) and share > 0.5
+    assert run.verdict == "loader-bound"
+    assert (loop.lineno, loop.iterations, loop.entries, loop.evidence) == (
+        inner, 16, 2, "hit counts")
+    assert [n for n, row in lines.items() if row["is_dataloader_loop"]] == [inner]
