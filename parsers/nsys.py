@@ -191,7 +191,7 @@ def read_export(export_path: Path, *, source: Path | None = None) -> Profile:
     _nvtx_structure(tables, meta)
     meta.empty = nothing_recorded(tables)
     return Profile(path=source, kind="nsys", tool_version=meta.exporter_version,
-                   tables=tables, meta=meta)
+                   rank=_capture_rank(tables, meta), tables=tables, meta=meta)
 
 
 # --- the export cache -------------------------------------------------------------------------
@@ -1265,8 +1265,7 @@ def process_profiles(profile: Profile) -> list[Profile]:
     (torchrun's RANK) nor its arguments. The tables are moved into the parts one at a time
     (``profile`` is left without them), so a large capture is never held twice."""
     ranges, runtime = profile.table("ranges"), profile.table("runtime")
-    pids = [frame["pid"].to_numpy() for frame in (ranges, runtime) if len(frame)]
-    if len({int(end) for column in pids for end in (column.min(), column.max())}) <= 1:
+    if len(_pid_bounds(profile.tables)) <= 1:
         return [profile]  # one process: no table of 10^7 pids hashed, nor ranges copied
     members = np.array(sorted(set(pd.unique(runtime["pid"].to_numpy()).tolist())
                               .union(_stepped_processes(ranges)) - {-1}))
@@ -1276,7 +1275,7 @@ def process_profiles(profile: Profile) -> list[Profile]:
               for name in _LAUNCHED_TABLES if name in profile.tables}
     lost = ", ".join(f"{count:,} {name} rows" for name, owner in owners.items()
                      if (count := int((owner < 0).sum())))
-    del ranges, runtime, pids  # the tables are let go as they are moved
+    del ranges, runtime  # the tables are let go as they are moved
     tables: list[dict[str, pd.DataFrame]] = [{} for _ in members]
     for name in [name for name in profile.tables if name in (*_PROCESS_TABLES, *owners)]:
         frame = profile.tables.pop(name)
@@ -1289,9 +1288,37 @@ def process_profiles(profile: Profile) -> list[Profile]:
     lost_said = (f"; {lost} were launched by no recorded runtime call, so they are in no "
                  "process's figures" if lost else "")
     recorded = profile.meta.recorded_ranks if isinstance(profile.meta, NsysMeta) else {}
-    return [_process_part(profile, int(pid), mine, rank, said + rank_said + lost_said)
+    return [_process_part(profile, int(pid), mine, rank, said + rank_said + (
+        ": it is named by its pid" if rank is None else "") + lost_said)
             for pid, mine, (rank, rank_said) in zip(
                 members.tolist(), tables, member_ranks(members.tolist(), recorded), strict=True)]
+
+
+def _pid_bounds(tables: dict[str, pd.DataFrame]) -> set[int]:
+    """The least and the greatest pid the NVTX ranges and runtime calls name: one when they are
+    one process's, none without rows (found without hashing a table of 10^7 pids)."""
+    columns = [tables[name]["pid"].to_numpy() for name in ("ranges", "runtime")
+               if name in tables and len(tables[name])]
+    return {int(end) for column in columns for end in (column.min(), column.max())}
+
+
+def _capture_rank(tables: dict[str, pd.DataFrame], meta: NsysMeta) -> int | None:
+    """The rank of a capture whose ranges and runtime calls are one process's that recorded its
+    rank (nsys run by each rank, as the runner does on each node of a multi-node job): its
+    world size set in ``meta`` and a note saying so (or why not, when it recorded several);
+    None otherwise (the processes of a capture of several take theirs in process_profiles)."""
+    if not meta.recorded_ranks:
+        return None
+    pids = _pid_bounds(tables)
+    if len(pids) != 1 or (pid := pids.pop()) not in meta.recorded_ranks:
+        return None
+    rank, said = member_ranks([pid], meta.recorded_ranks)[0]
+    meta.notes.append(f"{process_label(pid)}, the capture's one process with work of its own: "
+                      f"{said}")
+    if rank is None:
+        return None
+    meta.world_size, meta.distributed = rank[1], True
+    return rank[0]
 
 
 def recorded_ranks(marks: Iterable[tuple[int, str]]) -> dict[int, list[tuple[int, int]]]:
@@ -1322,17 +1349,14 @@ def member_ranks(members: list[int], recorded: dict[int, list[tuple[int, int]]]
             out.append((None, "its rank is unknown (it recorded none, as profreport's runner "
                               f"does with an NVTX mark '{concepts.RANK_MARK_FORMAT}' in domain "
                               f"'{concepts.RANK_DOMAIN}', and an nsys export records no "
-                              "process's environment, where torchrun's RANK is): it is named "
-                              "by its pid"))
+                              "process's environment, where torchrun's RANK is)"))
         elif len(ranks) > 1:
             out.append((None, f"its rank is unknown: it recorded {len(ranks)} different ranks "
-                              f"({', '.join(names)}), so none is taken: it is named by its "
-                              "pid"))
+                              f"({', '.join(names)}), so none is taken"))
         elif len(claims[ranks[0]]) > 1:
             others = [process_label(other) for other in claims[ranks[0]] if other != pid]
             out.append((None, f"its rank is unknown: it recorded {names[0]}, as "
-                              f"{' and '.join(others)} did, so neither is taken: it is named "
-                              "by its pid"))
+                              f"{' and '.join(others)} did, so neither is taken"))
         else:
             out.append((ranks[0], f"it recorded its rank, {names[0]} (an NVTX mark in domain "
                                   f"'{concepts.RANK_DOMAIN}')"))

@@ -453,3 +453,37 @@ def test_a_process_recording_two_ranks_stays_of_unknown_rank(tmp_path: Path) -> 
     job = _report(path).runs[0].job
     assert job is not None
     assert [r.label for r in job.ranks] == ["rank 3", "pid 7", "pid 8", "pid 9"]
+
+
+def test_a_capture_of_one_rank_is_that_rank(tmp_path: Path) -> None:
+    """nsys run on each node of a multi-node job (the runner's srun nsys ... torchrun), one rank
+    per node: each capture holds torchrun's process and one rank, which marked 'rank R of 2'.
+    Each capture is the rank it recorded (world size 2, a note saying so), and the two
+    captures of one run folder are ranks 0 and 1 of one job (the second was left out of every
+    figure as a second capture of no rank)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    for node, (pid, step_ms) in enumerate(((7, 20), (7, 30))):
+        write_export(run / f"nsys.node{node}.sqlite",
+                     [Process(3), _marked(_stepped(pid, step_ms), f"rank {node} of 2")])
+    profile = nsys.parse(run / "nsys.node1.sqlite")
+    assert (profile.rank, profile.meta.world_size, profile.meta.distributed) == (1, 2, True)
+    assert profile.meta.notes == ["pid 7, the capture's one process with work of its own: it "
+                                  "recorded its rank, rank 1 of 2 (an NVTX mark in domain "
+                                  "'profreport')"]
+    assert nsys.process_profiles(profile) == [profile]
+    analysed = _report(run).runs[0]
+    assert analysed.job is not None
+    assert [(r.label, r.step_ns // MS) for r in analysed.job.ranks] == [  # type: ignore[operator]
+        ("rank 0", 20), ("rank 1", 30)]
+    assert analysed.detailed_rank == 0 and analysed.world_size == 2
+    assert [(Path(i.path).name, i.rank) for i in analysed.inputs] == [
+        ("nsys.node0.sqlite", 0), ("nsys.node1.sqlite", 1)]
+    assert not any("are not in the per-step figures" in note for note in analysed.notes)
+    contradicting = write_export(tmp_path / "two_ranks_one_process.sqlite",
+                                 [_marked(_stepped(7, 20), "rank 0 of 2", "rank 1 of 2")])
+    profile = nsys.parse(contradicting)
+    assert (profile.rank, profile.meta.world_size) == (None, None)
+    assert profile.meta.notes == ["pid 7, the capture's one process with work of its own: its "
+                                  "rank is unknown: it recorded 2 different ranks (rank 0 of 2, "
+                                  "rank 1 of 2), so none is taken"]
