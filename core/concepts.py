@@ -694,10 +694,22 @@ def _fetches_nothing(node: ast.expr) -> bool:
 
 
 def counts_passes(source: str | None) -> bool:
-    """Whether a source line opens a ``for`` over ``range(...)`` or a literal: its header only
-    counts the passes, and whatever a pass trains on is fetched in its body."""
+    """Whether a source line opens a loop whose header fetches nothing: a ``for`` over
+    ``range(...)`` or a literal, or a ``while`` whose test calls nothing (``while True:``,
+    ``while step < steps:``). Such a header only counts the passes, and whatever a pass trains
+    on is fetched in its body."""
     node = _statement(source) if source else None
+    if isinstance(node, ast.While):
+        return not any(isinstance(part, ast.Call | ast.Await) for part in ast.walk(node.test))
     return isinstance(node, ast.For | ast.AsyncFor) and _fetches_nothing(node.iter)
+
+
+def opens_no_loop(source: str | None) -> bool:
+    """Whether a source line is a whole statement that opens no loop (``time.sleep(0.001)``): it
+    is no loop header, whatever its hit counts. False for a line that is no whole statement,
+    which may open a loop written over several lines (``for i, (x, y) in enumerate(``)."""
+    node = _statement(source) if source else None
+    return node is not None and not isinstance(node, ast.For | ast.AsyncFor | ast.While)
 
 
 def fetched_iterator(source: str | None) -> str | None:

@@ -48,6 +48,7 @@ from profreport.concepts import (
     is_sync_point_line,
     is_training_function,
     names_dataloader,
+    opens_no_loop,
 )
 from profreport.errors import InputError
 from profreport.inputs import MAX_LINE_ENTRIES, RefusedPathError, open_input, resolve_inside
@@ -352,7 +353,8 @@ def loop_headers(frame: pd.DataFrame) -> pd.Series:
     its header hit ``m + n`` times: once more per entry, for the test that ends it (``m`` when
     every entry left through ``break``/``return``). The body runs more often than the line
     before the loop, which no straight-line code does. A loop that opens its function has no
-    line before it: it is a header where its source line is shown opening a loop.
+    line before it: it is a header where its source line is shown opening a loop. A line the
+    source shows to be a statement that opens no loop is never one.
     """
     by_function = frame.groupby(_FUNCTION_KEY, sort=False)["hits"]
     before, body = by_function.shift(1), by_function.shift(-1)
@@ -362,7 +364,9 @@ def loop_headers(frame: pd.DataFrame) -> pd.Series:
     # shown says it is a loop, and its first body line must still run in its passes.
     shown = frame["source"].map(is_loop_line).astype(bool) & before.isna() & (body > 0) \
         & (hits >= body)
-    return (counted | shown).astype(bool)
+    # A line the source shows to be another statement is no header, though its counts fit
+    # (the line after ``except StopIteration: break`` follows a line run once).
+    return ((counted | shown) & ~frame["source"].map(opens_no_loop).astype(bool)).astype(bool)
 
 
 def _body_hits(iterations: int, entries: int) -> int:

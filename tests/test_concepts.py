@@ -166,6 +166,11 @@ def test_dataloader_loop_line() -> None:
     assert not concepts.is_dataloader_loop_line("    for step in range(len(train_loader)):")
     assert concepts.counts_passes("for i, lr in enumerate([0.1, 0.01]):  # sweep")
     assert not concepts.counts_passes("    for x, y in self.dl:")
+    assert concepts.counts_passes("    while step < steps:")
+    assert not concepts.counts_passes("while (batch := next(it, None)) is not None:")
+    assert concepts.opens_no_loop("        time.sleep(0.001)")
+    assert not concepts.opens_no_loop("    while True:")
+    assert not concepts.opens_no_loop("    for i, (x, y) in enumerate(")  # continued
 
 
 def test_the_iterator_a_line_fetches_from() -> None:

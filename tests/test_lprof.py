@@ -897,8 +897,9 @@ def test_a_loop_over_range_waits_for_data_in_the_line_that_fetches(tmp_path: Pat
     assert (loop.dataloader, loop.confidence, loop.wait_lineno) == (True, "high", fetch)
     assert (loop.fetch_from, loop.fetch_origin) == ("it", "iter(train_loader)")
     assert m.loop_identification.reason == (
-        f"counted.py:{header} only counts the passes (a header over range() or a literal "
-        f"fetches nothing); counted.py:{fetch} fetches each batch with next(it) from a "
+        f"counted.py:{header} only counts the passes (a header over range() or a literal, or "
+        f"a while whose test calls nothing, fetches nothing); counted.py:{fetch} fetches each "
+        "batch with next(it) from a "
         "DataLoader, it = iter(train_loader): that line's time is the DataLoader wait")
 
 
@@ -1026,3 +1027,46 @@ def test_a_loop_inside_a_range_loop_is_the_training_loop(tmp_path: Path) -> None
     assert (loop.lineno, loop.iterations, loop.entries, loop.evidence) == (
         inner, 16, 2, "hit counts")
     assert [n for n, row in lines.items() if row["is_dataloader_loop"]] == [inner]
+
+
+# Loops whose ``while`` header tests no call, fetching the 8 batches in their body from an
+# iterator of the DataLoader shown before the loop (1 ms of work each).
+WHILE_SCRIPT = BATCHES_CLASS + """
+@profile
+def train(train_loader):
+    total = 0
+    it = iter(train_loader)
+    step = 0
+{loop}
+    return total
+
+
+train(Loader())
+"""
+WHILE_LOOPS = {
+    "while True": ("    while True:\n        try:\n            x, y = next(it)\n"
+                   "        except StopIteration:\n            break\n"
+                   "        time.sleep(0.001)\n        total += x * y"),
+    "while step < 8": ("    while step < 8:\n        x, y = next(it)\n"
+                       "        time.sleep(0.001)\n        total += x * y\n        step += 1"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(WHILE_LOOPS))
+def test_a_while_loop_that_calls_nothing_waits_in_the_line_that_fetches(
+        tmp_path: Path, kind: str) -> None:
+    """kernprof of ``while True: try: x, y = next(it) except StopIteration: break ...`` and
+    of ``while step < 8: x, y = next(it)``, ``it = iter(train_loader)`` shown before: the while
+    header tests no call, so it fetches nothing, and the DataLoader wait is the next(it) line's,
+    about 75%: loader-bound. The header had been the DataLoader line by the function's name,
+    its ~0% the wait, and the run compute-bound; in the first, the line after ``break`` (its
+    counts those of a header: 1 hit before it) had been a loop inside the while loop."""
+    code = WHILE_SCRIPT.format(loop=WHILE_LOOPS[kind])
+    lines, loop, run = counted_run(tmp_path, code, shown=True)
+    fetch = line_of(code, "x, y = next(it)")
+    share = lines[fetch]["time_ns"] / (loop.time_ns + loop.body_ns)
+    assert run.metrics.dataloader_fraction == pytest.approx(share) and share > 0.5
+    assert run.verdict == "loader-bound"
+    assert (loop.lineno, loop.counts_passes, loop.wait_lineno) == (
+        line_of(code, "    while "), True, fetch)
+    assert [n for n, row in lines.items() if row["is_dataloader_loop"]] == [fetch]

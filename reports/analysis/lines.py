@@ -103,8 +103,8 @@ def loop_identification(loop: TrainingLoop | None) -> LoopIdentification | None:
 def _counting_identification(loop: TrainingLoop, where: str) -> LoopIdentification:
     """How a loop whose header counts passes (``for step in range(steps):``) was taken for the
     training loop, where its DataLoader wait is, or why that is unknown."""
-    counts = (f"{where} only counts the passes (a header over range() or a literal fetches "
-              "nothing)")
+    counts = (f"{where} only counts the passes (a header over range() or a literal, or a while "
+              "whose test calls nothing, fetches nothing)")
     if loop.fetch_lineno is None:
         unknown = (f"no line of {loop.function}()'s loop body shown fetches a batch "
                    "(next(...)), so where the batches come from and the DataLoader's share of "
