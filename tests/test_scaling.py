@@ -11,8 +11,17 @@ import pytest
 
 from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
 from profreport.reports.analysis.findings import Study, study_findings
-from profreport.reports.analysis.results import RunAnalysis, RunMetrics, ScalingPoint, TopItem
-from profreport.reports.analysis.scaling import _same_training
+from profreport.reports.analysis.results import (
+    BREAKDOWN_PARTS,
+    Breakdown,
+    CommStats,
+    RunAnalysis,
+    RunMetrics,
+    ScalingPoint,
+    StepStats,
+    TopItem,
+)
+from profreport.reports.analysis.scaling import _same_training, scaling_studies
 
 MS = 1_000_000
 
@@ -28,7 +37,8 @@ def _point(processes: int, throughput: float, *, step_ms: float = 100.0,
                         synthetic=synthetic, step_ns=int(step_ms * MS),
                         comm_ns_per_step=int(comm_ms * MS),
                         comm_exposed_ns_per_step=int(exposed_ms * MS), rank_imbalance=imbalance,
-                        profile_origin="kineto")
+                        profile_origin="kineto", comm_origin="kineto",
+                        comm_step_ns=int(step_ms * MS))
 
 
 def test_exposed_communication_growth_is_named_with_the_sc22_fix() -> None:
@@ -179,8 +189,6 @@ def test_every_point_is_timed_by_the_one_profiler_all_points_have() -> None:
     torch.profiler's (200 ms). Both points come from torch.profiler: 6.25 -> 10.0 local
     batches/s, 80% of ideal; the 1-process run's own source, nsys, had set 10.0 against 10.0,
     a 50% efficiency that was the two profilers' difference."""
-    from profreport.reports.analysis.results import StepStats
-    from profreport.reports.analysis.scaling import scaling_studies
 
     def run(name: str, size: int, steps_ms: dict[str, int]) -> RunAnalysis:
         timed = [StepStats(origin, 10, ms * MS, None, None, None, None, wall_mean_ns=ms * MS)
@@ -201,3 +209,56 @@ def test_every_point_is_timed_by_the_one_profiler_all_points_have() -> None:
     apart = scaling_studies([run("np1", 1, {"nsys": 100}), run("np2", 2, {"kineto": 200})])[0]
     assert all(p.throughput is None and p.step_ns is None and p.profile_origin is None
                for p in apart.points)
+
+
+def _timed_run(name: str, size: int, steps_ms: dict[str, int], breakdown: str,
+               exposed_ms: int = 0) -> RunAnalysis:
+    """A run of a scaling group whose profilers timed ``steps_ms`` (mean per step) and whose
+    breakdown, and communication when it has more than one process, are ``breakdown``'s, with
+    ``exposed_ms`` of it exposed."""
+    timed = [StepStats(origin, 10, ms * MS, None, None, None, None, wall_mean_ns=ms * MS)
+             for origin, ms in steps_ms.items()]  # type: ignore[arg-type]
+    step = steps_ms[breakdown] * MS
+    parts = dict.fromkeys(BREAKDOWN_PARTS, 0) | {"compute": step - exposed_ms * MS,
+                                                  "comm_exposed": exposed_ms * MS}
+    comm = None if size == 1 else CommStats(breakdown, 2 * exposed_ms * MS, 0.0, 0.0, 0.5, 1.0,
+                                            10, ["allreduce"], False)
+    metrics = RunMetrics(steps=timed[0], steps_by_origin=timed,
+                         breakdown=Breakdown(breakdown, step, parts), comm=comm)  # type: ignore[arg-type]
+    return RunAnalysis(name, [], "compute-bound", "", metrics, [], world_size=size,
+                       scaling_point={"group": "cnn"})
+
+
+def test_exposed_communication_is_weighed_against_its_own_profilers_steps() -> None:
+    """A CPU study whose steps nsys timed (100 -> 125 ms: 80% of ideal) and whose communication
+    torch.profiler measured (60 ms exposed at 2 processes, its steps 160 -> 240 ms): the exposed
+    part is weighed against torch.profiler's 80 ms lost, not nsys's 25 ms ('grew by 60.0 ms of
+    the 25.0 ms each step lost', two profilers' figures)."""
+    study = scaling_studies([
+        _timed_run("np1", 1, {"nsys": 100, "kineto": 160}, "kineto"),
+        _timed_run("np2", 2, {"nsys": 125, "kineto": 240}, "kineto", exposed_ms=60)])[0]
+    assert [p.profile_origin for p in study.points] == ["nsys", "nsys"]
+    assert [(p.comm_origin, p.comm_step_ns) for p in study.points] == [
+        ("kineto", 160 * MS), ("kineto", 240 * MS)]
+    finding = study.findings[0]
+    assert finding.title == "Scaling breaks at 2 processes: 80% of ideal"
+    comm = finding.evidence[1]
+    assert comm.origin == "kineto"
+    assert comm.text.endswith("the exposed part grew by 60.0 ms of the 80.0 ms each step lost "
+                              "(the steps as torch.profiler timed them)")
+
+
+def test_no_communication_cause_without_its_profilers_steps_at_every_point() -> None:
+    """The 2-process point's communication measured by nsys (30 ms exposed), the 1-process
+    point timed by torch.profiler alone (the study's step source, 160 -> 200 ms): nsys's exposed
+    30 ms is not set against torch.profiler's 40 ms lost; the finding says the data do not show
+    why."""
+    study = scaling_studies([
+        _timed_run("np1", 1, {"kineto": 160}, "kineto"),
+        _timed_run("np2", 2, {"nsys": 130, "kineto": 200}, "nsys", exposed_ms=30)])[0]
+    assert [(p.comm_origin, p.comm_step_ns) for p in study.points] == [
+        ("nsys", None), ("nsys", 130 * MS)]
+    finding = study.findings[0]
+    assert finding.title == "Scaling breaks at 2 processes: 80% of ideal"
+    assert len(finding.evidence) == 1
+    assert finding.recommendation.startswith("The data do not show why")

@@ -127,13 +127,14 @@ def test_units_of_sentences_tables_and_sizes() -> None:
 
 def _point(processes: int, throughput: float, step_ns: int, comm_ns: int,
            exposed_ns: int) -> ScalingPoint:
-    """A scaling point with its step and communication per step (ideal: 100 samples/s per
-    process)."""
+    """A scaling point with its step and communication per step, both torch.profiler's (ideal:
+    100 samples/s per process)."""
     return ScalingPoint(run=f"np{processes}", processes=processes, throughput=throughput,
                         ideal=100.0 * processes, efficiency=throughput / (100.0 * processes),
                         loader_alone=None, synthetic=None, step_ns=step_ns,
                         comm_ns_per_step=comm_ns, comm_exposed_ns_per_step=exposed_ns,
-                        rank_imbalance=None)
+                        rank_imbalance=None, profile_origin="kineto", comm_origin="kineto",
+                        comm_step_ns=step_ns)
 
 
 def test_scaling_evidence_gives_microseconds_not_zero_ms() -> None:

@@ -1041,6 +1041,12 @@ class ScalingPoint:
     #: The profiler that timed the steps of every point of the study (see
     #: compare.STEP_SOURCE_ORDER), whose step figures each point holds; None when none did.
     profile_origin: Origin | None = None
+    #: The profiler every point's communication figures come from (each run's from the
+    #: profiler of its breakdown); None when two profilers measured them, or none did.
+    comm_origin: Origin | None = None
+    #: Mean step time as ``comm_origin`` timed it, ns, the step the exposed communication is a
+    #: part of; None without ``comm_origin`` or its steps.
+    comm_step_ns: int | None = None
     #: PyTorch intra-op threads per process (the runner's plain run), when recorded.
     threads_per_process: int | None = None
     #: What else differs from the study's reference point besides the process count (see

@@ -17,7 +17,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from profreport.manifest import Manifest
-from profreport.reports.analysis.compare import common_step_source, confounds, steps_of
+from profreport.reports.analysis.compare import (
+    common_source,
+    common_step_source,
+    confounds,
+    step_time_ns,
+    steps_of,
+)
 from profreport.reports.analysis.findings import Study, study_findings
 from profreport.reports.analysis.ranks import RankSummary
 from profreport.reports.analysis.results import (
@@ -119,6 +125,15 @@ def _comm(run: RunAnalysis) -> tuple[int | None, int | None]:
     return comm.total_ns_per_step, exposed
 
 
+def comm_source(members: list[RunAnalysis]) -> Origin | None:
+    """The profiler every point's communication figures come from (see compare.common_source;
+    a point without them, one process, sets none beside another's); None when two profilers
+    measured them: each slows a step, and the communication in it, by its own amount."""
+    origin, _ = common_source([(run.name, set() if run.metrics.comm is None
+                                else {run.metrics.comm.origin}) for run in members], "point")
+    return origin
+
+
 def _imbalance(run: RunAnalysis) -> float | None:
     """Slowest over fastest rank's mean step, with at least two ranks traced."""
     steps = [ns for ns in run.metrics.per_rank_step_ns.values() if ns > 0]
@@ -132,10 +147,12 @@ def _int_or_none(value: object) -> int | None:
 
 def _points(members: list[RunAnalysis]) -> tuple[str, list[ScalingPoint]]:
     """The unit and the points of one study; step figures from the one profiler that timed
-    every point's steps (compare.common_step_source), none when no profiler did."""
+    every point's steps (compare.common_step_source), none when no profiler did; the step the
+    communication is weighed against from the one that measured it (comm_source)."""
     measured = all(run.metrics.throughput_samples_per_s for run in members)
     unit = "samples/s" if measured else "local batches/s"
     origin, _ = common_step_source(members)
+    comm_origin = comm_source(members)
     base = members[0]
     base_value = (base.metrics.throughput_samples_per_s if measured
                   else _local_batches_per_s(base, origin))
@@ -157,7 +174,8 @@ def _points(members: list[RunAnalysis]) -> tuple[str, list[ScalingPoint]]:
             step_ns=steps.mean_ns if steps is not None else None,
             comm_ns_per_step=comm, comm_exposed_ns_per_step=exposed,
             rank_imbalance=_imbalance(run),
-            profile_origin=origin,
+            profile_origin=origin, comm_origin=comm_origin,
+            comm_step_ns=step_time_ns(run, comm_origin) if comm_origin else None,
             threads_per_process=_int_or_none(run.environment.get("torch_threads")),
             local_batch_size=_int_or_none(run.scaling_point.get("local_batch_size")),
             confounds=_besides_processes(base, run)))

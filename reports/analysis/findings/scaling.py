@@ -10,6 +10,7 @@ from profreport.reports.analysis.results import (
     Finding,
     ScalingPoint,
     Severity,
+    origin_label,
 )
 from profreport.units import ms, whole_pct
 
@@ -31,20 +32,25 @@ SUPERLINEAR_EFFICIENCY = 1.10
 
 def _comm_cause(base: ScalingPoint, point: ScalingPoint,
                 points: list[ScalingPoint], mode: str) -> tuple[Evidence, str] | None:
-    """Exposed communication that grew by at least COMM_GROWTH_SHARE of the time lost per step."""
-    if None in (base.step_ns, point.step_ns, base.comm_exposed_ns_per_step,
-                point.comm_exposed_ns_per_step):
+    """Exposed communication that grew by at least COMM_GROWTH_SHARE of the time lost per step,
+    both as the one profiler that measured the communication timed them (comm_origin: the step
+    source's step times are another profiler's when it is not that one); None when two
+    profilers measured the points' communication."""
+    if None in (base.comm_step_ns, point.comm_step_ns, base.comm_exposed_ns_per_step,
+                point.comm_exposed_ns_per_step) or point.comm_origin is None:
         return None
-    lost = (point.step_ns or 0) - (base.step_ns or 0)
+    lost = (point.comm_step_ns or 0) - (base.comm_step_ns or 0)
     grown = (point.comm_exposed_ns_per_step or 0) - (base.comm_exposed_ns_per_step or 0)
     if lost <= 0 or grown < COMM_GROWTH_SHARE * lost:
         return None
     per_point = ", ".join(f"{p.processes} proc: {ms(p.comm_ns_per_step)} "
                           f"({ms(p.comm_exposed_ns_per_step or 0)} exposed)"
                           for p in points if p.comm_ns_per_step is not None)
+    timed = ("" if point.comm_origin == point.profile_origin else
+             f" (the steps as {origin_label(point.comm_origin)} timed them)")
     evidence = Evidence(f"communication per step {per_point}; the exposed part grew by "
-                        f"{ms(grown)} of the {ms(lost)} each step lost",
-                        point.profile_origin or "kineto")
+                        f"{ms(grown)} of the {ms(lost)} each step lost{timed}",
+                        point.comm_origin)
     batch = "the per-process batch shrinks as processes are added" if mode == "strong" else (
         "the per-process batch is too small to hide it")
     fix = (f"Communication per step is set by the gradients' size, compute by the batch: {batch}. "
