@@ -95,8 +95,8 @@ _PROCESS_MASK = (1 << (_HOST_SHIFT - _ID_SHIFT + 16)) - 1
 
 # NVTX event types (ENUM_NSYS_EVENT_TYPE): push/pop and start/end ranges, their NVTXT twins, and
 # the domain-create event that names a domainId. Marks (34) are instants, not ranges: only
-# those of concepts.RANK_DOMAIN are read, for the rank each process records (see record_rank in
-# runner/train.py).
+# those of concepts.RANK_DOMAIN are read, for the rank each process records (see
+# runner.launch.record_rank).
 NVTX_RANGE_TYPES = (59, 60, 70, 71)
 NVTX_MARK = 34
 NVTX_DOMAIN_CREATE = 75
