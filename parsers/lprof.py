@@ -530,6 +530,12 @@ def _mark_loader(frame: pd.DataFrame, loop: TrainingLoop | None) -> pd.DataFrame
     return frame
 
 
+#: Why a line profile that times no line holds nothing to analyse.
+NO_LINES = ("nothing to analyse: the line profile times no line: kernprof -l times only the "
+            "functions decorated with @profile that ran, so a training loop at module level is "
+            "in none (move it into a function)")
+
+
 def _note(function: LprofFunction) -> str:
     """The note saying that a function's source is not shown, and why."""
     return (f"source of {error_text(function.function)} "
@@ -551,7 +557,8 @@ def parse(path: Path, *, source_root: Path | None = None) -> Profile:
     meta = LprofMeta(unit=unit, functions=functions, pickle_protocol=protocol,
                      class_path=".".join(class_path), loop=loop,
                      notes=[_note(f) for f in functions if f.source_note]
-                     + _mismatch_notes(timings, sources))
+                     + _mismatch_notes(timings, sources),
+                     empty=None if not frame.empty else NO_LINES)
     return Profile(path=path, kind="lprof", tool_version=LINESTATS_CLASS_PATHS[class_path],
                    tables={"lines": conform("lines", _mark_loader(frame, loop))}, meta=meta)
 

@@ -1070,3 +1070,24 @@ def test_a_while_loop_that_calls_nothing_waits_in_the_line_that_fetches(
     assert (loop.lineno, loop.counts_passes, loop.wait_lineno) == (
         line_of(code, "    while "), True, fetch)
     assert [n for n, row in lines.items() if row["is_dataloader_loop"]] == [fetch]
+
+
+def test_a_line_profile_of_no_line_says_so_beside_other_profiles(tmp_path: Path) -> None:
+    """kernprof -l of a script whose loop sits at module level times no line: alone it is
+    'nothing to analyse' and why; beside a trace of the same run, a note says so instead of
+    the line profile vanishing without a word."""
+    from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from conftest import cpu_event, kineto_trace
+
+    empty = stats_file(tmp_path / "train.lprof", {("train.py", 1, "train"): []})
+    assert lprof.parse(empty).meta.empty == lprof.NO_LINES
+    alone = analyze_paths([empty], AnalyzeOptions()).runs[0]
+    assert (alone.verdict, alone.verdict_reason) == ("unknown", lprof.NO_LINES)
+    kineto_trace(tmp_path / "t.pt.trace.json",
+                 [cpu_event(f"ProfilerStep#{n}", 1000 * n, 900, cat="user_annotation")
+                  for n in range(4)])
+    run = analyze_paths([tmp_path], AnalyzeOptions()).runs[0]
+    assert f"train.lprof: {lprof.NO_LINES}" in run.notes
+    assert not any(note.startswith("t.pt.trace.json: nothing") for note in run.notes)

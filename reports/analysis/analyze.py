@@ -197,9 +197,12 @@ def _notes(manifest: Manifest | None) -> list[str]:
 
 def source_notes(profiles: list[Profile]) -> list[str]:
     """What the parsers say they left out of each file (``meta.notes``): records dropped for
-    impossible values, sources not shown."""
+    impossible values, sources not shown; and, beside files with something to analyse, each
+    file that holds nothing (``meta.empty``: its profiler recorded none of it)."""
+    some = any(profile.meta.empty is None for profile in profiles)
     return [f"{Path(profile.path).name}: {note}" for profile in profiles
-            for note in profile.meta.notes]
+            for note in [*profile.meta.notes, *([profile.meta.empty] if some and
+                                                 profile.meta.empty else [])]]
 
 
 def left_out_notes(profiles: list[Profile]) -> list[str]:
