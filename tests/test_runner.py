@@ -608,6 +608,28 @@ def test_failing_script_is_reported_with_its_error_and_signal(tmp_path: Path) ->
     assert raised.script_args == ["--crash", "error"] and raised.knobs == {}
 
 
+@pytest.mark.nsys
+@pytest.mark.slow
+def test_ddp_variant_under_nsys_records_each_rank(tmp_path: Path, nsys_available: str) -> None:
+    """The built-in ddp variant (torchrun, 2 gloo ranks) under nsys: each rank of the runner's
+    training marks its rank, so the one capture reads as rank 0 and rank 1 of 2, each with its
+    own steps (they were two processes named by pid)."""
+    summary = run_all(resolve_variants(["ddp"]), tiny_options(tmp_path, ("nsys",)))
+    folder = summary.folders[0]
+    manifest = load_manifest(folder / "manifest.json")
+    nsys_launch = next(launch for launch in manifest.launches if launch.profiler == "nsys")
+    assert nsys_launch.exit_status == 0, nsys_launch.error
+    from profreport.parsers.nsys import process_profiles
+
+    capture = parse_file(folder / "nsys.nsys-rep", ParseOptions(cache_dir=tmp_path / "cache"))
+    parts = process_profiles(capture)
+    assert sorted((p.rank, p.meta.world_size, len(p.table("steps"))) for p in parts) == [
+        (0, 2, TINY_STEPS), (1, 2, TINY_STEPS)]
+    run = analyze_paths([folder], AnalyzeOptions()).runs[0]
+    assert run.job is not None and [r.label for r in run.job.ranks] == ["rank 0", "rank 1"]
+    assert run.detailed_rank == 0 and run.world_size == 2
+
+
 #: A gloo DDP script of 16 steps, as a user writes it: nothing in it says its rank to nsys.
 _DDP_SCRIPT = """
 import torch, torch.distributed as dist
