@@ -379,9 +379,12 @@ def blocking_calls(runtime: pd.DataFrame, memcpy: pd.DataFrame) -> pd.DataFrame:
     call whose copy goes from the device to pageable host memory (``cudaMemcpyAsync`` too: the
     driver must wait for the GPU before it can write pageable memory), labelled ``<call> DtoH
     to pageable``."""
-    copies = memcpy[(memcpy["kind"] == DTOH) & (memcpy["dst_kind"] == PAGEABLE)]
+    copies = memcpy[(memcpy["kind"] == DTOH) & (memcpy["dst_kind"] == PAGEABLE)
+                    & (memcpy["correlation"] >= 0)]
     calls = runtime[may_block(runtime["name"]).to_numpy()]
-    to_pageable = calls["correlation"].isin(copies["correlation"]).to_numpy()
+    # A copy call launched the copy with its correlation id; -1 (unknown) links nothing.
+    to_pageable = (_matches(calls["name"], _COPY_CALL).to_numpy()
+                   & calls["correlation"].isin(copies["correlation"]).to_numpy())
     chosen = to_pageable | _always_blocks(calls["name"]).to_numpy()
     calls = calls[chosen]
     label = calls["name"].astype(object)

@@ -181,3 +181,18 @@ def test_the_iterator_a_line_fetches_from() -> None:
     assert concepts.fetched_iterator("loss = model(x)") is None
     assert concepts.assigned_value("    it = iter(train_loader)", "it") == "iter(train_loader)"
     assert concepts.assigned_value("    it = iter(train_loader)", "other") is None
+
+
+def test_a_blocking_copy_is_linked_by_a_known_correlation_id() -> None:
+    """A copy call blocks on a DtoH copy into pageable memory only through the copy's own
+    correlation id: an unknown id (-1) on both sides links nothing, and a sync call is never
+    labelled a copy."""
+    runtime = pd.DataFrame({"name": ["cudaDeviceSynchronize", "cudaMemcpyAsync",
+                                     "cudaMemcpyAsync"],
+                            "correlation": [-1, -1, 5], "start": [0, 10, 20], "end": [5, 15, 25]})
+    memcpy = pd.DataFrame({"kind": [concepts.DTOH, concepts.DTOH],
+                           "dst_kind": [concepts.PAGEABLE, concepts.PAGEABLE],
+                           "correlation": [-1, 5]})
+    calls = concepts.blocking_calls(runtime, memcpy)
+    assert list(zip(calls["correlation"], calls["label"], strict=True)) == [
+        (-1, "cudaDeviceSynchronize"), (5, "cudaMemcpyAsync DtoH to pageable")]
