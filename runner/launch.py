@@ -146,25 +146,29 @@ _BUSY_STATES = (0, 1, 2, 5, 6, 7)
 _CPU_LINE = re.compile(r"cpu(\d+)\s")
 
 
-def busy_ticks(stat: str, cpus: Collection[int]) -> int:
-    """The ticks the CPUs numbered ``cpus`` spent busy, from the text of /proc/stat."""
-    total = 0
+def busy_ticks(stat: str, cpus: Collection[int]) -> int | None:
+    """The ticks the CPUs numbered ``cpus`` spent busy, from the text of /proc/stat; None when
+    one of them has no line there (a container's virtualised /proc/stat numbers its own CPUs
+    from 0 while the affinity names the host's: their time is unknown, not idle)."""
+    total, seen = 0, set()
     for line in stat.splitlines():
         found = _CPU_LINE.match(line)
         if found and int(found.group(1)) in cpus:
             ticks = line.split()[1:]
             total += sum(int(ticks[i]) for i in _BUSY_STATES if i < len(ticks))
-    return total
+            seen.add(int(found.group(1)))
+    return total if seen == set(cpus) else None
 
 
 def cpus_busy_s(cpus: Collection[int]) -> float | None:
-    """CPU seconds the CPUs numbered ``cpus`` have been busy since boot, or None without
-    /proc/stat."""
+    """CPU seconds the CPUs numbered ``cpus`` have been busy since boot, or None without a
+    /proc/stat line for each of them."""
     try:
         stat = PROC_STAT.read_text(encoding="ascii")
     except OSError:
         return None
-    return busy_ticks(stat, cpus) / os.sysconf("SC_CLK_TCK")
+    ticks = busy_ticks(stat, cpus)
+    return None if ticks is None else ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _cpu_s(who: int) -> float:

@@ -826,6 +826,9 @@ def test_a_run_on_its_own_cpus_of_a_busy_node_did_not_share_them() -> None:
                           other_cpu_s=whole - 19.0)  # as measured before, over the machine
     flagged = plain_cpu(Manifest("run", "mnist", {}, environment, launches=[machine]))
     assert (flagged.cpus, flagged.other_share, flagged.shared) == (8, 0.75, True)
+    # A container's /proc/stat numbering its CPUs 0 and 1 while the affinity names the host's
+    # 2 and 3 (lxcfs): their time is unknown, not idle.
+    assert busy_ticks(_proc_stat([5000] * 2), mine) is None
 
 
 @pytest.mark.slow
