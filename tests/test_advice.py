@@ -405,9 +405,11 @@ def test_a_compiled_model_is_not_told_to_compile(tmp_path: Path) -> None:
     assert "aten::mm takes" in fixes["compiled"] and "even compiled" in fixes["compiled"]
 
 
-def test_without_cpu_spans_compilation_is_unknown(fixtures_dir: Path) -> None:
-    """line_profiler's lines hold no operators or ranges: whether the model was compiled is
-    unknown (null), not 0."""
+def test_without_cpu_spans_compilation_is_unknown(fixtures_dir: Path, corpus: Path,
+                                                   nsys_available: str) -> None:
+    """line_profiler's lines hold no operators, and an nsys capture's NVTX ranges none of
+    torch.compile's spans: whether the model was compiled is unknown (null), not 0."""
     lprof = fixtures_dir / "compute_heavy" / "train.lprof"
-    run = analyze_paths([lprof], AnalyzeOptions()).runs[0]
-    assert run.metrics.compiled_regions is None
+    capture = corpus / "nsys" / "sc22_1gpu_baseline.nsys-rep"
+    for path in (lprof, capture):
+        assert analyze_paths([path], AnalyzeOptions()).runs[0].metrics.compiled_regions is None

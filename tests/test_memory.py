@@ -232,6 +232,9 @@ def test_held_allocations_need_addresses_and_repetition(tmp_path: Path) -> None:
     events.append(once.events[0])
     path.write_text(json.dumps(document))
     assert _analysed(path, memory.TrainingSettings())[0].devices[0].held == []
+    two_steps = _training(tmp_path, kept_per_step=4 * MIB, temporary=64 * MIB,
+                          device_total=16 * GIB, steps=2)
+    assert _analysed(two_steps, memory.TrainingSettings())[0].devices[0].held is None
     for event in events:
         event.get("args", {}).pop("Addr", None)
     path.write_text(json.dumps(document))

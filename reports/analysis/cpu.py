@@ -229,8 +229,9 @@ def dataparallel_ops(profile: Profile) -> dict[str, int]:
 
 def compiled_regions(profiles: list[Profile]) -> int | None:
     """The most spans of torch.compile'd code (concepts.is_compiled_region) one of the profiles
-    records; None when none of them records CPU operators or annotated ranges to tell."""
-    telling = [p for p in profiles if any(p.has(table) for table in SPAN_TABLES)]
+    records among its operators and ranges; None when none records the framework's operators
+    (NVTX ranges alone, line_profiler: compiled code leaves no span there to tell)."""
+    telling = [p for p in profiles if p.has("cpu_ops")]
     if not telling:
         return None
     return max(sum(int(classified(p, table, concepts.is_compiled_region).sum())

@@ -170,13 +170,12 @@ def _unreleased(events: pd.DataFrame) -> np.ndarray:
 def held_each_step(events: pd.DataFrame, profile: Profile) -> list[HeldAllocations] | None:
     """The allocations made in most steps before the last (:data:`HELD_STEP_SHARE`) and never
     released while the profile records, grouped by the operator that made them and their size,
-    most bytes first; None when the events record no addresses. The last step is left out: what
-    it allocates may be released after the profiler stops."""
-    if (events["addr"] < 0).any():
-        return None
+    most bytes first; None when the events record no addresses or the profile has fewer than
+    3 steps (the last is left out: what it allocates may be released after the profiler stops;
+    one step before it shows no repetition)."""
     steps = profile.table("steps").sort_values("start", kind="stable")
-    if len(steps) < 3:
-        return []
+    if (events["addr"] < 0).any() or len(steps) < 3:
+        return None
     times = events["time"].to_numpy(np.int64)
     index = np.searchsorted(steps["start"].to_numpy(np.int64), times, side="right") - 1
     inside = (index >= 0) & (times < steps["end"].to_numpy(np.int64)[np.maximum(index, 0)])
