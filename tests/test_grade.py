@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import importlib
 import io
 import json
 import os
@@ -20,7 +21,7 @@ from line_profiler.line_profiler import LineStats
 
 from profreport import grade
 from profreport.cli import main
-from profreport.grade import grade_class, submissions
+from profreport.grade import grade_class, grader, submissions
 from profreport.grade.grader import Job, grade_submission
 from profreport.grade.results import StudentResult
 from profreport.grade.rubric import parse_rubric
@@ -301,7 +302,8 @@ def test_summary_and_lms(graded: tuple, fixtures_dir: Path) -> None:
     assert ["good", "", "", "good", "", f"{10 + points:.1f}"] in rows
 
 
-def test_rerun_reuses_unchanged_and_regrades_changed(tmp_path: Path, fixtures_dir: Path) -> None:
+def test_rerun_reuses_unchanged_and_regrades_changed(tmp_path: Path, fixtures_dir: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     subs = tmp_path / "subs"
     good_submission(subs / "a", fixtures_dir)
     shutil.copytree(fixtures_dir / "loader_heavy", subs / "b" / "optimized")
@@ -320,10 +322,34 @@ def test_rerun_reuses_unchanged_and_regrades_changed(tmp_path: Path, fixtures_di
     third = grade_class(subs, changed, tmp_path / "out")
     assert [r.reused for r in third.results] == [False, False]
     assert third.results[1].checks[1].points == 5
+    # A change to the grading code (not to the version number) regrades everything.
+    monkeypatch.setattr(grader, "code_digest", lambda: "another grader")
+    fourth = grade_class(subs, changed, tmp_path / "out")
+    assert [r.reused for r in fourth.results] == [False, False]
     # Staged copies keep their files' times, so three gradings of two distinct nsys reports
     # leave two exports in the cache, not one per staging.
     if shutil.which("nsys"):
         assert len(list((tmp_path / "out" / "cache" / "nsys").glob("*.sqlite"))) == 2
+
+
+def test_the_code_digest_follows_the_code(tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The grading code's digest changes with any of its files (a check, a template)."""
+    execute = importlib.import_module("profreport.grade.execute")  # the package's execute()
+    package = tmp_path / "gradingcode"
+    (package / "checks").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "checks" / "rule.py").write_text("LIMIT = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(execute, "GRADING_PACKAGES", ("gradingcode",))
+    try:
+        execute.code_digest.cache_clear()
+        before = execute.code_digest()
+        (package / "checks" / "rule.py").write_text("LIMIT = 2\n")
+        execute.code_digest.cache_clear()
+        assert execute.code_digest() != before
+    finally:
+        execute.code_digest.cache_clear()
 
 
 def test_archive_limits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,7 +16,9 @@ reference and the grader are unchanged.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
+import importlib
 import json
 import os
 import shutil
@@ -102,11 +104,34 @@ class RunJob:
     folder: Path
 
 
+#: The packages whose code makes a measurement or a grade (the runner, the parsers, the
+#: analysis, the rubric's checks, the templates).
+GRADING_PACKAGES = ("profreport", "profreport.runner", "profreport.parsers",
+                    "profreport.reports", "profreport.templates")
+#: Files of those packages that can change a measurement or a grade.
+_CODE_SUFFIXES = (".py", ".j2", ".toml", ".html", ".css", ".md")
+
+
+@functools.cache
+def code_digest() -> str:
+    """A digest of the code that measures and grades (:data:`GRADING_PACKAGES`): any change to
+    the runner, a parser, the analysis or a check re-measures and re-grades what was kept
+    before it, whatever the version number says."""
+    digest = hashlib.sha256()
+    for package in GRADING_PACKAGES:
+        root = Path(importlib.import_module(package).__path__[0])
+        for path in sorted(p for p in root.rglob("*") if p.suffix in _CODE_SUFFIXES
+                           and p.is_file() and "__pycache__" not in p.parts):
+            digest.update(f"{package}/{path.relative_to(root).as_posix()}\0".encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
 def run_key(job: RunJob) -> str:
-    """What a measurement depends on: submission, rubric, reference script, grader version."""
+    """What a measurement depends on: submission, rubric, reference script, grader code."""
     spec = _spec(job.rubric)
-    text = (f"{MEASURED_FORMAT}|{__version__}|{job.rubric.digest}|{file_hash(spec.reference)}|"
-            f"{content_hash(job.submission)}")
+    text = (f"{MEASURED_FORMAT}|{__version__}|{code_digest()}|{job.rubric.digest}|"
+            f"{file_hash(spec.reference)}|{content_hash(job.submission)}")
     return hashlib.sha256(text.encode()).hexdigest()
 
 

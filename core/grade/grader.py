@@ -5,9 +5,7 @@ student's ``error`` and the batch goes on."""
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
-import importlib
 import json
 import shutil
 from dataclasses import dataclass
@@ -18,7 +16,7 @@ from profreport.errors import InputError, ProfreportError
 from profreport.fileio import write_text
 from profreport.grade.adjust import Adjustments, apply
 from profreport.grade.checks import Graded, evaluate
-from profreport.grade.execute import load_measured
+from profreport.grade.execute import code_digest, load_measured
 from profreport.grade.fair import compare
 from profreport.grade.feedback import render_feedback, render_student_page
 from profreport.grade.forgery import flags
@@ -36,11 +34,7 @@ from profreport.reports.render import display
 LOOSE_RUN = "main"
 #: Version of the cached per-student result: a change re-grades every submission.
 CACHE_FORMAT = 2
-#: The packages whose code makes a grade (its parsers, analysis, rubric checks, templates).
-GRADING_PACKAGES = ("profreport", "profreport.parsers", "profreport.reports",
-                    "profreport.templates")
-#: Files of those packages that can change a grade.
-_CODE_SUFFIXES = (".py", ".j2", ".toml", ".html", ".css", ".md")
+
 
 
 @dataclass(frozen=True)
@@ -77,20 +71,6 @@ class Job:
     layout: Layout
     #: The teacher's overrides and the lateness of this submission.
     adjust: Adjustments = Adjustments()
-
-
-@functools.cache
-def code_digest() -> str:
-    """A digest of the code that grades (:data:`GRADING_PACKAGES`): any change to a parser, the
-    analysis or a check re-grades what was cached before it, whatever the version number says."""
-    digest = hashlib.sha256()
-    for package in GRADING_PACKAGES:
-        root = Path(importlib.import_module(package).__path__[0])
-        for path in sorted(p for p in root.rglob("*") if p.suffix in _CODE_SUFFIXES
-                           and p.is_file() and "__pycache__" not in p.parts):
-            digest.update(f"{package}/{path.relative_to(root).as_posix()}\0".encode())
-            digest.update(path.read_bytes())
-    return digest.hexdigest()
 
 
 def cache_key(job: Job, digest: str) -> str:
