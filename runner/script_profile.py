@@ -71,6 +71,8 @@ class LoaderUse:
     num_workers: int
     pin_memory: bool
     persistent_workers: bool
+    #: Batches each worker loads ahead (None without workers).
+    prefetch_factor: int | None = None
     batches: int = 0
 
 
@@ -169,7 +171,7 @@ def watch_loaders(marks: StepMarks) -> Any:
         if id(loader) not in marks.loaders:
             marks.loaders[id(loader)] = LoaderUse(
                 loader.batch_size, loader.num_workers, bool(loader.pin_memory),
-                bool(loader.persistent_workers))
+                bool(loader.persistent_workers), loader.prefetch_factor)
         iterator._profreport_loader = id(loader)  # type: ignore[union-attr]
         return iterator
 

@@ -19,7 +19,7 @@ from profreport.runner.script_scan import ScriptFacts, option_for
 from profreport.runner.variants import Knobs
 
 #: Knobs the advice knows, by name: every training knob, the batch size and learning rate.
-KNOWN_KNOBS = frozenset({f.name for f in fields(Knobs)} | {"batch_size", "lr"})
+KNOWN_KNOBS = frozenset({f.name for f in fields(Knobs)} | {"batch_size", "lr", "prefetch_factor"})
 #: Each process writes its step marks here; ``{rank}`` is filled in by the process.
 RESULT_NAME = "script_result.{profiler}.rank{{rank}}.json"
 #: How deep trace files are looked for in the working directory and the script's folder (the

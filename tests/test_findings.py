@@ -617,3 +617,16 @@ def test_cpu_oversubscribed_keeps_the_workers_of_a_loop_waiting_for_data(
     compute = fixture_metrics(fixtures_dir / "compute_heavy", "train.lprof")
     assert ids(compute, context)["CPU_OVERSUBSCRIBED"].recommendation == (
         "Lower num_workers from 2 to 1; or request --cpus-per-task=3 in Slurm.")
+
+
+def test_loader_advice_asks_for_no_setting_the_run_has(fixtures_dir: Path) -> None:
+    """A loader-bound run whose DataLoader already persists its workers and prefetches 4
+    batches each is told neither again; with PyTorch's default prefetch_factor of 2 it is told
+    to raise it."""
+    loader = fixture_metrics(fixtures_dir / "loader_heavy", "train.lprof")
+    knobs = {"num_workers": 1, "persistent_workers": True, "prefetch_factor": 4}
+    advice = ids(loader, RunContext(knobs=knobs))["LOADER_BOUND"].recommendation
+    assert "prefetch_factor" not in advice and "persistent_workers" not in advice
+    assert advice.endswith(".") and "; set" not in advice
+    default = ids(loader, RunContext(knobs={**knobs, "prefetch_factor": 2}))["LOADER_BOUND"]
+    assert default.recommendation.endswith("; set prefetch_factor=4.")

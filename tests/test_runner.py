@@ -953,13 +953,25 @@ def test_profiler_overhead_is_noted_from_the_step_marks(tmp_path: Path) -> None:
         "times timed under it are inflated; throughput and comparisons come from the plain run"]
 
 
+def plain_launch(script: Path, source: str) -> Manifest:
+    """Write ``source`` as ``script``, run it through the wrapper's plain launch, and return a
+    manifest with what the launch recorded (record_plain_result)."""
+    from profreport.runner.scripts import record_plain_result
+
+    script.write_text(source)
+    subprocess.run([sys.executable, "-m", "profreport.runner.script_profile", "--mode", "none",
+                    "--result", str(script.parent / "script_result.none.rank{rank}.json"),
+                    str(script)], check=True, cwd=script.parent, timeout=120)
+    manifest = Manifest(script.stem, f"script {script.name}", {}, {})
+    record_plain_result(manifest, script.parent)
+    return manifest
+
+
 def test_gradient_accumulation_counts_every_batch_of_a_step(tmp_path: Path) -> None:
     """A script that steps its optimizer every 4th batch (gradient accumulation): the plain
     run's samples/s counts the 4 batches each step took from the DataLoader, not one."""
-    from profreport.runner.scripts import record_plain_result
-
-    script = tmp_path / "accumulate.py"
-    script.write_text(
+    manifest = plain_launch(
+        tmp_path / "accumulate.py",
         "import torch\n"
         "model = torch.nn.Linear(8, 2)\n"
         "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
@@ -969,11 +981,6 @@ def test_gradient_accumulation_counts_every_batch_of_a_step(tmp_path: Path) -> N
         "    (model(x).sum() / 4).backward()\n"
         "    if (i + 1) % 4 == 0:\n"
         "        opt.step(); opt.zero_grad()\n")
-    subprocess.run([sys.executable, "-m", "profreport.runner.script_profile", "--mode", "none",
-                    "--result", str(tmp_path / "script_result.none.rank{rank}.json"),
-                    str(script)], check=True, cwd=tmp_path, timeout=120)
-    manifest = Manifest("accumulate", "script accumulate.py", {}, {})
-    record_plain_result(manifest, tmp_path)
     assert len(manifest.plain_step_ns) == 9  # 10 optimizer steps
     assert manifest.knobs["batches_per_step"] == 4
     assert manifest.knobs["batch_size"] == 16
@@ -1022,3 +1029,20 @@ def test_ranks_with_uneven_steps_are_noted(tmp_path: Path) -> None:
     assert ("the ranks made different numbers of steps (rank 0 12, rank 1 20): uneven inputs; "
             "throughput and step times are rank 0's, while it trained, and the ranks that went "
             "on trained without it") in manifest.notes
+
+
+def test_the_scripts_prefetch_factor_is_recorded(tmp_path: Path) -> None:
+    """The DataLoader's prefetch_factor is one of the knobs the wrapper records (the advice
+    does not ask for a prefetch the run has)."""
+    manifest = plain_launch(
+        tmp_path / "prefetch.py",
+        "import torch\n"
+        "model = torch.nn.Linear(8, 2)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "data = torch.utils.data.TensorDataset(torch.randn(16 * 6, 8))\n"
+        "loader = torch.utils.data.DataLoader(data, batch_size=16, num_workers=1,\n"
+        "                                     prefetch_factor=4)\n"
+        "if __name__ == '__main__':\n"
+        "    for (x,) in loader:\n"
+        "        model(x).sum().backward(); opt.step(); opt.zero_grad()\n")
+    assert (manifest.knobs["num_workers"], manifest.knobs["prefetch_factor"]) == (1, 4)

@@ -84,18 +84,29 @@ def workers_needed(wait_ns: int, rest_ns: int, workers: int) -> int:
     return max(MIN_SUGGESTED_WORKERS, math.ceil(WORKER_HEADROOM * load_ns / rest_ns))
 
 
+#: Batches each DataLoader worker loads ahead that the advice asks for (PyTorch's default is 2).
+PREFETCH_FACTOR = 4
+
+
 def _loader_settings(m: RunMetrics | None, ctx: RunContext) -> str:
-    """The DataLoader settings this run lacks: 'pin_memory=True, persistent_workers=True and
-    prefetch_factor=4'; pin_memory only where the profile shows batches copied from pageable
-    memory (a run whose copies are pinned, or without a GPU, has nothing to pin)."""
+    """The end of a fix: the DataLoader settings this run lacks ('; set pin_memory=True,
+    persistent_workers=True and prefetch_factor=4.'), or '.' when it lacks none; pin_memory
+    only where the profile shows batches copied from pageable memory (a run whose copies are
+    pinned, or without a GPU, has nothing to pin), prefetch_factor unless the run's is as
+    high already."""
     wanted = []
     if not ctx.knob("pin_memory") and m is not None and m.copies is not None \
             and m.copies.h2d_pageable_bytes > 0:
         wanted.append("pin_memory=True")
     if not ctx.knob("persistent_workers"):
         wanted.append("persistent_workers=True")
-    wanted.append("prefetch_factor=4")
-    return ", ".join(wanted[:-1]) + (" and " if len(wanted) > 1 else "") + wanted[-1]
+    prefetch = ctx.knob("prefetch_factor")
+    if not (isinstance(prefetch, int) and prefetch >= PREFETCH_FACTOR):
+        wanted.append(f"prefetch_factor={PREFETCH_FACTOR}")
+    if not wanted:
+        return "."
+    return ("; set " + ", ".join(wanted[:-1]) + (" and " if len(wanted) > 1 else "")
+            + wanted[-1] + ".")
 
 
 def _workers_advice(ctx: RunContext, m: RunMetrics | None = None) -> str:
@@ -113,7 +124,7 @@ def _workers_advice(ctx: RunContext, m: RunMetrics | None = None) -> str:
     extras = _loader_settings(m, ctx)
     if loop is None:
         return (f"Give the DataLoader more workers (num_workers; the profile has no step "
-                f"breakdown to size them from) or {cheaper}; set {extras}.")
+                f"breakdown to size them from) or {cheaper}{extras}")
     wait, rest = loop
     if not known:
         scale = WORKER_HEADROOM * (wait + rest) / rest
@@ -124,7 +135,7 @@ def _workers_advice(ctx: RunContext, m: RunMetrics | None = None) -> str:
                  "workers would keep up)")
         return (f"{where}: the loop waits {ms(wait)} per step for {ms(rest)} of other work, so "
                 f"with n workers now it needs about {scale:.1f} x n to keep up. Raise num_workers "
-                f"to that where the job has the CPUs, else {cheaper}; set {extras}.")
+                f"to that where the job has the CPUs, else {cheaper}{extras}")
     target = workers_needed(wait, rest, workers)
     processes = training_processes(ctx)
     budget = cpus // processes - 1 if cpus else None  # one core for each training loop
@@ -139,15 +150,15 @@ def _workers_advice(ctx: RunContext, m: RunMetrics | None = None) -> str:
         if workers >= budget:
             return (f"num_workers is already {workers}, as many as {share} allows beside the "
                     f"training loop, and the loop would need about {target}: {cheaper}, or "
-                    f"request more CPUs per task; set {extras}.")
+                    f"request more CPUs per task{extras}")
         return (f"Raise DataLoader num_workers from {workers} to {budget} ({share}, less one for "
-                f"the training loop; the loop would need about {target}) and {cheaper}; set "
-                f"{extras}.")
+                f"the training loop; the loop would need about {target}) and {cheaper}"
+                f"{extras}")
     slurm = f"request --cpus-per-task={target + 1} in Slurm (one core for the training loop)"
     instead = f", or {cheaper}" if workers > 0 else ""
     return (f"Raise DataLoader num_workers from {workers} to {target} (the loop waits "
-            f"{ms(wait)} per step for {ms(rest)} of other work) and {slurm}{instead}; set "
-            f"{extras}.")
+            f"{ms(wait)} per step for {ms(rest)} of other work) and {slurm}{instead}"
+            f"{extras}")
 
 
 @rule("LOADER_BOUND", severity=("high",), needs=("profiles", "manifest"))
