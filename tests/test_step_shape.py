@@ -310,3 +310,14 @@ def test_frequent_stalls_without_a_period_are_workers_falling_behind(tmp_path: P
     assert stalls.recommendation.startswith(
         "Stalls in 38% of the steps with no period are the workers falling behind: a batch "
         "comes late whenever the worker making it has not finished")
+
+
+def test_the_timeline_names_the_profiler_it_draws(tmp_path: Path) -> None:
+    """The timeline draws the steps of the profiler that times them (nsys here) while the
+    breakdown beside it is torch.profiler's: its title names which."""
+    from profreport.reports.render.charts import timeline_figure
+
+    run = nsys_beside_kineto(tmp_path, [100_000] * 10)
+    assert run.timeline.source == "nsys" and run.metrics.breakdown.origin == "kineto"
+    title = timeline_figure(run.timeline).layout.title.text
+    assert title.startswith("Timeline of a few steps (Nsight Systems; ms from the start")

@@ -562,9 +562,15 @@ def _credit(base: RunAnalysis, run: RunAnalysis, changes: list[PartChange],
         gain = "gain" if sum(c.delta_ns for c in changes) < 0 else "loss"
         cause = " and ".join(dict.fromkeys(credited))
         return f" {cause[:1].upper()}{cause[1:]} brought the {gain}."
-    if knobs:
-        return f" Knobs changed: {', '.join(knobs)} (none acts on the parts that moved)."
-    return ""
+    return _knobs_changed_text(knobs)
+
+
+def _knobs_changed_text(knobs: dict[str, object]) -> str:
+    """The sentence listing the knobs that changed when none acts on the parts that moved; ''
+    without knobs."""
+    if not knobs:
+        return ""
+    return f" Knobs changed: {', '.join(knobs)} (none acts on the parts that moved)."
 
 
 def explain(base: RunAnalysis, run: RunAnalysis, knobs: dict[str, object], noise: Noise,
@@ -694,8 +700,12 @@ def _row(base: RunAnalysis, run: RunAnalysis, origin: Origin | None,
                                              noise, origin))  # type: ignore[arg-type]
         if shared is not None:
             explanation = f"{shared} {explanation}"
+        # A changed knob is said when its change is (credited, or among the confounds listed)
+        # or when the sentence listing the changed knobs is there, not when its name merely
+        # appears (a run named 'amp', 'samples/s').
+        listed = bool(knobs) and _knobs_changed_text(knobs) in explanation
         unsaid = [d for d in confounds(base, run) if d not in explanation
-                  and not (d.split(" ")[0] in knobs and d.split(" ")[0] in explanation)]
+                  and not (listed and d.split(" ")[0] in knobs)]
         if unsaid:
             explanation += f" Also different between these runs: {'; '.join(unsaid)}."
     return ComparisonRow(
