@@ -504,6 +504,17 @@ def test_breakdowns_of_two_profilers_are_not_subtracted_without_a_step_source() 
     assert "+50.0 ms" not in render_markdown(report)
 
 
+def test_a_changed_knob_is_listed_whatever_the_run_is_named() -> None:
+    """A run named after its knob ('amp', whose name the sentence quotes) still lists the knob's
+    change among the differences: a name in the text is no statement of the change."""
+    base = nsys_breakdown(run_with_parts("base", {"dataloader": 20, "compute": 80},
+                                         knobs={"amp": False}), kineto_ms=150)
+    run = run_with_parts("amp", {"dataloader": 20, "compute": 120}, knobs={"amp": True})
+    explanation = compare_runs([base, run]).rows[1].explanation
+    assert "amp's by torch.profiler" in explanation
+    assert explanation.endswith("Also different between these runs: amp False -> True.")
+
+
 def test_breakdowns_of_two_profilers_are_not_compared_part_by_part() -> None:
     """The baseline profiled under nsys (its breakdown, 100 ms steps) and torch.profiler (150
     ms steps, the common source), the run, the same work with AMP on, under torch.profiler

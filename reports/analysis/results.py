@@ -581,6 +581,8 @@ class Timeline:
     segments: list[TimelineSegment]
     lanes: list[str]
     dropped_segments: int
+    #: The profiler the steps were drawn from.
+    source: Origin = "kineto"
 
 
 @dataclass

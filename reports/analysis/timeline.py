@@ -112,4 +112,5 @@ def build_timeline(profile: Profile, windows: StepWindows) -> Timeline:
                 for r in kept.itertuples(index=False)]
     lanes = sorted(kept["lane"].unique().tolist(), key=lambda lane: (not lane.startswith("CPU"),
                                                                      lane))
-    return Timeline(origin_ns=start, segments=segments, lanes=lanes, dropped_segments=dropped)
+    return Timeline(origin_ns=start, segments=segments, lanes=lanes, dropped_segments=dropped,
+                    source=profile.kind)

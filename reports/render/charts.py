@@ -177,7 +177,8 @@ def timeline_figure(timeline: Timeline | None) -> go.Figure | None:
         return None
     frame = _segment_frame(timeline)
     lanes = [safe_label(lane_label(lane)) for lane in _lane_order(timeline.lanes)]
-    figure = _figure("Timeline of a few steps (ms from the start of the window)",
+    figure = _figure(f"Timeline of a few steps ({origin_label(timeline.source)}; ms from the "
+                     "start of the window)",
                      FRAME_PX + ROW_PX * 2 * max(len(lanes), 1), barmode="overlay", bargap=0.25)
     for category, group in frame.groupby("category", sort=False):
         figure.add_trace(go.Bar(
