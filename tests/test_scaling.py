@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import subprocess
 import sys
@@ -262,3 +264,14 @@ def test_no_communication_cause_without_its_profilers_steps_at_every_point() -> 
     assert finding.title == "Scaling breaks at 2 processes: 80% of ideal"
     assert len(finding.evidence) == 1
     assert finding.recommendation.startswith("The data do not show why")
+
+
+def test_points_without_a_recorded_mode_have_no_mode_named_none() -> None:
+    """Scaling points that record a group but no mode (runs given together, knobs unknown)
+    are of an unknown mode, never 'None'; one recorded mode is the study's."""
+    bare = [_timed_run("np1", 1, {"kineto": 100}, "kineto"),
+            _timed_run("np2", 2, {"kineto": 125}, "kineto")]
+    assert scaling_studies(bare)[0].mode == "unknown"
+    weak = [dataclasses.replace(run, scaling_point={"group": "cnn", "mode": "weak"})
+            for run in bare]
+    assert scaling_studies(weak)[0].mode == "weak"

@@ -192,7 +192,8 @@ def _besides_processes(base: RunAnalysis, run: RunAnalysis) -> list[str]:
 def _mode(members: list[RunAnalysis]) -> str:
     """Weak or strong as the runner recorded it; the runner's plain runs keep the batch per
     process fixed, so manifests without a scaling record are weak scaling too."""
-    modes = {str(run.scaling_point.get("mode")) for run in members if run.scaling_point}
+    modes = {str(run.scaling_point["mode"]) for run in members
+             if run.scaling_point and run.scaling_point.get("mode") is not None}
     if len(modes) == 1:
         return modes.pop()
     return "weak" if all(run.knobs for run in members) and not modes else "unknown"
