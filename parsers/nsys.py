@@ -1251,13 +1251,18 @@ def dataloader_from_ranges(ranges: pd.DataFrame, steps: pd.DataFrame) -> pd.Data
 #: its runtime call), and those whose rows name their process.
 _LAUNCHED_TABLES = ("kernels", "memcpy", "memset", "sync")
 _PROCESS_TABLES = ("runtime", "ranges", "osrt", "threads", "memory")
+#: The launched tables that are GPU work: a process that launched none of it (only syncs, or
+#: calls such as cudaGetDeviceCount) has none of its own.
+_WORK_TABLES = ("kernels", "memcpy", "memset")
 
 
 def process_profiles(profile: Profile) -> list[Profile]:
     """One profile per process of an nsys capture that has work of its own (ranges that mark
-    its steps, or runtime calls and the GPU work they launched), in pid order, to be read as the
-    ranks of a job; ``[profile]`` when at most one process has (a launcher's OS calls are no
-    work).
+    its steps, or GPU work its runtime calls launched) or that recorded its rank, in pid order,
+    to be read as the ranks of a job; ``[profile]`` when at most one process has (a launcher's
+    OS calls are no work, nor a worker's runtime calls that launched nothing: a DataLoader or
+    compile worker's cudaGetDeviceCount), or when the capture is one rank already (its rank
+    given by the manifest, or recorded): then a note names the processes read together.
     A process's GPU rows are those its runtime calls launched (correlation ids are its own,
     see _qualified), whatever the device; rows whose launch was not recorded are no process's,
     and a note counts them. A process's rank and world size are those it recorded (see
@@ -1267,12 +1272,24 @@ def process_profiles(profile: Profile) -> list[Profile]:
     ranges, runtime = profile.table("ranges"), profile.table("runtime")
     if len(_pid_bounds(profile.tables)) <= 1:
         return [profile]  # one process: no table of 10^7 pids hashed, nor ranges copied
-    members = np.array(sorted(set(pd.unique(runtime["pid"].to_numpy()).tolist())
-                              .union(_stepped_processes(ranges)) - {-1}))
-    if len(members) < 2:
-        return [profile]
-    owners = {name: _launching_member(profile.tables[name], runtime, members)
+    recorded = profile.meta.recorded_ranks if isinstance(profile.meta, NsysMeta) else {}
+    callers = set(pd.unique(runtime["pid"].to_numpy()).tolist())
+    stepped = _stepped_processes(ranges)
+    candidates = np.array(sorted(callers.union(stepped, recorded) - {-1}))
+    owners = {name: _launching_member(profile.tables[name], runtime, candidates)
               for name in _LAUNCHED_TABLES if name in profile.tables}
+    launched = {int(at) for name in _WORK_TABLES if name in owners
+                for at in np.unique(owners[name]) if at >= 0}
+    chosen = [at for at, pid in enumerate(candidates.tolist())
+              if at in launched or pid in stepped or pid in recorded]
+    members = candidates[chosen]
+    idle = sorted(callers.intersection(candidates.tolist()) - set(members.tolist()))
+    if len(members) < 2 or profile.rank is not None:
+        profile.meta.notes += _whole_notes(profile.rank, members.tolist(), idle)
+        return [profile]
+    place = np.full(len(candidates) + 1, -1, dtype=np.int16)  # -1 (no caller) reads the last
+    place[chosen] = np.arange(len(members), dtype=np.int16)
+    owners = {name: place[owner] for name, owner in owners.items()}
     lost = ", ".join(f"{count:,} {name} rows" for name, owner in owners.items()
                      if (count := int((owner < 0).sum())))
     del ranges, runtime  # the tables are let go as they are moved
@@ -1287,11 +1304,31 @@ def process_profiles(profile: Profile) -> list[Profile]:
             f"({', '.join(map(process_label, members.tolist()))}), read as the ranks of one job; ")
     lost_said = (f"; {lost} were launched by no recorded runtime call, so they are in no "
                  "process's figures" if lost else "")
-    recorded = profile.meta.recorded_ranks if isinstance(profile.meta, NsysMeta) else {}
+    idle_said = f"; {_idle_text(idle)}, so they are in no process's figures" if idle else ""
     return [_process_part(profile, int(pid), mine, rank, said + rank_said + (
-        ": it is named by its pid" if rank is None else "") + lost_said)
+        ": it is named by its pid" if rank is None else "") + lost_said + idle_said)
             for pid, mine, (rank, rank_said) in zip(
                 members.tolist(), tables, member_ranks(members.tolist(), recorded), strict=True)]
+
+
+def _idle_text(idle: list[int]) -> str:
+    """What the processes ``idle`` did: runtime calls that launched no GPU work, and no steps."""
+    return (f"{', '.join(map(process_label, idle))}: runtime calls that launched no GPU work, "
+            "and no steps, so no rank of the job; their calls")
+
+
+def _whole_notes(rank: int | None, members: list[int], idle: list[int]) -> list[str]:
+    """The notes of a capture of several processes read whole: the processes with work of
+    their own read together as the one ``rank`` the capture is, and those that only made
+    runtime calls (``idle``), whose calls stay in the figures."""
+    notes = []
+    if rank is not None and len(members) > 1:
+        notes.append(f"this capture is rank {rank}: its {len(members)} processes with work of "
+                     f"their own ({', '.join(map(process_label, members))}) are read together "
+                     "as that rank")
+    if idle:
+        notes.append(f"{_idle_text(idle)} are in these figures")
+    return notes
 
 
 def _pid_bounds(tables: dict[str, pd.DataFrame]) -> set[int]:

@@ -487,3 +487,47 @@ def test_a_capture_of_one_rank_is_that_rank(tmp_path: Path) -> None:
     assert profile.meta.notes == ["pid 7, the capture's one process with work of its own: its "
                                   "rank is unknown: it recorded 2 different ranks (rank 0 of 2, "
                                   "rank 1 of 2), so none is taken"]
+
+
+def _with_device_count(path: Path, pid: int) -> Path:
+    """``path`` with one cudaGetDeviceCount call by process ``pid`` (no GPU work follows it)."""
+    with sqlite3.connect(path) as conn:
+        conn.execute("INSERT INTO StringIds VALUES (99, 'cudaGetDeviceCount_v3020')")
+        conn.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, 1, 99)",
+                     (MS, MS + 100, Process(pid).global_tid))
+    return path
+
+
+def test_a_process_whose_runtime_calls_launched_nothing_is_no_rank(tmp_path: Path) -> None:
+    """One training process beside one that made a single cudaGetDeviceCount call and launched
+    no GPU work: no job (it was a job of 2 ranks, 'pid 9 unknown', the ranks said to disagree);
+    the capture is read whole, a note naming the other process."""
+    path = _with_device_count(write_export(tmp_path / "worker.sqlite",
+                                           [_stepped(7, 20), Process(9)]), 9)
+    profile = nsys.parse(path)
+    assert nsys.process_profiles(profile) == [profile]
+    assert profile.meta.notes[-1] == ("pid 9: runtime calls that launched no GPU work, and no "
+                                      "steps, so no rank of the job; their calls are in these "
+                                      "figures")
+    run = _report(path).runs[0]
+    assert run.job is None
+    assert run.metrics.steps is not None and run.metrics.steps.mean_ns == 20 * MS
+
+
+def test_a_capture_the_manifest_ranks_is_that_one_rank(tmp_path: Path) -> None:
+    """A capture the manifest gives rank 1 holding two processes with work of their own: it is
+    rank 1, read whole with a note naming both (it was split into two processes of unknown
+    rank, and rank 1 was lost); a capture the manifest gives rank 0, whose pid 9 only asked for
+    the device, is rank 0 (it was split into pid 7 and pid 9, both of unknown rank)."""
+    from profreport.reports.analysis.ranks import RankTask, read_rank
+
+    path = write_export(tmp_path / "nsys.rank1.sqlite", [_stepped(7, 20), _stepped(9, 40)])
+    result = read_rank(RankTask(str(path), str(tmp_path), rank=1, whole=True))
+    assert result.failure is None
+    assert [(s.input.rank, s.input.process) for s in result.summaries] == [(1, None)]
+    assert ("this capture is rank 1: its 2 processes with work of their own (pid 7, pid 9) are "
+            "read together as that rank") in result.profiles[0].meta.notes
+    worker = _with_device_count(write_export(tmp_path / "nsys.rank0.sqlite",
+                                             [_stepped(7, 20), Process(9)]), 9)
+    result = read_rank(RankTask(str(worker), str(tmp_path), rank=0))
+    assert [(s.input.rank, s.input.process) for s in result.summaries] == [(0, None)]
