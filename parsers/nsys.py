@@ -27,6 +27,7 @@ import sqlite3
 import subprocess
 import tempfile
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -1274,8 +1275,8 @@ def process_profiles(profile: Profile) -> list[Profile]:
         return [profile]  # one process: no table of 10^7 pids hashed, nor ranges copied
     recorded = profile.meta.recorded_ranks if isinstance(profile.meta, NsysMeta) else {}
     callers = set(pd.unique(runtime["pid"].to_numpy()).tolist())
-    stepped = _stepped_processes(ranges)
-    candidates = np.array(sorted(callers.union(stepped, recorded) - {-1}))
+    stepped, lone = _stepped_processes(ranges)
+    candidates = np.array(sorted(callers.union(stepped, lone, recorded) - {-1}))
     owners = {name: _launching_member(profile.tables[name], runtime, candidates)
               for name in _LAUNCHED_TABLES if name in profile.tables}
     launched = {int(at) for name in _WORK_TABLES if name in owners
@@ -1283,9 +1284,11 @@ def process_profiles(profile: Profile) -> list[Profile]:
     chosen = [at for at, pid in enumerate(candidates.tolist())
               if at in launched or pid in stepped or pid in recorded]
     members = candidates[chosen]
-    idle = sorted(callers.intersection(candidates.tolist()) - set(members.tolist()))
+    idle = sorted(callers.intersection(candidates.tolist()) - set(members.tolist()) - set(lone))
+    lone = {pid: span for pid, span in lone.items() if pid not in members}
     if len(members) < 2 or profile.rank is not None:
-        profile.meta.notes += _whole_notes(profile.rank, members.tolist(), idle)
+        profile.meta.notes += _whole_notes(profile.rank, members.tolist()) + _no_rank_notes(
+            idle, lone, "these figures")
         return [profile]
     place = np.full(len(candidates) + 1, -1, dtype=np.int16)  # -1 (no caller) reads the last
     place[chosen] = np.arange(len(members), dtype=np.int16)
@@ -1304,31 +1307,33 @@ def process_profiles(profile: Profile) -> list[Profile]:
             f"({', '.join(map(process_label, members.tolist()))}), read as the ranks of one job; ")
     lost_said = (f"; {lost} were launched by no recorded runtime call, so they are in no "
                  "process's figures" if lost else "")
-    idle_said = f"; {_idle_text(idle)}, so they are in no process's figures" if idle else ""
+    idle_said = "".join(f"; {note}" for note in _no_rank_notes(idle, lone,
+                                                                "no process's figures"))
     return [_process_part(profile, int(pid), mine, rank, said + rank_said + (
         ": it is named by its pid" if rank is None else "") + lost_said + idle_said)
             for pid, mine, (rank, rank_said) in zip(
                 members.tolist(), tables, member_ranks(members.tolist(), recorded), strict=True)]
 
 
-def _idle_text(idle: list[int]) -> str:
-    """What the processes ``idle`` did: runtime calls that launched no GPU work, and no steps."""
-    return (f"{', '.join(map(process_label, idle))}: runtime calls that launched no GPU work, "
-            "and no steps, so no rank of the job; their calls")
+def _no_rank_notes(idle: list[int], lone: dict[int, str], where: str) -> list[str]:
+    """Why the processes of a capture that are no rank are none, and that their rows are in
+    ``where``: ``idle`` made runtime calls that launched no GPU work, ``lone`` repeat a range
+    (their name for it) as no other process does, launching no GPU work (a DataLoader worker
+    annotating each sample; ranks run the same code)."""
+    notes = [f"{', '.join(map(process_label, idle))}: runtime calls that launched no GPU work, "
+             f"and no steps, so no rank of the job; their calls are in {where}"] if idle else []
+    return notes + [f"{process_label(pid)}: its range '{span}' repeats as a step would, but in "
+                    "no other process, and it launched no GPU work, so it is no rank of the "
+                    f"job; its ranges are in {where}" for pid, span in lone.items()]
 
 
-def _whole_notes(rank: int | None, members: list[int], idle: list[int]) -> list[str]:
-    """The notes of a capture of several processes read whole: the processes with work of
-    their own read together as the one ``rank`` the capture is, and those that only made
-    runtime calls (``idle``), whose calls stay in the figures."""
-    notes = []
-    if rank is not None and len(members) > 1:
-        notes.append(f"this capture is rank {rank}: its {len(members)} processes with work of "
-                     f"their own ({', '.join(map(process_label, members))}) are read together "
-                     "as that rank")
-    if idle:
-        notes.append(f"{_idle_text(idle)} are in these figures")
-    return notes
+def _whole_notes(rank: int | None, members: list[int]) -> list[str]:
+    """The note of a capture of several processes with work of their own read whole as the one
+    ``rank`` it is (none otherwise)."""
+    if rank is None or len(members) < 2:
+        return []
+    return [f"this capture is rank {rank}: its {len(members)} processes with work of their own "
+            f"({', '.join(map(process_label, members))}) are read together as that rank"]
 
 
 def _pid_bounds(tables: dict[str, pd.DataFrame]) -> set[int]:
@@ -1400,15 +1405,20 @@ def member_ranks(members: list[int], recorded: dict[int, list[tuple[int, int]]]
     return out
 
 
-def _stepped_processes(ranges: pd.DataFrame) -> set[int]:
+def _stepped_processes(ranges: pd.DataFrame) -> tuple[set[int], dict[int, str]]:
     """The processes whose NVTX ranges mark steps: those with ``step N`` ranges, or, in a
     capture where no range is named as a step, those whose own ranges repeat as a step does
-    (see _nvtx_structure)."""
+    (see _nvtx_structure) under a name another process repeats too (ranks run the same code);
+    and, apart, the processes whose repeated range no other process repeats, with its name (a
+    DataLoader worker annotating each sample is no rank by that alone)."""
     marked = concepts.step_marks(ranges)["pid"]
     if len(marked):
-        return set(marked.tolist())
-    return {pid for pid in pd.unique(ranges["pid"]).tolist() if steps_from_repeats(
-        ranges[ranges["pid"].to_numpy() == pid], "nvtx", masked_numbers, own_extent=True)[1]}
+        return set(marked.tolist()), {}
+    spans = {pid: span for pid in pd.unique(ranges["pid"]).tolist() if (span := steps_from_repeats(
+        ranges[ranges["pid"].to_numpy() == pid], "nvtx", masked_numbers, own_extent=True)[1])}
+    repeats = Counter(spans.values())
+    return ({pid for pid, span in spans.items() if repeats[span] > 1},
+            {pid: span for pid, span in spans.items() if repeats[span] == 1})
 
 
 def _process_part(profile: Profile, pid: int, tables: dict[str, pd.DataFrame],

@@ -504,14 +504,19 @@ def test_a_process_whose_runtime_calls_launched_nothing_is_no_rank(tmp_path: Pat
     the capture is read whole, a note naming the other process."""
     path = _with_device_count(write_export(tmp_path / "worker.sqlite",
                                            [_stepped(7, 20), Process(9)]), 9)
+    _read_whole(path, "pid 9: runtime calls that launched no GPU work, and no steps, so no rank "
+                "of the job; their calls are in these figures", step_ms=20)
+
+
+def _read_whole(path: Path, note: str, step_ms: int) -> None:
+    """The capture at ``path`` is read whole, its last note ``note``: no job, its steps of
+    ``step_ms``."""
     profile = nsys.parse(path)
     assert nsys.process_profiles(profile) == [profile]
-    assert profile.meta.notes[-1] == ("pid 9: runtime calls that launched no GPU work, and no "
-                                      "steps, so no rank of the job; their calls are in these "
-                                      "figures")
+    assert profile.meta.notes[-1] == note
     run = _report(path).runs[0]
     assert run.job is None
-    assert run.metrics.steps is not None and run.metrics.steps.mean_ns == 20 * MS
+    assert run.metrics.steps is not None and run.metrics.steps.mean_ns == step_ms * MS
 
 
 def test_a_capture_the_manifest_ranks_is_that_one_rank(tmp_path: Path) -> None:
@@ -531,3 +536,36 @@ def test_a_capture_the_manifest_ranks_is_that_one_rank(tmp_path: Path) -> None:
                                              [_stepped(7, 20), Process(9)]), 9)
     result = read_rank(RankTask(str(worker), str(tmp_path), rank=0))
     assert [(s.input.rank, s.input.process) for s in result.summaries] == [(0, None)]
+
+
+def _training_and_loading(marks: tuple[str, ...] = ()) -> list[Process]:
+    """pid 7 trains, 'train_step' repeated 6 times (25 ms each, a 19 ms kernel launched in
+    each); pid 9 annotates each sample it loads, 'load_sample' repeated 24 times (5 ms each),
+    and makes no runtime call (a DataLoader worker); ``marks`` the texts of their profreport
+    marks, in that order."""
+    train = Process(7, ranges=[(i * 30 * MS, i * 30 * MS + 25 * MS, "train_step")
+                               for i in range(6)],
+                    launches=[(i * 30 * MS + MS, i * 30 * MS + 2 * MS, i * 30 * MS + 21 * MS,
+                               i + 1, 0) for i in range(6)])
+    worker = Process(9, ranges=[(i * 7 * MS, i * 7 * MS + 5 * MS, "load_sample")
+                                for i in range(24)])
+    for process, text in zip((train, worker), marks, strict=False):
+        _marked(process, text)
+    return [train, worker]
+
+
+def test_a_range_no_other_process_repeats_makes_no_rank(tmp_path: Path) -> None:
+    """A training process repeating 'train_step' beside a DataLoader worker repeating
+    'load_sample' with no GPU work: the worker is no rank (the job of 2 ranks read 'pid 7, the
+    slowest, takes 25.0 ms per step against 5.0 ms (+400.0%)'); the capture is read whole,
+    its steps the 'train_step' ranges, and a note says why pid 9 is none. The same two
+    processes, each recording its rank, are ranks 0 and 1."""
+    path = write_export(tmp_path / "loading.sqlite", _training_and_loading())
+    _read_whole(path, "pid 9: its range 'load_sample' repeats as a step would, but in no other "
+                "process, and it launched no GPU work, so it is no rank of the job; its ranges "
+                "are in these figures", step_ms=25)
+    ranked = write_export(tmp_path / "ranked.sqlite",
+                          _training_and_loading(("rank 0 of 2", "rank 1 of 2")))
+    parts = nsys.process_profiles(nsys.parse(ranked))
+    assert [(p.process, p.rank, len(p.table("steps"))) for p in parts] == [(7, 0, 6),
+                                                                          (9, 1, 24)]
