@@ -187,6 +187,14 @@ def test_a_rank_without_collectives_is_not_read_as_free_of_communication() -> No
         "rather than the rank free of communication.")
 
 
+def test_ranks_that_tie_have_no_slowest() -> None:
+    """Ranks whose steps take the same time (to the 0.1% shown) are not said to have a slowest
+    rank lagging by +0.0%."""
+    job = job_analysis([rank(0, "compute-bound", 100, 0.10), rank(1, "compute-bound", 100, 0.12)])
+    assert "every rank takes 100.0 ms per step" in job.verdict_reason
+    assert "slowest" not in job.verdict_reason and "+0.0%" not in job.verdict_reason
+
+
 def test_one_rank_is_no_job() -> None:
     """A single process has no job view; ranks that time no steps give the lowest rank's
     verdict and no slowest rank."""

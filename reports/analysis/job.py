@@ -123,7 +123,8 @@ def job_analysis(ranks: Sequence[RankVerdict], steps_origin: Origin | None = Non
     slowest, others = found
     lag = slowest.step_ns / others - 1 if others else 0.0  # type: ignore[operator]
     pace = (f"{slowest.label}, the slowest, takes {ms(slowest.step_ns)} per step against "  # type: ignore[arg-type]
-            f"{ms(others)} for the other ranks ({lag:+.1%})")
+            f"{ms(others)} for the other ranks ({lag:+.1%})" if f"{lag:+.1%}" != "+0.0%" else
+            f"every rank takes {ms(slowest.step_ns)} per step")  # type: ignore[arg-type]
     straggler = lag > STRAGGLER_LAG
     pacer = pace_setter(ranks, slowest, straggler)
     if straggler:
