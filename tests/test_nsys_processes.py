@@ -211,6 +211,16 @@ def test_two_stepped_processes_are_two_ranks_of_unknown_rank(tmp_path: Path) -> 
     assert job.verdict_reason.startswith("pid 9, the slowest, takes 40.0 ms per step against "
                                          "20.0 ms for the other ranks (+100.0%)")
     assert run.metrics.steps is not None and run.metrics.steps.mean_ns == 20 * MS
+    # Each process's step time, by pid (it was {}: no per-rank chart, no imbalance in a study).
+    from profreport.reports.analysis.scaling import _imbalance
+    from profreport.reports.render.charts import per_rank_figure
+
+    assert run.metrics.per_rank_step_ns == {"pid 7": 20 * MS, "pid 9": 40 * MS}
+    assert json.loads(render_json(report))["runs"][0]["metrics"]["per_rank_step_ms"] == {
+        "pid 7": 20.0, "pid 9": 40.0}
+    figure = per_rank_figure(run)
+    assert figure is not None and list(figure.data[0].y) == ["pid 7", "pid 9"]
+    assert _imbalance(run) == 2.0
     assert [(Path(i.path).name, i.rank) for i in run.inputs] == [("two_ranks.sqlite", None)]
     assert ("the Nsight Systems figures come from pid 7's profile, one of the 2 processes of "
             "the capture, whose rank it does not record; the other processes' own figures are in "
@@ -450,9 +460,12 @@ def test_a_process_recording_two_ranks_stays_of_unknown_rank(tmp_path: Path) -> 
     assert parts[1].meta.notes[-1].endswith(
         "its rank is unknown: it recorded rank 2 of 4, as pid 9 did, so neither is taken: it "
         "is named by its pid")
-    job = _report(path).runs[0].job
+    run = _report(path).runs[0]
+    job = run.job
     assert job is not None
     assert [r.label for r in job.ranks] == ["rank 3", "pid 7", "pid 8", "pid 9"]
+    assert list(run.metrics.per_rank_step_ns.items()) == [
+        (3, 30 * MS), ("pid 7", 20 * MS), ("pid 8", 20 * MS), ("pid 9", 20 * MS)]
 
 
 def test_a_capture_of_one_rank_is_that_rank(tmp_path: Path) -> None:

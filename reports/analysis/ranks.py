@@ -209,20 +209,29 @@ def job_step_source(summaries: Sequence[RankSummary]) -> tuple[Origin | None, st
         key = member(summary.input.rank, summary.input.process)
         if key in timed and summary.step_stats is not None:
             timed[key].add(summary.step_stats.origin)
-    ordered = sorted(timed.items(), key=lambda item: (item[0][0] is None, item[0][0] or 0,
-                                                      item[0][1] or 0))
+    ordered = sorted(timed.items(), key=lambda item: _member_order(item[0]))
     return common_source([(rank_label(*key), origins) for key, origins in ordered], "rank")
 
 
-def per_rank_step_ns(summaries: Sequence[RankSummary], origin: Origin | None) -> dict[int, int]:
-    """Mean annotated step time of every rank (ns) as ``origin`` (see job_step_source) timed
-    it; none when no profiler timed every rank."""
-    out: dict[int, int] = {}
+def per_rank_step_ns(summaries: Sequence[RankSummary], origin: Origin | None
+                     ) -> dict[int | str, int]:
+    """Mean annotated step time of every rank of the job (ns, see job_members) as ``origin``
+    (see job_step_source) timed it, by rank, then by ``pid N`` for a process of a capture of
+    several whose rank is unknown; none when no profiler timed every rank."""
+    ranks = job_members(summaries)
+    out: dict[Member, int] = {}
     for summary in sorted(summaries, key=lambda s: s.preference):
-        steps = summary.step_stats
-        if summary.input.rank is not None and steps is not None and steps.origin == origin:
-            out.setdefault(int(summary.input.rank), int(steps.mean_ns))
-    return dict(sorted(out.items()))
+        steps, key = summary.step_stats, member(summary.input.rank, summary.input.process)
+        if key in ranks and steps is not None and steps.origin == origin:
+            out.setdefault(key, int(steps.mean_ns))
+    return {rank if rank is not None else rank_label(None, process): ns
+            for (rank, process), ns in sorted(out.items(), key=lambda item: _member_order(
+                item[0]))}
+
+
+def _member_order(key: Member) -> tuple[bool, int, int]:
+    """Ranks first, by rank, then processes of unknown rank by pid."""
+    return key[0] is None, key[0] or 0, key[1] or 0
 
 
 def add_rank_metrics(metrics: RunMetrics, summaries: Sequence[RankSummary],

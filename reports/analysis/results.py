@@ -627,8 +627,9 @@ class RunMetrics:
     plain_step_ns: list[int] = field(default_factory=list)
     #: The plain run's CPU time beside the rest of its CPUs', when the runner measured it.
     plain_cpu: SharedCpu | None = None
-    #: Mean step time of every rank that timed steps (ns), by rank.
-    per_rank_step_ns: dict[int, int] = field(default_factory=dict)
+    #: Mean step time of every rank that timed steps (ns), by rank, then by ``pid N`` for a
+    #: process of a capture of several whose rank is unknown.
+    per_rank_step_ns: dict[int | str, int] = field(default_factory=dict)
     #: Signs of ``nn.DataParallel``: its Broadcast/Scatter/Gather/ReduceAddCoalesced ops by count.
     dataparallel_ops: dict[str, int] = field(default_factory=dict)
     #: Most GPUs one process launched kernels on (several = one process drives many GPUs).

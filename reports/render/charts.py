@@ -22,6 +22,7 @@ from profreport.reports.analysis.results import (
     Timeline,
     TopItem,
     origin_label,
+    rank_label,
 )
 from profreport.reports.render.display import part_label, ratio
 from profreport.text import display_text
@@ -233,11 +234,12 @@ def per_rank_figure(run: RunAnalysis) -> go.Figure | None:
     per_rank = run.metrics.per_rank_step_ns
     if len(per_rank) < 2:
         return None
-    ranks = sorted(per_rank)
+    ranks = list(per_rank)  # by rank, then processes of unknown rank by pid
     figure = _figure("Mean step time per rank (ms)", FRAME_PX + ROW_PX * 2 * len(ranks),
                      xaxis_title="mean ms per step", showlegend=False)
     figure.add_trace(go.Bar(
-        y=[f"rank {rank}" for rank in ranks], x=[ms_value(per_rank[rank]) for rank in ranks],
+        y=[rank_label(rank, None) if isinstance(rank, int) else rank for rank in ranks],
+        x=[ms_value(per_rank[rank]) for rank in ranks],
         orientation="h", marker_color="#1f77b4",
         text=[duration(per_rank[rank]) for rank in ranks], textposition="auto",
         hovertemplate="%{y}: %{x:.2f} ms<extra></extra>"))
