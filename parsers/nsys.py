@@ -550,8 +550,13 @@ def _nvtx_structure(tables: dict[str, pd.DataFrame], meta: NsysMeta) -> None:
     if span is None:
         return
     tables["steps"], meta.step_span = steps, span
-    meta.notes.append(f"no NVTX range is named as a step: the {len(steps):,} steps are the "
-                      f"repeated range '{span}'{phases_text(ranges, steps)}")
+    meta.notes.append(_structure_note(ranges, steps, span))
+
+
+def _structure_note(ranges: pd.DataFrame, steps: pd.DataFrame, span: str) -> str:
+    """The note saying that ``steps`` are the repeated range ``span``, with its phases."""
+    return (f"no NVTX range is named as a step: the {len(steps):,} steps are the repeated "
+            f"range '{span}'{phases_text(ranges, steps)}")
 
 
 def dropped_note(table: str, count: int) -> str:
@@ -1287,6 +1292,8 @@ def process_profiles(profile: Profile) -> list[Profile]:
     idle = sorted(callers.intersection(candidates.tolist()) - set(members.tolist()) - set(lone))
     lone = {pid: span for pid, span in lone.items() if pid not in members}
     if len(members) < 2 or profile.rank is not None:
+        if len(members) == 1 and lone and set(profile.table("steps")["pid"]) - set(members):
+            _steps_of(profile, int(members[0]))
         profile.meta.notes += _whole_notes(profile.rank, members.tolist()) + _no_rank_notes(
             idle, lone, "these figures")
         return [profile]
@@ -1325,6 +1332,21 @@ def _no_rank_notes(idle: list[int], lone: dict[int, str], where: str) -> list[st
     return notes + [f"{process_label(pid)}: its range '{span}' repeats as a step would, but in "
                     "no other process, and it launched no GPU work, so it is no rank of the "
                     f"job; its ranges are in {where}" for pid, span in lone.items()]
+
+
+def _steps_of(profile: Profile, pid: int) -> None:
+    """The steps and DataLoader ranges of a capture read whole, found again in the ranges of
+    ``pid``, its one process with work of its own: the repeated range of another (a DataLoader
+    worker annotating each sample, busier than the training) is no step of it."""
+    tables, meta = profile.tables, profile.meta
+    if meta.step_span is not None:
+        found = _structure_note(tables["ranges"], tables["steps"], meta.step_span)
+        meta.notes = [note for note in meta.notes if note != found]
+    own = {"ranges": tables["ranges"][tables["ranges"]["pid"].to_numpy() == pid]}
+    own["steps"], meta.step_span = steps_from_ranges(own["ranges"]), None
+    _nvtx_structure(own, meta)
+    tables["steps"] = own["steps"]
+    tables["dataloader"] = dataloader_from_ranges(tables["ranges"], own["steps"])
 
 
 def _whole_notes(rank: int | None, members: list[int]) -> list[str]:

@@ -551,16 +551,16 @@ def test_a_capture_the_manifest_ranks_is_that_one_rank(tmp_path: Path) -> None:
     assert [(s.input.rank, s.input.process) for s in result.summaries] == [(0, None)]
 
 
-def _training_and_loading(marks: tuple[str, ...] = ()) -> list[Process]:
+def _training_and_loading(marks: tuple[str, ...] = (), sample_us: int = 5000) -> list[Process]:
     """pid 7 trains, 'train_step' repeated 6 times (25 ms each, a 19 ms kernel launched in
-    each); pid 9 annotates each sample it loads, 'load_sample' repeated 24 times (5 ms each),
-    and makes no runtime call (a DataLoader worker); ``marks`` the texts of their profreport
-    marks, in that order."""
+    each); pid 9 annotates each sample it loads, 'load_sample' repeated 24 times (``sample_us``
+    each, one every 7 ms), and makes no runtime call (a DataLoader worker); ``marks`` the texts
+    of their profreport marks, in that order."""
     train = Process(7, ranges=[(i * 30 * MS, i * 30 * MS + 25 * MS, "train_step")
                                for i in range(6)],
                     launches=[(i * 30 * MS + MS, i * 30 * MS + 2 * MS, i * 30 * MS + 21 * MS,
                                i + 1, 0) for i in range(6)])
-    worker = Process(9, ranges=[(i * 7 * MS, i * 7 * MS + 5 * MS, "load_sample")
+    worker = Process(9, ranges=[(i * 7 * MS, i * 7 * MS + sample_us * 1000, "load_sample")
                                 for i in range(24)])
     for process, text in zip((train, worker), marks, strict=False):
         _marked(process, text)
@@ -571,12 +571,23 @@ def test_a_range_no_other_process_repeats_makes_no_rank(tmp_path: Path) -> None:
     """A training process repeating 'train_step' beside a DataLoader worker repeating
     'load_sample' with no GPU work: the worker is no rank (the job of 2 ranks read 'pid 7, the
     slowest, takes 25.0 ms per step against 5.0 ms (+400.0%)'); the capture is read whole,
-    its steps the 'train_step' ranges, and a note says why pid 9 is none. The same two
-    processes, each recording its rank, are ranks 0 and 1."""
-    path = write_export(tmp_path / "loading.sqlite", _training_and_loading())
-    _read_whole(path, "pid 9: its range 'load_sample' repeats as a step would, but in no other "
-                "process, and it launched no GPU work, so it is no rank of the job; its ranges "
-                "are in these figures", step_ms=25)
+    its steps the 'train_step' ranges, and a note says why pid 9 is none; so too when the
+    worker's ranges cover more time (6.5 ms each, 156 ms in all against 150 ms), whose 24
+    samples were the steps. The same two processes, each recording its rank, are ranks 0
+    and 1."""
+    note = ("pid 9: its range 'load_sample' repeats as a step would, but in no other process, "
+            "and it launched no GPU work, so it is no rank of the job; its ranges are in these "
+            "figures")
+    _read_whole(write_export(tmp_path / "loading.sqlite", _training_and_loading()), note,
+                step_ms=25)
+    busier = write_export(tmp_path / "busier.sqlite", _training_and_loading(sample_us=6500))
+    _read_whole(busier, note, step_ms=25)
+    profile = nsys.parse(busier)
+    assert profile.meta.step_span == "load_sample"
+    nsys.process_profiles(profile)
+    assert (profile.meta.step_span, len(profile.table("steps"))) == ("train_step", 6)
+    assert [n for n in profile.meta.notes if n.startswith("no NVTX range")] == [
+        "no NVTX range is named as a step: the 6 steps are the repeated range 'train_step'"]
     ranked = write_export(tmp_path / "ranked.sqlite",
                           _training_and_loading(("rank 0 of 2", "rank 1 of 2")))
     parts = nsys.process_profiles(nsys.parse(ranked))
