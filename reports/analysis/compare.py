@@ -565,6 +565,17 @@ def _credit(base: RunAnalysis, run: RunAnalysis, changes: list[PartChange],
     return _knobs_changed_text(knobs)
 
 
+def _said(confound: str, explanation: str, knobs: dict[str, object], listed: bool) -> bool:
+    """Whether ``explanation`` states ``confound`` (a phrase of :func:`confounds`): as it is
+    (credited, or among the differences listed), a knob's change as the contention sentence
+    says it ('num_workers went 1 -> 2'), or a knob in the sentence listing the changed knobs
+    (``listed``); never because a knob's name merely appears (a run named 'amp')."""
+    name, _, change = confound.partition(" ")
+    if name not in knobs:
+        return confound in explanation
+    return confound in explanation or f"{name} went {change}" in explanation or listed
+
+
 def _knobs_changed_text(knobs: dict[str, object]) -> str:
     """The sentence listing the knobs that changed when none acts on the parts that moved; ''
     without knobs."""
@@ -700,12 +711,8 @@ def _row(base: RunAnalysis, run: RunAnalysis, origin: Origin | None,
                                              noise, origin))  # type: ignore[arg-type]
         if shared is not None:
             explanation = f"{shared} {explanation}"
-        # A changed knob is said when its change is (credited, or among the confounds listed)
-        # or when the sentence listing the changed knobs is there, not when its name merely
-        # appears (a run named 'amp', 'samples/s').
         listed = bool(knobs) and _knobs_changed_text(knobs) in explanation
-        unsaid = [d for d in confounds(base, run) if d not in explanation
-                  and not (listed and d.split(" ")[0] in knobs)]
+        unsaid = [d for d in confounds(base, run) if not _said(d, explanation, knobs, listed)]
         if unsaid:
             explanation += f" Also different between these runs: {'; '.join(unsaid)}."
     return ComparisonRow(
