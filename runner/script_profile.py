@@ -162,8 +162,11 @@ class FirstOptimizerStepper:
 
 
 @contextlib.contextmanager
-def watch_loaders(marks: StepMarks) -> Any:
-    """Count the batches each DataLoader yields, and note its knobs, while the script runs."""
+def watch_loaders(marks: StepMarks, nvtx: Any | None = None) -> Any:
+    """Count the batches each DataLoader yields, and note its knobs, while the script runs; with
+    the ``nvtx`` module (under nsys), each fetch of a batch is an NVTX ``dataloader`` range, so
+    the capture records the wait inside the ``step N`` ranges, which run from one optimizer step
+    to the next and hold the fetch."""
     original_iter, original_next = DataLoader.__iter__, _BaseDataLoaderIter.__next__
 
     def iterate(loader: DataLoader) -> Any:
@@ -176,7 +179,9 @@ def watch_loaders(marks: StepMarks) -> Any:
         return iterator
 
     def next_batch(iterator: _BaseDataLoaderIter) -> Any:
-        batch = original_next(iterator)
+        with nvtx.annotate(concepts.DATALOADER_RANGE) if nvtx is not None \
+                else contextlib.nullcontext():
+            batch = original_next(iterator)
         use = marks.loaders.get(getattr(iterator, "_profreport_loader", -1))
         if use is not None:
             use.batches += 1
@@ -290,7 +295,7 @@ def run_script(launch: ScriptLaunch, marks: StepMarks) -> None:
     handle = register_optimizer_step_post_hook(stepper)
     try:
         losses = watch_losses(marks) if launch.record_loss else contextlib.nullcontext()
-        with watch_loaders(marks), losses, \
+        with watch_loaders(marks, stepper.nvtx), losses, \
                 profiler if profiler is not None else contextlib.nullcontext():
             run_as_main(code, script, extra)
     finally:

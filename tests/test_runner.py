@@ -1046,3 +1046,46 @@ def test_the_scripts_prefetch_factor_is_recorded(tmp_path: Path) -> None:
         "    for (x,) in loader:\n"
         "        model(x).sum().backward(); opt.step(); opt.zero_grad()\n")
     assert (manifest.knobs["num_workers"], manifest.knobs["prefetch_factor"]) == (1, 4)
+
+
+#: A script whose DataLoader (num_workers=0) sleeps 30 ms per batch and whose step is short.
+_SLOW_LOADER_SCRIPT = """\
+import time, torch
+from torch.utils.data import DataLoader, Dataset
+
+class Slow(Dataset):
+    def __len__(self):
+        return 6 * 4
+    def __getitem__(self, i):
+        if i % 4 == 0:
+            time.sleep(0.03)
+        return torch.ones(8)
+
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in DataLoader(Slow(), batch_size=4):
+    model(x).sum().backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+@pytest.mark.nsys
+@pytest.mark.slow
+def test_script_under_nsys_records_the_dataloader_wait(tmp_path: Path, nsys_available: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user's script under nsys: the wrapper's ``step N`` ranges run from one optimizer step
+    to the next, so they hold the fetch of the next batch; each fetch is a ``dataloader`` range
+    of its own, and the capture's DataLoader wait is the 30 ms each batch sleeps (it read the
+    gaps between back-to-back step ranges, about 50 us: 0.1% of a loader-bound step)."""
+    monkeypatch.chdir(tmp_path)
+    script = tmp_path / "slow_loader.py"
+    script.write_text(_SLOW_LOADER_SCRIPT, encoding="utf-8")
+    summary = run_all([], script_options(tmp_path / "out", str(script), "nsys"))
+    folder = summary.folders[0]
+    capture = parse_file(folder / "nsys.nsys-rep", ParseOptions(cache_dir=tmp_path / "cache"))
+    waits = capture.table("dataloader")
+    assert len(waits) == 7  # 6 batches and the fetch that ends the loop
+    assert ((waits["end"] - waits["start"]).iloc[:6] >= 30_000_000).all()
+    metrics = analyze_paths([folder], AnalyzeOptions()).runs[0].metrics
+    assert metrics.dataloader_origin == "nsys" and metrics.dataloader_fraction > 0.5
