@@ -273,7 +273,7 @@ def test_trace_profilers_that_disagree_are_told_apart_by_their_steps(tmp_path: P
     assert finding.recommendation.startswith(
         "The trace profilers measured different windows (Nsight Systems 40 steps of 1.0 ms; "
         "torch.profiler 8 steps of 5.0 ms): ")
-    assert "Trust the figure of Nsight Systems, over more steps" in finding.recommendation
+    assert "take the figure of Nsight Systems, over more steps" in finding.recommendation
 
 
 def test_stall_advice_knows_the_workers_persist(tmp_path: Path) -> None:
@@ -317,7 +317,28 @@ def test_the_timeline_names_the_profiler_it_draws(tmp_path: Path) -> None:
     breakdown beside it is torch.profiler's: its title names which."""
     from profreport.reports.render.charts import timeline_figure
 
-    run = nsys_beside_kineto(tmp_path, [100_000] * 10)
+    run = nsys_beside_kineto(tmp_path, [3_000_000] * 10)
     assert run.timeline.source == "nsys" and run.metrics.breakdown.origin == "kineto"
     title = timeline_figure(run.timeline).layout.title.text
     assert title.startswith("Timeline of a few steps (Nsight Systems; ms from the start")
+
+
+def test_verdict_follows_the_trace_profiler_over_more_steps_when_they_disagree(
+        tmp_path: Path) -> None:
+    """nsys times 40 steps waiting 0.1 ms of 1.1 ms, torch.profiler 8 steps waiting 3 ms of
+    5 ms: they disagree on the DataLoader wait (9.1% against 60%), so the breakdown, the
+    DataLoader share and the verdict take nsys's figure, over more steps, as SOURCES_DISAGREE's
+    advice says (they took torch.profiler's, whose operators attribute the step better: a
+    loader-bound verdict the advice below it told the reader not to trust)."""
+    run = nsys_beside_kineto(tmp_path, [100_000] * 40)
+    metrics = run.metrics
+    assert metrics.dataloader_origin == "nsys" and metrics.breakdown.origin == "nsys"
+    assert metrics.dataloader_fraction == metrics.dataloader_fraction_by_origin["nsys"]
+    assert round(metrics.dataloader_fraction, 2) == round(0.1 / 1.1, 2)
+    assert run.verdict != "loader-bound"
+    finding = next(f for f in run.findings if f.id == "SOURCES_DISAGREE")
+    assert "The verdict and the breakdown take the figure of Nsight Systems, over more steps" \
+        in finding.recommendation
+    (tmp_path / "agree").mkdir()
+    agreeing = nsys_beside_kineto(tmp_path / "agree", [3_000_000] * 40)
+    assert agreeing.metrics.dataloader_origin == "kineto" and agreeing.verdict == "loader-bound"

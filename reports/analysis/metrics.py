@@ -32,6 +32,7 @@ from profreport.model import Profile, TrainingLoop
 from profreport.reports.analysis.breakdown import claim, cpu_breakdown, cpu_parts, cpu_phases
 from profreport.reports.analysis.comm import cpu_comm_stats, gpu_comm_stats
 from profreport.reports.analysis.cpu import compiled_regions, cpu_op_mix, framework_ops, top_ops
+from profreport.reports.analysis.findings.verdicts import loader_shares_agree
 from profreport.reports.analysis.gpu import (
     busy_intervals,
     copy_stats,
@@ -289,8 +290,9 @@ def _add_top_ops(metrics: RunMetrics, timed: list[tuple[Profile, StepWindows]],
 def _add_attributed_metrics(metrics: RunMetrics, timed: list[tuple[Profile, StepWindows]],
                             loop: TrainingLoop | None) -> None:
     """Breakdown, DataLoader share, CPU phases, communication, GPU and launch metrics, from the
-    source that can attribute step time best (see the module docstring)."""
-    best = min(timed, key=_attribution_key, default=None)
+    source that can attribute step time best (see the module docstring), unless the trace
+    profilers disagree on the DataLoader wait (see _breakdown_source)."""
+    best = _breakdown_source(metrics, timed)
     lprof_steps = lprof_step_stats(loop)
     if lprof_steps is not None and (best is None or attribution_level(best[0]) == RANGES_ONLY):
         # NVTX-only ranges still time the DataLoader well; the lines split the rest.
@@ -322,6 +324,22 @@ def _add_attributed_metrics(metrics: RunMetrics, timed: list[tuple[Profile, Step
     if attribution_level(profile) == ATTRIBUTES_CPU_OPS:
         metrics.cpu_phases = cpu_phases(profile, windows)
         metrics.cpu_op_mix = cpu_op_mix(profile, windows)
+
+
+def _breakdown_source(metrics: RunMetrics, timed: list[tuple[Profile, StepWindows]]
+                      ) -> tuple[Profile, StepWindows] | None:
+    """The profile the breakdown and the DataLoader share come from: the one that attributes
+    step time best, unless it and the trace profiler that timed the most steps disagree on the
+    DataLoader wait (loader_shares_agree): then that one, as SOURCES_DISAGREE's advice trusts
+    it (a few steps may hold an epoch start or the workers' first fill; more average it out)."""
+    best = min(timed, key=_attribution_key, default=None)
+    most = max(timed, key=lambda pw: pw[1].count, default=None)
+    if best is None or most is None or most[1].count <= best[1].count:
+        return best
+    shares = metrics.dataloader_fraction_by_origin
+    if loader_shares_agree([shares[best[0].kind], shares[most[0].kind]]):
+        return best
+    return most
 
 
 def _add_lprof_metrics(metrics: RunMetrics, lines: pd.DataFrame,

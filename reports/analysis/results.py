@@ -597,7 +597,8 @@ class RunMetrics:
     shape: StepShape | None = None
     breakdown: Breakdown | None = None
     dataloader_fraction: float | None = None
-    #: The profiler ``dataloader_fraction`` comes from (the one that attributes step time best).
+    #: The profiler ``dataloader_fraction`` comes from (the breakdown's: the one that attributes
+    #: step time best, or the one over more steps when they disagree on the wait).
     dataloader_origin: Origin | None = None
     dataloader_fraction_by_origin: dict[str, float] = field(default_factory=dict)
     comm: CommStats | None = None

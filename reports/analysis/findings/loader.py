@@ -14,6 +14,7 @@ from profreport.reports.analysis.findings.context import (
 from profreport.reports.analysis.findings.gpu import largest_gap_at
 from profreport.reports.analysis.findings.verdicts import (
     LOADER_BOUND_FRACTION,
+    loader_shares_agree,
     loop_ns_without_loader,
     trial_evidence,
 )
@@ -38,8 +39,6 @@ from profreport.units import ms, ms_range, pct
 #: A single-process DataLoader (num_workers=0) taking 5% of the step is worth a worker process
 #: even when the run is not loader-bound.
 IN_PROCESS_LOADER_SHARE = 0.05
-#: Two sources agree about the DataLoader when their wait shares differ by at most this much.
-SOURCES_AGREE_DELTA = 0.15
 #: Spare producing capacity asked of the DataLoader's workers over the bare rate the loop
 #: consumes batches at: batch load times vary, and a worker that is late stalls the loop.
 WORKER_HEADROOM = 1.5
@@ -284,9 +283,7 @@ def sources_agreement(facts: Facts) -> Finding | None:
         evidence.append(Evidence(f"GPU idle {pct(1 - m.gpu.busy_fraction)}", m.gpu.origin))
     values = list(shares.values())
     spread = f"{pct(min(values))} to {pct(max(values))}"
-    agree = max(values) - min(values) <= SOURCES_AGREE_DELTA or \
-        len({v >= LOADER_BOUND_FRACTION for v in values}) == 1
-    if agree:
+    if loader_shares_agree(values):
         return Finding("SOURCES_AGREE", "info",
                        f"The {len(values)} profilers of this run agree on the DataLoader wait "
                        f"({spread} of step time).", evidence,
@@ -312,8 +309,9 @@ def _disagreement_advice(m: RunMetrics) -> str:
                        for s in timed)
     trust = ("Each timed as many steps: compare the spread of the wait in each (the stalls) "
              "and re-run if in doubt." if timed[0].count == timed[-1].count else
-             f"Trust the figure of {origin_label(timed[0].origin)}, over more steps, or profile "
-             "as many steps under the others to compare like with like.")
+             f"The verdict and the breakdown take the figure of {origin_label(timed[0].origin)}, "
+             "over more steps; profile as many steps under the others to compare like with "
+             "like.")
     return (f"The trace profilers measured different windows ({counts}): a few steps may hold "
             "an epoch start or the DataLoader workers' first fill that many steps average "
             f"out. {trust}")

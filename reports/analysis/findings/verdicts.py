@@ -22,6 +22,8 @@ from profreport.units import duration, pct
 #: A quarter of every step spent waiting for the next batch is the biggest single loss a run can
 #: fix without touching the model, so from here on the run is called loader-bound.
 LOADER_BOUND_FRACTION = 0.25
+#: Two sources agree about the DataLoader when their wait shares differ by at most this much.
+SOURCES_AGREE_DELTA = 0.15
 #: Communication not hidden under compute for a quarter of the step makes the run comm-bound.
 COMM_BOUND_EXPOSED_FRACTION = 0.25
 #: A GPU busy 80% of its window is limited by its own kernels: the run is compute-bound.
@@ -112,6 +114,13 @@ def compute_where(m: RunMetrics) -> str:
     if m.breakdown is not None and m.breakdown.origin == "lprof":
         return "the loop body's lines"
     return "the model's CPU operators"
+
+
+def loader_shares_agree(shares: list[float]) -> bool:
+    """Whether profilers' DataLoader wait shares tell one story: within SOURCES_AGREE_DELTA of
+    each other, or all on one side of LOADER_BOUND_FRACTION (the same verdict)."""
+    return max(shares) - min(shares) <= SOURCES_AGREE_DELTA or \
+        len({share >= LOADER_BOUND_FRACTION for share in shares}) == 1
 
 
 def loop_ns_without_loader(m: RunMetrics) -> tuple[int, int] | None:
