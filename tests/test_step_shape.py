@@ -299,17 +299,36 @@ def test_stall_advice_knows_the_workers_persist(tmp_path: Path) -> None:
 
 
 def test_frequent_stalls_without_a_period_are_workers_falling_behind(tmp_path: Path) -> None:
-    """6 of 17 steps stall 30 ms at no fixed spacing: not 'isolated one-off events' but the
-    workers falling behind."""
+    """6 of 17 steps stall 30 ms at no fixed spacing: not 'isolated one-off events'. With
+    DataLoader workers they are the workers falling behind; with num_workers=0 the training
+    process loading some batches slower; when the run does not say, only what is measured."""
+    import dataclasses
+
+    from profreport.reports.analysis.findings import RunContext, find_all
+    from profreport.reports.analysis.results import RunMetrics
+
     steps = [(30000 if n in (1, 2, 5, 9, 10, 14) else 200, 1000, []) for n in range(17)]
     run = analyze_paths([write_trace(tmp_path / "t.pt.trace.json", steps)],
                         AnalyzeOptions()).runs[0]
     wait = run.metrics.shape.dataloader_wait
     assert (wait.outlier_count, wait.count, wait.period) == (6, 16, None)
-    stalls = next(f for f in run.findings if f.id == "DATA_STALLS")
-    assert stalls.recommendation.startswith(
+    assert run.metrics.loader_in_process is False  # worker-process DataLoader spans
+
+    def advice(metrics: RunMetrics = run.metrics, **knobs: object) -> str:
+        found = find_all(metrics, RunContext(knobs=knobs))
+        return next(f for f in found if f.id == "DATA_STALLS").recommendation
+
+    assert advice() == advice(num_workers=2)
+    assert advice(num_workers=2).startswith(
         "Stalls in 38% of the steps with no period are the workers falling behind: a batch "
         "comes late whenever the worker making it has not finished")
+    assert advice(num_workers=0).startswith(
+        "Stalls in 38% of the steps with no period, with no DataLoader workers (num_workers=0): "
+        "the training process loads some batches slower than others")
+    unknown = advice(dataclasses.replace(run.metrics, loader_in_process=None))
+    assert unknown.startswith("Stalls in 38% of the steps with no period: some batches arrive "
+                              "later than others")
+    assert "the profile does not say whether the DataLoader has workers" in unknown
 
 
 def test_the_timeline_names_the_profiler_it_draws(tmp_path: Path) -> None:
@@ -342,3 +361,23 @@ def test_verdict_follows_the_trace_profiler_over_more_steps_when_they_disagree(
     (tmp_path / "agree").mkdir()
     agreeing = nsys_beside_kineto(tmp_path / "agree", [3_000_000] * 40)
     assert agreeing.metrics.dataloader_origin == "kineto" and agreeing.verdict == "loader-bound"
+
+
+def test_periodic_stalls_name_workers_only_where_there_are_some(tmp_path: Path) -> None:
+    """A stall every 4th step: with 4 workers, a round of workers that cannot keep up (or a
+    periodic task); with num_workers=0 there is no round of workers to blame."""
+    from profreport.reports.analysis.findings import RunContext, find_all
+
+    steps = [(30000 if n % 4 == 3 else 200, 1000, []) for n in range(21)]
+    run = analyze_paths([write_trace(tmp_path / "t.pt.trace.json", steps)],
+                        AnalyzeOptions()).runs[0]
+    assert run.metrics.shape.dataloader_wait.period == 4
+
+    def advice(**knobs: object) -> str:
+        found = find_all(run.metrics, RunContext(knobs=knobs))
+        return next(f for f in found if f.id == "DATA_STALLS").recommendation
+
+    assert advice(num_workers=4).startswith(
+        "A stall every 4th step is what a DataLoader whose workers cannot keep up does")
+    assert advice(num_workers=0).startswith(
+        "With no DataLoader workers (num_workers=0), a stall every 4th step is a periodic task")

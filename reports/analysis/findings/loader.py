@@ -221,15 +221,11 @@ def data_stalls(facts: Facts) -> Finding | None:
     low, high = d.outlier_range_ns
     periodic = (f"every {ordinal(d.period)} step stalls" if d.period else
                 f"{d.outlier_count} of {d.count} steps stall")
-    cause = (f"A stall every {ordinal(d.period)} step is what a DataLoader whose workers cannot "
-             f"keep up does (with {d.period} workers each batch arrives late once per round), or a "
-             "periodic task (evaluation, checkpointing, an epoch start) every "
-             f"{d.period} steps." if d.period else
-             f"Stalls in {pct(d.outlier_count / d.count)} of the steps with no period are the "
-             "workers falling behind: a batch comes late whenever the worker making it has not "
-             "finished (slow samples or collate_fn, workers short of cores)."
-             if d.outlier_count >= PERIOD_MIN_STALLS
-             and d.outlier_count > ISOLATED_STALLS_SHARE * d.count else
+    workers = _has_workers(m, ctx)
+    frequent = d.outlier_count >= PERIOD_MIN_STALLS and \
+        d.outlier_count > ISOLATED_STALLS_SHARE * d.count
+    cause = (_periodic_cause(d.period, workers) if d.period else
+             _frequent_cause(pct(d.outlier_count / d.count), workers) if frequent else
              f"Isolated stalls are one-off events: an epoch start ({restart}), evaluation, a "
              "checkpoint, or a slow read.")
     biggest = d.outliers[0]
@@ -248,6 +244,41 @@ def data_stalls(facts: Facts) -> Finding | None:
         recommendation=f"{cause} Look at what runs during the longest stall (the location "
                        "above) before raising num_workers: more workers shorten a steady wait, "
                        "not a periodic task.")
+
+
+def _has_workers(m: RunMetrics, ctx: RunContext) -> bool | None:
+    """Whether the DataLoader loads in worker processes: the run's num_workers, else what its
+    DataLoader spans say (see metrics.loader_in_process); None when neither tells."""
+    workers = ctx.knob("num_workers")
+    if isinstance(workers, int) and not isinstance(workers, bool):
+        return workers > 0
+    return None if m.loader_in_process is None else not m.loader_in_process
+
+
+def _periodic_cause(period: int, workers: bool | None) -> str:
+    """What stalls every ``period``-th step are, by whether the DataLoader has workers."""
+    task = f"a periodic task (evaluation, checkpointing, an epoch start) every {period} steps"
+    if workers is False:
+        return (f"With no DataLoader workers (num_workers=0), a stall every {ordinal(period)} "
+                f"step is {task}, or every {ordinal(period)} batch being slower to load.")
+    return (f"A stall every {ordinal(period)} step is what a DataLoader whose workers cannot "
+            f"keep up does (with {period} workers each batch arrives late once per round), or "
+            f"{task}.")
+
+
+def _frequent_cause(share: str, workers: bool | None) -> str:
+    """What stalls in many steps with no period are, by whether the DataLoader has workers."""
+    if workers is False:
+        return (f"Stalls in {share} of the steps with no period, with no DataLoader workers "
+                "(num_workers=0): the training process loads some batches slower than others "
+                "(slow samples or collate_fn, a slow read).")
+    if workers is None:
+        return (f"Stalls in {share} of the steps with no period: some batches arrive later "
+                "than others (slow samples or collate_fn, or DataLoader workers falling behind; "
+                "the profile does not say whether the DataLoader has workers).")
+    return (f"Stalls in {share} of the steps with no period are the workers falling behind: a "
+            "batch comes late whenever the worker making it has not finished (slow samples or "
+            "collate_fn, workers short of cores).")
 
 
 def _stall_gpu_evidence(d: PerStep, origin: Origin) -> list[Evidence]:
