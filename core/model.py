@@ -330,9 +330,9 @@ class TrainingLoop:
     #: iterator; None when the profile cannot tell the wait.
     wait_lineno: int | None
     wait_ns: int
-    #: ``source`` (the line shown iterates over a DataLoader, or counts passes over ``range()``
-    #: or a literal) or ``hit counts`` (no source shown, or a line shown that names no
-    #: DataLoader).
+    #: ``source`` (the line shown iterates over a DataLoader, or counts passes: over ``range()``
+    #: or a literal, or a ``while`` whose test calls nothing) or ``hit counts`` (no source
+    #: shown, or a line shown that names no DataLoader).
     evidence: str = "hit counts"
     #: Whether the loop is taken for the DataLoader loop.
     dataloader: bool = False
@@ -345,8 +345,9 @@ class TrainingLoop:
     #: Whether the header's source line was shown (hit counts then decide because the line
     #: names no DataLoader).
     source_shown: bool = False
-    #: The header shown counts passes over ``range()`` or a literal (concepts.counts_passes):
-    #: it fetches nothing, and the batch is fetched in the body.
+    #: The header shown counts passes (over ``range()`` or a literal, or a ``while`` whose test
+    #: calls nothing: concepts.counts_passes): it fetches nothing, and the batch is fetched in
+    #: the body.
     counts_passes: bool = False
     #: For such a header: the body line that fetches each batch (``batch = next(it)``), the
     #: iterator it fetches from (``it``) and what the source shows that iterator to be

@@ -36,7 +36,6 @@ LOOSE_RUN = "main"
 CACHE_FORMAT = 2
 
 
-
 @dataclass(frozen=True)
 class Layout:
     """Where grading writes, all under the output folder."""

@@ -518,7 +518,8 @@ class LoopIdentification:
     #: Why it was taken for the DataLoader loop, for the evidence of a finding.
     reason: str
     #: Why the DataLoader's share of the step is unknown though the loop was found (its header
-    #: counts passes over range() and the source does not show where the batch comes from).
+    #: counts passes, see concepts.counts_passes, and the source does not show where the batch
+    #: comes from).
     dataloader_unknown: str | None = None
 
 
@@ -582,7 +583,7 @@ class Timeline:
     lanes: list[str]
     dropped_segments: int
     #: The profiler the steps were drawn from.
-    source: Origin = "kineto"
+    source: Origin
 
 
 @dataclass
