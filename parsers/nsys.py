@@ -27,7 +27,6 @@ import sqlite3
 import subprocess
 import tempfile
 import threading
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -1263,12 +1262,14 @@ _WORK_TABLES = ("kernels", "memcpy", "memset")
 
 
 def process_profiles(profile: Profile) -> list[Profile]:
-    """One profile per process of an nsys capture that has work of its own (ranges that mark
-    its steps, or GPU work its runtime calls launched) or that recorded its rank, in pid order,
-    to be read as the ranks of a job; ``[profile]`` when at most one process has (a launcher's
-    OS calls are no work, nor a worker's runtime calls that launched nothing: a DataLoader or
-    compile worker's cudaGetDeviceCount), or when the capture is one rank already (its rank
-    given by the manifest, or recorded): then a note names the processes read together.
+    """One profile per process of an nsys capture that has work of its own (GPU work its
+    runtime calls launched) or that recorded its rank, or, in a capture where none did, that
+    marks ``step N`` ranges, in pid order, to be read as the ranks of a job; ``[profile]`` when
+    at most one process has (a launcher's OS calls are no work, nor a worker's runtime calls
+    that launched nothing: a DataLoader or compile worker's cudaGetDeviceCount, nor a range
+    repeated as a step: DataLoader workers run the same code as ranks do), or when the capture
+    is one rank already (its rank given by the manifest, or recorded): then a note names the
+    processes read together.
     A process's GPU rows are those its runtime calls launched (correlation ids are its own,
     see _qualified), whatever the device; rows whose launch was not recorded are no process's,
     and a note counts them. A process's rank and world size are those it recorded (see
@@ -1280,22 +1281,23 @@ def process_profiles(profile: Profile) -> list[Profile]:
         return [profile]  # one process: no table of 10^7 pids hashed, nor ranges copied
     recorded = profile.meta.recorded_ranks if isinstance(profile.meta, NsysMeta) else {}
     callers = set(pd.unique(runtime["pid"].to_numpy()).tolist())
-    stepped, lone = _stepped_processes(ranges)
-    candidates = np.array(sorted(callers.union(stepped, lone, recorded) - {-1}))
+    marked, spans = _stepped_processes(ranges)
+    candidates = np.array(sorted(callers.union(marked, spans, recorded) - {-1}))
     owners = {name: _launching_member(profile.tables[name], runtime, candidates)
               for name in _LAUNCHED_TABLES if name in profile.tables}
     launched = {int(at) for name in _WORK_TABLES if name in owners
                 for at in np.unique(owners[name]) if at >= 0}
-    chosen = [at for at, pid in enumerate(candidates.tolist())
-              if at in launched or pid in stepped or pid in recorded]
+    anchored = [at for at, pid in enumerate(candidates.tolist())
+                if at in launched or pid in recorded]
+    chosen = anchored or [at for at, pid in enumerate(candidates.tolist()) if pid in marked]
     members = candidates[chosen]
-    idle = sorted(callers.intersection(candidates.tolist()) - set(members.tolist()) - set(lone))
-    lone = {pid: span for pid, span in lone.items() if pid not in members}
+    idle = sorted(callers.intersection(candidates.tolist()) - set(members.tolist()) - set(spans))
+    lone = {pid: span for pid, span in spans.items() if pid not in members}
     if len(members) < 2 or profile.rank is not None:
         if len(members) == 1 and lone and set(profile.table("steps")["pid"]) - set(members):
             _steps_of(profile, int(members[0]))
         profile.meta.notes += _whole_notes(profile.rank, members.tolist()) + _no_rank_notes(
-            idle, lone, "these figures")
+            idle, lone, "these figures", bool(anchored))
         return [profile]
     place = np.full(len(candidates) + 1, -1, dtype=np.int16)  # -1 (no caller) reads the last
     place[chosen] = np.arange(len(members), dtype=np.int16)
@@ -1314,24 +1316,49 @@ def process_profiles(profile: Profile) -> list[Profile]:
             f"({', '.join(map(process_label, members.tolist()))}), read as the ranks of one job; ")
     lost_said = (f"; {lost} were launched by no recorded runtime call, so they are in no "
                  "process's figures" if lost else "")
-    idle_said = "".join(f"; {note}" for note in _no_rank_notes(idle, lone,
-                                                                "no process's figures"))
+    idle_said = "".join(f"; {note}" for note in _no_rank_notes(
+        idle, lone, "no process's figures", bool(anchored)))
     return [_process_part(profile, int(pid), mine, rank, said + rank_said + (
         ": it is named by its pid" if rank is None else "") + lost_said + idle_said)
             for pid, mine, (rank, rank_said) in zip(
                 members.tolist(), tables, member_ranks(members.tolist(), recorded), strict=True)]
 
 
-def _no_rank_notes(idle: list[int], lone: dict[int, str], where: str) -> list[str]:
+def _no_rank_notes(idle: list[int], lone: dict[int, str], where: str,
+                   anchored: bool) -> list[str]:
     """Why the processes of a capture that are no rank are none, and that their rows are in
-    ``where``: ``idle`` made runtime calls that launched no GPU work, ``lone`` repeat a range
-    (their name for it) as no other process does, launching no GPU work (a DataLoader worker
-    annotating each sample; ranks run the same code)."""
+    ``where``: ``idle`` made runtime calls that launched no GPU work; ``lone`` (pid: the range
+    it repeats) launched none and recorded no rank: no rank where another process did
+    (``anchored``: a DataLoader worker annotating each sample, its workers running the same
+    code), nor where no other process repeats its range; several repeating one range in a
+    capture where none did are of unknown role (ranks run the same code, and so do the workers
+    of one DataLoader)."""
     notes = [f"{', '.join(map(process_label, idle))}: runtime calls that launched no GPU work, "
              f"and no steps, so no rank of the job; their calls are in {where}"] if idle else []
-    return notes + [f"{process_label(pid)}: its range '{span}' repeats as a step would, but in "
-                    "no other process, and it launched no GPU work, so it is no rank of the "
-                    f"job; its ranges are in {where}" for pid, span in lone.items()]
+    sharing: dict[str, list[int]] = {}
+    for pid, span in sorted(lone.items()):
+        sharing.setdefault(span, []).append(pid)
+    for span, pids in sharing.items():
+        named, one = ", ".join(map(process_label, pids)), len(pids) == 1
+        repeated = (f"its range '{span}' repeats" if one else
+                    f"each repeats the range '{span}'") + " as a step would"
+        if anchored:
+            neither = ("it launched no GPU work and recorded no rank" if one else
+                       "none of them launched GPU work or recorded its rank")
+            notes.append(f"{named}: {repeated}, but {neither}, as another process of the "
+                         f"capture did, so {'it is no rank' if one else 'they are no ranks'} "
+                         "of the job (a DataLoader worker annotating each sample; the workers "
+                         f"of one DataLoader run the same code); {'its' if one else 'their'} "
+                         f"ranges are in {where}")
+        elif one:
+            notes.append(f"{named}: {repeated}, but in no other process, and it launched no GPU "
+                         f"work, so it is no rank of the job; its ranges are in {where}")
+        else:
+            notes.append(f"{named}: {repeated}, and no process of the capture launched GPU "
+                         "work or recorded its rank, so whether they are the ranks of one job "
+                         "or the workers of one DataLoader (both run the same code) is "
+                         f"unknown: they are not read as a job; their ranges are in {where}")
+    return notes
 
 
 def _steps_of(profile: Profile, pid: int) -> None:
@@ -1428,19 +1455,16 @@ def member_ranks(members: list[int], recorded: dict[int, list[tuple[int, int]]]
 
 
 def _stepped_processes(ranges: pd.DataFrame) -> tuple[set[int], dict[int, str]]:
-    """The processes whose NVTX ranges mark steps: those with ``step N`` ranges, or, in a
-    capture where no range is named as a step, those whose own ranges repeat as a step does
-    (see _nvtx_structure) under a name another process repeats too (ranks run the same code);
-    and, apart, the processes whose repeated range no other process repeats, with its name (a
-    DataLoader worker annotating each sample is no rank by that alone)."""
+    """The processes whose NVTX ranges mark steps, ``step N`` ranges; and, in a capture where
+    no range is named as a step, the processes whose own ranges repeat as a step does (see
+    _nvtx_structure), with the name of that range: whether they are ranks depends on the
+    capture's other evidence (see process_profiles)."""
     marked = concepts.step_marks(ranges)["pid"]
     if len(marked):
         return set(marked.tolist()), {}
-    spans = {pid: span for pid in pd.unique(ranges["pid"]).tolist() if (span := steps_from_repeats(
-        ranges[ranges["pid"].to_numpy() == pid], "nvtx", masked_numbers, own_extent=True)[1])}
-    repeats = Counter(spans.values())
-    return ({pid for pid, span in spans.items() if repeats[span] > 1},
-            {pid: span for pid, span in spans.items() if repeats[span] == 1})
+    return set(), {pid: span for pid in pd.unique(ranges["pid"]).tolist() if (
+        span := steps_from_repeats(ranges[ranges["pid"].to_numpy() == pid], "nvtx",
+                                   masked_numbers, own_extent=True)[1])}
 
 
 def _process_part(profile: Profile, pid: int, tables: dict[str, pd.DataFrame],

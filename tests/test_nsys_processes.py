@@ -351,22 +351,43 @@ def test_beside_ranked_traces_the_processes_are_no_further_ranks(tmp_path: Path,
             "the capture, whose rank it does not record") in analysed.notes
 
 
-def test_processes_stepped_by_a_repeated_range_are_two_ranks(tmp_path: Path) -> None:
+def test_processes_sharing_a_repeated_range_are_of_unknown_role(tmp_path: Path) -> None:
     """Two CPU processes annotate each pass as 'batch i' (no range named as a step, no runtime
-    calls): each is a rank whose steps are its own repeated range (the capture read whole took
-    one process's as the steps, and the other's were in no figure)."""
+    calls, no rank recorded): ranks run the same code, but so do the workers of one DataLoader,
+    so they are no job (they were read as two ranks of unknown rank, as two loader workers
+    were); the capture is read whole and a note says their role is unknown."""
     processes = []
     for pid, step_ms in ((7, 20), (9, 30)):
         processes.append(Process(pid, ranges=[(i * step_ms * MS, (i + 1) * step_ms * MS,
                                                f"batch {i}") for i in range(6)]))
     path = write_export(tmp_path / "batches.sqlite", processes)
-    assert set(nsys.parse(path).table("steps")["pid"]) == {9}
-    parts = nsys.process_profiles(nsys.parse(path))
-    assert [p.process for p in parts] == [7, 9]
-    assert [len(p.table("steps")) for p in parts] == [6, 6]
-    assert [p.meta.step_span for p in parts] == ["batch #", "batch #"]
-    job = _report(path).runs[0].job
-    assert job is not None and [r.step_ns // MS for r in job.ranks] == [20, 30]
+    _read_whole(path, "pid 7, pid 9: each repeats the range 'batch #' as a step would, and no "
+                "process of the capture launched GPU work or recorded its rank, so whether "
+                "they are the ranks of one job or the workers of one DataLoader (both run the "
+                "same code) is unknown: they are not read as a job; their ranges are in these "
+                "figures", step_ms=30)
+
+
+def test_dataloader_workers_beside_a_gpu_process_are_no_ranks(tmp_path: Path) -> None:
+    """A training process repeating 'train_step' (a kernel in each) beside two DataLoader
+    workers each repeating 'load_sample' 12 times with no GPU work: the workers run the same
+    code, as ranks do, but beside a process that launched GPU work a process with none and no
+    rank recorded is no rank (it was a job of 3 ranks: 'pid 7, the slowest, takes 25.0 ms per
+    step against 6.5 ms for the other ranks (+284.6%)'); the capture is read whole, its steps
+    the training process's."""
+    train, worker = _training_and_loading(sample_us=6500)
+    other = Process(11, ranges=[(start + 3 * MS, end + 3 * MS, text)
+                                for start, end, text in worker.ranges[::2]])
+    worker.ranges = worker.ranges[::2]
+    path = write_export(tmp_path / "two_workers.sqlite", [train, worker, other])
+    _read_whole(path, "pid 9, pid 11: each repeats the range 'load_sample' as a step would, "
+                "but none of them launched GPU work or recorded its rank, as another "
+                "process of the capture did, so they are no ranks of the job (a DataLoader "
+                "worker annotating each sample; the workers of one DataLoader run the same "
+                "code); their ranges are in these figures", step_ms=25)
+    profile = nsys.parse(path)
+    nsys.process_profiles(profile)
+    assert (profile.meta.step_span, len(profile.table("steps"))) == ("train_step", 6)
 
 
 def _marked(process: Process, *texts: str, domain: str = "profreport") -> Process:
@@ -575,9 +596,10 @@ def test_a_range_no_other_process_repeats_makes_no_rank(tmp_path: Path) -> None:
     worker's ranges cover more time (6.5 ms each, 156 ms in all against 150 ms), whose 24
     samples were the steps. The same two processes, each recording its rank, are ranks 0
     and 1."""
-    note = ("pid 9: its range 'load_sample' repeats as a step would, but in no other process, "
-            "and it launched no GPU work, so it is no rank of the job; its ranges are in these "
-            "figures")
+    note = ("pid 9: its range 'load_sample' repeats as a step would, but it launched no GPU "
+            "work and recorded no rank, as another process of the capture did, so it is no rank "
+            "of the job (a DataLoader worker annotating each sample; the workers of one "
+            "DataLoader run the same code); its ranges are in these figures")
     _read_whole(write_export(tmp_path / "loading.sqlite", _training_and_loading()), note,
                 step_ms=25)
     busier = write_export(tmp_path / "busier.sqlite", _training_and_loading(sample_us=6500))
