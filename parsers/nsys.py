@@ -1296,6 +1296,8 @@ def process_profiles(profile: Profile) -> list[Profile]:
     if len(members) < 2 or profile.rank is not None:
         if len(members) == 1 and lone and set(profile.table("steps")["pid"]) - set(members):
             _steps_of(profile, int(members[0]))
+        if len(members) == 1 and profile.rank is None and isinstance(profile.meta, NsysMeta):
+            profile.rank = _own_rank(profile.meta, int(members[0]))
         profile.meta.notes += _whole_notes(profile.rank, members.tolist()) + _no_rank_notes(
             idle, lone, "these figures", bool(anchored))
         return [profile]
@@ -1394,14 +1396,20 @@ def _pid_bounds(tables: dict[str, pd.DataFrame]) -> set[int]:
 
 
 def _capture_rank(tables: dict[str, pd.DataFrame], meta: NsysMeta) -> int | None:
-    """The rank of a capture whose ranges and runtime calls are one process's that recorded its
-    rank (nsys run by each rank, as the runner does on each node of a multi-node job): its
-    world size set in ``meta`` and a note saying so (or why not, when it recorded several);
-    None otherwise (the processes of a capture of several take theirs in process_profiles)."""
+    """The rank of a capture whose ranges and runtime calls are one process's (see _own_rank);
+    None otherwise (a capture of several takes its ranks in process_profiles)."""
     if not meta.recorded_ranks:
         return None
     pids = _pid_bounds(tables)
-    if len(pids) != 1 or (pid := pids.pop()) not in meta.recorded_ranks:
+    return _own_rank(meta, pids.pop()) if len(pids) == 1 else None
+
+
+def _own_rank(meta: NsysMeta, pid: int) -> int | None:
+    """The rank of a capture whose one process with work of its own, ``pid``, recorded its
+    rank (nsys run by each rank, as the runner does on each node of a multi-node job, beside a
+    launcher or a DataLoader worker): its world size set in ``meta`` and a note saying so (or
+    why not, when it recorded several); None when it recorded none."""
+    if pid not in meta.recorded_ranks:
         return None
     rank, said = member_ranks([pid], meta.recorded_ranks)[0]
     meta.notes.append(f"{process_label(pid)}, the capture's one process with work of its own: "

@@ -542,6 +542,36 @@ def test_a_process_whose_runtime_calls_launched_nothing_is_no_rank(tmp_path: Pat
                 "of the job; their calls are in these figures", step_ms=20)
 
 
+def test_a_capture_of_one_rank_beside_a_worker_is_that_rank(tmp_path: Path) -> None:
+    """nsys run on each node, one rank per node, each capture also holding a DataLoader worker:
+    one that made a cudaGetDeviceCount call on node 0, one annotating each sample on node 1.
+    Each capture is still the rank its one process with work of its own recorded (both were
+    read whole with no rank, so the run was two captures of no rank, the second left out of
+    the per-step figures)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    worker = Process(9, ranges=[(i * 7 * MS, i * 7 * MS + 5 * MS, "load_sample")
+                                for i in range(24)])
+    _with_device_count(write_export(run / "nsys.node0.sqlite", [
+        Process(3), _marked(_stepped(7, 20), "rank 0 of 2"), Process(9)]), 9)
+    write_export(run / "nsys.node1.sqlite",
+                 [Process(3), _marked(_stepped(7, 30), "rank 1 of 2"), worker])
+    for node in (0, 1):
+        profile = nsys.parse(run / f"nsys.node{node}.sqlite")
+        assert nsys.process_profiles(profile) == [profile]
+        assert (profile.rank, profile.meta.world_size, profile.meta.distributed) == (
+            node, 2, True)
+        assert (f"pid 7, the capture's one process with work of its own: it recorded its "
+                f"rank, rank {node} of 2 (an NVTX mark in domain 'profreport')"
+                ) in profile.meta.notes
+    analysed = _report(run).runs[0]
+    assert analysed.job is not None and analysed.world_size == 2
+    assert [(r.label, r.step_ns // MS) for r in analysed.job.ranks] == [  # type: ignore[operator]
+        ("rank 0", 20), ("rank 1", 30)]
+    assert [(Path(i.path).name, i.rank) for i in analysed.inputs] == [
+        ("nsys.node0.sqlite", 0), ("nsys.node1.sqlite", 1)]
+
+
 def _read_whole(path: Path, note: str, step_ms: int) -> None:
     """The capture at ``path`` is read whole, its last note ``note``: no job, its steps of
     ``step_ms``."""
