@@ -572,6 +572,23 @@ def test_a_capture_of_one_rank_beside_a_worker_is_that_rank(tmp_path: Path) -> N
         ("nsys.node0.sqlite", 0), ("nsys.node1.sqlite", 1)]
 
 
+def test_the_detailed_note_counts_the_processes_of_its_own_capture(tmp_path: Path) -> None:
+    """Two node captures of two ranks each ('rank R of 4', one rank per GPU): the detailed
+    figures are rank 0's, one of the 2 processes of its capture (the note counted the 4
+    processes of both captures)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    for node in range(2):
+        write_export(run / f"nsys.node{node}.sqlite", [
+            Process(3), _marked(_stepped(7, 20 + node * 5, device=0), f"rank {2 * node} of 4"),
+            _marked(_stepped(9, 22 + node * 5, device=1), f"rank {2 * node + 1} of 4")])
+    analysed = _report(run).runs[0]
+    assert analysed.job is not None and analysed.world_size == 4
+    assert [n for n in analysed.notes if "Nsight Systems figures" in n] == [
+        "the Nsight Systems figures come from rank 0's profile (pid 7), one of the 2 processes "
+        "of the capture; the other processes' own figures are in the per-rank verdicts"]
+
+
 def _read_whole(path: Path, note: str, step_ms: int) -> None:
     """The capture at ``path`` is read whole, its last note ``note``: no job, its steps of
     ``step_ms``."""

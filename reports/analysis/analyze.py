@@ -265,15 +265,19 @@ def member_label(profile: Profile) -> str | None:
     return rank_label(profile.rank, profile.process)
 
 
-def detailed_profiles(profiles: list[Profile], processes: int) -> tuple[list[Profile], list[str]]:
+def detailed_profiles(profiles: list[Profile], summaries: list[RankSummary]
+                      ) -> tuple[list[Profile], list[str]]:
     """The profiles the detailed figures come from, and the note saying whose they are: of a
-    capture read as ``processes`` processes, one process's (the lowest rank the processes
-    recorded, as of ranked files; else the preferred step source, then the lowest pid: which
-    rank it is the capture cannot tell); every profile when there are no such processes."""
+    capture read as processes (counted among ``summaries`` of that file), one process's (the
+    lowest rank the processes recorded, as of ranked files; else the preferred step source,
+    then the lowest pid: which rank it is the capture cannot tell); every profile when there
+    are no such processes."""
     parts = [p for p in profiles if p.process is not None]
     if not parts:
         return profiles, []
     first = min(parts, key=lambda p: (p.rank is None, p.rank or 0, preference(p), p.process))
+    processes = sum(s.input.process is not None and s.input.path == str(first.path)
+                    for s in summaries)
     ranked_files = any(p.rank is not None and p.process is None for p in profiles)
     whose = (f"{member_label(first)}'s profile ({process_label(first.process or 0)})"
              if first.rank is not None else f"{member_label(first)}'s profile")
@@ -290,8 +294,7 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
     primary rank and the summary of every file."""
     origin, unknown = job_step_source(summaries)
     job = job_analysis(rank_verdicts(summaries, profiles, origin), origin, unknown)
-    profiles, detailed_note = detailed_profiles(
-        profiles, sum(summary.input.process is not None for summary in summaries))
+    profiles, detailed_note = detailed_profiles(profiles, summaries)
     metrics = compute_run_metrics(profiles, manifest)
     add_rank_metrics(metrics, summaries, origin)
     pacer = waited_for(job, profiles)
