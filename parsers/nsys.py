@@ -1295,7 +1295,9 @@ def process_profiles(profile: Profile) -> list[Profile]:
     lone = {pid: span for pid, span in spans.items() if pid not in members}
     if len(members) < 2 or profile.rank is not None:
         if len(members) == 1 and lone and set(profile.table("steps")["pid"]) - set(members):
-            _steps_of(profile, int(members[0]))
+            _steps_of(profile, [int(members[0])])
+        elif not len(members) and lone:
+            lone = _lone_steps(profile, lone)
         if len(members) == 1 and profile.rank is None and isinstance(profile.meta, NsysMeta):
             profile.rank = _own_rank(profile.meta, int(members[0]))
         profile.meta.notes += _whole_notes(profile.rank, members.tolist()) + _no_rank_notes(
@@ -1363,19 +1365,69 @@ def _no_rank_notes(idle: list[int], lone: dict[int, str], where: str,
     return notes
 
 
-def _steps_of(profile: Profile, pid: int) -> None:
+def _steps_of(profile: Profile, pids: list[int]) -> None:
     """The steps and DataLoader ranges of a capture read whole, found again in the ranges of
-    ``pid``, its one process with work of its own: the repeated range of another (a DataLoader
-    worker annotating each sample, busier than the training) is no step of it."""
+    ``pids``, the processes whose steps they are (none: the steps are unknown): the repeated
+    range of another (a DataLoader worker annotating each sample, busier than the training) is
+    no step of it."""
     tables, meta = profile.tables, profile.meta
     if meta.step_span is not None:
         found = _structure_note(tables["ranges"], tables["steps"], meta.step_span)
         meta.notes = [note for note in meta.notes if note != found]
-    own = {"ranges": tables["ranges"][tables["ranges"]["pid"].to_numpy() == pid]}
+    own = {"ranges": tables["ranges"][np.isin(tables["ranges"]["pid"].to_numpy(), pids)]}
     own["steps"], meta.step_span = steps_from_ranges(own["ranges"]), None
     _nvtx_structure(own, meta)
     tables["steps"] = own["steps"]
     tables["dataloader"] = dataloader_from_ranges(tables["ranges"], own["steps"])
+
+
+def _lone_steps(profile: Profile, lone: dict[int, str]) -> dict[int, str]:
+    """The steps of a capture read whole where no process launched GPU work, recorded its rank
+    or marked ``step N``, and ``lone`` (pid: its range) repeat ranges: the range that holds
+    some of every other's ranges and none of whose ranges another holds (a training step holds
+    the samples a DataLoader worker loads meanwhile; a sample holds no step) is the step; when
+    none does, a note says the step source is ambiguous and the steps are unknown. Returns the
+    processes of ``lone`` whose notes are still to be said (not one whose range is the step)."""
+    ranges = profile.table("ranges")
+    sharing: dict[str, list[int]] = {}
+    for pid, span in sorted(lone.items()):
+        sharing.setdefault(span, []).append(pid)
+    extents = {span: _repeat_extents(ranges, pids) for span, pids in sharing.items()}
+    holds = {span: {other for other in extents if other != span
+                    and _holds_some(extents[span], extents[other])} for span in extents}
+    step = [span for span in extents if len(holds[span]) == len(extents) - 1
+            and not any(span in held for held in holds.values())]
+    if not step:
+        _steps_of(profile, [])
+        profile.meta.notes.append(
+            "the step source is ambiguous: " + ", ".join(
+                f"{', '.join(map(process_label, pids))}'s range '{span}'"
+                for span, pids in sharing.items()) + " repeat as a step would, none holds the "
+            "others' ranges, and no process launched GPU work or recorded its rank, so the "
+            "steps are unknown")
+        return {}
+    _steps_of(profile, sharing[step[0]])
+    return {pid: span for pid, span in lone.items()
+            if span != step[0] or len(sharing[span]) > 1}
+
+
+def _repeat_extents(ranges: pd.DataFrame, pids: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """The (starts, ends), by start, of the range that repeats as a step in the ranges of
+    ``pids`` (on its busiest thread, see _nvtx_structure)."""
+    steps = steps_from_repeats(ranges[np.isin(ranges["pid"].to_numpy(), pids)], "nvtx",
+                               masked_numbers, own_extent=True)[0].sort_values("start")
+    return steps["start"].to_numpy(np.int64), steps["end"].to_numpy(np.int64)
+
+
+def _holds_some(outer: tuple[np.ndarray, np.ndarray], inner: tuple[np.ndarray, np.ndarray]
+                ) -> bool:
+    """Whether some range of ``inner`` lies within one of ``outer`` (both (starts, ends) by
+    start, ``outer``'s ranges one after another)."""
+    if not len(outer[0]):
+        return False
+    at = np.searchsorted(outer[0], inner[0], side="right") - 1
+    inside = (at >= 0) & (outer[1][np.maximum(at, 0)] >= inner[1])
+    return bool(inside.any())
 
 
 def _whole_notes(rank: int | None, members: list[int]) -> list[str]:

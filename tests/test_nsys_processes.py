@@ -589,6 +589,39 @@ def test_the_detailed_note_counts_the_processes_of_its_own_capture(tmp_path: Pat
         "of the capture; the other processes' own figures are in the per-rank verdicts"]
 
 
+def test_without_gpu_work_the_step_is_the_range_holding_the_others(tmp_path: Path) -> None:
+    """A CPU training process repeating 'train_step' (6 x 25 ms) beside a DataLoader worker
+    repeating 'load_sample' (24 x 6.5 ms, busier), neither launching GPU work nor recording
+    a rank: the training steps hold the samples loaded meanwhile, no sample holds a step, so
+    the steps are the 6 'train_step' (they were the worker's 24 samples, and pid 7 was said to
+    be no rank); only the worker is said to be no rank. When neither range holds the other's
+    (each overlaps the next), the step source is ambiguous: a note names both and the steps
+    are unknown."""
+    train = Process(7, ranges=[(i * 25 * MS, (i + 1) * 25 * MS, "train_step")
+                               for i in range(6)])
+    worker = Process(9, ranges=[(i * 7 * MS, i * 7 * MS + 6500 * 1000, "load_sample")
+                                for i in range(24)])
+    profile = nsys.parse(write_export(tmp_path / "cpu.sqlite", [train, worker]))
+    assert nsys.process_profiles(profile) == [profile]
+    assert (profile.meta.step_span, len(profile.table("steps"))) == ("train_step", 6)
+    assert profile.meta.notes == [
+        "no NVTX range is named as a step: the 6 steps are the repeated range 'train_step'",
+        "pid 9: its range 'load_sample' repeats as a step would, but in no other process, and "
+        "it launched no GPU work, so it is no rank of the job; its ranges are in these figures"]
+    worker.ranges = [(i * 30 * MS + 20 * MS, i * 30 * MS + 35 * MS, "load_sample")
+                     for i in range(6)]
+    train.ranges = [(i * 30 * MS, i * 30 * MS + 25 * MS, "train_step") for i in range(6)]
+    path = write_export(tmp_path / "ambiguous.sqlite", [train, worker])
+    profile = nsys.parse(path)
+    assert nsys.process_profiles(profile) == [profile]
+    assert (profile.meta.step_span, len(profile.table("steps"))) == (None, 0)
+    assert profile.meta.notes == [
+        "the step source is ambiguous: pid 7's range 'train_step', pid 9's range 'load_sample' "
+        "repeat as a step would, none holds the others' ranges, and no process launched GPU "
+        "work or recorded its rank, so the steps are unknown"]
+    assert _report(path).runs[0].metrics.steps is None
+
+
 def _read_whole(path: Path, note: str, step_ms: int) -> None:
     """The capture at ``path`` is read whole, its last note ``note``: no job, its steps of
     ``step_ms``."""
