@@ -622,6 +622,64 @@ def test_without_gpu_work_the_step_is_the_range_holding_the_others(tmp_path: Pat
     assert _report(path).runs[0].metrics.steps is None
 
 
+#: A CPU training loop marking each step 'train_step' (16 batches of 4) from a DataLoader of
+#: two workers, each marking every sample it loads 'load_sample' (4 ms each).
+_TWO_WORKERS = """
+import time
+import nvtx
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+class Samples(Dataset):
+    def __len__(self):
+        return 64
+    def __getitem__(self, i):
+        with nvtx.annotate("load_sample"):
+            time.sleep(0.004)
+            return torch.randn(32)
+
+if __name__ == "__main__":
+    model = torch.nn.Linear(32, 32)
+    for batch in DataLoader(Samples(), batch_size=4, num_workers=2):
+        with nvtx.annotate("train_step"):
+            model(batch).sum().backward()
+            time.sleep(0.01)
+"""
+
+
+@pytest.mark.nsys
+def test_real_capture_of_two_loader_workers_is_no_job(tmp_path: Path, nsys_available: str
+                                                      ) -> None:
+    """A real capture (nsys --trace=osrt,nvtx, forked workers traced) of a CPU training loop
+    whose DataLoader's two workers mark each sample: the workers, repeating one range as
+    ranks would, are no job (they were read as two ranks of 32 'steps', the samples, and the
+    training process was none); the capture is read whole, its steps the 16 'train_step',
+    a note saying the workers' role is unknown."""
+    import re
+    import subprocess
+    import sys
+
+    from profreport.runner.launch import NSYS_QUIET_OPTIONS
+
+    script = tmp_path / "two_workers.py"
+    script.write_text(_TWO_WORKERS, encoding="utf-8")
+    report = tmp_path / "two_workers"
+    subprocess.run([nsys_available, "profile", "--trace=osrt,nvtx", *NSYS_QUIET_OPTIONS,
+                    "--trace-fork-before-exec=true", "--force-overwrite=true", "-o", str(report),
+                    sys.executable, str(script)], check=True, capture_output=True,
+                   env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
+    path = nsys.export_report(report.with_suffix(".nsys-rep"), cache_dir=tmp_path / "cache")
+    profile = nsys.parse(path)
+    assert len(set(profile.table("ranges")["pid"])) == 3
+    assert nsys.process_profiles(profile) == [profile]
+    assert (profile.meta.step_span, len(profile.table("steps"))) == ("train_step", 16)
+    assert [n for n in profile.meta.notes if re.fullmatch(
+        r"pid \d+, pid \d+: each repeats the range 'load_sample' as a step would, and no "
+        r"process of the capture launched GPU work or recorded its rank, so whether they are "
+        r".* is unknown: they are not read as a job; their ranges are in these figures", n)]
+    assert _report(path).runs[0].job is None
+
+
 def _read_whole(path: Path, note: str, step_ms: int) -> None:
     """The capture at ``path`` is read whole, its last note ``note``: no job, its steps of
     ``step_ms``."""
