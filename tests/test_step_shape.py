@@ -381,3 +381,18 @@ def test_periodic_stalls_name_workers_only_where_there_are_some(tmp_path: Path) 
         "A stall every 4th step is what a DataLoader whose workers cannot keep up does")
     assert advice(num_workers=0).startswith(
         "With no DataLoader workers (num_workers=0), a stall every 4th step is a periodic task")
+
+
+def test_time_between_repeated_ranges_is_no_dataloader_wait(tmp_path: Path) -> None:
+    """An NVTX-only capture of an inference loop over a list: 20 ranges 'batch i' of 2 ms, 0.2
+    ms apart but 5 ms after every 5th. No name marks them as steps and no DataLoader range is
+    there, so the time between them is no DataLoader wait (it read 31% of the step waiting for
+    data, with 'stalls ... the workers falling behind' of a loop that has no DataLoader)."""
+    ranges, at = [], 0
+    for n in range(20):
+        ranges.append((at, at + 2_000_000, f"batch {n}"))
+        at += 2_000_000 + (5_000_000 if n % 5 == 4 else 200_000)
+    write_nsys_export(tmp_path / "nsys.sqlite", [], ranges)
+    run = analyze_paths([tmp_path], AnalyzeOptions()).runs[0]
+    assert run.metrics.steps.count >= 19 and run.metrics.dataloader_fraction == 0.0
+    assert not {"DATA_STALLS", "LOADER_BOUND"} & {f.id for f in run.findings}

@@ -48,7 +48,9 @@ class StepWindows:
     warmup: Warmup | None = None
     #: Whether the time between one step's range and the next step's start is the loop fetching
     #: its next batch (ranges opened after the fetch, as NVTX ``step N``); not between
-    #: ProfilerStep spans (see concepts.PROFILER_STEP).
+    #: ProfilerStep spans (see concepts.PROFILER_STEP), nor between the ranges of a repeated
+    #: range that no name marks as a step (``batch 3`` of an inference loop over a list: nothing
+    #: says what runs between them).
     fetch_between: bool = True
     #: What each step is (see concepts.step_marker).
     marker: str = concepts.ANNOTATED_RANGE
@@ -124,7 +126,8 @@ def step_windows(profile: Profile) -> StepWindows | None:
     return StepWindows(origin=profile.kind, numbers=numbers[keep], range_starts=starts[keep],
                        range_ends=ends[keep], starts=starts[keep], ends=wall_ends[keep],
                        warmup=warmup,
-                       fetch_between=not steps["origin"].eq(concepts.PROFILER_STEP).all(),
+                       fetch_between=profile.meta.step_span is None
+                       and not steps["origin"].eq(concepts.PROFILER_STEP).all(),
                        marker=concepts.step_marker(str(steps["origin"].iloc[0]),
                                                    profile.meta.step_span))
 
