@@ -1291,8 +1291,9 @@ def process_profiles(profile: Profile) -> list[Profile]:
                 if at in launched or pid in recorded]
     chosen = anchored or [at for at, pid in enumerate(candidates.tolist()) if pid in marked]
     members = candidates[chosen]
-    idle = sorted(callers.intersection(candidates.tolist()) - set(members.tolist()) - set(spans))
-    lone = {pid: span for pid, span in spans.items() if pid not in members}
+    stepping = dict.fromkeys(marked, concepts.STEP_RANGE_FORMAT.format(n="N")) | spans
+    lone = {pid: span for pid, span in stepping.items() if pid not in members}
+    idle = sorted(callers.intersection(candidates.tolist()) - set(members.tolist()) - set(lone))
     if len(members) < 2 or profile.rank is not None:
         if len(members) == 1 and lone and set(profile.table("steps")["pid"]) - set(members):
             _steps_of(profile, [int(members[0])])

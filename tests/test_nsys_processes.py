@@ -680,6 +680,19 @@ def test_real_capture_of_two_loader_workers_is_no_job(tmp_path: Path, nsys_avail
     assert _report(path).runs[0].job is None
 
 
+def test_a_process_marking_steps_beside_a_gpu_process_is_named(tmp_path: Path) -> None:
+    """A process marking 'step N' ranges with no GPU work and no rank recorded, beside a
+    training process that launched kernels, is no rank, and a note says so (since b991622 it
+    was left out with no word); the capture's steps are the training process's."""
+    marking = Process(9, ranges=[(i * 30 * MS, i * 30 * MS + 25 * MS, f"step {i}")
+                                 for i in range(6)])
+    _read_whole(write_export(tmp_path / "marking.sqlite", [_stepped(7, 20), marking]),
+                "pid 9: its range 'step N' repeats as a step would, but it launched no GPU "
+                "work and recorded no rank, as another process of the capture did, so it is no "
+                "rank of the job (a DataLoader worker annotating each sample; the workers of "
+                "one DataLoader run the same code); its ranges are in these figures", step_ms=20)
+
+
 def _read_whole(path: Path, note: str, step_ms: int) -> None:
     """The capture at ``path`` is read whole, its last note ``note``: no job, its steps of
     ``step_ms``."""
