@@ -388,11 +388,27 @@ def test_time_between_repeated_ranges_is_no_dataloader_wait(tmp_path: Path) -> N
     ms apart but 5 ms after every 5th. No name marks them as steps and no DataLoader range is
     there, so the time between them is no DataLoader wait (it read 31% of the step waiting for
     data, with 'stalls ... the workers falling behind' of a loop that has no DataLoader)."""
+    run = _batch_ranges(tmp_path)
+    assert run.metrics.steps.count >= 19 and not run.metrics.dataloader_fraction
+    assert not {"DATA_STALLS", "LOADER_BOUND"} & {f.id for f in run.findings}
+
+
+def test_a_capture_without_dataloader_ranges_does_not_know_the_wait(tmp_path: Path) -> None:
+    """The same capture records no DataLoader range and no fetch between its ranges: nsys
+    records only the ranges the program opened, so the DataLoader share is unknown (null), and
+    so is the breakdown's DataLoader part (they read 0%, 'DataLoader wait 0 ms')."""
+    run = _batch_ranges(tmp_path)
+    assert run.metrics.dataloader_fraction is None and run.metrics.dataloader_origin is None
+    assert run.metrics.dataloader_fraction_by_origin == {}
+    assert "dataloader" not in run.metrics.breakdown.measured
+
+
+def _batch_ranges(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """The run of an NVTX-only capture of 20 ranges 'batch i' of 2 ms, 0.2 ms apart but 5 ms
+    after every 5th."""
     ranges, at = [], 0
     for n in range(20):
         ranges.append((at, at + 2_000_000, f"batch {n}"))
         at += 2_000_000 + (5_000_000 if n % 5 == 4 else 200_000)
     write_nsys_export(tmp_path / "nsys.sqlite", [], ranges)
-    run = analyze_paths([tmp_path], AnalyzeOptions()).runs[0]
-    assert run.metrics.steps.count >= 19 and run.metrics.dataloader_fraction == 0.0
-    assert not {"DATA_STALLS", "LOADER_BOUND"} & {f.id for f in run.findings}
+    return analyze_paths([tmp_path], AnalyzeOptions()).runs[0]

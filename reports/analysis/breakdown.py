@@ -22,7 +22,7 @@ from profreport.reports.analysis.results import (
     CpuPhaseBreakdown,
     Origin,
 )
-from profreport.reports.analysis.steps import StepWindows, dataloader_intervals
+from profreport.reports.analysis.steps import StepWindows, dataloader_intervals, loader_known
 
 #: A part's intervals, or a table whose rows' start/end are its intervals (merged into the
 #: claimed time row by row, never built into a union of their own).
@@ -96,13 +96,14 @@ def cpu_parts(profile: Profile, windows: StepWindows) -> dict[str, iv.Intervals]
 
 def cpu_breakdown(profile: Profile, windows: StepWindows,
                   claims: dict[str, np.ndarray]) -> Breakdown:
-    """The step breakdown of a CPU-only run from the ``claims`` of :func:`cpu_parts`: the
-    DataLoader wait and the rest ("other") always; compute and exposed communication only when
-    the profile records framework ops (nsys NVTX ranges alone cannot tell them from the rest);
-    the GPU parts never."""
+    """The step breakdown of a CPU-only run from the ``claims`` of :func:`cpu_parts`: the rest
+    ("other") always, the DataLoader wait when the profile records it (steps.loader_known);
+    compute and exposed communication only when the profile records framework ops (nsys NVTX
+    ranges alone cannot tell them from the rest); the GPU parts never."""
     ops = {"compute", "comm_exposed"} if not framework_ops(profile).empty else set()
+    loader = {"dataloader"} if loader_known(profile, windows) else set()
     return make_breakdown(profile.kind, windows, claims,
-                          measured=frozenset({"dataloader", "other"} | ops))
+                          measured=frozenset({"other"} | loader | ops))
 
 
 def cpu_phases(profile: Profile, windows: StepWindows) -> CpuPhaseBreakdown:

@@ -257,8 +257,9 @@ def _add_step_metrics(metrics: RunMetrics, timed: list[tuple[Profile, StepWindow
     """Step statistics and the DataLoader share from every ranged profile."""
     for profile, windows in timed:
         metrics.steps_by_origin.append(step_stats(windows))
-        metrics.dataloader_fraction_by_origin.setdefault(
-            profile.kind, dataloader_fraction(profile, windows))
+        share = dataloader_fraction(profile, windows)
+        if share is not None:
+            metrics.dataloader_fraction_by_origin.setdefault(profile.kind, share)
     if timed:
         metrics.steps = metrics.steps_by_origin[0]
         profile, windows = timed[0]
@@ -305,8 +306,8 @@ def _add_attributed_metrics(metrics: RunMetrics, timed: list[tuple[Profile, Step
     if best is None:
         return
     profile, windows = best
-    metrics.dataloader_origin = profile.kind
-    metrics.dataloader_fraction = metrics.dataloader_fraction_by_origin[profile.kind]
+    metrics.dataloader_fraction = metrics.dataloader_fraction_by_origin.get(profile.kind)
+    metrics.dataloader_origin = profile.kind if metrics.dataloader_fraction is not None else None
     metrics.loader_in_process = loader_in_process(profile)
     if has_gpu_events(profile):
         metrics.gpu = gpu_utilization(profile, windows)
@@ -337,7 +338,8 @@ def _breakdown_source(metrics: RunMetrics, timed: list[tuple[Profile, StepWindow
     if best is None or most is None or most[1].count <= best[1].count:
         return best
     shares = metrics.dataloader_fraction_by_origin
-    if loader_shares_agree([shares[best[0].kind], shares[most[0].kind]]):
+    if best[0].kind not in shares or most[0].kind not in shares or \
+            loader_shares_agree([shares[best[0].kind], shares[most[0].kind]]):
         return best
     return most
 

@@ -203,6 +203,17 @@ def step_shape(profile: Profile, windows: StepWindows,
                                               ends, median, busy) if waits.any() else None)
 
 
-def dataloader_fraction(profile: Profile, windows: StepWindows) -> float:
-    """Share of step-window time spent waiting for the next batch."""
+def loader_known(profile: Profile, windows: StepWindows) -> bool:
+    """Whether the profile records the DataLoader wait: torch.profiler records the DataLoader
+    iterator's spans on its own (none: no wait), an nsys capture only the ranges the program
+    opened: its DataLoader ranges, or the fetch between NVTX step ranges (see
+    StepWindows.fetch_between)."""
+    return profile.kind != "nsys" or windows.fetch_between or not profile.table("dataloader").empty
+
+
+def dataloader_fraction(profile: Profile, windows: StepWindows) -> float | None:
+    """Share of step-window time spent waiting for the next batch; None when the profile does
+    not record the wait (see loader_known)."""
+    if not loader_known(profile, windows):
+        return None
     return windows.covered(dataloader_intervals(profile, windows)) / max(windows.total_ns, 1)
