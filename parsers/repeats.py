@@ -16,6 +16,9 @@ from profreport.units import ms
 
 # A step found by repetition must repeat at least this often: two occurrences are not a loop.
 MIN_STEP_REPEATS = 3
+# The steps are looked for this many levels deep at most: a loop's passes lie inside a run's
+# range and an epoch's at most (``train`` > ``epoch`` > ``step``), and each level costs a sort.
+STEP_NESTING_LEVELS = 3
 # A run of digits in a range name: the loop counter that differs between its passes.
 _NUMBER = re.compile(r"\d+")
 
@@ -56,12 +59,8 @@ def steps_from_repeats(spans: pd.DataFrame, origin: str,
     Returns the ``steps`` table and the group's name (None when nothing repeats)."""
     if spans.empty:
         return conform("steps", spans.assign(number=0, origin="")), None
-    top = top_level(on_busiest_thread(spans))
-    if never is not None:
-        top = top[~top[never].to_numpy(bool)]
-    top = top.assign(group=top["name"] if key is None else key(top["name"]))
-    counts = top.groupby("group").agg(size=("length", "size"), sum=("length", "sum"),
-                                      names=("name", "nunique"))
+    top, counts = _first_repeating_level(on_busiest_thread(spans).reset_index(drop=True), key,
+                                         never)
     repeated = counts[counts["size"] >= MIN_STEP_REPEATS]
     if repeated.empty:
         return conform("steps", spans.iloc[:0].assign(number=0, origin="")), None
@@ -74,6 +73,27 @@ def steps_from_repeats(spans: pd.DataFrame, origin: str,
                           "pid": chosen["pid"].to_numpy(),
                           "tid": chosen["tid"].to_numpy(), "origin": origin})
     return conform("steps", frame), name
+
+
+def _first_repeating_level(thread: pd.DataFrame, key: Callable[[pd.Series], pd.Series] | None,
+                           never: str | None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The outermost level of nesting of one thread's spans where a span repeats (the spans
+    that no other encloses, else those only such spans enclose, and so on down to
+    STEP_NESTING_LEVELS: ``step`` ranges inside two ``epoch`` ranges), grouped by
+    ``key(name)``: its spans and each group's count, total length and distinct names; the last
+    level looked at when none repeats. A level of ``never`` spans alone (operators) is not
+    looked into."""
+    for _ in range(STEP_NESTING_LEVELS):
+        level = top_level(thread)
+        top = level if never is None else level[~level[never].to_numpy(bool)]
+        top = top.assign(group=top["name"] if key is None else key(top["name"]))
+        counts = top.groupby("group").agg(size=("length", "size"), sum=("length", "sum"),
+                                          names=("name", "nunique"))
+        thread = thread.drop(index=level.index)
+        if (counts["size"] >= MIN_STEP_REPEATS).any() or thread.empty or (
+                never is not None and thread[never].to_numpy(bool).all()):
+            break
+    return top, counts
 
 
 def phases_text(spans: pd.DataFrame, steps: pd.DataFrame) -> str:

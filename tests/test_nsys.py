@@ -519,6 +519,29 @@ def test_nvtx_ranges_alone_are_the_structure(tmp_path: Path) -> None:
         "; inside each: forward 35.0 ms, backward 30.0 ms, optimizer 8.0 ms per step"]
 
 
+def test_steps_nested_in_epoch_ranges_are_found(tmp_path: Path) -> None:
+    """A training loop annotated as most are: two ``epoch`` ranges, each around 10 ``step``
+    ranges of 19 ms holding ``forward`` and ``backward``. The outermost range repeats only
+    twice, so the steps are the ranges of the first level that repeats, over their own extent
+    (the capture had no steps: 'unknown (no step markers ...)')."""
+    ms = 10**6
+    ranges, at = [], 0
+    for _epoch in range(2):
+        first = at
+        for _step in range(10):
+            ranges += [(at + 1 * ms, at + 11 * ms, "forward"),
+                       (at + 11 * ms, at + 18 * ms, "backward"), (at, at + 19 * ms, "step")]
+            at += 20 * ms
+        ranges.append((first, at, "epoch"))
+    profile = nsys.parse(write_nsys_export(tmp_path / "nvtx.sqlite", [], ranges))
+    steps = profile.table("steps")
+    assert len(steps) == 20 and profile.meta.step_span == "step"
+    assert ((steps["end"] - steps["start"]) == 19 * ms).all()
+    assert profile.meta.notes == [
+        "no NVTX range is named as a step: the 20 steps are the repeated range 'step'"
+        "; inside each: forward 10.0 ms, backward 7.0 ms per step"]
+
+
 def test_the_range_that_counts_the_passes_is_the_step(tmp_path: Path) -> None:
     """A loop annotates its batch loading (``load batch``, 40 ms, no counter) and each pass
     (``iteration N``, 10 ms): the range whose name carries the loop's counter is the step,
