@@ -243,6 +243,27 @@ def test_a_changed_ddp_knob_is_not_advised_again(tmp_path: Path) -> None:
     assert "no_sync()" in advice
 
 
+def test_a_run_that_accumulates_is_asked_for_more_batches(tmp_path: Path) -> None:
+    """A --script run whose steps take 2 batches each (gradient accumulation under no_sync(),
+    as a real gloo DDP script of find_unused_parameters and gradient_as_bucket_view did) is
+    asked to accumulate over more, not told to start accumulating."""
+    from profreport.reports.analysis.findings import RunContext, find_all
+
+    run = analyze_trace(tmp_path, comm_steps(("c10d::allreduce_", "nccl:all_reduce"),
+                                             "ncclKernel_AllReduce_RING_LL_Sum_float"))
+
+    def advice(**knobs: object) -> str:
+        found = find_all(run.metrics, RunContext(knobs=knobs))
+        return {f.id: f for f in found}["COMM_OVERHEAD"].recommendation
+
+    assert advice(batches_per_step=2).endswith(
+        "accumulate gradients over more than the 2 batches each step takes now (with no_sync() "
+        "on all but the last), or use a larger local batch, so gradients are reduced less "
+        "often.")
+    assert "use a larger local batch or gradient accumulation with no_sync()" in advice(
+        batches_per_step=1)
+
+
 def test_a_launch_wait_held_once_is_a_one_off(tmp_path: Path) -> None:
     """Three steps after warm-up; in the middle one (30 ms) the GPU waits 29 ms for the CPU,
     which runs aten::add_ once (a lazy first call), the others keep the GPU busy. The wait is

@@ -56,9 +56,21 @@ def _ddp_levers(c: CommStats, ctx: RunContext) -> str:
         levers.append(f"raise bucket_cap_mb from {DDP_DEFAULT_BUCKET_MB} MB to cut the {calls}")
     if ctx.knob("broadcast_buffers") in (None, True) and _may_broadcast(c):
         levers.append("set broadcast_buffers=False if the model's buffers need no sync")
-    levers.append("use a larger local batch or gradient accumulation with no_sync() so "
-                  "gradients are reduced less often")
+    levers.append(_accumulation_lever(ctx))
     return "; ".join(levers)
+
+
+def _accumulation_lever(ctx: RunContext) -> str:
+    """Reduce gradients less often: start accumulating them, or, in a run whose steps already
+    take several batches (the knob ``batches_per_step`` a --script run records), accumulate
+    over more."""
+    batches = ctx.knob("batches_per_step")
+    if isinstance(batches, int | float) and not isinstance(batches, bool) and batches > 1:
+        return (f"accumulate gradients over more than the {batches:g} batches each step takes "
+                "now (with no_sync() on all but the last), or use a larger local batch, so "
+                "gradients are reduced less often")
+    return ("use a larger local batch or gradient accumulation with no_sync() so gradients are "
+            "reduced less often")
 
 
 #: What to change for communication of each kind, when it dominates.
