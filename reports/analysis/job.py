@@ -19,6 +19,9 @@ from profreport.units import ms, pct
 #: The slowest rank is called a straggler when its mean step is 10% longer than the other ranks'
 #: mean: below that, ranks of one job differ by the ordinary step-to-step wobble.
 STRAGGLER_LAG = 0.10
+#: Ranks whose mean steps differ by less than this are tied: the sentence gives the lag to 0.1%,
+#: and a slowest rank 'lagging by +0.0%' is no slowest.
+TIED_LAG = 0.0005
 #: A rank that keeps pace is the one the others wait for only when its exposed communication is
 #: this share of the step below every other rank's: ranks within it wait alike inside the
 #: collectives (one collective's timing moves the share by a few percent from rank to rank).
@@ -123,7 +126,7 @@ def job_analysis(ranks: Sequence[RankVerdict], steps_origin: Origin | None = Non
     slowest, others = found
     lag = slowest.step_ns / others - 1 if others else 0.0  # type: ignore[operator]
     pace = (f"{slowest.label}, the slowest, takes {ms(slowest.step_ns)} per step against "  # type: ignore[arg-type]
-            f"{ms(others)} for the other ranks ({lag:+.1%})" if f"{lag:+.1%}" != "+0.0%" else
+            f"{ms(others)} for the other ranks ({lag:+.1%})" if lag >= TIED_LAG else
             f"every rank takes {ms(slowest.step_ns)} per step")  # type: ignore[arg-type]
     straggler = lag > STRAGGLER_LAG
     pacer = pace_setter(ranks, slowest, straggler)
