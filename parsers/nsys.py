@@ -93,13 +93,29 @@ _HOST_SHIFT = 48
 # tables' pid when the capture spans several hosts or VMs, whose pids may collide.
 _PROCESS_MASK = (1 << (_HOST_SHIFT - _ID_SHIFT + 16)) - 1
 
-# NVTX event types (ENUM_NSYS_EVENT_TYPE): push/pop and start/end ranges, their NVTXT twins, and
-# the domain-create event that names a domainId. Marks (34) are instants, not ranges: only
-# those of concepts.RANK_DOMAIN are read, for the rank each process records (see
+# NVTX event types, by their names in ENUM_NSYS_EVENT_TYPE: push/pop and start/end ranges, their
+# NVTXT twins, and the domain-create event that names a domainId. Marks are instants, not
+# ranges: only those of concepts.RANK_DOMAIN are read, for the rank each process records (see
 # runner.launch.record_rank).
-NVTX_RANGE_TYPES = (59, 60, 70, 71)
-NVTX_MARK = 34
-NVTX_DOMAIN_CREATE = 75
+NVTX_RANGE_TYPE_NAMES = ("NvtxPushPopRange", "NvtxStartEndRange", "NvtxtPushPopRange",
+                         "NvtxtStartEndRange")
+NVTX_MARK_NAME = "NvtxMark"
+NVTX_DOMAIN_CREATE_NAME = "NvtxDomainCreate"
+_EVENT_TYPE_TABLE = "ENUM_NSYS_EVENT_TYPE"
+
+
+@dataclass(frozen=True)
+class NvtxTypes:
+    """The eventType codes of NVTX ranges, marks and domain creation in one export."""
+
+    ranges: tuple[int, ...]
+    mark: int
+    domain_create: int
+
+
+# The codes of 2022.4 to 2024.2 (checked in the enum tables of their exports), for an export
+# without ENUM_NSYS_EVENT_TYPE.
+NVTX_TYPES = NvtxTypes(ranges=(59, 60, 70, 71), mark=34, domain_create=75)
 
 # The tables whose presence makes an SQLite file an nsys export.
 _STRING_TABLE = "StringIds"
@@ -459,6 +475,21 @@ class _Export:
         """StringIds as a dict id -> text."""
         rows = self.query("SELECT id, value FROM StringIds")
         return dict(zip(rows["id"].tolist(), rows["value"].tolist(), strict=True))
+
+    @functools.cached_property
+    def nvtx_types(self) -> NvtxTypes:
+        """The NVTX event type codes from the export's ENUM_NSYS_EVENT_TYPE (by name), or those
+        of the nsys versions known when it lacks the table or names one of them nowhere."""
+        if _EVENT_TYPE_TABLE not in self.tables or \
+                not {"id", "name"} <= self.columns(_EVENT_TYPE_TABLE):
+            return NVTX_TYPES
+        rows = self.query(f"SELECT id, name FROM {_EVENT_TYPE_TABLE}")
+        code = dict(zip(rows["name"].astype(str), rows["id"].astype(int), strict=True))
+        wanted = (*NVTX_RANGE_TYPE_NAMES, NVTX_MARK_NAME, NVTX_DOMAIN_CREATE_NAME)
+        if not all(name in code for name in wanted):
+            return NVTX_TYPES
+        return NvtxTypes(ranges=tuple(code[name] for name in NVTX_RANGE_TYPE_NAMES),
+                         mark=code[NVTX_MARK_NAME], domain_create=code[NVTX_DOMAIN_CREATE_NAME])
 
     def native_parts(self, table: str, columns: list[str], reduce: _ChunkReduce,
                      texts: tuple[str, ...] = ()) -> list[_Part] | None:
@@ -1055,7 +1086,7 @@ _RANGE_COLUMNS = ["start", "end", "eventType", "text", "globalTid", "textId", "d
 _PID_KEYS = _PROCESS_MASK + 1
 
 
-def _range_part(names: _Vocabulary, domains: _Vocabulary, pid_mask: int,
+def _range_part(names: _Vocabulary, domains: _Vocabulary, pid_mask: int, types: NvtxTypes,
                 values: dict[str, np.ndarray], kinds: dict[str, np.ndarray],
                 texts: dict[str, np.ndarray]) -> tuple[_Part, _Part, _Part]:
     """One chunk of NVTX events: its ranges (times, pid, tid, the code of the name: its text,
@@ -1065,15 +1096,15 @@ def _range_part(names: _Vocabulary, domains: _Vocabulary, pid_mask: int,
                                    values["globalTid"]), pid_mask)
     has_text = kinds["text"] == sqlite_pages.TEXT
     in_domain = kinds["domainId"] == sqlite_pages.INTEGER
-    created = (values["eventType"] == NVTX_DOMAIN_CREATE) & in_domain & has_text
+    created = (values["eventType"] == types.domain_create) & in_domain & has_text
     creates = _Part({"domain": values["domainId"][created], "pid": pids[created],
                      "text": texts["text"][created]})
-    marked = ((values["eventType"] == NVTX_MARK) & in_domain & (values["domainId"] != 0)
+    marked = ((values["eventType"] == types.mark) & in_domain & (values["domainId"] != 0)
               & (pids >= 0))
     marks = _Part({"domain": values["domainId"][marked], "pid": pids[marked],
                    "text": np.where(has_text[marked], texts["text"][marked],
                                     _ids(values, kinds, "textId", marked).astype(object))})
-    is_range = (np.isin(values["eventType"], NVTX_RANGE_TYPES)
+    is_range = (np.isin(values["eventType"], types.ranges)
                 & (kinds["eventType"] == sqlite_pages.INTEGER)
                 & (kinds["end"] != sqlite_pages.NULL) & (tids >= 0))
     ranges, picked = _timed_part(values, kinds, {}, rows=is_range)
@@ -1093,7 +1124,8 @@ def _native_ranges(export: _Export, table: str) -> pd.DataFrame | None:
         return None
     names, domains = _Vocabulary(), _Vocabulary()
     parts = export.native_parts(table, _RANGE_COLUMNS, functools.partial(
-        _range_part, names, domains, export.pid_mask), texts=("text",))
+        _range_part, names, domains, export.pid_mask, export.nvtx_types),
+        texts=("text",))
     if parts is None:
         return None
     columns, creates = _counted(export, "ranges", parts[0]), parts[1].columns
@@ -1135,10 +1167,11 @@ def _ranges(export: _Export) -> pd.DataFrame | None:
     text = "t.text" if "text" in cols else "NULL"
     text_id = "s.value" if "textId" in cols else "NULL"
     text_join = "LEFT JOIN StringIds AS s ON s.id = t.textId" if "textId" in cols else ""
-    range_types = ", ".join(str(code) for code in NVTX_RANGE_TYPES)
+    types = export.nvtx_types
+    range_types = ", ".join(str(code) for code in types.ranges)
     domains = (f"WITH domains AS (SELECT domainId, {_decoded_pid(export, 'globalTid')} AS pid, "
                f"MIN({text}) AS domain FROM {table} AS t WHERE eventType = "
-               f"{NVTX_DOMAIN_CREATE} GROUP BY 1, 2) ")
+               f"{types.domain_create} GROUP BY 1, 2) ")
     joins = (f"FROM {table} AS t {text_join} LEFT JOIN domains AS d ON d.domainId = t.domainId "
              f"AND d.pid = {_decoded_pid(export, 't.globalTid')} ")
     frame = export.query(
@@ -1148,7 +1181,7 @@ def _ranges(export: _Export) -> pd.DataFrame | None:
         f"AND t.globalTid IS NOT NULL ORDER BY t.start")
     marks = export.query(
         f"{domains}SELECT {_decoded_pid(export, 't.globalTid')} AS pid, "
-        f"COALESCE({text}, {text_id}, '') AS text {joins}WHERE t.eventType = {NVTX_MARK} "
+        f"COALESCE({text}, {text_id}, '') AS text {joins}WHERE t.eventType = {types.mark} "
         f"AND t.globalTid IS NOT NULL AND d.domain = '{concepts.RANK_DOMAIN}'")
     export.rank_marks = list(marks.itertuples(index=False, name=None))
     return _categorical_names(conform("ranges", _valid_rows(export, "ranges", frame)),

@@ -519,6 +519,32 @@ def test_nvtx_ranges_alone_are_the_structure(tmp_path: Path) -> None:
         "; inside each: forward 35.0 ms, backward 30.0 ms, optimizer 8.0 ms per step"]
 
 
+@pytest.mark.parametrize("native", [True, False])
+def test_nvtx_event_types_are_read_from_the_exports_enum(tmp_path: Path, native: bool,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The eventType codes of NVTX ranges are those the export's ENUM_NSYS_EVENT_TYPE names, not
+    2022.4's numbers: in an export that numbers push/pop ranges 159, its ranges of 159 are the
+    steps and an event of 59 (another type there) is not a range (page reader and SQL alike)."""
+    monkeypatch.setattr(nsys, "NATIVE_READER", native)
+    ms = 10**6
+    path = write_nsys_export(tmp_path / "renumbered.sqlite", [],
+                             [(i * 10 * ms, i * 10 * ms + 8 * ms, f"step {i}") for i in range(4)])
+    renumbered = {"NvtxPushPopRange": 159, "NvtxStartEndRange": 160, "NvtxtPushPopRange": 170,
+                  "NvtxtStartEndRange": 171, "NvtxMark": 134, "NvtxDomainCreate": 175,
+                  "OtherEvent": 59}
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE ENUM_NSYS_EVENT_TYPE (id INTEGER PRIMARY KEY, name TEXT)")
+        conn.executemany("INSERT INTO ENUM_NSYS_EVENT_TYPE VALUES (?, ?)",
+                         [(code, name) for name, code in renumbered.items()])
+        conn.execute("UPDATE NVTX_EVENTS SET eventType = 159")
+        conn.execute("INSERT INTO NVTX_EVENTS VALUES (0, 50000000, 59, 16777217, 0, "
+                     "'not a range', NULL)")
+    profile = nsys.parse(path)
+    assert profile.table("ranges")["name"].tolist() == [f"step {i}" for i in range(4)]
+    assert profile.table("steps")[["start", "end"]].values.tolist() == [
+        [i * 10 * ms, i * 10 * ms + 8 * ms] for i in range(4)]
+
+
 def test_steps_nested_in_epoch_ranges_are_found(tmp_path: Path) -> None:
     """A training loop annotated as most are: two ``epoch`` ranges, each around 10 ``step``
     ranges of 19 ms holding ``forward`` and ``backward``. The outermost range repeats only
