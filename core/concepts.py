@@ -198,6 +198,21 @@ FP32_DTYPES = frozenset({"float", "c10::Float", "Float"})
 REDUCED_DTYPES = frozenset({"c10::Half", "c10::BFloat16", "Half", "BFloat16", "half",
                             "c10::Float8_e4m3fn", "c10::Float8_e5m2", "c10::Float8_e4m3fnuz",
                             "c10::Float8_e5m2fnuz"})
+#: Bytes per element of each dtype as torch.profiler names it: ``Input type`` (C++ type names)
+#: and record_param_comms' ``dtype`` (c10::ScalarType names).
+DTYPE_BYTES = {
+    **dict.fromkeys(("double", "c10::Double", "Double", "long int", "int64_t", "Long",
+                     "c10::complex<float>", "ComplexFloat", "unsigned long", "UInt64"), 8),
+    **dict.fromkeys(("float", "c10::Float", "Float", "int", "Int", "unsigned int", "UInt32",
+                     "c10::complex<c10::Half>", "ComplexHalf"), 4),
+    **dict.fromkeys(("c10::Half", "Half", "half", "c10::BFloat16", "BFloat16", "short int",
+                     "short", "Short", "unsigned short", "UInt16"), 2),
+    **dict.fromkeys(("signed char", "Char", "unsigned char", "Byte", "bool", "Bool",
+                     "c10::Float8_e4m3fn", "Float8_e4m3fn", "c10::Float8_e5m2", "Float8_e5m2",
+                     "c10::Float8_e4m3fnuz", "Float8_e4m3fnuz", "c10::Float8_e5m2fnuz",
+                     "Float8_e5m2fnuz"), 1),
+    **dict.fromkeys(("c10::complex<double>", "ComplexDouble"), 16),
+}
 #: Compute capabilities (CUDA) from which the GPU has tensor cores (Volta), and from which they
 #: take fp32 inputs as TF32 (Ampere).
 TENSOR_CORE_CAPABILITY = (7, 0)

@@ -29,7 +29,9 @@ empty frame with the right columns):
 ``dataloader``     Waits for the next batch on the training thread: start, end, pid, tid, name
                    (see concepts.is_dataloader_span).
 ``cpu_collectives`` CPU-side collective calls (gloo, c10d, record_param_comms): start, end, pid,
-                   tid, name (see concepts.is_cpu_collective).
+                   tid, name (see concepts.is_cpu_collective), bytes (what the call sends, from
+                   its recorded element count and dtype; -1 unknown), collective (the
+                   ``Collective name`` record_param_comms records, None elsewhere).
 ``osrt``           OS runtime calls (nsys ``--trace=osrt``): start, end, pid, tid, name.
 ``memory``         Allocator events (Kineto ``[memory]``, nsys CUDA memory usage): time, pid, tid
                    (-1 unknown), device (-1 host), device_kind (``cpu``, ``cuda``...), bytes
@@ -92,7 +94,7 @@ TABLE_SCHEMAS: dict[str, dict[str, str]] = {
     "cpu_ops": {**_CPU, "name": "object"},
     "steps": {"number": "int64", **_CPU, "origin": "object"},
     "dataloader": {**_CPU, "name": "object"},
-    "cpu_collectives": {**_CPU, "name": "object"},
+    "cpu_collectives": {**_CPU, "name": "object", "bytes": "int64", "collective": "object"},
     "osrt": {**_CPU, "name": "object"},
     "memory": {"time": "int64", "pid": "int64", "tid": "int64", "device": "int64",
                "device_kind": "object", "bytes": "int64", "total_allocated": "int64",

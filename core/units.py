@@ -110,6 +110,11 @@ def nbytes(value: float | None) -> str:
     return MISSING
 
 
+def mib_knob(value: float) -> str:
+    """A byte count as the value of a knob counted in MiB (DDP's bucket_cap_mb): '1.2'."""
+    return f"{value / MIB:.2g}" if value < 10 * MIB else f"{value / MIB:.0f}"
+
+
 def memory_size(value: float) -> str:
     """A device memory size in decimal and binary units: '34.09 GB (31.75 GiB)', or MB (MiB)
     below one GB (devices are sold in GB, the allocator counts GiB)."""

@@ -302,7 +302,10 @@ class _Tables:
 
     def named_rows(self, store: str) -> pd.DataFrame:
         """The CPU-side spans picked by name as they were read (``NAMED_SPANS``), by start."""
-        frame = self.cpu(self.rows(store))
+        rows = self.rows(store)
+        frame = self.cpu(rows)
+        if store == "cpu_collectives":
+            frame = frame.assign(bytes=rows.bytes, collective=objects(self.details[rows.detail]))
         return by_time(frame.drop_duplicates())
 
     def dataloader(self) -> pd.DataFrame:

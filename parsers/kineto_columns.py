@@ -88,6 +88,10 @@ class _Args(msgspec.Struct, gc=False, frozen=True):
     input_dims_2021: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input dims")
     # Each input tensor's strides (torch 2.1+), which tell its memory format.
     input_strides: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input Strides")
+    # What a collective sends (record_param_comms): elements, their dtype, the collective.
+    msg_nelems: Any = msgspec.field(default=None, name="In msg nelems")
+    msg_dtype: Any = msgspec.field(default=None, name="dtype")
+    collective: Any = msgspec.field(default=None, name="Collective name")
 
 
 _NO_ARGS = _Args()
@@ -227,6 +231,8 @@ _DETAILED_GROUPS = np.array([code for name, code in _GROUP_CODES.items()
 #: the rule (on a Series of names) that picks them.
 NAMED_SPANS = {"dataloader": (("cpu_op", "annotation", "python"), concepts.is_dataloader_span),
                "cpu_collectives": (("cpu_op", "annotation"), concepts.is_cpu_collective)}
+#: The named spans that keep what each one sends: its bytes and the collective it records.
+_MESSAGE_SPANS = frozenset({"cpu_collectives"})
 #: Rows joined into one block of columns at a time: a batch holds a few thousand events, so a large
 #: trace's many small arrays become fewer, compact ones (see :class:`_Store`).
 BLOCK_ROWS = 1 << 16
@@ -447,7 +453,9 @@ class ColumnBuilder:
         self.stores = {name: _Store(_PLAIN_COLUMNS + (_DETAIL_COLUMNS if cats & DETAILED_CATS
                                                       else ()))
                        for name, cats in GROUPS.items() if name not in _UNSTORED_GROUPS}
-        self.stores.update({name: _Store(_PLAIN_COLUMNS) for name in NAMED_SPANS})
+        self.stores.update({name: _Store(_PLAIN_COLUMNS + (("bytes", "detail") if name in
+                                                          _MESSAGE_SPANS else ()))
+                            for name in NAMED_SPANS})
         self._named = {name: (np.array([_GROUP_CODES[g] for g in groups], np.int8),
                               _NameFlags(rule)) for name, (groups, rule) in NAMED_SPANS.items()}
         self._group_of = np.zeros(0, dtype=np.int8)
@@ -500,7 +508,10 @@ class ColumnBuilder:
             rows = keep & np.isin(group, codes)
             rows[rows] = flags.of(self.names, part["name"][rows])
             if rows.any():
-                self.stores[name].append({key: part[key][rows] for key in _PLAIN_COLUMNS})
+                kept = {key: part[key][rows] for key in _PLAIN_COLUMNS}
+                if name in _MESSAGE_SPANS:
+                    kept.update(self._messages(list(compress(args, rows))))
+                self.stores[name].append(kept)
 
     def _groups(self, cats: np.ndarray) -> np.ndarray:
         """The group of each category id (its index in :data:`GROUPS`, -1 for none)."""
@@ -538,6 +549,13 @@ class ColumnBuilder:
                 "bytes": _spread(copied, detailed, -1),
                 "detail": _spread(self._detail(found), detailed,
                                   self.details.ids([None], 1)[0])}
+
+    def _messages(self, args: list[_Args]) -> dict[str, np.ndarray]:
+        """What each collective call sends (:func:`message_bytes`, -1 unknown) and the
+        collective it records (``Collective name``, as a detail id)."""
+        return {"bytes": np.fromiter(map(message_bytes, args), np.int64, len(args)),
+                "detail": self.details.ids((_detail_text(a.collective) for a in args),
+                                           len(args))}
 
     def _detail(self, args: list[_Args]) -> np.ndarray:
         """Ids of each event's sync kind (``cuda_sync``), else its copy direction (MTIA DMA's
@@ -751,6 +769,24 @@ def _decoded_inputs(text: bytes, item: type) -> tuple[Any, ...] | None:
     if not isinstance(value, tuple) or not all(isinstance(v, item) for v in value):
         return None
     return value
+
+
+def message_bytes(args: _Args) -> int:
+    """Bytes one rank sends in a collective call: record_param_comms' ``In msg nelems`` times
+    its ``dtype``'s size, else (a backend op such as ``gloo:all_reduce`` under
+    ``record_shapes``) its first input's elements times its recorded type's size; -1 when the
+    event records neither."""
+    size = concepts.DTYPE_BYTES.get(args.msg_dtype) if isinstance(args.msg_dtype, str) else None
+    nelems = checked_int(args.msg_nelems)
+    if size is not None and nelems is not None:
+        return nelems * size
+    types = _decoded_inputs(bytes(args.input_types), str)
+    dims = _decoded_inputs(bytes(args.input_dims), tuple)
+    if not types or not dims or types[0] not in concepts.DTYPE_BYTES \
+            or not all(isinstance(d, int) and d >= 0 for d in dims[0]):
+        return -1
+    count = int(np.prod(dims[0], dtype=np.float64))
+    return count * concepts.DTYPE_BYTES[types[0]] if count <= _INT64_MAX // 16 else -1
 
 
 def _int_column(values: list[Any], absent: int) -> np.ndarray:

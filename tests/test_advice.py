@@ -243,6 +243,94 @@ def test_a_changed_ddp_knob_is_not_advised_again(tmp_path: Path) -> None:
     assert "no_sync()" in advice
 
 
+def bucket_steps(nelems: list[int], steps: int = 3, **sizes: object) -> list[dict]:
+    """Steps of 20 ms: 2 ms of compute, then one all-reduce per bucket of ``nelems`` floats
+    (record_param_comms with its recorded size, unless ``sizes`` replaces those args, the
+    c10d op and an NCCL kernel of 12 ms / len(nelems) each), exposed after the compute."""
+    events: list[dict] = []
+    each = 12_000 // len(nelems)
+    for step in range(steps):
+        t0, corr = step * 20_000, 1000 * (step + 1)
+        events += [event(f"ProfilerStep#{step + 1}", t0, 20_000, "user_annotation"),
+                   event("aten::mm", t0 + 100, 200), launch(t0 + 150, corr),
+                   kernel("gemm_kernel", t0 + 200, 2000, corr)]
+        for i, count in enumerate(nelems):
+            args = sizes or {"In msg nelems": count, "Out msg nelems": count, "dtype": "Float",
+                             "Collective name": "allreduce"}
+            at = t0 + 400 + 10 * i
+            events += [event("c10d::allreduce_", at, 8), event("record_param_comms", at + 1, 5,
+                                                               **args),
+                       launch(at + 2, corr + 1 + i),
+                       kernel("ncclKernel_AllReduce_RING_LL_Sum_float", t0 + 2300 + i * each,
+                              each, corr + 1 + i)]
+    return events
+
+
+def comm_advice(tmp_path: Path, events: list[dict], **knobs: object) -> tuple[str, str]:
+    """COMM_OVERHEAD's evidence (one text) and advice for ``events`` with ``knobs``."""
+    from profreport.reports.analysis.findings import RunContext, find_all
+
+    run = analyze_trace(tmp_path, events)
+    found = {f.id: f for f in find_all(run.metrics, RunContext(knobs=knobs))}["COMM_OVERHEAD"]
+    return " | ".join(e.text for e in found.evidence), found.recommendation
+
+
+def test_small_all_reduces_are_told_to_grow_to_the_default_bucket(tmp_path: Path) -> None:
+    """20 all-reduces of 1 MiB each step (the trace records their elements and dtype): DDP's
+    default 25 MB buckets would send those 20 MiB in 2, so bucket_cap_mb is raised from the
+    size the buckets have (or the knob the run recorded) to 25 MB."""
+    events = bucket_steps([262_144] * 20)
+    evidence, advice = comm_advice(tmp_path, events)
+    assert ("20 all-reduces per step send 20.0 MiB in all (largest 1.0 MiB, median 1.0 MiB); "
+            "DDP's default 25 MB buckets would make about 2") in evidence
+    assert ("raise bucket_cap_mb from about 1 MB (the median all-reduce: DDP closes a bucket "
+            "once it holds bucket_cap_mb) to 25 MB: the 20.0 MiB each step reduces would take "
+            "about 2 all-reduces instead of 20") in advice
+    assert "raise bucket_cap_mb from 1 MB to 25 MB" in comm_advice(tmp_path, events,
+                                                                   bucket_cap_mb=1)[1]
+
+
+def test_buckets_at_the_default_are_not_told_to_grow(tmp_path: Path) -> None:
+    """4 all-reduces of 26 MiB each step: as large as DDP's default buckets make them (the run
+    recording no bucket_cap_mb, or the default): raising it is not advised."""
+    evidence, advice = comm_advice(tmp_path, bucket_steps([6_815_744] * 4))
+    assert "4 all-reduces per step send 104.0 MiB in all (largest 26.0 MiB" in evidence
+    assert "bucket_cap_mb" not in advice and "no_sync()" in advice
+    assert "bucket_cap_mb" not in comm_advice(tmp_path, bucket_steps([6_815_744] * 4),
+                                              bucket_cap_mb=25)[1]
+
+
+def test_unrecorded_sizes_are_unknown(tmp_path: Path) -> None:
+    """The same 20 all-reduces with no size recorded: the advice stays conditional and says
+    why the sizes are unknown."""
+    evidence, advice = comm_advice(tmp_path, bucket_steps([262_144] * 20, **{"Ev Idx": 1}))
+    assert "all-reduce sizes: unknown, the trace records no message sizes" in evidence
+    assert ("raise bucket_cap_mb from 25 MB to cut the 20 calls per step if they are small "
+            "buckets (their sizes are unknown: the trace records no message sizes") in advice
+
+
+def test_all_reduce_sizes_of_real_runs(corpus: Path) -> None:
+    """HTA's ResNet-50 DDP trace: 5 float all-reduces per step of 97.5 MiB in all (ResNet-50's
+    25.6 M parameters), the largest 30.0 MiB, as DDP's default buckets make them; the MI300X
+    trace: 2 bf16 all-reduces per step of 22.3 MiB (11.7 M parameters), as few as the default
+    makes: neither is told to raise bucket_cap_mb."""
+    hta = analyze_paths([corpus / "hta" / "nccl_data.json.gz"], AnalyzeOptions()).runs[0]
+    sizes = hta.metrics.comm.all_reduce_sizes
+    assert sizes is not None and sizes.calls_per_step == 5
+    assert sizes.bytes_per_step == 25_557_032 * 4 and sizes.largest_bytes == 7_875_584 * 4
+    mi300x = analyze_paths([corpus / "wild" / "tracelens_mi300x_resnet_actckpt_rank0of8.json.gz"],
+                           AnalyzeOptions()).runs[0]
+    sizes = mi300x.metrics.comm.all_reduce_sizes
+    assert sizes is not None and sizes.calls_per_step == 2
+    assert sizes.bytes_per_step == (2_873_320 + 8_816_192) * 2
+    advice = {f.id: f for f in mi300x.findings}["COMM_OVERHEAD"].recommendation
+    assert "bucket_cap_mb" not in advice
+    nsys = analyze_paths([corpus / "nsys" / "sc22_4gpu_baseline.nsys-rep"],
+                         AnalyzeOptions()).runs[0]
+    assert nsys.metrics.comm.all_reduce_sizes is None
+    assert nsys.metrics.comm.sizes_unknown.startswith("Nsight Systems records")
+
+
 def test_a_run_that_accumulates_is_asked_for_more_batches(tmp_path: Path) -> None:
     """A --script run whose steps take 2 batches each (gradient accumulation under no_sync(),
     as a real gloo DDP script of find_unused_parameters and gradient_as_bucket_view did) is

@@ -18,7 +18,7 @@ from profreport.model import Profile
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.gpu import comm_intervals, comm_under_compute, launched_in_steps
 from profreport.reports.analysis.launches import launch_calls
-from profreport.reports.analysis.results import CommStats
+from profreport.reports.analysis.results import AllReduceSizes, CommStats
 from profreport.reports.analysis.steps import StepWindows, in_windows
 
 
@@ -73,6 +73,35 @@ def ns_per_step_by_collective(events: pd.DataFrame, kinds: pd.Series,
     return dict(sorted(((k, v) for k, v in spent.items() if v > 0), key=lambda kv: -kv[1]))
 
 
+#: Why a format records no collective's size.
+_NO_SIZES = {"nsys": "Nsight Systems records the collectives' kernels and ranges, not what "
+                     "they send",
+             "kineto": "the trace records no message sizes (record_param_comms' 'In msg "
+                       "nelems' and 'dtype', or the collective ops' inputs under "
+                       "record_shapes=True)"}
+
+
+def all_reduce_sizes(profile: Profile, windows: StepWindows
+                     ) -> tuple[AllReduceSizes | None, str | None]:
+    """The sizes of the all-reduces the steps make, counted in one layer of the collective
+    calls (the one recording most sizes: each call is recorded once per layer); else None and
+    why they are unknown."""
+    calls = in_windows(profile.table("cpu_collectives"), windows)
+    named = calls["collective"].where(calls["collective"].notna(), calls["name"])
+    calls = calls[(concepts.collective_kind(named) == concepts.ALL_REDUCE).fillna(False)
+                  .to_numpy(bool)]
+    sized = calls[calls["bytes"].to_numpy() >= 0]
+    if sized.empty:
+        return None, _NO_SIZES.get(profile.kind, _NO_SIZES["kineto"])
+    layers = concepts.collective_layer(sized["name"])
+    sizes = sized["bytes"].to_numpy(np.int64)[(layers == layers.value_counts().idxmax())
+                                              .to_numpy(bool)]
+    return AllReduceSizes(calls_per_step=len(sizes) / windows.count,
+                          bytes_per_step=int(sizes.sum()) // windows.count,
+                          largest_bytes=int(sizes.max()),
+                          median_bytes=int(np.median(sizes))), None
+
+
 def _comm_stats(profile: Profile, windows: StepWindows, comm: iv.Intervals,
                 exposed: np.ndarray, overlapped_ns: int, calls: tuple[int, int],
                 events: pd.DataFrame, kinds: pd.Series, on_gpu: bool) -> CommStats:
@@ -81,6 +110,7 @@ def _comm_stats(profile: Profile, windows: StepWindows, comm: iv.Intervals,
     with their collective kinds."""
     spent = windows.covered(comm)
     total = max(windows.total_ns, 1)
+    sizes, unknown = all_reduce_sizes(profile, windows)
     return CommStats(origin=profile.kind, total_ns_per_step=spent // windows.count,
                      fraction=spent / total,
                      exposed_fraction=int(exposed.sum()) / total,
@@ -88,7 +118,8 @@ def _comm_stats(profile: Profile, windows: StepWindows, comm: iv.Intervals,
                      calls_per_step=calls[0] / windows.count, calls_total=calls[1],
                      names=sorted(events["short_name" if on_gpu else "name"].unique().tolist()),
                      on_gpu=on_gpu,
-                     ns_per_step_by_collective=ns_per_step_by_collective(events, kinds, windows))
+                     ns_per_step_by_collective=ns_per_step_by_collective(events, kinds, windows),
+                     all_reduce_sizes=sizes, sizes_unknown=unknown)
 
 
 @giving_back_memory

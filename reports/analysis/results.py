@@ -221,6 +221,17 @@ class Breakdown:
 
 
 @dataclass(frozen=True)
+class AllReduceSizes:
+    """The all-reduces the steps make, as the trace records what each sends (elements times
+    their dtype's size): DDP reduces the gradients in buckets, one all-reduce each."""
+
+    calls_per_step: float
+    bytes_per_step: int
+    largest_bytes: int
+    median_bytes: int
+
+
+@dataclass(frozen=True)
 class CommStats:
     """Collective communication: NCCL kernels on GPU, gloo/c10d calls on CPU-only runs."""
 
@@ -237,6 +248,10 @@ class CommStats:
     #: Time per step with each kind of collective in flight (concepts.ALL_REDUCE...,
     #: "unknown" where nothing recorded says), largest first: what the communication is for.
     ns_per_step_by_collective: dict[str, int] = field(default_factory=dict)
+    #: The sizes of the steps' all-reduces; None when unknown (``sizes_unknown`` says why) or
+    #: when the steps make none.
+    all_reduce_sizes: AllReduceSizes | None = None
+    sizes_unknown: str | None = None
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 from profreport import concepts
@@ -17,7 +19,7 @@ from profreport.reports.analysis.results import (
     Origin,
     Severity,
 )
-from profreport.units import ms, pct
+from profreport.units import MIB, mib_knob, ms, nbytes, pct
 
 #: NCCL/gloo taking a tenth of the step is worth reporting, even when mostly overlapped.
 COMM_REPORT_FRACTION = 0.10
@@ -29,6 +31,9 @@ COLLECTIVE_DOMINANT_SHARE = 0.50
 #: DDP's bucket size when the script does not set it (torch.nn.parallel.DistributedDataParallel):
 #: a run at this value has not tuned it; any other value was chosen and is not advised again.
 DDP_DEFAULT_BUCKET_MB = 25
+#: DDP's first bucket (the last layers' gradients, ready first) is capped at 1 MiB
+#: (torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES), so that reducing starts early.
+DDP_FIRST_BUCKET_MB = 1
 
 
 def dominant_collective(c: CommStats) -> str | None:
@@ -47,13 +52,60 @@ def _may_broadcast(c: CommStats) -> bool:
     return not kinds or kinds.get(concepts.BROADCAST, 0) > 0 or kinds.get("unknown", 0) > 0
 
 
+def buckets_at(total_bytes: int, cap_mb: float) -> int:
+    """All-reduces DDP makes of ``total_bytes`` of gradients at bucket_cap_mb=``cap_mb``: its
+    first bucket of DDP_FIRST_BUCKET_MB, then one per cap_mb (a bucket is closed once it holds
+    that much)."""
+    rest = max(total_bytes - DDP_FIRST_BUCKET_MB * MIB, 0)
+    return 1 + math.ceil(rest / (cap_mb * MIB))
+
+
+def _sizes_evidence(c: CommStats) -> Evidence | None:
+    """What the steps' all-reduces send (against the buckets DDP's default would make), or why
+    that is unknown; None when the communication is of another kind."""
+    s = c.all_reduce_sizes
+    if s is None:
+        return (None if c.sizes_unknown is None or dominant_collective(c) not in
+                (None, concepts.ALL_REDUCE) else
+                Evidence(f"all-reduce sizes: unknown, {c.sizes_unknown}", c.origin))
+    return Evidence(f"{_count(s.calls_per_step)} all-reduce{'' if s.calls_per_step == 1 else 's'}"
+                    f" per step send {nbytes(s.bytes_per_step)} in all (largest "
+                    f"{nbytes(s.largest_bytes)}, median {nbytes(s.median_bytes)}); DDP's "
+                    f"default {DDP_DEFAULT_BUCKET_MB} MB buckets would make about "
+                    f"{buckets_at(s.bytes_per_step, DDP_DEFAULT_BUCKET_MB)}", c.origin)
+
+
+def _bucket_lever(c: CommStats, ctx: RunContext) -> str | None:
+    """Raise bucket_cap_mb when the steps' all-reduces are smaller than DDP's default buckets
+    would make them (from what to what, by their recorded sizes); never when they are as large
+    or larger. Sizes unknown: the old conditional advice, saying why they are unknown."""
+    s, knob = c.all_reduce_sizes, ctx.knob("bucket_cap_mb")
+    if s is None:
+        if knob not in (None, DDP_DEFAULT_BUCKET_MB) or c.calls_per_step <= 1:
+            return None
+        return (f"raise bucket_cap_mb from {DDP_DEFAULT_BUCKET_MB} MB to cut the "
+                f"{_count(c.calls_per_step)} calls per step if they are small buckets (their "
+                f"sizes are unknown: {c.sizes_unknown})")
+    default = buckets_at(s.bytes_per_step, DDP_DEFAULT_BUCKET_MB)
+    if s.calls_per_step <= default:
+        return None
+    if isinstance(knob, int | float) and knob >= DDP_DEFAULT_BUCKET_MB:
+        made = buckets_at(s.bytes_per_step, knob)
+        return (f"the {_count(s.calls_per_step)} all-reduces per step are smaller than DDP's "
+                f"buckets of {knob:g} MB make (about {made}): if they are not "
+                "DDP's (an all_reduce per tensor), let DDP bucket the "
+                "gradients, or flatten them into one tensor per all_reduce")
+    now = (f"{knob:g} MB" if isinstance(knob, int | float) else
+           f"about {mib_knob(s.median_bytes)} MB (the median all-reduce: DDP closes a bucket "
+           "once it holds bucket_cap_mb)")
+    return (f"raise bucket_cap_mb from {now} to {DDP_DEFAULT_BUCKET_MB} MB: the "
+            f"{nbytes(s.bytes_per_step)} each step reduces would take about {default} "
+            f"all-reduces instead of {_count(s.calls_per_step)}")
+
+
 def _ddp_levers(c: CommStats, ctx: RunContext) -> str:
     """DDP's gradient all-reduce: the knobs that cut or hide it, less those the run has set."""
-    calls = f"{_count(c.calls_per_step)} call{'' if c.calls_per_step == 1 else 's'} per step"
-    levers = []
-    bucket = ctx.knob("bucket_cap_mb")
-    if bucket in (None, DDP_DEFAULT_BUCKET_MB) and c.calls_per_step > 1:
-        levers.append(f"raise bucket_cap_mb from {DDP_DEFAULT_BUCKET_MB} MB to cut the {calls}")
+    levers = list(filter(None, [_bucket_lever(c, ctx)]))
     if ctx.knob("broadcast_buffers") in (None, True) and _may_broadcast(c):
         levers.append("set broadcast_buffers=False if the model's buffers need no sync")
     levers.append(_accumulation_lever(ctx))
@@ -151,6 +203,7 @@ def comm_overhead(facts: Facts) -> Finding | None:
             f"{'not identified' if kind == 'unknown' else kind.replace('_', '-')} {ms(ns)}"
             for kind, ns in
             c.ns_per_step_by_collective.items()), c.origin))
+    evidence += filter(None, [_sizes_evidence(c)])
     advice = _comm_advice(c, ctx)
     if severity == "low":
         advice = ("Communication is mostly hidden under compute; no change needed unless you "
