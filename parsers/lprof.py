@@ -205,13 +205,14 @@ def source_roots(lprof_path: Path, source_root: Path | None) -> list[Path]:
 
 def _candidates(recorded: str, lprof_path: Path, source_root: Path | None) -> list[Path]:
     """Where a recorded file may be: as recorded, beside the .lprof, then under the root
-    (best trailing-path match first)."""
+    (best trailing-path match first); absolute, as :func:`_refusal` would read a relative
+    path from the .lprof's folder, not from the working directory."""
     parts = _parts(recorded)
-    here = lprof_path.parent
+    here = lprof_path.absolute().parent
     found = [Path(recorded) if Path(recorded).is_absolute() else here / recorded,
              here / parts[-1]]
     if source_root is not None and source_root.is_dir():
-        matches = sorted(p for p in source_root.rglob(parts[-1]) if p.is_file())
+        matches = sorted(p for p in source_root.absolute().rglob(parts[-1]) if p.is_file())
         found += sorted(matches, key=lambda p: -_trailing_match(p, parts))[:1]
     return found
 

@@ -193,6 +193,26 @@ def test_relative_recorded_path_resolves_beside_the_lprof(tmp_path: Path) -> Non
     assert by_line(profile)[4]["source"] == "    for row in rows:"
 
 
+def test_source_beside_an_lprof_named_by_a_relative_path_is_shown(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``profreport analyze run/train.py.lprof`` from the folder above: the recorded
+    ``train.py`` beside it was looked for at run/run/train.py ('cannot read: No such file or
+    directory') and never shown; so was one under a relative ``--source-root``."""
+    run = tmp_path / "run"
+    run.mkdir()
+    path, _ = profiled_beside(run / "train.py", "def train():\n    for i in range(5):\n"
+                              "        x = i\n    return x\n", [(2, 6, 900), (3, 5, 50)],
+                              "train", 1)
+    monkeypatch.chdir(tmp_path)
+    profile = lprof.parse(Path("run") / path.name)
+    assert profile.meta.functions[0].source_path == str(run / "train.py")
+    assert by_line(profile)[2]["source"] == "    for i in range(5):"
+    (tmp_path / "elsewhere").mkdir()
+    shutil.move(path, tmp_path / "elsewhere" / path.name)
+    profile = lprof.parse(Path("elsewhere") / path.name, source_root=Path("run"))
+    assert profile.meta.functions[0].source_path == str(run / "train.py")
+
+
 def test_profile_of_no_function_has_an_empty_table(tmp_path: Path) -> None:
     path = tmp_path / "empty.lprof"
     path.write_bytes(pickle.dumps(LineStats({}, 1e-9), protocol=5))
