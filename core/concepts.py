@@ -84,6 +84,9 @@ _WORKER_LOADER = r"_MultiProcessingDataLoaderIter"
 DATALOADER_RANGE = "dataloader"
 DATALOADER_RANGE_NAMES = frozenset({DATALOADER_RANGE, "data_loading", "data loading",
                                     "next_batch"})
+#: The name profreport's runner gives a fetch that feeds no training step (a validation loader's,
+#: or one under ``no_grad``), as an NVTX range and a torch.profiler span: no DataLoader wait.
+OTHER_LOADER_RANGE = "dataloader (not training)"
 #: The NVTX range profreport's runner puts around iteration ``n`` (matched by ``_STEP``).
 STEP_RANGE_FORMAT = "step {n}"
 #: The NVTX domain of the marks profreport's runner records, and the mark each rank of a

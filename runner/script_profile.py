@@ -10,8 +10,10 @@
   the plain run's steps/s, drive ``prof.step()`` under torch.profiler and open an NVTX range
   ``step N`` per iteration under nsys, where each rank of a torchrun job also marks its rank
   (``rank 1 of 2``, from torchrun's RANK and WORLD_SIZE: see launch.record_rank);
-- the DataLoader the script trains from is watched, so its batch size, workers and pinning are
-  recorded as the run's knobs (what the script really did, not what it was told);
+- the DataLoader the script trains from (the one whose batches feed ``backward()``; a
+  validation loader is not it) is watched, so its batch size, workers and pinning are recorded
+  as the run's knobs (what the script really did, not what it was told), and only its fetches
+  with autograd on are the DataLoader wait a profile records;
 - under kernprof, when the script has no ``@profile`` of its own, every function it defines is
   line-profiled through a decorator under a name no script uses (``from torch.profiler import
   profile`` in the script cannot collide with it);
@@ -73,7 +75,10 @@ class LoaderUse:
     persistent_workers: bool
     #: Batches each worker loads ahead (None without workers).
     prefetch_factor: int | None = None
+    #: Batches fetched while autograd was on (a fetch under ``no_grad`` feeds no training step).
     batches: int = 0
+    #: ``backward()`` calls whose last batch fetched before them came from this loader.
+    fed_backward: int = 0
 
 
 @dataclass
@@ -91,9 +96,29 @@ class StepMarks:
     losses: list[float] = field(default_factory=list)
     last_backward: float | None = None
 
+    #: The loader of the last batch fetched while autograd was on (by loader id).
+    last_fetch: int | None = None
+
     def training_loader(self) -> LoaderUse | None:
-        """The loader the script took the most batches from."""
-        return max(self.loaders.values(), key=lambda use: use.batches, default=None)
+        """The loader whose batches fed the most ``backward()`` calls (the one the script trains
+        from, not a validation loader however many batches it yields); without a backward seen,
+        the one the script took the most batches from."""
+        return max(self.loaders.values(), key=lambda use: (use.fed_backward, use.batches),
+                   default=None)
+
+    def trains_from(self, key: int) -> bool:
+        """Whether a fetch from loader ``key`` now is a training fetch: autograd is on and the
+        loader is the training loader, or no loader has fed a backward yet."""
+        if not torch.is_grad_enabled():
+            return False
+        training = self.training_loader()
+        return training is None or training.fed_backward == 0 or training is self.loaders[key]
+
+    def fed_backward(self) -> None:
+        """A ``backward()`` call: the loader of the last batch fetched with autograd on fed it."""
+        use = self.loaders.get(self.last_fetch) if self.last_fetch is not None else None
+        if use is not None:
+            use.fed_backward += 1
 
     def mark(self) -> None:
         """Mark the end of an iteration: its time, and the batches each loader had yielded."""
@@ -164,9 +189,11 @@ class FirstOptimizerStepper:
 @contextlib.contextmanager
 def watch_loaders(marks: StepMarks, nvtx: Any | None = None) -> Any:
     """Count the batches each DataLoader yields, and note its knobs, while the script runs; with
-    the ``nvtx`` module (under nsys), each fetch of a batch is an NVTX ``dataloader`` range, so
-    the capture records the wait inside the ``step N`` ranges, which run from one optimizer step
-    to the next and hold the fetch."""
+    the ``nvtx`` module (under nsys), each fetch of a batch for training is an NVTX
+    ``dataloader`` range, so the capture records the wait inside the ``step N`` ranges, which
+    run from one optimizer step to the next and hold the fetch. Any other fetch (a validation
+    loader's, or one under ``no_grad``: see StepMarks.trains_from) is a range, and a
+    torch.profiler span, named concepts.OTHER_LOADER_RANGE: visible, and no DataLoader wait."""
     original_iter, original_next = DataLoader.__iter__, _BaseDataLoaderIter.__next__
 
     def iterate(loader: DataLoader) -> Any:
@@ -176,15 +203,22 @@ def watch_loaders(marks: StepMarks, nvtx: Any | None = None) -> Any:
                 loader.batch_size, loader.num_workers, bool(loader.pin_memory),
                 bool(loader.persistent_workers), loader.prefetch_factor)
         iterator._profreport_loader = id(loader)  # type: ignore[union-attr]
+        iterator._profreport_span = iterator._profile_name  # type: ignore[union-attr]
         return iterator
 
     def next_batch(iterator: _BaseDataLoaderIter) -> Any:
-        with nvtx.annotate(concepts.DATALOADER_RANGE) if nvtx is not None \
-                else contextlib.nullcontext():
+        key = getattr(iterator, "_profreport_loader", None)
+        if key not in marks.loaders:  # an iterator made before the script ran
+            return original_next(iterator)
+        training = marks.trains_from(key)
+        iterator._profile_name = iterator._profreport_span if training \
+            else concepts.OTHER_LOADER_RANGE
+        name = concepts.DATALOADER_RANGE if training else concepts.OTHER_LOADER_RANGE
+        with nvtx.annotate(name) if nvtx is not None else contextlib.nullcontext():
             batch = original_next(iterator)
-        use = marks.loaders.get(getattr(iterator, "_profreport_loader", -1))
-        if use is not None:
-            use.batches += 1
+        if torch.is_grad_enabled():
+            marks.loaders[key].batches += 1
+            marks.last_fetch = key
         return batch
 
     DataLoader.__iter__ = iterate  # type: ignore[method-assign]
@@ -197,20 +231,22 @@ def watch_loaders(marks: StepMarks, nvtx: Any | None = None) -> Any:
 
 
 @contextlib.contextmanager
-def watch_losses(marks: StepMarks) -> Any:
-    """Note the value of each one-element tensor ``backward()`` is called on (the loss)."""
-    original = torch.Tensor.backward
+def watch_backward(marks: StepMarks, record_loss: bool) -> Any:
+    """Note which loader fed each ``backward()`` (StepMarks.fed_backward) and, with
+    ``record_loss``, the value of each one-element tensor it is called on (the loss)."""
+    original = torch.autograd.backward
 
-    def backward(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        if tensor.numel() == 1:
-            marks.last_backward = float(tensor.detach())
-        return original(tensor, *args, **kwargs)
+    def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+        marks.fed_backward()
+        if record_loss and isinstance(tensors, torch.Tensor) and tensors.numel() == 1:
+            marks.last_backward = float(tensors.detach())
+        return original(tensors, *args, **kwargs)
 
-    torch.Tensor.backward = backward  # type: ignore[method-assign]
+    torch.autograd.backward = backward
     try:
         yield
     finally:
-        torch.Tensor.backward = original  # type: ignore[method-assign]
+        torch.autograd.backward = original
 
 
 class LineProfileEveryFunction(ast.NodeTransformer):
@@ -294,8 +330,7 @@ def run_script(launch: ScriptLaunch, marks: StepMarks) -> None:
     sys.path.insert(0, str(script.parent))
     handle = register_optimizer_step_post_hook(stepper)
     try:
-        losses = watch_losses(marks) if launch.record_loss else contextlib.nullcontext()
-        with watch_loaders(marks, stepper.nvtx), losses, \
+        with watch_loaders(marks, stepper.nvtx), watch_backward(marks, launch.record_loss), \
                 profiler if profiler is not None else contextlib.nullcontext():
             run_as_main(code, script, extra)
     finally:

@@ -25,6 +25,7 @@ torch = pytest.importorskip("torch", reason="the runner needs pip install 'profr
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import torch_heap_crash  # noqa: E402
 
+from profreport import concepts
 from profreport.cli import build_parser
 from profreport.errors import EXIT_INTERRUPTED, EXIT_PARTIAL, InputError, UsageError
 from profreport.manifest import Manifest, load_manifest
@@ -1089,3 +1090,79 @@ def test_script_under_nsys_records_the_dataloader_wait(tmp_path: Path, nsys_avai
     assert ((waits["end"] - waits["start"]).iloc[:6] >= 30_000_000).all()
     metrics = analyze_paths([folder], AnalyzeOptions()).runs[0].metrics
     assert metrics.dataloader_origin == "nsys" and metrics.dataloader_fraction > 0.5
+
+
+#: A script that trains from one DataLoader (30 ms per batch of 4) and runs a validation
+#: DataLoader (2 ms per batch of 2, 5 batches, more than training's 6 in all) in the middle of
+#: the even steps under ``no_grad`` and after the odd ones with autograd on (``model.eval()``
+#: alone, as scripts do).
+_VALIDATING_SCRIPT = """\
+import time, torch
+from torch.utils.data import DataLoader, Dataset
+
+class Slow(Dataset):
+    def __init__(self, n, sleep):
+        self.n, self.sleep = n, sleep
+    def __len__(self):
+        return self.n
+    def __getitem__(self, i):
+        time.sleep(self.sleep)
+        return torch.ones(8)
+
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+train = DataLoader(Slow(6 * 4, 0.0075), batch_size=4)
+val = DataLoader(Slow(5 * 2, 0.001), batch_size=2)
+for step, x in enumerate(train):
+    model(x).sum().backward()
+    if step % 2 == 0:
+        with torch.no_grad():
+            for v in val:
+                model(v)
+    opt.step()
+    opt.zero_grad()
+    if step % 2 == 1:
+        for v in val:
+            model(v).sum()
+"""
+
+
+def test_a_validation_loader_is_not_the_training_loader(tmp_path: Path) -> None:
+    """A script whose validation loader yields 30 batches to training's 6: the knobs and the
+    batches per step are the training loader's, the one whose batches fed backward() (the
+    wrapper took the loader that yielded the most batches: batch size 2, 6 batches a step)."""
+    manifest = plain_launch(tmp_path / "validating.py", _VALIDATING_SCRIPT)
+    result = json.loads((tmp_path / "script_result.none.rank0.json").read_text())
+    assert result["loader"]["batch_size"] == 4
+    assert (result["loader"]["batches"], result["loader"]["fed_backward"]) == (6, 6)
+    assert manifest.knobs["batch_size"] == 4 and manifest.knobs["batches_per_step"] == 1
+    assert manifest.throughput_samples_per_s == pytest.approx(
+        manifest.throughput_steps_per_s * 4)
+
+
+@pytest.mark.nsys
+@pytest.mark.slow
+def test_a_validation_loaders_fetches_are_no_dataloader_wait(
+        tmp_path: Path, nsys_available: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under nsys and torch.profiler, only the training loader's fetches are DataLoader wait
+    (the 30 ms batches); the validation loader's 36 fetches (6 passes of 5 batches and the
+    fetch that ends each) stay in the capture under concepts.OTHER_LOADER_RANGE. The wrapper
+    ranged every fetch of every loader as ``dataloader``: 43 waits."""
+    monkeypatch.chdir(tmp_path)
+    script = tmp_path / "validating.py"
+    script.write_text(_VALIDATING_SCRIPT, encoding="utf-8")
+    summary = run_all([], script_options(tmp_path / "out", str(script), "torch,nsys"))
+    assert summary.failures == []
+    folder = summary.folders[0]
+    capture = parse_file(folder / "nsys.nsys-rep", ParseOptions(cache_dir=tmp_path / "cache"))
+    waits = capture.table("dataloader")
+    assert len(waits) == 7  # 6 batches and the fetch that ends the loop
+    assert ((waits["end"] - waits["start"]).iloc[:6] >= 30_000_000).all()
+    ranges = capture.table("ranges")
+    assert (ranges["name"] == concepts.OTHER_LOADER_RANGE).sum() == 36
+    trace_path = next((folder / "trace").glob("*.pt.trace.json.gz"))
+    trace = parse_file(trace_path, ParseOptions(cache_dir=tmp_path / "cache"))
+    spans = trace.table("dataloader")
+    assert len(spans) >= 2 and ((spans["end"] - spans["start"]) >= 30_000_000).all()
+    events = json.loads(gzip.decompress(trace_path.read_bytes()))["traceEvents"]
+    assert any(event.get("name") == concepts.OTHER_LOADER_RANGE for event in events)
