@@ -410,9 +410,11 @@ def test_parts_one_breakdown_did_not_measure_are_not_compared(
         "the breakdowns split the step differently (nsys's Nsight Systems breakdown measures "
         "DataLoader wait and Other; traced's torch.profiler breakdown measures DataLoader wait, "
         "Compute, Communication (exposed) and Other): the step time alone is compared.")
-    # The per-part table has the baseline's own row only, its unmeasured parts said so.
-    assert ("| nsys | 0 ms | unmeasured | unmeasured | unmeasured | unmeasured | unmeasured | "
-            "0 ms |") in render_markdown(report)
+    # No per-part table (it had held the baseline's own row alone); the run left out, and why.
+    markdown = render_markdown(report)
+    assert "| nsys | 0 ms |" not in markdown
+    assert ("Not compared part by part with nsys: traced (the breakdowns split the step "
+            "differently (nsys's Nsight Systems breakdown measures") in markdown
 
 
 def test_every_row_is_timed_by_the_one_profiler_all_runs_have(fixtures_dir: Path) -> None:
@@ -502,6 +504,25 @@ def test_breakdowns_of_two_profilers_are_not_subtracted_without_a_step_source() 
     assert row.explanation.startswith("Profiled step time unknown: no profiler timed the steps")
     assert json.loads(render_json(report))["comparison"]["rows"][1]["breakdown_delta_ms"] == {}
     assert "+50.0 ms" not in render_markdown(report)
+
+
+def test_a_change_by_part_table_holds_only_runs_compared_by_part() -> None:
+    """No run compared part by part with the baseline: the reports show no table of changes by
+    part (it had held the baseline's row alone, 0 ms in every part) but say which run was left
+    out and why, as the JSON row does (``parts_not_compared``)."""
+    base = nsys_breakdown(run_with_parts("nsysrun", {"dataloader": 20, "compute": 80}))
+    run = run_with_parts("kinetorun", {"dataloader": 20, "compute": 130})
+    report = Report("t", "test", runs=[base, run], comparison=compare_runs([base, run]))
+    why = ("the breakdowns come from different profilers (nsysrun's by Nsight Systems, "
+           "kinetorun's by torch.profiler), and each profiler slows the parts it times by its "
+           "own amount, so their parts are not compared")
+    assert [row.parts_not_compared for row in report.comparison.rows] == [None, why]
+    assert json.loads(render_json(report))["comparison"]["rows"][1]["parts_not_compared"] == why
+    markdown, html = render_markdown(report), render_html(report)
+    assert "| nsysrun | 0 ms |" not in markdown and "Change per step against the baseline" \
+        not in html
+    assert f"Not compared part by part with nsysrun: kinetorun ({why})." in markdown
+    assert f"kinetorun ({why.replace(chr(39), '&#39;')})." in html
 
 
 def test_a_changed_knob_is_listed_whatever_the_run_is_named() -> None:

@@ -407,6 +407,18 @@ def unlike_breakdowns(base: RunAnalysis, run: RunAnalysis) -> str | None:
     return None
 
 
+def parts_not_compared(base: RunAnalysis, run: RunAnalysis) -> str | None:
+    """Why ``run``'s breakdown is not compared part by part with ``base``'s: a side has none (no
+    steps split into parts), or they are not alike (see unlike_breakdowns); None when they are
+    compared, and for the baseline itself."""
+    if run is base:
+        return None
+    without = [r.name for r in (base, run) if r.metrics.breakdown is None]
+    if without:
+        return f"no breakdown of the steps of {' or '.join(without)}"
+    return unlike_breakdowns(base, run)
+
+
 def split_alike(base: RunAnalysis, run: RunAnalysis) -> tuple[Breakdown, Breakdown] | None:
     """Both runs' breakdowns when one profiler made both over the same parts, so each part
     means one thing on both sides; None otherwise (see unlike_breakdowns)."""
@@ -723,7 +735,8 @@ def _row(base: RunAnalysis, run: RunAnalysis, origin: Origin | None,
         within_noise=noise.within, noise_fraction=noise.band, attribution=changes,
         confounds=confounds(base, run) if run is not base else [],
         unexplained_ns=unexplained_ns(changes, total),
-        step_time_kind=step_kind if step is not None else None)
+        step_time_kind=step_kind if step is not None else None,
+        parts_not_compared=parts_not_compared(base, run))
 
 
 def compare_runs(runs: list[RunAnalysis], baseline: str | None = None) -> Comparison | None:

@@ -862,7 +862,8 @@ class ComparisonRow:
     #: both runs have one, else the step-time ratio (``speedup_basis`` says which).
     speedup: float | None
     throughput_gain: float | None
-    #: Change in mean ns per step for each breakdown part (run minus baseline).
+    #: Change in mean ns per step for each breakdown part (run minus baseline); empty when the
+    #: parts are not compared (``parts_not_compared`` says why).
     breakdown_delta_ns: dict[str, int]
     changed_knobs: dict[str, object]
     #: One sentence naming what brought the gain (or the loss).
@@ -889,6 +890,9 @@ class ComparisonRow:
     #: "median" when ``step_time_ns`` is the median step window, "mean" when the comparison's
     #: step source gives a mean only (line_profiler); None without a step time.
     step_time_kind: StepTimeKind | None = "median"
+    #: Why the row has no change by part (a side without a breakdown, or breakdowns not alike:
+    #: see compare.unlike_breakdowns); None when it has one, and for the baseline.
+    parts_not_compared: str | None = None
 
 
 @dataclass(frozen=True)

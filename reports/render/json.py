@@ -256,6 +256,7 @@ def comparison_json(c: Comparison | None) -> dict[str, Any] | None:
         "confounds": r.confounds,
         "throughput_gain": None if r.throughput_gain is None else round(r.throughput_gain, 4),
         "breakdown_delta_ms": {k: _ms(v) for k, v in r.breakdown_delta_ns.items()},
+        "parts_not_compared": r.parts_not_compared,
         "changed_knobs": r.changed_knobs, "explanation": r.explanation,
         "within_noise": r.within_noise,
         "noise_fraction": None if r.noise_fraction is None else round(r.noise_fraction, 4),
