@@ -50,7 +50,10 @@ class StepWindows:
     #: its next batch (ranges opened after the fetch, as NVTX ``step N``); not between
     #: ProfilerStep spans (see concepts.PROFILER_STEP), nor between the ranges of a repeated
     #: range that no name marks as a step (``batch 3`` of an inference loop over a list: nothing
-    #: says what runs between them).
+    #: says what runs between them), nor in a torch.profiler trace, which records the
+    #: DataLoader iterator's spans on its own: they say when the loop fetched, and the rest of
+    #: the time between a user's ``step N`` ranges is other work (a thread joined, a log
+    #: written).
     fetch_between: bool = True
     #: What each step is (see concepts.step_marker).
     marker: str = concepts.ANNOTATED_RANGE
@@ -126,8 +129,7 @@ def step_windows(profile: Profile) -> StepWindows | None:
     return StepWindows(origin=profile.kind, numbers=numbers[keep], range_starts=starts[keep],
                        range_ends=ends[keep], starts=starts[keep], ends=wall_ends[keep],
                        warmup=warmup,
-                       fetch_between=profile.meta.step_span is None
-                       and not steps["origin"].eq(concepts.PROFILER_STEP).all(),
+                       fetch_between=profile.kind == "nsys" and profile.meta.step_span is None,
                        marker=concepts.step_marker(str(steps["origin"].iloc[0]),
                                                    profile.meta.step_span))
 
