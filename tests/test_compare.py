@@ -14,8 +14,12 @@ import pytest
 from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
 from profreport.reports.analysis.compare import (
     NOISE_BLOCKS,
+    Noise,
     Spread,
+    changed_knobs,
     compare_runs,
+    confounds,
+    explain,
     noise_band,
     step_spread,
     t_quantile,
@@ -534,6 +538,48 @@ def test_a_changed_knob_is_listed_whatever_the_run_is_named() -> None:
     explanation = compare_runs([base, run]).rows[1].explanation
     assert "amp's by torch.profiler" in explanation
     assert explanation.endswith("Also different between these runs: amp False -> True.")
+
+
+@pytest.mark.parametrize(("name", "knobs", "world_sizes", "confound"), [
+    ("amp False -> True", ({"amp": False}, {"amp": True}), (None, None), "amp False -> True"),
+    ("world size 1 -> 2", ({}, {}), (1, 2), "world size 1 -> 2"),
+])
+def test_a_run_named_as_its_change_still_lists_the_change(
+        name: str, knobs: tuple[dict[str, object], dict[str, object]],
+        world_sizes: tuple[int | None, int | None], confound: str) -> None:
+    """A run named by the change it makes, as the row would say it: its name is in the sentence
+    on the breakdowns of two profilers, which states no change, so the change is still listed.
+    It was matched in the sentence's text and taken as stated, and the row left it out."""
+    base = nsys_breakdown(run_with_parts("base", {"dataloader": 20, "compute": 80},
+                                         knobs=knobs[0]), kineto_ms=150)
+    run = run_with_parts(name, {"dataloader": 20, "compute": 120}, knobs=knobs[1])
+    base.world_size, run.world_size = world_sizes
+    row = compare_runs([base, run]).rows[1]
+    assert row.confounds == [confound]
+    assert row.explanation == (
+        f"The breakdowns come from different profilers (base's by Nsight Systems, {name}'s by "
+        "torch.profiler), and each profiler slows the parts it times by its own amount, so "
+        "their parts are not compared: the step time alone is compared. Also different between "
+        f"these runs: {confound}.")
+
+
+def test_what_a_row_credits_is_what_it_states() -> None:
+    """The credited sentence states the two knobs' changes it names (the record the row's list
+    of differences reads, not its words); the same row within noise states none."""
+    base = run_with_parts("base", {"dataloader": 30, "h2d_copy": 15, "compute": 55},
+                          knobs={"num_workers": 0, "pin_memory": False})
+    run = run_with_parts("fast", {"dataloader": 10, "h2d_copy": 5, "compute": 55},
+                         knobs={"num_workers": 4, "pin_memory": True})
+    said = explain(base, run, changed_knobs(base, run), Noise(0.05, False), "kineto")
+    assert said.text.endswith("The DataLoader change (num_workers 0 -> 4, pin_memory False -> "
+                              "True) and the copy change (pin_memory False -> True) brought the "
+                              "gain.")
+    assert {(c.kind, c.knob, c.phrase) for c in said.stated} == {
+        ("knob", "num_workers", "num_workers 0 -> 4"),
+        ("knob", "pin_memory", "pin_memory False -> True")}
+    assert said.stated == frozenset(confounds(base, run))
+    within = explain(base, run, changed_knobs(base, run), Noise(0.5, True), "kineto")
+    assert within.stated == frozenset() and "brought" not in within.text
 
 
 def test_breakdowns_of_two_profilers_are_not_compared_part_by_part() -> None:

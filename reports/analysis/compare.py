@@ -36,14 +36,20 @@ When the step time comes from another profiler than the breakdown, the sentence 
 profilers and the breakdown's own steps, and the rest beyond the noise band is reported as
 unexplained. A knob change is credited only to the drivers, and only when the change is beyond
 noise and the profiled step time moved the same way as the speedup.
+
+Confounds: everything else that differs between two runs (``confounds``) is said once in the
+row: credited, listed as what the change cannot be credited to, or, after the row's sentences,
+as also different. Each sentence builder returns what it states (``Said``), and the row lists
+the rest from that record, never from the words of its sentences.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from statistics import NormalDist
+from typing import Literal
 
 import numpy as np
 
@@ -354,36 +360,59 @@ def _h2d_per_step(run: RunAnalysis) -> int | None:
     return None if copies is None else copies.bytes_per_step.get("HtoD")
 
 
-def confounds(base: RunAnalysis, run: RunAnalysis) -> list[str]:
-    """Everything that differs between the two runs besides their speed, each as a phrase:
-    changed knobs, world size, the precision of the compute kernels, the optimizer's kernels,
-    the DataLoader's kind, the host-to-device bytes per step (another batch or input)."""
-    out = [f"{name} {change['from']} -> {change['to']}"  # type: ignore[index]
+#: What a confound is the change of: a knob, or what the profiles show of the runs.
+ConfoundKind = Literal["knob", "world size", "precision", "optimizer", "loader", "bytes"]
+
+
+@dataclass(frozen=True)
+class Confound:
+    """One way two runs differ besides their speed (see confounds): what it is, the phrase a
+    row says it with, and the knob whose change it is (None for what the profiles show)."""
+
+    kind: ConfoundKind
+    phrase: str
+    knob: str | None = None
+
+
+@dataclass(frozen=True)
+class Said:
+    """Sentences of a row and the confounds they state (credited, listed, or named as a cause),
+    so that which differences a row still has to name is known without reading its words."""
+
+    text: str
+    stated: frozenset[Confound] = frozenset()
+
+
+def confounds(base: RunAnalysis, run: RunAnalysis) -> list[Confound]:
+    """Everything that differs between the two runs besides their speed: changed knobs, world
+    size, the precision of the compute kernels, the optimizer's kernels, the DataLoader's kind,
+    the host-to-device bytes per step (another batch or input)."""
+    out = [Confound("knob", f"{name} {change['from']} -> {change['to']}", name)  # type: ignore[index]
            for name, change in changed_knobs(base, run).items()]
     if base.world_size != run.world_size and None not in (base.world_size, run.world_size):
-        out.append(f"world size {base.world_size} -> {run.world_size}")
+        out.append(Confound("world size", f"world size {base.world_size} -> {run.world_size}"))
     shares = _reduced_share(base), _reduced_share(run)
     if shares[0] is not None and shares[1] is not None and \
             (shares[0][0] >= PRECISION_CONFOUND_SHARE) != \
             (shares[1][0] >= PRECISION_CONFOUND_SHARE):
-        out.append(f"fp16/bf16 compute {pct(shares[0][0])} -> {pct(shares[1][0])} of "
-                   f"compute-kernel time ({shares[1][1]})")
+        out.append(Confound("precision", f"fp16/bf16 compute {pct(shares[0][0])} -> "
+                            f"{pct(shares[1][0])} of compute-kernel time ({shares[1][1]})"))
     mixes = base.metrics.kernel_mix, run.metrics.kernel_mix
     if mixes[0] is not None and mixes[1] is not None and \
             mixes[0].fused_optimizer != mixes[1].fused_optimizer:
         kinds = ["fused (multi_tensor_apply)" if m.fused_optimizer else "per-tensor"
                  for m in mixes]  # type: ignore[union-attr]
-        out.append(f"optimizer kernels {kinds[0]} -> {kinds[1]}")
+        out.append(Confound("optimizer", f"optimizer kernels {kinds[0]} -> {kinds[1]}"))
     loaders = base.metrics.loader_in_process, run.metrics.loader_in_process
     if None not in loaders and loaders[0] != loaders[1] and \
             "num_workers" not in changed_knobs(base, run):
         kinds = ["in the training process" if inside else "in worker processes"
                  for inside in loaders]
-        out.append(f"DataLoader {kinds[0]} -> {kinds[1]} (its spans)")
+        out.append(Confound("loader", f"DataLoader {kinds[0]} -> {kinds[1]} (its spans)"))
     sizes = _h2d_per_step(base), _h2d_per_step(run)
     if sizes[0] and sizes[1] and max(sizes) / min(sizes) >= BYTES_CONFOUND_RATIO:  # type: ignore[type-var, operator]
-        out.append(f"host-to-device bytes per step {nbytes(sizes[0])} -> {nbytes(sizes[1])} "
-                   "(another batch or input)")
+        out.append(Confound("bytes", f"host-to-device bytes per step {nbytes(sizes[0])} -> "
+                            f"{nbytes(sizes[1])} (another batch or input)"))
     return out
 
 
@@ -546,23 +575,25 @@ def attribution_text(changes: list[PartChange], before_ns: int, after_ns: int,
 
 
 def _credit(base: RunAnalysis, run: RunAnalysis, changes: list[PartChange],
-            knobs: dict[str, object]) -> str:
+            knobs: dict[str, object]) -> Said:
     """The sentence naming the knob change behind the drivers (or core contention behind a
-    compute change), or the knobs that changed when none acts on a driver; '' without knobs.
-    When the runs differ in several ways (see confounds) and some of them are not knobs acting
-    on a driver, nothing is credited: the confounds are listed instead."""
+    compute change), or the knobs that changed when none acts on a driver; '' without knobs;
+    with the confounds it states. When the runs differ in several ways (see confounds) and some
+    of them are not knobs acting on a driver, nothing is credited: the confounds are listed
+    instead."""
     differ = confounds(base, run)
     acting = {name for c in changes if c.role == "driver" for name in PART_KNOBS[c.part]
               if name in knobs}
-    if len(differ) > 1 and any(not any(d.startswith(f"{name} ") for name in acting)
-                               for d in differ):
-        return (f" These runs differ in {len(differ)} ways at once ({'; '.join(differ)}): the "
-                "change cannot be credited to any one of them.")
+    if len(differ) > 1 and any(d.knob not in acting for d in differ):
+        return Said(f" These runs differ in {len(differ)} ways at once "
+                    f"({'; '.join(d.phrase for d in differ)}): the change cannot be credited to "
+                    "any one of them.", frozenset(differ))
     for change in changes:
         if change.role != "minor":
             contention = _core_contention(base, run, change.part, knobs)
             if contention is not None:
-                return f" {PART_LABELS[change.part]} moved when {contention}"
+                return Said(f" {PART_LABELS[change.part]} moved when {contention}",
+                            _knob_confounds(differ, {"num_workers"}))
     credited = []
     for change in (c for c in changes if c.role == "driver"):
         related = [name for name in PART_KNOBS[change.part] if name in knobs]
@@ -573,19 +604,14 @@ def _credit(base: RunAnalysis, run: RunAnalysis, changes: list[PartChange],
     if credited:
         gain = "gain" if sum(c.delta_ns for c in changes) < 0 else "loss"
         cause = " and ".join(dict.fromkeys(credited))
-        return f" {cause[:1].upper()}{cause[1:]} brought the {gain}."
-    return _knobs_changed_text(knobs)
+        return Said(f" {cause[:1].upper()}{cause[1:]} brought the {gain}.",
+                    _knob_confounds(differ, acting))
+    return Said(_knobs_changed_text(knobs), _knob_confounds(differ, knobs))
 
 
-def _said(confound: str, explanation: str, knobs: dict[str, object], listed: bool) -> bool:
-    """Whether ``explanation`` states ``confound`` (a phrase of :func:`confounds`): as it is
-    (credited, or among the differences listed), a knob's change as the contention sentence
-    says it ('num_workers went 1 -> 2'), or a knob in the sentence listing the changed knobs
-    (``listed``); never because a knob's name merely appears (a run named 'amp')."""
-    name, _, change = confound.partition(" ")
-    if name not in knobs:
-        return confound in explanation
-    return confound in explanation or f"{name} went {change}" in explanation or listed
+def _knob_confounds(differ: list[Confound], names: Collection[str]) -> frozenset[Confound]:
+    """The confounds of ``differ`` that are the changes of the knobs ``names``."""
+    return frozenset(d for d in differ if d.knob is not None and d.knob in names)
 
 
 def _knobs_changed_text(knobs: dict[str, object]) -> str:
@@ -597,23 +623,25 @@ def _knobs_changed_text(knobs: dict[str, object]) -> str:
 
 
 def explain(base: RunAnalysis, run: RunAnalysis, knobs: dict[str, object], noise: Noise,
-            origin: Origin | None, causal: bool = True) -> str:
+            origin: Origin | None, causal: bool = True) -> Said:
     """The step difference (``origin`` timed the steps) attributed to its parts (see
     attribution_text, told the row's ``noise``) and, when ``causal`` (the row's change is beyond
     noise and the speedup agrees with the step time), the knob change behind the parts that
-    account for it."""
+    account for it, with the confounds that states (see _credit)."""
     before, after = step_time_ns(base, origin), step_time_ns(run, origin)
     changes = attribute(base, run, (after or 0) - (before or 0))
     unlike = unlike_breakdowns(base, run)
     if unlike is not None:
-        return f"{unlike[:1].upper()}{unlike[1:]}: the step time alone is compared."
+        return Said(f"{unlike[:1].upper()}{unlike[1:]}: the step time alone is compared.")
     alike = split_alike(base, run)
     if alike is None or not changes or before is None or after is None or origin is None:
-        return "No breakdown on both sides: the step time alone is compared."
+        return Said("No breakdown on both sides: the step time alone is compared.")
     text = (attribution_text(changes, before, after, noise, _sources_text(*alike, origin))
             + beyond_spread_text(changes))
-    moved = after != before and not noise.covers(before, after)
-    return text + _credit(base, run, changes, knobs) if causal and moved else text
+    if not causal or after == before or noise.covers(before, after):
+        return Said(text)
+    credit = _credit(base, run, changes, knobs)
+    return Said(text + credit.text, credit.stated)
 
 
 def beyond_spread_text(changes: list[PartChange]) -> str:
@@ -665,20 +693,20 @@ def row_noise(base: RunAnalysis, run: RunAnalysis, speedup: float | None,
 
 def _row_explanation(base: RunAnalysis, run: RunAnalysis, knobs: dict[str, object],
                      ratios: tuple[float | None, float | None], noise: Noise,
-                     origin: Origin) -> str:
+                     origin: Origin) -> Said:
     """The row's sentences: the noise or disagreement note first, then the attribution of the
-    step difference ``origin`` timed; a cause is named only for a change beyond noise that the
-    profiled step time agrees with."""
+    step difference ``origin`` timed; a cause is named (and a confound stated) only for a change
+    beyond noise that the profiled step time agrees with."""
     throughput_gain, step_speedup = ratios
     speedup = throughput_gain if throughput_gain is not None else step_speedup
     if noise.within:
-        return (f"{noise_text(speedup, noise.band)} "  # type: ignore[arg-type]
-                f"{_in_profiled_runs(base, run, knobs, noise, origin)}")
+        return Said(f"{noise_text(speedup, noise.band)} "  # type: ignore[arg-type]
+                    f"{_in_profiled_runs(base, run, knobs, noise, origin)}")
     note = disagreement(throughput_gain, step_speedup)
     if note is None:
         return explain(base, run, knobs, noise, origin)
-    return (f"{note} {_in_profiled_runs(base, run, knobs, noise, origin)} The profiled "
-            "breakdown does not explain the throughput change, so no cause is named.")
+    return Said(f"{note} {_in_profiled_runs(base, run, knobs, noise, origin)} The profiled "
+                "breakdown does not explain the throughput change, so no cause is named.")
 
 
 def _unknown_steps_text(speedup: float | None, noise: Noise, why: str) -> str:
@@ -691,7 +719,7 @@ def _unknown_steps_text(speedup: float | None, noise: Noise, why: str) -> str:
 def _in_profiled_runs(base: RunAnalysis, run: RunAnalysis, knobs: dict[str, object],
                       noise: Noise, origin: Origin) -> str:
     """What moved in the profiled runs' breakdown, said as what the profilers saw (no cause)."""
-    profiled = explain(base, run, knobs, noise, origin, causal=False)
+    profiled = explain(base, run, knobs, noise, origin, causal=False).text
     return f"In the profiled runs, {profiled[:1].lower()}{profiled[1:]}"
 
 
@@ -709,7 +737,7 @@ def _row(base: RunAnalysis, run: RunAnalysis, origin: Origin | None,
     shared = shared_cpu_text(base, run, step_speedup) if run is not base else None
     throughput_gain = tp / base_tp if tp and base_tp and shared is None else None
     speedup = throughput_gain if throughput_gain is not None else step_speedup
-    explanation, noise = "baseline", Noise()
+    said, noise = Said("baseline"), Noise()
     mean_base, mean_run = step_time_ns(base, origin), step_time_ns(run, origin)
     total = (mean_run or 0) - (mean_base or 0)
     changes = attribute(base, run, total) if mean_base and mean_run else []
@@ -718,22 +746,22 @@ def _row(base: RunAnalysis, run: RunAnalysis, origin: Origin | None,
         untimed = [r.name for r in (base, run) if steps_of(r, origin) is None]
         why = unknown if origin is None else (
             f"no profiler timed the steps of {' or '.join(untimed)}" if untimed else None)
-        explanation = (_unknown_steps_text(speedup, noise, why) if why is not None
-                       else _row_explanation(base, run, knobs, (throughput_gain, step_speedup),
-                                             noise, origin))  # type: ignore[arg-type]
+        said = (Said(_unknown_steps_text(speedup, noise, why)) if why is not None
+                else _row_explanation(base, run, knobs, (throughput_gain, step_speedup), noise,
+                                      origin))  # type: ignore[arg-type]
         if shared is not None:
-            explanation = f"{shared} {explanation}"
-        listed = bool(knobs) and _knobs_changed_text(knobs) in explanation
-        unsaid = [d for d in confounds(base, run) if not _said(d, explanation, knobs, listed)]
+            said = replace(said, text=f"{shared} {said.text}")
+        unsaid = [d.phrase for d in confounds(base, run) if d not in said.stated]
         if unsaid:
-            explanation += f" Also different between these runs: {'; '.join(unsaid)}."
+            said = replace(said, text=f"{said.text} Also different between these runs: "
+                           f"{'; '.join(unsaid)}.")
     return ComparisonRow(
         name=run.name, step_time_ns=step, throughput_samples_per_s=tp, speedup=speedup,
         throughput_gain=throughput_gain, breakdown_delta_ns=delta, changed_knobs=knobs,
-        explanation=explanation, step_speedup=step_speedup,
+        explanation=said.text, step_speedup=step_speedup,
         speedup_basis="throughput" if throughput_gain is not None else "step time",
         within_noise=noise.within, noise_fraction=noise.band, attribution=changes,
-        confounds=confounds(base, run) if run is not base else [],
+        confounds=[d.phrase for d in confounds(base, run)] if run is not base else [],
         unexplained_ns=unexplained_ns(changes, total),
         step_time_kind=step_kind if step is not None else None,
         parts_not_compared=parts_not_compared(base, run))

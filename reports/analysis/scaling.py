@@ -185,8 +185,8 @@ def _points(members: list[RunAnalysis]) -> tuple[str, list[ScalingPoint]]:
 def _besides_processes(base: RunAnalysis, run: RunAnalysis) -> list[str]:
     """What differs between two points of a study besides the process count and the process
     knobs (see compare.confounds)."""
-    return [c for c in confounds(base, run) if not c.startswith("world size ")
-            and not any(c.startswith(f"{knob} ") for knob in PROCESS_KNOBS)]
+    return [c.phrase for c in confounds(base, run)
+            if c.kind != "world size" and c.knob not in PROCESS_KNOBS]
 
 
 def _mode(members: list[RunAnalysis]) -> str:
