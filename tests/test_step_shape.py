@@ -252,6 +252,26 @@ def test_a_users_step_ranges_wait_for_data_only_in_the_dataloader_spans(tmp_path
     assert run.verdict != "loader-bound" and "LOADER_BOUND" not in {f.id for f in run.findings}
 
 
+def test_steps_cut_at_the_optimizers_step_ends_count_their_last_step_whole(
+        tmp_path: Path) -> None:
+    """No ProfilerStep span (the legacy torch.autograd.profiler.profile API): the steps run
+    from one optimizer step's end to the next, so the last one is a whole iteration too. 5
+    optimizer steps make 4 steps of 1, 1, 1 and 5 ms: wall time per step is 2 ms and 4
+    windows are measured (it read '0.9 ms start to next start' beside a 2.3 ms mean step on
+    the real trace, the last step's 6.7 ms left out)."""
+    events, end = [], 1000
+    for gap in (0, 1000, 1000, 1000, 5000):
+        end += gap
+        events += [cpu_event("aten::mm", end - 500, 300),
+                   cpu_event("Optimizer.step#SGD.step", end - 100, 100, cat="user_annotation")]
+    metrics = analyze_paths([kineto_trace(tmp_path / "legacy.json", events)],
+                            AnalyzeOptions()).runs[0].metrics
+    assert metrics.steps is not None and metrics.steps.count == 4
+    assert metrics.steps.mean_ns == metrics.steps.wall_mean_ns == 2_000_000
+    assert metrics.shape is not None and metrics.shape.step_window.count == 4
+    assert metrics.shape.step_window.max_ns == 5_000_000
+
+
 def nsys_beside_kineto(folder: Path, nsys_waits: list[int]):  # type: ignore[no-untyped-def]
     """The run of ``folder`` holding an NVTX-only nsys export, one 'step N' range of 1 ms after
     a 'dataloader' range of each of ``nsys_waits`` (ns), and a CPU Kineto trace of 8

@@ -57,6 +57,10 @@ class StepWindows:
     fetch_between: bool = True
     #: What each step is (see concepts.step_marker).
     marker: str = concepts.ANNOTATED_RANGE
+    #: Whether each step's range ends where the next one's starts (steps cut at the ends of
+    #: the optimizer's steps, concepts.OPTIMIZER_STEPS): the ranges are the whole iterations,
+    #: the last one too.
+    tiled: bool = False
 
     @property
     def count(self) -> int:
@@ -66,8 +70,9 @@ class StepWindows:
     @property
     def whole(self) -> int:
         """Number of whole windows: the last one is left out when it is only its own range (no
-        fetch after it), unless that would leave fewer than two."""
-        return self.count - 1 if self.count > 2 else self.count
+        fetch after it), unless the steps are :attr:`tiled` or that would leave fewer than
+        two."""
+        return self.count - 1 if self.count > 2 and not self.tiled else self.count
 
     def whole_lengths(self) -> np.ndarray:
         """Lengths of the whole windows (see :attr:`whole`), ns."""
@@ -131,7 +136,8 @@ def step_windows(profile: Profile) -> StepWindows | None:
                        warmup=warmup,
                        fetch_between=profile.kind == "nsys" and profile.meta.step_span is None,
                        marker=concepts.step_marker(str(steps["origin"].iloc[0]),
-                                                   profile.meta.step_span))
+                                                   profile.meta.step_span),
+                       tiled=bool(steps["origin"].eq(concepts.OPTIMIZER_STEPS).all()))
 
 
 def _pct(values: np.ndarray, q: float) -> int:
@@ -140,10 +146,10 @@ def _pct(values: np.ndarray, q: float) -> int:
 
 
 def step_stats(windows: StepWindows) -> StepStats:
-    """Count and duration of the annotated step ranges; wall time is start-to-start; every
-    whole window's length."""
+    """Count and duration of the annotated step ranges; wall time is start-to-start (the last
+    step's range too when the steps are tiled); every whole window's length."""
     durations = windows.range_ends - windows.range_starts
-    wall = np.diff(windows.range_starts)
+    wall = durations if windows.tiled else np.diff(windows.range_starts)
     return StepStats(origin=windows.origin, count=windows.count, mean_ns=int(durations.mean()),
                      p50_ns=_pct(durations, 50), p90_ns=_pct(durations, 90),
                      min_ns=int(durations.min()), max_ns=int(durations.max()),
