@@ -106,11 +106,13 @@ def test_sc22_4gpu_advice_comes_from_the_kernels(corpus: Path, nsys_available: s
 
 
 def test_resnet50_advice_comes_from_the_kernels(corpus: Path) -> None:
-    """resnet50, 4 workers (compute-bound): fp32 kernels and an unfused SGD launching 483
-    kernels per step: mixed precision and foreach, with the figures."""
+    """resnet50, 4 workers (compute-bound): fp32 convolutions (their recorded input dtypes,
+    read before the kernel names) and an unfused SGD launching 483 kernels per step: mixed
+    precision and foreach, with the figures."""
     m = metrics_of(corpus / "kineto" / "resnet50_num_workers_4.pt.trace.json.gz")
     fix = ids(m)["COMPUTE_BOUND"].recommendation
-    assert "enable mixed precision (torch.autocast + GradScaler; every kernel runs in fp32" in fix
+    assert ("enable mixed precision (torch.autocast + GradScaler; the matmuls and convolutions "
+            "take no fp16/bf16 input now, by their recorded dtypes)") in fix
     assert "torch.optim.SGD(..., foreach=True)" in fix and "launches 483 optimizer kernels" in fix
     assert "channels_last" not in fix
 

@@ -573,3 +573,73 @@ def test_real_torch_profiler_trace_of_conv_bias_and_autocast(tmp_path: Path) -> 
     inputs = profile_.table("op_inputs")
     conv_types = {t[0] for t in inputs.loc[inputs["name"] == "aten::conv2d", "input_types"]}
     assert conv_types == {"float", "c10::BFloat16"}
+
+
+def steps_of_ops(path: Path, ops: list[tuple[str, float, float]], dtype: str | None,
+                 dims: list[list[int]], step_us: int, devices: list[dict] | None = None,
+                 kernel_us: float = 0) -> Path:
+    """3 steps of ``step_us`` each holding ``ops`` (name, offset, duration), their inputs
+    recorded in ``dtype`` (None: record_shapes off); with ``kernel_us``, the last op launches
+    a GEMM of that length whose name says no precision."""
+    events: list[dict] = []
+    for step in range(3):
+        at = step_us * step
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}",
+                       "pid": PID, "tid": PID, "ts": at, "dur": step_us})
+        events += [_op(name, at + offset, dur, None if dtype is None else [dtype] * len(dims),
+                       None if dtype is None else dims) for name, offset, dur in ops]
+        if kernel_us:
+            events += _launch(at + ops[-1][1] + 5, step + 1, "gemm_128x64", at + 50, kernel_us)
+    header = {} if devices is None else {"deviceProperties": devices}
+    path.write_text(json.dumps({"schemaVersion": 1, **header, "traceEvents": events}))
+    return path
+
+
+def test_gpu_advice_reads_the_recorded_dtypes_before_kernel_names(tmp_path: Path) -> None:
+    """A compute-bound GPU whose GEMM's name says no precision: the matmuls' recorded bf16
+    inputs say mixed precision is on, so it is not advised; fp32 inputs get it, with the
+    figure read from the dtypes; without them the kernel names are the hint, as before."""
+    def advice(dtype: str | None) -> str:
+        # An nn.Linear (aten::linear -> aten::addmm) launching a 900 us GEMM in each 1 ms step.
+        profile = kineto.parse(steps_of_ops(
+            tmp_path / f"{dtype}.json", [("aten::linear", 5, 30), ("aten::addmm", 10, 20)],
+            dtype, [[32, 64], [128, 64], [128]], 1000, [A100], kernel_us=900))
+        return findings_of(profile)["COMPUTE_BOUND"].recommendation
+
+    assert "mixed precision" not in advice("c10::BFloat16")
+    assert ("enable mixed precision (torch.autocast + GradScaler; the matmuls and convolutions "
+            "take no fp16/bf16 input now, by their recorded dtypes)") in advice("float")
+    assert "enable mixed precision (torch.autocast + GradScaler; every kernel runs in fp32 " \
+        "now)" in advice(None)
+
+
+def test_cpu_autocast_advice_reads_the_recorded_dtypes(tmp_path: Path) -> None:
+    """A CPU-only run's autocast advice follows what its convolutions take: bf16 inputs on a
+    CPU without native bf16 are told to turn autocast off (the trace says autocast is on, no
+    knob needed), and on one with it are not told to use autocast; fp32 inputs on a native-bf16
+    CPU are told to try it; with no dtypes recorded it says it cannot tell; the amp knob with
+    fp32 inputs is autocast missing the model."""
+    def advice(dtype: str | None, native: bool, **knobs: object) -> str:
+        # A convolution (aten::conv2d -> aten::mkldnn_convolution, 9 ms) in each 10 ms step.
+        profile = kineto.parse(steps_of_ops(
+            tmp_path / f"{dtype}.json", [("aten::conv2d", 100, 9_000),
+                                         ("aten::mkldnn_convolution", 200, 8_800)],
+            dtype, [[8, 3, 32, 32], [16, 3, 3, 3], [16]], 10_000))
+        m = compute_run_metrics([profile])
+        found = find_all(m, RunContext(knobs=knobs, environment={"cpu_native_bf16": native}))
+        return {f.id: f for f in found}["COMPUTE_BOUND"].recommendation
+
+    assert advice("c10::BFloat16", native=False).startswith(
+        "Turn autocast off on this CPU: it has no native bf16")
+    bf16 = advice("c10::BFloat16", native=True)
+    assert "autocast" not in bf16 and "Turn" not in bf16
+    assert ("run the forward pass under torch.autocast('cpu', dtype=torch.bfloat16): this CPU "
+            "computes bf16 natively and the matmuls and convolutions spend 100% of their "
+            "time on fp32 or wider inputs") in advice("float", native=True)
+    assert ("this CPU computes bf16 natively: if the model trains in fp32 (the profiles cannot "
+            "tell: the matmuls and convolutions carry no input dtypes (torch.profiler ran "
+            "without record_shapes=True)), run the forward pass under torch.autocast('cpu', "
+            "dtype=torch.bfloat16)") in advice(None, native=True)
+    missed = advice("float", native=False, amp=True)
+    assert "autocast is on, yet the matmuls and convolutions take fp32 inputs" in missed
+    assert "Turn autocast off" not in missed

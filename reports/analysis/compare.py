@@ -55,6 +55,7 @@ import numpy as np
 
 from profreport.errors import UsageError
 from profreport.reports.analysis.findings import RunContext, cpu_load
+from profreport.reports.analysis.ops import reduced_precision
 from profreport.reports.analysis.results import (
     BREAKDOWN_PARTS,
     PART_LABELS,
@@ -343,15 +344,10 @@ def changed_knobs(base: RunAnalysis, run: RunAnalysis) -> dict[str, object]:
 
 
 def _reduced_share(run: RunAnalysis) -> tuple[float, str] | None:
-    """Share of compute-kernel time in fp16/bf16 and how it was read: the operators' recorded
-    input dtypes when the profile has them, else the kernel names; None when neither."""
-    m = run.metrics
-    precision = m.op_precision
-    if precision is not None and precision.unknown_reason is None and precision.compute_kernel_ns:
-        return precision.share("reduced"), "operator input dtypes"
-    if m.kernel_mix is not None and m.kernel_mix.compute_kernel_ns:
-        return m.kernel_mix.reduced_precision_fraction, "kernel names"
-    return None
+    """Share of the compute in fp16/bf16 and how it was read (ops.reduced_precision); None
+    when nothing tells."""
+    reading = reduced_precision(run.metrics)
+    return None if reading.share is None else (reading.share, reading.source)
 
 
 def _h2d_per_step(run: RunAnalysis) -> int | None:

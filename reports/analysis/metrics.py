@@ -56,7 +56,12 @@ from profreport.reports.analysis.lines import (
     lprof_step_stats,
     top_lines,
 )
-from profreport.reports.analysis.ops import conv_bias_before_bn, conv_formats, op_precision
+from profreport.reports.analysis.ops import (
+    conv_bias_before_bn,
+    conv_formats,
+    op_dtypes,
+    op_precision,
+)
 from profreport.reports.analysis.results import RunMetrics, SharedCpu, TraceFile, Trials
 from profreport.reports.analysis.steps import (
     StepWindows,
@@ -202,6 +207,8 @@ def compute_run_metrics(profiles: list[Profile], manifest: Manifest | None = Non
             ops_profile) else gpu_profile
         metrics.op_precision = op_precision(precision_profile, _devices_of(profiles),
                                             _windows_of(precision_profile, timed))
+    elif ops_profile is not None:
+        metrics.op_dtypes = op_dtypes(ops_profile, _windows_of(ops_profile, timed))
     conv_profile = ops_profile or gpu_profile
     if conv_profile is not None:
         conv_windows = _windows_of(conv_profile, timed)

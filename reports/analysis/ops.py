@@ -22,7 +22,14 @@ from profreport import concepts
 from profreport.model import Profile, position_dtype
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.launches import launch_calls, launch_steps
-from profreport.reports.analysis.results import ConvBiasStats, ConvFormats, OpPrecision
+from profreport.reports.analysis.results import (
+    ConvBiasStats,
+    ConvFormats,
+    OpDtypes,
+    OpPrecision,
+    PrecisionReading,
+    RunMetrics,
+)
 from profreport.reports.analysis.steps import StepWindows
 
 #: Precision labels of :func:`concepts.precision_of`, plus operators whose types were not recorded.
@@ -132,13 +139,7 @@ def op_precision(profile: Profile, devices: pd.DataFrame,
     if not stepped.any():
         return None
     kernels = profile.table("kernels")
-    ops = profile.table("op_inputs")
-    family = concepts.op_family(ops["name"])
-    # The innermost layer is the one that computes (under autocast the outer aten::conv2d still
-    # takes the fp32 tensors, the inner one their bf16 casts) and launches the kernels.
-    units = innermost(ops[family.isin([concepts.MATMUL, concepts.CONVOLUTION]).to_numpy()])
-    units = units.assign(precision=[concepts.precision_of(t) or UNRECORDED
-                                    for t in units["input_types"]])
+    units = _precision_units(profile)
     launcher = launching_op(profile, units, launch_calls(profile, "kernels")[stepped])
     # Each kernel's precision as its place in PRECISIONS: position -1 (launched by no
     # matmul/convolution) reads the trailing -1.
@@ -172,6 +173,50 @@ def op_precision(profile: Profile, devices: pd.DataFrame,
                               if kernel_ns["fp32"] else 0.0),
         unknown_reason=_unknown_reason(profile, units, capability),
         longest_fp32=_longest_call(units, launcher[fp32], duration))
+
+
+def _precision_units(profile: Profile) -> pd.DataFrame:
+    """The matmul and convolution calls at their innermost layer, the one that computes (under
+    autocast the outer aten::conv2d still takes the fp32 tensors, the inner one their bf16
+    casts), each with its precision label."""
+    ops = profile.table("op_inputs")
+    family = concepts.op_family(ops["name"])
+    units = innermost(ops[family.isin([concepts.MATMUL, concepts.CONVOLUTION]).to_numpy()])
+    return units.assign(precision=[concepts.precision_of(t) or UNRECORDED
+                                   for t in units["input_types"]])
+
+
+def op_dtypes(profile: Profile, windows: StepWindows | None) -> OpDtypes | None:
+    """A CPU-only run's matmul and convolution calls: their own time by the precision of their
+    recorded inputs; None when the profile records no such call."""
+    units = _precision_units(profile)
+    if windows is not None:
+        units = units[windows.index_of(units["start"].to_numpy(np.int64)) >= 0]
+    if units.empty:
+        return None
+    spent = (units["end"] - units["start"]).groupby(units["precision"]).sum()
+    return OpDtypes(origin=profile.kind,
+                    ns={label: int(spent.get(label, 0)) for label in PRECISIONS})
+
+
+def reduced_precision(m: RunMetrics) -> PrecisionReading:
+    """The share of the matmul/convolution work in fp16/bf16 and what it is read from: their
+    recorded input dtypes (the share of compute-kernel time they launched, or of their own time
+    on a CPU), else the GPU kernels' names (a hint); unknown, and why, when neither is there."""
+    p, cpu = m.op_precision, m.op_dtypes
+    if p is not None and p.unknown_reason is None and any(
+            p.kernel_ns.get(label, 0) for label in PRECISIONS if label != UNRECORDED):
+        return PrecisionReading(p.share("reduced"), "operator input dtypes")
+    if cpu is not None and cpu.share(UNRECORDED) < 1:
+        recorded = sum(cpu.ns.values()) - cpu.ns[UNRECORDED]
+        return PrecisionReading(cpu.ns["reduced"] / recorded, "operator input dtypes")
+    if m.kernel_mix is not None and m.kernel_mix.compute_kernel_ns:
+        return PrecisionReading(m.kernel_mix.reduced_precision_fraction, "kernel names")
+    if cpu is not None:
+        return PrecisionReading(None, "the matmuls and convolutions carry no input dtypes "
+                                "(torch.profiler ran without record_shapes=True)")
+    return PrecisionReading(None, "no profile records the matmuls' and convolutions' input "
+                                  "dtypes (torch.profiler with record_shapes=True does)")
 
 
 def _longest_call(units: pd.DataFrame, launcher: np.ndarray,

@@ -436,6 +436,30 @@ class OpPrecision:
 
 
 @dataclass(frozen=True)
+class OpDtypes:
+    """What the matmul and convolution operators take on a CPU-only run (their recorded input
+    dtypes, innermost layer): their own time by precision label (concepts.precision_of, plus
+    "unrecorded"), over the step windows (the whole profile when it has none)."""
+
+    origin: Origin
+    ns: dict[str, int]
+
+    def share(self, label: str) -> float:
+        """Share of the calls' time whose inputs have one precision label."""
+        return self.ns.get(label, 0) / max(sum(self.ns.values()), 1)
+
+
+@dataclass(frozen=True)
+class PrecisionReading:
+    """What the model computes in, read once for every advice that depends on it: the share
+    of the matmul/convolution work in fp16/bf16, and what it was read from (their recorded
+    input dtypes, else the kernel names); share None, and ``source`` why, when nothing tells."""
+
+    share: float | None
+    source: str
+
+
+@dataclass(frozen=True)
 class ConvFormats:
     """The memory format of the forward convolutions' inputs in the step windows, from the sizes
     and strides torch.profiler records (record_shapes=True, torch 2.1+ for strides)."""
@@ -660,6 +684,8 @@ class RunMetrics:
     memory: MemoryStats | None = None
     #: Matmul/convolution precision against the GPU's tensor cores (reports.analysis.ops).
     op_precision: OpPrecision | None = None
+    #: Matmul/convolution input dtypes on a CPU-only run (reports.analysis.ops.op_dtypes).
+    op_dtypes: OpDtypes | None = None
     #: Convolutions with a bias feeding BatchNorm (reports.analysis.ops).
     conv_bias: ConvBiasStats | None = None
     #: Memory formats of the convolutions' inputs (reports.analysis.ops.conv_formats).

@@ -24,11 +24,13 @@ from profreport.reports.analysis.findings.verdicts import (
     compute_share,
     trial_evidence,
 )
+from profreport.reports.analysis.ops import reduced_precision
 from profreport.reports.analysis.results import (
     Evidence,
     Finding,
     KernelMix,
     Origin,
+    PrecisionReading,
     RunMetrics,
     Severity,
     TopItem,
@@ -53,6 +55,14 @@ LIGHT_LOADER_CORES = 0.5
 #: The memory format that keeps a convolution's input in the layout its kernels want, by the
 #: rank of that input (NCHW 2-D convolutions, NCDHW 3-D ones).
 _MEMORY_FORMAT_OF_RANK = {4: "channels_last", 5: "channels_last_3d"}
+
+
+def amp_on(reading: PrecisionReading, ctx: RunContext) -> bool:
+    """Whether mixed precision is on: AMP_PRESENT_FRACTION of the matmul/convolution work in
+    fp16/bf16 by what the profiles record (ops.reduced_precision), else the run's amp knob."""
+    if reading.share is not None:
+        return reading.share >= AMP_PRESENT_FRACTION
+    return bool(ctx.knob("amp"))
 
 
 def memory_format_advice(conv_ranks: tuple[int, ...]) -> str:
@@ -102,7 +112,8 @@ def compute_bound(facts: Facts) -> Finding | None:
         evidence += _kernel_mix_evidence(m.kernel_mix)
     return Finding("COMPUTE_BOUND", "info",
                    "The GPU's kernels set the pace of training.", evidence,
-                   _gpu_compute_advice(m.kernel_mix, ctx, conv_ranks(m)))
+                   _gpu_compute_advice(m.kernel_mix, ctx, conv_ranks(m),
+                                       reduced_precision(m)))
 
 
 def _kernel_mix_evidence(mix: KernelMix) -> list[Evidence]:
@@ -124,21 +135,37 @@ def _kernel_mix_evidence(mix: KernelMix) -> list[Evidence]:
     return out
 
 
-def _gpu_compute_advice(mix: KernelMix | None, ctx: RunContext,
-                        conv_ranks: tuple[int, ...]) -> str:
-    """What to change, from what the kernels show (and the run's knobs and its convolutions'
-    input ranks)."""
+def _amp_step(reading: PrecisionReading, ctx: RunContext) -> str | None:
+    """'enable mixed precision' with what the run computes in now; None when it is on (by the
+    recorded dtypes or kernel names, else the knob)."""
+    if amp_on(reading, ctx) or ctx.knob("amp"):
+        return None
+    if reading.share is None:
+        return ("enable mixed precision (torch.autocast + GradScaler) if the model trains in "
+                f"fp32 (the profiles cannot tell: {reading.source})")
+    if reading.source == "kernel names":
+        now = (f"{pct(reading.share)} of kernel time is fp16/bf16 now" if reading.share > 0
+               else "every kernel runs in fp32 now")
+    elif reading.share > 0:
+        now = (f"matmuls and convolutions with fp16/bf16 inputs launch {pct(reading.share)} of "
+               "compute-kernel time now, by their recorded dtypes")
+    else:
+        now = "the matmuls and convolutions take no fp16/bf16 input now, by their recorded dtypes"
+    return f"enable mixed precision (torch.autocast + GradScaler; {now})"
+
+
+def _gpu_compute_advice(mix: KernelMix | None, ctx: RunContext, conv_ranks: tuple[int, ...],
+                        reading: PrecisionReading) -> str:
+    """What to change, from what the kernels show (and the run's knobs, its convolutions'
+    input ranks and what it computes in)."""
+    amp_step = _amp_step(reading, ctx)
     if mix is None:
-        amp = "" if ctx.knob("amp") else "enable mixed precision (torch.autocast + GradScaler), "
+        amp = "" if amp_step is None else f"{amp_step}, "
         layout = ("" if ctx.channels_last() else
                   f"try {memory_format_advice(conv_ranks)} for the convolutions, and ")
         compiled = "" if ctx.compiled() else "try torch.compile, or "
         return f"To go faster, {amp}{layout}{compiled}reduce the model's work per sample."
-    steps = []
-    if mix.reduced_precision_fraction < AMP_PRESENT_FRACTION and not ctx.knob("amp"):
-        now = (f"{pct(mix.reduced_precision_fraction)} of kernel time is fp16/bf16 now"
-               if mix.reduced_precision_fraction > 0 else "every kernel runs in fp32 now")
-        steps.append(f"enable mixed precision (torch.autocast + GradScaler; {now})")
+    steps = [amp_step] if amp_step is not None else []
     if mix.layout_conversion_fraction >= LAYOUT_CONVERSION_SHARE and ctx.channels_last():
         steps.append("find the layer or input still in the old layout: with channels_last on, "
                      f"layout conversions still take {pct(mix.layout_conversion_fraction)} of "
@@ -204,15 +231,16 @@ def _cpu_compute_advice(m: RunMetrics, ctx: RunContext, slow: bool) -> str:
     """CPU advice from this run's evidence: autocast without native bf16 or a missed oneDNN path
     first; then how its threads fit its CPUs, its top operator's lever and knobs that do nothing
     without a GPU."""
-    mix = m.cpu_op_mix
+    mix, reading = m.cpu_op_mix, reduced_precision(m)
     cores = _cpu_threads_advice(ctx, m.trials)
-    if ctx.knob("amp") and ctx.environment.get("cpu_native_bf16") is False:
+    autocast = amp_on(reading, ctx)
+    if autocast and ctx.environment.get("cpu_native_bf16") is False:
         where = (f" ({', '.join(mix.slow_fallback_ops[:2])})" if slow and mix is not None
                  else "")
         return ("Turn autocast off on this CPU: it has no native bf16 (AVX512-BF16 or AMX), so "
                 f"bf16 operators run emulated or on ATen's slow reference kernels{where}; fp32 "
                 f"runs the convolutions on oneDNN. Then {cores}.")
-    if ctx.knob("amp") and slow:
+    if autocast and slow:
         return ("Autocast is on and the bf16 convolutions run on ATen's slow reference kernels: "
                 "this CPU probably lacks native bf16 (look for avx512_bf16 or amx_bf16 in lscpu); "
                 f"compare a run with amp off. Then {cores}.")
@@ -220,11 +248,31 @@ def _cpu_compute_advice(m: RunMetrics, ctx: RunContext, slow: bool) -> str:
         return ("The convolutions miss oneDNN and run on ATen's slow reference kernels: keep "
                 "inputs and weights float32 and contiguous, and check "
                 f"torch.backends.mkldnn.is_available(). Then {cores}.")
-    steps = [cores] + _top_op_levers(m, ctx)
+    steps = [cores] + _top_op_levers(m, ctx) + list(filter(None, [_cpu_amp_step(reading,
+                                                                                 ctx)]))
     if ctx.knob("pin_memory"):
         steps.append("drop pin_memory=True: without a GPU it pins nothing and only costs the "
                      "DataLoader a copy")
     return "To go faster: " + "; ".join(steps) + ". A GPU is the larger step."
+
+
+def _cpu_amp_step(reading: PrecisionReading, ctx: RunContext) -> str | None:
+    """bf16 autocast on a CPU that computes bf16 natively (elsewhere it is emulated, slower
+    than fp32), by what the matmuls and convolutions take: not for a run already in bf16, a
+    conditional step when the dtypes are not recorded; autocast on with fp32 inputs is
+    autocast missing the model."""
+    if ctx.knob("amp") and reading.share is not None and not amp_on(reading, ctx):
+        return ("autocast is on, yet the matmuls and convolutions take fp32 inputs (by their "
+                "recorded dtypes): run the forward pass and the loss inside the torch.autocast "
+                "region")
+    if amp_on(reading, ctx) or ctx.environment.get("cpu_native_bf16") is not True:
+        return None
+    autocast = "run the forward pass under torch.autocast('cpu', dtype=torch.bfloat16)"
+    if reading.share is None:
+        return (f"this CPU computes bf16 natively: if the model trains in fp32 (the profiles "
+                f"cannot tell: {reading.source}), {autocast}")
+    return (f"{autocast}: this CPU computes bf16 natively and the matmuls and convolutions "
+            f"spend {pct(1 - reading.share)} of their time on fp32 or wider inputs")
 
 
 def _cpu_threads_advice(ctx: RunContext, trials: Trials | None) -> str:
