@@ -137,6 +137,9 @@ _OPTIMIZER_STEP_SPAN = r"(?i)^(?:Optimizer\.step#|[#\s]*optimizer(?:[._ ]step)?[
 _OPTIMIZER_CLASS = re.compile(r"^Optimizer\.step#(\w+)\.step")
 # Clearing the gradients: torch.profiler's ``Optimizer.zero_grad#SGD.zero_grad``.
 _ZERO_GRAD_SPAN = r"^Optimizer\.zero_grad#"
+# What zero_grad(set_to_none=False) runs to write zeros into the gradients, on any device: a
+# ``Tensor.zero_()`` per gradient (which calls ``fill_``), or one ``_foreach_zero_`` per group.
+_ZERO_FILL_OP = r"^aten::(?:zero_|fill_|_foreach_zero_)$"
 # The backward pass on the CPU: autograd engine nodes
 # (``autograd::engine::evaluate_function: ConvolutionBackward0``).
 _BACKWARD_OP = r"^autograd::engine::evaluate_function"
@@ -512,6 +515,11 @@ def is_fused_optimizer_kernel(names: pd.Series) -> pd.Series:
 def is_zero_grad_span(names: pd.Series) -> pd.Series:
     """Whether each CPU op or range is an ``optimizer.zero_grad()`` call."""
     return _matches(names, _ZERO_GRAD_SPAN)
+
+
+def is_zero_fill_op(names: pd.Series) -> pd.Series:
+    """Whether each CPU op writes zeros into a tensor in place (``aten::zero_``...)."""
+    return _matches(names, _ZERO_FILL_OP)
 
 
 def is_backward_op(names: pd.Series) -> pd.Series:

@@ -331,6 +331,40 @@ def test_all_reduce_sizes_of_real_runs(corpus: Path) -> None:
     assert nsys.metrics.comm.sizes_unknown.startswith("Nsight Systems records")
 
 
+def zero_grad_steps(fills: bool) -> list[dict]:
+    """A CPU-only run of 3 steps of 10 ms: 8 ms of convolution, then Optimizer.zero_grad;
+    with ``fills`` (set_to_none=False) it zero-fills 3 gradients (aten::zero_ -> aten::fill_
+    each), else (set_to_none=True) it runs no operator."""
+    events: list[dict] = []
+    for step in range(3):
+        t0 = step * 10_000
+        events += [event(f"ProfilerStep#{step + 1}", t0, 10_000, "user_annotation"),
+                   event("aten::conv2d", t0 + 100, 8_000),
+                   event("Optimizer.zero_grad#SGD.zero_grad", t0 + 8_200, 300,
+                         "user_annotation")]
+        if fills:
+            events += [op for i in range(3) for op in (
+                event("aten::zero_", t0 + 8_210 + 50 * i, 40),
+                event("aten::fill_", t0 + 8_215 + 50 * i, 30))]
+    return events
+
+
+def test_zero_grad_filling_zeros_on_a_cpu(tmp_path: Path) -> None:
+    """zero_grad(set_to_none=False) writes zeros into every gradient on a CPU too: the
+    zero-filling operators inside its span (3 per step, aten::zero_ counted once, not the
+    fill_ it runs) are the evidence; set_to_none=True runs none and gets no finding."""
+    run = analyze_trace(tmp_path, zero_grad_steps(fills=True))
+    assert run.metrics.gpu is None and run.metrics.zero_grad_fills_per_step == 3
+    finding = {f.id: f for f in run.findings}["ZERO_GRAD_NOT_NONE"]
+    assert finding.evidence[0].text == (
+        "3 zero-filling operators (aten::zero_, aten::_foreach_zero_) run inside "
+        "Optimizer.zero_grad per step (set_to_none=True runs none)")
+    assert finding.recommendation.endswith("saving a pass writing zeros over every gradient.")
+    none = analyze_trace(tmp_path, zero_grad_steps(fills=False), name="none.json")
+    assert none.metrics.zero_grad_fills_per_step == 0
+    assert "ZERO_GRAD_NOT_NONE" not in {f.id for f in none.findings}
+
+
 def test_a_run_that_accumulates_is_asked_for_more_batches(tmp_path: Path) -> None:
     """A --script run whose steps take 2 batches each (gradient accumulation under no_sync(),
     as a real gloo DDP script of find_unused_parameters and gradient_as_bucket_view did) is

@@ -501,6 +501,7 @@ def test_zero_grad_and_in_process_loader_from_the_trace(corpus: Path) -> None:
     the spans say so and no in-process finding fires. The HTA trace's zero_grad launches none."""
     w0 = metrics_of(corpus / "kineto" / "resnet50_num_workers_0.pt.trace.json.gz")
     assert w0.kernel_mix.zero_grad_work_per_step == 161 and w0.loader_in_process is True
+    assert w0.zero_grad_fills_per_step == 161  # ResNet-50's 161 parameters, each zero_()'d
     found = ids(w0)
     assert "161 kernels" in found["ZERO_GRAD_NOT_NONE"].evidence[0].text
     assert "from 0 to" in found["LOADER_BOUND"].recommendation

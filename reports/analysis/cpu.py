@@ -14,6 +14,7 @@ from profreport.allocator import giving_back_memory
 from profreport.model import Profile, narrowest_int, position_dtype
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.kept import classified, table_name_codes
+from profreport.reports.analysis.ops import outermost
 from profreport.reports.analysis.results import CpuOpMix, TopItem
 from profreport.reports.analysis.steps import StepWindows, starts_in_windows
 from profreport.reports.analysis.top import TOP_OPS, ranked
@@ -242,3 +243,18 @@ def ddp_forward_calls(profile: Profile) -> int:
     """How many DistributedDataParallel forward spans the profile holds."""
     return sum(int(classified(profile, table, concepts.is_ddp_forward).sum())
                for table in SPAN_TABLES)
+
+
+def zero_grad_fills_per_step(profile: Profile, windows: StepWindows | None) -> float | None:
+    """Operators writing zeros into the gradients (``aten::zero_``, ``aten::_foreach_zero_``)
+    that start inside ``optimizer.zero_grad()`` spans in the step windows, per step, each
+    counted once (not the ``fill_`` its ``zero_`` runs); None without such spans or steps.
+    ``set_to_none=True`` frees the gradients and runs none, on a CPU as on a GPU."""
+    spans = iv.union_of([spans_where(profile, concepts.is_zero_grad_span)])
+    if windows is None or not len(spans):
+        return None
+    ops = profile.table("cpu_ops")
+    fills = ops[classified(profile, "cpu_ops", concepts.is_zero_fill_op)]
+    starts = fills["start"].to_numpy(np.int64)
+    fills = fills[iv.inside(spans, starts) & starts_in_windows(starts, windows)]
+    return len(outermost(fills)) / windows.count

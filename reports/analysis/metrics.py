@@ -31,7 +31,13 @@ from profreport.manifest import Manifest
 from profreport.model import Profile, TrainingLoop
 from profreport.reports.analysis.breakdown import claim, cpu_breakdown, cpu_parts, cpu_phases
 from profreport.reports.analysis.comm import cpu_comm_stats, gpu_comm_stats
-from profreport.reports.analysis.cpu import compiled_regions, cpu_op_mix, framework_ops, top_ops
+from profreport.reports.analysis.cpu import (
+    compiled_regions,
+    cpu_op_mix,
+    framework_ops,
+    top_ops,
+    zero_grad_fills_per_step,
+)
 from profreport.reports.analysis.findings.verdicts import loader_shares_agree
 from profreport.reports.analysis.gpu import (
     busy_intervals,
@@ -290,6 +296,7 @@ def _add_top_ops(metrics: RunMetrics, timed: list[tuple[Profile, StepWindows]],
         return
     ops_profile, ops_windows = min(with_ops, key=lambda pw: _OPS_ORIGIN_ORDER[pw[0].kind])
     metrics.top_ops = top_ops(ops_profile, ops_windows)
+    metrics.zero_grad_fills_per_step = zero_grad_fills_per_step(ops_profile, ops_windows)
     if metrics.top_ops:
         metrics.top_ops_origin = ops_profile.kind
         metrics.top_ops_share_of = "step time" if ops_windows is not None else "profiled span"

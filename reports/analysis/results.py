@@ -684,6 +684,9 @@ class RunMetrics:
     memory: MemoryStats | None = None
     #: Matmul/convolution precision against the GPU's tensor cores (reports.analysis.ops).
     op_precision: OpPrecision | None = None
+    #: Operators zero-filling gradients inside optimizer.zero_grad() per step, any device
+    #: (cpu.zero_grad_fills_per_step); None without zero_grad spans or steps.
+    zero_grad_fills_per_step: float | None = None
     #: Matmul/convolution input dtypes on a CPU-only run (reports.analysis.ops.op_dtypes).
     op_dtypes: OpDtypes | None = None
     #: Convolutions with a bias feeding BatchNorm (reports.analysis.ops).

@@ -29,19 +29,30 @@ OPTIMIZER_KERNELS_MANY = 50
 
 @rule("ZERO_GRAD_NOT_NONE", severity=("low",), needs=("profiles",))
 def zero_grad_not_none(facts: Facts) -> Finding | None:
-    """``zero_grad()`` launches kernels: it fills the gradients with zeros instead of freeing
-    them (``set_to_none=False``)."""
+    """``zero_grad()`` writes zeros into the gradients instead of freeing them
+    (``set_to_none=False``): the kernels it launches on a GPU, the zero-filling operators it
+    runs on any device."""
     m = facts.metrics
     mix = m.kernel_mix
-    if mix is None or not mix.zero_grad_work_per_step:
+    kernels = mix.zero_grad_work_per_step if mix is not None else None
+    fills = m.zero_grad_fills_per_step
+    if kernels:
+        evidence = Evidence(f"{kernels:.0f} kernels and memsets launched inside "
+                            "Optimizer.zero_grad per step (set_to_none=True launches none)",
+                            mix.origin)
+        saving = "a kernel per parameter"
+    elif fills:
+        evidence = Evidence(f"{fills:.0f} zero-filling operators (aten::zero_, "
+                            "aten::_foreach_zero_) run inside Optimizer.zero_grad per step "
+                            "(set_to_none=True runs none)", m.top_ops_origin or "kineto")
+        saving = "a pass writing zeros over every gradient"
+    else:
         return None
     return Finding("ZERO_GRAD_NOT_NONE", "low",
                    "optimizer.zero_grad() writes zeros into every gradient each step.",
-                   [Evidence(f"{mix.zero_grad_work_per_step:.0f} kernels and memsets launched "
-                             "inside Optimizer.zero_grad per step (set_to_none=True launches "
-                             "none)", mix.origin)],
+                   [evidence],
                    "Call optimizer.zero_grad(set_to_none=True) (the default from PyTorch 2.0): "
-                   "gradients are freed instead of zero-filled, saving a kernel per parameter.")
+                   f"gradients are freed instead of zero-filled, saving {saving}.")
 
 
 def _capability_text(precision: OpPrecision) -> str:
