@@ -57,6 +57,9 @@ class ProfiledRun:
     #: How many CPUs ``other_cpu_s`` was measured over: the runner's affinity set. None in
     #: manifests written before it was recorded, whose figure is the whole machine's.
     cpus: int | None = None
+    #: One line: the processes the launch left running once it ended (nsys's agent, in a
+    #: session of its own) and how they were ended (runner.leftovers); None when it left none.
+    leftovers: str | None = None
 
 
 @dataclass
@@ -365,7 +368,7 @@ _FIELDS: dict[str, tuple[Callable[[str, object, list[str]], object], Callable[[]
         "exit_status": _optional_integer, "wall_time_s": _number,
         "error": _optional_text, "note": _optional_text, "signal": _optional_text,
         "stderr_tail": _texts, "cpu_s": _optional_number, "other_cpu_s": _optional_number,
-        "cpus": _optional_count})),
+        "cpus": _optional_count, "leftovers": _optional_text})),
         list),
     "artifacts": (_list_of(_record(Artifact, {
         "path": _text, "profiler": _text, "rank": _optional_count})), list),

@@ -21,6 +21,7 @@ from typing import Any
 from profreport import concepts
 from profreport.errors import UsageError
 from profreport.manifest import Artifact, ProfiledRun
+from profreport.runner.leftovers import end_leftovers, marked_environment, new_mark
 from profreport.runner.variants import cpu_has_native_bf16, cpus_available
 
 PROFILERS = ("kernprof", "torch", "nsys")
@@ -200,16 +201,24 @@ def run_launch(launch: Launch) -> ProfiledRun:
     started = time.perf_counter()
     launch.log.parent.mkdir(parents=True, exist_ok=True)
     errors = stderr_log(launch.log)
+    # nsys's agent runs in a session of its own: what the launch leaves is found by its mark.
+    mark = new_mark() if launch.profiler == "nsys" else None
+    leftovers = None
     try:
         with open(launch.log, "w", encoding="utf-8") as out, \
                 open(errors, "w", encoding="utf-8") as err:
             status = subprocess.run(launch.command, stdout=out, stderr=err,
-                                    stdin=subprocess.DEVNULL, check=False).returncode
+                                    stdin=subprocess.DEVNULL, check=False,
+                                    env=marked_environment(mark) if mark else None).returncode
+        wall_s = time.perf_counter() - started
     except OSError as exc:
         return ProfiledRun(MANIFEST_PROFILER[launch.profiler], launch.command, None,
                            time.perf_counter() - started, error=f"cannot start: {exc}")
-    record = ProfiledRun(MANIFEST_PROFILER[launch.profiler], launch.command, status,
-                         time.perf_counter() - started)
+    finally:
+        if mark:
+            leftovers = end_leftovers(mark, launch.profiler)
+    record = ProfiledRun(MANIFEST_PROFILER[launch.profiler], launch.command, status, wall_s,
+                         leftovers=leftovers)
     busy_after = cpus_busy_s(cpus)
     # A launch that failed may leave workers no one reaps: their CPU time would read as the
     # rest of the machine's.

@@ -198,6 +198,8 @@ def launch_one(manifest: Manifest, folder: Path, profiler: str, command: list[st
     """Run one launch into ``folder/<profiler>.log``, record it and rewrite the manifest."""
     progress(started, f"{manifest.name}: {launch_label(profiler)}")
     record = run_launch(Launch(profiler, command, folder / f"{profiler}.log"))
+    if record.leftovers:
+        progress(started, f"{manifest.name}: {launch_label(profiler)}: {record.leftovers}")
     record_launch(manifest, folder, profiler, record, multi_process)
     write_manifest(folder, manifest)
     if record.error:
