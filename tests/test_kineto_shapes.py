@@ -338,6 +338,18 @@ def test_gpu_events_without_cpu_ops_give_a_report(tmp_path: Path) -> None:
     assert run.verdict == "unknown" and "no step markers" in run.verdict_reason
 
 
+def test_one_optimizer_step_is_said_to_make_no_step(tmp_path: Path) -> None:
+    """One training step profiled without schedule (torch 2.13 records no ProfilerStep span
+    then): its one optimizer step makes no step, which runs from one optimizer step's end to
+    the next's; the reason read 'no step markers (..., an optimizer step, ...)' beside it."""
+    path = kineto_trace(tmp_path / "single.json", [
+        cpu_event("aten::mm", 1000, 500),
+        cpu_event("Optimizer.step#Adam.step", 1600, 200, cat="user_annotation")])
+    run = _analyzed(path)
+    assert run.metrics.steps is None and run.verdict == "unknown"
+    assert "two optimizer steps (a step runs from one's end to the next's)" in run.verdict_reason
+
+
 def test_nearly_empty_trace_is_said_to_be_empty(tmp_path: Path) -> None:
     """A few runtime calls over 9 s and nothing else: nothing to analyse (an nsys capture of OS
     runtime calls alone reads the same), never a bottleneck, and never called 'empty'."""
@@ -434,7 +446,7 @@ def test_an_operator_repeated_while_a_model_is_built_is_no_step(tmp_path: Path) 
     assert profile.table("steps").empty and profile.meta.step_span is None
     run = _analyzed(path)
     assert run.metrics.steps is None
-    assert run.verdict == "unknown" and "an optimizer step" in run.verdict_reason
+    assert run.verdict == "unknown" and "two optimizer steps" in run.verdict_reason
 
 
 def test_an_operator_of_any_namespace_is_no_step(tmp_path: Path) -> None:

@@ -212,9 +212,9 @@ def _waste_candidates(m: RunMetrics) -> list[Candidate]:
 def profiler_verdict(m: RunMetrics) -> tuple[Verdict, str]:
     """The bottleneck the profiles alone show, with the numbers behind it."""
     if m.steps is None and m.gpu is None:
-        return "unknown", ("no step markers (ProfilerStep, NVTX 'step N', an optimizer step, "
-                           "an annotated range that repeats, a DataLoader loop line) and no GPU "
-                           "activity in the inputs")
+        return "unknown", ("no step markers (ProfilerStep, NVTX 'step N', two optimizer steps "
+                           "(a step runs from one's end to the next's), an annotated range that "
+                           "repeats, a DataLoader loop line) and no GPU activity in the inputs")
     candidates = _waste_candidates(m)
     if candidates:
         _, _, name, reason = max(candidates, key=lambda c: c[0])
