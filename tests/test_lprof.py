@@ -213,6 +213,25 @@ def test_source_beside_an_lprof_named_by_a_relative_path_is_shown(
     assert profile.meta.functions[0].source_path == str(run / "train.py")
 
 
+def test_listings_start_where_line_profiler_says_each_function_does(tmp_path: Path) -> None:
+    """The HTML listing's 'Function: train at line N' is the line line_profiler recorded (the
+    decorator's, as its own listing says), not the first timed line (a real kernprof -l profile
+    of an @profile function read 'at line 12' for line_profiler's 'at line 10'); two methods of
+    one name in a file are two listings, not one."""
+    from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+
+    source = ("@profile\ndef train():\n    x = 1\n    return x\n"
+              "class A:\n    def forward(self):\n        return 1\n"
+              "class B:\n    def forward(self):\n        return 2\n")
+    (tmp_path / "train.py").write_text(source)
+    path = stats_file(tmp_path / "train.py.lprof", {
+        ("train.py", 1, "train"): [(3, 1, 500), (4, 1, 100)],
+        ("train.py", 6, "forward"): [(7, 2, 300)], ("train.py", 9, "forward"): [(10, 2, 200)]})
+    listings = analyze_paths([path], AnalyzeOptions()).runs[0].metrics.listings
+    assert [(f.function, f.first_lineno, [line.lineno for line in f.lines]) for f in listings] \
+        == [("train", 1, [3, 4]), ("forward", 6, [7]), ("forward", 9, [10])]
+
+
 def test_profile_of_no_function_has_an_empty_table(tmp_path: Path) -> None:
     path = tmp_path / "empty.lprof"
     path.write_bytes(pickle.dumps(LineStats({}, 1e-9), protocol=5))

@@ -145,12 +145,15 @@ def top_lines(lines: pd.DataFrame) -> list[LineItem]:
 
 
 def function_listings(lines: pd.DataFrame) -> list[FunctionListing]:
-    """Every profiled function with all its lines in order, slowest function first."""
+    """Every profiled function with all its lines in order, slowest function first; a
+    function is the line it starts at as line_profiler recorded it (its decorator's, as
+    line_profiler's own listing says), two of one name in a file apart."""
     listings = []
-    for (file, function), part in lines.groupby(["file", "function"], sort=True):
+    for (file, first, function), part in lines.groupby(["file", "first_lineno", "function"],
+                                                        sort=True):
         part = part.sort_values("lineno")
         listings.append(FunctionListing(
-            file=str(file), function=str(function), first_lineno=int(part["lineno"].iloc[0]),
+            file=str(file), function=str(function), first_lineno=int(first),
             total_ns=int(part["time_ns"].sum()),
             lines=[line_item(row) for _, row in part.iterrows()]))
     return sorted(listings, key=lambda item: (-item.total_ns, item.file, item.function))

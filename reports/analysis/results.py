@@ -587,6 +587,7 @@ class FunctionListing:
 
     file: str
     function: str
+    #: The line the function starts at as line_profiler recorded it (its first decorator's).
     first_lineno: int
     total_ns: int
     lines: list[LineItem]
