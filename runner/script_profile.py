@@ -67,7 +67,9 @@ def install_profile_builtin() -> None:
 
 @dataclass
 class LoaderUse:
-    """The knobs of one DataLoader and how many batches the script took from it."""
+    """The knobs of the DataLoaders over one dataset (a loader made anew each epoch over the
+    same dataset is the same one; the first one's knobs) and how many batches the script took
+    from them."""
 
     batch_size: int | None
     num_workers: int
@@ -77,7 +79,7 @@ class LoaderUse:
     prefetch_factor: int | None = None
     #: Batches fetched while autograd was on (a fetch under ``no_grad`` feeds no training step).
     batches: int = 0
-    #: ``backward()`` calls whose last batch fetched before them came from this loader.
+    #: ``backward()`` calls whose last batch fetched before them came from these loaders.
     fed_backward: int = 0
 
 
@@ -86,8 +88,9 @@ class StepMarks:
     """End time of each iteration (perf_counter_ns) and the loaders used, as the hooks saw them."""
 
     ends_ns: list[int] = field(default_factory=list)
+    #: The loaders used, by the id of their dataset.
     loaders: dict[int, LoaderUse] = field(default_factory=dict)
-    #: At each mark, the batches each loader had yielded so far (by loader id).
+    #: At each mark, the batches each loader had yielded so far (by dataset id).
     batches_at: list[dict[int, int]] = field(default_factory=list)
     #: The first optimizer's learning rate at its first step.
     lr: float | None = None
@@ -96,7 +99,7 @@ class StepMarks:
     losses: list[float] = field(default_factory=list)
     last_backward: float | None = None
 
-    #: The loader of the last batch fetched while autograd was on (by loader id).
+    #: The loader of the last batch fetched while autograd was on (by dataset id).
     last_fetch: int | None = None
 
     def training_loader(self) -> LoaderUse | None:
@@ -108,11 +111,13 @@ class StepMarks:
 
     def trains_from(self, key: int) -> bool:
         """Whether a fetch from loader ``key`` now is a training fetch: autograd is on and the
-        loader is the training loader, or no loader has fed a backward yet."""
+        loader's batches have fed a backward, or no loader's have yet (the fetches before the
+        first step)."""
         if not torch.is_grad_enabled():
             return False
         training = self.training_loader()
-        return training is None or training.fed_backward == 0 or training is self.loaders[key]
+        return training is None or training.fed_backward == 0 or \
+            self.loaders[key].fed_backward > 0
 
     def fed_backward(self) -> None:
         """A ``backward()`` call: the loader of the last batch fetched with autograd on fed it."""
@@ -198,11 +203,12 @@ def watch_loaders(marks: StepMarks, nvtx: Any | None = None) -> Any:
 
     def iterate(loader: DataLoader) -> Any:
         iterator = original_iter(loader)
-        if id(loader) not in marks.loaders:
-            marks.loaders[id(loader)] = LoaderUse(
+        key = id(loader.dataset)
+        if key not in marks.loaders:
+            marks.loaders[key] = LoaderUse(
                 loader.batch_size, loader.num_workers, bool(loader.pin_memory),
                 bool(loader.persistent_workers), loader.prefetch_factor)
-        iterator._profreport_loader = id(loader)  # type: ignore[union-attr]
+        iterator._profreport_loader = key  # type: ignore[union-attr]
         iterator._profreport_span = iterator._profile_name  # type: ignore[union-attr]
         return iterator
 
