@@ -359,3 +359,32 @@ def test_real_trace_levels_and_a_real_leak(tmp_path: Path) -> None:
     assert growth.evidence[1].text.startswith(
         f"aten::relu › aten::clamp_min: {ACTIVE_STEPS - 1} allocations of 1.0 MB (1.0 MiB) "
         f"made over {ACTIVE_STEPS - 1} steps are never released")
+
+
+def test_the_memory_of_each_profiling_cycle_names_its_file(tmp_path: Path) -> None:
+    """torch.profiler's schedule with repeat=3 and tensorboard_trace_handler: one file per
+    cycle, of one process, none recording a rank. Each file's memory is a row of the memory
+    view, named by its file (the rows read 'cuda:0' alone, three times); a single file's row
+    names nothing, as before."""
+    from profreport.executors import ExecutorOptions
+    from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+    from profreport.reports.render.markdown import render_markdown
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for cycle in range(3):
+        at = 1_000_000 * cycle
+        events = [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{cycle * 2 + i}",
+                   "pid": 7, "tid": 7, "ts": at + 100 * i, "dur": 100} for i in range(2)]
+        events += [_memory_event(at + 10 + 100 * i, (cycle + 1) << 20,
+                                 totals=((cycle + 1) << 20, 4 << 20)) for i in range(2)]
+        _write_trace(folder / f"host_7.{cycle}.pt.trace.json", events)
+    options = AnalyzeOptions(executor=ExecutorOptions(processes=1))
+    report = analyze_paths([folder], options)
+    devices = report.runs[0].metrics.memory.devices
+    assert [(d.source_label, d.peak_allocated) for d in devices] == [
+        (f"host_7.{cycle}.pt.trace.json", (cycle + 1) << 20) for cycle in range(3)]
+    markdown = render_markdown(report)
+    assert "| host\\_7.1.pt.trace.json, cuda:0 | torch.profiler (allocated) |" in markdown
+    alone = analyze_paths([folder / "host_7.0.pt.trace.json"], options)
+    assert alone.runs[0].metrics.memory.devices[0].source_label is None

@@ -766,3 +766,47 @@ def test_a_range_no_other_process_repeats_makes_no_rank(tmp_path: Path) -> None:
     parts = nsys.process_profiles(nsys.parse(ranked))
     assert [(p.process, p.rank, len(p.table("steps"))) for p in parts] == [(7, 0, 6),
                                                                           (9, 1, 24)]
+
+
+def _with_memory(path: Path, rows: list[tuple[int, int, int, int]]) -> Path:
+    """``path`` with CUDA_GPU_MEMORY_USAGE_EVENTS (``--cuda-memory-usage=true``): device
+    allocations ``(start, pid, device, bytes)`` of the processes (host 1)."""
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE CUDA_GPU_MEMORY_USAGE_EVENTS (start INTEGER NOT NULL, "
+                     "globalPid INTEGER, deviceId INTEGER, address INTEGER, bytes INTEGER, "
+                     "memKind INTEGER, memoryOperationType INTEGER)")
+        conn.executemany("INSERT INTO CUDA_GPU_MEMORY_USAGE_EVENTS VALUES (?, ?, ?, 4096, ?, "
+                         "2, 0)", [(at, Process(pid).global_pid, device, size)
+                                   for at, pid, device, size in rows])
+    return path
+
+
+def test_the_memory_of_each_process_of_a_capture_says_whose_it_is(tmp_path: Path) -> None:
+    """torchrun under nsys --cuda-memory-usage=true: each process's device allocations are a
+    row of the memory view named by its pid (both rows read 'cuda:N' alone), by its rank and
+    pid when it recorded its rank; the per-rank chart's bars say which process each rank is."""
+    def capture(name: str, marks: tuple[str, str]) -> Path:
+        processes = [_stepped(7, 20, device=0), _stepped(9, 40, device=1)]
+        if marks[0]:
+            processes = [_marked(p, mark) for p, mark in zip(processes, marks, strict=True)]
+        return _with_memory(write_export(tmp_path / name, [Process(3), *processes]),
+                            [(3 * MS, 7, 0, 1 << 21), (4 * MS, 9, 1, 1 << 22)])
+
+    from profreport.reports.render.charts import per_rank_figure
+    from profreport.reports.render.markdown import render_markdown
+
+    report = _report(capture("pids.sqlite", ("", "")))
+    devices = report.runs[0].metrics.memory.devices
+    assert [(d.source_label, d.process, d.device) for d in devices] == [
+        ("pid 7", 7, 0), ("pid 9", 9, 1)]
+    markdown = render_markdown(report)
+    assert "| pid 7, cuda:0 | Nsight Systems (reserved) |" in markdown
+    assert "| pid 9, cuda:1 | Nsight Systems (reserved) |" in markdown
+    report = _report(capture("ranks.sqlite", ("rank 1 of 2", "rank 0 of 2")))
+    run = report.runs[0]
+    assert [d.source_label for d in run.metrics.memory.devices] == ["rank 1, pid 7",
+                                                                    "rank 0, pid 9"]
+    assert list(per_rank_figure(run).data[0].y) == ["rank 0, pid 9", "rank 1, pid 7"]
+    from profreport.reports.render.html import render_html
+
+    assert "<tr><td>rank 1, pid 7, cuda:0</td>" in render_html(report)

@@ -12,6 +12,7 @@ allocator's segments (reserved).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -273,7 +274,8 @@ def _device_memory(profile: Profile, events: pd.DataFrame) -> DeviceMemory:
         largest=_largest(events, profile, int(events["time"].iloc[0])),
         timeline=points, timeline_steps=marks,
         driver_calls_per_step=_driver_calls_per_step(levels, profile, device),
-        held=held_each_step(events, profile))
+        held=held_each_step(events, profile), process=profile.process,
+        file=Path(profile.path).name)
 
 
 def allocations_per_step(steps: list[MemoryStep]) -> float | None:

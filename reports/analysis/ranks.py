@@ -8,6 +8,7 @@ worker (``profreport.executors``): it takes and returns only picklable values.""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 from profreport.allocator import tune_for_large_arrays
 from profreport.concepts import ANNOTATED_RANGE
 from profreport.errors import failure_line
-from profreport.model import Profile
+from profreport.model import Profile, process_label
 from profreport.parsers import ParseOptions, parse_file
 from profreport.parsers.nsys import process_profiles
 from profreport.reports.analysis.compare import common_source
@@ -229,6 +230,43 @@ def per_rank_step_ns(summaries: Sequence[RankSummary], origin: Origin | None
                 item[0]))}
 
 
+def _who(rank: int | None, process: int | None) -> str:
+    """``rank 1``, ``pid 7``, or ``rank 0, pid 9`` for a ranked process of a capture of
+    several; "" for neither."""
+    return ", ".join([*([f"rank {rank}"] if rank is not None else []),
+                      *([process_label(process)] if process is not None else [])])
+
+
+def per_rank_labels(summaries: Sequence[RankSummary], keys: Sequence[int | str]
+                    ) -> dict[int | str, str]:
+    """How the report names each key of per_rank_step_ns: a rank that is a process of a
+    capture of several with its pid too (``rank 0, pid 9``), so that its bar says which
+    process of the capture it is."""
+    processes = {s.input.rank: s.input.process for s in summaries
+                 if s.input.rank is not None and s.input.process is not None}
+    return {key: _who(key, processes.get(key)) if isinstance(key, int) else key
+            for key in keys}
+
+
+def memory_sources(devices: Sequence[DeviceMemory]) -> list[DeviceMemory]:
+    """The devices, each named by the file or process it was read from (``source_label``): its
+    rank, and its pid when it is a process of a capture of several; with the file's name too
+    where those do not tell several feeders apart (the cycles of one process, each its own
+    file, record the same rank or none)."""
+    feeders = {(d.file, d.process): _who(d.rank, d.process) for d in devices}
+    alike = Counter(feeders.values())
+    several = len(feeders) > 1
+
+    def label(d: DeviceMemory) -> str | None:
+        """The one device's label."""
+        who = feeders[(d.file, d.process)]
+        if several and (not who or alike[who] > 1):
+            return ", ".join(filter(None, [who, d.file]))
+        return who or None
+
+    return [replace(d, source_label=label(d)) for d in devices]
+
+
 def _member_order(key: Member) -> tuple[bool, int, int]:
     """Ranks first, by rank, then processes of unknown rank by pid."""
     return key[0] is None, key[0] or 0, key[1] or 0
@@ -239,11 +277,12 @@ def add_rank_metrics(metrics: RunMetrics, summaries: Sequence[RankSummary],
     """The figures of a run that every rank contributes to: per-rank step times (as ``origin``
     timed them, see job_step_source), DataParallel ops and the memory of every device."""
     metrics.per_rank_step_ns = per_rank_step_ns(summaries, origin)
+    metrics.per_rank_labels = per_rank_labels(summaries, list(metrics.per_rank_step_ns))
     for summary in sorted(summaries, key=lambda s: s.preference):
         metrics.ddp_forward_calls += summary.ddp_forward_calls
         for name, count in summary.dataparallel_ops.items():
             metrics.dataparallel_ops[name] = metrics.dataparallel_ops.get(name, 0) + count
-    devices = [device for summary in summaries for device in summary.memory]
+    devices = memory_sources([device for summary in summaries for device in summary.memory])
     metrics.memory = MemoryStats(devices=devices) if devices else None
 
 

@@ -672,6 +672,9 @@ class RunMetrics:
     #: Mean step time of every rank that timed steps (ns), by rank, then by ``pid N`` for a
     #: process of a capture of several whose rank is unknown.
     per_rank_step_ns: dict[int | str, int] = field(default_factory=dict)
+    #: How the report names each key of ``per_rank_step_ns``: ``rank 1``, ``pid 7``, and
+    #: ``rank 0, pid 9`` for a rank that is a process of a capture of several.
+    per_rank_labels: dict[int | str, str] = field(default_factory=dict)
     #: Signs of ``nn.DataParallel``: its Broadcast/Scatter/Gather/ReduceAddCoalesced ops by count.
     dataparallel_ops: dict[str, int] = field(default_factory=dict)
     #: Most GPUs one process launched kernels on (several = one process drives many GPUs).
@@ -1057,6 +1060,15 @@ class DeviceMemory:
     #: Allocations made step after step and never released, most bytes first (see
     #: memory.held_each_step); None when the events record no addresses to pair.
     held: list[HeldAllocations] | None = None
+    #: The process of a capture of several it was read from (see Profile.process); None for
+    #: a file of one process.
+    process: int | None = None
+    #: The name of the file it was read from.
+    file: str | None = None
+    #: Which of the files and processes feeding the run's memory it is from, as the report
+    #: names it (``rank 1``, ``pid 4242``, ``rank 0, pid 9``, ``trace.2.json``; see
+    #: ranks.memory_sources); None when one feeds it and records neither rank nor process.
+    source_label: str | None = None
 
 
 @dataclass(frozen=True)

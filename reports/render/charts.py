@@ -22,7 +22,6 @@ from profreport.reports.analysis.results import (
     Timeline,
     TopItem,
     origin_label,
-    rank_label,
 )
 from profreport.reports.render.display import part_label, ratio
 from profreport.text import display_text
@@ -238,7 +237,7 @@ def per_rank_figure(run: RunAnalysis) -> go.Figure | None:
     figure = _figure("Mean step time per rank (ms)", FRAME_PX + ROW_PX * 2 * len(ranks),
                      xaxis_title="mean ms per step", showlegend=False)
     figure.add_trace(go.Bar(
-        y=[rank_label(rank, None) if isinstance(rank, int) else rank for rank in ranks],
+        y=[run.metrics.per_rank_labels.get(rank, str(rank)) for rank in ranks],
         x=[ms_value(per_rank[rank]) for rank in ranks],
         orientation="h", marker_color="#1f77b4",
         text=[duration(per_rank[rank]) for rank in ranks], textposition="auto",
@@ -288,8 +287,8 @@ def _memory_unit(device: DeviceMemory) -> tuple[str, int]:
 
 
 def device_title(device: DeviceMemory) -> str:
-    """``rank 1, cuda:0 (Tesla V100)`` or ``host memory``."""
-    rank = f"rank {device.rank}, " if device.rank is not None else ""
+    """``rank 1, cuda:0 (Tesla V100)``, ``pid 9, cuda:1`` or ``host memory``."""
+    rank = f"{device.source_label}, " if device.source_label else ""
     place = "host memory" if device.device < 0 else f"{device.device_kind}:{device.device}"
     return rank + place + (f" ({device.device_name})" if device.device_name else "")
 

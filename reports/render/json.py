@@ -288,7 +288,8 @@ def render_json(report: Report) -> str:
 def _device_memory(d: DeviceMemory) -> dict[str, Any]:
     """One device's memory: peaks in bytes on its basis, steps, largest allocations."""
     return {
-        "source": d.origin, "rank": d.rank, "device_kind": d.device_kind, "device": d.device,
+        "source": d.origin, "rank": d.rank, "process": d.process, "file": d.file,
+        "device_kind": d.device_kind, "device": d.device,
         "device_name": d.device_name, "total_bytes": d.total_bytes, "counts": d.counts,
         "basis": d.basis, "events": d.events, "peak_allocated_bytes": d.peak_allocated,
         "peak_reserved_bytes": d.peak_reserved, "net_bytes": d.net_bytes,
