@@ -55,8 +55,12 @@ def carries_mark(pid: int, mark: str) -> bool:
 
 def marked_processes(mark: str) -> list[int]:
     """The live processes started with ``mark`` in their environment, this one excepted."""
+    try:
+        entries = list(PROC.iterdir())
+    except OSError:  # no /proc (not Linux): no process to find
+        return []
     own = os.getpid()
-    pids = (int(entry.name) for entry in PROC.iterdir() if entry.name.isdigit())
+    pids = (int(entry.name) for entry in entries if entry.name.isdigit())
     return sorted(pid for pid in pids if pid != own and carries_mark(pid, mark))
 
 

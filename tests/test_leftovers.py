@@ -124,6 +124,17 @@ def test_a_launch_that_left_nothing_says_nothing(tmp_path: Path) -> None:
 HANG_TRIES = 4
 
 
+def test_without_proc_nothing_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                       started: list[tuple[int, str]]) -> None:
+    """Where /proc does not exist, no process is found and none is signalled: the launch's
+    daemon runs on (the runner reads no other table of processes)."""
+    mark = new_mark()
+    pid = start_daemon(marked_environment(mark), tmp_path, "daemon")
+    started.append((pid, f"{leftovers.LAUNCH_MARK}={mark}"))
+    monkeypatch.setattr(leftovers, "PROC", tmp_path / "no-proc")
+    assert end_leftovers(mark, "nsys") is None and running(pid)
+
+
 @pytest.mark.nsys
 @pytest.mark.slow
 def test_the_agent_of_a_killed_capture_is_ended(tmp_path: Path, nsys_available: str,
