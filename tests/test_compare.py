@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -37,9 +38,13 @@ from profreport.reports.analysis.results import (
     StepCopies,
     StepStats,
 )
+from profreport.reports.render.charts import comparison_charts
 from profreport.reports.render.html import render_html
 from profreport.reports.render.json import render_json
 from profreport.reports.render.markdown import render_markdown
+
+sys.path.insert(0, str(Path(__file__).parent))
+from conftest import cpu_event, device_event, kineto_trace, write_nsys_export  # noqa: E402
 
 
 def test_t_quantile_matches_the_tables() -> None:
@@ -390,12 +395,15 @@ def test_line_profiler_leaves_the_parts_it_cannot_see_unmeasured(fixtures_dir: P
     assert data["other"] is None and data["h2d_copy"] is None and data["compute"] == 434.987
 
 
-def test_parts_one_breakdown_did_not_measure_are_not_compared(
+def test_both_runs_parts_are_split_over_the_steps_of_the_common_source(
         fixtures_dir: Path, nsys_available: str, tmp_path: Path) -> None:
     """loader_heavy's nsys report (NVTX ranges on a CPU-only run: DataLoader wait and the rest)
-    against compute_heavy's nsys report and torch.profiler trace (whose CPU operators give
-    compute): nsys timed both runs' steps, but the breakdowns measured different parts, so no
-    part is credited. Each part had been compared, and 'Compute grew 0.0 ms -> 1616.6 ms'
+    against compute_heavy's nsys report and torch.profiler trace: nsys timed both runs' steps,
+    so compute_heavy's parts are split over nsys's steps too (its own breakdown, torch.profiler's,
+    is over ProfilerStep spans and measures compute): DataLoader wait 864.4 -> 30.5 ms, Other
+    200.6 -> 1636.3 ms, adding up to the 601.8 ms step difference, and no compute is claimed
+    from a capture that never measured it. The parts had not been compared at all ('the
+    breakdowns split the step differently'); before that, 'Compute grew 0.0 ms -> 1616.6 ms'
     (278% of the difference) credited a part nsys never measured."""
     traced = tmp_path / "traced"
     traced.mkdir()
@@ -407,18 +415,85 @@ def test_parts_one_breakdown_did_not_measure_are_not_compared(
     assert report.comparison.steps_origin == "nsys"
     ranges, ops = (run.metrics.breakdown for run in report.runs)
     assert ranges.measured == {"dataloader", "other"}
+    assert ops.origin == "kineto"  # the run's own section keeps the best-attributing source
     assert ops.measured == {"dataloader", "compute", "comm_exposed", "other"}
     row = report.comparison.rows[1]
-    assert row.attribution == [] and row.breakdown_delta_ns == {}
-    assert row.explanation.endswith(
-        "the breakdowns split the step differently (nsys's Nsight Systems breakdown measures "
-        "DataLoader wait and Other; traced's torch.profiler breakdown measures DataLoader wait, "
-        "Compute, Communication (exposed) and Other): the step time alone is compared.")
-    # No per-part table (it had held the baseline's own row alone); the run left out, and why.
-    markdown = render_markdown(report)
-    assert "| nsys | 0 ms |" not in markdown
-    assert ("Not compared part by part with nsys: traced (the breakdowns split the step "
-            "differently (nsys's Nsight Systems breakdown measures") in markdown
+    assert row.breakdown_delta_ns == {"dataloader": -833_935_357, "other": 1_435_694_297}
+    assert row.unexplained_ns == 0 and row.parts_not_compared is None
+    assert row.breakdown.origin == "nsys" and row.breakdown.measured == {"dataloader", "other"}
+    assert row.breakdown.step_ns == 1_666_721_796
+    assert ("In the profiled runs, mean step time grew by 601.8 ms per step (1065.0 ms -> "
+            "1666.7 ms): Other grew 200.6 ms -> 1636.3 ms (+1435.7 ms, 239% of the difference); "
+            "offset by DataLoader wait fell 864.4 ms -> 30.5 ms (-833.9 ms).") in row.explanation
+    assert "Compute" not in row.explanation
+    assert ("| traced | -833.9 ms | unmeasured | unmeasured | unmeasured | unmeasured | "
+            "unmeasured | +1,435.7 ms |") in render_markdown(report)
+    # Runs whose own breakdowns one profiler made keep them: loader_heavy's folder (nsys,
+    # torch.profiler, line_profiler) against this one, both split over ProfilerStep spans.
+    whole = analyze_paths([fixtures_dir / "loader_heavy", traced], AnalyzeOptions())
+    assert whole.comparison.steps_origin == "nsys"
+    row = whole.comparison.rows[1]
+    assert (row.breakdown.origin, row.breakdown.step_ns) == ("kineto", 1_635_341_482)
+    assert ("(1112.9 ms -> 1645.6 ms, timed by Nsight Systems); in the torch.profiler breakdown "
+            "(its own steps 4871.3 ms -> 1635.3 ms): Compute grew 388.4 ms -> 1616.6 ms") \
+        in row.explanation
+
+
+def gpu_trace(path: Path, step_us: int, loader_us: int, kernel_us: int = 5000) -> Path:
+    """A torch.profiler trace of 6 ProfilerStep#N spans of ``step_us``, each opening with a
+    DataLoader wait of ``loader_us`` and then launching one kernel of ``kernel_us``."""
+    events = []
+    for i in range(6):
+        t, at = 1000 + i * step_us, 1000 + i * step_us + loader_us
+        events += [
+            cpu_event(f"ProfilerStep#{i + 1}", t, step_us, cat="user_annotation"),
+            cpu_event("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t,
+                      loader_us, cat="user_annotation"),
+            cpu_event("aten::mm", at + 10, 100),
+            cpu_event("cudaLaunchKernel", at + 20, 20, cat="cuda_runtime", correlation=100 + i),
+            device_event("gemm_kernel", at + 50, kernel_us, correlation=100 + i, stream=7,
+                         device=0)]
+    return kineto_trace(path, events)
+
+
+def test_a_run_profiled_twice_is_split_over_the_steps_it_shares(tmp_path: Path) -> None:
+    """One run under nsys (NVTX 'step i' ranges opened after a 3 ms fetch, 10 ms apart) and
+    torch.profiler (10 ms ProfilerStep spans holding the fetch), against a run under
+    torch.profiler alone (8 ms steps, a 1 ms fetch): the common source is torch.profiler, so
+    the first run's parts are split over its ProfilerStep spans, not over nsys's step ranges
+    (its own breakdown, nsys's, which attributes as well and comes first): DataLoader wait 3.0
+    -> 1.0 ms explains the whole 2.0 ms. Each run's own source had been kept, and the row read
+    'The breakdowns come from different profilers (both's by Nsight Systems, fast's by
+    torch.profiler) ...: the step time alone is compared', the chart of every run setting
+    nsys's 9.3 ms step beside torch.profiler's 8.0 ms."""
+    both, fast = tmp_path / "both", tmp_path / "fast"
+    both.mkdir(), fast.mkdir()
+    gpu_trace(both / "both.pt.trace.json", 10_000, 3_000)
+    gpu_trace(fast / "fast.pt.trace.json", 8_000, 1_000)
+    ms = 1_000_000
+    opens = [10 * ms * i + 3 * ms for i in range(6)]
+    write_nsys_export(both / "both.sqlite",
+                      [(t + 50_000, t + 50_000 + 5 * ms, 500 + i, "gemm_kernel")
+                       for i, t in enumerate(opens)],
+                      [(t, t + 6 * ms, f"step {i}") for i, t in enumerate(opens)],
+                      [(t + 10_000, t + 30_000, 500 + i, "cudaLaunchKernel_v7000")
+                       for i, t in enumerate(opens)])
+    report = analyze_paths([both, fast], AnalyzeOptions())
+    assert report.comparison.steps_origin == "kineto"
+    own = report.runs[0].metrics.breakdown
+    assert (own.origin, own.step_ns) == ("nsys", 9_333_333)
+    base, row = report.comparison.rows
+    assert row.explanation.startswith(
+        "Mean step time fell by 2.0 ms per step (10.0 ms -> 8.0 ms): DataLoader wait fell 3.0 ms "
+        "-> 1.0 ms (-2.0 ms, 100% of the difference).")
+    assert row.breakdown_delta_ns["dataloader"] == -2 * ms
+    assert sum(row.breakdown_delta_ns.values()) == -2 * ms and row.unexplained_ns == 0
+    assert (base.breakdown.origin, base.breakdown.step_ns) == ("kineto", 10 * ms)
+    assert base.breakdown.parts_ns["dataloader"] == 3 * ms
+    chart = next(c for c in comparison_charts(report.runs, report.comparison)
+                 if c.id == "chart-compare-breakdown")
+    loader = next(t for t in chart.figure.data if t.name == "DataLoader wait")
+    assert list(loader.x) == [3.0, 1.0]
 
 
 def test_every_row_is_timed_by_the_one_profiler_all_runs_have(fixtures_dir: Path) -> None:

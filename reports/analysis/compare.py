@@ -26,16 +26,18 @@ or loss is claimed only when the part moved the same way as the whole run; each 
 its own spread says that band is the part's.
 
 Attribution: the breakdown's parts add up to its step, so the step-time difference splits into
-the parts' differences. Parts are compared only between breakdowns that one profiler made over
-the same parts (a run keeps one breakdown, its best-attributing profiler's, and each profiler
-slows the parts it times by its own amount): else no part's change, attribution or knob credit
-is given, and the sentence says why. Parts that moved with the step are its drivers, each with
-the share of the difference it explains (a driver can explain more than all of it when others
-moved against it); parts that moved the other way are named as offsets, never as the reason.
-When the step time comes from another profiler than the breakdown, the sentence names both
-profilers and the breakdown's own steps, and the rest beyond the noise band is reported as
-unexplained. A knob change is credited only to the drivers, and only when the change is beyond
-noise and the profiled step time moved the same way as the speedup.
+the parts' differences. Each run's breakdown is its best-attributing profiler's when one
+profiler made them all, else its breakdown over the common step source's steps where it has one
+(see one_step_definition). Parts are compared only between breakdowns that one profiler made
+over the same parts (each profiler slows the parts it times by its own amount): else no part's
+change, attribution or knob credit is given, and the sentence says why. Parts that moved with
+the step are its drivers, each with the share of the difference it explains (a driver can
+explain more than all of it when others moved against it); parts that moved the other way are
+named as offsets, never as the reason. When the step time comes from another profiler than the
+breakdown, the sentence names both profilers and the breakdown's own steps, and the rest beyond
+the noise band is reported as unexplained. A knob change is credited only to the drivers, and
+only when the change is beyond noise and the profiled step time moved the same way as the
+speedup.
 
 Confounds: everything else that differs between two runs (``confounds``) is said once in the
 row: credited, listed as what the change cannot be credited to, or, after the row's sentences,
@@ -173,6 +175,25 @@ def common_step_source(runs: list[RunAnalysis]) -> tuple[Origin | None, str | No
     """The profiler every row's step time comes from (see common_source), else None and why."""
     return common_source([(run.name, {s.origin for s in run.metrics.steps_by_origin})
                           for run in runs], "run")
+
+
+def one_step_definition(runs: list[RunAnalysis], origin: Origin | None) -> list[RunAnalysis]:
+    """The runs as the comparison splits their steps: each with its own breakdown when one
+    profiler made all of them (over that profiler's steps); else each with its breakdown over
+    the steps of ``origin``, the common step source, where it has one (see over_source), so
+    that no two runs' parts are split over different step definitions (nsys's NVTX step ranges
+    beside torch.profiler's ProfilerStep spans)."""
+    own = {run.metrics.breakdown.origin for run in runs if run.metrics.breakdown is not None}
+    return runs if len(own) <= 1 else [over_source(run, origin) for run in runs]
+
+
+def over_source(run: RunAnalysis, origin: Origin | None) -> RunAnalysis:
+    """The run with its step breakdown over ``origin``'s steps (RunMetrics.breakdowns_by_origin)
+    when its own is another profiler's and it has that one; else the run as it is."""
+    over = run.metrics.breakdowns_by_origin.get(origin) if origin is not None else None
+    if over is None:
+        return run
+    return replace(run, metrics=replace(run.metrics, breakdown=over))
 
 
 def steps_of(run: RunAnalysis, origin: Origin | None) -> StepStats | None:
@@ -760,7 +781,7 @@ def _row(base: RunAnalysis, run: RunAnalysis, origin: Origin | None,
         confounds=[d.phrase for d in confounds(base, run)] if run is not base else [],
         unexplained_ns=unexplained_ns(changes, total),
         step_time_kind=step_kind if step is not None else None,
-        parts_not_compared=parts_not_compared(base, run))
+        parts_not_compared=parts_not_compared(base, run), breakdown=run.metrics.breakdown)
 
 
 def compare_runs(runs: list[RunAnalysis], baseline: str | None = None) -> Comparison | None:
@@ -770,8 +791,9 @@ def compare_runs(runs: list[RunAnalysis], baseline: str | None = None) -> Compar
     names = [run.name for run in runs]
     if baseline is not None and baseline not in names:
         raise UsageError(f"--baseline {baseline!r} is not one of the runs: {', '.join(names)}")
-    base = runs[names.index(baseline)] if baseline is not None else runs[0]
     origin, unknown = common_step_source(runs)
-    return Comparison(baseline=base.name, rows=[_row(base, run, origin, unknown) for run in runs],
+    views = one_step_definition(runs, origin)
+    base = views[names.index(baseline)] if baseline is not None else views[0]
+    return Comparison(baseline=base.name, rows=[_row(base, run, origin, unknown) for run in views],
                       noise_confidence=NOISE_CONFIDENCE, steps_origin=origin,
                       steps_unknown_reason=unknown)

@@ -68,7 +68,13 @@ from profreport.reports.analysis.ops import (
     op_dtypes,
     op_precision,
 )
-from profreport.reports.analysis.results import RunMetrics, SharedCpu, TraceFile, Trials
+from profreport.reports.analysis.results import (
+    Breakdown,
+    RunMetrics,
+    SharedCpu,
+    TraceFile,
+    Trials,
+)
 from profreport.reports.analysis.steps import (
     StepWindows,
     dataloader_fraction,
@@ -199,6 +205,7 @@ def compute_run_metrics(profiles: list[Profile], manifest: Manifest | None = Non
     _add_top_ops(metrics, timed, ordered)
     _add_lprof_metrics(metrics, lines, loop)
     _add_attributed_metrics(metrics, timed, loop)
+    _add_other_breakdowns(metrics, timed, loop)
     if gpu_profile is not None:
         metrics.top_kernels = top_kernels(gpu_profile)
         metrics.kernel_mix = kernel_mix(gpu_profile, _windows_of(gpu_profile, timed))
@@ -339,6 +346,29 @@ def _add_attributed_metrics(metrics: RunMetrics, timed: list[tuple[Profile, Step
     if attribution_level(profile) == ATTRIBUTES_CPU_OPS:
         metrics.cpu_phases = cpu_phases(profile, windows)
         metrics.cpu_op_mix = cpu_op_mix(profile, windows)
+
+
+def _add_other_breakdowns(metrics: RunMetrics, timed: list[tuple[Profile, StepWindows]],
+                          loop: TrainingLoop | None) -> None:
+    """The breakdown over the steps of every other profiler that timed them (see
+    RunMetrics.breakdowns_by_origin), each from the first profile of that profiler, as
+    steps_by_origin's figures are (a second pass over that profile's parts)."""
+    own = metrics.breakdown.origin if metrics.breakdown is not None else None
+    for profile, windows in timed:
+        if profile.kind != own and profile.kind not in metrics.breakdowns_by_origin:
+            metrics.breakdowns_by_origin[profile.kind] = _breakdown_over(profile, windows)
+    lprof_steps = lprof_step_stats(loop)
+    lines = lprof_breakdown(loop, lprof_steps) if lprof_steps is not None else None
+    if own != "lprof" and lines is not None:
+        metrics.breakdowns_by_origin["lprof"] = lines
+
+
+def _breakdown_over(profile: Profile, windows: StepWindows) -> Breakdown:
+    """One profile's step breakdown over its own steps: the parts of its GPU events, else of
+    its CPU spans."""
+    if has_gpu_events(profile):
+        return gpu_breakdown(profile, windows, gpu_claims(profile, windows))
+    return cpu_breakdown(profile, windows, claim(cpu_parts(profile, windows).items(), windows))
 
 
 def _breakdown_source(metrics: RunMetrics, timed: list[tuple[Profile, StepWindows]]

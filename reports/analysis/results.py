@@ -637,6 +637,11 @@ class RunMetrics:
     #: Start-up and the spread of the per-step figures (reports.analysis.shape).
     shape: StepShape | None = None
     breakdown: Breakdown | None = None
+    #: The step split the same way over each other profiler's steps (every one that timed them
+    #: besides ``breakdown``'s), so that a comparison of runs whose own breakdowns come from
+    #: different profilers splits every run's step over one step definition
+    #: (compare.one_step_definition).
+    breakdowns_by_origin: dict[Origin, Breakdown] = field(default_factory=dict)
     dataloader_fraction: float | None = None
     #: The profiler ``dataloader_fraction`` comes from (the breakdown's: the one that attributes
     #: step time best, or the one over more steps when they disagree on the wait).
@@ -926,6 +931,9 @@ class ComparisonRow:
     #: Why the row has no change by part (a side without a breakdown, or breakdowns not alike:
     #: see compare.unlike_breakdowns); None when it has one, and for the baseline.
     parts_not_compared: str | None = None
+    #: The run's step breakdown the row's parts come from: its own, or over the comparison's
+    #: step source when the runs' own come from different profilers (compare.one_step_definition).
+    breakdown: Breakdown | None = None
 
 
 @dataclass(frozen=True)

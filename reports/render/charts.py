@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 
 from profreport.reports.analysis.results import (
     BREAKDOWN_PARTS,
+    Breakdown,
     Comparison,
     DeviceMemory,
     RunAnalysis,
@@ -135,18 +136,17 @@ def _figure(title: str, height: int, **layout: object) -> go.Figure:
     return figure
 
 
-def breakdown_figure(runs: list[RunAnalysis]) -> go.Figure | None:
-    """Stacked bars of the mean step split into BREAKDOWN_PARTS, one bar per run (no segment
-    for a part its breakdown did not measure)."""
-    runs = [run for run in runs if run.metrics.breakdown is not None]
-    if not runs:
+def breakdown_figure(named: list[tuple[str, Breakdown | None]]) -> go.Figure | None:
+    """Stacked bars of the mean step split into BREAKDOWN_PARTS, one bar per named breakdown
+    (no segment for a part its breakdown did not measure)."""
+    shown = [(name, b) for name, b in named if b is not None]
+    if not shown:
         return None
-    names = [safe_label(run.name) for run in runs]
+    names = [safe_label(name) for name, _ in shown]
     figure = _figure("Where a step's time goes (mean ms per step)",
-                     FRAME_PX + ROW_PX * 2 * len(runs), barmode="stack")
+                     FRAME_PX + ROW_PX * 2 * len(shown), barmode="stack")
     for part in BREAKDOWN_PARTS:
-        values = [ms_value(b.parts_ns[part]) if part in (b := run.metrics.breakdown).measured
-                  else None for run in runs]
+        values = [ms_value(b.parts_ns[part]) if part in b.measured else None for _, b in shown]
         figure.add_trace(go.Bar(y=names, x=values, name=part_label(part), orientation="h",
                                 marker_color=PART_COLOURS[part],
                                 hovertemplate="%{x:.2f} ms<extra>" + part_label(part)
@@ -379,7 +379,8 @@ def _ops_title(run: RunAnalysis) -> str:
 def run_charts(run: RunAnalysis, index: int) -> list[Chart]:
     """The charts of one run's detail section, in reading order (only those with data)."""
     candidates = [
-        ("breakdown", "Step-time breakdown", breakdown_figure([run])),
+        ("breakdown", "Step-time breakdown", breakdown_figure([(run.name,
+                                                                run.metrics.breakdown)])),
         ("timeline", "Timeline", timeline_figure(run.timeline)),
         ("kernels", "Top GPU kernels", top_items_figure(run.metrics.top_kernels,
                                                          "Top GPU kernels by total time")),
@@ -392,12 +393,15 @@ def run_charts(run: RunAnalysis, index: int) -> list[Chart]:
 
 
 def comparison_charts(runs: list[RunAnalysis], comparison: Comparison | None) -> list[Chart]:
-    """The charts of the comparison section (only with several runs)."""
-    if len(runs) < 2:
+    """The charts of the comparison section (only with several runs); every run's breakdown
+    the one its row's parts come from (ComparisonRow.breakdown: over the common step
+    source)."""
+    if len(runs) < 2 or comparison is None:
         return []
     candidates = [
         ("speedup", "Step time and speedup", comparison_figure(comparison)),
-        ("breakdown", "Breakdown of every run", breakdown_figure(runs)),
+        ("breakdown", "Breakdown of every run",
+         breakdown_figure([(row.name, row.breakdown) for row in comparison.rows])),
     ]
     return [Chart(f"chart-compare-{key}", title, figure)
             for key, title, figure in candidates if figure is not None]
