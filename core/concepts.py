@@ -657,8 +657,8 @@ def steps_note(origin: str, span: str | None, count: int) -> str | None:
     if origin == OPTIMIZER_STEPS and span is not None:
         return (f"no ProfilerStep span: the {count:,} steps run from the end of one step of the "
                 f"first optimizer, {error_text(span)}, to the end of its next (the trace's "
-                "optimizer steps name several optimizers: one step of each is one iteration; "
-                "the time before the first one's end is no step's)")
+                "optimizer steps are those of several optimizers: one step of each is one "
+                "iteration; the time before the first one's end is no step's)")
     if origin == OPTIMIZER_STEPS:
         return (f"no ProfilerStep span: the {count:,} steps run from the end of one optimizer "
                 "step to the end of the next (the time before the first one's end is no step's)")

@@ -272,15 +272,18 @@ class _Tables:
         frame["correlation"] = rows.correlation
         return conform("runtime", frame)
 
-    def steps(self, ranges: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
+    def steps(self, ranges: pd.DataFrame, loader: pd.DataFrame
+              ) -> tuple[pd.DataFrame, str | None]:
         """One row per iteration and the span name it came from (None for ProfilerStep).
 
         ``ProfilerStep#N`` spans, else a user's ``step N`` ranges (origin ``step range``; see
         concepts.step_marks), when the trace has them; else the stretches between the ends
-        of consecutive optimizer steps; else the stretches between consecutive starts of the
-        top-level span that repeats most on the busiest thread (numbers masked, the one that
-        counts the passes first, as nsys ranges are read) that the program opened, never an
-        operator the dispatcher recorded (``aten::``...). ``origin`` says which.
+        of consecutive optimizer steps (one of each optimizer per iteration: see
+        _first_optimizers_steps, which reads the DataLoader's ``loader`` spans); else the
+        stretches between consecutive starts of the top-level span that repeats most on the
+        busiest thread (numbers masked, the one that counts the passes first, as nsys ranges
+        are read) that the program opened, never an operator the dispatcher recorded
+        (``aten::``...). ``origin`` says which.
         """
         frame = concepts.step_marks(ranges)
         if not frame.empty:
@@ -296,7 +299,7 @@ class _Tables:
                           ignore_index=True)
         optimizer = spans[concepts.is_optimizer_step_span(spans["name"])]
         if len(optimizer) >= 2:
-            return _first_optimizers_steps(on_busiest_thread(optimizer))
+            return _first_optimizers_steps(on_busiest_thread(optimizer), spans, loader)
         return steps_from_repeats(spans, concepts.REPEATED_SPAN, masked_numbers,
                                   never="operator")
 
@@ -326,17 +329,57 @@ class _Tables:
         return conform("threads", frame.drop_duplicates(["pid", "tid"], keep="last"))
 
 
-def _first_optimizers_steps(optimizer: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
+def _first_optimizers_steps(optimizer: pd.DataFrame, spans: pd.DataFrame, loader: pd.DataFrame
+                            ) -> tuple[pd.DataFrame, str | None]:
     """Iterations between the ends of the first optimizer's steps, and its class when the
     spans name several (a GAN's SGD and Adam: one step of each is one iteration, as the
-    runner's step marks count them); all the steps and None when they name one class or none
-    (two optimizers of one class cannot be told apart by their spans)."""
+    runner's step marks count them). Optimizers of one class (a GAN's two Adams) are told
+    apart by what an iteration holds (:func:`optimizers_per_iteration`): every k-th step; all
+    the steps when nothing tells (None for the class then)."""
     optimizer = optimizer.sort_values("start", kind="stable")
     classes = optimizer["name"].map(concepts.optimizer_class)
     first = classes.iloc[0]
-    if first is None or classes.nunique() < 2 or (classes == first).sum() < 2:
-        return _steps_between_ends(optimizer), None
-    return _steps_between_ends(optimizer[(classes == first).to_numpy()]), str(first)
+    if first is not None and classes.nunique() >= 2 and (classes == first).sum() >= 2:
+        return _steps_between_ends(optimizer[(classes == first).to_numpy()]), str(first)
+    every = optimizers_per_iteration(optimizer, spans, loader)
+    return _steps_between_ends(optimizer.iloc[::every]), (str(first) if every > 1 and first
+                                                          else None)
+
+
+def optimizers_per_iteration(optimizer: pd.DataFrame, spans: pd.DataFrame,
+                             loader: pd.DataFrame) -> int:
+    """How many optimizer steps (``optimizer``, by start, of one class or unnamed) make one
+    iteration: an iteration fetches one batch, so the steps between two DataLoader fetches
+    when that count is the same for every fetch (more than one); else the period of what each
+    step does (the operators it runs: each optimizer updates its own parameters), its first
+    period left out (a first step creates the optimizer's state); 1 when neither tells."""
+    fetched = np.searchsorted(np.sort(loader["start"].to_numpy(np.int64)),
+                              optimizer["start"].to_numpy(np.int64))
+    per_fetch = np.unique(np.unique(fetched, return_counts=True)[1][1:-1])
+    if len(per_fetch) == 1 and per_fetch[0] > 1:
+        return int(per_fetch[0])
+    return _period(_operators_inside(optimizer, spans))
+
+
+def _operators_inside(optimizer: pd.DataFrame, spans: pd.DataFrame) -> np.ndarray:
+    """How many operators start inside each optimizer step on its thread."""
+    ops = spans[spans["operator"].to_numpy(bool)
+                & (spans["pid"] == optimizer["pid"].iloc[0]).to_numpy()
+                & (spans["tid"] == optimizer["tid"].iloc[0]).to_numpy()
+                & ~concepts.is_optimizer_step_span(spans["name"]).to_numpy(bool)]
+    starts = np.sort(ops["start"].to_numpy(np.int64))
+    return (np.searchsorted(starts, optimizer["end"].to_numpy(np.int64))
+            - np.searchsorted(starts, optimizer["start"].to_numpy(np.int64)))
+
+
+def _period(values: np.ndarray) -> int:
+    """The shortest k > 1 with which ``values`` repeat (from their k-th on, over at least two
+    periods) and whose first k differ; 1 when there is none."""
+    for k in range(2, len(values) // 3 + 1):
+        tail = values[k:]
+        if (tail[k:] == tail[:-k]).all() and len(set(tail[:k].tolist())) > 1:
+            return k
+    return 1
 
 
 def _steps_between_ends(optimizer: pd.DataFrame) -> pd.DataFrame:
@@ -464,8 +507,8 @@ def parse(path: Path) -> Profile:
     tables = _Tables(builder)
     # The operators' tables first (the largest), while the device work is still held compact.
     ranges = tables.ranges()
-    steps, step_span = tables.steps(ranges)
     loader = tables.dataloader()
+    steps, step_span = tables.steps(ranges, loader)
     collectives = tables.cpu_collectives()
     cpu_ops = tables.cpu_ops()
     tables.release(tuple(name for name in tables.stores if name not in DEVICE_GROUPS))

@@ -112,6 +112,14 @@ def test_steps_from_optimizer_without_profiler_steps(tmp_path: Path) -> None:
         "of the next (the time before the first one's end is no step's)"]
 
 
+def several_optimizers_note(first: str) -> str:
+    """The note of 3 steps taken from the first of several optimizers, of class ``first``."""
+    return (f"no ProfilerStep span: the 3 steps run from the end of one step of the first "
+            f"optimizer, {first}, to the end of its next (the trace's optimizer steps are those "
+            "of several optimizers: one step of each is one iteration; the time before the "
+            "first one's end is no step's)")
+
+
 def test_steps_of_two_optimizers_are_whole_iterations(tmp_path: Path) -> None:
     """A GAN's discriminator (SGD) and generator (Adam) step once each per 1 ms iteration: the
     steps run between the first optimizer's steps (as the runner's step marks count them), 3
@@ -127,12 +135,41 @@ def test_steps_of_two_optimizers_are_whole_iterations(tmp_path: Path) -> None:
     steps = profile.table("steps")
     assert steps["start"].tolist() == [400_000, 1_400_000, 2_400_000]
     assert (steps["end"] - steps["start"]).eq(1_000_000).all()
-    assert profile.meta.notes == [
-        "no ProfilerStep span: the 3 steps run from the end of one step of the first optimizer, "
-        "SGD, to the end of its next (the trace's optimizer steps name several optimizers: one "
-        "step of each is one iteration; the time before the first one's end is no step's)"]
+    assert profile.meta.notes == [several_optimizers_note("SGD")]
+    # Two optimizers of one class whose steps run no operator and no DataLoader fetch: nothing
+    # tells them apart (see the test below for what does).
     alike = kineto.parse(kineto_trace(tmp_path / "alike.json", gan("SGD"))).table("steps")
     assert len(alike) == 7
+
+
+@pytest.mark.parametrize("tells", ["operators", "fetches"])
+def test_two_optimizers_of_one_class_are_one_iteration(tmp_path: Path, tells: str) -> None:
+    """A GAN whose discriminator and generator are both Adam, stepping once each per 1 ms
+    iteration, no ProfilerStep: the steps were every optimizer step, 7 half iterations. An
+    iteration fetches one batch (2 steps between fetches), or, without DataLoader spans, each
+    optimizer's step runs its own operators (2 and 3 parameters' updates; the first step of
+    each also creates its state): 3 whole iterations of 1 ms, from the first optimizer's
+    steps."""
+    events = []
+    for i in range(4):
+        at = 1000 * i
+        if tells == "fetches":
+            events.append(cpu_event("enumerate(DataLoader)#_SingleProcessDataLoaderIter."
+                                    "__next__", at, 50, cat="user_annotation"))
+        events += [cpu_event("aten::mm", at + 50, 250),
+                   cpu_event("Optimizer.step#Adam.step", at + 300, 100, cat="user_annotation"),
+                   cpu_event("aten::mm", at + 400, 300),
+                   cpu_event("Optimizer.step#Adam.step", at + 700, 200, cat="user_annotation")]
+        if tells == "operators":
+            events += [cpu_event("aten::zeros_like", at + 301 + 5 * p, 2)
+                       for p in range(4 if i == 0 else 0)]
+            events += [cpu_event("aten::add_", at + 320 + 10 * p, 5) for p in range(2)]
+            events += [cpu_event("aten::add_", at + 720 + 10 * p, 5) for p in range(3)]
+    profile = kineto.parse(kineto_trace(tmp_path / f"{tells}.json", events))
+    steps = profile.table("steps")
+    assert steps["start"].tolist() == [400_000, 1_400_000, 2_400_000]
+    assert (steps["end"] - steps["start"]).eq(1_000_000).all()
+    assert profile.meta.notes == [several_optimizers_note("Adam")]
 
 
 def test_steps_come_from_profiler_steps_alone_beside_a_users_step_ranges(
