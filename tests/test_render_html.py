@@ -16,8 +16,9 @@ import pytest
 from profreport.errors import UsageError
 from profreport.parsers import ParseOptions
 from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
-from profreport.reports.analysis.results import Report
+from profreport.reports.analysis.results import BREAKDOWN_PARTS, Breakdown, Report
 from profreport.reports.render import write_reports
+from profreport.reports.render.charts import breakdown_figure
 from profreport.reports.render.html import render_html
 
 pytestmark = pytest.mark.corpus
@@ -148,3 +149,21 @@ def test_write_reports_refuses_unknown_format(kineto_pair: Report, tmp_path: Pat
     with pytest.raises(UsageError):
         write_reports(kineto_pair, tmp_path / "out", ["html", "docx"])
     assert not (tmp_path / "out").exists()
+
+
+def test_breakdown_chart_names_the_profiler_of_its_bars() -> None:
+    """The breakdown chart says which profiler split each step: in its title when one made every
+    bar, beside each run's name when they differ (an nsys breakdown against torch.profiler's
+    reads differently: torch.profiler's compute holds its per-operator cost)."""
+    def split(origin: str) -> Breakdown:
+        """A 10 ms step, all compute, as ``origin`` measured it."""
+        parts = dict.fromkeys(BREAKDOWN_PARTS, 0) | {"compute": 10_000_000}
+        return Breakdown(origin=origin, step_ns=10_000_000, parts_ns=parts)  # type: ignore[arg-type]
+
+    alike = breakdown_figure([("a", split("kineto")), ("b", split("kineto"))])
+    assert alike.layout.title.text == ("Where a step&#x27;s time goes (mean ms per step, "
+                                       "torch.profiler)")
+    assert list(alike.data[0].y) == ["a", "b"]
+    mixed = breakdown_figure([("a", split("nsys")), ("b", split("kineto"))])
+    assert mixed.layout.title.text == "Where a step&#x27;s time goes (mean ms per step)"
+    assert list(mixed.data[0].y) == ["a (Nsight Systems)", "b (torch.profiler)"]

@@ -138,12 +138,16 @@ def _figure(title: str, height: int, **layout: object) -> go.Figure:
 
 def breakdown_figure(named: list[tuple[str, Breakdown | None]]) -> go.Figure | None:
     """Stacked bars of the mean step split into BREAKDOWN_PARTS, one bar per named breakdown
-    (no segment for a part its breakdown did not measure)."""
+    (no segment for a part its breakdown did not measure), the profiler that made them in the
+    title, or beside each name when they are several."""
     shown = [(name, b) for name, b in named if b is not None]
     if not shown:
         return None
-    names = [safe_label(name) for name, _ in shown]
-    figure = _figure("Where a step's time goes (mean ms per step)",
+    origins = {b.origin for _, b in shown}
+    one = origin_label(origins.pop()) if len(origins) == 1 else None
+    names = [safe_label(name if one else f"{name} ({origin_label(b.origin)})")
+             for name, b in shown]
+    figure = _figure(f"Where a step's time goes (mean ms per step{f', {one}' if one else ''})",
                      FRAME_PX + ROW_PX * 2 * len(shown), barmode="stack")
     for part in BREAKDOWN_PARTS:
         values = [ms_value(b.parts_ns[part]) if part in b.measured else None for _, b in shown]
