@@ -120,7 +120,7 @@ def test_a_launch_that_left_nothing_says_nothing(tmp_path: Path) -> None:
     assert time.monotonic() - begun < leftovers.LEFTOVER_GRACE_S
 
 
-#: Captures the nsys test tries: about half of them hang here.
+#: Captures the nsys test tries: about half of them hang here and leave their agent.
 HANG_TRIES = 4
 
 
@@ -151,12 +151,10 @@ def test_the_agent_of_a_killed_capture_is_ended(tmp_path: Path, nsys_available: 
         for _ in range(HANG_TRIES):
             record = run_launch(Launch("nsys", command, tmp_path / "nsys.log"))
             assert with_entry(entry) == []
-            if record.exit_status == 124:
-                assert record.leftovers is not None
+            if record.leftovers is not None:
                 assert "nsys --start-agent (pid " in record.leftovers
                 return
-            assert record.exit_status == 0 and record.leftovers is None
-        pytest.skip(f"none of {HANG_TRIES} captures hung: no agent left to end")
+        pytest.skip(f"none of {HANG_TRIES} captures left its agent running: nothing to end")
     finally:
         for pid in with_entry(entry):
             kill_if(pid, entry)
