@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,9 @@ from profreport.reports.analysis.ranks import add_rank_metrics, job_step_source,
 from profreport.reports.analysis.results import RunMetrics
 from profreport.reports.analysis.steps import step_windows
 from profreport.reports.analysis.timeline import MAX_SEGMENTS, build_timeline
+
+sys.path.insert(0, str(Path(__file__).parent))
+from conftest import cpu_event, kineto_trace  # noqa: E402
 
 
 def run_metrics(profiles: list) -> RunMetrics:
@@ -311,3 +315,40 @@ def test_what_the_idle_gpu_waits_for(corpus: Path) -> None:
     assert event_sync.share("launch") == pytest.approx(0.916, abs=0.002)
     triton = metrics_of(corpus / "hta" / "triton_example.json.gz").gpu_idle
     assert triton.share("unexplained") > 0.999
+
+
+def _ddp_hook_trace(path: Path, beside: bool) -> Path:
+    """A CPU DDP trace shaped as torch 2.13 records gloo: 3 ProfilerSteps of 4 ms, each 1 ms of
+    aten::mm, then autograd's AccumulateGrad op holding DDP's hook, c10d::allreduce_, for 2 ms
+    on the training thread while gloo's thread runs gloo:all_reduce for 1 ms; with ``beside``,
+    another thread runs an aten::mm through the collective."""
+    events = []
+    for n in range(3):
+        ts = 1000 + n * 4000
+        events += [cpu_event(f"ProfilerStep#{n}", ts, 4000, cat="user_annotation"),
+                   cpu_event("aten::mm", ts + 100, 1000),
+                   cpu_event("autograd::engine::evaluate_function: "
+                             "torch::autograd::AccumulateGrad", ts + 1200, 2100),
+                   cpu_event("c10d::allreduce_", ts + 1250, 2000),
+                   {**cpu_event("gloo:all_reduce", ts + 1300, 1000, cat="user_annotation"),
+                    "tid": 77}]
+        if beside:
+            events.append({**cpu_event("aten::mm", ts + 1250, 2000), "tid": 78})
+    return kineto_trace(path, events)
+
+
+def test_a_thread_inside_a_collective_call_is_not_computing(tmp_path: Path) -> None:
+    """The training thread inside c10d::allreduce_ waits on the collective, although autograd's
+    AccumulateGrad op holds the call: its 2 ms per step are exposed communication, not compute
+    the collective overlaps (a real 2-rank gloo DDP trace read 'compute-bound: the model's CPU
+    operators take 86%', 'Communication takes 58% of each step; 100% of it overlaps compute').
+    Another thread's op beside the collective is compute it overlaps."""
+    alone = metrics_of(_ddp_hook_trace(tmp_path / "alone.json", beside=False))
+    assert alone.comm is not None and alone.breakdown is not None
+    assert alone.breakdown.parts_ns["comm_exposed"] == 2_000_000
+    assert alone.breakdown.parts_ns["compute"] == 1_000_000 + 100_000
+    assert alone.comm.overlap_fraction == 0.0
+    assert alone.cpu_phases is not None and alone.cpu_phases.fractions["communication"] == 0.5
+    beside = metrics_of(_ddp_hook_trace(tmp_path / "beside.json", beside=True))
+    assert beside.comm is not None and beside.comm.overlap_fraction == 1.0
+    assert beside.breakdown is not None and beside.breakdown.parts_ns["comm_exposed"] == 0

@@ -15,7 +15,12 @@ import pandas as pd
 from profreport import concepts
 from profreport.model import Profile
 from profreport.reports.analysis import intervals as iv
-from profreport.reports.analysis.cpu import framework_ops, spans_where
+from profreport.reports.analysis.cpu import (
+    framework_ops,
+    framework_time,
+    off_collectives,
+    spans_where,
+)
 from profreport.reports.analysis.results import (
     BREAKDOWN_PARTS,
     Breakdown,
@@ -83,14 +88,15 @@ def make_breakdown(origin: Origin, windows: StepWindows, claims: dict[str, np.nd
 
 
 def cpu_parts(profile: Profile, windows: StepWindows) -> dict[str, iv.Intervals]:
-    """CPU-only runs: DataLoader wait, then framework ops (any thread) as compute, then CPU
-    collectives while no framework op runs as exposed communication; the rest is other. Built
+    """CPU-only runs: DataLoader wait, then framework ops (any thread, outside the collective
+    calls of their own thread) as compute, then CPU collectives while no framework op runs as
+    exposed communication; the rest is other. Built
     once per run: the breakdown claims them and the communication figures read them.
 
     A profile with ranges but no framework ops (nsys NVTX on a CPU-only capture) gets DataLoader
     wait and "other" only: it cannot tell compute from anything else."""
     return {"dataloader": dataloader_intervals(profile, windows),
-            "compute": iv.union_of([framework_ops(profile)]),
+            "compute": framework_time(profile),
             "comm_exposed": iv.union_of([profile.table("cpu_collectives")])}
 
 
@@ -109,13 +115,13 @@ def cpu_breakdown(profile: Profile, windows: StepWindows,
 def cpu_phases(profile: Profile, windows: StepWindows) -> CpuPhaseBreakdown:
     """CPU-only runs: share of step time in DataLoader, optimizer, backward, forward (the
     remaining framework ops) and communication while no op runs, each claiming only unclaimed
-    time."""
+    time; the ops' time inside a collective call of their thread is the collective's."""
     optimizer = spans_where(profile, lambda names: concepts.is_optimizer_step_span(names)
                             | concepts.is_zero_grad_span(names))
     parts = [("dataloader", dataloader_intervals(profile, windows)),
-             ("optimizer", iv.union_of([optimizer])),
-             ("backward", iv.union_of([spans_where(profile, concepts.is_backward_op)])),
-             ("forward", iv.union_of([framework_ops(profile)])),
+             ("optimizer", off_collectives(profile, optimizer)),
+             ("backward", off_collectives(profile, spans_where(profile, concepts.is_backward_op))),
+             ("forward", framework_time(profile)),
              ("communication", iv.union_of([profile.table("cpu_collectives")]))]
     mean = mean_per_step(claim(parts, windows), windows)
     step_ns = max(windows.total_ns // max(windows.count, 1), 1)

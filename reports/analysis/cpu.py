@@ -31,17 +31,40 @@ def framework_ops(profile: Profile) -> pd.DataFrame:
     return profile.table("cpu_ops")[_is_framework_op(profile)]
 
 
+def off_collectives(profile: Profile, spans: pd.DataFrame) -> iv.Intervals:
+    """The time ``spans`` (CPU rows with their pid and tid) cover outside the collective calls
+    of their own thread: a thread inside ``c10d::allreduce_`` is in the collective, not in the
+    op that holds the call (DDP's gradient hook runs inside autograd's AccumulateGrad), while
+    another thread's ops beside it are work the collective overlaps."""
+    calls = profile.table("cpu_collectives")
+    threads = ["pid", "tid"]
+    held = spans[threads].merge(calls[threads].drop_duplicates(), how="left",
+                                indicator=True)["_merge"].eq("both").to_numpy()
+    out = iv.union_of([spans[~held]])
+    for key, thread in spans[held].groupby(threads, sort=False):
+        inside = calls[(calls["pid"] == key[0]) & (calls["tid"] == key[1])]
+        out = iv.merge(out, iv.subtract(iv.union_of([thread]), iv.union_of([inside])))
+    return out
+
+
+def framework_time(profile: Profile) -> iv.Intervals:
+    """When a framework op runs on some thread, outside its thread's collective calls (see
+    :func:`off_collectives`)."""
+    return off_collectives(profile, framework_ops(profile))
+
+
 #: The tables of spans on the CPU: framework ops and annotated ranges (NVTX, user annotations).
 SPAN_TABLES = ("cpu_ops", "ranges")
 
 
 def spans_where(profile: Profile, classify) -> pd.DataFrame:
-    """Start and end of the CPU ops and annotated ranges that ``classify`` (a concepts
-    predicate) selects: Kineto records ``Optimizer.step#...`` as a user annotation, i.e. a range,
-    not a ``cpu_op``."""
+    """Start, end, thread and name of the CPU ops and annotated ranges that ``classify`` (a
+    concepts predicate) selects: Kineto records ``Optimizer.step#...`` as a user annotation, i.e.
+    a range, not a ``cpu_op``."""
     frames = [profile.table(table)[classified(profile, table, classify)]
               for table in SPAN_TABLES]
-    return pd.concat([f[["start", "end", "name"]] for f in frames], ignore_index=True)
+    return pd.concat([f[["start", "end", "pid", "tid", "name"]] for f in frames],
+                     ignore_index=True)
 
 
 def outer_calls(frame: pd.DataFrame, key: str) -> pd.Series:
