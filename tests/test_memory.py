@@ -284,6 +284,28 @@ def test_peak_near_device_memory_is_an_oom_risk(tmp_path: Path) -> None:
     assert "MEMORY_HEADROOM" not in {f.id for f in findings}
 
 
+def test_a_run_in_bf16_is_not_told_to_use_amp_against_oom(tmp_path: Path) -> None:
+    """The same peak in a run whose matmuls and convolutions take bf16 inputs (their recorded
+    dtypes): mixed precision is on already, so the fix names batch and checkpointing alone;
+    fp32 inputs keep AMP among the levers."""
+    from profreport.reports.analysis.results import OpDtypes
+
+    path = _training(tmp_path, kept_per_step=0, temporary=2 * GIB,
+                     device_total=int(3.2 * GIB))
+    stats, _ = _analysed(path, memory.TrainingSettings(batch_size=32))
+
+    def fix(precision: str) -> str:
+        dtypes = OpDtypes("kineto", {"fp32": 0, "reduced": 0, "other": 0, "unrecorded": 0,
+                                     precision: 9_000_000})
+        found = find_all(RunMetrics(memory=stats, op_dtypes=dtypes), RunContext())
+        return next(f for f in found if f.id == "MEMORY_OOM_RISK").recommendation
+
+    assert fix("reduced").startswith(
+        "Free room before it runs out: lower the per-process batch size, or recompute "
+        "activations in backward (torch.utils.checkpoint on the largest blocks); set ")
+    assert "or train in mixed precision (AMP halves activations)" in fix("fp32")
+
+
 def test_reserving_in_every_step_is_churn(tmp_path: Path) -> None:
     """Reserved memory grown and given back inside every step: the allocator calls the driver."""
     path = _training(tmp_path, kept_per_step=0, temporary=512 * MIB, device_total=16 * GIB,

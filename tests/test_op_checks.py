@@ -643,3 +643,17 @@ def test_cpu_autocast_advice_reads_the_recorded_dtypes(tmp_path: Path) -> None:
     missed = advice("float", native=False, amp=True)
     assert "autocast is on, yet the matmuls and convolutions take fp32 inputs" in missed
     assert "Turn autocast off" not in missed
+
+
+def test_small_batch_advice_reads_the_recorded_dtypes(tmp_path: Path) -> None:
+    """A batch of 8 per GPU: a run whose matmuls take bf16 inputs is not told that mixed
+    precision would free memory for a larger batch; one in fp32 is."""
+    def advice(dtype: str) -> str:
+        profile = kineto.parse(steps_of_ops(
+            tmp_path / f"{dtype}.json", [("aten::linear", 5, 30), ("aten::addmm", 10, 20)],
+            dtype, [[8, 64], [128, 64], [128]], 1000, [A100], kernel_us=900))
+        found = find_all(compute_run_metrics([profile]), RunContext(knobs={"batch_size": 8}))
+        return {f.id: f for f in found}["SMALL_BATCH"].recommendation
+
+    assert advice("c10::BFloat16").endswith("or use gradient accumulation.")
+    assert advice("float").endswith("; mixed precision frees memory for a larger batch.")

@@ -7,7 +7,9 @@ from __future__ import annotations
 import math
 
 from profreport.reports.analysis.findings.catalogue import Facts, rule
+from profreport.reports.analysis.findings.compute import amp_on
 from profreport.reports.analysis.memory import TrainingSettings
+from profreport.reports.analysis.ops import reduced_precision
 from profreport.reports.analysis.results import (
     DeviceMemory,
     Evidence,
@@ -73,15 +75,17 @@ def oom_risk(facts: Facts) -> Finding | None:
     if not risky:
         return None
     fraction, device = max(risky, key=lambda item: item[0])
+    levers = ["lower the per-process batch size", "recompute activations in backward "
+              "(torch.utils.checkpoint on the largest blocks)"]
+    if not (amp_on(reduced_precision(facts.metrics), facts.context) or facts.context.knob("amp")):
+        levers.append("train in mixed precision (AMP halves activations)")
     return Finding(
         id="MEMORY_OOM_RISK", severity="high",
         title=f"Memory peaks at {whole_pct(fraction)} of the device: close to out-of-memory",
         evidence=[_peak_evidence(device, fraction)],
-        recommendation="Free room before it runs out: lower the per-process batch size, "
-                       "recompute activations in backward (torch.utils.checkpoint on the "
-                       "largest blocks), or train in mixed precision (AMP halves activations); "
-                       "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True when reserved "
-                       "memory runs well above allocated.")
+        recommendation=f"Free room before it runs out: {', '.join(levers[:-1])}, or "
+                       f"{levers[-1]}; set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True when "
+                       "reserved memory runs well above allocated.")
 
 
 def _fitting_batch(device: DeviceMemory, batch: int) -> int | None:
