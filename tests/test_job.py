@@ -431,3 +431,22 @@ def test_ranks_no_profiler_timed_all_of_have_no_step_times(tmp_path: Path) -> No
     assert job.verdict_reason.startswith(f"the ranks' step times are unknown: {why}; rank 0: ")
     assert f"The ranks' step times are unknown: {why}; rank 0: " in render_markdown(report)
     assert json.loads(render_json(report))["runs"][0]["job"]["steps_unknown_reason"] == why
+
+
+def test_ranks_cut_before_the_first_step_are_said_to_hold_nothing(tmp_path: Path) -> None:
+    """Every rank's profiler stopped before the first step (torch.profiler's trace then holds
+    only its own 'PyTorch Profiler' span): the run holds nothing to analyse, as one file alone
+    says; the reason read 'no step markers ... no GPU activity', because no rank without steps
+    came back whole for the detailed analysis."""
+    for rank in (0, 1):
+        document = {"schemaVersion": 1, "distributedInfo": {"backend": "gloo", "rank": rank,
+                                                            "world_size": 2},
+                    "traceEvents": [{"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)",
+                                     "pid": "Spans", "tid": "PyTorch Profiler", "ts": 1000.0,
+                                     "dur": 206.3, "args": {"Op count": 0}}]}
+        (tmp_path / f"rank{rank}.pt.trace.json").write_text(json.dumps(document))
+    for given in ([tmp_path], [tmp_path / "rank0.pt.trace.json"]):
+        run = analyze_paths(given, AnalyzeOptions()).runs[0]
+        assert run.verdict == "unknown" and run.verdict_reason.startswith(
+            "nothing to analyse: no kernels, copies, operators, ranges, steps or lines recorded")
+        assert run.detailed_rank is None and run.findings == []

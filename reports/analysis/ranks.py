@@ -173,10 +173,13 @@ def read_rank(task: RankTask) -> RankResult:
 
 def needed_whole(summaries: Sequence[RankSummary]) -> list[int]:
     """Indexes of the summaries whose whole profile the detailed analysis reads: sources without
-    a rank, the primary (lowest) rank among those that time steps, and the preferred source of
-    GPU events (see metrics.primary_timed and compute_run_metrics)."""
-    timed = [s for s in summaries if s.step_stats is not None]
-    primary = min((s.input.rank for s in timed if s.input.rank is not None), default=None)
+    a rank, the primary (lowest) rank among those that time steps (the lowest rank present when
+    none does: a trace cut before the first step still says what it holds), and the preferred
+    source of GPU events (see metrics.primary_timed and compute_run_metrics)."""
+    ranks = [s.input.rank for s in summaries if s.input.rank is not None]
+    timed = [s.input.rank for s in summaries
+             if s.step_stats is not None and s.input.rank is not None]
+    primary = min(timed or ranks, default=None)
     wanted = {i for i, s in enumerate(summaries) if s.input.rank in (None, primary)}
     gpu = [i for i, s in enumerate(summaries) if s.has_gpu_events]
     if gpu:
