@@ -533,6 +533,26 @@ def test_a_second_trace_without_a_rank_is_said_to_be_left_out(tmp_path: Path) ->
         "job; analyse it alone for its own figures)"]
 
 
+def test_a_second_trace_of_one_rank_is_said_to_be_left_out(tmp_path: Path) -> None:
+    """A 2-rank DDP run under tensorboard_trace_handler with schedule(repeat=2) writes two
+    files per rank, each recording its rank: the figures of each rank come from its first;
+    the second's steps were dropped without a word (real torch 2.13 gloo traces)."""
+    run = tmp_path / "cycles"
+    run.mkdir()
+    for rank in (0, 1):
+        for cycle, first_step in enumerate((2, 7)):
+            events = [cpu_event(f"ProfilerStep#{first_step + i}", 10_000 * cycle + 1000 * i,
+                                900 + 50 * rank, cat="user_annotation") for i in range(3)]
+            kineto_trace(run / f"host_{rank}.{cycle}.pt.trace.json", events,
+                         distributedInfo={"backend": "gloo", "rank": rank, "world_size": 2})
+    analysed = _analyzed(run)
+    assert analysed.metrics.steps is not None and analysed.metrics.steps.count == 3
+    assert analysed.notes == [
+        f"host_{rank}.1.pt.trace.json: its 3 steps are not in the per-step figures, which come "
+        f"from host_{rank}.0.pt.trace.json (both record rank {rank}: the profiling cycles of one "
+        "process, or two runs; analyse it alone for its own figures)" for rank in (0, 1)]
+
+
 def test_annotations_that_count_the_passes_are_the_steps(tmp_path: Path) -> None:
     """An inference loop annotated record_function(f"batch {i}"), no ProfilerStep nor
     optimizer: each name differs by its counter, so the annotations are grouped with their

@@ -52,6 +52,7 @@ from profreport.reports.analysis.ranks import (
     read_rank,
 )
 from profreport.reports.analysis.results import (
+    InputFile,
     JobAnalysis,
     RankVerdict,
     Report,
@@ -205,21 +206,25 @@ def source_notes(profiles: list[Profile]) -> list[str]:
                                                  profile.meta.empty else [])]]
 
 
-def left_out_notes(profiles: list[Profile]) -> list[str]:
+def left_out_notes(profiles: list[Profile], summaries: list[RankSummary]) -> list[str]:
     """The traces whose steps the per-step figures leave out, said rather than dropped without a
-    word: a second file of one format without a rank (the next profiling cycle of the same
-    process, as tensorboard_trace_handler writes one file per cycle) beside the one they come
-    from."""
-    used: dict[str, Profile] = {}
+    word: a second file of one format recording the same rank as another, or none (the next
+    profiling cycle of the same process, as tensorboard_trace_handler writes one file per
+    cycle), beside the one they come from (the first by preference, as every figure takes)."""
+    used: dict[tuple[str, int | None], InputFile] = {}
     notes = []
-    for profile, windows in primary_timed(profiles):
-        alone = profile.rank is None and profile.process is None
-        first = used.setdefault(profile.kind, profile) if alone else profile
-        if first is not profile:
-            notes.append(f"{Path(profile.path).name}: its {windows.count:,} steps are not in the "
-                         f"per-step figures, which come from {Path(first.path).name} (neither "
-                         "records a rank, so they are not read as ranks of one job; analyse it "
-                         "alone for its own figures)")
+    for summary in sorted(summaries, key=lambda s: s.preference):
+        found, steps = summary.input, summary.step_stats
+        if steps is None or found.process is not None:
+            continue
+        first = used.setdefault((found.kind, found.rank), found)
+        if first is not found:
+            why = ("neither records a rank, so they are not read as ranks of one job"
+                   if found.rank is None else f"both record rank {found.rank}: the profiling "
+                   "cycles of one process, or two runs")
+            notes.append(f"{Path(found.path).name}: its {steps.count:,} steps are not in the "
+                         f"per-step figures, which come from {Path(first.path).name} ({why}; "
+                         "analyse it alone for its own figures)")
     used, left = line_profiles(profiles)
     if left:
         first = next(p for p in used if p.rank is None and p.process is None)
@@ -327,7 +332,7 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
         timeline=build_timeline(*timed[0]) if timed else None,
         knobs=context.knobs, environment=context.environment,
         notes=_notes(manifest) + source_notes(profiles) + detailed_note
-        + left_out_notes(profiles)
+        + left_out_notes(profiles, summaries)
         + missing_ranks_note(world_size, summaries, metrics.comm is not None)
         + few_steps_note(metrics),
         world_size=world_size,
