@@ -450,3 +450,27 @@ def test_ranks_cut_before_the_first_step_are_said_to_hold_nothing(tmp_path: Path
         assert run.verdict == "unknown" and run.verdict_reason.startswith(
             "nothing to analyse: no kernels, copies, operators, ranges, steps or lines recorded")
         assert run.detailed_rank is None and run.findings == []
+
+
+def test_one_rank_of_a_job_reads_communication_bound_with_low_confidence(tmp_path: Path
+                                                                          ) -> None:
+    """Rank 1 of 2 alone, half its step in an all-reduce: it was 'communication-bound,
+    confidence high' with advice to tune DDP's all-reduce, although its trace cannot tell the
+    wait for rank 0 (maybe a straggler) from the transfer. Now the confidence is low, the
+    reason says why, and the advice asks for every rank's trace first; with both, unchanged."""
+    alone = write_rank(tmp_path, 1, compute_us=9000, comm_us=10000)
+    run = analyze_paths([alone], AnalyzeOptions()).runs[0]
+    assert run.verdict == "communication-bound" and run.verdict_confidence == "low"
+    assert run.verdict_reason.endswith(
+        "; but only rank 1 of the job's 2 ranks given, and how much of that is waiting for the "
+        "others its trace cannot tell")
+    comm = next(f for f in run.findings if f.id == "COMM_OVERHEAD")
+    assert comm.recommendation.startswith(
+        "First profile every rank (only rank 1 of the job's 2 ranks given): this rank's time in "
+        "the collectives includes waiting")
+    write_rank(tmp_path, 0, compute_us=9000, comm_us=10000)
+    both = analyze_paths([tmp_path], AnalyzeOptions()).runs[0]
+    assert both.verdict == "communication-bound" and both.verdict_confidence == "high"
+    assert "given" not in both.verdict_reason
+    comm = next(f for f in both.findings if f.id == "COMM_OVERHEAD")
+    assert "every rank" not in comm.recommendation

@@ -235,18 +235,38 @@ def left_out_notes(profiles: list[Profile], summaries: list[RankSummary]) -> lis
     return notes
 
 
-def missing_ranks_note(world_size: int | None, summaries: list[RankSummary],
-                       communicates: bool) -> list[str]:
-    """The note saying that some ranks of a communicating job were not given: a collective's
-    time on one rank holds its wait for the others, which its own trace cannot tell apart."""
+def ranks_not_given(world_size: int | None, summaries: list[RankSummary],
+                    communicates: bool) -> str | None:
+    """``only rank 1 of the job's 2 ranks given`` when a communicating job's traces are not all
+    there (a collective's time on one rank holds its wait for the others, which its own trace
+    cannot tell apart from the transfer); None when every rank is, or nothing communicates."""
     ranks = sorted({int(s.input.rank) for s in summaries if s.input.rank is not None})
     if not communicates or world_size is None or not ranks or len(ranks) >= world_size:
+        return None
+    given = f"ranks {', '.join(map(str, ranks))}" if len(ranks) > 1 else f"rank {ranks[0]}"
+    return f"only {given} of the job's {world_size} ranks given"
+
+
+def missing_ranks_note(partial: str | None, ranks: int) -> list[str]:
+    """The note saying that some ranks of a communicating job were not given (ranks_not_given),
+    ``ranks`` of them given."""
+    if partial is None:
         return []
-    given, traces = ((f"ranks {', '.join(map(str, ranks))}", "these traces") if len(ranks) > 1
-                     else (f"rank {ranks[0]}", "its trace"))
-    return [f"only {given} of the job's {world_size} ranks given: the time in collectives "
-            f"includes waiting for the ranks not given, which {traces} cannot tell apart from "
-            "the transfer itself (give every rank's trace to see which rank the job waits for)"]
+    traces = "these traces" if ranks > 1 else "its trace"
+    return [f"{partial}: the time in collectives includes waiting for the ranks not given, "
+            f"which {traces} cannot tell apart from the transfer itself (give every rank's "
+            "trace to see which rank the job waits for)"]
+
+
+def _partial_verdict(verdict: tuple[Verdict, str, tuple[str, float] | None],
+                     partial: str | None) -> tuple[Verdict, str, tuple[str, float] | None]:
+    """A communication-bound verdict of a job given in part: its exposed communication may be
+    waiting for a rank not given, so its confidence is low and the reason says why."""
+    name, reason, confidence = verdict
+    if partial is None or name != "communication-bound":
+        return verdict
+    return (name, f"{reason}; but {partial}, and how much of that is waiting for the others "
+            "its trace cannot tell", ("low", confidence[1]) if confidence else None)
 
 
 def few_steps_note(metrics: RunMetrics) -> list[str]:
@@ -303,7 +323,10 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
     metrics = compute_run_metrics(profiles, manifest)
     add_rank_metrics(metrics, summaries, origin)
     pacer = waited_for(job, profiles)
-    context = RunContext(waited_for=pacer, knobs=dict(manifest.knobs) if manifest else {},
+    world_size = run_world_size(manifest, summaries)
+    partial = ranks_not_given(world_size, summaries, metrics.comm is not None)
+    context = RunContext(waited_for=pacer, ranks_not_given=partial,
+                         knobs=dict(manifest.knobs) if manifest else {},
                          environment=dict(manifest.environment) if manifest else {},
                          settings=training_settings(manifest),
                          compiled_regions=metrics.compiled_regions,
@@ -318,10 +341,9 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
                    "this is not the steady state of training")
     confidence = verdict_confidence(metrics, name_verdict)
     paced = _paced_verdict(job, pacer, profiles)
-    if paced is not None:
-        name_verdict, reason, confidence = paced
+    name_verdict, reason, confidence = paced if paced is not None else _partial_verdict(
+        (name_verdict, reason, confidence), partial)
     timed = primary_timed(profiles)
-    world_size = run_world_size(manifest, summaries)
     return RunAnalysis(
         name=name,
         inputs=list(dict.fromkeys(  # a file of several processes once, of no one rank
@@ -333,7 +355,7 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
         knobs=context.knobs, environment=context.environment,
         notes=_notes(manifest) + source_notes(profiles) + detailed_note
         + left_out_notes(profiles, summaries)
-        + missing_ranks_note(world_size, summaries, metrics.comm is not None)
+        + missing_ranks_note(partial, len({s.input.rank for s in summaries} - {None}))
         + few_steps_note(metrics),
         world_size=world_size,
         scaling_point=dict(getattr(manifest, "scaling", None) or {}),

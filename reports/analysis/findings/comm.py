@@ -211,6 +211,11 @@ def comm_overhead(facts: Facts) -> Finding | None:
     if waiting is not None:
         evidence.append(waiting[1])
         advice = waiting[2] + ("" if severity == "low" else " Then: " + advice)
+    elif ctx.ranks_not_given is not None:
+        advice = (f"First profile every rank ({ctx.ranks_not_given}): this rank's time in the "
+                  "collectives includes waiting for the others, which its trace cannot tell "
+                  "apart from the transfer; when a rank lags, make its step shorter. If none "
+                  "does: " + advice)
     title = (f"Communication takes {pct(c.fraction)} of each step; "
              f"{pct(c.overlap_fraction)} of it overlaps compute.")
     return Finding("COMM_OVERHEAD", severity, title, evidence, advice)

@@ -26,6 +26,9 @@ class RunContext:
     #: The rank the job waits for when the findings come from another rank's profile (see
     #: analyze.waited_for): that rank's exposed communication is mostly waiting for it.
     waited_for: RankVerdict | None = None
+    #: ``only rank 1 of the job's 2 ranks given`` when a communicating job's traces are not all
+    #: there (see analyze.ranks_not_given): its collectives' time may be waiting for the others.
+    ranks_not_given: str | None = None
 
     def knob(self, name: str) -> object | None:
         """A knob's value, or None when the run has no such knob."""
