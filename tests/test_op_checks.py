@@ -29,6 +29,12 @@ def _op(name: str, ts: float, dur: float, types: list[str] | None,
             "dur": dur, "args": args}
 
 
+def _step_span(step: int, at: float, dur: float = 1000) -> dict:
+    """torch.profiler's ``ProfilerStep#step`` span on the training thread."""
+    return {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": PID,
+            "tid": PID, "ts": at, "dur": dur}
+
+
 def _launch(ts: float, correlation: int, kernel: str, start: float, dur: float,
             api: str = "cudaLaunchKernel", stream: int | str = 7) -> list[dict]:
     """A launch call on the training thread and the kernel it launched."""
@@ -49,8 +55,7 @@ def linear_trace(path: Path, dtype: str | None, devices: list[dict] | None,
     events: list[dict] = []
     for step in range(steps):
         at = 1000 * step
-        events += [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}",
-                    "pid": PID, "tid": PID, "ts": at, "dur": 1000},
+        events += [_step_span(step, at),
                    _op("aten::linear", at + 10, 90, types, dims),
                    _op("aten::addmm", at + 20, 70, types, dims),
                    _op("aten::add", at + 500, 20, types and types[:2], dims and dims[:2]),
@@ -248,8 +253,7 @@ def conv_bn_trace(path: Path, bias: bool = True, between: str = "bookkeeping",
     events: list[dict] = []
     for step in range(2):
         at = 1000 * step
-        events += [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}",
-                    "pid": PID, "tid": PID, "ts": at, "dur": 1000},
+        events += [_step_span(step, at),
                    op("aten::conv2d", at + 10, 100, conv_types, conv_dims),
                    op("aten::convolution", at + 12, 96, conv_types, conv_dims),
                    op("aten::_convolution", at + 14, 92, conv_types, conv_dims),
@@ -584,8 +588,7 @@ def steps_of_ops(path: Path, ops: list[tuple[str, float, float]], dtype: str | N
     events: list[dict] = []
     for step in range(3):
         at = step_us * step
-        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}",
-                       "pid": PID, "tid": PID, "ts": at, "dur": step_us})
+        events.append(_step_span(step, at, step_us))
         events += [_op(name, at + offset, dur, None if dtype is None else [dtype] * len(dims),
                        None if dtype is None else dims) for name, offset, dur in ops]
         if kernel_us:
@@ -657,3 +660,30 @@ def test_small_batch_advice_reads_the_recorded_dtypes(tmp_path: Path) -> None:
 
     assert advice("c10::BFloat16").endswith("or use gradient accumulation.")
     assert advice("float").endswith("; mixed precision frees memory for a larger batch.")
+
+
+def test_mixed_precision_is_read_among_the_matmuls_not_every_kernel(tmp_path: Path) -> None:
+    """A bf16 model whose GEMM (350 us) runs beside a longer elementwise kernel (550 us, an
+    activation): autocast casts the matmul's inputs, so its share of the matmul/convolution
+    time (100%) says mixed precision is on, not its 39% of every compute kernel's time."""
+    events: list[dict] = []
+    bf16, dims = ["c10::BFloat16"] * 3, [[32, 64], [128, 64], [128]]
+    for step in range(3):
+        at = 1000 * step
+        events += [_step_span(step, at),
+                   _op("aten::linear", at + 5, 30, bf16, dims),
+                   _op("aten::addmm", at + 10, 20, bf16, dims),
+                   *_launch(at + 15, 2 * step + 1, "gemm_128x64", at + 50, 350),
+                   _op("aten::gelu", at + 40, 20, bf16[:1], dims[:1]),
+                   *_launch(at + 45, 2 * step + 2, "vectorized_elementwise_kernel", at + 400,
+                            550)]
+    path = tmp_path / "bf16.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "deviceProperties": [A100],
+                                "traceEvents": events}))
+    m = compute_run_metrics([kineto.parse(path)])
+    from profreport.reports.analysis.ops import reduced_precision
+
+    assert m.op_precision.share("reduced") == pytest.approx(350 / 900)
+    assert reduced_precision(m).share == 1.0
+    fix = find_all(m, RunContext())
+    assert "mixed precision" not in {f.id: f for f in fix}["COMPUTE_BOUND"].recommendation

@@ -412,8 +412,10 @@ def confounds(base: RunAnalysis, run: RunAnalysis) -> list[Confound]:
     if shares[0] is not None and shares[1] is not None and \
             (shares[0][0] >= PRECISION_CONFOUND_SHARE) != \
             (shares[1][0] >= PRECISION_CONFOUND_SHARE):
+        of = ("compute-kernel time" if shares[1][1] == "kernel names" else
+              "matmul/convolution time")
         out.append(Confound("precision", f"fp16/bf16 compute {pct(shares[0][0])} -> "
-                            f"{pct(shares[1][0])} of compute-kernel time ({shares[1][1]})"))
+                            f"{pct(shares[1][0])} of {of} ({shares[1][1]})"))
     mixes = base.metrics.kernel_mix, run.metrics.kernel_mix
     if mixes[0] is not None and mixes[1] is not None and \
             mixes[0].fused_optimizer != mixes[1].fused_optimizer:

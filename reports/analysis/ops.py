@@ -199,20 +199,26 @@ def op_dtypes(profile: Profile, windows: StepWindows | None) -> OpDtypes | None:
                     ns={label: int(spent.get(label, 0)) for label in PRECISIONS})
 
 
+def _reduced_of_recorded(spent: dict[str, int]) -> float | None:
+    """Share in fp16/bf16 of the time of the calls whose input dtypes were recorded (GPU kernel
+    time they launched, or their own time), by precision label; None when none was."""
+    recorded = sum(ns for label, ns in spent.items() if label != UNRECORDED)
+    return spent.get("reduced", 0) / recorded if recorded else None
+
+
 def reduced_precision(m: RunMetrics) -> PrecisionReading:
     """The share of the matmul/convolution work in fp16/bf16 and what it is read from: their
-    recorded input dtypes (the share of compute-kernel time they launched, or of their own time
-    on a CPU), else the GPU kernels' names (a hint); unknown, and why, when neither is there."""
-    p, cpu = m.op_precision, m.op_dtypes
-    if p is not None and p.unknown_reason is None and any(
-            p.kernel_ns.get(label, 0) for label in PRECISIONS if label != UNRECORDED):
-        return PrecisionReading(p.share("reduced"), "operator input dtypes")
-    if cpu is not None and cpu.share(UNRECORDED) < 1:
-        recorded = sum(cpu.ns.values()) - cpu.ns[UNRECORDED]
-        return PrecisionReading(cpu.ns["reduced"] / recorded, "operator input dtypes")
+    recorded input dtypes (of the GPU kernel time they launched, or of their own time on a
+    CPU: what autocast casts, whatever the GPU's tensor cores), else the GPU kernels' names (a
+    hint, of all compute-kernel time); unknown, and why, when neither is there."""
+    for spent in (m.op_precision.kernel_ns if m.op_precision is not None else {},
+                  m.op_dtypes.ns if m.op_dtypes is not None else {}):
+        share = _reduced_of_recorded(spent)
+        if share is not None:
+            return PrecisionReading(share, "operator input dtypes")
     if m.kernel_mix is not None and m.kernel_mix.compute_kernel_ns:
         return PrecisionReading(m.kernel_mix.reduced_precision_fraction, "kernel names")
-    if cpu is not None:
+    if m.op_dtypes is not None:
         return PrecisionReading(None, "the matmuls and convolutions carry no input dtypes "
                                 "(torch.profiler ran without record_shapes=True)")
     return PrecisionReading(None, "no profile records the matmuls' and convolutions' input "

@@ -444,10 +444,6 @@ class OpDtypes:
     origin: Origin
     ns: dict[str, int]
 
-    def share(self, label: str) -> float:
-        """Share of the calls' time whose inputs have one precision label."""
-        return self.ns.get(label, 0) / max(sum(self.ns.values()), 1)
-
 
 @dataclass(frozen=True)
 class PrecisionReading:

@@ -147,8 +147,8 @@ def _amp_step(reading: PrecisionReading, ctx: RunContext) -> str | None:
         now = (f"{pct(reading.share)} of kernel time is fp16/bf16 now" if reading.share > 0
                else "every kernel runs in fp32 now")
     elif reading.share > 0:
-        now = (f"matmuls and convolutions with fp16/bf16 inputs launch {pct(reading.share)} of "
-               "compute-kernel time now, by their recorded dtypes")
+        now = (f"{pct(reading.share)} of the matmuls' and convolutions' time has fp16/bf16 "
+               "inputs now, by their recorded dtypes")
     else:
         now = "the matmuls and convolutions take no fp16/bf16 input now, by their recorded dtypes"
     return f"enable mixed precision (torch.autocast + GradScaler; {now})"
