@@ -21,6 +21,8 @@ MIN_STEP_REPEATS = 3
 STEP_NESTING_LEVELS = 3
 # A run of digits in a range name: the loop counter that differs between its passes.
 _NUMBER = re.compile(r"\d+")
+# A counter of more digits than this is no step number that fits int64 (10^18 steps).
+COUNTER_DIGITS = 18
 
 
 def on_busiest_thread(spans: pd.DataFrame) -> pd.DataFrame:
@@ -68,11 +70,25 @@ def steps_from_repeats(spans: pd.DataFrame, origin: str,
     name = str((counted if not counted.empty else repeated)["sum"].idxmax())
     chosen = top[top["group"] == name]
     starts, ends = chosen["start"].to_numpy(), chosen["end"].to_numpy()
-    frame = pd.DataFrame({"number": np.arange(1, len(starts) + 1), "start": starts,
+    frame = pd.DataFrame({"number": step_counters(chosen["name"]), "start": starts,
                           "end": ends if own_extent else np.r_[starts[1:], ends[-1]],
                           "pid": chosen["pid"].to_numpy(),
                           "tid": chosen["tid"].to_numpy(), "origin": origin})
     return conform("steps", frame), name
+
+
+def step_counters(names: pd.Series) -> np.ndarray:
+    """The number of each step: the counter its name carries (``batch 0``, ``batch 1``), as the
+    report then names the step the trace shows, when every name carries one number and they
+    increase; else 1, 2, ... in time order (``epoch 0 batch 3`` counts the batches of an epoch,
+    ``forward`` none)."""
+    found = names.astype(str).str.findall(_NUMBER)
+    one = found.map(len).eq(1).all() and found.str[0].str.len().le(COUNTER_DIGITS).all()
+    if len(found) and one:
+        counters = found.str[0].astype(np.int64).to_numpy()
+        if (np.diff(counters) > 0).all():
+            return counters
+    return np.arange(1, len(names) + 1)
 
 
 def _first_repeating_level(thread: pd.DataFrame, key: Callable[[pd.Series], pd.Series] | None,

@@ -272,6 +272,23 @@ def test_steps_cut_at_the_optimizers_step_ends_count_their_last_step_whole(
     assert metrics.shape.step_window.max_ns == 5_000_000
 
 
+def test_steps_found_by_repetition_keep_the_counter_their_names_carry(tmp_path: Path) -> None:
+    """An inference loop annotated record_function(f"batch {i}") from 0 (real torch 2.13,
+    no_grad): its first pass, 'batch 0', is start-up and the report says 'Step 0', the range
+    the trace shows (it said 'Step 1', counting the passes from 1)."""
+    events = []
+    for n, (at, length) in enumerate([(0, 3600), (3700, 200), (4000, 200), (4300, 200),
+                                      (4600, 200), (4900, 200)]):
+        events += [cpu_event(f"batch {n}", 1000 + at, length, cat="user_annotation"),
+                   cpu_event("aten::mm", 1000 + at + 5, length - 10)]
+    run = analyze_paths([kineto_trace(tmp_path / "batches.json", events)],
+                        AnalyzeOptions()).runs[0]
+    assert run.metrics.shape is not None and run.metrics.shape.warmup is not None
+    assert run.metrics.shape.warmup.number == 0
+    assert any(f.title == "Step 0 is start-up, left out of the per-step figures."
+               for f in run.findings)
+
+
 def nsys_beside_kineto(folder: Path, nsys_waits: list[int]):  # type: ignore[no-untyped-def]
     """The run of ``folder`` holding an NVTX-only nsys export, one 'step N' range of 1 ms after
     a 'dataloader' range of each of ``nsys_waits`` (ns), and a CPU Kineto trace of 8
