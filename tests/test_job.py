@@ -474,3 +474,32 @@ def test_one_rank_of_a_job_reads_communication_bound_with_low_confidence(tmp_pat
     assert "given" not in both.verdict_reason
     comm = next(f for f in both.findings if f.id == "COMM_OVERHEAD")
     assert "every rank" not in comm.recommendation
+
+
+def test_ranks_of_two_runs_are_not_compared_as_one_job(tmp_path: Path) -> None:
+    """Rank 0 of one run and rank 1 of another, the second recorded a minute later on the same
+    wall clock (Kineto: ts plus baseTimeNanoseconds): rank 1 was named a straggler (29.7 ms
+    per step against 19.2 ms) and rank 0's communication read as waiting for it, though neither
+    ran beside the other. Now the job's verdict is unknown and says why; the same traces
+    recorded together still name the straggler."""
+    for rank, compute, comm, shift_us in ((0, 9000, 10000, 0), (1, 28000, 1500, 60_000_000)):
+        path = write_rank(tmp_path, rank, compute_us=compute, comm_us=comm)
+        document = json.loads(path.read_text())
+        document["baseTimeNanoseconds"] = 1_790_857_026_000_000_000
+        for event in document["traceEvents"]:
+            event["ts"] += shift_us
+        path.write_text(json.dumps(document))
+    run = analyze_paths([tmp_path], AnalyzeOptions()).runs[0]
+    job = run.job
+    assert job.verdict == "unknown" and job.pacer is None and job.straggler is False
+    assert job.verdict_reason == (
+        "the ranks' traces were not recorded together: rank 1's steps start 59.90 s after "
+        "rank 0's end (other steps of the job, or another run), so which rank the job waits "
+        "for is unknown; each rank's own verdict is in the table")
+    assert run.verdict == "communication-bound" and "rank 1" not in run.verdict_reason
+    assert all("waiting for rank 1" not in e.text for f in run.findings for e in f.evidence)
+    together = tmp_path / "together"
+    together.mkdir()
+    write_rank(together, 0, compute_us=9000, comm_us=10000)
+    write_rank(together, 1, compute_us=28000, comm_us=1500)
+    assert analyze_paths([together], AnalyzeOptions()).runs[0].job.straggler is True

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from profreport.reports.analysis.results import JobAnalysis, Origin, RankVerdict
-from profreport.units import ms, pct
+from profreport.units import duration, ms, pct
 
 #: The slowest rank is called a straggler when its mean step is 10% longer than the other ranks'
 #: mean: below that, ranks of one job differ by the ordinary step-to-step wobble.
@@ -107,6 +107,25 @@ def disagreement(ranks: Sequence[RankVerdict], pacer: RankVerdict | None) -> str
     return f"Ranks disagree ({said}): {'; '.join(reasons)}."
 
 
+def not_together(ranks: Sequence[RankVerdict]) -> str | None:
+    """Why the ranks' step times cannot be compared, or None: two ranks whose steps, on the
+    clock their traces share, never ran at the same time (every pair overlaps exactly when the
+    latest first step starts before the earliest last step ends) are other steps of the job,
+    or of another run, and neither waited for the other in them."""
+    timed = [r for r in ranks if r.steps_clock is not None]
+    if len(timed) < 2 or len({r.steps_clock[0] for r in timed}) > 1:  # type: ignore[index]
+        return None
+    ended = min(timed, key=lambda r: (r.steps_clock[2], r.order))  # type: ignore[index]
+    started = max(timed, key=lambda r: (r.steps_clock[1], r.order))  # type: ignore[index]
+    gap = started.steps_clock[1] - ended.steps_clock[2]  # type: ignore[index]
+    if gap < 0:
+        return None
+    return (f"the ranks' traces were not recorded together: {started.label}'s steps start "
+            f"{duration(gap)} after {ended.label}'s end (other steps of the job, or another "
+            "run), so which rank the job waits for is unknown; each rank's own verdict is in "
+            "the table")
+
+
 def job_analysis(ranks: Sequence[RankVerdict], steps_origin: Origin | None = None,
                  steps_unknown: str | None = None) -> JobAnalysis | None:
     """The job's verdict from its ranks' own verdicts: the slowest rank's (the job runs at its
@@ -123,6 +142,10 @@ def job_analysis(ranks: Sequence[RankVerdict], steps_origin: Origin | None = Non
         return JobAnalysis(ranks, lead.verdict, f"{unknown}{lead.label}: {lead.verdict_reason}",
                            disagreement=disagreement(ranks, None),
                            steps_unknown_reason=steps_unknown)
+    apart = not_together(ranks)
+    if apart is not None:
+        return JobAnalysis(ranks, "unknown", apart, disagreement=disagreement(ranks, None),
+                           steps_origin=steps_origin)
     slowest, others = found
     lag = slowest.step_ns / others - 1 if others else 0.0  # type: ignore[operator]
     pace = (f"{slowest.label}, the slowest, takes {ms(slowest.step_ns)} per step against "  # type: ignore[arg-type]

@@ -147,7 +147,22 @@ def rank_verdict(profile: Profile) -> RankVerdict | None:
                        confidence[0] if confidence else None,
                        confidence[1] if confidence else None,
                        steps.marker if steps is not None else ANNOTATED_RANGE,
-                       profile.process if profile.rank is None else None)
+                       profile.process if profile.rank is None else None,
+                       steps_clock(profile))
+
+
+def steps_clock(profile: Profile) -> tuple[str, int, int] | None:
+    """When a profile's steps ran on a clock other ranks' traces share (RankVerdict.steps_clock):
+    a Kineto trace's times are the wall clock less its ``baseTimeNanoseconds`` (the 2021
+    format's, which records none, are their own clock); None for other formats (an nsys
+    capture's times count from its own start) or a profile without steps."""
+    windows = step_windows(profile)
+    if profile.kind != "kineto" or windows is None:
+        return None
+    base = getattr(profile.meta, "base_time_ns", -1)
+    clock = "kineto wall clock" if base >= 0 else "kineto, no base time"
+    offset = max(base, 0)
+    return clock, windows.first_ns + offset, windows.last_ns + offset
 
 
 def read_rank(task: RankTask) -> RankResult:

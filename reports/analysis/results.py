@@ -783,6 +783,9 @@ class RankVerdict:
     step_marker: str = ANNOTATED_RANGE
     #: The process (Profile.process) of a rank whose rank is unknown; None otherwise.
     process: int | None = None
+    #: When the rank's steps ran, on a clock the traces of every rank share: (the clock, first
+    #: step's start, last step's end), ns; None where the format's times are its capture's own.
+    steps_clock: tuple[str, int, int] | None = None
 
     @property
     def label(self) -> str:
