@@ -74,8 +74,8 @@ def ns_per_step_by_collective(events: pd.DataFrame, kinds: pd.Series,
 
 
 #: Why a format records no collective's size.
-_NO_SIZES = {"nsys": "Nsight Systems records the collectives' kernels and ranges, not what "
-                     "they send",
+_NO_SIZES = {"nsys": "Nsight Systems' NCCL kernels and ranges, as profreport reads them, "
+                     "carry no message size",
              "kineto": "the trace records no message sizes (record_param_comms' 'In msg "
                        "nelems' and 'dtype', or the collective ops' inputs under "
                        "record_shapes=True)"}
