@@ -755,6 +755,19 @@ def fetched_iterator(source: str | None) -> str | None:
     return None
 
 
+def loop_iterable(source: str | None) -> str | None:
+    """What a ``for`` line iterates over, as written, out of ``enumerate(...)`` (``dl`` of
+    ``for i, (x, y) in enumerate(dl):``); None for a line that opens no ``for``."""
+    node = _statement(source) if source else None
+    if not isinstance(node, ast.For | ast.AsyncFor):
+        return None
+    iterable = node.iter
+    if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Name) \
+            and iterable.func.id == "enumerate" and iterable.args:
+        iterable = iterable.args[0]
+    return ast.unparse(iterable)
+
+
 def assigned_value(source: str | None, target: str) -> str | None:
     """The expression a source line assigns to ``target`` (``it = iter(train_loader)``), as
     written; None when it assigns nothing to it."""

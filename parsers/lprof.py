@@ -47,6 +47,7 @@ from profreport.concepts import (
     is_loop_line,
     is_sync_point_line,
     is_training_function,
+    loop_iterable,
     names_dataloader,
     opens_no_loop,
 )
@@ -330,11 +331,25 @@ def _lines_table(timings: Timings, unit: float, sources: dict[str, list[str] | N
     frame["function_share"] = (frame["time_ns"] / total.where(total > 0)).fillna(0.0)
     frame = frame.merge(_source_table(sources), on=["file", "lineno"], how="left")
     frame["source"] = frame["source"].astype("object").where(frame["source"].notna(), None)
-    frame["is_dataloader_loop"] = frame["source"].map(is_dataloader_loop_line).astype(bool)
     frame["is_sync_point"] = frame["source"].map(is_sync_point_line).astype(bool)
     frame = frame.sort_values(_FUNCTION_KEY + ["lineno"], kind="stable").reset_index(drop=True)
+    frame["is_dataloader_loop"] = loops_over_loaders(frame)
     frame["is_loop_header"] = loop_headers(frame)
     return frame
+
+
+def loops_over_loaders(frame: pd.DataFrame) -> pd.Series:
+    """Lines the source shows looping over a DataLoader (``frame`` sorted by function, line):
+    a ``for`` whose line names one (``for x, y in train_loader:``), or over a name that a line
+    of its function before it assigns one (``dl = DataLoader(ds)``, then ``for x, y in dl:``)."""
+    named = frame["source"].map(is_dataloader_loop_line).astype(bool)
+    for index in frame.index[~named & frame["source"].map(is_loop_line).astype(bool)]:
+        iterable = loop_iterable(frame.loc[index, "source"])
+        origin = (_iterator_origin(frame, index, iterable)
+                  if iterable is not None and not counts_passes(frame.loc[index, "source"])
+                  else None)
+        named[index] = origin is not None and names_dataloader(origin)
+    return named
 
 
 def ticks_to_ns(ticks: pd.Series, unit: float) -> pd.Series:
