@@ -75,6 +75,18 @@ def test_collective_kind_from_the_kernel_name(tmp_path: Path) -> None:
     assert run.metrics.comm.ns_per_step_by_collective == {"all_reduce": 6_000_000}
 
 
+def test_collective_kind_from_the_collective_name_recorded(tmp_path: Path) -> None:
+    """A ``ncclDevKernel_Generic`` launched inside a record_param_comms span alone (no c10d or
+    backend op recorded around it): the kind is the ``Collective name`` that span records."""
+    events = bucket_steps([262_144] * 2)
+    events = [e for e in events if e["name"] != "c10d::allreduce_"]
+    for e in events:
+        if e["name"].startswith("ncclKernel"):
+            e["name"] = "ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)"
+    run = analyze_trace(tmp_path, events)
+    assert run.metrics.comm.ns_per_step_by_collective == {"all_reduce": 12_000_000}
+
+
 def test_collectives_of_real_runs(corpus: Path) -> None:
     """HTA's DDP trace: all-reduces and a few broadcasts; the MI300X trace's
     ``ncclDevKernel_Generic`` kernels are all-reduces where their launch was recorded, and

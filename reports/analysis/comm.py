@@ -41,6 +41,13 @@ def _enclosing_kind(calls: pd.DataFrame, kinds: pd.Series, tids: np.ndarray,
     return out
 
 
+def call_kinds(calls: pd.DataFrame) -> pd.Series:
+    """Which collective each CPU collective call performs: the ``Collective name`` it records
+    (record_param_comms), else its name (``nccl:all_reduce``); <NA> where neither says."""
+    return concepts.collective_kind(calls["collective"].where(calls["collective"].notna(),
+                                                              calls["name"]))
+
+
 def kernel_collective_kinds(profile: Profile, kernels: pd.DataFrame,
                             rows: np.ndarray) -> pd.Series:
     """What each communication kernel (``kernels``: the ``rows`` of the kernel table) does: from
@@ -57,7 +64,7 @@ def kernel_collective_kinds(profile: Profile, kernels: pd.DataFrame,
     found = launch >= 0
     tids = runtime["tid"].to_numpy()[launch[found]]
     times = runtime["start"].to_numpy(np.int64)[launch[found]]
-    enclosing = _enclosing_kind(calls, concepts.collective_kind(calls["name"]), tids, times)
+    enclosing = _enclosing_kind(calls, call_kinds(calls), tids, times)
     filled = kinds.to_numpy(dtype=object)
     filled[np.flatnonzero(unnamed)[found]] = enclosing
     return pd.Series(filled, index=kernels.index, dtype=object)
@@ -87,9 +94,7 @@ def all_reduce_sizes(profile: Profile, windows: StepWindows
     calls (the one recording most sizes: each call is recorded once per layer); else None and
     why they are unknown."""
     calls = in_windows(profile.table("cpu_collectives"), windows)
-    named = calls["collective"].where(calls["collective"].notna(), calls["name"])
-    calls = calls[(concepts.collective_kind(named) == concepts.ALL_REDUCE).fillna(False)
-                  .to_numpy(bool)]
+    calls = calls[(call_kinds(calls) == concepts.ALL_REDUCE).fillna(False).to_numpy(bool)]
     sized = calls[calls["bytes"].to_numpy() >= 0]
     if sized.empty:
         return None, _NO_SIZES.get(profile.kind, _NO_SIZES["kineto"])
@@ -159,4 +164,4 @@ def cpu_comm_stats(profile: Profile, windows: StepWindows, parts: dict[str, iv.I
     overlapped = iv.intersect(comm, iv.subtract(parts["compute"], parts["dataloader"]))
     return _comm_stats(profile, windows, comm, claims["comm_exposed"], windows.covered(overlapped),
                        (collective_calls(in_windows(calls, windows)), collective_calls(calls)),
-                       calls, concepts.collective_kind(calls["name"]), on_gpu=False)
+                       calls, call_kinds(calls), on_gpu=False)
