@@ -68,8 +68,9 @@ def _summary_lines(run: RunAnalysis) -> list[str]:
     if m.lines:
         line = m.lines[0]
         sync = " (a sync point: the GPU work queued before it)" if line.is_sync_point else ""
+        code = f": {line.source.strip()[:60]}" if line.source else " (source not shown)"
         lines.append(f"  top line: {Path(line.file).name}:{line.lineno} {line.share:.0%} of "
-                     f"{line.function}: {(line.source or '').strip()[:60]}{sync}")
+                     f"{line.function}{code}{sync}")
     return lines
 
 

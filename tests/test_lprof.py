@@ -1152,3 +1152,14 @@ def test_a_loop_over_a_name_assigned_a_dataloader_is_the_dataloader_loop(tmp_pat
         assert (loop.iterations, loop.wait_ns) == (64, header_ns)
     assert concepts.loop_iterable("    for i, (x, y) in enumerate(dl):") == "dl"
     assert concepts.loop_iterable("    x = 1") is None
+
+
+def test_the_summary_names_a_top_line_whose_source_is_not_shown(tmp_path: Path) -> None:
+    """The terminal summary's top line ended 'of train: ' with nothing after it when the
+    script had moved away from the .lprof; it now says the source is not shown."""
+    from profreport.commands import _summary_lines
+    from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+
+    path = stats_file(tmp_path / "train.lprof", one_function("/gone/train.py"))
+    summary = _summary_lines(analyze_paths([path], AnalyzeOptions()).runs[0])
+    assert "  top line: train.py:3 93% of train (source not shown)" in summary
