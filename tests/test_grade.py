@@ -468,3 +468,26 @@ def test_lprof_without_its_script_is_graded_from_hit_counts(tmp_path: Path,
     why = ("it lies outside baseline, your submission" if Path(recorded).is_file() else
            "not found beside the .lprof")
     assert f"runner/train.py) not shown: {why}" in feedback
+
+
+def test_a_speedup_from_step_times_says_why_the_throughput_was_set_aside(
+        tmp_path: Path, fixtures_dir: Path) -> None:
+    """Both runs' manifests record their unprofiled throughput, but the optimized run's launch
+    shared the CPUs with other work, so the speedup is the profiled step-time ratio: the check
+    said nothing of it ('(no manifest with throughput)' when the batches were alike), untrue
+    of these runs; it now says why."""
+    subs = tmp_path / "submissions"
+    shutil.copytree(fixtures_dir / "loader_heavy", subs / "eve" / "baseline")
+    shutil.copytree(fixtures_dir / "compute_heavy", subs / "eve" / "optimized")
+    manifest_path = subs / "eve" / "optimized" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    plain = next(launch for launch in manifest["launches"] if launch["profiler"] == "none")
+    plain.update(cpus=2, cpu_s=0.4 * plain["wall_time_s"], other_cpu_s=1.55 * plain["wall_time_s"])
+    manifest_path.write_text(json.dumps(manifest))
+    outcome = grade_class(subs, parse_rubric(RUBRIC, tmp_path / "r.toml"), tmp_path / "out",
+                          workers=1)
+    speedup = next(c for c in outcome.results[0].checks if c.id == "speedup")
+    assert ("Profiled step time of baseline over optimized, x 128/64 samples per step "
+            "(samples/s, not steps/s; the unprofiled runs' throughput set aside: their launches "
+            "shared the CPUs):") in speedup.measured
+    assert "no manifest with throughput" not in speedup.measured

@@ -11,7 +11,7 @@ from typing import Any
 from profreport.grade.fair import Fair
 from profreport.grade.results import CheckResult
 from profreport.grade.rubric import SPEEDUP, Check
-from profreport.reports.analysis.compare import compare_runs
+from profreport.reports.analysis.compare import compare_runs, shared_cpus
 from profreport.reports.analysis.findings import VERDICT_FINDINGS
 from profreport.reports.analysis.results import Finding, RunAnalysis, origin_label
 from profreport.reports.render import display
@@ -327,11 +327,13 @@ def _basis(base: RunAnalysis, cand: RunAnalysis, basis: str) -> str:
     if basis == "throughput":
         return (f"Samples per second of the unprofiled runs (the runner's manifests), "
                 f"{cand.name} over {base.name}")
+    why = ("the unprofiled runs' throughput set aside: their launches shared the CPUs"
+           if shared_cpus(base) or shared_cpus(cand) else "no manifest with throughput")
     if _batches(base, cand):
         old, new = _batches(base, cand)  # type: ignore[misc]
         return (f"Profiled step time of {base.name} over {cand.name}, x {new}/{old} samples "
-                "per step (samples/s, not steps/s)")
-    return f"Profiled step time of {base.name} over {cand.name} (no manifest with throughput)"
+                f"per step (samples/s, not steps/s; {why})")
+    return f"Profiled step time of {base.name} over {cand.name} ({why})"
 
 
 CHECKS: dict[str, Callable[[Check, Graded], CheckResult]] = {
