@@ -350,13 +350,15 @@ def optimizers_per_iteration(optimizer: pd.DataFrame, spans: pd.DataFrame,
                              loader: pd.DataFrame) -> int:
     """How many optimizer steps (``optimizer``, by start, of one class or unnamed) make one
     iteration: an iteration fetches one batch, so the steps between two DataLoader fetches
-    when that count is the same for every fetch (more than one); else the period of what each
-    step does (the operators it runs: each optimizer updates its own parameters), its first
-    period left out (a first step creates the optimizer's state); 1 when neither tells."""
+    when that count is the same for every fetch (one too: one optimizer whose steps update
+    other parameters from batch to batch is still one step per batch); else the period of
+    what each step does (the operators it runs: each optimizer updates its own parameters),
+    its first period left out (a first step creates the optimizer's state); 1 when neither
+    tells."""
     fetched = np.searchsorted(np.sort(loader["start"].to_numpy(np.int64)),
                               optimizer["start"].to_numpy(np.int64))
     per_fetch = np.unique(np.unique(fetched, return_counts=True)[1][1:-1])
-    if len(per_fetch) == 1 and per_fetch[0] > 1:
+    if len(per_fetch) == 1:
         return int(per_fetch[0])
     return _period(_operators_inside(optimizer, spans))
 

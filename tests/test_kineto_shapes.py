@@ -172,6 +172,25 @@ def test_two_optimizers_of_one_class_are_one_iteration(tmp_path: Path, tells: st
     assert profile.meta.notes == [several_optimizers_note("Adam")]
 
 
+def test_one_optimizer_alternating_heads_steps_once_per_fetch(tmp_path: Path) -> None:
+    """One Adam over a trunk and two heads trained on alternate batches (multi-task training;
+    a real torch 2.13 CPU trace of that shape read 7 steps of 16 iterations): its steps run 10
+    and 14 operators by turns, a period that two optimizers would show, but every fetch is
+    followed by one optimizer step, so each step is one iteration: 5 steps of 1 ms, not 2."""
+    events = []
+    for i in range(6):
+        at = 1000 * i
+        events += [cpu_event("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+                             at, 50, cat="user_annotation"),
+                   cpu_event("aten::mm", at + 50, 600),
+                   cpu_event("Optimizer.step#Adam.step", at + 700, 250, cat="user_annotation")]
+        events += [cpu_event("aten::add_", at + 701 + 10 * p, 5)
+                   for p in range(10 if i % 2 else 14)]
+    steps = kineto.parse(kineto_trace(tmp_path / "heads.json", events)).table("steps")
+    assert steps["start"].tolist() == [950_000 + 1_000_000 * i for i in range(5)]
+    assert (steps["end"] - steps["start"]).eq(1_000_000).all()
+
+
 def test_steps_come_from_profiler_steps_alone_beside_a_users_step_ranges(
         tmp_path: Path) -> None:
     """schedule(wait=1, warmup=2, active=3) around a loop that opens record_function(f"step
