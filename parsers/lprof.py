@@ -274,7 +274,8 @@ def source_mismatch(source: list[str], first_lineno: int, function: str,
     past = [n for n in linenos if n > len(source)]
     if past:
         return f"line {max(past)} is recorded but the file has {len(source):,} lines"
-    if _IDENTIFIER.match(function) and _defined_name(source, first_lineno) != function:
+    name = function.rsplit(".", 1)[-1]  # line_profiler 4.1+ records methods as ``DS.load``
+    if _IDENTIFIER.match(name) and _defined_name(source, first_lineno) != name:
         return f"{function}() is not defined at line {first_lineno}"
     empty = next((n for n in linenos if not source[n - 1].strip()
                   or source[n - 1].lstrip().startswith("#")), None)
@@ -284,25 +285,26 @@ def source_mismatch(source: list[str], first_lineno: int, function: str,
 
 
 def _defined_name(source: list[str], first_lineno: int) -> str | None:
-    """The name of the first ``def`` at or after ``first_lineno`` (past its decorators)."""
-    for line in source[first_lineno - 1:first_lineno - 1 + MAX_DECORATOR_LINES]:
-        found = _DEF.match(line)
-        if found:
-            return found.group(1)
-    return None
+    """The name of the function whose code starts at ``first_lineno``: its ``def`` there, or
+    past the decorators that start there (line_profiler records a decorated function's first
+    decorator line); None when that line opens neither (the file gained or lost lines above)."""
+    lines = source[first_lineno - 1:first_lineno - 1 + MAX_DECORATOR_LINES]
+    if not lines or not (lines[0].lstrip().startswith("@") or _DEF.match(lines[0])):
+        return None
+    return next((found.group(1) for found in map(_DEF.match, lines) if found), None)
 
 
-def _mismatch_notes(timings: Timings, sources: dict[str, list[str] | None]) -> list[str]:
-    """A note for each function whose shown source no longer matches the profile."""
-    notes = []
+def _changed_sources(timings: Timings, sources: dict[str, list[str] | None]) -> dict[str, str]:
+    """Why each source file found no longer matches the profile (see :func:`source_mismatch`),
+    by recorded file: the first function of it that does not match."""
+    changed: dict[str, str] = {}
     for (file, first, function), rows in sorted(timings.items()):
         source = sources.get(file)
         reason = source_mismatch(source, first, function, [row[0] for row in rows]) if (
-            source) else None
+            source and file not in changed) else None
         if reason:
-            notes.append(f"source of {error_text(function)} ({error_text(file)}) may have "
-                         f"changed since it was profiled: {reason}")
-    return notes
+            changed[file] = reason
+    return changed
 
 
 def _source_table(sources: dict[str, list[str] | None]) -> pd.DataFrame:
@@ -564,6 +566,10 @@ def parse(path: Path, *, source_root: Path | None = None) -> Profile:
     timings, unit, class_path, protocol = _unpickle(path)
     located = {file: find_source(file, path, source_root) for file, _, _ in timings}
     sources = {file: _source_lines(where) for file, (where, _) in located.items()}
+    # A file edited since it was profiled would put other lines beside the times, and steer
+    # the search for the training loop: it is not shown.
+    for file, reason in _changed_sources(timings, sources).items():
+        sources[file], located[file] = None, (None, f"it no longer matches the profile: {reason}")
     functions = [LprofFunction(file=file, function=name, first_lineno=first,
                                source_path=None if located[file][0] is None
                                else str(located[file][0]), source_note=located[file][1])
@@ -572,8 +578,7 @@ def parse(path: Path, *, source_root: Path | None = None) -> Profile:
     loop = training_loop(frame)
     meta = LprofMeta(unit=unit, functions=functions, pickle_protocol=protocol,
                      class_path=".".join(class_path), loop=loop,
-                     notes=[_note(f) for f in functions if f.source_note]
-                     + _mismatch_notes(timings, sources),
+                     notes=[_note(f) for f in functions if f.source_note],
                      empty=None if not frame.empty else NO_LINES)
     return Profile(path=path, kind="lprof", tool_version=LINESTATS_CLASS_PATHS[class_path],
                    tables={"lines": conform("lines", _mark_loader(frame, loop))}, meta=meta)
