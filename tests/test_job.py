@@ -503,3 +503,36 @@ def test_ranks_of_two_runs_are_not_compared_as_one_job(tmp_path: Path) -> None:
     write_rank(together, 0, compute_us=9000, comm_us=10000)
     write_rank(together, 1, compute_us=28000, comm_us=1500)
     assert analyze_paths([together], AnalyzeOptions()).runs[0].job.straggler is True
+
+
+def _with_ddp_forwards(path: Path, per_step: int) -> None:
+    """Put ``per_step`` DistributedDataParallel.forward spans (user annotations, as torch
+    records them) at the start of each ProfilerStep span of a write_rank trace."""
+    document = json.loads(path.read_text())
+    steps = [e for e in document["traceEvents"] if e["name"].startswith("ProfilerStep#")]
+    document["traceEvents"] += [
+        {"ph": "X", "cat": "user_annotation", "name": "DistributedDataParallel.forward",
+         "pid": step["pid"], "tid": step["tid"], "ts": step["ts"] + 1 + 20 * k, "dur": 10,
+         "args": {}} for step in steps for k in range(per_step)]
+    path.write_text(json.dumps(document))
+
+
+@pytest.mark.parametrize("per_step", [1, 2])
+def test_accumulation_is_advised_beyond_the_passes_the_steps_already_make(
+        tmp_path: Path, per_step: int) -> None:
+    """Each step of both ranks runs 2 DDP forward passes (no_sync() accumulation, as a real
+    2-rank gloo run with no_sync every other batch records): COMM_OVERHEAD advised 'use a
+    larger local batch or gradient accumulation with no_sync()', which the run already does.
+    It now asks for more than the 2 passes; with 1 pass per step, the advice is unchanged."""
+    for rank in (0, 1):
+        _with_ddp_forwards(write_rank(tmp_path, rank, compute_us=9000, comm_us=10000), per_step)
+    run = analyze_paths([tmp_path], AnalyzeOptions()).runs[0]
+    assert run.metrics.ddp_forwards_per_step == per_step
+    advice = next(f for f in run.findings if f.id == "COMM_OVERHEAD").recommendation
+    if per_step == 2:
+        assert ("accumulate gradients over more than the 2 forward passes each step runs now "
+                "(its DistributedDataParallel.forward spans; no_sync() on all but the last), or "
+                "use a larger local batch, so gradients are reduced less often") in advice
+    else:
+        assert advice.endswith("use a larger local batch or gradient accumulation with no_sync() "
+                               "so gradients are reduced less often.")

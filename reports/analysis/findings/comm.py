@@ -103,24 +103,29 @@ def _bucket_lever(c: CommStats, ctx: RunContext) -> str | None:
             f"all-reduces instead of {_count(s.calls_per_step)}")
 
 
-def _ddp_levers(c: CommStats, ctx: RunContext) -> str:
-    """DDP's gradient all-reduce: the knobs that cut or hide it, less those the run has set."""
+def _ddp_levers(c: CommStats, ctx: RunContext, forwards: int | None) -> str:
+    """DDP's gradient all-reduce: the knobs that cut or hide it, less those the run has set
+    (``forwards``: the fewest DDP forward passes a step holds, RunMetrics.ddp_forwards_per_step)."""
     levers = list(filter(None, [_bucket_lever(c, ctx)]))
     if ctx.knob("broadcast_buffers") in (None, True) and _may_broadcast(c):
         levers.append("set broadcast_buffers=False if the model's buffers need no sync")
-    levers.append(_accumulation_lever(ctx))
+    levers.append(_accumulation_lever(ctx, forwards))
     return "; ".join(levers)
 
 
-def _accumulation_lever(ctx: RunContext) -> str:
+def _accumulation_lever(ctx: RunContext, forwards: int | None) -> str:
     """Reduce gradients less often: start accumulating them, or, in a run whose steps already
-    take several batches (the knob ``batches_per_step`` a --script run records), accumulate
-    over more."""
+    take several batches (the knob ``batches_per_step`` a --script run records, else the DDP
+    forward passes every step of the profile holds), accumulate over more."""
     batches = ctx.knob("batches_per_step")
     if isinstance(batches, int | float) and not isinstance(batches, bool) and batches > 1:
         return (f"accumulate gradients over more than the {batches:g} batches each step takes "
                 "now (with no_sync() on all but the last), or use a larger local batch, so "
                 "gradients are reduced less often")
+    if forwards is not None and forwards > 1:
+        return (f"accumulate gradients over more than the {forwards} forward passes each step "
+                "runs now (its DistributedDataParallel.forward spans; no_sync() on all but the "
+                "last), or use a larger local batch, so gradients are reduced less often")
     return ("use a larger local batch or gradient accumulation with no_sync() so gradients are "
             "reduced less often")
 
@@ -146,17 +151,17 @@ _COLLECTIVE_ADVICE = {
 }
 
 
-def _comm_advice(c: CommStats, ctx: RunContext) -> str:
+def _comm_advice(c: CommStats, ctx: RunContext, forwards: int | None) -> str:
     """What to change, by the collective the communication is: DDP's knobs only for
     all-reduce, and conditional when the profile does not say what the kernels do."""
     kind = dominant_collective(c)
     if kind == concepts.ALL_REDUCE:
-        return f"Tune DDP's gradient all-reduce: {_ddp_levers(c, ctx)}."
+        return f"Tune DDP's gradient all-reduce: {_ddp_levers(c, ctx, forwards)}."
     if kind in _COLLECTIVE_ADVICE:
         return _COLLECTIVE_ADVICE[kind]
     return ("The profile does not say what most of this communication is (kernel names "
             "without the collective, launches not recorded): if it is DDP's gradient "
-            f"all-reduce, {_ddp_levers(c, ctx)}.")
+            f"all-reduce, {_ddp_levers(c, ctx, forwards)}.")
 
 
 def _waiting(c: CommStats, ctx: RunContext) -> tuple[float, Evidence, str] | None:
@@ -204,7 +209,7 @@ def comm_overhead(facts: Facts) -> Finding | None:
             for kind, ns in
             c.ns_per_step_by_collective.items()), c.origin))
     evidence += filter(None, [_sizes_evidence(c)])
-    advice = _comm_advice(c, ctx)
+    advice = _comm_advice(c, ctx, m.ddp_forwards_per_step)
     if severity == "low":
         advice = ("Communication is mostly hidden under compute; no change needed unless you "
                   "scale further. " + advice)
