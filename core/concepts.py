@@ -777,6 +777,48 @@ def assigned_value(source: str | None, target: str) -> str | None:
     return None
 
 
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+
+
+def _assigned_in(scope: ast.AST, name: str) -> list[str]:
+    """What the statements of one scope assign to ``name``, in order (not those of the
+    functions or classes it defines: another scope)."""
+    found, todo = [], list(ast.iter_child_nodes(scope))
+    while todo:
+        node = todo.pop(0)
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            found.append((node.lineno, ast.unparse(node.value)))
+        if not isinstance(node, _SCOPES):
+            todo += ast.iter_child_nodes(node)
+    return [value for _, value in sorted(found)]
+
+
+def enclosing_assignment(source: list[str], first_lineno: int, name: str) -> str | None:
+    """What the scopes around the function whose definition starts at ``first_lineno`` (its
+    decorator's line, as line_profiler records it) assign to ``name``: its enclosing
+    functions', innermost first, then the module's, the last assignment of the nearest scope
+    (``dl = DataLoader(ds)`` in ``main()`` around a nested ``run()``); None when none does or
+    the source does not parse."""
+    try:
+        tree = ast.parse("\n".join(source))
+    except (SyntaxError, ValueError):
+        return None
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    function = next((node for node in ast.walk(tree)
+                     if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+                     and min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                     == first_lineno), None)
+    scope = parents.get(function) if function is not None else None
+    while scope is not None:
+        if not isinstance(scope, ast.ClassDef):  # a class body is no scope of its methods
+            values = _assigned_in(scope, name)
+            if values:
+                return values[-1]
+        scope = parents.get(scope)
+    return None
+
+
 def names_dataloader(expression: str) -> bool:
     """Whether an expression names a DataLoader or an iterator of one, as a loop over a
     DataLoader does (``iter(train_loader)``, ``self.loader_it``)."""

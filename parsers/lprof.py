@@ -42,6 +42,7 @@ import pandas as pd
 from profreport.concepts import (
     assigned_value,
     counts_passes,
+    enclosing_assignment,
     fetched_iterator,
     is_dataloader_loop_line,
     is_loop_line,
@@ -335,21 +336,27 @@ def _lines_table(timings: Timings, unit: float, sources: dict[str, list[str] | N
     frame["source"] = frame["source"].astype("object").where(frame["source"].notna(), None)
     frame["is_sync_point"] = frame["source"].map(is_sync_point_line).astype(bool)
     frame = frame.sort_values(_FUNCTION_KEY + ["lineno"], kind="stable").reset_index(drop=True)
-    frame["is_dataloader_loop"] = loops_over_loaders(frame)
+    frame["is_dataloader_loop"] = loops_over_loaders(frame, sources)
     frame["is_loop_header"] = loop_headers(frame)
     return frame
 
 
-def loops_over_loaders(frame: pd.DataFrame) -> pd.Series:
+def loops_over_loaders(frame: pd.DataFrame, sources: dict[str, list[str] | None]
+                       ) -> pd.Series:
     """Lines the source shows looping over a DataLoader (``frame`` sorted by function, line):
     a ``for`` whose line names one (``for x, y in train_loader:``), or over a name that a line
-    of its function before it assigns one (``dl = DataLoader(ds)``, then ``for x, y in dl:``)."""
+    of its function before it assigns one (``dl = DataLoader(ds)``, then ``for x, y in dl:``),
+    else the scopes around its function do (an enclosing function's or the module's ``dl``)."""
     named = frame["source"].map(is_dataloader_loop_line).astype(bool)
     for index in frame.index[~named & frame["source"].map(is_loop_line).astype(bool)]:
-        iterable = loop_iterable(frame.loc[index, "source"])
-        origin = (_iterator_origin(frame, index, iterable)
-                  if iterable is not None and not counts_passes(frame.loc[index, "source"])
-                  else None)
+        row = frame.loc[index]
+        iterable = loop_iterable(row["source"])
+        if iterable is None or counts_passes(row["source"]):
+            continue
+        source = sources.get(str(row["file"]))
+        origin = _iterator_origin(frame, index, iterable) or (
+            enclosing_assignment(source, int(row["first_lineno"]), iterable)
+            if source else None)
         named[index] = origin is not None and names_dataloader(origin)
     return named
 
