@@ -8,6 +8,8 @@ data, a rate per second) divides by these names, never by a literal (tests/test_
 
 from __future__ import annotations
 
+import numpy as np
+
 #: Nanoseconds per microsecond, millisecond and second.
 NS_PER_US = 1_000
 NS_PER_MS = 1_000_000
@@ -110,9 +112,14 @@ def nbytes(value: float | None) -> str:
     return MISSING
 
 
-def mib_knob(value: float) -> str:
-    """A byte count as the value of a knob counted in MiB (DDP's bucket_cap_mb): '1.2'."""
-    return f"{value / MIB:.2g}" if value < 10 * MIB else f"{value / MIB:.0f}"
+def knob_mb(value: float) -> str:
+    """A byte count as the value of a knob counted in MiB that its name calls MB (DDP's
+    bucket_cap_mb), two significant digits below 10, never in exponent form: '1.2 MB',
+    '0.0000038 MB'."""
+    if value >= 10 * MIB:
+        return f"{value / MIB:.0f} MB"
+    return np.format_float_positional(value / MIB, precision=2, unique=False, fractional=False,
+                                      trim="-") + " MB"
 
 
 def memory_size(value: float) -> str:

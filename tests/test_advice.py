@@ -321,6 +321,67 @@ def test_unrecorded_sizes_are_unknown(tmp_path: Path) -> None:
             "buckets (their sizes are unknown: the trace records no message sizes") in advice
 
 
+ACCUMULATE_GRAD = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
+
+
+def ddp_and_metric_steps(gloo: bool, in_backward: bool = True) -> list[dict]:
+    """Steps of 20 ms of a DDP run that also all-reduces its loss (1 float) and a metric (2
+    floats) after backward, as a real torch 2.13 2-rank gloo run does: the gradient bucket (1
+    MiB) is all-reduced inside autograd's AccumulateGrad (``in_backward``), the others by the
+    loop. NCCL's shape: record_param_comms with its size on the calling thread; gloo's: the
+    c10d op on the calling thread, the sized gloo:all_reduce on a gloo worker thread."""
+    events: list[dict] = []
+    for step in range(3):
+        t0 = step * 20_000
+        events += [event(f"ProfilerStep#{step + 1}", t0, 20_000, "user_annotation"),
+                   event("aten::mm", t0 + 100, 2000)]
+        if in_backward:
+            events.append(event(ACCUMULATE_GRAD, t0 + 2200, 6000))
+        else:
+            events.append(event(ACCUMULATE_GRAD, t0 + 2200, 100))
+        for i, count in enumerate([262_144, 2, 1]):
+            at = t0 + 2300 + 4000 * i + (6000 if i else 0)
+            events.append(event("c10d::allreduce_", at, 3000))
+            if gloo:
+                events.append(event("gloo:all_reduce", at + 50, 2900, tid=9,
+                                    **{"Input type": ["float"], "Input Dims": [[count]]}))
+            else:
+                events.append(event("record_param_comms", at + 1, 2990, **{
+                    "In msg nelems": count, "dtype": "Float", "Collective name": "allreduce"}))
+    return events
+
+
+@pytest.mark.parametrize("gloo", [False, True])
+def test_a_loops_own_all_reduces_are_no_gradient_buckets(tmp_path: Path, gloo: bool) -> None:
+    """A DDP step's one 1 MiB gradient bucket, all-reduced in backward, and the loss and a
+    metric all-reduced after it: DDP's default buckets make the one all-reduce already, so
+    bucket_cap_mb is not raised (a real gloo run of that shape was told to raise it 'from about
+    7.6e-06 MB ... about 1 all-reduces instead of 3'); the two others are said apart."""
+    evidence, advice = comm_advice(tmp_path, ddp_and_metric_steps(gloo))
+    assert ("1 all-reduce per step in the backward pass sends 1.0 MiB in all (largest 1.0 MiB, "
+            "median 1.0 MiB); DDP's default 25 MB buckets would make about 1; 2 more per step "
+            "outside it (a loss or metric the loop reduces: no gradient bucket)") in evidence
+    assert "bucket_cap_mb" not in advice
+
+
+def test_all_reduces_outside_backward_are_no_buckets(tmp_path: Path) -> None:
+    """Every all-reduce issued after backward (an all_reduce per gradient by hand, or a loss
+    and a metric): none is DDP's, and bucket_cap_mb is not advised."""
+    evidence, advice = comm_advice(tmp_path, ddp_and_metric_steps(False, in_backward=False))
+    assert ("the 3 all-reduces per step run outside the backward pass: none is a gradient "
+            "bucket") in evidence
+    assert "bucket_cap_mb" not in advice
+
+
+def test_tiny_buckets_are_written_without_an_exponent(tmp_path: Path) -> None:
+    """20 all-reduces of one float per step in a trace recording no backward pass (nothing
+    tells them from buckets): the median all-reduce is written as a number, not '3.8e-06'."""
+    advice = comm_advice(tmp_path, bucket_steps([1] * 20))[1]
+    assert ("raise bucket_cap_mb from about 0.0000038 MB (the median all-reduce: DDP closes a "
+            "bucket once it holds bucket_cap_mb) to 25 MB: the 80 B each step reduces would take "
+            "about 1 all-reduce instead of 20") in advice
+
+
 def test_all_reduce_sizes_of_real_runs(corpus: Path) -> None:
     """HTA's ResNet-50 DDP trace: 5 float all-reduces per step of 97.5 MiB in all (ResNet-50's
     25.6 M parameters), the largest 30.0 MiB, as DDP's default buckets make them; the MI300X

@@ -16,6 +16,7 @@ from profreport import concepts
 from profreport.allocator import giving_back_memory
 from profreport.model import Profile
 from profreport.reports.analysis import intervals as iv
+from profreport.reports.analysis.cpu import spans_where
 from profreport.reports.analysis.gpu import comm_intervals, comm_under_compute, launched_in_steps
 from profreport.reports.analysis.launches import launch_calls
 from profreport.reports.analysis.results import AllReduceSizes, CommStats
@@ -91,20 +92,58 @@ _NO_SIZES = {"nsys": "Nsight Systems' NCCL kernels and ranges, as profreport rea
 def all_reduce_sizes(profile: Profile, windows: StepWindows
                      ) -> tuple[AllReduceSizes | None, str | None]:
     """The sizes of the all-reduces the steps make, counted in one layer of the collective
-    calls (the one recording most sizes: each call is recorded once per layer); else None and
-    why they are unknown."""
+    calls (the one recording most sizes: each call is recorded once per layer), those of DDP's
+    gradient buckets apart from the rest (see in_backward); else None and why they are
+    unknown."""
     calls = in_windows(profile.table("cpu_collectives"), windows)
     calls = calls[(call_kinds(calls) == concepts.ALL_REDUCE).fillna(False).to_numpy(bool)]
     sized = calls[calls["bytes"].to_numpy() >= 0]
     if sized.empty:
         return None, _NO_SIZES.get(profile.kind, _NO_SIZES["kineto"])
     layers = concepts.collective_layer(sized["name"])
-    sizes = sized["bytes"].to_numpy(np.int64)[(layers == layers.value_counts().idxmax())
-                                              .to_numpy(bool)]
+    counted = sized[(layers == layers.value_counts().idxmax()).to_numpy(bool)]
+    counted = counted.sort_values("start", kind="stable")
+    gradients = in_backward(profile, counted, calls)
+    sizes = counted["bytes"].to_numpy(np.int64)[gradients]
     return AllReduceSizes(calls_per_step=len(sizes) / windows.count,
                           bytes_per_step=int(sizes.sum()) // windows.count,
-                          largest_bytes=int(sizes.max()),
-                          median_bytes=int(np.median(sizes))), None
+                          largest_bytes=int(sizes.max(initial=0)),
+                          median_bytes=int(np.median(sizes)) if len(sizes) else 0,
+                          others_per_step=int((~gradients).sum()) / windows.count), None
+
+
+def in_backward(profile: Profile, counted: pd.DataFrame, calls: pd.DataFrame) -> np.ndarray:
+    """Which of the all-reduce calls ``counted`` (one layer, by start) DDP made for a gradient
+    bucket: those issued inside the backward pass on their thread (DDP's reducer all-reduces a
+    bucket from autograd's hooks, inside AccumulateGrad; a loss or metric all-reduced by the
+    loop is not), or, for a layer recorded on threads running no backward (gloo's workers run
+    the op), the call of the same order in a layer of ``calls`` issued on a thread that does
+    (each call is recorded once per layer, in the order it was made). Every call when the
+    profile records no backward pass, or no layer pairs with ``counted``."""
+    backward = spans_where(profile, concepts.is_backward_op)
+    everything = np.ones(len(counted), bool)
+    if backward.empty:
+        return everything
+    issued = {(int(p), int(t)) for p, t in zip(backward["pid"], backward["tid"], strict=True)}
+    on_thread = [(int(p), int(t)) in issued
+                 for p, t in zip(counted["pid"], counted["tid"], strict=True)]
+    if all(on_thread):
+        return _inside_own_thread(backward, counted)
+    issuing = calls[[(int(p), int(t)) in issued
+                     for p, t in zip(calls["pid"], calls["tid"], strict=True)]]
+    for _, layer in issuing.groupby(concepts.collective_layer(issuing["name"]), sort=False):
+        if len(layer) == len(counted):
+            return _inside_own_thread(backward, layer.sort_values("start", kind="stable"))
+    return everything
+
+
+def _inside_own_thread(spans: pd.DataFrame, calls: pd.DataFrame) -> np.ndarray:
+    """Whether each call starts inside one of ``spans`` on its own thread."""
+    out = np.zeros(len(calls), bool)
+    for (pid, tid), rows in calls.groupby(["pid", "tid"], sort=False).indices.items():
+        own = spans[(spans["pid"] == pid).to_numpy() & (spans["tid"] == tid).to_numpy()]
+        out[rows] = iv.inside(iv.union_of([own]), calls["start"].to_numpy(np.int64)[rows])
+    return out
 
 
 def _comm_stats(profile: Profile, windows: StepWindows, comm: iv.Intervals,

@@ -222,13 +222,18 @@ class Breakdown:
 
 @dataclass(frozen=True)
 class AllReduceSizes:
-    """The all-reduces the steps make, as the trace records what each sends (elements times
-    their dtype's size): DDP reduces the gradients in buckets, one all-reduce each."""
+    """The all-reduces the steps make for DDP's gradient buckets (issued in the backward pass:
+    see comm.in_backward), as the trace records what each sends (elements times their dtype's
+    size): DDP reduces the gradients in buckets, one all-reduce each; 0 calls when every
+    all-reduce is another one."""
 
     calls_per_step: float
     bytes_per_step: int
     largest_bytes: int
     median_bytes: int
+    #: All-reduces per step outside the backward pass (a loss or metric the loop reduces): no
+    #: gradient bucket, and bucket_cap_mb does not change them.
+    others_per_step: float = 0.0
 
 
 @dataclass(frozen=True)

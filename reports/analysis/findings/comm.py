@@ -19,7 +19,7 @@ from profreport.reports.analysis.results import (
     Origin,
     Severity,
 )
-from profreport.units import MIB, mib_knob, ms, nbytes, pct
+from profreport.units import MIB, knob_mb, ms, nbytes, pct
 
 #: NCCL/gloo taking a tenth of the step is worth reporting, even when mostly overlapped.
 COMM_REPORT_FRACTION = 0.10
@@ -68,11 +68,25 @@ def _sizes_evidence(c: CommStats) -> Evidence | None:
         return (None if c.sizes_unknown is None or dominant_collective(c) not in
                 (None, concepts.ALL_REDUCE) else
                 Evidence(f"all-reduce sizes: unknown, {c.sizes_unknown}", c.origin))
-    return Evidence(f"{_count(s.calls_per_step)} all-reduce{'' if s.calls_per_step == 1 else 's'}"
-                    f" per step send {nbytes(s.bytes_per_step)} in all (largest "
-                    f"{nbytes(s.largest_bytes)}, median {nbytes(s.median_bytes)}); DDP's "
-                    f"default {DDP_DEFAULT_BUCKET_MB} MB buckets would make about "
-                    f"{buckets_at(s.bytes_per_step, DDP_DEFAULT_BUCKET_MB)}", c.origin)
+    if not s.calls_per_step:
+        return Evidence(f"the {_count(s.others_per_step)} all-reduce{_plural(s.others_per_step)}"
+                        " per step run outside the backward pass: none is a gradient bucket "
+                        "(DDP all-reduces those from autograd's hooks in backward), and "
+                        "bucket_cap_mb does not change them", c.origin)
+    where = " in the backward pass" if s.others_per_step else ""
+    others = (f"; {_count(s.others_per_step)} more per step outside it (a loss or metric the "
+              "loop reduces: no gradient bucket)" if s.others_per_step else "")
+    default = buckets_at(s.bytes_per_step, DDP_DEFAULT_BUCKET_MB)
+    return Evidence(f"{_count(s.calls_per_step)} all-reduce{_plural(s.calls_per_step)} per step"
+                    f"{where} send{'s' if s.calls_per_step == 1 else ''} "
+                    f"{nbytes(s.bytes_per_step)} in all (largest {nbytes(s.largest_bytes)}, "
+                    f"median {nbytes(s.median_bytes)}); DDP's default {DDP_DEFAULT_BUCKET_MB} MB "
+                    f"buckets would make about {default}{others}", c.origin)
+
+
+def _plural(count: float) -> str:
+    """'s' after a noun counted ``count`` times, '' after one."""
+    return "" if count == 1 else "s"
 
 
 def _bucket_lever(c: CommStats, ctx: RunContext) -> str | None:
@@ -96,11 +110,11 @@ def _bucket_lever(c: CommStats, ctx: RunContext) -> str | None:
                 "DDP's (an all_reduce per tensor), let DDP bucket the "
                 "gradients, or flatten them into one tensor per all_reduce")
     now = (f"{knob:g} MB" if isinstance(knob, int | float) else
-           f"about {mib_knob(s.median_bytes)} MB (the median all-reduce: DDP closes a bucket "
+           f"about {knob_mb(s.median_bytes)} (the median all-reduce: DDP closes a bucket "
            "once it holds bucket_cap_mb)")
     return (f"raise bucket_cap_mb from {now} to {DDP_DEFAULT_BUCKET_MB} MB: the "
             f"{nbytes(s.bytes_per_step)} each step reduces would take about {default} "
-            f"all-reduces instead of {_count(s.calls_per_step)}")
+            f"all-reduce{_plural(default)} instead of {_count(s.calls_per_step)}")
 
 
 def _ddp_levers(c: CommStats, ctx: RunContext, forwards: int | None) -> str:
