@@ -281,3 +281,25 @@ def test_what_the_sandbox_leaves_is_read_safely(tmp_path: Path) -> None:
         "manifest.json: removed from the run folder (not a regular file)",
         "trace/a.pt.trace.json: removed from the run folder (not a regular file)"]
     assert sorted(p.name for p in run.rglob("*")) == ["trace", "train.lprof"]
+
+
+def test_a_missing_profiled_run_is_said_to_be_the_graders() -> None:
+    """grade --run of a script that fails: the grader makes the run 'submission' itself, yet a
+    verdict check on it told the student 'Put the profiles of that run in a folder named
+    submission/ in your submission'. It now says the grader's run gave no profile, and why;
+    without --run (no trials), the old advice stands."""
+    from profreport.grade.checks import Graded, evaluate
+    from profreport.grade.fair import Fair
+    from profreport.grade.rubric import Check
+
+    check = Check(id="not-loader", points=2, kind="expect_verdict_not", target="loader-bound",
+                  run="submission")
+    failed = "a trial failed: exit status 1: RuntimeError: boom"
+    result = evaluate(check, Graded(runs={}, fair=Fair(not_training=failed)))
+    assert (result.points, result.measured) == (
+        0.0, f"The grader's profiled run of your script gave no readable profile ({failed}).")
+    assert result.advice == ("Make your script run to its end in the grader's sandbox: the "
+                             "grader profiles it there itself.")
+    handed_in = evaluate(check, Graded(runs={}))
+    assert handed_in.advice == ("Put the profiles of that run in a folder named submission/ in "
+                                "your submission.")

@@ -10,7 +10,7 @@ from typing import Any
 
 from profreport.grade.fair import Fair
 from profreport.grade.results import CheckResult
-from profreport.grade.rubric import SPEEDUP, Check
+from profreport.grade.rubric import SPEEDUP, SUBMISSION_RUN, Check
 from profreport.reports.analysis.compare import compare_runs, shared_cpus
 from profreport.reports.analysis.findings import VERDICT_FINDINGS
 from profreport.reports.analysis.results import Finding, RunAnalysis, origin_label
@@ -95,6 +95,11 @@ def _missing_run(check: Check, name: str, graded: Graded) -> CheckResult:
     """The check fails: the submission has no run of that name."""
     found = ", ".join(graded.runs) or "none"
     failed = graded.failures.get(name)
+    if graded.fair is not None and name == SUBMISSION_RUN:  # grade --run: the grader's run
+        why = "; ".join(failed) if failed else graded.fair.not_training or "no profile written"
+        return _credit(check, 0.0, "The grader's profiled run of your script gave no readable "
+                       f"profile ({why}).", "Make your script run to its end in the grader's "
+                       "sandbox: the grader profiles it there itself.")
     why = (f"its profiles could not be read ({'; '.join(failed)})" if failed
            else f"runs found: {found}")
     return _credit(check, 0.0, f"There is no readable run named {name!r} ({why}).",
