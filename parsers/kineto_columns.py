@@ -9,6 +9,7 @@ events and the inputs of checked operators are kept in their own columns. What t
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -775,18 +776,22 @@ def message_bytes(args: _Args) -> int:
     """Bytes one rank sends in a collective call: record_param_comms' ``In msg nelems`` times
     its ``dtype``'s size, else (a backend op such as ``gloo:all_reduce`` under
     ``record_shapes``) its first input's elements times its recorded type's size; -1 when the
-    event records neither."""
+    event records neither, or a size past int64 (an impossible value, as elsewhere)."""
     size = concepts.DTYPE_BYTES.get(args.msg_dtype) if isinstance(args.msg_dtype, str) else None
     nelems = checked_int(args.msg_nelems)
     if size is not None and nelems is not None:
-        return nelems * size
+        return _sized(nelems, size)
     types = _decoded_inputs(bytes(args.input_types), str)
     dims = _decoded_inputs(bytes(args.input_dims), tuple)
     if not types or not dims or types[0] not in concepts.DTYPE_BYTES \
             or not all(isinstance(d, int) and d >= 0 for d in dims[0]):
         return -1
-    count = int(np.prod(dims[0], dtype=np.float64))
-    return count * concepts.DTYPE_BYTES[types[0]] if count <= _INT64_MAX // 16 else -1
+    return _sized(math.prod(dims[0]), concepts.DTYPE_BYTES[types[0]])
+
+
+def _sized(count: int, size: int) -> int:
+    """``count`` elements of ``size`` bytes, in bytes; -1 when that passes int64."""
+    return count * size if count <= _INT64_MAX // size else -1
 
 
 def _int_column(values: list[Any], absent: int) -> np.ndarray:

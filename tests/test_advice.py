@@ -321,6 +321,19 @@ def test_unrecorded_sizes_are_unknown(tmp_path: Path) -> None:
             "buckets (their sizes are unknown: the trace records no message sizes") in advice
 
 
+def test_sizes_past_int64_are_unknown(tmp_path: Path) -> None:
+    """An all-reduce recording 2^61 doubles (2^64 bytes, past int64) or a backend op whose
+    input dims multiply past it: the size is an impossible value, unknown, and the trace is
+    read (the whole file was refused: 'cannot read (OverflowError: Python int too large to
+    convert to C long)')."""
+    huge = {"In msg nelems": 2 ** 61, "dtype": "Double", "Collective name": "allreduce"}
+    evidence = comm_advice(tmp_path, bucket_steps([1] * 2, **huge))[0]
+    assert "all-reduce sizes: unknown, the trace records no message sizes" in evidence
+    dims = {"Input type": ["float"], "Input Dims": [[10 ** 200, 10 ** 200]]}
+    evidence = comm_advice(tmp_path, bucket_steps([1] * 2, **dims))[0]
+    assert "all-reduce sizes: unknown, the trace records no message sizes" in evidence
+
+
 ACCUMULATE_GRAD = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
 
 
