@@ -582,7 +582,14 @@ def test_loader_advice_when_the_worker_count_is_not_recorded(corpus: Path) -> No
     assert "or make each sample cheaper" in known
     capped = ids(starved, RunContext(knobs={"num_workers": 16}, environment={"cpus": 17}))
     assert capped["LOADER_BOUND"].recommendation.startswith(
-        "num_workers is already 16, as many as the job's 17 CPUs allow")
+        "num_workers is already 16, as many as the job's 17 CPUs allow beside the training "
+        "loop, and the loop would need about 48")
+    # 2 workers on 2 CPUs (a real --run grading): more than the one core the loop leaves; it
+    # read 'already 2, as many as the job's 2 CPUs allows'.
+    over = ids(starved, RunContext(knobs={"num_workers": 2}, environment={"cpus": 2}))
+    assert over["LOADER_BOUND"].recommendation.startswith(
+        "num_workers is already 2, more than the 1 the job's 2 CPUs leave beside the training "
+        "loop, and the loop would need about")
 
 
 def test_a_run_that_shared_the_cpus_says_so_with_the_cpu_times() -> None:

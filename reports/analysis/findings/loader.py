@@ -141,15 +141,17 @@ def _workers_advice(ctx: RunContext, m: RunMetrics | None = None) -> str:
     share = (f"the job's {cpus} CPUs" if processes == 1 else
              f"each of the {processes} ranks' share of the job's {cpus} CPUs")
     if budget is not None and target > budget:
+        leave = "leave" if processes == 1 else "leaves"
         if budget <= 0:
-            leave = "leave" if processes == 1 else "leaves"
             return (f"{share[0].upper()}{share[1:]} {leave} no core for DataLoader workers "
                     f"beside the training loop, and the loop would need about {target}: request "
                     f"--cpus-per-task={target + 1} (one task per rank), or {cheaper}.")
         if workers >= budget:
-            return (f"num_workers is already {workers}, as many as {share} allows beside the "
-                    f"training loop, and the loop would need about {target}: {cheaper}, or "
-                    f"request more CPUs per task{extras}")
+            many = (f"as many as {share} {leave.replace('leave', 'allow')}" if workers == budget
+                    else f"more than the {budget} {share} {leave}")
+            return (f"num_workers is already {workers}, {many} beside the training loop, and "
+                    f"the loop would need about {target}: {cheaper}, or request more CPUs per "
+                    f"task{extras}")
         return (f"Raise DataLoader num_workers from {workers} to {budget} ({share}, less one for "
                 f"the training loop; the loop would need about {target}) and {cheaper}"
                 f"{extras}")
