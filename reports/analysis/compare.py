@@ -105,8 +105,9 @@ STEP_SOURCE_ORDER = ("nsys", "kineto", "lprof")
 #: Host-to-device bytes per step differing by this factor between two runs are another batch
 #: or input (the same training moves the same batch each step): a confound of the comparison.
 BYTES_CONFOUND_RATIO = 1.25
-#: Compute-kernel time in fp16/bf16 crossing this share between two runs is a precision change
-#: (half of it is where findings.AMP_PRESENT_FRACTION calls mixed precision on).
+#: The fp16/bf16 share of the compute (ops.reduced_precision) crossing this between two runs is
+#: a precision change (half of it is where findings.AMP_PRESENT_FRACTION calls mixed precision
+#: on).
 PRECISION_CONFOUND_SHARE = 0.5
 #: Scales the median absolute deviation to a standard deviation for normally spread samples, so
 #: one warm-up or teardown step cannot widen the spread as it widens the standard deviation.

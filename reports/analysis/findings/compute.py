@@ -38,8 +38,9 @@ from profreport.reports.analysis.results import (
 )
 from profreport.units import ms, pct
 
-#: Under autocast the convolutions and matmuls, which hold most kernel time, run in fp16/bf16:
-#: half of compute-kernel time in such kernels says mixed precision is already on.
+#: Autocast casts the matmuls' and convolutions' inputs to fp16/bf16: half of their time in
+#: such inputs (ops.reduced_precision: by recorded dtypes, else half of compute-kernel time by
+#: kernel names) says mixed precision is already on.
 AMP_PRESENT_FRACTION = 0.50
 #: NCHW <-> NHWC conversion kernels above this share of kernel time are a transpose per
 #: convolution that channels_last removes.
