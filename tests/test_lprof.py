@@ -1221,3 +1221,24 @@ def test_a_loop_over_a_dataloader_of_an_enclosing_scope_is_the_dataloader_loop(
         "DataLoader(TensorDataset(x, y), batch_size=8)")
     assert concepts.enclosing_assignment(lines, 14, "dl") is None  # other() is module-level
     assert concepts.enclosing_assignment(["def f(:"], 1, "dl") is None
+
+
+def test_a_line_reading_a_tensor_is_no_sync_point_on_a_run_without_a_gpu(tmp_path: Path
+                                                                          ) -> None:
+    """``total += loss.item()`` in a run whose manifest records no CUDA (the runner's
+    environment on a CPU-only machine) waits for no GPU: it was marked 'sync point (waits for
+    the GPU work queued before it)' there; without a manifest saying so it still is."""
+    from profreport.manifest import MANIFEST_SCHEMA
+    from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+
+    source = "def train(loader):\n    for x in loader:\n        total += step(x).item()\n"
+    run = tmp_path / "run"
+    run.mkdir()
+    profiled_beside(run / "train.py", source, [(2, 11, 5_000), (3, 10, 90_000)], "train", 1)
+    assert analyze_paths([run], AnalyzeOptions()).runs[0].metrics.lines[0].is_sync_point
+    (run / "manifest.json").write_text(json.dumps({
+        "schema": MANIFEST_SCHEMA, "name": "run", "workload": "hand-built",
+        "environment": {"cuda": None, "torch": "2.13.0+cpu"},
+        "artifacts": [{"path": "train.py.lprof", "profiler": "kernprof"}]}))
+    top = analyze_paths([run], AnalyzeOptions()).runs[0].metrics.lines[0]
+    assert (top.lineno, top.is_sync_point) == (3, False)

@@ -190,6 +190,13 @@ def loader_in_process(profile: Profile) -> bool | None:
     return True if concepts.is_in_process_loader_span(names).any() else None
 
 
+def without_gpu(manifest: Manifest | None) -> bool:
+    """Whether the run's manifest says it trained without a GPU (the runner records CUDA's
+    version as None where torch.cuda.is_available() is false); False when it does not say."""
+    environment = manifest.environment if manifest is not None else {}
+    return "cuda" in environment and not environment["cuda"]
+
+
 def compute_run_metrics(profiles: list[Profile], manifest: Manifest | None = None) -> RunMetrics:
     """Every metric of one run that its primary rank's profiles give (and its manifest, when
     there is one); the figures every rank adds come from ranks.add_rank_metrics."""
@@ -201,6 +208,8 @@ def compute_run_metrics(profiles: list[Profile], manifest: Manifest | None = Non
     timed = primary_timed(profiles)
     used, _ = line_profiles(profiles)
     lines = _lines_of(used)
+    if gpu_profile is None and without_gpu(manifest):
+        lines = lines.assign(is_sync_point=False)  # .item() of a CPU tensor waits for nothing
     loop = dataloader_loop(used)
     _add_step_metrics(metrics, timed)
     _add_top_ops(metrics, timed, ordered)
