@@ -62,6 +62,7 @@ from profreport.parsers.kineto_columns import (
 )
 from profreport.parsers.kineto_stream import read_trace
 from profreport.parsers.repeats import masked_numbers, on_busiest_thread, steps_from_repeats
+from profreport.units import duration
 
 if TYPE_CHECKING:  # the registry imports this module, never the other way round
     from profreport.parsers import ParseOptions
@@ -533,11 +534,37 @@ def parse(path: Path) -> Profile:
         "memory": builder.memory.frame(),
         "op_inputs": builder.op_inputs.frame(tables.names, tables.thread_numbers),
     }
+    frames["steps"], frames["ranges"], closing = _without_closing_span(frames)
+    meta.notes += closing
     meta.empty = nothing_recorded(frames)
     give_back_freed_memory()
     return Profile(path=path, kind="kineto",
                    tool_version=_tool_version(header, dialect, distributed),
                    rank=distributed.get("rank"), tables=frames, meta=meta)
+
+
+def _without_closing_span(frames: dict[str, pd.DataFrame]
+                          ) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+    """The steps and ranges less a last ProfilerStep span in which nothing is recorded, and the
+    note saying so: prof.step() opens the next span as the profiler stops (torch 2.13 under
+    schedule(warmup=0) records a ~20 µs ``ProfilerStep#N`` holding no operator after the last
+    iteration, or alone), which is no iteration: taken for one, it made the iteration before
+    it look like start-up and gave the per-step figures its emptiness."""
+    steps, ranges = frames["steps"], frames["ranges"]
+    if steps.empty or not steps["origin"].eq(concepts.PROFILER_STEP).all():
+        return steps, ranges, []
+    last = steps.iloc[-1]
+    start, end = int(last["start"]), int(last["end"])
+    itself = (ranges["start"] == start) & (ranges["end"] == end) & concepts.is_profiler_step_span(
+        ranges["name"]).to_numpy()
+    held = [frame["time" if name == "memory" else "start"] for name, frame in frames.items()
+            if name not in ("steps", "ranges") and not frame.empty
+            and ("start" in frame.columns or name == "memory")] + [ranges["start"][~itself]]
+    if any(((times >= start) & (times < end)).any() for times in held):
+        return steps, ranges, []
+    note = (f"ProfilerStep#{int(last['number'])}, the last step span ({duration(end - start)}),"
+            " holds nothing: prof.step() opened it as the profiler stopped, so it is no step")
+    return steps.iloc[:-1], ranges[~itself.to_numpy()], [note]
 
 
 def parse_input(path: Path, options: ParseOptions) -> Profile:

@@ -541,8 +541,10 @@ def test_a_second_trace_without_a_rank_is_said_to_be_left_out(tmp_path: Path) ->
     run = tmp_path / "cycles"
     run.mkdir()
     for cycle, first_step in enumerate((2, 6)):
-        events = [cpu_event(f"ProfilerStep#{first_step + i}", 10_000 * cycle + 1000 * i, 900,
-                            cat="user_annotation") for i in range(3)]
+        events = [event for i in range(3) for event in (
+            cpu_event(f"ProfilerStep#{first_step + i}", 10_000 * cycle + 1000 * i, 900,
+                      cat="user_annotation"),
+            cpu_event("aten::mm", 10_000 * cycle + 1000 * i + 10, 800))]
         kineto_trace(run / f"host_1.{cycle}.pt.trace.json", events)
     analysed = _analyzed(run)
     assert analysed.metrics.steps is not None and analysed.metrics.steps.count == 3
@@ -560,8 +562,10 @@ def test_a_second_trace_of_one_rank_is_said_to_be_left_out(tmp_path: Path) -> No
     run.mkdir()
     for rank in (0, 1):
         for cycle, first_step in enumerate((2, 7)):
-            events = [cpu_event(f"ProfilerStep#{first_step + i}", 10_000 * cycle + 1000 * i,
-                                900 + 50 * rank, cat="user_annotation") for i in range(3)]
+            events = [event for i in range(3) for event in (
+                cpu_event(f"ProfilerStep#{first_step + i}", 10_000 * cycle + 1000 * i,
+                          900 + 50 * rank, cat="user_annotation"),
+                cpu_event("aten::mm", 10_000 * cycle + 1000 * i + 10, 800))]
             kineto_trace(run / f"host_{rank}.{cycle}.pt.trace.json", events,
                          distributedInfo={"backend": "gloo", "rank": rank, "world_size": 2})
     analysed = _analyzed(run)
@@ -570,6 +574,25 @@ def test_a_second_trace_of_one_rank_is_said_to_be_left_out(tmp_path: Path) -> No
         f"host_{rank}.1.pt.trace.json: its 3 steps are not in the per-step figures, which come "
         f"from host_{rank}.0.pt.trace.json (both record rank {rank}: the profiling cycles of one "
         "process, or two runs; analyse it alone for its own figures)" for rank in (0, 1)]
+
+
+def test_an_empty_closing_profiler_step_is_no_step(tmp_path: Path) -> None:
+    """torch 2.13 under schedule(wait=0, warmup=0, active=2) recorded ProfilerStep#2 (the
+    iteration, 2.7 ms) and ProfilerStep#3 (18.7 µs, nothing in it: prof.step() opened it as the
+    profiler stopped). Taken for a step, it made #2 look like start-up ('Step 2 is start-up',
+    142x the later steps' median) and the per-step figures those of an empty span ('1 x 18.7
+    µs ... 100% of the step ... cannot attribute'); alone, it read as a step of nothing."""
+    events = [cpu_event("ProfilerStep#2", 1000, 2700, cat="user_annotation"),
+              cpu_event("aten::mm", 1010, 2600),
+              cpu_event("ProfilerStep#3", 3730, 18.7, cat="user_annotation")]
+    run = _analyzed(kineto_trace(tmp_path / "first.json", events))
+    assert run.metrics.steps is not None and run.metrics.steps.count == 1
+    assert run.metrics.steps.mean_ns == 2_700_000 and run.verdict == "compute-bound"
+    assert "STARTUP" not in {f.id for f in run.findings}
+    assert ("first.json: ProfilerStep#3, the last step span (18.7 µs), holds nothing: "
+            "prof.step() opened it as the profiler stopped, so it is no step") in run.notes
+    alone = kineto.parse(kineto_trace(tmp_path / "alone.json", events[2:]))
+    assert alone.table("steps").empty and alone.meta.empty is not None
 
 
 def test_annotations_that_count_the_passes_are_the_steps(tmp_path: Path) -> None:
