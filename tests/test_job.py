@@ -536,3 +536,23 @@ def test_accumulation_is_advised_beyond_the_passes_the_steps_already_make(
     else:
         assert advice.endswith("use a larger local batch or gradient accumulation with no_sync() "
                                "so gradients are reduced less often.")
+
+
+def test_a_comparison_says_the_communication_that_grew_is_waiting_for_a_straggler(
+        tmp_path: Path) -> None:
+    """Two 2-rank runs, the second with rank 1 computing 28 ms a step while rank 0 waits 10 ms
+    in the all-reduce (as a real gloo run whose rank 1 slept 50 ms a step): the comparison
+    blamed 'Communication (exposed) grew' alone, from rank 0's breakdown, though rank 0 waits
+    for rank 1; it now says so, naming rank 1's own verdict."""
+    fast, slow = tmp_path / "fast", tmp_path / "slow"
+    for folder, compute1, comm0 in ((fast, 9000, 1500), (slow, 28000, 20500)):
+        folder.mkdir()
+        write_rank(folder, 0, compute_us=9000, comm_us=comm0)
+        write_rank(folder, 1, compute_us=compute1, comm_us=1500)
+    report = analyze_paths([fast, slow], AnalyzeOptions())
+    row = report.comparison.rows[1]
+    assert report.runs[1].waits_for is not None and report.runs[0].waits_for is None
+    assert row.explanation.count("Communication (exposed) grew") == 1
+    assert (" In slow, that communication is mostly rank 0 waiting inside the collectives for "
+            "rank 1, the rank the job waits for (compute-bound: ") in row.explanation
+    assert row.explanation.endswith("what grew is rank 1's own step, seen from outside.")

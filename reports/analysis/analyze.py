@@ -362,7 +362,8 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
         verdict_confidence=confidence[0] if confidence else None,
         verdict_margin=confidence[1] if confidence else None,
         job=job,
-        detailed_rank=min((p.rank for p, _ in timed if p.rank is not None), default=None))
+        detailed_rank=min((p.rank for p, _ in timed if p.rank is not None), default=None),
+        waits_for=pacer)
 
 
 def waited_for(job: JobAnalysis | None, profiles: list[Profile]) -> RankVerdict | None:

@@ -861,6 +861,9 @@ class RunAnalysis:
     #: The rank whose profiles the metrics and findings come from (the lowest rank present);
     #: None when no source records a rank.
     detailed_rank: int | None = None
+    #: The rank the detailed rank's exposed communication mostly waits for (analyze.waited_for):
+    #: the job runs at that rank's pace; None when it waits for none or is that rank.
+    waits_for: RankVerdict | None = None
 
 
 #: How a breakdown part's change relates to the change of the whole step: it moved the same way
