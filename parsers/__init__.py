@@ -196,6 +196,15 @@ def is_profile(path: Path) -> bool:
         fmt.recognises(head) for fmt in FORMATS if fmt.name in ("kineto", "execution-trace"))
 
 
+def is_execution_trace(path: Path) -> bool:
+    """Whether a file holds a PyTorch execution trace (ExecutionTraceObserver's output, which
+    records the operators' graph, not their times); False when it cannot be read."""
+    try:
+        return _is_execution_trace(read_head(path))
+    except InputError:
+        return False
+
+
 def parse_file(path: Path, options: ParseOptions | None = None) -> Profile:
     """Parse one profile file of any supported kind."""
     path = Path(path)

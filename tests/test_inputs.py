@@ -204,6 +204,20 @@ def test_execution_trace_is_named_for_what_it_is(tmp_path: Path) -> None:
             parse_file(path)
 
 
+def test_an_execution_trace_beside_its_kineto_trace_is_no_failure(tmp_path: Path) -> None:
+    """ExecutionTraceObserver writes its graph beside the torch.profiler trace of the same run
+    (a real torch 2.13 run: et.json and kineto.json in one folder): the folder's trace is read
+    and the execution trace left out; it was a failure line telling to 'pass the torch.profiler
+    trace of the same run', which the folder holds, and exit status 1. Alone in its folder it
+    is still named for what it is."""
+    document = {"schema": "1.1.1-chakra.0.0.4", "pid": 7, "nodes": [], "finish_ts": 200}
+    (tmp_path / "et.json").write_text(json.dumps(document))
+    (tmp_path / "kineto.json").write_text(json.dumps({"schemaVersion": 1, "traceEvents": []}))
+    assert find_profiles(tmp_path) == [tmp_path / "kineto.json"]
+    (tmp_path / "kineto.json").unlink()
+    assert find_profiles(tmp_path) == [tmp_path / "et.json"]
+
+
 def test_every_format_is_one_record_with_its_parser_limits_and_bounds() -> None:
     """Detection, parser, limits and bounds of each format live in its registry record; the
     folder search's names come from the records; every format shares one time bound."""

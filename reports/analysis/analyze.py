@@ -22,6 +22,7 @@ from profreport.parsers import (
     NSYS_REPORT_SUFFIXES,
     PROFILE_SUFFIXES,
     ParseOptions,
+    is_execution_trace,
     is_profile,
 )
 from profreport.progress import ReadProgress
@@ -104,14 +105,19 @@ def _searched(folder: Path, path: Path) -> bool:
 
 
 def find_profiles(folder: Path) -> list[Path]:
-    """The profile files of a run folder, sorted; an nsys export beside its report is skipped.
+    """The profile files of a run folder, sorted; an nsys export beside its report is skipped,
+    and so is a PyTorch execution trace beside other profiles (ExecutionTraceObserver writes
+    it beside the torch.profiler trace of its run; alone, it gets its own failure line).
     Anything but a folder counts, so a FIFO or a broken link named like a profile gets its own
     failure line when it is read, instead of being skipped without a word."""
     found = sorted(p for p in folder.rglob("*") if not p.is_dir() and _searched(folder, p)
                    and not any(fnmatch.fnmatchcase(p.name, name) for name in NOT_TRACES)
                    and is_profile(p))
     reports = {run_name(p) for p in found if p.name.endswith(NSYS_REPORT_SUFFIXES)}
-    return [p for p in found if not (p.suffix == ".sqlite" and run_name(p) in reports)]
+    found = [p for p in found if not (p.suffix == ".sqlite" and run_name(p) in reports)]
+    graphs = [p for p in found if p.name.endswith((".json", ".json.gz"))
+              and is_execution_trace(p)]
+    return [p for p in found if p not in graphs] if len(graphs) < len(found) else found
 
 
 def _manifest_of(folder: Path, failures: list[str]) -> Manifest | None:
