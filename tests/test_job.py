@@ -556,3 +556,7 @@ def test_a_comparison_says_the_communication_that_grew_is_waiting_for_a_straggle
     assert (" In slow, that communication is mostly rank 0 waiting inside the collectives for "
             "rank 1, the rank the job waits for (compute-bound: ") in row.explanation
     assert row.explanation.endswith("what grew is rank 1's own step, seen from outside.")
+    fixed = analyze_paths([slow, fast], AnalyzeOptions()).comparison.rows[1].explanation
+    assert (" In slow, that communication was mostly rank 0 waiting inside the collectives for "
+            "rank 1, the rank the job waits for (compute-bound: ") in fixed
+    assert fixed.endswith("what fell is rank 1's own step, seen from outside.")

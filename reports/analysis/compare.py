@@ -657,28 +657,31 @@ def explain(base: RunAnalysis, run: RunAnalysis, knobs: dict[str, object], noise
     if alike is None or not changes or before is None or after is None or origin is None:
         return Said("No breakdown on both sides: the step time alone is compared.")
     text = (attribution_text(changes, before, after, noise, _sources_text(*alike, origin))
-            + beyond_spread_text(changes) + waiting_text(changes, run))
+            + beyond_spread_text(changes) + waiting_text(changes, base, run))
     if not causal or after == before or noise.covers(before, after):
         return Said(text)
     credit = _credit(base, run, changes, knobs)
     return Said(text + credit.text, credit.stated)
 
 
-def waiting_text(changes: list[PartChange], run: RunAnalysis) -> str:
-    """The sentence saying that a run's exposed communication, the part that grew most, is
-    mostly its detailed rank waiting for another (RunAnalysis.waits_for), so the growth is that
-    rank's own step seen from outside; '' otherwise."""
-    pacer = run.waits_for
-    grew = max(changes, key=lambda c: c.after_ns - c.before_ns, default=None)
-    if pacer is None or grew is None or grew.part != "comm_exposed" \
-            or grew.after_ns <= grew.before_ns:
+def waiting_text(changes: list[PartChange], base: RunAnalysis, run: RunAnalysis) -> str:
+    """The sentence saying that the exposed communication that changed most (grew in ``run``,
+    or fell from ``base``) is mostly that run's detailed rank waiting for another
+    (RunAnalysis.waits_for), so the change is that rank's own step seen from outside; ''
+    otherwise."""
+    moved = max(changes, key=lambda c: abs(c.after_ns - c.before_ns), default=None)
+    if moved is None or moved.part != "comm_exposed" or moved.after_ns == moved.before_ns:
         return ""
-    whose = (f"rank {run.detailed_rank}" if run.detailed_rank is not None
+    grew = moved.after_ns > moved.before_ns
+    waiting, pacer = (run, run.waits_for) if grew else (base, base.waits_for)
+    if pacer is None:
+        return ""
+    whose = (f"rank {waiting.detailed_rank}" if waiting.detailed_rank is not None
              else "the detailed process")
-    return (f" In {run.name}, that communication is mostly {whose} waiting inside the "
-            f"collectives for {pacer.label}, the rank the job waits for ("
-            f"{pacer.verdict}: {pacer.verdict_reason.rstrip('.')}): what grew is {pacer.label}'s "
-            "own step, seen from outside.")
+    return (f" In {waiting.name}, that communication {'is' if grew else 'was'} mostly {whose} "
+            f"waiting inside the collectives for {pacer.label}, the rank the job waits for "
+            f"({pacer.verdict}: {pacer.verdict_reason.rstrip('.')}): what "
+            f"{'grew' if grew else 'fell'} is {pacer.label}'s own step, seen from outside.")
 
 
 def beyond_spread_text(changes: list[PartChange]) -> str:
