@@ -505,31 +505,48 @@ def test_ranks_of_two_runs_are_not_compared_as_one_job(tmp_path: Path) -> None:
     assert analyze_paths([together], AnalyzeOptions()).runs[0].job.straggler is True
 
 
-def _with_ddp_forwards(path: Path, per_step: int) -> None:
+def _with_ddp_forwards(path: Path, per_step: int, syncing: int = 1) -> None:
     """Put ``per_step`` DistributedDataParallel.forward spans (user annotations, as torch
-    records them) at the start of each ProfilerStep span of a write_rank trace."""
+    records them) at the start of each ProfilerStep span of a write_rank trace, the last
+    ``syncing`` of them each followed by its backward's gradient all-reduce (c10d::allreduce_
+    inside autograd's AccumulateGrad, as DDP issues it; the others run under no_sync())."""
     document = json.loads(path.read_text())
     steps = [e for e in document["traceEvents"] if e["name"].startswith("ProfilerStep#")]
-    document["traceEvents"] += [
-        {"ph": "X", "cat": "user_annotation", "name": "DistributedDataParallel.forward",
-         "pid": step["pid"], "tid": step["tid"], "ts": step["ts"] + 1 + 20 * k, "dur": 10,
-         "args": {}} for step in steps for k in range(per_step)]
+
+    def span(step: dict, name: str, at: int, dur: int, cat: str = "cpu_op") -> dict:
+        """One span of ``step``'s thread, ``at`` µs into it."""
+        return {"ph": "X", "cat": cat, "name": name, "pid": step["pid"], "tid": step["tid"],
+                "ts": step["ts"] + at, "dur": dur, "args": {}}
+
+    for step in steps:
+        for k in range(per_step):
+            document["traceEvents"].append(span(step, "DistributedDataParallel.forward",
+                                                1 + 40 * k, 10, "user_annotation"))
+            if k >= per_step - syncing:
+                document["traceEvents"] += [
+                    span(step, "autograd::engine::evaluate_function: "
+                               "torch::autograd::AccumulateGrad", 15 + 40 * k, 20),
+                    span(step, "c10d::allreduce_", 16 + 40 * k, 10)]
     path.write_text(json.dumps(document))
 
 
-@pytest.mark.parametrize("per_step", [1, 2])
+@pytest.mark.parametrize(("per_step", "syncing"), [(1, 1), (2, 1), (2, 2)])
 def test_accumulation_is_advised_beyond_the_passes_the_steps_already_make(
-        tmp_path: Path, per_step: int) -> None:
-    """Each step of both ranks runs 2 DDP forward passes (no_sync() accumulation, as a real
-    2-rank gloo run with no_sync every other batch records): COMM_OVERHEAD advised 'use a
-    larger local batch or gradient accumulation with no_sync()', which the run already does.
-    It now asks for more than the 2 passes; with 1 pass per step, the advice is unchanged."""
+        tmp_path: Path, per_step: int, syncing: int) -> None:
+    """Each step of both ranks runs 2 DDP forward passes, the first under no_sync() (its
+    backward issues no all-reduce), as a real 2-rank gloo run with no_sync every other batch
+    records: COMM_OVERHEAD advised 'use a larger local batch or gradient accumulation with
+    no_sync()', which the run already does; it now asks for more than the 2 passes. With 1
+    pass per step, or 2 passes that each sync (a model run twice with a backward each, as a
+    real gloo run of that shape records: it was told it accumulated over 2), the advice is the
+    plain one."""
     for rank in (0, 1):
-        _with_ddp_forwards(write_rank(tmp_path, rank, compute_us=9000, comm_us=10000), per_step)
+        _with_ddp_forwards(write_rank(tmp_path, rank, compute_us=9000, comm_us=10000), per_step,
+                           syncing)
     run = analyze_paths([tmp_path], AnalyzeOptions()).runs[0]
-    assert run.metrics.ddp_forwards_per_step == per_step
+    assert run.metrics.ddp_forwards_per_sync == per_step // syncing
     advice = next(f for f in run.findings if f.id == "COMM_OVERHEAD").recommendation
-    if per_step == 2:
+    if per_step // syncing == 2:
         assert ("accumulate gradients over more than the 2 forward passes each step runs now "
                 "(its DistributedDataParallel.forward spans; no_sync() on all but the last), or "
                 "use a larger local batch, so gradients are reduced less often") in advice

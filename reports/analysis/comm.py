@@ -19,6 +19,7 @@ from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.cpu import spans_where
 from profreport.reports.analysis.gpu import comm_intervals, comm_under_compute, launched_in_steps
 from profreport.reports.analysis.launches import launch_calls
+from profreport.reports.analysis.ops import outermost
 from profreport.reports.analysis.results import AllReduceSizes, CommStats
 from profreport.reports.analysis.steps import StepWindows, in_windows
 
@@ -135,6 +136,38 @@ def in_backward(profile: Profile, counted: pd.DataFrame, calls: pd.DataFrame) ->
         if len(layer) == len(counted):
             return _inside_own_thread(backward, layer.sort_values("start", kind="stable"))
     return everything
+
+
+def gradient_syncs(profile: Profile) -> np.ndarray:
+    """Start times of the all-reduce calls issued inside the backward pass on their own thread
+    (DDP's gradient buckets: see in_backward), in order."""
+    calls = profile.table("cpu_collectives")
+    calls = calls[(call_kinds(calls) == concepts.ALL_REDUCE).fillna(False).to_numpy(bool)]
+    backward = spans_where(profile, concepts.is_backward_op)
+    inside = _inside_own_thread(backward, calls)
+    return np.sort(calls["start"].to_numpy(np.int64)[inside])
+
+
+def ddp_forwards_per_sync(profile: Profile, windows: StepWindows | None) -> int | None:
+    """The fewest DistributedDataParallel forward passes whose gradients one all-reduce round
+    takes, over the steps: a pass whose backward syncs is followed, before the next pass, by
+    the all-reduces DDP issues in backward (gradient_syncs); one under ``no_sync()`` is not. So
+    above one, every step accumulates gradients over that many passes (a discriminator run
+    twice, each with its own backward, syncs twice: one). None without DDP forward spans,
+    steps, or all-reduces issued in a backward pass (nothing tells a pass that syncs)."""
+    spans = spans_where(profile, concepts.is_ddp_forward)
+    syncs = gradient_syncs(profile)
+    if windows is None or spans.empty or not len(syncs):
+        return None
+    starts = np.sort(outermost(spans)["start"].to_numpy(np.int64))
+    following = np.r_[starts[1:], np.iinfo(np.int64).max]
+    synced = np.searchsorted(syncs, following) > np.searchsorted(syncs, starts)
+    index = windows.index_of(starts)
+    kept = index >= 0
+    passes = np.bincount(index[kept], minlength=windows.count)
+    rounds = np.bincount(index[kept], weights=synced[kept], minlength=windows.count)
+    per_round = passes[rounds > 0] // rounds[rounds > 0]
+    return int(per_round.min()) if len(per_round) else None
 
 
 def _inside_own_thread(spans: pd.DataFrame, calls: pd.DataFrame) -> np.ndarray:

@@ -268,18 +268,6 @@ def ddp_forward_calls(profile: Profile) -> int:
                for table in SPAN_TABLES)
 
 
-def ddp_forwards_per_step(profile: Profile, windows: StepWindows | None) -> int | None:
-    """The fewest DistributedDataParallel forward passes any step window holds (by the starts of
-    the outermost DDP forward spans): above one, every step accumulates gradients over that
-    many passes (``no_sync()`` on all but the last); None without such spans or steps."""
-    spans = spans_where(profile, concepts.is_ddp_forward)
-    if windows is None or spans.empty:
-        return None
-    starts = outermost(spans)["start"].to_numpy(np.int64)
-    index = windows.index_of(starts)
-    return int(np.bincount(index[index >= 0], minlength=windows.count).min())
-
-
 def zero_grad_fills_per_step(profile: Profile, windows: StepWindows | None) -> float | None:
     """Operators writing zeros into the gradients (``aten::zero_``, ``aten::_foreach_zero_``)
     that start inside ``optimizer.zero_grad()`` spans in the step windows, per step, each

@@ -30,11 +30,10 @@ from profreport import concepts
 from profreport.manifest import Manifest
 from profreport.model import Profile, TrainingLoop
 from profreport.reports.analysis.breakdown import claim, cpu_breakdown, cpu_parts, cpu_phases
-from profreport.reports.analysis.comm import cpu_comm_stats, gpu_comm_stats
+from profreport.reports.analysis.comm import cpu_comm_stats, ddp_forwards_per_sync, gpu_comm_stats
 from profreport.reports.analysis.cpu import (
     compiled_regions,
     cpu_op_mix,
-    ddp_forwards_per_step,
     framework_ops,
     top_ops,
     zero_grad_fills_per_step,
@@ -314,7 +313,7 @@ def _add_top_ops(metrics: RunMetrics, timed: list[tuple[Profile, StepWindows]],
     ops_profile, ops_windows = min(with_ops, key=lambda pw: _OPS_ORIGIN_ORDER[pw[0].kind])
     metrics.top_ops = top_ops(ops_profile, ops_windows)
     metrics.zero_grad_fills_per_step = zero_grad_fills_per_step(ops_profile, ops_windows)
-    metrics.ddp_forwards_per_step = ddp_forwards_per_step(ops_profile, ops_windows)
+    metrics.ddp_forwards_per_sync = ddp_forwards_per_sync(ops_profile, ops_windows)
     if metrics.top_ops:
         metrics.top_ops_origin = ops_profile.kind
         metrics.top_ops_share_of = "step time" if ops_windows is not None else "profiled span"

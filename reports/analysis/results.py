@@ -687,9 +687,10 @@ class RunMetrics:
     max_devices_per_process: int = 0
     #: DistributedDataParallel forward spans seen (DDP's own signature).
     ddp_forward_calls: int = 0
-    #: The fewest DDP forward passes a step holds (cpu.ddp_forwards_per_step): above one, the
-    #: steps accumulate gradients; None without DDP forward spans or steps.
-    ddp_forwards_per_step: int | None = None
+    #: The fewest DDP forward passes one gradient all-reduce round takes over the steps
+    #: (comm.ddp_forwards_per_sync): above one, the steps accumulate gradients under no_sync();
+    #: None without DDP forward spans, steps or all-reduces issued in backward.
+    ddp_forwards_per_sync: int | None = None
     #: Whether the DataLoader spans are single-process iterators (num_workers=0); None when the
     #: trace has no DataLoader span that tells.
     loader_in_process: bool | None = None

@@ -119,7 +119,8 @@ def _bucket_lever(c: CommStats, ctx: RunContext) -> str | None:
 
 def _ddp_levers(c: CommStats, ctx: RunContext, forwards: int | None) -> str:
     """DDP's gradient all-reduce: the knobs that cut or hide it, less those the run has set
-    (``forwards``: the fewest DDP forward passes a step holds, RunMetrics.ddp_forwards_per_step)."""
+    (``forwards``: the fewest DDP forward passes one gradient all-reduce round takes,
+    RunMetrics.ddp_forwards_per_sync)."""
     levers = list(filter(None, [_bucket_lever(c, ctx)]))
     if ctx.knob("broadcast_buffers") in (None, True) and _may_broadcast(c):
         levers.append("set broadcast_buffers=False if the model's buffers need no sync")
@@ -223,7 +224,7 @@ def comm_overhead(facts: Facts) -> Finding | None:
             for kind, ns in
             c.ns_per_step_by_collective.items()), c.origin))
     evidence += filter(None, [_sizes_evidence(c)])
-    advice = _comm_advice(c, ctx, m.ddp_forwards_per_step)
+    advice = _comm_advice(c, ctx, m.ddp_forwards_per_sync)
     if severity == "low":
         advice = ("Communication is mostly hidden under compute; no change needed unless you "
                   "scale further. " + advice)
