@@ -1531,8 +1531,9 @@ def member_ranks(members: list[int], recorded: dict[int, list[tuple[int, int]]]
         ranks = recorded.get(pid, [])
         names = [concepts.rank_mark_name(*rank) for rank in ranks]
         if not ranks:
+            mark = concepts.RANK_MARK_FORMAT.format(rank="R", world_size="W")
             out.append((None, "its rank is unknown (it recorded none, as profreport's runner "
-                              f"does with an NVTX mark '{concepts.RANK_MARK_FORMAT}' in domain "
+                              f"does with an NVTX mark '{mark}' in domain "
                               f"'{concepts.RANK_DOMAIN}', and an nsys export records no "
                               "process's environment, where torchrun's RANK is)"))
         elif len(ranks) > 1:

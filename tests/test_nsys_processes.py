@@ -458,7 +458,7 @@ def test_processes_without_their_own_rank_record_stay_of_unknown_rank(tmp_path: 
                                                                       (9, None, None)]
     assert ("pid 9: one of the 2 processes of this capture with work of their own (pid 7, "
             "pid 9), read as the ranks of one job; its rank is unknown (it recorded none, as "
-            "profreport's runner does with an NVTX mark 'rank {rank} of {world_size}' in domain "
+            "profreport's runner does with an NVTX mark 'rank R of W' in domain "
             "'profreport', and an nsys export records no process's environment, where "
             "torchrun's RANK is): it is named by its pid") in parts[1].meta.notes
     job = _report(path).runs[0].job
