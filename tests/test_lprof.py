@@ -1242,3 +1242,25 @@ def test_a_line_reading_a_tensor_is_no_sync_point_on_a_run_without_a_gpu(tmp_pat
         "artifacts": [{"path": "train.py.lprof", "profiler": "kernprof"}]}))
     top = analyze_paths([run], AnalyzeOptions()).runs[0].metrics.lines[0]
     assert (top.lineno, top.is_sync_point) == (3, False)
+
+
+def test_a_line_profile_without_a_training_loop_says_so(tmp_path: Path) -> None:
+    """kernprof of a script whose @profile is on its step function alone (the loop calling it
+    at module level, as a real script had it): no line is a loop, so the verdict is unknown;
+    its reason listed 'no step markers (ProfilerStep, NVTX 'step N', ...) and no GPU activity',
+    nothing a line profile records; it now says what was timed and what to decorate."""
+    path = stats_file(tmp_path / "stepfn.lprof", {("stepfn.py", 8, "train_step"): [
+        (10, 16, 1_100_000), (11, 16, 2_600_000), (12, 16, 2_400_000), (13, 16, 1_200_000),
+        (14, 16, 5_000)]})
+    run = analyze_paths_of(path)
+    assert run.verdict == "unknown" and run.verdict_reason == (
+        "the line profile shows no training loop: none of the lines it timed is a loop known to "
+        "fetch the batches (kernprof timed train_step(); decorate the function that holds the "
+        "training loop)")
+
+
+def analyze_paths_of(path: Path):  # type: ignore[no-untyped-def]
+    """The one run ``profreport analyze`` makes of ``path``."""
+    from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+
+    return analyze_paths([path], AnalyzeOptions()).runs[0]

@@ -10,6 +10,7 @@ from profreport.reports.analysis.findings.context import RunContext
 from profreport.reports.analysis.results import (
     Evidence,
     Finding,
+    FunctionListing,
     Origin,
     RunMetrics,
     SyncCall,
@@ -17,6 +18,7 @@ from profreport.reports.analysis.results import (
     Verdict,
     origin_label,
 )
+from profreport.text import error_text
 from profreport.units import duration, pct
 
 #: A quarter of every step spent waiting for the next batch is the biggest single loss a run can
@@ -209,8 +211,19 @@ def _waste_candidates(m: RunMetrics) -> list[Candidate]:
     return out + _gpu_idle_candidates(m)
 
 
+def _functions(listings: list[FunctionListing]) -> str:
+    """``train_step()``, or the first three of the profiled functions and how many more."""
+    named = ", ".join(f"{error_text(f.function)}()" for f in listings[:3])
+    return named + (f" and {len(listings) - 3} more" if len(listings) > 3 else "")
+
+
 def profiler_verdict(m: RunMetrics) -> tuple[Verdict, str]:
     """The bottleneck the profiles alone show, with the numbers behind it."""
+    if m.steps is None and m.gpu is None and m.listings and not m.top_ops:
+        return "unknown", ("the line profile shows no training loop: none of the lines it "
+                           "timed is a loop known to fetch the batches (kernprof timed "
+                           f"{_functions(m.listings)}; decorate the function that holds the "
+                           "training loop)")
     if m.steps is None and m.gpu is None:
         return "unknown", ("no step markers (ProfilerStep, NVTX 'step N', two optimizer steps "
                            "(a step runs from one's end to the next's), an annotated range that "
