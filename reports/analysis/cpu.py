@@ -6,6 +6,8 @@ Which CPU op is which (framework op, optimizer, backward, DataParallel) is decid
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pandas as pd
 
@@ -37,14 +39,16 @@ def off_collectives(profile: Profile, spans: pd.DataFrame) -> iv.Intervals:
     op that holds the call (DDP's gradient hook runs inside autograd's AccumulateGrad), while
     another thread's ops beside it are work the collective overlaps."""
     calls = profile.table("cpu_collectives")
-    threads = ["pid", "tid"]
-    held = spans[threads].merge(calls[threads].drop_duplicates(), how="left",
-                                indicator=True)["_merge"].eq("both").to_numpy()
-    out = iv.union_of([spans[~held]])
-    for key, thread in spans[held].groupby(threads, sort=False):
-        inside = calls[(calls["pid"] == key[0]) & (calls["tid"] == key[1])]
-        out = iv.merge(out, iv.subtract(iv.union_of([thread]), iv.union_of([inside])))
-    return out
+    starts, ends = spans["start"].to_numpy(np.int64), spans["end"].to_numpy(np.int64)
+    pids, tids = spans["pid"].to_numpy(), spans["tid"].to_numpy()
+    held = np.zeros(len(spans), bool)
+    kept = []
+    # Masks over the spans' columns, read in place: no copy of a table of every operator.
+    for (pid, tid), inside in calls.groupby(["pid", "tid"], sort=False):
+        on_thread = (pids == pid) & (tids == tid)
+        held |= on_thread
+        kept.append(iv.subtract(iv.union(starts, ends, on_thread), iv.union_of([inside])))
+    return functools.reduce(iv.merge, kept, iv.union(starts, ends, ~held))
 
 
 def framework_time(profile: Profile) -> iv.Intervals:
