@@ -819,6 +819,19 @@ def enclosing_assignment(source: list[str], first_lineno: int, name: str) -> str
     return None
 
 
+def iterated_name(expression: str) -> str | None:
+    """The name an iterator expression iterates over: ``dl`` of ``iter(dl)``, of
+    ``enumerate(dl)`` or of ``dl``; None for anything else."""
+    try:
+        node = ast.parse(expression, mode="eval").body
+    except (SyntaxError, ValueError):
+        return None
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+            and node.func.id in ("iter", "enumerate") and node.args:
+        node = node.args[0]
+    return node.id if isinstance(node, ast.Name) else None
+
+
 def names_dataloader(expression: str) -> bool:
     """Whether an expression names a DataLoader or an iterator of one, as a loop over a
     DataLoader does (``iter(train_loader)``, ``self.loader_it``)."""

@@ -48,6 +48,7 @@ from profreport.concepts import (
     is_loop_line,
     is_sync_point_line,
     is_training_function,
+    iterated_name,
     loop_iterable,
     names_dataloader,
     opens_no_loop,
@@ -353,12 +354,32 @@ def loops_over_loaders(frame: pd.DataFrame, sources: dict[str, list[str] | None]
         iterable = loop_iterable(row["source"])
         if iterable is None or counts_passes(row["source"]):
             continue
-        source = sources.get(str(row["file"]))
-        origin = _iterator_origin(frame, index, iterable) or (
-            enclosing_assignment(source, int(row["first_lineno"]), iterable)
-            if source else None)
+        origin = _origin_chain(frame, index, iterable, sources)
         named[index] = origin is not None and names_dataloader(origin)
     return named
+
+
+def _assigned_origin(frame: pd.DataFrame, index: int, name: str,
+                     sources: dict[str, list[str] | None]) -> str | None:
+    """What the source shows assigned to ``name`` where the line at ``index`` uses it: a line
+    of its function before it (see _iterator_origin), else the scopes around its function."""
+    row = frame.loc[index]
+    source = sources.get(str(row["file"]))
+    return _iterator_origin(frame, index, name) or (
+        enclosing_assignment(source, int(row["first_lineno"]), name) if source else None)
+
+
+def _origin_chain(frame: pd.DataFrame, index: int, name: str,
+                  sources: dict[str, list[str] | None]) -> str | None:
+    """What ``name`` holds as the source shows it (_assigned_origin), followed one assignment
+    further when that names no DataLoader but iterates over a name: ``iter(dl), dl =
+    DataLoader(ds)`` for ``it = iter(dl)`` after ``dl = DataLoader(ds)``; None when unseen."""
+    origin = _assigned_origin(frame, index, name, sources)
+    inner = iterated_name(origin) if origin is not None and not names_dataloader(origin) \
+        else None
+    deeper = _assigned_origin(frame, index, inner, sources) if inner not in (None, name) \
+        else None
+    return f"{origin}, {inner} = {deeper}" if deeper is not None else origin
 
 
 def ticks_to_ns(ticks: pd.Series, unit: float) -> pd.Series:
@@ -467,7 +488,8 @@ def _iterator_origin(frame: pd.DataFrame, header: int, iterator: str) -> str | N
     return assigned[-1] if assigned else None
 
 
-def _counting_loop(frame: pd.DataFrame, header: int, loop: TrainingLoop) -> TrainingLoop:
+def _counting_loop(frame: pd.DataFrame, header: int, loop: TrainingLoop,
+                   sources: dict[str, list[str] | None]) -> TrainingLoop:
     """A loop whose header the source shows counting passes (``for step in range(steps):``).
 
     Its header fetches nothing, so its time is no DataLoader wait. The batch is fetched in the
@@ -486,8 +508,8 @@ def _counting_loop(frame: pd.DataFrame, header: int, loop: TrainingLoop) -> Trai
         return replace(counted, training_name=named, dataloader=named,
                        confidence="low" if named else "none")
     iterator = str(fetched_iterator(fetch["source"]))
-    origin = iterator if names_dataloader(iterator) else _iterator_origin(frame, header,
-                                                                          iterator)
+    origin = iterator if names_dataloader(iterator) else _origin_chain(frame, header, iterator,
+                                                                       sources)
     counted = replace(counted, dataloader=True, fetch_lineno=int(fetch["lineno"]),
                       fetch_from=iterator, fetch_origin=origin, confidence="medium")
     if origin is None or not names_dataloader(origin):
@@ -507,7 +529,8 @@ def _counts_around_a_loop(frame: pd.DataFrame, header: int, headers: list[int]) 
     return any(inner in body for inner in headers if inner != header)
 
 
-def training_loop(frame: pd.DataFrame) -> TrainingLoop | None:
+def training_loop(frame: pd.DataFrame, sources: dict[str, list[str] | None]
+                  ) -> TrainingLoop | None:
     """The training loop among the loop headers (the one with the most time in itself and its
     body), whether its header is the line that fetches batches, the evidence, how sure.
 
@@ -537,7 +560,7 @@ def training_loop(frame: pd.DataFrame) -> TrainingLoop | None:
     if bool(row["is_dataloader_loop"]):
         return replace(loop, evidence="source", dataloader=True, confidence="high")
     if counts_passes(row["source"]):
-        return _counting_loop(frame, header, loop)
+        return _counting_loop(frame, header, loop, sources)
     largest = loop.time_ns > loop.largest_body_line_ns
     named = is_training_function(loop.function)
     return replace(loop, evidence="hit counts", header_is_largest=largest,
@@ -582,7 +605,7 @@ def parse(path: Path, *, source_root: Path | None = None) -> Profile:
                                else str(located[file][0]), source_note=located[file][1])
                  for file, first, name in sorted(timings)]
     frame = _lines_table(timings, unit, sources)
-    loop = training_loop(frame)
+    loop = training_loop(frame, sources)
     meta = LprofMeta(unit=unit, functions=functions, pickle_protocol=protocol,
                      class_path=".".join(class_path), loop=loop,
                      notes=[_note(f) for f in functions if f.source_note],
