@@ -153,16 +153,14 @@ def rank_verdict(profile: Profile) -> RankVerdict | None:
 
 def steps_clock(profile: Profile) -> tuple[str, int, int] | None:
     """When a profile's steps ran on a clock other ranks' traces share (RankVerdict.steps_clock):
-    a Kineto trace's times are the wall clock less its ``baseTimeNanoseconds`` (the 2021
-    format's, which records none, are their own clock); None for other formats (an nsys
-    capture's times count from its own start) or a profile without steps."""
+    a current Kineto trace's times plus its ``baseTimeNanoseconds`` are the wall clock; None
+    for a trace that records no base time (the 2021 format: its clock is not said), other
+    formats (an nsys capture's times count from its own start) or a profile without steps."""
     windows = step_windows(profile)
-    if profile.kind != "kineto" or windows is None:
-        return None
     base = getattr(profile.meta, "base_time_ns", -1)
-    clock = "kineto wall clock" if base >= 0 else "kineto, no base time"
-    offset = max(base, 0)
-    return clock, windows.first_ns + offset, windows.last_ns + offset
+    if profile.kind != "kineto" or windows is None or base < 0:
+        return None
+    return "wall clock", windows.first_ns + base, windows.last_ns + base
 
 
 def read_rank(task: RankTask) -> RankResult:
