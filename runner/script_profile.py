@@ -68,8 +68,9 @@ def install_profile_builtin() -> None:
 @dataclass
 class LoaderUse:
     """The knobs of the DataLoaders over one dataset (a loader made anew each epoch over the
-    same dataset is the same one; the first one's knobs) and how many batches the script took
-    from them."""
+    same dataset is the same one) and how many batches the script took from them; the knobs
+    are those of the loader whose batch last fed a ``backward()`` (one over the same dataset
+    that only evaluates, under ``no_grad``, never sets them), the first one's until then."""
 
     batch_size: int | None
     num_workers: int
@@ -99,8 +100,10 @@ class StepMarks:
     losses: list[float] = field(default_factory=list)
     last_backward: float | None = None
 
-    #: The loader of the last batch fetched while autograd was on (by dataset id).
+    #: The loader of the last batch fetched while autograd was on (by dataset id), and the
+    #: knobs of the DataLoader it came from (loader_knobs).
     last_fetch: int | None = None
+    last_knobs: dict[str, Any] = field(default_factory=dict)
 
     def training_loader(self) -> LoaderUse | None:
         """The loader whose batches fed the most ``backward()`` calls (the one the script trains
@@ -120,10 +123,13 @@ class StepMarks:
             self.loaders[key].fed_backward > 0
 
     def fed_backward(self) -> None:
-        """A ``backward()`` call: the loader of the last batch fetched with autograd on fed it."""
+        """A ``backward()`` call: the loader of the last batch fetched with autograd on fed it,
+        and its knobs are that DataLoader's."""
         use = self.loaders.get(self.last_fetch) if self.last_fetch is not None else None
         if use is not None:
             use.fed_backward += 1
+            for name, value in self.last_knobs.items():
+                setattr(use, name, value)
 
     def mark(self) -> None:
         """Mark the end of an iteration: its time, and the batches each loader had yielded."""
@@ -191,6 +197,14 @@ class FirstOptimizerStepper:
             self.nvtx.pop_range()
 
 
+def loader_knobs(loader: DataLoader) -> dict[str, Any]:
+    """The knobs of one DataLoader, as LoaderUse records them."""
+    return {"batch_size": loader.batch_size, "num_workers": loader.num_workers,
+            "pin_memory": bool(loader.pin_memory),
+            "persistent_workers": bool(loader.persistent_workers),
+            "prefetch_factor": loader.prefetch_factor}
+
+
 @contextlib.contextmanager
 def watch_loaders(marks: StepMarks, nvtx: Any | None = None) -> Any:
     """Count the batches each DataLoader yields, and note its knobs, while the script runs; with
@@ -203,12 +217,11 @@ def watch_loaders(marks: StepMarks, nvtx: Any | None = None) -> Any:
 
     def iterate(loader: DataLoader) -> Any:
         iterator = original_iter(loader)
-        key = id(loader.dataset)
+        key, knobs = id(loader.dataset), loader_knobs(loader)
         if key not in marks.loaders:
-            marks.loaders[key] = LoaderUse(
-                loader.batch_size, loader.num_workers, bool(loader.pin_memory),
-                bool(loader.persistent_workers), loader.prefetch_factor)
+            marks.loaders[key] = LoaderUse(**knobs)
         iterator._profreport_loader = key  # type: ignore[union-attr]
+        iterator._profreport_knobs = knobs  # type: ignore[union-attr]
         iterator._profreport_span = iterator._profile_name  # type: ignore[union-attr]
         return iterator
 
@@ -224,7 +237,7 @@ def watch_loaders(marks: StepMarks, nvtx: Any | None = None) -> Any:
             batch = original_next(iterator)
         if torch.is_grad_enabled():
             marks.loaders[key].batches += 1
-            marks.last_fetch = key
+            marks.last_fetch, marks.last_knobs = key, iterator._profreport_knobs
         return batch
 
     DataLoader.__iter__ = iterate  # type: ignore[method-assign]

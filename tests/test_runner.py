@@ -1144,6 +1144,37 @@ def test_a_validation_loader_is_not_the_training_loader(tmp_path: Path) -> None:
         manifest.throughput_steps_per_s * 4)
 
 
+_EVALUATING_FIRST_SCRIPT = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+data = TensorDataset(torch.randn(96, 8), torch.randn(96, 1))
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+with torch.no_grad():
+    for x, y in DataLoader(data, batch_size=48):
+        model(x)
+for x, y in DataLoader(data, batch_size=8, pin_memory=False):
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+def test_the_knobs_are_those_of_the_loader_that_trains(tmp_path: Path) -> None:
+    """A script that first evaluates over its training set through another DataLoader (batch
+    48, under no_grad), then trains from one of batch 8 over the same dataset: the loaders are
+    one (their dataset), and the knobs are the training one's; the first loader's were recorded
+    (batch size 48, and samples/s 6 times too high)."""
+    manifest = plain_launch(tmp_path / "evaluating.py", _EVALUATING_FIRST_SCRIPT)
+    result = json.loads((tmp_path / "script_result.none.rank0.json").read_text())
+    assert result["loader"]["batch_size"] == 8
+    assert (result["loader"]["batches"], result["loader"]["fed_backward"]) == (12, 12)
+    assert manifest.knobs["batch_size"] == 8
+    assert manifest.throughput_samples_per_s == pytest.approx(
+        manifest.throughput_steps_per_s * 8)
+
+
 @pytest.mark.nsys
 @pytest.mark.slow
 def test_a_validation_loaders_fetches_are_no_dataloader_wait(
