@@ -249,8 +249,10 @@ def _cpu_compute_advice(m: RunMetrics, ctx: RunContext, slow: bool) -> str:
         return ("The convolutions miss oneDNN and run on ATen's slow reference kernels: keep "
                 "inputs and weights float32 and contiguous, and check "
                 f"torch.backends.mkldnn.is_available(). Then {cores}.")
-    steps = [cores] + _top_op_levers(m, ctx) + list(filter(None, [_cpu_amp_step(reading,
-                                                                                 ctx)]))
+    amp = list(filter(None, [_cpu_amp_step(reading, ctx)]))
+    # With autocast on, whether bf16 is emulated matters before cores and operators.
+    steps = (amp if autocast else []) + [cores] + _top_op_levers(m, ctx) + \
+        ([] if autocast else amp)
     if ctx.knob("pin_memory"):
         steps.append("drop pin_memory=True: without a GPU it pins nothing and only costs the "
                      "DataLoader a copy")
@@ -261,11 +263,18 @@ def _cpu_amp_step(reading: PrecisionReading, ctx: RunContext) -> str | None:
     """bf16 autocast on a CPU that computes bf16 natively (elsewhere it is emulated, slower
     than fp32), by what the matmuls and convolutions take: not for a run already in bf16, a
     conditional step when the dtypes are not recorded; autocast on with fp32 inputs is
-    autocast missing the model."""
+    autocast missing the model; bf16 inputs where nothing says whether the CPU computes bf16
+    natively (a bare trace: no manifest) are a run to compare without autocast."""
     if ctx.knob("amp") and reading.share is not None and not amp_on(reading, ctx):
         return ("autocast is on, yet the matmuls and convolutions take fp32 inputs (by their "
                 "recorded dtypes): run the forward pass and the loss inside the torch.autocast "
                 "region")
+    if reading.share is not None and amp_on(reading, ctx) and \
+            ctx.environment.get("cpu_native_bf16") is None:
+        return (f"the matmuls and convolutions spend {pct(reading.share)} of their time on "
+                "fp16/bf16 inputs (by their recorded dtypes): unless this CPU computes bf16 "
+                "natively (avx512_bf16 or amx_bf16 in lscpu), they run emulated, slower than in "
+                "fp32; compare a run with autocast off")
     if amp_on(reading, ctx) or ctx.environment.get("cpu_native_bf16") is not True:
         return None
     autocast = "run the forward pass under torch.autocast('cpu', dtype=torch.bfloat16)"
