@@ -328,6 +328,10 @@ class TrainingLoop:
     time_ns: int
     body_ns: int
     largest_body_line_ns: int
+    #: The passes that ran the whole body, the steps: ``iterations`` less each entry's last pass
+    #: when that pass left through a break before the body's last lines (``except
+    #: StopIteration: break`` fetched the end of the data and trained nothing).
+    steps: int
     #: The line whose time is the DataLoader wait: the header (``next(loader)`` runs in it) or,
     #: for a header that counts passes, the body line fetching each batch from a DataLoader's
     #: iterator; None when the profile cannot tell the wait.

@@ -475,6 +475,8 @@ def _loop_of(frame: pd.DataFrame, header: int) -> TrainingLoop:
                         entries=entries, ended_by_break=ended_by_break,
                         time_ns=int(row["time_ns"]), body_ns=int(body["time_ns"].sum()),
                         largest_body_line_ns=int(body["time_ns"].max()) if not body.empty else 0,
+                        steps=int(body["hits"].min()) if ended_by_break and not body.empty
+                        else iterations,
                         wait_lineno=int(row["lineno"]), wait_ns=int(row["time_ns"]))
 
 

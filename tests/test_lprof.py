@@ -10,6 +10,7 @@ import shutil
 import struct
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ from profreport.errors import InputError
 from profreport.inputs import Limit
 from profreport.model import LprofFunction
 from profreport.parsers import lprof
-from profreport.reports.analysis.lines import top_lines
+from profreport.reports.analysis.lines import lprof_step_stats, top_lines
 
 KERNPROF = Path(sys.executable).with_name("kernprof")
 LOADER_BATCHES = 25
@@ -774,6 +775,12 @@ def test_a_while_loop_left_by_break_keeps_the_lines_of_every_full_pass(tmp_path:
     loop = lprof.parse(stats_file(tmp_path / "x.lprof", timings)).meta.loop
     assert (loop.lineno, loop.iterations, loop.ended_by_break) == (12, 21, True)
     assert loop.body_ns == 1000 + 4000 + 20_000_000
+    # The steps are the 20 passes that did the work, not the 21 passes (a real kernprof run of
+    # this shape over 2 epochs read 22 steps for its 20 optimizer steps), and each the loop's
+    # time over them.
+    assert loop.steps == 20
+    steps = lprof_step_stats(replace(loop, dataloader=True))
+    assert (steps.count, steps.mean_ns) == (20, (loop.time_ns + loop.body_ns) // 20)
 
 
 # A DataLoader loop whose first body line is an inner loop over each batch's 3 parts.

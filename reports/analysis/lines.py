@@ -40,15 +40,15 @@ def dataloader_loop(profiles: list[Profile]) -> TrainingLoop | None:
 
 
 def lprof_step_stats(loop: TrainingLoop | None) -> StepStats | None:
-    """Iterations of the DataLoader loop: its body's runs, each the time of the header and the
-    lines that run every iteration over those runs. Only the mean is known: the lines hold
-    totals, so no percentile, minimum, maximum or start-to-start time. Set-up before the loop
-    and the header's last test, which ends it, are no iteration. None without a DataLoader
-    loop."""
-    if loop is None or not loop.dataloader or loop.iterations <= 0:
+    """Iterations of the DataLoader loop: its body's whole runs (TrainingLoop.steps), each the
+    time of the header and the lines that run every iteration over those runs. Only the mean is
+    known: the lines hold totals, so no percentile, minimum, maximum or start-to-start time.
+    Set-up before the loop and the header's last test, which ends it, are no iteration. None
+    without a DataLoader loop."""
+    if loop is None or not loop.dataloader or loop.steps <= 0:
         return None
-    mean = (loop.time_ns + loop.body_ns) // loop.iterations
-    return StepStats(origin="lprof", count=loop.iterations, mean_ns=mean, p50_ns=None,
+    mean = (loop.time_ns + loop.body_ns) // loop.steps
+    return StepStats(origin="lprof", count=loop.steps, mean_ns=mean, p50_ns=None,
                      p90_ns=None, min_ns=None, max_ns=None, marker=concepts.LOOP_PASS)
 
 
