@@ -31,6 +31,7 @@ from profreport.reports.analysis.results import (
     Breakdown,
     ComparisonRow,
     KernelMix,
+    OpPrecision,
     Report,
     RunAnalysis,
     RunMetrics,
@@ -354,6 +355,22 @@ def test_a_confounded_comparison_lists_what_differs_and_credits_no_one(tmp_path:
     assert "These runs differ in 5 ways at once" in row.explanation
     assert "cannot be credited to any one of them" in row.explanation
     assert "brought the gain" not in row.explanation
+
+
+def test_a_precision_change_read_two_ways_names_each_sides_reading() -> None:
+    """A baseline traced without record_shapes (its share of fp16/bf16 read from kernel names,
+    of every compute kernel's time) against a run whose matmuls' dtypes were recorded (bf16,
+    of the matmul/convolution time): the phrase gave both figures the run's reading ('0.0% ->
+    100% of matmul/convolution time (operator input dtypes)'), though 0.0% was of another
+    time, read another way."""
+    base = run_with_parts("names", {"compute": 70})
+    run = run_with_parts("dtypes", {"compute": 40})
+    base.metrics.kernel_mix = KernelMix("kineto", 10**9, 0.0, 0.0, 0.1, None, False)
+    run.metrics.op_precision = OpPrecision("kineto", (8, 0), "A100", 3, {"reduced": 30},
+                                           {"reduced": 9 * 10**8}, 10**9, [], 0.0)
+    assert compare_runs([base, run]).rows[1].confounds == [
+        "fp16/bf16 compute 0.0% of compute-kernel time (kernel names) -> 100% of "
+        "matmul/convolution time (operator input dtypes)"]
 
 
 def test_a_line_profiler_breakdown_is_not_compared_part_by_part() -> None:

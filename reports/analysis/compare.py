@@ -372,6 +372,11 @@ def _reduced_share(run: RunAnalysis) -> tuple[float, str] | None:
     return None if reading.share is None else (reading.share, reading.source)
 
 
+def _share_of(source: str) -> str:
+    """What a precision share read from ``source`` (ops.reduced_precision) is a share of."""
+    return "compute-kernel time" if source == "kernel names" else "matmul/convolution time"
+
+
 def _h2d_per_step(run: RunAnalysis) -> int | None:
     """Host-to-device bytes launched per step, or None when not counted."""
     copies = run.metrics.step_copies
@@ -409,14 +414,14 @@ def confounds(base: RunAnalysis, run: RunAnalysis) -> list[Confound]:
            for name, change in changed_knobs(base, run).items()]
     if base.world_size != run.world_size and None not in (base.world_size, run.world_size):
         out.append(Confound("world size", f"world size {base.world_size} -> {run.world_size}"))
-    shares = _reduced_share(base), _reduced_share(run)
-    if shares[0] is not None and shares[1] is not None and \
-            (shares[0][0] >= PRECISION_CONFOUND_SHARE) != \
-            (shares[1][0] >= PRECISION_CONFOUND_SHARE):
-        of = ("compute-kernel time" if shares[1][1] == "kernel names" else
-              "matmul/convolution time")
-        out.append(Confound("precision", f"fp16/bf16 compute {pct(shares[0][0])} -> "
-                            f"{pct(shares[1][0])} of {of} ({shares[1][1]})"))
+    before, after = _reduced_share(base), _reduced_share(run)
+    if before is not None and after is not None and \
+            (before[0] >= PRECISION_CONFOUND_SHARE) != (after[0] >= PRECISION_CONFOUND_SHARE):
+        # Each side's share is of what its own reading covers; one phrase when both read alike.
+        was = (pct(before[0]) if before[1] == after[1] else
+               f"{pct(before[0])} of {_share_of(before[1])} ({before[1]})")
+        out.append(Confound("precision", f"fp16/bf16 compute {was} -> {pct(after[0])} of "
+                            f"{_share_of(after[1])} ({after[1]})"))
     mixes = base.metrics.kernel_mix, run.metrics.kernel_mix
     if mixes[0] is not None and mixes[1] is not None and \
             mixes[0].fused_optimizer != mixes[1].fused_optimizer:
