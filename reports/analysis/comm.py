@@ -156,8 +156,10 @@ def ddp_forwards_per_sync(profile: Profile, windows: StepWindows | None) -> int 
     twice, each with its own backward, syncs twice: one). None without DDP forward spans,
     steps, or all-reduces issued in a backward pass (nothing tells a pass that syncs)."""
     spans = spans_where(profile, concepts.is_ddp_forward)
+    if windows is None or spans.empty:
+        return None
     syncs = gradient_syncs(profile)
-    if windows is None or spans.empty or not len(syncs):
+    if not len(syncs):
         return None
     starts = np.sort(outermost(spans)["start"].to_numpy(np.int64))
     following = np.r_[starts[1:], np.iinfo(np.int64).max]
