@@ -463,6 +463,18 @@ def _body(frame: pd.DataFrame, header: int, iterations: int, entries: int) -> pd
                  & (frame["hits"] >= _body_hits(iterations, entries))]
 
 
+def loop_lines(lines: pd.DataFrame, loop: TrainingLoop) -> pd.DataFrame:
+    """The rows of a ``lines`` table (as parse builds it) that ``loop`` runs in its passes: its
+    header and the body lines that run in every pass (see _body)."""
+    frame = lines.reset_index(drop=True)
+    header = frame.index[(frame["file"] == loop.file) & (frame["function"] == loop.function)
+                         & (frame["lineno"] == loop.lineno)]
+    if not len(header):
+        return frame.iloc[0:0]
+    return pd.concat([frame.loc[[header[0]]],
+                      _body(frame, header[0], loop.iterations, loop.entries)])
+
+
 def _loop_of(frame: pd.DataFrame, header: int) -> TrainingLoop:
     """A loop header's facts: entries, iterations, its time, and its body's; the DataLoader wait
     is the header's time until the source says otherwise (see _counting_loop)."""

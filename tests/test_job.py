@@ -13,6 +13,7 @@ import pytest
 from profreport.manifest import MANIFEST_SCHEMA
 from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
 from profreport.reports.analysis.job import PACE_EXPOSED_MARGIN, job_analysis
+from profreport.reports.analysis.lines import slowest_loop_line
 from profreport.reports.analysis.results import RankVerdict
 from profreport.reports.render.html import render_html
 from profreport.reports.render.json import render_json
@@ -354,9 +355,36 @@ def test_an_unknown_rank_verdict_names_its_line_profiles_slowest_line(tmp_path: 
     assert reasons[0] == ("unknown", "90% of the step is time torch.profiler cannot attribute "
                                      "(no GPU events, CPU operators or source lines)")
     assert reasons[1] == ("unknown", "90% of the step is time torch.profiler cannot attribute "
-                                     "(no GPU events, CPU operators or source lines); its line "
-                                     "profile's slowest line is train.py:3 "
+                                     "(no GPU events, CPU operators or source lines); the "
+                                     "slowest line of its training loop is train.py:3 "
                                      "(time.sleep(0.009)), 89% of train() (45.0 ms over 5 hits)")
+
+
+def test_a_rank_verdict_names_its_loops_slowest_line_not_its_set_up(tmp_path: Path) -> None:
+    """Rank 1's line profile (kernprof under torchrun, timings of a real run): building the
+    DDP model took 1,986.8 ms once, the loop's time.sleep(0.02) 241.1 ms over 12 passes. Its
+    unknown verdict named the set-up line, none of the step's time; it now names the sleep,
+    and a line profile without a training loop names none."""
+    import pickle
+
+    from line_profiler.line_profiler import LineStats
+
+    from profreport.parsers import lprof
+
+    (tmp_path / "train.py").write_text(
+        "def main():\n    model = DDP(net)\n    dl = DataLoader(ds, batch_size=32)\n"
+        "    for i, (x, y) in enumerate(dl):\n"
+        "        if i >= steps:\n            break\n        time.sleep(0.02)\n"
+        "        step(x, y)\n")
+    for name, timings in (("loop", [(2, 1, 1_986_805_300), (3, 1, 266_700), (4, 13, 4_446_200),
+                                    (5, 13, 10_300), (6, 1, 8_200), (7, 12, 241_129_600),
+                                    (8, 12, 45_070_700)]),
+                          ("set-up", [(2, 1, 1_986_805_300)])):
+        path = tmp_path / f"{name}.lprof"
+        path.write_bytes(pickle.dumps(LineStats({("train.py", 1, "main"): timings}, 1e-9)))
+        line = slowest_loop_line(lprof.parse(path))
+        assert ((line.lineno, line.hits, line.time_ns) if line else None) == (
+            (7, 12, 241_129_600) if name == "loop" else None)
 
 
 def write_nsys_rank(folder: Path, step_us: int, steps: int = 5) -> Path:

@@ -8,6 +8,7 @@ import pandas as pd
 
 from profreport import concepts
 from profreport.model import LprofMeta, Profile, TrainingLoop
+from profreport.parsers.lprof import loop_lines
 from profreport.reports.analysis.results import (
     BREAKDOWN_PARTS,
     Breakdown,
@@ -136,6 +137,16 @@ def line_item(row: pd.Series) -> LineItem:
                     source=None if pd.isna(row["source"]) else str(row["source"]),
                     is_dataloader_loop=bool(row["is_dataloader_loop"]),
                     is_sync_point=bool(row["is_sync_point"]))
+
+
+def slowest_loop_line(profile: Profile) -> LineItem | None:
+    """The slowest line a line profile's training loop runs in its passes (its header or a body
+    line), None when it found no training loop: a line before the loop (building the model,
+    joining the process group) is set-up, none of the step's time."""
+    loop = profile.meta.loop if isinstance(profile.meta, LprofMeta) else None
+    if loop is None or not loop.dataloader or not profile.has("lines"):
+        return None
+    return next(iter(top_lines(loop_lines(profile.table("lines"), loop))), None)
 
 
 def top_lines(lines: pd.DataFrame) -> list[LineItem]:

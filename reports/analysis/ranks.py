@@ -23,7 +23,7 @@ from profreport.reports.analysis.compare import common_source
 from profreport.reports.analysis.cpu import dataparallel_ops, ddp_forward_calls
 from profreport.reports.analysis.findings import profiler_verdict, verdict_confidence
 from profreport.reports.analysis.gpu import has_gpu_events
-from profreport.reports.analysis.lines import top_lines
+from profreport.reports.analysis.lines import slowest_loop_line
 from profreport.reports.analysis.memory import memory_stats
 from profreport.reports.analysis.metrics import compute_run_metrics, preference
 from profreport.reports.analysis.results import (
@@ -125,8 +125,7 @@ def summarize(profile: Profile, with_verdict: bool = True) -> RankSummary:
         dataparallel_ops=dataparallel_ops(profile), ddp_forward_calls=ddp_forward_calls(profile),
         memory=list(memory.devices) if memory is not None else [],
         verdict=rank_verdict(profile) if with_verdict else None,
-        slowest_line=next(iter(top_lines(profile.table("lines"))), None)
-        if profile.kind == "lprof" and profile.has("lines") else None)
+        slowest_line=slowest_loop_line(profile) if profile.kind == "lprof" else None)
 
 
 def rank_verdict(profile: Profile) -> RankVerdict | None:
@@ -328,9 +327,9 @@ def rank_verdicts(summaries: Sequence[RankSummary], profiles: Sequence[Profile],
 
 
 def _with_lines(verdict: RankVerdict, summaries: Sequence[RankSummary]) -> RankVerdict:
-    """A rank's unknown verdict with its own line profile's slowest line, where it has one:
-    the time its preferred profile cannot attribute may be a line of its script (a sleep, a
-    Python loop) that line_profiler timed."""
+    """A rank's unknown verdict with the slowest line of its own line profile's training loop,
+    where it has one (see lines.slowest_loop_line): the time its preferred profile cannot
+    attribute may be a line of its script (a sleep, a Python loop) that line_profiler timed."""
     line = next((s.slowest_line for s in summaries if s.slowest_line is not None
                  and s.input.rank == verdict.rank and verdict.rank is not None), None)
     if verdict.verdict != "unknown" or line is None:
@@ -338,6 +337,6 @@ def _with_lines(verdict: RankVerdict, summaries: Sequence[RankSummary]) -> RankV
     where = f"{Path(line.file).name}:{line.lineno}"
     code = f" ({error_text(line.source.strip())})" if line.source else ""
     return replace(verdict, verdict_reason=(
-        f"{verdict.verdict_reason.rstrip('.')}; its line profile's slowest line is {where}"
+        f"{verdict.verdict_reason.rstrip('.')}; the slowest line of its training loop is {where}"
         f"{code}, {pct(line.share)} of {error_text(line.function)}() "
         f"({ms(line.time_ns)} over {line.hits:,} hits)"))
