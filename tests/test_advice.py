@@ -377,6 +377,30 @@ def test_a_loops_own_all_reduces_are_no_gradient_buckets(tmp_path: Path, gloo: b
     assert "bucket_cap_mb" not in advice
 
 
+def test_a_loop_all_reduce_on_a_thread_without_backward_is_no_bucket(tmp_path: Path) -> None:
+    """On a GPU, autograd runs the backward pass on its device thread, where DDP issues the
+    bucket's all-reduce inside AccumulateGrad; the loop all-reduces its loss and a metric on
+    the main thread, which runs no backward op: those two are no buckets either (they were all
+    counted as buckets, 'raise bucket_cap_mb from about 0.0000076 MB')."""
+    events = []
+    for step in range(3):
+        t0 = step * 20_000
+        events += [event(f"ProfilerStep#{step + 1}", t0, 20_000, "user_annotation"),
+                   event("aten::mm", t0 + 100, 2000),
+                   event(ACCUMULATE_GRAD, t0 + 2200, 6000, tid=2)]
+        for i, count in enumerate([262_144, 2, 1]):
+            at, tid = t0 + 2300 + 4000 * i + (6000 if i else 0), 2 if i == 0 else 1
+            events += [event("c10d::allreduce_", at, 3000, tid=tid),
+                       event("record_param_comms", at + 1, 2990, tid=tid, **{
+                           "In msg nelems": count, "dtype": "Float",
+                           "Collective name": "allreduce"})]
+    evidence, advice = comm_advice(tmp_path, events)
+    assert ("1 all-reduce per step in the backward pass sends 1.0 MiB in all (largest 1.0 MiB, "
+            "median 1.0 MiB); DDP's default 25 MB buckets would make about 1; 2 more per step "
+            "outside it") in evidence
+    assert "bucket_cap_mb" not in advice
+
+
 def test_all_reduces_outside_backward_are_no_buckets(tmp_path: Path) -> None:
     """Every all-reduce issued after backward (an all_reduce per gradient by hand, or a loss
     and a metric): none is DDP's, and bucket_cap_mb is not advised."""

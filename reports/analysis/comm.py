@@ -117,25 +117,29 @@ def in_backward(profile: Profile, counted: pd.DataFrame, calls: pd.DataFrame) ->
     """Which of the all-reduce calls ``counted`` (one layer, by start) DDP made for a gradient
     bucket: those issued inside the backward pass on their thread (DDP's reducer all-reduces a
     bucket from autograd's hooks, inside AccumulateGrad; a loss or metric all-reduced by the
-    loop is not), or, for a layer recorded on threads running no backward (gloo's workers run
-    the op), the call of the same order in a layer of ``calls`` issued on a thread that does
-    (each call is recorded once per layer, in the order it was made). Every call when the
-    profile records no backward pass, or no layer pairs with ``counted``."""
+    loop, on a thread running no backward op or outside it, is not). A layer recorded on a
+    worker thread (gloo's run the op: no c10d call, no backward op there) is paired with the
+    calls of the same order in a layer of ``calls`` made on the calling threads (each call is
+    recorded once per layer, in the order it was made). Every call when the profile records
+    no backward pass, or no layer pairs with ``counted``."""
     backward = spans_where(profile, concepts.is_backward_op)
     everything = np.ones(len(counted), bool)
     if backward.empty:
         return everything
-    issued = {(int(p), int(t)) for p, t in zip(backward["pid"], backward["tid"], strict=True)}
-    on_thread = [(int(p), int(t)) in issued
-                 for p, t in zip(counted["pid"], counted["tid"], strict=True)]
-    if all(on_thread):
+    made = calls[(concepts.collective_layer(calls["name"]) != "backend").fillna(False)
+                 .to_numpy(bool)]
+    callers = _threads(backward) | _threads(made)
+    if _threads(counted) <= callers:
         return _inside_own_thread(backward, counted)
-    issuing = calls[[(int(p), int(t)) in issued
-                     for p, t in zip(calls["pid"], calls["tid"], strict=True)]]
-    for _, layer in issuing.groupby(concepts.collective_layer(issuing["name"]), sort=False):
+    for _, layer in made.groupby(concepts.collective_layer(made["name"]), sort=False):
         if len(layer) == len(counted):
             return _inside_own_thread(backward, layer.sort_values("start", kind="stable"))
     return everything
+
+
+def _threads(frame: pd.DataFrame) -> set[tuple[int, int]]:
+    """The (pid, tid) of every row."""
+    return set(zip(frame["pid"].astype(int), frame["tid"].astype(int), strict=True))
 
 
 def gradient_syncs(profile: Profile) -> np.ndarray:
