@@ -491,3 +491,25 @@ def test_a_speedup_from_step_times_says_why_the_throughput_was_set_aside(
             "(samples/s, not steps/s; the unprofiled runs' throughput set aside: their launches "
             "shared the CPUs):") in speedup.measured
     assert "no manifest with throughput" not in speedup.measured
+
+
+def test_a_copied_profile_with_an_operator_renamed_is_still_identical(
+        tmp_path: Path, fixtures_dir: Path) -> None:
+    """rita hands in carl's trace with its busiest operator renamed (as a real hostile
+    submission did, to '<script>...'): every recorded timing is carl's, yet the class summary
+    did not list them as identical profiles, the fingerprint hashing operator names too."""
+    trace = trace_of(fixtures_dir / "compute_heavy")
+    subs = tmp_path / "submissions"
+    (subs / "carl" / "baseline").mkdir(parents=True)
+    shutil.copy(trace, subs / "carl" / "baseline")
+    top = analyze_paths([trace], AnalyzeOptions()).runs[0].metrics.top_ops[0].name
+    document = json.loads(gzip.decompress(trace.read_bytes()))
+    for event in document["traceEvents"]:
+        if event.get("name") == top:
+            event["name"] = "<script>alert(1)</script>"
+    (subs / "rita" / "baseline").mkdir(parents=True)
+    (subs / "rita" / "baseline" / "mine.pt.trace.json").write_text(json.dumps(document))
+    grade_class(subs, parse_rubric(RUBRIC, tmp_path / "r.toml"), tmp_path / "out", workers=1)
+    groups = json.loads((tmp_path / "out" / "gradebook.json").read_text())["summary"]
+    assert {"students": ["carl", "rita"], "what": "same recorded step and operator timings "
+            "(timestamps aside): carl run baseline, rita run baseline"} in groups["duplicates"]

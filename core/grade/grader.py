@@ -248,12 +248,14 @@ def _relative(line: str, root: Path, shown: dict[str, str]) -> str:
 
 
 def _timing_fingerprint(metrics: RunMetrics) -> str | None:
-    """A hash of the step timings and the busiest operators' times the profiler recorded, not
-    of any timestamp (a copy with its timestamps shifted keeps it); None without steps."""
+    """A hash of the step timings and the busiest operators' calls and times the profiler
+    recorded, not of any timestamp or name (a copy with its timestamps shifted or an operator
+    renamed keeps it); None without steps."""
     steps = metrics.steps
     if steps is None:
         return None
-    ops = "|".join(f"{op.name}:{op.count}:{op.total_ns}" for op in metrics.top_ops)
+    ops = "|".join(f"{count}:{total}" for count, total in
+                   sorted((op.count, op.total_ns) for op in metrics.top_ops))
     text = (f"{steps.origin}|{steps.count}|{steps.mean_ns}|{steps.p50_ns}|{steps.p90_ns}|"
             f"{steps.min_ns}|{steps.max_ns}|{ops}")
     return hashlib.sha256(text.encode()).hexdigest()[:24]
