@@ -474,6 +474,14 @@ def test_zero_grad_filling_zeros_on_a_cpu(tmp_path: Path) -> None:
     assert finding.recommendation.endswith("saving a pass writing zeros over every gradient.")
     none = analyze_trace(tmp_path, zero_grad_steps(fills=False), name="none.json")
     assert none.metrics.zero_grad_fills_per_step == 0
+    # foreach=True zeroes every gradient in one _foreach_zero_ (a real torch 2.13 CPU SGD with
+    # foreach=True read '1 zero-filling operators ... run').
+    events = zero_grad_steps(fills=False) + [
+        event("aten::_foreach_zero_", step * 10_000 + 8_210, 100) for step in range(3)]
+    foreach = analyze_trace(tmp_path, events, name="foreach.json")
+    assert {f.id: f for f in foreach.findings}["ZERO_GRAD_NOT_NONE"].evidence[0].text == (
+        "1 zero-filling operator (aten::zero_, aten::_foreach_zero_) runs inside "
+        "Optimizer.zero_grad per step (set_to_none=True runs none)")
     assert "ZERO_GRAD_NOT_NONE" not in {f.id for f in none.findings}
 
 

@@ -42,9 +42,11 @@ def zero_grad_not_none(facts: Facts) -> Finding | None:
                             mix.origin)
         saving = "a kernel per parameter"
     elif fills:
-        evidence = Evidence(f"{fills:.0f} zero-filling operators (aten::zero_, "
-                            "aten::_foreach_zero_) run inside Optimizer.zero_grad per step "
-                            "(set_to_none=True runs none)", m.top_ops_origin or "kineto")
+        one = f"{fills:.0f}" == "1"
+        evidence = Evidence(f"{fills:.0f} zero-filling operator{'' if one else 's'} (aten::zero_, "
+                            f"aten::_foreach_zero_) run{'s' if one else ''} inside "
+                            "Optimizer.zero_grad per step (set_to_none=True runs none)",
+                            m.top_ops_origin or "kineto")
         saving = "a pass writing zeros over every gradient"
     else:
         return None
