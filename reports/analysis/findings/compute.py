@@ -66,6 +66,12 @@ def amp_on(reading: PrecisionReading, ctx: RunContext) -> bool:
     return bool(ctx.knob("amp"))
 
 
+def amp_not_to_advise(reading: PrecisionReading, ctx: RunContext) -> bool:
+    """Whether advice leaves mixed precision out: it is on (amp_on), or the run's amp knob asks
+    for it (with fp32 inputs that is autocast missing the model, which other advice says)."""
+    return amp_on(reading, ctx) or bool(ctx.knob("amp"))
+
+
 def memory_format_advice(conv_ranks: tuple[int, ...]) -> str:
     """Which channels-last format to use, from the recorded ranks of the convolutions' inputs:
     'channels_last (model.to(memory_format=torch.channels_last), x.to(...))'; both, each with
@@ -139,7 +145,7 @@ def _kernel_mix_evidence(mix: KernelMix) -> list[Evidence]:
 def _amp_step(reading: PrecisionReading, ctx: RunContext) -> str | None:
     """'enable mixed precision' with what the run computes in now; None when it is on (by the
     recorded dtypes or kernel names, else the knob)."""
-    if amp_on(reading, ctx) or ctx.knob("amp"):
+    if amp_not_to_advise(reading, ctx):
         return None
     if reading.share is None:
         return ("enable mixed precision (torch.autocast + GradScaler) if the model trains in "

@@ -5,7 +5,7 @@ little work per step.
 from __future__ import annotations
 
 from profreport.reports.analysis.findings.catalogue import Facts, rule
-from profreport.reports.analysis.findings.compute import amp_on
+from profreport.reports.analysis.findings.compute import amp_not_to_advise
 from profreport.reports.analysis.findings.context import RunContext
 from profreport.reports.analysis.findings.copies import minor_sync_evidence
 from profreport.reports.analysis.findings.verdicts import (
@@ -247,7 +247,7 @@ def small_batch(facts: Facts) -> Finding | None:
                              f"{pct(m.gpu.busy_fraction)}", m.launch.origin)]
     else:
         return None
-    amp = "" if amp_on(reduced_precision(m), ctx) or ctx.knob("amp") else \
+    amp = "" if amp_not_to_advise(reduced_precision(m), ctx) else \
         "; mixed precision frees memory for a larger batch"
     return Finding("SMALL_BATCH", "medium", "Each step gives the GPU too little work.", evidence,
                    "Raise the per-device batch size (scale the learning rate with it) or use "

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from profreport.reports.analysis.findings.catalogue import Facts, rule
-from profreport.reports.analysis.findings.compute import amp_on
+from profreport.reports.analysis.findings.compute import amp_not_to_advise
 from profreport.reports.analysis.memory import TrainingSettings
 from profreport.reports.analysis.ops import reduced_precision
 from profreport.reports.analysis.results import (
@@ -77,7 +77,7 @@ def oom_risk(facts: Facts) -> Finding | None:
     fraction, device = max(risky, key=lambda item: item[0])
     levers = ["lower the per-process batch size", "recompute activations in backward "
               "(torch.utils.checkpoint on the largest blocks)"]
-    if not (amp_on(reduced_precision(facts.metrics), facts.context) or facts.context.knob("amp")):
+    if not amp_not_to_advise(reduced_precision(facts.metrics), facts.context):
         levers.append("train in mixed precision (AMP halves activations)")
     return Finding(
         id="MEMORY_OOM_RISK", severity="high",
