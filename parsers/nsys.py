@@ -102,6 +102,8 @@ NVTX_RANGE_TYPE_NAMES = ("NvtxPushPopRange", "NvtxStartEndRange", "NvtxtPushPopR
 NVTX_MARK_NAME = "NvtxMark"
 NVTX_DOMAIN_CREATE_NAME = "NvtxDomainCreate"
 _EVENT_TYPE_TABLE = "ENUM_NSYS_EVENT_TYPE"
+# The code of an event type the export's enum does not name: no event carries it.
+_NO_EVENT_TYPE = -1
 
 
 @dataclass(frozen=True)
@@ -478,18 +480,21 @@ class _Export:
 
     @functools.cached_property
     def nvtx_types(self) -> NvtxTypes:
-        """The NVTX event type codes from the export's ENUM_NSYS_EVENT_TYPE (by name), or those
-        of the nsys versions known when it lacks the table or names one of them nowhere."""
+        """The NVTX event type codes the export's ENUM_NSYS_EVENT_TYPE gives them (by name; a
+        type it does not name is not read), or those of the nsys versions known when it lacks
+        the table or names none of them."""
         if _EVENT_TYPE_TABLE not in self.tables or \
                 not {"id", "name"} <= self.columns(_EVENT_TYPE_TABLE):
             return NVTX_TYPES
         rows = self.query(f"SELECT id, name FROM {_EVENT_TYPE_TABLE}")
         code = dict(zip(rows["name"].astype(str), rows["id"].astype(int), strict=True))
-        wanted = (*NVTX_RANGE_TYPE_NAMES, NVTX_MARK_NAME, NVTX_DOMAIN_CREATE_NAME)
-        if not all(name in code for name in wanted):
+        if not any(name in code for name in (*NVTX_RANGE_TYPE_NAMES, NVTX_MARK_NAME,
+                                             NVTX_DOMAIN_CREATE_NAME)):
             return NVTX_TYPES
-        return NvtxTypes(ranges=tuple(code[name] for name in NVTX_RANGE_TYPE_NAMES),
-                         mark=code[NVTX_MARK_NAME], domain_create=code[NVTX_DOMAIN_CREATE_NAME])
+        return NvtxTypes(ranges=tuple(code[name] for name in NVTX_RANGE_TYPE_NAMES
+                                      if name in code),
+                         mark=code.get(NVTX_MARK_NAME, _NO_EVENT_TYPE),
+                         domain_create=code.get(NVTX_DOMAIN_CREATE_NAME, _NO_EVENT_TYPE))
 
     def native_parts(self, table: str, columns: list[str], reduce: _ChunkReduce,
                      texts: tuple[str, ...] = ()) -> list[_Part] | None:

@@ -523,22 +523,23 @@ def test_nvtx_ranges_alone_are_the_structure(tmp_path: Path) -> None:
 def test_nvtx_event_types_are_read_from_the_exports_enum(tmp_path: Path, native: bool,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """The eventType codes of NVTX ranges are those the export's ENUM_NSYS_EVENT_TYPE names, not
-    2022.4's numbers: in an export that numbers push/pop ranges 159, its ranges of 159 are the
-    steps and an event of 59 (another type there) is not a range (page reader and SQL alike)."""
+    2022.4's numbers: in an export that numbers push/pop ranges 159 and names no start/end
+    range, its ranges of 159 are the steps, and events of 59 and 60 (other types there) are not
+    ranges (page reader and SQL alike)."""
     monkeypatch.setattr(nsys, "NATIVE_READER", native)
     ms = 10**6
     path = write_nsys_export(tmp_path / "renumbered.sqlite", [],
                              [(i * 10 * ms, i * 10 * ms + 8 * ms, f"step {i}") for i in range(4)])
-    renumbered = {"NvtxPushPopRange": 159, "NvtxStartEndRange": 160, "NvtxtPushPopRange": 170,
-                  "NvtxtStartEndRange": 171, "NvtxMark": 134, "NvtxDomainCreate": 175,
-                  "OtherEvent": 59}
+    renumbered = {"NvtxPushPopRange": 159, "NvtxtPushPopRange": 170, "NvtxtStartEndRange": 171,
+                  "NvtxMark": 134, "NvtxDomainCreate": 175, "OtherEvent": 59,
+                  "AnotherEvent": 60}
     with sqlite3.connect(path) as conn:
         conn.execute("CREATE TABLE ENUM_NSYS_EVENT_TYPE (id INTEGER PRIMARY KEY, name TEXT)")
         conn.executemany("INSERT INTO ENUM_NSYS_EVENT_TYPE VALUES (?, ?)",
                          [(code, name) for name, code in renumbered.items()])
         conn.execute("UPDATE NVTX_EVENTS SET eventType = 159")
-        conn.execute("INSERT INTO NVTX_EVENTS VALUES (0, 50000000, 59, 16777217, 0, "
-                     "'not a range', NULL)")
+        conn.executemany("INSERT INTO NVTX_EVENTS VALUES (0, 50000000, ?, 16777217, 0, "
+                         "'not a range', NULL)", [(59,), (60,)])
     profile = nsys.parse(path)
     assert profile.table("ranges")["name"].tolist() == [f"step {i}" for i in range(4)]
     assert profile.table("steps")[["start", "end"]].values.tolist() == [

@@ -235,6 +235,15 @@ def mean_step_label(marker: str) -> str:
     return f"Mean step ({marker})"
 
 
+def part_rows(comparison: Comparison) -> tuple[list[ComparisonRow], list[ComparisonRow]]:
+    """The rows of the table of changes by part (the baseline's and those compared with it
+    part by part; none when no other is), and the rows left out of it (each says why)."""
+    compared = [row for row in comparison.rows
+                if row.parts_not_compared is None and row.breakdown_delta_ns]
+    return (compared if len(compared) > 1 else [],
+            [row for row in comparison.rows if row.parts_not_compared is not None])
+
+
 def comparison_step_label(comparison: Comparison) -> str:
     """The comparison table's step column: the profiler that timed every row's steps, or
     that none timed them all (each row says why)."""

@@ -56,6 +56,7 @@ _FILTERS = {
     "part_delta": display.part_delta,
     "rank_step_label": display.rank_step_label,
     "comparison_step_label": display.comparison_step_label,
+    "part_rows": display.part_rows,
     "origin_label": origin_label,
     "heat_bucket": display.heat_bucket,
     "elide": display.elide,
