@@ -780,43 +780,66 @@ def assigned_value(source: str | None, target: str) -> str | None:
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 
 
-def _assigned_in(scope: ast.AST, name: str) -> list[str]:
-    """What the statements of one scope assign to ``name``, in order (not those of the
-    functions or classes it defines: another scope)."""
-    found, todo = [], list(ast.iter_child_nodes(scope))
-    while todo:
-        node = todo.pop(0)
-        if isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == name for t in node.targets):
-            found.append((node.lineno, ast.unparse(node.value)))
-        if not isinstance(node, _SCOPES):
-            todo += ast.iter_child_nodes(node)
-    return [value for _, value in sorted(found)]
+class SourceScopes:
+    """The scopes of one source file, parsed once, and what each assigns to a name, read once
+    (a line profile may ask of many loops; the file may be megabytes)."""
 
+    def __init__(self, source: list[str]) -> None:
+        try:
+            tree: ast.AST | None = ast.parse("\n".join(source))
+        except (SyntaxError, ValueError):
+            tree = None
+        nodes = list(ast.walk(tree)) if tree is not None else []
+        self._parents = {child: node for node in nodes for child in ast.iter_child_nodes(node)}
+        self._functions = {min([node.lineno, *(d.lineno for d in node.decorator_list)]): node
+                           for node in nodes
+                           if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)}
+        self._assigned: dict[int, dict[str, list[tuple[int, str]]]] = {}
 
-def enclosing_assignment(source: list[str], first_lineno: int, name: str) -> str | None:
-    """What the scopes around the function whose definition starts at ``first_lineno`` (its
-    decorator's line, as line_profiler records it) assign to ``name``: its enclosing
-    functions', innermost first, then the module's, the last assignment of the nearest scope
-    (``dl = DataLoader(ds)`` in ``main()`` around a nested ``run()``); None when none does or
-    the source does not parse."""
-    try:
-        tree = ast.parse("\n".join(source))
-    except (SyntaxError, ValueError):
+    def assigned(self, first_lineno: int, lineno: int, name: str) -> str | None:
+        """What the source gives ``name`` at line ``lineno`` of the function whose definition
+        starts at ``first_lineno``: the function's last assignment to it before that line, else
+        the enclosing scopes' (enclosing_assignment); None when none does, or the source does
+        not parse or defines no function there."""
+        function = self._functions.get(first_lineno)
+        if function is None:
+            return None
+        before = [value for line, value in self._assigned_in(function, name) if line < lineno]
+        return before[-1] if before else self.enclosing_assignment(first_lineno, name)
+
+    def enclosing_assignment(self, first_lineno: int, name: str) -> str | None:
+        """What the scopes around the function whose definition starts at ``first_lineno``
+        (its decorator's line, as line_profiler records it) assign to ``name``: its enclosing
+        functions', innermost first, then the module's, the last assignment of the nearest
+        scope (``dl = DataLoader(ds)`` in ``main()`` around a nested ``run()``); None when
+        none does or the source does not parse."""
+        scope = self._parents.get(self._functions.get(first_lineno))  # type: ignore[arg-type]
+        while scope is not None:
+            if not isinstance(scope, ast.ClassDef):  # a class body is no scope of its methods
+                values = self._assigned_in(scope, name)
+                if values:
+                    return values[-1][1]
+            scope = self._parents.get(scope)
         return None
-    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
-    function = next((node for node in ast.walk(tree)
-                     if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
-                     and min([node.lineno, *(d.lineno for d in node.decorator_list)])
-                     == first_lineno), None)
-    scope = parents.get(function) if function is not None else None
-    while scope is not None:
-        if not isinstance(scope, ast.ClassDef):  # a class body is no scope of its methods
-            values = _assigned_in(scope, name)
-            if values:
-                return values[-1]
-        scope = parents.get(scope)
-    return None
+
+    def _assigned_in(self, scope: ast.AST, name: str) -> list[tuple[int, str]]:
+        """What the statements of one scope assign to ``name``, with their lines, in order (not
+        those of the functions or classes it defines: another scope); each scope is read once,
+        for every name."""
+        if id(scope) not in self._assigned:
+            found: dict[str, list[tuple[int, str]]] = {}
+            todo = list(ast.iter_child_nodes(scope))
+            while todo:
+                node = todo.pop()
+                if isinstance(node, ast.Assign):
+                    for target in node.targets:
+                        if isinstance(target, ast.Name):
+                            found.setdefault(target.id, []).append(
+                                (node.lineno, ast.unparse(node.value)))
+                if not isinstance(node, _SCOPES):
+                    todo += ast.iter_child_nodes(node)
+            self._assigned[id(scope)] = {key: sorted(values) for key, values in found.items()}
+        return self._assigned[id(scope)].get(name, [])
 
 
 def iterated_name(expression: str) -> str | None:

@@ -40,9 +40,9 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from profreport.concepts import (
+    SourceScopes,
     assigned_value,
     counts_passes,
-    enclosing_assignment,
     fetched_iterator,
     is_dataloader_loop_line,
     is_loop_line,
@@ -321,8 +321,21 @@ def _source_table(sources: dict[str, list[str] | None]) -> pd.DataFrame:
 _FUNCTION_KEY = ["file", "first_lineno", "function"]
 
 
-def _lines_table(timings: Timings, unit: float, sources: dict[str, list[str] | None]
-                 ) -> pd.DataFrame:
+class _Scopes(dict[str, SourceScopes | None]):
+    """The parsed scopes of each shown source file, parsed when first asked for."""
+
+    def __init__(self, sources: dict[str, list[str] | None]) -> None:
+        super().__init__()
+        self.sources = sources
+
+    def __missing__(self, file: str) -> SourceScopes | None:
+        source = self.sources.get(file)
+        self[file] = SourceScopes(source) if source else None
+        return self[file]
+
+
+def _lines_table(timings: Timings, unit: float, sources: dict[str, list[str] | None],
+                 scopes: _Scopes) -> pd.DataFrame:
     """The ``lines`` table: one row per recorded line, times in ns, share of its function."""
     keys = list(timings)
     frame = pd.DataFrame(
@@ -337,13 +350,12 @@ def _lines_table(timings: Timings, unit: float, sources: dict[str, list[str] | N
     frame["source"] = frame["source"].astype("object").where(frame["source"].notna(), None)
     frame["is_sync_point"] = frame["source"].map(is_sync_point_line).astype(bool)
     frame = frame.sort_values(_FUNCTION_KEY + ["lineno"], kind="stable").reset_index(drop=True)
-    frame["is_dataloader_loop"] = loops_over_loaders(frame, sources)
+    frame["is_dataloader_loop"] = loops_over_loaders(frame, scopes)
     frame["is_loop_header"] = loop_headers(frame)
     return frame
 
 
-def loops_over_loaders(frame: pd.DataFrame, sources: dict[str, list[str] | None]
-                       ) -> pd.Series:
+def loops_over_loaders(frame: pd.DataFrame, scopes: _Scopes) -> pd.Series:
     """Lines the source shows looping over a DataLoader (``frame`` sorted by function, line):
     a ``for`` whose line names one (``for x, y in train_loader:``), or over a name that a line
     of its function before it assigns one (``dl = DataLoader(ds)``, then ``for x, y in dl:``),
@@ -354,30 +366,30 @@ def loops_over_loaders(frame: pd.DataFrame, sources: dict[str, list[str] | None]
         iterable = loop_iterable(row["source"])
         if iterable is None or counts_passes(row["source"]):
             continue
-        origin = _origin_chain(frame, index, iterable, sources)
+        origin = _origin_chain(frame, index, iterable, scopes)
         named[index] = origin is not None and names_dataloader(origin)
     return named
 
 
-def _assigned_origin(frame: pd.DataFrame, index: int, name: str,
-                     sources: dict[str, list[str] | None]) -> str | None:
-    """What the source shows assigned to ``name`` where the line at ``index`` uses it: a line
-    of its function before it (see _iterator_origin), else the scopes around its function."""
+def _assigned_origin(frame: pd.DataFrame, index: int, name: str, scopes: _Scopes
+                     ) -> str | None:
+    """What the source shows assigned to ``name`` where the line at ``index`` uses it: its
+    function's last assignment before it, else the scopes around its function (the file
+    parsed once, see concepts.SourceScopes)."""
     row = frame.loc[index]
-    source = sources.get(str(row["file"]))
-    return _iterator_origin(frame, index, name) or (
-        enclosing_assignment(source, int(row["first_lineno"]), name) if source else None)
+    around = scopes[str(row["file"])]
+    return around.assigned(int(row["first_lineno"]), int(row["lineno"]), name) if around \
+        else None
 
 
-def _origin_chain(frame: pd.DataFrame, index: int, name: str,
-                  sources: dict[str, list[str] | None]) -> str | None:
+def _origin_chain(frame: pd.DataFrame, index: int, name: str, scopes: _Scopes) -> str | None:
     """What ``name`` holds as the source shows it (_assigned_origin), followed one assignment
     further when that names no DataLoader but iterates over a name: ``iter(dl), dl =
     DataLoader(ds)`` for ``it = iter(dl)`` after ``dl = DataLoader(ds)``; None when unseen."""
-    origin = _assigned_origin(frame, index, name, sources)
+    origin = _assigned_origin(frame, index, name, scopes)
     inner = iterated_name(origin) if origin is not None and not names_dataloader(origin) \
         else None
-    deeper = _assigned_origin(frame, index, inner, sources) if inner not in (None, name) \
+    deeper = _assigned_origin(frame, index, inner, scopes) if inner not in (None, name) \
         else None
     return f"{origin}, {inner} = {deeper}" if deeper is not None else origin
 
@@ -503,7 +515,7 @@ def _iterator_origin(frame: pd.DataFrame, header: int, iterator: str) -> str | N
 
 
 def _counting_loop(frame: pd.DataFrame, header: int, loop: TrainingLoop,
-                   sources: dict[str, list[str] | None]) -> TrainingLoop:
+                   scopes: _Scopes) -> TrainingLoop:
     """A loop whose header the source shows counting passes (``for step in range(steps):``).
 
     Its header fetches nothing, so its time is no DataLoader wait. The batch is fetched in the
@@ -522,8 +534,9 @@ def _counting_loop(frame: pd.DataFrame, header: int, loop: TrainingLoop,
         return replace(counted, training_name=named, dataloader=named,
                        confidence="low" if named else "none")
     iterator = str(fetched_iterator(fetch["source"]))
-    origin = iterator if names_dataloader(iterator) else _origin_chain(frame, header, iterator,
-                                                                       sources)
+    origin = iterator if names_dataloader(iterator) else (
+        _origin_chain(frame, header, iterator, scopes)
+        or _iterator_origin(frame, header, iterator))  # a source that does not parse whole
     counted = replace(counted, dataloader=True, fetch_lineno=int(fetch["lineno"]),
                       fetch_from=iterator, fetch_origin=origin, confidence="medium")
     if origin is None or not names_dataloader(origin):
@@ -543,8 +556,7 @@ def _counts_around_a_loop(frame: pd.DataFrame, header: int, headers: list[int]) 
     return any(inner in body for inner in headers if inner != header)
 
 
-def training_loop(frame: pd.DataFrame, sources: dict[str, list[str] | None]
-                  ) -> TrainingLoop | None:
+def training_loop(frame: pd.DataFrame, scopes: _Scopes) -> TrainingLoop | None:
     """The training loop among the loop headers (the one with the most time in itself and its
     body), whether its header is the line that fetches batches, the evidence, how sure.
 
@@ -574,7 +586,7 @@ def training_loop(frame: pd.DataFrame, sources: dict[str, list[str] | None]
     if bool(row["is_dataloader_loop"]):
         return replace(loop, evidence="source", dataloader=True, confidence="high")
     if counts_passes(row["source"]):
-        return _counting_loop(frame, header, loop, sources)
+        return _counting_loop(frame, header, loop, scopes)
     largest = loop.time_ns > loop.largest_body_line_ns
     named = is_training_function(loop.function)
     return replace(loop, evidence="hit counts", header_is_largest=largest,
@@ -618,8 +630,9 @@ def parse(path: Path, *, source_root: Path | None = None) -> Profile:
                                source_path=None if located[file][0] is None
                                else str(located[file][0]), source_note=located[file][1])
                  for file, first, name in sorted(timings)]
-    frame = _lines_table(timings, unit, sources)
-    loop = training_loop(frame, sources)
+    scopes = _Scopes(sources)
+    frame = _lines_table(timings, unit, sources, scopes)
+    loop = training_loop(frame, scopes)
     meta = LprofMeta(unit=unit, functions=functions, pickle_protocol=protocol,
                      class_path=".".join(class_path), loop=loop,
                      notes=[_note(f) for f in functions if f.source_note],

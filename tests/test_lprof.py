@@ -1223,11 +1223,10 @@ def test_a_loop_over_a_dataloader_of_an_enclosing_scope_is_the_dataloader_loop(
                                   (9, 1, 100)], "main.<locals>.run", 4)
     assert (loop.lineno, loop.evidence, loop.confidence, loop.iterations) == (
         7, "source", "high", 64)
-    lines = NESTED_SOURCE.splitlines()
-    assert concepts.enclosing_assignment(lines, 4, "dl") == (
-        "DataLoader(TensorDataset(x, y), batch_size=8)")
-    assert concepts.enclosing_assignment(lines, 14, "dl") is None  # other() is module-level
-    assert concepts.enclosing_assignment(["def f(:"], 1, "dl") is None
+    scopes = concepts.SourceScopes(NESTED_SOURCE.splitlines())
+    assert scopes.enclosing_assignment(4, "dl") == "DataLoader(TensorDataset(x, y), batch_size=8)"
+    assert scopes.enclosing_assignment(14, "dl") is None  # other() is module-level
+    assert concepts.SourceScopes(["def f(:"]).enclosing_assignment(1, "dl") is None
 
 
 def test_a_line_reading_a_tensor_is_no_sync_point_on_a_run_without_a_gpu(tmp_path: Path
@@ -1294,3 +1293,22 @@ def test_a_fetch_from_an_iterator_of_a_name_assigned_a_dataloader_is_the_wait(
     assert run.verdict == "loader-bound"
     assert run.metrics.dataloader_fraction == pytest.approx(123_822_400 / 129_775_600)
     assert concepts.iterated_name("iter(dl)") == "dl" and concepts.iterated_name("f(x)") is None
+
+
+def test_a_line_profile_of_many_loops_is_read_in_linear_time(tmp_path: Path) -> None:
+    """1,500 loops over 1,500 different names in one profiled function (a hostile submission
+    can time that many lines): finding what each loop iterates over read the function and the
+    module again per loop and per name, about 40 s on this machine; the file's scopes are now
+    read once (concepts.SourceScopes), well under a second."""
+    import time
+
+    loops = 1500
+    source = ["def f():"] + [line for k in range(loops)
+                             for line in (f"    for x{k} in d{k}:", "        pass")]
+    (tmp_path / "big.py").write_text("\n".join(source) + "\n")
+    timings = {("big.py", 1, "f"): [(2 + 2 * k, 3, 10) for k in range(loops)]
+               + [(3 + 2 * k, 2, 10) for k in range(loops)]}
+    path = stats_file(tmp_path / "big.lprof", timings)
+    started = time.monotonic()
+    lines = lprof.parse(path).table("lines")
+    assert len(lines) == 2 * loops and time.monotonic() - started < 10
