@@ -576,10 +576,16 @@ def _read_tables(export: _Export) -> dict[str, pd.DataFrame]:
 
 
 def _nvtx_structure(tables: dict[str, pd.DataFrame], meta: NsysMeta) -> None:
-    """A capture whose NVTX ranges name no step: the range that repeats is the step, and the
-    ranges inside it are its phases (a note says which, with their time per step)."""
+    """The phases of a capture's steps: the ranges inside its ``step N`` ranges; or, when its
+    NVTX ranges name no step, the range that repeats is the step and the ranges inside it its
+    phases (a note says which, with their time per step)."""
     ranges = tables.get("ranges")
-    if ranges is None or ranges.empty or not tables["steps"].empty:
+    if ranges is None or ranges.empty:
+        return
+    if not tables["steps"].empty:
+        if phases := phases_text(ranges, tables["steps"]):
+            meta.notes.append(f"the {len(tables['steps']):,} steps are NVTX ranges named as "
+                              f"steps{phases}")
         return
     steps, span = steps_from_repeats(ranges, "nvtx", masked_numbers, own_extent=True)
     if span is None:

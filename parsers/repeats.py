@@ -114,7 +114,8 @@ def _first_repeating_level(thread: pd.DataFrame, key: Callable[[pd.Series], pd.S
 
 def phases_text(spans: pd.DataFrame, steps: pd.DataFrame) -> str:
     """``; inside each: forward 35.0 ms, backward 30.0 ms per step`` for the spans that lie
-    inside the steps on their thread (numbers masked, most time first); "" when none do."""
+    directly inside the steps on their thread (numbers masked, most time first; a span inside
+    another of them is part of its time); "" when none do."""
     if steps.empty:
         return ""
     mine = spans[(spans["pid"] == steps["pid"].iloc[0]) & (spans["tid"] == steps["tid"].iloc[0])]
@@ -122,9 +123,9 @@ def phases_text(spans: pd.DataFrame, steps: pd.DataFrame) -> str:
     inside = (order >= 0) & (mine["end"].to_numpy()
                              <= steps["end"].to_numpy()[np.clip(order, 0, None)])
     inside &= ~mine["start"].isin(steps["start"]).to_numpy()
-    phases = mine[inside]
-    if phases.empty:
+    if not inside.any():
         return ""
+    phases = top_level(mine[inside])
     per_step = ((phases["end"] - phases["start"]).groupby(masked_numbers(phases["name"])).sum()
                 / len(steps)).sort_values(ascending=False, kind="stable")
     listed = ", ".join(f"{name} {ms(value)}" for name, value in per_step.items())
