@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,9 @@ from profreport.reports.analysis.findings.compute import LIGHT_LOADER_CORES
 from profreport.reports.analysis.findings.verdicts import TRIAL_LIMIT_RATIO
 from profreport.reports.analysis.metrics import compute_run_metrics
 from profreport.reports.analysis.results import RunMetrics, TraceLocation
+
+sys.path.insert(0, str(Path(__file__).parent))
+from conftest import cpu_event, kineto_trace  # noqa: E402
 
 # A training loop whose loader sleeps per batch while the step itself is light.
 LOADER_HEAVY = """\
@@ -563,6 +567,38 @@ def test_cpu_compute_advice_follows_the_runs_evidence(fixtures_dir: Path) -> Non
     compiled = advice(compile=True)
     assert "torch.compile" not in compiled and "even compiled" in compiled
     assert len({cheap_loader, surplus, busy_loader, idle_cpus, pinned, compiled}) == 6
+
+
+def test_cpu_thread_advice_names_workers_only_where_a_dataloader_is_recorded(
+        tmp_path: Path) -> None:
+    """A hand-built CPU trace (6 ProfilerStep spans of 10 ms, 9 ms of aten::conv2d each, no
+    manifest so the CPU load is unknown): without a DataLoader span or num_workers knob the
+    thread advice leaves the DataLoader workers out (it said to match the threads to 'the cores
+    left after the DataLoader workers' of a run that had none); with a single-process
+    DataLoader span, or the knob, it keeps them."""
+    def cpu_trace(name: str, loader_us: int) -> Path:
+        events = []
+        for i in range(6):
+            t = 1000 + i * 10_000
+            events += [cpu_event(f"ProfilerStep#{i + 1}", t, 10_000, cat="user_annotation"),
+                       cpu_event("aten::conv2d", t + loader_us + 10, 9_000 - loader_us)]
+            if loader_us:
+                events.append(cpu_event(
+                    "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t, loader_us,
+                    cat="user_annotation"))
+        return kineto_trace(tmp_path / f"{name}.pt.trace.json", events)
+
+    threads = "match torch.set_num_threads to "
+    bare = metrics_of(cpu_trace("bare", 0))
+    assert bare.dataloader_fraction == 0.0 and bare.loader_in_process is None
+    advice = ids(bare)["COMPUTE_BOUND"].recommendation
+    assert f"{threads}the job's cores;" in advice and "DataLoader" not in advice
+    workers = f"{threads}the cores left after the DataLoader workers;"
+    knob = ids(bare, RunContext(knobs={"num_workers": 2}))["COMPUTE_BOUND"].recommendation
+    assert workers in knob
+    loaded = metrics_of(cpu_trace("loaded", 300))
+    assert loaded.dataloader_fraction == pytest.approx(0.03)
+    assert workers in ids(loaded)["COMPUTE_BOUND"].recommendation
 
 
 def test_loader_advice_when_the_worker_count_is_not_recorded(corpus: Path) -> None:

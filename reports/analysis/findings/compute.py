@@ -34,7 +34,6 @@ from profreport.reports.analysis.results import (
     RunMetrics,
     Severity,
     TopItem,
-    Trials,
 )
 from profreport.units import ms, pct
 
@@ -239,7 +238,7 @@ def _cpu_compute_advice(m: RunMetrics, ctx: RunContext, slow: bool) -> str:
     first; then how its threads fit its CPUs, its top operator's lever and knobs that do nothing
     without a GPU."""
     mix, reading = m.cpu_op_mix, reduced_precision(m)
-    cores = _cpu_threads_advice(ctx, m.trials)
+    cores = _cpu_threads_advice(m, ctx)
     autocast = amp_on(reading, ctx)
     if autocast and ctx.environment.get("cpu_native_bf16") is False:
         where = (f" ({', '.join(mix.slow_fallback_ops[:2])})" if slow and mix is not None
@@ -291,14 +290,24 @@ def _cpu_amp_step(reading: PrecisionReading, ctx: RunContext) -> str | None:
             f"spend {pct(1 - reading.share)} of their time on fp32 or wider inputs")
 
 
-def _cpu_threads_advice(ctx: RunContext, trials: Trials | None) -> str:
-    """How this run's compute threads and DataLoader workers fit its CPUs, as advice."""
+def _loader_recorded(m: RunMetrics, ctx: RunContext) -> bool:
+    """Whether the run shows a DataLoader: its num_workers knob, DataLoader spans that name
+    their iterator, a DataLoader wait, or line_profiler's DataLoader loop."""
+    return (ctx.knob("num_workers") is not None or m.loader_in_process is not None
+            or any(m.dataloader_fraction_by_origin.values()) or m.loop_line is not None)
+
+
+def _cpu_threads_advice(m: RunMetrics, ctx: RunContext) -> str:
+    """How this run's compute threads and DataLoader workers fit its CPUs, as advice (without
+    the workers where the run shows no DataLoader)."""
     load = cpu_load(ctx)
     if load is None:
-        return ("give the job more cores (--cpus-per-task) and match torch.set_num_threads to the "
-                "cores left after the DataLoader workers")
+        cores = ("the cores left after the DataLoader workers" if _loader_recorded(m, ctx)
+                 else "the job's cores")
+        return ("give the job more cores (--cpus-per-task) and match torch.set_num_threads to "
+                f"{cores}")
     budget = load.cpus_per_process
-    demand = loader_core_demand(load, trials)
+    demand = loader_core_demand(load, m.trials)
     if load.oversubscribed and demand is not None and demand < LIGHT_LOADER_CORES:
         needed = max(math.ceil(demand), 1)
         surplus = (f"lower num_workers from {load.workers} to {needed} (the loader needs only "
