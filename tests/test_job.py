@@ -275,10 +275,18 @@ def test_one_rank_of_a_job_says_the_others_were_not_given(tmp_path: Path) -> Non
     assert run.world_size == 2 and run.job is None
     assert run.notes == [
         "only rank 1 of the job's 2 ranks given: the time in collectives includes waiting for "
-        "the ranks not given, which its trace cannot tell apart from the transfer itself (give "
+        "the other ranks, which its trace cannot tell apart from the transfer itself (give "
         "every rank's trace to see which rank the job waits for)"]
-    write_rank(tmp_path, 0, compute_us=9000, comm_us=10000)
+    rank0 = write_rank(tmp_path, 0, compute_us=9000, comm_us=10000)
     assert analyze_paths([tmp_path], AnalyzeOptions()).runs[0].notes == []
+    # Rank 0's trace given but cut short (a real truncated rank trace): it was 'only rank 1 of
+    # the job's 2 ranks given', though it was given; now it says it could not be read.
+    rank0.write_text(rank0.read_text()[:3000])
+    report = analyze_paths([tmp_path], AnalyzeOptions())
+    assert report.runs[0].notes[0].startswith(
+        "only rank 1 of the job's 2 ranks read (1 file of this run could not be read): the time "
+        "in collectives includes waiting for the other ranks")
+    assert report.failures == [f"{rank0}: truncated trace: the file ends inside traceEvents"]
 
 
 def test_only_the_ranks_that_wait_alike_are_said_to() -> None:

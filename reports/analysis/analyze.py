@@ -242,14 +242,19 @@ def left_out_notes(profiles: list[Profile], summaries: list[RankSummary]) -> lis
 
 
 def ranks_not_given(world_size: int | None, summaries: list[RankSummary],
-                    communicates: bool) -> str | None:
+                    communicates: bool, unread: int = 0) -> str | None:
     """``only rank 1 of the job's 2 ranks given`` when a communicating job's traces are not all
     there (a collective's time on one rank holds its wait for the others, which its own trace
-    cannot tell apart from the transfer); None when every rank is, or nothing communicates."""
+    cannot tell apart from the transfer), ``... ranks read (1 file of this run could not be
+    read)`` when ``unread`` files of the run failed; None when every rank is there, or nothing
+    communicates."""
     ranks = sorted({int(s.input.rank) for s in summaries if s.input.rank is not None})
     if not communicates or world_size is None or not ranks or len(ranks) >= world_size:
         return None
     given = f"ranks {', '.join(map(str, ranks))}" if len(ranks) > 1 else f"rank {ranks[0]}"
+    if unread:
+        return (f"only {given} of the job's {world_size} ranks read ({unread} file"
+                f"{'' if unread == 1 else 's'} of this run could not be read)")
     return f"only {given} of the job's {world_size} ranks given"
 
 
@@ -259,7 +264,7 @@ def missing_ranks_note(partial: str | None, ranks: int) -> list[str]:
     if partial is None:
         return []
     traces = "these traces" if ranks > 1 else "its trace"
-    return [f"{partial}: the time in collectives includes waiting for the ranks not given, "
+    return [f"{partial}: the time in collectives includes waiting for the other ranks, "
             f"which {traces} cannot tell apart from the transfer itself (give every rank's "
             "trace to see which rank the job waits for)"]
 
@@ -320,9 +325,10 @@ def detailed_profiles(profiles: list[Profile], summaries: list[RankSummary]
 
 
 def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
-                summaries: list[RankSummary]) -> RunAnalysis:
+                summaries: list[RankSummary], unread: int = 0) -> RunAnalysis:
     """Metrics, findings, verdict and timeline of one run, from the whole profiles of its
-    primary rank and the summary of every file."""
+    primary rank and the summary of every file (``unread``: its files that could not be
+    read)."""
     origin, unknown = job_step_source(summaries)
     job = job_analysis(rank_verdicts(summaries, profiles, origin), origin, unknown)
     profiles, detailed_note = detailed_profiles(profiles, summaries)
@@ -330,7 +336,7 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
     add_rank_metrics(metrics, summaries, origin)
     pacer = waited_for(job, profiles)
     world_size = run_world_size(manifest, summaries)
-    partial = ranks_not_given(world_size, summaries, metrics.comm is not None)
+    partial = ranks_not_given(world_size, summaries, metrics.comm is not None, unread)
     context = RunContext(waited_for=pacer, ranks_not_given=partial,
                          knobs=dict(manifest.knobs) if manifest else {},
                          environment=dict(manifest.environment) if manifest else {},
@@ -428,14 +434,16 @@ def _analyze_input(path: Path, options: AnalyzeOptions, executor: Executor,
     if not path.is_dir():
         check_regular_file(path)
     manifest = _manifest_of(path, failures) if path.is_dir() else None
-    profiles, summaries = _read_files(_files_of(path, manifest, failures), options, executor,
-                                      failures)
+    files = _files_of(path, manifest, failures)
+    before = len(failures)
+    profiles, summaries = _read_files(files, options, executor, failures)
     if path.is_dir() and not summaries and manifest is None:
         raise InputError("no profiles found in this folder", path)
     if not summaries and manifest is None:
         return None
     name = manifest.name if manifest else run_name(path)
-    run = analyze_run(_unique(name, taken), profiles, manifest, summaries)
+    run = analyze_run(_unique(name, taken), profiles, manifest, summaries,
+                      unread=len(failures) - before)
     impossible = impossible_fractions(run.metrics)
     if impossible:  # the parsers validate every value; this is the last guard before a report
         raise InputError(f"impossible figures, so no report for it: {', '.join(impossible)} "
