@@ -779,6 +779,45 @@ def assigned_value(source: str | None, target: str) -> str | None:
 
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 
+#: The DataLoader arguments read from a ``DataLoader(...)`` call a source shows: each one's place
+#: among torch.utils.data.DataLoader's positional parameters and PyTorch's default for it.
+LOADER_CALL_KNOBS: dict[str, tuple[int, object]] = {
+    "batch_size": (1, 1), "num_workers": (5, 0), "pin_memory": (7, False)}
+
+
+def _is_loader_call(node: ast.AST) -> bool:
+    """Whether a node calls ``DataLoader`` (by that name, or as ``torch.utils.data.DataLoader``)."""
+    if not isinstance(node, ast.Call):
+        return False
+    callee = node.func
+    return (callee.attr if isinstance(callee, ast.Attribute)
+            else getattr(callee, "id", None)) == "DataLoader"
+
+
+def loader_call_knobs(call: ast.Call) -> dict[str, object]:
+    """The LOADER_CALL_KNOBS a ``DataLoader(...)`` call gives, read with ast.literal_eval from
+    its literal arguments only (nothing is evaluated), PyTorch's default for one it leaves out;
+    one given as an expression or a literal of another type, or that ``*args``/``**kwargs`` may
+    give, is not known and left out (so is batch_size beside a batch_sampler)."""
+    given: dict[str, ast.expr] = {kw.arg: kw.value for kw in call.keywords if kw.arg}
+    unpacked = any(kw.arg is None for kw in call.keywords)
+    starred = any(isinstance(arg, ast.Starred) for arg in call.args)
+    knobs: dict[str, object] = {}
+    positional = [] if starred else call.args
+    for name, (place, default) in LOADER_CALL_KNOBS.items():
+        node = given.get(name, positional[place] if place < len(positional) else None)
+        if node is None:
+            if not (unpacked or starred or (name == "batch_size" and "batch_sampler" in given)):
+                knobs[name] = default
+            continue
+        try:
+            value = ast.literal_eval(node)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            continue
+        if type(value) is type(default):  # a bool is no worker count, a string no flag
+            knobs[name] = value
+    return knobs
+
 
 class SourceScopes:
     """The scopes of one source file, parsed once, and what each assigns to a name, read once
@@ -795,6 +834,9 @@ class SourceScopes:
                            for node in nodes
                            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)}
         self._assigned: dict[int, dict[str, list[tuple[int, str]]]] = {}
+        #: Each ``DataLoader(...)`` call of the file: its line and loader_call_knobs, by line.
+        self.loader_calls = sorted(((node.lineno, loader_call_knobs(node)) for node in nodes
+                                    if _is_loader_call(node)), key=lambda call: call[0])
 
     def assigned(self, first_lineno: int, lineno: int, name: str) -> str | None:
         """What the source gives ``name`` at line ``lineno`` of the function whose definition

@@ -375,6 +375,11 @@ class LprofMeta(ProfileMeta):
     class_path: str = ""
     #: The training loop, None when none was found.
     loop: TrainingLoop | None = None
+    #: The DataLoader knobs the shown source gives (concepts.loader_call_knobs), those its
+    #: DataLoader(...) calls agree on; empty when it shows none.
+    loader_knobs: dict[str, object] = field(default_factory=dict)
+    #: Where those calls are (``train.py line 12``).
+    loader_calls: str = ""
 
 
 @dataclass

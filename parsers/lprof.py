@@ -616,6 +616,26 @@ def _note(function: LprofFunction) -> str:
             f"({error_text(function.file)}) not shown: {function.source_note}")
 
 
+#: The DataLoader calls a note names by line at most (a source may hold any number).
+LOADER_CALLS_NAMED = 3
+
+
+def _loader_knobs(scopes: _Scopes) -> tuple[dict[str, object], str]:
+    """The DataLoader knobs the shown sources' ``DataLoader(...)`` calls all give alike (a knob
+    two calls set apart is not the run's), and where the calls are (``train.py line 12``);
+    ``({}, "")`` when the sources show no such call. Read from the syntax tree, never run."""
+    calls = [(file, line, knobs) for file, lines in scopes.sources.items() if lines
+             for line, knobs in scopes[file].loader_calls]  # type: ignore[union-attr]
+    if not calls:
+        return {}, ""
+    agreed = {name: value for name, value in calls[0][2].items()
+              if all(name in knobs and knobs[name] == value for _, _, knobs in calls)}
+    where = ", ".join(f"{error_text(Path(file).name)} line {line}"
+                      for file, line, _ in calls[:LOADER_CALLS_NAMED])
+    more = len(calls) - LOADER_CALLS_NAMED
+    return agreed, where + (f" and {more:,} more" if more > 0 else "")
+
+
 def parse(path: Path, *, source_root: Path | None = None) -> Profile:
     """Parse a line_profiler ``.lprof`` into a Profile with the ``lines`` table."""
     path = Path(path)
@@ -633,8 +653,10 @@ def parse(path: Path, *, source_root: Path | None = None) -> Profile:
     scopes = _Scopes(sources)
     frame = _lines_table(timings, unit, sources, scopes)
     loop = training_loop(frame, scopes)
+    loader_knobs, loader_calls = _loader_knobs(scopes)
     meta = LprofMeta(unit=unit, functions=functions, pickle_protocol=protocol,
-                     class_path=".".join(class_path), loop=loop,
+                     class_path=".".join(class_path), loop=loop, loader_knobs=loader_knobs,
+                     loader_calls=loader_calls,
                      notes=[_note(f) for f in functions if f.source_note],
                      empty=None if not frame.empty else NO_LINES)
     return Profile(path=path, kind="lprof", tool_version=LINESTATS_CLASS_PATHS[class_path],

@@ -515,6 +515,40 @@ def test_a_loop_shown_over_a_loader_not_named_so_is_judged_by_hit_counts(
         "counts alone")
 
 
+def test_dataloader_knobs_shown_in_the_source_are_the_runs(tmp_path: Path) -> None:
+    """``loader = DataLoader(ds, batch_size=32)`` in the source shown beside a hand-built
+    .lprof of a loader-bound loop, no manifest: num_workers is PyTorch's default, 0, so the
+    advice raises it from 0 (it said the profile does not record num_workers), and a note says
+    the knobs come from the source. Only literal arguments are read: one given as an
+    expression or possibly by ``**kwargs``, or set apart by two calls, is not known."""
+    from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+
+    path, _ = profiled_beside(
+        tmp_path / "train.py", "from torch.utils.data import DataLoader\n\n\ndef train(ds):\n"
+        "    loader = DataLoader(ds, batch_size=32)\n    for x, y in loader:\n"
+        "        step(x, y)\n", [(5, 1, 1000), (6, 61, 30_000_000), (7, 60, 6_000_000)],
+        "train", 4)
+    meta = lprof.parse(path).meta
+    assert (meta.loader_knobs, meta.loader_calls) == (
+        {"batch_size": 32, "num_workers": 0, "pin_memory": False}, "train.py line 5")
+    run = analyze_paths([path], AnalyzeOptions()).runs[0]
+    assert run.verdict == "loader-bound"
+    assert ("train.py.lprof: DataLoader knobs read from the DataLoader(...) call its source "
+            "shows (train.py line 5; PyTorch's default where the call leaves one out), as no "
+            "manifest records them: batch_size=32, num_workers=0, pin_memory=False") in run.notes
+    advice = next(f for f in run.findings if f.id == "LOADER_BOUND").recommendation
+    assert advice.startswith("Raise DataLoader num_workers from 0 to 8 ")
+    other, _ = profiled_beside(
+        tmp_path / "other.py", "import torch\n\n\ndef train(ds, w, kw):\n"
+        "    a = torch.utils.data.DataLoader(ds, 64, num_workers=w, pin_memory=True)\n"
+        "    b = torch.utils.data.DataLoader(ds, 16, num_workers=2, pin_memory=True, **kw)\n"
+        "    for x, y in a:\n        step(x, y)\n",
+        [(5, 1, 1000), (6, 1, 1000), (7, 61, 30_000_000), (8, 60, 6_000_000)], "train", 4)
+    meta = lprof.parse(other).meta
+    assert (meta.loader_knobs, meta.loader_calls) == (
+        {"pin_memory": True}, "other.py line 5, other.py line 6")
+
+
 def test_loop_header_of_a_function_called_several_times(tmp_path: Path) -> None:
     # 3 calls of 4 iterations: the header runs 3 * (4 + 1) = 15 times, its body 12.
     timings = {("gone.py", 1, "run_epoch"): [(2, 3, 30), (3, 15, 9000), (4, 12, 600),

@@ -17,7 +17,7 @@ from profreport.errors import InputError, ProfreportError, failure_line
 from profreport.executors import Executor, ExecutorOptions, open_executor
 from profreport.inputs import check_regular_file, resolve_inside
 from profreport.manifest import MANIFEST_NAME, Manifest, read_manifest
-from profreport.model import Profile, process_label
+from profreport.model import LprofMeta, Profile, process_label
 from profreport.parsers import (
     NSYS_REPORT_SUFFIXES,
     PROFILE_SUFFIXES,
@@ -324,6 +324,29 @@ def detailed_profiles(profiles: list[Profile], summaries: list[RankSummary]
     return [p for p in profiles if p.process in (None, first.process)], [note]
 
 
+def run_knobs(manifest: Manifest | None, profiles: list[Profile]
+              ) -> tuple[dict[str, object], list[str]]:
+    """The run's knobs: its manifest's, and the DataLoader knobs a line profile's shown source
+    gives (LprofMeta.loader_knobs) where the manifest gives none, with a note saying which came
+    from the source and where."""
+    knobs = dict(manifest.knobs) if manifest else {}
+    notes = []
+    for profile in profiles:
+        meta = profile.meta
+        if not isinstance(meta, LprofMeta):
+            continue
+        taken = {name: value for name, value in meta.loader_knobs.items()
+                 if knobs.get(name) is None}
+        if taken:
+            knobs.update(taken)
+            listed = ", ".join(f"{name}={value!r}" for name, value in taken.items())
+            notes.append(f"{Path(profile.path).name}: DataLoader knobs read from the "
+                         f"DataLoader(...) call its source shows ({meta.loader_calls}; "
+                         "PyTorch's default where the call leaves one out), as no manifest "
+                         f"records them: {listed}")
+    return knobs, notes
+
+
 def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
                 summaries: list[RankSummary], unread: int = 0) -> RunAnalysis:
     """Metrics, findings, verdict and timeline of one run, from the whole profiles of its
@@ -337,8 +360,8 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
     pacer = waited_for(job, profiles)
     world_size = run_world_size(manifest, summaries)
     partial = ranks_not_given(world_size, summaries, metrics.comm is not None, unread)
-    context = RunContext(waited_for=pacer, ranks_not_given=partial,
-                         knobs=dict(manifest.knobs) if manifest else {},
+    knobs, knob_notes = run_knobs(manifest, profiles)
+    context = RunContext(waited_for=pacer, ranks_not_given=partial, knobs=knobs,
                          environment=dict(manifest.environment) if manifest else {},
                          settings=training_settings(manifest),
                          compiled_regions=metrics.compiled_regions,
@@ -365,7 +388,7 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
         findings=find_all(metrics, context, name_verdict),
         timeline=build_timeline(*timed[0]) if timed else None,
         knobs=context.knobs, environment=context.environment,
-        notes=_notes(manifest) + source_notes(profiles) + detailed_note
+        notes=_notes(manifest) + source_notes(profiles) + knob_notes + detailed_note
         + left_out_notes(profiles, summaries)
         + missing_ranks_note(partial, len({s.input.rank for s in summaries} - {None}))
         + few_steps_note(metrics),
