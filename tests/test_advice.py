@@ -14,6 +14,7 @@ import pytest
 
 from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
 from profreport.reports.analysis.results import RunAnalysis
+from profreport.reports.render.json import metrics_json
 
 
 def event(name: str, ts: int, dur: int, cat: str = "cpu_op", pid: int = 1, tid: int = 1,
@@ -441,6 +442,16 @@ def test_all_reduce_sizes_of_real_runs(corpus: Path) -> None:
     assert nsys.metrics.comm.sizes_unknown == (
         "Nsight Systems' NCCL kernels and ranges, as profreport reads them, carry no message "
         "size")
+    # report.json's metrics carry them (they were only in COMM_OVERHEAD's evidence).
+    assert metrics_json(hta.metrics)["comm_all_reduce_sizes"] == {
+        "calls_per_step": 5, "bytes_per_step": 25_557_032 * 4,
+        "largest_bytes": 7_875_584 * 4, "median_bytes": 6_563_840 * 4,
+        "others_per_step": 0}
+    assert metrics_json(hta.metrics)["comm_all_reduce_sizes_unknown_reason"] is None
+    assert {key: metrics_json(nsys.metrics)[key] for key in (
+        "comm_all_reduce_sizes", "comm_all_reduce_sizes_unknown_reason")} == {
+        "comm_all_reduce_sizes": None,
+        "comm_all_reduce_sizes_unknown_reason": nsys.metrics.comm.sizes_unknown}
 
 
 def zero_grad_steps(fills: bool) -> list[dict]:

@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from profreport.reports.analysis.results import (
+    AllReduceSizes,
     Breakdown,
     Comparison,
     CpuOpMix,
@@ -81,6 +82,8 @@ def metrics_json(m: RunMetrics) -> dict[str, Any]:
         "comm_ms_per_step_by_collective": ({kind: _ms(ns) for kind, ns in
                                             comm.ns_per_step_by_collective.items()}
                                            if comm else None),
+        "comm_all_reduce_sizes": _all_reduce_sizes(comm.all_reduce_sizes if comm else None),
+        "comm_all_reduce_sizes_unknown_reason": comm.sizes_unknown if comm else None,
         "h2d_bytes": copies.h2d_bytes if copies else None,
         "h2d_pageable_bytes": copies.h2d_pageable_bytes if copies else None,
         "sync_api_calls": copies.sync_api_calls if copies else None,
@@ -101,6 +104,15 @@ def metrics_json(m: RunMetrics) -> dict[str, Any]:
             "channels_last": m.conv_formats.channels_last,
             "contiguous": m.conv_formats.contiguous},
     }
+
+
+def _all_reduce_sizes(s: AllReduceSizes | None) -> dict[str, Any] | None:
+    """The steps' all-reduces for DDP's gradient buckets: calls and bytes per step."""
+    if s is None:
+        return None
+    return {"calls_per_step": round(s.calls_per_step, 3), "bytes_per_step": s.bytes_per_step,
+            "largest_bytes": s.largest_bytes, "median_bytes": s.median_bytes,
+            "others_per_step": round(s.others_per_step, 3)}
 
 
 def _per_step(d: PerStep | None) -> dict[str, Any] | None:
