@@ -783,6 +783,9 @@ _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 #: among torch.utils.data.DataLoader's positional parameters and PyTorch's default for it.
 LOADER_CALL_KNOBS: dict[str, tuple[int, object]] = {
     "batch_size": (1, 1), "num_workers": (5, 0), "pin_memory": (7, False)}
+#: A worker count or batch size read from a source above this is no setting any machine runs
+#: (a hostile or mistyped literal): not known, rather than thousands of digits in a note.
+LOADER_CALL_INT_LIMIT = 1 << 20
 
 
 def _is_loader_call(node: ast.AST) -> bool:
@@ -814,7 +817,8 @@ def loader_call_knobs(call: ast.Call) -> dict[str, object]:
             value = ast.literal_eval(node)
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
             continue
-        if type(value) is type(default):  # a bool is no worker count, a string no flag
+        if type(value) is type(default) and (  # a bool is no worker count, a string no flag
+                not isinstance(value, int) or 0 <= value <= LOADER_CALL_INT_LIMIT):
             knobs[name] = value
     return knobs
 

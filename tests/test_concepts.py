@@ -6,6 +6,7 @@ a copy of their names; each test also checks the names that must NOT match.
 
 from __future__ import annotations
 
+import ast
 import gzip
 import json
 from functools import cache
@@ -196,3 +197,18 @@ def test_a_blocking_copy_is_linked_by_a_known_correlation_id() -> None:
     calls = concepts.blocking_calls(runtime, memcpy)
     assert list(zip(calls["correlation"], calls["label"], strict=True)) == [
         (-1, "cudaDeviceSynchronize"), (5, "cudaMemcpyAsync DtoH to pageable")]
+
+
+def test_loader_knobs_read_from_a_source_are_real_settings_only() -> None:
+    """A DataLoader call's literal knobs are read; a worker count or batch size no machine runs
+    (negative, or a literal thousands of digits long) is not known, not copied into a note."""
+    def knobs(call: str) -> dict[str, object]:
+        """The knobs of one ``DataLoader(...)`` call given as source."""
+        return concepts.loader_call_knobs(ast.parse(call).body[0].value)  # type: ignore[attr-defined]
+
+    assert knobs("DataLoader(ds, batch_size=32, num_workers=4)") == {
+        "batch_size": 32, "num_workers": 4, "pin_memory": False}
+    assert knobs(f"DataLoader(ds, batch_size=32, num_workers={'9' * 4000})") == {
+        "batch_size": 32, "pin_memory": False}
+    assert knobs("DataLoader(ds, batch_size=-1, num_workers=2)") == {
+        "num_workers": 2, "pin_memory": False}
