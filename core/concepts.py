@@ -698,16 +698,35 @@ def is_dataloader_loop_line(source: str | None) -> bool:
         and not counts_passes(source)
 
 
+#: What reading a shown source's syntax may raise: not Python, or nested deeper than the parser
+#: or ast.unparse recurses (a 1,000-term sum a hostile file holds), or past memory.
+_UNREADABLE_SYNTAX = (SyntaxError, ValueError, RecursionError, MemoryError)
+
+
+def _parsed(text: str, mode: str = "exec") -> ast.AST | None:
+    """``text`` parsed (never run); None when it does not parse (_UNREADABLE_SYNTAX)."""
+    try:
+        return ast.parse(text, mode=mode)
+    except _UNREADABLE_SYNTAX:
+        return None
+
+
+def _written(node: ast.AST) -> str | None:
+    """A parsed expression written back as source; None when too deep to write back."""
+    try:
+        return ast.unparse(node)
+    except _UNREADABLE_SYNTAX:
+        return None
+
+
 def _statement(source: str) -> ast.stmt | None:
     """The one statement a source line holds, parsed alone (a loop header given an empty
     body); None when the line is not a whole statement (a continued expression)."""
     code = source.strip()
     for text in (code, code + "\n pass"):
-        try:
-            body = ast.parse(text).body
-        except (SyntaxError, ValueError):
-            continue
-        return body[0] if len(body) == 1 else None
+        tree = _parsed(text)
+        if isinstance(tree, ast.Module):
+            return tree.body[0] if len(tree.body) == 1 else None
     return None
 
 
@@ -749,9 +768,9 @@ def fetched_iterator(source: str | None) -> str | None:
         if not isinstance(call, ast.Call):
             continue
         if isinstance(call.func, ast.Name) and call.func.id == "next" and call.args:
-            return ast.unparse(call.args[0])
+            return _written(call.args[0])
         if isinstance(call.func, ast.Attribute) and call.func.attr == "__next__":
-            return ast.unparse(call.func.value)
+            return _written(call.func.value)
     return None
 
 
@@ -765,15 +784,15 @@ def loop_iterable(source: str | None) -> str | None:
     if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Name) \
             and iterable.func.id == "enumerate" and iterable.args:
         iterable = iterable.args[0]
-    return ast.unparse(iterable)
+    return _written(iterable)
 
 
 def assigned_value(source: str | None, target: str) -> str | None:
     """The expression a source line assigns to ``target`` (``it = iter(train_loader)``), as
     written; None when it assigns nothing to it."""
     node = _statement(source) if source else None
-    if isinstance(node, ast.Assign) and any(ast.unparse(t) == target for t in node.targets):
-        return ast.unparse(node.value)
+    if isinstance(node, ast.Assign) and any(_written(t) == target for t in node.targets):
+        return _written(node.value)
     return None
 
 
@@ -828,10 +847,7 @@ class SourceScopes:
     (a line profile may ask of many loops; the file may be megabytes)."""
 
     def __init__(self, source: list[str]) -> None:
-        try:
-            tree: ast.AST | None = ast.parse("\n".join(source))
-        except (SyntaxError, ValueError):
-            tree = None
+        tree = _parsed("\n".join(source))
         nodes = list(ast.walk(tree)) if tree is not None else []
         self._parents = {child: node for node in nodes for child in ast.iter_child_nodes(node)}
         self._functions = {min([node.lineno, *(d.lineno for d in node.decorator_list)]): node
@@ -877,11 +893,10 @@ class SourceScopes:
             todo = list(ast.iter_child_nodes(scope))
             while todo:
                 node = todo.pop()
-                if isinstance(node, ast.Assign):
+                if isinstance(node, ast.Assign) and (value := _written(node.value)) is not None:
                     for target in node.targets:
                         if isinstance(target, ast.Name):
-                            found.setdefault(target.id, []).append(
-                                (node.lineno, ast.unparse(node.value)))
+                            found.setdefault(target.id, []).append((node.lineno, value))
                 if not isinstance(node, _SCOPES):
                     todo += ast.iter_child_nodes(node)
             self._assigned[id(scope)] = {key: sorted(values) for key, values in found.items()}
@@ -891,10 +906,10 @@ class SourceScopes:
 def iterated_name(expression: str) -> str | None:
     """The name an iterator expression iterates over: ``dl`` of ``iter(dl)``, of
     ``enumerate(dl)`` or of ``dl``; None for anything else."""
-    try:
-        node = ast.parse(expression, mode="eval").body
-    except (SyntaxError, ValueError):
+    tree = _parsed(expression, mode="eval")
+    if not isinstance(tree, ast.Expression):
         return None
+    node = tree.body
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
             and node.func.id in ("iter", "enumerate") and node.args:
         node = node.args[0]

@@ -1346,3 +1346,21 @@ def test_a_line_profile_of_many_loops_is_read_in_linear_time(tmp_path: Path) -> 
     started = time.monotonic()
     lines = lprof.parse(path).table("lines")
     assert len(lines) == 2 * loops and time.monotonic() - started < 10
+
+
+def test_a_source_nested_past_the_parser_is_read_as_unparsed(tmp_path: Path) -> None:
+    """A shown source whose lines nest deeper than Python's parser or ast.unparse recurse (a
+    1,000-term sum in a loop header, a 50,000-term one assigned, a 100,000-deep unary minus in
+    a DataLoader call) is a source that does not parse: the .lprof is read, its loop found by
+    hit counts. It had refused the whole file ('nested too deeply to analyse')."""
+    source = ("def f():\n    dl = " + "1+" * 50_000 + "1\n"
+              "    for x in " + "a+" * 1000 + "a:\n        pass\n"
+              "    DataLoader(ds, num_workers=" + "-" * 100_000 + "1)\n")
+    (tmp_path / "deep.py").write_text(source)
+    path = stats_file(tmp_path / "deep.lprof",
+                      {("deep.py", 1, "f"): [(2, 1, 10), (3, 3, 10), (4, 2, 10), (5, 1, 10)]})
+    profile = lprof.parse(path)
+    loop = profile.meta.loop
+    assert loop is not None and (loop.lineno, loop.evidence, loop.dataloader) == (
+        3, "hit counts", False)
+    assert profile.meta.loader_knobs == {} and len(profile.table("lines")) == 4
