@@ -787,13 +787,22 @@ def loop_iterable(source: str | None) -> str | None:
     return _written(iterable)
 
 
+def _bindings(node: ast.AST) -> list[tuple[ast.expr, ast.expr]]:
+    """The (target, value) pairs a node binds: ``dl = DataLoader(ds)``, annotated
+    ``dl: DataLoader = DataLoader(ds)`` or ``(dl := DataLoader(ds))``; none for another node."""
+    if isinstance(node, ast.Assign):
+        return [(target, node.value) for target in node.targets]
+    if isinstance(node, ast.AnnAssign | ast.NamedExpr) and node.value is not None:
+        return [(node.target, node.value)]
+    return []
+
+
 def assigned_value(source: str | None, target: str) -> str | None:
     """The expression a source line assigns to ``target`` (``it = iter(train_loader)``), as
     written; None when it assigns nothing to it."""
     node = _statement(source) if source else None
-    if isinstance(node, ast.Assign) and any(_written(t) == target for t in node.targets):
-        return _written(node.value)
-    return None
+    return next((_written(value) for bound, value in _bindings(node) if _written(bound) == target),
+                None) if node is not None else None
 
 
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
@@ -893,10 +902,9 @@ class SourceScopes:
             todo = list(ast.iter_child_nodes(scope))
             while todo:
                 node = todo.pop()
-                if isinstance(node, ast.Assign) and (value := _written(node.value)) is not None:
-                    for target in node.targets:
-                        if isinstance(target, ast.Name):
-                            found.setdefault(target.id, []).append((node.lineno, value))
+                for target, bound in _bindings(node):
+                    if isinstance(target, ast.Name) and (value := _written(bound)) is not None:
+                        found.setdefault(target.id, []).append((node.lineno, value))
                 if not isinstance(node, _SCOPES):
                     todo += ast.iter_child_nodes(node)
             self._assigned[id(scope)] = {key: sorted(values) for key, values in found.items()}

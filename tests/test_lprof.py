@@ -1364,3 +1364,20 @@ def test_a_source_nested_past_the_parser_is_read_as_unparsed(tmp_path: Path) -> 
     assert loop is not None and (loop.lineno, loop.evidence, loop.dataloader) == (
         3, "hit counts", False)
     assert profile.meta.loader_knobs == {} and len(profile.table("lines")) == 4
+
+
+@pytest.mark.parametrize("assign", ["batches: DataLoader = DataLoader(ds, batch_size=8)",
+                                    "(batches := DataLoader(ds, batch_size=8))"])
+def test_a_loop_over_a_name_annotated_or_walrus_assigned_a_dataloader(tmp_path: Path,
+                                                                      assign: str) -> None:
+    """``batches: DataLoader = DataLoader(...)`` (typed code) or ``(batches := ...)`` before
+    ``for x, y in batches:`` binds a DataLoader as ``batches = DataLoader(...)`` does: the loop
+    is the DataLoader loop by its source, with high confidence. Only plain assignments were
+    read, so it was taken from hit counts alone (confidence low)."""
+    source = f"def fit():\n    {assign}\n    for x, y in batches:\n        step(x, y)\n"
+    path, loop = profiled_beside(tmp_path / "typed.py", source,
+                                 [(2, 1, 500), (3, 65, 5_614_400), (4, 64, 8_705_200)], "fit", 1)
+    assert (loop.lineno, loop.evidence, loop.dataloader, loop.confidence) == (
+        3, "source", True, "high")
+    assert concepts.assigned_value("    batches: DataLoader = DataLoader(ds)", "batches") == (
+        "DataLoader(ds)")
