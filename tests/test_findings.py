@@ -260,6 +260,23 @@ def test_sources_agreement(fractions: dict[str, float], expected: str) -> None:
     assert expected in ids(RunMetrics(dataloader_fraction_by_origin=fractions))
 
 
+@pytest.mark.parametrize("fractions, title", [
+    ({"nsys": 0.134, "kineto": 0.002},
+     "The 2 profilers of this run agree that the run is not loader-bound: they put the "
+     "DataLoader wait at 0.2% to 13% of step time, each below 25%."),
+    ({"nsys": 0.88, "kineto": 0.30},
+     "The 2 profilers of this run agree that the run is loader-bound: they put the DataLoader "
+     "wait at 30% to 88% of step time, each at or above 25%."),
+    ({"nsys": 0.20, "kineto": 0.30},
+     "The 2 profilers of this run agree on the DataLoader wait (20% to 30% of step time).")])
+def test_sources_agreement_names_what_they_agree_on(fractions: dict[str, float],
+                                                    title: str) -> None:
+    """Shares 65x apart (a real script run: nsys 13%, torch.profiler 0.2%) agree on the verdict,
+    not on the wait, and the title says which."""
+    found = ids(RunMetrics(dataloader_fraction_by_origin=fractions))
+    assert found["SOURCES_AGREE"].title == title  # type: ignore[attr-defined]
+
+
 def fixture_metrics(folder: Path, *names: str) -> RunMetrics:
     """Metrics of some files (all profiles when none are named) of a project fixture folder."""
     from profreport.reports.analysis.analyze import find_profiles

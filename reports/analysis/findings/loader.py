@@ -317,13 +317,26 @@ def sources_agreement(facts: Facts) -> Finding | None:
     values = list(shares.values())
     spread = f"{pct(min(values))} to {pct(max(values))}"
     if loader_shares_agree(values):
-        return Finding("SOURCES_AGREE", "info",
-                       f"The {len(values)} profilers of this run agree on the DataLoader wait "
-                       f"({spread} of step time).", evidence,
+        return Finding("SOURCES_AGREE", "info", _agreement_title(values, spread), evidence,
                        "No action: the diagnosis rests on several independent measurements.")
     return Finding("SOURCES_DISAGREE", "info",
                    f"The profilers of this run disagree on the DataLoader wait ({spread} of "
                    "step time).", evidence, _disagreement_advice(m))
+
+
+def _agreement_title(values: list[float], spread: str) -> str:
+    """What the profilers agree on: the verdict when every share lies on one side of
+    LOADER_BOUND_FRACTION (shares 0.2% and 13% agree on that, not on the wait); else the wait
+    itself, their shares being within SOURCES_AGREE_DELTA."""
+    sides = {share >= LOADER_BOUND_FRACTION for share in values}
+    if len(sides) > 1:
+        return (f"The {len(values)} profilers of this run agree on the DataLoader wait "
+                f"({spread} of step time).")
+    bound = sides.pop()
+    return (f"The {len(values)} profilers of this run agree that the run is"
+            f"{'' if bound else ' not'} loader-bound: they put the DataLoader wait at {spread} "
+            f"of step time, each {'at or above' if bound else 'below'} "
+            f"{pct(LOADER_BOUND_FRACTION)}.")
 
 
 def _disagreement_advice(m: RunMetrics) -> str:
