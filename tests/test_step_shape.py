@@ -150,6 +150,18 @@ def test_sc22_stalls_every_second_step(corpus: Path, nsys_available: str) -> Non
                                    "step stalls")
 
 
+def test_a_first_step_within_a_spread_loop_is_not_start_up(tmp_path: Path) -> None:
+    """A first step of 2.6 ms, 2.3x the median 1.1 ms step, in a loop where 4 of 12 later steps
+    take 5.1 ms (a real --script run on a shared CPU: step 1 of 1.1 ms called start-up with 6
+    steps over 2.3 ms): it is within the loop's spread, no start-up, every step is measured."""
+    steps = [(100, 1000, [])] * 8 + [(100, 5000, [])] * 4
+    path = write_trace(tmp_path / "run.pt.trace.json", [(100, 2500, [])] + steps)
+    run = analyze_paths([path], AnalyzeOptions()).runs[0]
+    assert run.metrics.shape.warmup is None
+    assert run.metrics.steps.count == 13
+    assert "STARTUP" not in {f.id for f in run.findings}
+
+
 def test_kineto2021_first_iteration_is_named_as_start_up(corpus: Path) -> None:
     """The January 2021 trace records the first iteration before its first optimizer step
     (4.49 s, 66 cudaMalloc calls while the allocator grows): STARTUP says so, and the five steps

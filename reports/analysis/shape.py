@@ -31,6 +31,9 @@ from profreport.units import ms, ms_range, ordinal
 #: one loop stay within tens of percent of each other, start-up (context creation, autotuning,
 #: the allocator growing, the workers' first fill) takes several steps' time.
 WARMUP_FACTOR = 2.0
+#: ... and longer than this quantile of the later steps: a first step that a tenth of the later
+#: steps reach (a loop slowed by other work on its CPUs) is within the loop's own spread.
+WARMUP_BEYOND_QUANTILE = 0.9
 #: A step's value is an outlier (a stall) when it is this many times the median step's: a
 #: steady wait jitters within a factor of two of its median, so four times it is a one-off.
 STALL_FACTOR = 4.0
@@ -94,9 +97,10 @@ def _before_steps(profile: Profile, starts: np.ndarray, ends: np.ndarray) -> War
 def find_warmup(profile: Profile, numbers: np.ndarray, starts: np.ndarray,
                 ends: np.ndarray) -> Warmup | None:
     """The first step when it is start-up: much longer than the later steps' median (see
-    WARMUP_FACTOR), with the set-up calls recorded in it and not in the later steps; a single
-    step is start-up only when set-up calls are recorded in it; else start-up recorded before
-    the first step (see _before_steps). None otherwise."""
+    WARMUP_FACTOR) and than most of them (WARMUP_BEYOND_QUANTILE), with the set-up calls
+    recorded in it and not in the later steps; a single step is start-up only when set-up calls
+    are recorded in it; else start-up recorded before the first step (see _before_steps). None
+    otherwise."""
     if len(numbers) == 0:
         return None
     before = _before_steps(profile, starts, ends)
@@ -113,7 +117,8 @@ def find_warmup(profile: Profile, numbers: np.ndarray, starts: np.ndarray,
     # The last window is its own range (no fetch after it): compare with the whole steps.
     later = durations[1:-1] if len(durations) > 2 else durations[1:]
     median = int(np.median(later))
-    if durations[0] < WARMUP_FACTOR * median:
+    if durations[0] < WARMUP_FACTOR * median or \
+            durations[0] <= np.quantile(later, WARMUP_BEYOND_QUANTILE):
         return None
     later_calls = setup_calls(profile, int(starts[1]), int(ends[-1]))
     steady = {name: n for name, n in calls.items() if n > later_calls.get(name, 0)}
