@@ -373,6 +373,26 @@ def test_a_precision_change_read_two_ways_names_each_sides_reading() -> None:
         "matmul/convolution time (operator input dtypes)"]
 
 
+def test_the_amp_knob_and_the_bf16_compute_it_makes_are_one_difference() -> None:
+    """amp False -> True and the compute going 0% -> 100% fp16/bf16 (the default CPU run's amp
+    variant) are the knob and its own effect: credited to the knob with the profile's evidence,
+    not 'These runs differ in 2 ways at once ... cannot be credited'. A bf16 change without the
+    knob's change is still a difference of its own."""
+    def pair(amp_after: bool) -> tuple[RunAnalysis, RunAnalysis]:
+        base = run_with_parts("baseline", {"compute": 70}, knobs={"amp": False})
+        run = run_with_parts("amp", {"compute": 40}, knobs={"amp": amp_after})
+        for r, reduced in ((base, 0.0), (run, 1.0)):
+            r.metrics.kernel_mix = KernelMix("kineto", 10**9, reduced, 0.0, 0.1, None, False)
+        return base, run
+
+    row = compare_runs(list(pair(True))).rows[1]
+    assert row.confounds == ["amp False -> True (fp16/bf16 compute 0.0% -> 100% of "
+                             "compute-kernel time (kernel names))"]
+    assert row.explanation.endswith(" The compute change (amp False -> True) brought the gain.")
+    assert compare_runs(list(pair(False))).rows[1].confounds == [
+        "fp16/bf16 compute 0.0% -> 100% of compute-kernel time (kernel names)"]
+
+
 def test_a_line_profiler_breakdown_is_not_compared_part_by_part() -> None:
     """torch.profiler's breakdown (loader 0.5, compute 2.6, other 0.5 ms) against
     line_profiler's, which measured only the DataLoader wait and the rest (loader 0.5, compute

@@ -406,12 +406,26 @@ class Said:
     stated: frozenset[Confound] = frozenset()
 
 
+def _as_amp_effect(out: list[Confound], amp: dict[str, object] | None, phrase: str,
+                   reduced_after: bool) -> list[Confound]:
+    """The confounds ``out`` with the precision change ``phrase`` joined to the change ``amp``
+    of the amp knob (``{"from": a, "to": b}``) when it is that knob's own effect (amp turned on
+    and the compute went to fp16/bf16, or off and it left them): one difference, not two; []
+    when it is not."""
+    if amp is None or bool(amp["to"]) != reduced_after or bool(amp["from"]) == reduced_after:
+        return []
+    return [Confound("knob", f"{c.phrase} ({phrase})", "amp") if c.knob == "amp" else c
+            for c in out]
+
+
 def confounds(base: RunAnalysis, run: RunAnalysis) -> list[Confound]:
     """Everything that differs between the two runs besides their speed: changed knobs, world
     size, the precision of the compute kernels, the optimizer's kernels, the DataLoader's kind,
-    the host-to-device bytes per step (another batch or input)."""
+    the host-to-device bytes per step (another batch or input); a precision change that the amp
+    knob's change makes is said with that knob (see _as_amp_effect)."""
+    knobs = changed_knobs(base, run)
     out = [Confound("knob", f"{name} {change['from']} -> {change['to']}", name)  # type: ignore[index]
-           for name, change in changed_knobs(base, run).items()]
+           for name, change in knobs.items()]
     if base.world_size != run.world_size and None not in (base.world_size, run.world_size):
         out.append(Confound("world size", f"world size {base.world_size} -> {run.world_size}"))
     before, after = _reduced_share(base), _reduced_share(run)
@@ -420,8 +434,11 @@ def confounds(base: RunAnalysis, run: RunAnalysis) -> list[Confound]:
         # Each side's share is of what its own reading covers; one phrase when both read alike.
         was = (pct(before[0]) if before[1] == after[1] else
                f"{pct(before[0])} of {_share_of(before[1])} ({before[1]})")
-        out.append(Confound("precision", f"fp16/bf16 compute {was} -> {pct(after[0])} of "
-                            f"{_share_of(after[1])} ({after[1]})"))
+        phrase = f"fp16/bf16 compute {was} -> {pct(after[0])} of {_share_of(after[1])} " \
+                 f"({after[1]})"
+        out = _as_amp_effect(out, knobs.get("amp"), phrase,  # type: ignore[arg-type]
+                             after[0] >= PRECISION_CONFOUND_SHARE) or \
+            out + [Confound("precision", phrase)]
     mixes = base.metrics.kernel_mix, run.metrics.kernel_mix
     if mixes[0] is not None and mixes[1] is not None and \
             mixes[0].fused_optimizer != mixes[1].fused_optimizer:
