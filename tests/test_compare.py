@@ -311,6 +311,42 @@ def test_an_unprofiled_run_that_shared_the_cpus_is_not_its_throughput() -> None:
     assert unshared.noise_fraction > 0.5 and unshared.within_noise is False
 
 
+def test_a_step_time_speedup_says_when_its_profiled_launches_shared_the_cpus_too() -> None:
+    """The default CPU run on a loaded machine: every launch of the baseline shared the CPUs
+    (its torch.profiler launch: 5.996 s of CPU time, other processes 5.873 s in 5.977 s on 2
+    CPUs), so its profiled step times were as slowed as its throughput; nsys launches are not
+    measured. The row said 'so the speedup is the profiled step-time ratio' as if that ratio
+    were the runs' own; it now names the launches that shared the CPUs or were not measured."""
+    from profreport.manifest import Manifest, ProfiledRun
+    from profreport.reports.analysis.metrics import profiled_cpu
+
+    def manifest(torch_cpu_s: float, torch_other_s: float) -> Manifest:
+        launches = [ProfiledRun("none", ["python"], 0, 21.0, cpu_s=20.8, other_cpu_s=21.0,
+                                cpus=2),
+                    ProfiledRun("torch.profiler", ["python"], 0, 5.977, cpu_s=torch_cpu_s,
+                                other_cpu_s=torch_other_s, cpus=2)]
+        return Manifest("run", "mnist", {}, {"cpu_count": 2}, launches=launches)
+
+    base = run_with_parts("baseline", {"compute": 361.1, "dataloader": 7.2})
+    run = run_with_parts("workers", {"compute": 39.4, "dataloader": 2.0})
+    for r, m in ((base, manifest(5.996, 5.873)), (run, manifest(3.374, 0.185))):
+        r.metrics.plain_cpu = SharedCpu(21_000_000_000, 20_800_000_000, 21_000_000_000, 2,
+                                        0.50, 0.005, True)
+        r.metrics.profiled_cpu = profiled_cpu(m)
+    assert base.metrics.profiled_cpu["kineto"].shared
+    assert not run.metrics.profiled_cpu["kineto"].shared
+    row = compare_runs([base, run]).rows[1]
+    assert row.speedup_basis == "step time"
+    assert ("so the speedup is the profiled step-time ratio, but the torch.profiler launch "
+            "shared them too (baseline's: other processes used 49% of its CPUs' time).") \
+        in row.explanation
+    run.metrics.profiled_cpu["kineto"] = None  # as an nsys launch, whose processes are not ours
+    assert ("so the speedup is the profiled step-time ratio, but the torch.profiler launch "
+            "shared them too (baseline's: other processes used 49% of its CPUs' time); and "
+            "whether the torch.profiler launch of workers shared them was not measured.") \
+        in compare_runs([base, run]).rows[1].explanation
+
+
 @pytest.mark.parametrize(("cpus", "cpu_s", "other_cpu_s", "shared"), [
     (2, 9.0, 10.5, True),     # another job kept the CPUs the run left busy
     (2, 19.5, 0.3, False),    # the run itself keeps both CPUs busy: no one else's doing

@@ -231,9 +231,12 @@ def shared_cpus(run: RunAnalysis) -> bool:
     return run.metrics.plain_cpu is not None and run.metrics.plain_cpu.shared
 
 
-def shared_cpu_text(base: RunAnalysis, run: RunAnalysis, step_speedup: float | None) -> str | None:
+def shared_cpu_text(base: RunAnalysis, run: RunAnalysis, step_speedup: float | None,
+                    origin: Origin | None) -> str | None:
     """The sentence naming the runs whose unprofiled launch shared the CPUs with other work
-    (their throughput is then left out of the speedup), or None."""
+    (their throughput is then left out of the speedup), and whether the launches of ``origin``
+    whose step times replace it shared them too or were not measured (see
+    profiled_sharing_text), or None."""
     shared = [(r.name, cpu) for r in (base, run)
               if (cpu := r.metrics.plain_cpu) is not None and cpu.shared]
     if not shared:
@@ -242,11 +245,31 @@ def shared_cpu_text(base: RunAnalysis, run: RunAnalysis, step_speedup: float | N
                      f"time while it ran and {pct(cpu.idle_share)} was left idle"
                      for name, cpu in shared)
     one = len(shared) == 1
-    instead = ("so the speedup is the profiled step-time ratio" if step_speedup is not None
+    instead = ("so the speedup is the profiled step-time ratio"
+               + profiled_sharing_text(base, run, origin) if step_speedup is not None
                else "and no profiled step time gives a speedup instead")
     return (f"The unprofiled run{'' if one else 's'} shared the CPUs with other work ({said}): "
             f"{'its' if one else 'their'} throughput is not {'its' if one else 'their'} own, "
             f"{instead}.")
+
+
+def profiled_sharing_text(base: RunAnalysis, run: RunAnalysis, origin: Origin | None) -> str:
+    """The clause saying which runs' ``origin`` launches (whose step times the speedup then
+    takes) also shared the CPUs, or had their sharing unmeasured: a ratio no cleaner than the
+    throughput's; '' when both had the CPUs to themselves or no manifest says."""
+    if origin is None:
+        return ""
+    label = origin_label(origin)
+    launches = [(r.name, r.metrics.profiled_cpu[origin]) for r in (base, run)
+                if origin in r.metrics.profiled_cpu]
+    shared = [f"{name}'s: other processes used {pct(cpu.other_share)} of its CPUs' time"
+              for name, cpu in launches if cpu is not None and cpu.shared]
+    unmeasured = [name for name, cpu in launches if cpu is None]
+    clauses = ([f"the {label} launch{'es' if len(shared) > 1 else ''} shared them too "
+                f"({'; '.join(shared)})"] if shared else []) + \
+        ([f"whether the {label} launch{'es' if len(unmeasured) > 1 else ''} of "
+          f"{' and '.join(unmeasured)} shared them was not measured"] if unmeasured else [])
+    return f", but {'; and '.join(clauses)}" if clauses else ""
 
 
 def step_spread(run: RunAnalysis, origin: Origin | None, plain: bool = True) -> Spread | None:
@@ -796,7 +819,7 @@ def _row(base: RunAnalysis, run: RunAnalysis, origin: Origin | None,
     knobs = changed_knobs(base, run)
     delta = breakdown_delta(base, run)
     step_speedup = base_step / step if base_step and step else None
-    shared = shared_cpu_text(base, run, step_speedup) if run is not base else None
+    shared = shared_cpu_text(base, run, step_speedup, origin) if run is not base else None
     throughput_gain = tp / base_tp if tp and base_tp and shared is None else None
     speedup = throughput_gain if throughput_gain is not None else step_speedup
     said, noise = Said("baseline"), Noise()

@@ -27,7 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 from profreport import concepts
-from profreport.manifest import Manifest
+from profreport.manifest import Manifest, ProfiledRun
 from profreport.model import Profile, TrainingLoop
 from profreport.reports.analysis.breakdown import claim, cpu_breakdown, cpu_parts, cpu_phases
 from profreport.reports.analysis.comm import cpu_comm_stats, ddp_forwards_per_sync, gpu_comm_stats
@@ -105,24 +105,42 @@ OTHER_CPU_SHARE_MIN = 0.10
 
 
 def plain_cpu(manifest: Manifest) -> SharedCpu | None:
-    """The plain launch's CPU time beside the rest of the CPUs it may use, when the runner
-    measured both (runner.launch.run_launch) and knows over how many CPUs (the launch's
-    ``cpus``; the machine's count for a manifest written before launches recorded it)."""
+    """The plain launch's CPU time beside the rest of the CPUs it may use (see launch_cpu)."""
     plain = next((launch for launch in manifest.launches if launch.profiler == "none"), None)
-    cpus = plain.cpus if plain is not None and plain.cpus else manifest.environment.get(
-        "cpu_count")
-    if (plain is None or plain.cpu_s is None or plain.other_cpu_s is None
-            or not isinstance(cpus, int) or cpus < 1 or plain.wall_time_s <= 0):
+    return None if plain is None else launch_cpu(manifest, plain)
+
+
+def launch_cpu(manifest: Manifest, launch: ProfiledRun) -> SharedCpu | None:
+    """A launch's CPU time beside the rest of the CPUs it may use, when the runner measured
+    both (runner.launch.run_launch) and knows over how many CPUs (the launch's ``cpus``; the
+    machine's count for a manifest written before launches recorded it)."""
+    cpus = launch.cpus or manifest.environment.get("cpu_count")
+    if (launch.cpu_s is None or launch.other_cpu_s is None
+            or not isinstance(cpus, int) or cpus < 1 or launch.wall_time_s <= 0):
         return None
-    capacity_s = plain.wall_time_s * cpus
-    other_share = plain.other_cpu_s / capacity_s
-    idle_share = max(1.0 - (plain.cpu_s + plain.other_cpu_s) / capacity_s, 0.0)
-    return SharedCpu(wall_ns=round(plain.wall_time_s * NS_PER_S),
-                     cpu_ns=round(plain.cpu_s * NS_PER_S),
-                     other_cpu_ns=round(plain.other_cpu_s * NS_PER_S), cpus=cpus,
+    capacity_s = launch.wall_time_s * cpus
+    other_share = launch.other_cpu_s / capacity_s
+    idle_share = max(1.0 - (launch.cpu_s + launch.other_cpu_s) / capacity_s, 0.0)
+    return SharedCpu(wall_ns=round(launch.wall_time_s * NS_PER_S),
+                     cpu_ns=round(launch.cpu_s * NS_PER_S),
+                     other_cpu_ns=round(launch.other_cpu_s * NS_PER_S), cpus=cpus,
                      other_share=other_share, idle_share=idle_share,
                      shared=idle_share < SATURATED_IDLE_SHARE
                      and other_share >= OTHER_CPU_SHARE_MIN)
+
+
+#: The manifest's name of the launch that recorded each origin's profiles.
+ORIGIN_LAUNCH: dict[str, str] = {"nsys": "nsys", "kineto": "torch.profiler",
+                                 "lprof": "kernprof"}
+
+
+def profiled_cpu(manifest: Manifest) -> dict[str, SharedCpu | None]:
+    """Each profiled launch's CPU sharing (see launch_cpu), by the origin of its profiles; None
+    where the runner could not measure it (an nsys launch's processes are its agent's, not the
+    runner's descendants)."""
+    by_name = {launch.profiler: launch for launch in manifest.launches}
+    return {origin: launch_cpu(manifest, by_name[name]) for origin, name in ORIGIN_LAUNCH.items()
+            if name in by_name}
 
 
 def preference(profile: Profile) -> tuple[int, int, int]:
@@ -245,6 +263,7 @@ def compute_run_metrics(profiles: list[Profile], manifest: Manifest | None = Non
         metrics.throughput_samples_per_s = manifest.throughput_samples_per_s
         metrics.plain_step_ns = list(manifest.plain_step_ns)
         metrics.plain_cpu = plain_cpu(manifest)
+        metrics.profiled_cpu = profiled_cpu(manifest)
         metrics.trials = manifest_trials(manifest)
     return metrics
 

@@ -675,6 +675,8 @@ class RunMetrics:
     plain_step_ns: list[int] = field(default_factory=list)
     #: The plain run's CPU time beside the rest of its CPUs', when the runner measured it.
     plain_cpu: SharedCpu | None = None
+    #: Each profiled launch's, by the origin of its profiles; None where it was not measured.
+    profiled_cpu: dict[str, SharedCpu | None] = field(default_factory=dict)
     #: Mean step time of every rank that timed steps (ns), by rank, then by ``pid N`` for a
     #: process of a capture of several whose rank is unknown.
     per_rank_step_ns: dict[int | str, int] = field(default_factory=dict)
