@@ -851,21 +851,50 @@ def loader_call_knobs(call: ast.Call) -> dict[str, object]:
     return knobs
 
 
+#: Where an expression is written in a source: its first line, column (in UTF-8 bytes, as
+#: the ast records it), last line and end column.
+_Span = tuple[int, int, int, int]
+
+
 class SourceScopes:
-    """The scopes of one source file, parsed once, and what each assigns to a name, read once
-    (a line profile may ask of many loops; the file may be megabytes)."""
+    """The scopes of one source file, parsed once, and where each binds a name: kept as line
+    and column spans, not as the syntax tree (a shown source may be 8 MiB, whose tree takes
+    gigabytes), each bound expression written back only when asked for."""
 
     def __init__(self, source: list[str]) -> None:
-        tree = _parsed("\n".join(source))
-        nodes = list(ast.walk(tree)) if tree is not None else []
-        self._parents = {child: node for node in nodes for child in ast.iter_child_nodes(node)}
-        self._functions = {min([node.lineno, *(d.lineno for d in node.decorator_list)]): node
-                           for node in nodes
-                           if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)}
-        self._assigned: dict[int, dict[str, list[tuple[int, str]]]] = {}
+        self._source = source
+        self._functions: dict[int, int] = {}  # a function's first line -> its scope
+        self._outer: dict[int, int | None] = {0: None}  # scope -> the scope around it
+        self._classes: set[int] = set()
+        self._bound: dict[int, dict[str, list[tuple[int, _Span]]]] = {}
         #: Each ``DataLoader(...)`` call of the file: its line and loader_call_knobs, by line.
-        self.loader_calls = sorted(((node.lineno, loader_call_knobs(node)) for node in nodes
-                                    if _is_loader_call(node)), key=lambda call: call[0])
+        self.loader_calls: list[tuple[int, dict[str, object]]] = []
+        tree = _parsed("\n".join(source))
+        todo = [(child, 0) for child in ast.iter_child_nodes(tree)] if tree is not None else []
+        while todo:
+            node, scope = todo.pop()
+            for target, value in _bindings(node):
+                if isinstance(target, ast.Name):
+                    self._bound.setdefault(scope, {}).setdefault(target.id, []).append(
+                        (node.lineno, (value.lineno, value.col_offset,
+                                       value.end_lineno or value.lineno,
+                                       value.end_col_offset or value.col_offset)))
+            if _is_loader_call(node):
+                self.loader_calls.append((node.lineno, loader_call_knobs(node)))  # type: ignore[arg-type]
+            if isinstance(node, _SCOPES):
+                inner = len(self._outer)
+                self._outer[inner] = scope
+                if isinstance(node, ast.ClassDef):
+                    self._classes.add(inner)
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    self._functions[min([node.lineno, *(d.lineno
+                                                        for d in node.decorator_list)])] = inner
+                scope = inner
+            todo += [(child, scope) for child in ast.iter_child_nodes(node)]
+        self.loader_calls.sort(key=lambda call: call[0])
+        for names in self._bound.values():
+            for spans in names.values():
+                spans.sort()
 
     def assigned(self, first_lineno: int, lineno: int, name: str) -> str | None:
         """What the source gives ``name`` at line ``lineno`` of the function whose definition
@@ -875,8 +904,10 @@ class SourceScopes:
         function = self._functions.get(first_lineno)
         if function is None:
             return None
-        before = [value for line, value in self._assigned_in(function, name) if line < lineno]
-        return before[-1] if before else self.enclosing_assignment(first_lineno, name)
+        before = [span for line, span in self._bound.get(function, {}).get(name, [])
+                  if line < lineno]
+        return self._text(before[-1]) if before else self.enclosing_assignment(first_lineno,
+                                                                                name)
 
     def enclosing_assignment(self, first_lineno: int, name: str) -> str | None:
         """What the scopes around the function whose definition starts at ``first_lineno``
@@ -884,31 +915,24 @@ class SourceScopes:
         functions', innermost first, then the module's, the last assignment of the nearest
         scope (``dl = DataLoader(ds)`` in ``main()`` around a nested ``run()``); None when
         none does or the source does not parse."""
-        scope = self._parents.get(self._functions.get(first_lineno))  # type: ignore[arg-type]
+        function = self._functions.get(first_lineno)
+        scope = self._outer[function] if function is not None else None
         while scope is not None:
-            if not isinstance(scope, ast.ClassDef):  # a class body is no scope of its methods
-                values = self._assigned_in(scope, name)
-                if values:
-                    return values[-1][1]
-            scope = self._parents.get(scope)
+            spans = [] if scope in self._classes else self._bound.get(scope, {}).get(name, [])
+            if spans:  # a class body is no scope of its methods
+                return self._text(spans[-1][1])
+            scope = self._outer[scope]
         return None
 
-    def _assigned_in(self, scope: ast.AST, name: str) -> list[tuple[int, str]]:
-        """What the statements of one scope assign to ``name``, with their lines, in order (not
-        those of the functions or classes it defines: another scope); each scope is read once,
-        for every name."""
-        if id(scope) not in self._assigned:
-            found: dict[str, list[tuple[int, str]]] = {}
-            todo = list(ast.iter_child_nodes(scope))
-            while todo:
-                node = todo.pop()
-                for target, bound in _bindings(node):
-                    if isinstance(target, ast.Name) and (value := _written(bound)) is not None:
-                        found.setdefault(target.id, []).append((node.lineno, value))
-                if not isinstance(node, _SCOPES):
-                    todo += ast.iter_child_nodes(node)
-            self._assigned[id(scope)] = {key: sorted(values) for key, values in found.items()}
-        return self._assigned[id(scope)].get(name, [])
+    def _text(self, span: _Span) -> str | None:
+        """The expression written at ``span``, as ast.unparse writes it; None when it does not
+        parse alone."""
+        first, column, last, end = span
+        lines = [line.encode() for line in self._source[first - 1:last]]
+        lines[-1] = lines[-1][:end]
+        lines[0] = lines[0][column:]
+        tree = _parsed(b"\n".join(lines).decode(errors="replace"), mode="eval")
+        return _written(tree.body) if isinstance(tree, ast.Expression) else None
 
 
 def iterated_name(expression: str) -> str | None:

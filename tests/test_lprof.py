@@ -1381,3 +1381,27 @@ def test_a_loop_over_a_name_annotated_or_walrus_assigned_a_dataloader(tmp_path: 
         3, "source", True, "high")
     assert concepts.assigned_value("    batches: DataLoader = DataLoader(ds)", "batches") == (
         "DataLoader(ds)")
+
+
+def test_the_scopes_of_a_large_source_keep_no_syntax_tree() -> None:
+    """A shown source of 20,000 assignments (sources up to MAX_SOURCE_BYTES, 8 MiB, are shown):
+    SourceScopes kept the file's whole syntax tree and a parent for each of its nodes, about
+    45 MB for this one, for as long as the .lprof was read, each shown file's at once; it now
+    keeps where each name is bound (under 15 MB) and writes back only what is asked for."""
+    import gc
+    import tracemalloc
+
+    source = ["def f(dl):"] + [f"    y{k} = x + {k}" for k in range(20_000)] + [
+        "    for x in dl:", "        pass", "dl = DataLoader(ds, num_workers=2)"]
+    tracemalloc.start()
+    try:
+        scopes = concepts.SourceScopes(source)
+        gc.collect()
+        retained = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert retained < 15 * 2**20
+    assert scopes.assigned(1, 20_002, "y7") == "x + 7"
+    assert scopes.enclosing_assignment(1, "dl") == "DataLoader(ds, num_workers=2)"
+    assert scopes.loader_calls == [(20_004, {"batch_size": 1, "num_workers": 2,
+                                             "pin_memory": False})]
