@@ -665,6 +665,27 @@ def test_a_run_that_shared_the_cpus_says_so_with_the_cpu_times() -> None:
     assert "SHARED_CPUS" not in ids(RunMetrics(plain_cpu=idle))
 
 
+def test_a_profiler_that_made_the_steps_far_longer_is_named() -> None:
+    """PROFILER_SLOWED: a real --script run of a small MLP took 0.33 ms a step without a
+    profiler, 127.9 ms under torch.profiler (aten::mm 24 ms a call) and 2.8 ms under nsys; the
+    report said 'compute 99% of 127.9 ms per step' with nothing saying that step is 385x the
+    real one. nsys's 8.4x is under PROFILER_SLOWDOWN_LIMIT and not named."""
+    from profreport.reports.analysis.results import StepStats
+
+    plain = [332_000, 330_000, 335_000, 332_000]
+    timed = [StepStats("nsys", 29, 2_790_000, 476_200, 4_800_000, None, None),
+             StepStats("kineto", 6, 127_900_000, None, None, None, None)]
+    finding = ids(RunMetrics(plain_step_ns=plain, steps_by_origin=timed))["PROFILER_SLOWED"]
+    assert finding.title == ("torch.profiler made the steps 385× longer than without a "
+                             "profiler: its figures describe mostly its own work.")
+    assert [(e.text, e.origin) for e in finding.evidence] == [
+        ("mean step 127.9 ms under it", "kineto"),
+        ("mean step 332.2 µs over 4 steps without a profiler", "manifest")]
+    assert "PROFILER_SLOWED" not in ids(RunMetrics(plain_step_ns=plain,
+                                                   steps_by_origin=timed[:1]))
+    assert "PROFILER_SLOWED" not in ids(RunMetrics(steps_by_origin=timed))
+
+
 def test_cpu_oversubscribed_keeps_the_workers_of_a_loop_waiting_for_data(
         fixtures_dir: Path) -> None:
     """2 DataLoader workers + 1 recorded intra-op thread on 2 CPUs: a loop waiting for data

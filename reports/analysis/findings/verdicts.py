@@ -56,6 +56,9 @@ UNATTRIBUTED_SHARE = 0.50
 #: In the runner's trials, the DataLoader alone or the model alone is the limit when the other
 #: runs at least this much faster on its own; closer than that both matter and neither is named.
 TRIAL_LIMIT_RATIO = 1.5
+#: A profiler whose steps take this many times the unprofiled run's measures mostly its own
+#: work (per-operator or per-line cost): its shares describe the profiled run, not the real one.
+PROFILER_SLOWDOWN_LIMIT = 10.0
 # Which limit (in the runner's trials' terms) each profiler verdict points at: the synthetic
 # trial runs the whole model step, so launch overhead and communication count as the model's.
 VERDICT_LIMIT = {"loader-bound": "loader", "compute-bound": "compute",
@@ -343,6 +346,36 @@ def shared_cpus(facts: Facts) -> Finding | None:
         "or --cpus-per-task with the node's other jobs known): throughput and step times taken "
         "now include the time the run waited for the CPUs, and comparisons with it use the "
         "profiled step times instead.")
+
+
+@rule("PROFILER_SLOWED", severity=("medium",), needs=("manifest", "profiles"))
+def profiler_slowed(facts: Facts) -> Finding | None:
+    """A profiler made the steps many times longer than the unprofiled run's: its figures
+    describe mostly its own work."""
+    m = facts.metrics
+    if not m.plain_step_ns:
+        return None
+    plain_ns = sum(m.plain_step_ns) / len(m.plain_step_ns)
+    slowed = sorted((s for s in m.steps_by_origin
+                     if plain_ns > 0 and s.mean_ns >= PROFILER_SLOWDOWN_LIMIT * plain_ns),
+                    key=lambda s: -s.mean_ns)
+    if not slowed:
+        return None
+    names = " and ".join(origin_label(s.origin) for s in slowed)
+    times = " to ".join(dict.fromkeys(f"{s.mean_ns / plain_ns:.0f}×"
+                                      for s in (slowed[-1], slowed[0])))
+    whose = "its figures describe mostly its" if len(slowed) == 1 else \
+        "their figures describe mostly their"
+    return Finding(
+        "PROFILER_SLOWED", "medium",
+        f"{names} made the steps {times} longer than without a profiler: {whose} own work.",
+        [Evidence(f"mean step {duration(s.mean_ns)} under it", s.origin) for s in slowed]
+        + [Evidence(f"mean step {duration(plain_ns)} over {len(m.plain_step_ns)} steps without a "
+                    "profiler", "manifest")],
+        "Read the shares and the breakdown of that profiler as the profiled run's, not the "
+        "training's: trust the unprofiled throughput and the profiler that slowed the step "
+        "least. Steps this much shorter than the profiling cost per operator or per line need "
+        "more work per step (a larger batch) to be profiled faithfully.")
 
 
 def find_all(metrics: RunMetrics, ctx: RunContext,
