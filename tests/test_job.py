@@ -446,6 +446,30 @@ def test_every_rank_is_timed_by_the_one_profiler_all_ranks_have(tmp_path: Path) 
     assert (data["steps_origin"], data["steps_unknown_reason"]) == ("kineto", None)
 
 
+def test_a_rank_its_step_profiler_cannot_attribute_takes_another_profiles_verdict(
+        tmp_path: Path) -> None:
+    """A CPU DDP run (--script ddp.py --nproc 2, gloo): nsys timed both ranks' steps but on a
+    CPU records no operators, so each rank's verdict from it was unknown ('Job of 2 ranks:
+    Unknown') beside the run's communication-bound verdict from torch.profiler. Each rank now
+    takes its torch.profiler trace's verdict and shares, its step time still nsys's."""
+    files: dict[str, tuple[str, int]] = {}
+    for rank in (0, 1):
+        start = 1_000_000
+        ranges = [(start + n * 1_500_000, start + (n + 1) * 1_500_000, f"step {n}")
+                  for n in range(5)]
+        write_nsys_export(tmp_path / f"rank{rank}.sqlite", [], ranges, [])
+        write_rank(tmp_path, rank, compute_us=300, comm_us=4000 + 500 * rank)
+        files |= {f"rank{rank}.sqlite": ("nsys", rank),
+                  f"rank{rank}.pt.trace.json": ("torch.profiler", rank)}
+    write_job(tmp_path, files)
+    job = analyze_paths([tmp_path], AnalyzeOptions()).runs[0].job
+    assert job.steps_origin == "nsys"
+    assert [(r.rank, r.verdict, r.step_ns) for r in job.ranks] == [
+        (0, "communication-bound", 1_500_000), (1, "communication-bound", 1_500_000)]
+    assert job.ranks[1].comm_fraction == pytest.approx(4500 / 5000)
+    assert job.verdict == "communication-bound"
+
+
 def test_ranks_no_profiler_timed_all_of_have_no_step_times(tmp_path: Path) -> None:
     """Rank 0 profiled by nsys alone (900 µs steps), rank 1 by torch.profiler alone (1400 µs):
     no profiler timed both, so no rank has a step time, no straggler is named and the job says

@@ -305,7 +305,9 @@ def rank_verdicts(summaries: Sequence[RankSummary], profiles: Sequence[Profile],
                   origin: Origin | None) -> list[RankVerdict]:
     """One verdict per rank, by rank, from its profile of ``origin`` (the profiler that timed
     every rank, see job_step_source), else its preferred one (the ranks of job_members: of
-    unknown rank, a process of a capture of several is named by pid). A rank whose profile
+    unknown rank, a process of a capture of several is named by pid); where that profile
+    cannot attribute the step (unknown: nsys on a CPU records no operators), the verdict of the
+    rank's next profile that can, its step time still ``origin``'s. A rank whose profile
     came back whole gets its verdict here; no rank has a step time when no profiler timed them
     all (``origin`` None); empty when the run has fewer than two ranks."""
     ranks = job_members(summaries)
@@ -318,10 +320,18 @@ def rank_verdicts(summaries: Sequence[RankSummary], profiles: Sequence[Profile],
                    for p in profiles]
     chosen: dict[Member, RankVerdict] = {}
     for _, key, candidate in sorted(candidates, key=lambda c: c[0]):
-        if key in ranks and key not in chosen:
-            found = candidate if isinstance(candidate, RankVerdict) else rank_verdict(candidate)
-            if found is not None:
-                chosen[key] = found if origin is not None else replace(found, step_ns=None)
+        if key not in ranks or (key in chosen and chosen[key].verdict != "unknown"):
+            continue
+        found = candidate if isinstance(candidate, RankVerdict) else rank_verdict(candidate)
+        if found is None:
+            continue
+        if key in chosen:  # the profile of ``origin`` cannot attribute the step: this one can
+            if found.verdict != "unknown":
+                timed = chosen[key]
+                chosen[key] = replace(found, step_ns=timed.step_ns, step_marker=timed.step_marker,
+                                      steps_clock=timed.steps_clock)
+            continue
+        chosen[key] = found if origin is not None else replace(found, step_ns=None)
     return sorted((_with_lines(verdict, summaries) for verdict in chosen.values()),
                   key=lambda verdict: verdict.order)
 
