@@ -334,6 +334,20 @@ def test_fixture_compute_heavy_folder(fixtures_dir: Path, nsys_available: str) -
     assert name == "unknown" and "Nsight Systems cannot attribute" in reason
 
 
+def test_intra_op_threads_alone_over_the_cpus_are_not_a_loader_competing() -> None:
+    """A --script run's Slurm job (the emitted sbatch: --cpus-per-task=1) with num_workers=0 and
+    PyTorch's 2 intra-op threads: the batches load in the training thread, so no DataLoader
+    competes for cores; the title said it did and the advice named '0 DataLoader workers'."""
+    context = RunContext(knobs={"num_workers": 0, "batch_size": 32},
+                         environment={"cpus": 1, "cpu_count": 2, "torch_threads": 2})
+    found = ids(RunMetrics(), context)["CPU_OVERSUBSCRIBED"]
+    assert found.title == ("0 DataLoader workers + 2 PyTorch intra-op threads on 1 CPU: "
+                           "PyTorch's intra-op threads outnumber the CPUs and take turns on them.")
+    assert found.recommendation == (
+        "Call torch.set_num_threads(1) (or set OMP_NUM_THREADS=1) so the intra-op threads share "
+        "1 CPU per process without contention; or request --cpus-per-task=2 in Slurm.")
+
+
 def test_cpu_oversubscribed_only_with_evidence(fixtures_dir: Path, nsys_available: str) -> None:
     """compute_heavy (1 worker, 2 CPUs): with 2 intra-op threads it is oversubscribed; with 1
     thread, unknown threads, or a GPU run, it is not."""

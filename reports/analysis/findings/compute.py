@@ -358,7 +358,8 @@ def _top_compute_kernel(m: RunMetrics) -> TopItem | None:
 @rule("CPU_OVERSUBSCRIBED", severity=("medium", "low"), needs=("manifest", "profiles"))
 def cpu_oversubscribed(facts: Facts) -> Finding | None:
     """CPU-only run: DataLoader workers and PyTorch's intra-op threads want more CPUs than the run
-    has, so the loader steals cores from the model's operators."""
+    has, so the loader steals cores from the model's operators (or, without workers, the
+    intra-op threads alone outnumber the CPUs)."""
     m, ctx = facts.metrics, facts.context
     load = cpu_load(ctx)
     if load is None or m.gpu is not None or not load.oversubscribed:
@@ -388,9 +389,11 @@ def cpu_oversubscribed(facts: Facts) -> Finding | None:
         severity: Severity = "low"
     elif load.workers < budget:
         left = budget - load.workers
-        advice = (f"Call torch.set_num_threads({left}) (or set OMP_NUM_THREADS={left}) so the "
-                  f"{load.workers} DataLoader worker{'s' if load.workers != 1 else ''} and the "
-                  f"intra-op threads share {budget} CPU{'s' if budget != 1 else ''} per process "
+        sharing = ("the intra-op threads" if load.workers == 0 else
+                   f"the {load.workers} DataLoader worker{'s' if load.workers != 1 else ''} "
+                   "and the intra-op threads")
+        advice = (f"Call torch.set_num_threads({left}) (or set OMP_NUM_THREADS={left}) so "
+                  f"{sharing} share {budget} CPU{'s' if budget != 1 else ''} per process "
                   "without contention")
         severity = "medium"
     elif m.dataloader_fraction is not None and m.dataloader_fraction >= LOADER_BOUND_FRACTION:
@@ -401,8 +404,10 @@ def cpu_oversubscribed(facts: Facts) -> Finding | None:
     else:
         advice = f"Lower num_workers from {load.workers} to {budget - 1}{_one_thread(load)}"
         severity = "medium"
-    return Finding("CPU_OVERSUBSCRIBED", severity,
-                   f"{load.describe()}: the DataLoader competes with the model for cores.",
+    # Without workers the batches load in the training thread, between the operators.
+    who = ("PyTorch's intra-op threads outnumber the CPUs and take turns on them"
+           if load.workers == 0 else "the DataLoader competes with the model for cores")
+    return Finding("CPU_OVERSUBSCRIBED", severity, f"{load.describe()}: {who}.",
                    evidence, f"{advice}{instead} request --cpus-per-task={load.busy} in Slurm.")
 
 
