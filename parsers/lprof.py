@@ -26,6 +26,7 @@ how sure that is.
 
 from __future__ import annotations
 
+import bisect
 import io
 import math
 import os
@@ -461,18 +462,25 @@ def _iterations(frame: pd.DataFrame, header: int) -> int:
     return int(frame.loc[first, "hits"])
 
 
-def _same_function(frame: pd.DataFrame, line: int) -> pd.Series:
-    """Which rows belong to the function of row ``line``."""
-    row = frame.loc[line]
-    return (frame["file"] == row["file"]) & (frame["first_lineno"] == row["first_lineno"]) & (
-        frame["function"] == row["function"])
+def _function_rows(frame: pd.DataFrame, line: int) -> pd.DataFrame:
+    """The rows of the function of row ``line`` (``frame`` sorted by function, line, with a
+    RangeIndex, as parse builds it): a run of rows, found by bisection, not by comparing every
+    row (a profile may time thousands of loops, each asking)."""
+    columns = [frame[key].to_numpy() for key in _FUNCTION_KEY]
+
+    def key(at: int) -> tuple[object, ...]:
+        return tuple(column[at] for column in columns)
+
+    rows, own = range(len(frame)), key(line)
+    return frame.iloc[bisect.bisect_left(rows, own, key=key):
+                      bisect.bisect_right(rows, own, key=key)]
 
 
 def _body(frame: pd.DataFrame, header: int, iterations: int, entries: int) -> pd.DataFrame:
     """The rows of a loop's body: the later lines of its function that run in every pass (see
     _body_hits)."""
-    return frame[_same_function(frame, header) & (frame.index > header)
-                 & (frame["hits"] >= _body_hits(iterations, entries))]
+    rows = _function_rows(frame, header)
+    return rows[(rows.index > header) & (rows["hits"] >= _body_hits(iterations, entries))]
 
 
 def loop_lines(lines: pd.DataFrame, loop: TrainingLoop) -> pd.DataFrame:
@@ -508,7 +516,8 @@ def _iterator_origin(frame: pd.DataFrame, header: int, iterator: str) -> str | N
     """What the source shows ``iterator`` to be: the expression last assigned to it on a line
     of the loop's function before the loop (``it = iter(train_loader)``); None when no line
     shown assigns it (a parameter, or a line not profiled)."""
-    before = frame[_same_function(frame, header) & (frame.index < header)]
+    rows = _function_rows(frame, header)
+    before = rows[rows.index < header]
     assigned = [value for value in (assigned_value(source, iterator)
                                     for source in before["source"]) if value is not None]
     return assigned[-1] if assigned else None
