@@ -121,6 +121,23 @@ def test_above_ideal_blames_the_reference() -> None:
     assert "56.6 per process against 31.2" in finding.evidence[1].text
 
 
+def test_above_ideal_with_a_model_no_faster_per_process_says_so() -> None:
+    """A real weak-scaling run on a loaded 2-CPU machine: 213% of ideal (433.6 samples/s per
+    process against 204.0) while the model alone ran 577.6 per process against 1115.1; the
+    evidence said 'the model itself runs faster per process', the opposite of its figures."""
+    base = _point(1, 203.982, synthetic=1115.096)
+    two = ScalingPoint(run="np2", processes=2, throughput=867.29, ideal=407.965,
+                       efficiency=867.29 / 407.965, loader_alone=None, synthetic=1155.14,
+                       step_ns=None, comm_ns_per_step=None, comm_exposed_ns_per_step=None,
+                       rank_imbalance=None, threads_per_process=1)
+    finding = study_findings(Study([base, two], "samples/s", "weak"))[0]
+    assert finding.id == "SCALING_SUPERLINEAR"
+    assert finding.evidence[1].text == (
+        "on synthetic data the model is no faster per process (577.6 per process against "
+        "1115.1): what slows the reference's real loop is outside the model (its DataLoader, "
+        "or other work on its CPUs)")
+
+
 def test_a_point_that_changed_more_than_its_processes_says_so() -> None:
     """A 4-process point that also moved to fp16 kernels and a fused optimizer: the efficiency
     finding lists those differences and credits none of them (scaling._besides_processes keeps

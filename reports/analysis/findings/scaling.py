@@ -131,6 +131,20 @@ def confound_evidence(point: ScalingPoint) -> list[Evidence]:
                      "these", point.profile_origin or "manifest")]
 
 
+def _synthetic_per_process(base: ScalingPoint, point: ScalingPoint) -> str:
+    """What the model alone (synthetic trial) does per process at ``point`` against the
+    reference: faster per process too (the reference's model is slow), or not (what slows the
+    reference's real loop is outside the model)."""
+    faster = point.synthetic / point.processes > base.synthetic / base.processes  # type: ignore[operator]
+    said = (f"{_per_process(point.synthetic, point.processes)} per process against "
+            f"{_per_process(base.synthetic, base.processes)}")
+    if faster:
+        return f"on synthetic data too: {said}: the model itself runs faster per process"
+    return (f"on synthetic data the model is no faster per process ({said}): what slows the "
+            "reference's real loop is outside the model (its DataLoader, or other work on its "
+            "CPUs)")
+
+
 @rule("SCALING_SUPERLINEAR", severity=("info",), needs=("study",))
 def superlinear(facts: Facts) -> Finding | None:
     """A point far above ideal: the reference runs slower per process than the others."""
@@ -147,10 +161,7 @@ def superlinear(facts: Facts) -> Finding | None:
         f"{_per_process(best.throughput, best.processes)} {unit} per process against "
         f"{_per_process(base.throughput, base.processes)} at {base.processes}", "manifest")]
     if base.synthetic is not None and best.synthetic is not None:
-        evidence.append(Evidence(
-            f"on synthetic data too: {_per_process(best.synthetic, best.processes)} per process "
-            f"against {_per_process(base.synthetic, base.processes)}: the model itself runs "
-            "faster per process", "manifest"))
+        evidence.append(Evidence(_synthetic_per_process(base, best), "manifest"))
     if base.threads_per_process is not None and best.threads_per_process is not None:
         evidence.append(Evidence(
             f"intra-op threads per process: {base.threads_per_process} at {base.processes}, "
