@@ -347,6 +347,25 @@ def test_a_step_time_speedup_says_when_its_profiled_launches_shared_the_cpus_too
         in compare_runs([base, run]).rows[1].explanation
 
 
+def test_a_step_time_speedup_counts_the_samples_each_step_holds() -> None:
+    """A weak-scaling pair on a loaded machine (--scaling 1,2: 64 samples a process, steps of
+    309.3 ms at 1 process and 82.5 ms at 2): the speedup fell back to the step-time ratio, 3.75x,
+    though each 2-process step holds 128 samples, not 64; it is now 7.50x per sample, the
+    step-time ratio stays beside it, and the row says so."""
+    shared = SharedCpu(21_000_000_000, 20_800_000_000, 21_000_000_000, 2, 0.45, 0.018, True)
+    base = run_with_parts("np1", {"compute": 309.3}, knobs={"batch_size": 64})
+    run = run_with_parts("np2", {"compute": 82.5}, knobs={"batch_size": 64})
+    base.world_size, run.world_size = 1, 2
+    base.metrics.plain_cpu = run.metrics.plain_cpu = shared
+    row = compare_runs([base, run]).rows[1]
+    assert row.step_speedup == pytest.approx(309.3 / 82.5)
+    assert row.speedup == pytest.approx(2 * 309.3 / 82.5) and row.speedup_basis == "step time"
+    assert "so the speedup is the profiled step-time ratio per sample (128 samples per step " \
+        "against 64)." in row.explanation
+    run.world_size = 1  # the same samples per step: the step-time ratio itself
+    assert compare_runs([base, run]).rows[1].speedup == pytest.approx(309.3 / 82.5)
+
+
 @pytest.mark.parametrize(("cpus", "cpu_s", "other_cpu_s", "shared"), [
     (2, 9.0, 10.5, True),     # another job kept the CPUs the run left busy
     (2, 19.5, 0.3, False),    # the run itself keeps both CPUs busy: no one else's doing

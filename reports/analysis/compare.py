@@ -225,6 +225,26 @@ def typical_step(run: RunAnalysis, origin: Origin | None) -> tuple[int | None, S
                                                                  "mean")
 
 
+def samples_per_step(run: RunAnalysis) -> int | None:
+    """Samples one step of the whole job takes: the DataLoader's batch size x the batches a
+    step takes (gradient accumulation) x the world size; None when the knobs do not say."""
+    batch, per = run.knobs.get("batch_size"), run.knobs.get("batches_per_step", 1)
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (batch, per)):
+        return None
+    return batch * per * (run.world_size or 1)  # type: ignore[operator]
+
+
+def per_sample_speedup(base: RunAnalysis, run: RunAnalysis, step_speedup: float | None
+                       ) -> float | None:
+    """The step-time ratio as a speedup in samples: times the run's samples per step over the
+    baseline's, where both are known (a weak-scaling point's step holds the batch of every
+    process); the step-time ratio itself otherwise."""
+    sizes = samples_per_step(base), samples_per_step(run)
+    if step_speedup is None or sizes[0] is None or sizes[1] is None:
+        return step_speedup
+    return step_speedup * sizes[1] / sizes[0]
+
+
 def shared_cpus(run: RunAnalysis) -> bool:
     """Whether the run's unprofiled launch competed with other processes for the CPUs (see
     metrics.plain_cpu): its throughput and step times are then not its own."""
@@ -245,12 +265,21 @@ def shared_cpu_text(base: RunAnalysis, run: RunAnalysis, step_speedup: float | N
                      f"time while it ran and {pct(cpu.idle_share)} was left idle"
                      for name, cpu in shared)
     one = len(shared) == 1
-    instead = ("so the speedup is the profiled step-time ratio"
+    instead = ("so the speedup is the profiled step-time ratio" + per_sample_text(base, run)
                + profiled_sharing_text(base, run, origin) if step_speedup is not None
                else "and no profiled step time gives a speedup instead")
     return (f"The unprofiled run{'' if one else 's'} shared the CPUs with other work ({said}): "
             f"{'its' if one else 'their'} throughput is not {'its' if one else 'their'} own, "
             f"{instead}.")
+
+
+def per_sample_text(base: RunAnalysis, run: RunAnalysis) -> str:
+    """' per sample (128 samples per step against 64)' when the runs' steps hold different
+    numbers of samples (see per_sample_speedup); '' otherwise."""
+    sizes = samples_per_step(base), samples_per_step(run)
+    if sizes[0] is None or sizes[1] is None or sizes[0] == sizes[1]:
+        return ""
+    return f" per sample ({sizes[1]:,} samples per step against {sizes[0]:,})"
 
 
 def profiled_sharing_text(base: RunAnalysis, run: RunAnalysis, origin: Origin | None) -> str:
@@ -783,7 +812,8 @@ def _row_explanation(base: RunAnalysis, run: RunAnalysis, knobs: dict[str, objec
     step difference ``origin`` timed; a cause is named (and a confound stated) only for a change
     beyond noise that the profiled step time agrees with."""
     throughput_gain, step_speedup = ratios
-    speedup = throughput_gain if throughput_gain is not None else step_speedup
+    speedup = throughput_gain if throughput_gain is not None else \
+        per_sample_speedup(base, run, step_speedup)
     if noise.within:
         return Said(f"{noise_text(speedup, noise.band)} "  # type: ignore[arg-type]
                     f"{_in_profiled_runs(base, run, knobs, noise, origin)}")
@@ -821,7 +851,8 @@ def _row(base: RunAnalysis, run: RunAnalysis, origin: Origin | None,
     step_speedup = base_step / step if base_step and step else None
     shared = shared_cpu_text(base, run, step_speedup, origin) if run is not base else None
     throughput_gain = tp / base_tp if tp and base_tp and shared is None else None
-    speedup = throughput_gain if throughput_gain is not None else step_speedup
+    speedup = throughput_gain if throughput_gain is not None else \
+        per_sample_speedup(base, run, step_speedup)
     said, noise = Said("baseline"), Noise()
     mean_base, mean_run = step_time_ns(base, origin), step_time_ns(run, origin)
     total = (mean_run or 0) - (mean_base or 0)

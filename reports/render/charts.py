@@ -270,8 +270,7 @@ def comparison_figure(comparison: Comparison | None) -> go.Figure | None:
         values = [ms_value(row.step_time_ns) for row in rows]
         unit = (f"{rows[0].step_time_kind} ms per step, "
                 f"{origin_label(comparison.steps_origin or '')}" if rows else "")
-        speedups = [row.step_speedup if row.speedup_basis == "throughput" else row.speedup
-                    for row in rows]
+        speedups = [row.step_speedup for row in rows]
     if not rows:
         return None
     figure = _figure(title, FRAME_PX + ROW_PX * 2 * len(rows), xaxis_title=unit,
