@@ -448,6 +448,20 @@ def test_the_amp_knob_and_the_bf16_compute_it_makes_are_one_difference() -> None
         "fp16/bf16 compute 0.0% -> 100% of compute-kernel time (kernel names)"]
 
 
+def test_the_nproc_knob_and_the_world_size_it_makes_are_one_difference() -> None:
+    """--scaling 1,2's points: nproc 1 -> 2 and world size 1 -> 2 are the knob and its effect,
+    one difference ('differ in 3 ways at once (ddp False -> True; nproc 1 -> 2; world size 1 ->
+    2)' counted it twice); a world size that moved without the knob is listed on its own."""
+    base = run_with_parts("np1", {"compute": 70}, knobs={"ddp": False, "nproc": 1})
+    run = run_with_parts("np2", {"compute": 40}, knobs={"ddp": True, "nproc": 2})
+    base.world_size, run.world_size = 1, 2
+    assert compare_runs([base, run]).rows[1].confounds == [
+        "ddp False -> True", "nproc 1 -> 2 (world size 1 -> 2)"]
+    run.knobs["nproc"] = 1
+    assert compare_runs([base, run]).rows[1].confounds == ["ddp False -> True",
+                                                         "world size 1 -> 2"]
+
+
 def test_a_line_profiler_breakdown_is_not_compared_part_by_part() -> None:
     """torch.profiler's breakdown (loader 0.5, compute 2.6, other 0.5 ms) against
     line_profiler's, which measured only the DataLoader wait and the rest (loader 0.5, compute

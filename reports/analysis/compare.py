@@ -458,28 +458,43 @@ class Said:
     stated: frozenset[Confound] = frozenset()
 
 
-def _as_amp_effect(out: list[Confound], amp: dict[str, object] | None, phrase: str,
-                   reduced_after: bool) -> list[Confound]:
-    """The confounds ``out`` with the precision change ``phrase`` joined to the change ``amp``
-    of the amp knob (``{"from": a, "to": b}``) when it is that knob's own effect (amp turned on
-    and the compute went to fp16/bf16, or off and it left them): one difference, not two; []
-    when it is not."""
-    if amp is None or bool(amp["to"]) != reduced_after or bool(amp["from"]) == reduced_after:
+def _joined_to_knob(out: list[Confound], knob: str, phrase: str) -> list[Confound]:
+    """The confounds ``out`` with ``phrase`` said with the change of ``knob``, whose own effect
+    it is: one difference, not two; [] when ``knob`` did not change."""
+    if not any(c.knob == knob for c in out):
         return []
-    return [Confound("knob", f"{c.phrase} ({phrase})", "amp") if c.knob == "amp" else c
+    return [Confound("knob", f"{c.phrase} ({phrase})", knob) if c.knob == knob else c
             for c in out]
+
+
+def _amp_made(amp: dict[str, object] | None, reduced_after: bool) -> bool:
+    """Whether a precision change is the amp knob's change ``amp`` (``{"from": a, "to": b}``):
+    amp turned on and the compute went to fp16/bf16, or off and it left them."""
+    return amp is not None and bool(amp["to"]) == reduced_after != bool(amp["from"])
+
+
+def _nproc_made(nproc: dict[str, object] | None, before: int, after: int) -> bool:
+    """Whether a world-size change is the nproc knob's change ``nproc``: both moved the same
+    way."""
+    if nproc is None or not all(isinstance(nproc[k], int) for k in ("from", "to")):
+        return False
+    return (nproc["to"] > nproc["from"]) == (after > before)  # type: ignore[operator]
 
 
 def confounds(base: RunAnalysis, run: RunAnalysis) -> list[Confound]:
     """Everything that differs between the two runs besides their speed: changed knobs, world
     size, the precision of the compute kernels, the optimizer's kernels, the DataLoader's kind,
     the host-to-device bytes per step (another batch or input); a precision change that the amp
-    knob's change makes is said with that knob (see _as_amp_effect)."""
+    knob's change makes, or a world-size change the nproc knob's, is said with that knob (see
+    _joined_to_knob)."""
     knobs = changed_knobs(base, run)
     out = [Confound("knob", f"{name} {change['from']} -> {change['to']}", name)  # type: ignore[index]
            for name, change in knobs.items()]
     if base.world_size != run.world_size and None not in (base.world_size, run.world_size):
-        out.append(Confound("world size", f"world size {base.world_size} -> {run.world_size}"))
+        phrase = f"world size {base.world_size} -> {run.world_size}"
+        made = _nproc_made(knobs.get("nproc"), base.world_size, run.world_size)  # type: ignore[arg-type]
+        out = (_joined_to_knob(out, "nproc", phrase) if made else []) or \
+            out + [Confound("world size", phrase)]
     before, after = _reduced_share(base), _reduced_share(run)
     if before is not None and after is not None and \
             (before[0] >= PRECISION_CONFOUND_SHARE) != (after[0] >= PRECISION_CONFOUND_SHARE):
@@ -488,8 +503,8 @@ def confounds(base: RunAnalysis, run: RunAnalysis) -> list[Confound]:
                f"{pct(before[0])} of {_share_of(before[1])} ({before[1]})")
         phrase = f"fp16/bf16 compute {was} -> {pct(after[0])} of {_share_of(after[1])} " \
                  f"({after[1]})"
-        out = _as_amp_effect(out, knobs.get("amp"), phrase,  # type: ignore[arg-type]
-                             after[0] >= PRECISION_CONFOUND_SHARE) or \
+        made = _amp_made(knobs.get("amp"), after[0] >= PRECISION_CONFOUND_SHARE)  # type: ignore[arg-type]
+        out = (_joined_to_knob(out, "amp", phrase) if made else []) or \
             out + [Confound("precision", phrase)]
     mixes = base.metrics.kernel_mix, run.metrics.kernel_mix
     if mixes[0] is not None and mixes[1] is not None and \
