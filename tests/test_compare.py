@@ -462,6 +462,22 @@ def test_the_nproc_knob_and_the_world_size_it_makes_are_one_difference() -> None
                                                          "world size 1 -> 2"]
 
 
+def test_parts_that_overshoot_the_step_difference_get_no_shares() -> None:
+    """A real pair: nsys timed the steps 2.9 -> 1.6 ms, torch.profiler's breakdown (slowed 385x
+    in the first run) 127.9 -> 5.4 ms: 'Compute fell ... (-126.5 ms, 9764% of the difference)'.
+    The parts' moves are now said without shares, and the row says why."""
+    base = run_with_parts("train", {"compute": 126.7, "other": 0.9, "dataloader": 0.3},
+                          steps_ms=2.9)
+    run = run_with_parts("ddp", {"compute": 0.3, "other": 0.2, "dataloader": 0.2,
+                                 "comm_exposed": 4.7}, steps_ms=1.6)
+    row = compare_runs([base, run]).rows[1]
+    assert "% of the difference" not in row.explanation
+    assert "Compute fell 126.7 ms -> 0.3 ms (-126.4 ms);" in row.explanation
+    assert ("the parts moved -122.5 ms together against the step's -1.3 ms: the breakdown's "
+            "steps are timed by another profiler than the step time, so no share of the "
+            "difference is given.") in row.explanation
+
+
 def test_a_line_profiler_breakdown_is_not_compared_part_by_part() -> None:
     """torch.profiler's breakdown (loader 0.5, compute 2.6, other 0.5 ms) against
     line_profiler's, which measured only the DataLoader wait and the rest (loader 0.5, compute

@@ -669,15 +669,22 @@ def attribution_text(changes: list[PartChange], before_ns: int, after_ns: int,
     drivers = [c for c in changes if c.role == "driver"]
     offsets = [c for c in changes if c.role == "offset"]
     minor = sum(c.delta_ns for c in changes if c.role == "minor")
-    clauses = ["; ".join(f"{_moved(c)}" + (")" if within else
+    rest = unexplained_ns(changes, total) or 0
+    # Nor do shares of a difference the parts overshoot, their steps timed by another profiler
+    # that moved far more than the step did (9764% of a 1.3 ms difference).
+    overshoot = abs(rest) > abs(total) and not within
+    clauses = ["; ".join(f"{_moved(c)}" + (")" if within or overshoot else
                                          f", {pct(c.share)} of the difference)")  # type: ignore[arg-type]
                          for c in drivers) or "no part of the breakdown moved with it"]
     if offsets:
         clauses.append("offset by " + ", ".join(f"{_moved(c)})" for c in offsets))
     if minor:
         clauses.append(f"smaller changes {_signed(minor)} together")
-    rest = unexplained_ns(changes, total) or 0
-    if abs(rest) > noise.rest_ns(before_ns, after_ns) and not within:
+    if overshoot:
+        clauses.append(f"the parts moved {_signed(total - rest)} together against the step's "
+                       f"{_signed(total)}: the breakdown's steps are timed by another profiler "
+                       "than the step time, so no share of the difference is given")
+    elif abs(rest) > noise.rest_ns(before_ns, after_ns) and not within:
         clauses.append(f"{_signed(rest)} ({pct(rest / total)} of the difference) is not in the "
                        "breakdown, whose steps are timed by another profiler than the step time")
     return f"{head}: " + "; ".join(clauses) + "."
