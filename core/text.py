@@ -54,3 +54,10 @@ def display_text(text: object, limit: int = MAX_SHOWN_NAME) -> str:
 def error_text(text: object, limit: int = MAX_ERROR_NAME) -> str:
     """Text for an error line: on one line, neutralised, at most ``limit`` characters shown."""
     return display_text(" ".join(elide(str(text), 4 * limit).split()), limit)
+
+
+def python_lines(text: str) -> list[str]:
+    """The lines of Python source read with universal newlines, numbered as Python numbers
+    them: split at its newlines only (str.splitlines also splits at a form feed or U+2028, a
+    page break PEP 8 allows, which would shift every later line)."""
+    return text.removesuffix("\n").split("\n") if text else []

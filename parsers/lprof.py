@@ -61,7 +61,7 @@ from profreport.model import LprofFunction, LprofMeta, Profile, TrainingLoop, co
 
 if TYPE_CHECKING:  # the registry imports this module, never the other way round
     from profreport.parsers import ParseOptions
-from profreport.text import error_text
+from profreport.text import error_text, python_lines
 
 #: Where each era of line_profiler defines the pickled class, and the era that path tells.
 LINESTATS_CLASS_PATHS: dict[tuple[str, str], str] = {
@@ -259,12 +259,13 @@ def find_source(recorded: str, lprof_path: Path, source_root: Path | None
 
 
 def _source_lines(path: Path | None) -> list[str] | None:
-    """The lines of a source file, decoded as Python decodes it; None when unreadable."""
+    """The lines of a source file, decoded and numbered as Python reads it (text.python_lines);
+    None when unreadable."""
     if path is None:
         return None
     try:
-        with tokenize.open(path) as handle:
-            return handle.read(MAX_SOURCE_BYTES).splitlines()
+        with tokenize.open(path) as handle:  # universal newlines
+            return python_lines(handle.read(MAX_SOURCE_BYTES))
     except (OSError, SyntaxError, UnicodeDecodeError):
         return None
 

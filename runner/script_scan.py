@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from profreport import concepts
+from profreport.text import python_lines
 
 #: Calls that mean the script records its own torch.profiler traces.
 PROFILER_CALLS = frozenset({"torch.profiler.profile", "torch.autograd.profiler.profile",
@@ -140,7 +141,7 @@ def scan_script(path: Path) -> ScriptFacts:
     drives, folders = profiler_facts(tree)
     return ScriptFacts(drives_torch_profiler=drives, trace_dirs=folders,
                        has_profile_decorator=has_bare_profile_decorator(tree),
-                       module_level_loader_line=loader_loop_line(tree, source.splitlines()),
+                       module_level_loader_line=loader_loop_line(tree, python_lines(source)),
                        options=argparse_options(tree))
 
 

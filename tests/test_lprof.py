@@ -1424,3 +1424,19 @@ def test_a_line_profile_of_many_functions_with_loops_is_read_in_linear_time(tmp_
     loop = lprof.parse(path).meta.loop
     assert time.monotonic() - started < 15
     assert loop is not None and (loop.function, loop.lineno, loop.iterations) == ("f0", 3, 10)
+
+
+def test_a_source_with_a_form_feed_is_shown_at_its_own_lines(tmp_path: Path) -> None:
+    """A form feed between a script's sections (a page break, as PEP 8 allows) is no newline to
+    Python, but str.splitlines split the source there: every later line was read one line off,
+    so the source 'no longer matches the profile' (fit() not defined at line 3) and was not
+    shown, the DataLoader loop taken from hit counts (confidence low) instead of its source."""
+    source = ("import torch\n\x0c\ndef fit():\n    dl = DataLoader(ds, batch_size=8)\n"
+              "    for x, y in dl:\n        step(x, y)\n")
+    path, loop = profiled_beside(tmp_path / "paged.py", source,
+                                 [(4, 1, 500), (5, 65, 5_614_400), (6, 64, 8_705_200)], "fit", 3)
+    assert (loop.lineno, loop.evidence, loop.confidence) == (5, "source", "high")
+    profile = lprof.parse(path)
+    assert profile.meta.notes == []
+    assert profile.table("lines")["source"].tolist() == [
+        "    dl = DataLoader(ds, batch_size=8)", "    for x, y in dl:", "        step(x, y)"]

@@ -200,6 +200,11 @@ def test_module_level_loop_is_detected(tmp_path: Path) -> None:
     inside.write_text("def train(loader):\n    for batch in loader:\n        pass\n")
     assert scan_script(top).module_level_loader_line == 3
     assert scan_script(inside).module_level_loader_line is None
+    # A form feed (a page break) is no newline to Python: the loop is still read at its line
+    # (str.splitlines split there, so line 4 read the line before the loop, and none was found).
+    paged = tmp_path / "paged.py"
+    paged.write_text("import x\n\x0c\nfor batch in train_loader:\n    pass\n")
+    assert scan_script(paged).module_level_loader_line == 3
 
 
 def test_emit_slurm_scripts_pass_bash_syntax_check(tmp_path: Path,
