@@ -643,3 +643,23 @@ def test_a_comparison_says_the_communication_that_grew_is_waiting_for_a_straggle
     assert (" In slow, that communication was mostly rank 0 waiting inside the collectives for "
             "rank 1, the rank the job waits for (compute-bound: ") in fixed
     assert fixed.endswith("what fell is rank 1's own step, seen from outside.")
+
+
+def test_a_folder_of_run_folders_is_each_of_its_runs_in_the_order_they_ran(
+        tmp_path: Path) -> None:
+    """run-and-report's OUT/runs (it prints 'runs done in OUT/runs'), given to analyze: it was
+    read as one run named 'runs' mixing every variant's profiles, with no comparison. Each run
+    folder in it is now a run, in the order their manifests were written (the baseline first)."""
+    import os
+
+    root = tmp_path / "runs"
+    for name, compute_us, written in (("zz-baseline", 3000, 1_000), ("aa-variant", 1500, 2_000)):
+        folder = root / name
+        folder.mkdir(parents=True)
+        write_rank(folder, 0, compute_us=compute_us, comm_us=10, world_size=1)
+        write_job(folder, {"rank0.pt.trace.json": ("torch.profiler", 0)})
+        os.utime(folder / "manifest.json", ns=(written * 10**9, written * 10**9))
+    report = analyze_paths([root], AnalyzeOptions())
+    assert [run.name for run in report.runs] == ["zz-baseline", "aa-variant"]
+    assert report.comparison.baseline == "zz-baseline"
+    assert report.comparison.rows[1].step_speedup == pytest.approx(3210 / 1710, rel=1e-3)

@@ -510,13 +510,25 @@ def _fraction_field(value: object, where: str, name: object) -> list[str]:
     return impossible_fractions(value, f"{where}.{name}")
 
 
+def run_folders(path: Path) -> list[Path]:
+    """The run folders a folder of runs holds (run-and-report's OUT/runs: no manifest of its
+    own, one in each of its subfolders), in the order their manifests were written (the order
+    the runs ran, so the first is the baseline); [] for anything else (a run folder, a file)."""
+    if not path.is_dir() or (path / MANIFEST_NAME).is_file():
+        return []
+    runs = [sub for sub in path.iterdir()
+            if sub.is_dir() and not sub.is_symlink() and (sub / MANIFEST_NAME).is_file()]
+    return sorted(runs, key=lambda sub: ((sub / MANIFEST_NAME).stat().st_mtime_ns, sub.name))
+
+
 def analyze_paths(inputs: list[Path], options: AnalyzeOptions) -> Report:
-    """Analyse every input (one run each) and compare them; InputError if none can be read."""
+    """Analyse every input (one run each; a folder of run folders, each of them, see
+    run_folders) and compare them; InputError if none can be read."""
     failures: list[str] = []
     runs: list[RunAnalysis] = []
     taken: set[str] = set()
     with open_executor(options.executor) as executor:
-        for path in inputs:
+        for path in (run for given in inputs for run in run_folders(given) or [given]):
             try:
                 run = _analyze_input(path, options, executor, failures, taken)
             except Exception as exc:  # one bad input never stops the batch
