@@ -663,3 +663,23 @@ def test_a_folder_of_run_folders_is_each_of_its_runs_in_the_order_they_ran(
     assert [run.name for run in report.runs] == ["zz-baseline", "aa-variant"]
     assert report.comparison.baseline == "zz-baseline"
     assert report.comparison.rows[1].step_speedup == pytest.approx(3210 / 1710, rel=1e-3)
+
+
+def test_communication_that_grew_on_every_rank_is_not_said_to_be_waiting(tmp_path: Path
+                                                                         ) -> None:
+    """The second run's all-reduce takes 20.5 ms on rank 1 and 22.5 ms on rank 0, whose compute
+    is 2 ms shorter: rank 0 waits 2 ms for rank 1 of its 22.5 ms exposed communication, and
+    both ranks' communication grew. The row said that communication was 'mostly rank 0 waiting
+    inside the collectives for rank 1 ... what grew is rank 1's own step'; it says that only
+    where over MOSTLY_WAITING_SHARE of it lies beyond rank 1's own exposed communication."""
+    fast, slow = tmp_path / "fast", tmp_path / "slow"
+    for folder, compute1, comm0, comm1 in ((fast, 9000, 1500, 1500),
+                                           (slow, 11000, 22500, 20500)):
+        folder.mkdir()
+        write_rank(folder, 0, compute_us=9000, comm_us=comm0)
+        write_rank(folder, 1, compute_us=compute1, comm_us=comm1)
+    report = analyze_paths([fast, slow], AnalyzeOptions())
+    assert report.runs[1].waits_for is not None  # rank 1 still paces the job
+    explanation = report.comparison.rows[1].explanation
+    assert "Communication (exposed) grew 1.5 ms -> 22.5 ms" in explanation
+    assert "waiting inside the collectives" not in explanation
