@@ -478,6 +478,25 @@ def test_parts_that_overshoot_the_step_difference_get_no_shares() -> None:
             "difference is given.") in row.explanation
 
 
+def test_the_prefetch_factor_pytorch_sets_with_workers_is_no_second_difference() -> None:
+    """--vary num_workers=0,2 on a script: its DataLoader's prefetch_factor is None without
+    workers and 2 with them (PyTorch's default), and the row said 'differ in 2 ways at once
+    (num_workers 0 -> 2; prefetch_factor None -> 2)'. A prefetch_factor set apart from the
+    workers is still a difference of its own."""
+    def confounds_of(before: dict[str, object], after: dict[str, object]) -> list[str]:
+        base = run_with_parts("a", {"compute": 70}, knobs=before)
+        return compare_runs([base, run_with_parts("b", {"compute": 40}, knobs=after)]
+                            ).rows[1].confounds
+
+    assert confounds_of({"num_workers": 0, "prefetch_factor": None},
+                        {"num_workers": 2, "prefetch_factor": 2}) == [
+        "num_workers 0 -> 2 (prefetch_factor None -> 2, PyTorch's default with that many "
+        "workers)"]
+    assert confounds_of({"num_workers": 2, "prefetch_factor": 2},
+                        {"num_workers": 4, "prefetch_factor": 4}) == [
+        "num_workers 2 -> 4", "prefetch_factor 2 -> 4"]
+
+
 def test_a_line_profiler_breakdown_is_not_compared_part_by_part() -> None:
     """torch.profiler's breakdown (loader 0.5, compute 2.6, other 0.5 ms) against
     line_profiler's, which measured only the DataLoader wait and the rest (loader 0.5, compute

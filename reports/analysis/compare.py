@@ -485,15 +485,28 @@ def _nproc_made(nproc: dict[str, object] | None, before: int, after: int) -> boo
     return (nproc["to"] > nproc["from"]) == (after > before)  # type: ignore[operator]
 
 
+def _workers_made(knobs: dict[str, object]) -> bool:
+    """Whether a prefetch_factor change is PyTorch's default following the num_workers change:
+    None without workers (a DataLoader refuses any other value then), 2 with them."""
+    prefetch, workers = knobs.get("prefetch_factor"), knobs.get("num_workers")
+    if not isinstance(prefetch, dict) or not isinstance(workers, dict):
+        return False
+    return any(prefetch[side] is None and workers[side] == 0 for side in ("from", "to"))
+
+
 def confounds(base: RunAnalysis, run: RunAnalysis) -> list[Confound]:
     """Everything that differs between the two runs besides their speed: changed knobs, world
     size, the precision of the compute kernels, the optimizer's kernels, the DataLoader's kind,
     the host-to-device bytes per step (another batch or input); a precision change that the amp
-    knob's change makes, or a world-size change the nproc knob's, is said with that knob (see
-    _joined_to_knob)."""
+    knob's change makes, a world-size change the nproc knob's, or a prefetch_factor change
+    the num_workers knob's (see _workers_made), is said with that knob (see _joined_to_knob)."""
     knobs = changed_knobs(base, run)
     out = [Confound("knob", f"{name} {change['from']} -> {change['to']}", name)  # type: ignore[index]
            for name, change in knobs.items()]
+    if _workers_made(knobs):
+        prefetch = next(c for c in out if c.knob == "prefetch_factor")
+        out = _joined_to_knob([c for c in out if c is not prefetch], "num_workers",
+                              f"{prefetch.phrase}, PyTorch's default with that many workers")
     if base.world_size != run.world_size and None not in (base.world_size, run.world_size):
         phrase = f"world size {base.world_size} -> {run.world_size}"
         made = _nproc_made(knobs.get("nproc"), base.world_size, run.world_size)  # type: ignore[arg-type]
