@@ -1440,3 +1440,24 @@ def test_a_source_with_a_form_feed_is_shown_at_its_own_lines(tmp_path: Path) -> 
     assert profile.meta.notes == []
     assert profile.table("lines")["source"].tolist() == [
         "    dl = DataLoader(ds, batch_size=8)", "    for x, y in dl:", "        step(x, y)"]
+
+
+def test_a_batch_size_read_from_the_source_is_not_cited_as_the_manifests(
+        tmp_path: Path, corpus: Path) -> None:
+    """A folder without a manifest: a real ResNet-50 GPU trace beside a line profile whose
+    shown source builds ``DataLoader(ds, batch_size=8)``. SMALL_BATCH cited 'batch size 8 per
+    device (manifest)', from the manifest, though there is none: the knob came from the
+    source; it now says so, with the line profile as the evidence's origin."""
+    import shutil
+
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(corpus / "kineto" / "resnet50_num_workers_0.pt.trace.json.gz", run)
+    source = ("def fit():\n    dl = DataLoader(ds, batch_size=8)\n    for x, y in dl:\n"
+              "        step(x, y)\n")
+    profiled_beside(run / "train.py", source,
+                    [(2, 1, 500), (3, 65, 5_614_400), (4, 64, 8_705_200)], "fit", 1)
+    analysis = analyze_paths_of(run)
+    small = next(f for f in analysis.findings if f.id == "SMALL_BATCH")
+    assert [(e.text, e.origin) for e in small.evidence] == [
+        ("batch size 8 per device (the source shown)", "lprof")]

@@ -325,12 +325,13 @@ def detailed_profiles(profiles: list[Profile], summaries: list[RankSummary]
 
 
 def run_knobs(manifest: Manifest | None, profiles: list[Profile]
-              ) -> tuple[dict[str, object], list[str]]:
+              ) -> tuple[dict[str, object], frozenset[str], list[str]]:
     """The run's knobs: its manifest's, and the DataLoader knobs a line profile's shown source
-    gives (LprofMeta.loader_knobs) where the manifest gives none, with a note saying which came
-    from the source and where."""
+    gives (LprofMeta.loader_knobs) where the manifest gives none; the names of those read from
+    the source, and a note saying which and where."""
     knobs = dict(manifest.knobs) if manifest else {}
-    notes = []
+    notes: list[str] = []
+    read: set[str] = set()
     for profile in profiles:
         meta = profile.meta
         if not isinstance(meta, LprofMeta):
@@ -339,12 +340,13 @@ def run_knobs(manifest: Manifest | None, profiles: list[Profile]
                  if knobs.get(name) is None}
         if taken:
             knobs.update(taken)
+            read.update(taken)
             listed = ", ".join(f"{name}={value!r}" for name, value in taken.items())
             notes.append(f"{Path(profile.path).name}: DataLoader knobs read from the "
                          f"DataLoader(...) call its source shows ({meta.loader_calls}; "
                          "PyTorch's default where the call leaves one out), as no manifest "
                          f"records them: {listed}")
-    return knobs, notes
+    return knobs, frozenset(read), notes
 
 
 def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
@@ -360,8 +362,9 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
     pacer = waited_for(job, profiles)
     world_size = run_world_size(manifest, summaries)
     partial = ranks_not_given(world_size, summaries, metrics.comm is not None, unread)
-    knobs, knob_notes = run_knobs(manifest, profiles)
+    knobs, source_knobs, knob_notes = run_knobs(manifest, profiles)
     context = RunContext(waited_for=pacer, ranks_not_given=partial, knobs=knobs,
+                         source_knobs=source_knobs,
                          environment=dict(manifest.environment) if manifest else {},
                          settings=training_settings(manifest),
                          compiled_regions=metrics.compiled_regions,

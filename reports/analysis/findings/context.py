@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from profreport.reports.analysis.memory import TrainingSettings
-from profreport.reports.analysis.results import RankVerdict, Trials
+from profreport.reports.analysis.results import Origin, RankVerdict, Trials
 
 
 @dataclass(frozen=True)
@@ -30,9 +30,17 @@ class RunContext:
     #: there (see analyze.ranks_not_given): its collectives' time may be waiting for the others.
     ranks_not_given: str | None = None
 
+    #: The knobs read from a line profile's shown source, where no manifest records them
+    #: (analyze.run_knobs); the others are the manifest's.
+    source_knobs: frozenset[str] = frozenset()
+
     def knob(self, name: str) -> object | None:
         """A knob's value, or None when the run has no such knob."""
         return self.knobs.get(name)
+
+    def knob_origin(self, name: str) -> Origin:
+        """Where a knob's value was read: the manifest, or line_profiler's shown source."""
+        return "lprof" if name in self.source_knobs else "manifest"
 
     def compiled(self) -> bool:
         """Whether the model runs compiled: the manifest's ``compile`` knob, or compiled code

@@ -237,7 +237,9 @@ def small_batch(facts: Facts) -> Finding | None:
     if m.gpu is None:
         return None
     if isinstance(batch, int) and batch <= SMALL_BATCH_SIZE:
-        evidence = [Evidence(f"batch size {batch} per device (manifest)", "manifest")]
+        origin = ctx.knob_origin("batch_size")
+        where = "the source shown" if origin == "lprof" else "manifest"
+        evidence = [Evidence(f"batch size {batch} per device ({where})", origin)]
     elif (m.launch is not None and m.gpu.busy_fraction < LOW_GPU_BUSY
           and m.launch.short_kernel_fraction >= SMALL_BATCH_SHORT_KERNELS
           and m.launch.kernels_per_step >= MANY_KERNELS_PER_STEP
