@@ -68,10 +68,15 @@ def sbatch_header(job: SlurmJob, plan: SlurmPlan) -> list[str]:
 
 
 def job_script(job: SlurmJob, plan: SlurmPlan, workdir: Path) -> str:
-    """The sbatch script of one job: run-and-report for its run, from ``workdir``."""
+    """The sbatch script of one job: run-and-report for its run, from ``workdir``, with one
+    intra-op thread per process (OMP_NUM_THREADS, unless the submitting shell sets it), as
+    sbatch_header's CPUs count."""
     run = [*python_command(), "run-and-report", *plan.run_args, "--runs-dir",
            str(plan.runs_dir), "--out", str(plan.report_dir / job.name), *job.run_args]
     body = ["set -euo pipefail",
+            "# One intra-op thread per process, as the CPUs asked above count: PyTorch would",
+            "# start one per core of the node and oversubscribe the allocation.",
+            'export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"',
             "# The directory the scripts were written from: relative paths in the script's",
             "# own arguments mean the same here.",
             f"cd {shlex.quote(str(workdir))}", shlex.join(run)]

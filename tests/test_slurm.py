@@ -78,6 +78,10 @@ def test_built_in_variant_job_completes_with_its_report(tmp_path: Path,
     assert (run / f"slurm-{job}.out").is_file()
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert [entry["name"] for entry in report["runs"]] == ["baseline"]
+    # Its 2 CPUs hold the DataLoader worker and one intra-op thread: PyTorch started one per
+    # core of the node (2 here) and the job's own report called it oversubscribed.
+    assert manifest.environment["cpus"] == 2 and manifest.environment["torch_threads"] == 1
+    assert "CPU_OVERSUBSCRIBED" not in {f["id"] for f in report["runs"][0]["findings"]}
 
 
 def test_ddp_script_job_runs_torchrun_through_srun(tmp_path: Path,
