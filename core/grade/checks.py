@@ -11,7 +11,7 @@ from typing import Any
 from profreport.grade.fair import Fair
 from profreport.grade.results import CheckResult
 from profreport.grade.rubric import SPEEDUP, SUBMISSION_RUN, Check
-from profreport.reports.analysis.compare import compare_runs, shared_cpus
+from profreport.reports.analysis.compare import compare_runs, samples_per_step, shared_cpus
 from profreport.reports.analysis.findings import VERDICT_FINDINGS
 from profreport.reports.analysis.results import Finding, RunAnalysis, origin_label
 from profreport.reports.render import display
@@ -284,9 +284,9 @@ def check_trains(check: Check, graded: Graded) -> CheckResult:
 
 def check_speedup(check: Check, graded: Graded) -> CheckResult:
     """The comparison's speedup within the bounds: the unprofiled throughput ratio (samples/s)
-    when both runs have the runner's manifest, else the profiled step-time ratio scaled to
-    samples by the batch sizes when known; 1.00x within the noise band. Under ``grade --run``,
-    the grader's trials."""
+    when both runs have the runner's manifest, else the profiled step-time ratio in samples
+    (compare.per_sample_speedup, the comparison's own figure); 1.00x within the noise band.
+    Under ``grade --run``, the grader's trials."""
     if graded.fair is not None:
         return check_run_speedup(check, graded.fair)
     assert check.baseline is not None and check.candidate is not None
@@ -305,9 +305,6 @@ def check_speedup(check: Check, graded: Graded) -> CheckResult:
     steps = (f"A step of {cand.name} takes {display.duration(row.step_time_ns)} against "
              f"{display.duration(base_row.step_time_ns)} in {base.name}. "
              if row.step_time_ns and base_row.step_time_ns else "")
-    if row.speedup_basis == "step time" and _batches(base, cand):
-        old, new = _batches(base, cand)  # type: ignore[misc]
-        value *= new / old
     noise = display.noise_mark(row.within_noise, row.noise_fraction)
     measured = (f"{steps}{basis}: {display.ratio(value)}{' ' + noise if noise else ''} "
                 f"(needs {_bounds(check)}). {row.explanation}")
@@ -318,15 +315,6 @@ def check_speedup(check: Check, graded: Graded) -> CheckResult:
                    _verdict_evidence(cand))
 
 
-def _batches(base: RunAnalysis, cand: RunAnalysis) -> tuple[int, int] | None:
-    """The two runs' batch sizes (samples per step) from their manifests, when both are known
-    and differ."""
-    sizes = (base.knobs.get("batch_size"), cand.knobs.get("batch_size"))
-    if all(isinstance(size, int) and size > 0 for size in sizes) and sizes[0] != sizes[1]:
-        return sizes  # type: ignore[return-value]
-    return None
-
-
 def _basis(base: RunAnalysis, cand: RunAnalysis, basis: str) -> str:
     """What the speedup is the ratio of, in words."""
     if basis == "throughput":
@@ -334,8 +322,8 @@ def _basis(base: RunAnalysis, cand: RunAnalysis, basis: str) -> str:
                 f"{cand.name} over {base.name}")
     why = ("the unprofiled runs' throughput set aside: their launches shared the CPUs"
            if shared_cpus(base) or shared_cpus(cand) else "no manifest with throughput")
-    if _batches(base, cand):
-        old, new = _batches(base, cand)  # type: ignore[misc]
+    old, new = samples_per_step(base), samples_per_step(cand)
+    if old is not None and new is not None and old != new:
         return (f"Profiled step time of {base.name} over {cand.name}, x {new}/{old} samples "
                 f"per step (samples/s, not steps/s; {why})")
     return f"Profiled step time of {base.name} over {cand.name} ({why})"
