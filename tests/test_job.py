@@ -683,3 +683,17 @@ def test_communication_that_grew_on_every_rank_is_not_said_to_be_waiting(tmp_pat
     explanation = report.comparison.rows[1].explanation
     assert "Communication (exposed) grew 1.5 ms -> 22.5 ms" in explanation
     assert "waiting inside the collectives" not in explanation
+
+
+def test_communication_barely_waiting_is_not_said_to_be_mostly_waiting(tmp_path: Path) -> None:
+    """Rank 0 exposes 22.5 ms of all-reduce per step, rank 1 (2 ms more compute, the rank the
+    job waits for) 20.5 ms: 2 ms of rank 0's is waiting. COMM_OVERHEAD said 'Most of this
+    communication is waiting for rank 1', while the comparison's rule (job.mostly_waiting) said
+    it was not; both read one rule now, and the collectives are advised on as they are."""
+    write_rank(tmp_path, 0, compute_us=9000, comm_us=22500)
+    write_rank(tmp_path, 1, compute_us=11000, comm_us=20500)
+    run = analyze_paths([tmp_path], AnalyzeOptions()).runs[0]
+    assert run.waits_for is not None and run.waits_for.rank == 1
+    comm = next(f for f in run.findings if f.id == "COMM_OVERHEAD")
+    assert "waiting for rank 1" not in comm.recommendation
+    assert not any("is waiting for rank 1 to join them" in e.text for e in comm.evidence)

@@ -57,6 +57,7 @@ import numpy as np
 
 from profreport.errors import UsageError
 from profreport.reports.analysis.findings import RunContext, cpu_load
+from profreport.reports.analysis.job import mostly_waiting
 from profreport.reports.analysis.ops import reduced_precision
 from profreport.reports.analysis.results import (
     BREAKDOWN_PARTS,
@@ -113,9 +114,6 @@ PRECISION_CONFOUND_SHARE = 0.5
 #: Scales the median absolute deviation to a standard deviation for normally spread samples, so
 #: one warm-up or teardown step cannot widen the spread as it widens the standard deviation.
 MAD_TO_SD = 1.4826
-#: A run's exposed communication is 'mostly' waiting for the rank the job waits for when more
-#: than this share of it lies beyond that rank's own exposed communication per step.
-MOSTLY_WAITING_SHARE = 0.5
 #: Standard error of a median over that of a mean for normal samples (sqrt(pi/2)): the price of
 #: a centre that one outlying step cannot move.
 MEDIAN_SE_FACTOR = 1.2533
@@ -787,8 +785,7 @@ def waiting_text(changes: list[PartChange], base: RunAnalysis, run: RunAnalysis)
         return ""
     grew = moved.after_ns > moved.before_ns
     waiting, pacer = (run, run.waits_for) if grew else (base, base.waits_for)
-    share = _waiting_share(waiting, pacer)
-    if pacer is None or share is None or share <= MOSTLY_WAITING_SHARE:
+    if not _mostly_waiting(waiting, pacer):
         return ""
     whose = (f"rank {waiting.detailed_rank}" if waiting.detailed_rank is not None
              else "the detailed process")
@@ -805,18 +802,15 @@ def _exposed_ns(rank: RankVerdict) -> float | None:
     return rank.comm_exposed_fraction * rank.step_ns
 
 
-def _waiting_share(run: RunAnalysis, pacer: RankVerdict | None) -> float | None:
-    """The share of the detailed rank's exposed communication per step that lies beyond the
-    exposed communication of ``pacer``, the rank it waits for: its waiting for that rank; None
-    when either is not known."""
+def _mostly_waiting(run: RunAnalysis, pacer: RankVerdict | None) -> bool:
+    """Whether the detailed rank's exposed communication per step is mostly waiting for
+    ``pacer``, the rank it waits for (job.mostly_waiting); False when either is not known."""
     if run.job is None or pacer is None:
-        return None
+        return False
     mine = next((r for r in run.job.ranks if r.rank == run.detailed_rank), None)
     exposed = _exposed_ns(mine) if mine is not None else None
     theirs = _exposed_ns(pacer)
-    if exposed is None or theirs is None or exposed <= 0:
-        return None
-    return (exposed - theirs) / exposed
+    return exposed is not None and theirs is not None and mostly_waiting(exposed, theirs)
 
 
 def beyond_spread_text(changes: list[PartChange]) -> str:

@@ -26,6 +26,16 @@ TIED_LAG = 0.0005
 #: this share of the step below every other rank's: ranks within it wait alike inside the
 #: collectives (one collective's timing moves the share by a few percent from rank to rank).
 PACE_EXPOSED_MARGIN = 0.05
+#: A rank's exposed communication is 'mostly' waiting for the rank the job waits for when more
+#: than this share of it lies beyond that rank's own exposed communication per step.
+MOSTLY_WAITING_SHARE = 0.5
+
+
+def mostly_waiting(exposed: float, pacer_exposed: float) -> bool:
+    """Whether a rank's exposed communication (``exposed``, per step) is mostly waiting for the
+    rank the job waits for: more than MOSTLY_WAITING_SHARE of it lies beyond that rank's own
+    (``pacer_exposed``, in the same unit)."""
+    return exposed > 0 and (exposed - pacer_exposed) / exposed > MOSTLY_WAITING_SHARE
 
 
 def _slowest(ranks: Sequence[RankVerdict]) -> tuple[RankVerdict, int] | None:

@@ -12,6 +12,7 @@ from profreport.reports.analysis.findings.catalogue import Facts, rule
 from profreport.reports.analysis.findings.context import RunContext
 from profreport.reports.analysis.findings.copies import _count
 from profreport.reports.analysis.findings.verdicts import COMM_BOUND_EXPOSED_FRACTION
+from profreport.reports.analysis.job import mostly_waiting
 from profreport.reports.analysis.results import (
     CommStats,
     Evidence,
@@ -181,11 +182,12 @@ def _comm_advice(c: CommStats, ctx: RunContext, forwards: int | None) -> str:
 
 def _waiting(c: CommStats, ctx: RunContext) -> tuple[float, Evidence, str] | None:
     """When this rank's exposed communication is mostly waiting for the rank the job waits for
-    (RunContext.waited_for, which waits less inside the collectives): the share of the step the
-    collectives themselves may cost (that rank's exposed share), the evidence and the advice."""
+    (RunContext.waited_for, which waits less inside the collectives; job.mostly_waiting): the
+    share of the step the collectives themselves may cost (that rank's exposed share), the
+    evidence and the advice."""
     pacer = ctx.waited_for
     if pacer is None or pacer.comm_exposed_fraction is None \
-            or pacer.comm_exposed_fraction >= c.exposed_fraction:
+            or not mostly_waiting(c.exposed_fraction, pacer.comm_exposed_fraction):
         return None
     share = pacer.comm_exposed_fraction
     evidence = Evidence(f"{pacer.label}, the rank the job waits for, has {pct(share)} of its "
