@@ -57,6 +57,7 @@ import numpy as np
 
 from profreport.errors import UsageError
 from profreport.reports.analysis.findings import RunContext, cpu_load
+from profreport.reports.analysis.findings.compute import AMP_PRESENT_FRACTION
 from profreport.reports.analysis.job import mostly_waiting
 from profreport.reports.analysis.ops import reduced_precision
 from profreport.reports.analysis.results import (
@@ -107,10 +108,6 @@ STEP_SOURCE_ORDER = ("nsys", "kineto", "lprof")
 #: Host-to-device bytes per step differing by this factor between two runs are another batch
 #: or input (the same training moves the same batch each step): a confound of the comparison.
 BYTES_CONFOUND_RATIO = 1.25
-#: The fp16/bf16 share of the compute (ops.reduced_precision) crossing this between two runs is
-#: a precision change (half of it is where findings.AMP_PRESENT_FRACTION calls mixed precision
-#: on).
-PRECISION_CONFOUND_SHARE = 0.5
 #: Scales the median absolute deviation to a standard deviation for normally spread samples, so
 #: one warm-up or teardown step cannot widen the spread as it widens the standard deviation.
 MAD_TO_SD = 1.4826
@@ -512,13 +509,13 @@ def confounds(base: RunAnalysis, run: RunAnalysis) -> list[Confound]:
             out + [Confound("world size", phrase)]
     before, after = _reduced_share(base), _reduced_share(run)
     if before is not None and after is not None and \
-            (before[0] >= PRECISION_CONFOUND_SHARE) != (after[0] >= PRECISION_CONFOUND_SHARE):
+            (before[0] >= AMP_PRESENT_FRACTION) != (after[0] >= AMP_PRESENT_FRACTION):
         # Each side's share is of what its own reading covers; one phrase when both read alike.
         was = (pct(before[0]) if before[1] == after[1] else
                f"{pct(before[0])} of {_share_of(before[1])} ({before[1]})")
         phrase = f"fp16/bf16 compute {was} -> {pct(after[0])} of {_share_of(after[1])} " \
                  f"({after[1]})"
-        made = _amp_made(knobs.get("amp"), after[0] >= PRECISION_CONFOUND_SHARE)  # type: ignore[arg-type]
+        made = _amp_made(knobs.get("amp"), after[0] >= AMP_PRESENT_FRACTION)  # type: ignore[arg-type]
         out = (_joined_to_knob(out, "amp", phrase) if made else []) or \
             out + [Confound("precision", phrase)]
     mixes = base.metrics.kernel_mix, run.metrics.kernel_mix
