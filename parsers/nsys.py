@@ -584,20 +584,21 @@ def _nvtx_structure(tables: dict[str, pd.DataFrame], meta: NsysMeta) -> None:
         return
     if not tables["steps"].empty:
         if phases := phases_text(ranges, tables["steps"]):
-            meta.notes.append(f"the {len(tables['steps']):,} steps are NVTX ranges named as "
+            _steps_note(meta, f"the {len(tables['steps']):,} steps are NVTX ranges named as "
                               f"steps{phases}")
         return
     steps, span = steps_from_repeats(ranges, "nvtx", masked_numbers, own_extent=True)
     if span is None:
         return
     tables["steps"], meta.step_span = steps, span
-    meta.notes.append(_structure_note(ranges, steps, span))
+    _steps_note(meta, f"no NVTX range is named as a step: the {len(steps):,} steps are the "
+                      f"repeated range '{span}'{phases_text(ranges, steps)}")
 
 
-def _structure_note(ranges: pd.DataFrame, steps: pd.DataFrame, span: str) -> str:
-    """The note saying that ``steps`` are the repeated range ``span``, with its phases."""
-    return (f"no NVTX range is named as a step: the {len(steps):,} steps are the repeated "
-            f"range '{span}'{phases_text(ranges, steps)}")
+def _steps_note(meta: NsysMeta, note: str) -> None:
+    """Add the note saying what the steps are (NsysMeta.steps_note)."""
+    meta.notes.append(note)
+    meta.steps_note = note
 
 
 def dropped_note(table: str, count: int) -> str:
@@ -1416,9 +1417,9 @@ def _steps_of(profile: Profile, pids: list[int]) -> None:
     range of another (a DataLoader worker annotating each sample, busier than the training) is
     no step of it."""
     tables, meta = profile.tables, profile.meta
-    if meta.step_span is not None:
-        found = _structure_note(tables["ranges"], tables["steps"], meta.step_span)
-        meta.notes = [note for note in meta.notes if note != found]
+    if meta.steps_note is not None:
+        meta.notes = [note for note in meta.notes if note != meta.steps_note]
+        meta.steps_note = None
     own = {"ranges": tables["ranges"][np.isin(tables["ranges"]["pid"].to_numpy(), pids)]}
     own["steps"], meta.step_span = steps_from_ranges(own["ranges"]), None
     _nvtx_structure(own, meta)

@@ -810,3 +810,26 @@ def test_the_memory_of_each_process_of_a_capture_says_whose_it_is(tmp_path: Path
     from profreport.reports.render.html import render_html
 
     assert "<tr><td>rank 1, pid 7, cuda:0</td>" in render_html(report)
+
+
+def test_the_steps_note_is_that_of_the_steps_kept(tmp_path: Path) -> None:
+    """pid 100 launches kernels in 3 'step i' ranges; pid 200, which launches none, marks 5.
+    The capture's steps are found again in pid 100's ranges, and one note says what they are:
+    the capture-wide note ('the 5 steps ...') stayed beside the new one ('the 3 steps ...'),
+    as it was removed only when it was rebuilt to the same text (steps from repeated ranges)."""
+    def process(pid: int, steps: int, launches: bool) -> Process:
+        """``steps`` 10 ms 'step i' ranges, each holding a 4 ms 'forward' (and a kernel)."""
+        base = (300 - pid) * 1000 * MS
+        ranges = [r for i in range(steps) for r in (
+            (base + i * 10 * MS, base + i * 10 * MS + 9 * MS, f"step {i}"),
+            (base + i * 10 * MS + MS, base + i * 10 * MS + 5 * MS, "forward"))]
+        kernels = [(base + i * 10 * MS + 2 * MS, base + i * 10 * MS + 3 * MS,
+                    base + i * 10 * MS + 4 * MS, i + 1, 0) for i in range(steps)]
+        return Process(pid, ranges=ranges, launches=kernels if launches else [])
+
+    path = write_export(tmp_path / "steps.sqlite", [process(100, 3, True),
+                                                    process(200, 5, False)])
+    (profile,) = nsys.process_profiles(nsys.parse(path))
+    assert len(profile.table("steps")) == 3
+    assert [note for note in profile.meta.notes if "steps are NVTX ranges" in note] == [
+        "the 3 steps are NVTX ranges named as steps; inside each: forward 4.0 ms per step"]
