@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import re
@@ -21,7 +22,7 @@ from typing import Any
 from profreport import concepts
 from profreport.errors import UsageError
 from profreport.manifest import Artifact, ProfiledRun
-from profreport.runner.leftovers import end_leftovers, marked_environment, new_mark
+from profreport.runner.leftovers import MarkedCpu, end_leftovers, marked_environment, new_mark
 from profreport.runner.variants import cpu_has_native_bf16, cpus_available
 
 PROFILERS = ("kernprof", "torch", "nsys")
@@ -178,23 +179,24 @@ def _cpu_s(who: int) -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-#: Launchers that start the program outside the launcher's own process tree: slurmstepd runs
-#: srun's tasks, nsys's agent starts the profiled program (its parent is nsys-launcher).
-OUTSIDE_TREE_LAUNCHERS = frozenset({"srun", "nsys"})
+#: Launchers whose tasks run under another machine's or daemon's processes (slurmstepd runs
+#: srun's, on every node of the allocation): their CPU time is not measured.
+UNFOLLOWED_LAUNCHERS = frozenset({"srun"})
 
 
-def _own_tree(launch: Launch) -> bool:
-    """Whether the launch's processes all run below this one, so that their CPU time comes back
-    when they are reaped (see OUTSIDE_TREE_LAUNCHERS)."""
-    return bool(launch.command) and Path(launch.command[0]).name not in OUTSIDE_TREE_LAUNCHERS
+def _measured(launch: Launch) -> bool:
+    """Whether the launch's processes run where the runner can measure their CPU time: below
+    it, or (under nsys) found by their mark (see leftovers.MarkedCpu)."""
+    return bool(launch.command) and Path(launch.command[0]).name not in UNFOLLOWED_LAUNCHERS
 
 
 def run_launch(launch: Launch) -> ProfiledRun:
     """Run the command, stdout into the log and stderr beside it; exit status, signal, wall time,
     the CPU time of its processes and of the others on the CPUs it may use meanwhile (its
-    affinity set, which a Slurm allocation or taskset bounds; where its processes are this
-    one's descendants) and, when it failed, the error line and the last lines of stderr
-    recorded."""
+    affinity set, which a Slurm allocation or taskset bounds) and, when it failed, the error
+    line and the last lines of stderr recorded. A launch under nsys is marked: its processes,
+    which nsys runs outside the runner's tree, are found by the mark, their CPU time sampled
+    while it runs and what it left running ended."""
     cpus = os.sched_getaffinity(0)
     busy_before = cpus_busy_s(cpus)
     runner_before, launch_before = _cpu_s(resource.RUSAGE_SELF), _cpu_s(resource.RUSAGE_CHILDREN)
@@ -203,14 +205,19 @@ def run_launch(launch: Launch) -> ProfiledRun:
     errors = stderr_log(launch.log)
     # nsys's agent runs in a session of its own: what the launch leaves is found by its mark.
     mark = new_mark() if launch.profiler == "nsys" else None
-    leftovers = None
+    leftovers = marked_cpu_s = busy_after = runner_s = None
     try:
         with open(launch.log, "w", encoding="utf-8") as out, \
-                open(errors, "w", encoding="utf-8") as err:
+                open(errors, "w", encoding="utf-8") as err, \
+                MarkedCpu(mark) if mark else contextlib.nullcontext() as marked:
             status = subprocess.run(launch.command, stdout=out, stderr=err,
                                     stdin=subprocess.DEVNULL, check=False,
                                     env=marked_environment(mark) if mark else None).returncode
         wall_s = time.perf_counter() - started
+        # Measured as the launch returns, before waiting for what it left running.
+        busy_after = cpus_busy_s(cpus)
+        runner_s = _cpu_s(resource.RUSAGE_SELF) - runner_before
+        marked_cpu_s = marked.cpu_s() if marked is not None else None
     except OSError as exc:
         return ProfiledRun(MANIFEST_PROFILER[launch.profiler], launch.command, None,
                            time.perf_counter() - started, error=f"cannot start: {exc}")
@@ -219,14 +226,13 @@ def run_launch(launch: Launch) -> ProfiledRun:
             leftovers = end_leftovers(mark, launch.profiler)
     record = ProfiledRun(MANIFEST_PROFILER[launch.profiler], launch.command, status, wall_s,
                          leftovers=leftovers)
-    busy_after = cpus_busy_s(cpus)
     # A launch that failed may leave workers no one reaps: their CPU time would read as the
     # rest of the machine's.
-    if _own_tree(launch) and status == 0:
-        record.cpu_s = round(_cpu_s(resource.RUSAGE_CHILDREN) - launch_before, 3)
+    if _measured(launch) and status == 0:
+        record.cpu_s = round(marked_cpu_s if marked_cpu_s is not None
+                             else _cpu_s(resource.RUSAGE_CHILDREN) - launch_before, 3)
         if busy_before is not None and busy_after is not None:
-            runner = _cpu_s(resource.RUSAGE_SELF) - runner_before
-            record.other_cpu_s = round(max(busy_after - busy_before - record.cpu_s - runner,
+            record.other_cpu_s = round(max(busy_after - busy_before - record.cpu_s - runner_s,
                                            0.0), 3)
             record.cpus = len(cpus)
     if status != 0:

@@ -1,4 +1,5 @@
-"""Processes a launch left running once it ended, such as nsys's agent, found and ended.
+"""A launch's processes found by their mark wherever they run: their CPU time, and those left
+running once it ended (nsys's agent), ended.
 
 ``nsys profile`` starts its agent (``nsys --start-agent``) as a daemon: init is its parent and
 the session is its own, so no process group, session or parent chain of the launch reaches it.
@@ -16,8 +17,10 @@ from __future__ import annotations
 import os
 import secrets
 import signal
+import threading
 import time
 from pathlib import Path
+from types import TracebackType
 
 #: The environment variable whose value names one launch (:func:`new_mark`).
 LAUNCH_MARK = "PROFREPORT_LAUNCH"
@@ -31,6 +34,13 @@ POLL_S = 0.1
 #: The words of a leftover's command line its line names (``nsys --start-agent``).
 NAMED_WORDS = 2
 PROC = Path("/proc")
+#: Seconds between two samples of the marked processes' CPU time while a launch runs: what a
+#: process uses after its last sample is missed, at most this much CPU time per process (a
+#: launch of a minute on 2 CPUs, with its 4 processes, loses under 2% of its 120 CPU seconds).
+CPU_SAMPLE_S = 0.5
+# In /proc/PID/stat, after the command's closing parenthesis: the fields' positions of user
+# and system time (clock ticks) and of the start time (which tells a reused pid apart).
+_UTIME, _STIME, _STARTTIME = 11, 12, 19
 
 
 def new_mark() -> str:
@@ -121,3 +131,63 @@ def end_leftovers(mark: str, launcher: str) -> str | None:
     if survivors:
         line += f"; still running: pid {', '.join(map(str, survivors))}"
     return line
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command's name, or None once it is gone."""
+    try:
+        return (PROC / str(pid) / "stat").read_text(encoding="ascii").rsplit(")", 1)[1].split()
+    except (OSError, IndexError, UnicodeDecodeError):
+        return None
+
+
+class MarkedCpu:
+    """The CPU time of every process that carries a launch's mark, sampled in a thread while
+    the launch runs: nsys runs the profiled program under a launcher whose CPU time never comes
+    back to the runner when it is reaped, and its agent in a session of its own. Each
+    process's own user and system time (never its children's, which are marked and counted
+    themselves) as last sampled; a process is told apart from a later one that reuses its pid
+    by its start time."""
+
+    def __init__(self, mark: str) -> None:
+        self._mark = mark
+        self._marked: dict[tuple[int, str], bool] = {}
+        self._cpu_ticks: dict[tuple[int, str], int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample_until_stopped, daemon=True)
+
+    def __enter__(self) -> MarkedCpu:
+        self._thread.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample_until_stopped(self) -> None:
+        """Sample every CPU_SAMPLE_S until stopped, and once more then."""
+        while not self._stop.wait(CPU_SAMPLE_S):
+            self.sample()
+        self.sample()
+
+    def sample(self) -> None:
+        """Read the CPU time of each live process carrying the mark (its environment is read
+        once per process)."""
+        try:
+            pids = [int(entry.name) for entry in PROC.iterdir() if entry.name.isdigit()]
+        except OSError:
+            return
+        for pid in pids:
+            fields = _stat_fields(pid)
+            if fields is None or len(fields) <= _STARTTIME:
+                continue
+            key = (pid, fields[_STARTTIME])
+            if key not in self._marked:
+                self._marked[key] = carries_mark(pid, self._mark)
+            if self._marked[key]:
+                self._cpu_ticks[key] = int(fields[_UTIME]) + int(fields[_STIME])
+
+    def cpu_s(self) -> float:
+        """CPU seconds the marked processes used, as last sampled."""
+        return sum(self._cpu_ticks.values()) / os.sysconf("SC_CLK_TCK")

@@ -31,6 +31,7 @@ from profreport.errors import EXIT_INTERRUPTED, EXIT_PARTIAL, InputError, UsageE
 from profreport.manifest import Manifest, load_manifest
 from profreport.parsers import ParseOptions, parse_file
 from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+from profreport.runner import leftovers
 from profreport.runner.launch import (
     NSYS_OUTPUT,
     Launch,
@@ -752,8 +753,7 @@ def test_a_launch_records_its_cpu_time_and_the_rest_of_the_machines(tmp_path: Pa
     """A launch spinning for 1.5 s of CPU while another process spins beside it: the launch
     used about its 1.5 s, and the rest of the machine at least a second meanwhile (the other
     spinner on another CPU for the launch's whole wall time, or half of one CPU shared with
-    it; more on a loaded machine). An nsys launch runs its program outside the runner's
-    process tree: not measured."""
+    it; more on a loaded machine). srun runs its tasks under slurmstepd: not measured."""
     other = subprocess.Popen([sys.executable, "-c", SPIN, "60"])
     try:
         time.sleep(0.3)  # the other process is spinning before the launch starts
@@ -765,14 +765,31 @@ def test_a_launch_records_its_cpu_time_and_the_rest_of_the_machines(tmp_path: Pa
     assert record.exit_status == 0
     assert 1.5 <= record.cpu_s <= 2.2
     assert record.other_cpu_s >= 1.0
-    # A launcher that starts its program outside the runner's tree (here a stand-in named nsys
-    # that runs it): not measured, although this stand-in's program is the runner's child.
-    stand_in = tmp_path / "nsys"
+    stand_in = tmp_path / "srun"
     stand_in.write_text('#!/bin/sh\nexec "$@"\n')
     stand_in.chmod(0o755)
-    nsys = run_launch(Launch("nsys", [str(stand_in), sys.executable, "-c", SPIN, "0.2"],
-                             tmp_path / "nsys.log"))
-    assert nsys.exit_status == 0 and nsys.cpu_s is None and nsys.other_cpu_s is None
+    srun = run_launch(Launch("none", [str(stand_in), sys.executable, "-c", SPIN, "0.2"],
+                             tmp_path / "srun.log"))
+    assert srun.exit_status == 0 and srun.cpu_s is None and srun.other_cpu_s is None
+
+
+@pytest.mark.nsys
+def test_an_nsys_launch_records_the_cpu_time_of_its_program(tmp_path: Path,
+                                                            nsys_available: str) -> None:
+    """A real capture of a program spinning for 2 s of CPU: nsys runs it under nsys-launcher,
+    whose CPU time never comes back to the runner (its reaped children used 0.07 s), and its
+    agent in a session of its own; the launch's processes, found by its mark, are sampled
+    while it runs: the program's 2 s (less at most its last CPU_SAMPLE_S) and nsys's own work.
+    It was not measured at all, so the comparison could not say whether the nsys launches
+    whose step times replace a shared run's throughput had the CPUs to themselves."""
+    command = [nsys_available, "profile", "--trace=osrt", "--sample=none", "--cpuctxsw=none",
+               "--force-overwrite=true", "-o", str(tmp_path / "spin"), sys.executable, "-c",
+               SPIN, "2"]
+    record = run_launch(Launch("nsys", command, tmp_path / "nsys.log"))
+    assert record.exit_status == 0 and record.cpus == len(os.sched_getaffinity(0))
+    # nsys profile, its launcher and importer add 0.1-0.6 s here.
+    assert 2.0 - leftovers.CPU_SAMPLE_S <= record.cpu_s <= 2.0 + 1.5
+    assert record.other_cpu_s is not None and record.other_cpu_s >= 0
 
 
 def test_launch_cpu_accounting_subtracts_the_launch_and_the_runner(

@@ -136,8 +136,8 @@ ORIGIN_LAUNCH: dict[str, str] = {"nsys": "nsys", "kineto": "torch.profiler",
 
 def profiled_cpu(manifest: Manifest) -> dict[str, SharedCpu | None]:
     """Each profiled launch's CPU sharing (see launch_cpu), by the origin of its profiles; None
-    where the runner could not measure it (an nsys launch's processes are its agent's, not the
-    runner's descendants)."""
+    where the runner did not measure it (srun's tasks; nsys launches before the runner sampled
+    their marked processes)."""
     by_name = {launch.profiler: launch for launch in manifest.launches}
     return {origin: launch_cpu(manifest, by_name[name]) for origin, name in ORIGIN_LAUNCH.items()
             if name in by_name}
