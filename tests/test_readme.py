@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from profreport.reports.analysis import compare, findings, gpu, job, metrics, scaling
+from profreport.reports.analysis import compare, dataloader, findings, gpu, job, metrics, scaling
 
 README_PATH = Path(__file__).resolve().parents[1] / "README.md"
 README = README_PATH.read_text(encoding="utf-8")
@@ -38,7 +38,8 @@ def documented_constants(module: object) -> list[tuple[str, str]]:
 
 
 #: Modules holding thresholds, with how many each holds at least (a test of the scan itself).
-THRESHOLD_MODULES = [(gpu, 3), (compare, 2), (scaling, 1), (job, 1), (metrics, 2)] + [
+THRESHOLD_MODULES = [(gpu, 3), (compare, 2), (scaling, 1), (job, 1), (metrics, 2),
+                     (dataloader, 2)] + [
     (theme, 1) for theme in findings.THEMES if theme.__name__.rsplit(".", 1)[-1] != "startup"]
 
 

@@ -38,7 +38,7 @@ from profreport.reports.analysis.cpu import (
     top_ops,
     zero_grad_fills_per_step,
 )
-from profreport.reports.analysis.findings.verdicts import loader_shares_agree
+from profreport.reports.analysis.dataloader import loader_shares_agree
 from profreport.reports.analysis.gpu import (
     busy_intervals,
     copy_stats,

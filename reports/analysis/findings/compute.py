@@ -9,6 +9,7 @@ import math
 import pandas as pd
 
 from profreport import concepts
+from profreport.reports.analysis.dataloader import LOADER_BOUND_FRACTION
 from profreport.reports.analysis.findings.catalogue import Facts, rule
 from profreport.reports.analysis.findings.context import (
     CpuLoad,
@@ -20,7 +21,6 @@ from profreport.reports.analysis.findings.ops import optimizer_many_kernels
 from profreport.reports.analysis.findings.verdicts import (
     COMPUTE_BOUND_BUSY,
     COMPUTE_BOUND_SHARE,
-    LOADER_BOUND_FRACTION,
     compute_share,
     trial_evidence,
 )

@@ -4,13 +4,13 @@ little work per step.
 
 from __future__ import annotations
 
+from profreport.reports.analysis.dataloader import LOADER_BOUND_FRACTION
 from profreport.reports.analysis.findings.catalogue import Facts, rule
 from profreport.reports.analysis.findings.compute import amp_not_to_advise
 from profreport.reports.analysis.findings.context import RunContext
 from profreport.reports.analysis.findings.copies import minor_sync_evidence
 from profreport.reports.analysis.findings.verdicts import (
     HOST_BOUND_IDLE_SHARE,
-    LOADER_BOUND_FRACTION,
     loop_ns_without_loader,
 )
 from profreport.reports.analysis.ops import reduced_precision

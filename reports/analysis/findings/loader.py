@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+from profreport.reports.analysis.dataloader import LOADER_BOUND_FRACTION, loader_shares_agree
 from profreport.reports.analysis.findings.catalogue import Facts, rule
 from profreport.reports.analysis.findings.context import (
     RunContext,
@@ -13,8 +14,6 @@ from profreport.reports.analysis.findings.context import (
 )
 from profreport.reports.analysis.findings.gpu import largest_gap_at
 from profreport.reports.analysis.findings.verdicts import (
-    LOADER_BOUND_FRACTION,
-    loader_shares_agree,
     loop_ns_without_loader,
     trial_evidence,
 )

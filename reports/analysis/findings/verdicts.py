@@ -5,6 +5,7 @@ SHARED_CPUS when the unprofiled run competed with other work for the CPUs.
 
 from __future__ import annotations
 
+from profreport.reports.analysis.dataloader import LOADER_BOUND_FRACTION
 from profreport.reports.analysis.findings.catalogue import Facts, rule, run_findings
 from profreport.reports.analysis.findings.context import RunContext
 from profreport.reports.analysis.results import (
@@ -21,11 +22,6 @@ from profreport.reports.analysis.results import (
 from profreport.text import error_text
 from profreport.units import duration, pct
 
-#: A quarter of every step spent waiting for the next batch is the biggest single loss a run can
-#: fix without touching the model, so from here on the run is called loader-bound.
-LOADER_BOUND_FRACTION = 0.25
-#: Two sources agree about the DataLoader when their wait shares differ by at most this much.
-SOURCES_AGREE_DELTA = 0.15
 #: Communication not hidden under compute for a quarter of the step makes the run comm-bound.
 COMM_BOUND_EXPOSED_FRACTION = 0.25
 #: A GPU busy 80% of its window is limited by its own kernels: the run is compute-bound.
@@ -119,13 +115,6 @@ def compute_where(m: RunMetrics) -> str:
     if m.breakdown is not None and m.breakdown.origin == "lprof":
         return "the loop body's lines"
     return "the model's CPU operators"
-
-
-def loader_shares_agree(shares: list[float]) -> bool:
-    """Whether profilers' DataLoader wait shares tell one story: within SOURCES_AGREE_DELTA of
-    each other, or all on one side of LOADER_BOUND_FRACTION (the same verdict)."""
-    return max(shares) - min(shares) <= SOURCES_AGREE_DELTA or \
-        len({share >= LOADER_BOUND_FRACTION for share in shares}) == 1
 
 
 def loop_ns_without_loader(m: RunMetrics) -> tuple[int, int] | None:
