@@ -53,6 +53,11 @@ class RunContext:
         left is to find the rest)."""
         return bool(self.knob("channels_last")) or self.channels_last_convolutions > 0
 
+    def num_workers(self) -> int | None:
+        """The DataLoader's worker count the manifest (or the shown source) records, if any."""
+        workers = self.knob("num_workers")
+        return workers if isinstance(workers, int) and not isinstance(workers, bool) else None
+
     def cpus(self) -> int | None:
         """CPUs the run could use, when the manifest recorded them (its affinity mask before the
         machine's count: a Slurm job or taskset sees fewer CPUs than the node has)."""
@@ -118,8 +123,8 @@ def training_processes(ctx: RunContext) -> int:
 
 def cpu_load(ctx: RunContext) -> CpuLoad | None:
     """Workers and compute threads against CPUs, for a CPU-only run whose manifest has them."""
-    workers, cpus = ctx.knob("num_workers"), ctx.cpus()
-    if ctx.on_gpu() or not isinstance(workers, int) or isinstance(workers, bool) or not cpus:
+    workers, cpus = ctx.num_workers(), ctx.cpus()
+    if ctx.on_gpu() or workers is None or not cpus:
         return None
     threads = ctx.torch_threads()
     return CpuLoad(workers=workers, threads=threads or 1, threads_known=threads is not None,

@@ -86,14 +86,23 @@ def workers_needed(wait_ns: int, rest_ns: int, workers: int) -> int:
 PREFETCH_FACTOR = 4
 
 
-def _loader_settings(m: RunMetrics | None, ctx: RunContext) -> str:
+def loader_workers(m: RunMetrics, ctx: RunContext) -> int | None:
+    """The DataLoader's worker count: the run's num_workers, else 0 where its spans are
+    single-process iterators (see metrics.loader_in_process); None when neither tells."""
+    workers = ctx.num_workers()
+    if workers is None and m.loader_in_process:
+        return 0
+    return workers
+
+
+def _loader_settings(m: RunMetrics, ctx: RunContext) -> str:
     """The end of a fix: the DataLoader settings this run lacks ('; set pin_memory=True,
     persistent_workers=True and prefetch_factor=4.'), or '.' when it lacks none; pin_memory
     only where the profile shows batches copied from pageable memory (a run whose copies are
     pinned, or without a GPU, has nothing to pin), prefetch_factor unless the run's is as
     high already."""
     wanted = []
-    if not ctx.knob("pin_memory") and m is not None and m.copies is not None \
+    if not ctx.knob("pin_memory") and m.copies is not None \
             and m.copies.h2d_pageable_bytes > 0:
         wanted.append("pin_memory=True")
     if not ctx.knob("persistent_workers"):
@@ -107,15 +116,12 @@ def _loader_settings(m: RunMetrics | None, ctx: RunContext) -> str:
             + wanted[-1] + ".")
 
 
-def _workers_advice(ctx: RunContext, m: RunMetrics | None = None) -> str:
+def _workers_advice(ctx: RunContext, m: RunMetrics) -> str:
     """Concrete DataLoader advice: the workers this run's loop needs (from its DataLoader wait
-    and the rest of its step, the recorded worker count being the knob, or 0 when the trace
-    shows a single-process DataLoader), within its CPUs, and the DataLoader settings it lacks."""
-    workers = ctx.knob("num_workers")
-    if workers is None and m is not None and m.loader_in_process:
-        workers = 0
-    known = isinstance(workers, int) and not isinstance(workers, bool)
-    loop = loop_ns_without_loader(m) if m is not None else None
+    and the rest of its step, and its worker count: see loader_workers), within its CPUs, and
+    the DataLoader settings it lacks."""
+    workers = loader_workers(m, ctx)
+    loop = loop_ns_without_loader(m)
     cpus = ctx.cpus()
     cheaper = ("make each sample cheaper (decode/augment once and cache, smaller images, "
                "DALI/GPU augmentation)")
@@ -124,11 +130,11 @@ def _workers_advice(ctx: RunContext, m: RunMetrics | None = None) -> str:
         return (f"Give the DataLoader more workers (num_workers; the profile has no step "
                 f"breakdown to size them from) or {cheaper}{extras}")
     wait, rest = loop
-    if not known:
+    if workers is None:
         scale = WORKER_HEADROOM * (wait + rest) / rest
         where = ("The DataLoader runs in worker processes (its spans are "
                  "_MultiProcessingDataLoaderIter) but the profile does not record how many"
-                 if m is not None and m.loader_in_process is False else
+                 if m.loader_in_process is False else
                  f"The profile does not record num_workers (at 0, {workers_needed(wait, rest, 0)} "
                  "workers would keep up)")
         return (f"{where}: the loop waits {ms(wait)} per step for {ms(rest)} of other work, so "
@@ -248,12 +254,12 @@ def data_stalls(facts: Facts) -> Finding | None:
 
 
 def _has_workers(m: RunMetrics, ctx: RunContext) -> bool | None:
-    """Whether the DataLoader loads in worker processes: the run's num_workers, else what its
-    DataLoader spans say (see metrics.loader_in_process); None when neither tells."""
-    workers = ctx.knob("num_workers")
-    if isinstance(workers, int) and not isinstance(workers, bool):
+    """Whether the DataLoader loads in worker processes: its worker count (loader_workers), else
+    spans of worker processes' iterators; None when neither tells."""
+    workers = loader_workers(m, ctx)
+    if workers is not None:
         return workers > 0
-    return None if m.loader_in_process is None else not m.loader_in_process
+    return True if m.loader_in_process is False else None
 
 
 def _periodic_cause(period: int, workers: bool | None) -> str:
