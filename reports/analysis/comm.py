@@ -94,8 +94,8 @@ def all_reduce_sizes(profile: Profile, windows: StepWindows
                      ) -> tuple[AllReduceSizes | None, str | None]:
     """The sizes of the all-reduces the steps make, counted in one layer of the collective
     calls (the one recording most sizes: each call is recorded once per layer), those of DDP's
-    gradient buckets apart from the rest (see in_backward); else None and why they are
-    unknown."""
+    gradient buckets apart from the rest (see gradient_buckets; every call when nothing tells);
+    else None and why they are unknown."""
     calls = in_windows(profile.table("cpu_collectives"), windows)
     calls = calls[(call_kinds(calls) == concepts.ALL_REDUCE).fillna(False).to_numpy(bool)]
     sized = calls[calls["bytes"].to_numpy() >= 0]
@@ -104,7 +104,9 @@ def all_reduce_sizes(profile: Profile, windows: StepWindows
     layers = concepts.collective_layer(sized["name"])
     counted = sized[(layers == layers.value_counts().idxmax()).to_numpy(bool)]
     counted = counted.sort_values("start", kind="stable")
-    gradients = in_backward(profile, counted, calls)
+    gradients = gradient_buckets(spans_where(profile, concepts.is_backward_op), counted, calls)
+    if gradients is None:  # nothing tells a bucket's all-reduce from another: all count
+        gradients = np.ones(len(counted), bool)
     sizes = counted["bytes"].to_numpy(np.int64)[gradients]
     return AllReduceSizes(calls_per_step=len(sizes) / windows.count,
                           bytes_per_step=int(sizes.sum()) // windows.count,
@@ -113,28 +115,28 @@ def all_reduce_sizes(profile: Profile, windows: StepWindows
                           others_per_step=int((~gradients).sum()) / windows.count), None
 
 
-def in_backward(profile: Profile, counted: pd.DataFrame, calls: pd.DataFrame) -> np.ndarray:
-    """Which of the all-reduce calls ``counted`` (one layer, by start) DDP made for a gradient
-    bucket: those issued inside the backward pass on their thread (DDP's reducer all-reduces a
-    bucket from autograd's hooks, inside AccumulateGrad; a loss or metric all-reduced by the
-    loop, on a thread running no backward op or outside it, is not). A layer recorded on a
-    worker thread (gloo's run the op: no c10d call, no backward op there) is paired with the
-    calls of the same order in a layer of ``calls`` made on the calling threads (each call is
-    recorded once per layer, in the order it was made). Every call when the profile records
-    no backward pass, or no layer pairs with ``counted``."""
-    backward = spans_where(profile, concepts.is_backward_op)
-    everything = np.ones(len(counted), bool)
+def gradient_buckets(backward: pd.DataFrame, layer: pd.DataFrame,
+                     calls: pd.DataFrame) -> np.ndarray | None:
+    """Which of the all-reduce calls ``layer`` (one layer of ``calls``, by start) DDP made for a
+    gradient bucket: those issued inside the backward pass (``backward``, the profile's backward
+    ops) on their thread (DDP's reducer all-reduces a bucket from autograd's hooks, inside
+    AccumulateGrad; a loss or metric all-reduced by the loop, on a thread running no backward
+    op or outside it, is not). A layer recorded on a worker thread (gloo's run the op: no c10d
+    call, no backward op there) is paired with the calls of the same order in a layer of
+    ``calls`` made on the calling threads (each call is recorded once per layer, in the order
+    it was made). None when nothing tells: the profile records no backward pass, or no layer
+    pairs with ``layer``."""
     if backward.empty:
-        return everything
+        return None
     made = calls[(concepts.collective_layer(calls["name"]) != "backend").fillna(False)
                  .to_numpy(bool)]
     callers = _threads(backward) | _threads(made)
-    if _threads(counted) <= callers:
-        return _inside_own_thread(backward, counted)
-    for _, layer in made.groupby(concepts.collective_layer(made["name"]), sort=False):
-        if len(layer) == len(counted):
-            return _inside_own_thread(backward, layer.sort_values("start", kind="stable"))
-    return everything
+    if _threads(layer) <= callers:
+        return _inside_own_thread(backward, layer)
+    for _, caller in made.groupby(concepts.collective_layer(made["name"]), sort=False):
+        if len(caller) == len(layer):
+            return _inside_own_thread(backward, caller.sort_values("start", kind="stable"))
+    return None
 
 
 def _threads(frame: pd.DataFrame) -> set[tuple[int, int]]:
@@ -143,13 +145,19 @@ def _threads(frame: pd.DataFrame) -> set[tuple[int, int]]:
 
 
 def gradient_syncs(profile: Profile) -> np.ndarray:
-    """Start times of the all-reduce calls issued inside the backward pass on their own thread
-    (DDP's gradient buckets: see in_backward), in order."""
+    """Start times of the all-reduce calls DDP made for its gradient buckets (gradient_buckets,
+    each layer of the calls in turn; none from a layer where nothing tells), in order."""
     calls = profile.table("cpu_collectives")
     calls = calls[(call_kinds(calls) == concepts.ALL_REDUCE).fillna(False).to_numpy(bool)]
     backward = spans_where(profile, concepts.is_backward_op)
-    inside = _inside_own_thread(backward, calls)
-    return np.sort(calls["start"].to_numpy(np.int64)[inside])
+    starts = [np.array([], np.int64)]
+    for _, layer in calls.groupby(concepts.collective_layer(calls["name"]), sort=False,
+                                  dropna=False):
+        layer = layer.sort_values("start", kind="stable")
+        buckets = gradient_buckets(backward, layer, calls)
+        if buckets is not None:
+            starts.append(layer["start"].to_numpy(np.int64)[buckets])
+    return np.sort(np.concatenate(starts))
 
 
 def ddp_forwards_per_sync(profile: Profile, windows: StepWindows | None) -> int | None:

@@ -223,7 +223,7 @@ class Breakdown:
 @dataclass(frozen=True)
 class AllReduceSizes:
     """The all-reduces the steps make for DDP's gradient buckets (issued in the backward pass:
-    see comm.in_backward), as the trace records what each sends (elements times their dtype's
+    see comm.gradient_buckets), as the trace records what each sends (elements times their dtype's
     size): DDP reduces the gradients in buckets, one all-reduce each; 0 calls when every
     all-reduce is another one."""
 
