@@ -293,11 +293,9 @@ def few_steps_note(metrics: RunMetrics) -> list[str]:
             "most; profile several steps after the first"]
 
 
-def member_label(profile: Profile) -> str | None:
-    """``rank 1``, or ``pid 4242`` for a process of unknown rank (see RankVerdict.label); None
-    for a profile of neither."""
-    if profile.rank is None and profile.process is None:
-        return None
+def member_label(profile: Profile) -> str:
+    """The job's member whose profile this is (see rank_label); "" for a profile of neither a
+    rank nor a process of a capture."""
     return rank_label(profile.rank, profile.process)
 
 
@@ -315,8 +313,8 @@ def detailed_profiles(profiles: list[Profile], summaries: list[RankSummary]
     processes = sum(s.input.process is not None and s.input.path == str(first.path)
                     for s in summaries)
     ranked_files = any(p.rank is not None and p.process is None for p in profiles)
-    whose = (f"{member_label(first)}'s profile ({process_label(first.process or 0)})"
-             if first.rank is not None else f"{member_label(first)}'s profile")
+    whose = (f"{member_label(first)}'s profile"
+             + (f" ({process_label(first.process)})" if first.rank is not None else ""))
     note = (f"the Nsight Systems figures come from {whose}, one of the {processes} processes of "
             "the capture" + (", whose rank it does not record" if first.rank is None else "")
             + ("" if ranked_files and first.rank is None else

@@ -74,6 +74,7 @@ from profreport.reports.analysis.results import (
     StepStats,
     StepTimeKind,
     origin_label,
+    rank_label,
 )
 from profreport.units import ms, nbytes, pct
 
@@ -784,8 +785,7 @@ def waiting_text(changes: list[PartChange], base: RunAnalysis, run: RunAnalysis)
     waiting, pacer = (run, run.waits_for) if grew else (base, base.waits_for)
     if not _mostly_waiting(waiting, pacer):
         return ""
-    whose = (f"rank {waiting.detailed_rank}" if waiting.detailed_rank is not None
-             else "the detailed process")
+    whose = rank_label(waiting.detailed_rank) or "the detailed process"
     return (f" In {waiting.name}, that communication {'is' if grew else 'was'} mostly {whose} "
             f"waiting inside the collectives for {pacer.label}, the rank the job waits for "
             f"({pacer.verdict}: {pacer.verdict_reason.rstrip('.')}): what "

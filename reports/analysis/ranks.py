@@ -16,7 +16,7 @@ from pathlib import Path
 from profreport.allocator import tune_for_large_arrays
 from profreport.concepts import ANNOTATED_RANGE
 from profreport.errors import failure_line
-from profreport.model import Profile, process_label
+from profreport.model import Profile
 from profreport.parsers import ParseOptions, parse_file
 from profreport.parsers.nsys import process_profiles
 from profreport.reports.analysis.compare import common_source
@@ -245,13 +245,6 @@ def per_rank_step_ns(summaries: Sequence[RankSummary], origin: Origin | None
                 item[0]))}
 
 
-def _who(rank: int | None, process: int | None) -> str:
-    """``rank 1``, ``pid 7``, or ``rank 0, pid 9`` for a ranked process of a capture of
-    several; "" for neither."""
-    return ", ".join([*([f"rank {rank}"] if rank is not None else []),
-                      *([process_label(process)] if process is not None else [])])
-
-
 def per_rank_labels(summaries: Sequence[RankSummary], keys: Sequence[int | str]
                     ) -> dict[int | str, str]:
     """How the report names each key of per_rank_step_ns: a rank that is a process of a
@@ -259,7 +252,7 @@ def per_rank_labels(summaries: Sequence[RankSummary], keys: Sequence[int | str]
     process of the capture it is."""
     processes = {s.input.rank: s.input.process for s in summaries
                  if s.input.rank is not None and s.input.process is not None}
-    return {key: _who(key, processes.get(key)) if isinstance(key, int) else key
+    return {key: rank_label(key, processes.get(key), pid_too=True) if isinstance(key, int) else key
             for key in keys}
 
 
@@ -268,7 +261,7 @@ def memory_sources(devices: Sequence[DeviceMemory]) -> list[DeviceMemory]:
     rank, and its pid when it is a process of a capture of several; with the file's name too
     where those do not tell several feeders apart (the cycles of one process, each its own
     file, record the same rank or none)."""
-    feeders = {(d.file, d.process): _who(d.rank, d.process) for d in devices}
+    feeders = {(d.file, d.process): rank_label(d.rank, d.process, pid_too=True) for d in devices}
     alike = Counter(feeders.values())
     several = len(feeders) > 1
 

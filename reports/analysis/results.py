@@ -766,9 +766,14 @@ class Finding:
     recommendation: str
 
 
-def rank_label(rank: int | None, process: int | None) -> str:
-    """``rank 1``, or ``pid 4242`` when the rank is unknown (see model.process_label)."""
-    return f"rank {rank}" if rank is not None else process_label(process or 0)
+def rank_label(rank: int | None, process: int | None = None, pid_too: bool = False) -> str:
+    """How a report names one member of a job: ``rank 1``, ``pid 4242`` when the rank is unknown
+    (see model.process_label); with ``pid_too``, a ranked process of a capture of several with
+    its pid as well (``rank 0, pid 9``); "" for neither."""
+    named = [f"rank {rank}"] if rank is not None else []
+    if process is not None and (pid_too or rank is None):
+        named.append(process_label(process))
+    return ", ".join(named)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from profreport.reports.analysis.results import (
     Evidence,
     Finding,
     MemoryStats,
+    rank_label,
 )
 from profreport.units import memory_size, whole_pct
 
@@ -39,9 +40,9 @@ CHURN_DRIVER_CALLS_PER_STEP = 1.0
 
 def _where(device: DeviceMemory) -> str:
     """``rank 1 cuda:0 (Tesla V100)`` for evidence sentences."""
-    rank = f"rank {device.rank} " if device.rank is not None else ""
     place = "host memory" if device.device < 0 else f"{device.device_kind}:{device.device}"
-    return f"{rank}{place}" + (f" ({device.device_name})" if device.device_name else "")
+    return " ".join(filter(None, [rank_label(device.rank), place])) + \
+        (f" ({device.device_name})" if device.device_name else "")
 
 
 def _peak_used(device: DeviceMemory) -> int | None:
