@@ -198,27 +198,28 @@ _POINTWISE_OP = (r"^aten::(?:add|sub|mul|div|relu|relu6|gelu|silu|sigmoid|tanh|h
 MATMUL, CONVOLUTION, BATCH_NORM, POINTWISE = "matmul", "convolution", "batch_norm", "pointwise"
 _OP_FAMILIES = {MATMUL: _MATMUL_OP, CONVOLUTION: _CONV_OP, BATCH_NORM: _BATCH_NORM_OP,
                 POINTWISE: _POINTWISE_OP}
-#: torch.profiler's names (``Input type``) of 32-bit floats, and of the 16-bit floats tensor
-#: cores take directly (fp8 too).
-FP32_DTYPES = frozenset({"float", "c10::Float", "Float"})
-REDUCED_DTYPES = frozenset({"c10::Half", "c10::BFloat16", "Half", "BFloat16", "half",
-                            "c10::Float8_e4m3fn", "c10::Float8_e5m2", "c10::Float8_e4m3fnuz",
-                            "c10::Float8_e5m2fnuz"})
-#: Bytes per element of each dtype as torch.profiler names it: ``Input type`` (C++ type names)
-#: and record_param_comms' ``dtype`` (c10::ScalarType names).
-DTYPE_BYTES = {
-    **dict.fromkeys(("double", "c10::Double", "Double", "long int", "int64_t", "Long",
-                     "c10::complex<float>", "ComplexFloat", "unsigned long", "UInt64"), 8),
-    **dict.fromkeys(("float", "c10::Float", "Float", "int", "Int", "unsigned int", "UInt32",
-                     "c10::complex<c10::Half>", "ComplexHalf"), 4),
-    **dict.fromkeys(("c10::Half", "Half", "half", "c10::BFloat16", "BFloat16", "short int",
-                     "short", "Short", "unsigned short", "UInt16"), 2),
-    **dict.fromkeys(("signed char", "Char", "unsigned char", "Byte", "bool", "Bool",
-                     "c10::Float8_e4m3fn", "Float8_e4m3fn", "c10::Float8_e5m2", "Float8_e5m2",
-                     "c10::Float8_e4m3fnuz", "Float8_e4m3fnuz", "c10::Float8_e5m2fnuz",
-                     "Float8_e5m2fnuz"), 1),
-    **dict.fromkeys(("c10::complex<double>", "ComplexDouble"), 16),
+#: What a floating-point dtype computes in: double, single, or the 16-bit floats tensor cores
+#: take directly (fp8 too).
+FP64, FP32, REDUCED = "fp64", "fp32", "reduced"
+_FP8 = ("Float8_e4m3fn", "Float8_e5m2", "Float8_e4m3fnuz", "Float8_e5m2fnuz")
+#: Every dtype as torch.profiler names it, ``Input type`` (C++ type names) and
+#: record_param_comms' ``dtype`` (c10::ScalarType names): its bytes per element, and what it
+#: computes in (FP64, FP32, REDUCED; None for integers, bools and complex numbers).
+DTYPES: dict[str, tuple[int, str | None]] = {
+    **dict.fromkeys(("double", "c10::Double", "Double"), (8, FP64)),
+    **dict.fromkeys(("long int", "int64_t", "Long", "c10::complex<float>", "ComplexFloat",
+                     "unsigned long", "UInt64"), (8, None)),
+    **dict.fromkeys(("float", "c10::Float", "Float"), (4, FP32)),
+    **dict.fromkeys(("int", "Int", "unsigned int", "UInt32", "c10::complex<c10::Half>",
+                     "ComplexHalf"), (4, None)),
+    **dict.fromkeys(("c10::Half", "Half", "half", "c10::BFloat16", "BFloat16"), (2, REDUCED)),
+    **dict.fromkeys(("short int", "short", "Short", "unsigned short", "UInt16"), (2, None)),
+    **dict.fromkeys((*_FP8, *(f"c10::{name}" for name in _FP8)), (1, REDUCED)),
+    **dict.fromkeys(("signed char", "Char", "unsigned char", "Byte", "bool", "Bool"), (1, None)),
+    **dict.fromkeys(("c10::complex<double>", "ComplexDouble"), (16, None)),
 }
+#: Bytes per element of each dtype (DTYPES).
+DTYPE_BYTES = {name: size for name, (size, _) in DTYPES.items()}
 #: Compute capabilities (CUDA) from which the GPU has tensor cores (Volta), and from which they
 #: take fp32 inputs as TF32 (Ampere).
 TENSOR_CORE_CAPABILITY = (7, 0)
@@ -446,10 +447,8 @@ def precision_of(types: tuple[str, ...] | None) -> str | None:
     among them), "fp32", "other" (fp64, integers), or None when no types were recorded."""
     if types is None:
         return None
-    present = set(types)
-    if present & REDUCED_DTYPES:
-        return "reduced"
-    return "fp32" if present & FP32_DTYPES else "other"
+    computes = {DTYPES[name][1] for name in types if name in DTYPES}
+    return REDUCED if REDUCED in computes else FP32 if FP32 in computes else "other"
 
 
 #: The memory formats a convolution's input can be told to be in (torch.memory_format names).
@@ -494,7 +493,7 @@ def is_transposed_conv(names: pd.Series) -> pd.Series:
 
 def is_tensor_dtype(name: str) -> bool:
     """Whether an ``Input type`` names a floating-point tensor (not None, a list or a scalar)."""
-    return name in FP32_DTYPES or name in REDUCED_DTYPES or name in {"double", "c10::Double"}
+    return name in DTYPES and DTYPES[name][1] is not None
 
 
 def is_rocm_api(names: pd.Series) -> pd.Series:
