@@ -71,7 +71,11 @@ def record_rank(rank: int, world_size: int) -> None:
     """Say this process's rank in an Nsight Systems capture, which records no environment: one
     NVTX mark ``rank R of W`` in profreport's domain (concepts.RANK_DOMAIN; a mark, so no range
     is added to the capture's figures), made by each rank of the runner's training and of a
-    --script run under nsys. Without a tool attached NVTX does nothing."""
+    --script run under nsys; nothing for a job of one process, which has no rank to tell
+    apart (the parser reads a process that marks a rank as a distributed job's). Without a
+    tool attached NVTX does nothing."""
+    if world_size <= 1:
+        return
     import nvtx  # the training process's import: the runner's own command never loads it
 
     nvtx.mark(concepts.rank_mark_name(rank, world_size), domain=concepts.RANK_DOMAIN)

@@ -337,7 +337,7 @@ def run_script(launch: ScriptLaunch, marks: StepMarks) -> None:
     script = launch.script.resolve()
     rank = int(os.environ.get("RANK", "0"))
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    if launch.mode == "nsys" and world_size > 1:
+    if launch.mode == "nsys":
         record_rank(rank, world_size)
     wrap = launch.mode == "torch" and not launch.own_profiler and launch.trace_dir is not None
     profiler = torch_profiler(launch.trace_dir, launch.active, rank) if wrap else None
