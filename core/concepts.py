@@ -810,9 +810,18 @@ _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 #: among torch.utils.data.DataLoader's positional parameters and PyTorch's default for it.
 LOADER_CALL_KNOBS: dict[str, tuple[int, object]] = {
     "batch_size": (1, 1), "num_workers": (5, 0), "pin_memory": (7, False)}
+#: PyTorch's DataLoader prefetch_factor with workers when the script sets none (without workers
+#: it is None: the DataLoader refuses any other value then).
+LOADER_PREFETCH_DEFAULT = 2
 #: A worker count or batch size read from a source above this is no setting any machine runs
 #: (a hostile or mistyped literal): not known, rather than thousands of digits in a note.
 LOADER_CALL_INT_LIMIT = 1 << 20
+
+
+def default_prefetch_factor(num_workers: int) -> int | None:
+    """The prefetch_factor a DataLoader with ``num_workers`` workers has when the script sets
+    none: LOADER_PREFETCH_DEFAULT batches per worker, None without workers."""
+    return LOADER_PREFETCH_DEFAULT if num_workers > 0 else None
 
 
 def _is_loader_call(node: ast.AST) -> bool:

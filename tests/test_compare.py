@@ -482,7 +482,8 @@ def test_the_prefetch_factor_pytorch_sets_with_workers_is_no_second_difference()
     """--vary num_workers=0,2 on a script: its DataLoader's prefetch_factor is None without
     workers and 2 with them (PyTorch's default), and the row said 'differ in 2 ways at once
     (num_workers 0 -> 2; prefetch_factor None -> 2)'. A prefetch_factor set apart from the
-    workers is still a difference of its own."""
+    workers is still a difference of its own, also beside a change of the workers (0 -> 2 with
+    prefetch_factor None -> 4 was said as PyTorch's default)."""
     def confounds_of(before: dict[str, object], after: dict[str, object]) -> list[str]:
         base = run_with_parts("a", {"compute": 70}, knobs=before)
         return compare_runs([base, run_with_parts("b", {"compute": 40}, knobs=after)]
@@ -495,6 +496,14 @@ def test_the_prefetch_factor_pytorch_sets_with_workers_is_no_second_difference()
     assert confounds_of({"num_workers": 2, "prefetch_factor": 2},
                         {"num_workers": 4, "prefetch_factor": 4}) == [
         "num_workers 2 -> 4", "prefetch_factor 2 -> 4"]
+    # The workers' change does not make a prefetch_factor the script set: 4 is not PyTorch's.
+    assert confounds_of({"num_workers": 0, "prefetch_factor": None},
+                        {"num_workers": 2, "prefetch_factor": 4}) == [
+        "num_workers 0 -> 2", "prefetch_factor None -> 4"]
+    assert confounds_of({"num_workers": 4, "prefetch_factor": 2},
+                        {"num_workers": 0, "prefetch_factor": None}) == [
+        "num_workers 4 -> 0 (prefetch_factor 2 -> None, PyTorch's default with that many "
+        "workers)"]
 
 
 def test_a_line_profiler_breakdown_is_not_compared_part_by_part() -> None:
