@@ -244,11 +244,19 @@ class ProfileMeta:
     world_size: int | None = None
     #: Whether the file records a distributed setup at all.
     distributed: bool = False
+    #: Whether the format records the process group whenever one exists (torch.profiler's
+    #: ``distributedInfo``), so that a file without one is a process of a job of one.
+    records_process_group: bool = False
     #: Why the file holds nothing to analyse ("no kernels or operators recorded"), else None.
     empty: str | None = None
     #: The repeated span the steps were taken from when no span is named as a step (Kineto: an
     #: operator; nsys: an NVTX range, numbers masked as ``#``); None otherwise.
     step_span: str | None = None
+    #: Whether the format records PyTorch's own spans (its RecordFunction hooks) without the
+    #: program asking: the operators, with their inputs under record_shapes, and the DataLoader
+    #: iterator's fetches. torch.profiler does; Nsight Systems records the CUDA calls and only
+    #: the NVTX ranges the program opens, line_profiler lines.
+    records_torch_spans: bool = False
 
 
 @dataclass(frozen=True)

@@ -488,6 +488,7 @@ def _meta(header: dict[str, Any], dialect: str, distributed: dict[str, Any]) -> 
         base_time_ns=_header_int(header.get("baseTimeNanoseconds")),
         display_time_unit=str(header.get("displayTimeUnit", "")) or None,
         trace_name=str(header["traceName"]) if "traceName" in header else None,
+        records_torch_spans=True, records_process_group=True,
     )
 
 

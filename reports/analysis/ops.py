@@ -29,6 +29,7 @@ from profreport.reports.analysis.results import (
     OpPrecision,
     PrecisionReading,
     RunMetrics,
+    origin_label,
 )
 from profreport.reports.analysis.steps import StepWindows
 
@@ -115,9 +116,9 @@ def _capability(devices: pd.DataFrame,
 def _unknown_reason(profile: Profile, units: pd.DataFrame,
                     capability: tuple[int, int] | None) -> str | None:
     """Why the precision of the matmuls and convolutions cannot be judged, or None when it can."""
-    if profile.kind != "kineto":
-        return ("Nsight Systems records no operator input dtypes (only torch.profiler with "
-                "record_shapes=True does)")
+    if not profile.meta.records_torch_spans:
+        return (f"{origin_label(profile.kind)} records no operator input dtypes (only "
+                "torch.profiler with record_shapes=True does)")
     if units.empty:
         return None
     if units["precision"].eq(UNRECORDED).all():
@@ -336,7 +337,7 @@ def conv_formats(profile: Profile, windows: StepWindows | None) -> ConvFormats |
     """The memory format of each forward convolution's input (concepts.memory_format of its
     recorded sizes and strides); None for a profile without convolutions' inputs (Nsight
     Systems, a trace without record_shapes)."""
-    if profile.kind != "kineto":
+    if not profile.meta.records_torch_spans:
         return None
     forward = _convolutions(profile, windows)[1]
     if forward.empty:
@@ -353,9 +354,9 @@ def conv_formats(profile: Profile, windows: StepWindows | None) -> ConvFormats |
 def conv_bias_before_bn(profile: Profile, windows: StepWindows | None) -> ConvBiasStats | None:
     """Convolutions with a bias input whose output goes straight into batch_norm (see
     :func:`feeds_batch_norm`); None without convolutions."""
-    if profile.kind != "kineto":
-        return ConvBiasStats(profile.kind, None, 0, 0, 0, None, [],
-                             unknown_reason="Nsight Systems records no operators' inputs")
+    if not profile.meta.records_torch_spans:
+        return ConvBiasStats(profile.kind, None, 0, 0, 0, None, [], unknown_reason=(
+            f"{origin_label(profile.kind)} records no operators' inputs"))
     convs, forward = _convolutions(profile, windows)
     if forward.empty:
         return None

@@ -66,6 +66,9 @@ class RankSummary:
     #: Whether a trace records ``distributedInfo`` (torch.profiler does when a process group
     #: exists).
     distributed: bool = False
+    #: Whether its format records the process group whenever one exists
+    #: (ProfileMeta.records_process_group).
+    records_process_group: bool = False
     dataparallel_ops: dict[str, int] = field(default_factory=dict)
     #: DistributedDataParallel forward spans (DDP's signature).
     ddp_forward_calls: int = 0
@@ -122,6 +125,7 @@ def summarize(profile: Profile, with_verdict: bool = True) -> RankSummary:
         preference=preference(profile), has_gpu_events=has_gpu_events(profile),
         step_stats=step_stats(windows) if windows is not None else None,
         world_size=profile.meta.world_size, distributed=profile.meta.distributed,
+        records_process_group=profile.meta.records_process_group,
         dataparallel_ops=dataparallel_ops(profile), ddp_forward_calls=ddp_forward_calls(profile),
         memory=list(memory.devices) if memory is not None else [],
         verdict=rank_verdict(profile) if with_verdict else None,
@@ -153,11 +157,11 @@ def rank_verdict(profile: Profile) -> RankVerdict | None:
 def steps_clock(profile: Profile) -> tuple[str, int, int] | None:
     """When a profile's steps ran on a clock other ranks' traces share (RankVerdict.steps_clock):
     a current Kineto trace's times plus its ``baseTimeNanoseconds`` are the wall clock; None
-    for a trace that records no base time (the 2021 format: its clock is not said), other
-    formats (an nsys capture's times count from its own start) or a profile without steps."""
+    for a profile that records no base time (a 2021 trace: its clock is not said; an nsys
+    capture, whose times count from its own start, has none) or without steps."""
     windows = step_windows(profile)
     base = getattr(profile.meta, "base_time_ns", -1)
-    if profile.kind != "kineto" or windows is None or base < 0:
+    if windows is None or base < 0:
         return None
     return "wall clock", windows.first_ns + base, windows.last_ns + base
 

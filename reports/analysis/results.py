@@ -309,6 +309,9 @@ class StepCopies:
     #: Whether the steps train (autograd's backward ops or optimizer steps recorded), False for
     #: inference (operators recorded, neither of these), None without operators (nsys).
     training: bool | None = None
+    #: Whether the profile's format records the operators that launch copies
+    #: (ProfileMeta.records_torch_spans): without them, which call launched a copy is unknown.
+    records_operators: bool = True
 
 
 @dataclass(frozen=True)

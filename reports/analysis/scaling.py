@@ -48,8 +48,8 @@ PROCESS_KNOBS = frozenset({"ddp", "nproc", "bucket_cap_mb", "broadcast_buffers"}
 
 def run_world_size(manifest: Manifest | None, summaries: Sequence[RankSummary]) -> int | None:
     """Processes of a run: the manifest's world size (or its DDP knobs), else the traces'
-    ``distributedInfo.world_size``, else the number of distinct rank traces; 1 for Kineto traces
-    without a process group."""
+    ``distributedInfo.world_size``, else the number of distinct rank traces; 1 for traces of a
+    format that records the process group whenever one exists (torch.profiler) without one."""
     if manifest is not None:
         recorded = getattr(manifest, "world_size", None)
         if isinstance(recorded, int) and recorded > 0:
@@ -62,8 +62,7 @@ def run_world_size(manifest: Manifest | None, summaries: Sequence[RankSummary]) 
     ranks = {s.input.rank for s in summaries if s.input.rank is not None}
     if ranks:
         return len(ranks)
-    traces = [s for s in summaries if s.input.kind == "kineto"]
-    # torch.profiler writes distributedInfo whenever a process group exists: none, one process.
+    traces = [s for s in summaries if s.records_process_group]
     return 1 if traces and not any(s.distributed for s in traces) else None
 
 

@@ -134,7 +134,8 @@ def step_windows(profile: Profile) -> StepWindows | None:
     return StepWindows(origin=profile.kind, numbers=numbers[keep], range_starts=starts[keep],
                        range_ends=ends[keep], starts=starts[keep], ends=wall_ends[keep],
                        warmup=warmup,
-                       fetch_between=profile.kind == "nsys" and profile.meta.step_span is None,
+                       fetch_between=not profile.meta.records_torch_spans
+                       and profile.meta.step_span is None,
                        marker=concepts.step_marker(str(steps["origin"].iloc[0]),
                                                    profile.meta.step_span),
                        tiled=bool(steps["origin"].eq(concepts.OPTIMIZER_STEPS).all()))
@@ -213,10 +214,11 @@ def step_shape(profile: Profile, windows: StepWindows,
 
 def loader_known(profile: Profile, windows: StepWindows) -> bool:
     """Whether the profile records the DataLoader wait: torch.profiler records the DataLoader
-    iterator's spans on its own (none: no wait), an nsys capture only the ranges the program
-    opened: its DataLoader ranges, or the fetch between NVTX step ranges (see
-    StepWindows.fetch_between)."""
-    return profile.kind != "nsys" or windows.fetch_between or not profile.table("dataloader").empty
+    iterator's spans on its own (ProfileMeta.records_torch_spans; none: no wait), an nsys
+    capture only the ranges the program opened: its DataLoader ranges, or the fetch between
+    NVTX step ranges (see StepWindows.fetch_between)."""
+    return (profile.meta.records_torch_spans or windows.fetch_between
+            or not profile.table("dataloader").empty)
 
 
 def dataloader_fraction(profile: Profile, windows: StepWindows) -> float | None:

@@ -63,7 +63,7 @@ def step_copies(profile: Profile, windows: StepWindows | None) -> StepCopies | N
                    for kind, part in by_kind.items() if not part.empty},
         blocking_per_step=int(blocking.sum()) / steps,
         longest={kind: _longest(part) for kind, part in by_kind.items() if not part.empty},
-        training=_training(profile))
+        training=_training(profile), records_operators=profile.meta.records_torch_spans)
 
 
 def _training(profile: Profile) -> bool | None:

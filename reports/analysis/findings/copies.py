@@ -14,6 +14,7 @@ from profreport.reports.analysis.results import (
     Severity,
     StepCopies,
     SyncStats,
+    origin_label,
 )
 from profreport.units import ms, nbytes, pct
 
@@ -138,9 +139,9 @@ def host_device_copies(facts: Facts) -> Finding | None:
     if not (small_in or read_back):
         return None
     evidence = _copy_evidence(m, c, concepts.HTOD) + _copy_evidence(m, c, concepts.DTOH)
-    if c.origin == "nsys":
-        evidence.append(Evidence("Nsight Systems records no framework operators: which call "
-                                 "launched the copies is unknown", c.origin))
+    if not c.records_operators:
+        evidence.append(Evidence(f"{origin_label(c.origin)} records no framework operators: "
+                                 "which call launched the copies is unknown", c.origin))
     if c.blocking_per_step:
         evidence.append(Evidence(f"{_count(c.blocking_per_step)} device-to-host copies per step "
                                  "go to pageable memory: each blocks the CPU until the GPU "
