@@ -297,9 +297,21 @@ def test_an_unprofiled_run_that_shared_the_cpus_is_not_its_throughput() -> None:
     assert row.speedup_basis == "step time" and row.throughput_gain is None
     assert row.speedup == pytest.approx(49.4 / 53.9)
     assert row.explanation.startswith(
-        "The unprofiled run shared the CPUs with other work (baseline's: other processes used "
-        "60% of its CPUs' time while it ran and 3.0% was left idle): its throughput is "
-        "not its own, so the speedup is the profiled step-time ratio.")
+        "The baseline's unprofiled run shared the CPUs with other work (as its row says): its "
+        "throughput is not its own, so the speedup is the profiled step-time ratio.")
+    # The baseline's figures are said once, in its own row, not again in every other row.
+    assert compare_runs([base, run]).rows[0].explanation == (
+        "baseline. Its unprofiled run shared the CPUs with other work (other processes used "
+        "60% of its CPUs' time while it ran and 3.0% was left idle): its throughput is not its "
+        "own, so no speedup here is a throughput ratio.")
+    run.metrics.plain_cpu = dataclasses.replace(base.metrics.plain_cpu, other_share=0.41)
+    assert compare_runs([base, run]).rows[1].explanation.startswith(
+        "Both unprofiled runs shared the CPUs with other work (the baseline's as its row says; "
+        "workers's: other processes used 41% of its CPUs' time while it ran and 3.0% was left "
+        "idle): their throughput is not their own")
+    run.metrics.plain_cpu = SharedCpu(wall_ns=5_200_000_000, cpu_ns=9_800_000_000,
+                                      other_cpu_ns=200_000_000, cpus=2, other_share=0.02,
+                                      idle_share=0.04, shared=False)
     # Both sides' noise would come from their profiled steps, not one from its unshared plain
     # run: these hand-built runs time no profiled step, so the band is unknown, not mixed.
     assert step_spread(run, "nsys") is not None and step_spread(run, "nsys", plain=False) is None

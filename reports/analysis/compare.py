@@ -72,6 +72,7 @@ from profreport.reports.analysis.results import (
     PartRole,
     RankVerdict,
     RunAnalysis,
+    SharedCpu,
     StepStats,
     StepTimeKind,
     origin_label,
@@ -252,26 +253,45 @@ def shared_cpus(run: RunAnalysis) -> bool:
     return run.metrics.plain_cpu is not None and run.metrics.plain_cpu.shared
 
 
+def _sharing(cpu: SharedCpu) -> str:
+    """How much of a launch's CPUs other processes used, and how much was left idle."""
+    return (f"other processes used {pct(cpu.other_share)} of its CPUs' time while it ran and "
+            f"{pct(cpu.idle_share)} was left idle")
+
+
+def baseline_shared_text(base: RunAnalysis) -> str | None:
+    """The baseline row's sentence when its unprofiled launch shared the CPUs with other work
+    (no row's speedup is then a throughput ratio), said once there rather than in every row;
+    None otherwise."""
+    cpu = base.metrics.plain_cpu
+    if cpu is None or not cpu.shared:
+        return None
+    return (f"Its unprofiled run shared the CPUs with other work ({_sharing(cpu)}): its "
+            "throughput is not its own, so no speedup here is a throughput ratio.")
+
+
 def shared_cpu_text(base: RunAnalysis, run: RunAnalysis, step_speedup: float | None,
                     origin: Origin | None) -> str | None:
     """The sentence naming the runs whose unprofiled launch shared the CPUs with other work
-    (their throughput is then left out of the speedup), and whether the launches of ``origin``
-    whose step times replace it shared them too or were not measured (see
-    profiled_sharing_text), or None."""
-    shared = [(r.name, cpu) for r in (base, run)
-              if (cpu := r.metrics.plain_cpu) is not None and cpu.shared]
+    (their throughput is then left out of the speedup; the baseline's figures are in its own
+    row, see baseline_shared_text), and whether the launches of ``origin`` whose step times
+    replace it shared them too or were not measured (see profiled_sharing_text), or None."""
+    shared = [r for r in (base, run) if shared_cpus(r)]
     if not shared:
         return None
-    said = "; ".join(f"{name}'s: other processes used {pct(cpu.other_share)} of its CPUs' "
-                     f"time while it ran and {pct(cpu.idle_share)} was left idle"
-                     for name, cpu in shared)
+    if shared == [base]:
+        head = "The baseline's unprofiled run shared the CPUs with other work (as its row says)"
+    else:
+        said = f"{run.name}'s: {_sharing(run.metrics.plain_cpu)}"  # type: ignore[arg-type]
+        head = (f"Both unprofiled runs shared the CPUs with other work (the baseline's as its "
+                f"row says; {said})" if len(shared) == 2 else
+                f"The unprofiled run shared the CPUs with other work ({said})")
     one = len(shared) == 1
     instead = ("so the speedup is the profiled step-time ratio" + per_sample_text(base, run)
                + profiled_sharing_text(base, run, origin) if step_speedup is not None
                else "and no profiled step time gives a speedup instead")
-    return (f"The unprofiled run{'' if one else 's'} shared the CPUs with other work ({said}): "
-            f"{'its' if one else 'their'} throughput is not {'its' if one else 'their'} own, "
-            f"{instead}.")
+    return (f"{head}: {'its' if one else 'their'} throughput is not {'its' if one else 'their'}"
+            f" own, {instead}.")
 
 
 def per_sample_text(base: RunAnalysis, run: RunAnalysis) -> str:
@@ -927,6 +947,8 @@ def _row(base: RunAnalysis, run: RunAnalysis, origin: Origin | None,
         if unsaid:
             said = replace(said, text=f"{said.text} Also different between these runs: "
                            f"{'; '.join(unsaid)}.")
+    elif (own := baseline_shared_text(base)) is not None:
+        said = Said(f"baseline. {own}")
     return ComparisonRow(
         name=run.name, step_time_ns=step, throughput_samples_per_s=tp, speedup=speedup,
         throughput_gain=throughput_gain, breakdown_delta_ns=delta, changed_knobs=knobs,
