@@ -54,7 +54,7 @@ empty frame with the right columns):
                    source, or from the hit counts when it is not shown), is_loop_header (hits =
                    next line's hits + the function's calls), is_sync_point (the source waits for
                    the GPU: ``.item()``, ``.data[0]``...; its time is the GPU work queued before
-                   it, see concepts.is_sync_point_line).
+                   it, see pysource.is_sync_point_line).
 """
 
 from __future__ import annotations
@@ -365,7 +365,7 @@ class TrainingLoop:
     #: names no DataLoader).
     source_shown: bool = False
     #: The header shown counts passes (over ``range()`` or a literal, or a ``while`` whose test
-    #: calls nothing: concepts.counts_passes): it fetches nothing, and the batch is fetched in
+    #: calls nothing: pysource.counts_passes): it fetches nothing, and the batch is fetched in
     #: the body.
     counts_passes: bool = False
     #: For such a header: the body line that fetches each batch (``batch = next(it)``), the
@@ -387,7 +387,7 @@ class LprofMeta(ProfileMeta):
     class_path: str = ""
     #: The training loop, None when none was found.
     loop: TrainingLoop | None = None
-    #: The DataLoader knobs the shown source gives (concepts.loader_call_knobs), those its
+    #: The DataLoader knobs the shown source gives (pysource.loader_call_knobs), those its
     #: DataLoader(...) calls agree on; empty when it shows none.
     loader_knobs: dict[str, object] = field(default_factory=dict)
     #: Where those calls are (``train.py line 12``).

@@ -40,7 +40,12 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from profreport.concepts import (
+from profreport.concepts import is_training_function
+from profreport.errors import InputError
+from profreport.inputs import MAX_LINE_ENTRIES, RefusedPathError, open_input, resolve_inside
+from profreport.manifest import MANIFEST_NAME
+from profreport.model import LprofFunction, LprofMeta, Profile, TrainingLoop, conform
+from profreport.pysource import (
     SourceScopes,
     assigned_value,
     counts_passes,
@@ -48,16 +53,11 @@ from profreport.concepts import (
     is_dataloader_loop_line,
     is_loop_line,
     is_sync_point_line,
-    is_training_function,
     iterated_name,
     loop_iterable,
     names_dataloader,
     opens_no_loop,
 )
-from profreport.errors import InputError
-from profreport.inputs import MAX_LINE_ENTRIES, RefusedPathError, open_input, resolve_inside
-from profreport.manifest import MANIFEST_NAME
-from profreport.model import LprofFunction, LprofMeta, Profile, TrainingLoop, conform
 
 if TYPE_CHECKING:  # the registry imports this module, never the other way round
     from profreport.parsers import ParseOptions
@@ -377,7 +377,7 @@ def _assigned_origin(frame: pd.DataFrame, index: int, name: str, scopes: _Scopes
                      ) -> str | None:
     """What the source shows assigned to ``name`` where the line at ``index`` uses it: its
     function's last assignment before it, else the scopes around its function (the file
-    parsed once, see concepts.SourceScopes)."""
+    parsed once, see pysource.SourceScopes)."""
     row = frame.loc[index]
     around = scopes[str(row["file"])]
     return around.assigned(int(row["first_lineno"]), int(row["lineno"]), name) if around \

@@ -11,7 +11,7 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-from profreport import concepts
+from profreport import pysource
 from profreport.text import python_lines
 
 #: Calls that mean the script records its own torch.profiler traces.
@@ -112,10 +112,10 @@ def has_bare_profile_decorator(tree: ast.Module) -> bool:
 
 def loader_loop_line(tree: ast.Module, lines: list[str]) -> int | None:
     """Line number of a top-level ``for`` loop over a DataLoader (as
-    ``concepts.is_dataloader_loop_line`` tells one), else None."""
+    ``pysource.is_dataloader_loop_line`` tells one), else None."""
     for node in tree.body:
         if isinstance(node, ast.For | ast.AsyncFor) and \
-                concepts.is_dataloader_loop_line(lines[node.lineno - 1]):
+                pysource.is_dataloader_loop_line(lines[node.lineno - 1]):
             return node.lineno
     return None
 

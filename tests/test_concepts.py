@@ -6,7 +6,6 @@ a copy of their names; each test also checks the names that must NOT match.
 
 from __future__ import annotations
 
-import ast
 import gzip
 import json
 from functools import cache
@@ -158,32 +157,6 @@ def test_sync_and_launch_apis_of_the_event_sync_trace(corpus: Path) -> None:
     assert set(calls) & concepts.LAUNCH_APIS == {"cudaLaunchKernel"}
 
 
-def test_dataloader_loop_line() -> None:
-    """Source lines that loop over a loader (the runner's script check uses the same rule)."""
-    assert concepts.is_dataloader_loop_line("    for x, y in train_loader:")
-    assert concepts.is_dataloader_loop_line("for i, batch in enumerate(loader):")
-    assert not concepts.is_dataloader_loop_line("for epoch in range(10):")
-    # A header over range() fetches nothing, whatever it counts.
-    assert not concepts.is_dataloader_loop_line("    for step in range(len(train_loader)):")
-    assert concepts.counts_passes("for i, lr in enumerate([0.1, 0.01]):  # sweep")
-    assert not concepts.counts_passes("    for x, y in self.dl:")
-    assert concepts.counts_passes("    while step < steps:")
-    assert not concepts.counts_passes("while (batch := next(it, None)) is not None:")
-    assert concepts.opens_no_loop("        time.sleep(0.001)")
-    assert not concepts.opens_no_loop("    while True:")
-    assert not concepts.opens_no_loop("    for i, (x, y) in enumerate(")  # continued
-
-
-def test_the_iterator_a_line_fetches_from() -> None:
-    """``next(it)``/``it.__next__()`` name the iterator; an assignment tells what it is."""
-    assert concepts.fetched_iterator("        batch = next(it)") == "it"
-    assert concepts.fetched_iterator("x, y = self.it.__next__()") == "self.it"
-    assert concepts.fetched_iterator("batch = next(iter(val_loader), None)") == "iter(val_loader)"
-    assert concepts.fetched_iterator("loss = model(x)") is None
-    assert concepts.assigned_value("    it = iter(train_loader)", "it") == "iter(train_loader)"
-    assert concepts.assigned_value("    it = iter(train_loader)", "other") is None
-
-
 def test_a_blocking_copy_is_linked_by_a_known_correlation_id() -> None:
     """A copy call blocks on a DtoH copy into pageable memory only through the copy's own
     correlation id: an unknown id (-1) on both sides links nothing, and a sync call is never
@@ -197,18 +170,3 @@ def test_a_blocking_copy_is_linked_by_a_known_correlation_id() -> None:
     calls = concepts.blocking_calls(runtime, memcpy)
     assert list(zip(calls["correlation"], calls["label"], strict=True)) == [
         (-1, "cudaDeviceSynchronize"), (5, "cudaMemcpyAsync DtoH to pageable")]
-
-
-def test_loader_knobs_read_from_a_source_are_real_settings_only() -> None:
-    """A DataLoader call's literal knobs are read; a worker count or batch size no machine runs
-    (negative, or a literal thousands of digits long) is not known, not copied into a note."""
-    def knobs(call: str) -> dict[str, object]:
-        """The knobs of one ``DataLoader(...)`` call given as source."""
-        return concepts.loader_call_knobs(ast.parse(call).body[0].value)  # type: ignore[attr-defined]
-
-    assert knobs("DataLoader(ds, batch_size=32, num_workers=4)") == {
-        "batch_size": 32, "num_workers": 4, "pin_memory": False}
-    assert knobs(f"DataLoader(ds, batch_size=32, num_workers={'9' * 4000})") == {
-        "batch_size": 32, "pin_memory": False}
-    assert knobs("DataLoader(ds, batch_size=-1, num_workers=2)") == {
-        "num_workers": 2, "pin_memory": False}

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from line_profiler.line_profiler import LineStats
 
-from profreport import concepts
+from profreport import pysource
 from profreport.errors import InputError
 from profreport.inputs import Limit
 from profreport.model import LprofFunction
@@ -708,7 +708,7 @@ def test_a_line_that_only_syncs_is_a_sync_point(tmp_path: Path) -> None:
     assert lines.index[lines["is_sync_point"]].tolist() == [5]
     (top, *_) = top_lines(lines.reset_index())
     assert top.lineno == 5 and top.is_sync_point
-    assert [concepts.is_sync_point_line(text) for text in (
+    assert [pysource.is_sync_point_line(text) for text in (
         "        acc += loss.item()", "x = y.cpu().numpy()", "torch.cuda.synchronize()",
         "    loss = model(x)  # not .item()", "items = d.items()")] == [
         True, True, True, False, False]
@@ -1214,8 +1214,8 @@ def test_a_loop_over_a_name_assigned_a_dataloader_is_the_dataloader_loop(tmp_pat
         assert (loop.lineno, loop.evidence, loop.dataloader, loop.confidence) == (
             3, "source", True, "high")
         assert (loop.iterations, loop.wait_ns) == (64, header_ns)
-    assert concepts.loop_iterable("    for i, (x, y) in enumerate(dl):") == "dl"
-    assert concepts.loop_iterable("    x = 1") is None
+    assert pysource.loop_iterable("    for i, (x, y) in enumerate(dl):") == "dl"
+    assert pysource.loop_iterable("    x = 1") is None
 
 
 def test_the_summary_names_a_top_line_whose_source_is_not_shown(tmp_path: Path) -> None:
@@ -1259,10 +1259,10 @@ def test_a_loop_over_a_dataloader_of_an_enclosing_scope_is_the_dataloader_loop(
                                   (9, 1, 100)], "main.<locals>.run", 4)
     assert (loop.lineno, loop.evidence, loop.confidence, loop.iterations) == (
         7, "source", "high", 64)
-    scopes = concepts.SourceScopes(NESTED_SOURCE.splitlines())
+    scopes = pysource.SourceScopes(NESTED_SOURCE.splitlines())
     assert scopes.enclosing_assignment(4, "dl") == "DataLoader(TensorDataset(x, y), batch_size=8)"
     assert scopes.enclosing_assignment(14, "dl") is None  # other() is module-level
-    assert concepts.SourceScopes(["def f(:"]).enclosing_assignment(1, "dl") is None
+    assert pysource.SourceScopes(["def f(:"]).enclosing_assignment(1, "dl") is None
 
 
 def test_a_line_reading_a_tensor_is_no_sync_point_on_a_run_without_a_gpu(tmp_path: Path
@@ -1328,7 +1328,7 @@ def test_a_fetch_from_an_iterator_of_a_name_assigned_a_dataloader_is_the_wait(
     run = analyze_paths_of(path)
     assert run.verdict == "loader-bound"
     assert run.metrics.dataloader_fraction == pytest.approx(123_822_400 / 129_775_600)
-    assert concepts.iterated_name("iter(dl)") == "dl" and concepts.iterated_name("f(x)") is None
+    assert pysource.iterated_name("iter(dl)") == "dl" and pysource.iterated_name("f(x)") is None
 
 
 def cpu_growth(read: Callable[[int], object], size: int) -> float:
@@ -1352,7 +1352,7 @@ def test_a_line_profile_of_many_loops_is_read_in_linear_time(tmp_path: Path) -> 
     """Many loops over as many different names in one profiled function (a hostile submission
     can time that many lines): finding what each loop iterates over read the function and the
     module again per loop and per name (1,500 loops took about 40 s on this machine); the
-    file's scopes are now read once (concepts.SourceScopes), so 4x the loops costs about 4x."""
+    file's scopes are now read once (pysource.SourceScopes), so 4x the loops costs about 4x."""
 
     def read(loops: int) -> None:
         folder = tmp_path / str(loops)
@@ -1399,7 +1399,7 @@ def test_a_loop_over_a_name_annotated_or_walrus_assigned_a_dataloader(tmp_path: 
                                  [(2, 1, 500), (3, 65, 5_614_400), (4, 64, 8_705_200)], "fit", 1)
     assert (loop.lineno, loop.evidence, loop.dataloader, loop.confidence) == (
         3, "source", True, "high")
-    assert concepts.assigned_value("    batches: DataLoader = DataLoader(ds)", "batches") == (
+    assert pysource.assigned_value("    batches: DataLoader = DataLoader(ds)", "batches") == (
         "DataLoader(ds)")
 
 
@@ -1415,7 +1415,7 @@ def test_the_scopes_of_a_large_source_keep_no_syntax_tree() -> None:
         "    for x in dl:", "        pass", "dl = DataLoader(ds, num_workers=2)"]
     tracemalloc.start()
     try:
-        scopes = concepts.SourceScopes(source)
+        scopes = pysource.SourceScopes(source)
         gc.collect()
         retained = tracemalloc.get_traced_memory()[0]
     finally:

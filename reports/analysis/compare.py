@@ -55,7 +55,7 @@ from typing import Literal
 
 import numpy as np
 
-from profreport import concepts
+from profreport import pysource
 from profreport.errors import UsageError
 from profreport.reports.analysis.findings import RunContext, cpu_load
 from profreport.reports.analysis.findings.compute import AMP_PRESENT_FRACTION
@@ -504,13 +504,13 @@ def _nproc_made(nproc: dict[str, object] | None, before: int, after: int) -> boo
 
 def _workers_made(knobs: dict[str, object]) -> bool:
     """Whether a prefetch_factor change is PyTorch's default following the num_workers change:
-    on both sides the default for that side's workers (concepts.default_prefetch_factor); a
+    on both sides the default for that side's workers (pysource.default_prefetch_factor); a
     value the script set is a difference of its own."""
     prefetch, workers = knobs.get("prefetch_factor"), knobs.get("num_workers")
     if not isinstance(prefetch, dict) or not isinstance(workers, dict):
         return False
     return all(isinstance(workers[side], int) and not isinstance(workers[side], bool)
-               and prefetch[side] == concepts.default_prefetch_factor(workers[side])
+               and prefetch[side] == pysource.default_prefetch_factor(workers[side])
                for side in ("from", "to"))
 
 

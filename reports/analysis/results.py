@@ -561,7 +561,7 @@ class LoopIdentification:
     #: Why it was taken for the DataLoader loop, for the evidence of a finding.
     reason: str
     #: Why the DataLoader's share of the step is unknown though the loop was found (its header
-    #: counts passes, see concepts.counts_passes, and the source does not show where the batch
+    #: counts passes, see pysource.counts_passes, and the source does not show where the batch
     #: comes from).
     dataloader_unknown: str | None = None
 

@@ -1,0 +1,311 @@
+"""What a Python source shows about a training loop, read from its syntax (never run).
+
+The .lprof parser reads the profiled sources and the runner reads a user's script with these:
+which line loops over a DataLoader, which only counts passes, which fetches a batch and from
+what iterator, what a name is assigned, the knobs a ``DataLoader(...)`` call gives, and which
+line waits for the GPU.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+# A source line that iterates a DataLoader: ``for x, y in train_loader:``,
+# ``for i, batch in enumerate(loader):``, ``for b in tqdm(dataloader)``.
+_DATALOADER_LOOP_LINE = re.compile(r"^\s*(?:async\s+)?for\b.+\bin\b.*loader", re.IGNORECASE)
+# A name that says it holds a DataLoader or an iterator of one (``train_loader``, ``loader_it``).
+_LOADER_NAME = re.compile(r"loader", re.IGNORECASE)
+# Builtins a ``for`` may wrap around range() or a literal and still fetch nothing per pass.
+_PASS_WRAPPERS = frozenset({"enumerate", "reversed"})
+# A source line that opens a loop statement (Python's syntax, whatever it iterates over).
+_LOOP_LINE = re.compile(r"^\s*(?:(?:async\s+)?for\b.+\bin\b.*|while\b.*):\s*(?:#.*)?$")
+# A source line that makes the CPU wait for the GPU: it reads a GPU value on the host
+# (``loss.item()``, PyTorch 0.3's ``loss.data[0]``, ``.cpu()``, ``.numpy()``, ``.tolist()``) or
+# synchronizes outright (``torch.cuda.synchronize()``). line_profiler charges such a line with
+# all the GPU work queued before it, so its time is the GPU's, not its own.
+_SYNC_POINT_LINE = re.compile(
+    r"\.(?:item|cpu|numpy|tolist|synchronize)\(\s*\)|\.data\[\s*0\s*\]")
+
+
+def is_dataloader_loop_line(source: str | None) -> bool:
+    """Whether a source line is a ``for`` loop over a DataLoader (not one that counts passes
+    over ``range(len(train_loader))``, which fetches nothing)."""
+    return bool(source) and _DATALOADER_LOOP_LINE.match(source) is not None \
+        and not counts_passes(source)
+
+
+#: What reading a shown source's syntax may raise: not Python, or nested deeper than the parser
+#: or ast.unparse recurses (a 1,000-term sum a hostile file holds), or past memory.
+_UNREADABLE_SYNTAX = (SyntaxError, ValueError, RecursionError, MemoryError)
+
+
+def _parsed(text: str, mode: str = "exec") -> ast.AST | None:
+    """``text`` parsed (never run); None when it does not parse (_UNREADABLE_SYNTAX)."""
+    try:
+        return ast.parse(text, mode=mode)
+    except _UNREADABLE_SYNTAX:
+        return None
+
+
+def _written(node: ast.AST) -> str | None:
+    """A parsed expression written back as source; None when too deep to write back."""
+    try:
+        return ast.unparse(node)
+    except _UNREADABLE_SYNTAX:
+        return None
+
+
+def _statement(source: str) -> ast.stmt | None:
+    """The one statement a source line holds, parsed alone (a loop header given an empty
+    body); None when the line is not a whole statement (a continued expression)."""
+    code = source.strip()
+    for text in (code, code + "\n pass"):
+        tree = _parsed(text)
+        if isinstance(tree, ast.Module):
+            return tree.body[0] if len(tree.body) == 1 else None
+    return None
+
+
+def _fetches_nothing(node: ast.expr) -> bool:
+    """Whether iterating over ``node`` fetches nothing per pass: ``range(...)`` or a literal
+    (``[0.1, 0.01]``), bare or in ``enumerate``/``reversed``."""
+    if isinstance(node, ast.List | ast.Tuple | ast.Set | ast.Dict | ast.Constant):
+        return True
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args):
+        return False
+    return node.func.id == "range" or (
+        node.func.id in _PASS_WRAPPERS and _fetches_nothing(node.args[0]))
+
+
+def counts_passes(source: str | None) -> bool:
+    """Whether a source line opens a loop whose header fetches nothing: a ``for`` over
+    ``range(...)`` or a literal, or a ``while`` whose test calls nothing (``while True:``,
+    ``while step < steps:``). Such a header only counts the passes, and whatever a pass trains
+    on is fetched in its body."""
+    node = _statement(source) if source else None
+    if isinstance(node, ast.While):
+        return not any(isinstance(part, ast.Call | ast.Await) for part in ast.walk(node.test))
+    return isinstance(node, ast.For | ast.AsyncFor) and _fetches_nothing(node.iter)
+
+
+def opens_no_loop(source: str | None) -> bool:
+    """Whether a source line is a whole statement that opens no loop (``time.sleep(0.001)``): it
+    is no loop header, whatever its hit counts. False for a line that is no whole statement,
+    which may open a loop written over several lines (``for i, (x, y) in enumerate(``)."""
+    node = _statement(source) if source else None
+    return node is not None and not isinstance(node, ast.For | ast.AsyncFor | ast.While)
+
+
+def fetched_iterator(source: str | None) -> str | None:
+    """The iterator a source line takes its next item from (``next(it)``, ``it.__next__()``),
+    as written; None when the line takes none."""
+    node = _statement(source) if source else None
+    for call in ast.walk(node) if node is not None else ():
+        if not isinstance(call, ast.Call):
+            continue
+        if isinstance(call.func, ast.Name) and call.func.id == "next" and call.args:
+            return _written(call.args[0])
+        if isinstance(call.func, ast.Attribute) and call.func.attr == "__next__":
+            return _written(call.func.value)
+    return None
+
+
+def loop_iterable(source: str | None) -> str | None:
+    """What a ``for`` line iterates over, as written, out of ``enumerate(...)`` (``dl`` of
+    ``for i, (x, y) in enumerate(dl):``); None for a line that opens no ``for``."""
+    node = _statement(source) if source else None
+    if not isinstance(node, ast.For | ast.AsyncFor):
+        return None
+    iterable = node.iter
+    if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Name) \
+            and iterable.func.id == "enumerate" and iterable.args:
+        iterable = iterable.args[0]
+    return _written(iterable)
+
+
+def _bindings(node: ast.AST) -> list[tuple[ast.expr, ast.expr]]:
+    """The (target, value) pairs a node binds: ``dl = DataLoader(ds)``, annotated
+    ``dl: DataLoader = DataLoader(ds)`` or ``(dl := DataLoader(ds))``; none for another node."""
+    if isinstance(node, ast.Assign):
+        return [(target, node.value) for target in node.targets]
+    if isinstance(node, ast.AnnAssign | ast.NamedExpr) and node.value is not None:
+        return [(node.target, node.value)]
+    return []
+
+
+def assigned_value(source: str | None, target: str) -> str | None:
+    """The expression a source line assigns to ``target`` (``it = iter(train_loader)``), as
+    written; None when it assigns nothing to it."""
+    node = _statement(source) if source else None
+    return next((_written(value) for bound, value in _bindings(node) if _written(bound) == target),
+                None) if node is not None else None
+
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+
+#: The DataLoader arguments read from a ``DataLoader(...)`` call a source shows: each one's place
+#: among torch.utils.data.DataLoader's positional parameters and PyTorch's default for it.
+LOADER_CALL_KNOBS: dict[str, tuple[int, object]] = {
+    "batch_size": (1, 1), "num_workers": (5, 0), "pin_memory": (7, False)}
+#: A worker count or batch size read from a source above this is no setting any machine runs
+#: (a hostile or mistyped literal): not known, rather than thousands of digits in a note.
+LOADER_CALL_INT_LIMIT = 1 << 20
+#: PyTorch's DataLoader prefetch_factor with workers when the script sets none (without workers
+#: it is None: the DataLoader refuses any other value then).
+LOADER_PREFETCH_DEFAULT = 2
+
+
+def default_prefetch_factor(num_workers: int) -> int | None:
+    """The prefetch_factor a DataLoader with ``num_workers`` workers has when the script sets
+    none: LOADER_PREFETCH_DEFAULT batches per worker, None without workers."""
+    return LOADER_PREFETCH_DEFAULT if num_workers > 0 else None
+
+
+def _is_loader_call(node: ast.AST) -> bool:
+    """Whether a node calls ``DataLoader`` (by that name, or as ``torch.utils.data.DataLoader``)."""
+    if not isinstance(node, ast.Call):
+        return False
+    callee = node.func
+    return (callee.attr if isinstance(callee, ast.Attribute)
+            else getattr(callee, "id", None)) == "DataLoader"
+
+
+def loader_call_knobs(call: ast.Call) -> dict[str, object]:
+    """The LOADER_CALL_KNOBS a ``DataLoader(...)`` call gives, read with ast.literal_eval from
+    its literal arguments only (nothing is evaluated), PyTorch's default for one it leaves out;
+    one given as an expression or a literal of another type, or that ``*args``/``**kwargs`` may
+    give, is not known and left out (so is batch_size beside a batch_sampler)."""
+    given: dict[str, ast.expr] = {kw.arg: kw.value for kw in call.keywords if kw.arg}
+    unpacked = any(kw.arg is None for kw in call.keywords)
+    starred = any(isinstance(arg, ast.Starred) for arg in call.args)
+    knobs: dict[str, object] = {}
+    positional = [] if starred else call.args
+    for name, (place, default) in LOADER_CALL_KNOBS.items():
+        node = given.get(name, positional[place] if place < len(positional) else None)
+        if node is None:
+            if not (unpacked or starred or (name == "batch_size" and "batch_sampler" in given)):
+                knobs[name] = default
+            continue
+        try:
+            value = ast.literal_eval(node)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            continue
+        if type(value) is type(default) and (  # a bool is no worker count, a string no flag
+                not isinstance(value, int) or 0 <= value <= LOADER_CALL_INT_LIMIT):
+            knobs[name] = value
+    return knobs
+
+
+#: Where an expression is written in a source: its first line, column (in UTF-8 bytes, as
+#: the ast records it), last line and end column.
+_Span = tuple[int, int, int, int]
+
+
+class SourceScopes:
+    """The scopes of one source file, parsed once, and where each binds a name: kept as line
+    and column spans, not as the syntax tree (a shown source may be 8 MiB, whose tree takes
+    gigabytes), each bound expression written back only when asked for."""
+
+    def __init__(self, source: list[str]) -> None:
+        self._source = source
+        self._functions: dict[int, int] = {}  # a function's first line -> its scope
+        self._outer: dict[int, int | None] = {0: None}  # scope -> the scope around it
+        self._classes: set[int] = set()
+        self._bound: dict[int, dict[str, list[tuple[int, _Span]]]] = {}
+        #: Each ``DataLoader(...)`` call of the file: its line and loader_call_knobs, by line.
+        self.loader_calls: list[tuple[int, dict[str, object]]] = []
+        tree = _parsed("\n".join(source))
+        todo = [(child, 0) for child in ast.iter_child_nodes(tree)] if tree is not None else []
+        while todo:
+            node, scope = todo.pop()
+            for target, value in _bindings(node):
+                if isinstance(target, ast.Name):
+                    self._bound.setdefault(scope, {}).setdefault(target.id, []).append(
+                        (node.lineno, (value.lineno, value.col_offset,
+                                       value.end_lineno or value.lineno,
+                                       value.end_col_offset or value.col_offset)))
+            if _is_loader_call(node):
+                self.loader_calls.append((node.lineno, loader_call_knobs(node)))  # type: ignore[arg-type]
+            if isinstance(node, _SCOPES):
+                inner = len(self._outer)
+                self._outer[inner] = scope
+                if isinstance(node, ast.ClassDef):
+                    self._classes.add(inner)
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    self._functions[min([node.lineno, *(d.lineno
+                                                        for d in node.decorator_list)])] = inner
+                scope = inner
+            todo += [(child, scope) for child in ast.iter_child_nodes(node)]
+        self.loader_calls.sort(key=lambda call: call[0])
+        for names in self._bound.values():
+            for spans in names.values():
+                spans.sort()
+
+    def assigned(self, first_lineno: int, lineno: int, name: str) -> str | None:
+        """What the source gives ``name`` at line ``lineno`` of the function whose definition
+        starts at ``first_lineno``: the function's last assignment to it before that line, else
+        the enclosing scopes' (enclosing_assignment); None when none does, or the source does
+        not parse or defines no function there."""
+        function = self._functions.get(first_lineno)
+        if function is None:
+            return None
+        before = [span for line, span in self._bound.get(function, {}).get(name, [])
+                  if line < lineno]
+        return self._text(before[-1]) if before else self.enclosing_assignment(first_lineno,
+                                                                                name)
+
+    def enclosing_assignment(self, first_lineno: int, name: str) -> str | None:
+        """What the scopes around the function whose definition starts at ``first_lineno``
+        (its decorator's line, as line_profiler records it) assign to ``name``: its enclosing
+        functions', innermost first, then the module's, the last assignment of the nearest
+        scope (``dl = DataLoader(ds)`` in ``main()`` around a nested ``run()``); None when
+        none does or the source does not parse."""
+        function = self._functions.get(first_lineno)
+        scope = self._outer[function] if function is not None else None
+        while scope is not None:
+            spans = [] if scope in self._classes else self._bound.get(scope, {}).get(name, [])
+            if spans:  # a class body is no scope of its methods
+                return self._text(spans[-1][1])
+            scope = self._outer[scope]
+        return None
+
+    def _text(self, span: _Span) -> str | None:
+        """The expression written at ``span``, as ast.unparse writes it; None when it does not
+        parse alone."""
+        first, column, last, end = span
+        lines = [line.encode() for line in self._source[first - 1:last]]
+        lines[-1] = lines[-1][:end]
+        lines[0] = lines[0][column:]
+        tree = _parsed(b"\n".join(lines).decode(errors="replace"), mode="eval")
+        return _written(tree.body) if isinstance(tree, ast.Expression) else None
+
+
+def iterated_name(expression: str) -> str | None:
+    """The name an iterator expression iterates over: ``dl`` of ``iter(dl)``, of
+    ``enumerate(dl)`` or of ``dl``; None for anything else."""
+    tree = _parsed(expression, mode="eval")
+    if not isinstance(tree, ast.Expression):
+        return None
+    node = tree.body
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+            and node.func.id in ("iter", "enumerate") and node.args:
+        node = node.args[0]
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def names_dataloader(expression: str) -> bool:
+    """Whether an expression names a DataLoader or an iterator of one, as a loop over a
+    DataLoader does (``iter(train_loader)``, ``self.loader_it``)."""
+    return _LOADER_NAME.search(expression) is not None
+
+
+def is_loop_line(source: str | None) -> bool:
+    """Whether a source line opens a ``for`` or ``while`` loop."""
+    return bool(source) and _LOOP_LINE.match(source) is not None
+
+
+def is_sync_point_line(source: str | None) -> bool:
+    """Whether a source line waits for the GPU (reads a GPU value on the host, synchronizes)."""
+    code = (source or "").split("#", 1)[0]
+    return _SYNC_POINT_LINE.search(code) is not None

@@ -1,0 +1,48 @@
+"""Reading a Python source's syntax: loop lines, fetches, assignments, DataLoader calls."""
+
+from __future__ import annotations
+
+import ast
+
+from profreport import pysource
+
+
+def test_dataloader_loop_line() -> None:
+    """Source lines that loop over a loader (the runner's script check uses the same rule)."""
+    assert pysource.is_dataloader_loop_line("    for x, y in train_loader:")
+    assert pysource.is_dataloader_loop_line("for i, batch in enumerate(loader):")
+    assert not pysource.is_dataloader_loop_line("for epoch in range(10):")
+    # A header over range() fetches nothing, whatever it counts.
+    assert not pysource.is_dataloader_loop_line("    for step in range(len(train_loader)):")
+    assert pysource.counts_passes("for i, lr in enumerate([0.1, 0.01]):  # sweep")
+    assert not pysource.counts_passes("    for x, y in self.dl:")
+    assert pysource.counts_passes("    while step < steps:")
+    assert not pysource.counts_passes("while (batch := next(it, None)) is not None:")
+    assert pysource.opens_no_loop("        time.sleep(0.001)")
+    assert not pysource.opens_no_loop("    while True:")
+    assert not pysource.opens_no_loop("    for i, (x, y) in enumerate(")  # continued
+
+
+def test_the_iterator_a_line_fetches_from() -> None:
+    """``next(it)``/``it.__next__()`` name the iterator; an assignment tells what it is."""
+    assert pysource.fetched_iterator("        batch = next(it)") == "it"
+    assert pysource.fetched_iterator("x, y = self.it.__next__()") == "self.it"
+    assert pysource.fetched_iterator("batch = next(iter(val_loader), None)") == "iter(val_loader)"
+    assert pysource.fetched_iterator("loss = model(x)") is None
+    assert pysource.assigned_value("    it = iter(train_loader)", "it") == "iter(train_loader)"
+    assert pysource.assigned_value("    it = iter(train_loader)", "other") is None
+
+
+def test_loader_knobs_read_from_a_source_are_real_settings_only() -> None:
+    """A DataLoader call's literal knobs are read; a worker count or batch size no machine runs
+    (negative, or a literal thousands of digits long) is not known, not copied into a note."""
+    def knobs(call: str) -> dict[str, object]:
+        """The knobs of one ``DataLoader(...)`` call given as source."""
+        return pysource.loader_call_knobs(ast.parse(call).body[0].value)  # type: ignore[attr-defined]
+
+    assert knobs("DataLoader(ds, batch_size=32, num_workers=4)") == {
+        "batch_size": 32, "num_workers": 4, "pin_memory": False}
+    assert knobs(f"DataLoader(ds, batch_size=32, num_workers={'9' * 4000})") == {
+        "batch_size": 32, "pin_memory": False}
+    assert knobs("DataLoader(ds, batch_size=-1, num_workers=2)") == {
+        "num_workers": 2, "pin_memory": False}
