@@ -11,11 +11,12 @@ from __future__ import annotations
 import ast
 import re
 
-# A source line that iterates a DataLoader: ``for x, y in train_loader:``,
-# ``for i, batch in enumerate(loader):``, ``for b in tqdm(dataloader)``.
-_DATALOADER_LOOP_LINE = re.compile(r"^\s*(?:async\s+)?for\b.+\bin\b.*loader", re.IGNORECASE)
-# A name that says it holds a DataLoader or an iterator of one (``train_loader``, ``loader_it``).
+# A name that says it holds a DataLoader or an iterator of one (``train_loader``, ``loader_it``),
+# matched against one identifier, never a whole expression (``yaml.load(f, Loader=...)``).
 _LOADER_NAME = re.compile(r"loader", re.IGNORECASE)
+# Calls that iterate over their first argument and hand its items on: ``iter``, ``enumerate``
+# and tqdm's progress bar (``for b in tqdm(train_loader):``).
+_ITERATION_WRAPPERS = frozenset({"iter", "enumerate", "tqdm"})
 # Builtins a ``for`` may wrap around range() or a literal and still fetch nothing per pass.
 _PASS_WRAPPERS = frozenset({"enumerate", "reversed"})
 # A source line that opens a loop statement (Python's syntax, whatever it iterates over).
@@ -29,10 +30,12 @@ _SYNC_POINT_LINE = re.compile(
 
 
 def is_dataloader_loop_line(source: str | None) -> bool:
-    """Whether a source line is a ``for`` loop over a DataLoader (not one that counts passes
-    over ``range(len(train_loader))``, which fetches nothing)."""
-    return bool(source) and _DATALOADER_LOOP_LINE.match(source) is not None \
-        and not counts_passes(source)
+    """Whether a source line is a ``for`` loop whose syntax shows it iterating over a DataLoader
+    (_is_dataloader: ``for x, y in train_loader:``, ``for b in enumerate(DataLoader(ds)):``);
+    not one over ``range(len(train_loader))``, which fetches nothing, nor over
+    ``yaml.load(f, Loader=yaml.SafeLoader)``."""
+    node = _statement(source) if source else None
+    return isinstance(node, ast.For | ast.AsyncFor) and _is_dataloader(node.iter)
 
 
 #: What reading a shown source's syntax may raise: not Python, or nested deeper than the parser
@@ -112,16 +115,10 @@ def fetched_iterator(source: str | None) -> str | None:
 
 
 def loop_iterable(source: str | None) -> str | None:
-    """What a ``for`` line iterates over, as written, out of ``enumerate(...)`` (``dl`` of
+    """What a ``for`` line iterates over, as written, out of _ITERATION_WRAPPERS (``dl`` of
     ``for i, (x, y) in enumerate(dl):``); None for a line that opens no ``for``."""
     node = _statement(source) if source else None
-    if not isinstance(node, ast.For | ast.AsyncFor):
-        return None
-    iterable = node.iter
-    if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Name) \
-            and iterable.func.id == "enumerate" and iterable.args:
-        iterable = iterable.args[0]
-    return _written(iterable)
+    return _written(_iterated(node.iter)) if isinstance(node, ast.For | ast.AsyncFor) else None
 
 
 def _bindings(node: ast.AST) -> list[tuple[ast.expr, ast.expr]]:
@@ -162,13 +159,37 @@ def default_prefetch_factor(num_workers: int) -> int | None:
     return LOADER_PREFETCH_DEFAULT if num_workers > 0 else None
 
 
+def _name_of(node: ast.AST) -> str | None:
+    """The identifier a name or attribute ends with: ``dl`` of ``dl``, ``DataLoader`` of
+    ``torch.utils.data.DataLoader``; None for another node."""
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return node.id if isinstance(node, ast.Name) else None
+
+
 def _is_loader_call(node: ast.AST) -> bool:
     """Whether a node calls ``DataLoader`` (by that name, or as ``torch.utils.data.DataLoader``)."""
-    if not isinstance(node, ast.Call):
-        return False
-    callee = node.func
-    return (callee.attr if isinstance(callee, ast.Attribute)
-            else getattr(callee, "id", None)) == "DataLoader"
+    return isinstance(node, ast.Call) and _name_of(node.func) == "DataLoader"
+
+
+def _iterated(node: ast.expr) -> ast.expr:
+    """What an expression iterates over, out of _ITERATION_WRAPPERS: ``dl`` of ``dl``, of
+    ``enumerate(dl)`` and of ``tqdm(iter(dl))``."""
+    while isinstance(node, ast.Call) and node.args and _name_of(node.func) in _ITERATION_WRAPPERS \
+            and not isinstance(node.args[0], ast.Starred):
+        node = node.args[0]
+    return node
+
+
+def _is_dataloader(node: ast.expr) -> bool:
+    """Whether an expression's syntax shows a DataLoader or an iterator of one: a
+    ``DataLoader(...)`` call, or a name that says it holds one (``train_loader``,
+    ``self.loader_it``), bare or in _ITERATION_WRAPPERS (``iter(train_loader)``). Never from a
+    word anywhere in it: ``yaml.load(f, Loader=yaml.SafeLoader)`` and ``my_loader_config()``
+    are no DataLoader."""
+    node = _iterated(node)
+    name = _name_of(node)
+    return _is_loader_call(node) or (name is not None and _LOADER_NAME.search(name) is not None)
 
 
 def loader_call_knobs(call: ast.Call) -> dict[str, object]:
@@ -282,22 +303,19 @@ class SourceScopes:
 
 
 def iterated_name(expression: str) -> str | None:
-    """The name an iterator expression iterates over: ``dl`` of ``iter(dl)``, of
-    ``enumerate(dl)`` or of ``dl``; None for anything else."""
+    """The name an iterator expression iterates over, out of _ITERATION_WRAPPERS: ``dl`` of
+    ``iter(dl)``, of ``enumerate(dl)`` or of ``dl``; None for anything else."""
     tree = _parsed(expression, mode="eval")
-    if not isinstance(tree, ast.Expression):
-        return None
-    node = tree.body
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
-            and node.func.id in ("iter", "enumerate") and node.args:
-        node = node.args[0]
+    node = _iterated(tree.body) if isinstance(tree, ast.Expression) else None
     return node.id if isinstance(node, ast.Name) else None
 
 
 def names_dataloader(expression: str) -> bool:
-    """Whether an expression names a DataLoader or an iterator of one, as a loop over a
-    DataLoader does (``iter(train_loader)``, ``self.loader_it``)."""
-    return _LOADER_NAME.search(expression) is not None
+    """Whether an expression, as written, is a DataLoader or an iterator of one by its syntax
+    (_is_dataloader: ``iter(train_loader)``, ``self.loader_it``, ``DataLoader(ds)``); False
+    for one that does not parse."""
+    tree = _parsed(expression, mode="eval")
+    return isinstance(tree, ast.Expression) and _is_dataloader(tree.body)
 
 
 def is_loop_line(source: str | None) -> bool:

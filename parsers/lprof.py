@@ -368,8 +368,7 @@ def loops_over_loaders(frame: pd.DataFrame, scopes: _Scopes) -> pd.Series:
         iterable = loop_iterable(row["source"])
         if iterable is None or counts_passes(row["source"]):
             continue
-        origin = _origin_chain(frame, index, iterable, scopes)
-        named[index] = origin is not None and names_dataloader(origin)
+        named[index] = _origin_chain(frame, index, iterable, scopes)[1]
     return named
 
 
@@ -384,16 +383,22 @@ def _assigned_origin(frame: pd.DataFrame, index: int, name: str, scopes: _Scopes
         else None
 
 
-def _origin_chain(frame: pd.DataFrame, index: int, name: str, scopes: _Scopes) -> str | None:
+def _origin_chain(frame: pd.DataFrame, index: int, name: str, scopes: _Scopes
+                  ) -> tuple[str | None, bool]:
     """What ``name`` holds as the source shows it (_assigned_origin), followed one assignment
-    further when that names no DataLoader but iterates over a name: ``iter(dl), dl =
-    DataLoader(ds)`` for ``it = iter(dl)`` after ``dl = DataLoader(ds)``; None when unseen."""
+    further when that is no DataLoader but iterates over a name: ``iter(dl), dl =
+    DataLoader(ds)`` for ``it = iter(dl)`` after ``dl = DataLoader(ds)``; and whether that is a
+    DataLoader or an iterator of one by its syntax (pysource.names_dataloader). None when
+    unseen."""
     origin = _assigned_origin(frame, index, name, scopes)
-    inner = iterated_name(origin) if origin is not None and not names_dataloader(origin) \
-        else None
+    if origin is None or names_dataloader(origin):
+        return origin, origin is not None
+    inner = iterated_name(origin)
     deeper = _assigned_origin(frame, index, inner, scopes) if inner not in (None, name) \
         else None
-    return f"{origin}, {inner} = {deeper}" if deeper is not None else origin
+    if deeper is None:
+        return origin, False
+    return f"{origin}, {inner} = {deeper}", names_dataloader(deeper)
 
 
 def ticks_to_ns(ticks: pd.Series, unit: float) -> pd.Series:
@@ -544,12 +549,14 @@ def _counting_loop(frame: pd.DataFrame, header: int, loop: TrainingLoop,
         return replace(counted, training_name=named, dataloader=named,
                        confidence="low" if named else "none")
     iterator = str(fetched_iterator(fetch["source"]))
-    origin = iterator if names_dataloader(iterator) else (
-        _origin_chain(frame, header, iterator, scopes)
-        or _iterator_origin(frame, header, iterator))  # a source that does not parse whole
+    origin, loader = (iterator, True) if names_dataloader(iterator) else _origin_chain(
+        frame, header, iterator, scopes)
+    if origin is None:  # a source that does not parse whole
+        origin = _iterator_origin(frame, header, iterator)
+        loader = origin is not None and names_dataloader(origin)
     counted = replace(counted, dataloader=True, fetch_lineno=int(fetch["lineno"]),
                       fetch_from=iterator, fetch_origin=origin, confidence="medium")
-    if origin is None or not names_dataloader(origin):
+    if not loader:
         return counted
     return replace(counted, confidence="high", wait_lineno=int(fetch["lineno"]),
                    wait_ns=int(fetch["time_ns"]))

@@ -1218,6 +1218,28 @@ def test_a_loop_over_a_name_assigned_a_dataloader_is_the_dataloader_loop(tmp_pat
     assert pysource.loop_iterable("    x = 1") is None
 
 
+@pytest.mark.parametrize("assign", ["cfg = yaml.load(open('aug.yaml'), Loader=yaml.SafeLoader)",
+                                    "cfg = my_loader_config('aug.yaml')"])
+def test_a_loop_over_a_name_assigned_no_dataloader_is_not_the_dataloader_loop(
+        tmp_path: Path, assign: str) -> None:
+    """``for x, y in batches:`` (64 passes, 90 ms, the header 60 ms), then ``cfg =
+    yaml.load(f, Loader=yaml.SafeLoader)`` (or ``my_loader_config(...)``) and ``for key in
+    cfg:`` (4 passes, 43 ms): the word 'Loader' in the assigned expression made the config
+    loop the DataLoader loop by its source (high confidence, its 4 passes the steps). Its
+    syntax shows no DataLoader, so the training loop is the loop over batches, found by its hit
+    counts."""
+    source = ("def fit(model, batches):\n    for x, y in batches:\n"
+              f"        step(model, x, y)\n    {assign}\n    for key in cfg:\n"
+              "        model.register(key, cfg[key])\n")
+    path, loop = profiled_beside(tmp_path / "cfg.py", source,
+                                 [(2, 65, 60_000_000), (3, 64, 30_000_000), (4, 1, 200_000),
+                                  (5, 5, 3_000_000), (6, 4, 40_000_000)], "fit", 1)
+    assert (loop.lineno, loop.evidence, loop.iterations, loop.confidence) == (
+        2, "hit counts", 64, "medium")
+    assert (loop.dataloader, loop.wait_ns) == (True, 60_000_000)
+    assert not by_line(lprof.parse(path))[5]["is_dataloader_loop"]
+
+
 def test_the_summary_names_a_top_line_whose_source_is_not_shown(tmp_path: Path) -> None:
     """The terminal summary's top line ended 'of train: ' with nothing after it when the
     script had moved away from the .lprof; it now says the source is not shown."""

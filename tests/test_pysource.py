@@ -46,3 +46,21 @@ def test_loader_knobs_read_from_a_source_are_real_settings_only() -> None:
         "batch_size": 32, "pin_memory": False}
     assert knobs("DataLoader(ds, batch_size=-1, num_workers=2)") == {
         "num_workers": 2, "pin_memory": False}
+
+
+def test_a_dataloader_is_read_from_the_syntax_not_a_word() -> None:
+    """A DataLoader is a ``DataLoader(...)`` call or a name that says it holds one, bare or in
+    iter/enumerate/tqdm; ``loader`` anywhere else in an expression (a yaml Loader keyword, a
+    config function's name) made ``cfg`` and ``x`` DataLoaders."""
+    assert not pysource.names_dataloader("yaml.load(f, Loader=yaml.SafeLoader)")
+    assert not pysource.names_dataloader("my_loader_config()")
+    assert not pysource.names_dataloader("range(len(train_loader))")
+    assert pysource.names_dataloader("iter(train_loader)")
+    assert pysource.names_dataloader("self.loader_it")
+    assert pysource.names_dataloader("torch.utils.data.DataLoader(ds, batch_size=8)")
+    assert pysource.names_dataloader("tqdm(enumerate(DataLoader(ds)))")
+    assert not pysource.names_dataloader("iter(dl), dl = DataLoader(ds)")  # not an expression
+    assert not pysource.is_dataloader_loop_line(
+        "    for key in yaml.load(f, Loader=yaml.SafeLoader):")
+    assert pysource.is_dataloader_loop_line("    for b in tqdm(train_loader):")
+    assert pysource.loop_iterable("    for i, b in tqdm(enumerate(dl)):") == "dl"
