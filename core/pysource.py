@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
 
 # A name that says it holds a DataLoader or an iterator of one (``train_loader``, ``loader_it``),
 # matched against one identifier, never a whole expression (``yaml.load(f, Loader=...)``).
@@ -310,12 +311,46 @@ def iterated_name(expression: str) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
-def names_dataloader(expression: str) -> bool:
-    """Whether an expression, as written, is a DataLoader or an iterator of one by its syntax
-    (_is_dataloader: ``iter(train_loader)``, ``self.loader_it``, ``DataLoader(ds)``); False
-    for one that does not parse."""
+def loader_evidence(expression: str) -> bool | None:
+    """What an expression's syntax says of it holding a DataLoader or an iterator of one: True
+    (_is_dataloader), None when it only names what another line gives (a name, attribute or
+    item, bare or in _ITERATION_WRAPPERS: it may hold one), False for anything else, whose value
+    the expression itself shows (``model.parameters()``, ``iter([1, 2])``, ``yaml.load(f)``).
+    None for one that does not parse."""
     tree = _parsed(expression, mode="eval")
-    return isinstance(tree, ast.Expression) and _is_dataloader(tree.body)
+    if not isinstance(tree, ast.Expression):
+        return None
+    node = _iterated(tree.body)
+    if _is_dataloader(node):
+        return True
+    return None if isinstance(node, ast.Name | ast.Attribute | ast.Subscript) else False
+
+
+def dataloader_origin(expression: str, assigned: Callable[[str], str | None]
+                      ) -> tuple[str | None, bool | None]:
+    """What an iterable or iterator expression holds as the source shows it, and whether that
+    is a DataLoader or an iterator of one (loader_evidence).
+
+    The expression itself when its syntax tells (``iter(train_loader)``,
+    ``model.parameters()``); else what ``assigned`` gives the name it iterates over (its last
+    assignment before the line), followed one assignment further when that too only names
+    another: ``iter(dl), dl = DataLoader(ds)`` for ``it`` after ``dl = DataLoader(ds)``, ``it =
+    iter(dl)``. The verdict is None when the source does not show it (a parameter, an
+    attribute), and so is the origin when no assignment is shown.
+    """
+    verdict = loader_evidence(expression)
+    name = iterated_name(expression)
+    if verdict is not None or name is None:
+        return (expression if verdict is not None else None), verdict
+    origin = assigned(name)
+    if origin is None:
+        return None, None
+    verdict = loader_evidence(origin)
+    inner = iterated_name(origin)
+    deeper = assigned(inner) if verdict is None and inner not in (None, name) else None
+    if deeper is None:
+        return origin, verdict
+    return f"{origin}, {inner} = {deeper}", loader_evidence(deeper)
 
 
 def is_loop_line(source: str | None) -> bool:

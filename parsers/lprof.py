@@ -35,6 +35,7 @@ import re
 import stat
 import tokenize
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -49,13 +50,12 @@ from profreport.pysource import (
     SourceScopes,
     assigned_value,
     counts_passes,
+    dataloader_origin,
     fetched_iterator,
     is_dataloader_loop_line,
     is_loop_line,
     is_sync_point_line,
-    iterated_name,
     loop_iterable,
-    names_dataloader,
     opens_no_loop,
 )
 
@@ -368,7 +368,8 @@ def loops_over_loaders(frame: pd.DataFrame, scopes: _Scopes) -> pd.Series:
         iterable = loop_iterable(row["source"])
         if iterable is None or counts_passes(row["source"]):
             continue
-        named[index] = _origin_chain(frame, index, iterable, scopes)[1]
+        assigned = partial(_assigned_origin, frame, index, scopes=scopes)
+        named[index] = dataloader_origin(iterable, assigned)[1] is True
     return named
 
 
@@ -381,24 +382,6 @@ def _assigned_origin(frame: pd.DataFrame, index: int, name: str, scopes: _Scopes
     around = scopes[str(row["file"])]
     return around.assigned(int(row["first_lineno"]), int(row["lineno"]), name) if around \
         else None
-
-
-def _origin_chain(frame: pd.DataFrame, index: int, name: str, scopes: _Scopes
-                  ) -> tuple[str | None, bool]:
-    """What ``name`` holds as the source shows it (_assigned_origin), followed one assignment
-    further when that is no DataLoader but iterates over a name: ``iter(dl), dl =
-    DataLoader(ds)`` for ``it = iter(dl)`` after ``dl = DataLoader(ds)``; and whether that is a
-    DataLoader or an iterator of one by its syntax (pysource.names_dataloader). None when
-    unseen."""
-    origin = _assigned_origin(frame, index, name, scopes)
-    if origin is None or names_dataloader(origin):
-        return origin, origin is not None
-    inner = iterated_name(origin)
-    deeper = _assigned_origin(frame, index, inner, scopes) if inner not in (None, name) \
-        else None
-    if deeper is None:
-        return origin, False
-    return f"{origin}, {inner} = {deeper}", names_dataloader(deeper)
 
 
 def ticks_to_ns(ticks: pd.Series, unit: float) -> pd.Series:
@@ -540,26 +523,45 @@ def _counting_loop(frame: pd.DataFrame, header: int, loop: TrainingLoop,
     (medium), or no body line fetches (the function's name alone says it trains: low), the loop
     is still the training loop, its passes the steps, but the DataLoader wait is unknown.
     """
-    fetch = next((row for _, row in _body(frame, header, loop.iterations, loop.entries)
-                  .iterrows() if fetched_iterator(row["source"]) is not None), None)
+    fetch = _batch_fetch(frame, header, loop, scopes)
     counted = replace(loop, evidence="source", source_shown=True, counts_passes=True,
                       wait_lineno=None, wait_ns=0)
     if fetch is None:
         named = is_training_function(loop.function)
         return replace(counted, training_name=named, dataloader=named,
                        confidence="low" if named else "none")
-    iterator = str(fetched_iterator(fetch["source"]))
-    origin, loader = (iterator, True) if names_dataloader(iterator) else _origin_chain(
-        frame, header, iterator, scopes)
-    if origin is None:  # a source that does not parse whole
-        origin = _iterator_origin(frame, header, iterator)
-        loader = origin is not None and names_dataloader(origin)
-    counted = replace(counted, dataloader=True, fetch_lineno=int(fetch["lineno"]),
+    row, iterator, origin, loader = fetch
+    counted = replace(counted, dataloader=True, fetch_lineno=int(row["lineno"]),
                       fetch_from=iterator, fetch_origin=origin, confidence="medium")
     if not loader:
         return counted
-    return replace(counted, confidence="high", wait_lineno=int(fetch["lineno"]),
-                   wait_ns=int(fetch["time_ns"]))
+    return replace(counted, confidence="high", wait_lineno=int(row["lineno"]),
+                   wait_ns=int(row["time_ns"]))
+
+
+def _batch_fetch(frame: pd.DataFrame, header: int, loop: TrainingLoop, scopes: _Scopes
+                 ) -> tuple[pd.Series, str, str | None, bool] | None:
+    """The body line of a loop counting passes that fetches its batch: the line, the iterator
+    it fetches from (``it`` of ``next(it)``), what the source shows that to be, and whether
+    that is a DataLoader's (pysource.dataloader_origin). The first line fetching from a
+    DataLoader's iterator, else the first fetching from one whose origin the source does not
+    show (a parameter: it may be a DataLoader's); a ``next()`` of what the source shows to be
+    something else (``next(model.parameters())``, ``next(iter([0.1, 0.01]))``) fetches no
+    batch. None when no line fetches one."""
+    def assigned(name: str) -> str | None:
+        """What the loop's function, or the scopes around it, last assign to ``name``."""
+        return _assigned_origin(frame, header, name, scopes) or _iterator_origin(
+            frame, header, name)  # the second for a source that does not parse whole
+
+    unseen = None
+    for _, row in _body(frame, header, loop.iterations, loop.entries).iterrows():
+        iterator = fetched_iterator(row["source"])
+        origin, verdict = dataloader_origin(iterator, assigned) if iterator else (None, False)
+        if verdict:
+            return row, str(iterator), origin, True
+        if verdict is None and unseen is None:
+            unseen = (row, str(iterator), origin, False)
+    return unseen
 
 
 def _counts_around_a_loop(frame: pd.DataFrame, header: int, headers: list[int]) -> bool:

@@ -1353,6 +1353,42 @@ def test_a_fetch_from_an_iterator_of_a_name_assigned_a_dataloader_is_the_wait(
     assert pysource.iterated_name("iter(dl)") == "dl" and pysource.iterated_name("f(x)") is None
 
 
+def test_a_next_of_what_the_source_shows_is_no_dataloader_fetches_no_batch(
+        tmp_path: Path) -> None:
+    """``for step in range(steps):`` whose body first takes ``p = next(model.parameters())``
+    (the model's device) and then ``x, y = next(it)`` after ``it = iter(loader)`` (the timings
+    of the real run above, the parameters' next() 0.4 ms: next(it) 123.8 ms of 130.2 ms over
+    20 passes): the first next()
+    in the body was taken for the batch fetch, nothing shown said what model.parameters() is a
+    DataLoader's, so the share was unknown (verdict unknown). The fetch is the next(it) line,
+    its time the wait (95%, loader-bound). With no other next() in the body, the parameters'
+    one fetches no batch: the loop is the training loop by its function's name alone (low),
+    where it was taken as fetching each batch (medium)."""
+    source = ("def fit(model, loader, steps=20):\n"
+              "    it = iter(loader)\n"
+              "    for step in range(steps):\n"
+              "        p = next(model.parameters())\n"
+              "        x, y = next(it)\n"
+              "        train_step(model, x.to(p.device), y)\n")
+    lines = [(2, 1, 689_800), (3, 21, 6_500), (4, 20, 412_300), (5, 20, 123_822_400),
+             (6, 20, 5_946_700)]
+    path, loop = profiled_beside(tmp_path / "device.py", source, lines, "fit", 1)
+    assert (loop.confidence, loop.fetch_lineno, loop.wait_lineno) == ("high", 5, 5)
+    assert (loop.fetch_from, loop.fetch_origin, loop.wait_ns) == ("it", "iter(loader)",
+                                                                  123_822_400)
+    run = analyze_paths_of(path)
+    assert run.verdict == "loader-bound"
+    assert run.metrics.dataloader_fraction == pytest.approx(123_822_400 / 130_187_900)
+    alone = source.replace("        x, y = next(it)\n", "        x, y = it.pop()\n")
+    path, loop = profiled_beside(tmp_path / "alone.py", alone, lines, "fit", 1)
+    assert (loop.confidence, loop.dataloader, loop.fetch_lineno, loop.wait_lineno) == (
+        "low", True, None, None)
+    assert pysource.loader_evidence("model.parameters()") is False
+    assert pysource.dataloader_origin("iter(lrs)", {"lrs": "[0.1, 0.01]"}.get) == (
+        "[0.1, 0.01]", False)
+    assert pysource.dataloader_origin("batches", {}.get) == (None, None)
+
+
 def cpu_growth(read: Callable[[int], object], size: int) -> float:
     """How many times more CPU time ``read(4 * size)`` takes than ``read(size)``: about 4 for
     work linear in the size, 16 for quadratic work. CPU time of this process, so another

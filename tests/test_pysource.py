@@ -52,14 +52,14 @@ def test_a_dataloader_is_read_from_the_syntax_not_a_word() -> None:
     """A DataLoader is a ``DataLoader(...)`` call or a name that says it holds one, bare or in
     iter/enumerate/tqdm; ``loader`` anywhere else in an expression (a yaml Loader keyword, a
     config function's name) made ``cfg`` and ``x`` DataLoaders."""
-    assert not pysource.names_dataloader("yaml.load(f, Loader=yaml.SafeLoader)")
-    assert not pysource.names_dataloader("my_loader_config()")
-    assert not pysource.names_dataloader("range(len(train_loader))")
-    assert pysource.names_dataloader("iter(train_loader)")
-    assert pysource.names_dataloader("self.loader_it")
-    assert pysource.names_dataloader("torch.utils.data.DataLoader(ds, batch_size=8)")
-    assert pysource.names_dataloader("tqdm(enumerate(DataLoader(ds)))")
-    assert not pysource.names_dataloader("iter(dl), dl = DataLoader(ds)")  # not an expression
+    assert pysource.loader_evidence("yaml.load(f, Loader=yaml.SafeLoader)") is False
+    assert pysource.loader_evidence("my_loader_config()") is False
+    assert pysource.loader_evidence("range(len(train_loader))") is False
+    assert pysource.loader_evidence("iter(train_loader)") is True
+    assert pysource.loader_evidence("self.loader_it") is True
+    assert pysource.loader_evidence("torch.utils.data.DataLoader(ds, batch_size=8)") is True
+    assert pysource.loader_evidence("tqdm(enumerate(DataLoader(ds)))") is True
+    assert pysource.loader_evidence("iter(dl)") is None  # what dl holds, another line shows
     assert not pysource.is_dataloader_loop_line(
         "    for key in yaml.load(f, Loader=yaml.SafeLoader):")
     assert pysource.is_dataloader_loop_line("    for b in tqdm(train_loader):")

@@ -108,8 +108,9 @@ def _counting_identification(loop: TrainingLoop, where: str) -> LoopIdentificati
               "whose test calls nothing, fetches nothing)")
     if loop.fetch_lineno is None:
         unknown = (f"no line of {loop.function}()'s loop body shown fetches a batch "
-                   "(next(...)), so where the batches come from and the DataLoader's share of "
-                   "the step are unknown")
+                   "(next(...) of a DataLoader's iterator, or of an iterator whose origin is not "
+                   "shown), so where the batches come from and the DataLoader's share of the "
+                   "step are unknown")
         return LoopIdentification("source", loop.confidence,
                                   f"{counts}; its function {loop.function}() is named as "
                                   f"training; {unknown}", unknown)
