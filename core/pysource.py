@@ -30,15 +30,6 @@ _SYNC_POINT_LINE = re.compile(
     r"\.(?:item|cpu|numpy|tolist|synchronize)\(\s*\)|\.data\[\s*0\s*\]")
 
 
-def is_dataloader_loop_line(source: str | None) -> bool:
-    """Whether a source line is a ``for`` loop whose syntax shows it iterating over a DataLoader
-    (_is_dataloader: ``for x, y in train_loader:``, ``for b in enumerate(DataLoader(ds)):``);
-    not one over ``range(len(train_loader))``, which fetches nothing, nor over
-    ``yaml.load(f, Loader=yaml.SafeLoader)``."""
-    node = _statement(source) if source else None
-    return isinstance(node, ast.For | ast.AsyncFor) and _is_dataloader(node.iter)
-
-
 #: What reading a shown source's syntax may raise: not Python, or nested deeper than the parser
 #: or ast.unparse recurses (a 1,000-term sum a hostile file holds), or past memory.
 _UNREADABLE_SYNTAX = (SyntaxError, ValueError, RecursionError, MemoryError)
@@ -113,13 +104,6 @@ def fetched_iterator(source: str | None) -> str | None:
         if isinstance(call.func, ast.Attribute) and call.func.attr == "__next__":
             return _written(call.func.value)
     return None
-
-
-def loop_iterable(source: str | None) -> str | None:
-    """What a ``for`` line iterates over, as written, out of _ITERATION_WRAPPERS (``dl`` of
-    ``for i, (x, y) in enumerate(dl):``); None for a line that opens no ``for``."""
-    node = _statement(source) if source else None
-    return _written(_iterated(node.iter)) if isinstance(node, ast.For | ast.AsyncFor) else None
 
 
 def _bindings(node: ast.AST) -> list[tuple[ast.expr, ast.expr]]:
@@ -238,6 +222,8 @@ class SourceScopes:
         #: Each ``DataLoader(...)`` call of the file: its line and loader_call_knobs, by line.
         self.loader_calls: list[tuple[int, dict[str, object]]] = []
         tree = _parsed("\n".join(source))
+        #: Whether the file parses whole (else no scope is known and nothing is bound).
+        self.parsed = tree is not None
         todo = [(child, 0) for child in ast.iter_child_nodes(tree)] if tree is not None else []
         while todo:
             node, scope = todo.pop()
@@ -272,10 +258,20 @@ class SourceScopes:
         function = self._functions.get(first_lineno)
         if function is None:
             return None
-        before = [span for line, span in self._bound.get(function, {}).get(name, [])
+        span = self._last_before(function, lineno, name)
+        return self._text(span) if span else self.enclosing_assignment(first_lineno, name)
+
+    def module_assigned(self, lineno: int, name: str) -> str | None:
+        """What the module's own code last assigns to ``name`` before line ``lineno``; None
+        when none does or the source does not parse."""
+        span = self._last_before(0, lineno, name)
+        return self._text(span) if span else None
+
+    def _last_before(self, scope: int, lineno: int, name: str) -> _Span | None:
+        """Where ``scope`` last assigns ``name`` on a line before ``lineno``; None if nowhere."""
+        before = [span for line, span in self._bound.get(scope, {}).get(name, [])
                   if line < lineno]
-        return self._text(before[-1]) if before else self.enclosing_assignment(first_lineno,
-                                                                                name)
+        return before[-1] if before else None
 
     def enclosing_assignment(self, first_lineno: int, name: str) -> str | None:
         """What the scopes around the function whose definition starts at ``first_lineno``
@@ -309,6 +305,25 @@ def iterated_name(expression: str) -> str | None:
     tree = _parsed(expression, mode="eval")
     node = _iterated(tree.body) if isinstance(tree, ast.Expression) else None
     return node.id if isinstance(node, ast.Name) else None
+
+
+def iterates_dataloader(loop: ast.For | ast.AsyncFor, assigned: Callable[[str], str | None]
+                        ) -> bool:
+    """Whether a ``for`` statement iterates over a DataLoader as the source shows it
+    (dataloader_origin of what it iterates over, ``assigned`` telling what a name was last
+    given): ``for x, y in train_loader:``, ``for b in tqdm(DataLoader(ds)):``, or over a name
+    given one, ``dl = DataLoader(ds)`` then ``for i, (x, y) in enumerate(dl):``; not over
+    ``range(len(train_loader))``, which fetches nothing, nor over ``cfg = yaml.load(f,
+    Loader=yaml.SafeLoader)``."""
+    iterable = _written(loop.iter)
+    return iterable is not None and dataloader_origin(iterable, assigned)[1] is True
+
+
+def is_dataloader_loop_line(source: str | None, assigned: Callable[[str], str | None]
+                            ) -> bool:
+    """Whether a source line is a ``for`` over a DataLoader (iterates_dataloader)."""
+    node = _statement(source) if source else None
+    return isinstance(node, ast.For | ast.AsyncFor) and iterates_dataloader(node, assigned)
 
 
 def loader_evidence(expression: str) -> bool | None:

@@ -55,7 +55,6 @@ from profreport.pysource import (
     is_dataloader_loop_line,
     is_loop_line,
     is_sync_point_line,
-    loop_iterable,
     opens_no_loop,
 )
 
@@ -358,18 +357,15 @@ def _lines_table(timings: Timings, unit: float, sources: dict[str, list[str] | N
 
 
 def loops_over_loaders(frame: pd.DataFrame, scopes: _Scopes) -> pd.Series:
-    """Lines the source shows looping over a DataLoader (``frame`` sorted by function, line):
-    a ``for`` whose line names one (``for x, y in train_loader:``), or over a name that a line
-    of its function before it assigns one (``dl = DataLoader(ds)``, then ``for x, y in dl:``),
-    else the scopes around its function do (an enclosing function's or the module's ``dl``)."""
-    named = frame["source"].map(is_dataloader_loop_line).astype(bool)
-    for index in frame.index[~named & frame["source"].map(is_loop_line).astype(bool)]:
-        row = frame.loc[index]
-        iterable = loop_iterable(row["source"])
-        if iterable is None or counts_passes(row["source"]):
-            continue
-        assigned = partial(_assigned_origin, frame, index, scopes=scopes)
-        named[index] = dataloader_origin(iterable, assigned)[1] is True
+    """Lines the source shows looping over a DataLoader (``frame`` sorted by function, line;
+    pysource.is_dataloader_loop_line): a ``for`` whose line names one (``for x, y in
+    train_loader:``), or over a name that a line of its function before it assigns one (``dl =
+    DataLoader(ds)``, then ``for x, y in dl:``), else the scopes around its function do (an
+    enclosing function's or the module's ``dl``), as _assigned_origin reads them."""
+    named = pd.Series(False, index=frame.index)
+    for index in frame.index[frame["source"].map(is_loop_line).astype(bool)]:
+        named[index] = is_dataloader_loop_line(
+            frame.loc[index, "source"], partial(_assigned_origin, frame, index, scopes=scopes))
     return named
 
 
@@ -377,11 +373,18 @@ def _assigned_origin(frame: pd.DataFrame, index: int, name: str, scopes: _Scopes
                      ) -> str | None:
     """What the source shows assigned to ``name`` where the line at ``index`` uses it: its
     function's last assignment before it, else the scopes around its function (the file
-    parsed once, see pysource.SourceScopes)."""
+    parsed once, see pysource.SourceScopes). In a file that does not parse whole, the last of
+    its function's lines shown before it that assigns ``name`` (``it = iter(train_loader)``,
+    each line read alone); None when no line shown does (a parameter, a line not profiled)."""
     row = frame.loc[index]
     around = scopes[str(row["file"])]
-    return around.assigned(int(row["first_lineno"]), int(row["lineno"]), name) if around \
-        else None
+    if around is not None and around.parsed:
+        return around.assigned(int(row["first_lineno"]), int(row["lineno"]), name)
+    rows = _function_rows(frame, index)
+    assigned = [value for value in (assigned_value(source, name)
+                                    for source in rows.loc[rows.index < index, "source"])
+                if value is not None]
+    return assigned[-1] if assigned else None
 
 
 def ticks_to_ns(ticks: pd.Series, unit: float) -> pd.Series:
@@ -501,17 +504,6 @@ def _loop_of(frame: pd.DataFrame, header: int) -> TrainingLoop:
                         wait_lineno=int(row["lineno"]), wait_ns=int(row["time_ns"]))
 
 
-def _iterator_origin(frame: pd.DataFrame, header: int, iterator: str) -> str | None:
-    """What the source shows ``iterator`` to be: the expression last assigned to it on a line
-    of the loop's function before the loop (``it = iter(train_loader)``); None when no line
-    shown assigns it (a parameter, or a line not profiled)."""
-    rows = _function_rows(frame, header)
-    before = rows[rows.index < header]
-    assigned = [value for value in (assigned_value(source, iterator)
-                                    for source in before["source"]) if value is not None]
-    return assigned[-1] if assigned else None
-
-
 def _counting_loop(frame: pd.DataFrame, header: int, loop: TrainingLoop,
                    scopes: _Scopes) -> TrainingLoop:
     """A loop whose header the source shows counting passes (``for step in range(steps):``).
@@ -548,11 +540,7 @@ def _batch_fetch(frame: pd.DataFrame, header: int, loop: TrainingLoop, scopes: _
     show (a parameter: it may be a DataLoader's); a ``next()`` of what the source shows to be
     something else (``next(model.parameters())``, ``next(iter([0.1, 0.01]))``) fetches no
     batch. None when no line fetches one."""
-    def assigned(name: str) -> str | None:
-        """What the loop's function, or the scopes around it, last assign to ``name``."""
-        return _assigned_origin(frame, header, name, scopes) or _iterator_origin(
-            frame, header, name)  # the second for a source that does not parse whole
-
+    assigned = partial(_assigned_origin, frame, header, scopes=scopes)
     unseen = None
     for _, row in _body(frame, header, loop.iterations, loop.entries).iterrows():
         iterator = fetched_iterator(row["source"])

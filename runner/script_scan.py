@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from profreport import pysource
@@ -32,7 +33,7 @@ class ScriptFacts:
     trace_dirs: tuple[str, ...] = ()
     #: A function carries kernprof's bare ``@profile`` decorator.
     has_profile_decorator: bool = False
-    #: Line of a top-level ``for`` over something named like a loader (no line profile there).
+    #: Line of a top-level ``for`` over a DataLoader (loader_loop_line; no line profile there).
     module_level_loader_line: int | None = None
     #: Option strings the script's argparse knows (``--num-workers``...).
     options: tuple[str, ...] = ()
@@ -111,11 +112,14 @@ def has_bare_profile_decorator(tree: ast.Module) -> bool:
 
 
 def loader_loop_line(tree: ast.Module, lines: list[str]) -> int | None:
-    """Line number of a top-level ``for`` loop over a DataLoader (as
-    ``pysource.is_dataloader_loop_line`` tells one), else None."""
+    """Line number of a top-level ``for`` loop over a DataLoader, by the rule the .lprof parser
+    reads a loop with (pysource.iterates_dataloader): ``for x, y in train_loader:``, or over a
+    name the module assigns one before the loop (``dl = DataLoader(ds)``, ``for b in dl:``);
+    else None."""
+    scopes = pysource.SourceScopes(lines)
     for node in tree.body:
-        if isinstance(node, ast.For | ast.AsyncFor) and \
-                pysource.is_dataloader_loop_line(lines[node.lineno - 1]):
+        if isinstance(node, ast.For | ast.AsyncFor) and pysource.iterates_dataloader(
+                node, partial(scopes.module_assigned, node.lineno)):
             return node.lineno
     return None
 

@@ -1214,8 +1214,9 @@ def test_a_loop_over_a_name_assigned_a_dataloader_is_the_dataloader_loop(tmp_pat
         assert (loop.lineno, loop.evidence, loop.dataloader, loop.confidence) == (
             3, "source", True, "high")
         assert (loop.iterations, loop.wait_ns) == (64, header_ns)
-    assert pysource.loop_iterable("    for i, (x, y) in enumerate(dl):") == "dl"
-    assert pysource.loop_iterable("    x = 1") is None
+    loader = {"dl": "DataLoader(TensorDataset(x, y), batch_size=8)"}.get
+    assert pysource.is_dataloader_loop_line("    for i, (x, y) in enumerate(dl):", loader)
+    assert not pysource.is_dataloader_loop_line("    x = 1", loader)
 
 
 @pytest.mark.parametrize("assign", ["cfg = yaml.load(open('aug.yaml'), Loader=yaml.SafeLoader)",
@@ -1238,6 +1239,26 @@ def test_a_loop_over_a_name_assigned_no_dataloader_is_not_the_dataloader_loop(
         2, "hit counts", 64, "medium")
     assert (loop.dataloader, loop.wait_ns) == (True, 60_000_000)
     assert not by_line(lprof.parse(path))[5]["is_dataloader_loop"]
+
+
+def test_a_loop_over_a_dataloader_in_a_file_that_does_not_parse_whole(tmp_path: Path) -> None:
+    """``dl = DataLoader(...)`` then ``for x, y in dl:``, in a file whose other function is
+    Python 2 (``print "done"``: the file does not parse whole, so no scope is known), with the
+    timings of the real run above: the lines of the loop's function shown before it are read
+    one by one, as they were for a counting loop's iterator (the second of two lookups), so
+    the loop is the DataLoader loop (high). It was taken from hit counts alone (low)."""
+    source = ("def loop():\n"
+              "    dl = DataLoader(TensorDataset(x, y), batch_size=8)\n"
+              "    for i, (x, y) in enumerate(dl):\n"
+              "        train_step(model, opt, x, y)\n"
+              "\n\ndef done():\n"
+              "    print \"done\"\n")
+    path, loop = profiled_beside(tmp_path / "py2.py", source,
+                                 [(2, 1, 474_500), (3, 65, 14_199_900), (4, 64, 13_124_300)],
+                                 "loop", 1)
+    assert (loop.lineno, loop.evidence, loop.dataloader, loop.confidence) == (
+        3, "source", True, "high")
+    assert not pysource.SourceScopes(source.splitlines()).parsed
 
 
 def test_the_summary_names_a_top_line_whose_source_is_not_shown(tmp_path: Path) -> None:

@@ -9,11 +9,11 @@ from profreport import pysource
 
 def test_dataloader_loop_line() -> None:
     """Source lines that loop over a loader (the runner's script check uses the same rule)."""
-    assert pysource.is_dataloader_loop_line("    for x, y in train_loader:")
-    assert pysource.is_dataloader_loop_line("for i, batch in enumerate(loader):")
-    assert not pysource.is_dataloader_loop_line("for epoch in range(10):")
+    assert pysource.is_dataloader_loop_line("    for x, y in train_loader:", {}.get)
+    assert pysource.is_dataloader_loop_line("for i, batch in enumerate(loader):", {}.get)
+    assert not pysource.is_dataloader_loop_line("for epoch in range(10):", {}.get)
     # A header over range() fetches nothing, whatever it counts.
-    assert not pysource.is_dataloader_loop_line("    for step in range(len(train_loader)):")
+    assert not pysource.is_dataloader_loop_line("    for step in range(len(train_loader)):", {}.get)
     assert pysource.counts_passes("for i, lr in enumerate([0.1, 0.01]):  # sweep")
     assert not pysource.counts_passes("    for x, y in self.dl:")
     assert pysource.counts_passes("    while step < steps:")
@@ -61,6 +61,7 @@ def test_a_dataloader_is_read_from_the_syntax_not_a_word() -> None:
     assert pysource.loader_evidence("tqdm(enumerate(DataLoader(ds)))") is True
     assert pysource.loader_evidence("iter(dl)") is None  # what dl holds, another line shows
     assert not pysource.is_dataloader_loop_line(
-        "    for key in yaml.load(f, Loader=yaml.SafeLoader):")
-    assert pysource.is_dataloader_loop_line("    for b in tqdm(train_loader):")
-    assert pysource.loop_iterable("    for i, b in tqdm(enumerate(dl)):") == "dl"
+        "    for key in yaml.load(f, Loader=yaml.SafeLoader):", {}.get)
+    assert pysource.is_dataloader_loop_line("    for b in tqdm(train_loader):", {}.get)
+    assert pysource.is_dataloader_loop_line("    for i, b in tqdm(enumerate(dl)):",
+                                            {"dl": "DataLoader(ds)"}.get)

@@ -208,6 +208,23 @@ def test_module_level_loop_is_detected(tmp_path: Path) -> None:
     assert scan_script(paged).module_level_loader_line == 3
 
 
+def test_a_module_level_loop_over_a_name_assigned_a_dataloader_is_detected(tmp_path: Path
+                                                                           ) -> None:
+    """``dl = DataLoader(ds, batch_size=8)`` then ``for x, y in dl:`` at module level: the
+    runner's scan read the loop line's words alone, so no note said the loop sits where
+    line_profiler records nothing; it now reads the loop as the .lprof parser does (the name's
+    assignment before it). A loop over ``cfg = yaml.load(f, Loader=yaml.SafeLoader)`` is none."""
+    assigned = tmp_path / "assigned.py"
+    assigned.write_text("from torch.utils.data import DataLoader\n"
+                        "dl = DataLoader(ds, batch_size=8)\n"
+                        "for x, y in dl:\n    step(x, y)\n")
+    assert scan_script(assigned).module_level_loader_line == 3
+    config = tmp_path / "config.py"
+    config.write_text("import yaml\ncfg = yaml.load(open('c.yaml'), Loader=yaml.SafeLoader)\n"
+                      "for key in cfg:\n    print(key)\n")
+    assert scan_script(config).module_level_loader_line is None
+
+
 def test_emit_slurm_scripts_pass_bash_syntax_check(tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """One sbatch script per variant plus submit_all.sh, all valid bash: absolute interpreter,
