@@ -136,6 +136,13 @@ LOADER_CALL_INT_LIMIT = 1 << 20
 #: PyTorch's DataLoader prefetch_factor with workers when the script sets none (without workers
 #: it is None: the DataLoader refuses any other value then).
 LOADER_PREFETCH_DEFAULT = 2
+#: The fewest of each integer knob a DataLoader is built with: it raises on a negative worker
+#: count, and its BatchSampler on a batch size below 1 (``batch_size=0``).
+LOADER_CALL_INT_LOWEST = {"batch_size": 1, "num_workers": 0}
+#: The place of ``batch_sampler`` among DataLoader's positional parameters. A batch sampler
+#: yields whole batches: DataLoader then sets its batch_size to None, and raises when the call
+#: also gives a batch_size other than 1.
+BATCH_SAMPLER_PLACE = 4
 
 
 def default_prefetch_factor(num_workers: int) -> int | None:
@@ -178,28 +185,45 @@ def _is_dataloader(node: ast.expr) -> bool:
 
 
 def loader_call_knobs(call: ast.Call) -> dict[str, object]:
-    """The LOADER_CALL_KNOBS a ``DataLoader(...)`` call gives, read with ast.literal_eval from
-    its literal arguments only (nothing is evaluated), PyTorch's default for one it leaves out;
-    one given as an expression or a literal of another type, or that ``*args``/``**kwargs`` may
-    give, is not known and left out (so is batch_size beside a batch_sampler)."""
+    """The LOADER_CALL_KNOBS a ``DataLoader(...)`` call gives, read as torch.utils.data.DataLoader
+    reads its arguments, with ast.literal_eval of literal arguments only (nothing is
+    evaluated): PyTorch's default for one it leaves out, and batch_size None, as DataLoader
+    sets it, beside a batch sampler (keyword or positional: BATCH_SAMPLER_PLACE) or given as
+    ``batch_size=None`` (no automatic batching). One given as an expression or a literal of
+    another type, out of LOADER_CALL_INT_LOWEST..LOADER_CALL_INT_LIMIT, that ``*args`` or
+    ``**kwargs`` may give, or that DataLoader would refuse (a batch_size other than 1 beside a
+    batch sampler) is not known and left out."""
     given: dict[str, ast.expr] = {kw.arg: kw.value for kw in call.keywords if kw.arg}
     unpacked = any(kw.arg is None for kw in call.keywords)
     starred = any(isinstance(arg, ast.Starred) for arg in call.args)
-    knobs: dict[str, object] = {}
     positional = [] if starred else call.args
+
+    def argument(name: str, place: int) -> ast.expr | None:
+        """The argument the call gives for parameter ``name`` at ``place``, if it shows one."""
+        return given.get(name, positional[place] if place < len(positional) else None)
+
+    knobs: dict[str, object] = {}
     for name, (place, default) in LOADER_CALL_KNOBS.items():
-        node = given.get(name, positional[place] if place < len(positional) else None)
+        node = argument(name, place)
         if node is None:
-            if not (unpacked or starred or (name == "batch_size" and "batch_sampler" in given)):
+            if not (unpacked or starred):
                 knobs[name] = default
             continue
         try:
             value = ast.literal_eval(node)
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
             continue
-        if type(value) is type(default) and (  # a bool is no worker count, a string no flag
-                not isinstance(value, int) or 0 <= value <= LOADER_CALL_INT_LIMIT):
+        if (value is None and name == "batch_size") or (
+                type(value) is type(default)  # a bool is no worker count, a string no flag
+                and (not isinstance(value, int) or LOADER_CALL_INT_LOWEST.get(name, 0) <= value
+                     <= LOADER_CALL_INT_LIMIT)):
             knobs[name] = value
+    sampler = argument("batch_sampler", BATCH_SAMPLER_PLACE)
+    if sampler is not None and not (isinstance(sampler, ast.Constant) and sampler.value is None):
+        if knobs.get("batch_size") == 1:  # left out, or the 1 DataLoader accepts beside one
+            knobs["batch_size"] = None
+        else:
+            knobs.pop("batch_size", None)
     return knobs
 
 

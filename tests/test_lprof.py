@@ -551,6 +551,24 @@ def test_dataloader_knobs_shown_in_the_source_are_the_runs(tmp_path: Path) -> No
         {"pin_memory": True}, "other.py line 5, other.py line 6")
 
 
+def test_a_batch_sampler_given_by_place_leaves_no_batch_size_of_1(tmp_path: Path) -> None:
+    """``DataLoader(ds, 1, False, None, BucketSampler(ds, 48), 4)``: the 5th positional argument
+    is batch_sampler, so DataLoader's batch_size is None (the sampler's batches, 48 here, are
+    what a step takes). It was read as PyTorch's default batch size, 1, and the run's knobs and
+    note said batch_size=1."""
+    path, _ = profiled_beside(
+        tmp_path / "bucket.py", "from torch.utils.data import DataLoader\n\n\ndef train(ds):\n"
+        "    loader = DataLoader(ds, 1, False, None, BucketSampler(ds, 48), 4)\n"
+        "    for x, y in loader:\n        step(x, y)\n",
+        [(5, 1, 1000), (6, 61, 30_000_000), (7, 60, 6_000_000)], "train", 4)
+    assert lprof.parse(path).meta.loader_knobs == {
+        "batch_size": None, "num_workers": 4, "pin_memory": False}
+    run = analyze_paths_of(path)
+    assert run.knobs["batch_size"] is None
+    assert any(note.endswith("as no manifest records them: batch_size=None, num_workers=4, "
+                             "pin_memory=False") for note in run.notes)
+
+
 def test_loop_header_of_a_function_called_several_times(tmp_path: Path) -> None:
     # 3 calls of 4 iterations: the header runs 3 * (4 + 1) = 15 times, its body 12.
     timings = {("gone.py", 1, "run_epoch"): [(2, 3, 30), (3, 15, 9000), (4, 12, 600),

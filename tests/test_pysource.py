@@ -65,3 +65,26 @@ def test_a_dataloader_is_read_from_the_syntax_not_a_word() -> None:
     assert pysource.is_dataloader_loop_line("    for b in tqdm(train_loader):", {}.get)
     assert pysource.is_dataloader_loop_line("    for i, b in tqdm(enumerate(dl)):",
                                             {"dl": "DataLoader(ds)"}.get)
+
+
+def test_loader_knobs_are_read_as_dataloader_reads_its_arguments() -> None:
+    """torch.utils.data.DataLoader (torch 2.13) sets batch_size None beside a batch_sampler,
+    keyword or its 5th positional argument, and for ``batch_size=None``; it raises for a
+    batch_size other than 1 beside a batch_sampler, and its BatchSampler for a batch size of
+    0. A positional batch_sampler read as batch_size 1 (PyTorch's default), ``batch_size=0``
+    as 0, ``batch_sampler=None`` (no sampler) left the batch size unknown."""
+    def knobs(call: str) -> dict[str, object]:
+        """The knobs of one ``DataLoader(...)`` call given as source."""
+        return pysource.loader_call_knobs(ast.parse(call).body[0].value)  # type: ignore[attr-defined]
+
+    assert knobs("DataLoader(ds, 1, False, None, bs, 4)") == {
+        "batch_size": None, "num_workers": 4, "pin_memory": False}
+    assert knobs("DataLoader(ds, batch_sampler=bs, pin_memory=True)") == {
+        "batch_size": None, "num_workers": 0, "pin_memory": True}
+    assert knobs("DataLoader(ds, batch_size=None)")["batch_size"] is None
+    assert "batch_size" not in knobs("DataLoader(ds, batch_size=0)")
+    assert "batch_size" not in knobs("DataLoader(ds, batch_size=32, batch_sampler=bs)")
+    assert "batch_size" not in knobs("DataLoader(ds, batch_size=args.bs, batch_sampler=bs)")
+    assert "num_workers" not in knobs("DataLoader(ds, num_workers=None)")
+    assert knobs("DataLoader(ds, batch_size=8, batch_sampler=None)")["batch_size"] == 8
+    assert "batch_size" not in knobs("DataLoader(ds, **options)")
