@@ -74,7 +74,9 @@ SourceKind = Literal["nsys", "kineto", "lprof"]
 #: Columns of small integer ids (GPUs, streams, correlation ids, processes, threads). Each is held
 #: in the narrowest signed dtype that fits its values (:func:`narrowest_int`): the schema's
 #: ``int64`` is the widest they take. A 10M-row table's ids then take 1 to 4 bytes a row instead
-#: of 8; code reading them must not assume int64 (compare, join and index them as they are).
+#: of 8; code reading them must not assume int64 (compare, join and index them as they are). The
+#: pid and tid of nsys's runtime calls (17 M rows, a few dozen threads) are categoricals of those
+#: ids (:func:`id_categorical`): read a few rows' with :func:`ids_at`, not the whole column.
 ID_COLUMNS = frozenset({"device", "stream", "correlation", "pid", "tid"})
 #: The signed dtypes an id column may take, narrowest first.
 _ID_DTYPES = (np.int8, np.int16, np.int32, np.int64)
@@ -164,6 +166,34 @@ def categorical(texts: Sequence[str | None], codes: np.ndarray) -> pd.Categorica
     return pd.Categorical.from_codes(remap[codes], pd.Index(categories, dtype=object))
 
 
+def id_categorical(ids: np.ndarray, codes: np.ndarray) -> pd.Categorical:
+    """An id column of few distinct values over many rows: each row's index ``codes`` into
+    ``ids`` (repeats allowed) as a categorical of the ids themselves, sorted, in the dtype
+    :func:`narrowed` gives them (``to_numpy`` gives the same values and dtype as the id column
+    would have), a small code per row."""
+    categories, remap = np.unique(ids, return_inverse=True)
+    remap = remap.astype(narrowest_int(np.array([-1, len(categories)])))
+    return pd.Categorical.from_codes(remap[codes], pd.Index(narrowed(categories)))
+
+
+def ids_at(column: pd.Series, rows: np.ndarray | slice) -> np.ndarray:
+    """The values of an id column at ``rows`` (positions or a mask): of a categorical
+    (:func:`id_categorical`) from its codes at those rows, never the whole column expanded."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        return column.cat.categories.to_numpy()[column.array.codes[rows]]
+    return column.to_numpy()[rows]
+
+
+def distinct_ids(column: pd.Series) -> np.ndarray:
+    """The distinct values of an id column, in the order first met (a categorical's, see
+    :func:`id_categorical`: those its rows hold, in category order, found from its codes)."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        codes = column.array.codes
+        held = np.flatnonzero(np.bincount(codes[codes >= 0], minlength=1))
+        return column.cat.categories.to_numpy()[held]
+    return pd.unique(column.to_numpy())
+
+
 def in_start_order(columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """A table's columns (``start`` among them) put in start order in place, rows of equal
     starts as they were, one column reordered at a time (each old copy let go before the next
@@ -203,8 +233,10 @@ def narrowed_ids(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` with each id column (:data:`ID_COLUMNS`) in its narrowest integer dtype, in
     place; an id column of another kind (floats after ``fillna``) is made integer first, and
     one holding missing values is refused (ValueError), as ``astype`` refuses them, not cast to
-    a meaningless integer."""
+    a meaningless integer. A categorical of ids (:func:`id_categorical`) is kept as it is."""
     for column in ID_COLUMNS.intersection(frame.columns):
+        if isinstance(frame[column].dtype, pd.CategoricalDtype):
+            continue
         values = frame[column].to_numpy()
         if values.dtype.kind not in "iu":
             if values.dtype.kind == "f" and not np.isfinite(values).all():

@@ -46,7 +46,10 @@ from profreport.model import (
     Profile,
     categorical,
     conform,
+    distinct_ids,
     empty_table,
+    id_categorical,
+    ids_at,
     in_start_order,
     narrowed,
     narrowed_ids,
@@ -558,12 +561,12 @@ def _read_tables(export: _Export) -> dict[str, pd.DataFrame]:
     export.pid_mask = _pid_mask(export)
     runtime = _runtime(export)
     if runtime is not None:
-        pids = runtime["pid"].to_numpy()
-        launching = pd.unique(pids[(runtime["correlation"].to_numpy() >= 0) & (pids >= 0)])
-        if len(launching) > 1:  # an unknown process is none
+        launching = pd.unique(ids_at(runtime["pid"], runtime["correlation"].to_numpy() >= 0))
+        launching = launching[launching >= 0]  # an unknown process is none
+        if len(launching) > 1:
             export.launching = np.sort(launching)
-            runtime["correlation"] = _qualified(runtime["correlation"].to_numpy(), pids,
-                                                export.launching)
+            runtime["correlation"] = _qualified(runtime["correlation"].to_numpy(),
+                                                runtime["pid"].to_numpy(), export.launching)
     readers = {"kernels": _kernels, "memcpy": _memcpy, "memset": _memset,
                "runtime": lambda _: runtime, "sync": _sync, "ranges": _ranges, "osrt": _osrt,
                "devices": _devices, "threads": _threads, "memory": _memory}
@@ -1032,17 +1035,17 @@ def _memset(export: _Export) -> pd.DataFrame | None:
 
 
 def _native_runtime(export: _Export, table: str) -> pd.DataFrame | None:
-    """The runtime table from the export's pages, or None (then SQL reads it). Names are
-    numbered while the chunks are decoded and each distinct one is looked up once."""
-    names = _Vocabulary()
+    """The runtime table from the export's pages, or None (then SQL reads it). Names and
+    threads (globalTids) are numbered while the chunks are decoded; each distinct name is looked
+    up once, and each distinct thread decoded once into the pid and tid categoricals
+    (model.id_categorical: 17 M calls of a few dozen threads take 2 bytes a row, not 8)."""
+    names, threads = _Vocabulary(), _Vocabulary()
 
     def part(values: dict[str, np.ndarray], kinds: dict[str, np.ndarray],
              texts: dict[str, np.ndarray]) -> tuple[_Part]:
-        """One chunk: times, pid and tid from the globalTid, correlation and name code."""
+        """One chunk: times, correlation, and the codes of the thread (globalTid) and name."""
         kept, valid = _timed_part(values, kinds, {"correlationId": "correlation"})
-        pids, tids = _pid_tid(np.where(kinds["globalTid"][valid] == sqlite_pages.NULL, -1,
-                                       values["globalTid"][valid]), export.pid_mask)
-        kept.columns.update({"pid": narrowed(pids), "tid": narrowed(tids),
+        kept.columns.update({"thread": threads.codes(_ids(values, kinds, "globalTid", valid)),
                              "name": names.codes(_ids(values, kinds, "nameId", valid))})
         return (kept,)
 
@@ -1053,6 +1056,9 @@ def _native_runtime(export: _Export, table: str) -> pd.DataFrame | None:
     columns = _counted(export, "runtime", parts[0])
     texts = [concepts.strip_api_version(export.strings.get(key) or "") for key in names.in_order()]
     columns["name"] = categorical(texts, columns["name"])
+    thread = columns.pop("thread")
+    pids, tids = _pid_tid(np.array(threads.in_order(), dtype=np.int64), export.pid_mask)
+    columns["pid"], columns["tid"] = id_categorical(pids, thread), id_categorical(tids, thread)
     return _native_table("runtime", columns)
 
 
@@ -1070,7 +1076,11 @@ def _runtime(export: _Export) -> pd.DataFrame | None:
         f"LEFT JOIN StringIds AS s ON s.id = t.nameId ORDER BY t.start"))
     frame[["pid", "tid", "correlation"]] = frame[["pid", "tid", "correlation"]].fillna(-1)
     frame["name"] = _map_unique(frame["name"].fillna(""), concepts.strip_api_version)
-    return _categorical_names(conform("runtime", frame), ("name",))
+    frame = _categorical_names(conform("runtime", frame), ("name",))
+    for column in ("pid", "tid"):  # as the page reader holds them (_native_runtime)
+        codes, ids = pd.factorize(frame[column].to_numpy())
+        frame[column] = id_categorical(ids, codes)
+    return frame
 
 
 def _sync(export: _Export) -> pd.DataFrame | None:
@@ -1325,7 +1335,7 @@ def process_profiles(profile: Profile) -> list[Profile]:
     if len(_pid_bounds(profile.tables)) <= 1:
         return [profile]  # one process: no table of 10^7 pids hashed, nor ranges copied
     recorded = profile.meta.recorded_ranks if isinstance(profile.meta, NsysMeta) else {}
-    callers = set(pd.unique(runtime["pid"].to_numpy()).tolist())
+    callers = set(distinct_ids(runtime["pid"]).tolist())
     marked, spans = _stepped_processes(ranges)
     candidates = np.array(sorted(callers.union(marked, spans, recorded) - {-1}))
     owners = {name: _launching_member(profile.tables[name], runtime, candidates)
@@ -1488,9 +1498,16 @@ def _whole_notes(rank: int | None, members: list[int]) -> list[str]:
 def _pid_bounds(tables: dict[str, pd.DataFrame]) -> set[int]:
     """The least and the greatest pid the NVTX ranges and runtime calls name: one when they are
     one process's, none without rows (found without hashing a table of 10^7 pids)."""
-    columns = [tables[name]["pid"].to_numpy() for name in ("ranges", "runtime")
+    columns = [_held_ids(tables[name]["pid"]) for name in ("ranges", "runtime")
                if name in tables and len(tables[name])]
     return {int(end) for column in columns for end in (column.min(), column.max())}
+
+
+def _held_ids(column: pd.Series) -> np.ndarray:
+    """An id column's values to take the least and greatest of: a categorical's distinct ones
+    (model.distinct_ids), another's as they are (no hashing)."""
+    return distinct_ids(column) if isinstance(column.dtype, pd.CategoricalDtype) \
+        else column.to_numpy()
 
 
 def _capture_rank(tables: dict[str, pd.DataFrame], meta: NsysMeta) -> int | None:

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from profreport.errors import InputError, MissingToolError, UnsupportedFormatError
-from profreport.model import Profile
+from profreport.model import Profile, distinct_ids
 from profreport.parsers import ParseOptions, nsys, parse_file
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -780,10 +780,18 @@ def test_id_columns_take_the_narrowest_dtype_that_holds_them() -> None:
 
 
 def test_exported_ids_take_the_narrowest_dtype(profiles: dict[str, Profile]) -> None:
-    """The sc22 export's correlation ids and thread ids fit 32 bits, and are held so."""
+    """The sc22 export's correlation ids and thread ids fit 32 bits, and are held so; the
+    runtime calls' pid and tid as categoricals of those ids, a one-byte code a row (its
+    39,309 calls come from 5 threads of one process)."""
     read = profiles["sc22_4gpu_baseline"]
     assert str(read.table("kernels")["correlation"].dtype) == "int32"
-    assert str(read.table("runtime")["tid"].dtype) == "int32"
+    runtime = read.table("runtime")
+    for column in ("pid", "tid"):
+        assert str(runtime[column].to_numpy().dtype) == "int32"
+        assert runtime[column].array.codes.dtype == np.int8
+    assert len(runtime) == 39309
+    assert distinct_ids(runtime["tid"]).tolist() == [79184, 79416, 79417, 79418, 79542]
+    assert distinct_ids(runtime["pid"]).tolist() == [79184]
 
 
 def test_two_processes_in_one_capture_keep_their_own_dataloader_wait(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import pandas as pd
 
 from profreport import concepts
 from profreport.allocator import giving_back_memory
-from profreport.model import Profile
+from profreport.model import Profile, ids_at
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.cpu import spans_where
 from profreport.reports.analysis.gpu import comm_intervals, comm_under_compute, launched_in_steps
@@ -64,7 +64,7 @@ def kernel_collective_kinds(profile: Profile, kernels: pd.DataFrame,
         return kinds
     launch = launch_calls(profile, "kernels")[rows[unnamed]]
     found = launch >= 0
-    tids = runtime["tid"].to_numpy()[launch[found]]
+    tids = ids_at(runtime["tid"], launch[found])
     times = runtime["start"].to_numpy(np.int64)[launch[found]]
     enclosing = _enclosing_kind(calls, call_kinds(calls), tids, times)
     filled = kinds.to_numpy(dtype=object)

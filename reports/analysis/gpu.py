@@ -14,7 +14,7 @@ import pandas as pd
 
 from profreport import concepts
 from profreport.allocator import giving_back_memory
-from profreport.model import Profile
+from profreport.model import Profile, ids_at
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.breakdown import Parts, claim, make_breakdown
 from profreport.reports.analysis.cpu import spans_where
@@ -378,12 +378,12 @@ def kernel_mix(profile: Profile, windows: StepWindows | None) -> KernelMix | Non
 def max_devices_per_process(profile: Profile) -> int:
     """Most GPUs whose kernels one process launched (kernels joined to runtime calls)."""
     kernels = profile.table("kernels")
-    pids, devices = profile.table("runtime")["pid"].to_numpy(), kernels["device"].to_numpy()
+    pids, devices = profile.table("runtime")["pid"], kernels["device"].to_numpy()
     # Each device's launching processes (a few devices: a pass each per block, no table of
     # every launch), then the devices each process launched on.
     launchers: dict[int, set[int]] = {}
     for kernel_at, call_at in launch_pairs(profile, "kernels"):
-        launched_on, launched_by = devices[kernel_at], pids[call_at]
+        launched_on, launched_by = devices[kernel_at], ids_at(pids, call_at)
         for device in pd.unique(launched_on).tolist():
             launchers.setdefault(device, set()).update(
                 pd.unique(launched_by[launched_on == device]).tolist())

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from profreport import concepts
-from profreport.model import Profile, position_dtype
+from profreport.model import Profile, ids_at, position_dtype
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.launches import launch_calls, launch_steps
 from profreport.reports.analysis.results import (
@@ -68,7 +68,7 @@ def launching_op(profile: Profile, spans: pd.DataFrame, call: np.ndarray) -> np.
     runtime = profile.table("runtime")
     with_call = np.flatnonzero(call >= 0)
     call = call[with_call]
-    call_pid, call_tid = runtime["pid"].to_numpy()[call], runtime["tid"].to_numpy()[call]
+    call_pid, call_tid = ids_at(runtime["pid"], call), ids_at(runtime["tid"], call)
     call_start = runtime["start"].to_numpy(np.int64)[call]
     positions = pd.Series(np.arange(len(spans)), index=spans.index)
     for (pid, tid), mine in spans.groupby(["pid", "tid"], sort=False):
