@@ -71,6 +71,55 @@ def test_subtract_intersect_and_windows() -> None:
     assert per_window.tolist() == [8, 4, 0]
 
 
+def _claim_parts(rng: np.random.Generator) -> list[tuple[str, iv.Intervals | iv.Rows]]:
+    """Parts as the GPU breakdown gives them: unions, and tables' rows in start order (some of
+    them, by a mask) that overlap one another, a few lasting over many others."""
+    def rows(count: int, longest: int) -> tuple[np.ndarray, np.ndarray]:
+        starts = np.sort(rng.integers(0, 1_000_000, count))
+        return starts, starts + rng.integers(0, longest, count)
+    kernels, calls = rows(3000, 400), rows(5000, 60)
+    return [("loader", iv.union(*rows(40, 30_000))),
+            ("compute", iv.Rows(*kernels, rng.random(3000) < 0.8)),
+            ("copies", iv.union(*rows(700, 1000))),
+            ("calls", iv.Rows(*calls))]
+
+
+def test_claim_a_stretch_at_a_time_holds_a_stretch_of_the_union(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each part claims, in each window (windows overlapping and out of order too), what it
+    covers there that no earlier part covers: the figures of running unions of the whole parts,
+    while the running union is built a stretch of time at a time (64 rows of each part: never
+    the 4,000 intervals of the whole)."""
+    from types import SimpleNamespace
+
+    from profreport.reports.analysis import breakdown
+
+    rng = np.random.default_rng(7)
+    parts = _claim_parts(rng)
+    w_starts = np.concatenate([np.arange(0, 1_000_000, 25_000), [990_000, 100]])
+    windows = SimpleNamespace(count=len(w_starts), starts=w_starts, ends=w_starts + np.concatenate(
+        [np.full(40, 25_000), [50_000, 300_000]]))
+    expected, whole, before = {}, iv.EMPTY, np.zeros(windows.count, np.int64)
+    for name, part in parts:
+        if isinstance(part, iv.Rows):
+            part = iv.union(part.starts, part.ends, part.rows)
+        whole = iv.merge(whole, part)
+        covered = iv.overlap_per_window(whole, windows.starts, windows.ends)
+        expected[name], before = covered - before, covered
+    assert len(whole) > 1000
+    held = []
+    merge_rows = iv.merge_rows
+    monkeypatch.setattr(iv, "merge_rows", lambda *args: held.append(merge_rows(*args)) or held[-1])
+    monkeypatch.setattr(breakdown, "STRETCH_ROWS", 64)
+    claimed = breakdown.claim(parts, windows)
+    assert list(claimed) == list(expected)
+    for name, ns in expected.items():
+        np.testing.assert_array_equal(claimed[name], ns)
+    assert sum(ns.sum() for ns in claimed.values()) == iv.overlap_per_window(
+        whole, windows.starts, windows.ends).sum() > 0
+    assert held and max(map(len, held)) < 4 * 64
+
+
 def test_sc22_1gpu_gpu_idle_between_steps(sc22_1gpu: RunMetrics) -> None:
     """Union ≈ 7.7 s of a 44.5 s window (≈ 17%), 28 gaps over 500 ms, between the steps.
 

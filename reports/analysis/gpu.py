@@ -166,11 +166,23 @@ def gpu_utilization(profile: Profile, windows: StepWindows | None) -> GpuUtiliza
                           span="step windows" if windows is not None else "profiled span")
 
 
-def compute_intervals(profile: Profile) -> iv.Intervals:
-    """When compute kernels run (every kernel that is not communication); only the two time
-    columns are taken, not a copy of the kernel table."""
+def compute_rows(profile: Profile) -> iv.Rows:
+    """The compute kernels' rows (every kernel that is not communication): the two time
+    columns and a mask, not a copy of the kernel table."""
     kernels = profile.table("kernels")
-    return iv.union(kernels["start"], kernels["end"], ~kernels["is_comm"].to_numpy(bool))
+    return iv.Rows(kernels["start"], kernels["end"], ~kernels["is_comm"].to_numpy(bool))
+
+
+def table_rows(profile: Profile, table: str) -> iv.Rows:
+    """Every row of ``table`` as intervals (its two time columns as they are)."""
+    rows = profile.table(table)
+    return iv.Rows(rows["start"], rows["end"])
+
+
+def compute_intervals(profile: Profile) -> iv.Intervals:
+    """When compute kernels run (the union of :func:`compute_rows`)."""
+    rows = compute_rows(profile)
+    return iv.union(rows.starts, rows.ends, rows.rows)
 
 
 def copy_memset_intervals(profile: Profile) -> iv.Intervals:
@@ -183,14 +195,14 @@ def gpu_parts(profile: Profile, windows: StepWindows) -> Parts:
     """The parts of a GPU step in claiming order: DataLoader wait, H2D copies, compute kernels,
     other copies and memsets, communication kernels (what they claim is the exposed
     communication), CUDA runtime calls on the CPU while the GPU has nothing else; the rest is
-    other. Each part is built when it is asked for, so that only the one being claimed is held
-    beside what the earlier ones claimed."""
+    other. The compute kernels and the runtime calls are their tables' rows, never built into
+    unions of their own (8.4 M and 17 M intervals on a 10 M-kernel export)."""
     yield "dataloader", dataloader_intervals(profile, windows)
     yield "h2d_copy", iv.union_of([copies_of_kind(profile, concepts.HTOD)])
-    yield "compute", compute_intervals(profile)
+    yield "compute", compute_rows(profile)
     yield "copy_memset", copy_memset_intervals(profile)
     yield "comm_exposed", comm_intervals(profile)
-    yield "host_runtime", profile.table("runtime")
+    yield "host_runtime", table_rows(profile, "runtime")
 
 
 @giving_back_memory

@@ -34,6 +34,11 @@ def _by_correlation(profile: Profile) -> tuple[np.ndarray, np.ndarray]:
 #: Correlation ids spread over more than this many slots per runtime call are joined by sorting
 #: the calls instead of through a table indexed by id (it would cost more memory than the sort).
 SLOTS_PER_CALL = 2
+#: Unique ids spread wide that rise with the calls (CUPTI counts them up as calls are made; a
+#: thread's call may start after another thread's later one) are joined through their running
+#: maximum, the calls that come late looked up on their own, when at most this share of the
+#: calls come late; more, and sorting every call costs little more than sorting them.
+LATE_SHARE = 1 / 8
 
 
 @per_profile
@@ -53,6 +58,10 @@ def _launch_index(profile: Profile
         low, row_of = slots
         return {name: _looked_up(profile.table(name)["correlation"].to_numpy(), low, row_of)
                 for name in GPU_TABLES}, None
+    rising = _rising_ids(ids)
+    if rising is not None:
+        return {name: _found_rising(profile.table(name)["correlation"].to_numpy(), *rising,
+                                    dtype) for name in GPU_TABLES}, None
     order, ordered = _by_correlation(profile)
     unique = bool((ordered[1:] != ordered[:-1]).all())
     calls = {name: _first_in(profile.table(name)["correlation"].to_numpy(), order, ordered,
@@ -80,6 +89,51 @@ def _slots_by_id(ids: np.ndarray, dtype: type) -> tuple[int, np.ndarray] | None:
                 != np.arange(block.start, block.stop)).any():
             return None
     return low, row_of
+
+
+def _rising_ids(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """For unique ids that mostly rise with the calls: their running maximum (ascending: the
+    id of each call on time, that of the last one on time for a call that comes late, its id
+    below an earlier call's), and the late calls' rows and ids, ordered by id; None when an id
+    repeats, the calls are none, or more than LATE_SHARE of them come late. A 17 M-call join
+    then holds one array as long as the calls, not their order and their ids sorted."""
+    if len(ids) == 0:
+        return None
+    reach = np.maximum.accumulate(ids)
+    late = np.concatenate([np.flatnonzero(ids[block] < reach[block]) + block.start
+                           for block in iv.blocks(len(ids))])
+    if len(late) > LATE_SHARE * len(ids):
+        return None
+    # On time, a call's id passes every earlier one's: the maximum rises at each, stays at
+    # each late one, and a call that neither is a repeat.
+    steady = sum(int((reach[block.start + 1:block.stop + 1] == reach[block]).sum())
+                 for block in iv.blocks(len(reach) - 1))
+    late_ids = ids[late]
+    order = np.argsort(late_ids, kind="stable")
+    late, late_ids = late[order], late_ids[order]
+    place = np.searchsorted(reach, late_ids, side="left")  # a late id is below the maximum
+    if steady != len(late) or (late_ids[1:] == late_ids[:-1]).any() or \
+            (reach[place] == late_ids).any():
+        return None
+    return reach, late, late_ids
+
+
+def _found_rising(keys: np.ndarray, reach: np.ndarray, late: np.ndarray, late_ids: np.ndarray,
+                  dtype: type) -> np.ndarray:
+    """For each key, the row of the call with that id (-1 for none), from :func:`_rising_ids`:
+    the first place where the running maximum reaches the key is the call on time with it, and
+    the late calls are searched by id; :data:`intervals.BLOCK_ROWS` keys at a time."""
+    found = np.full(len(keys), -1, dtype=dtype)
+    for block in iv.blocks(len(keys)):
+        wanted = keys[block]
+        place = np.minimum(np.searchsorted(reach, wanted, side="left"), len(reach) - 1)
+        known = reach[place] == wanted
+        found[block][known] = place[known]
+        if len(late_ids):
+            place = np.minimum(np.searchsorted(late_ids, wanted, side="left"), len(late) - 1)
+            known = late_ids[place] == wanted
+            found[block][known] = late[place[known]]
+    return found
 
 
 def _looked_up(keys: np.ndarray, low: int, row_of: np.ndarray) -> np.ndarray:
