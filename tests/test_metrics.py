@@ -12,7 +12,7 @@ import pytest
 from profreport.parsers import parse_file
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.cpu import outer_calls, self_time_ns
-from profreport.reports.analysis.gpu import LONG_IDLE_GAP_NS
+from profreport.reports.analysis.gpu import LONG_IDLE_GAP_NS, launch_stats
 from profreport.reports.analysis.metrics import (
     ATTRIBUTES_CPU_OPS,
     RANGES_ONLY,
@@ -25,7 +25,7 @@ from profreport.reports.analysis.steps import step_windows
 from profreport.reports.analysis.timeline import MAX_SEGMENTS, build_timeline
 
 sys.path.insert(0, str(Path(__file__).parent))
-from conftest import cpu_event, kineto_trace  # noqa: E402
+from conftest import cpu_event, kineto_trace, write_nsys_export  # noqa: E402
 
 
 def run_metrics(profiles: list) -> RunMetrics:
@@ -110,7 +110,7 @@ def test_claim_a_stretch_at_a_time_holds_a_stretch_of_the_union(
     held = []
     merge_rows = iv.merge_rows
     monkeypatch.setattr(iv, "merge_rows", lambda *args: held.append(merge_rows(*args)) or held[-1])
-    monkeypatch.setattr(breakdown, "STRETCH_ROWS", 64)
+    monkeypatch.setattr(iv, "STRETCH_ROWS", 64)
     claimed = breakdown.claim(parts, windows)
     assert list(claimed) == list(expected)
     for name, ns in expected.items():
@@ -118,6 +118,42 @@ def test_claim_a_stretch_at_a_time_holds_a_stretch_of_the_union(
     assert sum(ns.sum() for ns in claimed.values()) == iv.overlap_per_window(
         whole, windows.starts, windows.ends).sum() > 0
     assert held and max(map(len, held)) < 4 * 64
+
+
+def test_union_each_a_stretch_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Several tables' intervals (some rows by a mask, one table out of start order), their
+    union made a stretch of time at a time (64 rows of each table), is the union of all their
+    rows at once: intervals that touch across a stretch's bound are one."""
+    rng = np.random.default_rng(11)
+    tables = []
+    for count, longest in ((3000, 400), (700, 1000), (40, 30_000)):
+        starts = np.sort(rng.integers(0, 1_000_000, count))
+        tables.append((starts, starts + rng.integers(0, longest, count)))
+    mask = rng.random(3000) < 0.7
+    touching = (np.arange(0, 9000, 100), np.arange(100, 9100, 100))  # one interval, 90 rows
+    backwards = (tables[1][0][::-1].copy(), tables[1][1][::-1].copy())
+    columns = [(*tables[0], mask), backwards, tables[2], touching]
+    whole = iv.union(np.concatenate([tables[0][0][mask], *(c[0] for c in columns[1:])]),
+                     np.concatenate([tables[0][1][mask], *(c[1] for c in columns[1:])]))
+    monkeypatch.setattr(iv, "STRETCH_ROWS", 64)
+    stretched = iv.union_each(columns)
+    assert len(whole) > 500 and whole.starts[0] == 0 and whole.ends[0] >= 9000
+    np.testing.assert_array_equal(stretched.starts, whole.starts)
+    np.testing.assert_array_equal(stretched.ends, whole.ends)
+
+
+def test_launch_delay_past_two_seconds_widens_the_delays(tmp_path: Path) -> None:
+    """Launch delays are held in int32 while they fit: a kernel that ran 3 s after its launch
+    call widens them, so the median of 1 us, 2 us and 3 s is 2 us (1 us when 3 s wrapped)."""
+    s = 10**9
+    calls = [(at * s, at * s + 500, at + 1, "cudaLaunchKernel_v7000") for at in range(3)]
+    kernels = [(call[0] + delay, call[0] + delay + 1000, call[2], "gemm")
+               for call, delay in zip(calls, (1000, 2000, 3 * s), strict=True)]
+    profile = parse_file(write_nsys_export(tmp_path / "delays.sqlite", kernels,
+                                           [(0, 5 * s, "step 0"), (5 * s, 10 * s, "step 1")],
+                                           calls))
+    stats = launch_stats(profile, step_windows(profile))
+    assert stats is not None and stats.launch_delay_p50_ns == 2000
 
 
 def test_sc22_1gpu_gpu_idle_between_steps(sc22_1gpu: RunMetrics) -> None:

@@ -34,12 +34,6 @@ Part = iv.Intervals | iv.Rows
 Parts = Iterable[tuple[str, Part]]
 
 
-#: The parts are claimed a stretch of time at a time, each stretch holding at most this many
-#: rows of every part: the running union of a stretch is a few tens of MB, where that of a whole
-#: 10 M-kernel export is 7.5 M intervals (119 MB) held beside the part merged into it.
-STRETCH_ROWS = 1 << 20
-
-
 def claim(parts: Parts, windows: StepWindows) -> dict[str, np.ndarray]:
     """The ns each part claims in every step window: what it covers there that no earlier part
     covers. The parts' running union is measured in the windows after each part joins it, and a
@@ -49,7 +43,7 @@ def claim(parts: Parts, windows: StepWindows) -> dict[str, np.ndarray]:
     named = list(parts)
     stretched = [iv.Stretched(part) for _, part in named]
     out = {name: np.zeros(windows.count, dtype=np.int64) for name, _ in named}
-    for low, high in iv.stretches(stretched, STRETCH_ROWS):
+    for low, high in iv.stretches(stretched):
         claimed = iv.EMPTY
         before = np.zeros(windows.count, dtype=np.int64)
         for (name, _), part in zip(named, stretched, strict=True):

@@ -14,7 +14,7 @@ import pandas as pd
 
 from profreport import concepts
 from profreport.allocator import giving_back_memory
-from profreport.model import Profile, ids_at
+from profreport.model import Profile, ids_at, narrowest_int
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.breakdown import Parts, claim, make_breakdown
 from profreport.reports.analysis.cpu import spans_where
@@ -179,12 +179,6 @@ def table_rows(profile: Profile, table: str) -> iv.Rows:
     return iv.Rows(rows["start"], rows["end"])
 
 
-def compute_intervals(profile: Profile) -> iv.Intervals:
-    """When compute kernels run (the union of :func:`compute_rows`)."""
-    rows = compute_rows(profile)
-    return iv.union(rows.starts, rows.ends, rows.rows)
-
-
 def copy_memset_intervals(profile: Profile) -> iv.Intervals:
     """When memsets and copies other than host-to-device run."""
     memcpy = profile.table("memcpy")
@@ -222,8 +216,15 @@ def comm_intervals(profile: Profile) -> iv.Intervals:
 def comm_under_compute(profile: Profile, windows: StepWindows) -> int:
     """The ns inside the step windows with communication kernels running while a compute
     kernel runs (copies and memsets are not compute: overlap with them hides nothing); kept as
-    that figure, not as its intervals."""
-    return windows.covered(iv.intersect(comm_intervals(profile), compute_intervals(profile)))
+    that figure, not as its intervals. Measured a stretch of time at a time (iv.stretches), the
+    compute kernels' union never built whole."""
+    comm, compute = iv.Stretched(comm_intervals(profile)), iv.Stretched(compute_rows(profile))
+    covered = 0
+    for low, high in iv.stretches([comm, compute]):
+        mine, theirs = comm.within(low, high), compute.within(low, high)
+        covered += windows.covered(iv.intersect(iv.union(mine.starts, mine.ends),
+                                                iv.union(theirs.starts, theirs.ends)))
+    return covered
 
 
 def gpu_breakdown(profile: Profile, windows: StepWindows,
@@ -256,12 +257,15 @@ def launch_stats(profile: Profile, windows: StepWindows) -> LaunchStats | None:
     del inside
     kernel_starts = kernels["start"].to_numpy(np.int64)
     # Filled in place (a list of blocks then joined held every delay twice): one per kernel,
-    # more only where a correlation id repeats.
-    delay, filled = np.empty(count, dtype=np.int64), 0
+    # more only where a correlation id repeats; int32 (half of 10 M kernels' 80 MB) until a
+    # delay does not fit.
+    delay, filled = np.empty(count, dtype=np.int32), 0
     for kernel_at, call_at in launch_pairs(profile, "kernels", mine):
         by_launch = launches[call_at]
         block = kernel_starts[kernel_at[by_launch]]
         block -= starts[call_at[by_launch]]
+        if len(block) and narrowest_int(block) == np.int64:
+            delay = delay.astype(np.int64, copy=False)
         if filled + len(block) > len(delay):
             delay = np.resize(delay, 2 * (filled + len(block)))
         delay[filled:filled + len(block)] = block

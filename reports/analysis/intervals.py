@@ -142,10 +142,28 @@ Columns = tuple[np.ndarray | pd.Series, np.ndarray | pd.Series] | tuple[
 
 
 def union_each(columns: list[Columns]) -> Intervals:
-    """Union of several tables' intervals: each one's union (tables come in start order: no
-    sort, no concatenated copy of their columns, the chosen rows read in place), merged one
-    after another."""
-    return functools.reduce(merge, (union(*column) for column in columns), EMPTY)
+    """Union of several tables' intervals (tables come in start order: no sort, no
+    concatenated copy of their columns, the chosen rows read in place), a stretch of time at a
+    time (:func:`stretches`): each stretch's union, made from the tables' rows there, is
+    written after the last one's (an interval reaching across the stretches' bound joined), so
+    no table's own union is built whole beside the union of the others (a device's 2 M kernels
+    of a 10 M-kernel export: 34 MB)."""
+    parts = [Stretched(Rows(*column)) for column in columns]
+    size = sum(len(part.starts) + 1 for part in parts)  # each stretch may add a carried one
+    starts, ends = np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64)
+    count = 0  # pages past it are never touched, so never resident
+    for low, high in stretches(parts):
+        piece = functools.reduce(merge_rows, (part.within(low, high) for part in parts), EMPTY)
+        if not len(piece):
+            continue
+        joined = int(count > 0 and piece.starts[0] <= ends[count - 1])  # touching at ``low``
+        if joined:
+            ends[count - 1] = piece.ends[0]
+        added = len(piece) - joined
+        starts[count:count + added] = piece.starts[joined:]
+        ends[count:count + added] = piece.ends[joined:]
+        count += added
+    return Intervals(starts[:count], ends[:count]) if count else EMPTY
 
 
 def ranges_of(first: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -307,9 +325,16 @@ class Stretched:
         return Rows(starts, ends)
 
 
-def stretches(parts: list[Stretched], rows: int) -> Iterator[tuple[int, int]]:
+#: Rows of each part a stretch of time holds at most (:func:`stretches`): a stretch's running
+#: union is a few tens of MB, where the claimed time of a whole 10 M-kernel export is 7.5 M
+#: intervals (119 MB) and its compute kernels' union 8.4 M (135 MB).
+STRETCH_ROWS = 1 << 20
+
+
+def stretches(parts: list[Stretched], rows: int | None = None) -> Iterator[tuple[int, int]]:
     """Stretches of time, in order, that cover all of it, each holding the starts of at most
-    ``rows`` rows of every part."""
+    ``rows`` rows (:data:`STRETCH_ROWS` by default, read when called) of every part."""
+    rows = rows or STRETCH_ROWS
     limits = np.iinfo(np.int64)
     bounds = np.unique(np.concatenate([np.empty(0, np.int64)]
                                       + [part.starts[rows::rows] for part in parts])).tolist()

@@ -141,7 +141,10 @@ def op_precision(profile: Profile, devices: pd.DataFrame,
         return None
     kernels = profile.table("kernels")
     units = _precision_units(profile)
-    launcher = launching_op(profile, units, launch_calls(profile, "kernels")[stepped])
+    # Without a unit (nsys records no operator inputs) no kernel has one to launch it: the
+    # launch calls of 10 M kernels are not gathered to find none.
+    launcher = launching_op(profile, units, launch_calls(profile, "kernels")[stepped]) \
+        if not units.empty else np.full(int(stepped.sum()), -1, dtype=np.int8)
     # Each kernel's precision as its place in PRECISIONS: position -1 (launched by no
     # matmul/convolution) reads the trailing -1.
     precision = np.append(pd.Categorical(units["precision"], categories=PRECISIONS).codes,
