@@ -60,8 +60,8 @@ def _launch_index(profile: Profile
                 for name in GPU_TABLES}, None
     rising = _rising_ids(ids)
     if rising is not None:
-        return {name: _found_rising(profile.table(name)["correlation"].to_numpy(), *rising,
-                                    dtype) for name in GPU_TABLES}, None
+        return {name: _found_rising(profile.table(name)["correlation"].to_numpy(), ids,
+                                    *rising, dtype) for name in GPU_TABLES}, None
     order, ordered = _by_correlation(profile)
     unique = bool((ordered[1:] != ordered[:-1]).all())
     calls = {name: _first_in(profile.table(name)["correlation"].to_numpy(), order, ordered,
@@ -92,43 +92,72 @@ def _slots_by_id(ids: np.ndarray, dtype: type) -> tuple[int, np.ndarray] | None:
 
 
 def _rising_ids(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """For unique ids that mostly rise with the calls: their running maximum (ascending: the
-    id of each call on time, that of the last one on time for a call that comes late, its id
-    below an earlier call's), and the late calls' rows and ids, ordered by id; None when an id
-    repeats, the calls are none, or more than LATE_SHARE of them come late. A 17 M-call join
-    then holds one array as long as the calls, not their order and their ids sorted."""
+    """For unique ids that mostly rise with the calls: the running maximum of the ids at the
+    end of each :data:`intervals.BLOCK_ROWS` calls (the maximum is ascending: the id of each
+    call on time, that of the last one on time for a call that comes late, its id below an
+    earlier call's), and the late calls' rows and ids, ordered by id; None when an id repeats,
+    the calls are none, or more than LATE_SHARE of them come late. The maximum is made a block
+    of calls at a time and let go: a 17 M-call join holds no array as long as the calls."""
     if len(ids) == 0:
         return None
-    reach = np.maximum.accumulate(ids)
-    late = np.concatenate([np.flatnonzero(ids[block] < reach[block]) + block.start
-                           for block in iv.blocks(len(ids))])
-    if len(late) > LATE_SHARE * len(ids):
+    tops, late, steady = [], [], 0  # steady: calls after the first where the maximum stays
+    for block in iv.blocks(len(ids)):
+        reach = _block_reach(ids, block, tops[-1] if tops else None)
+        late.append(np.flatnonzero(ids[block] < reach) + block.start)
+        steady += int((reach[1:] == reach[:-1]).sum()) + int(bool(tops) and reach[0] == tops[-1])
+        tops.append(int(reach[-1]))
+    late_rows = np.concatenate(late)
+    if len(late_rows) > LATE_SHARE * len(ids):
         return None
-    # On time, a call's id passes every earlier one's: the maximum rises at each, stays at
-    # each late one, and a call that neither is a repeat.
-    steady = sum(int((reach[block.start + 1:block.stop + 1] == reach[block]).sum())
-                 for block in iv.blocks(len(reach) - 1))
-    late_ids = ids[late]
+    late_ids = ids[late_rows]
     order = np.argsort(late_ids, kind="stable")
-    late, late_ids = late[order], late_ids[order]
-    place = np.searchsorted(reach, late_ids, side="left")  # a late id is below the maximum
-    if steady != len(late) or (late_ids[1:] == late_ids[:-1]).any() or \
-            (reach[place] == late_ids).any():
+    late_rows, late_ids = late_rows[order], late_ids[order]
+    # On time, a call's id passes every earlier one's: the maximum rises at each, stays at
+    # each late one, and a call that neither is a repeat; so is a late id that a call on time
+    # holds (the maximum reaches it there).
+    tops = np.asarray(tops, dtype=np.int64)
+    if steady != len(late_rows) or (late_ids[1:] == late_ids[:-1]).any() or \
+            (_rising_rows(late_ids, ids, tops) >= 0).any():
         return None
-    return reach, late, late_ids
+    return tops, late_rows, late_ids
 
 
-def _found_rising(keys: np.ndarray, reach: np.ndarray, late: np.ndarray, late_ids: np.ndarray,
-                  dtype: type) -> np.ndarray:
+def _block_reach(ids: np.ndarray, block: slice, carried: int | None) -> np.ndarray:
+    """The running maximum of the ids over the calls of ``block``, from the maximum
+    ``carried`` over the calls before it."""
+    reach = np.maximum.accumulate(ids[block])
+    if carried is not None:
+        np.maximum(reach, carried, out=reach)
+    return reach
+
+
+def _rising_rows(keys: np.ndarray, ids: np.ndarray, tops: np.ndarray) -> np.ndarray:
+    """For each key, the row of the call on time with that id (-1 for none): the first place
+    where the running maximum reaches the key, found in the block whose maximum first does
+    (:func:`_rising_ids`' ``tops``), its maximum made again."""
+    found = np.full(len(keys), -1, dtype=np.int64)
+    at = np.searchsorted(tops, keys, side="left")  # len(tops): beyond every call's id
+    by_block = np.argsort(at, kind="stable")
+    ends = np.cumsum(np.bincount(at, minlength=len(tops) + 1))
+    for number in np.flatnonzero(np.diff(ends[:-1], prepend=0)).tolist():
+        block = slice(number * iv.BLOCK_ROWS, min((number + 1) * iv.BLOCK_ROWS, len(ids)))
+        reach = _block_reach(ids, block, int(tops[number - 1]) if number else None)
+        mine = by_block[ends[number - 1] if number else 0:ends[number]]
+        place = np.searchsorted(reach, keys[mine], side="left")  # the block's top reaches it
+        known = reach[place] == keys[mine]
+        found[mine[known]] = place[known] + block.start
+    return found
+
+
+def _found_rising(keys: np.ndarray, ids: np.ndarray, tops: np.ndarray, late: np.ndarray,
+                  late_ids: np.ndarray, dtype: type) -> np.ndarray:
     """For each key, the row of the call with that id (-1 for none), from :func:`_rising_ids`:
-    the first place where the running maximum reaches the key is the call on time with it, and
-    the late calls are searched by id; :data:`intervals.BLOCK_ROWS` keys at a time."""
+    the call on time with it (:func:`_rising_rows`), else the late call with it, searched by
+    id; :data:`intervals.BLOCK_ROWS` keys at a time."""
     found = np.full(len(keys), -1, dtype=dtype)
     for block in iv.blocks(len(keys)):
         wanted = keys[block]
-        place = np.minimum(np.searchsorted(reach, wanted, side="left"), len(reach) - 1)
-        known = reach[place] == wanted
-        found[block][known] = place[known]
+        found[block] = _rising_rows(wanted, ids, tops)
         if len(late_ids):
             place = np.minimum(np.searchsorted(late_ids, wanted, side="left"), len(late) - 1)
             known = late_ids[place] == wanted
