@@ -834,7 +834,8 @@ def test_a_while_loop_left_by_break_keeps_the_lines_of_every_full_pass(tmp_path:
     # time over them.
     assert loop.steps == 20
     steps = lprof_step_stats(replace(loop, dataloader=True))
-    assert (steps.count, steps.mean_ns) == (20, (loop.time_ns + loop.body_ns) // 20)
+    # (1000 header + 20_005_000 body) // 20 passes = 1_000_300
+    assert (loop.time_ns, steps.count, steps.mean_ns) == (1000, 20, 1_000_300)
 
 
 # A DataLoader loop whose first body line is an inner loop over each batch's 3 parts.
@@ -870,24 +871,21 @@ def test_a_loop_whose_first_body_line_is_an_inner_loop_counts_its_own_passes(
     per pass of the DataLoader loop, whose header is hit 9 times: 8 passes, 1 entry. Its body is
     the inner loop's lines. Taking the inner header's 32 hits for the passes gave -23 entries,
     an empty body and steps of the header's time alone (100% DataLoader wait)."""
-    from profreport.parsers import ParseOptions
-    from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
-
-    script, path = profiled(tmp_path, "nested", NESTED_SCRIPT)
-    profile = lprof.parse(path, source_root=script.parent)
-    lines = by_line(profile)
+    # Times as a run sleeping exactly as told would record them: the outer header 16 ms
+    # (8 x 2 ms), the inner one 32 µs, its sleep 11.96 ms (24 x 0.5 ms, less the rest), the
+    # sum 8 µs. The body is 32_000 + 11_960_000 + 8_000 = 12 ms; the loop 28 ms, 3.5 ms a pass.
+    lines, loop, run = counted_run(tmp_path, NESTED_SCRIPT, shown=True, times={
+        "for batch in": 16_000_000, "for part in": 32_000, "time.sleep(0.0005)": 11_960_000,
+        "total += part": 8_000})
     outer, inner = line_of(NESTED_SCRIPT, "for batch in"), line_of(NESTED_SCRIPT, "for part in")
     assert (lines[outer]["hits"], lines[inner]["hits"]) == (9, 32)
-    loop = profile.meta.loop
     assert (loop.lineno, loop.evidence, loop.dataloader) == (outer, "source", True)
     assert (loop.hits, loop.iterations, loop.entries, loop.ended_by_break) == (9, 8, 1, False)
-    assert loop.body_ns == sum(lines[n]["time_ns"] for n in (inner, inner + 1, inner + 2))
-    options = AnalyzeOptions(parse=ParseOptions(source_root=script.parent))
-    run = analyze_paths([path], options).runs[0]
+    assert (loop.time_ns, loop.body_ns) == (16_000_000, 12_000_000)
     steps = run.metrics.steps
-    assert (steps.count, steps.mean_ns) == (8, (loop.time_ns + loop.body_ns) // 8)
-    assert run.metrics.dataloader_fraction_by_origin["lprof"] == pytest.approx(
-        loop.time_ns / (loop.time_ns + loop.body_ns))
+    assert (steps.count, steps.mean_ns) == (8, 3_500_000)
+    # The header's 16 ms of the loop's 28 ms: 4/7.
+    assert run.metrics.dataloader_fraction_by_origin["lprof"] == pytest.approx(4 / 7, rel=1e-9)
 
 
 def test_the_dataloader_loop_line_is_the_training_loops_header(tmp_path: Path) -> None:
@@ -980,15 +978,34 @@ train({argument}, 10)
 SHOWN_ITERATOR = COUNTED_SCRIPT.format(parameter="train_loader", argument="Loader()",
                                        fetch="\n    it = iter(train_loader)")
 HIDDEN_ITERATOR = COUNTED_SCRIPT.format(parameter="it", argument="iter(Loader())", fetch="")
+# Its loop's times over the 10 passes, as a run sleeping exactly as told would record them:
+# the header 20 µs (11 hits), next(it) 40 ms (10 x 4 ms), the work 9.97 ms and 10 µs. The loop
+# is 20_000 + 40_000_000 + 9_970_000 + 10_000 = 50_000_000 ns, 5 ms a pass.
+COUNTED_TIMES = {"for step in": 20_000, "batch = next(it)": 40_000_000,
+                 "time.sleep(0.001)": 9_970_000, "total += batch": 10_000}
 
 
-def counted_run(tmp_path: Path, code: str, shown: bool):  # type: ignore[no-untyped-def]
-    """kernprof of ``code``; its lines by number, the loop found and the run analysed, with
-    the source shown or not."""
+def retimed(path: Path, code: str, times: dict[str, int]) -> Path:
+    """The kernprof file ``path`` rewritten with the hits kernprof recorded and hand-set
+    times: ``times[text]`` ns for the line of ``code`` holding ``text``, 1 µs for every other
+    line. The sleeps' real times vary from run to run; these make every share exact."""
+    recorded = pickle.loads(path.read_bytes())  # our own kernprof file
+    ns = {line_of(code, text): value for text, value in times.items()}
+    rows = {key: [(n, hits, ns.get(n, 1_000)) for n, hits, _ in lines]
+            for key, lines in recorded.timings.items()}
+    assert set(ns) <= {n for lines in rows.values() for n, _, _ in lines}, "a line not run"
+    return stats_file(path, rows)
+
+
+def counted_run(tmp_path: Path, code: str, shown: bool,  # type: ignore[no-untyped-def]
+                times: dict[str, int]):
+    """kernprof of ``code``, its times set by hand (``retimed``); its lines by number, the
+    loop found and the run analysed, with the source shown or not."""
     from profreport.parsers import ParseOptions
     from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
 
     script, path = profiled(tmp_path, "counted", code)
+    retimed(path, code, times)
     root = script.parent if shown else None
     profile = lprof.parse(path, source_root=root)
     run = analyze_paths([path], AnalyzeOptions(parse=ParseOptions(source_root=root))).runs[0]
@@ -1001,18 +1018,19 @@ def test_a_loop_over_range_waits_for_data_in_the_line_that_fetches(tmp_path: Pat
     fetches nothing, so the DataLoader wait is the next(it) line's time, about 80% of the
     loop, and the run is loader-bound. The header had been taken for the DataLoader loop by
     the function's name, its own time (~0%) the wait, and the run compute-bound."""
-    lines, loop, run = counted_run(tmp_path, SHOWN_ITERATOR, shown=True)
+    lines, loop, run = counted_run(tmp_path, SHOWN_ITERATOR, shown=True, times=COUNTED_TIMES)
     header, fetch = (line_of(SHOWN_ITERATOR, "for step in"),
                      line_of(SHOWN_ITERATOR, "batch = next(it)"))
     assert (lines[header]["hits"], lines[fetch]["hits"]) == (11, 10)
     m = run.metrics
-    wait = lines[fetch]["time_ns"] / (loop.time_ns + loop.body_ns)
-    assert m.dataloader_fraction == pytest.approx(wait) and wait > 0.5  # 4 ms of ~5 ms
+    # next(it)'s 40 ms of the loop's 50 ms (COUNTED_TIMES): 0.8.
+    assert m.dataloader_fraction == pytest.approx(0.8, rel=1e-9)
     assert run.verdict == "loader-bound"
-    assert (m.loop_line.lineno, m.loop_line.source) == (fetch, "        batch = next(it)")
+    assert (m.loop_line.lineno, m.loop_line.source, m.loop_line.time_ns) == (
+        fetch, "        batch = next(it)", 40_000_000)
     assert [n for n, row in lines.items() if row["is_dataloader_loop"]] == [fetch]
-    assert lines[fetch]["time_ns"] >= 10 * 4_000_000
-    assert (m.steps.count, m.steps.mean_ns) == (10, (loop.time_ns + loop.body_ns) // 10)
+    assert (m.steps.count, m.steps.mean_ns) == (10, 5_000_000)  # 50 ms over 10 passes
+    assert (loop.time_ns, loop.body_ns) == (20_000, 49_980_000)
     assert (loop.lineno, loop.iterations, loop.evidence, loop.counts_passes) == (
         header, 10, "source", True)
     assert (loop.dataloader, loop.confidence, loop.wait_lineno) == (True, "high", fetch)
@@ -1029,7 +1047,8 @@ def test_a_loop_over_range_fetching_from_an_unseen_iterator_has_an_unknown_wait(
     """The same loop with ``it`` a parameter: nothing shown says what next(it) fetches from,
     so the loop's 10 passes are the steps but the DataLoader share is unknown, and so is the
     verdict, saying why; it had been 0.05% (the range() header's time) and compute-bound."""
-    lines, loop, run = counted_run(tmp_path, HIDDEN_ITERATOR, shown=True)
+    lines, loop, run = counted_run(tmp_path, HIDDEN_ITERATOR, shown=True,
+                                   times=COUNTED_TIMES)
     header, fetch = (line_of(HIDDEN_ITERATOR, "for step in"),
                      line_of(HIDDEN_ITERATOR, "batch = next(it)"))
     m = run.metrics
@@ -1053,15 +1072,15 @@ def test_a_loop_over_range_without_its_source_is_found_from_hit_counts(tmp_path:
     """The same .lprof with its script out of reach: nothing shows that the header counts
     passes, so the hit counts judge it as before (11 hits for 10 passes, a function named
     train): the header is the DataLoader line, its time the wait (low confidence)."""
-    lines, loop, run = counted_run(tmp_path, SHOWN_ITERATOR, shown=False)
+    lines, loop, run = counted_run(tmp_path, SHOWN_ITERATOR, shown=False, times=COUNTED_TIMES)
     header = line_of(SHOWN_ITERATOR, "for step in")
     assert all(row["source"] is None for row in lines.values())
     assert (loop.lineno, loop.evidence, loop.source_shown, loop.counts_passes) == (
         header, "hit counts", False, False)
     assert (loop.dataloader, loop.confidence, loop.wait_lineno) == (True, "low", header)
     assert [n for n, row in lines.items() if row["is_dataloader_loop"]] == [header]
-    assert run.metrics.dataloader_fraction == pytest.approx(
-        lines[header]["time_ns"] / (loop.time_ns + loop.body_ns))
+    # The header's 20 µs of the loop's 50 ms (COUNTED_TIMES): 0.0004, the wait misread.
+    assert run.metrics.dataloader_fraction == pytest.approx(0.0004, rel=1e-9)
     assert run.metrics.loop_identification.reason.startswith(
         f"source not shown: counted.py:{header} taken for the DataLoader loop from hit counts")
 
@@ -1091,19 +1110,25 @@ def train(train_loader, epochs):
 
 train(Loader(), 2)
 """
+# The times of a loop over BATCHES_CLASS's 16 batches (2 epochs of 8) as a run sleeping exactly
+# as told would record them: the header 48 ms (16 x 3 ms), the work 15.99 ms and 10 µs. The loop
+# is 48_000_000 + 15_990_000 + 10_000 = 64_000_000 ns, 4 ms a pass; the epoch loop's header 2 µs.
+BATCHES_TIMES = {"for epoch in": 2_000, "for x, y in": 48_000_000,
+                 "time.sleep(0.001)": 15_990_000, "total += x * y": 10_000}
 
 
 def test_a_loop_over_a_loader_inside_a_range_loop_is_unchanged(tmp_path: Path) -> None:
     """kernprof of ``for epoch in range(2): for x, y in train_loader:``, its source shown: the
     loop over the DataLoader is the training loop, its header's time the wait (3 ms of 4 ms a
     pass); the range() loop around it is no DataLoader loop."""
-    lines, loop, run = counted_run(tmp_path, EPOCH_SCRIPT, shown=True)
+    lines, loop, run = counted_run(tmp_path, EPOCH_SCRIPT, shown=True, times=BATCHES_TIMES)
     inner = line_of(EPOCH_SCRIPT, "for x, y in")
     assert (loop.lineno, loop.iterations, loop.entries) == (inner, 16, 2)
     assert (loop.evidence, loop.counts_passes, loop.wait_lineno) == ("source", False, inner)
     assert [n for n, row in lines.items() if row["is_dataloader_loop"]] == [inner]
-    assert run.metrics.dataloader_fraction == pytest.approx(
-        loop.time_ns / (loop.time_ns + loop.body_ns))
+    assert (loop.time_ns, loop.body_ns) == (48_000_000, 16_000_000)
+    # The header's 48 ms of the loop's 64 ms (BATCHES_TIMES): 0.75.
+    assert run.metrics.dataloader_fraction == pytest.approx(0.75, rel=1e-9)
     assert run.metrics.loop_line.lineno == inner
     assert run.metrics.loop_identification.reason == (
         f"counted.py:{inner} iterates over a DataLoader")
@@ -1136,14 +1161,15 @@ def test_a_loop_inside_a_range_loop_is_the_training_loop(tmp_path: Path) -> None
     self.dl, which fetches the batches: that loop is the training loop (16 passes, its
     header's time the wait, about 75%: loader-bound). The epoch loop had been taken, its 2
     passes the steps and its DataLoader share unknown."""
-    lines, loop, run = counted_run(tmp_path, EPOCHS_AROUND_SCRIPT, shown=True)
+    lines, loop, run = counted_run(tmp_path, EPOCHS_AROUND_SCRIPT, shown=True,
+                                   times=BATCHES_TIMES)
     outer, inner = (line_of(EPOCHS_AROUND_SCRIPT, "for epoch in"),
                     line_of(EPOCHS_AROUND_SCRIPT, "for x, y in"))
     assert lines[outer]["is_loop_header"] and lines[inner]["is_loop_header"]
     m = run.metrics
-    assert m.steps.count == 16
-    share = lines[inner]["time_ns"] / (loop.time_ns + loop.body_ns)
-    assert m.dataloader_fraction == pytest.approx(share) and share > 0.5
+    assert (m.steps.count, m.steps.mean_ns) == (16, 4_000_000)  # 64 ms over 16 passes
+    # The inner header's 48 ms of its loop's 64 ms (BATCHES_TIMES): 0.75.
+    assert m.dataloader_fraction == pytest.approx(0.75, rel=1e-9)
     assert run.verdict == "loader-bound"
     assert (loop.lineno, loop.iterations, loop.entries, loop.evidence) == (
         inner, 16, 2, "hit counts")
@@ -1171,6 +1197,14 @@ WHILE_LOOPS = {
     "while step < 8": ("    while step < 8:\n        x, y = next(it)\n"
                        "        time.sleep(0.001)\n        total += x * y\n        step += 1"),
 }
+# Their times as a run sleeping exactly as told would record them: next(it) 24 ms (8 x 3 ms),
+# the work 7.976 ms, and 8 µs for each other line of the loop, which is 32 ms either way:
+# while True: 8_000 (header) + 8_000 (try) + 24_000_000 + 7_976_000 + 8_000 (total +=);
+# while step < 8: 8_000 (header) + 24_000_000 + 7_976_000 + 8_000 (total +=) + 8_000 (step += 1).
+WHILE_FETCH = {"x, y = next(it)": 24_000_000, "time.sleep(0.001)": 7_976_000,
+               "total += x * y": 8_000, "    while ": 8_000}
+WHILE_TIMES = {"while True": WHILE_FETCH | {"try:": 8_000},
+               "while step < 8": WHILE_FETCH | {"step += 1": 8_000}}
 
 
 @pytest.mark.parametrize("kind", sorted(WHILE_LOOPS))
@@ -1183,10 +1217,12 @@ def test_a_while_loop_that_calls_nothing_waits_in_the_line_that_fetches(
     its ~0% the wait, and the run compute-bound; in the first, the line after ``break`` (its
     counts those of a header: 1 hit before it) had been a loop inside the while loop."""
     code = WHILE_SCRIPT.format(loop=WHILE_LOOPS[kind])
-    lines, loop, run = counted_run(tmp_path, code, shown=True)
+    lines, loop, run = counted_run(tmp_path, code, shown=True, times=WHILE_TIMES[kind])
     fetch = line_of(code, "x, y = next(it)")
-    share = lines[fetch]["time_ns"] / (loop.time_ns + loop.body_ns)
-    assert run.metrics.dataloader_fraction == pytest.approx(share) and share > 0.5
+    # next(it)'s 24 ms of the loop's 32 ms (WHILE_TIMES): 0.75; the except and break lines
+    # (1 µs each, run once) are no part of the loop's passes.
+    assert run.metrics.dataloader_fraction == pytest.approx(0.75, rel=1e-9)
+    assert run.metrics.steps.count == 8
     assert run.verdict == "loader-bound"
     assert (loop.lineno, loop.counts_passes, loop.wait_lineno) == (
         line_of(code, "    while "), True, fetch)
