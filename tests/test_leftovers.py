@@ -3,12 +3,13 @@ found by the launch's mark in their environment and ended; nothing else is touch
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -74,33 +75,41 @@ def start_daemon(env: dict[str, str], folder: Path, name: str, stubborn: bool = 
     return int(pid_file.read_text())
 
 
-def kill_if(pid: int, entry: str) -> None:
-    """SIGKILL ``pid`` when it still holds ``entry`` in its environment (tests clean up only
-    what they started)."""
-    if pid in with_entry(entry):
-        os.kill(pid, signal.SIGKILL)
+def kill_marked(entry: str) -> None:
+    """SIGKILL every process holding ``entry`` in its environment (tests clean up only what
+    they started, found by their own mark, whether or not its pid was ever read)."""
+    for pid in with_entry(entry):
+        with contextlib.suppress(ProcessLookupError):  # ended on its own meanwhile
+            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.fixture
-def started() -> Iterator[list[tuple[int, str]]]:
-    """(pid, environment entry) of the daemons a test starts, killed after it if still there."""
-    daemons: list[tuple[int, str]] = []
-    yield daemons
-    for pid, entry in daemons:
-        kill_if(pid, entry)
+def daemon(tmp_path: Path) -> Iterator[Callable[..., int]]:
+    """Starts :data:`DAEMON` marked with a launch's mark (``daemon(mark, name, stubborn)``);
+    after the test, whatever carries one of those marks is killed, the test passed or not."""
+    entries: list[str] = []
+
+    def start(mark: str, name: str, stubborn: bool = False) -> int:
+        entries.append(f"{leftovers.LAUNCH_MARK}={mark}")
+        return start_daemon(marked_environment(mark), tmp_path, name, stubborn)
+
+    yield start
+    for entry in entries:
+        kill_marked(entry)
+    deadline = time.monotonic() + 30  # SIGKILL is not instant on a loaded machine
+    while any(running(pid) for entry in entries for pid in with_entry(entry)):
+        assert time.monotonic() < deadline, "a daemon of the test outlived SIGKILL"
+        time.sleep(0.05)
 
 
 def test_the_launchs_daemons_are_ended_and_another_launchs_is_not(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, started: list[tuple[int, str]]) -> None:
+        monkeypatch: pytest.MonkeyPatch, daemon: Callable[..., int]) -> None:
     """Two daemons of this launch, in sessions of their own (one ignores SIGTERM), are ended:
     SIGTERM, then SIGKILL; the daemon of another launch, also marked, runs on."""
     monkeypatch.setattr(leftovers, "LEFTOVER_GRACE_S", 0.5)
     mark, other = new_mark(), new_mark()
-    ours_entry, theirs_entry = f"{leftovers.LAUNCH_MARK}={mark}", f"{leftovers.LAUNCH_MARK}={other}"
-    ours = [start_daemon(marked_environment(mark), tmp_path, "plain"),
-            start_daemon(marked_environment(mark), tmp_path, "stubborn", stubborn=True)]
-    theirs = start_daemon(marked_environment(other), tmp_path, "theirs")
-    started += [(pid, ours_entry) for pid in ours] + [(theirs, theirs_entry)]
+    ours = [daemon(mark, "plain"), daemon(mark, "stubborn", stubborn=True)]
+    theirs = daemon(other, "theirs")
     assert all(running(pid) for pid in [*ours, theirs])
     assert os.getsid(ours[0]) != os.getsid(0)  # a session of its own
     line = end_leftovers(mark, "nsys")
@@ -113,11 +122,13 @@ def test_the_launchs_daemons_are_ended_and_another_launchs_is_not(
     assert end_leftovers(other, "nsys") is not None and not running(theirs)
 
 
-def test_a_launch_that_left_nothing_says_nothing(tmp_path: Path) -> None:
-    """A launch whose processes all ended: no line, no wait past the first look."""
+def test_a_launch_that_left_nothing_says_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A launch whose processes all ended: no line, no wait past the first look. The grace is
+    set to 120 s, so waiting it out fails the hang guard of 60 s, however loaded the machine."""
+    monkeypatch.setattr(leftovers, "LEFTOVER_GRACE_S", 120.0)
     begun = time.monotonic()
     assert end_leftovers(new_mark(), "nsys") is None
-    assert time.monotonic() - begun < leftovers.LEFTOVER_GRACE_S
+    assert time.monotonic() - begun < 60
 
 
 #: Captures the nsys test tries: about half of them hang here and leave their agent.
@@ -125,12 +136,11 @@ HANG_TRIES = 4
 
 
 def test_without_proc_nothing_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                       started: list[tuple[int, str]]) -> None:
+                                       daemon: Callable[..., int]) -> None:
     """Where /proc does not exist, no process is found and none is signalled: the launch's
     daemon runs on (the runner reads no other table of processes)."""
     mark = new_mark()
-    pid = start_daemon(marked_environment(mark), tmp_path, "daemon")
-    started.append((pid, f"{leftovers.LAUNCH_MARK}={mark}"))
+    pid = daemon(mark, "daemon")
     monkeypatch.setattr(leftovers, "PROC", tmp_path / "no-proc")
     assert end_leftovers(mark, "nsys") is None and running(pid)
 
@@ -156,5 +166,4 @@ def test_the_agent_of_a_killed_capture_is_ended(tmp_path: Path, nsys_available: 
                 return
         pytest.skip(f"none of {HANG_TRIES} captures left its agent running: nothing to end")
     finally:
-        for pid in with_entry(entry):
-            kill_if(pid, entry)
+        kill_marked(entry)
