@@ -835,3 +835,22 @@ def test_steps_come_from_profiler_steps_alone_beside_a_users_step_ranges(
     steps = nsys.parse(write_nsys_export(tmp_path / "both.sqlite", [], ranges)).table("steps")
     assert steps["number"].tolist() == [3, 4, 5]
     assert steps["start"].tolist() == [0, 10 * ms, 20 * ms]
+
+
+def test_an_export_of_kernels_without_runtime_calls_is_analysed(tmp_path: Path) -> None:
+    """An export recording 4 kernels of 5 ms (2-7 ms into each 10 ms step, the steps 9 ms NVTX
+    ranges) and no CUDA runtime call: each kernel counts from its own start, as a kernel whose
+    call was not recorded does; the GPU is busy 4 x 5 = 20 ms of the windows' 0-39 ms, and
+    each step launches one kernel. It had failed whole: 'cannot read (IndexError: index -1 is
+    out of bounds for axis 0 with size 0)', the missing calls' -1 used as an index."""
+    from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+
+    ms = 1_000_000
+    kernels = [(i * 10 * ms + 2 * ms, i * 10 * ms + 7 * ms, i, "gemm_kernel") for i in range(4)]
+    steps = [(i * 10 * ms, i * 10 * ms + 9 * ms, f"step {i}") for i in range(4)]
+    report = analyze_paths([write_nsys_export(tmp_path / "no_calls.sqlite", kernels, steps)],
+                           AnalyzeOptions())
+    assert report.failures == []
+    metrics = report.runs[0].metrics
+    assert (metrics.gpu.busy_ns, metrics.gpu.window_ns) == (20 * ms, 39 * ms)
+    assert metrics.launch.kernels_per_step == 1

@@ -243,10 +243,9 @@ def launch_times(profile: Profile, table: str, rows: np.ndarray | slice = slice(
     start of the runtime call with the same correlation id, or the row's own GPU start when no
     call was recorded."""
     call = launch_calls(profile, table)[rows]
-    times = profile.table("runtime")["start"].to_numpy(np.int64)[call]
-    unlaunched = call < 0
-    if unlaunched.any():
-        times[unlaunched] = profile.table(table)["start"].to_numpy(np.int64)[rows][unlaunched]
+    times = profile.table(table)["start"].to_numpy(np.int64)[rows].copy()
+    launched = call >= 0
+    times[launched] = profile.table("runtime")["start"].to_numpy(np.int64)[call[launched]]
     return times
 
 
