@@ -383,16 +383,14 @@ def test_cpu_oversubscribed_only_with_evidence(fixtures_dir: Path, nsys_availabl
 
 
 def test_ddp_gloo_verdict_and_comm(fixtures_dir: Path) -> None:
-    """2 gloo ranks on 2 CPUs: a real verdict, communication reported with one call per bucket,
-    and no oversubscription when torchrun gave each rank one thread."""
+    """2 gloo ranks on 2 CPUs: rank 0's verdict (compute-bound, its all-reduce exposing 5.2%
+    of its step: no COMM_OVERHEAD), and no oversubscription when torchrun gave each rank one
+    thread, which two threads each would be."""
     folder = fixtures_dir / "ddp_gloo"
     m = fixture_metrics(folder)
-    assert verdict(m)[0] in ("compute-bound", "communication-bound")
+    assert verdict(m) == ("compute-bound", "the model's CPU operators take 71% of step time")
     found = ids(m, fixture_context(folder, torch_threads=1))
-    assert "CPU_OVERSUBSCRIBED" not in found
-    if "COMM_OVERHEAD" in found and m.comm.calls_per_step == 1:
-        assert "1 call per step" in found["COMM_OVERHEAD"].evidence[0].text
-        assert "bucket_cap_mb" not in found["COMM_OVERHEAD"].recommendation
+    assert sorted(found) == ["COMPUTE_BOUND", "SYNC_DATALOADER"]
     assert "CPU_OVERSUBSCRIBED" in ids(m, fixture_context(folder, torch_threads=2))
 
 
