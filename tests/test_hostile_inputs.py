@@ -270,16 +270,20 @@ def test_last_guard_finds_impossible_fractions() -> None:
     assert found == ["metrics.top[1].share = 1.5", "metrics.gpu_busy_fraction = nan"]
 
 
-def test_fifo_inside_a_run_folder_is_one_line(tiny_trace: Path, tmp_path: Path) -> None:
-    """A FIFO named like a trace inside a folder is named, not skipped, and nothing hangs."""
+@pytest.mark.parametrize("name", ["b.pt.trace.json", "manifest.json"])
+def test_fifo_inside_a_run_folder_is_one_line(tiny_trace: Path, tmp_path: Path,
+                                              name: str) -> None:
+    """A FIFO named like a trace or like the run's manifest inside a folder is named, not
+    skipped or opened (opening it would wait for a writer forever); the trace beside it is
+    still read (TINY_TRACE's 2 steps)."""
     import os
     import shutil
 
     folder = tmp_path / "run"
     folder.mkdir()
     shutil.copy(tiny_trace, folder / "a.pt.trace.json")
-    os.mkfifo(folder / "b.pt.trace.json")
+    os.mkfifo(folder / name)
     report = analyze_paths([folder], AnalyzeOptions())
     assert report.runs[0].metrics.steps.count == 2
-    assert report.failures == [f"{folder / 'b.pt.trace.json'}: a FIFO (named pipe), not a "
-                               "regular file: only files are read"]
+    assert report.failures == [f"{folder / name}: a FIFO (named pipe), not a regular file: "
+                               "only files are read"]

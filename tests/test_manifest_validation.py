@@ -4,7 +4,6 @@ was left out, and no artifact outside the run folder is ever opened."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -116,14 +115,3 @@ def test_unreadable_manifest_is_one_line_and_the_others_go_on(tmp_path: Path, ti
     assert line.startswith(f"{folder / 'manifest.json'}: ") and len(line) < 1000
     report = analyze_paths([folder, tiny_trace], AnalyzeOptions())
     assert len(report.runs) == 2 and report.failures == [line]
-
-
-def test_manifest_that_is_a_fifo_does_not_hang(tmp_path: Path, tiny_trace: Path) -> None:
-    folder = tmp_path / "fifo"
-    folder.mkdir()
-    shutil.copy(tiny_trace, folder / "t.pt.trace.json")
-    os.mkfifo(folder / "manifest.json")
-    report = analyze_paths([folder], AnalyzeOptions())
-    assert report.failures == [f"{folder / 'manifest.json'}: a FIFO (named pipe), not a regular "
-                               "file: only files are read"]
-    assert report.runs[0].metrics.steps.count == 2
