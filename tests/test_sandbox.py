@@ -191,7 +191,9 @@ def test_sleeping_forever_is_killed_with_its_children(tmp_path: Path) -> None:
         time.sleep(10**6)
         """, limits)
     assert killed == "wall-clock limit of 3 s", err
-    assert time.monotonic() - started < 10
+    # A hang guard, not a speed limit: the script would sleep for 11 days, so returning at all
+    # shows the kill; the reason above says it came at the wall-clock limit.
+    assert time.monotonic() - started < 60
     beat = (alice / "heartbeat").stat().st_mtime
     time.sleep(1)
     assert (alice / "heartbeat").stat().st_mtime == beat
