@@ -119,7 +119,8 @@ def test_nsys_memory_usage_events(corpus: Path, nsys_available: str, nsys_cache_
     assert memory["device"].tolist() == [0, -1, 0]
     assert memory["pid"].tolist() == [4242] * 3
     assert set(memory["counts"]) == {"reserved"}
-    assert int(profile.table("devices")["memory_bytes"].iloc[0]) > 0  # TARGET_INFO_GPU
+    # TARGET_INFO_GPU: an A100-SXM4-40GB's 39.44 GiB.
+    assert int(profile.table("devices")["memory_bytes"].iloc[0]) == 42_350_739_456
 
 
 # --- analysis ---------------------------------------------------------------------------------

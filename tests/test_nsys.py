@@ -658,7 +658,7 @@ def test_qdrep_report_is_exported_and_read(tmp_path: Path, fixtures_dir: Path,
     old_name.write_bytes(original.read_bytes())
     options = ParseOptions(cache_dir=tmp_path / "cache")
     qdrep, rep = parse_file(old_name, options), parse_file(original, options)
-    assert qdrep.kind == "nsys" and len(qdrep.table("steps")) == len(rep.table("steps")) > 0
+    assert qdrep.kind == "nsys" and len(qdrep.table("steps")) == len(rep.table("steps")) == 6
     pd.testing.assert_frame_equal(qdrep.table("ranges"), rep.table("ranges"))
 
 
