@@ -189,7 +189,9 @@ def test_hta_trace_is_diagnosed(corpus: Path) -> None:
 def test_lprof_loader_heavy_is_loader_bound(make_lprof) -> None:
     """A real kernprof run of a sleeping loader: the loop line holds most of the time."""
     m = metrics_of(make_lprof("loader_heavy", LOADER_HEAVY))
-    assert m.steps is not None and m.steps.origin == "lprof" and m.steps.count >= 20
+    # The loader's 20 batches: the loop line hit 21 times, 20 passes.
+    assert m.steps is not None and (m.steps.origin, m.steps.count) == ("lprof", 20)
+    # Real sleeps: each pass waits at least 5 ms for a body of microseconds.
     assert m.dataloader_fraction > 0.8
     assert verdict(m)[0] == "loader-bound"
     assert m.lines[0].is_dataloader_loop
@@ -198,7 +200,8 @@ def test_lprof_loader_heavy_is_loader_bound(make_lprof) -> None:
 def test_lprof_compute_heavy_is_not_loader_bound(make_lprof) -> None:
     """A real kernprof run of a heavy loop body with an instant loader: compute-bound."""
     m = metrics_of(make_lprof("compute_heavy", COMPUTE_HEAVY))
-    assert m.dataloader_fraction < 0.1
+    assert (m.steps.origin, m.steps.count) == ("lprof", 20)
+    assert m.dataloader_fraction < 0.1  # real times: an instant loader, 30,000 squares a pass
     assert verdict(m)[0] == "compute-bound"
     assert "LOADER_BOUND" not in ids(m) and "COMPUTE_BOUND" in ids(m)
 
