@@ -97,8 +97,8 @@ def test_collectives_of_real_runs(corpus: Path) -> None:
     amd = analyze_paths([corpus / "wild" / "tracelens_mi300x_resnet_actckpt_rank0of8.json.gz"],
                         AnalyzeOptions()).runs[0]
     kinds = amd.metrics.comm.ns_per_step_by_collective
-    assert set(kinds) == {"all_reduce", "broadcast", "unknown"}
-    assert kinds["all_reduce"] == pytest.approx(5_257_000, rel=0.01)
+    # Measured on the trace's 3 steps: 5.26 ms of all-reduce a step, 8.11 ms unknown.
+    assert kinds == {"all_reduce": 5_257_018, "broadcast": 6_866, "unknown": 8_105_404}
 
 
 def loader_steps(copy_name: str, steps: int = 4) -> list[dict]:
