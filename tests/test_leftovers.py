@@ -119,7 +119,10 @@ def test_the_launchs_daemons_are_ended_and_another_launchs_is_not(
     assert line == (f"nsys left 2 process(es) running after the launch ended: "
                     f"{python} -c (pid {min(ours)}), {python} -c (pid {max(ours)}); "
                     "ended (SIGTERM, then SIGKILL)")
-    assert end_leftovers(other, "nsys") is not None and not running(theirs)
+    assert end_leftovers(other, "nsys") == (
+        f"nsys left 1 process(es) running after the launch ended: {python} -c (pid {theirs}); "
+        "ended (SIGTERM)")
+    assert not running(theirs)
 
 
 def test_a_launch_that_left_nothing_says_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
