@@ -33,6 +33,15 @@ class InputError(ProfreportError):
     """An input file is unreadable, damaged, of an unknown kind, or refused as unsafe."""
 
 
+class NothingReadable(InputError):
+    """No input of an analysis could be read; ``failures`` keeps each input's own line (a line
+    may hold '; ' itself: "unknown content); it reads: ...")."""
+
+    def __init__(self, failures: list[str]) -> None:
+        super().__init__("no input could be read: " + "; ".join(failures))
+        self.failures = list(failures)
+
+
 class UnsupportedFormatError(InputError):
     """An input file is of a known kind but a version or schema profreport cannot read."""
 

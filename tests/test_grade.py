@@ -372,6 +372,26 @@ def test_unreadable_archive_is_that_students_error(tmp_path: Path, fixtures_dir:
         "zed"].error
 
 
+def test_a_run_of_unreadable_files_keeps_each_reason_whole(tmp_path: Path,
+                                                          fixtures_dir: Path) -> None:
+    """A run none of whose files can be read keeps each file's reason whole: the reason for a
+    file of unknown content holds '; ' itself, and was split into a second 'file' reading 'it
+    reads: Nsight Systems report ...' in the feedback's list of files not used."""
+    subs = tmp_path / "subs"
+    good_submission(subs / "ann", fixtures_dir)
+    shutil.rmtree(subs / "ann" / "baseline")
+    (subs / "ann" / "baseline").mkdir()
+    (subs / "ann" / "baseline" / "notes.pt.trace.json").write_text("not a trace\n")
+    outcome = grade_class(subs, parse_rubric(RUBRIC, tmp_path / "r.toml"), tmp_path / "out")
+    failures = outcome.results[0].failures
+    assert len(failures) == 2 and failures[0].startswith(
+        "baseline/notes.pt.trace.json: not a profile profreport knows (unknown content); "
+        "it reads: Nsight Systems report")
+    assert failures[1] == "baseline: no profiles found in this folder"
+    feedback = (tmp_path / "out" / "students" / "ann" / "feedback.md").read_text()
+    assert "\n- it reads:" not in feedback
+
+
 @pytest.mark.corpus
 def test_resnet_num_workers_fix_earns_every_point(tmp_path: Path, corpus: Path) -> None:
     subs = tmp_path / "subs"

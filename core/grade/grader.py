@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from profreport import __version__
-from profreport.errors import InputError, ProfreportError
+from profreport.errors import NothingReadable, ProfreportError
 from profreport.fileio import write_text
 from profreport.grade.adjust import Adjustments, apply
 from profreport.grade.checks import Graded, evaluate
@@ -224,8 +224,8 @@ def _analyse(root: Path, layout: Layout, moved: dict[Path, str]
             shown[str(path)] = moved.get(path, path.relative_to(root).as_posix())
         try:
             report = analyze_paths([folder], options)
-        except InputError as exc:
-            failures[folder.name] = [_relative(line, root, shown) for line in str(exc).split("; ")]
+        except NothingReadable as exc:
+            failures[folder.name] = [_relative(line, root, shown) for line in exc.failures]
             continue
         except Exception as exc:  # hostile input: this run fails, the others are graded
             failures[folder.name] = [f"{folder.name}: cannot be analysed "
@@ -243,8 +243,7 @@ def _relative(line: str, root: Path, shown: dict[str, str]) -> str:
     """A failure line or note with the staging folder's paths replaced by the student's."""
     for path, name in shown.items():
         line = line.replace(path, name)
-    line = line.replace(f"{root}/", "").replace(str(root), "your submission")
-    return line.removeprefix("no input could be read: ")
+    return line.replace(f"{root}/", "").replace(str(root), "your submission")
 
 
 def _timing_fingerprint(metrics: RunMetrics) -> str | None:

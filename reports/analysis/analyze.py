@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from profreport import __version__
-from profreport.errors import InputError, ProfreportError, failure_line
+from profreport.errors import InputError, NothingReadable, ProfreportError, failure_line
 from profreport.executors import Executor, ExecutorOptions, open_executor
 from profreport.inputs import check_regular_file, resolve_inside
 from profreport.manifest import MANIFEST_NAME, Manifest, read_manifest
@@ -524,7 +524,7 @@ def run_folders(path: Path) -> list[Path]:
 
 def analyze_paths(inputs: list[Path], options: AnalyzeOptions) -> Report:
     """Analyse every input (one run each; a folder of run folders, each of them, see
-    run_folders) and compare them; InputError if none can be read."""
+    run_folders) and compare them; NothingReadable (an InputError) if none can be read."""
     failures: list[str] = []
     runs: list[RunAnalysis] = []
     taken: set[str] = set()
@@ -538,7 +538,7 @@ def analyze_paths(inputs: list[Path], options: AnalyzeOptions) -> Report:
             if run is not None:
                 runs.append(run)
     if not runs:
-        raise InputError("no input could be read: " + "; ".join(failures))
+        raise NothingReadable(failures)
     title = options.title or "profreport: " + ", ".join(run.name for run in runs)
     return Report(title=title, generated_by=f"profreport {__version__}", runs=runs,
                   comparison=compare_runs(runs, options.baseline), failures=failures,
