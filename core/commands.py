@@ -166,25 +166,17 @@ def run_and_report_command(args: argparse.Namespace) -> int:
     return EXIT_INTERRUPTED if summary.interrupted else status
 
 
-def profiled_source_root(args: argparse.Namespace) -> Path | None:
-    """Where the code run-and-report profiled lives (the user's script's folder, else the
-    runner's), so that line_profiler's source lines may be shown from there."""
-    script = getattr(args, "script", None)
-    if script:
-        return Path(script).resolve().parent
-    spec = importlib.util.find_spec("profreport.runner.train")
-    return Path(spec.origin).parent if spec is not None and spec.origin else None
-
-
 def report_on(folders: list[Path], failures: list[str], args: argparse.Namespace) -> int:
     """Analyse the folders that hold profiles; every failed launch is listed in the report, and
     any failure makes the exit status non-zero."""
+    from profreport.runner.scripts import profiled_source_root
+
     usable = [folder for folder in folders if find_profiles(folder)]
     if not usable:
         raise RunError("no variant produced a profile: " + "; ".join(failures or ["none ran"]))
     report = analyze_paths(usable, AnalyzeOptions(
         title=args.title, baseline=args.baseline,
-        parse=ParseOptions(source_root=profiled_source_root(args))))
+        parse=ParseOptions(source_root=profiled_source_root(getattr(args, "script", None)))))
     report.failures.extend(failures)
     status = finish_report(report, args)
     return max(status, EXIT_PARTIAL) if failures else status

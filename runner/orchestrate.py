@@ -34,6 +34,7 @@ from profreport.runner.scripts import (
     keep_source_copy,
     new_trace_files,
     overhead_notes,
+    profiled_source_root,
     record_plain_result,
     script_entry,
     trace_search_dirs,
@@ -482,7 +483,7 @@ def write_slurm(args: argparse.Namespace, variants: list[Variant], options: RunO
     write into (Slurm opens ``--output`` before the job starts); run nothing."""
     out = args.emit_slurm.absolute()
     plan = SlurmPlan(options.runs_dir, args.out.absolute(), slurm_run_args(args, options),
-                     1 if options.on_gpu else 0)
+                     1 if options.on_gpu else 0, slurm_report_args(args, options))
     written = emit_slurm(slurm_jobs(variants, options), plan, out)
     print(f"wrote {len(written)} scripts to {out}; submit with: bash {out / 'submit_all.sh'}")
 
@@ -501,6 +502,21 @@ def slurm_run_args(args: argparse.Namespace, options: RunOptions) -> list[str]:
     if options.strong:
         run_args.append("--strong")
     return run_args
+
+
+def slurm_report_args(args: argparse.Namespace, options: RunOptions) -> tuple[str, ...]:
+    """The options of the report job's ``profreport analyze``: the formats, title and baseline
+    run-and-report was given, and the folder of the code it profiles (line_profiler's source
+    lines, as run-and-report's own report shows them)."""
+    report_args = ["--format", ",".join(args.formats)]
+    if args.title:
+        report_args += ["--title", args.title]
+    if args.baseline:
+        report_args += ["--baseline", args.baseline]
+    root = profiled_source_root(options.script)
+    if root is not None:
+        report_args += ["--source-root", str(root)]
+    return tuple(report_args)
 
 
 def _job_args(run: PlannedRun, options: RunOptions) -> tuple[list[str], int, int, bool]:

@@ -3,6 +3,7 @@ a script that drives torch.profiler writes itself, and what its plain run measur
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import json
 import re
@@ -275,3 +276,12 @@ def overhead_notes(manifest: Manifest, folder: Path) -> list[str]:
                          f"steps/s against {plain:.2f} unprofiled): step times timed under it "
                          "are inflated; throughput and comparisons come from the plain run")
     return notes
+
+
+def profiled_source_root(script: str | Path | None) -> Path | None:
+    """Where the code run-and-report profiles lives (the user's script's folder, else the
+    runner's), so that line_profiler's source lines may be shown from there."""
+    if script:
+        return Path(script).resolve().parent
+    spec = importlib.util.find_spec("profreport.runner.train")
+    return Path(spec.origin).parent if spec is not None and spec.origin else None

@@ -35,6 +35,9 @@ class SlurmPlan:
     run_args: list[str]
     #: GPUs each training process needs (0 on CPU).
     gpus_per_process: int = 0
+    #: The report job's analyze options: run-and-report's report options (formats, title,
+    #: baseline) and where the profiled code lives, as run-and-report's own report takes them.
+    report_args: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -91,7 +94,7 @@ def driver_script(names: list[str], plan: SlurmPlan) -> str:
     lines += [f'ids+=("$(sbatch --parsable "$HERE/{name}.sbatch")")' for name in names]
     folders = [str(plan.runs_dir / name) for name in names]
     analyze = shlex.join([*python_command(), "analyze", *folders, "--out",
-                          str(plan.report_dir)])
+                          str(plan.report_dir), *plan.report_args])
     output = shlex.quote(str(plan.report_dir / "slurm-report-%j.out"))
     lines += ['deps=$(IFS=:; echo "${ids[*]}")',
               f'report=$(sbatch --parsable --job-name=profreport-report '

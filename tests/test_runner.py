@@ -8,6 +8,7 @@ import gzip
 import json
 import os
 import platform
+import shlex
 import shutil
 import signal
 import subprocess
@@ -256,6 +257,27 @@ def test_emit_slurm_scripts_pass_bash_syntax_check(tmp_path: Path,
     driver = (out / "submit_all.sh").read_text()
     assert driver.count("sbatch --parsable") == 4 and "--dependency=afterany:" in driver
     assert f"{sys.executable} -m profreport analyze" in driver
+
+
+def test_emit_slurm_report_job_keeps_the_report_options(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The report job analyses the runs as run-and-report's own report would: with the
+    --format, --title and --baseline it was given and the runner's code as the source root
+    (it ran 'analyze RUNS --out OUT' alone: the comparison against the first run instead of
+    --baseline workers, the default title and formats, and the built-in workload's lines
+    'source not shown')."""
+    monkeypatch.chdir(tmp_path)
+    args = build_parser().parse_args(
+        ["run-and-report", "--variants", "baseline,workers", "--emit-slurm", "slurm",
+         "--title", "My study", "--baseline", "workers", "--format", "md,json",
+         "--out", "report"])
+    write_slurm(args, resolve_variants(["baseline", "workers"]), run_options(args))
+    driver = (tmp_path / "slurm" / "submit_all.sh").read_text()
+    analyze = shlex.split(shlex.split(driver.split("--wrap=")[1].split(")")[0])[0])
+    runner_dir = Path(sys.modules[TrainConfig.__module__].__file__).parent
+    assert analyze[analyze.index("analyze") + 3:] == [
+        "--out", f"{tmp_path}/report", "--format", "md,json", "--title", "My study",
+        "--baseline", "workers", "--source-root", str(runner_dir)]
 
 
 def test_one_plan_names_the_runs_the_runner_and_slurm_make(tmp_path: Path,
