@@ -27,19 +27,22 @@ NCCL_KERNEL = "ncclKernel_AllReduce_RING_LL_Sum_float"
 
 
 def write_rank(folder: Path, rank: int, compute_us: int, comm_us: int, steps: int = 5,
-               world_size: int = 2, step_name: str = "ProfilerStep#{}") -> Path:
+               world_size: int = 2, step_name: str = "ProfilerStep#{}",
+               first_extra_us: int = 0) -> Path:
     """A Kineto trace of one rank: ``steps`` spans named ``step_name`` with the step's number
     (ProfilerStep by default), each a compute kernel then an all-reduce kernel, both launched
     by cudaLaunchKernel (joined by correlation id); every step is 200 µs longer than its
-    kernels (launch time before them)."""
+    kernels (launch time before them), the first ``first_extra_us`` longer still (start-up
+    before its kernels)."""
     pid = 100 + rank
     events, ts, correlation = [], 1000, 1
-    step_us = compute_us + comm_us + 200
     for n in range(steps):
+        extra = first_extra_us if n == 0 else 0
+        step_us = compute_us + comm_us + 200 + extra
         events.append({"ph": "X", "cat": "user_annotation", "name": step_name.format(n),
                        "pid": pid, "tid": pid, "ts": ts, "dur": step_us, "args": {}})
-        for name, start, dur in ((COMPUTE_KERNEL, ts + 100, compute_us),
-                                 (NCCL_KERNEL, ts + 100 + compute_us, comm_us)):
+        for name, start, dur in ((COMPUTE_KERNEL, ts + 100 + extra, compute_us),
+                                 (NCCL_KERNEL, ts + 100 + extra + compute_us, comm_us)):
             events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel",
                            "pid": pid, "tid": pid, "ts": ts + 10 * correlation % 80, "dur": 5,
                            "args": {"correlation": correlation}})
@@ -86,6 +89,21 @@ def test_gloo_fixture_ranks_keep_pace_and_the_job_waits_for_one(fixtures_dir: Pa
     assert data["slowest_rank"] == job.slowest_rank and data["straggler"] is False
     assert data["paced_by"] == pacer.rank
     assert [r["rank"] for r in data["ranks"]] == [0, 1]
+
+
+def test_ranks_are_timed_over_the_steps_they_all_count(tmp_path: Path) -> None:
+    """Each rank's profile leaves out its own start-up step: rank 0's first step (25.2 ms, 2.5x
+    the later 10.2 ms) is start-up, rank 1's (19.2 ms, 1.9x) is not. Over its own steps rank 1
+    took 12.0 ms per step against 10.2 ms, a 'straggler' by its first step alone (the 2-process
+    scaling point of the built-in workload under nsys: rank 1 330.5 ms against 294.1 ms, 291.0
+    ms over the same steps). Over steps 1-4, which both count, the ranks tie."""
+    write_rank(tmp_path, 0, compute_us=9000, comm_us=1000, first_extra_us=15000)
+    write_rank(tmp_path, 1, compute_us=9000, comm_us=1000, first_extra_us=9000)
+    run = analyze_paths([tmp_path], AnalyzeOptions()).runs[0]
+    job = run.job
+    assert [r.step_ns for r in job.ranks] == [10_200_000, 10_200_000]
+    assert job.straggler is False and "every rank takes 10.2 ms per step" in job.verdict_reason
+    assert run.metrics.per_rank_step_ns == {0: 10_200_000, 1: 10_200_000}
 
 
 def test_slow_rank_is_named_and_the_disagreement_explained(tmp_path: Path) -> None:

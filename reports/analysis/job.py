@@ -11,7 +11,9 @@ which ranks recorded none).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import replace
+from typing import TypeVar
 
 from profreport.reports.analysis.results import JobAnalysis, Origin, RankVerdict
 from profreport.units import duration, ms, pct
@@ -36,6 +38,32 @@ def mostly_waiting(exposed: float, pacer_exposed: float) -> bool:
     rank the job waits for: more than MOSTLY_WAITING_SHARE of it lies beyond that rank's own
     (``pacer_exposed``, in the same unit)."""
     return exposed > 0 and (exposed - pacer_exposed) / exposed > MOSTLY_WAITING_SHARE
+
+
+Key = TypeVar("Key", bound=Hashable)
+
+
+def common_step_means(ranges: Mapping[Key, tuple[tuple[int, int], ...]]) -> dict[Key, int]:
+    """Each member's mean step (ns) over the step numbers every member counts
+    (StepStats.range_by_number): a synchronous job's ranks run the same steps, but each
+    profile leaves out its own start-up step (shape.find_warmup), so one rank's mean may hold a
+    first step another's leaves out. Empty when a member records no step numbers, when all
+    count the same steps, or when they share none (each one's own mean stands then)."""
+    counted = [dict(steps) for steps in ranges.values()]
+    if len(counted) < 2 or not all(counted):
+        return {}
+    shared = set.intersection(*(set(steps) for steps in counted))
+    if not shared or all(len(steps) == len(shared) for steps in counted):
+        return {}
+    return {key: int(sum(steps[n] for n in shared) / len(shared))
+            for key, steps in zip(ranges, counted, strict=True)}
+
+
+def _on_common_steps(ranks: Sequence[RankVerdict]) -> list[RankVerdict]:
+    """The ranks with each timed rank's step time over the steps every timed rank counts
+    (common_step_means)."""
+    means = common_step_means({r.order: r.step_ranges for r in ranks if r.step_ns is not None})
+    return [replace(r, step_ns=means[r.order]) if r.order in means else r for r in ranks]
 
 
 def _slowest(ranks: Sequence[RankVerdict]) -> tuple[RankVerdict, int] | None:
@@ -142,7 +170,7 @@ def job_analysis(ranks: Sequence[RankVerdict], steps_origin: Origin | None = Non
     pace), or the common verdict when no rank times steps (``steps_unknown`` says why when no
     profiler timed every rank's, see ranks.job_step_source); None for fewer than two ranks.
     ``steps_origin`` is the profiler that timed the ranks' steps."""
-    ranks = sorted(ranks, key=lambda r: r.order)
+    ranks = _on_common_steps(sorted(ranks, key=lambda r: r.order))
     if len(ranks) < 2:
         return None
     found = _slowest(ranks)

@@ -23,6 +23,7 @@ from profreport.reports.analysis.compare import common_source
 from profreport.reports.analysis.cpu import dataparallel_ops, ddp_forward_calls
 from profreport.reports.analysis.findings import profiler_verdict, verdict_confidence
 from profreport.reports.analysis.gpu import has_gpu_events
+from profreport.reports.analysis.job import common_step_means
 from profreport.reports.analysis.lines import slowest_loop_line
 from profreport.reports.analysis.memory import memory_stats
 from profreport.reports.analysis.metrics import compute_run_metrics, preference
@@ -151,7 +152,8 @@ def rank_verdict(profile: Profile) -> RankVerdict | None:
                        confidence[1] if confidence else None,
                        steps.marker if steps is not None else ANNOTATED_RANGE,
                        profile.process if profile.rank is None else None,
-                       steps_clock(profile))
+                       steps_clock(profile),
+                       steps.range_by_number if steps is not None else ())
 
 
 def steps_clock(profile: Profile) -> tuple[str, int, int] | None:
@@ -239,11 +241,13 @@ def per_rank_step_ns(summaries: Sequence[RankSummary], origin: Origin | None
     (see job_step_source) timed it, by rank, then by ``pid N`` for a process of a capture of
     several whose rank is unknown; none when no profiler timed every rank."""
     ranks = job_members(summaries)
-    out: dict[Member, int] = {}
+    found: dict[Member, StepStats] = {}
     for summary in sorted(summaries, key=lambda s: s.preference):
         steps, key = summary.step_stats, member(summary.input.rank, summary.input.process)
         if key in ranks and steps is not None and steps.origin == origin:
-            out.setdefault(key, int(steps.mean_ns))
+            found.setdefault(key, steps)
+    common = common_step_means({key: steps.range_by_number for key, steps in found.items()})
+    out = {key: common.get(key, int(steps.mean_ns)) for key, steps in found.items()}
     return {rank if rank is not None else rank_label(None, process): ns
             for (rank, process), ns in sorted(out.items(), key=lambda item: _member_order(
                 item[0]))}
@@ -326,9 +330,11 @@ def rank_verdicts(summaries: Sequence[RankSummary], profiles: Sequence[Profile],
             if found.verdict != "unknown":
                 timed = chosen[key]
                 chosen[key] = replace(found, step_ns=timed.step_ns, step_marker=timed.step_marker,
-                                      steps_clock=timed.steps_clock)
+                                      steps_clock=timed.steps_clock,
+                                      step_ranges=timed.step_ranges)
             continue
-        chosen[key] = found if origin is not None else replace(found, step_ns=None)
+        chosen[key] = found if origin is not None else replace(found, step_ns=None,
+                                                               step_ranges=())
     return sorted((_with_lines(verdict, summaries) for verdict in chosen.values()),
                   key=lambda verdict: verdict.order)
 

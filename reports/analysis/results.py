@@ -99,6 +99,10 @@ class StepStats:
     #: window left out when it is only its own range), ns; empty when the origin records no
     #: windows (line_profiler).
     window_ns: tuple[int, ...] = ()
+    #: Each step the mean counts, as (its number, its range's duration in ns): the ranks of a
+    #: job are compared over the steps they all count (job.common_step_means); empty when the
+    #: origin records no step of its own (line_profiler).
+    range_by_number: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -805,6 +809,8 @@ class RankVerdict:
     #: When the rank's steps ran, on a clock the traces of every rank share: (the clock, first
     #: step's start, last step's end), ns; None where the format's times are its capture's own.
     steps_clock: tuple[str, int, int] | None = None
+    #: The steps ``step_ns`` counts (StepStats.range_by_number).
+    step_ranges: tuple[tuple[int, int], ...] = ()
 
     @property
     def label(self) -> str:

@@ -157,7 +157,9 @@ def step_stats(windows: StepWindows) -> StepStats:
                      wall_mean_ns=int(wall.mean()) if len(wall) else None,
                      stdev_ns=int(durations.std(ddof=1)) if len(durations) > 1 else None,
                      marker=windows.marker,
-                     window_ns=tuple(int(v) for v in windows.whole_lengths()))
+                     window_ns=tuple(int(v) for v in windows.whole_lengths()),
+                     range_by_number=tuple(zip(windows.numbers.tolist(), durations.tolist(),
+                                               strict=True)))
 
 
 def in_windows(frame: pd.DataFrame, windows: StepWindows) -> pd.DataFrame:
