@@ -468,14 +468,21 @@ def test_the_amp_knob_and_the_bf16_compute_it_makes_are_one_difference() -> None
 
 
 def test_the_nproc_knob_and_the_world_size_it_makes_are_one_difference() -> None:
-    """--scaling 1,2's points: nproc 1 -> 2 and world size 1 -> 2 are the knob and its effect,
-    one difference ('differ in 3 ways at once (ddp False -> True; nproc 1 -> 2; world size 1 ->
-    2)' counted it twice); a world size that moved without the knob is listed on its own."""
+    """--scaling 1,2's points: nproc 1 -> 2, world size 1 -> 2 and ddp False -> True are the
+    knob, its effect and the wrapper the runner trains any processes above one with: one
+    difference ('differ in 3 ways at once (ddp False -> True; nproc 1 -> 2; world size 1 -> 2)'
+    counted it thrice, then 'differ in 2 ways at once (ddp False -> True; nproc 1 -> 2 (world
+    size 1 -> 2)): the change cannot be credited to any one of them' twice, on the built-in
+    workload's --scaling 1,2); a world size or ddp that moved without the knob is listed on
+    its own."""
     base = run_with_parts("np1", {"compute": 70}, knobs={"ddp": False, "nproc": 1})
     run = run_with_parts("np2", {"compute": 40}, knobs={"ddp": True, "nproc": 2})
     base.world_size, run.world_size = 1, 2
-    assert compare_runs([base, run]).rows[1].confounds == [
-        "ddp False -> True", "nproc 1 -> 2 (world size 1 -> 2)"]
+    row = compare_runs([base, run]).rows[1]
+    assert row.confounds == [
+        "nproc 1 -> 2 (world size 1 -> 2; ddp False -> True: DDP is how the runner trains "
+        "several processes)"]
+    assert "ways at once" not in row.explanation
     run.knobs["nproc"] = 1
     assert compare_runs([base, run]).rows[1].confounds == ["ddp False -> True",
                                                          "world size 1 -> 2"]

@@ -484,8 +484,14 @@ def _joined_to_knob(out: list[Confound], knob: str, phrase: str) -> list[Confoun
     it is: one difference, not two; [] when ``knob`` did not change."""
     if not any(c.knob == knob for c in out):
         return []
-    return [Confound("knob", f"{c.phrase} ({phrase})", knob) if c.knob == knob else c
+    return [Confound("knob", _said_with(c.phrase, phrase), knob) if c.knob == knob else c
             for c in out]
+
+
+def _said_with(said: str, phrase: str) -> str:
+    """``said (phrase)``; ``said (earlier; phrase)`` when ``said`` ends in what an earlier
+    join added."""
+    return f"{said[:-1]}; {phrase})" if said.endswith(")") else f"{said} ({phrase})"
 
 
 def _amp_made(amp: dict[str, object] | None, reduced_after: bool) -> bool:
@@ -500,6 +506,17 @@ def _nproc_made(nproc: dict[str, object] | None, before: int, after: int) -> boo
     if nproc is None or not all(isinstance(nproc[k], int) for k in ("from", "to")):
         return False
     return (nproc["to"] > nproc["from"]) == (after > before)  # type: ignore[operator]
+
+
+def _ddp_made(knobs: dict[str, object]) -> bool:
+    """Whether the ddp knob's change is the nproc change's: the runner wraps the model in DDP
+    exactly when it trains more than one process (a scaling study's points, the ddp variant
+    beside the baseline), so ddp turns on as nproc leaves 1, and off as it comes back."""
+    ddp, nproc = knobs.get("ddp"), knobs.get("nproc")
+    if not isinstance(ddp, dict) or not isinstance(nproc, dict):
+        return False
+    return all(isinstance(nproc[side], int) and not isinstance(nproc[side], bool)
+               and ddp[side] is (nproc[side] > 1) for side in ("from", "to"))
 
 
 def _workers_made(knobs: dict[str, object]) -> bool:
@@ -518,8 +535,9 @@ def confounds(base: RunAnalysis, run: RunAnalysis) -> list[Confound]:
     """Everything that differs between the two runs besides their speed: changed knobs, world
     size, the precision of the compute kernels, the optimizer's kernels, the DataLoader's kind,
     the host-to-device bytes per step (another batch or input); a precision change that the amp
-    knob's change makes, a world-size change the nproc knob's, or a prefetch_factor change
-    the num_workers knob's (see _workers_made), is said with that knob (see _joined_to_knob)."""
+    knob's change makes, a world-size change the nproc knob's, a ddp change the nproc knob's
+    (see _ddp_made), or a prefetch_factor change the num_workers knob's (see _workers_made), is
+    said with that knob (see _joined_to_knob)."""
     knobs = changed_knobs(base, run)
     out = [Confound("knob", f"{name} {change['from']} -> {change['to']}", name)  # type: ignore[index]
            for name, change in knobs.items()]
@@ -532,6 +550,10 @@ def confounds(base: RunAnalysis, run: RunAnalysis) -> list[Confound]:
         made = _nproc_made(knobs.get("nproc"), base.world_size, run.world_size)  # type: ignore[arg-type]
         out = (_joined_to_knob(out, "nproc", phrase) if made else []) or \
             out + [Confound("world size", phrase)]
+    if _ddp_made(knobs):
+        ddp = next(c for c in out if c.knob == "ddp")
+        out = _joined_to_knob([c for c in out if c is not ddp], "nproc",
+                              f"{ddp.phrase}: DDP is how the runner trains several processes")
     before, after = _reduced_share(base), _reduced_share(run)
     if before is not None and after is not None and \
             (before[0] >= AMP_PRESENT_FRACTION) != (after[0] >= AMP_PRESENT_FRACTION):
