@@ -346,8 +346,10 @@ def test_archive_limits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(submissions, "MAX_UNPACKED_BYTES",
                         Limit("unpacked bytes", 1 << 20, "test"))
     staged = submissions.stage(submissions.Submission("bomb", bomb), tmp_path / "s1")
-    assert staged.refused == ["the rest of the submission: not unpacked: more than 1,048,576 "
-                              "unpacked bytes (test)"]
+    # The refusal names the entry that crossed the limit (it said 'the rest of the submission',
+    # naming no file: a teacher could not tell which file of a folder was too large).
+    assert staged.refused == ["a.json and every entry after it: not unpacked: more than "
+                              "1,048,576 unpacked bytes (test)"]
     assert tree(tmp_path / "s1") == set()
     many = tmp_path / "many.zip"
     with zipfile.ZipFile(many, "w") as archive:
@@ -356,8 +358,8 @@ def test_archive_limits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(submissions, "MAX_FILES", Limit("files", 3, "test"))
     staged = submissions.stage(submissions.Submission("many", many), tmp_path / "s2")
     assert tree(tmp_path / "s2") == {"f0.json", "f1.json", "f2.json"}
-    assert staged.refused == ["the rest of the submission: not unpacked: more than 3 files "
-                              "(test)"]
+    assert staged.refused == ["f3.json and every entry after it: not unpacked: more than 3 "
+                              "files (test)"]
 
 
 def test_unreadable_archive_is_that_students_error(tmp_path: Path, fixtures_dir: Path) -> None:

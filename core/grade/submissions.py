@@ -81,7 +81,12 @@ class Staged:
 
 
 class _Budget(Exception):
-    """The submission ran past a limit; the reason is refused for every later entry."""
+    """The submission ran past a limit at ``entry``: that entry and every later one are
+    refused, for the reason given."""
+
+    def __init__(self, reason: str, entry: str) -> None:
+        super().__init__(reason)
+        self.entry = entry
 
 
 def student_name(path: Path) -> str:
@@ -204,7 +209,6 @@ class _Stager:
 
     def __init__(self, root: Path) -> None:
         self.staged = Staged(root=root)
-        self.over: str | None = None
 
     def refuse(self, name: str, reason: str) -> None:
         """Record an entry that was not staged."""
@@ -213,8 +217,6 @@ class _Stager:
     def add(self, name: str, source: IO[bytes], mtime: float | None = None) -> None:
         """Copy one regular file's bytes to its place, within the limits, keeping the time the
         archive or folder records (a regrade's copy then keys the same nsys export)."""
-        if self.over is not None:
-            raise _Budget(self.over)
         try:
             parts = entry_parts(name)
         except InputError as exc:
@@ -223,11 +225,10 @@ class _Stager:
         if not parts or parts[0] in IGNORED_PARTS or parts[-1] in IGNORED_PARTS:
             return
         if self.staged.files >= MAX_FILES.value:
-            self.over = _beyond(MAX_FILES)
-            raise _Budget(self.over)
+            raise _Budget(_beyond(MAX_FILES), name)
         target = self.staged.root.joinpath(*parts)
         try:
-            self._write(target, source)
+            self._write(target, source, name)
             if mtime is not None:
                 os.utime(target, (mtime, mtime))
         except FileExistsError:
@@ -236,8 +237,9 @@ class _Stager:
             self.refuse(name, "a file and a folder with the same path")
         self.staged.files += 1
 
-    def _write(self, target: Path, source: IO[bytes]) -> None:
-        """Write ``target`` (never following a link) until the byte budget runs out."""
+    def _write(self, target: Path, source: IO[bytes], name: str) -> None:
+        """Write ``target`` (never following a link; the entry ``name``) until the byte budget
+        runs out."""
         target.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         reader = BoundedReader(source, MAX_UNPACKED_BYTES.value - self.staged.bytes)
@@ -246,8 +248,7 @@ class _Stager:
                 shutil.copyfileobj(reader, out, CHUNK_BYTES)
         except InputError:
             target.unlink()
-            self.over = _beyond(MAX_UNPACKED_BYTES)
-            raise _Budget(self.over) from None
+            raise _Budget(_beyond(MAX_UNPACKED_BYTES), name) from None
         finally:
             self.staged.bytes += reader.consumed
 
@@ -272,7 +273,7 @@ def stage(submission: Submission, root: Path) -> Staged:
         else:
             _stage_tar(submission.path, stager)
     except _Budget as exc:
-        stager.refuse("the rest of the submission", f"not unpacked: {exc}")
+        stager.refuse(f"{exc.entry[:150]} and every entry after it", f"not unpacked: {exc}")
     return stager.staged
 
 
