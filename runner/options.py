@@ -110,7 +110,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                              "the CPU and nccl on GPUs")
     parser.add_argument("--strong", action="store_true",
                         help="--scaling: keep the global batch fixed instead (strong scaling)")
-    parser.add_argument("--bucket-cap-mb", type=float, default=25.0,
-                        help="DDP gradient bucket size in MB (default: %(default)s)")
+    parser.add_argument("--bucket-cap-mb", type=float, default=None,
+                        help="DDP gradient bucket size in MB (default: DDP's own, a 1 MiB "
+                             "first bucket then 25 MiB; any value given, 25 too, sizes the "
+                             "first bucket alike)")
     parser.add_argument("--no-broadcast-buffers", action="store_true",
                         help="DDP: do not broadcast buffers at every forward")

@@ -80,7 +80,7 @@ class RunOptions:
     device: str
     data_dir: Path | None = None
     nproc: int = 2
-    bucket_cap_mb: float = 25.0
+    bucket_cap_mb: float | None = None
     broadcast_buffers: bool = True
     batch_size: int = 64
     augment: bool = True
@@ -491,8 +491,9 @@ def write_slurm(args: argparse.Namespace, variants: list[Variant], options: RunO
 def slurm_run_args(args: argparse.Namespace, options: RunOptions) -> list[str]:
     """The run-and-report options every job repeats (absolute paths)."""
     run_args = ["--steps", str(options.steps), "--profilers", ",".join(options.profilers),
-                "--device", args.device, "--bucket-cap-mb", str(options.bucket_cap_mb),
-                "--format", ",".join(args.formats)]
+                "--device", args.device, "--format", ",".join(args.formats)]
+    if options.bucket_cap_mb is not None:
+        run_args += ["--bucket-cap-mb", str(options.bucket_cap_mb)]
     if options.script is None:
         run_args += ["--workload", options.workload]
     if not options.broadcast_buffers:

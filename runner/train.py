@@ -191,8 +191,11 @@ def prepare_model(model: nn.Module, device: torch.device, knobs: Knobs, rank: Ra
         # Passed only when off: newer torch deprecates the argument in favour of
         # forward_sync_buffers, whose False still syncs buffers once at start.
         buffers = {} if knobs.broadcast_buffers else {"broadcast_buffers": False}
+        # Passed only when given: any bucket_cap_mb, 25 included, makes DDP's first bucket as
+        # large as the others (its own default caps the first at 1 MiB to start reducing early).
+        buckets = {} if knobs.bucket_cap_mb is None else {"bucket_cap_mb": knobs.bucket_cap_mb}
         model = nn.parallel.DistributedDataParallel(
-            model, device_ids=device_ids, bucket_cap_mb=knobs.bucket_cap_mb, **buffers)
+            model, device_ids=device_ids, **buckets, **buffers)
     elif knobs.dataparallel and device.type == "cuda" and torch.cuda.device_count() > 1:
         model = nn.DataParallel(model)
     if knobs.compile:

@@ -36,13 +36,16 @@ class Knobs:
     compile: bool = False
     ddp: bool = False
     nproc: int = 1
-    bucket_cap_mb: float = 25.0
+    #: DDP's bucket_cap_mb; None leaves DDP its own default (a 1 MiB first bucket, then 25 MiB):
+    #: torch gives the first bucket the cap too whenever bucket_cap_mb is passed, 25 included.
+    bucket_cap_mb: float | None = None
     broadcast_buffers: bool = True
     dataparallel: bool = False
 
     def as_dict(self) -> dict[str, Any]:
-        """The knobs as a plain dict (for manifests and JSON configs)."""
-        return asdict(self)
+        """The knobs as a plain dict (for manifests and JSON configs); a knob left to PyTorch's
+        default (None) is not recorded."""
+        return {name: value for name, value in asdict(self).items() if value is not None}
 
 
 @dataclass(frozen=True)

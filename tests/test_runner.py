@@ -259,6 +259,45 @@ def test_emit_slurm_scripts_pass_bash_syntax_check(tmp_path: Path,
     assert f"{sys.executable} -m profreport analyze" in driver
 
 
+#: Counts the gradient all-reduces of the third step of the built-in model wrapped as the ddp
+#: variant wraps it (prepare_model with the ddp variant's knobs) in a real gloo group of one
+#: process: DDP rebuilds its buckets after the first step, in the order gradients came.
+DDP_BUCKETS_SCRIPT = """
+import os, sys, torch, torch.distributed as dist
+import torch.nn.functional as F
+from profreport.runner.train import Rank, prepare_model
+from profreport.runner.variants import Knobs, resolve_variants
+from profreport.runner.workloads import MnistNet
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
+dist.init_process_group("gloo", rank=0, world_size=1)
+knobs = resolve_variants(["ddp"])[0].knobs(Knobs(nproc=2))
+model = prepare_model(MnistNet(), torch.device("cpu"), knobs, Rank(0, 2, 0))
+x, y = torch.randn(8, 1, 28, 28), torch.randint(0, 10, (8,))
+for step in range(3):
+    with torch.profiler.profile() as prof:
+        F.nll_loss(model(x), y).backward()
+calls = [e for e in prof.events() if e.name == "c10d::allreduce_"]
+print(len(calls))
+dist.destroy_process_group()
+"""
+
+
+def test_the_ddp_variant_keeps_ddps_own_buckets(tmp_path: Path) -> None:
+    """The ddp variant leaves bucket_cap_mb to DDP unless --bucket-cap-mb is given: it passed
+    25.0, and torch then caps the first bucket at 25 MiB too (its default caps it at 1 MiB), so
+    the built-in model's 4.6 MiB of gradients went in one all-reduce per step, none overlapping
+    the backward pass, while its own report said DDP's default buckets would make about 2."""
+    script = tmp_path / "buckets.py"
+    script.write_text(DDP_BUCKETS_SCRIPT)
+    port = str(29500 + os.getpid() % 1000)
+    done = subprocess.run([sys.executable, str(script), port], capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    # fc2 and fc1 (1,181,066 gradients: past the 1 MiB first bucket), then the convolutions
+    assert done.stdout.split()[-1] == "2"
+    assert "bucket_cap_mb" not in resolve_variants(["ddp"])[0].knobs(Knobs(nproc=2)).as_dict()
+
+
 def test_emit_slurm_report_job_keeps_the_report_options(tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """The report job analyses the runs as run-and-report's own report would: with the
