@@ -40,7 +40,13 @@ from profreport.runner.scripts import (
     trace_search_dirs,
     vary_settings,
 )
-from profreport.runner.slurm import SlurmJob, SlurmPlan, emit_slurm
+from profreport.runner.slurm import (
+    SlurmJob,
+    SlurmPlan,
+    emit_slurm,
+    largest_node_cpus,
+    too_large,
+)
 from profreport.runner.train import WARMUP_STEPS, TrainConfig
 from profreport.runner.variants import (
     Knobs,
@@ -484,8 +490,11 @@ def write_slurm(args: argparse.Namespace, variants: list[Variant], options: RunO
     out = args.emit_slurm.absolute()
     plan = SlurmPlan(options.runs_dir, args.out.absolute(), slurm_run_args(args, options),
                      1 if options.on_gpu else 0, slurm_report_args(args, options))
-    written = emit_slurm(slurm_jobs(variants, options), plan, out)
+    jobs = slurm_jobs(variants, options)
+    written = emit_slurm(jobs, plan, out)
     print(f"wrote {len(written)} scripts to {out}; submit with: bash {out / 'submit_all.sh'}")
+    for line in too_large(jobs, largest_node_cpus()):
+        print(f"profreport: warning: {line}", file=sys.stderr)
 
 
 def slurm_run_args(args: argparse.Namespace, options: RunOptions) -> list[str]:

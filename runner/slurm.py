@@ -13,8 +13,10 @@ folders with ``--dependency=afterany`` on all of them.
 
 from __future__ import annotations
 
+import re
 import shlex
 import stat
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,15 +54,48 @@ class SlurmJob:
     workers: int = 0
 
 
+#: How long sinfo may take to say the cluster's nodes.
+SINFO_TIMEOUT_S = 10
+
+
 def python_command() -> list[str]:
     """``python -m profreport`` with this interpreter's absolute path."""
     return [str(Path(sys.executable).absolute()), "-m", "profreport"]
 
 
+def job_cpus(job: SlurmJob) -> int:
+    """CPUs one node of the job asks for: one per process on the node and per worker of each."""
+    return (job.workers + 1) * job.processes_per_node
+
+
+def largest_node_cpus() -> int | None:
+    """The most CPUs a node of the cluster has, as ``sinfo`` reports them (``64+`` counts as
+    64); None where no sinfo answers (scripts written away from the cluster)."""
+    try:
+        done = subprocess.run(["sinfo", "-h", "-o", "%c"], capture_output=True, text=True,
+                              timeout=SINFO_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    counts = [int(n) for n in re.findall(r"\d+", done.stdout)] if done.returncode == 0 else []
+    return max(counts) if counts else None
+
+
+def too_large(jobs: list[SlurmJob], largest: int | None) -> list[str]:
+    """A line for each job asking more CPUs per node than the cluster's largest node has:
+    Slurm refuses it or holds it pending for good (reason PartitionConfig), and the report job
+    after it with it."""
+    if largest is None:
+        return []
+    return [f"{job.name}.sbatch asks for {job_cpus(job)} CPUs per node and this cluster's "
+            f"largest node has {largest} (sinfo): Slurm cannot start it (it refuses it or "
+            "holds it pending), nor the report job after it"
+            for job in jobs if job_cpus(job) > largest]
+
+
 def sbatch_header(job: SlurmJob, plan: SlurmPlan) -> list[str]:
     """The ``#SBATCH`` lines of one job: one task per node with CPUs for every process on the
-    node and its workers, and a GPU per process on a GPU run."""
-    cpus = (job.workers + 1) * job.processes_per_node
+    node and its workers (job_cpus), and a GPU per process on a GPU run."""
+    cpus = job_cpus(job)
     lines = ["#!/usr/bin/env bash", f"#SBATCH --job-name=profreport-{job.name}",
              f"#SBATCH --nodes={job.nodes}", "#SBATCH --ntasks-per-node=1",
              f"#SBATCH --cpus-per-task={cpus}", f"#SBATCH --time={JOB_TIME_LIMIT}",

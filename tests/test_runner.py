@@ -8,6 +8,7 @@ import gzip
 import json
 import os
 import platform
+import re
 import shlex
 import shutil
 import signal
@@ -55,6 +56,7 @@ from profreport.runner.orchestrate import (
 )
 from profreport.runner.script_scan import scan_script
 from profreport.runner.scripts import ScriptSetting, vary_settings
+from profreport.runner.slurm import SlurmJob, too_large
 from profreport.runner.train import WARMUP_STEPS, TrainConfig
 from profreport.runner.variants import (
     CPU_DEFAULT_VARIANTS,
@@ -317,6 +319,28 @@ def test_emit_slurm_report_job_keeps_the_report_options(tmp_path: Path,
     assert analyze[analyze.index("analyze") + 3:] == [
         "--out", f"{tmp_path}/report", "--format", "md,json", "--title", "My study",
         "--baseline", "workers", "--source-root", str(runner_dir)]
+
+
+def test_emit_slurm_warns_of_a_job_no_node_can_hold(tmp_path: Path, slurm_available: str
+                                                     ) -> None:
+    """A job asking more CPUs per node than the cluster's largest node has is said as the
+    scripts are written: the local one-node Slurm (2 CPUs) accepted the ddp job's 4 CPUs
+    ('--cpus-per-task=4': 2 ranks, each with its DataLoader worker) and held it pending for
+    good (PartitionConfig), and submit_all.sh's report job behind it, without a word."""
+    sinfo = subprocess.run(["sinfo", "-h", "-o", "%c"], capture_output=True, text=True,
+                           check=True).stdout
+    largest = max(int(n) for n in re.findall(r"\d+", sinfo))
+    done = subprocess.run(
+        [sys.executable, "-m", "profreport", "run-and-report", "--variants", "baseline,ddp",
+         "--emit-slurm", "slurm", "--out", "out", "--device", "cpu"],
+        capture_output=True, text=True, cwd=tmp_path, check=False)
+    assert done.returncode == 0, done.stderr
+    warned = [line for line in done.stderr.splitlines() if "warning" in line]
+    assert warned == ([] if largest >= 4 else [
+        f"profreport: warning: ddp.sbatch asks for 4 CPUs per node and this cluster's largest "
+        f"node has {largest} (sinfo): Slurm cannot start it (it refuses it or holds it "
+        "pending), nor the report job after it"])
+    assert too_large([SlurmJob("ddp", [], 1, 2, 1)], None) == []
 
 
 def test_one_plan_names_the_runs_the_runner_and_slurm_make(tmp_path: Path,
