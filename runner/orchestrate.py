@@ -217,7 +217,7 @@ def launch_one(manifest: Manifest, folder: Path, profiler: str, command: list[st
 def launch_variant(manifest: Manifest, folder: Path, knobs: Knobs, options: RunOptions,
                    started: float) -> None:
     """Run the plain launch and each profiler's launch, updating the manifest after each."""
-    nproc = knobs.nproc if knobs.ddp else 1
+    nproc = knobs.nproc
     for profiler in ("none", *options.profilers):
         missing = tool_missing(profiler)
         if missing:
@@ -287,7 +287,7 @@ def run_variant(variant: Variant, options: RunOptions, started: float,
     clear_outputs(folder)
     knobs = variant.knobs(options.base_knobs())
     notes = [variant.description, *device_notes(knobs, options.on_gpu, cpu_has_native_bf16())]
-    world = (knobs.nproc if knobs.ddp else 1) * options.nodes
+    world = knobs.nproc * options.nodes
     # Batch per process and learning rate join the knobs: the memory advice scales them.
     recorded = {**knobs.as_dict(), "batch_size": options.batch_size, "lr": TrainConfig.lr}
     manifest = Manifest(variant.name, options.workload, recorded, environment(),

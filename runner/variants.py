@@ -57,8 +57,11 @@ class Variant:
     changes: dict[str, Any] = field(default_factory=dict)
 
     def knobs(self, base: Knobs) -> Knobs:
-        """``base`` with this variant's changes applied."""
-        return replace(base, **self.changes)
+        """``base`` with this variant's changes applied; nproc 1 unless it trains with DDP
+        (``base`` holds --nproc, the ddp variant's processes per node: the baseline beside it
+        trains one)."""
+        knobs = replace(base, **self.changes)
+        return knobs if knobs.ddp else replace(knobs, nproc=1)
 
     @property
     def multi_process(self) -> bool:

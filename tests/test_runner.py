@@ -300,6 +300,16 @@ def test_the_ddp_variant_keeps_ddps_own_buckets(tmp_path: Path) -> None:
     assert "bucket_cap_mb" not in resolve_variants(["ddp"])[0].knobs(Knobs(nproc=2)).as_dict()
 
 
+def test_a_variant_without_ddp_records_one_process() -> None:
+    """--variants baseline,ddp: the baseline trains one process, yet its manifest recorded
+    nproc 2 (--nproc, the ddp variant's processes) beside world_size 1, and its comparison
+    with the ddp run read 'ddp False -> True; world size 1 -> 2' as two differences."""
+    base = Knobs(nproc=2)
+    assert [(v.name, v.knobs(base).nproc) for v in resolve_variants(
+        ["baseline", "workers", "dataparallel", "ddp"])] == [
+        ("baseline", 1), ("workers", 1), ("dataparallel", 1), ("ddp", 2)]
+
+
 def test_emit_slurm_report_job_keeps_the_report_options(tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """The report job analyses the runs as run-and-report's own report would: with the
