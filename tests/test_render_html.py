@@ -16,9 +16,15 @@ import pytest
 from profreport.errors import UsageError
 from profreport.parsers import ParseOptions
 from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
-from profreport.reports.analysis.results import BREAKDOWN_PARTS, Breakdown, Report
+from profreport.reports.analysis.results import (
+    BREAKDOWN_PARTS,
+    Breakdown,
+    Comparison,
+    ComparisonRow,
+    Report,
+)
 from profreport.reports.render import write_reports
-from profreport.reports.render.charts import breakdown_figure
+from profreport.reports.render.charts import breakdown_figure, comparison_figure
 from profreport.reports.render.html import render_html
 
 pytestmark = pytest.mark.corpus
@@ -167,3 +173,18 @@ def test_breakdown_chart_names_the_profiler_of_its_bars() -> None:
     mixed = breakdown_figure([("a", split("nsys")), ("b", split("kineto"))])
     assert mixed.layout.title.text == "Where a step&#x27;s time goes (mean ms per step)"
     assert list(mixed.data[0].y) == ["a (Nsight Systems)", "b (torch.profiler)"]
+
+
+def test_a_step_chart_says_the_speedup_per_sample_beside_the_step_ratio() -> None:
+    """The built-in workload's --scaling 1,2 points: 1,195.0 and 316.5 ms median steps, 64 and
+    128 samples per step. The table's speedup is per sample (7.55x); the chart's bar read
+    '3.78x' alone, the ratio of its bars, so the one report gave both figures as the speedup.
+    Runs of equal steps keep the one figure."""
+    def row(name: str, step_ms: float, speedup: float, step_speedup: float) -> ComparisonRow:
+        return ComparisonRow(name, round(step_ms * 1e6), None, speedup, None, {}, {}, "",
+                             step_speedup=step_speedup)
+
+    figure = comparison_figure(Comparison("baseline-np1", [
+        row("baseline-np1", 1195.0, 1.0, 1.0), row("baseline-np2", 316.5, 7.55, 3.78),
+        row("other", 600.0, 2.0, 2.0)], steps_origin="nsys"))
+    assert list(figure.data[0].text) == ["1.00×", "3.78× per step (7.55× per sample)", "2.00×"]

@@ -17,6 +17,7 @@ from profreport.reports.analysis.results import (
     BREAKDOWN_PARTS,
     Breakdown,
     Comparison,
+    ComparisonRow,
     DeviceMemory,
     RunAnalysis,
     ScalingStudy,
@@ -250,6 +251,17 @@ def per_rank_figure(run: RunAnalysis) -> go.Figure | None:
     return figure
 
 
+def _step_label(row: ComparisonRow) -> str:
+    """A step-time bar's label: the step-time ratio its bar shows, and the row's speedup per
+    sample beside it where that is the speedup (runs whose steps hold different numbers of
+    samples: a weak-scaling point's step holds every process's batch)."""
+    step = ratio(row.step_speedup)
+    if row.speedup_basis == "step time" and row.speedup is not None \
+            and row.speedup != row.step_speedup:
+        return f"{step} per step ({ratio(row.speedup)} per sample)"
+    return step
+
+
 def comparison_figure(comparison: Comparison | None) -> go.Figure | None:
     """Every run against the baseline: unprofiled throughput when every run has one (what the
     speedup is the ratio of), else the typical profiled step (its median, or its mean where the
@@ -263,21 +275,21 @@ def comparison_figure(comparison: Comparison | None) -> go.Figure | None:
            for row in rows):
         title = f"Throughput against the baseline ({baseline}), unprofiled"
         values = [round(row.throughput_samples_per_s, 1) for row in rows]
-        unit, speedups = "samples/s", [row.speedup for row in rows]
+        unit, labels = "samples/s", [ratio(row.speedup) for row in rows]
     else:
         rows = [row for row in rows if row.step_time_ns is not None]
         title = f"Step time against the baseline ({baseline})"
         values = [ms_value(row.step_time_ns) for row in rows]
         unit = (f"{rows[0].step_time_kind} ms per step, "
                 f"{origin_label(comparison.steps_origin or '')}" if rows else "")
-        speedups = [row.step_speedup for row in rows]
+        labels = [_step_label(row) for row in rows]
     if not rows:
         return None
     figure = _figure(title, FRAME_PX + ROW_PX * 2 * len(rows), xaxis_title=unit,
                      showlegend=False)
     figure.add_trace(go.Bar(
         y=[safe_label(row.name) for row in rows], x=values, orientation="h",
-        marker_color="#1f77b4", text=[ratio(speedup) for speedup in speedups],
+        marker_color="#1f77b4", text=labels,
         textposition="auto", hovertemplate="%{y}: %{x:,.1f} " + unit + ", %{text}<extra></extra>"))
     figure.update_yaxes(autorange="reversed", type="category")
     return figure
