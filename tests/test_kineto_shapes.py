@@ -595,6 +595,26 @@ def test_an_empty_closing_profiler_step_is_no_step(tmp_path: Path) -> None:
     assert alone.table("steps").empty and alone.meta.empty is not None
 
 
+def test_a_closing_profiler_step_holding_only_freed_memory_is_no_step(tmp_path: Path) -> None:
+    """The runner's DDP ranks under profile_memory=True (schedule(wait=1, warmup=1, active=4),
+    6 steps): ProfilerStep#6 lasted 68.4 ms holding no operator, only the 4 ``[memory]``
+    events of the CPU allocator releasing tensors as the profiler stopped. Taken for a step, it
+    made each step's 2 all-reduces read '1.6 all-reduces per step' and its emptiness joined
+    the per-step figures."""
+    memory = [{"ph": "i", "s": "t", "name": "[memory]", "pid": TRAINING_PID,
+               "tid": TRAINING_PID, "ts": 5000 + 10 * i,
+               "args": {"Device Type": 0, "Device Id": -1, "Bytes": -4096}} for i in range(4)]
+    events = [event for i in range(2) for event in (
+        cpu_event(f"ProfilerStep#{2 + i}", 1000 + 2000 * i, 1900, cat="user_annotation"),
+        cpu_event("aten::mm", 1010 + 2000 * i, 1800))]
+    events += [cpu_event("ProfilerStep#4", 5000, 68_400, cat="user_annotation"), *memory]
+    run = _analyzed(kineto_trace(tmp_path / "rank0.json", events))
+    assert run.metrics.steps is not None and run.metrics.steps.count == 2
+    assert run.metrics.steps.mean_ns == 1_900_000
+    assert ("rank0.json: ProfilerStep#4, the last step span (68.4 ms), holds nothing: "
+            "prof.step() opened it as the profiler stopped, so it is no step") in run.notes
+
+
 def test_annotations_that_count_the_passes_are_the_steps(tmp_path: Path) -> None:
     """An inference loop annotated record_function(f"batch {i}"), no ProfilerStep nor
     optimizer: each name differs by its counter, so the annotations are grouped with their
