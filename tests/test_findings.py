@@ -358,6 +358,19 @@ def test_intra_op_threads_alone_over_the_cpus_are_not_a_loader_competing() -> No
         "1 CPU per process without contention; or request --cpus-per-task=2 in Slurm.")
 
 
+def test_one_intra_op_thread_per_rank_is_said_in_the_singular(fixtures_dir: Path) -> None:
+    """A 2-rank DDP run on 2 CPUs (the runner's ddp variant: 1 DataLoader worker and 1
+    intra-op thread per rank, a cheap loader): the compute advice read 'PyTorch's 1 intra-op
+    threads have the 1 CPUs nearly to themselves'."""
+    folder = fixtures_dir / "compute_heavy"
+    m = fixture_manifest_metrics(folder)
+    context = fixture_context(folder, torch_threads=1, cpus_usable=2)
+    context.knobs.update(ddp=True, nproc=2)
+    advice = ids(m, context)["COMPUTE_BOUND"].recommendation
+    assert ("so PyTorch's 1 intra-op thread has the 1 CPU nearly to itself: more cores "
+            "(--cpus-per-task=2) make the operators faster") in advice
+
+
 def test_cpu_oversubscribed_only_with_evidence(fixtures_dir: Path, nsys_available: str) -> None:
     """compute_heavy (1 worker, 2 CPUs): with 2 intra-op threads it is oversubscribed; with 1
     thread, unknown threads, or a GPU run, it is not."""

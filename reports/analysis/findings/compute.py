@@ -314,9 +314,11 @@ def _cpu_threads_advice(m: RunMetrics, ctx: RunContext) -> str:
                    f"{demand:.2f} of a core; more workers only compete for the {budget} CPUs), "
                    "then " if load.workers > needed else
                    f"the DataLoader needs only {demand:.2f} of a core, so ")
-        return (f"{surplus}PyTorch's {load.threads} intra-op threads have the {budget} CPUs "
-                f"nearly to themselves: more cores (--cpus-per-task={budget * 2}) make the "
-                "operators faster")
+        one = load.threads == 1
+        return (f"{surplus}PyTorch's {load.threads} intra-op thread{'' if one else 's'} "
+                f"ha{'s' if one else 've'} the {budget} CPU{'' if budget == 1 else 's'} "
+                f"nearly to {'itself' if one else 'themselves'}: more cores "
+                f"(--cpus-per-task={budget * 2}) make the operators faster")
     if load.oversubscribed:
         return (f"stop {load.describe()} competing for cores (see the oversubscription finding), "
                 f"then request more cores: --cpus-per-task={load.busy} would give every thread "
