@@ -1153,6 +1153,10 @@ class ScalingPoint:
     #: What else differs from the study's reference point besides the process count (see
     #: compare.confounds): precision, optimizer kernels, DataLoader kind, bytes per step, knobs.
     confounds: list[str] = field(default_factory=list)
+    #: Share of its CPUs' time other processes used while the point's unprofiled run ran, when
+    #: it competed with them for the CPUs (compare.shared_cpus: its throughput is then not its
+    #: own); None when it had them to itself or nothing measured it.
+    shared_cpu_share: float | None = None
 
 
 @dataclass(frozen=True)

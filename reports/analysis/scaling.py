@@ -21,6 +21,7 @@ from profreport.reports.analysis.compare import (
     common_source,
     common_step_source,
     confounds,
+    shared_cpus,
     step_time_ns,
     steps_of,
 )
@@ -177,7 +178,9 @@ def _points(members: list[RunAnalysis]) -> tuple[str, list[ScalingPoint]]:
             comm_step_ns=step_time_ns(run, comm_origin) if comm_origin else None,
             threads_per_process=_int_or_none(run.environment.get("torch_threads")),
             local_batch_size=_int_or_none(run.scaling_point.get("local_batch_size")),
-            confounds=_besides_processes(base, run)))
+            confounds=_besides_processes(base, run),
+            shared_cpu_share=(run.metrics.plain_cpu.other_share  # type: ignore[union-attr]
+                              if measured and shared_cpus(run) else None)))
     return unit, points
 
 

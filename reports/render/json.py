@@ -343,4 +343,5 @@ def scaling_json(study: ScalingStudy) -> dict[str, Any]:
                         "comm_exposed_ms_per_step": _ms(p.comm_exposed_ns_per_step),
                         "rank_imbalance": rounded(p.rank_imbalance, 4),
                         "local_batch_size": p.local_batch_size,
-                        "confounds": p.confounds} for p in study.points]}
+                        "confounds": p.confounds,
+                        "shared_cpu_share": _frac(p.shared_cpu_share)} for p in study.points]}

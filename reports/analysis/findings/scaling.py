@@ -120,15 +120,25 @@ def _above_ideal(points: list[ScalingPoint]) -> ScalingPoint | None:
     return best
 
 
-def confound_evidence(point: ScalingPoint) -> list[Evidence]:
-    """What else changed at this point besides the process count: then its efficiency is not
-    the scaling's alone."""
-    if not point.confounds:
-        return []
-    return [Evidence(f"besides the process count, the {point.processes}-process point differs "
-                     f"from the reference in: {'; '.join(point.confounds)}: its efficiency is "
-                     "not the scaling's alone, and no part of it can be credited to one of "
-                     "these", point.profile_origin or "manifest")]
+def confound_evidence(base: ScalingPoint, point: ScalingPoint) -> list[Evidence]:
+    """What else changed at this point besides the process count, and whether its throughput
+    or the reference's was shared with other work: then its efficiency is not the scaling's
+    alone."""
+    said = []
+    if point.confounds:
+        said.append(Evidence(
+            f"besides the process count, the {point.processes}-process point differs from the "
+            f"reference in: {'; '.join(point.confounds)}: its efficiency is not the scaling's "
+            "alone, and no part of it can be credited to one of these",
+            point.profile_origin or "manifest"))
+    shared = [f"{p.processes}-process run's: other processes used {whole_pct(p.shared_cpu_share)} "
+              "of its CPUs' time" for p in (base, point) if p.shared_cpu_share is not None]
+    if shared:
+        said.append(Evidence(
+            f"the unprofiled runs shared the CPUs with other work ({'; '.join(shared)}): their "
+            "throughput, and this efficiency, are not their own (a comparison of these runs "
+            "takes their profiled step times instead)", "manifest"))
+    return said
 
 
 def _synthetic_per_process(base: ScalingPoint, point: ScalingPoint) -> str:
@@ -166,7 +176,7 @@ def superlinear(facts: Facts) -> Finding | None:
         evidence.append(Evidence(
             f"intra-op threads per process: {base.threads_per_process} at {base.processes}, "
             f"{best.threads_per_process} at {best.processes}", "manifest"))
-    evidence += confound_evidence(best)
+    evidence += confound_evidence(base, best)
     return Finding(
         id="SCALING_SUPERLINEAR", severity="info",
         title=f"Above ideal at {best.processes} processes: the {base.processes}-process "
@@ -210,5 +220,5 @@ def scaling_efficiency(facts: Facts) -> Finding | None:
                    title=f"Scaling breaks at {worst.processes} processes: "
                          f"{whole_pct(worst.efficiency or 0)} of ideal",
                    evidence=[summary, *(evidence for evidence, _ in causes),
-                             *confound_evidence(worst)],
+                             *confound_evidence(base, worst)],
                    recommendation=fix)
