@@ -106,6 +106,30 @@ def test_ranks_are_timed_over_the_steps_they_all_count(tmp_path: Path) -> None:
     assert run.metrics.per_rank_step_ns == {0: 10_200_000, 1: 10_200_000}
 
 
+def test_ranks_given_as_separate_inputs_are_said_to_be_other_runs(tmp_path: Path) -> None:
+    """'analyze rank0.json rank1.json' (each input one run): the two ranks of one job were
+    compared as two runs ('rank1 vs rank0: 1.00x'), each run's note saying only that the other
+    rank was not given. Each run now names the inputs holding the ranks it lacks (a second
+    trace of rank 0 too: which is of the same job, the inputs do not say)."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    zero = write_rank(tmp_path / "a", 0, compute_us=9000, comm_us=1000)
+    one = write_rank(tmp_path / "b", 1, compute_us=9000, comm_us=1000)
+    other_zero = write_rank(tmp_path, 0, compute_us=9000, comm_us=1000)
+    runs = analyze_paths([zero, one, other_zero], AnalyzeOptions()).runs
+    said = [[note for note in run.notes if note.startswith("other inputs")] for run in runs]
+    assert said == [
+        ["other inputs hold ranks of a job of 2 this run lacks (rank 1 in rank1): each input is "
+         "one run, so they are compared as runs, not read as one job's ranks; if they are one "
+         "job, give its traces in one folder"],
+        ["other inputs hold ranks of a job of 2 this run lacks (rank 0 in rank0; rank 0 in "
+         "rank0-2): each input is one run, so they are compared as runs, not read as one job's "
+         "ranks; if they are one job, give its traces in one folder"],
+        ["other inputs hold ranks of a job of 2 this run lacks (rank 1 in rank1): each input is "
+         "one run, so they are compared as runs, not read as one job's ranks; if they are one "
+         "job, give its traces in one folder"]]
+
+
 def test_slow_rank_is_named_and_the_disagreement_explained(tmp_path: Path) -> None:
     """Rank 1 computes 28 ms per step, rank 0 only 9 ms and then sits 10 ms in the all-reduce:
     rank 1 is the straggler (29.7 ms per step against 19.2 ms), the job is compute-bound like

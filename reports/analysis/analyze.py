@@ -258,6 +258,31 @@ def ranks_not_given(world_size: int | None, summaries: list[RankSummary],
     return f"only {given} of the job's {world_size} ranks given"
 
 
+def _ranks_of(run: RunAnalysis) -> set[int]:
+    """The ranks a run's inputs record."""
+    return {i.rank for i in run.inputs if i.rank is not None}
+
+
+def ranks_in_other_inputs(run: RunAnalysis, runs: list[RunAnalysis]) -> list[str]:
+    """The note naming the other inputs of the analysis that hold ranks a run of some ranks of
+    a job lacks (same world size, none of its ranks): each input is one run, so the ranks of
+    one job given as separate files (``analyze rank0.json rank1.json``) were compared as two
+    runs ('rank1 vs rank0: 1.00x') without a word; [] when there are none."""
+    ranks = _ranks_of(run)
+    if not ranks or not run.world_size or len(ranks) >= run.world_size:
+        return []
+    others = [(other.name, sorted(_ranks_of(other))) for other in runs
+              if other is not run and other.world_size == run.world_size
+              and _ranks_of(other) and not _ranks_of(other) & ranks]
+    if not others:
+        return []
+    named = "; ".join(f"rank{'s' if len(held) > 1 else ''} {', '.join(map(str, held))} in "
+                      f"{name}" for name, held in others)
+    return [f"other inputs hold ranks of a job of {run.world_size} this run lacks ({named}): "
+            "each input is one run, so they are compared as runs, not read as one job's ranks; "
+            "if they are one job, give its traces in one folder"]
+
+
 def missing_ranks_note(partial: str | None, ranks: int) -> list[str]:
     """The note saying that some ranks of a communicating job were not given (ranks_not_given),
     ``ranks`` of them given."""
@@ -539,6 +564,8 @@ def analyze_paths(inputs: list[Path], options: AnalyzeOptions) -> Report:
                 runs.append(run)
     if not runs:
         raise NothingReadable(failures)
+    for run in runs:
+        run.notes.extend(ranks_in_other_inputs(run, runs))
     title = options.title or "profreport: " + ", ".join(run.name for run in runs)
     return Report(title=title, generated_by=f"profreport {__version__}", runs=runs,
                   comparison=compare_runs(runs, options.baseline), failures=failures,
