@@ -49,8 +49,9 @@ def _launch_index(profile: Profile
     calls share an id, the calls sorted by id (:func:`_by_correlation`: kept with the index,
     as :func:`launch_pairs` reads them on every call; None where no id repeats). Unique ids
     that lie close together (CUPTI counts them up per process) are looked up in a table
-    indexed by id, no sort; others through the calls sorted by id, let go once every table is
-    joined when the ids are unique."""
+    indexed by id, no sort; unique ids spread wide that mostly rise with the calls through
+    their running maximum (:func:`_rising_ids`), no sort of every call; others through the
+    calls sorted by id, let go once every table is joined when the ids are unique."""
     ids = profile.table("runtime")["correlation"].to_numpy()
     dtype = position_dtype(len(ids))
     slots = _slots_by_id(ids, dtype)
