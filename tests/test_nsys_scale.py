@@ -318,3 +318,18 @@ def test_a_forked_worker_makes_its_own_join_beside() -> None:
     if worker.is_alive():
         worker.kill()
     assert out.get(timeout=5) == expected.tolist()  # queue.Empty: the worker never answered
+
+
+def test_rising_ids_joined_across_blocks_of_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The running maximum is made a block of calls at a time (intervals.BLOCK_ROWS) and the
+    late calls found across the blocks' bounds: at blocks of 7 calls (350 blocks, calls swapped
+    in pairs across bounds too), every kernel finds the call with its id, the join through the
+    running maximum taken, not the sort."""
+    rng = np.random.default_rng(13)
+    calls = _rising(rng, 2450, 100_000)
+    keys = rng.choice(np.concatenate([calls, _keys(14, 500, 100_000)]), 3000)
+    monkeypatch.setattr(iv, "BLOCK_ROWS", 7)
+    assert launches._rising_ids(calls) is not None
+    first = pd.Series(np.arange(len(calls))).groupby(calls).first()
+    expected = pd.Series(keys).map(first).fillna(-1).to_numpy(np.int64)
+    np.testing.assert_array_equal(launch_calls(_launched(keys, calls), "kernels"), expected)
