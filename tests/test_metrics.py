@@ -143,6 +143,69 @@ def test_union_each_a_stretch_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None
     np.testing.assert_array_equal(stretched.ends, whole.ends)
 
 
+def _covered_ns(rows: list[tuple[np.ndarray, np.ndarray]], span: int) -> np.ndarray:
+    """Which ns of ``[0, span)`` the rows cover, one boolean a ns: the plainest reference."""
+    covered = np.zeros(span, bool)
+    for starts, ends in rows:
+        for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
+            covered[start:end] = True
+    return covered
+
+
+def test_stretch_wise_unions_and_claims_are_those_of_every_ns(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Randomized (fixed seed), against a boolean a ns: union_each (the very intervals of the
+    whole-table union too), the breakdown's claim and an intersection made a stretch at a
+    time (as comm_under_compute makes it), at stretches of
+    1 to 5 rows and blocks of 1 to 5 rows, so every bound a stretch or block can fall on
+    (inside an interval, at its end, between two touching ones, with rows masked out or out of
+    start order) is crossed many times over 300 draws."""
+    from types import SimpleNamespace
+
+    from profreport.reports.analysis import breakdown
+
+    rng = np.random.default_rng(2026)
+    for _ in range(300):
+        span = int(rng.integers(10, 300))
+        tables, kept = [], []
+        for _ in range(int(rng.integers(1, 4))):
+            count = int(rng.integers(0, 30))
+            starts = rng.integers(0, span // 2, count)
+            starts = np.sort(starts) if rng.random() < 0.85 else starts
+            ends = starts + rng.integers(0, span // 2, count)
+            mask = rng.random(count) < 0.6 if rng.random() < 0.4 else None
+            tables.append((starts, ends) if mask is None else (starts, ends, mask))
+            kept.append((starts, ends) if mask is None else (starts[mask], ends[mask]))
+        bounds = np.sort(rng.choice(span, int(rng.integers(2, 7)), replace=False))
+        windows = SimpleNamespace(count=len(bounds) - 1, starts=bounds[:-1], ends=bounds[1:])
+        monkeypatch.setattr(iv, "STRETCH_ROWS", int(rng.integers(1, 6)))
+        monkeypatch.setattr(iv, "BLOCK_ROWS", int(rng.integers(1, 6)))
+        union = iv.union_each(tables)
+        np.testing.assert_array_equal(_covered_ns([(union.starts, union.ends)], span),
+                                      _covered_ns(kept, span))
+        assert (union.starts[1:] > union.ends[:-1]).all() and (union.ends > union.starts).all()
+        whole = iv.union(np.concatenate([rows[0] for rows in kept]),
+                         np.concatenate([rows[1] for rows in kept]))
+        np.testing.assert_array_equal(union.starts, whole.starts)
+        np.testing.assert_array_equal(union.ends, whole.ends)
+        claimed = breakdown.claim([(str(k), iv.Rows(*table)) for k, table in enumerate(tables)],
+                                  windows)
+        before = np.zeros(span, bool)
+        for k, rows in enumerate(kept):
+            now = before | _covered_ns([rows], span)
+            added = [int((now & ~before)[a:b].sum())
+                     for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+            assert claimed[str(k)].tolist() == added
+            before = now
+        first, second = iv.Stretched(iv.Rows(*tables[0])), iv.Stretched(iv.Rows(*tables[-1]))
+        both = 0
+        for low, high in iv.stretches([first, second]):
+            mine, theirs = first.within(low, high), second.within(low, high)
+            both += iv.intersect(iv.union(mine.starts, mine.ends),
+                                 iv.union(theirs.starts, theirs.ends)).total
+        assert both == int((_covered_ns(kept[:1], span) & _covered_ns(kept[-1:], span)).sum())
+
+
 def test_launch_delay_past_two_seconds_widens_the_delays(tmp_path: Path) -> None:
     """Launch delays are held in int32 while they fit: a kernel that ran 3 s after its launch
     call widens them, so the median of 1 us, 2 us and 3 s is 2 us (1 us when 3 s wrapped)."""
