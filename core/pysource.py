@@ -245,6 +245,9 @@ class SourceScopes:
         self._bound: dict[int, dict[str, list[tuple[int, _Span]]]] = {}
         #: Each ``DataLoader(...)`` call of the file: its line and loader_call_knobs, by line.
         self.loader_calls: list[tuple[int, dict[str, object]]] = []
+        #: The header of each loop written over several lines (by its first line) as one
+        #: line: see loop_header.
+        self.loop_headers: dict[int, str] = {}
         tree = _parsed("\n".join(source))
         #: Whether the file parses whole (else no scope is known and nothing is bound).
         self.parsed = tree is not None
@@ -259,6 +262,9 @@ class SourceScopes:
                                        value.end_col_offset or value.col_offset)))
             if _is_loader_call(node):
                 self.loader_calls.append((node.lineno, loader_call_knobs(node)))  # type: ignore[arg-type]
+            header = loop_header(node)
+            if header is not None:
+                self.loop_headers[node.lineno] = header
             if isinstance(node, _SCOPES):
                 inner = len(self._outer)
                 self._outer[inner] = scope
@@ -321,6 +327,27 @@ class SourceScopes:
         lines[0] = lines[0][column:]
         tree = _parsed(b"\n".join(lines).decode(errors="replace"), mode="eval")
         return _written(tree.body) if isinstance(tree, ast.Expression) else None
+
+
+def loop_header(node: ast.AST) -> str | None:
+    """A loop statement's header written back on one line, for a header the source writes over
+    several (``for i, (x, y) in enumerate(train_loader,`` then ``start=1):``), whose first line
+    alone is no statement: ``for i, (x, y) in enumerate(train_loader, start=1):``. None for
+    another node, a header on one line, or one too deep to write back."""
+    if isinstance(node, ast.For | ast.AsyncFor):
+        ends, parts = node.iter.end_lineno, (node.target, node.iter)
+    elif isinstance(node, ast.While):
+        ends, parts = node.test.end_lineno, (node.test,)
+    else:
+        return None
+    if ends is None or ends <= node.lineno:
+        return None
+    written = [_written(part) for part in parts]
+    if None in written:
+        return None
+    if isinstance(node, ast.While):
+        return f"while {written[0]}:"
+    return f"{'async ' if isinstance(node, ast.AsyncFor) else ''}for {written[0]} in {written[1]}:"
 
 
 def iterated_name(expression: str) -> str | None:

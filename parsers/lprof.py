@@ -351,9 +351,25 @@ def _lines_table(timings: Timings, unit: float, sources: dict[str, list[str] | N
     frame["source"] = frame["source"].astype("object").where(frame["source"].notna(), None)
     frame["is_sync_point"] = frame["source"].map(is_sync_point_line).astype(bool)
     frame = frame.sort_values(_FUNCTION_KEY + ["lineno"], kind="stable").reset_index(drop=True)
+    frame["statement"] = statements(frame, scopes)
     frame["is_dataloader_loop"] = loops_over_loaders(frame, scopes)
     frame["is_loop_header"] = loop_headers(frame)
     return frame
+
+
+def statements(frame: pd.DataFrame, scopes: _Scopes) -> pd.Series:
+    """What each line's source is read as when telling loops apart: the line itself, or, for
+    the first line of a loop header written over several lines (``for i, b in
+    enumerate(train_loader,``), the whole header on one line (SourceScopes.loop_headers), since
+    that line alone is no statement. The ``source`` shown stays the line as written."""
+    statement = frame["source"].copy()
+    for file, rows in frame.groupby("file", sort=False).groups.items():
+        around = scopes[str(file)]
+        if around is None or not around.loop_headers:
+            continue
+        headers = frame.loc[rows, "lineno"].map(around.loop_headers)
+        statement[headers.index[headers.notna()]] = headers[headers.notna()]
+    return statement
 
 
 def loops_over_loaders(frame: pd.DataFrame, scopes: _Scopes) -> pd.Series:
@@ -363,9 +379,9 @@ def loops_over_loaders(frame: pd.DataFrame, scopes: _Scopes) -> pd.Series:
     DataLoader(ds)``, then ``for x, y in dl:``), else the scopes around its function do (an
     enclosing function's or the module's ``dl``), as _assigned_origin reads them."""
     named = pd.Series(False, index=frame.index)
-    for index in frame.index[frame["source"].map(is_loop_line).astype(bool)]:
+    for index in frame.index[frame["statement"].map(is_loop_line).astype(bool)]:
         named[index] = is_dataloader_loop_line(
-            frame.loc[index, "source"], partial(_assigned_origin, frame, index, scopes=scopes))
+            frame.loc[index, "statement"], partial(_assigned_origin, frame, index, scopes=scopes))
     return named
 
 
@@ -413,11 +429,11 @@ def loop_headers(frame: pd.DataFrame) -> pd.Series:
     counted = (body > before) & (hits >= body) & (hits <= body + before)
     # A loop that opens its function has no line before it to count its entries: the source
     # shown says it is a loop, and its first body line must still run in its passes.
-    shown = frame["source"].map(is_loop_line).astype(bool) & before.isna() & (body > 0) \
+    shown = frame["statement"].map(is_loop_line).astype(bool) & before.isna() & (body > 0) \
         & (hits >= body)
     # A line the source shows to be another statement is no header, though its counts fit
     # (the line after ``except StopIteration: break`` follows a line run once).
-    return ((counted | shown) & ~frame["source"].map(opens_no_loop).astype(bool)).astype(bool)
+    return ((counted | shown) & ~frame["statement"].map(opens_no_loop).astype(bool)).astype(bool)
 
 
 def _body_hits(iterations: int, entries: int) -> int:
@@ -556,7 +572,7 @@ def _counts_around_a_loop(frame: pd.DataFrame, header: int, headers: list[int]) 
     """Whether the loop at ``header`` is shown counting passes (``for epoch in range(3):``)
     around another loop header: its passes are the inner loop's entries, and the batches are
     fetched by the inner loop, which is the training loop."""
-    if not counts_passes(frame.loc[header, "source"]):
+    if not counts_passes(frame.loc[header, "statement"]):
         return False
     loop = _loop_of(frame, header)
     body = _body(frame, header, loop.iterations, loop.entries).index
@@ -592,7 +608,7 @@ def training_loop(frame: pd.DataFrame, scopes: _Scopes) -> TrainingLoop | None:
     row = frame.loc[header]
     if bool(row["is_dataloader_loop"]):
         return replace(loop, evidence="source", dataloader=True, confidence="high")
-    if counts_passes(row["source"]):
+    if counts_passes(row["statement"]):
         return _counting_loop(frame, header, loop, scopes)
     largest = loop.time_ns > loop.largest_body_line_ns
     named = is_training_function(loop.function)

@@ -1315,6 +1315,26 @@ def test_a_loop_over_a_dataloader_in_a_file_that_does_not_parse_whole(tmp_path: 
     assert not pysource.SourceScopes(source.splitlines()).parsed
 
 
+def test_a_loop_header_written_over_two_lines_is_read_whole(tmp_path: Path) -> None:
+    """``for i, (x, y) in enumerate(train_loader,`` then ``start=1):`` opening its function
+    (65 header hits, 60 ms; 64 passes): its first line alone is no statement, so reading the
+    line by itself found no loop at all (no line before it to count entries, no loop shown),
+    where the word test before 5301a87 had taken it (high). The header is read whole from the
+    parsed file: the DataLoader loop by its source, its header's 60 ms the wait."""
+    header = ("    for i, (x, y) in enumerate(train_loader,  # the batches\n"
+              + " " * 31 + "start=1):")
+    source = "\n".join(["def fit(model, train_loader, log):", header, "        step(model, x, y)",
+                        "    for key in log:", "        model.register(key, log[key])", ""])
+    timings = [(2, 65, 60_000_000), (4, 64, 30_000_000), (5, 5, 3_000_000), (6, 4, 40_000_000)]
+    path, loop = profiled_beside(tmp_path / "wrapped.py", source, timings, "fit", 1)
+    assert loop is not None
+    assert (loop.lineno, loop.evidence, loop.iterations, loop.confidence) == (
+        2, "source", 64, "high")
+    assert (loop.dataloader, loop.wait_ns) == (True, 60_000_000)
+    line = by_line(lprof.parse(path))[2]
+    assert line["is_dataloader_loop"] and line["source"].endswith("# the batches")
+
+
 def test_the_summary_names_a_top_line_whose_source_is_not_shown(tmp_path: Path) -> None:
     """The terminal summary's top line ended 'of train: ' with nothing after it when the
     script had moved away from the .lprof; it now says the source is not shown."""

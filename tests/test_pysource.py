@@ -88,3 +88,21 @@ def test_loader_knobs_are_read_as_dataloader_reads_its_arguments() -> None:
     assert "num_workers" not in knobs("DataLoader(ds, num_workers=None)")
     assert knobs("DataLoader(ds, batch_size=8, batch_sampler=None)")["batch_size"] == 8
     assert "batch_size" not in knobs("DataLoader(ds, **options)")
+
+
+def test_a_loop_header_over_several_lines_is_written_back_on_one() -> None:
+    """The header of a ``for`` or ``while`` written over several lines is kept by its first
+    line as one line (its first line alone is no statement); a header on one line is not."""
+    source = ("def fit(model, train_loader):\n"
+              "    for i, (x, y) in enumerate(train_loader,\n"
+              "                               start=1):  # numbered from 1\n"
+              "        step(model, x, y)\n"
+              "    while (model.training and\n"
+              "           not done()):\n"
+              "        pass\n"
+              "    for key in log: pass\n")
+    headers = pysource.SourceScopes(source.splitlines()).loop_headers
+    assert headers == {2: "for (i, (x, y)) in enumerate(train_loader, start=1):",
+                       5: "while model.training and (not done()):"}
+    assert pysource.is_dataloader_loop_line(headers[2], lambda name: None)
+    assert pysource.is_loop_line(headers[5])
