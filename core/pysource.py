@@ -18,6 +18,9 @@ _LOADER_NAME = re.compile(r"loader", re.IGNORECASE)
 # Calls that iterate over their first argument and hand its items on: ``iter``, ``enumerate``
 # and tqdm's progress bar (``for b in tqdm(train_loader):``).
 _ITERATION_WRAPPERS = frozenset({"iter", "enumerate", "tqdm"})
+# Calls that iterate over all their arguments together, each pass taking an item of every one:
+# ``for (xs, ys), (xt, _) in zip(source_loader, target_loader):`` fetches from both loaders.
+_TOGETHER = frozenset({"zip"})
 # Builtins a ``for`` may wrap around range() or a literal and still fetch nothing per pass.
 _PASS_WRAPPERS = frozenset({"enumerate", "reversed"})
 # A source line that opens a loop statement (Python's syntax, whatever it iterates over).
@@ -176,12 +179,22 @@ def _iterated(node: ast.expr) -> ast.expr:
 def _is_dataloader(node: ast.expr) -> bool:
     """Whether an expression's syntax shows a DataLoader or an iterator of one: a
     ``DataLoader(...)`` call, or a name that says it holds one (``train_loader``,
-    ``self.loader_it``), bare or in _ITERATION_WRAPPERS (``iter(train_loader)``). Never from a
+    ``self.loader_it``), bare or in _ITERATION_WRAPPERS (``iter(train_loader)``), or among the
+    arguments of a _TOGETHER call (``zip(source_loader, target_loader)``). Never from a
     word anywhere in it: ``yaml.load(f, Loader=yaml.SafeLoader)`` and ``my_loader_config()``
     are no DataLoader."""
     node = _iterated(node)
     name = _name_of(node)
-    return _is_loader_call(node) or (name is not None and _LOADER_NAME.search(name) is not None)
+    return _is_loader_call(node) or (name is not None and _LOADER_NAME.search(name) is not None) \
+        or any(_is_dataloader(arg) for arg in _together(node))
+
+
+def _together(node: ast.expr) -> list[ast.expr]:
+    """The arguments a _TOGETHER call iterates over (``a`` and ``b`` of ``zip(a, b)``, ``ls`` of
+    ``zip(*ls)``); none for another node."""
+    if isinstance(node, ast.Call) and _name_of(node.func) in _TOGETHER:
+        return [arg.value if isinstance(arg, ast.Starred) else arg for arg in node.args]
+    return []
 
 
 def loader_call_knobs(call: ast.Call) -> dict[str, object]:
@@ -384,11 +397,17 @@ def loader_evidence(expression: str) -> bool | None:
     the expression itself shows (``model.parameters()``, ``iter([1, 2])``, ``yaml.load(f)``).
     None for one that does not parse."""
     tree = _parsed(expression, mode="eval")
-    if not isinstance(tree, ast.Expression):
-        return None
-    node = _iterated(tree.body)
+    return _evidence(tree.body) if isinstance(tree, ast.Expression) else None
+
+
+def _evidence(node: ast.expr) -> bool | None:
+    """loader_evidence of a parsed expression; of a _TOGETHER call, None when no argument is a
+    DataLoader but one may hold one (``zip(dl, labels)``)."""
+    node = _iterated(node)
     if _is_dataloader(node):
         return True
+    if _together(node):
+        return None if any(_evidence(arg) is None for arg in _together(node)) else False
     return None if isinstance(node, ast.Name | ast.Attribute | ast.Subscript) else False
 
 

@@ -106,3 +106,21 @@ def test_a_loop_header_over_several_lines_is_written_back_on_one() -> None:
                        5: "while model.training and (not done()):"}
     assert pysource.is_dataloader_loop_line(headers[2], lambda name: None)
     assert pysource.is_loop_line(headers[5])
+
+
+def test_a_loop_over_dataloaders_zipped_together_is_a_dataloader_loop() -> None:
+    """``zip`` takes an item of every argument each pass: a loop over a source and a target
+    DataLoader stepped together (domain adaptation) fetches batches, as the word test before
+    5301a87 took it; since, a call other than iter/enumerate/tqdm read as no DataLoader. A zip
+    of names that may hold one is unknown (``zip(*pairs)`` too), of what the source shows to be
+    something else is none."""
+    def assigned(name: str) -> None:
+        """Nothing assigned: the line alone tells."""
+    assert pysource.is_dataloader_loop_line(
+        "for (xs, ys), (xt, _) in zip(source_loader, target_loader):", assigned)
+    assert pysource.is_dataloader_loop_line(
+        "for i, (a, b) in enumerate(zip(train_loader, cycle(aux))):", assigned)
+    assert pysource.loader_evidence("iter(zip(*val_loaders))") is True
+    assert pysource.loader_evidence("zip(images, labels)") is None
+    assert pysource.loader_evidence("zip(*pairs)") is None
+    assert pysource.loader_evidence("zip([0.1, 0.01], range(2))") is False
