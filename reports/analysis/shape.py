@@ -40,6 +40,11 @@ STALL_FACTOR = 4.0
 #: ... and when it costs at least this share of the median step window: a stall of less than a
 #: tenth of a step is within the step-to-step spread and not worth naming.
 STALL_MIN_SHARE = 0.10
+#: A value over this share of a stall's is that stall recurring, though under the stall limit:
+#: steady waits jitter within a factor of two, so the limit must not split one group of waits
+#: (two workers that cannot keep up: every 2nd wait 134-140 ms over 30 ms, the limit 4 x 35 ms
+#: took the 140 ms alone).
+STALL_GROUP_SHARE = 0.5
 #: Outliers must recur at least this often before a period (every Nth step) is claimed: two
 #: stalls always have a spacing, three at one spacing are a pattern.
 PERIOD_MIN_STALLS = 3
@@ -141,12 +146,15 @@ def per_step(values: np.ndarray, numbers: np.ndarray, starts: np.ndarray, ends: 
              window_ns: int, gpu_busy: np.ndarray | None = None) -> PerStep:
     """The distribution of one per-step figure (ns per step window): median, p90, the outlying
     steps (over STALL_FACTOR times the median and STALL_MIN_SHARE of ``window_ns``, the median
-    step window) with where they lie, the period when they recur, and the median of the rest;
-    ``gpu_busy`` (ns per window of the figure's time with a GPU busy) gives the outliers' busy
-    share."""
+    step window, and those within STALL_GROUP_SHARE of the shortest of them) with where they
+    lie, the period when they recur, and the median of the rest; ``gpu_busy`` (ns per window of
+    the figure's time with a GPU busy) gives the outliers' busy share."""
     median = int(np.median(values))
     limit = max(STALL_FACTOR * median, STALL_MIN_SHARE * window_ns)
     out = np.flatnonzero(values > limit)
+    if len(out):  # the waits as long as the shortest stall, within its jitter, are stalls too
+        out = np.flatnonzero(values > max(STALL_GROUP_SHARE * values[out].min(),
+                                          STALL_MIN_SHARE * window_ns))
     rest = np.delete(values, out)
     outliers = [StepOutlier(int(numbers[i]), (int(starts[i]), int(ends[i])), int(values[i]))
                 for i in out]
