@@ -372,6 +372,8 @@ class TrainingLoop:
     time_ns: int
     body_ns: int
     largest_body_line_ns: int
+    #: The body line that takes ``largest_body_line_ns`` (None without a body line).
+    largest_body_lineno: int | None
     #: The passes that ran the whole body, the steps: ``iterations`` less each entry's last pass
     #: when that pass left through a break before the body's last lines (``except
     #: StopIteration: break`` fetched the end of the data and trained nothing).

@@ -510,11 +510,15 @@ def _loop_of(frame: pd.DataFrame, header: int) -> TrainingLoop:
     iterations = _iterations(frame, header)
     entries, ended_by_break = _entries(frame, header, iterations)
     body = _body(frame, header, iterations, entries)
+    times = body["time_ns"].to_numpy()
+    largest = int(times.argmax()) if len(times) else None
     return TrainingLoop(file=str(row["file"]), function=str(row["function"]),
                         lineno=int(row["lineno"]), hits=int(row["hits"]), iterations=iterations,
                         entries=entries, ended_by_break=ended_by_break,
-                        time_ns=int(row["time_ns"]), body_ns=int(body["time_ns"].sum()),
-                        largest_body_line_ns=int(body["time_ns"].max()) if not body.empty else 0,
+                        time_ns=int(row["time_ns"]), body_ns=int(times.sum()),
+                        largest_body_line_ns=0 if largest is None else int(times[largest]),
+                        largest_body_lineno=None if largest is None
+                        else int(body["lineno"].to_numpy()[largest]),
                         steps=int(body["hits"].min()) if ended_by_break and not body.empty
                         else iterations,
                         wait_lineno=int(row["lineno"]), wait_ns=int(row["time_ns"]))

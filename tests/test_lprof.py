@@ -1634,3 +1634,31 @@ def test_a_batch_size_read_from_the_source_is_not_cited_as_the_manifests(
     small = next(f for f in analysis.findings if f.id == "SMALL_BATCH")
     assert [(e.text, e.origin) for e in small.evidence] == [
         ("batch size 8 per device (the source shown)", "lprof")]
+
+
+def test_a_compute_verdict_from_a_loop_found_by_hit_counts_is_no_surer_than_the_loop(
+        tmp_path: Path) -> None:
+    """kernprof of ``while True: try: x, y = next(it) except StopIteration: break`` then a
+    training pass, its source not beside the .lprof (a real run's lines: 33 passes, the
+    ``while True:`` header 9.9 µs in all, ``next(it)`` 364.6 ms). Hit counts take the header
+    for the DataLoader loop on the function's name alone (confidence low), and its ~0 time
+    made the verdict 'Compute-bound ... 100% of step time. Confidence: high', with nothing
+    saying how the loop was found. The verdict is now low, and its evidence says how the loop
+    was found and that line 13 outweighs the header."""
+    from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+
+    lines = [(7, 1, 4_239_030_000), (8, 1, 577_000), (9, 1, 145_000), (10, 1, 100),
+             (11, 33, 9_900), (12, 33, 3_700), (13, 33, 364_600_000), (14, 1, 1_500),
+             (15, 1, 1_000), (16, 32, 4_088_000), (17, 32, 13_268_000), (18, 32, 13_668_000),
+             (19, 32, 19_040_000), (20, 32, 20_600)]
+    path = stats_file(tmp_path / "while_next.lprof", {("while_next.py", 5, "train"): lines})
+    run = analyze_paths([path], AnalyzeOptions()).runs[0]
+    assert run.metrics.loop_identification.confidence == "low"
+    assert (run.verdict, run.verdict_confidence) == ("compute-bound", "low")
+    found = next(f for f in run.findings if f.id == "COMPUTE_BOUND")
+    assert found.evidence[1].text == (
+        "source not shown: while_next.py:11 taken for the DataLoader loop from hit counts alone, "
+        "a loop header (33 hits for 33 iterations of its body, left by break); it takes less "
+        "time than line 13 of its body (11.4 ms a pass): where that line fetches the batch "
+        "(next(it)), the DataLoader wait is its time, not the header's; its function train() is "
+        "named as training (confidence low)")

@@ -18,6 +18,7 @@ from profreport.reports.analysis.results import (
     StepStats,
 )
 from profreport.reports.analysis.top import TOP_LINES
+from profreport.units import ms
 
 
 def loop_line(lines: pd.DataFrame, loop: TrainingLoop | None) -> LineItem | None:
@@ -91,6 +92,11 @@ def loop_identification(loop: TrainingLoop | None) -> LoopIdentification | None:
              f"its body, {exit_by})"]
     if loop.header_is_largest:
         signs.append("it takes more time than any line of its body (the batch is fetched there)")
+    elif loop.largest_body_lineno is not None:
+        signs.append(f"it takes less time than line {loop.largest_body_lineno} of its body "
+                     f"({ms(loop.largest_body_line_ns // max(loop.steps, 1))} a pass): where "
+                     "that line fetches the batch (next(it)), the DataLoader wait is its time, "
+                     "not the header's")
     if loop.training_name:
         signs.append(f"its function {loop.function}() is named as training")
     shown = ("the line shown names no DataLoader" if loop.source_shown

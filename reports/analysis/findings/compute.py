@@ -22,6 +22,7 @@ from profreport.reports.analysis.findings.verdicts import (
     COMPUTE_BOUND_BUSY,
     COMPUTE_BOUND_SHARE,
     compute_share,
+    loop_evidence,
     trial_evidence,
 )
 from profreport.reports.analysis.ops import reduced_precision
@@ -105,7 +106,7 @@ def compute_bound(facts: Facts) -> Finding | None:
                                  m.breakdown.origin))
     evidence += trial_evidence(m.trials, "compute")
     if m.gpu is None and m.breakdown is not None and m.breakdown.origin == "lprof":
-        return _lines_compute_bound(share or 0.0, evidence)
+        return _lines_compute_bound(share or 0.0, evidence + loop_evidence(m))
     if m.gpu is None:
         return _cpu_compute_bound(m, ctx, share or 0.0, evidence)
     evidence.append(Evidence(f"GPU busy {pct(m.gpu.busy_fraction)} of its "

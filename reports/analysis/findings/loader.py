@@ -14,6 +14,7 @@ from profreport.reports.analysis.findings.context import (
 )
 from profreport.reports.analysis.findings.gpu import largest_gap_at
 from profreport.reports.analysis.findings.verdicts import (
+    loop_evidence,
     loop_ns_without_loader,
     trial_evidence,
 )
@@ -52,9 +53,7 @@ def _loader_evidence(m: RunMetrics) -> list[Evidence]:
     spread = wait_shape_text(m)
     if spread is not None and m.shape is not None:
         out.append(Evidence(spread[:1].upper() + spread[1:], m.shape.origin))
-    if m.loop_identification is not None and m.loop_identification.evidence == "hit counts" \
-            and "lprof" in m.dataloader_fraction_by_origin:
-        out.append(Evidence(m.loop_identification.reason, "lprof"))
+    out += loop_evidence(m)
     if m.steps is not None and m.steps.wall_mean_ns and m.steps.origin != "lprof" \
             and m.steps.wall_mean_ns > 1.5 * m.steps.mean_ns:
         out.append(Evidence(f"annotated steps average {ms(m.steps.mean_ns)} but wall time per "

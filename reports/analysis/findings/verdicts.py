@@ -256,13 +256,33 @@ def verdict_confidence(m: RunMetrics, name: Verdict) -> tuple[str, float] | None
 
 
 def _capped_by_loop(m: RunMetrics, name: Verdict, label: str) -> str:
-    """A loader-bound verdict seen only by line_profiler is no surer than the identification of
+    """A verdict that the DataLoader share line_profiler alone saw decides (loader-bound, and
+    compute-bound without a GPU: the rest of the loop) is no surer than the identification of
     its DataLoader line (hit counts alone give medium or low)."""
     found = m.loop_identification
-    if name != "loader-bound" or found is None or set(m.dataloader_fraction_by_origin) != {"lprof"}:
+    if not decided_by_loop_line(m, name) or found is None:
         return label
     order = ("low", "medium", "high")
     return min(label, found.confidence if found.confidence in order else "low", key=order.index)
+
+
+def decided_by_loop_line(m: RunMetrics, name: Verdict) -> bool:
+    """Whether ``name`` rests on the DataLoader share that line_profiler alone measured: the
+    share itself (loader-bound), or the rest of the loop counted as compute on a run without a
+    GPU (compute-bound): a wrong DataLoader line moves both."""
+    if set(m.dataloader_fraction_by_origin) != {"lprof"}:
+        return False
+    return name == "loader-bound" or (name == "compute-bound" and m.gpu is None)
+
+
+def loop_evidence(m: RunMetrics) -> list[Evidence]:
+    """How line_profiler's DataLoader line was found, when hit counts alone found it and its
+    share is among the run's."""
+    found = m.loop_identification
+    if found is None or found.evidence != "hit counts" \
+            or "lprof" not in m.dataloader_fraction_by_origin:
+        return []
+    return [Evidence(found.reason, "lprof")]
 
 
 def _compute_or_balanced(m: RunMetrics) -> tuple[Verdict, str]:
