@@ -1418,6 +1418,37 @@ def test_a_line_profile_without_a_training_loop_says_so(tmp_path: Path) -> None:
         "training loop)")
 
 
+def test_a_loop_opening_its_function_without_its_source_asks_for_the_source(
+        tmp_path: Path) -> None:
+    """kernprof of a real trainer's method whose first line is its loop (``for batch_idx, (x,
+    y) in enumerate(self.dl):``, 66 hits for 2 calls of 32 batches), the source not beside the
+    .lprof: no line before the loop counts its entries, so hit counts find none, and the
+    verdict told the user to 'decorate the function that holds the training loop', the one
+    they had decorated. It now says the function may open with a loop, which its source would
+    show, and how to pass the source; with the source beside, the loop is found."""
+    lines = [(13, 66, 837_004_700), (14, 64, 10_400_300), (15, 64, 28_201_700),
+             (16, 64, 10_167_200), (17, 64, 41_706_900), (18, 64, 30_636_200)]
+    timings = {("method.py", 11, "Trainer.train_epoch"): lines}
+    run = analyze_paths_of(stats_file(tmp_path / "alone" / "method.lprof", timings))
+    assert run.verdict == "unknown" and run.verdict_reason == (
+        "the line profile shows no training loop: none of the lines it timed is a loop known to "
+        "fetch the batches; Trainer.train_epoch() may open with one (its first line runs more "
+        "often than the next), which only its source line shows, as no line before it counts "
+        "its entries, and its source is not shown (put the .py file beside the .lprof or pass "
+        "--source-root)")
+    source = ("import torch\n" + "\n" * 8 + "class Trainer:\n    @profile\n"
+              "    def train_epoch(self):\n"
+              "        for batch_idx, (x, y) in enumerate(self.dl):\n"
+              "            self.opt.zero_grad()\n            out = self.model(x)\n"
+              "            loss = self.lossf(out, y)\n            loss.backward()\n"
+              "            self.opt.step()\n")
+    (tmp_path / "beside").mkdir()
+    path, loop = profiled_beside(tmp_path / "beside" / "method.py", source, lines,
+                                 "Trainer.train_epoch", 11)
+    assert loop is not None and (loop.lineno, loop.steps) == (13, 64)
+    assert analyze_paths_of(path).verdict == "loader-bound"
+
+
 def analyze_paths_of(path: Path):  # type: ignore[no-untyped-def]
     """The one run ``profreport analyze`` makes of ``path``."""
     from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths

@@ -209,13 +209,28 @@ def _functions(listings: list[FunctionListing]) -> str:
     return named + (f" and {len(listings) - 3} more" if len(listings) > 3 else "")
 
 
+def _no_loop_reason(listings: list[FunctionListing]) -> str:
+    """Why a line profile shows no training loop, and what would show one. A function whose
+    first timed line runs more often than the next may open with a loop, which hit counts
+    cannot tell (no line before it counts its entries): its source would show it. Else the
+    loop is in a function kernprof did not time."""
+    found = ("the line profile shows no training loop: none of the lines it timed is a loop "
+             "known to fetch the batches")
+    hidden = [f for f in listings if len(f.lines) >= 2 and f.lines[0].hits > f.lines[1].hits
+              and all(line.source is None for line in f.lines)]
+    if hidden:
+        return (f"{found}; {_functions(hidden)} may open with one (its first line runs more "
+                "often than the next), which only its source line shows, as no line before it "
+                "counts its entries, and its source is not shown (put the .py file beside the "
+                ".lprof or pass --source-root)")
+    return (f"{found} (kernprof timed {_functions(listings)}; decorate the function that holds "
+            "the training loop)")
+
+
 def profiler_verdict(m: RunMetrics) -> tuple[Verdict, str]:
     """The bottleneck the profiles alone show, with the numbers behind it."""
     if m.steps is None and m.gpu is None and m.listings and not m.top_ops:
-        return "unknown", ("the line profile shows no training loop: none of the lines it "
-                           "timed is a loop known to fetch the batches (kernprof timed "
-                           f"{_functions(m.listings)}; decorate the function that holds the "
-                           "training loop)")
+        return "unknown", _no_loop_reason(m.listings)
     if m.steps is None and m.gpu is None:
         return "unknown", ("no step markers (ProfilerStep, NVTX 'step N', two optimizer steps "
                            "(a step runs from one's end to the next's), an annotated range that "
