@@ -23,12 +23,12 @@ LOADER = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
 
 
 def write_trace(path: Path, steps: list[tuple[int, int, list[str]]],
-                busy_in_wait: bool = False) -> Path:
+                busy_in_wait: bool = False, first: int = 0) -> Path:
     """A trace of ProfilerStep spans, one per ``(wait_us, compute_us, setup_calls)``: the step
     opens with a DataLoader span of ``wait_us``, then the setup runtime calls, then one kernel
     of ``compute_us`` launched by cudaLaunchKernel (joined by correlation id). With
     ``busy_in_wait``, a kernel runs through the middle 80% of every wait over 10 ms (another
-    task on the GPU then)."""
+    task on the GPU then). The spans count from ``ProfilerStep#first``."""
     events, ts, corr = [], 1000, 1
     for n, (wait_us, compute_us, setup) in enumerate(steps):
         if busy_in_wait and wait_us > 10_000:
@@ -39,7 +39,7 @@ def write_trace(path: Path, steps: list[tuple[int, int, list[str]]],
                            "tid": 7, "ts": ts + wait_us // 10, "dur": wait_us * 8 // 10,
                            "args": {"correlation": 500000 + n, "stream": 7, "device": 0}})
         step_us = wait_us + compute_us + 50 + 10 * len(setup)
-        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}",
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{first + n}",
                        "pid": 1, "tid": 1, "ts": ts, "dur": step_us, "args": {}})
         events.append({"ph": "X", "cat": "user_annotation", "name": LOADER, "pid": 1,
                        "tid": 1, "ts": ts + 1, "dur": max(wait_us - 2, 1), "args": {}})
@@ -113,6 +113,39 @@ def test_a_long_first_step_is_left_out_of_the_per_step_figures(tmp_path: Path) -
     assert "Step window, mean (start to next start; the last step its range)" in text
     assert _summary_lines(run)[1] == ("  steps: 5 × 1.1 ms annotated range (kineto, 1.1 ms start "
                                       "to next start, median window 1.1 ms)")
+
+
+def test_a_long_first_step_after_a_schedules_skipped_steps_is_no_start_up(
+        tmp_path: Path) -> None:
+    """schedule(wait=2, warmup=1, active=10): the first step recorded is ProfilerStep#3, the
+    process having run steps 0-2 (its start-up, the DataLoader workers' first fill) unrecorded.
+    A real CPU run's first recorded step took 169.2 ms against a median of 17.9 ms, with no
+    set-up call in it, and read 'Step 3 is start-up' with 'the loader's first fill (worker
+    start-up, first batches)'. It is still left out of the per-step figures, but said to be the
+    first step profiled, not start-up; a step 0 keeps the start-up reading."""
+    steps = [(5_000, 164_000, [])] + [(2_600, 15_300, [])] * 8
+    run = analyze_paths([write_trace(tmp_path / "sched.pt.trace.json", steps, first=3)],
+                        AnalyzeOptions()).runs[0]
+    warmup = run.metrics.shape.warmup
+    assert (warmup.number, warmup.steps_before, warmup.after_startup) == (3, 3, True)
+    assert run.metrics.steps.count == 8
+    found = next(f for f in run.findings if f.id == "STARTUP")
+    assert found.title == ("Step 3, the first step profiled, takes 9.4× the later steps' median "
+                           "and is left out of the per-step figures; it is not the process's "
+                           "start-up.")
+    assert found.evidence[1].text.startswith("the profiler counted steps 0-2 before it without "
+                                             "recording them (ProfilerStep#3 is the first")
+    assert "first fill (worker start-up" not in " ".join(e.text for e in found.evidence)
+    text = render_markdown(analyze_paths([tmp_path / "sched.pt.trace.json"], AnalyzeOptions()))
+    assert "| First step profiled | 169.1 ms (step 3, left out of the per-step figures) |" in text
+    json_warmup = json.loads(render_json(analyze_paths([tmp_path / "sched.pt.trace.json"],
+                                                       AnalyzeOptions())))
+    assert json_warmup["runs"][0]["metrics"]["step_shape"]["warmup"]["steps_before"] == 3
+    (tmp_path / "zero").mkdir()
+    zero = analyze_paths([write_trace(tmp_path / "zero" / "t.pt.trace.json", steps)],
+                         AnalyzeOptions()).runs[0]
+    assert next(f for f in zero.findings if f.id == "STARTUP").title == (
+        "Step 0 is start-up, left out of the per-step figures.")
 
 
 def test_periodic_stalls_are_named_apart_from_the_steady_wait(tmp_path: Path) -> None:

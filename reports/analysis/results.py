@@ -161,6 +161,16 @@ class Warmup:
     #: The DataLoader spans' time in it and their median in the later steps, ns (the workers'
     #: first fill); None without DataLoader spans.
     loader_fill: tuple[int, int] | None = None
+    #: Steps the process ran before it that the profiler counted but did not record
+    #: (``ProfilerStep#3`` first: a schedule's wait and warmup steps 0-2): its start-up ran
+    #: then, so this step holds none of it. 0 when none did or the profile does not say.
+    steps_before: int = 0
+
+    @property
+    def after_startup(self) -> bool:
+        """Whether it is a long first step recorded after the process's start-up: the process
+        ran steps before it (``steps_before``) and it records no set-up call."""
+        return bool(self.steps_before) and self.number is not None and not self.setup_calls
 
 
 @dataclass(frozen=True)

@@ -100,12 +100,13 @@ def _before_steps(profile: Profile, starts: np.ndarray, ends: np.ndarray) -> War
 
 
 def find_warmup(profile: Profile, numbers: np.ndarray, starts: np.ndarray,
-                ends: np.ndarray) -> Warmup | None:
+                ends: np.ndarray, steps_before: int = 0) -> Warmup | None:
     """The first step when it is start-up: much longer than the later steps' median (see
     WARMUP_FACTOR) and than most of them (WARMUP_BEYOND_QUANTILE), with the set-up calls
     recorded in it and not in the later steps; a single step is start-up only when set-up calls
     are recorded in it; else start-up recorded before the first step (see _before_steps). None
-    otherwise."""
+    otherwise. ``steps_before``: the steps the process ran before the first one recorded
+    (Warmup.steps_before)."""
     if len(numbers) == 0:
         return None
     before = _before_steps(profile, starts, ends)
@@ -130,7 +131,7 @@ def find_warmup(profile: Profile, numbers: np.ndarray, starts: np.ndarray,
     waits = iv.overlap_per_window(iv.union_of([profile.table("dataloader")]), starts, ends)
     return Warmup(int(numbers[0]), first_span, int(durations[0]), median, steady, only=False,
                   loader_fill=(int(waits[0]), int(np.median(waits[1:])))
-                  if waits.any() else None)
+                  if waits.any() else None, steps_before=steps_before)
 
 
 def _period(numbers: list[int]) -> int | None:

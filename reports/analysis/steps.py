@@ -128,7 +128,9 @@ def step_windows(profile: Profile) -> StepWindows | None:
     ends = steps["end"].to_numpy(np.int64)
     wall_ends = np.append(np.maximum(starts[1:], ends[:-1]), ends[-1])
     numbers = steps["number"].to_numpy(np.int64)
-    warmup = find_warmup(profile, numbers, starts, wall_ends)
+    counted = bool(steps["origin"].eq(concepts.PROFILER_STEP).all())
+    warmup = find_warmup(profile, numbers, starts, wall_ends,
+                         steps_before=int(numbers[0]) if counted else 0)
     dropped = warmup is not None and warmup.number is not None and not warmup.only
     keep = slice(1 if dropped else 0, None)
     return StepWindows(origin=profile.kind, numbers=numbers[keep], range_starts=starts[keep],

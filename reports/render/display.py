@@ -312,8 +312,8 @@ def _shape_rows(metrics: RunMetrics) -> list[MetricRow]:
         what = ("the only step: start-up only" if warmup.only else
                 f"step {warmup.number}, left out of the per-step figures"
                 if warmup.number is not None else "before the first step, no step's")
-        rows.append(MetricRow("Start-up", f"{duration(warmup.duration_ns)} ({what})",
-                              shape.origin))
+        rows.append(MetricRow("First step profiled" if warmup.after_startup else "Start-up",
+                              f"{duration(warmup.duration_ns)} ({what})", shape.origin))
     for label, spread in (("Step window (start to next start)", shape.step_window),
                           ("DataLoader wait per step", shape.dataloader_wait)):
         if spread is None:

@@ -137,7 +137,8 @@ def _shape(s: StepShape | None) -> dict[str, Any] | None:
                 "others_median_ms": _ms(w.others_median_ns), "setup_calls": w.setup_calls,
                 "startup_only": w.only,
                 "loader_fill_ms": None if w.loader_fill is None
-                else [_ms(v) for v in w.loader_fill]},
+                else [_ms(v) for v in w.loader_fill],
+                "steps_before": w.steps_before},
             "step_window_ms": _per_step(s.step_window),
             "dataloader_wait_ms": _per_step(s.dataloader_wait)}
 

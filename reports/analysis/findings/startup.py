@@ -31,6 +31,28 @@ def _fill_evidence(w: Warmup, origin: Origin) -> list[Evidence]:
                      origin)]
 
 
+def _first_recorded(w: Warmup, times: float, measured: Evidence) -> Finding:
+    """STARTUP for a long first step that is not the process's first and records no set-up
+    call: the profiler counted ``w.steps_before`` steps before it (a schedule's wait and
+    warmup), in which the process's start-up ran, so what slowed it is no start-up and no
+    DataLoader's first fill."""
+    before = ("step 0" if w.steps_before == 1 else f"steps 0-{w.steps_before - 1}")
+    return Finding(
+        id="STARTUP", severity="info",
+        title=f"Step {w.number}, the first step profiled, takes {times:.1f}× the later steps' "
+              "median and is left out of the per-step figures; it is not the process's "
+              "start-up.",
+        evidence=[measured, Evidence(
+            f"the profiler counted {before} before it without recording them (ProfilerStep#"
+            f"{w.number} is the first it recorded: a schedule's wait and warmup steps): the "
+            "process's start-up (context creation, the DataLoader's first fill) ran then",
+            measured.origin)],
+        recommendation="Nothing to change in the training: one slow step at the start of "
+                       "recording is no steady state (the profiler starting to record, or other "
+                       "work on the machine then). Look at it in the trace if later captures "
+                       "show it again.")
+
+
 @rule("STARTUP", severity=("high", "info"), needs=("profiles",))
 def startup(facts: Facts) -> Finding | None:
     """The start-up the profile holds, and whether the per-step figures leave it out
@@ -54,6 +76,11 @@ def startup(facts: Facts) -> Finding | None:
                            "--capture-range=cudaProfilerApi).")
     median = w.others_median_ns or 0
     times = w.duration_ns / max(median, 1)
+    if w.after_startup:
+        return _first_recorded(w, times, Evidence(
+            f"step {w.number} takes {ms(w.duration_ns)}, {times:.1f}× the later steps' median "
+            f"of {ms(median)}; set-up calls in it: {_calls_text(w.setup_calls)}", shape.origin,
+            at))
     where = (f"step {w.number} takes {ms(w.duration_ns)}, {times:.1f}× the later steps' median "
              f"of {ms(median)}" if w.number is not None else
              f"{ms(w.duration_ns)} before the first step, {times:.0f}× the median step of "
