@@ -148,6 +148,29 @@ def test_a_long_first_step_after_a_schedules_skipped_steps_is_no_start_up(
         "Step 0 is start-up, left out of the per-step figures.")
 
 
+def test_a_first_fill_without_workers_names_no_worker_start_up(tmp_path: Path) -> None:
+    """A real --script run (num_workers=0 recorded from its DataLoader): its first step took
+    311.4 ms against a median of 50.5 ms, its DataLoader spans 3.4 ms against 0.3 ms, and the
+    finding blamed 'worker start-up' of a loader that had no workers. With workers it still
+    does; without them it names the training process loading the first batches."""
+    from profreport.parsers import parse_file
+    from profreport.reports.analysis.findings import RunContext, find_all
+    from profreport.reports.analysis.metrics import compute_run_metrics
+
+    steps = [(3_400, 308_000, [])] + [(300, 50_200, [])] * 8
+    metrics = compute_run_metrics([parse_file(write_trace(tmp_path / "t.pt.trace.json", steps))])
+
+    def fill(**knobs: object) -> str:
+        found = next(f for f in find_all(metrics, RunContext(knobs=knobs)) if f.id == "STARTUP")
+        return found.evidence[1].text
+
+    assert fill(num_workers=2).endswith("the loader's first fill (worker start-up, first "
+                                        "batches)")
+    assert fill(num_workers=0).endswith(
+        "the loader's first batches, loaded in the training process (no workers: its "
+        "iterator's creation, the dataset's first reads)")
+
+
 def test_periodic_stalls_are_named_apart_from_the_steady_wait(tmp_path: Path) -> None:
     """Every 4th step waits 30 ms for data, the others 0.2 ms, over 1 ms of compute: the mean
     calls it loader-bound, and the spread says it is 4 stalls of 30 ms every 4th step (where

@@ -227,7 +227,7 @@ def data_stalls(facts: Facts) -> Finding | None:
     low, high = d.outlier_range_ns
     periodic = (f"every {ordinal(d.period)} step stalls" if d.period else
                 f"{d.outlier_count} of {d.count} steps stall")
-    workers = _has_workers(m, ctx)
+    workers = has_workers(m, ctx)
     frequent = d.outlier_count >= PERIOD_MIN_STALLS and \
         d.outlier_count > ISOLATED_STALLS_SHARE * d.count
     cause = (_periodic_cause(d.period, workers) if d.period else
@@ -252,7 +252,7 @@ def data_stalls(facts: Facts) -> Finding | None:
                        "not a periodic task.")
 
 
-def _has_workers(m: RunMetrics, ctx: RunContext) -> bool | None:
+def has_workers(m: RunMetrics, ctx: RunContext) -> bool | None:
     """Whether the DataLoader loads in worker processes: its worker count (loader_workers), else
     spans of worker processes' iterators; None when neither tells."""
     workers = loader_workers(m, ctx)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from profreport.reports.analysis.findings.catalogue import Facts, rule
+from profreport.reports.analysis.findings.loader import has_workers
 from profreport.reports.analysis.results import (
     Evidence,
     Finding,
@@ -20,15 +21,20 @@ def _calls_text(calls: dict[str, int]) -> str:
     return ", ".join(f"{name} ×{count}" for name, count in calls.items())
 
 
-def _fill_evidence(w: Warmup, origin: Origin) -> list[Evidence]:
+def _fill_evidence(w: Warmup, origin: Origin, workers: bool | None) -> list[Evidence]:
     """The DataLoader's first fill, when the start-up step waits longer for its batch than the
-    later steps do."""
+    later steps do: its workers starting where it has some (``workers``: see
+    loader.has_workers), its first batches loaded in the training process where it has
+    none."""
     if w.loader_fill is None or w.loader_fill[0] <= w.loader_fill[1]:
         return []
     first, later = w.loader_fill
+    fill = {True: "the loader's first fill (worker start-up, first batches)",
+            False: "the loader's first batches, loaded in the training process (no workers: "
+                   "its iterator's creation, the dataset's first reads)",
+            None: "the loader's first fill (its iterator's creation, first batches)"}[workers]
     return [Evidence(f"its DataLoader spans take {ms(first)} against a median of {ms(later)} in "
-                     "the later steps: the loader's first fill (worker start-up, first batches)",
-                     origin)]
+                     f"the later steps: {fill}", origin)]
 
 
 def _first_recorded(w: Warmup, times: float, measured: Evidence) -> Finding:
@@ -92,6 +98,7 @@ def startup(facts: Facts) -> Finding | None:
                "The profile begins with start-up before its first step, left out of the "
                "per-step figures."),
         evidence=[Evidence(f"{where}; set-up calls in it: {_calls_text(w.setup_calls)}",
-                           shape.origin, at)] + _fill_evidence(w, shape.origin),
+                           shape.origin, at)]
+        + _fill_evidence(w, shape.origin, has_workers(m, facts.context)),
         recommendation="Nothing to change: start-up (context creation, cuDNN autotuning, the "
                        "allocator growing, the DataLoader's first fill) happens once per process.")
