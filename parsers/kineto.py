@@ -385,6 +385,31 @@ def _period(values: np.ndarray) -> int:
     return 1
 
 
+def _alternating_steps_note(steps: pd.DataFrame, span: str | None, cpu_ops: pd.DataFrame
+                            ) -> str | None:
+    """A note when every optimizer step was taken for an iteration (nothing told several
+    optimizers of one class apart: see optimizers_per_iteration) but what the steps run
+    alternates: the operators each step's window holds repeat with a period k > 1 (a GAN's
+    discriminator step runs the discriminator twice, its generator step once), as k optimizers
+    taking turns do; a loop of one optimizer runs the same operators every step. None
+    otherwise."""
+    if span is not None or not steps["origin"].eq(concepts.OPTIMIZER_STEPS).all():
+        return None
+    mine = cpu_ops[(cpu_ops["pid"] == steps["pid"].iloc[0]).to_numpy()]
+    starts = np.sort(mine["start"].to_numpy(np.int64))
+    held = (np.searchsorted(starts, steps["end"].to_numpy(np.int64))
+            - np.searchsorted(starts, steps["start"].to_numpy(np.int64)))
+    every = _period(held)
+    if every == 1:
+        return None
+    turns = ", ".join(f"{count:,}" for count in held[every:2 * every])
+    return (f"the operators the steps run repeat every {every} steps ({turns} operators in "
+            f"turn), as {every} optimizers of one class taking turns do (a GAN's generator and "
+            f"discriminator): if so, an iteration is {every} of these steps and takes {every} "
+            "times the step time shown; nothing the steps record names the optimizer each "
+            "belongs to")
+
+
 def _steps_between_ends(optimizer: pd.DataFrame) -> pd.DataFrame:
     """Iterations as the time from one optimizer step's end to the next one's end."""
     ends = optimizer["end"].to_numpy()
@@ -525,7 +550,8 @@ def parse(path: Path) -> Profile:
     meta.step_span, meta.events = step_span, builder.events
     if not steps.empty:
         meta.notes += filter(None, [concepts.steps_note(steps["origin"].iloc[0], step_span,
-                                                        len(steps))])
+                                                        len(steps)),
+                                    _alternating_steps_note(steps, step_span, cpu_ops)])
     meta.dataloader = _dataloader_meta(loader)
     frames = {
         **device, "ranges": ranges,

@@ -172,6 +172,36 @@ def test_two_optimizers_of_one_class_are_one_iteration(tmp_path: Path, tells: st
     assert profile.meta.notes == [several_optimizers_note("Adam")]
 
 
+def test_two_optimizers_of_one_class_alike_in_their_updates_are_said_to_alternate(
+        tmp_path: Path) -> None:
+    """A real CPU GAN trace's shape (torch 2.13, no DataLoader, no ProfilerStep): generator
+    and discriminator both Adam over 4 parameters each, so their steps run the same updates;
+    the discriminator's turn runs the discriminator twice, the generator's once. Nothing tells
+    the optimizers apart, so the 23 steps of 12 iterations were every optimizer step, and the
+    note said nothing of it. The operators the steps' windows hold alternate (298 and 374 in
+    the real trace; 4 and 3 here), so a note says an iteration may be 2 of these steps; one
+    optimizer's loop, running the same operators every step, gets no such note."""
+    events = []
+    for i in range(8):
+        at = 1000 * i
+        events += [cpu_event("aten::addmm", at + 20 + 50 * k, 40) for k in range(3)]
+        events.append(cpu_event("Optimizer.step#Adam.step", at + 300, 100, cat="user_annotation"))
+        events += [cpu_event("aten::add_", at + 310 + 20 * p, 5) for p in range(4)]
+        events += [cpu_event("aten::addmm", at + 450 + 50 * k, 40) for k in range(2)]
+        events.append(cpu_event("Optimizer.step#Adam.step", at + 700, 100, cat="user_annotation"))
+        events += [cpu_event("aten::add_", at + 710 + 20 * p, 5) for p in range(4)]
+    profile = kineto.parse(kineto_trace(tmp_path / "gan.json", events))
+    assert len(profile.table("steps")) == 15
+    assert profile.meta.notes[1] == (
+        "the operators the steps run repeat every 2 steps (6, 7 operators in turn), as 2 "
+        "optimizers of one class taking turns do (a GAN's generator and discriminator): if so, "
+        "an iteration is 2 of these steps and takes 2 times the step time shown; nothing the "
+        "steps record names the optimizer each belongs to")
+    one = [event for event in events if event["ts"] % 1000 < 450]
+    single = kineto.parse(kineto_trace(tmp_path / "one.json", one))
+    assert len(single.table("steps")) == 7 and len(single.meta.notes) == 1
+
+
 def test_one_optimizer_alternating_heads_steps_once_per_fetch(tmp_path: Path) -> None:
     """One Adam over a trunk and two heads trained on alternate batches (multi-task training;
     a real torch 2.13 CPU trace of that shape read 7 steps of 16 iterations): its steps run 10
