@@ -562,6 +562,25 @@ def test_a_capture_without_dataloader_ranges_does_not_know_the_wait(tmp_path: Pa
     assert "dataloader" not in run.metrics.breakdown.measured
 
 
+def test_an_unknown_verdict_says_the_time_lies_between_the_step_ranges(tmp_path: Path) -> None:
+    """A real CPU capture (nsys --trace=osrt,nvtx) of a loop opening 'epoch e batch i' ranges
+    inside 'for i, (x, y) in enumerate(dl):': each range 1.5 ms, one every 20.6 ms. The verdict
+    said only that '100% of the step is time Nsight Systems cannot attribute'; 93% of it lies
+    between the ranges, where that loop fetches its batches, and the verdict now says so. A
+    capture whose ranges cover most of their steps gets no such clause."""
+    ranges = [(20_600_000 * n, 20_600_000 * n + 1_500_000, f"epoch {n // 16} batch {n % 16}")
+              for n in range(32)]
+    write_nsys_export(tmp_path / "nsys.sqlite", [], ranges)
+    run = analyze_paths([tmp_path], AnalyzeOptions()).runs[0]
+    assert run.verdict == "unknown" and run.verdict_reason == (
+        "100% of the step is time Nsight Systems cannot attribute (no GPU events, CPU operators "
+        "or source lines); the step ranges cover 7.3% of the time from one's start to the next "
+        "(1.5 ms of 20.6 ms): 93% lies between them, outside every range the loop opened (a loop "
+        "that opens its ranges after 'for x in loader:' fetches its batches there)")
+    (tmp_path / "dense").mkdir()
+    assert "between them" not in _batch_ranges(tmp_path / "dense").verdict_reason
+
+
 def _batch_ranges(tmp_path: Path):  # type: ignore[no-untyped-def]
     """The run of an NVTX-only capture of 20 ranges 'batch i' of 2 ms, 0.2 ms apart but 5 ms
     after every 5th."""

@@ -5,6 +5,7 @@ SHARED_CPUS when the unprofiled run competed with other work for the CPUs.
 
 from __future__ import annotations
 
+from profreport import concepts
 from profreport.reports.analysis.dataloader import LOADER_BOUND_FRACTION
 from profreport.reports.analysis.findings.catalogue import Facts, rule, run_findings
 from profreport.reports.analysis.findings.context import RunContext
@@ -20,7 +21,7 @@ from profreport.reports.analysis.results import (
     origin_label,
 )
 from profreport.text import error_text
-from profreport.units import duration, pct
+from profreport.units import duration, ms, pct
 
 #: Communication not hidden under compute for a quarter of the step makes the run comm-bound.
 COMM_BOUND_EXPOSED_FRACTION = 0.25
@@ -300,6 +301,23 @@ def loop_evidence(m: RunMetrics) -> list[Evidence]:
     return [Evidence(found.reason, "lprof")]
 
 
+def _between_ranges(m: RunMetrics) -> str:
+    """Where the unattributed time lies when most of it is between the annotated step ranges
+    (each range covers less than UNATTRIBUTED_SHARE of its step, start to next start): the loop
+    spends it outside every range it opened, which a loop annotating its body after ``for x in
+    loader:`` spends fetching; "" otherwise."""
+    steps = m.steps
+    if steps is None or steps.marker == concepts.LOOP_PASS or not steps.wall_mean_ns:
+        return ""
+    between = 1 - steps.mean_ns / steps.wall_mean_ns
+    if between < UNATTRIBUTED_SHARE:
+        return ""
+    return (f"; the step ranges cover {pct(1 - between)} of the time from one's start to the "
+            f"next ({ms(steps.mean_ns)} of {ms(steps.wall_mean_ns)}): {pct(between)} lies "
+            "between them, outside every range the loop opened (a loop that opens its ranges "
+            "after 'for x in loader:' fetches its batches there)")
+
+
 def _compute_or_balanced(m: RunMetrics) -> tuple[Verdict, str]:
     """Compute-bound when the GPU (or CPU ops) is saturated, else balanced or unknown."""
     unexplained = _unexplained_idle(m)
@@ -321,7 +339,8 @@ def _compute_or_balanced(m: RunMetrics) -> tuple[Verdict, str]:
     other = m.breakdown.parts_ns["other"] / max(m.breakdown.step_ns, 1)
     if other >= UNATTRIBUTED_SHARE:
         return "unknown", (f"{pct(other)} of the step is time {origin_label(m.breakdown.origin)} "
-                           "cannot attribute (no GPU events, CPU operators or source lines)")
+                           "cannot attribute (no GPU events, CPU operators or source lines)"
+                           + _between_ranges(m))
     return "balanced", "no single part of the step dominates"
 
 
