@@ -148,13 +148,15 @@ class StepMarks:
         taken = self.batches_at[-1].get(key, 0) - self.batches_at[0].get(key, 0)
         return taken / (len(self.batches_at) - 1) if taken > 0 else None
 
-    def result(self, rank: int, world_size: int) -> dict[str, Any]:
-        """What this process saw: steps, their durations after the first, steps/s, loader."""
+    def result(self, rank: int, world_size: int, local_world_size: int = 1) -> dict[str, Any]:
+        """What this process saw: steps, their durations after the first, steps/s, loader; and
+        the job's processes on its node (``local_world_size``), which share the node's CPUs."""
         ends = self.ends_ns
         step_ns = [later - earlier for earlier, later in zip(ends[:-1], ends[1:], strict=True)]
         steps_per_s = len(step_ns) / (sum(step_ns) / NS_PER_S) if step_ns and sum(step_ns) else None
         loader = self.training_loader()
-        return {"rank": rank, "world_size": world_size, "steps": len(ends),
+        return {"rank": rank, "world_size": world_size,
+                "local_world_size": local_world_size, "steps": len(ends),
                 "step_ns": step_ns, "steps_per_s": steps_per_s,
                 "loader": asdict(loader) if loader else None, "lr": self.lr,
                 "batches_per_step": self.batches_per_step(),
@@ -361,8 +363,9 @@ def write_result(marks: StepMarks, template: str) -> None:
     """Write this process's step marks to ``template`` with its rank filled in."""
     rank = int(os.environ.get("RANK", "0"))
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))  # torchrun's processes on this node
     write_text(Path(template.format(rank=rank)),
-               json.dumps(marks.result(rank, world_size), indent=2) + "\n")
+               json.dumps(marks.result(rank, world_size, local), indent=2) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -213,6 +213,7 @@ def record_plain_result(manifest: Manifest, folder: Path) -> None:
     loader = first.get("loader") or {}
     manifest.world_size = int(first.get("world_size", 1))
     manifest.environment["torch_threads"] = first.get("torch_threads")
+    manifest.environment["local_world_size"] = int(first.get("local_world_size", 1))
     manifest.knobs.update({key: value for key, value in loader.items()
                            if key in KNOWN_KNOBS and value is not None})
     if first.get("lr") is not None:

@@ -755,3 +755,31 @@ def test_loader_advice_asks_for_no_setting_the_run_has(fixtures_dir: Path) -> No
     assert advice.endswith(".") and "; set" not in advice
     default = ids(loader, RunContext(knobs={**knobs, "prefetch_factor": 2}))["LOADER_BOUND"]
     assert default.recommendation.endswith("; set prefetch_factor=4.")
+
+
+def test_worker_advice_counts_the_ranks_a_script_started_on_the_node(tmp_path: Path) -> None:
+    """A real --script --nproc 2 run of a gloo DDP script on 2 CPUs (num_workers=0, the
+    DataLoader 5.1% of each step): its manifest has no ddp/nproc knobs (those are the built-in
+    workload's), so the advice counted one training process and read 'Raise DataLoader
+    num_workers from 0 to 1 (the job's 2 CPUs, less one for the training loop ...)', a worker
+    per rank on CPUs both ranks already fill. The script's torchrun processes on the node
+    (local_world_size, recorded from LOCAL_WORLD_SIZE) are the training processes now."""
+    events = []
+    for i in range(6):
+        t = 1000 + i * 10_000
+        events += [cpu_event(f"ProfilerStep#{i + 1}", t, 10_000, cat="user_annotation"),
+                   cpu_event("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t,
+                             600, cat="user_annotation"),
+                   cpu_event("aten::mm", t + 610, 9_300)]
+    metrics = metrics_of(kineto_trace(tmp_path / "rank0.pt.trace.json", events))
+    environment = {"cpus": 2, "torch_threads": 1}
+
+    def advice(**more: object) -> str:
+        context = RunContext(knobs={"num_workers": 0}, environment={**environment, **more})
+        return ids(metrics, context)["SYNC_DATALOADER"].recommendation
+
+    assert advice().startswith("Raise DataLoader num_workers from 0 to 1 (the job's 2 CPUs, "
+                               "less one for the training loop")
+    assert advice(local_world_size=2).startswith(
+        "Each of the 2 ranks' share of the job's 2 CPUs leaves no core for DataLoader workers "
+        "beside the training loop")

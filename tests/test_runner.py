@@ -1161,9 +1161,28 @@ def test_ranks_with_uneven_steps_are_noted(tmp_path: Path) -> None:
     manifest = Manifest("uneven", "script ddp.py", {}, {})
     record_plain_result(manifest, tmp_path)
     assert manifest.throughput_samples_per_s == 200.0 * 32 * 2
+    assert manifest.environment["local_world_size"] == 1  # results written before it was kept
     assert ("the ranks made different numbers of steps (rank 0 12, rank 1 20): uneven inputs; "
             "throughput and step times are rank 0's, while it trained, and the ranks that went "
             "on trained without it") in manifest.notes
+
+
+def test_a_script_rank_records_the_processes_torchrun_started_on_its_node(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torchrun --nproc_per_node=2 sets LOCAL_WORLD_SIZE=2 in each rank: the wrapper writes it
+    in the rank's step marks and the manifest keeps it (environment.local_world_size), so the
+    advice knows that both ranks share the node's CPUs."""
+    from profreport.runner.script_profile import StepMarks, write_result
+    from profreport.runner.scripts import record_plain_result
+
+    for rank in (0, 1):
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+        write_result(StepMarks(), str(tmp_path / "script_result.none.rank{rank}.json"))
+    manifest = Manifest("ddp", "script ddp.py", {}, {})
+    record_plain_result(manifest, tmp_path)
+    assert manifest.world_size == 2 and manifest.environment["local_world_size"] == 2
 
 
 def test_the_scripts_prefetch_factor_is_recorded(tmp_path: Path) -> None:

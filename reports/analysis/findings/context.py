@@ -116,9 +116,14 @@ class CpuLoad:
 
 
 def training_processes(ctx: RunContext) -> int:
-    """Training processes sharing the job's CPUs: the DDP ranks on one node, else one."""
+    """Training processes sharing the job's CPUs: the DDP ranks on one node (the built-in
+    workload's knobs), else the processes a --script run's torchrun started on its node
+    (``local_world_size``, from torchrun's LOCAL_WORLD_SIZE), else one."""
     nproc = ctx.knob("nproc")
-    return nproc if ctx.knob("ddp") and isinstance(nproc, int) and nproc > 1 else 1
+    if ctx.knob("ddp") and isinstance(nproc, int) and nproc > 1:
+        return nproc
+    local = ctx.environment.get("local_world_size")
+    return local if isinstance(local, int) and not isinstance(local, bool) and local > 1 else 1
 
 
 def cpu_load(ctx: RunContext) -> CpuLoad | None:
