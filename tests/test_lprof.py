@@ -1418,6 +1418,16 @@ def test_a_line_profile_without_a_training_loop_says_so(tmp_path: Path) -> None:
         "training loop)")
 
 
+#: A real trainer's method whose first line is its loop, over an attribute (``self.dl``); its
+#: ``@profile`` on line 11, as kernprof recorded it.
+TRAINER_SOURCE = ("import torch\n" + "\n" * 8 + "class Trainer:\n    @profile\n"
+                  "    def train_epoch(self):\n"
+                  "        for batch_idx, (x, y) in enumerate(self.dl):\n"
+                  "            self.opt.zero_grad()\n            out = self.model(x)\n"
+                  "            loss = self.lossf(out, y)\n            loss.backward()\n"
+                  "            self.opt.step()\n")
+
+
 def test_a_loop_opening_its_function_without_its_source_asks_for_the_source(
         tmp_path: Path) -> None:
     """kernprof of a real trainer's method whose first line is its loop (``for batch_idx, (x,
@@ -1436,14 +1446,8 @@ def test_a_loop_opening_its_function_without_its_source_asks_for_the_source(
         "often than the next), which only its source line shows, as no line before it counts "
         "its entries, and its source is not shown (put the .py file beside the .lprof or pass "
         "--source-root)")
-    source = ("import torch\n" + "\n" * 8 + "class Trainer:\n    @profile\n"
-              "    def train_epoch(self):\n"
-              "        for batch_idx, (x, y) in enumerate(self.dl):\n"
-              "            self.opt.zero_grad()\n            out = self.model(x)\n"
-              "            loss = self.lossf(out, y)\n            loss.backward()\n"
-              "            self.opt.step()\n")
     (tmp_path / "beside").mkdir()
-    path, loop = profiled_beside(tmp_path / "beside" / "method.py", source, lines,
+    path, loop = profiled_beside(tmp_path / "beside" / "method.py", TRAINER_SOURCE, lines,
                                  "Trainer.train_epoch", 11)
     assert loop is not None and (loop.lineno, loop.steps) == (13, 64)
     assert analyze_paths_of(path).verdict == "loader-bound"
@@ -1693,3 +1697,21 @@ def test_a_compute_verdict_from_a_loop_found_by_hit_counts_is_no_surer_than_the_
         "time than line 13 of its body (11.4 ms a pass): where that line fetches the batch "
         "(next(it)), the DataLoader wait is its time, not the header's; its function train() is "
         "named as training (confidence low)")
+
+
+def test_a_for_loop_shown_keeps_its_compute_verdicts_confidence(tmp_path: Path) -> None:
+    """kernprof of a real Trainer.train_epoch, its source beside: ``for batch_idx, (x, y) in
+    enumerate(self.dl):`` (the line names no DataLoader, so hit counts decide, confidence low)
+    takes 1,278.7 ms, less than loss.backward()'s 2,269.2 ms. The header shown is a ``for``,
+    which fetches from what it iterates, so no body line is offered as the fetch (it named
+    loss.backward()), and the compute-bound verdict keeps its confidence: the wait cannot be
+    elsewhere in the loop."""
+    lines = [(13, 66, 1_278_701_200), (14, 64, 11_332_900), (15, 64, 1_821_534_200),
+             (16, 64, 374_859_600), (17, 64, 2_269_187_800), (18, 64, 196_489_700)]
+    path, loop = profiled_beside(tmp_path / "method.py", TRAINER_SOURCE, lines,
+                                 "Trainer.train_epoch", 11)
+    assert loop.confidence == "low" and loop.source_shown
+    run = analyze_paths_of(path)
+    assert (run.verdict, run.verdict_confidence) == ("compute-bound", "high")
+    found = next(f for f in run.findings if f.id == "COMPUTE_BOUND")
+    assert "less time than line" not in found.evidence[1].text

@@ -92,7 +92,7 @@ def loop_identification(loop: TrainingLoop | None) -> LoopIdentification | None:
              f"its body, {exit_by})"]
     if loop.header_is_largest:
         signs.append("it takes more time than any line of its body (the batch is fetched there)")
-    elif loop.largest_body_lineno is not None:
+    elif loop.largest_body_lineno is not None and not loop.source_shown:
         signs.append(f"it takes less time than line {loop.largest_body_lineno} of its body "
                      f"({ms(loop.largest_body_line_ns // max(loop.steps, 1))} a pass): where "
                      "that line fetches the batch (next(it)), the DataLoader wait is its time, "
@@ -104,7 +104,8 @@ def loop_identification(loop: TrainingLoop | None) -> LoopIdentification | None:
     return LoopIdentification(
         "hit counts", loop.confidence,
         f"{shown}: {where} taken for the DataLoader loop from hit counts alone, "
-        f"{'; '.join(signs)} (confidence {loop.confidence})")
+        f"{'; '.join(signs)} (confidence {loop.confidence})",
+        header_unseen=not loop.source_shown)
 
 
 def _counting_identification(loop: TrainingLoop, where: str) -> LoopIdentification:

@@ -578,6 +578,10 @@ class LoopIdentification:
     #: counts passes, see pysource.counts_passes, and the source does not show where the batch
     #: comes from).
     dataloader_unknown: str | None = None
+    #: Hit counts found the loop without its source: its header may only test (``while
+    #: True:``) while a body line fetches, so the wait taken from the header may be wrong,
+    #: moving the DataLoader's and compute's shares alike. A ``for`` header shown fetches.
+    header_unseen: bool = False
 
 
 @dataclass(frozen=True)

@@ -272,11 +272,13 @@ def verdict_confidence(m: RunMetrics, name: Verdict) -> tuple[str, float] | None
 
 
 def _capped_by_loop(m: RunMetrics, name: Verdict, label: str) -> str:
-    """A verdict that the DataLoader share line_profiler alone saw decides (loader-bound, and
-    compute-bound without a GPU: the rest of the loop) is no surer than the identification of
-    its DataLoader line (hit counts alone give medium or low)."""
+    """A verdict that the DataLoader share line_profiler alone saw decides is no surer than the
+    identification of its DataLoader line (hit counts alone give medium or low): loader-bound,
+    and compute-bound without a GPU where the header was not seen (a body line may fetch: see
+    LoopIdentification.header_unseen)."""
     found = m.loop_identification
-    if not decided_by_loop_line(m, name) or found is None:
+    if not decided_by_loop_line(m, name) or found is None \
+            or (name == "compute-bound" and not found.header_unseen):
         return label
     order = ("low", "medium", "high")
     return min(label, found.confidence if found.confidence in order else "low", key=order.index)
