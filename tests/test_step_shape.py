@@ -171,6 +171,32 @@ def test_a_first_fill_without_workers_names_no_worker_start_up(tmp_path: Path) -
         "iterator's creation, the dataset's first reads)")
 
 
+def test_torch_compile_compiling_before_the_first_step_is_start_up(tmp_path: Path) -> None:
+    """A real CPU trace of a model torch.compile'd inside the profiled loop (torch 2.13): its
+    first iteration spent 6,351 ms in Dynamo's entire_frame_compile and 3,194 ms in
+    entire_backward_compile, 9.6 s of a 9.6 s trace, before 15 steps of 0.8 ms; the report
+    said nothing of it (the steps, from the optimizer's, leave that time out). It is start-up
+    before the first step now, named by those spans, with torch.compile in the advice."""
+    events = [cpu_event("entire_frame_compile", 10_000, 6_351_000),
+              cpu_event("aten::mm", 6_362_000, 500),
+              cpu_event("entire_backward_compile", 6_369_000, 3_194_000),
+              cpu_event("Optimizer.step#SGD.step", 9_565_000, 100, cat="user_annotation")]
+    for i in range(1, 16):
+        at = 9_565_000 + 800 * i
+        events += [cpu_event("aten::mm", at - 700, 500),
+                   cpu_event("Optimizer.step#SGD.step", at, 100, cat="user_annotation")]
+    run = analyze_paths([kineto_trace(tmp_path / "compiled.json", events)],
+                        AnalyzeOptions()).runs[0]
+    warmup = run.metrics.shape.warmup
+    assert warmup.number is None and warmup.setup_calls == {"entire_backward_compile": 1,
+                                                             "entire_frame_compile": 1}
+    found = next(f for f in run.findings if f.id == "STARTUP")
+    assert found.title == ("The profile begins with start-up before its first step, left out of "
+                           "the per-step figures.")
+    assert "torch.compile compiling the model at its first forward and backward" in \
+        found.recommendation
+
+
 def test_periodic_stalls_are_named_apart_from_the_steady_wait(tmp_path: Path) -> None:
     """Every 4th step waits 30 ms for data, the others 0.2 ms, over 1 ms of compute: the mean
     calls it loader-bound, and the spread says it is 4 stalls of 30 ms every 4th step (where

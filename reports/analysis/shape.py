@@ -61,10 +61,14 @@ OUTLIERS_LISTED = 5
 #: creation (driver entry points; ``cudaFree(0)`` is its usual trigger, but cudaFree also frees,
 #: so it counts only with cudaMalloc below), cuDNN/MIOpen autotuning (benchmark=True runs the
 #: ``Find`` searches), and the CUDA caching allocator growing (cudaMalloc: a steady loop reuses
-#: its blocks and calls none).
+#: its blocks and calls none), and torch.compile compiling (the spans its dynamo_timed records
+#: around Dynamo compiling a frame and AOTAutograd compiling the backward at its first call).
 _SETUP_CALL = re.compile(
     r"^(?:cuInit|cuDevicePrimaryCtxRetain|cuCtxCreate\w*|cudnnFind\w*|miopenFind\w*|"
-    r"cudnnGet\w*Algorithm\w*|cudaMalloc|cuMemAlloc\w*|hipMalloc|hipInit)$")
+    r"cudnnGet\w*Algorithm\w*|cudaMalloc|cuMemAlloc\w*|hipMalloc|hipInit|"
+    r"entire_frame_compile|entire_backward_compile)$")
+#: The set-up calls among them that are torch.compile compiling.
+COMPILE_CALLS = frozenset({"entire_frame_compile", "entire_backward_compile"})
 
 
 def setup_calls(profile: Profile, start: int, end: int) -> dict[str, int]:

@@ -11,6 +11,7 @@ from profreport.reports.analysis.results import (
     Origin,
     Warmup,
 )
+from profreport.reports.analysis.shape import COMPILE_CALLS
 from profreport.units import ms
 
 
@@ -100,5 +101,16 @@ def startup(facts: Facts) -> Finding | None:
         evidence=[Evidence(f"{where}; set-up calls in it: {_calls_text(w.setup_calls)}",
                            shape.origin, at)]
         + _fill_evidence(w, shape.origin, has_workers(m, facts.context)),
-        recommendation="Nothing to change: start-up (context creation, cuDNN autotuning, the "
-                       "allocator growing, the DataLoader's first fill) happens once per process.")
+        recommendation=_startup_advice(w))
+
+
+def _startup_advice(w: Warmup) -> str:
+    """Start-up happens once per process; torch.compile's compiling too, unless later steps
+    recompile (a new input shape)."""
+    once = ("Nothing to change: start-up (context creation, cuDNN autotuning, the allocator "
+            "growing, the DataLoader's first fill) happens once per process.")
+    if not COMPILE_CALLS & set(w.setup_calls):
+        return once
+    return (once[:-1] + ", and so does torch.compile compiling the model at its first forward "
+            "and backward, unless an input of a new shape recompiles it (a smaller last batch: "
+            "drop_last=True, or torch.compile(dynamic=True)).")
