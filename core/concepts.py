@@ -152,6 +152,10 @@ _ONEDNN_OP = r"(?i)mkldnn|onednn"
 # ``record_function("Torch-Compiled Region: <frame>/<compile>")``, and AOTAutograd runs the
 # compiled graph as the autograd function ``CompiledFunction`` (torch 2.0 records only that).
 _COMPILED_REGION = r"^Torch-Compiled Region\b|^CompiledFunction$"
+#: The spans torch.compile's dynamo_timed records around its compiling: Dynamo compiling a frame,
+#: and AOTAutograd compiling the backward at its first call. Every operator inside one is the
+#: compiler's work (tracing on fake tensors, code generation), none of the model's.
+COMPILE_SPANS = frozenset({"entire_frame_compile", "entire_backward_compile"})
 
 # Matrix multiplications as ATen records them (``aten::linear`` calls ``aten::addmm``;
 # ``aten::matmul`` calls ``mm``/``bmm``): the work tensor cores run.
@@ -555,6 +559,11 @@ def is_compiled_region(names: pd.Series) -> pd.Series:
     """Whether each CPU span is code torch.compile compiled (a Dynamo frame or AOTAutograd's
     compiled graph)."""
     return _matches(names, _COMPILED_REGION)
+
+
+def is_compile_span(names: pd.Series) -> pd.Series:
+    """Whether each CPU span is torch.compile compiling (see COMPILE_SPANS)."""
+    return _per_distinct(names, lambda distinct: distinct.isin(COMPILE_SPANS))
 
 
 def is_cpu_collective(names: pd.Series) -> pd.Series:

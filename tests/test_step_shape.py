@@ -197,6 +197,38 @@ def test_torch_compile_compiling_before_the_first_step_is_start_up(tmp_path: Pat
         found.recommendation
 
 
+def test_a_recompile_inside_the_steps_is_named_and_its_spans_are_no_operators(
+        tmp_path: Path) -> None:
+    """A real CPU trace (torch 2.13) of a compiled model over 2 epochs of 500 samples in
+    batches of 32: the smaller last batch made torch.compile compile again inside step 15
+    (10.0 s of entire_frame_compile and entire_backward_compile; the other steps 1.1 ms). The
+    report read 'top CPU operator by self time async_compile.wait (dynamo_timed): 70% of step
+    time ... even compiled: a smaller model or input is the remaining lever', and nothing named
+    the recompile. The compiler's spans and the operators inside them are no top operators
+    now, and RECOMPILED names the step and says the means hold the compiling."""
+    events = []
+    for i in range(20):
+        at = 1_000 + 1_100 * i + (10_000_000 if i > 15 else 0)
+        if i == 15:
+            events += [cpu_event("entire_frame_compile", at, 6_500_000),
+                       cpu_event("async_compile.wait (dynamo_timed)", at + 10, 6_000_000),
+                       cpu_event("entire_backward_compile", at + 6_500_100, 3_499_000)]
+            at += 10_000_000
+        events += [cpu_event("aten::mm", at, 700),
+                   cpu_event("Optimizer.step#SGD.step", at + 800, 100, cat="user_annotation")]
+    run = analyze_paths([kineto_trace(tmp_path / "recompile.json", events)],
+                        AnalyzeOptions()).runs[0]
+    assert run.metrics.shape.compiling == ((15, 9_999_000_000),)
+    assert [op.name for op in run.metrics.top_ops] == ["aten::mm"]
+    found = next(f for f in run.findings if f.id == "RECOMPILED")
+    assert found.title == ("torch.compile compiled again inside 1 of the measured steps "
+                           "(9999.0 ms): the per-step means and shares hold that compiling.")
+    assert found.evidence[1].text == "the step windows' median is 1.1 ms: the steady steps"
+    data = json.loads(render_json(analyze_paths([tmp_path / "recompile.json"], AnalyzeOptions())))
+    assert data["runs"][0]["metrics"]["step_shape"]["compiling"] == [{"step": 15,
+                                                                       "ms": 9999.0}]
+
+
 def test_periodic_stalls_are_named_apart_from_the_steady_wait(tmp_path: Path) -> None:
     """Every 4th step waits 30 ms for data, the others 0.2 ms, over 1 ms of compute: the mean
     calls it loader-bound, and the spread says it is 4 stalls of 30 ms every 4th step (where

@@ -18,7 +18,7 @@ from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.kept import classified, table_name_codes
 from profreport.reports.analysis.ops import outermost
 from profreport.reports.analysis.results import CpuOpMix, TopItem
-from profreport.reports.analysis.steps import StepWindows, starts_in_windows
+from profreport.reports.analysis.steps import StepWindows, compile_intervals, starts_in_windows
 from profreport.reports.analysis.top import TOP_OPS, ranked
 
 
@@ -187,11 +187,15 @@ def _thread_self_times(s: np.ndarray, e: np.ndarray, covering: iv.Intervals | No
 
 def op_self_times(profile: Profile, windows: StepWindows | None) -> pd.DataFrame:
     """Name, self time ``ns`` and ``outer`` (a call not re-entered under a same-name call) of
-    the framework ops, those starting inside the step windows' span when there are steps.
-    Nesting is worked out over all CPU ops, so a step or DataLoader span still owns the time
-    between its children."""
+    the framework ops, those starting inside the step windows' span when there are steps, none
+    of those torch.compile runs while it compiles (inside its compile spans: the compiler's
+    work, not the model's). Nesting is worked out over all CPU ops, so a step or DataLoader
+    span still owns the time between its children."""
     ops = profile.table("cpu_ops")
     framework = _is_framework_op(profile)
+    compiling = compile_intervals(profile)
+    if len(compiling):
+        framework &= ~iv.inside(compiling, ops["start"].to_numpy(np.int64))
     ns = self_time_ns(ops)
     start, end = (ops[column].to_numpy() for column in ("start", "end"))
     # The calls are told apart among all the framework ops (the others' names left out), over

@@ -184,6 +184,9 @@ class StepShape:
     #: own range (no fetch after it).
     step_window: PerStep | None
     dataloader_wait: PerStep | None
+    #: Steps whose windows hold torch.compile compiling (concepts.COMPILE_SPANS: a recompile
+    #: after start-up), as (step number, ns compiling in it); empty when none does.
+    compiling: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import re
 
 import numpy as np
 
+from profreport import concepts
 from profreport.model import Profile
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.results import (
@@ -66,9 +67,7 @@ OUTLIERS_LISTED = 5
 _SETUP_CALL = re.compile(
     r"^(?:cuInit|cuDevicePrimaryCtxRetain|cuCtxCreate\w*|cudnnFind\w*|miopenFind\w*|"
     r"cudnnGet\w*Algorithm\w*|cudaMalloc|cuMemAlloc\w*|hipMalloc|hipInit|"
-    r"entire_frame_compile|entire_backward_compile)$")
-#: The set-up calls among them that are torch.compile compiling.
-COMPILE_CALLS = frozenset({"entire_frame_compile", "entire_backward_compile"})
+    + "|".join(sorted(concepts.COMPILE_SPANS)) + r")$")
 
 
 def setup_calls(profile: Profile, start: int, end: int) -> dict[str, int]:

@@ -21,7 +21,7 @@ import pandas as pd
 from profreport import concepts
 from profreport.model import Profile
 from profreport.reports.analysis import intervals as iv
-from profreport.reports.analysis.kept import per_profile
+from profreport.reports.analysis.kept import classified, per_profile
 from profreport.reports.analysis.results import (
     Origin,
     StepShape,
@@ -196,6 +196,15 @@ def dataloader_intervals(profile: Profile, windows: StepWindows) -> iv.Intervals
     return iv.merge(spans, iv.subtract(windows.windows(), windows.ranges()))
 
 
+def compile_intervals(profile: Profile) -> iv.Intervals:
+    """When torch.compile compiles (its compile spans among the CPU ops: see
+    concepts.COMPILE_SPANS)."""
+    if not profile.has("cpu_ops"):
+        return iv.union_of([])
+    ops = profile.table("cpu_ops")
+    return iv.union_of([ops[classified(profile, "cpu_ops", concepts.is_compile_span)]])
+
+
 def step_shape(profile: Profile, windows: StepWindows,
                gpu_busy: iv.Intervals | None = None) -> StepShape:
     """Start-up and the spread of the step window and the DataLoader wait over the steps (the
@@ -210,7 +219,10 @@ def step_shape(profile: Profile, windows: StepWindows,
     waits = iv.overlap_per_window(loader, starts, ends)
     busy = None if gpu_busy is None else \
         iv.overlap_per_window(iv.intersect(loader, gpu_busy), starts, ends)
+    compiling = iv.overlap_per_window(compile_intervals(profile), windows.starts, windows.ends)
     return StepShape(origin=windows.origin, warmup=windows.warmup,
+                     compiling=tuple((int(windows.numbers[i]), int(compiling[i]))
+                                     for i in np.flatnonzero(compiling)),
                      step_window=per_step(lengths, numbers, starts, ends, median),
                      dataloader_wait=per_step(np.asarray(waits, np.int64), numbers, starts,
                                               ends, median, busy) if waits.any() else None)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from profreport import concepts
 from profreport.reports.analysis.findings.catalogue import Facts, rule
 from profreport.reports.analysis.findings.loader import has_workers
 from profreport.reports.analysis.results import (
@@ -11,7 +12,6 @@ from profreport.reports.analysis.results import (
     Origin,
     Warmup,
 )
-from profreport.reports.analysis.shape import COMPILE_CALLS
 from profreport.units import ms
 
 
@@ -109,8 +109,38 @@ def _startup_advice(w: Warmup) -> str:
     recompile (a new input shape)."""
     once = ("Nothing to change: start-up (context creation, cuDNN autotuning, the allocator "
             "growing, the DataLoader's first fill) happens once per process.")
-    if not COMPILE_CALLS & set(w.setup_calls):
+    if not concepts.COMPILE_SPANS & set(w.setup_calls):
         return once
     return (once[:-1] + ", and so does torch.compile compiling the model at its first forward "
             "and backward, unless an input of a new shape recompiles it (a smaller last batch: "
             "drop_last=True, or torch.compile(dynamic=True)).")
+
+
+@rule("RECOMPILED", severity=("medium",), needs=("profiles",))
+def recompiled(facts: Facts) -> Finding | None:
+    """torch.compile compiled inside the measured steps (a recompile after start-up): the
+    per-step means hold the compiling, which the steady steps do not."""
+    shape = facts.metrics.shape
+    if shape is None or not shape.compiling or (shape.warmup is not None and shape.warmup.only):
+        return None
+    compiling = sum(ns for _, ns in shape.compiling)
+    listed = ", ".join(f"step {number} ({ms(ns)})" for number, ns in shape.compiling[:3])
+    more = len(shape.compiling) - 3
+    steps = facts.metrics.steps
+    total = steps.mean_ns * steps.count if steps is not None else 0
+    share = f", {compiling / total:.0%} of the steps' time" if total else ""
+    evidence = [Evidence(f"torch.compile compiling (Dynamo's entire_frame_compile, AOTAutograd's "
+                         f"entire_backward_compile) in {listed}"
+                         + (f" and {more} more" if more > 0 else "") + share, shape.origin)]
+    if shape.step_window is not None:
+        evidence.append(Evidence(f"the step windows' median is {ms(shape.step_window.median_ns)}"
+                                 ": the steady steps", shape.origin))
+    return Finding(
+        id="RECOMPILED", severity="medium",
+        title=f"torch.compile compiled again inside {len(shape.compiling)} of the measured steps "
+              f"({ms(compiling)}): the per-step means and shares hold that compiling.",
+        evidence=evidence,
+        recommendation="A compile after start-up is a recompile: an input of a new shape (a "
+                       "smaller last batch: drop_last=True, or torch.compile(dynamic=True)), or "
+                       "a guard failing on changed state; TORCH_LOGS=recompiles names the cause. "
+                       "Judge the steady state from steps without it (the median above).")
