@@ -347,6 +347,20 @@ def test_ddp_gloo_ranks_and_collectives(fixtures_dir: Path, raw_collectives_per_
     assert sum(m.breakdown.parts_ns.values()) == m.breakdown.step_ns
 
 
+def test_a_gloo_all_reduce_is_one_gradient_sync(fixtures_dir: Path) -> None:
+    """The ddp_gloo fixture's rank 0 makes 4 gradient all-reduces (one bucket a step, 4 steps),
+    each recorded as the c10d::allreduce_ call and the gloo:all_reduce op on gloo's worker
+    thread paired with it: gradient_syncs counted both, 8 syncs; each all-reduce is one."""
+    from profreport.reports.analysis.comm import gradient_syncs
+
+    profile = parse_file(next((fixtures_dir / "ddp_gloo" / "trace").glob("rank0.*")))
+    syncs = gradient_syncs(profile)
+    assert len(syncs) == 4 and len(np.unique(syncs)) == 4
+    calls = profile.table("cpu_collectives")
+    made = calls[calls["name"] == "c10d::allreduce_"]["start"].to_numpy(np.int64)
+    assert syncs.tolist() == sorted(made.tolist())
+
+
 def test_cpu_only_breakdown_comes_from_the_trace(fixtures_dir: Path, nsys_available: str) -> None:
     """compute_heavy (lprof + torch.profiler + NVTX-only nsys): steps from nsys, but the breakdown
     from torch.profiler's CPU ops, where the model's forward/backward/optimizer fill the step."""

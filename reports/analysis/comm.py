@@ -145,19 +145,22 @@ def _threads(frame: pd.DataFrame) -> set[tuple[int, int]]:
 
 
 def gradient_syncs(profile: Profile) -> np.ndarray:
-    """Start times of the all-reduce calls DDP made for its gradient buckets (gradient_buckets,
-    each layer of the calls in turn; none from a layer where nothing tells), in order."""
+    """Start times of the all-reduce calls DDP made for its gradient buckets, each call once:
+    counted in one layer of the calls (each call is recorded once per layer: a gloo op on its
+    worker thread pairs with the c10d call that made it), the layer in which gradient_buckets
+    finds the most; none when no layer tells. In order."""
     calls = profile.table("cpu_collectives")
     calls = calls[(call_kinds(calls) == concepts.ALL_REDUCE).fillna(False).to_numpy(bool)]
     backward = spans_where(profile, concepts.is_backward_op)
-    starts = [np.array([], np.int64)]
+    told = []
     for _, layer in calls.groupby(concepts.collective_layer(calls["name"]), sort=False,
                                   dropna=False):
         layer = layer.sort_values("start", kind="stable")
         buckets = gradient_buckets(backward, layer, calls)
         if buckets is not None:
-            starts.append(layer["start"].to_numpy(np.int64)[buckets])
-    return np.sort(np.concatenate(starts))
+            told.append(layer["start"].to_numpy(np.int64)[buckets])
+    counted = max(told, key=len, default=np.array([], np.int64))
+    return np.sort(counted)
 
 
 def ddp_forwards_per_sync(profile: Profile, windows: StepWindows | None) -> int | None:
