@@ -290,15 +290,17 @@ def comm_advice(tmp_path: Path, events: list[dict], **knobs: object) -> tuple[st
 
 def test_small_all_reduces_are_told_to_grow_to_the_default_bucket(tmp_path: Path) -> None:
     """20 all-reduces of 1 MiB each step (the trace records their elements and dtype): DDP's
-    default 25 MB buckets would send those 20 MiB in 2, so bucket_cap_mb is raised from the
-    size the buckets have (or the knob the run recorded) to 25 MB."""
+    default buckets (a 1 MiB first bucket, then 25 MiB) would send those 20 MiB in 2, so
+    bucket_cap_mb is raised from the size the buckets have (or the knob the run recorded) to
+    25 MB, which, passed, caps the first bucket too: 1 all-reduce."""
     events = bucket_steps([262_144] * 20)
     evidence, advice = comm_advice(tmp_path, events)
-    assert ("20 all-reduces per step send 20.0 MiB in all (largest 1.0 MiB, median 1.0 MiB); "
-            "DDP's default 25 MB buckets would make about 2") in evidence
+    assert ("20 all-reduces per step send 20.0 MiB in all (each 1.0 MiB); DDP's default "
+            "buckets (1 MB first, then 25 MB) would make about 2") in evidence
     assert ("raise bucket_cap_mb from about 1 MB (the median all-reduce: DDP closes a bucket "
-            "once it holds bucket_cap_mb) to 25 MB: the 20.0 MiB each step reduces would take "
-            "about 2 all-reduces instead of 20") in advice
+            "once it holds bucket_cap_mb; the run's bucket_cap_mb is unknown, not recorded) to "
+            "25 MB: the 20.0 MiB each step reduces would take about 1 all-reduce instead of 20 "
+            "(passed, bucket_cap_mb caps DDP's first bucket too)") in advice
     assert "raise bucket_cap_mb from 1 MB to 25 MB" in comm_advice(tmp_path, events,
                                                                    bucket_cap_mb=1)[1]
 
@@ -307,10 +309,41 @@ def test_buckets_at_the_default_are_not_told_to_grow(tmp_path: Path) -> None:
     """4 all-reduces of 26 MiB each step: as large as DDP's default buckets make them (the run
     recording no bucket_cap_mb, or the default): raising it is not advised."""
     evidence, advice = comm_advice(tmp_path, bucket_steps([6_815_744] * 4))
-    assert "4 all-reduces per step send 104.0 MiB in all (largest 26.0 MiB" in evidence
+    assert "4 all-reduces per step send 104.0 MiB in all (each 26.0 MiB)" in evidence
     assert "bucket_cap_mb" not in advice and "no_sync()" in advice
     assert "bucket_cap_mb" not in comm_advice(tmp_path, bucket_steps([6_815_744] * 4),
                                               bucket_cap_mb=25)[1]
+
+
+def test_two_buckets_are_given_each_and_a_median_is_a_real_one(tmp_path: Path) -> None:
+    """A step's two gradient buckets of 4.0 and 2.5 MiB read 'largest 4.0 MiB, median
+    3.2 MiB', the mean of the two, a size no bucket has: each size is given. Four sizes (4, 3,
+    2 and 1 MiB) give a median some bucket has, the smaller middle one, not 2.5 MiB."""
+    evidence = comm_advice(tmp_path, bucket_steps([1_048_576, 655_360]))[0]
+    assert "2 all-reduces per step send 6.5 MiB in all (sizes 4.0 MiB and 2.5 MiB)" in evidence
+    run = analyze_trace(tmp_path, bucket_steps([1_048_576, 786_432, 524_288, 262_144]))
+    sizes = run.metrics.comm.all_reduce_sizes
+    assert (sizes.median_bytes, sizes.sizes_bytes) == (2 * 1024 * 1024, ())
+    assert "(largest 4.0 MiB, median 2.0 MiB: the middle one by size)" in comm_advice(
+        tmp_path, bucket_steps([1_048_576, 786_432, 524_288, 262_144]))[0]
+
+
+def test_bucket_counts_follow_torchs_first_bucket_rule(tmp_path: Path) -> None:
+    """8 all-reduces of 6.25 MiB a step (50 MiB). torch 2.13 caps DDP's first bucket at 1 MiB
+    only when bucket_cap_mb is not passed; passed, 25 included, it caps the first bucket too.
+    A run that passed 25 would make about 2 (it read 'about 3', the 1 MiB first bucket
+    assumed); one that recorded passing none, about 3 (it was told to raise bucket_cap_mb, which
+    it never set); one whose knob is unrecorded is told so, and that passing 25 makes 2."""
+    events = bucket_steps([1_638_400] * 8)
+    assert ("the 8 all-reduces per step are smaller than DDP's buckets of 25 MB make (about 2)"
+            in comm_advice(tmp_path, events, bucket_cap_mb=25)[1])
+    assert "DDP's default buckets (1 MB first, then 25 MB) would make about 3" in comm_advice(
+        tmp_path, events)[0]
+    assert ("the 8 all-reduces per step are smaller than DDP's default buckets make (about 3)"
+            in comm_advice(tmp_path, events, bucket_cap_mb=None)[1])
+    assert ("the run's bucket_cap_mb is unknown, not recorded) to 25 MB: the 50.0 MiB each step "
+            "reduces would take about 2 all-reduces instead of 8" in comm_advice(tmp_path,
+                                                                              events)[1])
 
 
 def test_unrecorded_sizes_are_unknown(tmp_path: Path) -> None:
@@ -372,8 +405,8 @@ def test_a_loops_own_all_reduces_are_no_gradient_buckets(tmp_path: Path, gloo: b
     bucket_cap_mb is not raised (a real gloo run of that shape was told to raise it 'from about
     7.6e-06 MB ... about 1 all-reduces instead of 3'); the two others are said apart."""
     evidence, advice = comm_advice(tmp_path, ddp_and_metric_steps(gloo))
-    assert ("1 all-reduce per step in the backward pass sends 1.0 MiB in all (largest 1.0 MiB, "
-            "median 1.0 MiB); DDP's default 25 MB buckets would make about 1; 2 more per step "
+    assert ("1 all-reduce per step in the backward pass sends 1.0 MiB in all; DDP's default "
+            "buckets (1 MB first, then 25 MB) would make about 1; 2 more per step "
             "outside it (a loss or metric the loop reduces: no gradient bucket)") in evidence
     assert "bucket_cap_mb" not in advice
 
@@ -396,8 +429,8 @@ def test_a_loop_all_reduce_on_a_thread_without_backward_is_no_bucket(tmp_path: P
                            "In msg nelems": count, "dtype": "Float",
                            "Collective name": "allreduce"})]
     evidence, advice = comm_advice(tmp_path, events)
-    assert ("1 all-reduce per step in the backward pass sends 1.0 MiB in all (largest 1.0 MiB, "
-            "median 1.0 MiB); DDP's default 25 MB buckets would make about 1; 2 more per step "
+    assert ("1 all-reduce per step in the backward pass sends 1.0 MiB in all; DDP's default "
+            "buckets (1 MB first, then 25 MB) would make about 1; 2 more per step "
             "outside it") in evidence
     assert "bucket_cap_mb" not in advice
 
@@ -416,7 +449,8 @@ def test_tiny_buckets_are_written_without_an_exponent(tmp_path: Path) -> None:
     tells them from buckets): the median all-reduce is written as a number, not '3.8e-06'."""
     advice = comm_advice(tmp_path, bucket_steps([1] * 20))[1]
     assert ("raise bucket_cap_mb from about 0.0000038 MB (the median all-reduce: DDP closes a "
-            "bucket once it holds bucket_cap_mb) to 25 MB: the 80 B each step reduces would take "
+            "bucket once it holds bucket_cap_mb; the run's bucket_cap_mb is unknown, not "
+            "recorded) to 25 MB: the 80 B each step reduces would take "
             "about 1 all-reduce instead of 20") in advice
 
 
@@ -445,7 +479,7 @@ def test_all_reduce_sizes_of_real_runs(corpus: Path) -> None:
     # report.json's metrics carry them (they were only in COMM_OVERHEAD's evidence).
     assert metrics_json(hta.metrics)["comm_all_reduce_sizes"] == {
         "calls_per_step": 5, "bytes_per_step": 25_557_032 * 4,
-        "largest_bytes": 7_875_584 * 4, "median_bytes": 6_563_840 * 4,
+        "largest_bytes": 7_875_584 * 4, "median_bytes": 6_563_840 * 4, "sizes_bytes": [],
         "others_per_step": 0}
     assert metrics_json(hta.metrics)["comm_all_reduce_sizes_unknown_reason"] is None
     assert {key: metrics_json(nsys.metrics)[key] for key in (

@@ -90,6 +90,11 @@ _NO_SIZES = {"nsys": "Nsight Systems' NCCL kernels and ranges, as profreport rea
                        "record_shapes=True)"}
 
 
+#: Up to this many distinct bucket sizes are each given: a model's buckets are the same every
+#: step, and two or three sizes say more than a median (which no bucket need have).
+FEW_SIZES = 3
+
+
 def all_reduce_sizes(profile: Profile, windows: StepWindows
                      ) -> tuple[AllReduceSizes | None, str | None]:
     """The sizes of the all-reduces the steps make, counted in one layer of the collective
@@ -107,11 +112,14 @@ def all_reduce_sizes(profile: Profile, windows: StepWindows
     gradients = gradient_buckets(spans_where(profile, concepts.is_backward_op), counted, calls)
     if gradients is None:  # nothing tells a bucket's all-reduce from another: all count
         gradients = np.ones(len(counted), bool)
-    sizes = counted["bytes"].to_numpy(np.int64)[gradients]
+    sizes = np.sort(counted["bytes"].to_numpy(np.int64)[gradients])
+    distinct = np.unique(sizes)[::-1]
     return AllReduceSizes(calls_per_step=len(sizes) / windows.count,
                           bytes_per_step=int(sizes.sum()) // windows.count,
                           largest_bytes=int(sizes.max(initial=0)),
-                          median_bytes=int(np.median(sizes)) if len(sizes) else 0,
+                          median_bytes=int(sizes[(len(sizes) - 1) // 2]) if len(sizes) else 0,
+                          sizes_bytes=tuple(int(b) for b in distinct)
+                          if len(distinct) <= FEW_SIZES else (),
                           others_per_step=int((~gradients).sum()) / windows.count), None
 
 

@@ -247,7 +247,11 @@ class AllReduceSizes:
     calls_per_step: float
     bytes_per_step: int
     largest_bytes: int
+    #: The middle all-reduce by size (the smaller of the two middle ones for an even count): a
+    #: size some bucket has, never the mean of two.
     median_bytes: int
+    #: Each distinct size, largest first, when there are at most comm.FEW_SIZES; else ().
+    sizes_bytes: tuple[int, ...] = ()
     #: All-reduces per step outside the backward pass (a loss or metric the loop reduces): no
     #: gradient bucket, and bucket_cap_mb does not change them.
     others_per_step: float = 0.0

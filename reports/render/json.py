@@ -112,6 +112,7 @@ def _all_reduce_sizes(s: AllReduceSizes | None) -> dict[str, Any] | None:
         return None
     return {"calls_per_step": round(s.calls_per_step, 3), "bytes_per_step": s.bytes_per_step,
             "largest_bytes": s.largest_bytes, "median_bytes": s.median_bytes,
+            "sizes_bytes": list(s.sizes_bytes),
             "others_per_step": round(s.others_per_step, 3)}
 
 

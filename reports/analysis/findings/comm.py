@@ -14,6 +14,7 @@ from profreport.reports.analysis.findings.copies import _count
 from profreport.reports.analysis.findings.verdicts import COMM_BOUND_EXPOSED_FRACTION
 from profreport.reports.analysis.job import mostly_waiting
 from profreport.reports.analysis.results import (
+    AllReduceSizes,
     CommStats,
     Evidence,
     Finding,
@@ -33,7 +34,9 @@ COLLECTIVE_DOMINANT_SHARE = 0.50
 #: a run at this value has not tuned it; any other value was chosen and is not advised again.
 DDP_DEFAULT_BUCKET_MB = 25
 #: DDP's first bucket (the last layers' gradients, ready first) is capped at 1 MiB
-#: (torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES), so that reducing starts early.
+#: (torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES) when bucket_cap_mb is not passed, so that
+#: reducing starts early; any bucket_cap_mb passed, 25 included, caps it alike (torch 2.13's
+#: _BucketCapacityConfig.create).
 DDP_FIRST_BUCKET_MB = 1
 
 
@@ -53,12 +56,25 @@ def _may_broadcast(c: CommStats) -> bool:
     return not kinds or kinds.get(concepts.BROADCAST, 0) > 0 or kinds.get("unknown", 0) > 0
 
 
-def buckets_at(total_bytes: int, cap_mb: float) -> int:
-    """All-reduces DDP makes of ``total_bytes`` of gradients at bucket_cap_mb=``cap_mb``: its
-    first bucket of DDP_FIRST_BUCKET_MB, then one per cap_mb (a bucket is closed once it holds
-    that much)."""
-    rest = max(total_bytes - DDP_FIRST_BUCKET_MB * MIB, 0)
-    return 1 + math.ceil(rest / (cap_mb * MIB))
+def buckets_at(total_bytes: int, cap_mb: float | None) -> int:
+    """All-reduces DDP makes of ``total_bytes`` of gradients at bucket_cap_mb=``cap_mb`` (None:
+    not passed, DDP_DEFAULT_BUCKET_MB): its first bucket (DDP_FIRST_BUCKET_MB when not passed,
+    else ``cap_mb`` too), then one per cap (a bucket is closed once it holds that much)."""
+    cap = DDP_DEFAULT_BUCKET_MB if cap_mb is None else cap_mb
+    first = DDP_FIRST_BUCKET_MB if cap_mb is None else cap_mb
+    return 1 + math.ceil(max(total_bytes - first * MIB, 0) / (cap * MIB))
+
+
+def _sizes_said(s: AllReduceSizes) -> str:
+    """What sizes the gradient all-reduces have: each distinct size when there are few
+    (AllReduceSizes.sizes_bytes), else the largest and the median, defined."""
+    if len(s.sizes_bytes) == 1:
+        return "" if s.calls_per_step == 1 else f" (each {nbytes(s.sizes_bytes[0])})"
+    if s.sizes_bytes:
+        said = [nbytes(b) for b in s.sizes_bytes]
+        return f" (sizes {', '.join(said[:-1])} and {said[-1]})"
+    return (f" (largest {nbytes(s.largest_bytes)}, median {nbytes(s.median_bytes)}: the "
+            "middle one by size)")
 
 
 def _sizes_evidence(c: CommStats) -> Evidence | None:
@@ -77,12 +93,12 @@ def _sizes_evidence(c: CommStats) -> Evidence | None:
     where = " in the backward pass" if s.others_per_step else ""
     others = (f"; {_count(s.others_per_step)} more per step outside it (a loss or metric the "
               "loop reduces: no gradient bucket)" if s.others_per_step else "")
-    default = buckets_at(s.bytes_per_step, DDP_DEFAULT_BUCKET_MB)
+    default = buckets_at(s.bytes_per_step, None)
     return Evidence(f"{_count(s.calls_per_step)} all-reduce{_plural(s.calls_per_step)} per step"
                     f"{where} send{'s' if s.calls_per_step == 1 else ''} "
-                    f"{nbytes(s.bytes_per_step)} in all (largest {nbytes(s.largest_bytes)}, "
-                    f"median {nbytes(s.median_bytes)}); DDP's default {DDP_DEFAULT_BUCKET_MB} MB "
-                    f"buckets would make about {default}{others}", c.origin)
+                    f"{nbytes(s.bytes_per_step)} in all{_sizes_said(s)}; DDP's default buckets "
+                    f"({DDP_FIRST_BUCKET_MB} MB first, then {DDP_DEFAULT_BUCKET_MB} MB) would make "
+                    f"about {default}{others}", c.origin)
 
 
 def _plural(count: float) -> str:
@@ -93,7 +109,9 @@ def _plural(count: float) -> str:
 def _bucket_lever(c: CommStats, ctx: RunContext) -> str | None:
     """Raise bucket_cap_mb when the steps' all-reduces are smaller than DDP's default buckets
     would make them (from what to what, by their recorded sizes); never when they are as large
-    or larger. Sizes unknown: the old conditional advice, saying why they are unknown."""
+    or larger. A run whose knob is recorded (a value, or None: not passed) is judged at it; one
+    whose knob is unrecorded is said to be. Sizes unknown: the old conditional advice, saying
+    why they are unknown."""
     s, knob = c.all_reduce_sizes, ctx.knob("bucket_cap_mb")
     if s is None:
         if knob not in (None, DDP_DEFAULT_BUCKET_MB) or c.calls_per_step <= 1:
@@ -101,21 +119,24 @@ def _bucket_lever(c: CommStats, ctx: RunContext) -> str | None:
         return (f"raise bucket_cap_mb from {DDP_DEFAULT_BUCKET_MB} MB to cut the "
                 f"{_count(c.calls_per_step)} calls per step if they are small buckets (their "
                 f"sizes are unknown: {c.sizes_unknown})")
-    default = buckets_at(s.bytes_per_step, DDP_DEFAULT_BUCKET_MB)
-    if s.calls_per_step <= default:
+    if s.calls_per_step <= buckets_at(s.bytes_per_step, None):
         return None
-    if isinstance(knob, int | float) and knob >= DDP_DEFAULT_BUCKET_MB:
-        made = buckets_at(s.bytes_per_step, knob)
-        return (f"the {_count(s.calls_per_step)} all-reduces per step are smaller than DDP's "
-                f"buckets of {knob:g} MB make (about {made}): if they are not "
+    recorded = "bucket_cap_mb" in ctx.knobs
+    if (recorded and knob is None) or (isinstance(knob, int | float)
+                                       and knob >= DDP_DEFAULT_BUCKET_MB):
+        at = "DDP's default buckets" if knob is None else f"DDP's buckets of {knob:g} MB"
+        return (f"the {_count(s.calls_per_step)} all-reduces per step are smaller than {at} "
+                f"make (about {buckets_at(s.bytes_per_step, knob)}): if they are not "
                 "DDP's (an all_reduce per tensor), let DDP bucket the "
                 "gradients, or flatten them into one tensor per all_reduce")
     now = (f"{knob:g} MB" if isinstance(knob, int | float) else
            f"about {knob_mb(s.median_bytes)} (the median all-reduce: DDP closes a bucket "
-           "once it holds bucket_cap_mb)")
+           "once it holds bucket_cap_mb; the run's bucket_cap_mb is unknown, not recorded)")
+    made = buckets_at(s.bytes_per_step, DDP_DEFAULT_BUCKET_MB)
     return (f"raise bucket_cap_mb from {now} to {DDP_DEFAULT_BUCKET_MB} MB: the "
-            f"{nbytes(s.bytes_per_step)} each step reduces would take about {default} "
-            f"all-reduce{_plural(default)} instead of {_count(s.calls_per_step)}")
+            f"{nbytes(s.bytes_per_step)} each step reduces would take about {made} "
+            f"all-reduce{_plural(made)} instead of {_count(s.calls_per_step)} (passed, "
+            "bucket_cap_mb caps DDP's first bucket too)")
 
 
 def _ddp_levers(c: CommStats, ctx: RunContext, forwards: int | None) -> str:
