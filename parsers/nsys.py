@@ -60,7 +60,7 @@ from profreport.model import (
 if TYPE_CHECKING:  # the registry imports this module, never the other way round
     from profreport.parsers import ParseOptions
 from profreport.parsers import NSYS_REPORT_MAGIC, sqlite_pages
-from profreport.parsers.repeats import masked_numbers, phases_text, steps_from_repeats
+from profreport.parsers.repeats import masked_numbers, phases_per_step, steps_from_repeats
 
 NSYS_MISSING = ("nsys is not installed; needed to read .nsys-rep: run scripts/setup.sh --system, "
                 "or pass a .sqlite export")
@@ -579,23 +579,24 @@ def _read_tables(export: _Export) -> dict[str, pd.DataFrame]:
 
 
 def _nvtx_structure(tables: dict[str, pd.DataFrame], meta: NsysMeta) -> None:
-    """The phases of a capture's steps: the ranges inside its ``step N`` ranges; or, when its
-    NVTX ranges name no step, the range that repeats is the step and the ranges inside it its
-    phases (a note says which, with their time per step)."""
+    """What a capture's steps are, in a note (NsysMeta.steps_note): its ``step N`` ranges, said
+    when ranges lie inside them (their phases); or, when its NVTX ranges name no step, the
+    range that repeats is the step and the ranges inside it its phases. The analysis adds the
+    phases' time per step, over the steps the per-step figures count (steps.phases_text)."""
     ranges = tables.get("ranges")
     if ranges is None or ranges.empty:
         return
     if not tables["steps"].empty:
-        if phases := phases_text(ranges, tables["steps"]):
+        if not phases_per_step(ranges, tables["steps"]).empty:
             _steps_note(meta, f"the {len(tables['steps']):,} steps are NVTX ranges named as "
-                              f"steps{phases}")
+                              "steps")
         return
     steps, span = steps_from_repeats(ranges, "nvtx", masked_numbers, own_extent=True)
     if span is None:
         return
     tables["steps"], meta.step_span = steps, span
     _steps_note(meta, f"no NVTX range is named as a step: the {len(steps):,} steps are the "
-                      f"repeated range '{span}'{phases_text(ranges, steps)}")
+                      f"repeated range '{span}'")
 
 
 def _steps_note(meta: NsysMeta, note: str) -> None:

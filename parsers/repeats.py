@@ -12,7 +12,6 @@ import numpy as np
 import pandas as pd
 
 from profreport.model import conform
-from profreport.units import ms
 
 # A step found by repetition must repeat at least this often: two occurrences are not a loop.
 MIN_STEP_REPEATS = 3
@@ -112,21 +111,19 @@ def _first_repeating_level(thread: pd.DataFrame, key: Callable[[pd.Series], pd.S
     return top, counts
 
 
-def phases_text(spans: pd.DataFrame, steps: pd.DataFrame) -> str:
-    """``; inside each: forward 35.0 ms, backward 30.0 ms per step`` for the spans that lie
-    directly inside the steps on their thread (numbers masked, most time first; a span inside
-    another of them is part of its time); "" when none do."""
+def phases_per_step(spans: pd.DataFrame, steps: pd.DataFrame) -> pd.Series:
+    """Time per step (ns, over the ``steps`` given) of the spans that lie directly inside those
+    steps on their thread, by name with numbers masked, most time first (a span inside another
+    of them is part of its time); empty when none do."""
     if steps.empty:
-        return ""
+        return pd.Series(dtype=np.int64)
     mine = spans[(spans["pid"] == steps["pid"].iloc[0]) & (spans["tid"] == steps["tid"].iloc[0])]
     order = np.searchsorted(steps["start"].to_numpy(), mine["start"].to_numpy(), side="right") - 1
     inside = (order >= 0) & (mine["end"].to_numpy()
                              <= steps["end"].to_numpy()[np.clip(order, 0, None)])
     inside &= ~mine["start"].isin(steps["start"]).to_numpy()
     if not inside.any():
-        return ""
+        return pd.Series(dtype=np.int64)
     phases = top_level(mine[inside])
-    per_step = ((phases["end"] - phases["start"]).groupby(masked_numbers(phases["name"])).sum()
-                / len(steps)).sort_values(ascending=False, kind="stable")
-    listed = ", ".join(f"{name} {ms(value)}" for name, value in per_step.items())
-    return f"; inside each: {listed} per step"
+    total = (phases["end"] - phases["start"]).groupby(masked_numbers(phases["name"])).sum()
+    return (total // len(steps)).astype(np.int64).sort_values(ascending=False, kind="stable")

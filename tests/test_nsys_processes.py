@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from profreport.parsers import nsys
+from profreport.reports.analysis.steps import phases_text
 
 MS = 10**6
 
@@ -832,4 +833,5 @@ def test_the_steps_note_is_that_of_the_steps_kept(tmp_path: Path) -> None:
     (profile,) = nsys.process_profiles(nsys.parse(path))
     assert len(profile.table("steps")) == 3
     assert [note for note in profile.meta.notes if "steps are NVTX ranges" in note] == [
-        "the 3 steps are NVTX ranges named as steps; inside each: forward 4.0 ms per step"]
+        "the 3 steps are NVTX ranges named as steps"]
+    assert phases_text(profile) == "; inside each: forward 4.0 ms per step"

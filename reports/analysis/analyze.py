@@ -63,6 +63,7 @@ from profreport.reports.analysis.results import (
     rank_label,
 )
 from profreport.reports.analysis.scaling import run_world_size, scaling_studies
+from profreport.reports.analysis.steps import phases_text
 from profreport.reports.analysis.timeline import build_timeline
 
 #: profreport's own JSON files in a run folder, never read as traces: the manifest, its report,
@@ -204,12 +205,20 @@ def _notes(manifest: Manifest | None) -> list[str]:
 
 def source_notes(profiles: list[Profile]) -> list[str]:
     """What the parsers say they left out of each file (``meta.notes``): records dropped for
-    impossible values, sources not shown; and, beside files with something to analyse, each
-    file that holds nothing (``meta.empty``: its profiler recorded none of it)."""
+    impossible values, sources not shown, what the steps are (with their phases: _with_phases);
+    and, beside files with something to analyse, each file that holds nothing (``meta.empty``:
+    its profiler recorded none of it)."""
     some = any(profile.meta.empty is None for profile in profiles)
     return [f"{Path(profile.path).name}: {note}" for profile in profiles
-            for note in [*profile.meta.notes, *([profile.meta.empty] if some and
-                                                 profile.meta.empty else [])]]
+            for note in [*(_with_phases(profile, note) for note in profile.meta.notes),
+                         *([profile.meta.empty] if some and profile.meta.empty else [])]]
+
+
+def _with_phases(profile: Profile, note: str) -> str:
+    """A parser's note, with the phases' time per step (steps.phases_text) after the one saying
+    what the steps are (``meta.steps_note``)."""
+    return note + phases_text(profile) if note == getattr(profile.meta, "steps_note", None) \
+        else note
 
 
 def left_out_notes(profiles: list[Profile], summaries: list[RankSummary]) -> list[str]:

@@ -20,6 +20,7 @@ import pandas as pd
 
 from profreport import concepts
 from profreport.model import Profile
+from profreport.parsers.repeats import phases_per_step
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.kept import classified, per_profile
 from profreport.reports.analysis.results import (
@@ -29,6 +30,7 @@ from profreport.reports.analysis.results import (
     Warmup,
 )
 from profreport.reports.analysis.shape import find_warmup, per_step
+from profreport.units import ms
 
 
 @dataclass(frozen=True, eq=False)
@@ -146,6 +148,27 @@ def step_windows(profile: Profile) -> StepWindows | None:
 def _pct(values: np.ndarray, q: float) -> int:
     """Percentile ``q`` of integer durations, as int ns."""
     return int(np.percentile(values, q))
+
+
+def phases_text(profile: Profile) -> str:
+    """``; inside each: forward 35.0 ms, backward 30.0 ms per step``: the time per step of the
+    NVTX ranges directly inside the steps (repeats.phases_per_step), over the steps the
+    per-step figures count, so that the phases add up to no more than the mean step; the
+    start-up step they leave out is named. "" without steps or ranges inside them."""
+    windows = step_windows(profile)
+    steps = profile.table("steps")
+    if windows is None:
+        return ""
+    counted = np.isin(steps["start"].to_numpy(np.int64), windows.range_starts)
+    per_step = phases_per_step(profile.table("ranges"),
+                               steps[counted].sort_values("start", kind="stable"))
+    if per_step.empty:
+        return ""
+    listed = ", ".join(f"{name} {ms(int(value))}" for name, value in per_step.items())
+    left = steps["number"].to_numpy(np.int64)[~counted]
+    over = (f" of the {windows.count:,} steps the per-step figures count (step "
+            f"{', '.join(map(str, left))}, start-up, left out)" if len(left) else "")
+    return f"; inside each{over}: {listed} per step"
 
 
 def step_stats(windows: StepWindows) -> StepStats:
