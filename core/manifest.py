@@ -258,6 +258,8 @@ def _knob(name: str, value: object) -> object:
     kind = KNOB_TYPES.get(name)
     if kind is None:
         return _scalar(value)
+    if value is None and name in DEFAULTED_KNOBS:
+        return None
     if kind is bool and not isinstance(value, bool):
         raise _Invalid(f"{_kind(value)}, not true/false")
     if kind is int:
@@ -346,6 +348,8 @@ KNOB_TYPES: dict[str, type] = {
     "bucket_cap_mb": float, "broadcast_buffers": bool, "dataparallel": bool, "batch_size": int,
     "lr": float,
 }
+#: Knobs the runner records as None where it left them to PyTorch's default (passed none).
+DEFAULTED_KNOBS = frozenset({"bucket_cap_mb"})
 #: Largest manifest read: the runner's are a few KB; this leaves room for thousands of steps.
 MAX_MANIFEST_BYTES = Limit("bytes of manifest", 16 << 20,
                            "a manifest lists a run's settings and files, never megabytes")

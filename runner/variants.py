@@ -44,8 +44,9 @@ class Knobs:
 
     def as_dict(self) -> dict[str, Any]:
         """The knobs as a plain dict (for manifests and JSON configs); a knob left to PyTorch's
-        default (None) is not recorded."""
-        return {name: value for name, value in asdict(self).items() if value is not None}
+        default is recorded as None: the runner passed none, which the analysis tells apart
+        from a knob no one recorded (DDP's buckets differ with bucket_cap_mb passed or not)."""
+        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from conftest import torch_heap_crash  # noqa: E402
 from profreport import concepts
 from profreport.cli import build_parser
 from profreport.errors import EXIT_INTERRUPTED, EXIT_PARTIAL, InputError, UsageError
-from profreport.manifest import Manifest, load_manifest
+from profreport.manifest import Manifest, load_manifest, read_manifest, write_manifest
 from profreport.parsers import ParseOptions, parse_file
 from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
 from profreport.runner import leftovers
@@ -297,7 +297,20 @@ def test_the_ddp_variant_keeps_ddps_own_buckets(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     # fc2 and fc1 (1,181,066 gradients: past the 1 MiB first bucket), then the convolutions
     assert done.stdout.split()[-1] == "2"
-    assert "bucket_cap_mb" not in resolve_variants(["ddp"])[0].knobs(Knobs(nproc=2)).as_dict()
+    recorded = resolve_variants(["ddp"])[0].knobs(Knobs(nproc=2)).as_dict()
+    assert recorded["ddp"] is True and recorded["bucket_cap_mb"] is None
+
+
+def test_a_bucket_cap_left_to_ddp_is_recorded_as_passed_none(tmp_path: Path) -> None:
+    """The ddp variant passes no bucket_cap_mb, and its manifest says so (null): the bucket
+    advice judges the run at DDP's default buckets. The knob was dropped from the manifest, so
+    the advice read 'the run's bucket_cap_mb is unknown, not recorded' for the runner's own
+    run."""
+    knobs = resolve_variants(["ddp"])[0].knobs(Knobs(nproc=2)).as_dict()
+    write_manifest(tmp_path, Manifest("ddp", "mnist", knobs, {}))
+    loaded, problems = read_manifest(tmp_path / "manifest.json")
+    assert problems == [] and "bucket_cap_mb" in loaded.knobs
+    assert loaded.knobs["bucket_cap_mb"] is None
 
 
 def test_a_variant_without_ddp_records_one_process() -> None:
@@ -842,7 +855,7 @@ def test_ddp_script_with_its_own_profiler_under_torchrun(tmp_path: Path,
 def test_runner_manifest_fields_round_trip(tmp_path: Path) -> None:
     """Every field the runner writes for scripts, scaling and failures reads back unchanged,
     with no validation problem."""
-    from profreport.manifest import ProfiledRun, read_manifest, write_manifest
+    from profreport.manifest import ProfiledRun
 
     failed = ProfiledRun("none", ["python", "x.py"], -11, 1.5, error="killed by SIGSEGV",
                          signal="SIGSEGV", stderr_tail=["a warning", "Segmentation fault"],
