@@ -362,6 +362,22 @@ def test_archive_limits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
                               "files (test)"]
 
 
+def test_a_folder_past_the_limit_is_not_copied_not_unpacked(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    """A folder (no archive) past the file limit says its rest was not copied: it said 'not
+    unpacked', of a folder nothing is unpacked from."""
+    folder = tmp_path / "many"
+    folder.mkdir()
+    for i in range(5):
+        (folder / f"f{i}.json").write_text("{}")
+    monkeypatch.setattr(submissions, "MAX_FILES", Limit("files", 3, "test"))
+    staged = submissions.stage(submissions.Submission("many", folder), tmp_path / "s")
+    assert tree(tmp_path / "s") == {"f0.json", "f1.json", "f2.json"}
+    assert staged.refused == ["f3.json and every entry after it: not copied: more than 3 "
+                              "files (test)"]
+
+
 def test_unreadable_archive_is_that_students_error(tmp_path: Path, fixtures_dir: Path) -> None:
     subs = tmp_path / "subs"
     subs.mkdir()

@@ -58,7 +58,7 @@ class StudentResult:
     error: str
     checks: list[CheckResult]
     runs: list[RunSummary] = field(default_factory=list)
-    #: Entries of the submission that were not unpacked, with the reason.
+    #: Entries of the submission that were not unpacked or copied, with the reason.
     refused: list[str] = field(default_factory=list)
     #: Profiles that could not be read, one line each.
     failures: list[str] = field(default_factory=list)

@@ -254,7 +254,7 @@ class _Stager:
 
 
 def _beyond(limit: Limit) -> str:
-    """Why the rest of a submission is not unpacked."""
+    """Why the rest of a submission is not staged."""
     return f"more than {limit.value:,} {limit.what} ({limit.reason})"
 
 
@@ -273,7 +273,8 @@ def stage(submission: Submission, root: Path) -> Staged:
         else:
             _stage_tar(submission.path, stager)
     except _Budget as exc:
-        stager.refuse(f"{exc.entry[:150]} and every entry after it", f"not unpacked: {exc}")
+        verb = "not unpacked" if submission.is_archive else "not copied"
+        stager.refuse(f"{exc.entry[:150]} and every entry after it", f"{verb}: {exc}")
     return stager.staged
 
 
