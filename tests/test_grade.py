@@ -378,6 +378,32 @@ def test_a_folder_past_the_limit_is_not_copied_not_unpacked(tmp_path: Path,
                               "files (test)"]
 
 
+def test_a_backslash_in_a_name_is_refused_never_a_folder(tmp_path: Path) -> None:
+    """A '\\' in an entry's name is refused with the reason, in a zip, a tar and a folder: it
+    was split into folders ('optimized\\trace.json' became optimized/trace.json, a run the
+    student never made; on Linux the name is one file's)."""
+    name = "optimized\\trace.json"
+    with zipfile.ZipFile(tmp_path / "z.zip", "w") as archive:
+        archive.writestr(name, b"{}")
+        archive.writestr("baseline/trace.json", b"{}")
+    with tarfile.open(tmp_path / "t.tar", "w") as archive:
+        for member in (name, "baseline/trace.json"):
+            info = tarfile.TarInfo(member)
+            info.size = 2
+            archive.addfile(info, io.BytesIO(b"{}"))
+    (tmp_path / "f" / "baseline").mkdir(parents=True)
+    (tmp_path / "f" / name).write_text("{}")
+    (tmp_path / "f" / "baseline" / "trace.json").write_text("{}")
+    for entry in ("z.zip", "t.tar", "f"):
+        staged = submissions.stage(submissions.Submission("s", tmp_path / entry),
+                                   tmp_path / "staged" / entry)
+        assert tree(tmp_path / "staged" / entry) == {"baseline", "baseline/trace.json"}
+        assert staged.refused == [f"{name}: a '\\' in the name: on Linux it is part of one "
+                                  "name, never a folder separator (archives separate folders "
+                                  "with '/'); rename the file, or make the archive again with "
+                                  "'/' between folders"]
+
+
 def test_unreadable_archive_is_that_students_error(tmp_path: Path, fixtures_dir: Path) -> None:
     subs = tmp_path / "subs"
     subs.mkdir()

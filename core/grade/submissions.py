@@ -4,7 +4,8 @@ folder under the output folder before anything reads them.
 A submission is a folder or a ``.zip`` / ``.tar.gz`` / ``.tgz`` / ``.tar`` archive. Nothing is
 read in place: every regular file is copied (or extracted) into ``staging/NAME`` with a byte
 budget, so a zip bomb stops at the limit whatever its headers claim. Entries that are absolute,
-climb out with ``..``, are symlinks, hard links, devices or FIFOs, or come after the file-count or
+climb out with ``..``, hold a ``\\`` (one name on Linux, a folder on Windows: refused, never
+guessed), are symlinks, hard links, devices or FIFOs, or come after the file-count or
 size limit are refused with a reason and the rest is still graded. Files are created with
 ``O_EXCL | O_NOFOLLOW`` under a folder the grader made, so nothing lands outside it.
 """
@@ -44,6 +45,11 @@ CHUNK_BYTES = 1 << 20
 IGNORED_PARTS = frozenset({"__MACOSX", ".DS_Store"})
 #: What a student's name may keep: letters and digits of any script, ``.``, ``-``, ``_``.
 _SAFE_NAME = re.compile(r"[^\w.-]+")
+#: Why a name holding a backslash is refused: on Linux it is a character of one name, never a
+#: folder separator (archives separate folders with "/"), and neither reading is safe to guess.
+BACKSLASH_REASON = ("a '\\' in the name: on Linux it is part of one name, never a folder "
+                    "separator (archives separate folders with '/'); rename the file, or make "
+                    "the archive again with '/' between folders")
 #: Characters of a name kept at most (a folder name must stay under 255 bytes in UTF-8).
 MAX_NAME_CHARS = 60
 
@@ -194,9 +200,11 @@ def entry_parts(name: str) -> list[str]:
     """An archive entry's path components; InputError with the reason when it is unsafe."""
     if "\x00" in name:
         raise InputError("name holds a NUL character")
-    if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name):
+    if name.startswith("/") or re.match(r"^[A-Za-z]:", name):
         raise InputError("absolute path")
-    parts = [part for part in re.split(r"[\\/]+", name) if part not in ("", ".")]
+    if "\\" in name:
+        raise InputError(BACKSLASH_REASON)
+    parts = [part for part in name.split("/") if part not in ("", ".")]
     if ".." in parts:
         raise InputError("path climbs out of the submission with '..'")
     if any(len(part.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES for part in parts):
