@@ -404,6 +404,28 @@ def test_a_backslash_in_a_name_is_refused_never_a_folder(tmp_path: Path) -> None
                                   "'/' between folders"]
 
 
+def test_a_profile_the_manifest_does_not_list_is_named_in_the_feedback(tmp_path: Path,
+                                                                        fixtures_dir: Path
+                                                                        ) -> None:
+    """A profile added beside a runner's manifest that its artifacts do not list is not read,
+    and the student's feedback names it: it was left out without a word."""
+    subs = tmp_path / "subs"
+    for run, fixture in (("baseline", "loader_heavy"), ("optimized", "compute_heavy")):
+        (subs / "ann" / run).mkdir(parents=True)
+        shutil.copy(fixtures_dir / fixture / "manifest.json", subs / "ann" / run)
+        shutil.copytree(fixtures_dir / fixture / "trace", subs / "ann" / run / "trace")
+    shutil.copy(fixtures_dir / "loader_heavy" / "train.lprof",
+                subs / "ann" / "optimized" / "extra.lprof")
+    outcome = grade_class(subs, parse_rubric(RUBRIC, tmp_path / "r.toml"), tmp_path / "out")
+    optimized = next(run for run in outcome.results[0].runs if run.name == "optimized")
+    note = ("not read: extra.lprof (beside manifest.json, which does not list it in its "
+            "artifacts: a run folder with a manifest is read from its artifacts only)")
+    assert note in optimized.notes
+    assert [kind for kind, _ in optimized.sources] == ["kineto"]
+    feedback = (tmp_path / "out" / "students" / "ann" / "feedback.md").read_text()
+    assert "not read: extra.lprof (beside manifest.json" in feedback
+
+
 def test_unreadable_archive_is_that_students_error(tmp_path: Path, fixtures_dir: Path) -> None:
     subs = tmp_path / "subs"
     subs.mkdir()

@@ -160,8 +160,22 @@ def _files_of(path: Path, manifest: Manifest | None,
     if path.is_file():
         return {path: None}
     if manifest is not None and manifest.artifacts:
-        return _artifact_files(path, manifest, failures)
+        files = _artifact_files(path, manifest, failures)
+        manifest.notes += unlisted_note(path, files)
+        return files
     return dict.fromkeys(find_profiles(path))
+
+
+def unlisted_note(folder: Path, listed: dict[Path, int | None]) -> list[str]:
+    """A note naming the profiles lying in a run folder that its manifest's artifacts do not
+    list: only the artifacts are read, and a profile added beside them is not silently lost."""
+    unlisted = [p.relative_to(folder).as_posix() for p in find_profiles(folder)
+                if p not in listed]
+    if not unlisted:
+        return []
+    return [f"not read: {', '.join(unlisted)} (beside {MANIFEST_NAME}, which does not list "
+            f"{'it' if len(unlisted) == 1 else 'them'} in its artifacts: a run folder with a "
+            "manifest is read from its artifacts only)"]
 
 
 def _read_files(files: dict[Path, int | None], options: AnalyzeOptions, executor: Executor,
