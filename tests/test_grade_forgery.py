@@ -98,6 +98,11 @@ def gamed(tmp_path_factory: pytest.TempPathFactory,
     run_folder(subs / "copier" / "baseline", heavy)
     edit_trace(run_folder(subs / "copier" / "optimized", compute), lambda data: [
         event.update(ts=event["ts"] + 3.6e9) for event in data["traceEvents"] if "ts" in event])
+    # The same run handed in as baseline and optimized: the same file, and a re-written copy.
+    run_folder(subs / "twice" / "baseline", heavy)
+    run_folder(subs / "twice" / "optimized", heavy)
+    run_folder(subs / "rewritten" / "baseline", heavy)
+    edit_trace(run_folder(subs / "rewritten" / "optimized", heavy), lambda data: None)
     return grade(root, subs)
 
 
@@ -164,3 +169,20 @@ def test_accumulated_batches_are_no_edited_throughput() -> None:
     assert manifest_edited(honest) == []
     edited = SimpleNamespace(name="ga", metrics=metrics, world_size=1, knobs={"batch_size": 64})
     assert manifest_edited(edited)[0].endswith("give 1,600.0: edited")
+
+
+def test_one_profile_handed_in_as_both_runs_is_flagged(gamed: dict, fixtures_dir: Path) -> None:
+    """The same trace as baseline and optimized (its bytes, or re-written: the same recorded
+    timings) is flagged, and the speedup's feedback says it compares one profile with itself;
+    it was graded 1.00x without a word. Two different runs are not flagged."""
+    trace = trace_of(fixtures_dir / "loader_heavy").relative_to(fixtures_dir / "loader_heavy")
+    same_bytes = (f"optimized/{trace.as_posix()} has the same bytes as "
+                  f"baseline/{trace.as_posix()}")
+    assert f"speedup: optimized is baseline's own profile ({same_bytes}): the speedup compares " \
+           "one profile with itself" in gamed["twice"].flags
+    check = next(check for check in gamed["twice"].checks if check.id == "speedup")
+    assert check.measured.startswith(f"Your optimized run is your baseline run's own profile "
+                                     f"({same_bytes}): this compares one profile with itself.")
+    assert "speedup: optimized is baseline's own profile (the same recorded step and operator " \
+           "timings, timestamps aside)" in " ".join(gamed["rewritten"].flags)
+    assert not any("own profile" in flag for flag in gamed["author"].flags)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from profreport.grade.fair import Fair
+from profreport.grade.forgery import same_profile
 from profreport.grade.results import CheckResult
 from profreport.grade.rubric import SPEEDUP, SUBMISSION_RUN, Check
 from profreport.reports.analysis.compare import compare_runs, samples_per_step, shared_cpus
@@ -34,6 +35,8 @@ class Graded:
     shown_paths: dict[str, str] = field(default_factory=dict)
     #: ``grade --run``: the submission's trials against the reference's.
     fair: Fair | None = None
+    #: Profile path -> SHA-256 of its bytes (profile-only mode).
+    digests: dict[str, str] = field(default_factory=dict)
 
     def where(self, run: RunAnalysis) -> str:
         """The run's profiles as the student knows them."""
@@ -306,8 +309,11 @@ def check_speedup(check: Check, graded: Graded) -> CheckResult:
              f"{display.duration(base_row.step_time_ns)} in {base.name}. "
              if row.step_time_ns and base_row.step_time_ns else "")
     noise = display.noise_mark(row.within_noise, row.noise_fraction)
-    measured = (f"{steps}{basis}: {display.ratio(value)}{' ' + noise if noise else ''} "
-                f"(needs {_bounds(check)}). {row.explanation}")
+    same = same_profile(base, cand, graded.digests, graded.shown_paths)
+    itself = (f"Your {cand.name} run is your {base.name} run's own profile ({same}): this "
+              "compares one profile with itself. " if same is not None else "")
+    measured = (f"{itself}{steps}{basis}: {display.ratio(value)}"
+                f"{' ' + noise if noise else ''} (needs {_bounds(check)}). {row.explanation}")
     if row.within_noise:
         measured += " The difference is within run-to-run noise: counted as 1.00x."
         value = 1.0

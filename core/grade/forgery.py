@@ -2,7 +2,8 @@
 unequal conditions. Each sign is a flag for the teacher with its evidence, read from the
 analysis of the runs (the profilers of one run against each other, the runs' manifests); a flag
 never changes the points by itself. Times scaled by one factor (every operator and kernel
-faster by the same ratio, as an edit of a trace's timestamps makes them) are flagged. Copies
+faster by the same ratio, as an edit of a trace's timestamps makes them) are flagged, and so is
+a speedup of one profile over itself (the same run handed in as baseline and candidate). Copies
 between students are found by
 :func:`profreport.grade.gradebook.duplicates`. Edited step times are not flagged: profilers'
 overheads differ too much to bound one by another (the fixture loader_heavy: nsys steps 1.1 s,
@@ -12,8 +13,10 @@ what its own step times give is flagged."""
 
 from __future__ import annotations
 
+import hashlib
+
 from profreport.grade.rubric import SPEEDUP, Rubric
-from profreport.reports.analysis.results import RunAnalysis
+from profreport.reports.analysis.results import RunAnalysis, RunMetrics
 from profreport.units import NS_PER_S, ms
 
 #: The runner writes a manifest's throughput as batch x processes over its own mean plain step:
@@ -95,13 +98,49 @@ def scaled_times(base: RunAnalysis, cand: RunAnalysis) -> str | None:
             "operator by one factor")
 
 
-def unequal_comparison(rubric: Rubric, runs: dict[str, RunAnalysis]) -> list[str]:
+def timing_fingerprint(metrics: RunMetrics) -> str | None:
+    """A hash of the step timings and the busiest operators' calls and times the profiler
+    recorded, not of any timestamp or name (a copy with its timestamps shifted or an operator
+    renamed keeps it); None without steps."""
+    steps = metrics.steps
+    if steps is None:
+        return None
+    ops = "|".join(f"{count}:{total}" for count, total in
+                   sorted((op.count, op.total_ns) for op in metrics.top_ops))
+    text = (f"{steps.origin}|{steps.count}|{steps.mean_ns}|{steps.p50_ns}|{steps.p90_ns}|"
+            f"{steps.min_ns}|{steps.max_ns}|{ops}")
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def same_profile(base: RunAnalysis, cand: RunAnalysis, digests: dict[str, str],
+                 shown: dict[str, str]) -> str | None:
+    """How ``cand`` is ``base``'s own profile (a file of the same bytes in both, by ``digests``:
+    profile path -> SHA-256; or the same recorded step and operator timings, a re-compressed or
+    renamed copy), else None: a speedup between them compares one profile with itself."""
+    before = {digests[s.path]: s.path for s in base.inputs if s.path in digests}
+    for source in cand.inputs:
+        twin = before.get(digests.get(source.path, ""))
+        if twin is not None:
+            return (f"{shown.get(source.path, source.path)} has the same bytes as "
+                    f"{shown.get(twin, twin)}")
+    fingerprint = timing_fingerprint(cand.metrics)
+    if fingerprint is not None and fingerprint == timing_fingerprint(base.metrics):
+        return "the same recorded step and operator timings, timestamps aside"
+    return None
+
+
+def unequal_comparison(rubric: Rubric, runs: dict[str, RunAnalysis], digests: dict[str, str],
+                       shown: dict[str, str]) -> list[str]:
     """Speedups compared across another batch, or across other profilers."""
     flags = []
     for check in rubric.checks:
         if check.target != SPEEDUP or check.baseline not in runs or check.candidate not in runs:
             continue
         base, cand = runs[check.baseline], runs[check.candidate]  # type: ignore[index]
+        same = same_profile(base, cand, digests, shown)
+        if same is not None:
+            flags.append(f"{check.id}: {cand.name} is {base.name}'s own profile ({same}): the "
+                         "speedup compares one profile with itself")
         batches = (base.knobs.get("batch_size"), cand.knobs.get("batch_size"))
         if None not in batches and batches[0] != batches[1]:
             flags.append(f"{check.id}: {cand.name} trains on batches of {batches[1]}, "
@@ -118,9 +157,11 @@ def unequal_comparison(rubric: Rubric, runs: dict[str, RunAnalysis]) -> list[str
     return flags
 
 
-def flags(rubric: Rubric, runs: dict[str, RunAnalysis]) -> list[str]:
-    """Every sign of forgery or unequal conditions in one submission's runs."""
+def flags(rubric: Rubric, runs: dict[str, RunAnalysis], digests: dict[str, str],
+          shown: dict[str, str]) -> list[str]:
+    """Every sign of forgery or unequal conditions in one submission's runs (``digests``: each
+    profile's SHA-256; ``shown``: its path as the student named it)."""
     found = [flag for run in runs.values() for sign in (profilers_disagree, handmade,
                                                         manifest_edited)
              for flag in sign(run)]
-    return found + unequal_comparison(rubric, runs)
+    return found + unequal_comparison(rubric, runs, digests, shown)

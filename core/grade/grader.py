@@ -19,7 +19,7 @@ from profreport.grade.checks import Graded, evaluate
 from profreport.grade.execute import code_digest, load_measured
 from profreport.grade.fair import compare
 from profreport.grade.feedback import render_feedback, render_student_page
-from profreport.grade.forgery import flags
+from profreport.grade.forgery import flags, timing_fingerprint
 from profreport.grade.results import GRADEBOOK_SCHEMA, RunSummary, StudentResult
 from profreport.grade.rubric import SUBMISSION_RUN, Rubric, RunSpec
 from profreport.grade.submissions import Submission, content_hash, file_hash, stage, unwrap
@@ -27,7 +27,7 @@ from profreport.manifest import MANIFEST_NAME
 from profreport.parsers import ParseOptions
 from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths, find_profiles
 from profreport.reports.analysis.compare import compare_runs
-from profreport.reports.analysis.results import LineItem, Report, RunAnalysis, RunMetrics
+from profreport.reports.analysis.results import LineItem, Report, RunAnalysis
 from profreport.reports.render import display
 
 #: The run that profiles lying directly in a submission form.
@@ -128,10 +128,12 @@ def _grade(job: Job) -> StudentResult:
     moved = _gather_loose(root)
     refused = staged.refused
     runs, failures, shown = _analyse(root, job.layout, moved)
-    graded = Graded(runs={run.name: run for run in runs}, failures=failures, shown_paths=shown)
+    digests = {s.path: file_hash(Path(s.path)) for run in runs for s in run.inputs}
+    graded = Graded(runs={run.name: run for run in runs}, failures=failures, shown_paths=shown,
+                    digests=digests)
     all_failures = [line for lines in failures.values() for line in lines]
     fields = {"refused": refused, "failures": all_failures, "content_hash": digest,
-              "flags": flags(job.rubric, graded.runs)}
+              "flags": flags(job.rubric, graded.runs, digests, shown)}
     if not runs:
         error = ("no profile could be read: " + "; ".join(all_failures) if all_failures
                  else "no profiles in the submission")
@@ -141,8 +143,8 @@ def _grade(job: Job) -> StudentResult:
             student=job.submission.student, status="ok", error="",
             checks=[evaluate(check, graded) for check in job.rubric.checks],
             runs=[_summary(run, graded) for run in runs],
-            profile_hashes={shown.get(s.path, s.path): file_hash(Path(s.path))
-                            for run in runs for s in run.inputs}, **fields)
+            profile_hashes={shown.get(path, path): value for path, value in digests.items()},
+            **fields)
     return _finish(job, key, result, graded)
 
 
@@ -246,20 +248,6 @@ def _relative(line: str, root: Path, shown: dict[str, str]) -> str:
     return line.replace(f"{root}/", "").replace(str(root), "your submission")
 
 
-def _timing_fingerprint(metrics: RunMetrics) -> str | None:
-    """A hash of the step timings and the busiest operators' calls and times the profiler
-    recorded, not of any timestamp or name (a copy with its timestamps shifted or an operator
-    renamed keeps it); None without steps."""
-    steps = metrics.steps
-    if steps is None:
-        return None
-    ops = "|".join(f"{count}:{total}" for count, total in
-                   sorted((op.count, op.total_ns) for op in metrics.top_ops))
-    text = (f"{steps.origin}|{steps.count}|{steps.mean_ns}|{steps.p50_ns}|{steps.p90_ns}|"
-            f"{steps.min_ns}|{steps.max_ns}|{ops}")
-    return hashlib.sha256(text.encode()).hexdigest()[:24]
-
-
 def _source_missing(lines: list[LineItem]) -> bool:
     """Whether line_profiler lines were recorded but none has its source text."""
     return bool(lines) and all(line.source is None for line in lines)
@@ -273,7 +261,7 @@ def _summary(run: RunAnalysis, graded: Graded) -> RunSummary:
         sources=[(s.kind, graded.shown_paths.get(s.path, s.path)) for s in run.inputs],
         finding_ids=[f.id for f in run.findings],
         what_to_change=top.recommendation if top else "",
-        timing_fingerprint=_timing_fingerprint(run.metrics),
+        timing_fingerprint=timing_fingerprint(run.metrics),
         source_missing=_source_missing(run.metrics.lines), notes=run.notes)
 
 
