@@ -89,6 +89,14 @@ def gamed(tmp_path_factory: pytest.TempPathFactory,
     manifest = json.loads((small / "manifest.json").read_text())
     manifest["knobs"]["batch_size"] = 16
     (small / "manifest.json").write_text(json.dumps(manifest))
+    # A quarter of the batch, a step taking 1.5 batches on average and no throughput: the
+    # speedup can only be the step-time ratio, which cannot be put per sample.
+    run_folder(subs / "uneven" / "baseline", heavy)
+    uneven = run_folder(subs / "uneven" / "optimized", compute)
+    manifest = json.loads((uneven / "manifest.json").read_text())
+    manifest["knobs"].update(batch_size=16, batches_per_step=1.5)
+    manifest["throughput_samples_per_s"] = None
+    (uneven / "manifest.json").write_text(json.dumps(manifest))
     # The baseline under two profilers, the optimized run under one.
     run_folder(subs / "fewer" / "baseline", heavy, ("trace", "train.lprof"))
     run_folder(subs / "fewer" / "optimized", compute)
@@ -142,8 +150,17 @@ def test_deleted_dataloader_events_disagree_with_line_profiler(gamed: dict) -> N
 
 
 def test_smaller_batch_and_fewer_profilers_are_flagged(gamed: dict) -> None:
-    """A speedup across another batch, or across other profilers, is flagged."""
-    assert any("batches of 16, baseline on 64" in f for f in gamed["smaller"].flags)
+    """A speedup that mixes two batch sizes (a step-time ratio that cannot be put per sample),
+    or runs under other profilers, is flagged; one in samples/s across two batch sizes is not
+    (it was: 'a step of each is not the same work (compare samples/s)' of a speedup that
+    compared samples/s)."""
+    (flag,) = [f for f in gamed["uneven"].flags if "batches of 16" in f]
+    assert flag == ("speedup: optimized trains on batches of 16, baseline on 64, and the speedup "
+                    "is their step-time ratio, not per sample (the samples a step takes are "
+                    "unknown for optimized): a step of each is not the same work")
+    check = next(check for check in gamed["smaller"].checks if check.id == "speedup")
+    assert "Samples per second of the unprofiled runs" in check.measured
+    assert not any("batches of 16" in f for f in gamed["smaller"].flags)
     assert any("baseline was profiled with kineto, lprof, optimized with kineto" in f
                for f in gamed["fewer"].flags)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 
 from profreport.grade.rubric import SPEEDUP, Rubric
+from profreport.reports.analysis.compare import compare_runs, samples_per_step
 from profreport.reports.analysis.results import RunAnalysis, RunMetrics
 from profreport.units import NS_PER_S, ms
 
@@ -129,6 +130,20 @@ def same_profile(base: RunAnalysis, cand: RunAnalysis, digests: dict[str, str],
     return None
 
 
+def unknown_samples(base: RunAnalysis, cand: RunAnalysis) -> list[str]:
+    """The runs whose samples per step are unknown (compare.samples_per_step: no whole number
+    of batches per step, or no batch size)."""
+    return [run.name for run in (base, cand) if samples_per_step(run) is None]
+
+
+def per_sample(base: RunAnalysis, cand: RunAnalysis) -> bool:
+    """Whether the comparison's speedup of ``cand`` over ``base`` is per sample: the manifests'
+    samples/s, or the step-time ratio scaled by both runs' samples per step."""
+    comparison = compare_runs([base, cand], base.name)
+    assert comparison is not None
+    return comparison.rows[1].speedup_basis == "throughput" or not unknown_samples(base, cand)
+
+
 def unequal_comparison(rubric: Rubric, runs: dict[str, RunAnalysis], digests: dict[str, str],
                        shown: dict[str, str]) -> list[str]:
     """Speedups compared across another batch, or across other profilers."""
@@ -142,10 +157,12 @@ def unequal_comparison(rubric: Rubric, runs: dict[str, RunAnalysis], digests: di
             flags.append(f"{check.id}: {cand.name} is {base.name}'s own profile ({same}): the "
                          "speedup compares one profile with itself")
         batches = (base.knobs.get("batch_size"), cand.knobs.get("batch_size"))
-        if None not in batches and batches[0] != batches[1]:
+        if None not in batches and batches[0] != batches[1] and not per_sample(base, cand):
             flags.append(f"{check.id}: {cand.name} trains on batches of {batches[1]}, "
-                         f"{base.name} on {batches[0]}: a step of each is not the same work "
-                         "(compare samples/s)")
+                         f"{base.name} on {batches[0]}, and the speedup is their step-time "
+                         "ratio, not per sample (the samples a step takes are unknown for "
+                         f"{' and '.join(unknown_samples(base, cand))}): a step of each is not "
+                         "the same work")
         scaled = scaled_times(base, cand)
         if scaled is not None:
             flags.append(f"{check.id}: {scaled}")
