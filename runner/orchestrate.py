@@ -45,6 +45,7 @@ from profreport.runner.slurm import (
     SlurmPlan,
     emit_slurm,
     largest_node_cpus,
+    no_gpu_note,
     too_large,
 )
 from profreport.runner.train import WARMUP_STEPS, TrainConfig
@@ -488,19 +489,23 @@ def write_slurm(args: argparse.Namespace, variants: list[Variant], options: RunO
     """``--emit-slurm``: write the sbatch scripts and the driver, and make the folders the jobs
     write into (Slurm opens ``--output`` before the job starts); run nothing."""
     out = args.emit_slurm.absolute()
+    note = no_gpu_note(args.device, options.device)
     plan = SlurmPlan(options.runs_dir, args.out.absolute(), slurm_run_args(args, options),
-                     1 if options.on_gpu else 0, slurm_report_args(args, options))
+                     1 if options.on_gpu else 0, slurm_report_args(args, options), note)
     jobs = slurm_jobs(variants, options)
     written = emit_slurm(jobs, plan, out)
     print(f"wrote {len(written)} scripts to {out}; submit with: bash {out / 'submit_all.sh'}")
+    if note:
+        print(f"profreport: warning: {note}", file=sys.stderr)
     for line in too_large(jobs, largest_node_cpus()):
         print(f"profreport: warning: {line}", file=sys.stderr)
 
 
 def slurm_run_args(args: argparse.Namespace, options: RunOptions) -> list[str]:
-    """The run-and-report options every job repeats (absolute paths)."""
+    """The run-and-report options every job repeats (absolute paths), with the device this
+    machine resolved ``auto`` to: the jobs train where their GPU request (or none) says."""
     run_args = ["--steps", str(options.steps), "--profilers", ",".join(options.profilers),
-                "--device", args.device, "--format", ",".join(args.formats)]
+                "--device", options.device, "--format", ",".join(args.formats)]
     if options.bucket_cap_mb is not None:
         run_args += ["--bucket-cap-mb", str(options.bucket_cap_mb)]
     if options.script is None:

@@ -18,6 +18,7 @@ import shlex
 import stat
 import subprocess
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +41,9 @@ class SlurmPlan:
     #: The report job's analyze options: run-and-report's report options (formats, title,
     #: baseline) and where the profiled code lives, as run-and-report's own report takes them.
     report_args: tuple[str, ...] = ()
+    #: Why the jobs ask for no GPU when ``--device auto`` chose the CPU (no_gpu_note), written
+    #: atop every script; empty otherwise.
+    device_note: str = ""
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,8 @@ class SlurmJob:
     workers: int = 0
 
 
+#: Characters of a comment line in the scripts (a terminal's width).
+COMMENT_WIDTH = 78
 #: How long sinfo may take to say the cluster's nodes.
 SINFO_TIMEOUT_S = 10
 
@@ -92,14 +98,28 @@ def too_large(jobs: list[SlurmJob], largest: int | None) -> list[str]:
             for job in jobs if job_cpus(job) > largest]
 
 
+def no_gpu_note(requested: str, device: str) -> str:
+    """Why the jobs ask for no GPU, when ``--device auto`` resolved to the CPU on the machine
+    writing the scripts (a CPU-only login node): the compute nodes may have GPUs it cannot see,
+    and no job of the cluster would use them; '' for an explicit device or a GPU found."""
+    if requested != "auto" or device != "cpu":
+        return ""
+    return ("--device auto found no GPU on this machine, so the jobs ask for none (no --gres) "
+            "and train on the CPU (--device cpu); to train on the cluster's GPUs, write the "
+            "scripts with --device cuda (one GPU per process)")
+
+
 def sbatch_header(job: SlurmJob, plan: SlurmPlan) -> list[str]:
     """The ``#SBATCH`` lines of one job: one task per node with CPUs for every process on the
-    node and its workers (job_cpus), and a GPU per process on a GPU run."""
+    node and its workers (job_cpus), and a GPU per process on a GPU run; the plan's device
+    note as a comment above them (sbatch reads ``#SBATCH`` lines after comments)."""
     cpus = job_cpus(job)
     lines = ["#!/usr/bin/env bash", f"#SBATCH --job-name=profreport-{job.name}",
              f"#SBATCH --nodes={job.nodes}", "#SBATCH --ntasks-per-node=1",
              f"#SBATCH --cpus-per-task={cpus}", f"#SBATCH --time={JOB_TIME_LIMIT}",
              f"#SBATCH --output={plan.runs_dir / job.name}/slurm-%j.out"]
+    if plan.device_note:
+        lines[1:1] = [f"# {line}" for line in textwrap.wrap(plan.device_note, COMMENT_WIDTH)]
     if plan.gpus_per_process:
         lines.append(f"#SBATCH --gres=gpu:{plan.gpus_per_process * job.processes_per_node}")
     return lines

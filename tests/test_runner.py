@@ -261,6 +261,41 @@ def test_emit_slurm_scripts_pass_bash_syntax_check(tmp_path: Path,
     assert f"{sys.executable} -m profreport analyze" in driver
 
 
+def test_emit_slurm_with_device_auto_on_a_cpu_machine_says_no_gpu_is_asked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--device auto on a machine without a GPU (a CPU-only login node) asks the jobs for no
+    GPU: a warning on stderr and a comment atop each script say so and how to ask for GPUs,
+    and the jobs train on the CPU as they asked (--device cpu). It wrote no --gres and passed
+    --device auto on without a word, so on a GPU cluster the jobs trained on the CPU."""
+    import torch
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the login node
+    args = build_parser().parse_args(
+        ["run-and-report", "--variants", "baseline", "--emit-slurm", "slurm", "--out", "r"])
+    write_slurm(args, resolve_variants(["baseline"]), run_options(args))
+    note = ("--device auto found no GPU on this machine, so the jobs ask for none (no --gres) "
+            "and train on the CPU (--device cpu); to train on the cluster's GPUs, write the "
+            "scripts with --device cuda (one GPU per process)")
+    assert f"profreport: warning: {note}\n" in capsys.readouterr().err
+    script = (tmp_path / "slurm" / "baseline.sbatch").read_text()
+    header = script.split("#SBATCH", 1)[0].splitlines()
+    assert header[0] == "#!/usr/bin/env bash"
+    assert " ".join(line.removeprefix("# ") for line in header[1:]) == note
+    assert "#SBATCH --gres" not in script and " --device cpu " in script
+    check = subprocess.run(["bash", "-n", str(tmp_path / "slurm" / "baseline.sbatch")],
+                           capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+    cpu = build_parser().parse_args(
+        ["run-and-report", "--variants", "baseline", "--emit-slurm", "cpu", "--out", "r",
+         "--device", "cpu"])
+    write_slurm(cpu, resolve_variants(["baseline"]), run_options(cpu))
+    assert "warning: --device" not in capsys.readouterr().err
+    assert (tmp_path / "cpu" / "baseline.sbatch").read_text().startswith(
+        "#!/usr/bin/env bash\n#SBATCH")
+
+
 #: Counts the gradient all-reduces of the third step of the built-in model wrapped as the ddp
 #: variant wraps it (prepare_model with the ddp variant's knobs) in a real gloo group of one
 #: process: DDP rebuilds its buckets after the first step, in the order gradients came.
