@@ -115,3 +115,19 @@ def test_unreadable_manifest_is_one_line_and_the_others_go_on(tmp_path: Path, ti
     assert line.startswith(f"{folder / 'manifest.json'}: ") and len(line) < 1000
     report = analyze_paths([folder, tiny_trace], AnalyzeOptions())
     assert len(report.runs) == 2 and report.failures == [line]
+
+
+def test_a_profile_the_artifacts_do_not_list_is_named_and_a_link_never_opened(
+        tmp_path: Path, tiny_trace: Path) -> None:
+    """A trace beside the manifest that its artifacts do not list is named in the run's notes,
+    not read; a link beside it leading outside is neither opened to tell nor named."""
+    folder = write_run(tmp_path / "run", tiny_trace)
+    shutil.copy(tiny_trace, folder / "extra.pt.trace.json")
+    outside = tmp_path / "outside.pt.trace.json"
+    shutil.copy(tiny_trace, outside)
+    (folder / "link.pt.trace.json").symlink_to(outside)
+    run = analyze_paths([folder], AnalyzeOptions()).runs[0]
+    assert [source.path for source in run.inputs] == [str(folder / "trace.pt.trace.json")]
+    assert [note for note in run.notes if note.startswith("not read")] == [
+        "not read: extra.pt.trace.json (beside manifest.json, which does not list it in its "
+        "artifacts: a run folder with a manifest is read from its artifacts only)"]

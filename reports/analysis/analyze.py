@@ -105,13 +105,15 @@ def _searched(folder: Path, path: Path) -> bool:
         part.startswith(".") or part in SKIPPED_DIRS for part in parts)
 
 
-def find_profiles(folder: Path) -> list[Path]:
+def find_profiles(folder: Path, links: bool = True) -> list[Path]:
     """The profile files of a run folder, sorted; an nsys export beside its report is skipped,
     and so is a PyTorch execution trace beside other profiles (ExecutionTraceObserver writes
     it beside the torch.profiler trace of its run; alone, it gets its own failure line).
     Anything but a folder counts, so a FIFO or a broken link named like a profile gets its own
-    failure line when it is read, instead of being skipped without a word."""
+    failure line when it is read, instead of being skipped without a word; ``links=False``
+    leaves symbolic links out unopened."""
     found = sorted(p for p in folder.rglob("*") if not p.is_dir() and _searched(folder, p)
+                   and (links or not p.is_symlink())
                    and not any(fnmatch.fnmatchcase(p.name, name) for name in NOT_TRACES)
                    and is_profile(p))
     reports = {run_name(p) for p in found if p.name.endswith(NSYS_REPORT_SUFFIXES)}
@@ -168,8 +170,9 @@ def _files_of(path: Path, manifest: Manifest | None,
 
 def unlisted_note(folder: Path, listed: dict[Path, int | None]) -> list[str]:
     """A note naming the profiles lying in a run folder that its manifest's artifacts do not
-    list: only the artifacts are read, and a profile added beside them is not silently lost."""
-    unlisted = [p.relative_to(folder).as_posix() for p in find_profiles(folder)
+    list: only the artifacts are read, and a profile added beside them is not silently lost
+    (a symbolic link is not opened to tell: artifacts are never read through one)."""
+    unlisted = [p.relative_to(folder).as_posix() for p in find_profiles(folder, links=False)
                 if p not in listed]
     if not unlisted:
         return []
