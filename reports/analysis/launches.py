@@ -185,12 +185,6 @@ def join_beside(profile: Profile) -> None:
         _launch_index.beside(profile)
 
 
-def unique_calls(profile: Profile) -> bool:
-    """Whether no two runtime calls share a correlation id: then each GPU row has at most one
-    launching call, and the first call of its id is the one."""
-    return _launch_index(profile)[1] is None
-
-
 def _first_in(keys: np.ndarray, order: np.ndarray, ordered: np.ndarray,
               dtype: type = np.int64) -> np.ndarray:
     """For each key, the first of the calls (``order``: their stable order by id, ``ordered``:
