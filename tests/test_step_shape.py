@@ -221,12 +221,43 @@ def test_a_recompile_inside_the_steps_is_named_and_its_spans_are_no_operators(
     assert run.metrics.shape.compiling == ((15, 9_999_000_000),)
     assert [op.name for op in run.metrics.top_ops] == ["aten::mm"]
     found = next(f for f in run.findings if f.id == "RECOMPILED")
-    assert found.title == ("torch.compile compiled again inside 1 of the measured steps "
-                           "(9999.0 ms): the per-step means and shares hold that compiling.")
+    assert found.title == ("torch.compile compiled again inside 1 of the profiled steps "
+                           "(9999.0 ms): it is left out of the per-step figures over the other "
+                           "18 steps.")
     assert found.evidence[1].text == "the step windows' median is 1.1 ms: the steady steps"
     data = json.loads(render_json(analyze_paths([tmp_path / "recompile.json"], AnalyzeOptions())))
-    assert data["runs"][0]["metrics"]["step_shape"]["compiling"] == [{"step": 15,
-                                                                       "ms": 9999.0}]
+    assert data["runs"][0]["metrics"]["step_shape"]["compiling"] == [
+        {"step": 15, "ms": 9999.0, "left_out": True}]
+
+
+def test_a_recompiling_step_is_left_out_of_the_per_step_figures(tmp_path: Path) -> None:
+    """Ten ProfilerSteps of 1 ms (0.7 ms of aten::mm) on the CPU, step 5 recompiling for
+    200 ms (Dynamo's entire_frame_compile): the mean step read 21.0 ms and the breakdown's
+    compute 20.7 ms per step, the compiling counted as the model's work. Step 5 is left out
+    now: 9 steps of 1 ms, 0.7 ms of it compute, and the report says which step was left out
+    and why."""
+    events, at = [], 1_000
+    for n in range(10):
+        length = 201_000 if n == 5 else 1_000
+        events.append(cpu_event(f"ProfilerStep#{n}", at, length, cat="user_annotation"))
+        if n == 5:
+            events.append(cpu_event("entire_frame_compile", at + 10, 200_000))
+        events.append(cpu_event("aten::mm", at + length - 900, 700))
+        at += length
+    path = kineto_trace(tmp_path / "recompile.json", events)
+    run = analyze_paths([path], AnalyzeOptions()).runs[0]
+    m = run.metrics
+    assert m.shape.compiling == ((5, 200_000_000),) and m.shape.compiling_left_out
+    assert (m.steps.count, m.steps.mean_ns, m.steps.wall_mean_ns) == (9, 1_000_000, 1_000_000)
+    assert [number for number, _ in m.steps.range_by_number] == [0, 1, 2, 3, 4, 6, 7, 8, 9]
+    assert m.breakdown.step_ns == 1_000_000 and m.breakdown.parts_ns["compute"] == 700_000
+    assert m.shape.step_window.count == 8  # the last window is only its own range
+    found = next(f for f in run.findings if f.id == "RECOMPILED")
+    assert found.title == ("torch.compile compiled again inside 1 of the profiled steps "
+                           "(200.0 ms): it is left out of the per-step figures over the other "
+                           "9 steps.")
+    assert "torch.compile recompiling | 200.0 ms in 1 step (left out of the per-step figures)" \
+        in render_markdown(analyze_paths([path], AnalyzeOptions()))
 
 
 def test_periodic_stalls_are_named_apart_from_the_steady_wait(tmp_path: Path) -> None:

@@ -32,6 +32,7 @@ from profreport.reports.analysis.results import (
 from profreport.reports.analysis.steps import (
     StepWindows,
     dataloader_intervals,
+    starts_in_windows,
     where_in_steps,
 )
 from profreport.reports.analysis.top import TOP_KERNELS, calls_by_name, top_items
@@ -251,7 +252,7 @@ def launch_stats(profile: Profile, windows: StepWindows) -> LaunchStats | None:
     short_fraction = short / count
     runtime = profile.table("runtime")
     starts = runtime["start"].to_numpy(np.int64)
-    inside = (starts >= windows.first_ns) & (starts < windows.last_ns)
+    inside = starts_in_windows(starts, windows)
     runtime_ns = sum(int(ns.sum()) for ns in iv.lengths(starts, runtime["end"], inside))
     launches = inside & classified(profile, "runtime", concepts.is_launch_api)
     del inside

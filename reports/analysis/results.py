@@ -187,6 +187,14 @@ class StepShape:
     #: Steps whose windows hold torch.compile compiling (concepts.COMPILE_SPANS: a recompile
     #: after start-up), as (step number, ns compiling in it); empty when none does.
     compiling: tuple[tuple[int, int], ...] = ()
+    #: Whether those steps are left out of the per-step figures (some step does not compile:
+    #: steps.StepWindows.compiling); False when every step compiles and the figures hold it.
+    compiling_left_out: bool = False
+
+    @property
+    def compiling_ns(self) -> int:
+        """The ns torch.compile compiles in the steps of :attr:`compiling`."""
+        return sum(ns for _, ns in self.compiling)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,10 @@ explicit DataLoader spans.
 
 A first step that is start-up (see reports.analysis.shape) is left out of the windows when later
 steps follow, so every per-step figure describes steady state; the windows keep it as
-``warmup``.
+``warmup``. So are the later steps in which torch.compile compiles again (a recompile: its compile
+spans, concepts.COMPILE_SPANS, in their windows), when some step does not: their windows are
+left out, the others keep the ends they had, and the windows keep the steps left out as
+``compiling``.
 """
 
 from __future__ import annotations
@@ -63,6 +66,17 @@ class StepWindows:
     #: the optimizer's steps, concepts.OPTIMIZER_STEPS): the ranges are the whole iterations,
     #: the last one too.
     tiled: bool = False
+    #: The steps (after start-up) whose windows hold torch.compile compiling, as (step number,
+    #: ns compiling in it): left out of the arrays above when some step does not compile (see
+    #: :attr:`compiling_left_out`), kept when every one does.
+    compiling: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def compiling_left_out(self) -> bool:
+        """Whether the steps in :attr:`compiling` are left out of the windows (some step does
+        not compile), so that the per-step figures hold no compiling."""
+        return bool(self.compiling) and not np.isin(
+            [number for number, _ in self.compiling], self.numbers).any()
 
     @property
     def count(self) -> int:
@@ -120,8 +134,10 @@ class StepWindows:
 
 @per_profile
 def step_windows(profile: Profile) -> StepWindows | None:
-    """The step windows of a profile with a ``steps`` table (one row per step), or None; kept,
-    so that every question asks with the same windows and finds the results kept for them."""
+    """The step windows of a profile with a ``steps`` table (one row per step), or None: a
+    start-up step and the steps torch.compile compiles in left out (see the module docstring);
+    kept, so that every question asks with the same windows and finds the results kept for
+    them."""
     steps = profile.table("steps")
     if steps.empty:
         return None
@@ -134,10 +150,16 @@ def step_windows(profile: Profile) -> StepWindows | None:
     warmup = find_warmup(profile, numbers, starts, wall_ends,
                          steps_before=int(numbers[0]) if counted else 0)
     dropped = warmup is not None and warmup.number is not None and not warmup.only
-    keep = slice(1 if dropped else 0, None)
+    keep = np.arange(len(numbers)) >= (1 if dropped else 0)
+    compiling = np.asarray(iv.overlap_per_window(compile_intervals(profile), starts, wall_ends),
+                           np.int64) * keep
+    if (keep & (compiling == 0)).any():
+        keep &= compiling == 0
     return StepWindows(origin=profile.kind, numbers=numbers[keep], range_starts=starts[keep],
                        range_ends=ends[keep], starts=starts[keep], ends=wall_ends[keep],
                        warmup=warmup,
+                       compiling=tuple((int(numbers[i]), int(compiling[i]))
+                                       for i in np.flatnonzero(compiling)),
                        fetch_between=not profile.meta.records_torch_spans
                        and profile.meta.step_span is None,
                        marker=concepts.step_marker(str(steps["origin"].iloc[0]),
@@ -166,16 +188,28 @@ def phases_text(profile: Profile) -> str:
         return ""
     listed = ", ".join(f"{name} {ms(int(value))}" for name, value in per_step.items())
     left = steps["number"].to_numpy(np.int64)[~counted]
-    over = (f" of the {windows.count:,} steps the per-step figures count (step "
-            f"{', '.join(map(str, left))}, start-up, left out)" if len(left) else "")
+    over = (f" of the {windows.count:,} steps the per-step figures count ("
+            f"{_left_out_text(left.tolist(), windows)}, left out)" if len(left) else "")
     return f"; inside each{over}: {listed} per step"
+
+
+def _left_out_text(numbers: list[int], windows: StepWindows) -> str:
+    """``step 0, start-up; steps 15, 31, torch.compile compiling again``: the steps
+    ``numbers`` (those the windows leave out), each group with why."""
+    compiled = [n for n in numbers if n in dict(windows.compiling)]
+    groups = [([n for n in numbers if n not in compiled], "start-up"),
+              (compiled, "torch.compile compiling again")]
+    return "; ".join(f"step{'s' if len(group) > 1 else ''} {', '.join(map(str, group))}, {why}"
+                     for group, why in groups if group)
 
 
 def step_stats(windows: StepWindows) -> StepStats:
     """Count and duration of the annotated step ranges; wall time is start-to-start (the last
     step's range too when the steps are tiled); every whole window's length."""
     durations = windows.range_ends - windows.range_starts
-    wall = durations if windows.tiled else np.diff(windows.range_starts)
+    # Start to next start, over the steps that follow one another (not across a step left out).
+    follows = windows.ends[:-1] >= windows.range_starts[1:]
+    wall = durations if windows.tiled else np.diff(windows.range_starts)[follows]
     return StepStats(origin=windows.origin, count=windows.count, mean_ns=int(durations.mean()),
                      p50_ns=_pct(durations, 50), p90_ns=_pct(durations, 90),
                      min_ns=int(durations.min()), max_ns=int(durations.max()),
@@ -188,13 +222,17 @@ def step_stats(windows: StepWindows) -> StepStats:
 
 
 def in_windows(frame: pd.DataFrame, windows: StepWindows) -> pd.DataFrame:
-    """Rows starting inside the span of the step windows."""
+    """Rows starting inside the step windows (see starts_in_windows)."""
     return frame[starts_in_windows(frame["start"].to_numpy(), windows)]
 
 
 def starts_in_windows(starts: np.ndarray, windows: StepWindows) -> np.ndarray:
-    """Which of ``starts`` lie inside the span of the step windows."""
-    return (starts >= windows.first_ns) & (starts < windows.last_ns)
+    """Which of ``starts`` lie inside the step windows (the span from the first to the last,
+    less the windows of the steps left out between them: see StepWindows.compiling)."""
+    inside = (starts >= windows.first_ns) & (starts < windows.last_ns)
+    if windows.compiling_left_out:
+        inside &= windows.index_of(np.asarray(starts, np.int64)) >= 0
+    return inside
 
 
 def where_in_steps(starts: np.ndarray, windows: StepWindows | None) -> list[str]:
@@ -242,10 +280,9 @@ def step_shape(profile: Profile, windows: StepWindows,
     waits = iv.overlap_per_window(loader, starts, ends)
     busy = None if gpu_busy is None else \
         iv.overlap_per_window(iv.intersect(loader, gpu_busy), starts, ends)
-    compiling = iv.overlap_per_window(compile_intervals(profile), windows.starts, windows.ends)
     return StepShape(origin=windows.origin, warmup=windows.warmup,
-                     compiling=tuple((int(windows.numbers[i]), int(compiling[i]))
-                                     for i in np.flatnonzero(compiling)),
+                     compiling=windows.compiling,
+                     compiling_left_out=windows.compiling_left_out,
                      step_window=per_step(lengths, numbers, starts, ends, median),
                      dataloader_wait=per_step(np.asarray(waits, np.int64), numbers, starts,
                                               ends, median, busy) if waits.any() else None)

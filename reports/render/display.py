@@ -314,6 +314,13 @@ def _shape_rows(metrics: RunMetrics) -> list[MetricRow]:
                 if warmup.number is not None else "before the first step, no step's")
         rows.append(MetricRow("First step profiled" if warmup.after_startup else "Start-up",
                               f"{duration(warmup.duration_ns)} ({what})", shape.origin))
+    if shape.compiling:
+        held = ("left out of the per-step figures" if shape.compiling_left_out else
+                "every step: the per-step figures hold it")
+        rows.append(MetricRow("torch.compile recompiling",
+                              f"{duration(shape.compiling_ns)} in {len(shape.compiling)} "
+                              f"step{'s' if len(shape.compiling) > 1 else ''} ({held})",
+                              shape.origin))
     for label, spread in (("Step window (start to next start)", shape.step_window),
                           ("DataLoader wait per step", shape.dataloader_wait)):
         if spread is None:

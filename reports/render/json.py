@@ -140,7 +140,8 @@ def _shape(s: StepShape | None) -> dict[str, Any] | None:
                 "loader_fill_ms": None if w.loader_fill is None
                 else [_ms(v) for v in w.loader_fill],
                 "steps_before": w.steps_before},
-            "compiling": [{"step": number, "ms": _ms(ns)} for number, ns in s.compiling],
+            "compiling": [{"step": number, "ms": _ms(ns), "left_out": s.compiling_left_out}
+                          for number, ns in s.compiling],
             "step_window_ms": _per_step(s.step_window),
             "dataloader_wait_ms": _per_step(s.dataloader_wait)}
 

@@ -118,29 +118,40 @@ def _startup_advice(w: Warmup) -> str:
 
 @rule("RECOMPILED", severity=("medium",), needs=("profiles",))
 def recompiled(facts: Facts) -> Finding | None:
-    """torch.compile compiled inside the measured steps (a recompile after start-up): the
-    per-step means hold the compiling, which the steady steps do not."""
+    """torch.compile compiled inside the profiled steps after start-up (a recompile): those
+    steps are left out of every per-step figure (step times, breakdown, spreads, shares)
+    when some step does not compile; when every step does, the per-step means hold it."""
     shape = facts.metrics.shape
     if shape is None or not shape.compiling or (shape.warmup is not None and shape.warmup.only):
         return None
-    compiling = sum(ns for _, ns in shape.compiling)
+    compiling = shape.compiling_ns
     listed = ", ".join(f"step {number} ({ms(ns)})" for number, ns in shape.compiling[:3])
     more = len(shape.compiling) - 3
     steps = facts.metrics.steps
     total = steps.mean_ns * steps.count if steps is not None else 0
-    share = f", {compiling / total:.0%} of the steps' time" if total else ""
+    share = (f", {compiling / total:.0%} of the steps' time"
+             if total and not shape.compiling_left_out else "")
     evidence = [Evidence(f"torch.compile compiling (Dynamo's entire_frame_compile, AOTAutograd's "
                          f"entire_backward_compile) in {listed}"
                          + (f" and {more} more" if more > 0 else "") + share, shape.origin)]
     if shape.step_window is not None:
         evidence.append(Evidence(f"the step windows' median is {ms(shape.step_window.median_ns)}"
                                  ": the steady steps", shape.origin))
+    count = len(shape.compiling)
+    if shape.compiling_left_out:
+        kept = f" over the other {steps.count:,} steps" if steps is not None else ""
+        title = (f"torch.compile compiled again inside {count} of the profiled steps "
+                 f"({ms(compiling)}): {'they are' if count > 1 else 'it is'} left out of the "
+                 f"per-step figures{kept}.")
+        judge = ("The per-step figures leave those steps out; each recompile still costs its "
+                 "time every time its cause recurs (every epoch's last batch).")
+    else:
+        title = (f"torch.compile compiled again inside {count} of the measured steps "
+                 f"({ms(compiling)}): the per-step means and shares hold that compiling.")
+        judge = "Judge the steady state from steps without it (the median above)."
     return Finding(
-        id="RECOMPILED", severity="medium",
-        title=f"torch.compile compiled again inside {len(shape.compiling)} of the measured steps "
-              f"({ms(compiling)}): the per-step means and shares hold that compiling.",
-        evidence=evidence,
+        id="RECOMPILED", severity="medium", title=title, evidence=evidence,
         recommendation="A compile after start-up is a recompile: an input of a new shape (a "
                        "smaller last batch: drop_last=True, or torch.compile(dynamic=True)), or "
                        "a guard failing on changed state; TORCH_LOGS=recompiles names the cause. "
-                       "Judge the steady state from steps without it (the median above).")
+                       + judge)
