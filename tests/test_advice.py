@@ -297,10 +297,11 @@ def test_small_all_reduces_are_told_to_grow_to_the_default_bucket(tmp_path: Path
     evidence, advice = comm_advice(tmp_path, events)
     assert ("20 all-reduces per step send 20.0 MiB in all (each 1.0 MiB); DDP's default "
             "buckets (1 MB first, then 25 MB) would make about 2") in evidence
-    assert ("raise bucket_cap_mb from about 1 MB (the median all-reduce: DDP closes a bucket "
-            "once it holds bucket_cap_mb; the run's bucket_cap_mb is unknown, not recorded) to "
-            "25 MB: the 20.0 MiB each step reduces would take about 1 all-reduce instead of 20 "
-            "(passed, bucket_cap_mb caps DDP's first bucket too)") in advice
+    assert ("raise bucket_cap_mb from about 1 MB (the largest all-reduce: DDP fills each bucket "
+            "up to bucket_cap_mb and the last one holds the rest; the run's bucket_cap_mb is "
+            "unknown, not recorded) to 25 MB: the 20.0 MiB each step reduces would take about "
+            "1 all-reduce instead of 20 (passed, bucket_cap_mb caps DDP's first bucket "
+            "too)") in advice
     assert "raise bucket_cap_mb from 1 MB to 25 MB" in comm_advice(tmp_path, events,
                                                                    bucket_cap_mb=1)[1]
 
@@ -446,12 +447,42 @@ def test_all_reduces_outside_backward_are_no_buckets(tmp_path: Path) -> None:
 
 def test_tiny_buckets_are_written_without_an_exponent(tmp_path: Path) -> None:
     """20 all-reduces of one float per step in a trace recording no backward pass (nothing
-    tells them from buckets): the median all-reduce is written as a number, not '3.8e-06'."""
+    tells them from buckets): the largest all-reduce is written as a number, not '3.8e-06'."""
     advice = comm_advice(tmp_path, bucket_steps([1] * 20))[1]
-    assert ("raise bucket_cap_mb from about 0.0000038 MB (the median all-reduce: DDP closes a "
-            "bucket once it holds bucket_cap_mb; the run's bucket_cap_mb is unknown, not "
-            "recorded) to 25 MB: the 80 B each step reduces would take "
-            "about 1 all-reduce instead of 20") in advice
+    assert ("raise bucket_cap_mb from about 0.0000038 MB (the largest all-reduce: DDP fills "
+            "each bucket up to bucket_cap_mb and the last one holds the rest; the run's "
+            "bucket_cap_mb is unknown, not recorded) to 25 MB: the 80 B each step reduces would "
+            "take about 1 all-reduce instead of 20") in advice
+
+
+def test_the_cap_in_force_is_read_from_the_largest_bucket(tmp_path: Path) -> None:
+    """A run that passed bucket_cap_mb=4 (unrecorded) with 5 MiB of fp32 gradients and 1.5 MiB
+    of fp16 ones (DDP buckets each dtype apart): buckets of 4 MiB (the cap, the first one too:
+    passed, it caps the first), 1 MiB (the fp32 remainder) and 1.5 MiB (all the fp16 ones).
+    The advice read 'raise bucket_cap_mb from about 1.5 MB (the median all-reduce...)', a
+    remainder; the cap in force is the largest bucket, 4 MB."""
+    events = bucket_steps([1_048_576, 262_144, 393_216])
+    for e in events:
+        if e["name"] == "record_param_comms" and e["args"]["In msg nelems"] == 393_216:
+            e["args"].update({"In msg nelems": 786_432, "Out msg nelems": 786_432,
+                              "dtype": "Half"})
+    evidence, advice = comm_advice(tmp_path, events)
+    assert "3 all-reduces per step send 6.5 MiB in all (sizes 4.0 MiB, 1.5 MiB and 1.0 MiB)" \
+        in evidence
+    assert "raise bucket_cap_mb from about 4 MB (the largest all-reduce: DDP fills" in advice
+    assert ("to 25 MB: the 6.5 MiB each step reduces would take about 1 all-reduce instead "
+            "of 3") in advice
+
+
+def test_buckets_as_large_as_the_default_are_not_told_to_grow(tmp_path: Path) -> None:
+    """One 30 MiB all-reduce and nine of one float a step, in a trace recording no backward
+    pass (all counted as buckets): the largest says the cap in force is past 25 MB already, so
+    raising it 'from about 30 MB to 25 MB' is not advised; the many small calls are said to be
+    no DDP buckets if they are not."""
+    advice = comm_advice(tmp_path, bucket_steps([7_864_320] + [1] * 9))[1]
+    assert "raise bucket_cap_mb" not in advice
+    assert ("the 10 all-reduces per step are smaller than DDP's default buckets make (about "
+            "3): if they are not DDP's (an all_reduce per tensor)") in advice
 
 
 def test_all_reduce_sizes_of_real_runs(corpus: Path) -> None:

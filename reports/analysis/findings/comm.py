@@ -110,7 +110,8 @@ def _bucket_lever(c: CommStats, ctx: RunContext) -> str | None:
     """Raise bucket_cap_mb when the steps' all-reduces are smaller than DDP's default buckets
     would make them (from what to what, by their recorded sizes); never when they are as large
     or larger. A run whose knob is recorded (a value, or None: not passed) is judged at it; one
-    whose knob is unrecorded is said to be. Sizes unknown: the old conditional advice, saying
+    whose knob is unrecorded at its largest bucket (DDP fills each up to the cap, the last one
+    holds the rest), and is said to be unrecorded. Sizes unknown: the old conditional advice, saying
     why they are unknown."""
     s, knob = c.all_reduce_sizes, ctx.knob("bucket_cap_mb")
     if s is None:
@@ -122,16 +123,20 @@ def _bucket_lever(c: CommStats, ctx: RunContext) -> str | None:
     if s.calls_per_step <= buckets_at(s.bytes_per_step, None):
         return None
     recorded = "bucket_cap_mb" in ctx.knobs
-    if (recorded and knob is None) or (isinstance(knob, int | float)
-                                       and knob >= DDP_DEFAULT_BUCKET_MB):
+    # Unrecorded, the knob in force is the largest bucket: as large as the default, it is not
+    # what makes the many all-reduces.
+    default_cap = not recorded and s.largest_bytes >= DDP_DEFAULT_BUCKET_MB * MIB
+    if (recorded and knob is None) or default_cap or (isinstance(knob, int | float)
+                                                      and knob >= DDP_DEFAULT_BUCKET_MB):
         at = "DDP's default buckets" if knob is None else f"DDP's buckets of {knob:g} MB"
         return (f"the {_count(s.calls_per_step)} all-reduces per step are smaller than {at} "
                 f"make (about {buckets_at(s.bytes_per_step, knob)}): if they are not "
                 "DDP's (an all_reduce per tensor), let DDP bucket the "
                 "gradients, or flatten them into one tensor per all_reduce")
     now = (f"{knob:g} MB" if isinstance(knob, int | float) else
-           f"about {knob_mb(s.median_bytes)} (the median all-reduce: DDP closes a bucket "
-           "once it holds bucket_cap_mb; the run's bucket_cap_mb is unknown, not recorded)")
+           f"about {knob_mb(s.largest_bytes)} (the largest all-reduce: DDP fills each bucket "
+           "up to bucket_cap_mb and the last one holds the rest; the run's bucket_cap_mb is "
+           "unknown, not recorded)")
     made = buckets_at(s.bytes_per_step, DDP_DEFAULT_BUCKET_MB)
     return (f"raise bucket_cap_mb from {now} to {DDP_DEFAULT_BUCKET_MB} MB: the "
             f"{nbytes(s.bytes_per_step)} each step reduces would take about {made} "
