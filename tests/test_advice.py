@@ -69,6 +69,23 @@ def test_collective_kind_from_the_launching_call(tmp_path: Path) -> None:
     assert run.metrics.comm.ns_per_step_by_collective == {"all_to_all": 6_000_000}
 
 
+def test_collective_kind_from_the_launching_process_s_thread(tmp_path: Path) -> None:
+    """Two processes in one trace whose threads share the id 1: process 1 launches its
+    ``ncclDevKernel_Generic`` inside its all-to-all, while process 2's thread 1 runs an
+    all-reduce that started later and is still running at the launch. Matched by thread id
+    alone, the kernels read as all-reduces ({'all_reduce': 6000000}); matched by process and
+    thread, they are the launching process's all-to-all."""
+    events = comm_steps(("c10d::alltoall_", "nccl:all_to_all"),
+                        "ncclDevKernel_Generic(ncclDevKernelArgsStorage)")
+    for step in range(4):
+        t0 = step * 10_000
+        events += [event("c10d::allreduce_", t0 + 460, 300, pid=2, tid=1),
+                   event("nccl:all_reduce", t0 + 470, 200, "user_annotation", pid=2, tid=1)]
+    run = analyze_trace(tmp_path, events,
+                        distributedInfo={"backend": "nccl", "rank": 0, "world_size": 8})
+    assert run.metrics.comm.ns_per_step_by_collective == {"all_to_all": 6_000_000}
+
+
 def test_collective_kind_from_the_kernel_name(tmp_path: Path) -> None:
     """A kernel named for its collective needs no launching call."""
     run = analyze_trace(tmp_path, comm_steps(("c10d::allreduce_", "nccl:all_reduce"),

@@ -24,19 +24,22 @@ from profreport.reports.analysis.results import AllReduceSizes, CommStats
 from profreport.reports.analysis.steps import StepWindows, in_windows
 
 
-def _enclosing_kind(calls: pd.DataFrame, kinds: pd.Series, tids: np.ndarray,
+def _enclosing_kind(calls: pd.DataFrame, kinds: pd.Series, pids: np.ndarray, tids: np.ndarray,
                     times: np.ndarray) -> np.ndarray:
-    """For each (thread, time), the kind of the latest-starting collective call of a known kind
-    on that thread still running then (None where there is none)."""
+    """For each (process, thread, time), the kind of the latest-starting collective call of a
+    known kind on that thread of that process still running then (None where there is none): a
+    thread id alone may be another process's too (two processes in one trace, threads numbered
+    per process)."""
     known = kinds.notna().to_numpy()
+    call_pids, call_tids = calls["pid"].to_numpy(), calls["tid"].to_numpy()
     out = np.full(len(times), None, dtype=object)
-    for tid in np.unique(tids):
-        on_thread = known & (calls["tid"].to_numpy() == tid)
+    for pid, tid in set(zip(pids.tolist(), tids.tolist(), strict=True)):
+        on_thread = known & (call_pids == pid) & (call_tids == tid)
         starts = calls["start"].to_numpy(np.int64)[on_thread]
         order = np.argsort(starts, kind="stable")
         ends = calls["end"].to_numpy(np.int64)[on_thread][order]
         labels = kinds.to_numpy(dtype=object)[on_thread][order]
-        asked = np.flatnonzero(tids == tid)
+        asked = np.flatnonzero((pids == pid) & (tids == tid))
         at = np.searchsorted(starts[order], times[asked], side="right") - 1
         inside = (at >= 0) & (ends[np.maximum(at, 0)] >= times[asked])
         out[asked[inside]] = labels[at[inside]]
@@ -54,8 +57,8 @@ def kernel_collective_kinds(profile: Profile, kernels: pd.DataFrame,
                             rows: np.ndarray) -> pd.Series:
     """What each communication kernel (``kernels``: the ``rows`` of the kernel table) does: from
     its name where NCCL/RCCL name the collective, else (``ncclDevKernel_Generic``) from the CPU
-    collective call that was running on the launching thread when its launch call (same
-    correlation id) started."""
+    collective call that was running on the launching thread (of the launching process) when
+    its launch call (same correlation id) started."""
     kinds = concepts.collective_kind(kernels["short_name"])
     unnamed = kinds.isna().to_numpy()
     calls = profile.table("cpu_collectives")
@@ -64,9 +67,9 @@ def kernel_collective_kinds(profile: Profile, kernels: pd.DataFrame,
         return kinds
     launch = launch_calls(profile, "kernels")[rows[unnamed]]
     found = launch >= 0
-    tids = ids_at(runtime["tid"], launch[found])
+    pids, tids = (ids_at(runtime[column], launch[found]) for column in ("pid", "tid"))
     times = runtime["start"].to_numpy(np.int64)[launch[found]]
-    enclosing = _enclosing_kind(calls, call_kinds(calls), tids, times)
+    enclosing = _enclosing_kind(calls, call_kinds(calls), pids, tids, times)
     filled = kinds.to_numpy(dtype=object)
     filled[np.flatnonzero(unnamed)[found]] = enclosing
     return pd.Series(filled, index=kernels.index, dtype=object)
