@@ -1639,7 +1639,8 @@ def _member_of(members: np.ndarray, pids: np.ndarray) -> np.ndarray:
 
 def _enum_names(export: _Export, enum: str, codes: pd.Series, fallback: dict[int, str],
                 vocabulary: dict[str, str] | None = None) -> pd.Series:
-    """Enum codes as names, from the export's ENUM_* table when present, else nsys's codes.
+    """Enum codes as names, from the export's ENUM_* table when present, else nsys's codes, as
+    a categorical (a million copies of a few kinds take a byte each, not an 8-byte pointer).
 
     With a ``vocabulary`` each enum token is mapped onto it ("unknown" when not in it); without
     one the token is returned in lower case (``stream_synchronize``).
@@ -1654,7 +1655,7 @@ def _enum_names(export: _Export, enum: str, codes: pd.Series, fallback: dict[int
         names = {code: token.lower() for code, token in tokens.items()}
     else:
         names = {code: vocabulary.get(token, "unknown") for code, token in tokens.items()}
-    return codes.map(names).fillna("unknown").astype(object)
+    return codes.map(names).fillna("unknown").astype("category")
 
 
 def _map_unique(values: pd.Series, func: Callable[[str], str]) -> pd.Series:

@@ -157,6 +157,30 @@ def test_nsys_names_are_categoricals_of_the_exported_strings(corpus: Path, nsys_
         assert got == want and len(got) > 10_000
 
 
+def test_nsys_copy_and_sync_kinds_are_categoricals_of_the_enum_names(
+        corpus: Path, nsys_available: str, nsys_cache_dir: Path) -> None:
+    """The copy direction, memory kinds and sync kind of the export's million-row tables come
+    as categoricals (a byte a row) counting, kind by kind, what SQL's enum join counts."""
+    report = corpus / "nsys" / "sc22_4gpu_baseline.nsys-rep"
+    export = nsys.export_report(report, cache_dir=nsys_cache_dir)
+    profile = nsys.read_export(export)
+    db = sqlite3.connect(export)
+    for table, column, raw, enum in (
+            ("memcpy", "kind", "copyKind", "ENUM_CUDA_MEMCPY_OPER"),
+            ("memcpy", "src_kind", "srcKind", "ENUM_CUDA_MEM_KIND"),
+            ("sync", "kind", "syncType", "ENUM_CUPTI_SYNC_TYPE")):
+        source = "CUPTI_ACTIVITY_KIND_MEMCPY" if table == "memcpy" else \
+            "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
+        counted = dict(db.execute(f"SELECT e.name, COUNT(*) FROM {source} AS t JOIN {enum} AS e "
+                                  f"ON e.id = t.{raw} GROUP BY e.name").fetchall())
+        kinds = profile.table(table)[column]
+        assert isinstance(kinds.dtype, pd.CategoricalDtype)
+        assert kinds.memory_usage(index=False) <= 2 * len(kinds) + 1_000
+        assert sorted(kinds.value_counts().loc[lambda c: c > 0].tolist()) == \
+            sorted(counted.values())
+    db.close()
+
+
 def _random_intervals(seed: int, count: int) -> iv.Intervals:
     """A union of random, overlapping and touching intervals on a small grid."""
     rng = np.random.default_rng(seed)
