@@ -513,6 +513,13 @@ def is_backward_op(names: pd.Series) -> pd.Series:
     return _matches(names, _BACKWARD_OP)
 
 
+def is_training_work(names: pd.Series) -> pd.Series:
+    """Whether each CPU op or range is work only training does: a node of the backward pass
+    or an optimizer step (a DataLoader fetch that such work follows fed training; see
+    parsers.kineto's _training_fetches)."""
+    return is_backward_op(names) | is_optimizer_step_span(names)
+
+
 def is_elementwise_kernel(names: pd.Series) -> pd.Series:
     """Whether each kernel is one of ATen's elementwise kernels (one launch per pointwise op)."""
     return _matches(names, _ELEMENTWISE_KERNEL)

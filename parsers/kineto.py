@@ -536,10 +536,11 @@ def parse(path: Path) -> Profile:
     tables = _Tables(builder)
     # The operators' tables first (the largest), while the device work is still held compact.
     ranges = tables.ranges()
-    loader = tables.dataloader()
+    fetches = tables.dataloader()
+    cpu_ops = tables.cpu_ops()
+    loader, loader_note = _training_fetches(fetches, cpu_ops, ranges)
     steps, step_span = tables.steps(ranges, loader)
     collectives = tables.cpu_collectives()
-    cpu_ops = tables.cpu_ops()
     tables.release(tuple(name for name in tables.stores if name not in DEVICE_GROUPS))
     give_back_freed_memory()
     device = tables.device_tables()
@@ -548,10 +549,6 @@ def parse(path: Path) -> Profile:
     meta.notes = [f"{count:,} records dropped: {reason}"
                   for reason, count in sorted(meta.dropped.items()) if count]
     meta.step_span, meta.events = step_span, builder.events
-    if not steps.empty:
-        meta.notes += filter(None, [concepts.steps_note(steps["origin"].iloc[0], step_span,
-                                                        len(steps)),
-                                    _alternating_steps_note(steps, step_span, cpu_ops)])
     meta.dataloader = _dataloader_meta(loader)
     frames = {
         **device, "ranges": ranges,
@@ -562,7 +559,14 @@ def parse(path: Path) -> Profile:
         "op_inputs": builder.op_inputs.frame(tables.names, tables.thread_numbers),
     }
     frames["steps"], frames["ranges"], closing = _without_closing_span(frames)
-    meta.notes += closing
+    if not closing:
+        frames["steps"], frames["ranges"], closing = _without_closing_fetch(frames, fetches)
+    steps = frames["steps"]
+    if not steps.empty:
+        meta.notes += filter(None, [concepts.steps_note(steps["origin"].iloc[0], step_span,
+                                                        len(steps)),
+                                    _alternating_steps_note(steps, step_span, cpu_ops)])
+    meta.notes += [*closing, *filter(None, [loader_note])]
     meta.empty = nothing_recorded(frames)
     give_back_freed_memory()
     return Profile(path=path, kind="kineto",
@@ -597,6 +601,128 @@ def _without_closing_span(frames: dict[str, pd.DataFrame]
     note = (f"ProfilerStep#{int(last['number'])}, the last step span ({duration(end - start)}),"
             " holds nothing: prof.step() opened it as the profiler stopped, so it is no step")
     return steps.iloc[:-1], ranges[~itself.to_numpy()], [note]
+
+
+def _without_closing_fetch(frames: dict[str, pd.DataFrame], fetches: pd.DataFrame
+                           ) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+    """The steps and ranges less a last step in which nothing but DataLoader fetches is
+    recorded from its start on, and the note saying so: the loop's last ``__next__`` raised
+    StopIteration (or the loop broke off after it), no batch follows it and no step's work, so
+    it is no step (an inference loop's ``ProfilerStep#N`` opened by its last prof.step(), or
+    the last occurrence of the fetch span when that repeated span marks the steps), and its
+    fetch, then outside every step, no DataLoader wait. Device work still running into it was
+    launched before it (a launch inside it is a runtime call there)."""
+    steps, ranges = frames["steps"], frames["ranges"]
+    if steps.empty:
+        return steps, ranges, []
+    last = steps.iloc[-1]
+    start = int(last["start"])
+    closing = fetches[fetches["start"].to_numpy() >= start]
+    if closing.empty or _work_from(frames, start, closing):
+        return steps, ranges, []
+    profiler = last["origin"] == concepts.PROFILER_STEP
+    itself = (ranges["start"] == start) & (ranges["end"] == int(last["end"])) & \
+        concepts.is_profiler_step_span(ranges["name"]).to_numpy() & profiler
+    label = f"ProfilerStep#{int(last['number'])}" if profiler else f"step {int(last['number'])}"
+    note = (f"{label}, the last step ({duration(int(last['end']) - start)}), holds only the "
+            f"DataLoader fetch that ended the loop ({duration(_covered_ns(closing))}: no work "
+            "is recorded after it, so it returned no batch), so it is no step, and its fetch "
+            "no DataLoader wait")
+    return steps.iloc[:-1], ranges[~itself.to_numpy()], [note]
+
+
+#: The tables of what the CPU does: a step's work shows in one of them.
+CPU_WORK_TABLES = ("cpu_ops", "ranges", "runtime", "cpu_collectives")
+
+
+def _work_from(frames: dict[str, pd.DataFrame], start: int, fetches: pd.DataFrame) -> bool:
+    """Whether any CPU work or allocation is recorded from ``start`` on, other than the
+    ``fetches`` and what runs inside them on their thread (a ProfilerStep span is no work)."""
+    for name in CPU_WORK_TABLES:
+        frame = frames[name]
+        later = frame[frame["start"].to_numpy() >= start]
+        if name == "ranges":
+            later = later[~concepts.is_profiler_step_span(later["name"]).to_numpy()]
+        if not _inside_fetches(later["start"], later, fetches).all():
+            return True
+    memory = frames["memory"]
+    allocated = memory[(memory["time"].to_numpy() >= start) & (memory["bytes"].to_numpy() > 0)]
+    return not _inside_fetches(allocated["time"], allocated, fetches).all()
+
+
+def _inside_fetches(times: pd.Series, rows: pd.DataFrame, fetches: pd.DataFrame) -> np.ndarray:
+    """Whether each of ``times`` (of ``rows``, with pid and tid) lies inside one of the
+    ``fetches`` on its thread."""
+    inside = np.zeros(len(rows), bool)
+    at, pid, tid = times.to_numpy(np.int64), rows["pid"].to_numpy(), rows["tid"].to_numpy()
+    for fetch in fetches.itertuples(index=False):
+        inside |= (pid == fetch.pid) & (tid == fetch.tid) & (at >= fetch.start) & (at < fetch.end)
+    return inside
+
+
+def _training_fetches(fetches: pd.DataFrame, cpu_ops: pd.DataFrame, ranges: pd.DataFrame
+                      ) -> tuple[pd.DataFrame, str | None]:
+    """The DataLoader fetches that fed training, and the note on the others.
+
+    torch.profiler names every DataLoader's fetch alike, a validation loader's as the training
+    one's, and records no iterator or grad mode: what follows a fetch tells. A fetch fed
+    training when the backward pass or an optimizer step (concepts.is_training_work) starts in
+    its process between its end and the next fetch's start; one that no such work follows (an
+    evaluation loop's under no_grad, the fetch that found the end of the data) is no DataLoader
+    wait, and the note counts them. A trace that records no such work at all (an inference
+    loop's, or one whose backward was not recorded) cannot tell: every fetch is kept, and the
+    note says so."""
+    if fetches.empty:
+        return fetches, None
+    work = pd.concat([frame.loc[concepts.is_training_work(frame["name"]).to_numpy(),
+                                ["start", "pid"]] for frame in (cpu_ops, ranges)])
+    if work.empty:
+        return fetches, ("the trace records no backward pass or optimizer step, so nothing "
+                         "tells a training loop's DataLoader fetches from another loop's (a "
+                         "validation loop's): the DataLoader wait counts every fetch inside the "
+                         "steps, whichever loop's")
+    fed = _fed_training(fetches, work)
+    if fed.all():
+        return fetches, None
+    left = fetches[~fed]
+    return fetches[fed], (
+        f"{len(left):,} of {len(fetches):,} DataLoader fetches ({duration(_covered_ns(left))}) "
+        "fed no training: no backward pass or optimizer step follows any of them before the "
+        "next fetch (an evaluation loop's, or the fetch that found the end of the data), so "
+        "they are no DataLoader wait")
+
+
+def _fed_training(fetches: pd.DataFrame, work: pd.DataFrame) -> np.ndarray:
+    """Whether ``work`` (start, pid) starts between each fetch's end and the next fetch of its
+    process; fetches nested in one another (a DataPipe's inside its DataLoader's) count as the
+    outermost one."""
+    fed = np.zeros(len(fetches), bool)
+    for pid, rows in fetches.groupby("pid", sort=False).indices.items():
+        order = rows[np.argsort(fetches["start"].to_numpy(np.int64)[rows], kind="stable")]
+        starts, ends = (fetches[column].to_numpy(np.int64)[order] for column in ("start", "end"))
+        heads, group = _outermost(starts, ends)
+        last_ends = np.maximum.reduceat(ends, heads)
+        following = np.r_[starts[heads[1:]], np.iinfo(np.int64).max]
+        times = np.sort(work.loc[(work["pid"] == pid).to_numpy(), "start"].to_numpy(np.int64))
+        held = np.searchsorted(times, following) > np.searchsorted(times, last_ends)
+        fed[order] = held[group]
+    return fed
+
+
+def _outermost(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Of spans sorted by start, the index of each run of spans nested in or overlapping the
+    first (its head), and the run each span belongs to."""
+    reach = np.maximum.accumulate(ends)
+    first = np.r_[True, starts[1:] >= reach[:-1]]
+    return np.flatnonzero(first), np.cumsum(first) - 1
+
+
+def _covered_ns(spans: pd.DataFrame) -> int:
+    """The time ``spans`` (of one thread, or threads that take turns) cover, ns."""
+    order = np.argsort(spans["start"].to_numpy(np.int64), kind="stable")
+    starts, ends = (spans[column].to_numpy(np.int64)[order] for column in ("start", "end"))
+    heads, _ = _outermost(starts, ends)
+    return int((np.maximum.reduceat(ends, heads) - starts[heads]).sum())
 
 
 def parse_input(path: Path, options: ParseOptions) -> Profile:

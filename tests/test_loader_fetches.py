@@ -1,0 +1,116 @@
+"""Which DataLoader fetches of a torch.profiler trace are the training loop's wait, and which
+fetch is no step: hand-built Kineto traces of a validation loop run inside the profiled
+window, and of loops whose last ``__next__`` found the end of the data."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from profreport.executors import ExecutorOptions
+from profreport.parsers import kineto
+from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+from profreport.reports.analysis.results import RunAnalysis
+
+sys.path.insert(0, str(Path(__file__).parent))
+from conftest import TRAINING_PID, cpu_event, kineto_trace  # noqa: E402
+
+TRAIN_FETCH = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
+EVAL_FETCH = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+
+
+def _analyzed(path: Path) -> RunAnalysis:
+    """The one run ``profreport analyze PATH`` makes of a file (in this process)."""
+    (run,) = analyze_paths([path], AnalyzeOptions(executor=ExecutorOptions(processes=1))).runs
+    return run
+
+
+def _training_step(number: int, base: int, length: int) -> list[dict]:
+    """One ProfilerStep of ``length`` µs from ``base``: a 1 ms fetch of the training loader,
+    the forward, the backward on autograd's device thread, and the optimizer step."""
+    backward = cpu_event("autograd::engine::evaluate_function: MmBackward0", base + 4200, 2000)
+    backward["tid"] = TRAINING_PID + 1
+    return [cpu_event(f"ProfilerStep#{number}", base, length, cat="user_annotation"),
+            cpu_event(TRAIN_FETCH, base + 10, 1000, cat="user_annotation"),
+            cpu_event("aten::mm", base + 1100, 3000), backward,
+            cpu_event("Optimizer.step#SGD.step", base + 6300, 500, cat="user_annotation")]
+
+
+def test_a_validation_loop_inside_the_steps_is_no_dataloader_wait(tmp_path: Path) -> None:
+    """Four training steps of 10 ms each waiting 1 ms for a batch (4 of 60 ms: 6.7%), the last
+    one then evaluating: 8 fetches of 2 ms from a single-process validation loader, each
+    followed by a forward alone (no_grad: no backward, no optimizer step), and the fetch that
+    ended that loop. Counted as wait, they made the run read 33% DataLoader wait, loader-bound,
+    and the loader both kinds of iterator."""
+    events = [e for k in range(3) for e in _training_step(k, 1000 + 10_000 * k, 10_000)]
+    events += _training_step(3, 31_000, 30_000)
+    for j in range(8):
+        at = 38_000 + 2400 * j
+        events += [cpu_event(EVAL_FETCH, at, 2000, cat="user_annotation"),
+                   cpu_event("aten::mm", at + 2000, 400)]
+    events.append(cpu_event(EVAL_FETCH, 38_000 + 2400 * 8, 50, cat="user_annotation"))
+    path = kineto_trace(tmp_path / "train.pt.trace.json", events)
+    profile = kineto.parse(path)
+    assert len(profile.table("dataloader")) == 4
+    assert profile.meta.dataloader.workers == "multi-process"
+    run = _analyzed(path)
+    assert run.metrics.steps is not None and run.metrics.steps.count == 4
+    assert run.metrics.dataloader_fraction == pytest.approx(4000 / 60_000)
+    assert run.verdict != "loader-bound"
+    assert ("train.pt.trace.json: 9 of 13 DataLoader fetches (16.1 ms) fed no training: no "
+            "backward pass or optimizer step follows any of them before the next fetch (an "
+            "evaluation loop's, or the fetch that found the end of the data), so they are no "
+            "DataLoader wait") in run.notes
+
+
+def _inference(with_profiler_steps: bool) -> list[dict]:
+    """An inference loop over 4 batches (a 200 µs fetch, then a 600 µs forward, every 1 ms)
+    and the 30 µs fetch that raised StopIteration; with ``with_profiler_steps``, each pass in
+    the ProfilerStep span prof.step() opened, the last one holding that fetch alone."""
+    events = []
+    for k in range(5):
+        base = 1000 * k
+        if with_profiler_steps:
+            events.append(cpu_event(f"ProfilerStep#{k}", base, 1000 if k < 4 else 40,
+                                    cat="user_annotation"))
+        events.append(cpu_event(EVAL_FETCH, base + 1, 200 if k < 4 else 30,
+                                cat="user_annotation"))
+        if k < 4:
+            events.append(cpu_event("aten::addmm", base + 250, 600))
+    return events
+
+
+@pytest.mark.parametrize(("with_profiler_steps", "label"),
+                         [(True, "ProfilerStep#4, the last step (40.0 µs)"),
+                          (False, "step 5, the last step (30.0 µs)")])
+def test_the_fetch_that_ends_the_loop_is_no_step(tmp_path: Path, with_profiler_steps: bool,
+                                                 label: str) -> None:
+    """The last ``__next__`` of an inference loop raised StopIteration: no batch, no work
+    after it. In its own ProfilerStep span, or as the last occurrence of the fetch span that
+    marks the steps (no ProfilerStep, no optimizer), it was a fifth step of 30-40 µs (a step
+    of nothing but waiting: 4 steps of 1 ms and one of a fetch). The four passes are the steps,
+    waiting 200 µs of each 1 ms: 20%."""
+    path = kineto_trace(tmp_path / "infer.json", _inference(with_profiler_steps))
+    steps = kineto.parse(path).table("steps")
+    assert (steps["start"] // 1_000_000).tolist() == [0, 1, 2, 3]
+    run = _analyzed(path)
+    assert run.metrics.steps is not None and run.metrics.steps.count == 4
+    assert run.metrics.dataloader_fraction == pytest.approx(0.2)
+    assert (f"infer.json: {label}, holds only the DataLoader fetch that ended the loop (30.0 "
+            "µs: no work is recorded after it, so it returned no batch), so it is no step, and "
+            "its fetch no DataLoader wait") in run.notes
+    assert ("infer.json: the trace records no backward pass or optimizer step, so nothing "
+            "tells a training loop's DataLoader fetches from another loop's (a validation "
+            "loop's): the DataLoader wait counts every fetch inside the steps, whichever "
+            "loop's") in run.notes
+
+
+def test_a_last_step_that_works_after_its_fetch_is_a_step(tmp_path: Path) -> None:
+    """A profiler stopped by its schedule after a pass whose fetch returned a batch: the work
+    after the fetch makes it a step, whatever its span holds."""
+    events = _inference(with_profiler_steps=False)[:-1]
+    profile = kineto.parse(kineto_trace(tmp_path / "cut.json", events))
+    assert len(profile.table("steps")) == 4
+    assert not any("ended the loop" in note for note in profile.meta.notes)
