@@ -12,9 +12,15 @@ import ast
 import re
 from collections.abc import Callable
 
-# A name that says it holds a DataLoader or an iterator of one (``train_loader``, ``loader_it``),
-# matched against one identifier, never a whole expression (``yaml.load(f, Loader=...)``).
-_LOADER_NAME = re.compile(r"loader", re.IGNORECASE)
+# The words of one identifier (never a whole expression, ``yaml.load(f, Loader=...)``): its
+# snake_case parts and camelCase humps, digits left out (``valLoader_2`` -> val, Loader).
+_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+")
+# A word that names a DataLoader: one ending in ``loader`` (``loader``, ``trainloader`` as the
+# PyTorch tutorials write it, ``dataloader``). Not ``dl``: ``self.dl`` may hold anything, and
+# what it holds is read from its assignment, where the source shows it.
+_LOADER_WORD = re.compile(r"^[a-z]*loader$")
+# A last word that makes a loader's name its iterator's (``loader_it``, ``train_loader_iter``).
+_ITERATOR_WORDS = frozenset({"it", "iter", "iterator"})
 # Calls that iterate over their first argument and hand its items on: ``iter``, ``enumerate``
 # and tqdm's progress bar (``for b in tqdm(train_loader):``).
 _ITERATION_WRAPPERS = frozenset({"iter", "enumerate", "tqdm"})
@@ -176,24 +182,42 @@ def _iterated(node: ast.expr) -> ast.expr:
     return node
 
 
-def _is_dataloader(node: ast.expr) -> bool:
+def _is_dataloader(node: ast.expr, many: bool = False) -> bool:
     """Whether an expression's syntax shows a DataLoader or an iterator of one: a
-    ``DataLoader(...)`` call, or a name that says it holds one (``train_loader``,
-    ``self.loader_it``), bare or in _ITERATION_WRAPPERS (``iter(train_loader)``), or among the
-    arguments of a _TOGETHER call (``zip(source_loader, target_loader)``). Never from a
-    word anywhere in it: ``yaml.load(f, Loader=yaml.SafeLoader)`` and ``my_loader_config()``
-    are no DataLoader."""
+    ``DataLoader(...)`` call, or a name that says it holds one (_names_a_loader:
+    ``train_loader``, ``self.loader_it``), bare or in _ITERATION_WRAPPERS
+    (``iter(train_loader)``), or among the arguments of a _TOGETHER call
+    (``zip(source_loader, target_loader)``, or several, ``zip(*val_loaders)``: ``many``). Never
+    from a word anywhere in it: ``yaml.load(f, Loader=yaml.SafeLoader)`` and
+    ``my_loader_config()`` are no DataLoader."""
     node = _iterated(node)
     name = _name_of(node)
-    return _is_loader_call(node) or (name is not None and _LOADER_NAME.search(name) is not None) \
-        or any(_is_dataloader(arg) for arg in _together(node))
+    return _is_loader_call(node) or (name is not None and _names_a_loader(name, many)) \
+        or any(_is_dataloader(arg, starred) for arg, starred in _together(node))
 
 
-def _together(node: ast.expr) -> list[ast.expr]:
-    """The arguments a _TOGETHER call iterates over (``a`` and ``b`` of ``zip(a, b)``, ``ls`` of
-    ``zip(*ls)``); none for another node."""
+def _names_a_loader(name: str, many: bool = False) -> bool:
+    """Whether an identifier says it holds a DataLoader or an iterator of one: its last word
+    (_WORD) names one (_LOADER_WORD: ``train_loader``, ``trainloader``, ``valLoader``), or
+    is an iterator word after one (``loader_it``, ``loader_iter``); with ``many``, the last
+    word is that word's plural (``val_loaders``). A word after it makes it something else:
+    ``self.loader_cfg``, ``loader_config``, ``num_loader_workers``."""
+    words = [word.lower() for word in _WORD.findall(name)]
+    if not many and len(words) > 1 and words[-1] in _ITERATOR_WORDS:
+        words.pop()
+    last = words[-1] if words else ""
+    if many:
+        last = last.removesuffix("s") if last.endswith("s") else ""
+    return _LOADER_WORD.match(last) is not None
+
+
+def _together(node: ast.expr) -> list[tuple[ast.expr, bool]]:
+    """The arguments a _TOGETHER call iterates over, each with whether it is starred (a
+    collection of iterables): ``a`` and ``b`` of ``zip(a, b)``, ``ls`` of ``zip(*ls)``; none for
+    another node."""
     if isinstance(node, ast.Call) and _name_of(node.func) in _TOGETHER:
-        return [arg.value if isinstance(arg, ast.Starred) else arg for arg in node.args]
+        return [(arg.value, True) if isinstance(arg, ast.Starred) else (arg, False)
+                for arg in node.args]
     return []
 
 
@@ -407,7 +431,7 @@ def _evidence(node: ast.expr) -> bool | None:
     if _is_dataloader(node):
         return True
     if _together(node):
-        return None if any(_evidence(arg) is None for arg in _together(node)) else False
+        return None if any(_evidence(arg) is None for arg, _ in _together(node)) else False
     return None if isinstance(node, ast.Name | ast.Attribute | ast.Subscript) else False
 
 

@@ -67,6 +67,26 @@ def test_a_dataloader_is_read_from_the_syntax_not_a_word() -> None:
                                             {"dl": "DataLoader(ds)"}.get)
 
 
+def test_a_name_holds_a_dataloader_when_its_last_word_names_one() -> None:
+    """Where no assignment is shown, a name holds a DataLoader when its last word ends in
+    ``loader`` (or an iterator word follows that word). ``loader`` anywhere in the
+    name made a loader's configuration one: ``for key in self.loader_cfg:`` read as a loop over
+    a DataLoader, and ``next(iter(loader_config))`` as a fetch of a batch."""
+    for name in ("train_loader", "trainloader", "self.valLoader", "TRAIN_LOADER",
+                 "self.loader_it", "data_loader_iterator", "test_loader2", "dataloader"):
+        assert pysource.loader_evidence(name) is True, name
+    for name in ("self.loader_cfg", "loader_config", "num_loader_workers", "loader_kwargs",
+                 "val_loaders", "train_dl", "it", "loaderish"):
+        assert pysource.loader_evidence(name) is None, name  # what it holds, another line shows
+    assert not pysource.is_dataloader_loop_line("    for key in self.loader_cfg:", {}.get)
+    assert pysource.dataloader_origin("iter(loader_config)", {}.get) == (None, None)
+    # The syntax first: an assignment the source shows tells what the name holds.
+    assert pysource.is_dataloader_loop_line("    for x, y in loader_cfg:",
+                                            {"loader_cfg": "DataLoader(ds)"}.get)
+    assert pysource.dataloader_origin("loader_config", {"loader_config": "dict(workers=2)"}.get
+                                      ) == ("dict(workers=2)", False)
+
+
 def test_loader_knobs_are_read_as_dataloader_reads_its_arguments() -> None:
     """torch.utils.data.DataLoader (torch 2.13) sets batch_size None beside a batch_sampler,
     keyword or its 5th positional argument, and for ``batch_size=None``; it raises for a
