@@ -357,12 +357,14 @@ def test_a_step_time_speedup_says_when_its_profiled_launches_shared_the_cpus_too
     row = compare_runs([base, run]).rows[1]
     assert row.speedup_basis == "step time"
     assert ("so the speedup is the profiled step-time ratio, but the torch.profiler launch "
-            "shared them too (baseline's: other processes used 49% of its CPUs' time).") \
+            "shared them too (baseline's: other processes used 49% of its CPUs' time while it "
+            "ran).") \
         in row.explanation
     run.metrics.profiled_cpu["kineto"] = None  # as a launch the runner did not measure (srun)
     assert ("so the speedup is the profiled step-time ratio, but the torch.profiler launch "
-            "shared them too (baseline's: other processes used 49% of its CPUs' time); and "
-            "whether the torch.profiler launch of workers shared them was not measured.") \
+            "shared them too (baseline's: other processes used 49% of its CPUs' time while it "
+            "ran); and whether the torch.profiler launch of workers shared them was not "
+            "measured.") \
         in compare_runs([base, run]).rows[1].explanation
 
 

@@ -24,6 +24,7 @@ from profreport.reports.analysis.results import (
     TopItem,
 )
 from profreport.reports.analysis.scaling import _same_training, scaling_studies
+from profreport.reports.render.json import scaling_json
 
 MS = 1_000_000
 
@@ -309,10 +310,11 @@ def test_a_study_of_runs_that_shared_the_cpus_says_its_efficiency_is_not_their_o
                            scaling_point={"group": "baseline"})
 
     study = scaling_studies([run("np1", 1, 50.6, 0.84), run("np2", 2, 468.2, 0.73)])[0]
-    assert [p.shared_cpu_share for p in study.points] == [0.84, 0.73]
+    assert [p.shared_cpu.other_share for p in study.points] == [0.84, 0.73]
+    assert [p["shared_cpu_share"] for p in scaling_json(study)["points"]] == [0.84, 0.73]
     (finding,) = study.findings
     assert finding.id == "SCALING_SUPERLINEAR" and finding.evidence[-1].text == (
         "the unprofiled runs shared the CPUs with other work (1-process run's: other processes "
-        "used 84% of its CPUs' time; 2-process run's: other processes used 73% of its CPUs' "
-        "time): their throughput, and this efficiency, are not their own (a comparison of these "
-        "runs takes their profiled step times instead)")
+        "used 84% of its CPUs' time while it ran; 2-process run's: other processes used 73% of "
+        "its CPUs' time while it ran): their throughput, and this efficiency, are not their own "
+        "(a comparison of these runs takes their profiled step times instead)")

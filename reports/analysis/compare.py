@@ -72,7 +72,6 @@ from profreport.reports.analysis.results import (
     PartRole,
     RankVerdict,
     RunAnalysis,
-    SharedCpu,
     StepStats,
     StepTimeKind,
     origin_label,
@@ -253,12 +252,6 @@ def shared_cpus(run: RunAnalysis) -> bool:
     return run.metrics.plain_cpu is not None and run.metrics.plain_cpu.shared
 
 
-def _sharing(cpu: SharedCpu) -> str:
-    """How much of a launch's CPUs other processes used, and how much was left idle."""
-    return (f"other processes used {pct(cpu.other_share)} of its CPUs' time while it ran and "
-            f"{pct(cpu.idle_share)} was left idle")
-
-
 def baseline_shared_text(base: RunAnalysis) -> str | None:
     """The baseline row's sentence when its unprofiled launch shared the CPUs with other work
     (no row's speedup is then a throughput ratio), said once there rather than in every row;
@@ -266,8 +259,8 @@ def baseline_shared_text(base: RunAnalysis) -> str | None:
     cpu = base.metrics.plain_cpu
     if cpu is None or not cpu.shared:
         return None
-    return (f"Its unprofiled run shared the CPUs with other work ({_sharing(cpu)}): its "
-            "throughput is not its own, so no speedup here is a throughput ratio.")
+    return (f"Its unprofiled run shared the CPUs with other work ({cpu.sharing_text(idle=True)}):"
+            " its throughput is not its own, so no speedup here is a throughput ratio.")
 
 
 def shared_cpu_text(base: RunAnalysis, run: RunAnalysis, step_speedup: float | None,
@@ -282,7 +275,7 @@ def shared_cpu_text(base: RunAnalysis, run: RunAnalysis, step_speedup: float | N
     if shared == [base]:
         head = "The baseline's unprofiled run shared the CPUs with other work (as its row says)"
     else:
-        said = f"{run.name}'s: {_sharing(run.metrics.plain_cpu)}"  # type: ignore[arg-type]
+        said = run.metrics.plain_cpu.sharing_text(run.name, idle=True)  # type: ignore[union-attr]
         head = (f"Both unprofiled runs shared the CPUs with other work (the baseline's as its "
                 f"row says; {said})" if len(shared) == 2 else
                 f"The unprofiled run shared the CPUs with other work ({said})")
@@ -312,8 +305,7 @@ def profiled_sharing_text(base: RunAnalysis, run: RunAnalysis, origin: Origin | 
     label = origin_label(origin)
     launches = [(r.name, r.metrics.profiled_cpu[origin]) for r in (base, run)
                 if origin in r.metrics.profiled_cpu]
-    shared = [f"{name}'s: other processes used {pct(cpu.other_share)} of its CPUs' time"
-              for name, cpu in launches if cpu is not None and cpu.shared]
+    shared = [cpu.sharing_text(name) for name, cpu in launches if cpu is not None and cpu.shared]
     unmeasured = [name for name, cpu in launches if cpu is None]
     clauses = ([f"the {label} launch{'es' if len(shared) > 1 else ''} shared them too "
                 f"({'; '.join(shared)})"] if shared else []) + \

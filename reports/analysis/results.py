@@ -18,6 +18,7 @@ from typing import Literal
 
 from profreport.concepts import ANNOTATED_RANGE
 from profreport.model import process_label
+from profreport.units import pct
 
 SCHEMA = "profreport/1"
 
@@ -575,6 +576,15 @@ class SharedCpu:
     other_share: float
     idle_share: float
     shared: bool
+
+    def sharing_text(self, run: str | None = None, idle: bool = False) -> str:
+        """The one way every report says how much of the launch's CPUs other processes used
+        ('other processes used 60% of its CPUs' time while it ran'): after ``run``'s name
+        ('workers's: ...') when given, with the share left idle when ``idle``."""
+        said = f"other processes used {pct(self.other_share)} of its CPUs' time while it ran"
+        if idle:
+            said += f" and {pct(self.idle_share)} was left idle"
+        return said if run is None else f"{run}'s: {said}"
 
 
 @dataclass
@@ -1182,10 +1192,10 @@ class ScalingPoint:
     #: What else differs from the study's reference point besides the process count (see
     #: compare.confounds): precision, optimizer kernels, DataLoader kind, bytes per step, knobs.
     confounds: list[str] = field(default_factory=list)
-    #: Share of its CPUs' time other processes used while the point's unprofiled run ran, when
-    #: it competed with them for the CPUs (compare.shared_cpus: its throughput is then not its
-    #: own); None when it had them to itself or nothing measured it.
-    shared_cpu_share: float | None = None
+    #: The point's unprofiled run beside the other processes on its CPUs, when it competed with
+    #: them for the CPUs (compare.shared_cpus: its throughput is then not its own); None when it
+    #: had them to itself or nothing measured it.
+    shared_cpu: SharedCpu | None = None
 
 
 @dataclass(frozen=True)

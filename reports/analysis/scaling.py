@@ -179,8 +179,7 @@ def _points(members: list[RunAnalysis]) -> tuple[str, list[ScalingPoint]]:
             threads_per_process=_int_or_none(run.environment.get("torch_threads")),
             local_batch_size=_int_or_none(run.scaling_point.get("local_batch_size")),
             confounds=_besides_processes(base, run),
-            shared_cpu_share=(run.metrics.plain_cpu.other_share  # type: ignore[union-attr]
-                              if measured and shared_cpus(run) else None)))
+            shared_cpu=run.metrics.plain_cpu if measured and shared_cpus(run) else None))
     return unit, points
 
 

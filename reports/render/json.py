@@ -348,4 +348,6 @@ def scaling_json(study: ScalingStudy) -> dict[str, Any]:
                         "rank_imbalance": rounded(p.rank_imbalance, 4),
                         "local_batch_size": p.local_batch_size,
                         "confounds": p.confounds,
-                        "shared_cpu_share": _frac(p.shared_cpu_share)} for p in study.points]}
+                        "shared_cpu_share": _frac(p.shared_cpu.other_share
+                                                  if p.shared_cpu else None)}
+                       for p in study.points]}

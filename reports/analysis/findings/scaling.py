@@ -131,8 +131,8 @@ def confound_evidence(base: ScalingPoint, point: ScalingPoint) -> list[Evidence]
             f"reference in: {'; '.join(point.confounds)}: its efficiency is not the scaling's "
             "alone, and no part of it can be credited to one of these",
             point.profile_origin or "manifest"))
-    shared = [f"{p.processes}-process run's: other processes used {whole_pct(p.shared_cpu_share)} "
-              "of its CPUs' time" for p in (base, point) if p.shared_cpu_share is not None]
+    shared = [p.shared_cpu.sharing_text(f"{p.processes}-process run")
+              for p in (base, point) if p.shared_cpu is not None]
     if shared:
         said.append(Evidence(
             f"the unprofiled runs shared the CPUs with other work ({'; '.join(shared)}): their "

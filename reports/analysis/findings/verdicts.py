@@ -381,8 +381,7 @@ def shared_cpus(facts: Facts) -> Finding | None:
         return None
     return Finding(
         "SHARED_CPUS", "medium",
-        f"The unprofiled run shared the CPUs with other work: other processes used "
-        f"{pct(shared.other_share)} of its CPUs' time while it ran.",
+        f"The unprofiled run shared the CPUs with other work: {shared.sharing_text()}.",
         [Evidence(f"in {duration(shared.wall_ns)} on the {shared.cpus} CPUs it may use, the "
                   f"run used {duration(shared.cpu_ns)} of CPU time, other processes "
                   f"{duration(shared.other_cpu_ns)}, and {pct(shared.idle_share)} of their "
