@@ -719,3 +719,15 @@ def short_kernel_name(name: str) -> str:
 def is_training_function(name: str) -> bool:
     """Whether a profiled function's name says it runs the training loop."""
     return _TRAINING_FUNCTION.search(name) is not None
+
+
+#: CPUs each training process keeps for its own loop (the model's operators, one intra-op
+#: thread under the runner's jobs); the rest of its share can run DataLoader workers.
+LOOP_CPUS = 1
+
+
+def worker_cpus(cpus: int, processes: int = 1) -> int:
+    """CPUs each of ``processes`` training processes sharing ``cpus`` leaves its DataLoader
+    workers: its share less LOOP_CPUS (0 or less: none to spare). The runner sizes the
+    ``workers`` variant by it and the DataLoader advice caps its workers by it."""
+    return cpus // processes - LOOP_CPUS

@@ -470,11 +470,17 @@ def run_planned(run: PlannedRun, options: RunOptions, facts: ScriptFacts | None,
         assert facts is not None
         return run_script_setting(replace(run.setting, name=run.name), at, facts, started,
                                   run.point)
+    return run_variant(planned_variant(run), at, started, run.point)
+
+
+def planned_variant(run: PlannedRun) -> Variant:
+    """The variant a planned variant run trains: at a scaling point, under the run's name and
+    with DDP from two processes on."""
     assert run.variant is not None
-    variant = run.variant
-    if run.total is not None:
-        variant = Variant(run.name, variant.description, {**variant.changes, "ddp": run.total > 1})
-    return run_variant(variant, at, started, run.point)
+    if run.total is None:
+        return run.variant
+    return replace(run.variant, name=run.name, changes={**run.variant.changes,
+                                                        "ddp": run.total > 1})
 
 
 def run_every(plan: list[PlannedRun], options: RunOptions, started: float,

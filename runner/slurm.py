@@ -22,6 +22,7 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
+from profreport import concepts
 from profreport.fileio import write_text
 
 #: Wall-clock limit of each job; the built-in workloads need minutes, not hours.
@@ -70,8 +71,9 @@ def python_command() -> list[str]:
 
 
 def job_cpus(job: SlurmJob) -> int:
-    """CPUs one node of the job asks for: one per process on the node and per worker of each."""
-    return (job.workers + 1) * job.processes_per_node
+    """CPUs one node of the job asks for: one per process on the node (its loop,
+    concepts.LOOP_CPUS) and per worker of each."""
+    return (job.workers + concepts.LOOP_CPUS) * job.processes_per_node
 
 
 def largest_node_cpus() -> int | None:

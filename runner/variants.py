@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from profreport import concepts
 from profreport.errors import UsageError
 
 #: The built-in workloads (runner/workloads.py builds them).
@@ -56,13 +57,19 @@ class Variant:
     name: str
     description: str
     changes: dict[str, Any] = field(default_factory=dict)
+    #: Whether num_workers follows the CPUs where the variant runs (workers_per_process over
+    #: cpus_available: the machine's, or the Slurm job's), rather than a fixed count.
+    workers_from_cpus: bool = False
 
     def knobs(self, base: Knobs) -> Knobs:
         """``base`` with this variant's changes applied; nproc 1 unless it trains with DDP
         (``base`` holds --nproc, the ddp variant's processes per node: the baseline beside it
-        trains one)."""
+        trains one); num_workers from the CPUs each process has when workers_from_cpus."""
         knobs = replace(base, **self.changes)
-        return knobs if knobs.ddp else replace(knobs, nproc=1)
+        knobs = knobs if knobs.ddp else replace(knobs, nproc=1)
+        if not self.workers_from_cpus:
+            return knobs
+        return replace(knobs, num_workers=workers_per_process(cpus_available(), knobs.nproc))
 
     @property
     def multi_process(self) -> bool:
@@ -76,6 +83,13 @@ def cpus_available() -> int:
     if slurm.isdigit() and int(slurm) > 0:
         return int(slurm)
     return len(os.sched_getaffinity(0))
+
+
+def workers_per_process(cpus: int, processes: int = 1) -> int:
+    """The ``workers`` variant's DataLoader workers in each of ``processes`` training processes
+    on ``cpus`` CPUs: the CPUs each leaves beside its loop (concepts.worker_cpus), so workers
+    and loops together take the CPUs and no more; never fewer than the baseline's one."""
+    return max(concepts.worker_cpus(cpus, processes), Knobs().num_workers)
 
 
 def cpu_flags(cpuinfo: Path = CPUINFO) -> set[str]:
@@ -119,8 +133,8 @@ def variant_registry() -> dict[str, Variant]:
     cpus = cpus_available()
     variants = [
         Variant("baseline", "one DataLoader worker, fp32, default memory format"),
-        Variant("workers", f"one DataLoader worker per available CPU ({cpus} here)",
-                {"num_workers": cpus}),
+        Variant("workers", "one DataLoader worker per CPU, less one for the loop "
+                f"({workers_per_process(cpus)} here)", workers_from_cpus=True),
         Variant("pinned", "pinned host memory, non-blocking copies, persistent workers",
                 {"pin_memory": True, "non_blocking": True, "persistent_workers": True}),
         Variant("amp", "autocast: fp16 + GradScaler on CUDA, bf16 on the CPU",

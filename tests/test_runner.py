@@ -48,6 +48,8 @@ from profreport.runner.orchestrate import (
     PLAIN_STEPS_FACTOR,
     RunOptions,
     plan_runs,
+    planned_variant,
+    point_options,
     record_launch,
     run_all,
     run_options,
@@ -191,7 +193,7 @@ def test_variant_registry_and_unknown_variant() -> None:
     assert [v.name for v in resolve_variants(list(CPU_DEFAULT_VARIANTS))] == [
         "baseline", "workers", "channels_last"]
     workers = resolve_variants(["workers"])[0]
-    assert workers.changes["num_workers"] >= 1
+    assert workers.knobs(Knobs()).num_workers >= 1
     with pytest.raises(UsageError, match="unknown variant fast.*known variants: baseline"):
         resolve_variants(["baseline", "fast"])
 
@@ -294,6 +296,50 @@ def test_emit_slurm_with_device_auto_on_a_cpu_machine_says_no_gpu_is_asked(
     assert "warning: --device" not in capsys.readouterr().err
     assert (tmp_path / "cpu" / "baseline.sbatch").read_text().startswith(
         "#!/usr/bin/env bash\n#SBATCH")
+
+
+def job_knobs(script: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[int, list[Knobs]]:
+    """The CPUs an emitted sbatch script asks for, and the knobs of each run its run-and-report
+    command line makes when it runs inside that allocation (SLURM_CPUS_PER_TASK set to them)."""
+    text = script.read_text()
+    cpus = int(re.search(r"^#SBATCH --cpus-per-task=(\d+)$", text, re.MULTILINE).group(1))
+    line = next(line for line in text.splitlines() if " run-and-report " in line)
+    words = shlex.split(line)
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", str(cpus))
+    args = build_parser().parse_args(words[words.index("run-and-report"):])
+    options = run_options(args)
+    runs = plan_runs(resolve_variants(args.variants.split(",")), options)
+    return cpus, [planned_variant(run).knobs(
+        (point_options(options, run.point) if run.point else options).base_knobs())
+        for run in runs]
+
+
+def test_the_workers_variants_job_starts_the_workers_its_cpus_hold(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--emit-slurm from a machine with 6 CPUs: the workers job asked for 7 CPUs (6 workers and
+    the training loop) and inside it the variant read SLURM_CPUS_PER_TASK=7 and started 7
+    workers beside the loop, 8 processes on 7 CPUs; at --scaling 2 --nproc 2 it asked 14 and
+    each of the 2 ranks started 14. Each process now starts its CPUs less one for its loop
+    (5 here), and the job asks for exactly the workers and loops it runs."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "6")  # the CPUs of the machine writing them
+    assert resolve_variants(["workers"])[0].description == (
+        "one DataLoader worker per CPU, less one for the loop (5 here)")
+    for folder, extra in (("plain", []), ("scaled", ["--scaling", "2", "--nproc", "2"])):
+        args = build_parser().parse_args(
+            ["run-and-report", "--variants", "baseline,workers", "--emit-slurm", folder,
+             "--out", "report", "--device", "cpu", *extra])
+        write_slurm(args, resolve_variants(["baseline", "workers"]), run_options(args))
+    cpus, (knobs,) = job_knobs(tmp_path / "plain" / "workers.sbatch", monkeypatch)
+    assert (cpus, knobs.num_workers, knobs.nproc) == (6, 5, 1)
+    cpus, (knobs,) = job_knobs(tmp_path / "scaled" / "workers-np2.sbatch", monkeypatch)
+    assert (cpus, knobs.num_workers, knobs.nproc) == (12, 5, 2)
+    # The baseline keeps its one worker and 2 CPUs; the workers job holds the CPUs it starts.
+    cpus, (knobs,) = job_knobs(tmp_path / "plain" / "baseline.sbatch", monkeypatch)
+    assert (cpus, knobs.num_workers) == (2, 1)
+    # Too few CPUs to spare one: one worker, as the baseline, never none.
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "1")
+    assert resolve_variants(["workers"])[0].knobs(Knobs()).num_workers == 1
 
 
 #: Counts the gradient all-reduces of the third step of the built-in model wrapped as the ddp

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+from profreport import concepts
 from profreport.reports.analysis.dataloader import LOADER_BOUND_FRACTION, loader_shares_agree
 from profreport.reports.analysis.findings.catalogue import Facts, rule
 from profreport.reports.analysis.findings.context import (
@@ -141,7 +142,7 @@ def _workers_advice(ctx: RunContext, m: RunMetrics) -> str:
                 f"to that where the job has the CPUs, else {cheaper}{extras}")
     target = workers_needed(wait, rest, workers)
     processes = training_processes(ctx)
-    budget = cpus // processes - 1 if cpus else None  # one core for each training loop
+    budget = concepts.worker_cpus(cpus, processes) if cpus else None
     share = (f"the job's {cpus} CPUs" if processes == 1 else
              f"each of the {processes} ranks' share of the job's {cpus} CPUs")
     if budget is not None and target > budget:
