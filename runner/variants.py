@@ -88,8 +88,10 @@ def cpus_available() -> int:
 def workers_per_process(cpus: int, processes: int = 1) -> int:
     """The ``workers`` variant's DataLoader workers in each of ``processes`` training processes
     on ``cpus`` CPUs: the CPUs each leaves beside its loop (concepts.worker_cpus), so workers
-    and loops together take the CPUs and no more; never fewer than the baseline's one."""
-    return max(concepts.worker_cpus(cpus, processes), Knobs().num_workers)
+    and loops together take the CPUs and no more; at least one more than the baseline's, so
+    that the variant changes something (on 2 CPUs it then asks one CPU more than it has, and
+    the DataLoader advice says so)."""
+    return max(concepts.worker_cpus(cpus, processes), Knobs().num_workers + 1)
 
 
 def cpu_flags(cpuinfo: Path = CPUINFO) -> set[str]:

@@ -337,9 +337,16 @@ def test_the_workers_variants_job_starts_the_workers_its_cpus_hold(
     # The baseline keeps its one worker and 2 CPUs; the workers job holds the CPUs it starts.
     cpus, (knobs,) = job_knobs(tmp_path / "plain" / "baseline.sbatch", monkeypatch)
     assert (cpus, knobs.num_workers) == (2, 1)
-    # Too few CPUs to spare one: one worker, as the baseline, never none.
-    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "1")
-    assert resolve_variants(["workers"])[0].knobs(Knobs()).num_workers == 1
+    # Too few CPUs to spare more than the baseline's one: one more than it, never the same
+    # run twice; on 2 CPUs its job then asks for the 3 it runs.
+    for cpus in ("1", "2"):
+        monkeypatch.setenv("SLURM_CPUS_PER_TASK", cpus)
+        assert resolve_variants(["workers"])[0].knobs(Knobs()).num_workers == 2
+    write_slurm(args := build_parser().parse_args(
+        ["run-and-report", "--variants", "workers", "--emit-slurm", "two", "--out", "report",
+         "--device", "cpu"]), resolve_variants(["workers"]), run_options(args))
+    cpus, (knobs,) = job_knobs(tmp_path / "two" / "workers.sbatch", monkeypatch)
+    assert (cpus, knobs.num_workers) == (3, 2)
 
 
 #: Counts the gradient all-reduces of the third step of the built-in model wrapped as the ddp
