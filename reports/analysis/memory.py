@@ -7,6 +7,11 @@ running sum of the signed sizes since the profile's window opened (``relative to
 what was allocated before the window is unknown). Kineto events count the framework allocator's
 tensors (allocated); nsys events count the driver's allocations, which for PyTorch are the caching
 allocator's segments (reserved).
+
+The per-step figures (each step's levels, allocations per step, growth, the allocations held
+step after step, driver calls per step) count the steps every per-step figure counts
+(steps.step_windows: start-up and the steps torch.compile compiles again in left out); the
+timeline and the step of a large allocation say where things happened, left-out steps too.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from profreport.reports.analysis.results import (
     MemoryStep,
     Origin,
 )
+from profreport.reports.analysis.steps import StepWindows, step_windows
 
 # How many of the largest allocations each device lists.
 LARGEST_ALLOCATIONS = 5
@@ -94,19 +100,24 @@ def _peak(level: np.ndarray | None, lo: int = 0, hi: int | None = None) -> int |
     return int(level[lo:(len(level) if hi is None else hi + 1)].max())
 
 
-def _step_stats(levels: _Levels, steps: pd.DataFrame) -> list[MemoryStep]:
-    """Peak, start/end level and allocations of every step."""
+def _step_stats(levels: _Levels, windows: StepWindows | None) -> list[MemoryStep]:
+    """Peak, start/end level and allocations of every step the windows count (their annotated
+    ranges); none without steps."""
+    if windows is None:
+        return []
     times = levels.events["time"].to_numpy(np.int64)
     sizes = levels.events["bytes"].to_numpy(np.int64)
+    follows = [True, *windows.follows().tolist()]
     out = []
-    for step in steps.sort_values("start").itertuples(index=False):
-        lo, hi = (int(i) for i in np.searchsorted(times, [step.start, step.end]))
+    for number, start, end, after in zip(windows.numbers.tolist(), windows.range_starts.tolist(),
+                                         windows.range_ends.tolist(), follows, strict=True):
+        lo, hi = (int(i) for i in np.searchsorted(times, [start, end]))
         taken = sizes[lo:hi][sizes[lo:hi] > 0]
         out.append(MemoryStep(
-            number=int(step.number), peak_allocated=_peak(levels.allocated, lo, hi),
+            number=number, peak_allocated=_peak(levels.allocated, lo, hi),
             peak_reserved=_peak(levels.reserved, lo, hi), start_level=int(levels.main[lo]),
             end_level=int(levels.main[hi]), allocations=int(taken.size),
-            allocated_bytes=int(taken.sum()), events=hi - lo))
+            allocated_bytes=int(taken.sum()), events=hi - lo, follows=after))
     return out
 
 
@@ -171,16 +182,17 @@ def _unreleased(events: pd.DataFrame) -> np.ndarray:
 def held_each_step(events: pd.DataFrame, profile: Profile) -> list[HeldAllocations] | None:
     """The allocations made in most steps before the last (:data:`HELD_STEP_SHARE`) and never
     released while the profile records, grouped by the operator that made them and their size,
-    most bytes first; None when the events record no addresses or the profile has fewer than
-    3 steps (the last is left out: what it allocates may be released after the profiler stops;
-    one step before it shows no repetition)."""
-    steps = profile.table("steps").sort_values("start", kind="stable")
-    if (events["addr"] < 0).any() or len(steps) < 3:
+    most bytes first, over the steps the per-step figures count (steps.step_windows); None when
+    the events record no addresses or there are fewer than 3 such steps (the last is left out:
+    what it allocates may be released after the profiler stops; one step before it shows no
+    repetition)."""
+    windows = step_windows(profile)
+    if (events["addr"] < 0).any() or windows is None or windows.count < 3:
         return None
     times = events["time"].to_numpy(np.int64)
-    index = np.searchsorted(steps["start"].to_numpy(np.int64), times, side="right") - 1
-    inside = (index >= 0) & (times < steps["end"].to_numpy(np.int64)[np.maximum(index, 0)])
-    counted = np.flatnonzero(_unreleased(events) & inside & (index < len(steps) - 1))
+    index = np.searchsorted(windows.range_starts, times, side="right") - 1
+    inside = (index >= 0) & (times < windows.range_ends[np.maximum(index, 0)])
+    counted = np.flatnonzero(_unreleased(events) & inside & (index < windows.count - 1))
     if not len(counted):
         return []
     held = events.iloc[counted]
@@ -189,7 +201,7 @@ def held_each_step(events: pd.DataFrame, profile: Profile) -> list[HeldAllocatio
                            "bytes": held["bytes"].to_numpy(np.int64),
                            "step": index[counted]}).groupby(["op", "bytes"], sort=False)
     summary = groups["step"].agg(["size", "nunique"])
-    needed = max(2, HELD_STEP_SHARE * (len(steps) - 1))
+    needed = max(2, HELD_STEP_SHARE * (windows.count - 1))
     summary = summary[summary["nunique"] >= needed]
     ranked = summary.assign(total=summary["size"] * summary.index.get_level_values("bytes"))
     ranked = ranked.sort_values("total", ascending=False, kind="stable").head(HELD_GROUPS)
@@ -233,10 +245,17 @@ def _timeline(levels: _Levels, steps: pd.DataFrame) -> tuple[list[MemoryPoint],
 
 
 def _driver_calls_per_step(levels: _Levels, profile: Profile, device: int) -> float | None:
-    """Driver allocations per step after the first: reserved-level changes when the events
-    record them, else cudaMalloc/cudaFree calls of the process; None without steps."""
-    steps = profile.table("steps").sort_values("start").iloc[1:]
-    if steps.empty:
+    """Driver allocations per step over the steps the per-step figures count (steps.step_windows)
+    after the first step recorded: reserved-level changes when the events record them, else
+    cudaMalloc/cudaFree calls of the process; None without such steps. The first step recorded
+    is left out even where the windows keep it: the caching allocator takes its segments from
+    the driver the first time each size is asked for, however long that step took, and the
+    windows leave out a first step only by its length (shape.find_warmup)."""
+    windows = step_windows(profile)
+    if windows is None:
+        return None
+    later = windows.range_starts > int(profile.table("steps")["start"].min())
+    if not later.any():
         return None
     if levels.reserved is not None:
         changed = levels.events["time"].to_numpy()[np.flatnonzero(np.diff(levels.reserved))]
@@ -246,8 +265,9 @@ def _driver_calls_per_step(levels: _Levels, profile: Profile, device: int) -> fl
     else:
         return None
     inside = sum(int(((changed >= s) & (changed < e)).sum())
-                 for s, e in zip(steps["start"], steps["end"], strict=True))
-    return inside / len(steps)
+                 for s, e in zip(windows.range_starts[later], windows.range_ends[later],
+                                 strict=True))
+    return inside / int(later.sum())
 
 
 def _device_memory(profile: Profile, events: pd.DataFrame) -> DeviceMemory:
@@ -269,7 +289,7 @@ def _device_memory(profile: Profile, events: pd.DataFrame) -> DeviceMemory:
         basis=levels.basis, events=len(events),
         peak_allocated=_peak(levels.allocated), peak_reserved=_peak(levels.reserved),
         net_bytes=int(levels.main[-1] - levels.main[0]), reserved_gap_bytes=gap,
-        steps=(stepped := _step_stats(levels, steps)),
+        steps=(stepped := _step_stats(levels, step_windows(profile))),
         allocations_per_step=allocations_per_step(stepped),
         largest=_largest(events, profile, int(events["time"].iloc[0])),
         timeline=points, timeline_steps=marks,

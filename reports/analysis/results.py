@@ -1057,6 +1057,9 @@ class MemoryStep:
     #: Memory events (allocations and releases) recorded in the step; 0 when the recorder was
     #: off for it (torch.profiler stops inside the last step of its window).
     events: int = 0
+    #: Whether the step follows the one listed before it: False after a step the per-step
+    #: figures leave out (start-up, torch.compile compiling again: steps.StepWindows).
+    follows: bool = True
 
 
 @dataclass(frozen=True)

@@ -125,6 +125,11 @@ class StepWindows:
         """Total ns that ``intervals`` cover inside the windows."""
         return int(iv.overlap_per_window(intervals, self.starts, self.ends).sum())
 
+    def follows(self) -> np.ndarray:
+        """Whether each step after the first follows the one before it (no step left out
+        between them: its window reaches the next step's start)."""
+        return self.ends[:-1] >= self.range_starts[1:]
+
     def index_of(self, times: np.ndarray) -> np.ndarray:
         """The window each time lies in (-1 outside every window)."""
         k = np.searchsorted(self.starts, times, side="right") - 1
@@ -208,8 +213,7 @@ def step_stats(windows: StepWindows) -> StepStats:
     step's range too when the steps are tiled); every whole window's length."""
     durations = windows.range_ends - windows.range_starts
     # Start to next start, over the steps that follow one another (not across a step left out).
-    follows = windows.ends[:-1] >= windows.range_starts[1:]
-    wall = durations if windows.tiled else np.diff(windows.range_starts)[follows]
+    wall = durations if windows.tiled else np.diff(windows.range_starts)[windows.follows()]
     return StepStats(origin=windows.origin, count=windows.count, mean_ns=int(durations.mean()),
                      p50_ns=_pct(durations, 50), p90_ns=_pct(durations, 90),
                      min_ns=int(durations.min()), max_ns=int(durations.max()),

@@ -144,14 +144,18 @@ def headroom(facts: Facts) -> Finding | None:
         recommendation=_batch_advice(device, settings))
 
 
-def _growing(device: DeviceMemory) -> int | None:
-    """Bytes the level grew by over the steps when it ends every step higher than the last
-    (steps without any memory event, where the recorder was off, are left out)."""
-    ends = [step.end_level for step in device.steps if step.events]
-    if len(ends) < LEAK_MIN_STEPS or not all(b > a for a, b in zip(ends, ends[1:], strict=False)):
+def _growing(device: DeviceMemory) -> tuple[int, int] | None:
+    """Bytes the level grew by over the steps when it ends every step higher than the last, and
+    over how many steps it grew (steps without any memory event, where the recorder was off, are
+    left out; so is the change across a step the per-step figures leave out, MemoryStep.follows:
+    a recompile's new buffers are no leak)."""
+    seen = [step for step in device.steps if step.events]
+    pairs = list(zip(seen, seen[1:], strict=False))
+    if len(seen) < LEAK_MIN_STEPS or any(b.end_level <= a.end_level for a, b in pairs):
         return None
-    growth = ends[-1] - ends[0]
-    return growth if growth >= LEAK_MIN_BYTES else None
+    grew = [b.end_level - a.end_level for a, b in pairs if b.follows]
+    growth = sum(grew)
+    return (growth, len(grew)) if grew and growth >= LEAK_MIN_BYTES else None
 
 
 def _held_evidence(device: DeviceMemory) -> list[Evidence]:
@@ -171,14 +175,14 @@ def memory_growth(facts: Facts) -> Finding | None:
     leaking = [(g, d) for d in stats.devices if (g := _growing(d)) is not None]
     if not leaking:
         return None
-    growth, device = max(leaking, key=lambda item: item[0])
+    (growth, grown), device = max(leaking, key=lambda item: item[0][0])
     steps = sum(1 for step in device.steps if step.events)
     return Finding(
         id="MEMORY_GROWTH", severity="high",
         title="Memory grows from step to step: something keeps tensors alive across iterations",
         evidence=[Evidence(f"{_where(device)}: the level at the end of each of {steps} steps is "
                            f"above the previous one, +{memory_size(growth)} in all "
-                           f"(+{memory_size(growth / (steps - 1))} per step); it will run out of "
+                           f"(+{memory_size(growth / grown)} per step); it will run out of "
                            "memory in a long run", device.origin),
                   *_held_evidence(device)],
         recommendation="Find what keeps a reference from one step to the next: accumulating "
