@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from profreport.commands import _summary_lines
@@ -258,6 +259,27 @@ def test_a_recompiling_step_is_left_out_of_the_per_step_figures(tmp_path: Path) 
                            "9 steps.")
     assert "torch.compile recompiling | 200.0 ms in 1 step (left out of the per-step figures)" \
         in render_markdown(analyze_paths([path], AnalyzeOptions()))
+
+
+def test_a_time_in_a_step_left_out_names_that_step_and_why(tmp_path: Path) -> None:
+    """A start-up step 0 (20.5 ms, context creation) before five steady steps of 1.15 ms, step 3
+    recompiling (Dynamo's entire_frame_compile): both are left out of the windows, and a time
+    inside either (a GPU idle gap's start, say) read "outside steps" and "between steps". It is
+    inside that step, left out, and says why."""
+    from profreport.parsers import kineto
+    from profreport.reports.analysis.steps import step_windows, where_in_steps
+
+    steady = [(100, 1000, [])] * 5
+    path = write_trace(tmp_path / "run.pt.trace.json", [(20000, 400, SETUP)] + steady)
+    document = json.loads(path.read_text())  # step 3 runs from 23,830 to 24,980 µs
+    document["traceEvents"].append({"ph": "X", "cat": "cpu_op", "name": "entire_frame_compile",
+                                    "pid": 1, "tid": 1, "ts": 24_000, "dur": 300, "args": {}})
+    path.write_text(json.dumps(document))
+    windows = step_windows(kineto.parse(path))
+    assert windows.numbers.tolist() == [1, 2, 4, 5]
+    assert where_in_steps(np.array([5_000_000, 24_100_000, 23_000_000]), windows) == [
+        "inside step 0 (left out: start-up)",
+        "inside step 3 (left out: torch.compile compiling again)", "inside step 2"]
 
 
 def test_periodic_stalls_are_named_apart_from_the_steady_wait(tmp_path: Path) -> None:

@@ -70,6 +70,9 @@ class StepWindows:
     #: ns compiling in it): left out of the arrays above when some step does not compile (see
     #: :attr:`compiling_left_out`), kept when every one does.
     compiling: tuple[tuple[int, int], ...] = ()
+    #: The annotated ranges of the steps left out of the arrays above (start-up, torch.compile
+    #: compiling again), as (step number, range start, range end), in time order.
+    left_out: tuple[tuple[int, int, int], ...] = ()
 
     @property
     def compiling_left_out(self) -> bool:
@@ -165,6 +168,8 @@ def step_windows(profile: Profile) -> StepWindows | None:
                        warmup=warmup,
                        compiling=tuple((int(numbers[i]), int(compiling[i]))
                                        for i in np.flatnonzero(compiling)),
+                       left_out=tuple((int(numbers[i]), int(starts[i]), int(ends[i]))
+                                      for i in np.flatnonzero(~keep)),
                        fetch_between=not profile.meta.records_torch_spans
                        and profile.meta.step_span is None,
                        marker=concepts.step_marker(str(steps["origin"].iloc[0]),
@@ -200,12 +205,18 @@ def phases_text(profile: Profile) -> str:
 
 def _left_out_text(numbers: list[int], windows: StepWindows) -> str:
     """``step 0, start-up; steps 15, 31, torch.compile compiling again``: the steps
-    ``numbers`` (those the windows leave out), each group with why."""
-    compiled = [n for n in numbers if n in dict(windows.compiling)]
-    groups = [([n for n in numbers if n not in compiled], "start-up"),
-              (compiled, "torch.compile compiling again")]
+    ``numbers`` (those the windows leave out, in order: start-up first), each group with why."""
+    groups: dict[str, list[int]] = {}
+    for number in numbers:
+        groups.setdefault(_why_left_out(number, windows), []).append(number)
     return "; ".join(f"step{'s' if len(group) > 1 else ''} {', '.join(map(str, group))}, {why}"
-                     for group, why in groups if group)
+                     for why, group in groups.items())
+
+
+def _why_left_out(number: int, windows: StepWindows) -> str:
+    """Why the windows leave out step ``number`` (one they leave out): torch.compile compiling
+    again in it, else its being start-up."""
+    return "torch.compile compiling again" if number in dict(windows.compiling) else "start-up"
 
 
 def step_stats(windows: StepWindows) -> StepStats:
@@ -240,16 +251,21 @@ def starts_in_windows(starts: np.ndarray, windows: StepWindows) -> np.ndarray:
 
 
 def where_in_steps(starts: np.ndarray, windows: StepWindows | None) -> list[str]:
-    """Where each time lies relative to the step ranges: "inside step N", "between steps" or
-    "outside steps"."""
+    """Where each time lies relative to the step ranges: "inside step N", inside one the windows
+    leave out "inside step N (left out: start-up)" or "(left out: torch.compile compiling
+    again)", "between steps" or "outside steps"."""
     if windows is None:
         return ["outside steps"] * len(starts)
     k = np.searchsorted(windows.range_starts, starts, side="right") - 1
     inside = (k >= 0) & (starts < windows.range_ends[np.maximum(k, 0)])
     spanned = (starts >= windows.range_starts[0]) & (starts < windows.range_ends[-1])
-    return [f"inside step {windows.numbers[i]}" if inn else
-            ("between steps" if sp else "outside steps")
-            for i, inn, sp in zip(k, inside, spanned, strict=True)]
+    where = [f"inside step {windows.numbers[i]}" if inn else
+             ("between steps" if sp else "outside steps")
+             for i, inn, sp in zip(k, inside, spanned, strict=True)]
+    for number, start, end in windows.left_out:
+        for i in np.flatnonzero((starts >= start) & (starts < end)).tolist():
+            where[i] = f"inside step {number} (left out: {_why_left_out(number, windows)})"
+    return where
 
 
 def dataloader_intervals(profile: Profile, windows: StepWindows) -> iv.Intervals:
