@@ -500,10 +500,12 @@ def test_steps_found_by_repetition_keep_the_counter_their_names_carry(tmp_path: 
                for f in run.findings)
 
 
-def nsys_beside_kineto(folder: Path, nsys_waits: list[int]):  # type: ignore[no-untyped-def]
+def nsys_beside_kineto(folder: Path, nsys_waits: list[int],  # type: ignore[no-untyped-def]
+                       recompiling: int | None = None):
     """The run of ``folder`` holding an NVTX-only nsys export, one 'step N' range of 1 ms after
     a 'dataloader' range of each of ``nsys_waits`` (ns), and a CPU Kineto trace of 8
-    ProfilerSteps of 5 ms, each waiting 3 ms in a DataLoader span before 1.9 ms of aten::mm."""
+    ProfilerSteps of 5 ms, each waiting 3 ms in a DataLoader span before 1.9 ms of aten::mm;
+    step ``recompiling`` holds 80 µs of Dynamo's entire_frame_compile after it."""
     ranges, at = [], 0
     for n, wait in enumerate(nsys_waits):
         ranges += [(at, at + wait, "dataloader"), (at + wait, at + wait + 1_000_000, f"step {n}")]
@@ -514,6 +516,8 @@ def nsys_beside_kineto(folder: Path, nsys_waits: list[int]):  # type: ignore[no-
         events += [cpu_event(f"ProfilerStep#{n}", ts, 5000, cat="user_annotation"),
                    cpu_event(LOADER, ts + 1, 3000, cat="user_annotation"),
                    cpu_event("aten::mm", ts + 3010, 1900)]
+        if n == recompiling:
+            events.append(cpu_event("entire_frame_compile", ts + 4915, 80))
         ts += 5000
     kineto_trace(folder / "cpu.pt.trace.json", events)
     return analyze_paths([folder], AnalyzeOptions()).runs[0]
@@ -544,6 +548,19 @@ def test_trace_profilers_that_disagree_are_told_apart_by_their_steps(tmp_path: P
         "The trace profilers measured different windows (Nsight Systems 40 steps of 1.0 ms; "
         "torch.profiler 8 steps of 5.0 ms): ")
     assert "take the figure of Nsight Systems, over more steps" in finding.recommendation
+
+
+def test_the_agreement_says_which_profiler_left_recompiling_steps_out(tmp_path: Path) -> None:
+    """torch.profiler's step 5 recompiles (Dynamo's entire_frame_compile), so its figures leave
+    it out; nsys records no compiling and leaves none out, and each profiler traced its own run
+    of the training, so no step of one is matched to the other's: the agreement finding says
+    the two compare different steps (it said nothing of it)."""
+    run = nsys_beside_kineto(tmp_path, [3_000_000] * 10, recompiling=5)
+    assert run.metrics.steps_by_origin[1].recompiling_left_out == (5,)
+    finding = next(f for f in run.findings if f.id == "SOURCES_AGREE")
+    assert [e.text for e in finding.evidence if e.origin == "kineto"][-1] == (
+        "torch.profiler's step figures leave out 1 step in which torch.compile compiled again "
+        "(step 5); Nsight Systems's leave out none, so they hold any recompile of their run")
 
 
 def test_stall_advice_knows_the_workers_persist(tmp_path: Path) -> None:

@@ -104,6 +104,9 @@ class StepStats:
     #: job are compared over the steps they all count (job.common_step_means); empty when the
     #: origin records no step of its own (line_profiler).
     range_by_number: tuple[tuple[int, int], ...] = ()
+    #: The steps left out because torch.compile compiled again in them (steps.StepWindows
+    #: .compiling), by number; empty when none is (an origin that records no compiling: nsys).
+    recompiling_left_out: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -233,7 +233,9 @@ def step_stats(windows: StepWindows) -> StepStats:
                      marker=windows.marker,
                      window_ns=tuple(int(v) for v in windows.whole_lengths()),
                      range_by_number=tuple(zip(windows.numbers.tolist(), durations.tolist(),
-                                               strict=True)))
+                                               strict=True)),
+                     recompiling_left_out=tuple(number for number, _ in windows.compiling)
+                     if windows.compiling_left_out else ())
 
 
 def in_windows(frame: pd.DataFrame, windows: StepWindows) -> pd.DataFrame:

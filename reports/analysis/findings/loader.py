@@ -319,6 +319,7 @@ def sources_agreement(facts: Facts) -> Finding | None:
     evidence = [_wait_evidence(m, origin, share) for origin, share in sorted(shares.items())]
     if m.gpu is not None:
         evidence.append(Evidence(f"GPU idle {pct(1 - m.gpu.busy_fraction)}", m.gpu.origin))
+    evidence += _recompiling_evidence(m)
     values = list(shares.values())
     spread = f"{pct(min(values))} to {pct(max(values))}"
     if loader_shares_agree(values):
@@ -327,6 +328,25 @@ def sources_agreement(facts: Facts) -> Finding | None:
     return Finding("SOURCES_DISAGREE", "info",
                    f"The profilers of this run disagree on the DataLoader wait ({spread} of "
                    "step time).", evidence, _disagreement_advice(m))
+
+
+def _recompiling_evidence(m: RunMetrics) -> list[Evidence]:
+    """That one profiler's step figures leave out steps torch.compile compiled again in and the
+    others' leave none out (nsys records no compiling, and nothing recorded matches one
+    profiler's steps to another's: the runner traces each in a run of its own), so the
+    profilers compare different steps."""
+    stats = {s.origin: s for s in reversed(m.steps_by_origin)
+             if s.origin in m.dataloader_fraction_by_origin}
+    holding = [origin for origin, s in stats.items() if not s.recompiling_left_out]
+    if not holding:
+        return []
+    others = " and ".join(f"{origin_label(origin)}'s" for origin in sorted(holding))
+    return [Evidence(f"{origin_label(origin)}'s step figures leave out {len(left)} "
+                     f"step{'s' if len(left) > 1 else ''} in which torch.compile compiled again "
+                     f"(step {', '.join(map(str, left))}); {others} leave out none, so they "
+                     "hold any recompile of their run", origin)
+            for origin, left in sorted((o, s.recompiling_left_out) for o, s in stats.items())
+            if left]
 
 
 def _agreement_title(values: list[float], spread: str) -> str:
