@@ -563,6 +563,24 @@ def test_the_agreement_says_which_profiler_left_recompiling_steps_out(tmp_path: 
         "(step 5); Nsight Systems's leave out none, so they hold any recompile of their run")
 
 
+def test_a_recompile_only_torch_profiler_saw_is_named_when_nsys_gives_the_figures(
+        tmp_path: Path) -> None:
+    """The run's step figures come from nsys, which records no compiling, so RECOMPILED (read
+    from the run's step shape) said nothing of torch.profiler's recompiling step 5: it names
+    that step now, and that the run's figures may hold such a recompile."""
+    run = nsys_beside_kineto(tmp_path, [3_000_000] * 10, recompiling=5)
+    assert run.metrics.steps.origin == "nsys"
+    found = next(f for f in run.findings if f.id == "RECOMPILED")
+    assert found.title == ("torch.compile compiled again inside 1 of torch.profiler's profiled "
+                           "steps: the run's per-step figures, Nsight Systems's, record no "
+                           "compiling and may hold it.")
+    assert found.evidence[0].text.endswith("in step 5, left out of torch.profiler's per-step "
+                                           "figures")
+    (tmp_path / "plain").mkdir()
+    assert not any(f.id == "RECOMPILED" for f in nsys_beside_kineto(
+        tmp_path / "plain", [3_000_000] * 10).findings)
+
+
 def test_stall_advice_knows_the_workers_persist(tmp_path: Path) -> None:
     """Two isolated 30 ms stalls in 17 steps: the fix blames an epoch start's worker restart
     only where persistent_workers is not already set."""

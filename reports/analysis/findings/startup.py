@@ -11,6 +11,7 @@ from profreport.reports.analysis.results import (
     Finding,
     Origin,
     Warmup,
+    origin_label,
 )
 from profreport.units import ms
 
@@ -116,13 +117,52 @@ def _startup_advice(w: Warmup) -> str:
             "drop_last=True, or torch.compile(dynamic=True)).")
 
 
+#: What makes torch.compile compile again after start-up, and how to find out which.
+_RECOMPILE_CAUSES = ("A compile after start-up is a recompile: an input of a new shape (a "
+                     "smaller last batch: drop_last=True, or torch.compile(dynamic=True)), or a "
+                     "guard failing on changed state; TORCH_LOGS=recompiles names the cause.")
+
+
+def _recompiled_in_another_source(facts: Facts) -> Finding | None:
+    """RECOMPILED from a profiler whose figures are not the run's: the run's step figures come
+    from one that records no compiling (Nsight Systems), while another profiler of the run
+    (torch.profiler) left steps out for it. Each traced a run of its own, so the steps are not
+    matched: the finding says the run's figures may hold recompiles."""
+    run_origin = facts.metrics.steps.origin if facts.metrics.steps is not None else None
+    left = [(s.origin, s.recompiling_left_out) for s in facts.metrics.steps_by_origin
+            if s.recompiling_left_out and s.origin != run_origin]
+    if not left or run_origin is None:
+        return None
+    origin, numbers = left[0]
+    count = len(numbers)
+    steps = f"step{'s' if count > 1 else ''} {', '.join(map(str, numbers))}"
+    return Finding(
+        id="RECOMPILED", severity="medium",
+        title=(f"torch.compile compiled again inside {count} of {origin_label(origin)}'s "
+               f"profiled steps: the run's per-step figures, {origin_label(run_origin)}'s, "
+               "record no compiling and may hold it."),
+        evidence=[Evidence(f"torch.compile compiling (Dynamo's entire_frame_compile, "
+                           f"AOTAutograd's entire_backward_compile) in {steps}, left out of "
+                           f"{origin_label(origin)}'s per-step figures", origin),
+                  Evidence(f"{origin_label(run_origin)} records no compile spans, and it traced "
+                           "a run of the training of its own: its steps are not matched to "
+                           f"{origin_label(origin)}'s", run_origin)],
+        recommendation=_RECOMPILE_CAUSES + " Compare the run's step times with "
+                       f"{origin_label(origin)}'s, which leave the recompiling steps out.")
+
+
 @rule("RECOMPILED", severity=("medium",), needs=("profiles",))
 def recompiled(facts: Facts) -> Finding | None:
     """torch.compile compiled inside the profiled steps after start-up (a recompile): those
     steps are left out of every per-step figure (step times, breakdown, spreads, shares)
-    when some step does not compile; when every step does, the per-step means hold it."""
+    when some step does not compile; when every step does, the per-step means hold it. When
+    the run's figures come from a profiler that records no compiling (Nsight Systems) and
+    another of the run left steps out for it, it names them and says the run's figures may
+    hold a recompile."""
     shape = facts.metrics.shape
-    if shape is None or not shape.compiling or (shape.warmup is not None and shape.warmup.only):
+    if shape is None or not shape.compiling:
+        return _recompiled_in_another_source(facts)
+    if shape.warmup is not None and shape.warmup.only:
         return None
     compiling = shape.compiling_ns
     listed = ", ".join(f"step {number} ({ms(ns)})" for number, ns in shape.compiling[:3])
@@ -151,7 +191,4 @@ def recompiled(facts: Facts) -> Finding | None:
         judge = "Judge the steady state from steps without it (the median above)."
     return Finding(
         id="RECOMPILED", severity="medium", title=title, evidence=evidence,
-        recommendation="A compile after start-up is a recompile: an input of a new shape (a "
-                       "smaller last batch: drop_last=True, or torch.compile(dynamic=True)), or "
-                       "a guard failing on changed state; TORCH_LOGS=recompiles names the cause. "
-                       + judge)
+        recommendation=_RECOMPILE_CAUSES + " " + judge)
