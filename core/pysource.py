@@ -444,9 +444,23 @@ def dataloader_origin(expression: str, assigned: Callable[[str], str | None]
     ``model.parameters()``); else what ``assigned`` gives the name it iterates over (its last
     assignment before the line), followed one assignment further when that too only names
     another: ``iter(dl), dl = DataLoader(ds)`` for ``it`` after ``dl = DataLoader(ds)``, ``it =
-    iter(dl)``. The verdict is None when the source does not show it (a parameter, an
-    attribute), and so is the origin when no assignment is shown.
+    iter(dl)``. A _TOGETHER call's arguments are each followed so (_together_origin):
+    ``zip(a, b), a = DataLoader(ds), b = DataLoader(aux)``. The verdict is None when the source
+    does not show it (a parameter, an attribute), and so is the origin when no assignment is
+    shown.
     """
+    if loader_evidence(expression) is None and _together_texts(expression):
+        return _together_origin(expression, assigned)
+    origin, verdict = _name_origin(expression, assigned)
+    if verdict is None and origin is not None and _together_texts(origin):
+        return _together_origin(origin, assigned)
+    return origin, verdict
+
+
+def _name_origin(expression: str, assigned: Callable[[str], str | None]
+                 ) -> tuple[str | None, bool | None]:
+    """dataloader_origin, a _TOGETHER call's arguments left unfollowed (an argument assigned
+    a zip of itself, ``a = zip(a, b)``, would be followed for ever)."""
     verdict = loader_evidence(expression)
     name = iterated_name(expression)
     if verdict is not None or name is None:
@@ -460,6 +474,36 @@ def dataloader_origin(expression: str, assigned: Callable[[str], str | None]
     if deeper is None:
         return origin, verdict
     return f"{origin}, {inner} = {deeper}", loader_evidence(deeper)
+
+
+def _together_texts(expression: str) -> list[str]:
+    """The unstarred arguments of a _TOGETHER call an expression iterates over (out of
+    _ITERATION_WRAPPERS), as written: ``a`` and ``b`` of ``enumerate(zip(a, b))``; none for
+    another expression, or when one argument is starred (a collection: ``zip(*loaders)``)."""
+    tree = _parsed(expression, mode="eval")
+    together = _together(_iterated(tree.body)) if isinstance(tree, ast.Expression) else []
+    if any(starred for _, starred in together):
+        return []
+    texts = [_written(arg) for arg, _ in together]
+    return [text for text in texts if text is not None] if None not in texts else []
+
+
+def _together_origin(expression: str, assigned: Callable[[str], str | None]
+                     ) -> tuple[str | None, bool | None]:
+    """dataloader_origin of a _TOGETHER call whose syntax does not tell: each argument's
+    origin (a name followed as _name_origin follows one), ``zip(a, b), a =
+    DataLoader(ds), b = DataLoader(aux)``. A DataLoader when one argument is (each pass
+    fetches from it), none when every one is something else, else unknown; the origin None when
+    no argument's assignment is shown."""
+    origins = [(text, *_name_origin(text, assigned))
+               for text in _together_texts(expression)]
+    verdicts = [verdict for _, _, verdict in origins]
+    verdict = True if True in verdicts else None if None in verdicts else False
+    shown = [f"{text} = {origin}" for text, origin, _ in origins
+             if origin is not None and origin != text]
+    if not shown:
+        return None, verdict
+    return ", ".join([expression, *shown]), verdict
 
 
 def is_loop_line(source: str | None) -> bool:

@@ -144,3 +144,29 @@ def test_a_loop_over_dataloaders_zipped_together_is_a_dataloader_loop() -> None:
     assert pysource.loader_evidence("zip(images, labels)") is None
     assert pysource.loader_evidence("zip(*pairs)") is None
     assert pysource.loader_evidence("zip([0.1, 0.01], range(2))") is False
+
+
+def test_a_zip_of_names_assigned_dataloaders_is_followed_argument_by_argument() -> None:
+    """``src = DataLoader(a)``, ``tgt = DataLoader(b)``, then ``for (xs, ys), (xt, _) in
+    zip(src, tgt):``: each pass fetches from both loaders. Assignments were followed for one
+    name only, so a zip of names stayed unknown however the function assigned them."""
+    shown = {"src": "DataLoader(a, batch_size=32)", "tgt": "DataLoader(b, batch_size=32)",
+             "labels": "torch.arange(10)", "it": "zip(src, labels)"}.get
+    assert pysource.is_dataloader_loop_line("    for (xs, ys), (xt, _) in zip(src, tgt):", shown)
+    assert pysource.dataloader_origin("enumerate(zip(src, tgt))", shown) == (
+        "enumerate(zip(src, tgt)), src = DataLoader(a, batch_size=32), "
+        "tgt = DataLoader(b, batch_size=32)", True)
+    # One argument a DataLoader: each pass fetches from it.
+    assert pysource.dataloader_origin("zip(src, labels)", shown)[1] is True
+    # An iterator assigned a zip: its arguments are followed too.
+    assert pysource.dataloader_origin("it", shown) == (
+        "zip(src, labels), src = DataLoader(a, batch_size=32), labels = torch.arange(10)", True)
+    # Every argument shown to be something else: no DataLoader; one not shown: unknown.
+    assert pysource.dataloader_origin("zip(labels, labels)", shown) == (
+        "zip(labels, labels), labels = torch.arange(10), labels = torch.arange(10)", False)
+    assert pysource.dataloader_origin("zip(labels, pairs)", shown) == (
+        "zip(labels, pairs), labels = torch.arange(10)", None)
+    assert pysource.dataloader_origin("zip(xs, ys)", shown) == (None, None)
+    # A name assigned a zip of itself is followed once, not for ever.
+    assert pysource.dataloader_origin("a", {"a": "zip(a, b)"}.get) == (
+        "zip(a, b), a = zip(a, b)", None)
