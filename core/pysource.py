@@ -19,6 +19,14 @@ _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+")
 # PyTorch tutorials write it, ``dataloader``). Not ``dl``: ``self.dl`` may hold anything, and
 # what it holds is read from its assignment, where the source shows it.
 _LOADER_WORD = re.compile(r"^[a-z]*loader$")
+# English words ending in ``loader`` that name what moves files or code, never a loader of
+# batches: ``downloader`` (``MediaIoBaseDownload``'s, a dataset's), ``uploader``, a server's
+# ``reloader``, ``unloader``, ``bootloader``, Java's ``classloader``. Real DataLoader names join
+# any word before ``loader`` (``trainloader``, ``valloader``, torchreid's ``queryloader`` and
+# ``galleryloader``), so those words are left out one by one rather than the others listed;
+# ``preloader`` stays a loader (what preloads batches hands them on).
+_NOT_LOADER_WORDS = frozenset({"downloader", "uploader", "reloader", "unloader", "bootloader",
+                               "classloader"})
 # A last word that makes a loader's name its iterator's (``loader_it``, ``train_loader_iter``).
 _ITERATOR_WORDS = frozenset({"it", "iter", "iterator"})
 # Calls that iterate over their first argument and hand its items on: ``iter``, ``enumerate``
@@ -198,17 +206,18 @@ def _is_dataloader(node: ast.expr, many: bool = False) -> bool:
 
 def _names_a_loader(name: str, many: bool = False) -> bool:
     """Whether an identifier says it holds a DataLoader or an iterator of one: its last word
-    (_WORD) names one (_LOADER_WORD: ``train_loader``, ``trainloader``, ``valLoader``), or
-    is an iterator word after one (``loader_it``, ``loader_iter``); with ``many``, the last
-    word is that word's plural (``val_loaders``). A word after it makes it something else:
-    ``self.loader_cfg``, ``loader_config``, ``num_loader_workers``."""
+    (_WORD) names one (_LOADER_WORD: ``train_loader``, ``trainloader``, ``valLoader``; none of
+    _NOT_LOADER_WORDS, ``self.downloader``), or is an iterator word after one (``loader_it``,
+    ``loader_iter``); with ``many``, the last word is that word's plural (``val_loaders``). A
+    word after it makes it something else: ``self.loader_cfg``, ``loader_config``,
+    ``num_loader_workers``."""
     words = [word.lower() for word in _WORD.findall(name)]
     if not many and len(words) > 1 and words[-1] in _ITERATOR_WORDS:
         words.pop()
     last = words[-1] if words else ""
     if many:
         last = last.removesuffix("s") if last.endswith("s") else ""
-    return _LOADER_WORD.match(last) is not None
+    return _LOADER_WORD.match(last) is not None and last not in _NOT_LOADER_WORDS
 
 
 def _together(node: ast.expr) -> list[tuple[ast.expr, bool]]:

@@ -87,6 +87,23 @@ def test_a_name_holds_a_dataloader_when_its_last_word_names_one() -> None:
                                       ) == ("dict(workers=2)", False)
 
 
+def test_a_word_ending_in_loader_that_moves_files_or_code_names_no_dataloader() -> None:
+    """A last word ending in ``loader`` named a DataLoader whatever came before it, so
+    ``for chunk in self.downloader:`` (a dataset's downloader) read as a loop over one and
+    ``next(uploader)`` as a fetch of a batch. Real names join any word to ``loader``
+    (``valloader``, torchreid's ``queryloader``), and those stay loaders, ``preloader`` too."""
+    for name in ("self.downloader", "imageDownloader", "uploader", "reloader", "unloader",
+                 "bootloader", "classloader_it"):
+        assert pysource.loader_evidence(name) is None, name  # what it holds, another line shows
+    assert pysource.loader_evidence("zip(*downloaders)") is None
+    for name in ("queryloader", "galleryloader", "valloader", "self.preloader", "dloader",
+                 "image_loader", "trainLoader"):
+        assert pysource.loader_evidence(name) is True, name
+    assert not pysource.is_dataloader_loop_line("    for chunk in self.downloader:", {}.get)
+    assert pysource.is_dataloader_loop_line("    for x, y in downloader:",
+                                            {"downloader": "DataLoader(ds)"}.get)
+
+
 def test_loader_knobs_are_read_as_dataloader_reads_its_arguments() -> None:
     """torch.utils.data.DataLoader (torch 2.13) sets batch_size None beside a batch_sampler,
     keyword or its 5th positional argument, and for ``batch_size=None``; it raises for a
