@@ -4,6 +4,7 @@ window, and of loops whose last ``__next__`` found the end of the data."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -13,6 +14,8 @@ from profreport.executors import ExecutorOptions
 from profreport.parsers import kineto
 from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
 from profreport.reports.analysis.results import RunAnalysis
+from profreport.reports.render.json import render_json
+from profreport.reports.render.markdown import render_markdown
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import TRAINING_PID, cpu_event, kineto_trace  # noqa: E402
@@ -114,3 +117,48 @@ def test_a_last_step_that_works_after_its_fetch_is_a_step(tmp_path: Path) -> Non
     profile = kineto.parse(kineto_trace(tmp_path / "cut.json", events))
     assert len(profile.table("steps")) == 4
     assert not any("ended the loop" in note for note in profile.meta.notes)
+
+
+def _evaluation_step(number: int, base: int) -> list[dict]:
+    """One 2 ms ProfilerStep of an evaluation loop that calls prof.step() too: a 500 µs fetch
+    of the validation loader and a 1 ms forward, no backward, no optimizer step."""
+    return [cpu_event(f"ProfilerStep#{number}", base, 2000, cat="user_annotation"),
+            cpu_event(EVAL_FETCH, base + 10, 500, cat="user_annotation"),
+            cpu_event("aten::mm", base + 600, 1000)]
+
+
+def test_a_step_that_only_evaluates_is_left_out_of_the_per_step_figures(tmp_path: Path) -> None:
+    """Three training steps of 10 ms (a 1 ms fetch, forward, backward, optimizer step), then
+    16 ProfilerSteps of 2 ms over the validation loop (a fetch and a forward each): they counted
+    as training steps, and step 0, 10 ms against their 2 ms median, as start-up: 18 steps of
+    2.9 ms mean. The 16 evaluation steps are left out now, named with why, and start-up is
+    judged among the training steps: 3 steps of 10 ms, none start-up."""
+    events = [e for k in range(3) for e in _training_step(k, 1000 + 10_000 * k, 10_000)]
+    events += [e for k in range(16) for e in _evaluation_step(3 + k, 31_000 + 2000 * k)]
+    path = kineto_trace(tmp_path / "train.pt.trace.json", events)
+    m = _analyzed(path).metrics
+    assert m.steps is not None and m.shape is not None
+    assert (m.steps.count, m.steps.mean_ns, m.steps.wall_mean_ns) == (3, 10_000_000, 10_000_000)
+    assert [number for number, _ in m.steps.range_by_number] == [0, 1, 2]
+    assert m.shape.evaluating == tuple(range(3, 19)) and m.shape.warmup is None
+    assert m.dataloader_fraction == pytest.approx(0.1)
+    markdown = render_markdown(analyze_paths([path], AnalyzeOptions()))
+    assert ("Evaluation-only steps | 16 steps (no backward pass or optimizer step: left out of "
+            "the per-step figures)") in markdown
+    data = json.loads(render_json(analyze_paths([path], AnalyzeOptions())))
+    assert data["runs"][0]["metrics"]["step_shape"]["evaluating"] == list(range(3, 19))
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_without_a_backward_pass_no_step_is_told_to_evaluate(tmp_path: Path,
+                                                             training: bool) -> None:
+    """Where no step records the backward pass nothing tells evaluating from training: an
+    inference loop's steps all count, and so do steps of which only some record an optimizer
+    step (it may step once every few passes, accumulating gradients)."""
+    events = [e for k in range(6) for e in _evaluation_step(k, 1000 + 2000 * k)]
+    if training:
+        events += [cpu_event("Optimizer.step#SGD.step", 1000 + 2000 * k + 1700, 200,
+                             cat="user_annotation") for k in (1, 3, 5)]
+    m = _analyzed(kineto_trace(tmp_path / "loop.json", events)).metrics
+    assert m.steps is not None and m.shape is not None
+    assert (m.steps.count, m.shape.evaluating) == (6, ())

@@ -194,6 +194,10 @@ class StepShape:
     #: Whether those steps are left out of the per-step figures (some step does not compile:
     #: steps.StepWindows.compiling); False when every step compiles and the figures hold it.
     compiling_left_out: bool = False
+    #: Steps that only evaluate, left out of the per-step figures (no backward pass or
+    #: optimizer step in them while other steps record the backward pass:
+    #: steps.StepWindows.evaluating), by number; empty when none is.
+    evaluating: tuple[int, ...] = ()
 
     @property
     def compiling_ns(self) -> int:

@@ -11,7 +11,9 @@ steps follow, so every per-step figure describes steady state; the windows keep 
 ``warmup``. So are the later steps in which torch.compile compiles again (a recompile: its compile
 spans, concepts.COMPILE_SPANS, in their windows), when some step does not: their windows are
 left out, the others keep the ends they had, and the windows keep the steps left out as
-``compiling``.
+``compiling``. So are the steps that only evaluate (``prof.step()`` called in an evaluation loop
+too: a fetch and a forward, no backward pass, no optimizer step), when the steps record the
+backward pass (see evaluation_only); the windows keep them as ``evaluating``.
 """
 
 from __future__ import annotations
@@ -70,9 +72,12 @@ class StepWindows:
     #: ns compiling in it): left out of the arrays above when some step does not compile (see
     #: :attr:`compiling_left_out`), kept when every one does.
     compiling: tuple[tuple[int, int], ...] = ()
-    #: The annotated ranges of the steps left out of the arrays above (start-up, torch.compile
-    #: compiling again), as (step number, range start, range end), in time order.
+    #: The annotated ranges of the steps left out of the arrays above (start-up, evaluation
+    #: only, torch.compile compiling again), as (step number, range start, range end), in time order.
     left_out: tuple[tuple[int, int, int], ...] = ()
+    #: The steps that only evaluate (see evaluation_only), by number: left out of the arrays
+    #: above; empty when none does (then none is told from training).
+    evaluating: tuple[int, ...] = ()
 
     @property
     def compiling_left_out(self) -> bool:
@@ -143,9 +148,9 @@ class StepWindows:
 @per_profile
 def step_windows(profile: Profile) -> StepWindows | None:
     """The step windows of a profile with a ``steps`` table (one row per step), or None: a
-    start-up step and the steps torch.compile compiles in left out (see the module docstring);
-    kept, so that every question asks with the same windows and finds the results kept for
-    them."""
+    start-up step, the steps that only evaluate and the steps torch.compile compiles in left
+    out (see the module docstring); kept, so that every question asks with the same windows and
+    finds the results kept for them."""
     steps = profile.table("steps")
     if steps.empty:
         return None
@@ -155,10 +160,13 @@ def step_windows(profile: Profile) -> StepWindows | None:
     wall_ends = np.append(np.maximum(starts[1:], ends[:-1]), ends[-1])
     numbers = steps["number"].to_numpy(np.int64)
     counted = bool(steps["origin"].eq(concepts.PROFILER_STEP).all())
-    warmup = find_warmup(profile, numbers, starts, wall_ends,
+    # Start-up is judged among the training steps: an evaluation step is shorter than any.
+    evaluating = evaluation_only(profile, starts, wall_ends)
+    keep = ~evaluating
+    warmup = find_warmup(profile, numbers[keep], starts[keep], wall_ends[keep],
                          steps_before=int(numbers[0]) if counted else 0)
-    dropped = warmup is not None and warmup.number is not None and not warmup.only
-    keep = np.arange(len(numbers)) >= (1 if dropped else 0)
+    if warmup is not None and warmup.number is not None and not warmup.only:
+        keep[np.flatnonzero(keep)[0]] = False
     compiling = np.asarray(iv.overlap_per_window(compile_intervals(profile), starts, wall_ends),
                            np.int64) * keep
     if (keep & (compiling == 0)).any():
@@ -170,11 +178,34 @@ def step_windows(profile: Profile) -> StepWindows | None:
                                        for i in np.flatnonzero(compiling)),
                        left_out=tuple((int(numbers[i]), int(starts[i]), int(ends[i]))
                                       for i in np.flatnonzero(~keep)),
+                       evaluating=tuple(int(n) for n in numbers[evaluating]),
                        fetch_between=not profile.meta.records_torch_spans
                        and profile.meta.step_span is None,
                        marker=concepts.step_marker(str(steps["origin"].iloc[0]),
                                                    profile.meta.step_span),
                        tiled=bool(steps["origin"].eq(concepts.OPTIMIZER_STEPS).all()))
+
+
+def evaluation_only(profile: Profile, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Which of the windows ``starts``..``ends`` only evaluate: no backward pass and no
+    optimizer step (concepts.is_training_work) starts in them, while some window records the
+    backward pass (concepts.is_backward_op: every training pass runs one, a gradient
+    accumulation's too, while the optimizer may step every k passes), so never every window.
+    None does where no window records it: an inference loop, or a trace recording no
+    operators (an nsys capture's ranges), cannot tell evaluating from training."""
+    work = {name: (profile.table(name)["start"].to_numpy(np.int64),
+                   classified(profile, name, concepts.is_training_work),
+                   classified(profile, name, concepts.is_backward_op))
+            for name in ("cpu_ops", "ranges") if profile.has(name)}
+
+    def per_window(column: int) -> np.ndarray:
+        """How many of the rows that ``column`` of ``work`` selects start in each window."""
+        times = np.sort(np.concatenate([[], *(row[0][row[column]] for row in work.values())]))
+        return np.searchsorted(times, ends) - np.searchsorted(times, starts)
+
+    if not per_window(2).any():
+        return np.zeros(len(starts), bool)
+    return per_window(1) == 0
 
 
 def _pct(values: np.ndarray, q: float) -> int:
@@ -214,8 +245,10 @@ def _left_out_text(numbers: list[int], windows: StepWindows) -> str:
 
 
 def _why_left_out(number: int, windows: StepWindows) -> str:
-    """Why the windows leave out step ``number`` (one they leave out): torch.compile compiling
-    again in it, else its being start-up."""
+    """Why the windows leave out step ``number`` (one they leave out): its only evaluating,
+    torch.compile compiling again in it, else its being start-up."""
+    if number in windows.evaluating:
+        return "evaluation only"
     return "torch.compile compiling again" if number in dict(windows.compiling) else "start-up"
 
 
@@ -245,9 +278,10 @@ def in_windows(frame: pd.DataFrame, windows: StepWindows) -> pd.DataFrame:
 
 def starts_in_windows(starts: np.ndarray, windows: StepWindows) -> np.ndarray:
     """Which of ``starts`` lie inside the step windows (the span from the first to the last,
-    less the windows of the steps left out between them: see StepWindows.compiling)."""
+    less the windows of the steps left out between them: see StepWindows.compiling and
+    StepWindows.evaluating)."""
     inside = (starts >= windows.first_ns) & (starts < windows.last_ns)
-    if windows.compiling_left_out:
+    if windows.compiling_left_out or windows.evaluating:
         inside &= windows.index_of(np.asarray(starts, np.int64)) >= 0
     return inside
 
@@ -305,6 +339,7 @@ def step_shape(profile: Profile, windows: StepWindows,
     return StepShape(origin=windows.origin, warmup=windows.warmup,
                      compiling=windows.compiling,
                      compiling_left_out=windows.compiling_left_out,
+                     evaluating=windows.evaluating,
                      step_window=per_step(lengths, numbers, starts, ends, median),
                      dataloader_wait=per_step(np.asarray(waits, np.int64), numbers, starts,
                                               ends, median, busy) if waits.any() else None)

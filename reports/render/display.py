@@ -321,6 +321,12 @@ def _shape_rows(metrics: RunMetrics) -> list[MetricRow]:
                               f"{duration(shape.compiling_ns)} in {len(shape.compiling)} "
                               f"step{'s' if len(shape.compiling) > 1 else ''} ({held})",
                               shape.origin))
+    if shape.evaluating:
+        count = len(shape.evaluating)
+        rows.append(MetricRow("Evaluation-only steps",
+                              f"{number(count)} step{'s' if count > 1 else ''} (no backward pass "
+                              "or optimizer step: left out of the per-step figures)",
+                              shape.origin))
     for label, spread in (("Step window (start to next start)", shape.step_window),
                           ("DataLoader wait per step", shape.dataloader_wait)):
         if spread is None:

@@ -142,6 +142,7 @@ def _shape(s: StepShape | None) -> dict[str, Any] | None:
                 "steps_before": w.steps_before},
             "compiling": [{"step": number, "ms": _ms(ns), "left_out": s.compiling_left_out}
                           for number, ns in s.compiling],
+            "evaluating": list(s.evaluating),
             "step_window_ms": _per_step(s.step_window),
             "dataloader_wait_ms": _per_step(s.dataloader_wait)}
 
