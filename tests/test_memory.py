@@ -321,13 +321,10 @@ def test_reserving_in_every_step_is_churn(tmp_path: Path) -> None:
     assert _analysed(steady, memory.TrainingSettings())[0].devices[0].driver_calls_per_step == 0
 
 
-def test_a_recompiling_step_is_left_out_of_the_per_step_memory_figures(tmp_path: Path) -> None:
-    """Six steps that each keep 4 MiB (a leak); in step 4 torch.compile compiles again (Dynamo's
-    entire_frame_compile) and its new graph takes five 16 MiB segments from the driver and keeps
-    them. The step figures leave step 4 out, and so do the memory ones: no step lists it, no
-    driver call per step (it read 1.0 with the compile: MEMORY_CHURN), the leak grows 4 MiB per
-    step (it read 20.0 MiB, the compile's 80 MiB in it) and the held group counts steps 1, 2, 3
-    and 5 (it read 5 allocations over 5 steps)."""
+def _recompiling(path: Path, recompiling: int) -> Path:
+    """Six 90 µs steps (1 to 6) that each keep 4 MiB (a leak); in step ``recompiling``
+    torch.compile compiles again (Dynamo's entire_frame_compile) and its new graph takes five
+    16 MiB segments from the driver and keeps them."""
     allocator = _Allocator()
     allocator.change(1.0, GIB, reserve=2 * GIB)  # room for the leak: reserved only by the compile
     events = []
@@ -335,13 +332,23 @@ def test_a_recompiling_step_is_left_out_of_the_per_step_memory_figures(tmp_path:
         start = n * 100.0
         events.append(_step_span(n, start, 90.0))
         allocator.change(start + 10, 4 * MIB)
-        if n == 4:
+        if n == recompiling:
             events.append({"ph": "X", "cat": "cpu_op", "name": "entire_frame_compile", "pid": 7,
                            "tid": 7, "ts": start + 20, "dur": 60.0})
             for k in range(5):
                 allocator.change(start + 30 + k, 16 * MIB, reserve=16 * MIB)
     devices = [{"id": 0, "name": "Test GPU", "totalGlobalMem": 16 * GIB, "numSms": 1}]
-    path = _write_trace(tmp_path / "recompile.json", events + allocator.events, devices)
+    return _write_trace(path, events + allocator.events, devices)
+
+
+def test_a_recompiling_step_is_left_out_of_the_per_step_memory_figures(tmp_path: Path) -> None:
+    """Six steps that each keep 4 MiB (a leak); in step 4 torch.compile compiles again (Dynamo's
+    entire_frame_compile) and its new graph takes five 16 MiB segments from the driver and keeps
+    them. The step figures leave step 4 out, and so do the memory ones: no step lists it, no
+    driver call per step (it read 1.0 with the compile: MEMORY_CHURN), the leak grows 4 MiB per
+    step (it read 20.0 MiB, the compile's 80 MiB in it) and the held group counts steps 1, 2, 3
+    and 5 (it read 5 allocations over 5 steps)."""
+    path = _recompiling(tmp_path / "recompile.json", 4)
     stats, findings = _analysed(path, memory.TrainingSettings())
     device = stats.devices[0]
     assert [s.number for s in device.steps] == [1, 2, 3, 5, 6]
@@ -352,6 +359,23 @@ def test_a_recompiling_step_is_left_out_of_the_per_step_memory_figures(tmp_path:
     assert ("the level at the end of each of 5 steps is above the previous one, +12.6 MB "
             "(12.0 MiB) in all (+4.2 MB (4.0 MiB) per step)") in growth.evidence[0].text
     assert device.held == [memory.HeldAllocations(None, 4 * MIB, 4, 4)]
+
+
+def test_the_memory_chart_names_a_step_left_out_as_such(tmp_path: Path) -> None:
+    """The memory chart draws the first three recorded steps, step 2 recompiling among them: its
+    mark read "step 2" like the others although the per-step figures leave it out. It says so
+    now, and why."""
+    from profreport.reports.render.charts import memory_figure
+
+    stats, _ = _analysed(_recompiling(tmp_path / "recompile.json", 2), memory.TrainingSettings())
+    device = stats.devices[0]
+    assert [s.number for s in device.steps] == [1, 3, 4, 5, 6]
+    assert device.timeline_steps == [
+        (0, "step 1"), (100_000, "step 2 (left out: torch.compile compiling again)"),
+        (200_000, "step 3")]
+    figure = memory_figure(device)
+    assert [a.text for a in figure.layout.annotations] == [
+        "step 1", "step 2 (left out: torch.compile compiling again)", "step 3", "device memory"]
 
 
 # A CPU training loop under torch.profiler(profile_memory=True), current trace format. With

@@ -231,21 +231,27 @@ def test_a_recompile_inside_the_steps_is_named_and_its_spans_are_no_operators(
         {"step": 15, "ms": 9999.0, "left_out": True}]
 
 
+def _recompiling_steps(path: Path, steps: int, recompiling: int) -> Path:
+    """``steps`` ProfilerSteps of 1 ms on the CPU (0.7 ms of aten::mm each), step
+    ``recompiling`` compiling for 200 ms more (Dynamo's entire_frame_compile)."""
+    events, at = [], 1_000
+    for n in range(steps):
+        length = 201_000 if n == recompiling else 1_000
+        events.append(cpu_event(f"ProfilerStep#{n}", at, length, cat="user_annotation"))
+        if n == recompiling:
+            events.append(cpu_event("entire_frame_compile", at + 10, 200_000))
+        events.append(cpu_event("aten::mm", at + length - 900, 700))
+        at += length
+    return kineto_trace(path, events)
+
+
 def test_a_recompiling_step_is_left_out_of_the_per_step_figures(tmp_path: Path) -> None:
     """Ten ProfilerSteps of 1 ms (0.7 ms of aten::mm) on the CPU, step 5 recompiling for
     200 ms (Dynamo's entire_frame_compile): the mean step read 21.0 ms and the breakdown's
     compute 20.7 ms per step, the compiling counted as the model's work. Step 5 is left out
     now: 9 steps of 1 ms, 0.7 ms of it compute, and the report says which step was left out
     and why."""
-    events, at = [], 1_000
-    for n in range(10):
-        length = 201_000 if n == 5 else 1_000
-        events.append(cpu_event(f"ProfilerStep#{n}", at, length, cat="user_annotation"))
-        if n == 5:
-            events.append(cpu_event("entire_frame_compile", at + 10, 200_000))
-        events.append(cpu_event("aten::mm", at + length - 900, 700))
-        at += length
-    path = kineto_trace(tmp_path / "recompile.json", events)
+    path = _recompiling_steps(tmp_path / "recompile.json", 10, 5)
     run = analyze_paths([path], AnalyzeOptions()).runs[0]
     m = run.metrics
     assert m.shape.compiling == ((5, 200_000_000),) and m.shape.compiling_left_out
@@ -259,6 +265,42 @@ def test_a_recompiling_step_is_left_out_of_the_per_step_figures(tmp_path: Path) 
                            "9 steps.")
     assert "torch.compile recompiling | 200.0 ms in 1 step (left out of the per-step figures)" \
         in render_markdown(analyze_paths([path], AnalyzeOptions()))
+
+
+def _drawn_steps(path: Path) -> tuple[int, list[tuple[str, str, int, int]]]:
+    """Where the run's timeline starts (ns) and the steps it draws, as (category, label, start,
+    end) in time order (neighbouring steps of one category merged: ``2 × step 2``)."""
+    timeline = analyze_paths([path], AnalyzeOptions()).runs[0].timeline
+    return timeline.origin_ns, [
+        (s.category, s.label, s.start_ns, s.end_ns)
+        for s in sorted(timeline.segments, key=lambda s: s.start_ns)
+        if s.category in ("step", "left_out_step")]
+
+
+def test_the_timeline_draws_steps_that_follow_one_another_around_the_median(
+        tmp_path: Path) -> None:
+    """Ten steps of 1 ms, step 5 recompiling for 200 ms: the timeline's three typical steps
+    were the kept windows 4, 6 and 7, so its span crossed step 5 and drew it, 200 ms of
+    compiling, as an ordinary training step among them. It draws steps 2, 3 and 4 now: the
+    nearest three that follow one another."""
+    path = _recompiling_steps(tmp_path / "recompile.json", 10, 5)
+    assert _drawn_steps(path) == (3_000_000, [("step", "3 × step 2", 0, 3_000_000)])
+
+
+def test_the_timeline_marks_a_step_left_out_that_it_must_draw(tmp_path: Path) -> None:
+    """Four steps, step 1 recompiling: the three kept steps (0, 2, 3) all show, and step 1
+    between them with them; it read "step 1", a training step like the others. It is drawn as
+    a step left out now, named with why, and the chart's legend says so."""
+    from profreport.reports.render.charts import timeline_figure
+
+    path = _recompiling_steps(tmp_path / "recompile.json", 4, 1)
+    assert _drawn_steps(path) == (1_000_000, [
+        ("step", "step 0", 0, 1_000_000),
+        ("left_out_step", "step 1 (left out: torch.compile compiling again)", 1_000_000,
+         202_000_000),
+        ("step", "2 × step 2", 202_000_000, 204_000_000)])
+    figure = timeline_figure(analyze_paths([path], AnalyzeOptions()).runs[0].timeline)
+    assert "Step left out of the per-step figures" in {trace.name for trace in figure.data}
 
 
 def test_a_time_in_a_step_left_out_names_that_step_and_why(tmp_path: Path) -> None:

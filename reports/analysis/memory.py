@@ -34,7 +34,7 @@ from profreport.reports.analysis.results import (
     MemoryStep,
     Origin,
 )
-from profreport.reports.analysis.steps import StepWindows, step_windows
+from profreport.reports.analysis.steps import StepWindows, step_label, step_windows
 
 # How many of the largest allocations each device lists.
 LARGEST_ALLOCATIONS = 5
@@ -160,7 +160,9 @@ def _step_of(steps: pd.DataFrame, time: int) -> int | None:
 
 
 def _largest(events: pd.DataFrame, profile: Profile, origin_ns: int) -> list[LargeAllocation]:
-    """The largest single allocations and the operators that made them."""
+    """The largest single allocations, the operators that made them and the recorded step each
+    lies in: every recorded step, those the per-step figures leave out too (a start-up step's
+    weights and optimizer state are among the largest), as the step says where it happened."""
     top = events[events["bytes"] > 0].nlargest(LARGEST_ALLOCATIONS, "bytes", keep="first")
     steps = profile.table("steps")
     ops = _enclosing_ops(profile.table("cpu_ops"), top)
@@ -222,9 +224,12 @@ def _downsample(times: np.ndarray, series: list[np.ndarray | None],
     return np.array(sorted(keep))
 
 
-def _timeline(levels: _Levels, steps: pd.DataFrame) -> tuple[list[MemoryPoint],
-                                                              list[tuple[int, int]]]:
-    """The level over the first few steps (the whole window without steps), downsampled."""
+def _timeline(levels: _Levels, steps: pd.DataFrame,
+              windows: StepWindows | None) -> tuple[list[MemoryPoint], list[tuple[int, str]]]:
+    """The level over the first few recorded steps (the whole window without steps),
+    downsampled, with each step's start and name. The steps the per-step figures leave out are
+    drawn too, named as such (steps.step_label): the first steps are where the allocators grow,
+    a start-up step most of all."""
     times = levels.events["time"].to_numpy(np.int64)
     drawn = steps.sort_values("start").head(TIMELINE_STEPS)
     start = int(drawn["start"].min()) if not drawn.empty else int(times[0])
@@ -240,7 +245,8 @@ def _timeline(levels: _Levels, steps: pd.DataFrame) -> tuple[list[MemoryPoint],
 
     points = [MemoryPoint(at_ns=int(times[i]) - start, allocated=value(levels.allocated, i),
                           reserved=value(levels.reserved, i)) for i in picked]
-    marks = [(int(row.start) - start, int(row.number)) for row in drawn.itertuples(index=False)]
+    marks = [(int(row.start) - start, step_label(int(row.number), windows))
+             for row in drawn.itertuples(index=False)]
     return points, marks
 
 
@@ -280,7 +286,8 @@ def _device_memory(profile: Profile, events: pd.DataFrame) -> DeviceMemory:
     steps = profile.table("steps")
     gap = (None if levels.allocated is None or levels.reserved is None
            else int((levels.reserved - levels.allocated).max()))
-    points, marks = _timeline(levels, steps)
+    windows = step_windows(profile)
+    points, marks = _timeline(levels, steps, windows)
     origin: Origin = profile.kind  # type: ignore[assignment]
     return DeviceMemory(
         origin=origin, rank=profile.rank, device_kind=kind, device=device,
@@ -289,7 +296,7 @@ def _device_memory(profile: Profile, events: pd.DataFrame) -> DeviceMemory:
         basis=levels.basis, events=len(events),
         peak_allocated=_peak(levels.allocated), peak_reserved=_peak(levels.reserved),
         net_bytes=int(levels.main[-1] - levels.main[0]), reserved_gap_bytes=gap,
-        steps=(stepped := _step_stats(levels, step_windows(profile))),
+        steps=(stepped := _step_stats(levels, windows)),
         allocations_per_step=allocations_per_step(stepped),
         largest=_largest(events, profile, int(events["time"].iloc[0])),
         timeline=points, timeline_steps=marks,

@@ -664,7 +664,8 @@ class TimelineSegment:
     start_ns: int
     end_ns: int
     label: str
-    #: "kernel", "comm", "memcpy", "memset", "dataloader", "step", "idle", "cpu_op", "range".
+    #: "kernel", "comm", "memcpy", "memset", "dataloader", "step", "left_out_step" (a step the
+    #: per-step figures leave out: steps.step_label), "idle", "cpu_op", "range".
     category: str
 
 
@@ -1134,8 +1135,9 @@ class DeviceMemory:
     largest: list[LargeAllocation]
     #: A few steps of the level over time, downsampled; times from the first drawn step's start.
     timeline: list[MemoryPoint]
-    #: Step boundaries inside the timeline (ns, same origin), with their numbers.
-    timeline_steps: list[tuple[int, int]]
+    #: Step boundaries inside the timeline (ns, same origin), with their names (``step 0
+    #: (left out: start-up)`` for one the per-step figures leave out: steps.step_label).
+    timeline_steps: list[tuple[int, str]]
     #: Driver allocations (cudaMalloc/cudaFree, reserved-level changes) per step after the first
     #: step; None when the origin cannot tell.
     driver_calls_per_step: float | None = None

@@ -73,7 +73,8 @@ class StepWindows:
     #: :attr:`compiling_left_out`), kept when every one does.
     compiling: tuple[tuple[int, int], ...] = ()
     #: The annotated ranges of the steps left out of the arrays above (start-up, evaluation
-    #: only, torch.compile compiling again), as (step number, range start, range end), in time order.
+    #: only, torch.compile compiling again), as (step number, range start, range end), in time
+    #: order.
     left_out: tuple[tuple[int, int, int], ...] = ()
     #: The steps that only evaluate (see evaluation_only), by number: left out of the arrays
     #: above; empty when none does (then none is told from training).
@@ -252,6 +253,14 @@ def _why_left_out(number: int, windows: StepWindows) -> str:
     return "torch.compile compiling again" if number in dict(windows.compiling) else "start-up"
 
 
+def step_label(number: int, windows: StepWindows | None) -> str:
+    """``step 5``, or for a step the windows leave out ``step 5 (left out: torch.compile
+    compiling again)``: how a drawing that shows every recorded step names one."""
+    if windows is None or number not in {n for n, _, _ in windows.left_out}:
+        return f"step {number}"
+    return f"step {number} (left out: {_why_left_out(number, windows)})"
+
+
 def step_stats(windows: StepWindows) -> StepStats:
     """Count and duration of the annotated step ranges; wall time is start-to-start (the last
     step's range too when the steps are tiled); every whole window's length."""
@@ -300,7 +309,7 @@ def where_in_steps(starts: np.ndarray, windows: StepWindows | None) -> list[str]
              for i, inn, sp in zip(k, inside, spanned, strict=True)]
     for number, start, end in windows.left_out:
         for i in np.flatnonzero((starts >= start) & (starts < end)).tolist():
-            where[i] = f"inside step {number} (left out: {_why_left_out(number, windows)})"
+            where[i] = f"inside {step_label(number, windows)}"
     return where
 
 

@@ -1,6 +1,7 @@
 """A few steps of one run as drawable lanes: GPU streams, idle gaps, CPU steps and data waits.
 
 The chart shows TIMELINE_STEPS steps around the median step (the typical iteration, not warm-up),
+following one another where it can (no step the per-step figures leave out between them),
 downsampled so the HTML stays small: neighbouring segments of one lane and category closer than
 one pixel-equivalent are merged, and at most MAX_SEGMENTS are kept (the longest).
 """
@@ -14,7 +15,7 @@ from profreport.model import Profile
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.gpu import device_activity, gpu_tables
 from profreport.reports.analysis.results import Timeline, TimelineSegment
-from profreport.reports.analysis.steps import StepWindows, dataloader_intervals
+from profreport.reports.analysis.steps import StepWindows, dataloader_intervals, step_label
 
 #: Steps shown: the median one and its neighbours, enough to see the gap between iterations.
 TIMELINE_STEPS = 3
@@ -23,12 +24,18 @@ MAX_SEGMENTS = 3000
 
 
 def _select_span(windows: StepWindows) -> tuple[int, int]:
-    """Start and end of TIMELINE_STEPS windows centred on the median-length step."""
+    """Start and end of TIMELINE_STEPS windows centred on the median-length step, moved to the
+    nearest TIMELINE_STEPS that follow one another where a step the windows leave out (a
+    recompile, an evaluation-only step) lies between the centred ones."""
     lengths = windows.ends - windows.starts
     median = int(np.argsort(lengths, kind="stable")[len(lengths) // 2])
-    first = max(min(median - TIMELINE_STEPS // 2, windows.count - TIMELINE_STEPS), 0)
-    last = min(first + TIMELINE_STEPS, windows.count) - 1
-    return int(windows.starts[first]), int(windows.ends[last])
+    shown = min(TIMELINE_STEPS, windows.count)
+    centred = max(min(median - TIMELINE_STEPS // 2, windows.count - TIMELINE_STEPS), 0)
+    follows = windows.follows()
+    firsts = [first for first in range(windows.count - shown + 1)
+              if follows[first:first + shown - 1].all()]
+    first = min(firsts, key=lambda f: abs(f - centred), default=centred)
+    return int(windows.starts[first]), int(windows.ends[first + shown - 1])
 
 
 def _gpu_segments(profile: Profile, start: int, end: int) -> pd.DataFrame:
@@ -64,13 +71,19 @@ def _idle_segments(profile: Profile, start: int, end: int) -> pd.DataFrame:
 
 
 def _cpu_segments(profile: Profile, windows: StepWindows) -> pd.DataFrame:
-    """Step ranges and DataLoader waits on the training thread."""
+    """Step ranges and DataLoader waits on the training thread. Every recorded step is drawn,
+    not only those the windows keep: the chart shows what ran in its span, and the windows have
+    gaps (a step torch.compile recompiles in, an evaluation-only step, between kept ones) that
+    its span may cross; a step the windows leave out is drawn as such (``left_out_step``,
+    named with why: steps.step_label)."""
     steps = profile.table("steps")
     waits = dataloader_intervals(profile, windows)
     lane = f"CPU {int(steps['tid'].iloc[0])}" if not steps.empty else "CPU"
+    left_out = steps["number"].isin([number for number, _, _ in windows.left_out])
     return pd.concat([
         pd.DataFrame({"lane": lane, "start": steps["start"], "end": steps["end"],
-                      "label": "step " + steps["number"].astype(str), "category": "step"}),
+                      "label": [step_label(int(n), windows) for n in steps["number"]],
+                      "category": np.where(left_out, "left_out_step", "step")}),
         pd.DataFrame({"lane": lane + " data", "start": waits.starts, "end": waits.ends,
                       "label": "DataLoader wait", "category": "dataloader"}),
     ], ignore_index=True)

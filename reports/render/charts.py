@@ -53,6 +53,7 @@ CATEGORY_COLOURS = {
     "memset": "#bcbd22",
     "dataloader": "#d62728",
     "step": "#1f77b4",
+    "left_out_step": "#aec7e8",
     "idle": "#e0e0e0",
     "cpu_op": "#17becf",
     "range": "#8c564b",
@@ -65,6 +66,7 @@ CATEGORY_LABELS = {
     "memset": "Memset",
     "dataloader": "DataLoader wait",
     "step": "Training step",
+    "left_out_step": "Step left out of the per-step figures",
     "idle": "GPU idle",
     "cpu_op": "CPU operator",
     "range": "NVTX range",
@@ -327,9 +329,9 @@ def memory_figure(device: DeviceMemory) -> go.Figure | None:
             x=times, y=[round(v / divisor, 4) for v in values], name=name, mode="lines",
             line={"shape": "hv", "dash": dash, "color": colour, "width": 1.5},
             hovertemplate="%{x:.2f} ms: %{y:.3f} " + unit + "<extra>" + name + "</extra>"))
-    for start, number in device.timeline_steps:
+    for start, name in device.timeline_steps:
         figure.add_vline(x=start / NS_PER_MS, line={"color": "#999", "width": 1, "dash": "dot"},
-                         annotation_text=f"step {number}", annotation_position="top right")
+                         annotation_text=html.escape(name), annotation_position="top right")
     if device.total_bytes and device.basis == "absolute":
         figure.add_hline(y=device.total_bytes / divisor, line={"color": "#d62728", "dash": "dash"},
                          annotation_text="device memory", annotation_position="bottom right")
