@@ -30,15 +30,16 @@ def _analyzed(path: Path) -> RunAnalysis:
     return run
 
 
-def _training_step(number: int, base: int, length: int) -> list[dict]:
-    """One ProfilerStep of ``length`` µs from ``base``: a 1 ms fetch of the training loader,
-    the forward, the backward on autograd's device thread, and the optimizer step."""
-    backward = cpu_event("autograd::engine::evaluate_function: MmBackward0", base + 4200, 2000)
+def _training_step(number: int, base: int, length: int, fetch: int = 1000) -> list[dict]:
+    """One ProfilerStep of ``length`` µs from ``base``: a ``fetch`` µs fetch of the training
+    loader, the forward, the backward on autograd's device thread, and the optimizer step."""
+    work = base + fetch - 1000  # where the forward's work is laid out from
+    backward = cpu_event("autograd::engine::evaluate_function: MmBackward0", work + 4200, 2000)
     backward["tid"] = TRAINING_PID + 1
     return [cpu_event(f"ProfilerStep#{number}", base, length, cat="user_annotation"),
-            cpu_event(TRAIN_FETCH, base + 10, 1000, cat="user_annotation"),
-            cpu_event("aten::mm", base + 1100, 3000), backward,
-            cpu_event("Optimizer.step#SGD.step", base + 6300, 500, cat="user_annotation")]
+            cpu_event(TRAIN_FETCH, base + 10, fetch, cat="user_annotation"),
+            cpu_event("aten::mm", work + 1100, 3000), backward,
+            cpu_event("Optimizer.step#SGD.step", work + 6300, 500, cat="user_annotation")]
 
 
 def test_a_validation_loop_inside_the_steps_is_no_dataloader_wait(tmp_path: Path) -> None:
@@ -162,3 +163,39 @@ def test_without_a_backward_pass_no_step_is_told_to_evaluate(tmp_path: Path,
     m = _analyzed(kineto_trace(tmp_path / "loop.json", events)).metrics
     assert m.steps is not None and m.shape is not None
     assert (m.steps.count, m.shape.evaluating) == (6, ())
+
+
+def test_the_last_training_step_before_evaluation_steps_is_a_whole_window(
+        tmp_path: Path) -> None:
+    """Six training steps of 10 ms, the last waiting 41 ms for its batch (a 50 ms step), then
+    16 evaluation-only ProfilerSteps. The last kept window was left out of the spread as if it
+    were only its own range, though the evaluation steps after it make it reach the next
+    recorded step's start (whole): the spread read 5 windows of 10 ms and no stall, the 41 ms
+    wait averaged into the mean alone. It counts 6 windows now, and the stall is step 5."""
+    events = [e for k in range(5) for e in _training_step(k, 1000 + 10_000 * k, 10_000)]
+    events += _training_step(5, 51_000, 50_000, fetch=41_000)
+    events += [e for k in range(16) for e in _evaluation_step(6 + k, 101_000 + 2000 * k)]
+    m = _analyzed(kineto_trace(tmp_path / "train.pt.trace.json", events)).metrics
+    assert m.steps is not None and m.shape is not None and m.shape.dataloader_wait is not None
+    assert m.shape.evaluating == tuple(range(6, 22)) and m.shape.warmup is None
+    assert m.steps.window_ns == (10_000_000,) * 5 + (50_000_000,)
+    assert (m.shape.step_window.count, m.shape.step_window.max_ns) == (6, 50_000_000)
+    assert [(o.number, o.value_ns) for o in m.shape.dataloader_wait.outliers] == [
+        (5, 41_000_000)]
+
+
+def test_start_up_is_judged_against_the_last_training_step_when_evaluation_follows(
+        tmp_path: Path) -> None:
+    """Training steps of 25, 10 and 30 ms (the last waiting 21 ms for its batch), then 16
+    evaluation-only steps: start-up was judged against step 1 alone (the last window taken
+    for its own range), so step 0, 2.5 times it, was start-up and left out. Step 2's window is
+    whole (the evaluation steps follow it): the median of 10 and 30 ms is 20 ms, step 0 is
+    within the loop's spread, and all three steps count."""
+    events = _training_step(0, 1000, 25_000, fetch=16_000)
+    events += _training_step(1, 26_000, 10_000)
+    events += _training_step(2, 36_000, 30_000, fetch=21_000)
+    events += [e for k in range(16) for e in _evaluation_step(3 + k, 66_000 + 2000 * k)]
+    m = _analyzed(kineto_trace(tmp_path / "train.pt.trace.json", events)).metrics
+    assert m.steps is not None and m.shape is not None
+    assert m.shape.warmup is None
+    assert [number for number, _ in m.steps.range_by_number] == [0, 1, 2]

@@ -103,13 +103,15 @@ def _before_steps(profile: Profile, starts: np.ndarray, ends: np.ndarray) -> War
 
 
 def find_warmup(profile: Profile, numbers: np.ndarray, starts: np.ndarray,
-                ends: np.ndarray, steps_before: int = 0) -> Warmup | None:
+                ends: np.ndarray, steps_before: int = 0,
+                last_followed: bool = False) -> Warmup | None:
     """The first step when it is start-up: much longer than the later steps' median (see
     WARMUP_FACTOR) and than most of them (WARMUP_BEYOND_QUANTILE), with the set-up calls
     recorded in it and not in the later steps; a single step is start-up only when set-up calls
     are recorded in it; else start-up recorded before the first step (see _before_steps). None
     otherwise. ``steps_before``: the steps the process ran before the first one recorded
-    (Warmup.steps_before)."""
+    (Warmup.steps_before); ``last_followed``: whether a recorded step not among these follows
+    the last one (an evaluation-only step), so that its window reaches that step's start."""
     if len(numbers) == 0:
         return None
     before = _before_steps(profile, starts, ends)
@@ -123,8 +125,9 @@ def find_warmup(profile: Profile, numbers: np.ndarray, starts: np.ndarray,
         return Warmup(int(numbers[0]), first_span, first_span[1] - first_span[0], None, calls,
                       only=True)
     durations = ends - starts
-    # The last window is its own range (no fetch after it): compare with the whole steps.
-    later = durations[1:-1] if len(durations) > 2 else durations[1:]
+    # The last window is its own range (no fetch after it) unless a recorded step follows it:
+    # compare with the whole steps.
+    later = durations[1:-1] if len(durations) > 2 and not last_followed else durations[1:]
     median = int(np.median(later))
     if durations[0] < WARMUP_FACTOR * median or \
             durations[0] <= np.quantile(later, WARMUP_BEYOND_QUANTILE):

@@ -47,7 +47,8 @@ class StepWindows:
     numbers: np.ndarray
     range_starts: np.ndarray
     range_ends: np.ndarray
-    #: Window i runs from step i's start to step i+1's start; the last one is its own range.
+    #: Window i runs from the start of step i to the start of the next recorded step (kept or
+    #: left out); the last recorded step's is its own range.
     starts: np.ndarray
     ends: np.ndarray
     #: The first step when it is start-up: left out of the arrays above when later steps
@@ -93,11 +94,19 @@ class StepWindows:
         return len(self.numbers)
 
     @property
+    def last_followed(self) -> bool:
+        """Whether a recorded step the windows leave out follows the last window (an evaluation-
+        only or recompiling step after the last kept one): that window then reaches the next
+        step's start, fetch included, and is whole."""
+        return any(start > self.range_starts[-1] for _, start, _ in self.left_out)
+
+    @property
     def whole(self) -> int:
         """Number of whole windows: the last one is left out when it is only its own range (no
-        fetch after it), unless the steps are :attr:`tiled` or that would leave fewer than
-        two."""
-        return self.count - 1 if self.count > 2 and not self.tiled else self.count
+        fetch after it: no recorded step follows it, see :attr:`last_followed`), unless the
+        steps are :attr:`tiled` or that would leave fewer than two."""
+        only_own = self.count > 2 and not self.tiled and not self.last_followed
+        return self.count - 1 if only_own else self.count
 
     def whole_lengths(self) -> np.ndarray:
         """Lengths of the whole windows (see :attr:`whole`), ns."""
@@ -165,7 +174,8 @@ def step_windows(profile: Profile) -> StepWindows | None:
     evaluating = evaluation_only(profile, starts, wall_ends)
     keep = ~evaluating
     warmup = find_warmup(profile, numbers[keep], starts[keep], wall_ends[keep],
-                         steps_before=int(numbers[0]) if counted else 0)
+                         steps_before=int(numbers[0]) if counted else 0,
+                         last_followed=bool(keep.any() and not keep[-1]))
     if warmup is not None and warmup.number is not None and not warmup.only:
         keep[np.flatnonzero(keep)[0]] = False
     compiling = np.asarray(iv.overlap_per_window(compile_intervals(profile), starts, wall_ends),
@@ -333,9 +343,9 @@ def compile_intervals(profile: Profile) -> iv.Intervals:
 
 def step_shape(profile: Profile, windows: StepWindows,
                gpu_busy: iv.Intervals | None = None) -> StepShape:
-    """Start-up and the spread of the step window and the DataLoader wait over the steps (the
-    last window left out when it is only its own range, with no fetch after it); with the GPUs'
-    busy intervals, how busy they are during the DataLoader stalls."""
+    """Start-up and the spread of the step window and the DataLoader wait over the whole
+    windows (StepWindows.whole: the last left out when it is only its own range, with no fetch
+    after it); with the GPUs' busy intervals, how busy they are during the DataLoader stalls."""
     whole = windows.whole
     numbers, starts, ends = (windows.numbers[:whole], windows.starts[:whole],
                              windows.ends[:whole])
