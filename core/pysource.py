@@ -454,14 +454,16 @@ def dataloader_origin(expression: str, assigned: Callable[[str], str | None]
     assignment before the line), followed one assignment further when that too only names
     another: ``iter(dl), dl = DataLoader(ds)`` for ``it`` after ``dl = DataLoader(ds)``, ``it =
     iter(dl)``. A _TOGETHER call's arguments are each followed so (_together_origin):
-    ``zip(a, b), a = DataLoader(ds), b = DataLoader(aux)``. The verdict is None when the source
+    ``zip(a, b), a = DataLoader(ds), b = DataLoader(aux)``, and the items of a starred one's
+    list or tuple literal: ``zip(*loaders), loaders = [DataLoader(a), DataLoader(b)]``. The
+    verdict is None when the source
     does not show it (a parameter, an attribute), and so is the origin when no assignment is
     shown.
     """
-    if loader_evidence(expression) is None and _together_texts(expression):
+    if loader_evidence(expression) is None and _together_texts(expression, assigned)[0]:
         return _together_origin(expression, assigned)
     origin, verdict = _name_origin(expression, assigned)
-    if verdict is None and origin is not None and _together_texts(origin):
+    if verdict is None and origin is not None and _together_texts(origin, assigned)[0]:
         return _together_origin(origin, assigned)
     return origin, verdict
 
@@ -485,31 +487,57 @@ def _name_origin(expression: str, assigned: Callable[[str], str | None]
     return f"{origin}, {inner} = {deeper}", loader_evidence(deeper)
 
 
-def _together_texts(expression: str) -> list[str]:
-    """The unstarred arguments of a _TOGETHER call an expression iterates over (out of
-    _ITERATION_WRAPPERS), as written: ``a`` and ``b`` of ``enumerate(zip(a, b))``; none for
-    another expression, or when one argument is starred (a collection: ``zip(*loaders)``)."""
+def _together_texts(expression: str, assigned: Callable[[str], str | None]
+                    ) -> tuple[list[str], list[str]]:
+    """The iterables a _TOGETHER call an expression iterates over (out of
+    _ITERATION_WRAPPERS) takes, as written, and the assignments that show them: ``a`` and ``b``
+    of ``enumerate(zip(a, b))``; for a starred name, the items of the list or tuple literal
+    ``assigned`` gives it (_spread: ``zip(*loaders)`` after ``loaders = [DataLoader(a),
+    DataLoader(b)]``) and that assignment. Neither for another expression, nor when a starred
+    argument's items are not shown (``zip(*pairs)``, a parameter)."""
     tree = _parsed(expression, mode="eval")
     together = _together(_iterated(tree.body)) if isinstance(tree, ast.Expression) else []
-    if any(starred for _, starred in together):
-        return []
-    texts = [_written(arg) for arg, _ in together]
-    return [text for text in texts if text is not None] if None not in texts else []
+    nodes: list[ast.expr] = []
+    shown: list[str] = []
+    for arg, starred in together:
+        spread = _spread(arg, assigned) if starred else ([arg], None)
+        if spread is None:
+            return [], []
+        nodes += spread[0]
+        shown += [spread[1]] if spread[1] is not None else []
+    texts = [_written(node) for node in nodes]
+    return ([text for text in texts if text is not None], shown) if None not in texts \
+        else ([], [])
+
+
+def _spread(node: ast.expr, assigned: Callable[[str], str | None]
+            ) -> tuple[list[ast.expr], str] | None:
+    """The items a starred _TOGETHER argument spreads into, and the assignment that shows
+    them: of a name ``assigned`` gives a list or tuple literal without starred items,
+    ``loaders = [DataLoader(a), DataLoader(b)]``; None for another argument or value (a
+    comprehension, a call, a literal spreading another collection)."""
+    value = assigned(node.id) if isinstance(node, ast.Name) else None
+    tree = _parsed(value, mode="eval") if value is not None else None
+    literal = tree.body if isinstance(tree, ast.Expression) else None
+    if not isinstance(literal, ast.List | ast.Tuple) or \
+            any(isinstance(item, ast.Starred) for item in literal.elts):
+        return None
+    return literal.elts, f"{_written(node)} = {value}"
 
 
 def _together_origin(expression: str, assigned: Callable[[str], str | None]
                      ) -> tuple[str | None, bool | None]:
     """dataloader_origin of a _TOGETHER call whose syntax does not tell: each argument's
-    origin (a name followed as _name_origin follows one), ``zip(a, b), a =
-    DataLoader(ds), b = DataLoader(aux)``. A DataLoader when one argument is (each pass
-    fetches from it), none when every one is something else, else unknown; the origin None when
-    no argument's assignment is shown."""
-    origins = [(text, *_name_origin(text, assigned))
-               for text in _together_texts(expression)]
+    origin (a name followed as _name_origin follows one, a starred one's items so too),
+    ``zip(a, b), a = DataLoader(ds), b = DataLoader(aux)``. A DataLoader when one argument is
+    (each pass fetches from it), none when every one is something else, else unknown; the
+    origin None when no argument's assignment is shown."""
+    texts, spread = _together_texts(expression, assigned)
+    origins = [(text, *_name_origin(text, assigned)) for text in texts]
     verdicts = [verdict for _, _, verdict in origins]
     verdict = True if True in verdicts else None if None in verdicts else False
-    shown = [f"{text} = {origin}" for text, origin, _ in origins
-             if origin is not None and origin != text]
+    shown = spread + [f"{text} = {origin}" for text, origin, _ in origins
+                      if origin is not None and origin != text]
     if not shown:
         return None, verdict
     return ", ".join([expression, *shown]), verdict

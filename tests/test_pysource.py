@@ -187,3 +187,28 @@ def test_a_zip_of_names_assigned_dataloaders_is_followed_argument_by_argument() 
     # A name assigned a zip of itself is followed once, not for ever.
     assert pysource.dataloader_origin("a", {"a": "zip(a, b)"}.get) == (
         "zip(a, b), a = zip(a, b)", None)
+
+
+def test_a_starred_zip_argument_is_followed_to_the_literal_it_was_assigned() -> None:
+    """``dls = [DataLoader(a), DataLoader(b)]`` then ``for xa, xb in zip(*dls):``: each pass
+    fetches from both loaders. A starred argument was judged by its name alone (``val_loaders``
+    says it, ``dls`` does not), so the loop read as unknown whatever the list held. The items of
+    the list or tuple literal the name was assigned are followed now, as zip's own arguments
+    are; what the source does not show item by item stays unknown."""
+    shown = {"dls": "[DataLoader(a, batch_size=8), DataLoader(b, batch_size=8)]",
+             "src": "DataLoader(a)", "mixed": "(src, torch.arange(3))",
+             "pairs": "(torch.arange(3), torch.arange(3))",
+             "made": "[DataLoader(d) for d in sets]", "more": "[*dls, DataLoader(c)]"}.get
+    assert pysource.is_dataloader_loop_line("    for xa, xb in zip(*dls):", shown)
+    assert pysource.dataloader_origin("enumerate(zip(*dls))", shown) == (
+        "enumerate(zip(*dls)), dls = [DataLoader(a, batch_size=8), DataLoader(b, "
+        "batch_size=8)]", True)
+    # Items that are names are followed too; items all shown to be something else: none.
+    assert pysource.dataloader_origin("zip(*mixed)", shown) == (
+        "zip(*mixed), mixed = (src, torch.arange(3)), src = DataLoader(a)", True)
+    assert pysource.dataloader_origin("zip(*pairs)", shown) == (
+        "zip(*pairs), pairs = (torch.arange(3), torch.arange(3))", False)
+    # Not a literal of its items (a comprehension, a literal spreading another list), or not
+    # assigned: unknown.
+    for expression in ("zip(*made)", "zip(*more)", "zip(*batches)"):
+        assert pysource.dataloader_origin(expression, shown) == (None, None)
