@@ -3,7 +3,9 @@ folder under the output folder before anything reads them.
 
 A submission is a folder or a ``.zip`` / ``.tar.gz`` / ``.tgz`` / ``.tar`` archive. Nothing is
 read in place: every regular file is copied (or extracted) into ``staging/NAME`` with a byte
-budget, so a zip bomb stops at the limit whatever its headers claim. Entries that are absolute,
+budget: an entry whose declared size (zip central directory, tar header, a folder file's lstat)
+does not fit in what is left is refused unread, and one that holds more than it declares stops
+at the limit whatever its headers claim. Entries that are absolute,
 climb out with ``..``, hold a ``\\`` (one name on Linux, a folder on Windows: refused, never
 guessed), are symlinks, hard links, devices or FIFOs, or come after the file-count or
 size limit are refused with a reason and the rest is still graded. Files are created with
@@ -222,9 +224,11 @@ class _Stager:
         """Record an entry that was not staged."""
         self.staged.refused.append(f"{name[:200]!s}: {reason}")
 
-    def add(self, name: str, source: IO[bytes], mtime: float | None = None) -> None:
+    def add(self, name: str, source: IO[bytes], size: int, mtime: float | None = None) -> None:
         """Copy one regular file's bytes to its place, within the limits, keeping the time the
-        archive or folder records (a regrade's copy then keys the same nsys export)."""
+        archive or folder records (a regrade's copy then keys the same nsys export). ``size``
+        is what the archive or folder says the file holds: an entry that says it holds more
+        than the budget has left is refused before a byte of it is read."""
         try:
             parts = entry_parts(name)
         except InputError as exc:
@@ -234,6 +238,8 @@ class _Stager:
             return
         if self.staged.files >= MAX_FILES.value:
             raise _Budget(_beyond(MAX_FILES), name)
+        if size > MAX_UNPACKED_BYTES.value - self.staged.bytes:
+            raise _Budget(_beyond(MAX_UNPACKED_BYTES), name)
         target = self.staged.root.joinpath(*parts)
         try:
             self._write(target, source, name)
@@ -247,7 +253,7 @@ class _Stager:
 
     def _write(self, target: Path, source: IO[bytes], name: str) -> None:
         """Write ``target`` (never following a link; the entry ``name``) until the byte budget
-        runs out."""
+        runs out, whatever size the entry said it has; a file not copied whole is removed."""
         target.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         reader = BoundedReader(source, MAX_UNPACKED_BYTES.value - self.staged.bytes)
@@ -257,6 +263,9 @@ class _Stager:
         except InputError:
             target.unlink()
             raise _Budget(_beyond(MAX_UNPACKED_BYTES), name) from None
+        except BaseException:
+            target.unlink()
+            raise
         finally:
             self.staged.bytes += reader.consumed
 
@@ -290,14 +299,31 @@ def _stage_folder(folder: Path, stager: _Stager) -> None:
     """Copy a folder's regular files; symlinks and special files are refused."""
     for path in _walk(folder):
         name = path.relative_to(folder).as_posix()
-        mode = os.lstat(path).st_mode
-        if stat.S_ISLNK(mode):
+        info = os.lstat(path)
+        if stat.S_ISLNK(info.st_mode):
             stager.refuse(name, "a symbolic link (links are not followed)")
-        elif stat.S_ISREG(mode):
-            with open(path, "rb") as handle:
-                stager.add(name, handle, os.lstat(path).st_mtime)
-        elif not stat.S_ISDIR(mode):
-            stager.refuse(name, not_regular_reason(mode) or "not a regular file")
+        elif stat.S_ISREG(info.st_mode):
+            _add_folder_file(path, name, info, stager)
+        elif not stat.S_ISDIR(info.st_mode):
+            stager.refuse(name, not_regular_reason(info.st_mode) or "not a regular file")
+
+
+def _add_folder_file(path: Path, name: str, info: os.stat_result, stager: _Stager) -> None:
+    """Stage the regular file ``path`` whose lstat is ``info`` (the size the budget is checked
+    against before a byte is read), opened without following a link or blocking: a file
+    swapped for a link, a FIFO or another file since is refused, never read."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        stager.refuse(name, f"cannot read: {exc.strerror or exc}")
+        return
+    with os.fdopen(fd, "rb") as handle:
+        now = os.fstat(fd)
+        if (now.st_dev, now.st_ino) != (info.st_dev, info.st_ino):
+            stager.refuse(name, "replaced by another file while it was copied")
+        else:
+            stager.add(name, handle, info.st_size, info.st_mtime)
 
 
 def _zip_mode(info: zipfile.ZipInfo) -> int:
@@ -330,7 +356,7 @@ def _add_zip_entry(archive: zipfile.ZipFile, info: zipfile.ZipInfo, stager: _Sta
     """Stage one zip entry; a damaged entry is refused, not fatal."""
     try:
         with archive.open(info) as handle:
-            stager.add(info.filename, handle, _zip_time(info))
+            stager.add(info.filename, handle, info.file_size, _zip_time(info))
     except (zipfile.BadZipFile, NotImplementedError, OSError, EOFError, ValueError) as exc:
         stager.refuse(info.filename, f"damaged entry: {exc}")
 
@@ -376,4 +402,4 @@ def _add_tar_member(archive: tarfile.TarFile, member: tarfile.TarInfo, stager: _
     else:
         handle = archive.extractfile(member)
         if handle is not None:
-            stager.add(member.name, handle, float(member.mtime))
+            stager.add(member.name, handle, member.size, float(member.mtime))
