@@ -379,9 +379,10 @@ def test_a_folder_past_the_limit_is_not_copied_not_unpacked(tmp_path: Path,
 
 
 def test_a_backslash_in_a_name_is_refused_never_a_folder(tmp_path: Path) -> None:
-    """A '\\' in an entry's name is refused with the reason, in a zip, a tar and a folder: it
-    was split into folders ('optimized\\trace.json' became optimized/trace.json, a run the
-    student never made; on Linux the name is one file's)."""
+    """A '\\' in an entry's name is refused with the reason, in a zip made on Linux, a tar and
+    a folder: it was split into folders ('optimized\\trace.json' became optimized/trace.json, a
+    run the student never made; on Linux the name is one file's). Only a zip made on Windows
+    separates folders with it (tests/test_grade_staging.py)."""
     name = "optimized\\trace.json"
     with zipfile.ZipFile(tmp_path / "z.zip", "w") as archive:
         archive.writestr(name, b"{}")

@@ -1,5 +1,6 @@
 """Staging a submission under its byte budget: a size an archive or folder declares is checked
-before a byte is read, and an entry whose data outruns what it declares is still stopped."""
+before a byte is read, and an entry whose data outruns what it declares is still stopped. A zip
+made on Windows separates its folders with '\\': read so, as unzip does, under the same checks."""
 
 from __future__ import annotations
 
@@ -11,14 +12,19 @@ from pathlib import Path
 
 import pytest
 
-from profreport.grade import submissions
-from profreport.grade.submissions import Submission, stage
+from profreport.grade import grade_class, submissions
+from profreport.grade.rubric import parse_rubric
+from profreport.grade.submissions import BACKSLASH_REASON, ZIP_HOST_FAT, Submission, stage
 from profreport.inputs import Limit
 
 #: Offset of the uncompressed size in a zip's central directory record (APPNOTE 4.3.12).
 CENTRAL_SIZE_OFFSET = 24
 #: A budget small enough to cross with a few MiB of zeros.
 SMALL_BUDGET = Limit("unpacked bytes", 1 << 20, "test")
+RUBRIC = "[[check]]\nid = \"profiled\"\npoints = 1\nrequire = [\"any\"]\n"
+#: Markup an attacker puts in an archive entry's name (no '/', so a Windows zip's '\\' in the
+#: same name is read as folders).
+MARKUP = "<img src=x onerror=alert(1)>"
 
 
 def zip_declaring(path: Path, declared: int, data: bytes,
@@ -109,3 +115,46 @@ def test_a_stream_outrunning_its_declared_size_stops_at_the_budget(
     assert stager.staged.bytes == SMALL_BUDGET.value + 1
     assert staged_files(root) == set()
 
+
+
+def windows_zip(path: Path, entries: dict[str, bytes]) -> None:
+    """A zip whose entries say an MS-DOS/Windows tool made them (host 0, as PowerShell 5's
+    Compress-Archive writes), names as given ('\\' between folders)."""
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in entries.items():
+            info = zipfile.ZipInfo(name)
+            info.create_system = ZIP_HOST_FAT
+            archive.writestr(info, data)
+
+
+def test_a_windows_zip_is_read_with_its_folders_and_still_checked(tmp_path: Path,
+                                                                 fixtures_dir: Path) -> None:
+    """``baseline\\a.pt.trace.json.gz`` from a Windows zip is the baseline run's trace (it was
+    refused, and the student's only profile with it); names that climb out, are absolute or
+    name a drive once '\\' is read as '/' are refused as before, one that mixes '/' and '\\'
+    is not guessed (unzip does not either), and markup in a name reaches no page."""
+    trace = next((fixtures_dir / "loader_heavy" / "trace").glob("*.pt.trace.json.gz"))
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    windows_zip(subs / "win.zip", {
+        "baseline\\": b"", "baseline\\a.pt.trace.json.gz": trace.read_bytes(),
+        "..\\..\\evil.txt": b"x", "C:\\Users\\eve\\c.json": b"{}",
+        "\\\\server\\share\\d.json": b"{}", "\\root.json": b"{}",
+        f"..\\{MARKUP}": b"x", "mixed/a\\b.json": b"{}"})
+    outcome = grade_class(subs, parse_rubric(RUBRIC, tmp_path / "rubric.toml"),
+                          tmp_path / "out", workers=1)
+    (result,) = outcome.results
+    assert (result.status, result.total) == ("ok", 1)
+    assert [(run.name, run.sources) for run in result.runs] == [
+        ("baseline", [("kineto", "baseline/a.pt.trace.json.gz")])]
+    assert result.refused == [
+        "../../evil.txt: path climbs out of the submission with '..'",
+        "C:/Users/eve/c.json: absolute path", "//server/share/d.json: absolute path",
+        "/root.json: absolute path", f"../{MARKUP}: path climbs out of the submission with '..'",
+        f"mixed/a\\b.json: {BACKSLASH_REASON}"]
+    assert result.notes == ["zip made on MS-DOS/Windows: '\\' in 7 entry name(s) read as the "
+                            "folder separator, as unzip does"]
+    page = (tmp_path / "out" / "students" / "win" / "report.html").read_text()
+    assert MARKUP not in page and "../&lt;img src=x onerror=alert(1)&gt;" in page
+    feedback = (tmp_path / "out" / "students" / "win" / "feedback.md").read_text()
+    assert MARKUP not in feedback and r"../\<img src=x onerror=alert(1)\>" in feedback

@@ -133,7 +133,7 @@ def _grade(job: Job) -> StudentResult:
                     digests=digests)
     all_failures = [line for lines in failures.values() for line in lines]
     fields = {"refused": refused, "failures": all_failures, "content_hash": digest,
-              "flags": flags(job.rubric, graded.runs, digests, shown)}
+              "flags": flags(job.rubric, graded.runs, digests, shown), "notes": staged.notes}
     if not runs:
         error = ("no profile could be read: " + "; ".join(all_failures) if all_failures
                  else "no profiles in the submission")

@@ -6,9 +6,10 @@ read in place: every regular file is copied (or extracted) into ``staging/NAME``
 budget: an entry whose declared size (zip central directory, tar header, a folder file's lstat)
 does not fit in what is left is refused unread, and one that holds more than it declares stops
 at the limit whatever its headers claim. Entries that are absolute,
-climb out with ``..``, hold a ``\\`` (one name on Linux, a folder on Windows: refused, never
-guessed), are symlinks, hard links, devices or FIFOs, or come after the file-count or
-size limit are refused with a reason and the rest is still graded. Files are created with
+climb out with ``..``, hold a ``\\`` (one name on Linux: refused, never guessed; only in a name
+without ``/`` of a zip made on MS-DOS or Windows is it the folder separator, as unzip reads it),
+are symlinks, hard links, devices or FIFOs, or come after the file-count or size limit are
+refused with a reason and the rest is still graded. Files are created with
 ``O_EXCL | O_NOFOLLOW`` under a folder the grader made, so nothing lands outside it.
 """
 
@@ -54,6 +55,13 @@ BACKSLASH_REASON = ("a '\\' in the name: on Linux it is part of one name, never 
                     "the archive again with '/' between folders")
 #: Characters of a name kept at most (a folder name must stay under 255 bytes in UTF-8).
 MAX_NAME_CHARS = 60
+#: The host a zip entry's "version made by" names for MS-DOS and Windows (FAT) tools (APPNOTE
+#: 4.4.2), whose names separate folders with "\\" (PowerShell 5's Compress-Archive): unzip
+#: reads a "\\" in such a name holding no "/" as a folder separator, with a warning.
+ZIP_HOST_FAT = 0
+#: The note a zip whose "\\" were read as folder separators adds to the student's result.
+BACKSLASH_NOTE = ("zip made on MS-DOS/Windows: '\\' in {count} entry name(s) read as the folder "
+                  "separator, as unzip does")
 
 
 @dataclass(frozen=True)
@@ -86,6 +94,8 @@ class Staged:
     files: int = 0
     bytes: int = 0
     refused: list[str] = field(default_factory=list)
+    #: How names were read that a teacher should know of (a Windows zip's "\\").
+    notes: list[str] = field(default_factory=list)
 
 
 class _Budget(Exception):
@@ -337,28 +347,42 @@ def _stage_zip(path: Path, stager: _Stager) -> None:
         archive = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError, ValueError) as exc:
         raise InputError(f"not a readable zip archive: {exc}", path.name) from None
+    separated = 0
     with archive:
         for info in archive.infolist():
-            mode = _zip_mode(info)
-            if info.is_dir():
+            mode, name = _zip_mode(info), zip_entry_name(info)
+            separated += name != info.filename
+            if name.endswith("/"):  # a folder
                 continue
             if stat.S_ISLNK(mode):
-                stager.refuse(info.filename, "a symbolic link (links are not followed)")
+                stager.refuse(name, "a symbolic link (links are not followed)")
             elif stat.S_IFMT(mode) not in (0, stat.S_IFREG):  # 0: no file type recorded
-                stager.refuse(info.filename, not_regular_reason(mode) or "not a regular file")
+                stager.refuse(name, not_regular_reason(mode) or "not a regular file")
             elif info.flag_bits & 0x1:
-                stager.refuse(info.filename, "encrypted")
+                stager.refuse(name, "encrypted")
             else:
-                _add_zip_entry(archive, info, stager)
+                _add_zip_entry(archive, info, name, stager)
+    if separated:
+        stager.staged.notes.append(BACKSLASH_NOTE.format(count=separated))
 
 
-def _add_zip_entry(archive: zipfile.ZipFile, info: zipfile.ZipInfo, stager: _Stager) -> None:
-    """Stage one zip entry; a damaged entry is refused, not fatal."""
+def zip_entry_name(info: zipfile.ZipInfo) -> str:
+    """The entry's name with "/" between folders: a "\\" is one when an MS-DOS or Windows tool
+    made the entry and its name holds no "/" (as unzip reads it); otherwise the name as
+    recorded. Either way :func:`entry_parts` checks the result."""
+    if info.create_system == ZIP_HOST_FAT and "/" not in info.filename:
+        return info.filename.replace("\\", "/")
+    return info.filename
+
+
+def _add_zip_entry(archive: zipfile.ZipFile, info: zipfile.ZipInfo, name: str,
+                   stager: _Stager) -> None:
+    """Stage one zip entry as ``name``; a damaged entry is refused, not fatal."""
     try:
         with archive.open(info) as handle:
-            stager.add(info.filename, handle, info.file_size, _zip_time(info))
+            stager.add(name, handle, info.file_size, _zip_time(info))
     except (zipfile.BadZipFile, NotImplementedError, OSError, EOFError, ValueError) as exc:
-        stager.refuse(info.filename, f"damaged entry: {exc}")
+        stager.refuse(name, f"damaged entry: {exc}")
 
 
 def _zip_time(info: zipfile.ZipInfo) -> float | None:
