@@ -22,7 +22,13 @@ from typing import Any
 from profreport import concepts
 from profreport.errors import UsageError
 from profreport.manifest import Artifact, ProfiledRun
-from profreport.runner.leftovers import MarkedCpu, end_leftovers, marked_environment, new_mark
+from profreport.runner.leftovers import (
+    MarkedCpu,
+    end_leftovers,
+    marked_environment,
+    new_mark,
+    rusage_cpu_s,
+)
 from profreport.runner.variants import cpu_has_native_bf16, cpus_available
 
 PROFILERS = ("kernprof", "torch", "nsys")
@@ -177,12 +183,6 @@ def cpus_busy_s(cpus: Collection[int]) -> float | None:
     return None if ticks is None else ticks / os.sysconf("SC_CLK_TCK")
 
 
-def _cpu_s(who: int) -> float:
-    """User + system CPU seconds of this process (RUSAGE_SELF) or its reaped children."""
-    usage = resource.getrusage(who)
-    return usage.ru_utime + usage.ru_stime
-
-
 #: Launchers whose tasks run under another machine's or daemon's processes (slurmstepd runs
 #: srun's, on every node of the allocation): their CPU time is not measured.
 UNFOLLOWED_LAUNCHERS = frozenset({"srun"})
@@ -203,38 +203,41 @@ def run_launch(launch: Launch) -> ProfiledRun:
     while it runs and what it left running ended."""
     cpus = os.sched_getaffinity(0)
     busy_before = cpus_busy_s(cpus)
-    runner_before, launch_before = _cpu_s(resource.RUSAGE_SELF), _cpu_s(resource.RUSAGE_CHILDREN)
+    runner_before = rusage_cpu_s(resource.RUSAGE_SELF)
+    launch_before = rusage_cpu_s(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     launch.log.parent.mkdir(parents=True, exist_ok=True)
     errors = stderr_log(launch.log)
     # nsys's agent runs in a session of its own: what the launch leaves is found by its mark.
     mark = new_mark() if launch.profiler == "nsys" else None
+    marked = MarkedCpu(mark) if mark else None
     leftovers = marked_cpu_s = busy_after = runner_s = None
     try:
         with open(launch.log, "w", encoding="utf-8") as out, \
                 open(errors, "w", encoding="utf-8") as err, \
-                MarkedCpu(mark) if mark else contextlib.nullcontext() as marked:
+                marked or contextlib.nullcontext():
             status = subprocess.run(launch.command, stdout=out, stderr=err,
                                     stdin=subprocess.DEVNULL, check=False,
                                     env=marked_environment(mark) if mark else None).returncode
         wall_s = time.perf_counter() - started
         # Measured as the launch returns, before waiting for what it left running.
         busy_after = cpus_busy_s(cpus)
-        runner_s = _cpu_s(resource.RUSAGE_SELF) - runner_before
+        runner_s = rusage_cpu_s(resource.RUSAGE_SELF) - runner_before
         marked_cpu_s = marked.cpu_s() if marked is not None else None
     except OSError as exc:
         return ProfiledRun(MANIFEST_PROFILER[launch.profiler], launch.command, None,
                            time.perf_counter() - started, error=f"cannot start: {exc}")
     finally:
-        if mark:
+        if mark and marked is not None:
             leftovers = end_leftovers(mark, launch.profiler)
+            marked.reap_adopted()  # what it left, adopted by the runner, once ended
     record = ProfiledRun(MANIFEST_PROFILER[launch.profiler], launch.command, status, wall_s,
                          leftovers=leftovers)
     # A launch that failed may leave workers no one reaps: their CPU time would read as the
     # rest of the machine's.
     if _measured(launch) and status == 0:
         record.cpu_s = round(marked_cpu_s if marked_cpu_s is not None
-                             else _cpu_s(resource.RUSAGE_CHILDREN) - launch_before, 3)
+                             else rusage_cpu_s(resource.RUSAGE_CHILDREN) - launch_before, 3)
         if busy_before is not None and busy_after is not None:
             record.other_cpu_s = round(max(busy_after - busy_before - record.cpu_s - runner_s,
                                            0.0), 3)

@@ -10,15 +10,25 @@ that names that launch alone (:data:`LAUNCH_MARK`). Whatever still carries it on
 has ended and :data:`LEFTOVER_GRACE_S` has passed is left over from that launch and is ended.
 Another launch's process carries another value, and another user's process cannot have its
 environment read, so neither is ever signalled.
+
+While a marked launch runs, the runner is the subreaper of its processes (``prctl
+PR_SET_CHILD_SUBREAPER``): the agent, and any process whose parent ends first, is reparented to
+the runner instead of init, so the CPU time of every process of the launch that ends comes back
+to the runner, however short-lived (:class:`MarkedCpu`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
+import resource
 import secrets
 import signal
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
@@ -34,13 +44,19 @@ POLL_S = 0.1
 #: The words of a leftover's command line its line names (``nsys --start-agent``).
 NAMED_WORDS = 2
 PROC = Path("/proc")
-#: Seconds between two samples of the marked processes' CPU time while a launch runs: what a
-#: process uses after its last sample is missed, at most this much CPU time per process (a
-#: launch of a minute on 2 CPUs, with its 4 processes, loses under 2% of its 120 CPU seconds).
+#: Seconds between two samples of the marked processes while a launch runs. Only a marked
+#: process outside the runner's tree (whose parent is neither marked nor the runner), or every
+#: process where prctl cannot make the runner a subreaper, counts as last sampled: what it
+#: uses after that is missed, at most this much CPU time per process.
 CPU_SAMPLE_S = 0.5
-# In /proc/PID/stat, after the command's closing parenthesis: the fields' positions of user
-# and system time (clock ticks) and of the start time (which tells a reused pid apart).
-_UTIME, _STIME, _STARTTIME = 11, 12, 19
+#: prctl(2) options: make the calling process the reaper of its descendants' orphans; read it.
+PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37
+# In /proc/PID/stat, after the command's closing parenthesis: the fields' positions of the
+# state, the parent's pid, user and system time, the user and system time of the children it
+# reaped (with theirs; clock ticks) and the start time (which tells a reused pid apart).
+_STATE, _PPID, _UTIME, _STIME, _CUTIME, _CSTIME, _STARTTIME = 0, 1, 11, 12, 13, 14, 19
+#: A process told apart from a later one that reuses its pid: (pid, start time).
+ProcessKey = tuple[int, str]
 
 
 def new_mark() -> str:
@@ -141,53 +157,153 @@ def _stat_fields(pid: int) -> list[str] | None:
         return None
 
 
+def rusage_cpu_s(who: int) -> float:
+    """User + system CPU seconds of this process (RUSAGE_SELF) or its reaped children."""
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _prctl() -> Callable[..., int] | None:
+    """The C library's prctl, or None where it has none (not Linux)."""
+    return getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)
+
+
+def set_subreaper(on: bool) -> bool:
+    """Make this process the subreaper of its descendants (or stop); whether prctl did."""
+    prctl = _prctl()
+    return prctl is not None and prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) == 0
+
+
+def is_subreaper() -> bool:
+    """Whether this process is a subreaper now."""
+    prctl, value = _prctl(), ctypes.c_int(0)
+    return prctl is not None and prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(value), 0, 0,
+                                       0) == 0 and value.value != 0
+
+
+@dataclass(frozen=True)
+class _Sampled:
+    """A marked process as last sampled: its own CPU ticks, those of the children it reaped,
+    its parent, and the sample it was last seen in."""
+
+    own: int
+    reaped: int
+    parent: int
+    parent_key: ProcessKey | None
+    round: int
+
+
 class MarkedCpu:
-    """The CPU time of every process that carries a launch's mark, sampled in a thread while
-    the launch runs: nsys runs the profiled program under a launcher whose CPU time never comes
-    back to the runner when it is reaped, and its agent in a session of its own. Each
-    process's own user and system time (never its children's, which are marked and counted
-    themselves) as last sampled; a process is told apart from a later one that reuses its pid
-    by its start time."""
+    """The CPU time of the processes that carry a launch's mark: nsys runs the profiled
+    program under a launcher, and its agent in a session of its own, so RUSAGE_CHILDREN alone
+    misses them. While the launch runs, the runner is their subreaper: a process whose parent
+    ends is reparented to the runner, not init. The kernel adds a process's CPU time, with that
+    of the children it reaped, to the parent that reaps it, so when the launch returns each of
+    its processes that ended is counted once (however short its life): in the runner's
+    RUSAGE_CHILDREN (the orphans it adopted are reaped first), or in the reaped time of a
+    marked process still there, whose own and reaped time are read then from /proc/PID/stat.
+    The marked processes are also sampled every CPU_SAMPLE_S: one whose parent was neither
+    marked nor the runner counts as last sampled, and where prctl fails each counts its own
+    time as last sampled. A child whose parent ignores SIGCHLD is reaped by the kernel, which
+    then adds its time to no one: it is missed."""
 
     def __init__(self, mark: str) -> None:
         self._mark = mark
-        self._marked: dict[tuple[int, str], bool] = {}
-        self._cpu_ticks: dict[tuple[int, str], int] = {}
+        self._marked: dict[ProcessKey, bool] = {}
+        self._sampled: dict[ProcessKey, _Sampled] = {}
+        self._round = 0
+        self._reaped_s = 0.0
+        #: The runner's children before the launch (never reaped here), None until entered.
+        self._before: set[ProcessKey] | None = None
+        self._was_subreaper = self._subreaper = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample_until_stopped, daemon=True)
 
     def __enter__(self) -> MarkedCpu:
+        self._before = set(self._children())
+        self._was_subreaper = is_subreaper()
+        self._subreaper = set_subreaper(True)
+        self._reaped_s = rusage_cpu_s(resource.RUSAGE_CHILDREN)
         self._thread.start()
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: TracebackType | None) -> None:
+        """Once the launch has returned: reap the orphans it left ended, read what the runner
+        reaped, and sample the marked processes still there."""
         self._stop.set()
         self._thread.join()
+        self.reap_adopted()
+        self._reaped_s = rusage_cpu_s(resource.RUSAGE_CHILDREN) - self._reaped_s
+        self.sample()
+        if self._subreaper and not self._was_subreaper:
+            set_subreaper(False)
 
     def _sample_until_stopped(self) -> None:
-        """Sample every CPU_SAMPLE_S until stopped, and once more then."""
+        """Sample every CPU_SAMPLE_S until stopped."""
         while not self._stop.wait(CPU_SAMPLE_S):
             self.sample()
-        self.sample()
+
+    def _children(self) -> dict[ProcessKey, str]:
+        """The runner's children now, with their state (``Z``: ended, not reaped)."""
+        own, found = os.getpid(), {}
+        for pid, fields in _process_stats().items():
+            if int(fields[_PPID]) == own:
+                found[(pid, fields[_STARTTIME])] = fields[_STATE]
+        return found
+
+    def reap_adopted(self) -> None:
+        """Reap the runner's ended children that the launch left it (orphans it adopted as
+        subreaper; never one it had before the launch, nor before it was entered)."""
+        if self._before is None:
+            return
+        for key, state in self._children().items():
+            if state == "Z" and key not in self._before:
+                # ChildProcessError: reaped meanwhile by whoever started it
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(key[0], os.WNOHANG)
 
     def sample(self) -> None:
-        """Read the CPU time of each live process carrying the mark (its environment is read
-        once per process)."""
-        try:
-            pids = [int(entry.name) for entry in PROC.iterdir() if entry.name.isdigit()]
-        except OSError:
+        """Read the CPU time of each process carrying the mark (its environment read once
+        per process; one that ended before it was seen carries it when its parent does)."""
+        stats = _process_stats()
+        if not stats:
             return
-        for pid in pids:
-            fields = _stat_fields(pid)
-            if fields is None or len(fields) <= _STARTTIME:
-                continue
-            key = (pid, fields[_STARTTIME])
+        self._round += 1
+        keys = {pid: (pid, fields[_STARTTIME]) for pid, fields in stats.items()}
+        for pid in sorted(stats, key=lambda pid: stats[pid][_STATE] == "Z"):
+            fields, key = stats[pid], keys[pid]
+            parent = int(fields[_PPID])
             if key not in self._marked:
-                self._marked[key] = carries_mark(pid, self._mark)
+                self._marked[key] = (carries_mark(pid, self._mark) if fields[_STATE] != "Z"
+                                     else self._marked.get(keys.get(parent, (0, "")), False))
             if self._marked[key]:
-                self._cpu_ticks[key] = int(fields[_UTIME]) + int(fields[_STIME])
+                self._sampled[key] = _Sampled(
+                    int(fields[_UTIME]) + int(fields[_STIME]),
+                    int(fields[_CUTIME]) + int(fields[_CSTIME]), parent, keys.get(parent),
+                    self._round)
+
+    def _counted_by_kernel(self, sampled: _Sampled) -> bool:
+        """Whether an ended process's time reached, by reaping, the runner or a marked
+        process (its parent was one of them when last sampled)."""
+        return sampled.parent == os.getpid() or (
+            sampled.parent_key is not None and self._marked.get(sampled.parent_key, False))
 
     def cpu_s(self) -> float:
-        """CPU seconds the marked processes used, as last sampled."""
-        return sum(self._cpu_ticks.values()) / os.sysconf("SC_CLK_TCK")
+        """CPU seconds the launch's processes used, as of when it returned."""
+        if not self._subreaper:
+            return sum(s.own for s in self._sampled.values()) / os.sysconf("SC_CLK_TCK")
+        ticks = sum(s.own + s.reaped for s in self._sampled.values()
+                    if s.round == self._round or not self._counted_by_kernel(s))
+        return self._reaped_s + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _process_stats() -> dict[int, list[str]]:
+    """The /proc/PID/stat fields (after the command's name) of every process now."""
+    try:
+        pids = [int(entry.name) for entry in PROC.iterdir() if entry.name.isdigit()]
+    except OSError:
+        return {}
+    stats = {pid: _stat_fields(pid) for pid in pids}
+    return {pid: fields for pid, fields in stats.items()
+            if fields is not None and len(fields) > _STARTTIME}

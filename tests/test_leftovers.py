@@ -170,3 +170,59 @@ def test_the_agent_of_a_killed_capture_is_ended(tmp_path: Path, nsys_available: 
         pytest.skip(f"none of {HANG_TRIES} captures left its agent running: nothing to end")
     finally:
         kill_marked(entry)
+
+
+#: A launcher whose CPU-burning children live well under CPU_SAMPLE_S: argv[1] children
+#: waited for in turn, then argv[2] orphans (each forked by a child that exits at once, so their
+#: parent is gone: the runner adopts them), each spinning for argv[3] CPU seconds. It returns
+#: once every orphan has ended (closed its end of a pipe).
+LAUNCHER = """\
+import os, sys, time
+def spin(seconds):
+    while time.process_time() < seconds:
+        pass
+waited, orphans, seconds = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+for _ in range(waited):
+    pid = os.fork()
+    if pid == 0:
+        spin(seconds)
+        os._exit(0)
+    os.waitpid(pid, 0)
+done, ending = os.pipe()
+for _ in range(orphans):
+    pid = os.fork()
+    if pid == 0:
+        if os.fork() == 0:
+            os.close(done)
+            spin(seconds)
+        os._exit(0)
+    os.waitpid(pid, 0)
+os.close(ending)
+os.read(done, 1)
+"""
+
+
+def zombie_children() -> list[int]:
+    """This process's children that ended and were never reaped."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] == "Z" and int(fields[1]) == os.getpid():
+            found.append(int(proc.name))
+    return found
+
+
+def test_short_lived_children_and_orphans_of_a_launch_are_counted(tmp_path: Path) -> None:
+    """Six children waited for and four orphans, each spinning 0.15 s of CPU, none living a
+    sample period: the launch used their 1.5 s, and its launcher's start (under 0.5 s more).
+    Sampled every 0.5 s, most of it was missed (the launch read 0.75-0.87 s). The runner
+    adopted the orphans and reaped them: none is left a zombie, and it is no subreaper after."""
+    command = [sys.executable, "-c", LAUNCHER, "6", "4", "0.15"]
+    record = run_launch(Launch("nsys", command, tmp_path / "launcher.log"))
+    assert record.exit_status == 0, record.error
+    assert 1.5 <= record.cpu_s <= 2.0
+    assert zombie_children() == []
+    assert not leftovers.is_subreaper()
