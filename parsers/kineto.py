@@ -47,6 +47,7 @@ from profreport.model import (
     Profile,
     categorical,
     conform,
+    id_categorical,
     nothing_recorded,
     objects,
 )
@@ -128,13 +129,19 @@ class _Tables:
         return rows.take(np.isin(rows.name, ids) == keep)
 
     def cpu(self, rows: Columns, categorical: bool = False) -> pd.DataFrame:
-        """start, end, pid, tid and name of CPU-side events (names as a categorical when
-        asked: see :meth:`categorical_names`)."""
-        names = (self.categorical_names(rows.name) if categorical
-                 else objects(self.names[rows.name]))
+        """start, end, pid, tid and name of CPU-side events; when asked (the operators and the
+        API calls, millions of rows), the names as a categorical (see
+        :meth:`categorical_names`) and pid and tid as categoricals of their ids (a one-byte
+        code a row where the numbers take 4: :func:`model.id_categorical`)."""
+        if categorical:
+            return pd.DataFrame({
+                "start": rows.start, "end": rows.end,
+                "pid": id_categorical(self.thread_numbers, rows.pid),
+                "tid": id_categorical(self.thread_numbers, rows.tid),
+                "name": self.categorical_names(rows.name)}, copy=False)
         return pd.DataFrame({
             "start": rows.start, "end": rows.end, "pid": self.thread_numbers[rows.pid],
-            "tid": self.thread_numbers[rows.tid], "name": names,
+            "tid": self.thread_numbers[rows.tid], "name": objects(self.names[rows.name]),
         }, copy=False)
 
     def categorical_names(self, ids: np.ndarray, texts: np.ndarray | None = None

@@ -288,8 +288,12 @@ class _Store:
         self._joined: dict[str, np.ndarray] | None = None
 
     def append(self, part: dict[str, np.ndarray]) -> None:
-        """Append one batch's rows."""
-        self._pending.append(part)
+        """Append one batch's rows, compact at once (a block's worth of batches in int64
+        columns is 5 MB a group, held in each range worker too)."""
+        if "end" in part:
+            part["dur"] = part.pop("end") - part["start"]
+        self._pending.append({key: value if key == "start" else narrowed(value)
+                              for key, value in part.items()})
         self._pending_rows += len(part["start"])
         if self._pending_rows >= BLOCK_ROWS:
             self._flush()
@@ -297,11 +301,9 @@ class _Store:
     def _flush(self) -> None:
         """Join the batches appended since the last block into one block."""
         if self._pending:
-            block = _stack(self._pending, self.keys)
-            if "end" in block:
-                block["dur"] = block.pop("end") - block["start"]
-            self._blocks.append({key: value if key == "start" else narrowed(value)
-                                 for key, value in block.items()})
+            # Each part is narrowed already: their join takes the widest of their dtypes, the
+            # narrowest that holds every value.
+            self._blocks.append(_stack(self._pending, self._block_keys))
             self._pending_rows = 0
 
     def extend(self, other: _Store, maps: dict[str, np.ndarray]) -> None:

@@ -64,9 +64,10 @@ PREFETCH_CHUNKS = 4
 # Plain text per parallel range: below this a worker process costs more than it saves.
 PARALLEL_MIN_BYTES = 32 << 20
 # Plain text per range beyond one range per core: each range's columns come back as one
-# message, held twice while it is unpickled, so ranges of this size keep that to tens of MB in
-# this process and the workers whatever the trace's size.
-RANGE_BYTES = 64 << 20
+# message, held twice while it is unpickled (in the worker as it is pickled too), so ranges of
+# this size keep that to a few MB whatever the trace's size (64 MB ranges of a 400 MB trace
+# held the worker ~6 MB higher at the end, when this process holds the most).
+RANGE_BYTES = 32 << 20
 # Text searched after a split target for a verified cut between two events.
 SPLIT_PROBE_BYTES = 4 << 20
 

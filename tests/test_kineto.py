@@ -146,6 +146,11 @@ def test_nccl_trace(corpus: Path) -> None:
     assert len(memcpy) == 960 and memcpy["kind"].eq("DtoD").all()
     assert len(profile.table("memset")) == 114
     assert len(profile.table("runtime")) == 8740
+    for table in ("cpu_ops", "runtime"):  # a byte a row, the ids as the threads table has them
+        for column in ("pid", "tid"):
+            ids = profile.table(table)[column]
+            assert ids.array.codes.dtype == "int8" and str(ids.to_numpy().dtype) == "int32"
+    assert set(profile.table("cpu_ops")["tid"].astype(int)) == {2910249, 2919752}
     assert profile.table("devices")["name"].iloc[0] == "NVIDIA A100-PG509-200"
     assert len(profile.table("devices")) == 8
     threads = profile.table("threads")

@@ -405,6 +405,12 @@ def test_self_time_subtracts_direct_children_per_thread() -> None:
     # the second B's [70, 80), D's [25, 50).
     inside = iv.Intervals(np.array([25]), np.array([80]))
     assert self_time_ns(ops, inside).tolist() == [10, 30, 5, 10, 25]
+    # Threads as the Kineto parser keeps them (categoricals of their ids, sorted by the codes),
+    # and as a categorical whose ids do not ascend (sorted by the ids themselves): the same.
+    for tids in ([1, 2], [2, 1]):
+        threads = ops.assign(pid=pd.Categorical([1] * 5), tid=pd.Categorical(
+            ops["tid"], categories=tids))
+        assert self_time_ns(threads).tolist() == [30, 40, 10, 20, 50]
     nested = pd.DataFrame({"name": ["conv", "conv", "conv"], "start": [0, 10, 200],
                            "end": [100, 90, 250]})
     assert outer_calls(nested, "name").tolist() == [True, False, True]

@@ -140,7 +140,7 @@ def self_time_ns(ops: pd.DataFrame, covering: iv.Intervals | None = None) -> np.
     if ops.empty:
         return np.empty(0, dtype=np.int64)
     start, end = ops["start"].to_numpy(np.int64), ops["end"].to_numpy(np.int64)
-    pid, tid = ops["pid"].to_numpy(), ops["tid"].to_numpy()
+    pid, tid = _in_order_of_ids(ops["pid"]), _in_order_of_ids(ops["tid"])
     longest_first = np.maximum(end, start)
     np.negative(longest_first, out=longest_first)
     order = np.lexsort((longest_first, start, tid, pid))
@@ -155,6 +155,18 @@ def self_time_ns(ops: pd.DataFrame, covering: iv.Intervals | None = None) -> np.
         s = start[rows]
         out[rows] = _thread_self_times(s, np.maximum(end[rows], s), covering)
     return out
+
+
+def _in_order_of_ids(column: pd.Series) -> np.ndarray:
+    """Values that sort and compare as the ids of an id column do: the codes of a categorical of
+    ids whose categories ascend (a byte a row, read in place, where its ids would be copied out
+    at 4 or 8: 3.9 M operators of a 2 GB trace), else the ids themselves."""
+    dtype = column.dtype
+    if isinstance(dtype, pd.CategoricalDtype) and dtype.categories.is_monotonic_increasing:
+        codes = column.cat.codes.to_numpy()
+        if not len(codes) or codes.min() >= 0:
+            return codes
+    return column.to_numpy()
 
 
 def _thread_self_times(s: np.ndarray, e: np.ndarray, covering: iv.Intervals | None
