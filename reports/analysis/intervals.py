@@ -326,9 +326,11 @@ class Stretched:
 
 
 #: Rows of each part a stretch of time holds at most (:func:`stretches`): a stretch's running
-#: union is a few tens of MB, where the claimed time of a whole 10 M-kernel export is 7.5 M
-#: intervals (119 MB) and its compute kernels' union 8.4 M (135 MB).
-STRETCH_ROWS = 1 << 20
+#: union is a few MB, where the claimed time of a whole 10 M-kernel export is 7.5 M intervals
+#: (119 MB) and its compute kernels' union 8.4 M (135 MB); 2^20 rows took a 400 MB Kineto
+#: trace's 472 k API calls in one stretch, and its breakdown's claim to the analysis's peak,
+#: 10 MB above the next step's.
+STRETCH_ROWS = 1 << 18
 
 
 def stretches(parts: list[Stretched], rows: int | None = None) -> Iterator[tuple[int, int]]:
