@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from profreport.parsers import parse_file
+from profreport.reports.analysis import cpu
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.cpu import outer_calls, self_time_ns
 from profreport.reports.analysis.gpu import LONG_IDLE_GAP_NS, launch_stats
@@ -395,7 +396,7 @@ def test_nvtx_only_nsys_attributes_no_compute(fixtures_dir: Path, nsys_available
     assert m.cpu_phases is None
 
 
-def test_self_time_subtracts_direct_children_per_thread() -> None:
+def test_self_time_subtracts_direct_children_per_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     """A [0,100] holds B [10,60] (holding C [20,30]) and B [70,90]; D runs on another thread
     beside A. Self time: A 100-50-20, B 50-10, C 10, B 20, D 50; a re-entered B is no new call."""
     ops = pd.DataFrame({"name": ["A", "B", "C", "B", "D"], "pid": 1, "tid": [1, 1, 1, 1, 2],
@@ -411,6 +412,15 @@ def test_self_time_subtracts_direct_children_per_thread() -> None:
         threads = ops.assign(pid=pd.Categorical([1] * 5), tid=pd.Categorical(
             ops["tid"], categories=tids))
         assert self_time_ns(threads).tolist() == [30, 40, 10, 20, 50]
+    # Worked out in parts that no span crosses (one row a part at least): thread 1 splits only
+    # before E [100, 120), which starts as A ends; the self times stay the same.
+    monkeypatch.setattr(cpu, "SELF_TIME_PART_ROWS", 1)
+    more = pd.concat([ops, pd.DataFrame({"name": ["E"], "pid": [1], "tid": [1], "start": [100],
+                                         "end": [120]})], ignore_index=True)
+    parts = cpu._closed_parts(more["start"].to_numpy(), more["end"].to_numpy(),
+                              np.array([0, 1, 2, 3, 5]))
+    assert [part.tolist() for part in parts] == [[0, 1, 2, 3], [5]]
+    assert self_time_ns(more).tolist() == [30, 40, 10, 20, 50, 20]
     nested = pd.DataFrame({"name": ["conv", "conv", "conv"], "start": [0, 10, 200],
                            "end": [100, 90, 250]})
     assert outer_calls(nested, "name").tolist() == [True, False, True]

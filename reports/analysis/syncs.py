@@ -9,6 +9,7 @@ teardown ``cudaDeviceSynchronize``) are reported apart.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -218,9 +219,11 @@ def _cpu_in(profile: Profile, waited: iv.Intervals, steps: int) -> tuple[list[To
     ops = profile.table("cpu_ops")
     start, end = ops["start"].to_numpy(), ops["end"].to_numpy()  # in file order: unsorted
     # Unioned in blocks of the intervals module's size: each merge into the union so far reads
-    # all of it, so fewer, larger blocks (15 merges, not 60, for 3.9 M ops).
-    busy = iv.union_each([(start[block], end[block])
-                          for block in iv.blocks(len(ops))])
+    # all of it, so fewer, larger blocks (15 merges, not 60, for 3.9 M ops); each block's union
+    # made as it is merged, never all 15 at once (iv.union_each holds them all before merging:
+    # on a 2 GB trace's 3.9 M ops the process went 110 MB higher, one block at a time 49 MB).
+    busy = functools.reduce(iv.merge, (iv.union(start[block], end[block])
+                                       for block in iv.blocks(len(ops))), iv.EMPTY)
     # The waited time the ops cover, summed a block of waits at a time (both sets are disjoint:
     # the length of their intersection, without making it), each walk over ``busy`` going on
     # from block to block.
