@@ -473,7 +473,7 @@ def test_resnet_num_workers_fix_earns_every_point(tmp_path: Path, corpus: Path) 
     assert points == {"profiled": 2, "loader-fixed": 4, "speedup": 4, "bottleneck-moved": 1,
                       "little-wait": 2, "lprof": 0.5}
     speedup = next(c for c in ann.checks if c.id == "speedup")
-    assert "126.9 ms against 176.5 ms" in speedup.measured and "1.39×" in speedup.measured
+    assert "126.6 ms against 176.3 ms" in speedup.measured and "1.39×" in speedup.measured
 
 
 def test_cli_grade_and_rubric_error_line(tmp_path: Path, fixtures_dir: Path,

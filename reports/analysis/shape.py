@@ -35,8 +35,9 @@ WARMUP_FACTOR = 2.0
 #: ... and longer than this quantile of the later steps: a first step that a tenth of the later
 #: steps reach (a loop slowed by other work on its CPUs) is within the loop's own spread.
 WARMUP_BEYOND_QUANTILE = 0.9
-#: A step's value is an outlier (a stall) when it is this many times the median step's: a
-#: steady wait jitters within a factor of two of its median, so four times it is a one-off.
+#: A step's value is an outlier (a stall) when it is this many times the median step's (the
+#: lower middle value of an even count): a steady wait jitters within a factor of two of its
+#: median, so four times it is a one-off.
 STALL_FACTOR = 4.0
 #: ... and when it costs at least this share of the median step window: a stall of less than a
 #: tenth of a step is within the step-to-step spread and not worth naming.
@@ -157,7 +158,10 @@ def per_step(values: np.ndarray, numbers: np.ndarray, starts: np.ndarray, ends: 
     lie, the period when they recur, and the median of the rest; ``gpu_busy`` (ns per window of
     the figure's time with a GPU busy) gives the outliers' busy share."""
     median = int(np.median(values))
-    limit = max(STALL_FACTOR * median, STALL_MIN_SHARE * window_ns)
+    # From the lower middle value: when every 2nd step stalls, the median of an even count lies
+    # between the two groups, and STALL_FACTOR times it would hide the stalls.
+    lower = int(np.percentile(values, 50, method="lower"))
+    limit = max(STALL_FACTOR * lower, STALL_MIN_SHARE * window_ns)
     out = np.flatnonzero(values > limit)
     if len(out):  # the waits as long as the shortest stall, within its jitter, are stalls too
         out = np.flatnonzero(values > max(STALL_GROUP_SHARE * values[out].min(),

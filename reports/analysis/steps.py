@@ -69,6 +69,10 @@ class StepWindows:
     #: the optimizer's steps, concepts.OPTIMIZER_STEPS): the ranges are the whole iterations,
     #: the last one too.
     tiled: bool = False
+    #: Whether each step's range holds its whole iteration, the fetch included, though the
+    #: ranges need not meet: ProfilerStep spans (``prof.step()`` closes one and opens the next,
+    #: so the loop's fetch falls inside one), the last one too.
+    holds_fetch: bool = False
     #: The steps (after start-up) whose windows hold torch.compile compiling, as (step number,
     #: ns compiling in it): left out of the arrays above when some step does not compile (see
     #: :attr:`compiling_left_out`), kept when every one does.
@@ -104,8 +108,9 @@ class StepWindows:
     def whole(self) -> int:
         """Number of whole windows: the last one is left out when it is only its own range (no
         fetch after it: no recorded step follows it, see :attr:`last_followed`), unless the
-        steps are :attr:`tiled` or that would leave fewer than two."""
-        only_own = self.count > 2 and not self.tiled and not self.last_followed
+        steps are :attr:`tiled`, their ranges hold the fetch (:attr:`holds_fetch`) or that
+        would leave fewer than two."""
+        only_own = self.count > 2 and not (self.tiled or self.holds_fetch or self.last_followed)
         return self.count - 1 if only_own else self.count
 
     def whole_lengths(self) -> np.ndarray:
@@ -194,7 +199,8 @@ def step_windows(profile: Profile) -> StepWindows | None:
                        and profile.meta.step_span is None,
                        marker=concepts.step_marker(str(steps["origin"].iloc[0]),
                                                    profile.meta.step_span),
-                       tiled=bool(steps["origin"].eq(concepts.OPTIMIZER_STEPS).all()))
+                       tiled=bool(steps["origin"].eq(concepts.OPTIMIZER_STEPS).all()),
+                       holds_fetch=counted)
 
 
 def evaluation_only(profile: Profile, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
