@@ -11,7 +11,12 @@ from pathlib import Path
 from profreport import __version__
 from profreport.allocator import tune_for_large_arrays
 from profreport.argtypes import DeprecatedAlias, positive_int
-from profreport.errors import EXIT_INTERRUPTED, ProfreportError, UsageError
+from profreport.errors import (
+    EXIT_BROKEN_PIPE,
+    EXIT_INTERRUPTED,
+    ProfreportError,
+    UsageError,
+)
 from profreport.reports.render import DEFAULT_FORMATS, RENDERERS
 
 
@@ -180,3 +185,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("profreport: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # stdout's reader left (`| head`): stop quietly, as a shell tool does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush
+        return EXIT_BROKEN_PIPE

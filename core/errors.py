@@ -12,6 +12,9 @@ EXIT_PARTIAL = 1
 MAX_ERROR_MESSAGE = 4 * MAX_ERROR_NAME
 #: Exit status after Ctrl-C (128 + SIGINT, as shells report it).
 EXIT_INTERRUPTED = 130
+#: Exit status when the reader of stdout went away (`| head`): 128 + SIGPIPE, as a shell reports
+#: a command its pipe's reader closed on.
+EXIT_BROKEN_PIPE = 141
 
 
 class ProfreportError(Exception):

@@ -108,3 +108,25 @@ def test_analysis_to_json_and_markdown_loads_nothing_it_does_not_use(
                          f"assert main(['analyze', {str(trace)!r}, '--out', {str(tmp_path)!r},"
                          f" '--format', 'json,md']) == 0") == "[]"
     assert (tmp_path / "report.json").is_file()
+
+
+def test_a_closed_stdout_ends_quietly_after_the_reports_are_written(tmp_path: Path) -> None:
+    """``profreport analyze ... | head -3``: the reader closing the pipe had ended in a
+    BrokenPipeError traceback on stderr; the reports are written first, and the command stops
+    without a word, status 141 (128 + SIGPIPE)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from conftest import cpu_event, kineto_trace
+
+    events = [cpu_event(f"ProfilerStep#{n}", 1000 + 2000 * n, 1900, cat="user_annotation")
+              for n in range(4)] + [cpu_event("aten::mm", 1500 + 2000 * n, 900)
+                                    for n in range(4)]
+    trace = kineto_trace(tmp_path / "t.pt.trace.json", events)
+    child = subprocess.Popen([sys.executable, "-m", "profreport", "analyze", str(trace),
+                              "--out", str(tmp_path / "out"), "--format", "md"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    child.stdout.close()  # long before the child, still importing, prints its summary
+    _, stderr = child.communicate(timeout=120)
+    assert "Traceback" not in stderr and stderr == ""
+    assert child.returncode == 141
+    assert (tmp_path / "out" / "report.md").is_file()
