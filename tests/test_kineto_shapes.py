@@ -606,6 +606,33 @@ def test_a_second_trace_of_one_rank_is_said_to_be_left_out(tmp_path: Path) -> No
         "process, or two runs; analyse it alone for its own figures)" for rank in (0, 1)]
 
 
+def test_a_trace_without_a_rank_beside_ranked_traces_is_none_of_the_job(tmp_path: Path) -> None:
+    """A folder with rank 0's and rank 1's traces of a 2-rank gloo job (ProfilerStep spans of
+    0.9 and 0.95 ms) and a single-process trace recording no rank (1.5 ms steps), named to sort
+    first: the run's per-step figures came from the single-process trace (15 x 198.0 ms on the
+    real torch 2.13 traces, beside 'the findings below come from rank 0's profile' and the
+    ranks' 20.5 ms) and nothing said that rank 0's steps were left out. They come from rank 0
+    now, and a note names the trace left out."""
+    run = tmp_path / "job"
+    run.mkdir()
+    for name, rank, length in (("a_single", None, 1500), ("rank0", 0, 900), ("rank1", 1, 950)):
+        events = [event for i in range(4) for event in (
+            cpu_event(f"ProfilerStep#{2 + i}", 1000 + 2000 * i, length, cat="user_annotation"),
+            cpu_event("aten::mm", 1000 + 2000 * i + 10, length - 100))]
+        header = {} if rank is None else {
+            "distributedInfo": {"backend": "gloo", "rank": rank, "world_size": 2}}
+        kineto_trace(run / f"{name}.pt.trace.json", events, **header)
+    analysed = _analyzed(run)
+    assert analysed.metrics.steps is not None
+    assert (analysed.metrics.steps.count, analysed.metrics.steps.mean_ns) == (4, 900_000)
+    assert analysed.metrics.per_rank_step_ns == {0: 900_000, 1: 950_000}
+    assert analysed.notes == [
+        "a_single.pt.trace.json: its 4 steps are not in the per-step figures, which come from "
+        "rank0.pt.trace.json (it records no rank, beside 2 traces of the same profiler "
+        "recording one: another run's trace, or a process outside the job; analyse it alone "
+        "for its own figures)"]
+
+
 def test_an_empty_closing_profiler_step_is_no_step(tmp_path: Path) -> None:
     """torch 2.13 under schedule(wait=0, warmup=0, active=2) recorded ProfilerStep#2 (the
     iteration, 2.7 ms) and ProfilerStep#3 (18.7 µs, nothing in it: prof.step() opened it as the

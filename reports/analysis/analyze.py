@@ -249,6 +249,15 @@ def left_out_notes(profiles: list[Profile], summaries: list[RankSummary]) -> lis
         found, steps = summary.input, summary.step_stats
         if steps is None or found.process is not None:
             continue
+        ranked = ranked_files(summaries, found.kind)
+        if found.rank is None and ranked:
+            notes.append(f"{Path(found.path).name}: its {steps.count:,} steps are not in the "
+                         f"per-step figures, which come from {Path(ranked[0].path).name} (it "
+                         f"records no rank, beside {len(ranked)} trace"
+                         f"{'' if len(ranked) == 1 else 's'} of the same profiler recording "
+                         "one: another run's trace, or a process outside the job; analyse it "
+                         "alone for its own figures)")
+            continue
         first = used.setdefault((found.kind, found.rank), found)
         if first is not found:
             why = ("neither records a rank, so they are not read as ranks of one job"
@@ -265,6 +274,14 @@ def left_out_notes(profiles: list[Profile], summaries: list[RankSummary]) -> lis
                   "processes' line totals do not add up; analyse it alone for its own lines)"
                   for p in left]
     return notes
+
+
+def ranked_files(summaries: list[RankSummary], kind: str) -> list[InputFile]:
+    """The files of profiler ``kind`` (not a process of a capture) that record a rank, with
+    steps, the lowest rank first."""
+    return [s.input for s in sorted(summaries, key=lambda s: s.preference)
+            if s.input.kind == kind and s.input.rank is not None and s.input.process is None
+            and s.step_stats is not None]
 
 
 def ranks_not_given(world_size: int | None, summaries: list[RankSummary],

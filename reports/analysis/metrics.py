@@ -143,10 +143,11 @@ def profiled_cpu(manifest: Manifest) -> dict[str, SharedCpu | None]:
             if name in by_name}
 
 
-def preference(profile: Profile) -> tuple[int, int, int]:
-    """Sort key for step statistics: profiles with GPU events first, nsys before Kineto, lowest
-    rank first."""
+def preference(profile: Profile) -> tuple[int, int, int, int]:
+    """Sort key for step statistics: profiles with GPU events first, nsys before Kineto, one
+    that records a rank before one that records none (see primary_timed), lowest rank first."""
     return (0 if has_gpu_events(profile) else 1, 0 if profile.kind == "nsys" else 1,
+            0 if profile.rank is not None else 1,
             profile.rank if profile.rank is not None else 0)
 
 
@@ -163,7 +164,7 @@ def attribution_level(profile: Profile) -> int:
     return ATTRIBUTES_CPU_OPS if not framework_ops(profile).empty else RANGES_ONLY
 
 
-def _attribution_key(timed: tuple[Profile, StepWindows]) -> tuple[int, int, int]:
+def _attribution_key(timed: tuple[Profile, StepWindows]) -> tuple[int, int, int, int]:
     """Sort key for the breakdown's source: best attribution, then nsys first, lowest rank."""
     return (attribution_level(timed[0]),) + preference(timed[0])[1:]
 
@@ -175,10 +176,14 @@ def _timed(profiles: list[Profile]) -> list[tuple[Profile, StepWindows]]:
 
 
 def primary_timed(profiles: list[Profile]) -> list[tuple[Profile, StepWindows]]:
-    """Profiles with steps of the run's primary rank, preferred step source first."""
+    """Profiles with steps of the run's primary rank, preferred step source first; a file
+    that records no rank beside files of the same profiler that record ranks is none of the
+    job's (another run's trace, or a process outside the job: see unranked_beside_ranks)."""
     timed = _timed(profiles)
     primary_rank = min((p.rank for p, _ in timed if p.rank is not None), default=None)
-    return [(p, w) for p, w in timed if p.rank in (primary_rank, None)]
+    ranked = {p.kind for p, _ in timed if p.rank is not None and p.process is None}
+    return [(p, w) for p, w in timed if p.rank == primary_rank
+            or (p.rank is None and not (p.process is None and p.kind in ranked))]
 
 
 def line_profiles(profiles: list[Profile]) -> tuple[list[Profile], list[Profile]]:

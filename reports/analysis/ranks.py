@@ -58,7 +58,7 @@ class RankSummary:
 
     input: InputFile
     #: Sort key of the profile as a step source (GPU events first, nsys first, lowest rank).
-    preference: tuple[int, int, int]
+    preference: tuple[int, int, int, int]
     has_gpu_events: bool
     #: Its annotated steps; None when it times none (line_profiler, or no step ranges).
     step_stats: StepStats | None
