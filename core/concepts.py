@@ -26,6 +26,9 @@ OPTIMIZER_STEPS, REPEATED_SPAN = "optimizer", "repeated op"
 ANNOTATED_RANGE = "annotated range"
 #: What a step is to line_profiler: one pass of the training loop (its lines hold totals).
 LOOP_PASS = "loop pass"
+#: What a rank's pace is measured by when its step ranges leave the fetch out (a range opened
+#: after ``for x in loader:``): each step's window, from its start to the next step's.
+START_TO_NEXT_START = "start to next start"
 #: Copy directions, as nsys and Kineto name them (the ``kind`` column of the ``memcpy`` table).
 HTOD, DTOH, DTOD, HTOH, PTOP = "HtoD", "DtoH", "DtoD", "HtoH", "PtoP"
 COPY_KINDS = (HTOD, DTOH, DTOD, HTOH, PTOP, "unknown")

@@ -145,15 +145,15 @@ def rank_verdict(profile: Profile) -> RankVerdict | None:
     confidence = verdict_confidence(metrics, name)
     steps = metrics.steps
     return RankVerdict(profile.rank, name, reason,
-                       steps.mean_ns if steps is not None else None,
+                       steps.pace_mean_ns if steps is not None else None,
                        comm.fraction if comm is not None else None,
                        comm.exposed_fraction if comm is not None else None,
                        confidence[0] if confidence else None,
                        confidence[1] if confidence else None,
-                       steps.marker if steps is not None else ANNOTATED_RANGE,
+                       steps.pace_marker if steps is not None else ANNOTATED_RANGE,
                        profile.process if profile.rank is None else None,
                        steps_clock(profile),
-                       steps.range_by_number if steps is not None else ())
+                       steps.pace_by_number if steps is not None else ())
 
 
 def steps_clock(profile: Profile) -> tuple[str, int, int] | None:
@@ -246,8 +246,8 @@ def per_rank_step_ns(summaries: Sequence[RankSummary], origin: Origin | None
         steps, key = summary.step_stats, member(summary.input.rank, summary.input.process)
         if key in ranks and steps is not None and steps.origin == origin:
             found.setdefault(key, steps)
-    common = common_step_means({key: steps.range_by_number for key, steps in found.items()})
-    out = {key: common.get(key, int(steps.mean_ns)) for key, steps in found.items()}
+    common = common_step_means({key: steps.pace_by_number for key, steps in found.items()})
+    out = {key: common.get(key, steps.pace_mean_ns) for key, steps in found.items()}
     return {rank if rank is not None else rank_label(None, process): ns
             for (rank, process), ns in sorted(out.items(), key=lambda item: _member_order(
                 item[0]))}

@@ -107,6 +107,21 @@ class StepStats:
     #: The steps left out because torch.compile compiled again in them (steps.StepWindows
     #: .compiling), by number; empty when none is (an origin that records no compiling: nsys).
     recompiling_left_out: tuple[int, ...] = ()
+    #: What the ranks of a job are compared by (job.common_step_means), as (step number, ns):
+    #: the ranges when each holds its whole iteration (ProfilerStep spans, optimizer steps),
+    #: else the whole windows, start to next start: a range opened after the fetch leaves the
+    #: wait for data out, so the rank waiting in a collective for a slower loader has the longer
+    #: range. Empty as range_by_number.
+    pace_by_number: tuple[tuple[int, int], ...] = ()
+    #: What pace_by_number holds: the marker, or the marker and concepts.START_TO_NEXT_START.
+    pace_marker: str = ANNOTATED_RANGE
+
+    @property
+    def pace_mean_ns(self) -> int:
+        """Mean of pace_by_number (the mean range when it is empty)."""
+        if not self.pace_by_number:
+            return self.mean_ns
+        return int(sum(ns for _, ns in self.pace_by_number) / len(self.pace_by_number))
 
 
 @dataclass(frozen=True)

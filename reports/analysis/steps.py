@@ -293,7 +293,20 @@ def step_stats(windows: StepWindows) -> StepStats:
                      range_by_number=tuple(zip(windows.numbers.tolist(), durations.tolist(),
                                                strict=True)),
                      recompiling_left_out=tuple(number for number, _ in windows.compiling)
-                     if windows.compiling_left_out else ())
+                     if windows.compiling_left_out else (),
+                     **_pace(windows, durations))
+
+
+def _pace(windows: StepWindows, durations: np.ndarray) -> dict[str, object]:
+    """StepStats.pace_by_number and pace_marker: the ranges when each holds its whole
+    iteration, else the whole windows (start to next start)."""
+    if windows.tiled or windows.holds_fetch:
+        return {"pace_by_number": tuple(zip(windows.numbers.tolist(), durations.tolist(),
+                                            strict=True)), "pace_marker": windows.marker}
+    whole = windows.whole
+    return {"pace_by_number": tuple(zip(windows.numbers[:whole].tolist(),
+                                        windows.whole_lengths().tolist(), strict=True)),
+            "pace_marker": f"{windows.marker}, {concepts.START_TO_NEXT_START}"}
 
 
 def in_windows(frame: pd.DataFrame, windows: StepWindows) -> pd.DataFrame:
