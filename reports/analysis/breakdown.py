@@ -43,14 +43,19 @@ def claim(parts: Parts, windows: StepWindows) -> dict[str, np.ndarray]:
     named = list(parts)
     stretched = [iv.Stretched(part) for _, part in named]
     out = {name: np.zeros(windows.count, dtype=np.int64) for name, _ in named}
+    first = np.minimum(windows.starts, windows.ends)
+    last = np.maximum(windows.starts, windows.ends)
     for low, high in iv.stretches(stretched):
+        # What lies in [low, high) is measured in the windows reaching into it: in the others
+        # both ends are past it on one side, covering the same of it, so they hold none.
+        near = np.flatnonzero((last > low) & (first < high))
+        starts, ends = windows.starts[near], windows.ends[near]
         claimed = iv.EMPTY
-        before = np.zeros(windows.count, dtype=np.int64)
+        before = np.zeros(len(near), dtype=np.int64)
         for (name, _), part in zip(named, stretched, strict=True):
             claimed = iv.merge_rows(claimed, part.within(low, high))
-            covered = np.asarray(iv.overlap_per_window(claimed, windows.starts, windows.ends),
-                                 np.int64)
-            out[name] += covered - before
+            covered = np.asarray(iv.overlap_per_window(claimed, starts, ends), np.int64)
+            out[name][near] += covered - before
             before = covered
     return out
 

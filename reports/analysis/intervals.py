@@ -357,17 +357,15 @@ def _merged(a: Intervals, b: Intervals, rows: np.ndarray | None = None) -> Inter
 def _interleaved(a: Intervals, b: Intervals, in_a: slice, in_b: slice,
                  rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The intervals ``in_a`` of ``a`` and ``in_b`` of ``b`` (the same stretch of time; of
-    ``b`` only its ``rows``, a mask, when given) as one sequence by start, ties ``a`` first."""
-    a_starts, b_starts, b_ends = a.starts[in_a], b.starts[in_b], b.ends[in_b]
+    ``b`` only its ``rows``, a mask, when given) as one sequence by start, ties ``a`` first:
+    a stable sort of the two ascending runs one after the other is one linear merge of them
+    (timsort), where placing each by binary search in the other read both again per element."""
+    b_starts, b_ends = b.starts[in_b], b.ends[in_b]
     if rows is not None:
         b_starts, b_ends = b_starts[rows[in_b]], b_ends[rows[in_b]]
-    at_a = np.searchsorted(b_starts, a_starts, side="left") + np.arange(len(a_starts))
-    at_b = np.searchsorted(a_starts, b_starts, side="right") + np.arange(len(b_starts))
-    starts = np.empty(len(a_starts) + len(b_starts), dtype=np.int64)
-    ends = np.empty(len(starts), dtype=np.int64)
-    starts[at_a], starts[at_b] = a_starts, b_starts
-    ends[at_a], ends[at_b] = a.ends[in_a], b_ends
-    return starts, ends
+    starts = np.concatenate([a.starts[in_a], b_starts])
+    order = np.argsort(starts, kind="stable")
+    return starts[order], np.concatenate([a.ends[in_a], b_ends])[order]
 
 
 @dataclass

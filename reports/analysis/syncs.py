@@ -55,9 +55,10 @@ def queued_at(profile: Profile, times: np.ndarray) -> np.ndarray:
     for name in GPU_TABLES:
         end = profile.table(name)["end"].to_numpy(np.int64)
         for block in iv.blocks(len(end)):
-            np.add.at(launched, np.searchsorted(asked, launch_times(profile, name, block),
-                                                side="right"), 1)
-            np.add.at(ended, np.searchsorted(asked, end[block], side="left"), 1)
+            launched += np.bincount(np.searchsorted(asked, launch_times(profile, name, block),
+                                                    side="right"), minlength=len(launched))
+            ended += np.bincount(np.searchsorted(asked, end[block], side="left"),
+                                 minlength=len(ended))
     # Work that ended by t was launched before t, so the difference counts the pending work.
     queued = np.cumsum(launched[:-1])
     queued -= np.cumsum(ended[:-1])
@@ -146,9 +147,25 @@ def _launch_of_work_at(profile: Profile, work: list[_Work], times: np.ndarray) -
     return out
 
 
-def _mostly(covering: iv.Intervals, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Whether ``covering`` covers more than half of each gap ``[starts, ends)``."""
-    return 2 * iv.overlap_per_window(covering, starts, ends) > ends - starts
+def _mostly(covering: iv.Intervals, starts: np.ndarray, ends: np.ndarray,
+            length: np.ndarray) -> np.ndarray:
+    """Whether ``covering`` covers more than half of each gap ``[starts, ends)`` (``length``
+    long)."""
+    return 2 * iv.overlap_per_window(covering, starts, ends) > length
+
+
+def _blocked_in(blocked: iv.Intervals, starts: np.ndarray, ends: np.ndarray,
+                length: np.ndarray) -> np.ndarray:
+    """Whether a blocking call (``blocked``) runs as each gap ``[starts, ends)`` (``length``
+    long) begins, or covers more than half of it: one search of ``blocked`` for the three
+    times each gap asks about."""
+    count = len(starts)
+    before = iv.covered_before(blocked, np.concatenate([ends, starts, starts - 1]))
+    at_ends, at_starts = before[:count], before[count:2 * count]
+    began_blocked = at_starts > before[2 * count:]
+    at_ends -= at_starts
+    at_ends *= 2
+    return began_blocked | (at_ends > length)
 
 
 @giving_back_memory
@@ -187,12 +204,14 @@ def _idle_by_cause(profile: Profile, windows: StepWindows
         waits = 0
         for holes in iv.subtract_blocks(windows.windows(), busy):
             starts, ends = holes.starts, holes.ends
-            data = _mostly(loader, starts, ends)
-            began_blocked = iv.overlap_per_window(blocked, starts - 1, starts) > 0
-            sync = ~data & (began_blocked | _mostly(blocked, starts, ends))
-            # Waiting for the launch: the work that ends the gap was launched during it.
-            launch = ~data & ~sync & (_launch_of_work_at(profile, work, ends) >= starts)
             length = ends - starts
+            data = _mostly(loader, starts, ends, length)
+            sync = ~data & _blocked_in(blocked, starts, ends, length)
+            # Waiting for the launch: the work that ends the gap was launched during it (asked
+            # only of the gaps neither the DataLoader nor a blocking call explains).
+            launch = ~data & ~sync
+            asked = np.flatnonzero(launch)
+            launch[asked] = _launch_of_work_at(profile, work, ends[asked]) >= starts[asked]
             for cause, mask in (("data", data), ("sync", sync), ("launch", launch),
                                 ("unexplained", ~(data | sync | launch))):
                 idle[cause] += int(length[mask].sum())
