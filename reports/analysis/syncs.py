@@ -48,20 +48,20 @@ def queued_at(profile: Profile, times: np.ndarray) -> np.ndarray:
     launched before it (the launch call joined by correlation id) and not yet finished."""
     order = np.argsort(times, kind="stable")
     asked = np.asarray(times, dtype=np.int64)[order]
-    # Each GPU row counted at the first asked time after its launch and at the first not
-    # before its end, block by block: no sorted copy of every row's times.
-    launched = np.zeros(len(asked) + 1, dtype=np.int64)
-    ended = np.zeros(len(asked) + 1, dtype=np.int64)
+    # The GPU rows launched before each asked time and those ended by it, counted a block of
+    # rows at a time: each block's times sorted, then searched for the (fewer) asked times,
+    # with no sorted copy of every row's times.
+    launched = np.zeros(len(asked), dtype=np.int64)
+    ended = np.zeros(len(asked), dtype=np.int64)
     for name in GPU_TABLES:
         end = profile.table(name)["end"].to_numpy(np.int64)
         for block in iv.blocks(len(end)):
-            launched += np.bincount(np.searchsorted(asked, launch_times(profile, name, block),
-                                                    side="right"), minlength=len(launched))
-            ended += np.bincount(np.searchsorted(asked, end[block], side="left"),
-                                 minlength=len(ended))
+            launched += np.searchsorted(np.sort(launch_times(profile, name, block)), asked,
+                                        side="left")
+            ended += np.searchsorted(np.sort(end[block]), asked, side="right")
     # Work that ended by t was launched before t, so the difference counts the pending work.
-    queued = np.cumsum(launched[:-1])
-    queued -= np.cumsum(ended[:-1])
+    queued = launched
+    queued -= ended
     out = np.empty(len(asked), dtype=np.int64)
     out[order] = queued.clip(min=0)
     return out
