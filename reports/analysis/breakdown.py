@@ -43,12 +43,8 @@ def claim(parts: Parts, windows: StepWindows) -> dict[str, np.ndarray]:
     named = list(parts)
     stretched = [iv.Stretched(part) for _, part in named]
     out = {name: np.zeros(windows.count, dtype=np.int64) for name, _ in named}
-    first = np.minimum(windows.starts, windows.ends)
-    last = np.maximum(windows.starts, windows.ends)
     for low, high in iv.stretches(stretched):
-        # What lies in [low, high) is measured in the windows reaching into it: in the others
-        # both ends are past it on one side, covering the same of it, so they hold none.
-        near = np.flatnonzero((last > low) & (first < high))
+        near = iv.reaching(windows.starts, windows.ends, low, high)  # the others hold none
         starts, ends = windows.starts[near], windows.ends[near]
         claimed = iv.EMPTY
         before = np.zeros(len(near), dtype=np.int64)

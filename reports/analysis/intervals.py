@@ -79,8 +79,8 @@ def _union_blocks(blocks: Iterable[tuple[np.ndarray, np.ndarray]], rows: int) ->
         if len(block_starts) == 0:
             continue
         reach = np.maximum.accumulate(block_ends)
-        if reached is not None:
-            np.maximum(reach, reached, out=reach)
+        if reached is not None:  # the carried reach: above a leading run of the block's only
+            reach[:int(np.searchsorted(reach, reached, side="left"))] = reached
         # A merged interval starts where a start lies beyond everything reached before it; the
         # one before it ends at that reach (the carried one for a block's first row).
         new = np.empty(len(block_starts), dtype=bool)
@@ -457,6 +457,13 @@ def overlap_per_window(iv: Intervals, starts: np.ndarray, ends: np.ndarray) -> n
         return np.zeros(len(starts), dtype=np.int64)
     before = covered_before(iv, np.concatenate([ends, starts]))
     return before[:len(ends)] - before[len(ends):]
+
+
+def reaching(starts: np.ndarray, ends: np.ndarray, low: int, high: int) -> np.ndarray:
+    """The windows ``[starts[i], ends[i])`` reaching into ``[low, high)``, by index: intervals
+    lying in it cover nothing of the others (:func:`overlap_per_window`: both of their ends lie
+    past it on one side, covered before them alike)."""
+    return np.flatnonzero((np.maximum(starts, ends) > low) & (np.minimum(starts, ends) < high))
 
 
 def gaps(iv: Intervals) -> Intervals:

@@ -145,8 +145,13 @@ class StepWindows:
         return self.covered(intervals) // max(self.count, 1)
 
     def covered(self, intervals: iv.Intervals) -> int:
-        """Total ns that ``intervals`` cover inside the windows."""
-        return int(iv.overlap_per_window(intervals, self.starts, self.ends).sum())
+        """Total ns that ``intervals`` cover inside the windows (measured in the windows that
+        reach into their span, see intervals.reaching)."""
+        if len(intervals) == 0:
+            return 0
+        near = iv.reaching(self.starts, self.ends, int(intervals.starts[0]),
+                           int(intervals.ends[-1]))
+        return int(iv.overlap_per_window(intervals, self.starts[near], self.ends[near]).sum())
 
     def follows(self) -> np.ndarray:
         """Whether each step after the first follows the one before it (no step left out
