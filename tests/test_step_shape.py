@@ -648,6 +648,20 @@ def test_stall_advice_knows_the_workers_persist(tmp_path: Path) -> None:
         "not the workers restarting), evaluation")
 
 
+def test_stalls_in_consecutive_steps_have_no_period(tmp_path: Path) -> None:
+    """Steps 5-8 of 10 wait 6 ms, the others 1.5 ms (the quick start's baseline on a 2-CPU
+    machine, its only worker slowed for a while): the title read 'every 1st step stalls' and
+    the advice 'with 1 workers each batch arrives late once per round'. Stalls one step apart
+    are a stretch of slow steps, not a recurrence: no period is claimed."""
+    steps = [(6000 if n in (5, 6, 7, 8) else 1500, 50_000, []) for n in range(10)]
+    run = analyze_paths([write_trace(tmp_path / "t.pt.trace.json", steps)],
+                        AnalyzeOptions()).runs[0]
+    wait = run.metrics.shape.dataloader_wait
+    assert (wait.outlier_count, wait.period) == (4, None)
+    titles = " ".join(f.title for f in run.findings)
+    assert "every 1st" not in titles and "1 workers" not in titles
+
+
 def test_frequent_stalls_without_a_period_are_workers_falling_behind(tmp_path: Path) -> None:
     """6 of 17 steps stall 30 ms at no fixed spacing: not 'isolated one-off events'. With
     DataLoader workers they are the workers falling behind; with num_workers=0 the training

@@ -50,6 +50,9 @@ STALL_GROUP_SHARE = 0.5
 #: Outliers must recur at least this often before a period (every Nth step) is claimed: two
 #: stalls always have a spacing, three at one spacing are a pattern.
 PERIOD_MIN_STALLS = 3
+#: ... at a spacing of at least this many steps: stalls one step apart are a stretch of slow
+#: steps in a row (the machine busy with something else for a while), not a recurrence.
+PERIOD_MIN_SPACING = 2
 #: Stalls holding half the DataLoader wait make it a stall problem rather than a steady wait:
 #: the title says so instead of "each step waits".
 STALLS_DOMINATE = 0.5
@@ -143,11 +146,13 @@ def find_warmup(profile: Profile, numbers: np.ndarray, starts: np.ndarray,
 
 def _period(numbers: list[int]) -> int | None:
     """The spacing of step numbers when every consecutive pair of outliers has the same one
-    (every Nth step), with at least PERIOD_MIN_STALLS of them; else None."""
+    (every Nth step), with at least PERIOD_MIN_STALLS of them, PERIOD_MIN_SPACING apart or
+    more; else None."""
     if len(numbers) < PERIOD_MIN_STALLS:
         return None
     spacing = set(np.diff(sorted(numbers)).tolist())
-    return int(spacing.pop()) if len(spacing) == 1 else None
+    period = int(spacing.pop()) if len(spacing) == 1 else None
+    return period if period is not None and period >= PERIOD_MIN_SPACING else None
 
 
 def per_step(values: np.ndarray, numbers: np.ndarray, starts: np.ndarray, ends: np.ndarray,
