@@ -648,6 +648,18 @@ def test_stall_advice_knows_the_workers_persist(tmp_path: Path) -> None:
         "not the workers restarting), evaluation")
 
 
+def test_start_up_is_judged_against_the_last_profiler_step_too(tmp_path: Path) -> None:
+    """ProfilerSteps of 25, 10, 10 and 30 ms: each span holds its whole iteration, the last
+    one too (3550f46), but start-up was judged against the later steps less the last, 10 and
+    10 ms, and the 25 ms first step was dropped as start-up. Against 10, 10 and 30 ms it lies
+    within the loop's spread: every step counts."""
+    steps = [(100, length, []) for length in (25_000, 10_000, 10_000, 30_000)]
+    run = analyze_paths([write_trace(tmp_path / "t.pt.trace.json", steps)],
+                        AnalyzeOptions()).runs[0]
+    assert run.metrics.shape.warmup is None
+    assert run.metrics.steps.count == 4
+
+
 def test_stalls_in_consecutive_steps_have_no_period(tmp_path: Path) -> None:
     """Steps 5-8 of 10 wait 6 ms, the others 1.5 ms (the quick start's baseline on a 2-CPU
     machine, its only worker slowed for a while): the title read 'every 1st step stalls' and

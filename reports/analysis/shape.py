@@ -108,14 +108,14 @@ def _before_steps(profile: Profile, starts: np.ndarray, ends: np.ndarray) -> War
 
 def find_warmup(profile: Profile, numbers: np.ndarray, starts: np.ndarray,
                 ends: np.ndarray, steps_before: int = 0,
-                last_followed: bool = False) -> Warmup | None:
+                last_whole: bool = False) -> Warmup | None:
     """The first step when it is start-up: much longer than the later steps' median (see
     WARMUP_FACTOR) and than most of them (WARMUP_BEYOND_QUANTILE), with the set-up calls
     recorded in it and not in the later steps; a single step is start-up only when set-up calls
     are recorded in it; else start-up recorded before the first step (see _before_steps). None
     otherwise. ``steps_before``: the steps the process ran before the first one recorded
-    (Warmup.steps_before); ``last_followed``: whether a recorded step not among these follows
-    the last one (an evaluation-only step), so that its window reaches that step's start."""
+    (Warmup.steps_before); ``last_whole``: whether the last window is a whole iteration
+    (steps.last_window_whole), else it is only its own range and left out of the comparison."""
     if len(numbers) == 0:
         return None
     before = _before_steps(profile, starts, ends)
@@ -129,9 +129,8 @@ def find_warmup(profile: Profile, numbers: np.ndarray, starts: np.ndarray,
         return Warmup(int(numbers[0]), first_span, first_span[1] - first_span[0], None, calls,
                       only=True)
     durations = ends - starts
-    # The last window is its own range (no fetch after it) unless a recorded step follows it:
-    # compare with the whole steps.
-    later = durations[1:-1] if len(durations) > 2 and not last_followed else durations[1:]
+    # Compare with the whole steps: the last window may be only its own range (no fetch).
+    later = durations[1:-1] if len(durations) > 2 and not last_whole else durations[1:]
     median = int(np.median(later))
     if durations[0] < WARMUP_FACTOR * median or \
             durations[0] <= np.quantile(later, WARMUP_BEYOND_QUANTILE):

@@ -110,8 +110,8 @@ class StepWindows:
         fetch after it: no recorded step follows it, see :attr:`last_followed`), unless the
         steps are :attr:`tiled`, their ranges hold the fetch (:attr:`holds_fetch`) or that
         would leave fewer than two."""
-        only_own = self.count > 2 and not (self.tiled or self.holds_fetch or self.last_followed)
-        return self.count - 1 if only_own else self.count
+        whole_last = last_window_whole(self.tiled, self.holds_fetch, self.last_followed)
+        return self.count - 1 if self.count > 2 and not whole_last else self.count
 
     def whole_lengths(self) -> np.ndarray:
         """Lengths of the whole windows (see :attr:`whole`), ns."""
@@ -165,6 +165,14 @@ class StepWindows:
         return np.where(inside, k, -1)
 
 
+def last_window_whole(tiled: bool, holds_fetch: bool, followed: bool) -> bool:
+    """Whether the last step window is a whole iteration, fetch included: the steps are the
+    optimizer's (tiled), their ranges hold the fetch (ProfilerStep spans), or a recorded step
+    left out follows it; else it is only its own range (an NVTX ``step N`` range opened after
+    the fetch, nothing after it)."""
+    return tiled or holds_fetch or followed
+
+
 @per_profile
 def step_windows(profile: Profile) -> StepWindows | None:
     """The step windows of a profile with a ``steps`` table (one row per step), or None: a
@@ -183,9 +191,11 @@ def step_windows(profile: Profile) -> StepWindows | None:
     # Start-up is judged among the training steps: an evaluation step is shorter than any.
     evaluating = evaluation_only(profile, starts, wall_ends)
     keep = ~evaluating
+    tiled = bool(steps["origin"].eq(concepts.OPTIMIZER_STEPS).all())
     warmup = find_warmup(profile, numbers[keep], starts[keep], wall_ends[keep],
                          steps_before=int(numbers[0]) if counted else 0,
-                         last_followed=bool(keep.any() and not keep[-1]))
+                         last_whole=last_window_whole(tiled, counted,
+                                                      bool(keep.any() and not keep[-1])))
     if warmup is not None and warmup.number is not None and not warmup.only:
         keep[np.flatnonzero(keep)[0]] = False
     compiling = np.asarray(iv.overlap_per_window(compile_intervals(profile), starts, wall_ends),
@@ -204,7 +214,7 @@ def step_windows(profile: Profile) -> StepWindows | None:
                        and profile.meta.step_span is None,
                        marker=concepts.step_marker(str(steps["origin"].iloc[0]),
                                                    profile.meta.step_span),
-                       tiled=bool(steps["origin"].eq(concepts.OPTIMIZER_STEPS).all()),
+                       tiled=tiled,
                        holds_fetch=counted)
 
 
