@@ -519,7 +519,7 @@ def is_backward_op(names: pd.Series) -> pd.Series:
 def is_training_work(names: pd.Series) -> pd.Series:
     """Whether each CPU op or range is work only training does: a node of the backward pass
     or an optimizer step (a DataLoader fetch that such work follows fed training; see
-    parsers.kineto's _training_fetches)."""
+    reports.analysis.dataloader.training_fetches)."""
     return is_backward_op(names) | is_optimizer_step_span(names)
 
 
@@ -680,6 +680,13 @@ def _dataloader_spans(names: pd.Series) -> pd.Series:
 def is_dataloader_span(names: pd.Series) -> pd.Series:
     """Whether each CPU span is the training loop waiting for the next batch."""
     return _per_distinct(names, _dataloader_spans)
+
+
+def is_training_fetch_range(names: pd.Series) -> pd.Series:
+    """Whether each DataLoader span is the range profreport's runner opens around a fetch for
+    training (DATALOADER_RANGE; any other fetch it names OTHER_LOADER_RANGE, no fetch), whose
+    name alone says the fetch fed training."""
+    return _matches(names, rf"^{re.escape(DATALOADER_RANGE)}$")
 
 
 def is_in_process_loader_span(names: pd.Series) -> pd.Series:

@@ -26,8 +26,9 @@ empty frame with the right columns):
                    pid, tid, name.
 ``steps``          Training iterations: number, start, end, pid, tid, origin (``ProfilerStep`` or
                    ``nvtx``); one row per step (see concepts.step_numbers).
-``dataloader``     Waits for the next batch on the training thread: start, end, pid, tid, name
-                   (see concepts.is_dataloader_span).
+``dataloader``     Fetches of the next batch, every loader's: start, end, pid, tid, name (see
+                   concepts.is_dataloader_span); which fed training, the DataLoader wait, the
+                   analysis tells (reports.analysis.dataloader.training_fetches).
 ``cpu_collectives`` CPU-side collective calls (gloo, c10d, record_param_comms): start, end, pid,
                    tid, name (see concepts.is_cpu_collective), bytes (what the call sends, from
                    its recorded element count and dtype; -1 unknown), collective (the
@@ -206,6 +207,22 @@ def in_start_order(columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     for column in list(columns):
         columns[column] = columns[column][order]
     return columns
+
+
+def outermost(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Of spans sorted by start, the index of each run of spans nested in or overlapping the
+    first (its head), and the run each span belongs to."""
+    reach = np.maximum.accumulate(ends)
+    first = np.r_[True, starts[1:] >= reach[:-1]]
+    return np.flatnonzero(first), np.cumsum(first) - 1
+
+
+def covered_ns(spans: pd.DataFrame) -> int:
+    """The time ``spans`` (of one thread, or threads that take turns) cover, ns."""
+    order = np.argsort(spans["start"].to_numpy(np.int64), kind="stable")
+    starts, ends = (spans[column].to_numpy(np.int64)[order] for column in ("start", "end"))
+    heads, _ = outermost(starts, ends)
+    return int((np.maximum.reduceat(ends, heads) - starts[heads]).sum())
 
 
 def position_dtype(count: int) -> type:

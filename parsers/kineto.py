@@ -47,6 +47,7 @@ from profreport.model import (
     Profile,
     categorical,
     conform,
+    covered_ns,
     id_categorical,
     nothing_recorded,
     objects,
@@ -320,7 +321,8 @@ class _Tables:
         return by_time(frame.drop_duplicates())
 
     def dataloader(self) -> pd.DataFrame:
-        """Waits for the next batch, from operators, annotations and Python functions."""
+        """Fetches of the next batch, every loader's (which fed training, the analysis tells:
+        reports.analysis.dataloader), from operators, annotations and Python functions."""
         return conform("dataloader", self.named_rows("dataloader"))
 
     def cpu_collectives(self) -> pd.DataFrame:
@@ -358,7 +360,8 @@ def optimizers_per_iteration(optimizer: pd.DataFrame, spans: pd.DataFrame,
                              loader: pd.DataFrame) -> int:
     """How many optimizer steps (``optimizer``, by start, of one class or unnamed) make one
     iteration: an iteration fetches one batch, so the steps between two DataLoader fetches
-    when that count is the same for every fetch (one too: one optimizer whose steps update
+    when that count is the same for every fetch some step follows (a validation loop's fetches
+    hold none between them and count for nothing; one too: one optimizer whose steps update
     other parameters from batch to batch is still one step per batch); else the period of
     what each step does (the operators it runs: each optimizer updates its own parameters),
     its first period left out (a first step creates the optimizer's state); 1 when neither
@@ -545,8 +548,7 @@ def parse(path: Path) -> Profile:
     ranges = tables.ranges()
     fetches = tables.dataloader()
     cpu_ops = tables.cpu_ops()
-    loader, loader_note = _training_fetches(fetches, cpu_ops, ranges)
-    steps, step_span = tables.steps(ranges, loader)
+    steps, step_span = tables.steps(ranges, fetches)
     collectives = tables.cpu_collectives()
     tables.release(tuple(name for name in tables.stores if name not in DEVICE_GROUPS))
     give_back_freed_memory()
@@ -556,10 +558,10 @@ def parse(path: Path) -> Profile:
     meta.notes = [f"{count:,} records dropped: {reason}"
                   for reason, count in sorted(meta.dropped.items()) if count]
     meta.step_span, meta.events = step_span, builder.events
-    meta.dataloader = _dataloader_meta(loader)
+    meta.dataloader = _dataloader_meta(fetches)
     frames = {
         **device, "ranges": ranges,
-        "cpu_ops": cpu_ops, "steps": steps, "dataloader": loader,
+        "cpu_ops": cpu_ops, "steps": steps, "dataloader": fetches,
         "cpu_collectives": collectives,
         "devices": _devices(header), "threads": tables.threads(),
         "memory": builder.memory.frame(),
@@ -573,7 +575,7 @@ def parse(path: Path) -> Profile:
         meta.notes += filter(None, [concepts.steps_note(steps["origin"].iloc[0], step_span,
                                                         len(steps)),
                                     _alternating_steps_note(steps, step_span, cpu_ops)])
-    meta.notes += [*closing, *filter(None, [loader_note])]
+    meta.notes += closing
     meta.empty = nothing_recorded(frames)
     give_back_freed_memory()
     return Profile(path=path, kind="kineto",
@@ -632,7 +634,7 @@ def _without_closing_fetch(frames: dict[str, pd.DataFrame], fetches: pd.DataFram
         concepts.is_profiler_step_span(ranges["name"]).to_numpy() & profiler
     label = f"ProfilerStep#{int(last['number'])}" if profiler else f"step {int(last['number'])}"
     note = (f"{label}, the last step ({duration(int(last['end']) - start)}), holds only the "
-            f"DataLoader fetch that ended the loop ({duration(_covered_ns(closing))}: no work "
+            f"DataLoader fetch that ended the loop ({duration(covered_ns(closing))}: no work "
             "is recorded after it, so it returned no batch), so it is no step, and its fetch "
             "no DataLoader wait")
     return steps.iloc[:-1], ranges[~itself.to_numpy()], [note]
@@ -665,71 +667,6 @@ def _inside_fetches(times: pd.Series, rows: pd.DataFrame, fetches: pd.DataFrame)
     for fetch in fetches.itertuples(index=False):
         inside |= (pid == fetch.pid) & (tid == fetch.tid) & (at >= fetch.start) & (at < fetch.end)
     return inside
-
-
-def _training_fetches(fetches: pd.DataFrame, cpu_ops: pd.DataFrame, ranges: pd.DataFrame
-                      ) -> tuple[pd.DataFrame, str | None]:
-    """The DataLoader fetches that fed training, and the note on the others.
-
-    torch.profiler names every DataLoader's fetch alike, a validation loader's as the training
-    one's, and records no iterator or grad mode: what follows a fetch tells. A fetch fed
-    training when the backward pass or an optimizer step (concepts.is_training_work) starts in
-    its process between its end and the next fetch's start; one that no such work follows (an
-    evaluation loop's under no_grad, the fetch that found the end of the data) is no DataLoader
-    wait, and the note counts them. A trace that records no such work at all (an inference
-    loop's, or one whose backward was not recorded) cannot tell: every fetch is kept, and the
-    note says so."""
-    if fetches.empty:
-        return fetches, None
-    work = pd.concat([frame.loc[concepts.is_training_work(frame["name"]).to_numpy(),
-                                ["start", "pid"]] for frame in (cpu_ops, ranges)])
-    if work.empty:
-        return fetches, ("the trace records no backward pass or optimizer step, so nothing "
-                         "tells a training loop's DataLoader fetches from another loop's (a "
-                         "validation loop's): the DataLoader wait counts every fetch inside the "
-                         "steps, whichever loop's")
-    fed = _fed_training(fetches, work)
-    if fed.all():
-        return fetches, None
-    left = fetches[~fed]
-    return fetches[fed], (
-        f"{len(left):,} of {len(fetches):,} DataLoader fetches ({duration(_covered_ns(left))}) "
-        "fed no training: no backward pass or optimizer step follows any of them before the "
-        "next fetch (an evaluation loop's, or the fetch that found the end of the data), so "
-        "they are no DataLoader wait")
-
-
-def _fed_training(fetches: pd.DataFrame, work: pd.DataFrame) -> np.ndarray:
-    """Whether ``work`` (start, pid) starts between each fetch's end and the next fetch of its
-    process; fetches nested in one another (a DataPipe's inside its DataLoader's) count as the
-    outermost one."""
-    fed = np.zeros(len(fetches), bool)
-    for pid, rows in fetches.groupby("pid", sort=False).indices.items():
-        order = rows[np.argsort(fetches["start"].to_numpy(np.int64)[rows], kind="stable")]
-        starts, ends = (fetches[column].to_numpy(np.int64)[order] for column in ("start", "end"))
-        heads, group = _outermost(starts, ends)
-        last_ends = np.maximum.reduceat(ends, heads)
-        following = np.r_[starts[heads[1:]], np.iinfo(np.int64).max]
-        times = np.sort(work.loc[(work["pid"] == pid).to_numpy(), "start"].to_numpy(np.int64))
-        held = np.searchsorted(times, following) > np.searchsorted(times, last_ends)
-        fed[order] = held[group]
-    return fed
-
-
-def _outermost(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Of spans sorted by start, the index of each run of spans nested in or overlapping the
-    first (its head), and the run each span belongs to."""
-    reach = np.maximum.accumulate(ends)
-    first = np.r_[True, starts[1:] >= reach[:-1]]
-    return np.flatnonzero(first), np.cumsum(first) - 1
-
-
-def _covered_ns(spans: pd.DataFrame) -> int:
-    """The time ``spans`` (of one thread, or threads that take turns) cover, ns."""
-    order = np.argsort(spans["start"].to_numpy(np.int64), kind="stable")
-    starts, ends = (spans[column].to_numpy(np.int64)[order] for column in ("start", "end"))
-    heads, _ = _outermost(starts, ends)
-    return int((np.maximum.reduceat(ends, heads) - starts[heads]).sum())
 
 
 def parse_input(path: Path, options: ParseOptions) -> Profile:

@@ -1299,9 +1299,10 @@ def steps_from_ranges(ranges: pd.DataFrame) -> pd.DataFrame:
 
 
 def dataloader_from_ranges(ranges: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
-    """Ranges that mark waiting for the next batch (concepts.is_dataloader_span), of the
-    process whose ``steps`` they are when there are steps: in a capture of several processes
-    (torchrun under nsys) another rank's waits are not this one's."""
+    """Ranges that mark fetching the next batch (concepts.is_dataloader_span), every loader's
+    (which fed training, the analysis tells: reports.analysis.dataloader), of the process whose
+    ``steps`` they are when there are steps: in a capture of several processes (torchrun under
+    nsys) another rank's waits are not this one's."""
     loader = ranges[concepts.is_dataloader_span(ranges["name"]).to_numpy()]
     if not steps.empty:
         loader = loader[loader["pid"].to_numpy() == steps["pid"].iloc[0]]

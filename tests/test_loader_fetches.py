@@ -1,6 +1,8 @@
-"""Which DataLoader fetches of a torch.profiler trace are the training loop's wait, and which
-fetch is no step: hand-built Kineto traces of a validation loop run inside the profiled
-window, and of loops whose last ``__next__`` found the end of the data."""
+"""Which DataLoader fetches are the training loop's wait, by one rule for every format
+(reports.analysis.dataloader.training_fetches), and which fetch is no step: hand-built Kineto
+traces and nsys exports (torch's spans as the NVTX ranges emit_nvtx opens) of a validation
+loop run inside the profiled window, and of loops whose last ``__next__`` found the end of the
+data."""
 
 from __future__ import annotations
 
@@ -13,12 +15,13 @@ import pytest
 from profreport.executors import ExecutorOptions
 from profreport.parsers import kineto
 from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+from profreport.reports.analysis.dataloader import training_fetches
 from profreport.reports.analysis.results import RunAnalysis
 from profreport.reports.render.json import render_json
 from profreport.reports.render.markdown import render_markdown
 
 sys.path.insert(0, str(Path(__file__).parent))
-from conftest import TRAINING_PID, cpu_event, kineto_trace  # noqa: E402
+from conftest import TRAINING_PID, cpu_event, kineto_trace, write_nsys_export  # noqa: E402
 
 TRAIN_FETCH = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
 EVAL_FETCH = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
@@ -57,9 +60,10 @@ def test_a_validation_loop_inside_the_steps_is_no_dataloader_wait(tmp_path: Path
     events.append(cpu_event(EVAL_FETCH, 38_000 + 2400 * 8, 50, cat="user_annotation"))
     path = kineto_trace(tmp_path / "train.pt.trace.json", events)
     profile = kineto.parse(path)
-    assert len(profile.table("dataloader")) == 4
-    assert profile.meta.dataloader.workers == "multi-process"
+    assert len(profile.table("dataloader")) == 13  # the parser's table: every fetch recorded
+    assert len(training_fetches(profile).fetches) == 4
     run = _analyzed(path)
+    assert run.metrics.loader_in_process is False  # the training loader's worker iterator
     assert run.metrics.steps is not None and run.metrics.steps.count == 4
     assert run.metrics.dataloader_fraction == pytest.approx(4000 / 60_000)
     assert run.verdict != "loader-bound"
@@ -199,3 +203,111 @@ def test_start_up_is_judged_against_the_last_training_step_when_evaluation_follo
     assert m.steps is not None and m.shape is not None
     assert m.shape.warmup is None
     assert [number for number, _ in m.steps.range_by_number] == [0, 1, 2]
+
+
+#: A microsecond in the ns of an nsys export.
+US = 1000
+
+
+def _emitted(name: str, op_id: int) -> str:
+    """A record_function's name as torch.autograd.profiler.emit_nvtx names its NVTX range."""
+    return f"{name}, op_id = {op_id}"
+
+
+def _nvtx_training_step(number: int, base: int, length: int,
+                        recorded: bool = True) -> list[tuple]:
+    """The NVTX ranges of one training step of ``length`` µs from ``base`` under emit_nvtx: the
+    user's ``step N`` range, a 1 ms fetch of the training loader, the forward and, when
+    ``recorded``, the backward pass and the optimizer step (emit_nvtx off for them: none)."""
+    at, op = base * US, 10 * number
+    ranges = [(at, at + length * US, f"step {number}"),
+              (at + 10 * US, at + 1010 * US, _emitted(TRAIN_FETCH, op + 1)),
+              (at + 1100 * US, at + 4100 * US, _emitted(f"aten::mm, seq = {number}", op + 2))]
+    if recorded:
+        ranges += [(at + 4200 * US, at + 6200 * US, _emitted(
+                       f"autograd::engine::evaluate_function: MmBackward0, seq = {number}",
+                       op + 3)),
+                   (at + 6300 * US, at + 6800 * US, _emitted("Optimizer.step#SGD.step", op + 4))]
+    return ranges
+
+
+def _nvtx_validation_loop(base: int, recorded: bool = True) -> list[tuple]:
+    """Inside the last training step: 8 fetches of 2 ms from a single-process validation
+    loader from ``base`` µs, each followed by a forward alone (no_grad), and the 50 µs fetch
+    that ended that loop, after 3 training steps of 10 ms and a 4th of 30 ms."""
+    ranges = [r for k in range(3) for r in _nvtx_training_step(k, 1000 + 10_000 * k, 10_000,
+                                                                 recorded)]
+    ranges += _nvtx_training_step(3, 31_000, 30_000, recorded)
+    for j in range(8):
+        at = (base + 2400 * j) * US
+        ranges += [(at, at + 2000 * US, _emitted(EVAL_FETCH, 100 + 2 * j)),
+                   (at + 2000 * US, at + 2400 * US, _emitted(f"aten::mm, seq = {50 + j}",
+                                                             101 + 2 * j))]
+    at = (base + 2400 * 8) * US
+    return sorted([*ranges, (at, at + 50 * US, _emitted(EVAL_FETCH, 200))])
+
+
+def test_a_validation_loop_in_an_nsys_capture_is_no_dataloader_wait(tmp_path: Path) -> None:
+    """The Kineto test's loop captured by nsys under emit_nvtx: torch's spans are NVTX ranges
+    (``enumerate(DataLoader)#...__next__, op_id = 12``). The nsys path took every fetch range
+    for training wait: 20.1 of 60 ms, 33%, loader-bound. The rule the Kineto path follows
+    tells the 9 validation fetches now: 4 ms of 60, 6.7%."""
+    path = write_nsys_export(tmp_path / "train.sqlite", [], _nvtx_validation_loop(38_000))
+    run = _analyzed(path)
+    assert run.metrics.steps is not None and run.metrics.steps.count == 4
+    assert run.metrics.dataloader_fraction == pytest.approx(4000 / 60_000)
+    assert run.verdict != "loader-bound"
+    assert run.metrics.loader_in_process is False
+    assert ("train.sqlite: 9 of 13 DataLoader fetches (16.1 ms) fed no training: no backward "
+            "pass or optimizer step follows any of them before the next fetch (an evaluation "
+            "loop's, or the fetch that found the end of the data), so they are no DataLoader "
+            "wait") in run.notes
+
+
+def test_an_nsys_capture_of_no_backward_range_keeps_every_fetch(tmp_path: Path) -> None:
+    """The same loop captured without emit_nvtx around the backward pass and the optimizer
+    step: nothing the capture records tells the validation fetches from the training ones, so
+    every fetch counts (20.1 ms of the 60 ms steps), and a note says why."""
+    path = write_nsys_export(tmp_path / "train.sqlite", [],
+                             _nvtx_validation_loop(38_000, recorded=False))
+    run = _analyzed(path)
+    assert run.metrics.dataloader_fraction == pytest.approx(20_050 / 60_000)
+    assert ("train.sqlite: the capture records no backward pass or optimizer step (no NVTX "
+            "range of either, as torch.autograd.profiler.emit_nvtx records them), so nothing "
+            "tells a training loop's DataLoader fetches from another loop's (a validation "
+            "loop's): the DataLoader wait counts every fetch inside the steps, whichever "
+            "loop's") in run.notes
+
+
+def test_the_runners_fetch_ranges_need_no_note(tmp_path: Path) -> None:
+    """profreport's runner opens its ``dataloader`` range only around a fetch for training (any
+    other it names ``dataloader (not training)``): a capture of those ranges and no backward
+    range counts them all, with no note that nothing tells them apart."""
+    ranges = [(k * 10_000 * US, (k + 1) * 10_000 * US, f"step {k}") for k in range(4)]
+    ranges += [(k * 10_000 * US + 10, k * 10_000 * US + 1000 * US, "dataloader")
+               for k in range(4)]
+    run = _analyzed(write_nsys_export(tmp_path / "runner.sqlite", [], sorted(ranges)))
+    assert run.metrics.dataloader_fraction == pytest.approx((1000 * US - 10) / (10_000 * US))
+    assert not any("records no backward pass" in note for note in run.notes)
+
+
+def test_evaluation_only_steps_of_an_nsys_capture_are_left_out(tmp_path: Path) -> None:
+    """Three training steps of 10 ms, then 16 ``step N`` ranges of 2 ms over the validation
+    loop (a fetch and a forward each) in an emit_nvtx capture: the backward ranges tell the 16
+    evaluation-only steps, left out as in a Kineto trace, and their fetches are no wait."""
+    ranges = [r for k in range(3) for r in _nvtx_training_step(k, 1000 + 10_000 * k, 10_000)]
+    for k in range(3, 19):
+        at = (31_000 + 2000 * (k - 3)) * US
+        ranges += [(at, at + 2000 * US, f"step {k}"),
+                   (at + 10 * US, at + 510 * US, _emitted(EVAL_FETCH, 100 + k)),
+                   (at + 600 * US, at + 1600 * US, _emitted("aten::mm", 200 + k))]
+    run = _analyzed(write_nsys_export(tmp_path / "train.sqlite", [], sorted(ranges)))
+    m = run.metrics
+    assert m.steps is not None and m.shape is not None
+    assert (m.steps.count, m.steps.mean_ns) == (3, 10_000_000)
+    assert m.shape.evaluating == tuple(range(3, 19)) and m.shape.warmup is None
+    assert m.dataloader_fraction == pytest.approx(0.1)
+    assert ("train.sqlite: 16 of 19 DataLoader fetches (8.0 ms) fed no training: no backward "
+            "pass or optimizer step follows any of them before the next fetch (an evaluation "
+            "loop's, or the fetch that found the end of the data), so they are no DataLoader "
+            "wait") in run.notes

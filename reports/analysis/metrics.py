@@ -38,7 +38,7 @@ from profreport.reports.analysis.cpu import (
     top_ops,
     zero_grad_fills_per_step,
 )
-from profreport.reports.analysis.dataloader import loader_shares_agree
+from profreport.reports.analysis.dataloader import loader_shares_agree, training_fetches
 from profreport.reports.analysis.gpu import (
     busy_intervals,
     copy_stats,
@@ -204,9 +204,10 @@ def _lines_of(profiles: list[Profile]) -> pd.DataFrame:
 
 
 def loader_in_process(profile: Profile) -> bool | None:
-    """Whether the profile's DataLoader spans are single-process iterators (num_workers=0);
-    None without spans that name their iterator."""
-    names = profile.table("dataloader")["name"]
+    """Whether the profile's DataLoader spans that fed training (dataloader.training_fetches)
+    are single-process iterators (num_workers=0); None without spans that name their
+    iterator."""
+    names = training_fetches(profile).fetches["name"]
     if concepts.is_worker_loader_span(names).any():
         return False
     return True if concepts.is_in_process_loader_span(names).any() else None

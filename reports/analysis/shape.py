@@ -20,6 +20,7 @@ import numpy as np
 from profreport import concepts
 from profreport.model import Profile
 from profreport.reports.analysis import intervals as iv
+from profreport.reports.analysis.dataloader import training_fetches
 from profreport.reports.analysis.results import (
     PerStep,
     RunMetrics,
@@ -137,7 +138,7 @@ def find_warmup(profile: Profile, numbers: np.ndarray, starts: np.ndarray,
         return None
     later_calls = setup_calls(profile, int(starts[1]), int(ends[-1]))
     steady = {name: n for name, n in calls.items() if n > later_calls.get(name, 0)}
-    waits = iv.overlap_per_window(iv.union_of([profile.table("dataloader")]), starts, ends)
+    waits = iv.overlap_per_window(iv.union_of([training_fetches(profile).fetches]), starts, ends)
     return Warmup(int(numbers[0]), first_span, int(durations[0]), median, steady, only=False,
                   loader_fill=(int(waits[0]), int(np.median(waits[1:])))
                   if waits.any() else None, steps_before=steps_before)

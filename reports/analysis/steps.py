@@ -27,6 +27,7 @@ from profreport import concepts
 from profreport.model import Profile
 from profreport.parsers.repeats import phases_per_step
 from profreport.reports.analysis import intervals as iv
+from profreport.reports.analysis.dataloader import training_fetches
 from profreport.reports.analysis.kept import classified, per_profile
 from profreport.reports.analysis.results import (
     Origin,
@@ -223,8 +224,9 @@ def evaluation_only(profile: Profile, starts: np.ndarray, ends: np.ndarray) -> n
     optimizer step (concepts.is_training_work) starts in them, while some window records the
     backward pass (concepts.is_backward_op: every training pass runs one, a gradient
     accumulation's too, while the optimizer may step every k passes), so never every window.
-    None does where no window records it: an inference loop, or a trace recording no
-    operators (an nsys capture's ranges), cannot tell evaluating from training."""
+    None does where no window records it: an inference loop, or a capture recording no
+    operators (an nsys capture's ranges, unless emit_nvtx made autograd's nodes ranges),
+    cannot tell evaluating from training."""
     work = {name: (profile.table(name)["start"].to_numpy(np.int64),
                    classified(profile, name, concepts.is_training_work),
                    classified(profile, name, concepts.is_backward_op))
@@ -358,9 +360,10 @@ def where_in_steps(starts: np.ndarray, windows: StepWindows | None) -> list[str]
 
 
 def dataloader_intervals(profile: Profile, windows: StepWindows) -> iv.Intervals:
-    """DataLoader spans plus the time inside step windows outside the annotated step ranges
-    (when that is the loop's fetch, see StepWindows.fetch_between)."""
-    spans = iv.union_of([profile.table("dataloader")])
+    """DataLoader spans of the fetches that fed training (dataloader.training_fetches) plus the
+    time inside step windows outside the annotated step ranges (when that is the loop's fetch,
+    see StepWindows.fetch_between)."""
+    spans = iv.union_of([training_fetches(profile).fetches])
     if not windows.fetch_between:
         return spans
     return iv.merge(spans, iv.subtract(windows.windows(), windows.ranges()))
