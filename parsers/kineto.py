@@ -633,10 +633,9 @@ def _without_closing_fetch(frames: dict[str, pd.DataFrame], fetches: pd.DataFram
     itself = (ranges["start"] == start) & (ranges["end"] == int(last["end"])) & \
         concepts.is_profiler_step_span(ranges["name"]).to_numpy() & profiler
     label = f"ProfilerStep#{int(last['number'])}" if profiler else f"step {int(last['number'])}"
-    note = (f"{label}, the last step ({duration(int(last['end']) - start)}), holds only the "
-            f"DataLoader fetch that ended the loop ({duration(covered_ns(closing))}: no work "
-            "is recorded after it, so it returned no batch), so it is no step, and its fetch "
-            "no DataLoader wait")
+    note = (f"{label}, the last step ({duration(int(last['end']) - start)}), holds only a "
+            f"DataLoader fetch ({duration(covered_ns(closing))}) and no work is recorded after "
+            "it before the trace ends, so it is no step, and its fetch no DataLoader wait")
     return steps.iloc[:-1], ranges[~itself.to_numpy()], [note]
 
 

@@ -1,8 +1,8 @@
 """Which DataLoader fetches are the training loop's wait, by one rule for every format
 (reports.analysis.dataloader.training_fetches), and which fetch is no step: hand-built Kineto
 traces and nsys exports (torch's spans as the NVTX ranges emit_nvtx opens) of a validation
-loop run inside the profiled window, and of loops whose last ``__next__`` found the end of the
-data."""
+loop run inside the profiled window, and of loops that end or break off after their last
+``__next__``."""
 
 from __future__ import annotations
 
@@ -69,7 +69,8 @@ def test_a_validation_loop_inside_the_steps_is_no_dataloader_wait(tmp_path: Path
     assert run.verdict != "loader-bound"
     assert ("train.pt.trace.json: 9 of 13 DataLoader fetches (16.1 ms) fed no training: no "
             "backward pass or optimizer step follows any of them before the next fetch (an "
-            "evaluation loop's, or the fetch that found the end of the data), so they are no "
+            "evaluation loop's, or the last fetch of a loop that ended or broke off after it), so "
+            "they are no "
             "DataLoader wait") in run.notes
 
 
@@ -106,9 +107,9 @@ def test_the_fetch_that_ends_the_loop_is_no_step(tmp_path: Path, with_profiler_s
     run = _analyzed(path)
     assert run.metrics.steps is not None and run.metrics.steps.count == 4
     assert run.metrics.dataloader_fraction == pytest.approx(0.2)
-    assert (f"infer.json: {label}, holds only the DataLoader fetch that ended the loop (30.0 "
-            "µs: no work is recorded after it, so it returned no batch), so it is no step, and "
-            "its fetch no DataLoader wait") in run.notes
+    assert (f"infer.json: {label}, holds only a DataLoader fetch (30.0 µs) and no work is "
+            "recorded after it before the trace ends, so it is no step, and its fetch no "
+            "DataLoader wait") in run.notes
     assert ("infer.json: the trace records no backward pass or optimizer step, so nothing "
             "tells a training loop's DataLoader fetches from another loop's (a validation "
             "loop's): the DataLoader wait counts every fetch inside the steps, whichever "
@@ -121,7 +122,47 @@ def test_a_last_step_that_works_after_its_fetch_is_a_step(tmp_path: Path) -> Non
     events = _inference(with_profiler_steps=False)[:-1]
     profile = kineto.parse(kineto_trace(tmp_path / "cut.json", events))
     assert len(profile.table("steps")) == 4
-    assert not any("ended the loop" in note for note in profile.meta.notes)
+    assert not any("holds only a DataLoader fetch" in note for note in profile.meta.notes)
+
+
+def test_a_loop_that_breaks_off_after_a_fetch_keeps_its_steps(tmp_path: Path) -> None:
+    """``for i, batch in enumerate(loader): if i == 4: break``: four training passes of 10 ms,
+    then a 1 ms fetch that returned a batch, on which the loop broke off, in the ProfilerStep
+    span prof.step() opened. The note read "it returned no batch": the trace shows only a fetch
+    with no work after it before it ends. The four passes stay the steps, the last one too,
+    each waiting 1 ms of its 10; where the optimizer's steps mark the steps (no ProfilerStep
+    span), the fetch lies after the last of them, which stays a step."""
+    events = [e for k in range(4) for e in _training_step(k, 1000 + 10_000 * k, 10_000)]
+    events += [cpu_event("ProfilerStep#4", 41_000, 1100, cat="user_annotation"),
+               cpu_event(TRAIN_FETCH, 41_010, 1000, cat="user_annotation")]
+    run = _analyzed(kineto_trace(tmp_path / "break.json", events))
+    assert run.metrics.steps is not None
+    assert [n for n, _ in run.metrics.steps.range_by_number] == [0, 1, 2, 3]
+    assert run.metrics.dataloader_fraction == pytest.approx(0.1)
+    assert ("break.json: ProfilerStep#4, the last step (1.1 ms), holds only a DataLoader fetch "
+            "(1.0 ms) and no work is recorded after it before the trace ends, so it is no step, "
+            "and its fetch no DataLoader wait") in run.notes
+    assert not any("returned no batch" in note for note in run.notes)
+    spans = [e for e in events if not e["name"].startswith("ProfilerStep#")]
+    by_optimizer = kineto.parse(kineto_trace(tmp_path / "optimizer.json", spans))
+    steps = by_optimizer.table("steps")
+    assert steps["number"].tolist() == [1, 2, 3] and int(steps["end"].iloc[-1]) == 37_800_000
+    assert not any("holds only a DataLoader fetch" in note for note in by_optimizer.meta.notes)
+
+
+def test_an_inference_loop_that_breaks_off_after_a_fetch_keeps_its_passes(
+        tmp_path: Path) -> None:
+    """The inference loop broken off on its fifth batch, its fetch (200 µs, like the others)
+    returning one, the fetch span marking the steps: the four passes are the steps, and the
+    note says only what the trace shows."""
+    events = _inference(with_profiler_steps=False)[:-1]
+    events.append(cpu_event(EVAL_FETCH, 4001, 200, cat="user_annotation"))
+    run = _analyzed(kineto_trace(tmp_path / "break.json", events))
+    assert run.metrics.steps is not None and run.metrics.steps.count == 4
+    assert run.metrics.dataloader_fraction == pytest.approx(0.2)
+    assert ("break.json: step 5, the last step (200.0 µs), holds only a DataLoader fetch (200.0 "
+            "µs) and no work is recorded after it before the trace ends, so it is no step, and "
+            "its fetch no DataLoader wait") in run.notes
 
 
 def _evaluation_step(number: int, base: int) -> list[dict]:
@@ -260,7 +301,8 @@ def test_a_validation_loop_in_an_nsys_capture_is_no_dataloader_wait(tmp_path: Pa
     assert run.metrics.loader_in_process is False
     assert ("train.sqlite: 9 of 13 DataLoader fetches (16.1 ms) fed no training: no backward "
             "pass or optimizer step follows any of them before the next fetch (an evaluation "
-            "loop's, or the fetch that found the end of the data), so they are no DataLoader "
+            "loop's, or the last fetch of a loop that ended or broke off after it), so they are no "
+            "DataLoader "
             "wait") in run.notes
 
 
@@ -309,5 +351,6 @@ def test_evaluation_only_steps_of_an_nsys_capture_are_left_out(tmp_path: Path) -
     assert m.dataloader_fraction == pytest.approx(0.1)
     assert ("train.sqlite: 16 of 19 DataLoader fetches (8.0 ms) fed no training: no backward "
             "pass or optimizer step follows any of them before the next fetch (an evaluation "
-            "loop's, or the fetch that found the end of the data), so they are no DataLoader "
+            "loop's, or the last fetch of a loop that ended or broke off after it), so they are no "
+            "DataLoader "
             "wait") in run.notes

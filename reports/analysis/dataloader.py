@@ -53,10 +53,10 @@ def training_fetches(profile: Profile) -> TrainingFetches:
     NVTX range emit_nvtx opens), and records no iterator or grad mode: what follows a fetch
     tells. A fetch fed training when the backward pass or an optimizer step
     (concepts.is_training_work) starts in its process between its end and the next fetch's
-    start; one that no such work follows (an evaluation loop's under no_grad, the fetch that
-    found the end of the data) is no DataLoader wait, and the note counts them. A profile that
-    records no such work at all (an inference loop's trace, an nsys capture of no backward or
-    optimizer range) cannot tell: every fetch is kept, and the note says why."""
+    start; one that no such work follows (an evaluation loop's under no_grad, the last fetch
+    of a loop that ended or broke off after it) is no DataLoader wait, and the note counts them.
+    A profile that records no such work at all (an inference loop's trace, an nsys capture of
+    no backward or optimizer range) cannot tell: every fetch is kept, and the note says why."""
     fetches = profile.table("dataloader")
     if fetches.empty:
         return TrainingFetches(fetches, None)
@@ -72,8 +72,8 @@ def training_fetches(profile: Profile) -> TrainingFetches:
     return TrainingFetches(fetches[fed], (
         f"{len(left):,} of {len(fetches):,} DataLoader fetches ({duration(covered_ns(left))}) "
         "fed no training: no backward pass or optimizer step follows any of them before the "
-        "next fetch (an evaluation loop's, or the fetch that found the end of the data), so "
-        "they are no DataLoader wait"))
+        "next fetch (an evaluation loop's, or the last fetch of a loop that ended or broke "
+        "off after it), so they are no DataLoader wait"))
 
 
 def _untold_note(profile: Profile, fetches: pd.DataFrame) -> str | None:
