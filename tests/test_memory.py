@@ -361,6 +361,38 @@ def test_a_recompiling_step_is_left_out_of_the_per_step_memory_figures(tmp_path:
     assert device.held == [memory.HeldAllocations(None, 4 * MIB, 4, 4)]
 
 
+def test_the_last_kept_step_counts_for_held_memory_when_a_training_step_follows(
+        tmp_path: Path) -> None:
+    """Six steps that each keep 4 MiB; torch.compile compiles again in the last, step 6 (an
+    epoch's smaller last batch recompiles), so the per-step figures count steps 1 to 5. The
+    held group left step 5 out as if it were the last recorded ("4 allocations over 4 steps"),
+    though step 6, a training iteration, is recorded after it: what step 5 would release in the
+    next iteration, the trace shows released. It counts 5 over 5 now. Evaluation-only steps
+    after the last training step are another loop's: that step stays left out."""
+    stats, _ = _analysed(_recompiling(tmp_path / "recompile.json", 6), memory.TrainingSettings())
+    device = stats.devices[0]
+    assert [s.number for s in device.steps] == [1, 2, 3, 4, 5]
+    assert device.held == [memory.HeldAllocations(None, 4 * MIB, 5, 5)]
+    allocator = _Allocator()
+    allocator.change(1.0, GIB, reserve=2 * GIB)
+    events = []
+    for n in range(1, 8):
+        start = n * 100.0
+        events += [_step_span(n, start, 90.0),
+                   {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 7, "tid": 7,
+                    "ts": start + 5, "dur": 20.0}]
+        if n <= 5:  # training: a backward pass, and 4 MiB kept
+            events.append({"ph": "X", "cat": "cpu_op", "pid": 7, "tid": 7, "ts": start + 40,
+                           "dur": 20.0,
+                           "name": "autograd::engine::evaluate_function: MmBackward0"})
+            allocator.change(start + 70, 4 * MIB)
+    devices = [{"id": 0, "name": "Test GPU", "totalGlobalMem": 16 * GIB, "numSms": 1}]
+    path = _write_trace(tmp_path / "evaluate.json", events + allocator.events, devices)
+    stats, _ = _analysed(path, memory.TrainingSettings())
+    assert [s.number for s in stats.devices[0].steps] == [1, 2, 3, 4, 5]
+    assert stats.devices[0].held == [memory.HeldAllocations(None, 4 * MIB, 4, 4)]
+
+
 def test_the_memory_chart_names_a_step_left_out_as_such(tmp_path: Path) -> None:
     """The memory chart draws the first three recorded steps, step 2 recompiling among them: its
     mark read "step 2" like the others although the per-step figures leave it out. It says so

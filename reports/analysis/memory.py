@@ -41,7 +41,8 @@ LARGEST_ALLOCATIONS = 5
 # How many groups of held allocations each device lists.
 HELD_GROUPS = 3
 # A group of allocations is held step after step when made in at least this share of the steps
-# before the last one (a one-time allocation, such as optimizer state, is held in one step).
+# it counts (those a recorded training step follows, see _followed_steps): a one-time
+# allocation, such as optimizer state, is held in one step.
 HELD_STEP_SHARE = 0.5
 # Steps drawn in the memory timeline.
 TIMELINE_STEPS = 3
@@ -181,20 +182,35 @@ def _unreleased(events: pd.DataFrame) -> np.ndarray:
     return (size > 0) & ~released_next
 
 
+def _followed_steps(windows: StepWindows) -> int:
+    """How many of the windows' steps, from the first, a later recorded training step follows:
+    a kept one, or one left out for torch.compile compiling again (the smaller last batch of an
+    epoch recompiles), not an evaluation-only step, whose loop is another. The allocations of
+    the last training step recorded that the next iteration would release (its batch, output,
+    loss) are never released while the profile records, so it is left out, whole window or not;
+    a step before it had that next iteration recorded."""
+    training = [start for number, start, _ in windows.left_out
+                if number not in windows.evaluating]
+    last = max([int(windows.range_starts[-1]), *training])
+    return int((windows.range_starts < last).sum())
+
+
 def held_each_step(events: pd.DataFrame, profile: Profile) -> list[HeldAllocations] | None:
-    """The allocations made in most steps before the last (:data:`HELD_STEP_SHARE`) and never
-    released while the profile records, grouped by the operator that made them and their size,
-    most bytes first, over the steps the per-step figures count (steps.step_windows); None when
-    the events record no addresses or there are fewer than 3 such steps (the last is left out:
-    what it allocates may be released after the profiler stops; one step before it shows no
-    repetition)."""
+    """The allocations made in most of the steps a recorded training step follows
+    (:data:`HELD_STEP_SHARE`, :func:`_followed_steps`) and never released while the profile
+    records, grouped by the operator that made them and their size, most bytes first, over the
+    steps the per-step figures count (steps.step_windows); None when the events record no
+    addresses or there are fewer than 2 such steps (one shows no repetition)."""
     windows = step_windows(profile)
-    if (events["addr"] < 0).any() or windows is None or windows.count < 3:
+    if (events["addr"] < 0).any() or windows is None:
+        return None
+    followed = _followed_steps(windows)
+    if followed < 2:
         return None
     times = events["time"].to_numpy(np.int64)
     index = np.searchsorted(windows.range_starts, times, side="right") - 1
     inside = (index >= 0) & (times < windows.range_ends[np.maximum(index, 0)])
-    counted = np.flatnonzero(_unreleased(events) & inside & (index < windows.count - 1))
+    counted = np.flatnonzero(_unreleased(events) & inside & (index < followed))
     if not len(counted):
         return []
     held = events.iloc[counted]
@@ -203,7 +219,7 @@ def held_each_step(events: pd.DataFrame, profile: Profile) -> list[HeldAllocatio
                            "bytes": held["bytes"].to_numpy(np.int64),
                            "step": index[counted]}).groupby(["op", "bytes"], sort=False)
     summary = groups["step"].agg(["size", "nunique"])
-    needed = max(2, HELD_STEP_SHARE * (windows.count - 1))
+    needed = max(2, HELD_STEP_SHARE * followed)
     summary = summary[summary["nunique"] >= needed]
     ranked = summary.assign(total=summary["size"] * summary.index.get_level_values("bytes"))
     ranked = ranked.sort_values("total", ascending=False, kind="stable").head(HELD_GROUPS)
