@@ -51,7 +51,8 @@ def _summary_lines(run: RunAnalysis) -> list[str]:
     m = run.metrics
     lines = [f"{run.name}: {run.verdict} ({run.verdict_reason})"]
     if m.steps is not None:
-        wall = (f", {ms(m.steps.wall_mean_ns)} start to next start" if m.steps.wall_mean_ns
+        one = " over one interval" if m.steps.single_interval else ""
+        wall = (f", {ms(m.steps.wall_mean_ns)} start to next start{one}" if m.steps.wall_mean_ns
                 else "")
         window = m.shape.step_window if m.shape is not None else None
         median = f", median window {ms(window.median_ns)}" if window is not None else ""

@@ -116,6 +116,29 @@ def test_a_long_first_step_is_left_out_of_the_per_step_figures(tmp_path: Path) -
                                       "to next start, median window 1.1 ms)")
 
 
+def test_start_to_next_start_of_two_steps_is_said_to_be_one_interval(tmp_path: Path) -> None:
+    """Two steps (1.2 ms and 1.4 ms: waits of 100 and 300 µs): the wall time per step, start to
+    next start, is step 0's start to step 1's alone, 1.1 ms; the report stated it like a mean
+    of several. It says so where it shows it (key metrics, the terminal summary, report.json's
+    wall_step_intervals); three steps give two intervals and no such word."""
+    path = write_trace(tmp_path / "two.pt.trace.json", [(100, 1000, []), (300, 1000, [])])
+    report = analyze_paths([path], AnalyzeOptions())
+    assert ("| Wall time per step (start to next start) | 1.1 ms (one interval: a single "
+            "measurement) |") in render_markdown(report)
+    steps = report.runs[0].metrics.steps
+    assert (steps.count, steps.wall_mean_ns, steps.wall_intervals) == (2, 1_150_000, 1)
+    assert _summary_lines(report.runs[0])[1] == (
+        "  steps: 2 × 1.2 ms annotated range (kineto, 1.1 ms start to next start over one "
+        "interval, median window 1.2 ms)")
+    assert json.loads(render_json(report))["runs"][0]["metrics"]["wall_step_intervals"] == 1
+    three = analyze_paths([write_trace(tmp_path / "three.pt.trace.json",
+                                       [(100, 1000, []), (300, 1000, []), (100, 1000, [])])],
+                          AnalyzeOptions())
+    assert three.runs[0].metrics.steps.wall_intervals == 2
+    assert ("| Wall time per step (start to next start) | 1.2 ms |"
+            in render_markdown(three))
+
+
 def test_a_long_first_step_after_a_schedules_skipped_steps_is_no_start_up(
         tmp_path: Path) -> None:
     """schedule(wait=2, warmup=1, active=10): the first step recorded is ProfilerStep#3, the

@@ -89,6 +89,10 @@ class StepStats:
     #: Start-to-start time of consecutive steps (includes the gaps between annotated ranges);
     #: None with one step or without start times (line_profiler).
     wall_mean_ns: int | None = None
+    #: How many intervals ``wall_mean_ns`` is the mean of (consecutive steps' start to next
+    #: start; every step when the steps are tiled): 1 is a single measurement, two steps' (no
+    #: spread, no mean of several); 0 when it is None.
+    wall_intervals: int = 0
     #: Sample standard deviation of the step durations; None with fewer than 2 steps or when the
     #: origin knows only the mean (line_profiler).
     stdev_ns: int | None = None
@@ -115,6 +119,12 @@ class StepStats:
     pace_by_number: tuple[tuple[int, int], ...] = ()
     #: What pace_by_number holds: the marker, or the marker and concepts.START_TO_NEXT_START.
     pace_marker: str = ANNOTATED_RANGE
+
+    @property
+    def single_interval(self) -> bool:
+        """Whether ``wall_mean_ns`` is one interval, a single measurement (see
+        wall_intervals)."""
+        return self.wall_intervals == 1
 
     @property
     def pace_mean_ns(self) -> int:

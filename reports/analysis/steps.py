@@ -304,6 +304,7 @@ def step_stats(windows: StepWindows) -> StepStats:
                      p50_ns=_pct(durations, 50), p90_ns=_pct(durations, 90),
                      min_ns=int(durations.min()), max_ns=int(durations.max()),
                      wall_mean_ns=int(wall.mean()) if len(wall) else None,
+                     wall_intervals=len(wall),
                      stdev_ns=int(durations.std(ddof=1)) if len(durations) > 1 else None,
                      marker=windows.marker,
                      window_ns=tuple(int(v) for v in windows.whole_lengths()),

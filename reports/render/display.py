@@ -276,7 +276,10 @@ def metric_rows(metrics: RunMetrics) -> list[MetricRow]:
                                   steps.origin))
         if steps.wall_mean_ns is not None:
             rows.append(MetricRow("Wall time per step (start to next start)",
-                                  duration(steps.wall_mean_ns), steps.origin))
+                                  duration(steps.wall_mean_ns) + (
+                                      " (one interval: a single measurement)"
+                                      if steps.single_interval else ""),
+                                  steps.origin))
     rows.extend(_shape_rows(metrics))
     for other in metrics.steps_by_origin:
         if metrics.steps is None or other.origin != metrics.steps.origin:

@@ -66,6 +66,7 @@ def metrics_json(m: RunMetrics) -> dict[str, Any]:
         "step_time_ms": _step_time(m.steps),
         "step_shape": _shape(m.shape),
         "wall_step_time_ms": _ms(m.steps.wall_mean_ns) if m.steps else None,
+        "wall_step_intervals": m.steps.wall_intervals if m.steps else None,
         "gpu_busy_fraction": _frac(gpu.busy_fraction) if gpu else None,
         "gpu_window_ms": _ms(gpu.window_ns) if gpu else None,
         "gpu_busy_ms": _ms(gpu.busy_ns) if gpu else None,

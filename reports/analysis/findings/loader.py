@@ -57,9 +57,10 @@ def _loader_evidence(m: RunMetrics) -> list[Evidence]:
     out += loop_evidence(m)
     if m.steps is not None and m.steps.wall_mean_ns and m.steps.origin != "lprof" \
             and m.steps.wall_mean_ns > 1.5 * m.steps.mean_ns:
+        one = " over one interval" if m.steps.single_interval else ""
         out.append(Evidence(f"annotated steps average {ms(m.steps.mean_ns)} but wall time per "
-                            f"step is {ms(m.steps.wall_mean_ns)}: the rest goes between steps",
-                            m.steps.origin))
+                            f"step is {ms(m.steps.wall_mean_ns)}{one}: the rest goes between "
+                            "steps", m.steps.origin))
     if m.gpu is not None:
         out.append(Evidence(f"GPU busy {pct(m.gpu.busy_fraction)}; {m.gpu.long_gap_count} idle "
                             f"gaps over {ms(m.gpu.long_gap_ns)}", m.gpu.origin,

@@ -314,8 +314,9 @@ def _between_ranges(m: RunMetrics) -> str:
     between = 1 - steps.mean_ns / steps.wall_mean_ns
     if between < UNATTRIBUTED_SHARE:
         return ""
+    one = " over one interval" if steps.single_interval else ""
     return (f"; the step ranges cover {pct(1 - between)} of the time from one's start to the "
-            f"next ({ms(steps.mean_ns)} of {ms(steps.wall_mean_ns)}): {pct(between)} lies "
+            f"next ({ms(steps.mean_ns)} of {ms(steps.wall_mean_ns)}{one}): {pct(between)} lies "
             "between them, outside every range the loop opened (a loop that opens its ranges "
             "after 'for x in loader:' fetches its batches there)")
 
