@@ -59,6 +59,36 @@ def common_step_means(ranges: Mapping[Key, tuple[tuple[int, int], ...]]) -> dict
             for key, steps in zip(ranges, counted, strict=True)}
 
 
+def _steps_text(numbers: Sequence[int]) -> str:
+    """``step 0``, ``steps 1 to 4`` (consecutive numbers), ``steps 1, 3, 4``."""
+    if len(numbers) == 1:
+        return f"step {numbers[0]}"
+    if numbers[-1] - numbers[0] == len(numbers) - 1:
+        return f"steps {numbers[0]} to {numbers[-1]}"
+    return "steps " + ", ".join(map(str, numbers))
+
+
+def common_steps_note(ranks: Sequence[RankVerdict]) -> str | None:
+    """Why a rank's mean step in the per-rank table may differ from its own figures: the table
+    compares the ranks over the steps every timed rank counts (common_step_means), each
+    profile having judged its own start-up, recompiling and evaluation-only steps, while the
+    rank's own figures (its Why, the key metrics of the rank the details come from) count its
+    own steps. ``ranks`` with their own means (RankVerdict.step_ns); None when every rank
+    counts the same steps, or they share none."""
+    timed = [r for r in ranks if r.step_ns is not None]
+    if not common_step_means({r.order: r.step_ranges for r in timed}):
+        return None
+    counted = {r.order: sorted(dict(r.step_ranges)) for r in timed}
+    shared = sorted(set.intersection(*(set(numbers) for numbers in counted.values())))
+    more = [f"{r.label}'s counts {_steps_text(sorted(set(counted[r.order]) - set(shared)))} "
+            f"too: {ms(r.step_ns)} per step over its own {len(counted[r.order])} steps"  # type: ignore[arg-type]
+            for r in timed if len(counted[r.order]) > len(shared)]
+    return (f"The mean steps count {_steps_text(shared)}, those every rank's profile counts "
+            "(each profile judges its own start-up, recompiling and evaluation-only steps): "
+            f"{'; '.join(more)}. A rank's own figures (its Why, and the key metrics of the rank "
+            "the details come from) count its own steps.")
+
+
 def _on_common_steps(ranks: Sequence[RankVerdict]) -> list[RankVerdict]:
     """The ranks with each timed rank's step time over the steps every timed rank counts
     (common_step_means)."""
@@ -170,9 +200,11 @@ def job_analysis(ranks: Sequence[RankVerdict], steps_origin: Origin | None = Non
     pace), or the common verdict when no rank times steps (``steps_unknown`` says why when no
     profiler timed every rank's, see ranks.job_step_source); None for fewer than two ranks.
     ``steps_origin`` is the profiler that timed the ranks' steps."""
-    ranks = _on_common_steps(sorted(ranks, key=lambda r: r.order))
+    ranks = sorted(ranks, key=lambda r: r.order)
     if len(ranks) < 2:
         return None
+    steps_note = common_steps_note(ranks)
+    ranks = _on_common_steps(ranks)
     found = _slowest(ranks)
     if found is None:
         lead = ranks[0]
@@ -183,7 +215,7 @@ def job_analysis(ranks: Sequence[RankVerdict], steps_origin: Origin | None = Non
     apart = not_together(ranks)
     if apart is not None:
         return JobAnalysis(ranks, "unknown", apart, disagreement=disagreement(ranks, None),
-                           steps_origin=steps_origin)
+                           steps_origin=steps_origin, common_steps_note=steps_note)
     slowest, others = found
     lag = slowest.step_ns / others - 1 if others else 0.0  # type: ignore[operator]
     pace = (f"{slowest.label}, the slowest, takes {ms(slowest.step_ns)} per step against "  # type: ignore[arg-type]
@@ -207,4 +239,5 @@ def job_analysis(ranks: Sequence[RankVerdict], steps_origin: Origin | None = Non
                        slowest_rank=slowest.rank, slowest_step_ns=slowest.step_ns,
                        others_step_ns=others, slowest=slowest.label, pacer=pacer.label,
                        straggler=straggler, disagreement=disagreement(ranks, pacer),
-                       paced_by=pacer.rank, steps_origin=steps_origin)
+                       paced_by=pacer.rank, steps_origin=steps_origin,
+                       common_steps_note=steps_note)

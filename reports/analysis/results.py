@@ -920,6 +920,9 @@ class JobAnalysis:
     #: why, when no profiler timed every rank's steps (no rank then has a step time).
     steps_origin: Origin | None = None
     steps_unknown_reason: str | None = None
+    #: Which steps the ranks' mean steps count when some rank's profile counts more (see
+    #: job.common_steps_note): its own figures then differ from its row; None otherwise.
+    common_steps_note: str | None = None
 
 
 @dataclass

@@ -252,6 +252,7 @@ def job_json(job: JobAnalysis | None) -> dict[str, Any] | None:
             "others_step_ms": _ms(job.others_step_ns), "straggler": job.straggler,
             "disagreement": job.disagreement, "paced_by": job.paced_by,
             "steps_origin": job.steps_origin, "steps_unknown_reason": job.steps_unknown_reason,
+            "common_steps_note": job.common_steps_note,
             "ranks": [{"rank": r.rank, "process": r.process, "verdict": r.verdict,
                        "verdict_reason": r.verdict_reason,
                        "step_ms": _ms(r.step_ns), "comm_fraction": _frac(r.comm_fraction),
