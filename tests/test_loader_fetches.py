@@ -302,8 +302,7 @@ def test_a_validation_loop_in_an_nsys_capture_is_no_dataloader_wait(tmp_path: Pa
     assert ("train.sqlite: 9 of 13 DataLoader fetches (16.1 ms) fed no training: no backward "
             "pass or optimizer step follows any of them before the next fetch (an evaluation "
             "loop's, or the last fetch of a loop that ended or broke off after it), so they are no "
-            "DataLoader "
-            "wait") in run.notes
+            "DataLoader wait") in run.notes
 
 
 def test_an_nsys_capture_of_no_backward_range_keeps_every_fetch(tmp_path: Path) -> None:
@@ -352,5 +351,4 @@ def test_evaluation_only_steps_of_an_nsys_capture_are_left_out(tmp_path: Path) -
     assert ("train.sqlite: 16 of 19 DataLoader fetches (8.0 ms) fed no training: no backward "
             "pass or optimizer step follows any of them before the next fetch (an evaluation "
             "loop's, or the last fetch of a loop that ended or broke off after it), so they are no "
-            "DataLoader "
-            "wait") in run.notes
+            "DataLoader wait") in run.notes
