@@ -63,7 +63,12 @@ from profreport.parsers.kineto_columns import (
     thread_numbers,
 )
 from profreport.parsers.kineto_stream import read_trace
-from profreport.parsers.repeats import masked_numbers, on_busiest_thread, steps_from_repeats
+from profreport.parsers.repeats import (
+    masked_numbers,
+    on_busiest_thread,
+    steps_from_repeats,
+    top_level,
+)
 from profreport.units import duration
 
 if TYPE_CHECKING:  # the registry imports this module, never the other way round
@@ -307,8 +312,11 @@ class _Tables:
                            ranges[["start", "end", "pid", "tid", "name"]].assign(operator=False)],
                           ignore_index=True)
         optimizer = spans[concepts.is_optimizer_step_span(spans["name"])]
+        # One step recorded twice, nested (a user's ``## optimizer ##`` annotation around
+        # torch's ``Optimizer.step#SGD.step``, as in HTA's traces), is one step: its outer span.
+        optimizer = top_level(on_busiest_thread(optimizer)) if len(optimizer) else optimizer
         if len(optimizer) >= 2:
-            return _first_optimizers_steps(on_busiest_thread(optimizer), spans, loader)
+            return _first_optimizers_steps(optimizer, spans, loader)
         return steps_from_repeats(spans, concepts.REPEATED_SPAN, masked_numbers,
                                   never="operator")
 

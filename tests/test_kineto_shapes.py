@@ -112,6 +112,28 @@ def test_steps_from_optimizer_without_profiler_steps(tmp_path: Path) -> None:
         "of the next (the time before the first one's end is no step's)"]
 
 
+def test_an_optimizer_step_annotated_twice_is_one_step(tmp_path: Path) -> None:
+    """HTA's DDP trace without its ProfilerStep spans: each iteration's optimizer step is
+    recorded twice, a user's ``## optimizer ##`` annotation around torch's
+    ``Optimizer.step#SGD.step`` (ending 40 us apart). The steps were every end, 7 of them
+    alternating 40 us and 960 us (a 0.5 ms mean step); they are the 3 iterations of 1 ms."""
+    events = []
+    for i in range(4):
+        start = 1000 * i
+        events += [cpu_event("aten::mm", start, 600),
+                   cpu_event("## optimizer ##", start + 700, 200, cat="user_annotation"),
+                   cpu_event("Optimizer.step#SGD.step", start + 710, 150,
+                             cat="user_annotation"),
+                   cpu_event("aten::add_", start + 720, 100)]
+    profile = kineto.parse(kineto_trace(tmp_path / "nested.json", events))
+    steps = profile.table("steps")
+    assert steps["start"].tolist() == [900_000, 1_900_000, 2_900_000]
+    assert (steps["end"] - steps["start"]).eq(1_000_000).all()
+    assert profile.meta.notes == [
+        "no ProfilerStep span: the 3 steps run from the end of one optimizer step to the end "
+        "of the next (the time before the first one's end is no step's)"]
+
+
 def several_optimizers_note(first: str) -> str:
     """The note of 3 steps taken from the first of several optimizers, of class ``first``."""
     return (f"no ProfilerStep span: the 3 steps run from the end of one step of the first "
