@@ -83,6 +83,45 @@ def test_a_trace_of_start_up_only_says_so(tmp_path: Path) -> None:
     assert data["warmup"]["startup_only"] is True
 
 
+def test_one_iteration_traced_without_a_schedule_is_start_up_only(tmp_path: Path) -> None:
+    """One training iteration traced without schedule (no ProfilerStep span; one optimizer
+    step bounds no step): context creation and allocator growth, then one kernel. It holds no
+    step, and was reported as 'no step markers' with the advice that the trace shows no CPU
+    activity around the GPU's idle time (busy 350 us of 2.98 ms), while it records all of
+    it; it is start-up only."""
+    path = write_trace(tmp_path / "one.pt.trace.json", [(400, 300, SETUP)])
+    trace = json.loads(path.read_text())
+    events = [e for e in trace["traceEvents"] if not e["name"].startswith("ProfilerStep")]
+    events += [{**cpu_event("autograd::engine::evaluate_function: MmBackward0", 4400, 100),
+                "pid": 1, "tid": 1},
+               {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1,
+                "tid": 1, "ts": 4410, "dur": 5, "args": {"correlation": 900}},
+               {"ph": "X", "cat": "kernel", "name": KERNEL, "pid": 0, "tid": 7, "ts": 4420,
+                "dur": 50, "args": {"correlation": 900, "stream": 7, "device": 0}},
+               {**cpu_event("Optimizer.step#SGD.step", 4520, 60, cat="user_annotation"),
+                "pid": 1, "tid": 1}]
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    report = analyze_paths([path], AnalyzeOptions())
+    run = report.runs[0]
+    assert run.metrics.steps is None
+    warmup = run.metrics.shape.warmup
+    assert warmup.only and warmup.number is None
+    assert warmup.duration_ns == 3_579_000  # the first DataLoader span to the optimizer's end
+    found = next(f for f in run.findings if f.id == "STARTUP")
+    assert found.severity == "high"
+    assert found.title.startswith("The profile shows start-up only: it holds no step (3.6 ms "
+                                  "profiled)")
+    assert found.evidence[0].text == ("the 3.6 ms profiled hold no step and these set-up calls: "
+                                      "cudaMalloc ×6, cuDevicePrimaryCtxRetain ×1, cuInit ×1")
+    idle = next(f for f in run.findings if f.id == "LOW_GPU_UTIL")
+    assert "CPU activity" not in idle.recommendation
+    assert idle.recommendation.startswith("The profile shows start-up only")
+    assert run.verdict_reason.endswith("; but the profile shows start-up only (no step, set-up "
+                                       "calls recorded), so this is not the steady state of "
+                                       "training")
+    assert "| Start-up | 3.6 ms (no step: start-up only) |" in render_markdown(report)
+
+
 def test_a_long_first_step_is_left_out_of_the_per_step_figures(tmp_path: Path) -> None:
     """A first step of 20.4 ms (context creation, 20 ms of first fill) before five steady
     steps of 1.1 ms: it is start-up, the per-step figures cover the five (mean 1.1 ms, wait

@@ -444,8 +444,10 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
         name_verdict, reason = "unknown", str(profiles[0].meta.empty)
     elif metrics.shape is not None and metrics.shape.warmup is not None \
             and metrics.shape.warmup.only:
-        reason += ("; but the profile shows start-up only (one step holding set-up calls), so "
-                   "this is not the steady state of training")
+        held = ("no step, set-up calls recorded" if metrics.shape.warmup.number is None
+                else "one step holding set-up calls")
+        reason += (f"; but the profile shows start-up only ({held}), so this is not the steady "
+                   "state of training")
     confidence = verdict_confidence(metrics, name_verdict)
     paced = _paced_verdict(job, pacer, profiles)
     name_verdict, reason, confidence = paced if paced is not None else _partial_verdict(

@@ -72,9 +72,11 @@ from profreport.reports.analysis.results import (
     Breakdown,
     RunMetrics,
     SharedCpu,
+    StepShape,
     TraceFile,
     Trials,
 )
+from profreport.reports.analysis.shape import startup_without_steps
 from profreport.reports.analysis.steps import (
     StepWindows,
     dataloader_fraction,
@@ -234,7 +236,7 @@ def compute_run_metrics(profiles: list[Profile], manifest: Manifest | None = Non
     if gpu_profile is None and without_gpu(manifest):
         lines = lines.assign(is_sync_point=False)  # .item() of a CPU tensor waits for nothing
     loop = dataloader_loop(used)
-    _add_step_metrics(metrics, timed)
+    _add_step_metrics(metrics, timed, ordered)
     _add_top_ops(metrics, timed, ordered)
     _add_lprof_metrics(metrics, lines, loop)
     _add_attributed_metrics(metrics, timed, loop)
@@ -307,8 +309,10 @@ def _windows_of(profile: Profile, timed: list[tuple[Profile, StepWindows]]) -> S
     return next((w for p, w in timed if p is profile), None)
 
 
-def _add_step_metrics(metrics: RunMetrics, timed: list[tuple[Profile, StepWindows]]) -> None:
-    """Step statistics and the DataLoader share from every ranged profile."""
+def _add_step_metrics(metrics: RunMetrics, timed: list[tuple[Profile, StepWindows]],
+                      ordered: list[Profile]) -> None:
+    """Step statistics and the DataLoader share from every ranged profile; where none holds a
+    step, the start-up the first profile recording set-up calls shows (start-up only)."""
     for profile, windows in timed:
         metrics.steps_by_origin.append(step_stats(windows))
         share = dataloader_fraction(profile, windows)
@@ -319,6 +323,13 @@ def _add_step_metrics(metrics: RunMetrics, timed: list[tuple[Profile, StepWindow
         profile, windows = timed[0]
         metrics.shape = step_shape(profile, windows, busy_intervals(profile)
                                    if has_gpu_events(profile) else None)
+        return
+    for profile in ordered:
+        warmup = startup_without_steps(profile)
+        if warmup is not None:
+            metrics.shape = StepShape(origin=profile.kind, warmup=warmup, step_window=None,
+                                      dataloader_wait=None)
+            return
 
 
 def _add_top_ops(metrics: RunMetrics, timed: list[tuple[Profile, StepWindows]],

@@ -107,6 +107,22 @@ def _before_steps(profile: Profile, starts: np.ndarray, ends: np.ndarray) -> War
     return Warmup(None, span, span[1] - span[0], median, calls, only=False)
 
 
+def startup_without_steps(profile: Profile) -> Warmup | None:
+    """Start-up in a profile that holds no step (one training iteration traced without a
+    schedule: its one optimizer step bounds no step): the set-up calls recorded over its
+    profiled span (first to last runtime call, CPU operator, range or DataLoader span), which
+    is then start-up only. None when it records none."""
+    tables = [t for name in ("runtime", "cpu_ops", "ranges", "dataloader")
+              if profile.has(name) and not (t := profile.table(name)).empty]
+    if not tables:
+        return None
+    span = (min(int(t["start"].min()) for t in tables), max(int(t["end"].max()) for t in tables))
+    calls = setup_calls(profile, span[0], span[1] + 1)
+    if not calls:
+        return None
+    return Warmup(None, span, span[1] - span[0], None, calls, only=True)
+
+
 def find_warmup(profile: Profile, numbers: np.ndarray, starts: np.ndarray,
                 ends: np.ndarray, steps_before: int = 0,
                 last_whole: bool = False) -> Warmup | None:

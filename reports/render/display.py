@@ -312,7 +312,8 @@ def _shape_rows(metrics: RunMetrics) -> list[MetricRow]:
     rows = []
     warmup = shape.warmup
     if warmup is not None:
-        what = ("the only step: start-up only" if warmup.only else
+        what = ("no step: start-up only" if warmup.only and warmup.number is None else
+                "the only step: start-up only" if warmup.only else
                 f"step {warmup.number}, left out of the per-step figures"
                 if warmup.number is not None else "before the first step, no step's")
         rows.append(MetricRow("First step profiled" if warmup.after_startup else "Start-up",

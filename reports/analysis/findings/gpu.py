@@ -159,6 +159,10 @@ def _idle_advice(m: RunMetrics) -> str:
     total = sum(waits.values())
     causes = [cause for cause, ns in sorted(waits.items(), key=lambda item: -item[1])
               if cause in _IDLE_CAUSE_FIX and ns > 0 and ns >= IDLE_CAUSE_SHARE * total]
+    if not causes and m.shape is not None and m.shape.warmup is not None and m.shape.warmup.only:
+        return ("The profile shows start-up only (see the start-up finding): its idle time lies "
+                "in the set-up, not in steady training. Profile later steps to see what the GPU "
+                "waits for then.")
     if not causes:
         return ("The profile does not show what the GPU waits for (no step markers or CPU "
                 "activity around its idle time): profile a few steps with torch.profiler to see "

@@ -61,16 +61,33 @@ def _first_recorded(w: Warmup, times: float, measured: Evidence) -> Finding:
                        "show it again.")
 
 
+#: What shows the steady state when a profile holds start-up only.
+_LATER_STEPS = ("Profile later steps: torch.profiler.schedule(wait=1, warmup=1, active=3) skips "
+                "the first iterations; with nsys, start the capture after a few steps "
+                "(cudaProfilerStart, --capture-range=cudaProfilerApi).")
+
+
 @rule("STARTUP", severity=("high", "info"), needs=("profiles",))
 def startup(facts: Facts) -> Finding | None:
     """The start-up the profile holds, and whether the per-step figures leave it out
-    (high severity when the profile shows start-up only)."""
+    (high severity when the profile shows start-up only: one step holding set-up calls, or no
+    step at all and set-up calls, as one iteration traced without a schedule records: its one
+    optimizer step bounds no step)."""
     m = facts.metrics
     shape = m.shape
     if shape is None or shape.warmup is None:
         return None
     w = shape.warmup
     at = m.locate(shape.origin, w.span)
+    if w.only and w.number is None:
+        return Finding(
+            id="STARTUP", severity="high",
+            title=f"The profile shows start-up only: it holds no step ({ms(w.duration_ns)} "
+                  "profiled) and records one-off set-up work, so its figures are not the steady "
+                  "state of training.",
+            evidence=[Evidence(f"the {ms(w.duration_ns)} profiled hold no step and these set-up "
+                               f"calls: {_calls_text(w.setup_calls)}", shape.origin, at)],
+            recommendation=_LATER_STEPS)
     if w.only:
         return Finding(
             id="STARTUP", severity="high",
@@ -78,10 +95,7 @@ def startup(facts: Facts) -> Finding | None:
                   "one-off set-up work, so its figures are not the steady state of training.",
             evidence=[Evidence(f"step {w.number}, the only one, holds set-up calls: "
                                f"{_calls_text(w.setup_calls)}", shape.origin, at)],
-            recommendation="Profile later steps: torch.profiler.schedule(wait=1, warmup=1, "
-                           "active=3) skips the first iterations; with nsys, start the capture "
-                           "after a few steps (cudaProfilerStart, "
-                           "--capture-range=cudaProfilerApi).")
+            recommendation=_LATER_STEPS)
     median = w.others_median_ns or 0
     times = w.duration_ns / max(median, 1)
     if w.after_startup:
