@@ -618,6 +618,30 @@ def test_one_rank_of_a_job_reads_communication_bound_with_low_confidence(tmp_pat
     assert "every rank" not in comm.recommendation
 
 
+def test_a_trace_of_collectives_without_distributed_info_is_no_job_of_one(tmp_path: Path
+                                                                          ) -> None:
+    """The same rank's trace without distributedInfo (a torch older than it, or stripped, as
+    the MI300X rank-0-of-8 trace read without it): its all-reduce kernels are a process
+    group's, yet it was read as a job of one (world_size 1) and 'communication-bound,
+    confidence high', its advice to tune DDP's all-reduce. Now the job's size is unknown, the
+    confidence low, and the reason, advice and notes say that one process was given."""
+    path = write_rank(tmp_path, 1, compute_us=9000, comm_us=10000)
+    document = json.loads(path.read_text())
+    del document["distributedInfo"]
+    path.write_text(json.dumps(document))
+    report = analyze_paths([path], AnalyzeOptions())
+    run = report.runs[0]
+    assert run.world_size is None
+    assert json.loads(render_json(report))["runs"][0]["world_size"] is None
+    assert run.verdict == "communication-bound" and run.verdict_confidence == "low"
+    given = "only one process given, its rank and the job's size not recorded"
+    assert run.verdict_reason.endswith(f"; but {given}, and how much of that is waiting for the "
+                                       "others its trace cannot tell")
+    comm = next(f for f in run.findings if f.id == "COMM_OVERHEAD")
+    assert comm.recommendation.startswith(f"First profile every rank ({given}): ")
+    assert f"{given}: the time in collectives includes waiting" in render_markdown(report)
+
+
 def test_ranks_of_two_runs_are_not_compared_as_one_job(tmp_path: Path) -> None:
     """Rank 0 of one run and rank 1 of another, the second recorded a minute later on the same
     wall clock (Kineto: ts plus baseTimeNanoseconds): rank 1 was named a straggler (29.7 ms

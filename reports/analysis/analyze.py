@@ -292,9 +292,12 @@ def ranks_not_given(world_size: int | None, summaries: list[RankSummary],
     """``only rank 1 of the job's 2 ranks given`` when a communicating job's traces are not all
     there (a collective's time on one rank holds its wait for the others, which its own trace
     cannot tell apart from the transfer), ``... ranks read (1 file of this run could not be
-    read)`` when ``unread`` files of the run failed; None when every rank is there, or nothing
-    communicates."""
+    read)`` when ``unread`` files of the run failed, or that one process was given whose
+    profile records neither its rank nor the job's size (a trace without distributedInfo);
+    None when every rank is there, or nothing communicates."""
     ranks = sorted({int(s.input.rank) for s in summaries if s.input.rank is not None})
+    if communicates and world_size is None and not ranks and len(summaries) == 1:
+        return "only one process given, its rank and the job's size not recorded"
     if not communicates or world_size is None or not ranks or len(ranks) >= world_size:
         return None
     given = f"ranks {', '.join(map(str, ranks))}" if len(ranks) > 1 else f"rank {ranks[0]}"
@@ -429,7 +432,7 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
     metrics = compute_run_metrics(profiles, manifest)
     add_rank_metrics(metrics, summaries, origin)
     pacer = waited_for(job, profiles)
-    world_size = run_world_size(manifest, summaries)
+    world_size = run_world_size(manifest, summaries, metrics.comm is not None)
     partial = ranks_not_given(world_size, summaries, metrics.comm is not None, unread)
     knobs, source_knobs, knob_notes = run_knobs(manifest, profiles)
     context = RunContext(waited_for=pacer, ranks_not_given=partial, knobs=knobs,

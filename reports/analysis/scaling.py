@@ -47,10 +47,13 @@ SAME_MODEL_OP_OVERLAP = 0.5
 PROCESS_KNOBS = frozenset({"ddp", "nproc", "bucket_cap_mb", "broadcast_buffers"})
 
 
-def run_world_size(manifest: Manifest | None, summaries: Sequence[RankSummary]) -> int | None:
+def run_world_size(manifest: Manifest | None, summaries: Sequence[RankSummary],
+                   communicates: bool = False) -> int | None:
     """Processes of a run: the manifest's world size (or its DDP knobs), else the traces'
     ``distributedInfo.world_size``, else the number of distinct rank traces; 1 for traces of a
-    format that records the process group whenever one exists (torch.profiler) without one."""
+    format that records the process group whenever one exists (torch.profiler) without one,
+    unless the run ``communicates``: collectives recorded are a process group's, which a trace
+    of a torch older than ``distributedInfo`` (or one stripped of it) does not record."""
     if manifest is not None:
         recorded = getattr(manifest, "world_size", None)
         if isinstance(recorded, int) and recorded > 0:
@@ -64,7 +67,7 @@ def run_world_size(manifest: Manifest | None, summaries: Sequence[RankSummary]) 
     if ranks:
         return len(ranks)
     traces = [s for s in summaries if s.records_process_group]
-    return 1 if traces and not any(s.distributed for s in traces) else None
+    return 1 if traces and not communicates and not any(s.distributed for s in traces) else None
 
 
 def _same_training(run: RunAnalysis, other: RunAnalysis) -> bool:
