@@ -642,6 +642,36 @@ def test_a_trace_of_collectives_without_distributed_info_is_no_job_of_one(tmp_pa
     assert f"{given}: the time in collectives includes waiting" in render_markdown(report)
 
 
+def test_communication_rows_name_their_denominators(tmp_path: Path) -> None:
+    """Rank 1 of 2, 3 steps of 9 ms compute then a 10 ms all-reduce, and a second 2 ms
+    all-reduce running beside the compute kernel in two of them: 5 calls in 3 steps, 4 ms of
+    34 ms of communication under compute. The metrics table gave 'Communication exposed (not
+    hidden by compute) 52.1%' (of the step) above 'Communication overlapping compute 11.8%'
+    (of the communication) with nothing saying which is which, and the finding '1.66667
+    calls per step' beside the table's '1.7'."""
+    path = write_rank(tmp_path, 1, compute_us=9000, comm_us=10000, steps=3)
+    document = json.loads(path.read_text())
+    kernels = [e for e in document["traceEvents"] if e["name"] == COMPUTE_KERNEL]
+    for n, kernel in enumerate(kernels[:2]):
+        correlation = 1000 + n
+        document["traceEvents"] += [
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 101,
+             "tid": 101, "ts": kernel["ts"] - 20, "dur": 5, "args": {"correlation": correlation}},
+            {"ph": "X", "cat": "kernel", "name": NCCL_KERNEL, "pid": 0, "tid": 8,
+             "ts": kernel["ts"] + 1000, "dur": 2000,
+             "args": {"correlation": correlation, "stream": 8, "device": 0}}]
+    path.write_text(json.dumps(document))
+    report = analyze_paths([path], AnalyzeOptions())
+    comm = report.runs[0].metrics.comm
+    assert comm.calls_per_step == 5 / 3
+    assert round(comm.overlap_fraction, 4) == round(4000 / 34000, 4)
+    text = render_markdown(report)
+    assert (f"| Communication exposed (not hidden by compute), share of the step | "
+            f"{comm.exposed_fraction:.1%} |") in text
+    assert f"| Share of communication overlapping compute | {comm.overlap_fraction:.1%} |" in text
+    assert "(11.3 ms per step, 1.7 calls per step)" in text
+
+
 def test_ranks_of_two_runs_are_not_compared_as_one_job(tmp_path: Path) -> None:
     """Rank 0 of one run and rank 1 of another, the second recorded a minute later on the same
     wall clock (Kineto: ts plus baseTimeNanoseconds): rank 1 was named a straggler (29.7 ms

@@ -383,9 +383,9 @@ def _comm_rows(metrics: RunMetrics) -> list[MetricRow]:
     return [
         MetricRow(f"Communication per step, {where}", f"{duration(comm.total_ns_per_step)} "
                   f"({percent(comm.fraction)} of the step)", comm.origin),
-        MetricRow("Communication exposed (not hidden by compute)", percent(comm.exposed_fraction),
-                  comm.origin),
-        MetricRow("Communication overlapping compute", percent(comm.overlap_fraction),
+        MetricRow("Communication exposed (not hidden by compute), share of the step",
+                  percent(comm.exposed_fraction), comm.origin),
+        MetricRow("Share of communication overlapping compute", percent(comm.overlap_fraction),
                   comm.origin),
         MetricRow("Collective calls per step", number(comm.calls_per_step), comm.origin),
     ]

@@ -240,7 +240,7 @@ def comm_overhead(facts: Facts) -> Finding | None:
     severity: Severity = ("high" if exposed >= COMM_BOUND_EXPOSED_FRACTION else
                           "medium" if exposed >= COMM_EXPOSED_WARN_FRACTION else "low")
     where = "NCCL kernels" if c.on_gpu else "CPU collectives"
-    calls = f"{c.calls_per_step:g} call{'' if c.calls_per_step == 1 else 's'} per step"
+    calls = f"{_count(c.calls_per_step)} call{'' if c.calls_per_step == 1 else 's'} per step"
     evidence = [Evidence(f"{where} take {pct(c.fraction)} of step time "
                          f"({ms(c.total_ns_per_step)} per step, {calls})", c.origin),
                 Evidence(f"{pct(c.overlap_fraction)} of communication time overlaps compute; "
