@@ -642,6 +642,28 @@ def test_a_trace_of_collectives_without_distributed_info_is_no_job_of_one(tmp_pa
     assert f"{given}: the time in collectives includes waiting" in render_markdown(report)
 
 
+def test_a_gpu_kept_busy_by_its_collectives_is_not_compute_bound(tmp_path: Path) -> None:
+    """Both ranks of a job, each step 3 ms of compute then a 14 ms all-reduce (the MI300X
+    rank-0-of-8 trace: 95% busy, 82% of the step in RCCL): communication-bound, and beside it
+    COMPUTE_BOUND 'The GPU's kernels set the pace of training', counting the all-reduce as
+    busy compute, its advice ending in 'or more GPUs'. The GPU is busy with collectives, not
+    with the model's math: no COMPUTE_BOUND. With the all-reduce under 20% of the step, as
+    before."""
+    for rank in (0, 1):
+        write_rank(tmp_path, rank, compute_us=3000, comm_us=14000)
+    run = analyze_paths([tmp_path], AnalyzeOptions()).runs[0]
+    assert run.metrics.gpu.busy_fraction > 0.95 and run.metrics.comm.exposed_fraction > 0.8
+    assert run.verdict == "communication-bound"
+    assert "COMPUTE_BOUND" not in {f.id for f in run.findings}
+    light = tmp_path / "light"
+    light.mkdir()
+    for rank in (0, 1):
+        write_rank(light, rank, compute_us=14000, comm_us=3000)
+    run = analyze_paths([light], AnalyzeOptions()).runs[0]
+    assert run.verdict == "compute-bound" and run.verdict_reason.startswith("GPU busy 9")
+    assert "COMPUTE_BOUND" in {f.id for f in run.findings}
+
+
 def test_communication_rows_name_their_denominators(tmp_path: Path) -> None:
     """Rank 1 of 2, 3 steps of 9 ms compute then a 10 ms all-reduce, and a second 2 ms
     all-reduce running beside the compute kernel in two of them: 5 calls in 3 steps, 4 ms of

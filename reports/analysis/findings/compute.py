@@ -19,9 +19,9 @@ from profreport.reports.analysis.findings.context import (
 )
 from profreport.reports.analysis.findings.ops import optimizer_many_kernels
 from profreport.reports.analysis.findings.verdicts import (
-    COMPUTE_BOUND_BUSY,
     COMPUTE_BOUND_SHARE,
     compute_share,
+    gpu_saturated_by_compute,
     loop_evidence,
     trial_evidence,
 )
@@ -93,12 +93,11 @@ def conv_ranks(m: RunMetrics) -> tuple[int, ...]:
 
 @rule("COMPUTE_BOUND", severity=("info",), needs=("profiles", "manifest"))
 def compute_bound(facts: Facts) -> Finding | None:
-    """The GPU is saturated, or compute fills most of the step: the model's math sets the pace."""
+    """The GPU is saturated (by more than its collectives), or compute fills most of the step:
+    the model's math sets the pace."""
     m, ctx = facts.metrics, facts.context
     share = compute_share(m)
-    busy = m.gpu.busy_fraction if m.gpu is not None else None
-    if not ((busy is not None and busy >= COMPUTE_BOUND_BUSY)
-            or (share is not None and share >= COMPUTE_BOUND_SHARE)):
+    if not (gpu_saturated_by_compute(m) or (share is not None and share >= COMPUTE_BOUND_SHARE)):
         return None
     evidence = []
     if share is not None and m.breakdown is not None:

@@ -25,7 +25,8 @@ from profreport.units import duration, ms, pct
 
 #: Communication not hidden under compute for a quarter of the step makes the run comm-bound.
 COMM_BOUND_EXPOSED_FRACTION = 0.25
-#: A GPU busy 80% of its window is limited by its own kernels: the run is compute-bound.
+#: A GPU busy 80% of its window is limited by its own kernels: the run is compute-bound (unless
+#: its collectives keep it busy: see gpu_saturated_by_compute).
 COMPUTE_BOUND_BUSY = 0.80
 #: Compute (GPU kernels, or CPU framework ops on CPU-only runs) filling 60% of the step makes
 #: the model's own math the bottleneck.
@@ -243,10 +244,21 @@ def profiler_verdict(m: RunMetrics) -> tuple[Verdict, str]:
     return _compute_or_balanced(m)
 
 
+def gpu_saturated_by_compute(m: RunMetrics) -> bool:
+    """Whether the GPU is busy COMPUTE_BOUND_BUSY of its window with more than communication:
+    exposed communication (collectives running with no compute beside them) of
+    1 - COMPUTE_BOUND_BUSY of the step or more leaves the other kernels less than
+    COMPUTE_BOUND_BUSY of it, so a GPU kept busy by its collectives is not saturated by the
+    model's math."""
+    if m.gpu is None or m.gpu.busy_fraction < COMPUTE_BOUND_BUSY:
+        return False
+    return m.comm is None or m.comm.exposed_fraction < 1 - COMPUTE_BOUND_BUSY
+
+
 def _compute_figure(m: RunMetrics) -> tuple[float, float] | None:
     """The figure behind compute-bound and its threshold: the GPU's busy share, else the compute
     share of the step."""
-    if m.gpu is not None and m.gpu.busy_fraction >= COMPUTE_BOUND_BUSY:
+    if gpu_saturated_by_compute(m):
         return m.gpu.busy_fraction, COMPUTE_BOUND_BUSY
     share = compute_share(m)
     return (share, COMPUTE_BOUND_SHARE) if share is not None else None
@@ -326,7 +338,7 @@ def _compute_or_balanced(m: RunMetrics) -> tuple[Verdict, str]:
     unexplained = _unexplained_idle(m)
     if unexplained is not None:
         return unexplained
-    if m.gpu is not None and m.gpu.busy_fraction >= COMPUTE_BOUND_BUSY:
+    if m.gpu is not None and gpu_saturated_by_compute(m):
         return "compute-bound", f"GPU busy {pct(m.gpu.busy_fraction)} of the {m.gpu.span}"
     share = compute_share(m)
     if share is not None and share >= COMPUTE_BOUND_SHARE:
