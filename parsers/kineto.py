@@ -47,7 +47,6 @@ from profreport.model import (
     Profile,
     categorical,
     conform,
-    covered_ns,
     id_categorical,
     nothing_recorded,
     objects,
@@ -576,8 +575,6 @@ def parse(path: Path) -> Profile:
         "op_inputs": builder.op_inputs.frame(tables.names, tables.thread_numbers),
     }
     frames["steps"], frames["ranges"], closing = _without_closing_span(frames)
-    if not closing:
-        frames["steps"], frames["ranges"], closing = _without_closing_fetch(frames, fetches)
     steps = frames["steps"]
     if not steps.empty:
         meta.notes += filter(None, [concepts.steps_note(steps["origin"].iloc[0], step_span,
@@ -618,62 +615,6 @@ def _without_closing_span(frames: dict[str, pd.DataFrame]
     note = (f"ProfilerStep#{int(last['number'])}, the last step span ({duration(end - start)}),"
             " holds nothing: prof.step() opened it as the profiler stopped, so it is no step")
     return steps.iloc[:-1], ranges[~itself.to_numpy()], [note]
-
-
-def _without_closing_fetch(frames: dict[str, pd.DataFrame], fetches: pd.DataFrame
-                           ) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
-    """The steps and ranges less a last step in which nothing but DataLoader fetches is
-    recorded from its start on, and the note saying so: the loop's last ``__next__`` raised
-    StopIteration (or the loop broke off after it), no batch follows it and no step's work, so
-    it is no step (an inference loop's ``ProfilerStep#N`` opened by its last prof.step(), or
-    the last occurrence of the fetch span when that repeated span marks the steps), and its
-    fetch, then outside every step, no DataLoader wait. Device work still running into it was
-    launched before it (a launch inside it is a runtime call there)."""
-    steps, ranges = frames["steps"], frames["ranges"]
-    if steps.empty:
-        return steps, ranges, []
-    last = steps.iloc[-1]
-    start = int(last["start"])
-    closing = fetches[fetches["start"].to_numpy() >= start]
-    if closing.empty or _work_from(frames, start, closing):
-        return steps, ranges, []
-    profiler = last["origin"] == concepts.PROFILER_STEP
-    itself = (ranges["start"] == start) & (ranges["end"] == int(last["end"])) & \
-        concepts.is_profiler_step_span(ranges["name"]).to_numpy() & profiler
-    label = f"ProfilerStep#{int(last['number'])}" if profiler else f"step {int(last['number'])}"
-    note = (f"{label}, the last step ({duration(int(last['end']) - start)}), holds only a "
-            f"DataLoader fetch ({duration(covered_ns(closing))}) and no work is recorded after "
-            "it before the trace ends, so it is no step, and its fetch no DataLoader wait")
-    return steps.iloc[:-1], ranges[~itself.to_numpy()], [note]
-
-
-#: The tables of what the CPU does: a step's work shows in one of them.
-CPU_WORK_TABLES = ("cpu_ops", "ranges", "runtime", "cpu_collectives")
-
-
-def _work_from(frames: dict[str, pd.DataFrame], start: int, fetches: pd.DataFrame) -> bool:
-    """Whether any CPU work or allocation is recorded from ``start`` on, other than the
-    ``fetches`` and what runs inside them on their thread (a ProfilerStep span is no work)."""
-    for name in CPU_WORK_TABLES:
-        frame = frames[name]
-        later = frame[frame["start"].to_numpy() >= start]
-        if name == "ranges":
-            later = later[~concepts.is_profiler_step_span(later["name"]).to_numpy()]
-        if not _inside_fetches(later["start"], later, fetches).all():
-            return True
-    memory = frames["memory"]
-    allocated = memory[(memory["time"].to_numpy() >= start) & (memory["bytes"].to_numpy() > 0)]
-    return not _inside_fetches(allocated["time"], allocated, fetches).all()
-
-
-def _inside_fetches(times: pd.Series, rows: pd.DataFrame, fetches: pd.DataFrame) -> np.ndarray:
-    """Whether each of ``times`` (of ``rows``, with pid and tid) lies inside one of the
-    ``fetches`` on its thread."""
-    inside = np.zeros(len(rows), bool)
-    at, pid, tid = times.to_numpy(np.int64), rows["pid"].to_numpy(), rows["tid"].to_numpy()
-    for fetch in fetches.itertuples(index=False):
-        inside |= (pid == fetch.pid) & (tid == fetch.tid) & (at >= fetch.start) & (at < fetch.end)
-    return inside
 
 
 def parse_input(path: Path, options: ParseOptions) -> Profile:

@@ -205,13 +205,14 @@ def device_event(name: str, ts: float, dur: float, cat: str = "kernel", pid: int
 
 
 def write_nsys_export(path: Path, kernels: list[tuple], steps: list[tuple],
-                      runtime: list[tuple] = ()) -> Path:
+                      runtime: list[tuple] = (), osrt: list[tuple] = ()) -> Path:
     """A minimal Nsight Systems SQLite export built by hand: ``kernels`` rows are
     ``(start, end, correlation, name)``, ``steps`` ``(start, end, text)`` NVTX push/pop ranges
-    on one thread, ``runtime`` ``(start, end, correlation, name)`` CUDA API calls."""
+    on one thread, ``runtime`` ``(start, end, correlation, name)`` CUDA API calls, and
+    ``osrt`` ``(start, end, name)`` OS runtime calls (``--trace=osrt``; no table without)."""
     import sqlite3
 
-    names = sorted({row[3] for row in [*kernels, *runtime]}, key=str)
+    names = sorted({row[3] for row in [*kernels, *runtime]} | {row[2] for row in osrt}, key=str)
     ids = {name: index for index, name in enumerate(names)}
     global_tid = (1 << 24) | 1  # pid 1, tid 1 as nsys packs them
     with sqlite3.connect(path) as conn:
@@ -233,6 +234,10 @@ def write_nsys_export(path: Path, kernels: list[tuple], steps: list[tuple],
                          [(s, e, global_tid, c, ids[n]) for s, e, c, n in runtime])
         conn.executemany("INSERT INTO NVTX_EVENTS VALUES (?, ?, 59, ?, 0, ?, NULL)",
                          [(s, e, global_tid, text) for s, e, text in steps])
+        if osrt:
+            conn.execute("CREATE TABLE OSRT_API (start INT, end INT, globalTid INT, nameId INT)")
+            conn.executemany("INSERT INTO OSRT_API VALUES (?, ?, ?, ?)",
+                             [(s, e, global_tid, ids[n]) for s, e, n in osrt])
     return path
 
 

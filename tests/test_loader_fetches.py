@@ -13,10 +13,12 @@ from pathlib import Path
 import pytest
 
 from profreport.executors import ExecutorOptions
-from profreport.parsers import kineto
+from profreport.parsers import kineto, nsys
 from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+from profreport.reports.analysis.closing import closing_fetch
 from profreport.reports.analysis.dataloader import training_fetches
 from profreport.reports.analysis.results import RunAnalysis
+from profreport.reports.analysis.steps import step_label, step_windows
 from profreport.reports.render.json import render_json
 from profreport.reports.render.markdown import render_markdown
 
@@ -91,19 +93,23 @@ def _inference(with_profiler_steps: bool) -> list[dict]:
     return events
 
 
-@pytest.mark.parametrize(("with_profiler_steps", "label"),
-                         [(True, "ProfilerStep#4, the last step (40.0 µs)"),
-                          (False, "step 5, the last step (30.0 µs)")])
+@pytest.mark.parametrize(("with_profiler_steps", "label", "number"),
+                         [(True, "ProfilerStep#4, the last step (40.0 µs)", 4),
+                          (False, "step 5, the last step (30.0 µs)", 5)])
 def test_the_fetch_that_ends_the_loop_is_no_step(tmp_path: Path, with_profiler_steps: bool,
-                                                 label: str) -> None:
+                                                 label: str, number: int) -> None:
     """The last ``__next__`` of an inference loop raised StopIteration: no batch, no work
     after it. In its own ProfilerStep span, or as the last occurrence of the fetch span that
     marks the steps (no ProfilerStep, no optimizer), it was a fifth step of 30-40 µs (a step
     of nothing but waiting: 4 steps of 1 ms and one of a fetch). The four passes are the steps,
-    waiting 200 µs of each 1 ms: 20%."""
+    waiting 200 µs of each 1 ms: 20%. The parser's table keeps the fifth step; the step
+    windows leave it out, named with why."""
     path = kineto_trace(tmp_path / "infer.json", _inference(with_profiler_steps))
-    steps = kineto.parse(path).table("steps")
-    assert (steps["start"] // 1_000_000).tolist() == [0, 1, 2, 3]
+    profile = kineto.parse(path)
+    assert len(profile.table("steps")) == 5
+    windows = step_windows(profile)
+    assert windows is not None and (windows.range_starts // 1_000_000).tolist() == [0, 1, 2, 3]
+    assert windows.closing == number and windows.left_out[-1][0] == number
     run = _analyzed(path)
     assert run.metrics.steps is not None and run.metrics.steps.count == 4
     assert run.metrics.dataloader_fraction == pytest.approx(0.2)
@@ -116,13 +122,35 @@ def test_the_fetch_that_ends_the_loop_is_no_step(tmp_path: Path, with_profiler_s
             "loop's") in run.notes
 
 
+def test_the_fetch_that_ends_the_loop_is_no_step_whatever_marks_it(tmp_path: Path) -> None:
+    """The inference loop's passes in a user's ``step N`` ranges, the last one (40 µs) opened
+    before the fetch that raised StopIteration: the range itself counted as work, so it was a
+    fifth step. And in ProfilerStep spans followed by the empty span prof.step() opens as the
+    profiler stops: dropping that span left ProfilerStep#4, holding only the fetch, a fifth
+    step. Both are four passes now, each with its note."""
+    events = [{**e, "name": f"step {e['name'][len('ProfilerStep#'):]}"}
+              if e["name"].startswith("ProfilerStep#") else e for e in _inference(True)]
+    run = _analyzed(kineto_trace(tmp_path / "user.json", events))
+    assert run.metrics.steps is not None and run.metrics.steps.count == 4
+    assert ("user.json: step 4, the last step (40.0 µs), holds only a DataLoader fetch (30.0 "
+            "µs) and no work is recorded after it before the trace ends, so it is no step, and "
+            "its fetch no DataLoader wait") in run.notes
+    events = [*_inference(True), cpu_event("ProfilerStep#5", 4100, 20, cat="user_annotation")]
+    run = _analyzed(kineto_trace(tmp_path / "stopped.json", events))
+    assert run.metrics.steps is not None and run.metrics.steps.count == 4
+    notes = [note for note in run.notes if "ProfilerStep#" in note]
+    assert [note.split(",")[0] for note in notes] == ["stopped.json: ProfilerStep#5",
+                                                      "stopped.json: ProfilerStep#4"]
+    assert "holds nothing" in notes[0] and "holds only a DataLoader fetch (30.0 µs)" in notes[1]
+
+
 def test_a_last_step_that_works_after_its_fetch_is_a_step(tmp_path: Path) -> None:
     """A profiler stopped by its schedule after a pass whose fetch returned a batch: the work
     after the fetch makes it a step, whatever its span holds."""
     events = _inference(with_profiler_steps=False)[:-1]
     profile = kineto.parse(kineto_trace(tmp_path / "cut.json", events))
-    assert len(profile.table("steps")) == 4
-    assert not any("holds only a DataLoader fetch" in note for note in profile.meta.notes)
+    windows = step_windows(profile)
+    assert closing_fetch(profile) is None and windows is not None and windows.count == 4
 
 
 def test_a_loop_that_breaks_off_after_a_fetch_keeps_its_steps(tmp_path: Path) -> None:
@@ -147,7 +175,7 @@ def test_a_loop_that_breaks_off_after_a_fetch_keeps_its_steps(tmp_path: Path) ->
     by_optimizer = kineto.parse(kineto_trace(tmp_path / "optimizer.json", spans))
     steps = by_optimizer.table("steps")
     assert steps["number"].tolist() == [1, 2, 3] and int(steps["end"].iloc[-1]) == 37_800_000
-    assert not any("holds only a DataLoader fetch" in note for note in by_optimizer.meta.notes)
+    assert closing_fetch(by_optimizer) is None
 
 
 def test_an_inference_loop_that_breaks_off_after_a_fetch_keeps_its_passes(
@@ -352,3 +380,68 @@ def test_evaluation_only_steps_of_an_nsys_capture_are_left_out(tmp_path: Path) -
             "pass or optimizer step follows any of them before the next fetch (an evaluation "
             "loop's, or the last fetch of a loop that ended or broke off after it), so they are no "
             "DataLoader wait") in run.notes
+
+
+def _nsys_loop_to_its_end(fetch: str) -> tuple[list[tuple], list[tuple], list[tuple]]:
+    """The NVTX ranges, kernels and runtime calls of a loop whose ``step N`` range opens before
+    its fetch (``fetch``: torch's emit_nvtx name, the runner's, a user's), as profreport's
+    runner annotates it: four steps of 9 ms, 10 ms apart (a 990 µs fetch, a launch, a 6.8 ms
+    kernel), then ``step 4`` (500 µs), opened for the fetch that raised StopIteration (390 µs),
+    closed as the loop ended, nothing after it."""
+    ranges, kernels, runtime = [], [], []
+    for k in range(4):
+        at = k * 10_000 * US
+        ranges += [(at, at + 9000 * US, f"step {k}"), (at + 10 * US, at + 1000 * US, fetch)]
+        runtime.append((at + 1100 * US, at + 1150 * US, k + 1, "cudaLaunchKernel"))
+        kernels.append((at + 1200 * US, at + 8000 * US, k + 1, "gemm_kernel"))
+    ranges += [(40_000 * US, 40_500 * US, "step 4"), (40_010 * US, 40_400 * US, fetch)]
+    return ranges, kernels, runtime
+
+
+@pytest.mark.parametrize("fetch", [_emitted(EVAL_FETCH, 9), "dataloader", "data_loading"])
+def test_the_fetch_that_ends_the_loop_in_an_nsys_capture_is_no_step(tmp_path: Path,
+                                                                   fetch: str) -> None:
+    """The last ``step N`` range of an nsys capture holds only the fetch that raised
+    StopIteration: it was a fifth step of 500 µs beside four of 9 ms (the mean step 7.3 ms,
+    the DataLoader wait 8.35 of 40.5 ms, 20.6%). It is no step now, as in a Kineto trace: four
+    steps of 9 ms, whose wait is their fetches and the 1 ms between the ranges (the loop
+    fetching), 6.96 of 39 ms, 17.8%; the notes say so, the phases' too. The parser's table
+    keeps it."""
+    ranges, kernels, runtime = _nsys_loop_to_its_end(fetch)
+    path = write_nsys_export(tmp_path / "infer.sqlite", kernels, sorted(ranges), runtime)
+    run = _analyzed(path)
+    assert run.metrics.steps is not None
+    assert (run.metrics.steps.count, run.metrics.steps.mean_ns) == (4, 9_000_000)
+    assert [n for n, _ in run.metrics.steps.range_by_number] == [0, 1, 2, 3]
+    assert run.metrics.dataloader_fraction == pytest.approx((4 * 990 + 3 * 1000) / 39_000)
+    assert ("infer.sqlite: step 4, the last step (500.0 µs), holds only a DataLoader fetch "
+            "(390.0 µs) and no work is recorded after it before the trace ends, so it is no step, "
+            "and its fetch no DataLoader wait") in run.notes
+    assert any(note.startswith(
+        "infer.sqlite: the 5 steps are NVTX ranges named as steps; inside each of the 4 steps "
+        "the per-step figures count (step 4, only a DataLoader fetch, no work after it, left "
+        "out): ") and note.endswith(" 1.0 ms per step") for note in run.notes)
+    profile = nsys.parse(path)
+    assert len(profile.table("steps")) == 5
+    windows = step_windows(profile)
+    assert windows is not None and windows.closing == 4
+    assert step_label(4, windows) == "step 4 (left out: only a DataLoader fetch, no work after it)"
+
+
+@pytest.mark.parametrize("after", ["runtime", "osrt"])
+def test_work_after_the_last_fetch_of_an_nsys_capture_keeps_its_step(tmp_path: Path,
+                                                                     after: str) -> None:
+    """The same loop, a CUDA runtime call (a synchronize) or an OS runtime call (a write,
+    ``--trace=osrt``) recorded on the process's thread after the last fetch: the capture
+    shows work after it, so the last range stays a step (five steps) and no note says
+    otherwise."""
+    ranges, kernels, runtime = _nsys_loop_to_its_end("dataloader")
+    osrt = []
+    if after == "runtime":
+        runtime.append((40_450 * US, 40_480 * US, 5, "cudaDeviceSynchronize"))
+    else:
+        osrt.append((40_450 * US, 40_480 * US, "write"))
+    path = write_nsys_export(tmp_path / "cut.sqlite", kernels, sorted(ranges), runtime, osrt)
+    run = _analyzed(path)
+    assert run.metrics.steps is not None and run.metrics.steps.count == 5
+    assert not any("holds only a DataLoader fetch" in note for note in run.notes)

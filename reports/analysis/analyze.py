@@ -26,6 +26,7 @@ from profreport.parsers import (
     is_profile,
 )
 from profreport.progress import ReadProgress
+from profreport.reports.analysis.closing import closing_fetch
 from profreport.reports.analysis.compare import compare_runs
 from profreport.reports.analysis.dataloader import training_fetches
 from profreport.reports.analysis.findings import (
@@ -224,14 +225,22 @@ def _notes(manifest: Manifest | None) -> list[str]:
 def source_notes(profiles: list[Profile]) -> list[str]:
     """What the parsers say they left out of each file (``meta.notes``): records dropped for
     impossible values, sources not shown, what the steps are (with their phases: _with_phases);
-    which of its DataLoader fetches fed no training (dataloader.training_fetches); and, beside
+    a last step that is the fetch that ended its loop (closing.closing_fetch); which of its
+    DataLoader fetches fed no training (dataloader.training_fetches); and, beside
     files with something to analyse, each file that holds nothing (``meta.empty``: its profiler
     recorded none of it)."""
     some = any(profile.meta.empty is None for profile in profiles)
     return [f"{Path(profile.path).name}: {note}" for profile in profiles
             for note in [*(_with_phases(profile, note) for note in profile.meta.notes),
-                         *filter(None, [training_fetches(profile).note]),
+                         *filter(None, [_closing_note(profile),
+                                        training_fetches(profile).note]),
                          *([profile.meta.empty] if some and profile.meta.empty else [])]]
+
+
+def _closing_note(profile: Profile) -> str | None:
+    """The note on the profile's closing fetch (closing.closing_fetch), None without one."""
+    closing = closing_fetch(profile)
+    return closing.note if closing else None
 
 
 def _with_phases(profile: Profile, note: str) -> str:

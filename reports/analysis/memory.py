@@ -185,12 +185,13 @@ def _unreleased(events: pd.DataFrame) -> np.ndarray:
 def _followed_steps(windows: StepWindows) -> int:
     """How many of the windows' steps, from the first, a later recorded training step follows:
     a kept one, or one left out for torch.compile compiling again (the smaller last batch of an
-    epoch recompiles), not an evaluation-only step, whose loop is another. The allocations of
+    epoch recompiles), not an evaluation-only step, whose loop is another, nor the closing
+    fetch's (closing.closing_fetch), no step. The allocations of
     the last training step recorded that the next iteration would release (its batch, output,
     loss) are never released while the profile records, so it is left out, whole window or not;
     a step before it had that next iteration recorded."""
     training = [start for number, start, _ in windows.left_out
-                if number not in windows.evaluating]
+                if number not in windows.evaluating and number != windows.closing]
     last = max([int(windows.range_starts[-1]), *training])
     return int((windows.range_starts < last).sum())
 

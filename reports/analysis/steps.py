@@ -13,7 +13,9 @@ spans, concepts.COMPILE_SPANS, in their windows), when some step does not: their
 left out, the others keep the ends they had, and the windows keep the steps left out as
 ``compiling``. So are the steps that only evaluate (``prof.step()`` called in an evaluation loop
 too: a fetch and a forward, no backward pass, no optimizer step), when the steps record the
-backward pass (see evaluation_only); the windows keep them as ``evaluating``.
+backward pass (see evaluation_only); the windows keep them as ``evaluating``. So is a last step
+that holds only the DataLoader fetch that ended its loop (closing.closing_fetch): the windows are
+those of the steps before it, as if it were not recorded, and keep it as ``closing``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from profreport import concepts
 from profreport.model import Profile
 from profreport.parsers.repeats import phases_per_step
 from profreport.reports.analysis import intervals as iv
+from profreport.reports.analysis.closing import CLOSING_REASON, closing_fetch
 from profreport.reports.analysis.dataloader import training_fetches
 from profreport.reports.analysis.kept import classified, per_profile
 from profreport.reports.analysis.results import (
@@ -79,12 +82,15 @@ class StepWindows:
     #: :attr:`compiling_left_out`), kept when every one does.
     compiling: tuple[tuple[int, int], ...] = ()
     #: The annotated ranges of the steps left out of the arrays above (start-up, evaluation
-    #: only, torch.compile compiling again), as (step number, range start, range end), in time
-    #: order.
+    #: only, torch.compile compiling again, the closing fetch), as (step number, range start,
+    #: range end), in time order.
     left_out: tuple[tuple[int, int, int], ...] = ()
     #: The steps that only evaluate (see evaluation_only), by number: left out of the arrays
     #: above; empty when none does (then none is told from training).
     evaluating: tuple[int, ...] = ()
+    #: The number of the last step when it holds only the fetch that ended its loop
+    #: (closing.closing_fetch): no step, left out of the arrays above; no window reaches it.
+    closing: int | None = None
 
     @property
     def compiling_left_out(self) -> bool:
@@ -102,8 +108,10 @@ class StepWindows:
     def last_followed(self) -> bool:
         """Whether a recorded step the windows leave out follows the last window (an evaluation-
         only or recompiling step after the last kept one): that window then reaches the next
-        step's start, fetch included, and is whole."""
-        return any(start > self.range_starts[-1] for _, start, _ in self.left_out)
+        step's start, fetch included, and is whole. The closing fetch is no step: the windows
+        end before it."""
+        return any(start > self.range_starts[-1] for number, start, _ in self.left_out
+                   if number != self.closing)
 
     @property
     def whole(self) -> int:
@@ -177,13 +185,15 @@ def last_window_whole(tiled: bool, holds_fetch: bool, followed: bool) -> bool:
 @per_profile
 def step_windows(profile: Profile) -> StepWindows | None:
     """The step windows of a profile with a ``steps`` table (one row per step), or None: a
-    start-up step, the steps that only evaluate and the steps torch.compile compiles in left
-    out (see the module docstring); kept, so that every question asks with the same windows and
-    finds the results kept for them."""
-    steps = profile.table("steps")
+    start-up step, the steps that only evaluate, the steps torch.compile compiles in and the
+    closing fetch left out (see the module docstring); kept, so that every question asks with
+    the same windows and finds the results kept for them."""
+    steps = profile.table("steps").sort_values("start", kind="stable")
+    closing = closing_fetch(profile)
+    if closing is not None:
+        steps = steps.iloc[:-1]
     if steps.empty:
         return None
-    steps = steps.sort_values("start", kind="stable")
     starts = steps["start"].to_numpy(np.int64)
     ends = steps["end"].to_numpy(np.int64)
     wall_ends = np.append(np.maximum(starts[1:], ends[:-1]), ends[-1])
@@ -209,8 +219,10 @@ def step_windows(profile: Profile) -> StepWindows | None:
                        compiling=tuple((int(numbers[i]), int(compiling[i]))
                                        for i in np.flatnonzero(compiling)),
                        left_out=tuple((int(numbers[i]), int(starts[i]), int(ends[i]))
-                                      for i in np.flatnonzero(~keep)),
+                                      for i in np.flatnonzero(~keep))
+                       + (((closing.number, closing.start, closing.end),) if closing else ()),
                        evaluating=tuple(int(n) for n in numbers[evaluating]),
+                       closing=closing.number if closing else None,
                        fetch_between=not profile.meta.records_torch_spans
                        and profile.meta.step_span is None,
                        marker=concepts.step_marker(str(steps["origin"].iloc[0]),
@@ -279,8 +291,11 @@ def _left_out_text(numbers: list[int], windows: StepWindows) -> str:
 
 
 def _why_left_out(number: int, windows: StepWindows) -> str:
-    """Why the windows leave out step ``number`` (one they leave out): its only evaluating,
-    torch.compile compiling again in it, else its being start-up."""
+    """Why the windows leave out step ``number`` (one they leave out): its holding only the
+    fetch that ended the loop, its only evaluating, torch.compile compiling again in it, else
+    its being start-up."""
+    if number == windows.closing:
+        return CLOSING_REASON
     if number in windows.evaluating:
         return "evaluation only"
     return "torch.compile compiling again" if number in dict(windows.compiling) else "start-up"
