@@ -82,24 +82,22 @@ class Rank:
     local_rank: int = 0
 
 
-def annotated(loader: Iterable) -> Iterator:
+def annotated(loader: DataLoader) -> Iterator:
     """Yield the batches of ``loader``; NVTX ``step N`` spans each iteration, ``dataloader``
-    each fetch."""
+    each fetch. It fetches the ``len(loader)`` batches the loader holds (the workloads' data
+    sets are map-style: the loader knows how many) and never the fetch after them, which
+    raises StopIteration: a ``step N`` range opened for that fetch would hold it alone, and the
+    OS runtime calls recorded after it as the run writes its result are work after it, so the
+    capture would read it as a step of its own."""
     iterator = iter(loader)
-    number = 0
-    while True:
+    for number in range(len(loader)):
         nvtx.push_range(concepts.step_range_name(number))
-        try:
-            with nvtx.annotate(concepts.DATALOADER_RANGE):
-                batch = next(iterator)
-        except StopIteration:
-            nvtx.pop_range()
-            return
+        with nvtx.annotate(concepts.DATALOADER_RANGE):
+            batch = next(iterator)
         try:
             yield batch
         finally:
             nvtx.pop_range()
-        number += 1
 
 
 def train(model: nn.Module, device: torch.device, train_loader: Iterable,

@@ -37,6 +37,7 @@ from profreport.runner.launch import (
     NSYS_OUTPUT,
     Launch,
     failure_line,
+    nsys_options,
     qdstrm_importer,
     run_launch,
     signal_of,
@@ -176,6 +177,34 @@ def test_idx_files_are_read_in_torchvision_layout(tmp_path: Path) -> None:
     assert data.images.shape == (3, 28, 28) and data.images[2, 27, 27] == (3 * 784 - 1) % 256
     assert data.labels.tolist() == [7, 2, 1]
     assert data.source == f"MNIST IDX files in {raw}"
+
+
+@pytest.mark.nsys
+@pytest.mark.slow
+def test_a_loader_that_runs_out_gets_no_step_range_for_its_last_fetch(
+        tmp_path: Path, nsys_available: str) -> None:
+    """The runner's training under nsys (its CPU tracing: OS runtime calls and NVTX) over 150
+    MNIST images, 3 batches of 64, asked for 5 steps: the loop ran out of data. Its ``step 3``
+    range held only the ``dataloader`` range of the fetch that raised StopIteration (tens of
+    µs), and the OS runtime calls of writing the result after it made the capture read it as
+    a fourth step. Only the 3 iterations that trained are ``step N`` ranges now."""
+    write_idx(tmp_path / "train-images-idx3-ubyte",
+              np.random.default_rng(1).integers(0, 256, (150, 28, 28)))
+    write_idx(tmp_path / "train-labels-idx1-ubyte", np.arange(150) % 10)
+    config = TrainConfig(steps=5, data_dir=str(tmp_path), width=0.25, profiler="nsys",
+                         knobs={"num_workers": 0})
+    config.save(tmp_path / "config.json")
+    capture = tmp_path / "capture"
+    subprocess.run([nsys_available, "profile", *nsys_options(on_gpu=False),
+                    "--force-overwrite=true", "-o", str(capture), sys.executable, "-m",
+                    "profreport.runner.train", "--config", str(tmp_path / "config.json"),
+                    "--result", str(tmp_path / "result.json")],
+                   check=True, capture_output=True, timeout=300)
+    assert json.loads((tmp_path / "result.json").read_text())["steps"] == 3
+    profile = parse_file(capture.with_suffix(".nsys-rep"),
+                         ParseOptions(cache_dir=tmp_path / "cache"))
+    assert profile.table("steps")["number"].tolist() == [0, 1, 2]
+    assert len(profile.table("dataloader")) == 3
 
 
 def test_damaged_idx_file_is_an_input_error(tmp_path: Path) -> None:
