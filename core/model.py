@@ -401,8 +401,9 @@ class TrainingLoop:
     wait_lineno: int | None
     wait_ns: int
     #: ``source`` (the line shown iterates over a DataLoader, or counts passes: over ``range()``
-    #: or a literal, or a ``while`` whose test calls nothing) or ``hit counts`` (no source
-    #: shown, or a line shown that names no DataLoader).
+    #: or a literal, or a ``while`` whose test calls nothing), ``name`` (as ``source``, but only
+    #: a name says the DataLoader is one: no assignment shown tells, pysource.named_only) or
+    #: ``hit counts`` (no source shown, or a line shown that names no DataLoader).
     evidence: str = "hit counts"
     #: Whether the loop is taken for the DataLoader loop.
     dataloader: bool = False
@@ -425,6 +426,9 @@ class TrainingLoop:
     fetch_lineno: int | None = None
     fetch_from: str | None = None
     fetch_origin: str | None = None
+    #: With ``name`` evidence: what the header iterates over, or the iterator fetched from,
+    #: whose name alone says it holds a DataLoader (``train_loader``, a parameter).
+    named_by: str | None = None
 
 
 @dataclass

@@ -9,6 +9,7 @@ line waits for the GPU.
 from __future__ import annotations
 
 import ast
+import builtins
 import re
 from collections.abc import Callable
 
@@ -289,6 +290,7 @@ class SourceScopes:
         self._outer: dict[int, int | None] = {0: None}  # scope -> the scope around it
         self._classes: set[int] = set()
         self._bound: dict[int, dict[str, list[tuple[int, _Span]]]] = {}
+        self._parameters: dict[int, set[str]] = {}  # a function's scope -> its parameters
         #: Each ``DataLoader(...)`` call of the file: its line and loader_call_knobs, by line.
         self.loader_calls: list[tuple[int, dict[str, object]]] = []
         #: The header of each loop written over several lines (by its first line) as one
@@ -316,6 +318,8 @@ class SourceScopes:
                 self._outer[inner] = scope
                 if isinstance(node, ast.ClassDef):
                     self._classes.add(inner)
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+                    self._parameters[inner] = _parameters(node.args)
                 if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                     self._functions[min([node.lineno, *(d.lineno
                                                         for d in node.decorator_list)])] = inner
@@ -330,11 +334,14 @@ class SourceScopes:
         """What the source gives ``name`` at line ``lineno`` of the function whose definition
         starts at ``first_lineno``: the function's last assignment to it before that line, else
         the enclosing scopes' (enclosing_assignment); None when none does, or the source does
-        not parse or defines no function there."""
+        not parse or defines no function there, or ``name`` is a parameter of it (what the
+        caller passes is not shown here)."""
         function = self._functions.get(first_lineno)
         if function is None:
             return None
         span = self._last_before(function, lineno, name)
+        if span is None and name in self._parameters.get(function, ()):
+            return None
         return self._text(span) if span else self.enclosing_assignment(first_lineno, name)
 
     def module_assigned(self, lineno: int, name: str) -> str | None:
@@ -354,13 +361,16 @@ class SourceScopes:
         (its decorator's line, as line_profiler records it) assign to ``name``: its enclosing
         functions', innermost first, then the module's, the last assignment of the nearest
         scope (``dl = DataLoader(ds)`` in ``main()`` around a nested ``run()``); None when
-        none does or the source does not parse."""
+        none does, an enclosing function takes it as a parameter first, or the source does not
+        parse."""
         function = self._functions.get(first_lineno)
         scope = self._outer[function] if function is not None else None
         while scope is not None:
             spans = [] if scope in self._classes else self._bound.get(scope, {}).get(name, [])
             if spans:  # a class body is no scope of its methods
                 return self._text(spans[-1][1])
+            if name in self._parameters.get(scope, ()):
+                return None
             scope = self._outer[scope]
         return None
 
@@ -373,6 +383,13 @@ class SourceScopes:
         lines[0] = lines[0][column:]
         tree = _parsed(b"\n".join(lines).decode(errors="replace"), mode="eval")
         return _written(tree.body) if isinstance(tree, ast.Expression) else None
+
+
+def _parameters(arguments: ast.arguments) -> set[str]:
+    """The names a function's parameters bind (``*args`` and ``**kwargs`` too)."""
+    every = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs,
+             *(arg for arg in (arguments.vararg, arguments.kwarg) if arg is not None)]
+    return {arg.arg for arg in every}
 
 
 def loop_header(node: ast.AST) -> str | None:
@@ -416,6 +433,13 @@ def iterates_dataloader(loop: ast.For | ast.AsyncFor, assigned: Callable[[str], 
     return iterable is not None and dataloader_origin(iterable, assigned)[1] is True
 
 
+def loop_iterable(source: str | None) -> str | None:
+    """What a ``for`` line iterates over, as written (``enumerate(train_loader)``); None for
+    another line."""
+    node = _statement(source) if source else None
+    return _written(node.iter) if isinstance(node, ast.For | ast.AsyncFor) else None
+
+
 def is_dataloader_loop_line(source: str | None, assigned: Callable[[str], str | None]
                             ) -> bool:
     """Whether a source line is a ``for`` over a DataLoader (iterates_dataloader)."""
@@ -447,44 +471,108 @@ def _evidence(node: ast.expr) -> bool | None:
 def dataloader_origin(expression: str, assigned: Callable[[str], str | None]
                       ) -> tuple[str | None, bool | None]:
     """What an iterable or iterator expression holds as the source shows it, and whether that
-    is a DataLoader or an iterator of one (loader_evidence).
+    is a DataLoader or an iterator of one.
 
-    The expression itself when its syntax tells (``iter(train_loader)``,
-    ``model.parameters()``); else what ``assigned`` gives the name it iterates over (its last
-    assignment before the line), followed one assignment further when that too only names
-    another: ``iter(dl), dl = DataLoader(ds)`` for ``it`` after ``dl = DataLoader(ds)``, ``it =
-    iter(dl)``. A _TOGETHER call's arguments are each followed so (_together_origin):
+    What ``assigned`` gives the name it iterates over (its last assignment before the line)
+    wins over what the name says (``train_loader = open(path)`` holds no DataLoader), followed
+    while it only names another (_FOLLOWED): ``iter(dl), dl = DataLoader(ds)`` for ``it`` after
+    ``dl = DataLoader(ds)``, ``it = iter(dl)``. The expression's own syntax tells where no
+    assignment is shown (``iter(train_loader)`` of a parameter, ``model.parameters()``), or where
+    the one shown calls a function whose result the source does not show (``train_loader =
+    build_loader(cfg)``): then a name that says it holds a DataLoader is the evidence
+    (named_only). A _TOGETHER call's arguments are each followed so (_together_origin):
     ``zip(a, b), a = DataLoader(ds), b = DataLoader(aux)``, and the items of a starred one's
     list or tuple literal: ``zip(*loaders), loaders = [DataLoader(a), DataLoader(b)]``. The
-    verdict is None when the source
-    does not show it (a parameter, an attribute), and so is the origin when no assignment is
-    shown.
+    verdict is None when the source does not show it (a parameter, an attribute), and so is
+    the origin when no assignment is shown.
     """
-    if loader_evidence(expression) is None and _together_texts(expression, assigned)[0]:
+    if _together_texts(expression, assigned)[0]:
         return _together_origin(expression, assigned)
     origin, verdict = _name_origin(expression, assigned)
-    if verdict is None and origin is not None and _together_texts(origin, assigned)[0]:
+    if origin is not None and origin != expression and _together_texts(origin, assigned)[0]:
         return _together_origin(origin, assigned)
     return origin, verdict
+
+
+def named_only(expression: str, assigned: Callable[[str], str | None]) -> bool:
+    """Whether dataloader_origin takes ``expression`` for a DataLoader on a name alone: no
+    ``DataLoader(...)`` call is written in it nor in what ``assigned`` gives the names in it,
+    followed as far (``for x, y in train_loader:`` of a parameter, or after ``train_loader =
+    build_loader(cfg)``)."""
+    return dataloader_origin(expression, assigned)[1] is True \
+        and not _shows_loader_call(expression, assigned, _FOLLOWED)
+
+
+def _shows_loader_call(expression: str, assigned: Callable[[str], str | None], depth: int
+                       ) -> bool:
+    """Whether a ``DataLoader(...)`` call is written in ``expression``, or in what ``assigned``
+    gives a name in it, ``depth`` assignments deep."""
+    tree = _parsed(expression, mode="eval")
+    nodes = list(ast.walk(tree)) if tree is not None else []
+    if any(_is_loader_call(node) for node in nodes):
+        return True
+    values = {assigned(node.id) for node in nodes if isinstance(node, ast.Name)} if depth else ()
+    return any(_shows_loader_call(value, assigned, depth - 1) for value in values if value)
+
+
+#: Assignments followed at most from one expression (``a = b``, ``b = c``...): a name assigned
+#: an expression of itself (``a = zip(a, b)``, ``x = x[0]``) is not followed for ever.
+_FOLLOWED = 4
+#: Python's builtins: a call of one (``open(path)``, ``dict(workers=2)``) shows what it gives,
+#: never a DataLoader, where another function's result is not shown (see _told).
+_BUILTINS = frozenset(dir(builtins))
 
 
 def _name_origin(expression: str, assigned: Callable[[str], str | None]
                  ) -> tuple[str | None, bool | None]:
     """dataloader_origin, a _TOGETHER call's arguments left unfollowed (an argument assigned
-    a zip of itself, ``a = zip(a, b)``, would be followed for ever)."""
-    verdict = loader_evidence(expression)
-    name = iterated_name(expression)
-    if verdict is not None or name is None:
-        return (expression if verdict is not None else None), verdict
-    origin = assigned(name)
-    if origin is None:
+    a zip of itself, ``a = zip(a, b)``, would be followed for ever). A call whose result the
+    source does not show, and no name saying it holds a DataLoader, is none, as written."""
+    tree = _parsed(expression, mode="eval")
+    if not isinstance(tree, ast.Expression):
         return None, None
-    verdict = loader_evidence(origin)
-    inner = iterated_name(origin)
-    deeper = assigned(inner) if verdict is None and inner not in (None, name) else None
-    if deeper is None:
-        return origin, verdict
-    return f"{origin}, {inner} = {deeper}", loader_evidence(deeper)
+    shown, verdict, last = _followed(tree.body, assigned, _FOLLOWED)
+    if verdict is None and _evidence(last) is False:
+        verdict = False  # a call whose result the source does not show, and no name says
+    if not shown:
+        return (expression if verdict is not None else None), verdict
+    top = _iterated(tree.body)
+    texts = [f"{name} = {value}" for name, value in shown]
+    if isinstance(top, ast.Name) and shown[0][0] == top.id:
+        texts[0] = shown[0][1]
+    else:
+        texts.insert(0, expression)
+    return ", ".join(texts), verdict
+
+
+def _followed(node: ast.expr, assigned: Callable[[str], str | None], depth: int
+              ) -> tuple[list[tuple[str, str]], bool | None, ast.expr]:
+    """What an expression holds as the assignments ``assigned`` gives show it: the (name,
+    value) pairs followed, whether it is a DataLoader (None: not shown), and the expression
+    the last one gives. A name's assignment wins over its name; the name tells only where no
+    assignment is shown, or the one shown does not tell (_told)."""
+    node = _iterated(node)
+    name = node.id if isinstance(node, ast.Name) else None
+    value = assigned(name) if name is not None and depth > 0 else None
+    tree = _parsed(value, mode="eval") if value is not None else None
+    if name is None or not isinstance(tree, ast.Expression):
+        return [], _told(node), node
+    shown, verdict, last = _followed(tree.body, assigned, depth - 1)
+    if verdict is None and _names_a_loader(name):
+        verdict = True
+    return [(name, str(value)), *shown], verdict, last
+
+
+def _told(node: ast.expr) -> bool | None:
+    """loader_evidence of a parsed expression no assignment is followed from, but None for a
+    call whose result the source does not show (``build_loader(cfg)``, ``yaml.load(f)``: not
+    a DataLoader call, a _TOGETHER call nor a builtin's)."""
+    verdict = _evidence(node)
+    node = _iterated(node)
+    if verdict is False and isinstance(node, ast.Call) and not (
+            isinstance(node.func, ast.Name) and node.func.id in _BUILTINS):
+        return None
+    return verdict
 
 
 def _together_texts(expression: str, assigned: Callable[[str], str | None]
@@ -539,7 +627,7 @@ def _together_origin(expression: str, assigned: Callable[[str], str | None]
     shown = spread + [f"{text} = {origin}" for text, origin, _ in origins
                       if origin is not None and origin != text]
     if not shown:
-        return None, verdict
+        return (expression if verdict is not None else None), verdict
     return ", ".join([expression, *shown]), verdict
 
 

@@ -55,6 +55,8 @@ from profreport.pysource import (
     is_dataloader_loop_line,
     is_loop_line,
     is_sync_point_line,
+    loop_iterable,
+    named_only,
     opens_no_loop,
 )
 
@@ -547,8 +549,10 @@ def _counting_loop(frame: pd.DataFrame, header: int, loop: TrainingLoop,
                       fetch_from=iterator, fetch_origin=origin, confidence="medium")
     if not loader:
         return counted
+    named = named_only(iterator, partial(_assigned_origin, frame, header, scopes=scopes))
     return replace(counted, confidence="high", wait_lineno=int(row["lineno"]),
-                   wait_ns=int(row["time_ns"]))
+                   wait_ns=int(row["time_ns"]), evidence="name" if named else "source",
+                   named_by=iterator if named else None)
 
 
 def _batch_fetch(frame: pd.DataFrame, header: int, loop: TrainingLoop, scopes: _Scopes
@@ -611,7 +615,11 @@ def training_loop(frame: pd.DataFrame, scopes: _Scopes) -> TrainingLoop | None:
                          & (frame["lineno"] == loop.lineno)][0]
     row = frame.loc[header]
     if bool(row["is_dataloader_loop"]):
-        return replace(loop, evidence="source", dataloader=True, confidence="high")
+        iterable = loop_iterable(row["statement"])
+        named = iterable is not None and named_only(
+            iterable, partial(_assigned_origin, frame, header, scopes=scopes))
+        return replace(loop, evidence="name" if named else "source",
+                       named_by=iterable if named else None, dataloader=True, confidence="high")
     if counts_passes(row["statement"]):
         return _counting_loop(frame, header, loop, scopes)
     largest = loop.time_ns > loop.largest_body_line_ns

@@ -766,7 +766,7 @@ def test_the_dataloader_loop_the_source_shows_is_the_training_loop(tmp_path: Pat
     profile = lprof.parse(stats_file(tmp_path / "x.lprof", timings))
     loop = profile.meta.loop
     assert loop is not None and (loop.function, loop.lineno, loop.iterations) == ("train", 3, 5)
-    assert loop.dataloader and loop.evidence == "source"
+    assert loop.dataloader and loop.evidence == "name"  # a parameter: its name tells
 
 
 def test_a_busy_loop_body_from_line_profiler_alone_names_no_operators(tmp_path: Path) -> None:
@@ -879,7 +879,7 @@ def test_a_loop_whose_first_body_line_is_an_inner_loop_counts_its_own_passes(
         "total += part": 8_000})
     outer, inner = line_of(NESTED_SCRIPT, "for batch in"), line_of(NESTED_SCRIPT, "for part in")
     assert (lines[outer]["hits"], lines[inner]["hits"]) == (9, 32)
-    assert (loop.lineno, loop.evidence, loop.dataloader) == (outer, "source", True)
+    assert (loop.lineno, loop.evidence, loop.dataloader) == (outer, "name", True)
     assert (loop.hits, loop.iterations, loop.entries, loop.ended_by_break) == (9, 8, 1, False)
     assert (loop.time_ns, loop.body_ns) == (16_000_000, 12_000_000)
     steps = run.metrics.steps
@@ -1032,14 +1032,16 @@ def test_a_loop_over_range_waits_for_data_in_the_line_that_fetches(tmp_path: Pat
     assert (m.steps.count, m.steps.mean_ns) == (10, 5_000_000)  # 50 ms over 10 passes
     assert (loop.time_ns, loop.body_ns) == (20_000, 49_980_000)
     assert (loop.lineno, loop.iterations, loop.evidence, loop.counts_passes) == (
-        header, 10, "source", True)
+        header, 10, "name", True)
     assert (loop.dataloader, loop.confidence, loop.wait_lineno) == (True, "high", fetch)
     assert (loop.fetch_from, loop.fetch_origin) == ("it", "iter(train_loader)")
     assert m.loop_identification.reason == (
         f"counted.py:{header} only counts the passes (a header over range() or a literal, or "
         f"a while whose test calls nothing, fetches nothing); counted.py:{fetch} fetches each "
         "batch with next(it) from a "
-        "DataLoader, it = iter(train_loader): that line's time is the DataLoader wait")
+        "DataLoader, it = iter(train_loader) (only its name says it holds a DataLoader: no "
+        "line shown assigns it (a parameter, an attribute), or the one shown calls a function "
+        "whose result the source does not show): that line's time is the DataLoader wait")
 
 
 def test_a_loop_over_range_fetching_from_an_unseen_iterator_has_an_unknown_wait(
@@ -1124,14 +1126,16 @@ def test_a_loop_over_a_loader_inside_a_range_loop_is_unchanged(tmp_path: Path) -
     lines, loop, run = counted_run(tmp_path, EPOCH_SCRIPT, shown=True, times=BATCHES_TIMES)
     inner = line_of(EPOCH_SCRIPT, "for x, y in")
     assert (loop.lineno, loop.iterations, loop.entries) == (inner, 16, 2)
-    assert (loop.evidence, loop.counts_passes, loop.wait_lineno) == ("source", False, inner)
+    assert (loop.evidence, loop.counts_passes, loop.wait_lineno) == ("name", False, inner)
     assert [n for n, row in lines.items() if row["is_dataloader_loop"]] == [inner]
     assert (loop.time_ns, loop.body_ns) == (48_000_000, 16_000_000)
     # The header's 48 ms of the loop's 64 ms (BATCHES_TIMES): 0.75.
     assert run.metrics.dataloader_fraction == pytest.approx(0.75, rel=1e-9)
     assert run.metrics.loop_line.lineno == inner
-    assert run.metrics.loop_identification.reason == (
-        f"counted.py:{inner} iterates over a DataLoader")
+    assert run.metrics.loop_identification.reason == (  # train_loader: a parameter
+        f"counted.py:{inner} iterates over train_loader: only its name says it holds a "
+        "DataLoader: no line shown assigns it (a parameter, an attribute), or the one shown "
+        "calls a function whose result the source does not show")
 
 
 EPOCHS_AROUND_SCRIPT = BATCHES_CLASS + """
@@ -1329,7 +1333,7 @@ def test_a_loop_header_written_over_two_lines_is_read_whole(tmp_path: Path) -> N
     path, loop = profiled_beside(tmp_path / "wrapped.py", source, timings, "fit", 1)
     assert loop is not None
     assert (loop.lineno, loop.evidence, loop.iterations, loop.confidence) == (
-        2, "source", 64, "high")
+        2, "name", 64, "high")
     assert (loop.dataloader, loop.wait_ns) == (True, 60_000_000)
     line = by_line(lprof.parse(path))[2]
     assert line["is_dataloader_loop"] and line["source"].endswith("# the batches")
@@ -1715,3 +1719,30 @@ def test_a_for_loop_shown_keeps_its_compute_verdicts_confidence(tmp_path: Path) 
     assert (run.verdict, run.verdict_confidence) == ("compute-bound", "high")
     found = next(f for f in run.findings if f.id == "COMPUTE_BOUND")
     assert "less time than line" not in found.evidence[1].text
+
+
+def test_a_loop_over_a_name_is_a_dataloader_loop_by_its_assignment_first(
+        tmp_path: Path) -> None:
+    """``train_loader = open(path)`` then ``for line in train_loader:`` was a loop over a
+    DataLoader because of the name, its header's time the DataLoader wait. The assignment
+    shown wins now; a parameter's name still tells, and the report says it was the name."""
+    lines = [(2, 1, 10_000), (3, 21, 90_000_000), (4, 20, 10_000_000), (5, 1, 1_000)]
+    passed = ("def fit(model, train_loader):\n"
+              "    model.train()\n"
+              "    for x, y in train_loader:\n"
+              "        step(model, x, y)\n"
+              "    return 0\n")
+    opened = passed.replace("model, train_loader", "model, path").replace(
+        "model.train()", "train_loader = open(path)")
+    _, loop = profiled_beside(tmp_path / "opened.py", opened, lines, "fit", 1)
+    assert (loop.lineno, loop.evidence) == (3, "hit counts")
+    path, loop = profiled_beside(tmp_path / "passed.py", passed, lines, "fit", 1)
+    assert (loop.evidence, loop.named_by, loop.confidence) == ("name", "train_loader", "high")
+    found = analyze_paths_of(path).metrics.loop_identification
+    assert (found.evidence, found.reason) == (
+        "name", "passed.py:3 iterates over train_loader: only its name says it holds a "
+        "DataLoader: no line shown assigns it (a parameter, an attribute), or the one shown "
+        "calls a function whose result the source does not show")
+    built = passed.replace("    model.train()\n", "    train_loader = DataLoader(ds)\n")
+    _, loop = profiled_beside(tmp_path / "built.py", built, lines, "fit", 1)
+    assert (loop.evidence, loop.named_by) == ("source", None)

@@ -77,6 +77,12 @@ def lprof_breakdown(loop: TrainingLoop | None, steps: StepStats) -> Breakdown | 
                      measured=frozenset({"dataloader", "compute"}))
 
 
+#: Why a DataLoader found by its name alone is taken for one (pysource.named_only).
+NAMED_ONLY = ("only its name says it holds a DataLoader: no line shown assigns it (a parameter, "
+              "an attribute), or the one shown calls a function whose result the source does "
+              "not show")
+
+
 def loop_identification(loop: TrainingLoop | None) -> LoopIdentification | None:
     """How the parser found the DataLoader loop (``Profile.meta.loop`` of an lprof), or None
     when it found none or did not take the loop for the DataLoader's."""
@@ -87,6 +93,9 @@ def loop_identification(loop: TrainingLoop | None) -> LoopIdentification | None:
         return _counting_identification(loop, where)
     if loop.evidence == "source":
         return LoopIdentification("source", "high", f"{where} iterates over a DataLoader")
+    if loop.evidence == "name":
+        return LoopIdentification("name", loop.confidence,
+                                  f"{where} iterates over {loop.named_by}: {NAMED_ONLY}")
     exit_by = "left by break" if loop.ended_by_break else "one more hit per entry"
     signs = [f"a loop header ({loop.hits:,} hits for {loop.iterations:,} iterations of "
              f"its body, {exit_by})"]
@@ -126,9 +135,10 @@ def _counting_identification(loop: TrainingLoop, where: str) -> LoopIdentificati
     if loop.wait_lineno is not None:
         origin = ("" if loop.fetch_origin == loop.fetch_from
                   else f", {loop.fetch_from} = {loop.fetch_origin}")
-        return LoopIdentification("source", loop.confidence,
-                                  f"{counts}; {fetch} from a DataLoader{origin}: that line's "
-                                  "time is the DataLoader wait")
+        named = f" ({NAMED_ONLY})" if loop.evidence == "name" else ""
+        return LoopIdentification("name" if named else "source", loop.confidence,
+                                  f"{counts}; {fetch} from a DataLoader{origin}{named}: that "
+                                  "line's time is the DataLoader wait")
     shown = (f"no line shown before the loop says what {loop.fetch_from} iterates over"
              if loop.fetch_origin is None
              else f"{loop.fetch_from} = {loop.fetch_origin} names no DataLoader")

@@ -622,11 +622,12 @@ class SharedCpu:
 @dataclass
 class LoopIdentification:
     """How line_profiler's DataLoader loop line was found: from its source text (a ``for`` over a
-    DataLoader, or over range() with a body line fetching the batch), or, when the source is not
+    DataLoader, or over range() with a body line fetching the batch; ``name`` when only a name
+    there says it holds a DataLoader, no assignment shown telling), or, when the source is not
     shown or names no DataLoader, from hit counts alone (a loop header is hit once more per call
     than its body) and how sure that is."""
 
-    evidence: Literal["source", "hit counts"]
+    evidence: Literal["source", "name", "hit counts"]
     #: ``high`` from the source; ``medium``/``low``/``none`` from hit counts (parsers.lprof).
     confidence: str
     #: Why it was taken for the DataLoader loop, for the evidence of a finding.

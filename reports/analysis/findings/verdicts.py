@@ -306,10 +306,10 @@ def decided_by_loop_line(m: RunMetrics, name: Verdict) -> bool:
 
 
 def loop_evidence(m: RunMetrics) -> list[Evidence]:
-    """How line_profiler's DataLoader line was found, when hit counts alone found it and its
-    share is among the run's."""
+    """How line_profiler's DataLoader line was found, when hit counts or a name alone found it
+    and its share is among the run's."""
     found = m.loop_identification
-    if found is None or found.evidence != "hit counts" \
+    if found is None or found.evidence == "source" \
             or "lprof" not in m.dataloader_fraction_by_origin:
         return []
     return [Evidence(found.reason, "lprof")]
