@@ -124,22 +124,61 @@ def fetched_iterator(source: str | None) -> str | None:
     return None
 
 
-def _bindings(node: ast.AST) -> list[tuple[ast.expr, ast.expr]]:
-    """The (target, value) pairs a node binds: ``dl = DataLoader(ds)``, annotated
-    ``dl: DataLoader = DataLoader(ds)`` or ``(dl := DataLoader(ds))``; none for another node."""
+#: How a ``for`` statement's target is written as an expression of what it iterates over: an
+#: item of it (``for dl in loaders:``, ``dl`` is ``next(iter(loaders))``), or a value of a
+#: dict's ``items()`` (``for name, dl in loaders.items():``). An assignment is the value itself.
+_ITEM, _VALUE, _ITSELF = "next(iter({}))", "next(iter({}.values()))", "{}"
+
+
+def _bindings(node: ast.AST) -> list[tuple[ast.expr, ast.expr | None, str]]:
+    """The (target, value, form) triples a node binds, ``form`` writing the value bound from
+    the one written: ``dl = DataLoader(ds)``, annotated ``dl: DataLoader = DataLoader(ds)`` or
+    ``(dl := DataLoader(ds))`` the value itself, a ``for`` target an item of what it iterates
+    over (_loop_bindings); none for another node."""
     if isinstance(node, ast.Assign):
-        return [(target, node.value) for target in node.targets]
+        return [(target, node.value, _ITSELF) for target in node.targets]
     if isinstance(node, ast.AnnAssign | ast.NamedExpr) and node.value is not None:
-        return [(node.target, node.value)]
+        return [(node.target, node.value, _ITSELF)]
+    if isinstance(node, ast.For | ast.AsyncFor):
+        return _loop_bindings(node.target, node.iter)
     return []
+
+
+def _loop_bindings(target: ast.expr, iterable: ast.expr
+                   ) -> list[tuple[ast.expr, ast.expr | None, str]]:
+    """What a ``for`` target binds: an item of what it iterates over (``for dl in loaders:``),
+    of ``enumerate``'s argument (``for i, dl in enumerate(loaders):``), of each of ``zip``'s,
+    or a value of a dict's ``items()``; each other name it binds (``x`` and ``y`` of ``for x, y
+    in dl:``) is bound to what the source does not show (value None)."""
+    pairs: list[tuple[ast.expr, ast.expr]] = []
+    elements = target.elts if isinstance(target, ast.Tuple) else []
+    call = iterable if isinstance(iterable, ast.Call) and not any(
+        isinstance(arg, ast.Starred) for arg in iterable.args) else None
+    called = _name_of(call.func) if call is not None else None
+    if isinstance(target, ast.Name):
+        return [(target, iterable, _ITEM)]
+    if call is not None and called == "enumerate" and len(elements) == 2 and call.args:
+        pairs = [(elements[1], call.args[0])]
+    elif call is not None and called == "zip" and len(elements) == len(call.args):
+        pairs = list(zip(elements, call.args, strict=True))
+    elif call is not None and called == "items" and len(elements) == 2 and not call.args \
+            and isinstance(call.func, ast.Attribute):
+        return [(elements[0], None, _ITEM), (elements[1], call.func.value, _VALUE)]
+    bound = [(name, value, _ITEM) for name, value in pairs if isinstance(name, ast.Name)]
+    shown = {id(name) for name, _, _ in bound}
+    return bound + [(name, None, _ITEM) for name in ast.walk(target)
+                    if isinstance(name, ast.Name) and id(name) not in shown]
 
 
 def assigned_value(source: str | None, target: str) -> str | None:
     """The expression a source line assigns to ``target`` (``it = iter(train_loader)``), as
-    written; None when it assigns nothing to it."""
+    written; None when it assigns nothing to it, or binds it to what it does not show."""
     node = _statement(source) if source else None
-    return next((_written(value) for bound, value in _bindings(node) if _written(bound) == target),
-                None) if node is not None else None
+    for bound, value, form in _bindings(node) if node is not None else ():
+        written = _written(value) if value is not None else None
+        if _written(bound) == target:
+            return form.format(written) if written is not None else None
+    return None
 
 
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
@@ -277,6 +316,17 @@ def loader_call_knobs(call: ast.Call) -> dict[str, object]:
 #: Where an expression is written in a source: its first line, column (in UTF-8 bytes, as
 #: the ast records it), last line and end column.
 _Span = tuple[int, int, int, int]
+#: Where the value a name is bound to is written (None: not shown), and the _bindings form
+#: that makes the bound value of it.
+_Binding = tuple[_Span | None, str]
+
+
+def _span(node: ast.expr | None) -> _Span | None:
+    """Where an expression is written in its source; None for no expression."""
+    if node is None:
+        return None
+    return (node.lineno, node.col_offset, node.end_lineno or node.lineno,
+            node.end_col_offset or node.col_offset)
 
 
 class SourceScopes:
@@ -289,7 +339,7 @@ class SourceScopes:
         self._functions: dict[int, int] = {}  # a function's first line -> its scope
         self._outer: dict[int, int | None] = {0: None}  # scope -> the scope around it
         self._classes: set[int] = set()
-        self._bound: dict[int, dict[str, list[tuple[int, _Span]]]] = {}
+        self._bound: dict[int, dict[str, list[tuple[int, _Binding]]]] = {}
         self._parameters: dict[int, set[str]] = {}  # a function's scope -> its parameters
         #: Each ``DataLoader(...)`` call of the file: its line and loader_call_knobs, by line.
         self.loader_calls: list[tuple[int, dict[str, object]]] = []
@@ -302,12 +352,10 @@ class SourceScopes:
         todo = [(child, 0) for child in ast.iter_child_nodes(tree)] if tree is not None else []
         while todo:
             node, scope = todo.pop()
-            for target, value in _bindings(node):
+            for target, value, form in _bindings(node):
                 if isinstance(target, ast.Name):
                     self._bound.setdefault(scope, {}).setdefault(target.id, []).append(
-                        (node.lineno, (value.lineno, value.col_offset,
-                                       value.end_lineno or value.lineno,
-                                       value.end_col_offset or value.col_offset)))
+                        (node.lineno, (_span(value), form)))
             if _is_loader_call(node):
                 self.loader_calls.append((node.lineno, loader_call_knobs(node)))  # type: ignore[arg-type]
             header = loop_header(node)
@@ -339,20 +387,20 @@ class SourceScopes:
         function = self._functions.get(first_lineno)
         if function is None:
             return None
-        span = self._last_before(function, lineno, name)
-        if span is None and name in self._parameters.get(function, ()):
+        bound = self._last_before(function, lineno, name)
+        if bound is None and name in self._parameters.get(function, ()):
             return None
-        return self._text(span) if span else self.enclosing_assignment(first_lineno, name)
+        return self._text(bound) if bound else self.enclosing_assignment(first_lineno, name)
 
     def module_assigned(self, lineno: int, name: str) -> str | None:
         """What the module's own code last assigns to ``name`` before line ``lineno``; None
         when none does or the source does not parse."""
-        span = self._last_before(0, lineno, name)
-        return self._text(span) if span else None
+        bound = self._last_before(0, lineno, name)
+        return self._text(bound) if bound else None
 
-    def _last_before(self, scope: int, lineno: int, name: str) -> _Span | None:
-        """Where ``scope`` last assigns ``name`` on a line before ``lineno``; None if nowhere."""
-        before = [span for line, span in self._bound.get(scope, {}).get(name, [])
+    def _last_before(self, scope: int, lineno: int, name: str) -> _Binding | None:
+        """Where ``scope`` last binds ``name`` on a line before ``lineno``; None if nowhere."""
+        before = [bound for line, bound in self._bound.get(scope, {}).get(name, [])
                   if line < lineno]
         return before[-1] if before else None
 
@@ -374,15 +422,19 @@ class SourceScopes:
             scope = self._outer[scope]
         return None
 
-    def _text(self, span: _Span) -> str | None:
-        """The expression written at ``span``, as ast.unparse writes it; None when it does not
-        parse alone."""
+    def _text(self, bound: _Binding) -> str | None:
+        """The value a binding gives, the expression written at its span put in its form, as
+        ast.unparse writes it; None when it does not parse alone or is not shown."""
+        span, form = bound
+        if span is None:
+            return None
         first, column, last, end = span
         lines = [line.encode() for line in self._source[first - 1:last]]
         lines[-1] = lines[-1][:end]
         lines[0] = lines[0][column:]
         tree = _parsed(b"\n".join(lines).decode(errors="replace"), mode="eval")
-        return _written(tree.body) if isinstance(tree, ast.Expression) else None
+        written = _written(tree.body) if isinstance(tree, ast.Expression) else None
+        return form.format(written) if written is not None else None
 
 
 def _parameters(arguments: ast.arguments) -> set[str]:
@@ -531,8 +583,8 @@ def _name_origin(expression: str, assigned: Callable[[str], str | None]
     tree = _parsed(expression, mode="eval")
     if not isinstance(tree, ast.Expression):
         return None, None
-    shown, verdict, last = _followed(tree.body, assigned, _FOLLOWED)
-    if verdict is None and _evidence(last) is False:
+    shown, verdict, called = _followed(tree.body, assigned, _FOLLOWED)
+    if verdict is None and called:
         verdict = False  # a call whose result the source does not show, and no name says
     if not shown:
         return (expression if verdict is not None else None), verdict
@@ -546,21 +598,114 @@ def _name_origin(expression: str, assigned: Callable[[str], str | None]
 
 
 def _followed(node: ast.expr, assigned: Callable[[str], str | None], depth: int
-              ) -> tuple[list[tuple[str, str]], bool | None, ast.expr]:
+              ) -> tuple[list[tuple[str, str]], bool | None, bool]:
     """What an expression holds as the assignments ``assigned`` gives show it: the (name,
-    value) pairs followed, whether it is a DataLoader (None: not shown), and the expression
-    the last one gives. A name's assignment wins over its name; the name tells only where no
-    assignment is shown, or the one shown does not tell (_told)."""
+    value) pairs followed, whether it is a DataLoader (None: not shown), and whether that is
+    unknown because the last value is a call whose result the source does not show (_told). A
+    name's assignment wins over its name; the name tells only where no assignment is shown,
+    or the one shown does not tell."""
     node = _iterated(node)
+    item = _item_of(node)
+    if item is not None:
+        return _item(*item, assigned, depth)
     name = node.id if isinstance(node, ast.Name) else None
     value = assigned(name) if name is not None and depth > 0 else None
     tree = _parsed(value, mode="eval") if value is not None else None
     if name is None or not isinstance(tree, ast.Expression):
-        return [], _told(node), node
-    shown, verdict, last = _followed(tree.body, assigned, depth - 1)
+        told = _told(node)
+        return [], told, told is None and _evidence(node) is False
+    shown, verdict, called = _followed(tree.body, assigned, depth - 1)
     if verdict is None and _names_a_loader(name):
         verdict = True
-    return [(name, str(value)), *shown], verdict, last
+    return [(name, str(value)), *shown], verdict, called
+
+
+#: What an item of a collection is taken from: the one a subscript names (its key or index,
+#: ``loaders[0]``, ``loaders["train"]``), or any it yields when iterated (_ITERATED: a dict's
+#: keys) or any of its values (_VALUES: ``loaders.values()``, or a subscript not written as a
+#: literal).
+_ITERATED, _VALUES = "iterated", "values"
+_Key = ast.expr | str
+
+
+def _item_of(node: ast.expr) -> tuple[ast.expr, _Key] | None:
+    """The collection and key an expression takes an item of: ``loaders`` and ``0`` of
+    ``loaders[0]``, ``loaders`` iterated of ``next(iter(loaders))`` (a ``for`` target, see
+    _bindings), values of ``loaders.values()``; None for another expression."""
+    if isinstance(node, ast.Subscript):
+        return node.value, node.slice
+    if isinstance(node, ast.Call) and _name_of(node.func) == "next" and node.args \
+            and isinstance(node.func, ast.Name):
+        collection = node.args[0]
+        if isinstance(collection, ast.Call) and _name_of(collection.func) == "iter" \
+                and len(collection.args) == 1:
+            collection = collection.args[0]
+        if isinstance(collection, ast.Call) and isinstance(collection.func, ast.Attribute) \
+                and collection.func.attr == "values" and not collection.args:
+            return collection.func.value, _VALUES
+        return collection, _ITERATED
+    return None
+
+
+def _item(collection: ast.expr, key: _Key, assigned: Callable[[str], str | None], depth: int
+          ) -> tuple[list[tuple[str, str]], bool | None, bool]:
+    """_followed of an item of ``collection`` (_item_of): the items of the list, tuple, set or
+    dict literal or comprehension that a name was assigned (``loaders = [DataLoader(ds,
+    batch_size=8) for ds in sets]``, then ``loaders[0]``, or ``for dl in loaders:``), the one
+    a literal key or index names, else all alike (a DataLoader when every one is, none when
+    every one is shown to be something else, else unknown). An item of a DataLoader is a
+    batch, none; of a name no line shown assigns, a DataLoader when the name's plural says
+    so (``val_loaders[0]``), none when the name says it is one (a batch)."""
+    if isinstance(collection, ast.Name):
+        value = assigned(collection.id) if depth > 0 else None
+        tree = _parsed(value, mode="eval") if value is not None else None
+        if isinstance(tree, ast.Expression):
+            shown, verdict, called = _item(tree.body, key, assigned, depth - 1)
+            return [(collection.id, str(value)), *shown], verdict, called
+        named = True if _names_a_loader(collection.id, many=True) else None
+        return [], False if _names_a_loader(collection.id) else named, False
+    elements, local = _elements(collection, key)
+    if elements is None:
+        verdict = _followed(collection, assigned, depth - 1)[1] if depth > 0 else None
+        return [], False if verdict is True else None, False  # a DataLoader's item: a batch
+
+    def inside(name: str) -> str | None:
+        """What ``assigned`` gives a name the collection's comprehension does not bind."""
+        return None if name in local else assigned(name)
+
+    followed = [_followed(element, inside, depth - 1) for element in elements]
+    verdicts = {verdict for _, verdict, _ in followed}
+    shown = [pair for pairs, _, _ in followed for pair in pairs]
+    verdict = verdicts.pop() if len(verdicts) == 1 else None
+    return list(dict.fromkeys(shown)), verdict, len(followed) == 1 and followed[0][2]
+
+
+def _elements(collection: ast.expr, key: _Key) -> tuple[list[ast.expr] | None, set[str]]:
+    """The expressions an item of a literal or comprehension ``collection`` may be at ``key``
+    (_item_of), and the names its comprehension binds (its element's own, not the scope's);
+    None for another collection (a call, a name)."""
+    if isinstance(collection, ast.List | ast.Tuple | ast.Set):
+        items = list(collection.elts)
+        if any(isinstance(item, ast.Starred) for item in items):
+            return None, set()
+        index = key.value if isinstance(key, ast.Constant) else None
+        if isinstance(index, int) and not isinstance(index, bool):
+            return (items[index:][:1] if -len(items) <= index < len(items) else []), set()
+        return items, set()
+    if isinstance(collection, ast.Dict):
+        if key == _ITERATED:
+            return [k for k in collection.keys if k is not None], set()
+        literal = key.value if isinstance(key, ast.Constant) else _VALUES
+        named = [value for k, value in zip(collection.keys, collection.values, strict=True)
+                 if isinstance(k, ast.Constant) and k.value == literal]
+        return named or (list(collection.values) if literal == _VALUES else []), set()
+    if isinstance(collection, ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp):
+        local = {name.id for generator in collection.generators
+                 for name in ast.walk(generator.target) if isinstance(name, ast.Name)}
+        if isinstance(collection, ast.DictComp):
+            return [collection.key if key == _ITERATED else collection.value], local
+        return [collection.elt], local
+    return None, set()
 
 
 def _told(node: ast.expr) -> bool | None:
@@ -602,15 +747,20 @@ def _spread(node: ast.expr, assigned: Callable[[str], str | None]
             ) -> tuple[list[ast.expr], str] | None:
     """The items a starred _TOGETHER argument spreads into, and the assignment that shows
     them: of a name ``assigned`` gives a list or tuple literal without starred items,
-    ``loaders = [DataLoader(a), DataLoader(b)]``; None for another argument or value (a
-    comprehension, a call, a literal spreading another collection)."""
+    ``loaders = [DataLoader(a), DataLoader(b)]``, or a comprehension whose element is read
+    without the names it binds (``[DataLoader(ds) for ds in sets]``: its element stands for
+    every item); None for another argument or value (a call, a literal spreading another
+    collection)."""
     value = assigned(node.id) if isinstance(node, ast.Name) else None
     tree = _parsed(value, mode="eval") if value is not None else None
     literal = tree.body if isinstance(tree, ast.Expression) else None
-    if not isinstance(literal, ast.List | ast.Tuple) or \
-            any(isinstance(item, ast.Starred) for item in literal.elts):
-        return None
-    return literal.elts, f"{_written(node)} = {value}"
+    if isinstance(literal, ast.List | ast.Tuple | ast.ListComp | ast.GeneratorExp):
+        items, local = _elements(literal, _ITERATED)
+        reads_local = any(isinstance(name, ast.Name) and name.id in local
+                          for item in items or () for name in ast.walk(item))
+        if items is not None and (not reads_local or all(map(_is_loader_call, items))):
+            return items, f"{_written(node)} = {value}"
+    return None
 
 
 def _together_origin(expression: str, assigned: Callable[[str], str | None]

@@ -1746,3 +1746,21 @@ def test_a_loop_over_a_name_is_a_dataloader_loop_by_its_assignment_first(
     built = passed.replace("    model.train()\n", "    train_loader = DataLoader(ds)\n")
     _, loop = profiled_beside(tmp_path / "built.py", built, lines, "fit", 1)
     assert (loop.evidence, loop.named_by) == ("source", None)
+
+
+def test_a_loop_over_an_item_of_a_comprehension_of_dataloaders_is_the_dataloader_loop(
+        tmp_path: Path) -> None:
+    """kernprof of ``loaders = [DataLoader(ds, batch_size=64) for ds in sets]``, then ``for
+    dl in loaders: for x, y in dl:`` (2 loaders of 10 batches): the inner loop iterates over a
+    DataLoader, its header's time the wait. Neither the ``for`` target nor the comprehension
+    was followed, so hit counts alone found it (the line shown names no DataLoader)."""
+    source = ("def fit(model, sets):\n"
+              "    loaders = [DataLoader(ds, batch_size=64) for ds in sets]\n"
+              "    for dl in loaders:\n"
+              "        for x, y in dl:\n"
+              "            step(model, x, y)\n")
+    lines = [(2, 1, 50_000), (3, 3, 20_000), (4, 22, 160_000_000), (5, 20, 40_000_000)]
+    path, loop = profiled_beside(tmp_path / "each.py", source, lines, "fit", 1)
+    assert (loop.lineno, loop.iterations, loop.entries) == (4, 20, 2)
+    assert (loop.evidence, loop.confidence, loop.wait_ns) == ("source", "high", 160_000_000)
+    assert analyze_paths_of(path).metrics.dataloader_fraction == pytest.approx(0.8)

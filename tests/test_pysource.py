@@ -208,7 +208,9 @@ def test_a_starred_zip_argument_is_followed_to_the_literal_it_was_assigned() -> 
         "zip(*mixed), mixed = (src, torch.arange(3)), src = DataLoader(a)", True)
     assert pysource.dataloader_origin("zip(*pairs)", shown) == (
         "zip(*pairs), pairs = (torch.arange(3), torch.arange(3))", False)
-    # Not a literal of its items (a comprehension, a literal spreading another list), or not
-    # assigned: unknown.
-    for expression in ("zip(*made)", "zip(*more)", "zip(*batches)"):
+    # A comprehension of DataLoaders: each of its items is one.
+    assert pysource.dataloader_origin("zip(*made)", shown) == (
+        "zip(*made), made = [DataLoader(d) for d in sets]", True)
+    # A literal spreading another list, or not assigned: unknown.
+    for expression in ("zip(*more)", "zip(*batches)"):
         assert pysource.dataloader_origin(expression, shown) == (None, None)

@@ -49,3 +49,66 @@ def test_a_parameter_hides_what_an_enclosing_scope_assigns_the_same_name() -> No
     assert pysource.is_dataloader_loop_line(source[6], lambda name: scopes.assigned(4, 7, name))
     assert not pysource.is_dataloader_loop_line(source[4],
                                                 lambda name: scopes.assigned(4, 5, name))
+
+
+COMPREHENDED = """\
+import torch
+from torch.utils.data import DataLoader
+
+
+def fit(model, sets, splits):
+    loaders = [DataLoader(ds, batch_size=64, num_workers=4) for ds in sets]
+    by_split = {k: DataLoader(v, batch_size=64, num_workers=4) for k, v in splits.items()}
+    files = [open(a) for a in ("a.txt", "b.txt")]
+    for x, y in loaders[0]:
+        model(x)
+    for x, y in by_split["train"]:
+        model(x)
+    for dl in loaders:
+        for x, y in dl:
+            model(x)
+    for i, dl in enumerate(by_split.values()):
+        for x, y in dl:
+            model(x)
+    for name, dl in by_split.items():
+        for x, y in dl:
+            model(x)
+    for f in files:
+        for line in f:
+            model(line)
+    for batch in loaders[1]:
+        for sample in batch:
+            model(sample)
+"""
+
+
+def test_a_comprehension_of_dataloaders_is_followed_to_its_items() -> None:
+    """``loaders = [DataLoader(ds, batch_size=64) for ds in sets]`` then ``for x, y in
+    loaders[0]:``, ``by_split = {k: DataLoader(v) for k, v in splits.items()}`` then ``for x,
+    y in by_split["train"]:``, or ``for dl in loaders: for x, y in dl:``: each loop iterates
+    over a DataLoader, but a subscript was never followed, nor a ``for`` target, and a
+    comprehension never read, so none was a DataLoader loop (unknown); the item of a list of
+    files, or of a batch, stays none."""
+    source = COMPREHENDED.splitlines()
+    scopes = pysource.SourceScopes(source)
+
+    def loops(lineno: int) -> bool:
+        """Whether the line at ``lineno`` loops over a DataLoader, as the parser reads it."""
+        return pysource.is_dataloader_loop_line(
+            source[lineno - 1], lambda name: scopes.assigned(5, lineno, name))
+
+    assert [n for n in range(1, len(source) + 1) if loops(n)] == [9, 11, 14, 17, 20, 25]
+    assert [n for n in range(1, len(source) + 1) if pysource.is_loop_line(source[n - 1])] == [
+        9, 11, 13, 14, 16, 17, 19, 20, 22, 23, 25, 26]
+    assert scopes.assigned(5, 14, "dl") == "next(iter(loaders))"
+    assert scopes.assigned(5, 20, "dl") == "next(iter(by_split.values()))"
+    assert not pysource.named_only("dl", lambda name: scopes.assigned(5, 14, name))
+    # The knobs of DataLoader calls in comprehensions are read, as any call's.
+    assert scopes.loader_calls == [
+        (6, {"batch_size": 64, "num_workers": 4, "pin_memory": False}),
+        (7, {"batch_size": 64, "num_workers": 4, "pin_memory": False})]
+    # A key the dict literal does not hold, an index past the list: not shown.
+    shown = {"named": '{"train": DataLoader(a)}', "pair": "[DataLoader(a), DataLoader(b)]"}.get
+    assert pysource.dataloader_origin('named["test"]', shown)[1] is None
+    assert pysource.dataloader_origin("pair[-1]", shown)[1] is True
+    assert pysource.dataloader_origin("pair[2]", shown)[1] is None
