@@ -136,12 +136,30 @@ def _bindings(node: ast.AST) -> list[tuple[ast.expr, ast.expr | None, str]]:
     ``(dl := DataLoader(ds))`` the value itself, a ``for`` target an item of what it iterates
     over (_loop_bindings); none for another node."""
     if isinstance(node, ast.Assign):
-        return [(target, node.value, _ITSELF) for target in node.targets]
+        return [bound for target in node.targets for bound in _unpacked(target, node.value)]
     if isinstance(node, ast.AnnAssign | ast.NamedExpr) and node.value is not None:
         return [(node.target, node.value, _ITSELF)]
     if isinstance(node, ast.For | ast.AsyncFor):
         return _loop_bindings(node.target, node.iter)
     return []
+
+
+def _unpacked(target: ast.expr, value: ast.expr) -> list[tuple[ast.expr, ast.expr | None, str]]:
+    """What an assignment to ``target`` binds: the value itself to a name, and to each name of
+    a tuple or list target the value's item at its place (``train_loader, val_loader =
+    make_loaders(cfg)``: ``make_loaders(cfg)[0]``); the names of a starred or nested target
+    to what the source does not show."""
+    if not isinstance(target, ast.Tuple | ast.List):
+        return [(target, value, _ITSELF)]
+    starred = any(isinstance(element, ast.Starred) for element in target.elts)
+    bound: list[tuple[ast.expr, ast.expr | None, str]] = []
+    for place, element in enumerate(target.elts):
+        if isinstance(element, ast.Name) and not starred:
+            bound.append((element, value, f"({{}})[{place}]"))
+        else:
+            bound += [(name, None, _ITSELF) for name in ast.walk(element)
+                      if isinstance(name, ast.Name)]
+    return bound
 
 
 def _loop_bindings(target: ast.expr, iterable: ast.expr
@@ -177,8 +195,15 @@ def assigned_value(source: str | None, target: str) -> str | None:
     for bound, value, form in _bindings(node) if node is not None else ():
         written = _written(value) if value is not None else None
         if _written(bound) == target:
-            return form.format(written) if written is not None else None
+            return _formed(form, written)
     return None
+
+
+def _formed(form: str, written: str | None) -> str | None:
+    """The value a _bindings form makes of the expression written, as ast.unparse writes it
+    (``make_loaders(cfg)[0]``); None for no expression."""
+    tree = _parsed(form.format(written), mode="eval") if written is not None else None
+    return _written(tree.body) if isinstance(tree, ast.Expression) else None
 
 
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
@@ -341,6 +366,8 @@ class SourceScopes:
         self._classes: set[int] = set()
         self._bound: dict[int, dict[str, list[tuple[int, _Binding]]]] = {}
         self._parameters: dict[int, set[str]] = {}  # a function's scope -> its parameters
+        self._returns: dict[int, list[tuple[int, _Span]]] = {}  # scope -> what it returns
+        self._module_functions: dict[str, int] = {}  # a module function's name -> first line
         #: Each ``DataLoader(...)`` call of the file: its line and loader_call_knobs, by line.
         self.loader_calls: list[tuple[int, dict[str, object]]] = []
         #: The header of each loop written over several lines (by its first line) as one
@@ -356,6 +383,8 @@ class SourceScopes:
                 if isinstance(target, ast.Name):
                     self._bound.setdefault(scope, {}).setdefault(target.id, []).append(
                         (node.lineno, (_span(value), form)))
+            if isinstance(node, ast.Return) and node.value is not None:
+                self._returns.setdefault(scope, []).append((node.lineno, _span(node.value)))
             if _is_loader_call(node):
                 self.loader_calls.append((node.lineno, loader_call_knobs(node)))  # type: ignore[arg-type]
             header = loop_header(node)
@@ -369,8 +398,10 @@ class SourceScopes:
                 if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
                     self._parameters[inner] = _parameters(node.args)
                 if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                    self._functions[min([node.lineno, *(d.lineno
-                                                        for d in node.decorator_list)])] = inner
+                    first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                    self._functions[first] = inner
+                    if scope == 0:
+                        self._module_functions[node.name] = first
                 scope = inner
             todo += [(child, scope) for child in ast.iter_child_nodes(node)]
         self.loader_calls.sort(key=lambda call: call[0])
@@ -383,10 +414,13 @@ class SourceScopes:
         starts at ``first_lineno``: the function's last assignment to it before that line, else
         the enclosing scopes' (enclosing_assignment); None when none does, or the source does
         not parse or defines no function there, or ``name`` is a parameter of it (what the
-        caller passes is not shown here)."""
+        caller passes is not shown here). ``f()`` asks what the function ``f`` the module
+        defines returns (returned)."""
         function = self._functions.get(first_lineno)
         if function is None:
             return None
+        if name.endswith("()"):
+            return self.returned(name[:-2])
         bound = self._last_before(function, lineno, name)
         if bound is None and name in self._parameters.get(function, ()):
             return None
@@ -394,9 +428,51 @@ class SourceScopes:
 
     def module_assigned(self, lineno: int, name: str) -> str | None:
         """What the module's own code last assigns to ``name`` before line ``lineno``; None
-        when none does or the source does not parse."""
+        when none does or the source does not parse; ``f()``, as for assigned."""
+        if name.endswith("()"):
+            return self.returned(name[:-2])
         bound = self._last_before(0, lineno, name)
         return self._text(bound) if bound else None
+
+    def returned(self, function: str) -> str | None:
+        """What the function the module defines as ``function`` returns, its names read in its
+        own scope (``loader = DataLoader(ds)``, ``return loader``: ``DataLoader(ds)``); several
+        values written as alternatives (``a if ... else b``). None when it returns nothing,
+        or what a name it returns holds is not shown there (a parameter)."""
+        first = self._module_functions.get(function)
+        scope = self._functions[first] if first is not None else None
+        values = []
+        for line, span in self._returns.get(scope, []) if first is not None else []:
+            text = self._text((span, _ITSELF))
+            value = self._resolved(first, line, text) if text is not None else None
+            if value is None:
+                return None
+            values.append(value)
+        alternatives = " if ... else ".join(f"({value})" for value in dict.fromkeys(values))
+        tree = _parsed(alternatives, mode="eval") if values else None
+        return _written(tree.body) if isinstance(tree, ast.Expression) else None
+
+    def _resolved(self, first_lineno: int, lineno: int, text: str) -> str | None:
+        """``text``, returned at ``lineno`` of the function starting at ``first_lineno``, with
+        each name the function's scopes assign replaced by its value (_FOLLOWED times at most);
+        None when a name whose value would be followed (_reached) is not shown there."""
+        tree = _parsed(text, mode="eval")
+        node = tree.body if isinstance(tree, ast.Expression) else None
+        for _ in range(_FOLLOWED):
+            names = {name.id: self.assigned(first_lineno, lineno, name.id)
+                     for name in ast.walk(node) if isinstance(name, ast.Name)} if node else {}
+            values = {name: _parsed(value, mode="eval") for name, value in names.items() if value}
+            if node is None or not values:
+                break
+            try:
+                node = _Replaced(values).visit(node)
+            except _UNREADABLE_SYNTAX:  # nested deeper than the visit recurses
+                return None
+        function = self._functions[first_lineno]
+        local = self._parameters.get(function, set()) | set(self._bound.get(function, {}))
+        if node is None or any(name.id in local for name in _reached(node)):
+            return None
+        return _written(node)
 
     def _last_before(self, scope: int, lineno: int, name: str) -> _Binding | None:
         """Where ``scope`` last binds ``name`` on a line before ``lineno``; None if nowhere."""
@@ -433,8 +509,33 @@ class SourceScopes:
         lines[-1] = lines[-1][:end]
         lines[0] = lines[0][column:]
         tree = _parsed(b"\n".join(lines).decode(errors="replace"), mode="eval")
-        written = _written(tree.body) if isinstance(tree, ast.Expression) else None
-        return form.format(written) if written is not None else None
+        return _formed(form, _written(tree.body) if isinstance(tree, ast.Expression) else None)
+
+
+class _Replaced(ast.NodeTransformer):
+    """Each name of an expression replaced by the parsed value given for it."""
+
+    def __init__(self, values: dict[str, ast.AST | None]) -> None:
+        self.values = values
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:  # noqa: N802 (ast's spelling)
+        value = self.values.get(node.id)
+        return value.body if isinstance(value, ast.Expression) else node
+
+
+def _reached(node: ast.expr) -> list[ast.Name]:
+    """The names whose values reading an expression follows (_followed): the name it iterates
+    over, a tuple's or list's items', an alternative's (``a if c else b``)."""
+    node = _iterated(node)
+    if isinstance(node, ast.Name):
+        return [node]
+    if isinstance(node, ast.Tuple | ast.List):
+        return [name for element in node.elts for name in _reached(element)]
+    if isinstance(node, ast.IfExp):
+        return _reached(node.body) + _reached(node.orelse)
+    if isinstance(node, ast.Subscript):
+        return _reached(node.value)
+    return []
 
 
 def _parameters(arguments: ast.arguments) -> set[str]:
@@ -558,12 +659,13 @@ def named_only(expression: str, assigned: Callable[[str], str | None]) -> bool:
 def _shows_loader_call(expression: str, assigned: Callable[[str], str | None], depth: int
                        ) -> bool:
     """Whether a ``DataLoader(...)`` call is written in ``expression``, or in what ``assigned``
-    gives a name in it, ``depth`` assignments deep."""
+    gives a name or call in it (_given_name), ``depth`` assignments deep."""
     tree = _parsed(expression, mode="eval")
     nodes = list(ast.walk(tree)) if tree is not None else []
     if any(_is_loader_call(node) for node in nodes):
         return True
-    values = {assigned(node.id) for node in nodes if isinstance(node, ast.Name)} if depth else ()
+    given = {_given_name(node) for node in nodes if isinstance(node, ast.expr)} - {None}
+    values = {assigned(name) for name in given if name is not None} if depth else set()
     return any(_shows_loader_call(value, assigned, depth - 1) for value in values if value)
 
 
@@ -608,16 +710,33 @@ def _followed(node: ast.expr, assigned: Callable[[str], str | None], depth: int
     item = _item_of(node)
     if item is not None:
         return _item(*item, assigned, depth)
-    name = node.id if isinstance(node, ast.Name) else None
+    if isinstance(node, ast.IfExp) and depth > 0:  # alternatives: a DataLoader when both are
+        body, orelse = (_followed(part, assigned, depth - 1) for part in (node.body,
+                                                                          node.orelse))
+        return (list(dict.fromkeys(body[0] + orelse[0])),
+                body[1] if body[1] == orelse[1] else None, body[2] and orelse[2])
+    name = _given_name(node)
     value = assigned(name) if name is not None and depth > 0 else None
     tree = _parsed(value, mode="eval") if value is not None else None
     if name is None or not isinstance(tree, ast.Expression):
         told = _told(node)
         return [], told, told is None and _evidence(node) is False
     shown, verdict, called = _followed(tree.body, assigned, depth - 1)
-    if verdict is None and _names_a_loader(name):
+    if verdict is None and isinstance(node, ast.Name) and _names_a_loader(name):
         verdict = True
     return [(name, str(value)), *shown], verdict, called
+
+
+def _given_name(node: ast.expr) -> str | None:
+    """The name ``assigned`` is asked what a plain name or a call's result holds: ``dl`` of
+    ``dl``, ``make_loader()`` of ``make_loader(cfg)`` (a call of a function by its name, not
+    DataLoader nor a builtin: what the module's function of that name returns); None else."""
+    if isinstance(node, ast.Name):
+        return node.id
+    called = node.func if isinstance(node, ast.Call) else None
+    if isinstance(called, ast.Name) and called.id not in _BUILTINS and not _is_loader_call(node):
+        return f"{called.id}()"
+    return None
 
 
 #: What an item of a collection is taken from: the one a subscript names (its key or index,
@@ -656,12 +775,19 @@ def _item(collection: ast.expr, key: _Key, assigned: Callable[[str], str | None]
     every one is shown to be something else, else unknown). An item of a DataLoader is a
     batch, none; of a name no line shown assigns, a DataLoader when the name's plural says
     so (``val_loaders[0]``), none when the name says it is one (a batch)."""
-    if isinstance(collection, ast.Name):
-        value = assigned(collection.id) if depth > 0 else None
+    if isinstance(collection, ast.IfExp) and depth > 0:  # alternatives: alike, else unknown
+        body, orelse = (_item(part, key, assigned, depth - 1) for part in (collection.body,
+                                                                         collection.orelse))
+        return (list(dict.fromkeys(body[0] + orelse[0])),
+                body[1] if body[1] == orelse[1] else None, body[2] and orelse[2])
+    given = _given_name(collection)
+    if given is not None:
+        value = assigned(given) if depth > 0 else None
         tree = _parsed(value, mode="eval") if value is not None else None
         if isinstance(tree, ast.Expression):
             shown, verdict, called = _item(tree.body, key, assigned, depth - 1)
-            return [(collection.id, str(value)), *shown], verdict, called
+            return [(given, str(value)), *shown], verdict, called
+    if isinstance(collection, ast.Name):
         named = True if _names_a_loader(collection.id, many=True) else None
         return [], False if _names_a_loader(collection.id) else named, False
     elements, local = _elements(collection, key)

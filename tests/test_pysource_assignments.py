@@ -112,3 +112,72 @@ def test_a_comprehension_of_dataloaders_is_followed_to_its_items() -> None:
     assert pysource.dataloader_origin('named["test"]', shown)[1] is None
     assert pysource.dataloader_origin("pair[-1]", shown)[1] is True
     assert pysource.dataloader_origin("pair[2]", shown)[1] is None
+
+
+FACTORIES = """\
+from torch.utils.data import DataLoader
+
+
+def make_loaders(cfg):
+    train_set, val_set = build(cfg)
+    train = DataLoader(train_set, batch_size=cfg.bs, shuffle=True, num_workers=4)
+    val = DataLoader(val_set, batch_size=256)
+    return train, val
+
+
+def get_loader(split):
+    if split == "train":
+        return DataLoader(ds_train, batch_size=32, shuffle=True)
+    return DataLoader(ds_val, batch_size=32)
+
+
+def passthrough(loader):
+    return loader
+
+
+def opened(path):
+    return open(path)
+
+
+def main(cfg, files):
+    tl, vl = make_loaders(cfg)
+    for x, y in tl:
+        pass
+    dl = get_loader("train")
+    for x, y in dl:
+        pass
+    same = passthrough(files)
+    for x in same:
+        pass
+    train_loader = opened("a.txt")
+    for line in train_loader:
+        pass
+"""
+
+
+def test_a_loader_a_function_of_the_file_returns_is_followed_into_it() -> None:
+    """``tl, vl = make_loaders(cfg)`` or ``dl = get_loader("train")``, from functions the same
+    file defines that return DataLoaders, then ``for x, y in tl:``: the tuple target was not
+    bound and the call's result not read, so ``tl`` was unknown and ``dl`` no DataLoader (a
+    call), both loops left to hit counts; ``train_loader = opened(path)`` (returning a file)
+    was one by its name. What the function returns is read in its own scope; one returning
+    its parameter shows nothing."""
+    source = FACTORIES.splitlines()
+    scopes = pysource.SourceScopes(source)
+    main = source.index("def main(cfg, files):") + 1
+
+    def origin(lineno: int) -> tuple[str | None, bool | None]:
+        """dataloader_origin of what the loop at ``lineno`` iterates over."""
+        return pysource.dataloader_origin(pysource.loop_iterable(source[lineno - 1]) or "",
+                                          lambda name: scopes.assigned(main, lineno, name))
+
+    assert origin(main + 2) == (
+        "make_loaders(cfg)[0], make_loaders() = (DataLoader(build(cfg)[0], batch_size=cfg.bs, "
+        "shuffle=True, num_workers=4), DataLoader(build(cfg)[1], batch_size=256))", True)
+    assert origin(main + 5) == (
+        "get_loader('train'), get_loader() = DataLoader(ds_val, batch_size=32) if ... else "
+        "DataLoader(ds_train, batch_size=32, shuffle=True)", True)
+    assert origin(main + 8) == ("passthrough(files)", False)
+    assert origin(main + 11) == ("opened('a.txt'), opened() = open(path)", False)
+    assert not pysource.named_only("tl", lambda name: scopes.assigned(main, main + 2, name))
+    assert scopes.returned("passthrough") is None and scopes.returned("absent") is None
