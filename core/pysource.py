@@ -154,7 +154,7 @@ def _unpacked(target: ast.expr, value: ast.expr) -> list[tuple[ast.expr, ast.exp
     starred = any(isinstance(element, ast.Starred) for element in target.elts)
     bound: list[tuple[ast.expr, ast.expr | None, str]] = []
     for place, element in enumerate(target.elts):
-        if isinstance(element, ast.Name) and not starred:
+        if isinstance(element, ast.Name | ast.Attribute) and not starred:
             bound.append((element, value, f"({{}})[{place}]"))
         else:
             bound += [(name, None, _ITSELF) for name in ast.walk(element)
@@ -201,9 +201,15 @@ def assigned_value(source: str | None, target: str) -> str | None:
 
 def _formed(form: str, written: str | None) -> str | None:
     """The value a _bindings form makes of the expression written, as ast.unparse writes it
-    (``make_loaders(cfg)[0]``); None for no expression."""
+    (``make_loaders(cfg)[0]``; the item itself of a tuple or list literal, ``model`` of ``(model,
+    None)[0]``); None for no expression."""
     tree = _parsed(form.format(written), mode="eval") if written is not None else None
-    return _written(tree.body) if isinstance(tree, ast.Expression) else None
+    node = tree.body if isinstance(tree, ast.Expression) else None
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Tuple | ast.List):
+        items, _ = _elements(node.value, node.slice)
+        node = items[0] if items and len(items) == 1 and not isinstance(
+            node.slice, ast.Slice) else node
+    return _written(node) if node is not None else None
 
 
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
@@ -368,6 +374,11 @@ class SourceScopes:
         self._parameters: dict[int, set[str]] = {}  # a function's scope -> its parameters
         self._returns: dict[int, list[tuple[int, _Span]]] = {}  # scope -> what it returns
         self._module_functions: dict[str, int] = {}  # a module function's name -> first line
+        self._firsts: dict[int, int] = {}  # a function's scope -> its first line
+        self._receivers: dict[int, str] = {}  # a method's scope -> its first parameter (self)
+        #: A class's scope -> each attribute its methods assign on their receiver
+        #: (``self.train_dl = DataLoader(ds)``): the line, the binding, the method's scope.
+        self._attributes: dict[int, dict[str, list[tuple[int, _Binding, int]]]] = {}
         #: Each ``DataLoader(...)`` call of the file: its line and loader_call_knobs, by line.
         self.loader_calls: list[tuple[int, dict[str, object]]] = []
         #: The header of each loop written over several lines (by its first line) as one
@@ -383,6 +394,10 @@ class SourceScopes:
                 if isinstance(target, ast.Name):
                     self._bound.setdefault(scope, {}).setdefault(target.id, []).append(
                         (node.lineno, (_span(value), form)))
+                elif isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) \
+                        and self._receivers.get(scope) == target.value.id:
+                    self._attributes.setdefault(self._outer[scope] or 0, {}).setdefault(
+                        target.attr, []).append((node.lineno, (_span(value), form), scope))
             if isinstance(node, ast.Return) and node.value is not None:
                 self._returns.setdefault(scope, []).append((node.lineno, _span(node.value)))
             if _is_loader_call(node):
@@ -400,6 +415,10 @@ class SourceScopes:
                 if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                     first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
                     self._functions[first] = inner
+                    self._firsts[inner] = first
+                    arguments = [*node.args.posonlyargs, *node.args.args]
+                    if scope in self._classes and arguments:
+                        self._receivers[inner] = arguments[0].arg
                     if scope == 0:
                         self._module_functions[node.name] = first
                 scope = inner
@@ -421,6 +440,9 @@ class SourceScopes:
             return None
         if name.endswith("()"):
             return self.returned(name[:-2])
+        receiver, _, attribute = name.partition(".")
+        if attribute and self._receivers.get(function) == receiver:
+            return self.attribute(function, lineno, attribute)
         bound = self._last_before(function, lineno, name)
         if bound is None and name in self._parameters.get(function, ()):
             return None
@@ -440,16 +462,36 @@ class SourceScopes:
         values written as alternatives (``a if ... else b``). None when it returns nothing,
         or what a name it returns holds is not shown there (a parameter)."""
         first = self._module_functions.get(function)
-        scope = self._functions[first] if first is not None else None
-        values = []
-        for line, span in self._returns.get(scope, []) if first is not None else []:
-            text = self._text((span, _ITSELF))
-            value = self._resolved(first, line, text) if text is not None else None
+        scope = self._functions[first] if first is not None else -1
+        return self._alternatives([(line, (span, _ITSELF), scope)
+                                   for line, span in self._returns.get(scope, [])])
+
+    def attribute(self, method: int, lineno: int, attribute: str) -> str | None:
+        """What a method's receiver holds as ``attribute`` at ``lineno`` (``self.train_dl``): the
+        method's own last assignment to it before that line, else what the other methods of
+        its class assign it (``self.train_dl = DataLoader(ds)`` in ``__init__``), read in
+        their scopes, as alternatives; an assignment of None is left out (a loop over it would
+        raise). None when none does, or one assigns what its method does not show."""
+        assigned = self._attributes.get(self._outer[method] or 0, {}).get(attribute, [])
+        own = [bound for line, bound, scope in assigned if scope == method and line < lineno]
+        if own:
+            return self._text(own[-1])
+        return self._alternatives([(line, bound, scope) for line, bound, scope in assigned
+                                   if scope != method])
+
+    def _alternatives(self, values: list[tuple[int, _Binding, int]]) -> str | None:
+        """The values bound at (line, binding, function scope), each read in its function's
+        scope (_resolved), as one expression: ``a if ... else b`` when they differ; None
+        without one, when one is not shown, or when they are only None."""
+        written = []
+        for line, bound, scope in values:
+            text = self._text(bound)
+            value = self._resolved(self._firsts[scope], line, text) if text is not None else None
             if value is None:
                 return None
-            values.append(value)
-        alternatives = " if ... else ".join(f"({value})" for value in dict.fromkeys(values))
-        tree = _parsed(alternatives, mode="eval") if values else None
+            written.append(value)
+        alternatives = [f"({value})" for value in dict.fromkeys(written) if value != "None"]
+        tree = _parsed(" if ... else ".join(alternatives), mode="eval") if alternatives else None
         return _written(tree.body) if isinstance(tree, ast.Expression) else None
 
     def _resolved(self, first_lineno: int, lineno: int, text: str) -> str | None:
@@ -690,9 +732,8 @@ def _name_origin(expression: str, assigned: Callable[[str], str | None]
         verdict = False  # a call whose result the source does not show, and no name says
     if not shown:
         return (expression if verdict is not None else None), verdict
-    top = _iterated(tree.body)
     texts = [f"{name} = {value}" for name, value in shown]
-    if isinstance(top, ast.Name) and shown[0][0] == top.id:
+    if _given_name(_iterated(tree.body)) == shown[0][0] and not shown[0][0].endswith("()"):
         texts[0] = shown[0][1]
     else:
         texts.insert(0, expression)
@@ -722,17 +763,22 @@ def _followed(node: ast.expr, assigned: Callable[[str], str | None], depth: int
         told = _told(node)
         return [], told, told is None and _evidence(node) is False
     shown, verdict, called = _followed(tree.body, assigned, depth - 1)
-    if verdict is None and isinstance(node, ast.Name) and _names_a_loader(name):
+    if verdict is None and isinstance(node, ast.Name | ast.Attribute) \
+            and _names_a_loader(str(_name_of(node))):
         verdict = True
     return [(name, str(value)), *shown], verdict, called
 
 
 def _given_name(node: ast.expr) -> str | None:
-    """The name ``assigned`` is asked what a plain name or a call's result holds: ``dl`` of
-    ``dl``, ``make_loader()`` of ``make_loader(cfg)`` (a call of a function by its name, not
-    DataLoader nor a builtin: what the module's function of that name returns); None else."""
+    """The name ``assigned`` is asked what a plain name, an attribute or a call's result holds:
+    ``dl`` of ``dl``, ``self.train_dl`` of ``self.train_dl`` (what the class's methods assign
+    it, SourceScopes.attribute), ``make_loader()`` of ``make_loader(cfg)`` (a call of a
+    function by its name, not DataLoader nor a builtin: what the module's function of that
+    name returns); None else."""
     if isinstance(node, ast.Name):
         return node.id
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        return f"{node.value.id}.{node.attr}"
     called = node.func if isinstance(node, ast.Call) else None
     if isinstance(called, ast.Name) and called.id not in _BUILTINS and not _is_loader_call(node):
         return f"{called.id}()"

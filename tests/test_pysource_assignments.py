@@ -114,6 +114,14 @@ def test_a_comprehension_of_dataloaders_is_followed_to_its_items() -> None:
     assert pysource.dataloader_origin("pair[2]", shown)[1] is None
 
 
+def loop_origin(source: list[str], scopes: pysource.SourceScopes, first: int, lineno: int
+                ) -> tuple[str | None, bool | None]:
+    """dataloader_origin of what the loop at ``lineno`` of the function starting at ``first``
+    iterates over, as the .lprof parser reads it."""
+    return pysource.dataloader_origin(pysource.loop_iterable(source[lineno - 1]) or "",
+                                      lambda name: scopes.assigned(first, lineno, name))
+
+
 FACTORIES = """\
 from torch.utils.data import DataLoader
 
@@ -167,9 +175,8 @@ def test_a_loader_a_function_of_the_file_returns_is_followed_into_it() -> None:
     main = source.index("def main(cfg, files):") + 1
 
     def origin(lineno: int) -> tuple[str | None, bool | None]:
-        """dataloader_origin of what the loop at ``lineno`` iterates over."""
-        return pysource.dataloader_origin(pysource.loop_iterable(source[lineno - 1]) or "",
-                                          lambda name: scopes.assigned(main, lineno, name))
+        """dataloader_origin of the loop at ``lineno``."""
+        return loop_origin(source, scopes, main, lineno)
 
     assert origin(main + 2) == (
         "make_loaders(cfg)[0], make_loaders() = (DataLoader(build(cfg)[0], batch_size=cfg.bs, "
@@ -181,3 +188,51 @@ def test_a_loader_a_function_of_the_file_returns_is_followed_into_it() -> None:
     assert origin(main + 11) == ("opened('a.txt'), opened() = open(path)", False)
     assert not pysource.named_only("tl", lambda name: scopes.assigned(main, main + 2, name))
     assert scopes.returned("passthrough") is None and scopes.returned("absent") is None
+
+
+TRAINER = """\
+from torch.utils.data import DataLoader
+
+
+class Trainer:
+    def __init__(self, model, train_set, val_loader, cfg):
+        self.model = model
+        self.train_dl = DataLoader(train_set, batch_size=cfg.bs, num_workers=2)
+        self.val_loader = val_loader
+        self.test_loader = open(cfg.path)
+        self.extra = None
+
+    def setup(self):
+        self.extra = DataLoader(self.model.ds, batch_size=8)
+
+    def fit(self):
+        for x, y in self.train_dl:
+            self.model(x)
+        for x, y in self.val_loader:
+            self.model(x)
+        for line in self.test_loader:
+            pass
+        for x in self.extra:
+            pass
+"""
+
+
+def test_an_attribute_is_what_the_methods_of_its_class_assign_it() -> None:
+    """``self.train_dl = DataLoader(...)`` in ``__init__``, then ``for x, y in self.train_dl:``
+    in ``fit()``: the attribute was judged by its name alone (``train_dl`` says nothing:
+    unknown), and ``self.test_loader = open(path)`` was a DataLoader by its name. What the
+    class's methods assign the attribute is read in their scopes (a None placeholder left
+    out); one assigned a parameter (``self.val_loader = val_loader``) is left to its name."""
+    source = TRAINER.splitlines()
+    scopes = pysource.SourceScopes(source)
+    fit = source.index("    def fit(self):") + 1
+
+    def origin(lineno: int) -> tuple[str | None, bool | None]:
+        """dataloader_origin of the loop at ``lineno``."""
+        return loop_origin(source, scopes, fit, lineno)
+
+    assert origin(fit + 1) == ("DataLoader(train_set, batch_size=cfg.bs, num_workers=2)", True)
+    assert origin(fit + 3) == ("self.val_loader", True)
+    assert pysource.named_only("self.val_loader", lambda name: scopes.assigned(fit, 18, name))
+    assert origin(fit + 5) == ("open(cfg.path)", False)
+    assert origin(fit + 7) == ("DataLoader(self.model.ds, batch_size=8)", True)
