@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import enum
 import re
 from collections.abc import Callable
 
@@ -495,7 +496,7 @@ class SourceScopes:
         return _written(tree.body) if isinstance(tree, ast.Expression) else None
 
     def _resolved(self, first_lineno: int, lineno: int, text: str) -> str | None:
-        """``text``, returned at ``lineno`` of the function starting at ``first_lineno``, with
+        """``text``, bound at ``lineno`` of the function starting at ``first_lineno``, with
         each name the function's scopes assign replaced by its value (_FOLLOWED times at most);
         None when a name whose value would be followed (_reached) is not shown there."""
         tree = _parsed(text, mode="eval")
@@ -677,9 +678,13 @@ def dataloader_origin(expression: str, assigned: Callable[[str], str | None]
     build_loader(cfg)``): then a name that says it holds a DataLoader is the evidence
     (named_only). A _TOGETHER call's arguments are each followed so (_together_origin):
     ``zip(a, b), a = DataLoader(ds), b = DataLoader(aux)``, and the items of a starred one's
-    list or tuple literal: ``zip(*loaders), loaders = [DataLoader(a), DataLoader(b)]``. The
-    verdict is None when the source does not show it (a parameter, an attribute), and so is
-    the origin when no assignment is shown.
+    list or tuple literal: ``zip(*loaders), loaders = [DataLoader(a), DataLoader(b)]``. An item
+    is read from the collection a name was assigned (_item: ``loaders[0]``, a ``for`` target),
+    a call of a function the file defines from what it returns (SourceScopes.returned), an
+    attribute of a method's receiver from what its class's methods assign it
+    (SourceScopes.attribute). The verdict is None when the source does not show it (a
+    parameter, an attribute no method shown assigns), and so is the origin when no
+    assignment is shown.
     """
     if _together_texts(expression, assigned)[0]:
         return _together_origin(expression, assigned)
@@ -706,7 +711,7 @@ def _shows_loader_call(expression: str, assigned: Callable[[str], str | None], d
     nodes = list(ast.walk(tree)) if tree is not None else []
     if any(_is_loader_call(node) for node in nodes):
         return True
-    given = {_given_name(node) for node in nodes if isinstance(node, ast.expr)} - {None}
+    given = {_given_name(node) for node in nodes if isinstance(node, ast.expr)}
     values = {assigned(name) for name in given if name is not None} if depth else set()
     return any(_shows_loader_call(value, assigned, depth - 1) for value in values if value)
 
@@ -751,7 +756,9 @@ def _followed(node: ast.expr, assigned: Callable[[str], str | None], depth: int
     item = _item_of(node)
     if item is not None:
         return _item(*item, assigned, depth)
-    if isinstance(node, ast.IfExp) and depth > 0:  # alternatives: a DataLoader when both are
+    if isinstance(node, ast.IfExp):  # alternatives: a DataLoader when both are
+        if depth <= 0:
+            return [], None, False
         body, orelse = (_followed(part, assigned, depth - 1) for part in (node.body,
                                                                           node.orelse))
         return (list(dict.fromkeys(body[0] + orelse[0])),
@@ -789,8 +796,15 @@ def _given_name(node: ast.expr) -> str | None:
 #: ``loaders[0]``, ``loaders["train"]``), or any it yields when iterated (_ITERATED: a dict's
 #: keys) or any of its values (_VALUES: ``loaders.values()``, or a subscript not written as a
 #: literal).
-_ITERATED, _VALUES = "iterated", "values"
-_Key = ast.expr | str
+class _Taken(enum.Enum):
+    """Which items of a collection an expression may take, where no subscript names one."""
+
+    ITERATED = "iterated"
+    VALUES = "values"
+
+
+_ITERATED, _VALUES = _Taken.ITERATED, _Taken.VALUES
+_Key = ast.expr | _Taken
 
 
 def _item_of(node: ast.expr) -> tuple[ast.expr, _Key] | None:
@@ -867,10 +881,10 @@ def _elements(collection: ast.expr, key: _Key) -> tuple[list[ast.expr] | None, s
     if isinstance(collection, ast.Dict):
         if key == _ITERATED:
             return [k for k in collection.keys if k is not None], set()
-        literal = key.value if isinstance(key, ast.Constant) else _VALUES
-        named = [value for k, value in zip(collection.keys, collection.values, strict=True)
-                 if isinstance(k, ast.Constant) and k.value == literal]
-        return named or (list(collection.values) if literal == _VALUES else []), set()
+        if not isinstance(key, ast.Constant):  # any value: .values(), a key not written
+            return list(collection.values), set()
+        return [value for k, value in zip(collection.keys, collection.values, strict=True)
+                if isinstance(k, ast.Constant) and k.value == key.value], set()
     if isinstance(collection, ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp):
         local = {name.id for generator in collection.generators
                  for name in ast.walk(generator.target) if isinstance(name, ast.Name)}

@@ -110,6 +110,7 @@ def test_a_comprehension_of_dataloaders_is_followed_to_its_items() -> None:
     # A key the dict literal does not hold, an index past the list: not shown.
     shown = {"named": '{"train": DataLoader(a)}', "pair": "[DataLoader(a), DataLoader(b)]"}.get
     assert pysource.dataloader_origin('named["test"]', shown)[1] is None
+    assert pysource.dataloader_origin('named["values"]', shown)[1] is None  # no such key
     assert pysource.dataloader_origin("pair[-1]", shown)[1] is True
     assert pysource.dataloader_origin("pair[2]", shown)[1] is None
 
