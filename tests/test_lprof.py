@@ -1039,9 +1039,10 @@ def test_a_loop_over_range_waits_for_data_in_the_line_that_fetches(tmp_path: Pat
         f"counted.py:{header} only counts the passes (a header over range() or a literal, or "
         f"a while whose test calls nothing, fetches nothing); counted.py:{fetch} fetches each "
         "batch with next(it) from a "
-        "DataLoader, it = iter(train_loader) (only its name says it holds a DataLoader: no "
-        "line shown assigns it (a parameter, an attribute), or the one shown calls a function "
-        "whose result the source does not show): that line's time is the DataLoader wait")
+        "DataLoader, it = iter(train_loader) (only a name says it holds a DataLoader: no "
+        "line shown assigns that name (a parameter, an attribute), or the one shown calls a "
+        "function whose result the source does not show): that line's time is the DataLoader "
+        "wait")
 
 
 def test_a_loop_over_range_fetching_from_an_unseen_iterator_has_an_unknown_wait(
@@ -1133,9 +1134,9 @@ def test_a_loop_over_a_loader_inside_a_range_loop_is_unchanged(tmp_path: Path) -
     assert run.metrics.dataloader_fraction == pytest.approx(0.75, rel=1e-9)
     assert run.metrics.loop_line.lineno == inner
     assert run.metrics.loop_identification.reason == (  # train_loader: a parameter
-        f"counted.py:{inner} iterates over train_loader: only its name says it holds a "
-        "DataLoader: no line shown assigns it (a parameter, an attribute), or the one shown "
-        "calls a function whose result the source does not show")
+        f"counted.py:{inner} iterates over train_loader: only a name says it holds a "
+        "DataLoader: no line shown assigns that name (a parameter, an attribute), or the one "
+        "shown calls a function whose result the source does not show")
 
 
 EPOCHS_AROUND_SCRIPT = BATCHES_CLASS + """
@@ -1740,9 +1741,9 @@ def test_a_loop_over_a_name_is_a_dataloader_loop_by_its_assignment_first(
     assert (loop.evidence, loop.named_by, loop.confidence) == ("name", "train_loader", "high")
     found = analyze_paths_of(path).metrics.loop_identification
     assert (found.evidence, found.reason) == (
-        "name", "passed.py:3 iterates over train_loader: only its name says it holds a "
-        "DataLoader: no line shown assigns it (a parameter, an attribute), or the one shown "
-        "calls a function whose result the source does not show")
+        "name", "passed.py:3 iterates over train_loader: only a name says it holds a "
+        "DataLoader: no line shown assigns that name (a parameter, an attribute), or the one "
+        "shown calls a function whose result the source does not show")
     built = passed.replace("    model.train()\n", "    train_loader = DataLoader(ds)\n")
     _, loop = profiled_beside(tmp_path / "built.py", built, lines, "fit", 1)
     assert (loop.evidence, loop.named_by) == ("source", None)

@@ -78,9 +78,9 @@ def lprof_breakdown(loop: TrainingLoop | None, steps: StepStats) -> Breakdown | 
 
 
 #: Why a DataLoader found by its name alone is taken for one (pysource.named_only).
-NAMED_ONLY = ("only its name says it holds a DataLoader: no line shown assigns it (a parameter, "
-              "an attribute), or the one shown calls a function whose result the source does "
-              "not show")
+NAMED_ONLY = ("only a name says it holds a DataLoader: no line shown assigns that name (a "
+              "parameter, an attribute), or the one shown calls a function whose result the "
+              "source does not show")
 
 
 def loop_identification(loop: TrainingLoop | None) -> LoopIdentification | None:
