@@ -574,7 +574,7 @@ def test_user_script_is_profiled_through_the_optimizer_hook(tmp_path: Path) -> N
         "import torch\n"
         "g, d = torch.nn.Linear(4, 4), torch.nn.Linear(4, 1)\n"
         "og, od = torch.optim.SGD(g.parameters(), 0.1), torch.optim.SGD(d.parameters(), 0.1)\n"
-        "train_loader = [torch.randn(2, 4) for _ in range(8)]\n"
+        "train_loader = torch.utils.data.DataLoader(torch.randn(16, 4), batch_size=2)\n"
         "for x in train_loader:\n"
         "    od.zero_grad(); d(g(x).detach()).sum().backward(); od.step()\n"
         "    og.zero_grad(); d(g(x)).sum().backward(); og.step()\n")
