@@ -5,11 +5,13 @@ grader measured; the rubric's [run] table; the fair comparison on trials built b
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from profreport.errors import RubricError
 from profreport.grade.execute import Measured, Trial
 from profreport.grade.fair import compare
 from profreport.grade.rubric import RunSpec, parse_rubric
+from profreport.grade.submissions import BACKSLASH_REASON
 
 CLASS = Path(__file__).resolve().parent / "scripts" / "grade_class"
 RUBRIC = CLASS / "rubric.toml"
@@ -303,3 +306,79 @@ def test_a_missing_profiled_run_is_said_to_be_the_graders() -> None:
     handed_in = evaluate(check, Graded(runs={}))
     assert handed_in.advice == ("Put the profiles of that run in a folder named submission/ in "
                                 "your submission.")
+
+
+#: A name an attacker gives an entry of a submission: markup, and a '\\' (refused on Linux).
+MARKUP_NAME = "<img src=x onerror=alert(1)>\\x.py"
+
+
+def add_member(archive: tarfile.TarFile, name: str, data: bytes = b"",
+               link: str | None = None) -> None:
+    """A regular file ``name`` holding ``data`` (a symbolic link to ``link`` when given)."""
+    member = tarfile.TarInfo(name)
+    if link is not None:
+        member.type, member.linkname = tarfile.SYMTYPE, link
+        archive.addfile(member)
+        return
+    member.size = len(data)
+    archive.addfile(member, io.BytesIO(data))
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("sandbox_available")
+def test_grade_run_says_what_staging_refused(tmp_path: Path) -> None:
+    """--run stages a submission as profile-only mode does, and grades what staging kept: a tar
+    with a good train.py, an entry climbing out with '..', a link to /etc/passwd and a name
+    holding markup and a '\\' runs without them, and its gradebook, feedback and pages list the
+    three refusals, the markup escaped. A submission whose train.py is a link is not run, and
+    its error says that staging refused it. Before, the refusals were dropped: the run's
+    gradebook said nothing was refused, and the linked script read 'the submission has no
+    train.py to run'."""
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    escape = b"open('/tmp/escaped', 'w').write('x')\n"
+    with tarfile.open(subs / "partial.tar", "w") as archive:
+        add_member(archive, "partial/train.py", student_script("good").encode())
+        add_member(archive, "partial/../escape.py", escape)
+        add_member(archive, "partial/data", link="/etc/passwd")
+        add_member(archive, f"partial/{MARKUP_NAME}", escape)
+    (subs / "linked").mkdir()
+    (tmp_path / "good.py").write_text(student_script("good"))
+    (subs / "linked" / "train.py").symlink_to(tmp_path / "good.py")
+    out = tmp_path / "out"
+    done = grade(subs, out, "--run", "--jobs", "1")
+    assert done.returncode == 1, done.stderr[-2000:]  # linked could not be graded
+    graded = students(out)
+
+    partial = graded["partial"]
+    assert partial["status"] == "ok" and checks(partial)["trains"]["passed"]
+    assert partial["refused"] == [
+        "partial/../escape.py: path climbs out of the submission with '..'",
+        "partial/data: a symbolic link to '/etc/passwd' (links are not followed)",
+        f"partial/{MARKUP_NAME}: {BACKSLASH_REASON}"]
+    assert json.loads((out / "runs" / "partial" / "measured.json").read_text())["refused"] == \
+        partial["refused"]
+    work = out / "runs" / "partial" / "sandbox" / "work"
+    assert staged_names(work) == {"partial/train.py"}
+    assert not (out / "runs" / "escape.py").exists() and not (out / "escape.py").exists()
+    feedback = (out / "students" / "partial" / "feedback.md").read_text(encoding="utf-8")
+    assert "## Files that were not used" in feedback
+    assert "<img src=x onerror=alert(1)>" not in feedback
+    assert r"partial/\<img src=x onerror=alert(1)\>" in feedback
+    assert "partial/../escape.py: path climbs out" in feedback
+    page = (out / "students" / "partial" / "report.html").read_text(encoding="utf-8")
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page
+    assert "<img src=x onerror=alert(1)>" not in page
+    assert "(3 files refused)" in (out / "summary.html").read_text(encoding="utf-8")
+
+    linked = graded["linked"]
+    assert linked["status"] == "error" and linked["total"] == 0
+    assert linked["error"] == ("train.py was refused at staging, so nothing was run (train.py: "
+                               "a symbolic link (links are not followed))")
+    assert linked["refused"] == ["train.py: a symbolic link (links are not followed)"]
+    assert not (out / "runs" / "linked" / "logs").exists()  # neither script was launched
+
+
+def staged_names(root: Path) -> set[str]:
+    """The files under ``root``, relative to it."""
+    return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}

@@ -10,6 +10,11 @@ hooks (``script_profile --record-loss``). Everything is written under ``runs/NAM
 output folder, and ``measured.json`` there is reused while the submission, the rubric, the
 reference and the grader are unchanged.
 
+The submission is staged as in profile-only mode (:func:`.submissions.stage`): what staging
+refuses (links, entries climbing out or absolute, past the size or file limits) is not in the
+sandbox's copy. The rest runs, and the measurement keeps every refusal so that the grade says
+what was left out of the run; a submission whose script itself was refused is not run.
+
 ``python -m profreport.grade.execute JOBS.json INDEX`` runs one submission (a Slurm array task).
 """
 
@@ -32,13 +37,20 @@ from profreport import __version__
 from profreport.errors import InputError, ProfreportError
 from profreport.fileio import write_text
 from profreport.grade.rubric import REFERENCE_RUN, SUBMISSION_RUN, Rubric, RunSpec, load_rubric
-from profreport.grade.submissions import Submission, content_hash, file_hash, stage, unwrap
+from profreport.grade.submissions import (
+    Staged,
+    Submission,
+    content_hash,
+    file_hash,
+    stage,
+    unwrap,
+)
 from profreport.inputs import open_input
 from profreport.runner.sandbox import Limits, Sandbox, run_sandboxed
 
 MEASURED_NAME = "measured.json"
 #: Version of measured.json: a change runs every submission again.
-MEASURED_FORMAT = 1
+MEASURED_FORMAT = 2
 #: The most bytes of a trial's step marks read back (they are written inside the sandbox).
 MAX_RESULT_BYTES = 1 << 20
 #: The runner module each trial runs the script under.
@@ -79,6 +91,11 @@ class Measured:
     failures: list[str] = field(default_factory=list)
     #: SHA-256 of the submission's script.
     script_hash: str = ""
+    #: Entries of the submission that staging refused, with the reason: not in the sandbox's
+    #: copy, so not in the run.
+    refused: list[str] = field(default_factory=list)
+    #: How staging read names that a teacher should know of (a Windows zip's "\\").
+    notes: list[str] = field(default_factory=list)
 
     def of(self, who: str) -> list[Trial]:
         """The trials of the reference or of the submission."""
@@ -172,29 +189,31 @@ def execute(job: RunJob) -> Measured:
     return measured
 
 
-def _boxes(job: RunJob, spec: RunSpec) -> dict[str, tuple[Sandbox, Path]]:
-    """Two sandboxes, each with its own writable copy: the submission's files, and the
-    reference script (the submission cannot touch the reference it is timed against)."""
-    student = job.folder / "sandbox"
-    staged = stage(job.submission, student / "work")
-    root = unwrap(staged.root, job.submission.own_name)
+def _boxes(job: RunJob, spec: RunSpec, script: Path) -> dict[str, tuple[Sandbox, Path]]:
+    """Two sandboxes, each with its own writable copy: the submission's staged files (holding
+    ``script``), and the reference script (the submission cannot touch the reference it is
+    timed against)."""
     reference = job.folder / "reference-sandbox" / "work"
     reference.mkdir(parents=True)
     shutil.copy2(spec.reference, reference / spec.reference.name)
     readable = (spec.data,) if spec.data else ()
     return {REFERENCE_RUN: (Sandbox(reference.parent, readable, limits(spec)),
                             reference / spec.reference.name),
-            SUBMISSION_RUN: (Sandbox(student, readable, limits(spec)), root / spec.script)}
+            SUBMISSION_RUN: (Sandbox(job.folder / "sandbox", readable, limits(spec)), script)}
 
 
 def _execute(job: RunJob, measured: Measured) -> None:
-    """The trials, alternating reference and submission, then the profiled run."""
+    """Stage the submission into its sandbox's copy (what was refused recorded); then the
+    trials, alternating reference and submission, and the profiled run. Nothing runs when
+    the script is not among the staged files."""
     spec = _spec(job.rubric)
-    boxes = _boxes(job, spec)
-    script = boxes[SUBMISSION_RUN][1]
+    staged = stage(job.submission, job.folder / "sandbox" / "work")
+    measured.refused, measured.notes = staged.refused, staged.notes
+    script = unwrap(staged.root, job.submission.own_name) / spec.script
     if not script.is_file() or script.is_symlink():
-        measured.failures.append(f"the submission has no {spec.script} to run")
+        measured.failures.append(missing_script(spec.script, staged))
         return
+    boxes = _boxes(job, spec, script)
     measured.script_hash = file_hash(script)
     order = [REFERENCE_RUN, SUBMISSION_RUN]
     for index in range(spec.trials):
@@ -206,6 +225,16 @@ def _execute(job: RunJob, measured: Measured) -> None:
         measured.failures.append(f"trial {failed[0].index + 1} failed: {failed[0].error}")
         return
     measured.run_folder = profile(boxes[SUBMISSION_RUN][0], script, spec, job.folder, measured)
+
+
+def missing_script(script: str, staged: Staged) -> str:
+    """Why there is no script to run: staging's refusal of it when there was one (the entry
+    named as the script, or the limit past which nothing was staged), else that it is not in
+    the submission."""
+    why = next((refusal for refusal in staged.refusals if refusal.takes(script)), None)
+    if why is not None:
+        return f"{script} was refused at staging, so nothing was run ({why.line()})"
+    return f"the submission has no {script} to run"
 
 
 def trial(box: Sandbox, script: Path, spec: RunSpec, who: str, index: int,

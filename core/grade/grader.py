@@ -178,7 +178,8 @@ def _grade_run(job: Job, spec: RunSpec) -> StudentResult:
     graded = Graded(runs={run.name: run for run in runs}, failures=failures,
                     shown_paths=shown, fair=fair)
     all_failures = measured.failures + [line for lines in failures.values() for line in lines]
-    fields = {"failures": all_failures, "content_hash": measured.key,
+    fields = {"refused": measured.refused, "notes": measured.notes,
+              "failures": all_failures, "content_hash": measured.key,
               "profile_hashes": {spec.script: measured.script_hash} if measured.script_hash
               else {}, "measured": fair.to_json()}
     if not measured.of(SUBMISSION_RUN) or not measured.script_hash:

@@ -86,6 +86,32 @@ class Submission:
         return self.path.is_file()
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """An entry of a submission that was not staged, and why."""
+
+    #: The entry's name as the archive or folder gives it (``X and every entry after it``,
+    #: ``the rest of the archive`` when ``rest``).
+    entry: str
+    reason: str
+    #: Whether the entries after it were refused with it (a limit reached, a damaged tar).
+    rest: bool = False
+
+    def line(self) -> str:
+        """``NAME: reason``, as the gradebook and the feedback list it."""
+        return f"{self.entry[:200]!s}: {self.reason}"
+
+    def takes(self, path: str) -> bool:
+        """Whether the file ``path`` (relative, ``/``-separated) may be this refusal's: the
+        entry named so (inside a wrapping folder too), or anything past a limit."""
+        wanted = [part for part in path.split("/") if part not in ("", ".")]
+        try:
+            parts = entry_parts(self.entry)
+        except InputError:
+            parts = []
+        return self.rest or (bool(wanted) and parts[-len(wanted):] == wanted)
+
+
 @dataclass
 class Staged:
     """A submission's files as copied into its staging folder, and what was refused."""
@@ -93,9 +119,14 @@ class Staged:
     root: Path
     files: int = 0
     bytes: int = 0
-    refused: list[str] = field(default_factory=list)
+    refusals: list[Refusal] = field(default_factory=list)
     #: How names were read that a teacher should know of (a Windows zip's "\\").
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def refused(self) -> list[str]:
+        """One line for each entry that was not staged, with the reason."""
+        return [refusal.line() for refusal in self.refusals]
 
 
 class _Budget(Exception):
@@ -230,9 +261,9 @@ class _Stager:
     def __init__(self, root: Path) -> None:
         self.staged = Staged(root=root)
 
-    def refuse(self, name: str, reason: str) -> None:
-        """Record an entry that was not staged."""
-        self.staged.refused.append(f"{name[:200]!s}: {reason}")
+    def refuse(self, name: str, reason: str, rest: bool = False) -> None:
+        """Record an entry that was not staged (with every later one when ``rest``)."""
+        self.staged.refusals.append(Refusal(name, reason, rest))
 
     def add(self, name: str, source: IO[bytes], size: int, mtime: float | None = None) -> None:
         """Copy one regular file's bytes to its place, within the limits, keeping the time the
@@ -301,7 +332,8 @@ def stage(submission: Submission, root: Path) -> Staged:
             _stage_tar(submission.path, stager)
     except _Budget as exc:
         verb = "not unpacked" if submission.is_archive else "not copied"
-        stager.refuse(f"{exc.entry[:150]} and every entry after it", f"{verb}: {exc}")
+        stager.refuse(f"{exc.entry[:150]} and every entry after it", f"{verb}: {exc}",
+                      rest=True)
     return stager.staged
 
 
@@ -404,7 +436,7 @@ def _stage_tar(path: Path, stager: _Stager) -> None:
             for member in archive:
                 _add_tar_member(archive, member, stager)
         except (tarfile.TarError, OSError, EOFError) as exc:
-            stager.refuse("the rest of the archive", f"damaged: {exc}")
+            stager.refuse("the rest of the archive", f"damaged: {exc}", rest=True)
 
 
 #: The file type each special tar member stands for.
