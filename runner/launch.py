@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import platform
 import re
@@ -190,54 +189,55 @@ UNFOLLOWED_LAUNCHERS = frozenset({"srun"})
 
 def _measured(launch: Launch) -> bool:
     """Whether the launch's processes run where the runner can measure their CPU time: below
-    it, or (under nsys) found by their mark (see leftovers.MarkedCpu)."""
+    it, or found by their mark (see leftovers.MarkedCpu)."""
     return bool(launch.command) and Path(launch.command[0]).name not in UNFOLLOWED_LAUNCHERS
+
+
+def _launcher(profiler: str) -> str:
+    """What the line about a launch's leftovers names as having left them."""
+    return "the plain run" if profiler == "none" else profiler
 
 
 def run_launch(launch: Launch) -> ProfiledRun:
     """Run the command, stdout into the log and stderr beside it; exit status, signal, wall time,
     the CPU time of its processes and of the others on the CPUs it may use meanwhile (its
     affinity set, which a Slurm allocation or taskset bounds) and, when it failed, the error
-    line and the last lines of stderr recorded. A launch under nsys is marked: its processes,
-    which nsys runs outside the runner's tree, are found by the mark, their CPU time sampled
-    while it runs and what it left running ended."""
+    line and the last lines of stderr recorded. Every launch is marked: its processes (those
+    nsys runs outside the runner's tree, and those whose parent ended first, which the runner
+    adopts as their subreaper) are found by the mark, their CPU time counted as it returns
+    and what it left running ended."""
     cpus = os.sched_getaffinity(0)
     busy_before = cpus_busy_s(cpus)
     runner_before = rusage_cpu_s(resource.RUSAGE_SELF)
-    launch_before = rusage_cpu_s(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     launch.log.parent.mkdir(parents=True, exist_ok=True)
     errors = stderr_log(launch.log)
-    # nsys's agent runs in a session of its own: what the launch leaves is found by its mark.
-    mark = new_mark() if launch.profiler == "nsys" else None
-    marked = MarkedCpu(mark) if mark else None
+    mark = new_mark()
+    marked = MarkedCpu(mark)
     leftovers = marked_cpu_s = busy_after = runner_s = None
     try:
         with open(launch.log, "w", encoding="utf-8") as out, \
-                open(errors, "w", encoding="utf-8") as err, \
-                marked or contextlib.nullcontext():
+                open(errors, "w", encoding="utf-8") as err, marked:
             status = subprocess.run(launch.command, stdout=out, stderr=err,
                                     stdin=subprocess.DEVNULL, check=False,
-                                    env=marked_environment(mark) if mark else None).returncode
+                                    env=marked_environment(mark)).returncode
         wall_s = time.perf_counter() - started
         # Measured as the launch returns, before waiting for what it left running.
         busy_after = cpus_busy_s(cpus)
         runner_s = rusage_cpu_s(resource.RUSAGE_SELF) - runner_before
-        marked_cpu_s = marked.cpu_s() if marked is not None else None
+        marked_cpu_s = marked.cpu_s()
     except OSError as exc:
         return ProfiledRun(MANIFEST_PROFILER[launch.profiler], launch.command, None,
                            time.perf_counter() - started, error=f"cannot start: {exc}")
     finally:
-        if mark and marked is not None:
-            leftovers = end_leftovers(mark, launch.profiler)
-            marked.reap_adopted()  # what it left, adopted by the runner, once ended
+        leftovers = end_leftovers(mark, _launcher(launch.profiler))
+        marked.reap_adopted()  # what it left, adopted by the runner, once ended
     record = ProfiledRun(MANIFEST_PROFILER[launch.profiler], launch.command, status, wall_s,
                          leftovers=leftovers)
     # A launch that failed may leave workers no one reaps: their CPU time would read as the
     # rest of the machine's.
     if _measured(launch) and status == 0:
-        record.cpu_s = round(marked_cpu_s if marked_cpu_s is not None
-                             else rusage_cpu_s(resource.RUSAGE_CHILDREN) - launch_before, 3)
+        record.cpu_s = round(marked_cpu_s, 3)
         if busy_before is not None and busy_after is not None:
             record.other_cpu_s = round(max(busy_after - busy_before - record.cpu_s - runner_s,
                                            0.0), 3)

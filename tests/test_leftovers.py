@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 
 from profreport.runner import leftovers
 from profreport.runner.launch import Launch, run_launch
-from profreport.runner.leftovers import end_leftovers, marked_environment, new_mark
+from profreport.runner.leftovers import MarkedCpu, end_leftovers, marked_environment, new_mark
 
 #: A process that daemonizes as nsys's agent does (fork, new session, fork: init is its parent
 #: and no group or session of its starter holds it), writes its pid to argv[1] and sleeps;
@@ -215,14 +216,141 @@ def zombie_children() -> list[int]:
     return found
 
 
-def test_short_lived_children_and_orphans_of_a_launch_are_counted(tmp_path: Path) -> None:
+@pytest.mark.parametrize("profiler", ["none", "kernprof", "torch", "nsys"])
+def test_short_lived_children_and_orphans_of_a_launch_are_counted(tmp_path: Path,
+                                                                  profiler: str) -> None:
     """Six children waited for and four orphans, each spinning 0.15 s of CPU, none living a
     sample period: the launch used their 1.5 s, and its launcher's start (under 0.5 s more).
     Sampled every 0.5 s, most of it was missed (the launch read 0.75-0.87 s). The runner
-    adopted the orphans and reaped them: none is left a zombie, and it is no subreaper after."""
+    adopted the orphans and reaped them: none is left a zombie, and it is no subreaper after.
+    So for every launch, not only nsys's: a plain, kernprof or torch.profiler launch read
+    0.91-0.96 s, its orphans' 0.6 s lost to init."""
     command = [sys.executable, "-c", LAUNCHER, "6", "4", "0.15"]
-    record = run_launch(Launch("nsys", command, tmp_path / "launcher.log"))
+    record = run_launch(Launch(profiler, command, tmp_path / "launcher.log"))
     assert record.exit_status == 0, record.error
     assert 1.5 <= record.cpu_s <= 2.0
     assert zombie_children() == []
     assert not leftovers.is_subreaper()
+
+
+#: A plain launch whose child forks a worker and exits (the worker's parent is gone: the
+#: runner adopts it), as a DataLoader worker is orphaned when its main process dies: the worker
+#: spins for argv[1] CPU seconds, says so through a pipe and then waits forever; the launch
+#: returns once it has said so, the worker still there.
+ORPHANED_WORKER = """\
+import os, sys, time
+said, saying = os.pipe()
+if os.fork() == 0:
+    if os.fork() == 0:
+        while time.process_time() < float(sys.argv[1]):
+            pass
+        os.write(saying, b"x")
+        time.sleep(300)
+    os._exit(0)
+os.wait()
+os.read(said, 1)
+"""
+
+
+def test_a_plain_launchs_orphaned_worker_is_counted_and_ended(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plain launch leaves a worker spinning 0.8 s of CPU, orphaned, still there when it
+    returns: the launch used the 0.8 s (with its start, under 0.5 s more), and the worker is
+    ended and named as left over. Before, only nsys launches were marked: the plain run read
+    0.05-0.1 s (its worker reparented to init) and the worker ran on."""
+    monkeypatch.setattr(leftovers, "LEFTOVER_GRACE_S", 0.5)
+    command = [sys.executable, "-c", ORPHANED_WORKER, "0.8"]
+    record = run_launch(Launch("none", command, tmp_path / "plain.log"))
+    assert record.exit_status == 0, record.error
+    assert 0.8 <= record.cpu_s <= 1.3
+    python = Path(sys.executable).name
+    assert record.leftovers is not None and record.leftovers.startswith(
+        f"the plain run left 1 process(es) running after the launch ended: {python} -c (pid ")
+    assert record.leftovers.endswith("ended (SIGTERM)")
+    assert zombie_children() == []
+
+
+#: A launch whose child outlives it and, as their parent, reaps its own children when told: it
+#: forks argv[1] children that each spin argv[2] CPU seconds, write their pid to a file in
+#: argv[3] and wait to be killed; the child waits for each in turn, and the launch returns once
+#: every one has spun (the child and its children are still there).
+REAPER = """\
+import os, sys, time
+count, seconds, folder = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+said, saying = os.pipe()
+if os.fork() == 0:
+    children = []
+    for index in range(count):
+        pid = os.fork()
+        if pid == 0:
+            while time.process_time() < seconds:
+                pass
+            with open(f"{folder}/child{index}.tmp", "w") as out:
+                out.write(str(os.getpid()))
+            os.replace(f"{folder}/child{index}.tmp", f"{folder}/child{index}")
+            os.write(saying, b"x")
+            time.sleep(300)
+        children.append(pid)
+    with open(f"{folder}/reaper.tmp", "w") as out:
+        out.write(str(os.getpid()))
+    os.replace(f"{folder}/reaper.tmp", f"{folder}/reaper")
+    for pid in children:
+        os.waitpid(pid, 0)
+    time.sleep(300)
+for _ in range(count):
+    os.read(said, 1)
+"""
+
+
+def gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended and been reaped (no /proc entry left)."""
+    return not Path(f"/proc/{pid}").exists()
+
+
+@pytest.mark.parametrize("settle_reads", [leftovers.SETTLE_READS, 3])
+def test_a_process_reaped_while_proc_is_read_counts_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settle_reads: int) -> None:
+    """Three children of a process the launch left, each spinning 0.4 s of CPU, end one by one
+    while the count reads /proc: each read once the launch returned reads a child, the child
+    is killed and reaped by its parent, then the rest is read (its parent with the child's
+    time among what it reaped). The launch used the children's 1.2 s (and its start, under
+    0.3 s more): each counted once, also when the reads never settle (SETTLE_READS 3: the last
+    but one read counted, the child that ended after it left to its parent). The count had
+    read one /proc snapshot as if atomic: that child twice, 1.60 s."""
+    monkeypatch.setattr(leftovers, "SETTLE_READS", settle_reads)
+    real_read = leftovers._process_stats
+    ending: list[int] = []
+
+    def read_while_one_ends() -> dict[int, list[str]]:
+        """/proc read as a child ends midway: its stat first, then everything after it has
+        been reaped (only the count's reads, on this thread; the sampler reads as ever)."""
+        if threading.current_thread() is not threading.main_thread() or not ending:
+            return real_read()
+        child = ending.pop(0)
+        first = leftovers._stat_fields(child)
+        os.kill(child, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while not gone(child):
+            assert time.monotonic() < deadline, "the child was never reaped"
+            time.sleep(0.01)
+        assert first is not None
+        return {**real_read(), child: first}
+
+    monkeypatch.setattr(leftovers, "_process_stats", read_while_one_ends)
+    mark = new_mark()
+    command = [sys.executable, "-c", REAPER, "3", "0.4", str(tmp_path)]
+    reaper = 0
+    try:
+        with MarkedCpu(mark) as marked:
+            subprocess.run(command, env=marked_environment(mark), check=True, timeout=120)
+            while not (tmp_path / "reaper").is_file():
+                time.sleep(0.01)
+            reaper = int((tmp_path / "reaper").read_text())
+            marked.sample()  # the children seen running, as the sampler sees them
+            ending += [int((tmp_path / f"child{i}").read_text()) for i in range(3)]
+        assert 1.2 <= marked.cpu_s() <= 1.5
+        assert ending == []  # each read after the launch returned saw one child end
+    finally:
+        kill_marked(f"{leftovers.LAUNCH_MARK}={mark}")
+        if reaper:
+            os.waitpid(reaper, 0)  # adopted by this process, the launch's subreaper

@@ -1039,12 +1039,15 @@ def test_launch_cpu_accounting_subtracts_the_launch_and_the_runner(
     runner 0.2 s: the rest of the machine used 6.8 s. A failed launch records neither (workers
     it leaves unreaped would read as the rest of the machine's)."""
     from profreport.runner import launch as launch_module
+    from profreport.runner import leftovers
 
     busy = iter([100.0, 110.0, 200.0, 210.0])
     usage = {"self": iter([1.0, 1.2, 5.0, 5.0]), "children": iter([5.0, 8.0, 9.0, 9.0])}
     monkeypatch.setattr(launch_module, "cpus_busy_s", lambda cpus: next(busy))
-    monkeypatch.setattr(launch_module, "rusage_cpu_s", lambda who: next(
-        usage["self" if who == launch_module.resource.RUSAGE_SELF else "children"]))
+    # The runner's own time is read by the launch, its children's by the count of the
+    # launch's processes (leftovers.MarkedCpu), as it is entered and as it returns.
+    monkeypatch.setattr(launch_module, "rusage_cpu_s", lambda who: next(usage["self"]))
+    monkeypatch.setattr(leftovers, "rusage_cpu_s", lambda who: next(usage["children"]))
     done = run_launch(Launch("none", ["true"], tmp_path / "true.log"))
     assert (done.cpu_s, done.other_cpu_s) == (3.0, 6.8)
     assert done.cpus == len(os.sched_getaffinity(0))
