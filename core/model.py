@@ -76,8 +76,9 @@ SourceKind = Literal["nsys", "kineto", "lprof"]
 #: in the narrowest signed dtype that fits its values (:func:`narrowest_int`): the schema's
 #: ``int64`` is the widest they take. A 10M-row table's ids then take 1 to 4 bytes a row instead
 #: of 8; code reading them must not assume int64 (compare, join and index them as they are). The
-#: pid and tid of nsys's runtime calls (17 M rows, a few dozen threads) are categoricals of those
-#: ids (:func:`id_categorical`): read a few rows' with :func:`ids_at`, not the whole column.
+#: pid and tid of nsys's runtime calls and ranges (17 M and 4.5 M rows, a few dozen threads) are
+#: categoricals of those ids (:func:`id_categorical`): read a few rows' with :func:`ids_at`, not
+#: the whole column.
 ID_COLUMNS = frozenset({"device", "stream", "correlation", "pid", "tid"})
 #: The signed dtypes an id column may take, narrowest first.
 _ID_DTYPES = (np.int8, np.int16, np.int32, np.int64)
@@ -158,8 +159,7 @@ def categorical(texts: Sequence[str | None], codes: np.ndarray) -> pd.Categorica
     index into them (-1 missing): a categorical of the texts its rows hold, sorted, its codes in
     the narrowest dtype (one small code per row instead of an 8-byte reference; the parsers
     number names as they read them, so no row's text is hashed)."""
-    held = codes if len(codes) == 0 or codes.min() >= 0 else codes[codes >= 0]
-    used = np.flatnonzero(np.bincount(held, minlength=len(texts)))
+    used = np.flatnonzero(held_codes(codes, len(texts)))
     categories = sorted({texts[at] for at in used.tolist() if texts[at] is not None})
     position = {text: at for at, text in enumerate(categories)}
     remap = np.full(len(texts) + 1, -1, dtype=narrowest_int(np.array([-1, len(categories)])))
@@ -189,10 +189,24 @@ def distinct_ids(column: pd.Series) -> np.ndarray:
     """The distinct values of an id column, in the order first met (a categorical's, see
     :func:`id_categorical`: those its rows hold, in category order, found from its codes)."""
     if isinstance(column.dtype, pd.CategoricalDtype):
-        codes = column.array.codes
-        held = np.flatnonzero(np.bincount(codes[codes >= 0], minlength=1))
-        return column.cat.categories.to_numpy()[held]
+        categories = column.cat.categories
+        return categories.to_numpy()[held_codes(column.array.codes, len(categories))]
     return pd.unique(column.to_numpy())
+
+
+#: Codes counted at a time by :func:`held_codes`: numpy's ``bincount`` widens what it is given to
+#: int64, 8 bytes a row (140 MB at once for the 17 M runtime calls of a 10 M-kernel export).
+HELD_CODE_ROWS = 1 << 18
+
+
+def held_codes(codes: np.ndarray, count: int) -> np.ndarray:
+    """Which of the codes ``0 .. count - 1`` occur among ``codes`` (-1, a missing value, is
+    none of them), counted :data:`HELD_CODE_ROWS` codes at a time."""
+    held = np.zeros(count + 1, dtype=bool)  # held[0]: code -1
+    for at in range(0, len(codes), HELD_CODE_ROWS):
+        shifted = np.add(codes[at:at + HELD_CODE_ROWS], 1, dtype=np.intp)
+        held |= np.bincount(shifted, minlength=count + 1).astype(bool)
+    return held[1:]
 
 
 def in_start_order(columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
