@@ -1057,10 +1057,18 @@ def _native_runtime(export: _Export, table: str) -> pd.DataFrame | None:
     columns = _counted(export, "runtime", parts[0])
     texts = [concepts.strip_api_version(export.strings.get(key) or "") for key in names.in_order()]
     columns["name"] = categorical(texts, columns["name"])
+    _thread_categoricals(export, columns, threads)
+    return _native_table("runtime", columns)
+
+
+def _thread_categoricals(export: _Export, columns: dict[str, np.ndarray | pd.Categorical],
+                         threads: _Vocabulary) -> None:
+    """The ``thread`` codes of a page reader's table (into ``threads``, the globalTids it met)
+    replaced by its pid and tid columns: each distinct globalTid decoded once, the rows'
+    codes kept (model.id_categorical)."""
     thread = columns.pop("thread")
     pids, tids = _pid_tid(np.array(threads.in_order(), dtype=np.int64), export.pid_mask)
     columns["pid"], columns["tid"] = id_categorical(pids, thread), id_categorical(tids, thread)
-    return _native_table("runtime", columns)
 
 
 def _runtime(export: _Export) -> pd.DataFrame | None:
@@ -1077,8 +1085,13 @@ def _runtime(export: _Export) -> pd.DataFrame | None:
         f"LEFT JOIN StringIds AS s ON s.id = t.nameId ORDER BY t.start"))
     frame[["pid", "tid", "correlation"]] = frame[["pid", "tid", "correlation"]].fillna(-1)
     frame["name"] = _map_unique(frame["name"].fillna(""), concepts.strip_api_version)
-    frame = _categorical_names(conform("runtime", frame), ("name",))
-    for column in ("pid", "tid"):  # as the page reader holds them (_native_runtime)
+    return _id_categoricals(_categorical_names(conform("runtime", frame), ("name",)))
+
+
+def _id_categoricals(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` (read by SQL) with its pid and tid as categoricals, as the page reader holds
+    them (:func:`_thread_categoricals`)."""
+    for column in ("pid", "tid"):
         codes, ids = pd.factorize(frame[column].to_numpy())
         frame[column] = id_categorical(ids, codes)
     return frame
@@ -1109,14 +1122,14 @@ _RANGE_COLUMNS = ["start", "end", "eventType", "text", "globalTid", "textId", "d
 _PID_KEYS = _PROCESS_MASK + 1
 
 
-def _range_part(names: _Vocabulary, domains: _Vocabulary, pid_mask: int, types: NvtxTypes,
-                values: dict[str, np.ndarray], kinds: dict[str, np.ndarray],
+def _range_part(names: _Vocabulary, domains: _Vocabulary, threads: _Vocabulary, pid_mask: int,
+                types: NvtxTypes, values: dict[str, np.ndarray], kinds: dict[str, np.ndarray],
                 texts: dict[str, np.ndarray]) -> tuple[_Part, _Part, _Part]:
-    """One chunk of NVTX events: its ranges (times, pid, tid, the code of the name: its text,
-    else its textId, and of its (domainId, pid)), its domain-create events (domainId, pid,
-    text) and its marks in a domain (domainId, pid, text or textId)."""
-    pids, tids = _pid_tid(np.where(kinds["globalTid"] == sqlite_pages.NULL, -1,
-                                   values["globalTid"]), pid_mask)
+    """One chunk of NVTX events: its ranges (times, the codes of the thread: its globalTid, of
+    the name: its text, else its textId, and of its (domainId, pid)), its domain-create events
+    (domainId, pid, text) and its marks in a domain (domainId, pid, text or textId)."""
+    global_tids = np.where(kinds["globalTid"] == sqlite_pages.NULL, -1, values["globalTid"])
+    pids, tids = _pid_tid(global_tids.copy(), pid_mask)
     has_text = kinds["text"] == sqlite_pages.TEXT
     in_domain = kinds["domainId"] == sqlite_pages.INTEGER
     created = (values["eventType"] == types.domain_create) & in_domain & has_text
@@ -1135,19 +1148,21 @@ def _range_part(names: _Vocabulary, domains: _Vocabulary, pid_mask: int, types: 
     keys = np.where(has_text[picked], texts["text"][picked], text_ids)
     domain_keys = ((_ids(values, kinds, "domainId", picked).astype(np.int64) + 1) * _PID_KEYS
                    + pids[picked])
-    ranges.columns.update({"pid": pids[picked], "tid": tids[picked],
+    ranges.columns.update({"thread": threads.codes(global_tids[picked]),
                            "name": names.codes(keys), "domain": domains.codes(domain_keys)})
     return ranges, creates, marks
 
 
 def _native_ranges(export: _Export, table: str) -> pd.DataFrame | None:
-    """The NVTX ranges from the export's pages (as :func:`_ranges` selects them), or None. Names
-    and domains are numbered while the chunks are decoded and named once each."""
+    """The NVTX ranges from the export's pages (as :func:`_ranges` selects them), or None. Names,
+    domains and threads are numbered while the chunks are decoded and named (decoded) once
+    each: pid and tid are categoricals as the runtime table's are (4.5 M ranges of a few
+    threads: a byte a row each, not 4)."""
     if not set(_RANGE_COLUMNS) <= export.columns(table):
         return None
-    names, domains = _Vocabulary(), _Vocabulary()
+    names, domains, threads = _Vocabulary(), _Vocabulary(), _Vocabulary()
     parts = export.native_parts(table, _RANGE_COLUMNS, functools.partial(
-        _range_part, names, domains, export.pid_mask, export.nvtx_types),
+        _range_part, names, domains, threads, export.pid_mask, export.nvtx_types),
         texts=("text",))
     if parts is None:
         return None
@@ -1165,6 +1180,7 @@ def _native_ranges(export: _Export, table: str) -> pd.DataFrame | None:
                     for key in domains.in_order()]
     columns["name"] = categorical(texts, columns["name"])
     columns["domain"] = categorical(domain_texts, columns["domain"])
+    _thread_categoricals(export, columns, threads)
     return _native_table("ranges", columns)
 
 
@@ -1207,8 +1223,8 @@ def _ranges(export: _Export) -> pd.DataFrame | None:
         f"COALESCE({text}, {text_id}, '') AS text {joins}WHERE t.eventType = {types.mark} "
         f"AND t.globalTid IS NOT NULL AND d.domain = '{concepts.RANK_DOMAIN}'")
     export.rank_marks = list(marks.itertuples(index=False, name=None))
-    return _categorical_names(conform("ranges", _valid_rows(export, "ranges", frame)),
-                              ("name", "domain"))
+    return _id_categoricals(_categorical_names(conform("ranges", _valid_rows(
+        export, "ranges", frame)), ("name", "domain")))
 
 
 def _osrt(export: _Export) -> pd.DataFrame | None:
