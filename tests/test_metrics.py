@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from profreport.model import Profile
 from profreport.parsers import parse_file
 from profreport.reports.analysis import cpu
 from profreport.reports.analysis import intervals as iv
@@ -568,3 +569,37 @@ def test_a_thread_inside_a_collective_call_is_not_computing(tmp_path: Path) -> N
     beside = metrics_of(_ddp_hook_trace(tmp_path / "beside.json", beside=True))
     assert beside.comm is not None and beside.comm.overlap_fraction == 1.0
     assert beside.breakdown is not None and beside.breakdown.parts_ns["comm_exposed"] == 0
+
+
+def _gpu_rows(rows: list[tuple[int, int, int]]) -> pd.DataFrame:
+    """A kernels table of ``(start, end, device)`` rows, in start order."""
+    from profreport.model import conform
+
+    rows = sorted(rows)
+    return conform("kernels", pd.DataFrame({
+        "start": [r[0] for r in rows], "end": [r[1] for r in rows],
+        "device": [r[2] for r in rows], "stream": 7, "correlation": range(len(rows)),
+        "name": "k", "short_name": "k", "is_comm": False}))
+
+
+def _two_devices() -> Profile:
+    """Kernels on devices 0 and 1, one copy on device 0 only (12-18 ns), a zero-length kernel
+    at 30."""
+    from profreport.model import conform
+
+    kernels = _gpu_rows([(0, 10, 0), (20, 30, 0), (30, 30, 0), (50, 60, 0), (5, 15, 1),
+                         (40, 45, 1)])
+    memcpy = conform("memcpy", pd.DataFrame({
+        "start": [12], "end": [18], "device": [0], "stream": [7], "correlation": [9],
+        "kind": ["DtoD"], "bytes": [64], "src_kind": ["device"], "dst_kind": ["device"]}))
+    return Profile(Path("hand-built"), "nsys", tables={"kernels": kernels, "memcpy": memcpy})
+
+
+def test_device_activity_takes_no_other_devices_rows() -> None:
+    """A table holding one device's rows only (the copies of device 0) adds nothing to another
+    device's activity: device 1 was busy 5-18 ns, device 0's copy counted as its own."""
+    from profreport.reports.analysis.gpu import device_activity
+
+    activity = {device: list(zip(busy.starts.tolist(), busy.ends.tolist(), strict=True))
+                for device, busy in device_activity(_two_devices()).items()}
+    assert activity == {0: [(0, 10), (12, 18), (20, 30), (50, 60)], 1: [(5, 15), (40, 45)]}

@@ -72,11 +72,11 @@ def copies_of_kind(profile: Profile, kind: str) -> pd.DataFrame:
 
 def device_rows(tables: list[pd.DataFrame]) -> Iterator[tuple[int, list[np.ndarray | slice]]]:
     """Each device of the (non-empty) GPU ``tables``, in order, with the rows of each table it
-    ran (a mask, or every row when the table holds only that device): a device's rows are taken
-    from the columns, never from one concatenated copy."""
+    ran (a mask, or every row when the table holds only that device; none when it holds only
+    another): a device's rows are taken from the columns, never from one concatenated copy."""
     distinct = [pd.unique(t["device"].to_numpy()) for t in tables]
     for device in np.unique(np.concatenate(distinct)).tolist():
-        yield device, [slice(None) if len(d) == 1 else t["device"].to_numpy() == device
+        yield device, [slice(None) if d.tolist() == [device] else t["device"].to_numpy() == device
                        for t, d in zip(tables, distinct, strict=True)]
 
 
