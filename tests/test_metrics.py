@@ -603,3 +603,48 @@ def test_device_activity_takes_no_other_devices_rows() -> None:
     activity = {device: list(zip(busy.starts.tolist(), busy.ends.tolist(), strict=True))
                 for device, busy in device_activity(_two_devices()).items()}
     assert activity == {0: [(0, 10), (12, 18), (20, 30), (50, 60)], 1: [(5, 15), (40, 45)]}
+
+
+@pytest.mark.parametrize(("low", "high", "holes"), [
+    # Device 0's gaps inside the span; device 1's hole runs to its last busy time (40), not
+    # past its last kernel (45) to the span's end.
+    (8, 55, {"GPU 0": [(10, 12), (18, 20), (30, 50)], "GPU 1": [(15, 40)]}),
+    # Before device 0's first busy time nothing is a hole; device 1 has no row there at all.
+    (-5, 3, {}),
+    # Inside one gap of device 0 the whole span is idle (no row reaches into it); device 1's
+    # hole stops at its next kernel.
+    (31, 49, {"GPU 0": [(31, 49)], "GPU 1": [(31, 40)]}),
+])
+def test_timeline_idle_holes_are_the_device_activity_gaps(low: int, high: int,
+                                                          holes: dict) -> None:
+    """The timeline's idle lanes, made from the rows reaching into its span, are the gaps of
+    each device's whole activity (gpu.device_activity) there: a zero-length kernel (at 30)
+    busies nothing, the copy (12-18) busies device 0."""
+    from profreport.reports.analysis.gpu import device_activity
+    from profreport.reports.analysis.kept import _kept
+    from profreport.reports.analysis.timeline import _idle_segments
+
+    profile = _two_devices()
+    segments = _idle_segments(profile, low, high)
+    # Made from the rows in the span: the devices' whole activity was neither made nor kept.
+    assert not any(key[0] is device_activity.__wrapped__ for key in _kept(profile))
+    found = {lane: list(zip(rows["start"].tolist(), rows["end"].tolist(), strict=True))
+             for lane, rows in segments.groupby("lane") if len(rows)}
+    assert found == holes
+    span = iv.union(np.array([low]), np.array([high]))
+    for device, busy in device_activity(profile).items():
+        gaps = iv.intersect(iv.gaps(busy), span)
+        assert list(zip(gaps.starts.tolist(), gaps.ends.tolist(), strict=True)) == \
+            holes.get(f"GPU {device}", [])
+
+
+def test_a_forgotten_kept_result_is_made_again() -> None:
+    """kept.per_profile's ``forget`` lets a result go: the next call makes it anew."""
+    from profreport.reports.analysis.gpu import device_activity
+
+    profile = _two_devices()
+    kept = device_activity(profile)
+    assert device_activity(profile) is kept
+    device_activity.forget(profile)
+    again = device_activity(profile)
+    assert again is not kept and again.keys() == kept.keys()

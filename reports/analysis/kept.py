@@ -36,13 +36,16 @@ def _kept(profile: Profile) -> dict[Hashable, Any]:
 
 class Kept(Protocol[T_co]):
     """A :func:`per_profile` function: called, its kept result; ``beside``, that result started
-    on a thread of its own."""
+    on a thread of its own; ``forget``, that result let go."""
 
     def __call__(self, profile: Profile, /, *args: Hashable) -> T_co:
         """The result for ``profile`` and ``args``."""
 
     def beside(self, profile: Profile, /, *args: Hashable) -> None:
         """Start making the result for ``profile`` and ``args``."""
+
+    def forget(self, profile: Profile, /, *args: Hashable) -> None:
+        """Let go of the result for ``profile`` and ``args`` (made again if asked again)."""
 
 
 def per_profile(make: Callable[..., T_co]) -> Kept[T_co]:
@@ -72,7 +75,16 @@ def per_profile(make: Callable[..., T_co]) -> Kept[T_co]:
                 _BESIDE.append(ThreadPoolExecutor(1, thread_name_prefix="profreport-kept"))
             results[key] = _BESIDE[0].submit(giving_back_memory(make), profile, *args)
 
+    def forget(profile: Profile, *args: Hashable) -> None:
+        """Let go of the kept result (awaited first, when it is being made beside): for a
+        large one whose last reader is done, so that the rest of the analysis runs without
+        it."""
+        result = _kept(profile).pop((make, *args), None)
+        if isinstance(result, Future):
+            result.result()
+
     kept.beside = beside  # type: ignore[attr-defined]
+    kept.forget = forget  # type: ignore[attr-defined]
     return kept  # type: ignore[return-value]
 
 
