@@ -18,7 +18,12 @@ from profreport.model import Profile, ids_at, narrowest_int
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.breakdown import Parts, claim, make_breakdown
 from profreport.reports.analysis.cpu import spans_where
-from profreport.reports.analysis.kept import classified, per_profile, table_name_codes
+from profreport.reports.analysis.kept import (
+    classified,
+    classified_at,
+    per_profile,
+    table_name_codes,
+)
 from profreport.reports.analysis.launches import GPU_TABLES, launch_pairs, launch_steps
 from profreport.reports.analysis.results import (
     Breakdown,
@@ -256,17 +261,16 @@ def launch_stats(profile: Profile, windows: StepWindows) -> LaunchStats | None:
     short_fraction = short / count
     runtime = profile.table("runtime")
     starts = runtime["start"].to_numpy(np.int64)
-    inside = starts_in_windows(starts, windows)
-    runtime_ns = sum(int(ns.sum()) for ns in iv.lengths(starts, runtime["end"], inside))
-    launches = inside & classified(profile, "runtime", concepts.is_launch_api)
-    del inside
+    runtime_ns = _runtime_ns_in(starts, runtime["end"].to_numpy(np.int64), windows)
     kernel_starts = kernels["start"].to_numpy(np.int64)
     # Filled in place (a list of blocks then joined held every delay twice): one per kernel,
     # more only where a correlation id repeats; int32 (half of 10 M kernels' 80 MB) until a
-    # delay does not fit.
+    # delay does not fit. Whether a call is a launch inside the windows is asked of the calls
+    # paired, never of all 17 M at once.
     delay, filled = np.empty(count, dtype=np.int32), 0
     for kernel_at, call_at in launch_pairs(profile, "kernels", mine):
-        by_launch = launches[call_at]
+        by_launch = starts_in_windows(starts[call_at], windows)
+        by_launch &= classified_at(profile, "runtime", concepts.is_launch_api, call_at)
         block = kernel_starts[kernel_at[by_launch]]
         block -= starts[call_at[by_launch]]
         if len(block) and narrowest_int(block) == np.int64:
@@ -282,6 +286,16 @@ def launch_stats(profile: Profile, windows: StepWindows) -> LaunchStats | None:
                        if len(delay) else None,
                        runtime_ns_per_step=runtime_ns // windows.count,
                        gpu_kernel_ns_per_step=kernel_ns // windows.count)
+
+
+def _runtime_ns_in(starts: np.ndarray, ends: np.ndarray, windows: StepWindows) -> int:
+    """The ns of the runtime calls (``starts``, ``ends``) that start inside the step windows,
+    :data:`intervals.BLOCK_ROWS` calls at a time (no mask as long as the calls)."""
+    total = 0
+    for block in iv.blocks(len(starts)):
+        inside = starts_in_windows(starts[block], windows)
+        total += int((ends[block][inside] - starts[block][inside]).sum())
+    return total
 
 
 def copy_stats(profile: Profile) -> CopyStats | None:

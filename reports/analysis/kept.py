@@ -128,3 +128,11 @@ def classified(profile: Profile, table: str,
     """Which rows of ``table`` ``classify`` (a concepts predicate) selects by name, asked once
     per distinct name and profile (:func:`_distinct_classified`, spread by the kept codes)."""
     return _distinct_classified(profile, table, classify)[table_name_codes(profile, table)[0]]
+
+
+def classified_at(profile: Profile, table: str, classify: Callable[[pd.Series], pd.Series],
+                  rows: np.ndarray) -> np.ndarray:
+    """:func:`classified` for the ``rows`` (positions) of ``table`` only: no array as long as
+    the table (17 M runtime calls: 17 MB) for the few rows asked."""
+    codes = table_name_codes(profile, table)[0]
+    return _distinct_classified(profile, table, classify)[codes[rows]]
