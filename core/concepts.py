@@ -385,22 +385,28 @@ def may_block(names: pd.Series) -> pd.Series:
     return _always_blocks(names) | _matches(names, _COPY_CALL)
 
 
-def blocking_calls(runtime: pd.DataFrame, memcpy: pd.DataFrame) -> pd.DataFrame:
+def blocking_calls(runtime: pd.DataFrame, memcpy: pd.DataFrame,
+                   candidates: np.ndarray | None = None) -> pd.DataFrame:
     """The runtime calls that block the CPU until the GPU catches up, with a ``label``: among
-    the calls that :func:`may_block`, the sync APIs, the synchronous copy APIs, and any copy
-    call whose copy goes from the device to pageable host memory (``cudaMemcpyAsync`` too: the
-    driver must wait for the GPU before it can write pageable memory), labelled ``<call> DtoH
-    to pageable``."""
+    the calls that :func:`may_block` (of the ``candidates``, positions of such calls, when
+    given), the sync APIs, the synchronous copy APIs, and any copy call whose copy goes from the
+    device to pageable host memory (``cudaMemcpyAsync`` too: the driver must wait for the GPU
+    before it can write pageable memory), labelled ``<call> DtoH to pageable``. Calls are
+    judged by their name and correlation id alone; only the chosen ones are copied whole."""
     copies = memcpy[(memcpy["kind"] == DTOH) & (memcpy["dst_kind"] == PAGEABLE)
                     & (memcpy["correlation"] >= 0)]
-    calls = runtime[may_block(runtime["name"]).to_numpy()]
+    rows = np.arange(len(runtime)) if candidates is None else candidates
+    names = pd.Series(runtime["name"].array.take(rows))
+    eligible = may_block(names).to_numpy()
     # A copy call launched the copy with its correlation id; -1 (unknown) links nothing.
-    to_pageable = (_matches(calls["name"], _COPY_CALL).to_numpy()
-                   & calls["correlation"].isin(copies["correlation"]).to_numpy())
-    chosen = to_pageable | _always_blocks(calls["name"]).to_numpy()
-    calls = calls[chosen]
+    to_pageable = (eligible & _matches(names, _COPY_CALL).to_numpy()
+                   & np.isin(runtime["correlation"].to_numpy()[rows],
+                             copies["correlation"].to_numpy()))
+    chosen = np.flatnonzero(to_pageable | (eligible & _always_blocks(names).to_numpy()))
+    calls = runtime.iloc[rows[chosen]]
     label = calls["name"].astype(object)
-    return calls.assign(label=label.mask(to_pageable[chosen], label + " DtoH to pageable"))
+    pageable = to_pageable[chosen]  # only these rows' labels are new strings
+    return calls.assign(label=label.mask(pageable, label[pageable] + " DtoH to pageable"))
 
 
 def is_reduced_precision_kernel(names: pd.Series) -> pd.Series:

@@ -38,9 +38,8 @@ def blocking(profile: Profile) -> pd.DataFrame:
     """The profile's blocking calls (see ``concepts.blocking_calls``), judged among the calls
     that could be one (a sync or copy API by name, asked once per distinct name): each call is
     judged on its own, so the few candidates give the same rows as all 17 M calls."""
-    runtime = profile.table("runtime")
-    candidates = classified(profile, "runtime", concepts.may_block)
-    return concepts.blocking_calls(runtime[candidates], profile.table("memcpy"))
+    candidates = np.flatnonzero(classified(profile, "runtime", concepts.may_block))
+    return concepts.blocking_calls(profile.table("runtime"), profile.table("memcpy"), candidates)
 
 
 def queued_at(profile: Profile, times: np.ndarray) -> np.ndarray:
@@ -176,8 +175,9 @@ def idle_causes(profile: Profile, windows: StepWindows) -> IdleCauses | None:
     if not has_gpu_events(profile):
         return None
     # The gaps' own arrays are gone (the helper returned) before every CPU op is read.
-    idle, waited, longest = _idle_by_cause(profile, windows)
-    ops, outside = _cpu_in(profile, waited, windows.count)
+    idle, waited, waited_ns, longest = _idle_by_cause(profile, windows)
+    ops, outside = (_cpu_in(profile, waited, windows.count) if waited is not None
+                    else ([], waited_ns // windows.count))  # no CPU op covers any of it
     return IdleCauses(origin=profile.kind, step_ns=windows.total_ns // max(windows.count, 1),
                       idle_ns_per_step={cause: ns // windows.count for cause, ns in idle.items()},
                       launch_wait_ops=ops, launch_wait_outside_ops_ns=outside,
@@ -185,21 +185,24 @@ def idle_causes(profile: Profile, windows: StepWindows) -> IdleCauses | None:
 
 
 def _idle_by_cause(profile: Profile, windows: StepWindows
-                   ) -> tuple[dict[str, int], iv.Intervals, tuple[int, int, int]]:
-    """The devices' idle ns inside the step windows by cause, the launch waits' union, and the
-    longest launch wait (length, start, end; the first of equals), the gaps a stretch of time at
-    a time (see intervals.subtract_blocks)."""
+                   ) -> tuple[dict[str, int], iv.Intervals | None, int, tuple[int, int, int]]:
+    """The devices' idle ns inside the step windows by cause, the launch waits' union (None
+    where no CPU op could cover them: see _waits_kept) and its ns, and the longest launch wait
+    (length, start, end; the first of equals), the gaps a stretch of time at a time (see
+    intervals.subtract_blocks)."""
     loader = dataloader_intervals(profile, windows)
     blocked = iv.union_of([blocking(profile)])
     idle = dict.fromkeys(IDLE_CAUSES, 0)
-    waited = iv.EMPTY
+    activity = device_activity(profile)
+    kept = _waits_kept(profile, len(activity))
+    waited, waited_ns = iv.EMPTY, 0
     longest = (0, 0, 0)  # length, start and end of the longest launch wait (the first of equals)
-    for device, busy in device_activity(profile).items():
+    for device, busy in activity.items():
         work = _work_of(profile, device)
         # One device's launch waits are some of its holes (disjoint, in order), written in
         # place (at most one hole per gap of ``busy`` and per window; pages never written are
         # never resident), then merged into the other devices'.
-        most = len(busy) + 1 + windows.count
+        most = len(busy) + 1 + windows.count if kept else 0
         wait_starts, wait_ends = np.empty(most, np.int64), np.empty(most, np.int64)
         waits = 0
         for holes in iv.subtract_blocks(windows.windows(), busy):
@@ -216,16 +219,27 @@ def _idle_by_cause(profile: Profile, windows: StepWindows
                                 ("unexplained", ~(data | sync | launch))):
                 idle[cause] += int(length[mask].sum())
             found = int(launch.sum())
-            wait_starts[waits:waits + found] = starts[launch]
-            wait_ends[waits:waits + found] = ends[launch]
-            waits += found
+            if kept:
+                wait_starts[waits:waits + found] = starts[launch]
+                wait_ends[waits:waits + found] = ends[launch]
+                waits += found
+            else:
+                waited_ns += int(length[launch].sum())
             if found:
                 at_most = int(np.argmax(np.where(launch, length, -1)))
                 if length[at_most] > longest[0]:
                     longest = (int(length[at_most]), int(starts[at_most]), int(ends[at_most]))
         del work
         waited = iv.merge(waited, iv.Intervals(wait_starts[:waits], wait_ends[:waits]))
-    return idle, waited, longest
+    return idle, waited if kept else None, waited.total if kept else waited_ns, longest
+
+
+def _waits_kept(profile: Profile, devices: int) -> bool:
+    """Whether the launch waits are kept as intervals: where CPU ops may cover them
+    (_cpu_in), or several devices' waits may overlap (their union's length is the waited
+    time). Otherwise one device's waits, disjoint, are summed as they are found: a 10 M-kernel
+    nsys export (no CPU ops) has millions of them, tens of MB as intervals."""
+    return profile.has("cpu_ops") or devices > 1
 
 
 @giving_back_memory
