@@ -400,8 +400,8 @@ def blocking_calls(runtime: pd.DataFrame, memcpy: pd.DataFrame,
     eligible = may_block(names).to_numpy()
     # A copy call launched the copy with its correlation id; -1 (unknown) links nothing.
     to_pageable = (eligible & _matches(names, _COPY_CALL).to_numpy()
-                   & np.isin(runtime["correlation"].to_numpy()[rows],
-                             copies["correlation"].to_numpy()))
+                   & pd.Series(runtime["correlation"].to_numpy()[rows]).isin(
+                       copies["correlation"]).to_numpy())  # hashes the copies, sorts nothing
     chosen = np.flatnonzero(to_pageable | (eligible & _always_blocks(names).to_numpy()))
     calls = runtime.iloc[rows[chosen]]
     label = calls["name"].astype(object)
