@@ -223,12 +223,14 @@ def subtract(a: Intervals, b: Intervals) -> Intervals:
                      np.concatenate([piece.ends for piece in pieces]))
 
 
-def subtract_blocks(a: Intervals, b: Intervals) -> Iterator[Intervals]:
+def subtract_blocks(a: Intervals, b: Intervals, rows: int | None = None
+                    ) -> Iterator[Intervals]:
     """:func:`subtract` a stretch of time at a time: the parts of ``a`` not covered by ``b``, in
-    order, made from :data:`BLOCK_ROWS` of ``b``'s gaps at a time against the intervals of
-    ``a`` that reach into them (the gaps of 6 M busy intervals, and the parts of a few windows
-    they leave, are never built whole). Joined, the pieces are ``subtract(a, b)``: parts from
-    different gaps never touch, ``b``'s intervals being non-empty."""
+    order, made from ``rows`` (:data:`BLOCK_ROWS` by default) of ``b``'s gaps at a time against
+    the intervals of ``a`` that reach into them (the gaps of 6 M busy intervals, and the parts
+    of a few windows they leave, are never built whole). Joined, the pieces are
+    ``subtract(a, b)``: parts from different gaps never touch, ``b``'s intervals being
+    non-empty."""
     if len(a) == 0:
         return
     if len(b) == 0:
@@ -236,7 +238,7 @@ def subtract_blocks(a: Intervals, b: Intervals) -> Iterator[Intervals]:
         return
     limits = np.iinfo(np.int64)
     gaps = len(b) + 1  # gap i runs from b.ends[i - 1] (or -inf) to b.starts[i] (or +inf)
-    for block in blocks(gaps):
+    for block in blocks(gaps, rows):
         starts = b.ends[max(block.start - 1, 0):block.stop - 1]
         ends = b.starts[block.start:min(block.stop, len(b))]
         if block.start == 0:

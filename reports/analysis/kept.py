@@ -15,7 +15,8 @@ import pandas as pd
 
 from profreport.allocator import giving_back_memory
 from profreport.concepts import name_codes, per_distinct
-from profreport.model import Profile, narrowest_int
+from profreport.model import Profile, narrowest_int, position_dtype
+from profreport.reports.analysis import intervals as iv
 
 T_co = TypeVar("T_co", covariant=True)
 
@@ -128,6 +129,19 @@ def classified(profile: Profile, table: str,
     """Which rows of ``table`` ``classify`` (a concepts predicate) selects by name, asked once
     per distinct name and profile (:func:`_distinct_classified`, spread by the kept codes)."""
     return _distinct_classified(profile, table, classify)[table_name_codes(profile, table)[0]]
+
+
+def classified_rows(profile: Profile, table: str, classify: Callable[[pd.Series], pd.Series]
+                    ) -> np.ndarray:
+    """The positions of the rows of ``table`` that ``classify`` selects (:func:`classified`),
+    found :data:`intervals.BLOCK_ROWS` rows at a time: no mask as long as the table (17 M
+    runtime calls: 17 MB) for the few rows chosen."""
+    codes = table_name_codes(profile, table)[0]
+    chosen = _distinct_classified(profile, table, classify)
+    dtype = position_dtype(len(codes))
+    return np.concatenate([np.empty(0, dtype)] + [
+        np.flatnonzero(chosen[codes[block]]).astype(dtype) + block.start
+        for block in iv.blocks(len(codes))])
 
 
 def classified_at(profile: Profile, table: str, classify: Callable[[pd.Series], pd.Series],

@@ -21,7 +21,7 @@ from profreport.model import Profile
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.cpu import SPAN_BLOCK_ROWS, self_time_ns
 from profreport.reports.analysis.gpu import device_activity, has_gpu_events
-from profreport.reports.analysis.kept import classified, per_profile
+from profreport.reports.analysis.kept import classified, classified_rows, per_profile
 from profreport.reports.analysis.launches import GPU_TABLES, launch_times
 from profreport.reports.analysis.results import IdleCauses, SyncCall, SyncStats, TopItem
 from profreport.reports.analysis.steps import StepWindows, dataloader_intervals
@@ -38,7 +38,7 @@ def blocking(profile: Profile) -> pd.DataFrame:
     """The profile's blocking calls (see ``concepts.blocking_calls``), judged among the calls
     that could be one (a sync or copy API by name, asked once per distinct name): each call is
     judged on its own, so the few candidates give the same rows as all 17 M calls."""
-    candidates = np.flatnonzero(classified(profile, "runtime", concepts.may_block))
+    candidates = classified_rows(profile, "runtime", concepts.may_block)
     return concepts.blocking_calls(profile.table("runtime"), profile.table("memcpy"), candidates)
 
 
@@ -184,6 +184,12 @@ def idle_causes(profile: Profile, windows: StepWindows) -> IdleCauses | None:
                       longest_launch_wait=longest[1:] if longest[0] else None)
 
 
+#: Gaps judged at a time by :func:`_idle_by_cause`: each block's holes ask a dozen arrays of
+#: their length (three of them three times as long), 50 MB held beside the devices' activity
+#: at :data:`intervals.BLOCK_ROWS` gaps (the idle causes' peak on a 10 M-kernel export).
+GAP_BLOCK_ROWS = 1 << 16
+
+
 def _idle_by_cause(profile: Profile, windows: StepWindows
                    ) -> tuple[dict[str, int], iv.Intervals | None, int, tuple[int, int, int]]:
     """The devices' idle ns inside the step windows by cause, the launch waits' union (None
@@ -205,7 +211,7 @@ def _idle_by_cause(profile: Profile, windows: StepWindows
         most = len(busy) + 1 + windows.count if kept else 0
         wait_starts, wait_ends = np.empty(most, np.int64), np.empty(most, np.int64)
         waits = 0
-        for holes in iv.subtract_blocks(windows.windows(), busy):
+        for holes in iv.subtract_blocks(windows.windows(), busy, GAP_BLOCK_ROWS):
             starts, ends = holes.starts, holes.ends
             length = ends - starts
             data = _mostly(loader, starts, ends, length)
