@@ -209,6 +209,7 @@ def read_export(export_path: Path, *, source: Path | None = None) -> Profile:
     meta.time_zero_ns = 0
     meta.dropped = dict(export.dropped)
     meta.notes = [dropped_note(table, count) for table, count in export.dropped.items()]
+    meta.notes += export.lacking_notes
     _nvtx_structure(tables, meta)
     meta.empty = nothing_recorded(tables)
     return Profile(path=source, kind="nsys", tool_version=meta.exporter_version,
@@ -422,6 +423,8 @@ class _Export:
         self.pid_mask = _ID_MASK
         #: The texts of the NVTX marks of concepts.RANK_DOMAIN, (pid, text), set by _ranges.
         self.rank_marks: list[tuple[int, str]] = []
+        #: Notes on the figures left unknown by columns this export's schema lacks (lacking).
+        self.lacking_notes: list[str] = []
 
     @classmethod
     def open(cls, export_path: Path, source: Path) -> _Export:
@@ -463,6 +466,16 @@ class _Export:
                 f"nsys export schema {self.schema_version()}: table {table} lacks {missing}",
                 self.source)
         return True
+
+    def lacking(self, table: str, optional: tuple[str, ...], unknown: str) -> set[str]:
+        """The ``optional`` columns that ``table`` lacks; when some, a note says that ``unknown``
+        (what they tell) is unknown, and why: other nsys versions export other columns."""
+        missing = set(optional) - self.columns(table)
+        if missing:
+            self.lacking_notes.append(
+                f"nsys export schema {self.schema_version()}: table {table} lacks "
+                f"{sorted(missing)}: {unknown} unknown")
+        return missing
 
     def query(self, sql: str) -> pd.DataFrame:
         """Run ``sql`` and return its rows; a damaged database becomes an InputError naming the
@@ -1197,17 +1210,17 @@ def _domain_names(creates: dict[str, np.ndarray]) -> dict[tuple[int, int], str]:
 def _ranges(export: _Export) -> pd.DataFrame | None:
     """NVTX push/pop and start/end ranges: text or textId, domain from domain-create events."""
     table = "NVTX_EVENTS"
-    if not export.usable(table, ("start", "end", "eventType", "globalTid", "domainId")):
+    if not export.usable(table, ("start", "end", "eventType", "globalTid")):
         return None
+    if export.lacking(table, ("domainId",), "the NVTX domain of each range (and the rank "
+                      f"marks of domain {concepts.RANK_DOMAIN}) is"):
+        return _domainless_ranges(export, table)
     native = _native_ranges(export, table)
     if native is not None:
         return native
-    cols = export.columns(table)
-    text = "t.text" if "text" in cols else "NULL"
-    text_id = "s.value" if "textId" in cols else "NULL"
-    text_join = "LEFT JOIN StringIds AS s ON s.id = t.textId" if "textId" in cols else ""
+    text, text_id, text_join = _range_texts(export, table)
     types = export.nvtx_types
-    range_types = ", ".join(str(code) for code in types.ranges)
+    range_types = _range_types(export)
     domains = (f"WITH domains AS (SELECT domainId, {_decoded_pid(export, 'globalTid')} AS pid, "
                f"MIN({text}) AS domain FROM {table} AS t WHERE eventType = "
                f"{types.domain_create} GROUP BY 1, 2) ")
@@ -1225,6 +1238,34 @@ def _ranges(export: _Export) -> pd.DataFrame | None:
     export.rank_marks = list(marks.itertuples(index=False, name=None))
     return _id_categoricals(_categorical_names(conform("ranges", _valid_rows(
         export, "ranges", frame)), ("name", "domain")))
+
+
+def _domainless_ranges(export: _Export, table: str) -> pd.DataFrame:
+    """NVTX ranges of an export whose NVTX_EVENTS has no domainId: as :func:`_ranges` reads
+    them, each range's domain unknown (empty) and no rank marks."""
+    text, text_id, text_join = _range_texts(export, table)
+    frame = export.query(
+        f"SELECT {_checked_times('t')}, {_decoded_tid(export, 't.globalTid')}, "
+        f"COALESCE({text}, {text_id}, '') AS name, '' AS domain FROM {table} AS t {text_join} "
+        f"WHERE t.eventType IN ({_range_types(export)}) AND t.end IS NOT NULL "
+        f"AND t.globalTid IS NOT NULL ORDER BY t.start")
+    return _categorical_names(conform("ranges", _valid_rows(export, "ranges", frame)),
+                              ("name", "domain"))
+
+
+def _range_texts(export: _Export, table: str) -> tuple[str, str, str]:
+    """SQL for a range's text, its textId's string and the join that string needs (NULL and
+    no join where the export lacks the column)."""
+    cols = export.columns(table)
+    text = "t.text" if "text" in cols else "NULL"
+    text_id = "s.value" if "textId" in cols else "NULL"
+    text_join = "LEFT JOIN StringIds AS s ON s.id = t.textId" if "textId" in cols else ""
+    return text, text_id, text_join
+
+
+def _range_types(export: _Export) -> str:
+    """The eventType codes of NVTX ranges, as an SQL list."""
+    return ", ".join(str(code) for code in export.nvtx_types.ranges)
 
 
 def _osrt(export: _Export) -> pd.DataFrame | None:

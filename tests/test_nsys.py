@@ -880,3 +880,22 @@ def test_phases_are_timed_over_the_steps_the_step_figures_count(tmp_path: Path) 
     assert ("startup.sqlite: the 6 steps are NVTX ranges named as steps; inside each of the 5 "
             "steps the per-step figures count (step 0, start-up, left out): backward 0.7 ms, "
             "forward 0.5 ms, optimizer 0.2 ms per step") in run.notes
+
+
+def test_an_export_without_nvtx_domains_reads_its_ranges(tmp_path: Path) -> None:
+    """NVTX_EVENTS without domainId (another nsys version's schema): the ranges and the steps
+    they name are read, each range's domain unknown (empty), and a note says so; the export
+    is not refused."""
+    ms = 10**6
+    path = write_nsys_export(tmp_path / "nodomain.sqlite", [],
+                             [(i * 100 * ms, i * 100 * ms + 80 * ms, f"step {i}")
+                              for i in range(3)])
+    with sqlite3.connect(path) as conn:
+        conn.execute("ALTER TABLE NVTX_EVENTS DROP COLUMN domainId")
+    profile = nsys.parse(path)
+    assert profile.table("steps")[["number", "start", "end"]].values.tolist() == [
+        [i, i * 100 * ms, i * 100 * ms + 80 * ms] for i in range(3)]
+    assert set(profile.table("ranges")["domain"]) == {""}
+    assert ("nsys export schema 2.7.1: table NVTX_EVENTS lacks ['domainId']: the NVTX domain of "
+            "each range (and the rank marks of domain profreport) is unknown"
+            in profile.meta.notes)
