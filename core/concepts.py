@@ -391,22 +391,38 @@ def blocking_calls(runtime: pd.DataFrame, memcpy: pd.DataFrame,
     the calls that :func:`may_block` (of the ``candidates``, positions of such calls, when
     given), the sync APIs, the synchronous copy APIs, and any copy call whose copy goes from the
     device to pageable host memory (``cudaMemcpyAsync`` too: the driver must wait for the GPU
-    before it can write pageable memory), labelled ``<call> DtoH to pageable``. Calls are
-    judged by their name and correlation id alone; only the chosen ones are copied whole."""
-    copies = memcpy[(memcpy["kind"] == DTOH) & (memcpy["dst_kind"] == PAGEABLE)
-                    & (memcpy["correlation"] >= 0)]
+    before it can write pageable memory), labelled ``<call> DtoH to pageable``. Where the
+    profile does not record a device-to-host copy's destination memory (an nsys export without
+    ``dstKind``), the call blocked when it returned only after its copy had ended on the GPU:
+    labelled ``<call> DtoH`` with COPY_WAITED. Calls are judged by their name, correlation id
+    and end alone; only the chosen ones are copied whole."""
+    dtoh = memcpy[(memcpy["kind"] == DTOH) & (memcpy["correlation"] >= 0)]
+    unrecorded = dtoh[dtoh["dst_kind"] == "unknown"]
     rows = np.arange(len(runtime)) if candidates is None else candidates
     names = pd.Series(runtime["name"].array.take(rows))
     eligible = may_block(names).to_numpy()
+    is_copy = eligible & _matches(names, _COPY_CALL).to_numpy()
     # A copy call launched the copy with its correlation id; -1 (unknown) links nothing.
-    to_pageable = (eligible & _matches(names, _COPY_CALL).to_numpy()
-                   & pd.Series(runtime["correlation"].to_numpy()[rows]).isin(
-                       copies["correlation"]).to_numpy())  # hashes the copies, sorts nothing
-    chosen = np.flatnonzero(to_pageable | (eligible & _always_blocks(names).to_numpy()))
+    correlation = pd.Series(runtime["correlation"].to_numpy()[rows])
+    to_pageable = is_copy & correlation.isin(  # hashes the copies, sorts nothing
+        dtoh.loc[dtoh["dst_kind"] == PAGEABLE, "correlation"]).to_numpy()
+    waited = np.zeros(len(rows), dtype=bool)
+    if not unrecorded.empty:
+        ends = unrecorded.groupby("correlation")["end"].max()  # int64: no float rounding
+        at = ends.index.get_indexer(correlation)
+        copy_end = np.where(at >= 0, ends.to_numpy(np.int64)[at], np.iinfo(np.int64).max)
+        waited = is_copy & ~to_pageable & (copy_end <= runtime["end"].to_numpy(np.int64)[rows])
+    chosen = np.flatnonzero(to_pageable | waited | (eligible & _always_blocks(names).to_numpy()))
     calls = runtime.iloc[rows[chosen]]
     label = calls["name"].astype(object)
-    pageable = to_pageable[chosen]  # only these rows' labels are new strings
-    return calls.assign(label=label.mask(pageable, label[pageable] + " DtoH to pageable"))
+    pageable, copy_waited = to_pageable[chosen], waited[chosen]  # only these labels are new
+    label = label.mask(pageable, label[pageable] + " DtoH to pageable")
+    return calls.assign(label=label.mask(copy_waited,
+                                         label[copy_waited] + f" DtoH {COPY_WAITED}"))
+
+
+#: How a device-to-host copy call of unrecorded destination memory that blocked is labelled.
+COPY_WAITED = "(returned after its copy ended; host memory kind unrecorded)"
 
 
 def is_reduced_precision_kernel(names: pd.Series) -> pd.Series:

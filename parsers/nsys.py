@@ -1013,8 +1013,9 @@ def _memcpy(export: _Export) -> pd.DataFrame | None:
     if not export.usable(table, ("start", "end", "deviceId", "streamId", "correlationId",
                                  "bytes", "copyKind")):
         return None
-    kinds = [col if col in export.columns(table) else f"NULL AS {col}"
-             for col in ("srcKind", "dstKind")]
+    lacking = export.lacking(table, ("srcKind", "dstKind"),
+                             "whether host memory was pageable or pinned is")
+    kinds = [f"NULL AS {col}" if col in lacking else col for col in ("srcKind", "dstKind")]
     frame = _native_activity(export, table, "memcpy", ["bytes", "copyKind", "srcKind",
                                                        "dstKind"])
     if frame is None:

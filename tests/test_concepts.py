@@ -166,7 +166,7 @@ def test_a_blocking_copy_is_linked_by_a_known_correlation_id() -> None:
                             "correlation": [-1, -1, 5], "start": [0, 10, 20], "end": [5, 15, 25]})
     memcpy = pd.DataFrame({"kind": [concepts.DTOH, concepts.DTOH],
                            "dst_kind": [concepts.PAGEABLE, concepts.PAGEABLE],
-                           "correlation": [-1, 5]})
+                           "correlation": [-1, 5], "end": [12, 22]})
     calls = concepts.blocking_calls(runtime, memcpy)
     assert list(zip(calls["correlation"], calls["label"], strict=True)) == [
         (-1, "cudaDeviceSynchronize"), (5, "cudaMemcpyAsync DtoH to pageable")]

@@ -899,3 +899,46 @@ def test_an_export_without_nvtx_domains_reads_its_ranges(tmp_path: Path) -> None
     assert ("nsys export schema 2.7.1: table NVTX_EVENTS lacks ['domainId']: the NVTX domain of "
             "each range (and the rank marks of domain profreport) is unknown"
             in profile.meta.notes)
+
+
+def test_copies_of_unrecorded_memory_keep_the_blocking_calls(tmp_path: Path) -> None:
+    """CUPTI_ACTIVITY_KIND_MEMCPY without srcKind/dstKind (another nsys version's schema), 4
+    steps of 100 ms: each copies 1 MiB host-to-device, runs a 55 ms kernel, reads 4 bytes back
+    with a cudaMemcpyAsync that returns at 61 ms, after its copy ended at 60.5 ms (it waited
+    for the GPU 55 ms), syncs for 1 ms, and makes a second DtoH cudaMemcpyAsync that returns
+    before its copy starts (it did not wait). Without the memory kinds the waiting copy was no
+    blocking call: 1% of the step blocked, no SYNC_STALL. Now that copy counts (56% blocked),
+    the other does not, and whether host memory was pageable is unknown, with the reason."""
+    ms, us = 1_000_000, 1000
+    kernels, runtime, copies = [], [], []
+    for i in range(4):
+        t, c = i * 100 * ms, i * 10
+        runtime += [(t + 1 * ms, t + 1 * ms + 20 * us, c + 1, "cudaMemcpyAsync_v3020"),
+                    (t + 4 * ms, t + 4 * ms + 10 * us, c + 2, "cudaLaunchKernel_v7000"),
+                    (t + 6 * ms, t + 61 * ms, c + 3, "cudaMemcpyAsync_v3020"),
+                    (t + 62 * ms, t + 63 * ms, c + 4, "cudaStreamSynchronize_v3020"),
+                    (t + 70 * ms, t + 70 * ms + 10 * us, c + 5, "cudaMemcpyAsync_v3020")]
+        kernels.append((t + 5 * ms, t + 60 * ms, c + 2, "conv_kernel"))
+        copies += [(t + 1 * ms, t + 3 * ms, c + 1, 2**20, 1),
+                   (t + 60 * ms, t + 60 * ms + 500 * us, c + 3, 4, 2),
+                   (t + 70 * ms + 20 * us, t + 70 * ms + 30 * us, c + 5, 4, 2)]
+    steps = [(i * 100 * ms, i * 100 * ms + 90 * ms, f"step {i}") for i in range(4)]
+    path = write_nsys_export(tmp_path / "nokinds.sqlite", kernels, steps, runtime)
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (start INT, end INT, deviceId INT, "
+                     "streamId INT, correlationId INT, bytes INT, copyKind INT)")
+        conn.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES (?, ?, 0, 7, ?, ?, ?)",
+                         copies)
+    run = analyze_paths([path], AnalyzeOptions()).runs[0]
+    syncs = run.metrics.syncs
+    assert [(call.name, call.calls_per_step, call.ns_per_step) for call in syncs.calls] == [
+        ("cudaMemcpyAsync DtoH (returned after its copy ended; host memory kind unrecorded)",
+         1, 55 * ms), ("cudaStreamSynchronize", 1, 1 * ms)]
+    assert [f.id for f in run.findings if f.id == "SYNC_STALL"] == ["SYNC_STALL"]
+    copied = run.metrics.copies
+    assert (copied.h2d_bytes, copied.h2d_pageable_bytes, copied.h2d_kinds_unknown) == (
+        4 * 2**20, None, "the profile records no source memory kind for 4 of its 4 "
+                         "host-to-device copies")
+    assert ("nokinds.sqlite: nsys export schema 2.7.1: table CUPTI_ACTIVITY_KIND_MEMCPY lacks "
+            "['dstKind', 'srcKind']: whether host memory was pageable or pinned is unknown"
+            in run.notes)

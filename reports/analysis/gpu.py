@@ -309,13 +309,16 @@ def copy_stats(profile: Profile) -> CopyStats | None:
     d2h = copies_of_kind(profile, concepts.DTOH)
     tiny = d2h[d2h["bytes"].between(0, TINY_COPY_BYTES)]
     syncs = runtime[classified(profile, "runtime", concepts.is_sync_api)]
+    unrecorded = int((known["src_kind"] == "unknown").sum())
+    unknown = (f"the profile records no source memory kind for {unrecorded:,} of its "
+               f"{len(known):,} host-to-device copies" if unrecorded else None)
     return CopyStats(origin=profile.kind, h2d_bytes=int(known["bytes"].sum()),
                      h2d_ns=int((h2d["end"] - h2d["start"]).sum()),
-                     h2d_pageable_bytes=int(known.loc[known["src_kind"] == concepts.PAGEABLE,
-                                                      "bytes"].sum()),
-                     h2d_pinned_bytes=int(known.loc[known["src_kind"] == concepts.PINNED,
-                                                    "bytes"].sum()),
-                     tiny_d2h_count=len(tiny),
+                     h2d_pageable_bytes=None if unknown else int(
+                         known.loc[known["src_kind"] == concepts.PAGEABLE, "bytes"].sum()),
+                     h2d_pinned_bytes=None if unknown else int(
+                         known.loc[known["src_kind"] == concepts.PINNED, "bytes"].sum()),
+                     h2d_kinds_unknown=unknown, tiny_d2h_count=len(tiny),
                      sync_api_ns=int((syncs["end"] - syncs["start"]).sum()),
                      sync_api_calls=len(syncs))
 

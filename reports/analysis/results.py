@@ -341,8 +341,11 @@ class CopyStats:
     origin: Origin
     h2d_bytes: int
     h2d_ns: int
-    h2d_pageable_bytes: int
-    h2d_pinned_bytes: int
+    #: None (unknown) when the profile records no source memory kind for some H2D copies.
+    h2d_pageable_bytes: int | None
+    h2d_pinned_bytes: int | None
+    #: Why the pageable and pinned bytes are unknown (None when they are known).
+    h2d_kinds_unknown: str | None
     tiny_d2h_count: int
     sync_api_ns: int
     sync_api_calls: int

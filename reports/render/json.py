@@ -87,6 +87,7 @@ def metrics_json(m: RunMetrics) -> dict[str, Any]:
         "comm_all_reduce_sizes_unknown_reason": comm.sizes_unknown if comm else None,
         "h2d_bytes": copies.h2d_bytes if copies else None,
         "h2d_pageable_bytes": copies.h2d_pageable_bytes if copies else None,
+        "h2d_pageable_unknown_reason": copies.h2d_kinds_unknown if copies else None,
         "sync_api_calls": copies.sync_api_calls if copies else None,
         "kernels_per_step": round(launch.kernels_per_step, 3) if launch else None,
         "short_kernel_fraction": _frac(launch.short_kernel_fraction) if launch else None,

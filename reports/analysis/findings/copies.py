@@ -38,7 +38,7 @@ def pageable_memcpy(facts: Facts) -> Finding | None:
     """Host-to-device copies come from pageable (unpinned) memory."""
     m, ctx = facts.metrics, facts.context
     c = m.copies
-    if c is None or c.h2d_bytes <= 0:
+    if c is None or c.h2d_bytes <= 0 or c.h2d_pageable_bytes is None:
         return None
     if c.h2d_pageable_bytes < PAGEABLE_MIN_BYTES or \
             c.h2d_pageable_bytes / c.h2d_bytes < PAGEABLE_SHARE:

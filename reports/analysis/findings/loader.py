@@ -104,7 +104,7 @@ def _loader_settings(m: RunMetrics, ctx: RunContext) -> str:
     high already."""
     wanted = []
     if not ctx.knob("pin_memory") and m.copies is not None \
-            and m.copies.h2d_pageable_bytes > 0:
+            and (m.copies.h2d_pageable_bytes or 0) > 0:
         wanted.append("pin_memory=True")
     if not ctx.knob("persistent_workers"):
         wanted.append("persistent_workers=True")
