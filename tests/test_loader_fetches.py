@@ -445,3 +445,16 @@ def test_work_after_the_last_fetch_of_an_nsys_capture_keeps_its_step(tmp_path: P
     run = _analyzed(path)
     assert run.metrics.steps is not None and run.metrics.steps.count == 5
     assert not any("holds only a DataLoader fetch" in note for note in run.notes)
+
+
+def test_a_trace_without_steps_says_nothing_of_a_wait_inside_them(tmp_path: Path) -> None:
+    """A trace cut before its first step ends: a 1.5 s first fetch (the workers starting), then
+    a forward's convolution and ReLU, no ProfilerStep, no backward or optimizer. There are no
+    steps and no DataLoader wait figure, yet a note said the wait 'counts every fetch inside
+    the steps'; now no note speaks of the wait or of steps."""
+    events = [cpu_event(TRAIN_FETCH, 1000, 1_500_000, cat="user_annotation"),
+              cpu_event("aten::conv2d", 1_501_100, 300_000),
+              cpu_event("aten::relu", 1_801_200, 100_000)]
+    run = _analyzed(kineto_trace(tmp_path / "cut.json", events))
+    assert (run.metrics.steps, run.metrics.dataloader_fraction) == (None, None)
+    assert not [note for note in run.notes if "DataLoader" in note or "step" in note]

@@ -79,8 +79,9 @@ def training_fetches(profile: Profile) -> TrainingFetches:
 def _untold_note(profile: Profile, fetches: pd.DataFrame) -> str | None:
     """Why a profile recording no backward pass or optimizer step cannot tell which of its
     ``fetches`` fed training; None when each fetch's range says so itself (profreport's
-    runner names its fetches as it makes them: concepts.is_training_fetch_range)."""
-    if concepts.is_training_fetch_range(fetches["name"]).all():
+    runner names its fetches as it makes them: concepts.is_training_fetch_range), or when the
+    profile records no steps: no DataLoader wait is then measured, nothing counts a fetch."""
+    if concepts.is_training_fetch_range(fetches["name"]).all() or profile.table("steps").empty:
         return None
     recorded = ("the trace records no backward pass or optimizer step"
                 if profile.meta.records_torch_spans else
