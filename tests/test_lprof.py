@@ -1788,3 +1788,33 @@ def test_an_attribute_a_method_assigns_a_dataloader_is_one_in_another_method(
     passed = source.replace("DataLoader(train_set, batch_size=64)", "train_set")
     _, loop = profiled_beside(tmp_path / "passed.py", passed, lines, "Trainer.train_epoch", 11)
     assert (loop.evidence, loop.confidence) == ("hit counts", "low")
+
+
+def _loop_without_its_script(tmp_path: Path) -> Path:
+    """A hand-built .lprof of train() without its script: a loop header hit 7 times for 6
+    passes, 2.4 s in all (the batch fetched there), a body of 450 ms and 150 ms lines."""
+    ms = 1_000_000
+    return stats_file(tmp_path / "train.lprof", {("train.py", 10, "train"): [
+        (11, 1, 1 * ms), (12, 7, 2400 * ms), (13, 6, 450 * ms), (14, 6, 150 * ms),
+        (15, 1, 1 * ms)]})
+
+
+def test_the_rest_of_the_loop_is_not_called_compute(tmp_path: Path) -> None:
+    """line_profiler times lines: besides the loop line's DataLoader wait (400 ms per step) it
+    knows only the rest of the loop (100 ms), which the breakdown showed as 'Compute'. The
+    analysis names that part, and the reports show its name, never 'Compute'."""
+    from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+    from profreport.reports.render.html import render_html
+    from profreport.reports.render.markdown import render_markdown
+
+    report = analyze_paths([_loop_without_its_script(tmp_path)], AnalyzeOptions())
+    breakdown = report.runs[0].metrics.breakdown
+    ms = 1_000_000
+    assert (breakdown.parts_ns["dataloader"], breakdown.parts_ns["compute"]) == (400 * ms,
+                                                                                100 * ms)
+    label = "Rest of the loop (line_profiler cannot tell compute from other work)"
+    assert breakdown.label("compute") == label
+    markdown = render_markdown(report)
+    assert f"| {label.replace('_', chr(92) + '_')} | 100.0 ms |" in markdown
+    assert "| Compute |" not in markdown
+    assert label in render_html(report)

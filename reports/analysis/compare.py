@@ -654,7 +654,7 @@ def _core_contention(base: RunAnalysis, run: RunAnalysis, part: str,
 
 def measured_text(name: str, breakdown: Breakdown) -> str:
     """"loader's torch.profiler breakdown measures DataLoader wait, Compute and Other"."""
-    parts = [PART_LABELS[part] for part in BREAKDOWN_PARTS if part in breakdown.measured]
+    parts = [breakdown.label(part) for part in BREAKDOWN_PARTS if part in breakdown.measured]
     listed = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
     return f"{name}'s {origin_label(breakdown.origin)} breakdown measures {listed}"
 

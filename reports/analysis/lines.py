@@ -63,10 +63,15 @@ def lprof_dataloader_fraction(loop: TrainingLoop | None) -> float | None:
     return loop.wait_ns / max(loop.time_ns + loop.body_ns, 1)
 
 
+#: The name of line_profiler's "compute" part: it times lines, so all it knows of the loop
+#: besides the DataLoader wait is the rest.
+LPROF_REST_LABEL = "Rest of the loop (line_profiler cannot tell compute from other work)"
+
+
 def lprof_breakdown(loop: TrainingLoop | None, steps: StepStats) -> Breakdown | None:
     """line_profiler: the loop line is DataLoader wait, the rest of the loop is counted as
-    compute (line_profiler cannot split the loop body further: the other parts are
-    unmeasured)."""
+    compute and named as the rest (LPROF_REST_LABEL: line_profiler cannot split the loop body
+    further, the other parts are unmeasured)."""
     share = lprof_dataloader_fraction(loop)
     if share is None:
         return None
@@ -74,7 +79,8 @@ def lprof_breakdown(loop: TrainingLoop | None, steps: StepStats) -> Breakdown | 
     parts_ns = dict.fromkeys(BREAKDOWN_PARTS, 0)
     parts_ns.update(dataloader=loader, compute=steps.mean_ns - loader)
     return Breakdown(origin="lprof", step_ns=steps.mean_ns, parts_ns=parts_ns,
-                     measured=frozenset({"dataloader", "compute"}))
+                     measured=frozenset({"dataloader", "compute"}),
+                     labels={"compute": LPROF_REST_LABEL})
 
 
 #: Why a DataLoader found by its name alone is taken for one (pysource.named_only).

@@ -276,6 +276,13 @@ class Breakdown:
     #: ``parts_ns`` but are unmeasured, their time inside a measured part (line_profiler's
     #: lines give the DataLoader wait and the rest of the loop, counted as compute).
     measured: frozenset[str] = frozenset(BREAKDOWN_PARTS)
+    #: What its source's parts are where they are not PART_LABELS' (line_profiler's "compute"
+    #: is the rest of the loop).
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def label(self, part: str) -> str:
+        """The name of ``part`` in this breakdown."""
+        return self.labels.get(part, PART_LABELS.get(part, part))
 
 
 @dataclass(frozen=True)

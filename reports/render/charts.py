@@ -154,10 +154,11 @@ def breakdown_figure(named: list[tuple[str, Breakdown | None]]) -> go.Figure | N
                      FRAME_PX + ROW_PX * 2 * len(shown), barmode="stack")
     for part in BREAKDOWN_PARTS:
         values = [ms_value(b.parts_ns[part]) if part in b.measured else None for _, b in shown]
-        figure.add_trace(go.Bar(y=names, x=values, name=part_label(part), orientation="h",
+        label = " / ".join(dict.fromkeys(part_label(part, b) for _, b in shown
+                                         if part in b.measured)) or part_label(part)
+        figure.add_trace(go.Bar(y=names, x=values, name=label, orientation="h",
                                 marker_color=PART_COLOURS[part],
-                                hovertemplate="%{x:.2f} ms<extra>" + part_label(part)
-                                + "</extra>"))
+                                hovertemplate="%{x:.2f} ms<extra>" + label + "</extra>"))
     figure.update_yaxes(autorange="reversed", type="category")
     return figure
 

@@ -47,9 +47,9 @@ def verdict_label(verdict: str) -> str:
     return VERDICT_LABELS.get(verdict, verdict)
 
 
-def part_label(part: str) -> str:
-    """The human name of a breakdown part."""
-    return PART_LABELS.get(part, part)
+def part_label(part: str, breakdown: Breakdown | None = None) -> str:
+    """The human name of a breakdown part (as ``breakdown`` names it, when given)."""
+    return breakdown.label(part) if breakdown is not None else PART_LABELS.get(part, part)
 
 
 #: What a breakdown part its source did not measure reads as (never 0: its time is inside
