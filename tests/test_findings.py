@@ -669,7 +669,7 @@ def test_loader_advice_when_the_worker_count_is_not_recorded(corpus: Path) -> No
     starved = dataclasses.replace(w4, dataloader_fraction=0.5)
     advice = ids(starved)["LOADER_BOUND"].recommendation
     assert advice.startswith("The DataLoader runs in worker processes")
-    assert "with n workers now it needs about 3.0 x n" in advice
+    assert "so it needs about 3.0 times as many workers as it has." in advice
     assert "make each sample cheaper" in advice and "from " not in advice
     known = ids(starved, RunContext(knobs={"num_workers": 16}))["LOADER_BOUND"].recommendation
     assert known.startswith("Raise DataLoader num_workers from 16 to 48 ")

@@ -1818,3 +1818,19 @@ def test_the_rest_of_the_loop_is_not_called_compute(tmp_path: Path) -> None:
     assert f"| {label.replace('_', chr(92) + '_')} | 100.0 ms |" in markdown
     assert "| Compute |" not in markdown
     assert label in render_html(report)
+
+
+def test_worker_advice_without_a_worker_count_says_what_it_assumes(tmp_path: Path) -> None:
+    """The loop waits 400 ms per step for 100 ms of the rest, and nothing records num_workers.
+    The advice read '(at 0, 6 workers would keep up) ... with n workers now it needs about 7.5
+    x n': it now says which case each figure is for (1.5 x 400 / 100 = 6 workers loading in
+    the main process; 1.5 x 500 / 100 = 7.5 times the workers it has, if it has some)."""
+    from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+
+    run = analyze_paths([_loop_without_its_script(tmp_path)], AnalyzeOptions()).runs[0]
+    advice = next(f for f in run.findings if f.id == "LOADER_BOUND").recommendation
+    assert advice.startswith(
+        "The profile does not record num_workers: the loop waits 400.0 ms per step for 100.0 ms "
+        "of other work, so it needs about 6 workers if it loads batches in the main process "
+        "(num_workers=0), or about 7.5 times as many workers as it has if it has some. Raise "
+        "num_workers to that where the job has the CPUs, else make each sample cheaper")

@@ -117,6 +117,22 @@ def _loader_settings(m: RunMetrics, ctx: RunContext) -> str:
             + wanted[-1] + ".")
 
 
+def _unknown_workers_need(m: RunMetrics, wait: int, rest: int) -> str:
+    """The workers a loop whose worker count is unknown needs, per step waiting ``wait`` ns for
+    ``rest`` ns of other work: with n workers now, each batch takes a worker n steps, so it
+    needs (wait + rest) / rest x n of them, with WORKER_HEADROOM (workers_needed); loading in
+    the main process (n = 0), the wait alone is the load."""
+    scale = f"{WORKER_HEADROOM * (wait + rest) / rest:.1f} times as many workers as it has"
+    said = f"the loop waits {ms(wait)} per step for {ms(rest)} of other work"
+    if m.loader_in_process is False:
+        return ("The DataLoader runs in worker processes (its spans are "
+                f"_MultiProcessingDataLoaderIter) but the profile does not record how many: "
+                f"{said}, so it needs about {scale}.")
+    return (f"The profile does not record num_workers: {said}, so it needs about "
+            f"{workers_needed(wait, rest, 0)} workers if it loads batches in the main process "
+            f"(num_workers=0), or about {scale} if it has some.")
+
+
 def _workers_advice(ctx: RunContext, m: RunMetrics) -> str:
     """Concrete DataLoader advice: the workers this run's loop needs (from its DataLoader wait
     and the rest of its step, and its worker count: see loader_workers), within its CPUs, and
@@ -132,15 +148,8 @@ def _workers_advice(ctx: RunContext, m: RunMetrics) -> str:
                 f"breakdown to size them from) or {cheaper}{extras}")
     wait, rest = loop
     if workers is None:
-        scale = WORKER_HEADROOM * (wait + rest) / rest
-        where = ("The DataLoader runs in worker processes (its spans are "
-                 "_MultiProcessingDataLoaderIter) but the profile does not record how many"
-                 if m.loader_in_process is False else
-                 f"The profile does not record num_workers (at 0, {workers_needed(wait, rest, 0)} "
-                 "workers would keep up)")
-        return (f"{where}: the loop waits {ms(wait)} per step for {ms(rest)} of other work, so "
-                f"with n workers now it needs about {scale:.1f} x n to keep up. Raise num_workers "
-                f"to that where the job has the CPUs, else {cheaper}{extras}")
+        return (f"{_unknown_workers_need(m, wait, rest)} Raise num_workers to that where the "
+                f"job has the CPUs, else {cheaper}{extras}")
     target = workers_needed(wait, rest, workers)
     processes = training_processes(ctx)
     budget = concepts.worker_cpus(cpus, processes) if cpus else None
