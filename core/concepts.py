@@ -513,6 +513,15 @@ def is_rocm_api(names: pd.Series) -> pd.Series:
     return _matches(names, r"^hip")
 
 
+def collective_library(kernels: pd.Series, runtime: pd.Series) -> str:
+    """The library of a GPU trace's communication kernels (``kernels``: their names), by what
+    launched them: RCCL where the trace records ROCm's HIP runtime (``runtime``: the calls'
+    names), for RCCL keeps NCCL's kernel names, or a kernel is named ``rccl...``; else NCCL."""
+    if bool(is_rocm_api(runtime).any()) or bool(_matches(kernels, r"^rccl").any()):
+        return "RCCL"
+    return "NCCL"
+
+
 def is_layout_conversion_kernel(names: pd.Series) -> pd.Series:
     """Whether each kernel only converts between NCHW and NHWC memory layouts."""
     return _matches(names, _LAYOUT_CONVERSION_KERNEL)

@@ -780,3 +780,29 @@ def test_the_top_cpu_operator_is_given_as_a_share_of_the_step(tmp_path: Path) ->
         "COMPUTE_BOUND"]
     assert ("top CPU operator by self time aten::mm: 80% of step time (3.2 ms in 4 calls over "
             "the steps measured)") in [e.text for e in finding.evidence]
+
+
+@pytest.mark.parametrize(("launch", "library"), [("hipLaunchKernel", "RCCL"),
+                                                 ("cudaLaunchKernel", "NCCL")])
+def test_communication_names_the_library_the_trace_records(tmp_path: Path, launch: str,
+                                                           library: str) -> None:
+    """Three 10 ms steps, each a 3 ms GEMM then a 4 ms all-reduce kernel named as RCCL keeps
+    NCCL's names (``ncclDevKernel_Generic``): launched through HIP (an AMD GPU) the kernels are
+    RCCL's, and the finding and the metric row said 'NCCL'; launched through CUDA, NCCL's."""
+    events = []
+    for k in range(3):
+        base = 1000 + 10_000 * k
+        events += [cpu_event(f"ProfilerStep#{k}", base, 10_000, cat="user_annotation"),
+                   cpu_event(launch, base + 100, 10, cat="cuda_runtime", correlation=10 * k + 1),
+                   cpu_event(launch, base + 200, 10, cat="cuda_runtime", correlation=10 * k + 2),
+                   device_event("Cijk_Ailk_Bljk_SB_MT64x64x8", base + 300, 3000, device=0,
+                                stream=7, correlation=10 * k + 1),
+                   device_event("ncclDevKernel_Generic(ncclDevComm*, unsigned long, ncclWork*)",
+                                base + 3400, 4000, device=0, stream=9, correlation=10 * k + 2)]
+    (run,) = analyze_paths([kineto_trace(tmp_path / "ddp.json", events)], AnalyzeOptions(
+        executor=ExecutorOptions(processes=1))).runs
+    assert run.metrics.comm is not None and run.metrics.comm.library == library
+    finding = next(f for f in run.findings if f.id == "COMM_OVERHEAD")
+    assert finding.evidence[0].text.startswith(f"{library} kernels take 40% of step time")
+    rows = [row.label for group in metric_groups(run.metrics) for row in group.rows]
+    assert f"Communication per step, GPU ({library})" in rows

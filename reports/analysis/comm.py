@@ -212,7 +212,7 @@ def _comm_stats(profile: Profile, windows: StepWindows, comm: iv.Intervals,
                 events: pd.DataFrame, kinds: pd.Series, on_gpu: bool) -> CommStats:
     """CommStats from the communication intervals, their exposed ns in each step window, the
     ns under compute, the call counts (inside the step windows, and in all) and the events
-    with their collective kinds."""
+    with their collective kinds (kernels on GPU: their library named)."""
     spent = windows.covered(comm)
     total = max(windows.total_ns, 1)
     sizes, unknown = all_reduce_sizes(profile, windows)
@@ -224,13 +224,15 @@ def _comm_stats(profile: Profile, windows: StepWindows, comm: iv.Intervals,
                      names=sorted(events["short_name" if on_gpu else "name"].unique().tolist()),
                      on_gpu=on_gpu,
                      ns_per_step_by_collective=ns_per_step_by_collective(events, kinds, windows),
-                     all_reduce_sizes=sizes, sizes_unknown=unknown)
+                     all_reduce_sizes=sizes, sizes_unknown=unknown,
+                     library=concepts.collective_library(
+                         events["name"], profile.table("runtime")["name"]) if on_gpu else None)
 
 
 @giving_back_memory
 def gpu_comm_stats(profile: Profile, windows: StepWindows,
                    claims: dict[str, np.ndarray]) -> CommStats | None:
-    """NCCL kernels: share of step time, exposed share (what they claim in the breakdown),
+    """NCCL/RCCL kernels: share of step time, exposed share (what they claim in the breakdown),
     overlap with compute kernels, calls launched per step."""
     comm = profile.table("kernels")["is_comm"].to_numpy(bool)
     if not comm.any():

@@ -307,7 +307,7 @@ class AllReduceSizes:
 
 @dataclass(frozen=True)
 class CommStats:
-    """Collective communication: NCCL kernels on GPU, gloo/c10d calls on CPU-only runs."""
+    """Collective communication: NCCL/RCCL kernels on GPU, gloo/c10d calls on CPU-only runs."""
 
     origin: Origin
     total_ns_per_step: int
@@ -326,6 +326,9 @@ class CommStats:
     #: when the steps make none.
     all_reduce_sizes: AllReduceSizes | None = None
     sizes_unknown: str | None = None
+    #: The library of the communication kernels (concepts.collective_library: "NCCL", "RCCL");
+    #: None on CPU-only runs.
+    library: str | None = None
 
 
 @dataclass(frozen=True)

@@ -379,7 +379,7 @@ def _comm_rows(metrics: RunMetrics) -> list[MetricRow]:
     comm = metrics.comm
     if comm is None:
         return []
-    where = "GPU (NCCL)" if comm.on_gpu else "CPU"
+    where = f"GPU ({comm.library})" if comm.on_gpu else "CPU"
     return [
         MetricRow(f"Communication per step, {where}", f"{duration(comm.total_ns_per_step)} "
                   f"({percent(comm.fraction)} of the step)", comm.origin),

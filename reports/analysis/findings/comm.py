@@ -239,7 +239,7 @@ def comm_overhead(facts: Facts) -> Finding | None:
     exposed = c.exposed_fraction if waiting is None else waiting[0]
     severity: Severity = ("high" if exposed >= COMM_BOUND_EXPOSED_FRACTION else
                           "medium" if exposed >= COMM_EXPOSED_WARN_FRACTION else "low")
-    where = "NCCL kernels" if c.on_gpu else "CPU collectives"
+    where = f"{c.library} kernels" if c.on_gpu else "CPU collectives"
     calls = f"{_count(c.calls_per_step)} call{'' if c.calls_per_step == 1 else 's'} per step"
     evidence = [Evidence(f"{where} take {pct(c.fraction)} of step time "
                          f"({ms(c.total_ns_per_step)} per step, {calls})", c.origin),
