@@ -8,6 +8,8 @@ data, a rate per second) divides by these names, never by a literal (tests/test_
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 #: Nanoseconds per microsecond, millisecond and second.
@@ -86,18 +88,29 @@ def ordinal(n: int) -> str:
 
 def pct(fraction: float) -> str:
     """A 0..1 share for sentences: 0.1734 -> '17%'; small shares keep a decimal ('0.5%')."""
-    return f"{fraction * 100:.1f}%" if abs(fraction) < 0.1 else f"{fraction * 100:.0f}%"
+    return _percentage(fraction, 1 if abs(fraction) < 0.1 else 0)
 
 
 def whole_pct(fraction: float) -> str:
     """A 0..1 share in whole percent, whatever its size: 0.873 -> '87%' (efficiencies, a
-    device's memory)."""
-    return f"{fraction * 100:.0f}%"
+    device's memory); a share under 0.5% keeps its first significant digit (0.004 -> '0.4%')."""
+    return _percentage(fraction, 0)
 
 
 def percent(fraction: float | None) -> str:
     """A 0..1 fraction as a percentage with one decimal, for tables."""
-    return MISSING if fraction is None else f"{fraction * 100:.1f}%"
+    return MISSING if fraction is None else _percentage(fraction, 1)
+
+
+def _percentage(fraction: float, decimals: int) -> str:
+    """A 0..1 fraction as a percentage with ``decimals`` decimals, except that a share which
+    is not 0 never reads 0: it keeps its first significant digit (0.00004 -> '0.004%')."""
+    value = fraction * 100
+    text = f"{value:.{decimals}f}"
+    if value != 0 and math.isfinite(value) and float(text) == 0:
+        digits = max(decimals, -math.floor(math.log10(abs(value))))
+        text = f"{value:.{digits}f}".rstrip("0")  # 0.0996 rounds up: '0.1', not '0.10'
+    return f"{text}%"
 
 
 def nbytes(value: float | None) -> str:

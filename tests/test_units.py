@@ -148,3 +148,14 @@ def test_scaling_evidence_gives_microseconds_not_zero_ms() -> None:
     assert "2 proc: 36.0 µs (36.0 µs exposed)" in text, text
     assert "grew by 35.0 µs of the 50.0 µs each step lost" in text, text
     assert "0.0 ms" not in text
+
+
+def test_a_share_that_rounds_to_zero_keeps_a_significant_digit() -> None:
+    """A peak of 0.4% of the device read 'Memory peaks at only 0% of the device': a share that
+    is not 0 never reads 0 in any of the percentage helpers; 0 itself still reads 0."""
+    from profreport.units import pct, percent, whole_pct
+
+    assert [whole_pct(0.004), pct(0.0004), percent(0.00004)] == ["0.4%", "0.04%", "0.004%"]
+    assert [whole_pct(0.000996), percent(-0.0004)] == ["0.1%", "-0.04%"]
+    assert [whole_pct(0.0), pct(0.0), percent(0.0)] == ["0%", "0.0%", "0.0%"]
+    assert [whole_pct(0.873), pct(0.05), percent(0.873)] == ["87%", "5.0%", "87.3%"]
