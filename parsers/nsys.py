@@ -728,12 +728,27 @@ def _gpu_ids(export: _Export, values: dict[str, np.ndarray], kinds: dict[str, np
     return kept, picked
 
 
-def _sql_correlation(export: _Export, table: str) -> str:
+def _sql_correlation(export: _Export, table: str, unknown: str) -> str:
     """SELECT items ``correlation`` of a GPU activity table, and the process that
-    :func:`_sql_qualified` qualifies it by when it must be."""
+    :func:`_sql_qualified` qualifies it by when it must be; NULL (-1, unknown) where the table
+    lacks correlationId, noted as ``unknown`` (see _Export.lacking)."""
+    if export.lacking(table, ("correlationId",), unknown):
+        return "NULL AS correlation"
     if not _process_column(export, table):
         return "t.correlationId AS correlation"
     return f"t.correlationId AS correlation, {_decoded_pid(export, 't.globalPid')} AS process"
+
+
+#: What a GPU activity table without correlationId leaves unknown.
+_LAUNCHED_BY = "which runtime call launched each {} is"
+
+
+def _sql_optional(export: _Export, table: str, column: str, unknown: str,
+                  alias: str | None = None) -> str:
+    """SELECT item ``t.column AS alias`` (the column's own name by default), or NULL (unknown,
+    noted as ``unknown``: see _Export.lacking) where ``table`` lacks the column."""
+    value = "NULL" if export.lacking(table, (column,), unknown) else f"t.{column}"
+    return f"{value} AS {alias or column}"
 
 
 def _sql_qualified(export: _Export, frame: pd.DataFrame) -> pd.DataFrame:
@@ -973,7 +988,7 @@ def _named_kernels(frame: pd.DataFrame) -> pd.DataFrame:
 def _kernels(export: _Export) -> pd.DataFrame | None:
     """CUPTI_ACTIVITY_KIND_KERNEL with demangled and short names."""
     table = "CUPTI_ACTIVITY_KIND_KERNEL"
-    if not export.usable(table, ("start", "end", "deviceId", "streamId", "correlationId")):
+    if not export.usable(table, ("start", "end", "deviceId", "streamId")):
         return None
     native = _native_kernels(export, table)
     if native is not None:
@@ -982,7 +997,8 @@ def _kernels(export: _Export) -> pd.DataFrame | None:
     short_sel, short_join = _string(export, table, "shortName", "short_name")
     frame = _sql_qualified(export, _valid_rows(export, "kernels", export.query(
         f"SELECT {_checked_times('t')}, t.deviceId AS device, t.streamId AS stream, "
-        f"{_sql_correlation(export, table)}, {long_sel}, {short_sel} FROM {table} AS t "
+        f"{_sql_correlation(export, table, _LAUNCHED_BY.format('kernel'))}, {long_sel}, "
+        f"{short_sel} FROM {table} AS t "
         f"{long_join} {short_join} ORDER BY t.start")))
     frame[_GPU_IDS] = frame[_GPU_IDS].fillna(-1)
     return _named_kernels(frame)
@@ -1010,8 +1026,7 @@ def _native_activity(export: _Export, table: str, name: str, extras: list[str]
 def _memcpy(export: _Export) -> pd.DataFrame | None:
     """CUPTI_ACTIVITY_KIND_MEMCPY with copy direction and memory kinds named."""
     table = "CUPTI_ACTIVITY_KIND_MEMCPY"
-    if not export.usable(table, ("start", "end", "deviceId", "streamId", "correlationId",
-                                 "bytes", "copyKind")):
+    if not export.usable(table, ("start", "end", "deviceId", "streamId")):
         return None
     lacking = export.lacking(table, ("srcKind", "dstKind"),
                              "whether host memory was pageable or pinned is")
@@ -1021,7 +1036,10 @@ def _memcpy(export: _Export) -> pd.DataFrame | None:
     if frame is None:
         frame = _sql_qualified(export, _valid_rows(export, "memcpy", export.query(
             f"SELECT {_checked_times('t')}, deviceId AS device, streamId AS stream, "
-            f"{_sql_correlation(export, table)}, bytes, copyKind, {', '.join(kinds)} "
+            f"{_sql_correlation(export, table, _LAUNCHED_BY.format('copy'))}, "
+            f"{_sql_optional(export, table, 'bytes', 'the bytes of each copy are')}, "
+            f"{_sql_optional(export, table, 'copyKind', 'the direction of each copy is')}, "
+            f"{', '.join(kinds)} "
             f"FROM {table} AS t ORDER BY t.start")))
     frame[_GPU_IDS] = frame[_GPU_IDS].fillna(-1)
     frame["kind"] = _enum_names(export, "memcpy", frame["copyKind"], MEMCPY_OPER_CODES,
@@ -1036,14 +1054,15 @@ def _memcpy(export: _Export) -> pd.DataFrame | None:
 def _memset(export: _Export) -> pd.DataFrame | None:
     """CUPTI_ACTIVITY_KIND_MEMSET."""
     table = "CUPTI_ACTIVITY_KIND_MEMSET"
-    if not export.usable(table, ("start", "end", "deviceId", "streamId", "correlationId",
-                                 "bytes")):
+    if not export.usable(table, ("start", "end", "deviceId", "streamId")):
         return None
     frame = _native_activity(export, table, "memset", ["bytes"])
     if frame is None:
         frame = _sql_qualified(export, _valid_rows(export, "memset", export.query(
             f"SELECT {_checked_times('t')}, deviceId AS device, streamId AS stream, "
-            f"{_sql_correlation(export, table)}, bytes FROM {table} AS t ORDER BY t.start")))
+            f"{_sql_correlation(export, table, _LAUNCHED_BY.format('memset'))}, "
+            f"{_sql_optional(export, table, 'bytes', 'the bytes of each memset are')} "
+            f"FROM {table} AS t ORDER BY t.start")))
     frame[_GPU_IDS] = frame[_GPU_IDS].fillna(-1)
     frame["bytes"] = frame["bytes"].fillna(-1)
     return conform("memset", frame)
@@ -1088,14 +1107,16 @@ def _thread_categoricals(export: _Export, columns: dict[str, np.ndarray | pd.Cat
 def _runtime(export: _Export) -> pd.DataFrame | None:
     """CUPTI_ACTIVITY_KIND_RUNTIME: CUDA runtime/driver calls, version suffixes stripped."""
     table = "CUPTI_ACTIVITY_KIND_RUNTIME"
-    if not export.usable(table, ("start", "end", "globalTid", "correlationId", "nameId")):
+    if not export.usable(table, ("start", "end", "globalTid", "nameId")):
         return None
     native = _native_runtime(export, table)
     if native is not None:
         return native
+    correlation = _sql_optional(export, table, "correlationId",
+                                "which GPU work each runtime call launched is", "correlation")
     frame = _valid_rows(export, "runtime", export.query(
         f"SELECT {_checked_times('t')}, {_decoded_tid(export, 't.globalTid')}, "
-        f"t.correlationId AS correlation, s.value AS name FROM {table} AS t "
+        f"{correlation}, s.value AS name FROM {table} AS t "
         f"LEFT JOIN StringIds AS s ON s.id = t.nameId ORDER BY t.start"))
     frame[["pid", "tid", "correlation"]] = frame[["pid", "tid", "correlation"]].fillna(-1)
     frame["name"] = _map_unique(frame["name"].fillna(""), concepts.strip_api_version)
@@ -1114,15 +1135,15 @@ def _id_categoricals(frame: pd.DataFrame) -> pd.DataFrame:
 def _sync(export: _Export) -> pd.DataFrame | None:
     """CUPTI_ACTIVITY_KIND_SYNCHRONIZATION with the sync type named."""
     table = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
-    if not export.usable(table, ("start", "end", "deviceId", "streamId", "syncType")):
+    if not export.usable(table, ("start", "end", "deviceId", "streamId")):
         return None
-    correlation = (_sql_correlation(export, table) if "correlationId" in export.columns(table)
-                   else "NULL AS correlation")
     frame = _native_activity(export, table, "sync", ["syncType"])
     if frame is None:
         frame = _sql_qualified(export, _valid_rows(export, "sync", export.query(
             f"SELECT {_checked_times('t')}, deviceId AS device, streamId AS stream, "
-            f"{correlation}, syncType FROM {table} AS t ORDER BY t.start")))
+            f"{_sql_correlation(export, table, 'which runtime call waited in each sync is')}, "
+            f"{_sql_optional(export, table, 'syncType', 'what each sync waited for is')} "
+            f"FROM {table} AS t ORDER BY t.start")))
     frame["kind"] = _enum_names(export, "sync", frame["syncType"], SYNC_TYPE_CODES)
     frame[_GPU_IDS] = frame[_GPU_IDS].fillna(-1)
     return conform("sync", frame)
