@@ -392,12 +392,13 @@ def blocking_calls(runtime: pd.DataFrame, memcpy: pd.DataFrame,
     given), the sync APIs, the synchronous copy APIs, and any copy call whose copy goes from the
     device to pageable host memory (``cudaMemcpyAsync`` too: the driver must wait for the GPU
     before it can write pageable memory), labelled ``<call> DtoH to pageable``. Where the
-    profile does not record a device-to-host copy's destination memory (an nsys export without
-    ``dstKind``), the call blocked when it returned only after its copy had ended on the GPU:
-    labelled ``<call> DtoH`` with COPY_WAITED. Calls are judged by their name, correlation id
-    and end alone; only the chosen ones are copied whole."""
-    dtoh = memcpy[(memcpy["kind"] == DTOH) & (memcpy["correlation"] >= 0)]
-    unrecorded = dtoh[dtoh["dst_kind"] == "unknown"]
+    profile does not record what decides that (a device-to-host copy's destination memory, or
+    a copy's direction: an nsys export without ``dstKind`` or ``copyKind``), the call blocked
+    when it returned only after its copy had ended on the GPU: labelled with COPY_WAITED's
+    reason. Calls are judged by their name, correlation id and end alone; only the chosen ones
+    are copied whole."""
+    linked = memcpy[memcpy["correlation"] >= 0]
+    dtoh = linked[linked["kind"] == DTOH]
     rows = np.arange(len(runtime)) if candidates is None else candidates
     names = pd.Series(runtime["name"].array.take(rows))
     eligible = may_block(names).to_numpy()
@@ -406,23 +407,29 @@ def blocking_calls(runtime: pd.DataFrame, memcpy: pd.DataFrame,
     correlation = pd.Series(runtime["correlation"].to_numpy()[rows])
     to_pageable = is_copy & correlation.isin(  # hashes the copies, sorts nothing
         dtoh.loc[dtoh["dst_kind"] == PAGEABLE, "correlation"]).to_numpy()
-    waited = np.zeros(len(rows), dtype=bool)
-    if not unrecorded.empty:
+    reasons = np.full(len(rows), "", dtype=object)
+    reasons[to_pageable] = " DtoH to pageable"
+    for unrecorded, reason in ((dtoh[dtoh["dst_kind"] == "unknown"], COPY_WAITED["memory"]),
+                               (linked[linked["kind"] == "unknown"], COPY_WAITED["direction"])):
+        if unrecorded.empty:
+            continue
         ends = unrecorded.groupby("correlation")["end"].max()  # int64: no float rounding
         at = ends.index.get_indexer(correlation)
         copy_end = np.where(at >= 0, ends.to_numpy(np.int64)[at], np.iinfo(np.int64).max)
-        waited = is_copy & ~to_pageable & (copy_end <= runtime["end"].to_numpy(np.int64)[rows])
-    chosen = np.flatnonzero(to_pageable | waited | (eligible & _always_blocks(names).to_numpy()))
+        waited = is_copy & (reasons == "") & (copy_end <= runtime["end"].to_numpy(np.int64)[rows])
+        reasons[waited] = reason
+    chosen = np.flatnonzero((reasons != "") | (eligible & _always_blocks(names).to_numpy()))
     calls = runtime.iloc[rows[chosen]]
+    said = reasons[chosen]
+    labelled = said != ""  # only these rows' labels are new strings
     label = calls["name"].astype(object)
-    pageable, copy_waited = to_pageable[chosen], waited[chosen]  # only these labels are new
-    label = label.mask(pageable, label[pageable] + " DtoH to pageable")
-    return calls.assign(label=label.mask(copy_waited,
-                                         label[copy_waited] + f" DtoH {COPY_WAITED}"))
+    return calls.assign(label=label.mask(labelled, label[labelled] + said[labelled]))
 
 
-#: How a device-to-host copy call of unrecorded destination memory that blocked is labelled.
-COPY_WAITED = "(returned after its copy ended; host memory kind unrecorded)"
+#: How a copy call that blocked is labelled where the profile does not record what decides it
+#: (see blocking_calls): by what it lacks.
+COPY_WAITED = {"memory": " DtoH (returned after its copy ended; host memory kind unrecorded)",
+               "direction": " (returned after its copy ended; copy direction unrecorded)"}
 
 
 def is_reduced_precision_kernel(names: pd.Series) -> pd.Series:

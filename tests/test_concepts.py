@@ -170,3 +170,18 @@ def test_a_blocking_copy_is_linked_by_a_known_correlation_id() -> None:
     calls = concepts.blocking_calls(runtime, memcpy)
     assert list(zip(calls["correlation"], calls["label"], strict=True)) == [
         (-1, "cudaDeviceSynchronize"), (5, "cudaMemcpyAsync DtoH to pageable")]
+
+
+def test_a_copy_of_unrecorded_direction_blocks_when_it_outlasts_its_copy() -> None:
+    """An nsys export without copyKind records no copy's direction: a copy call that returned
+    (at 61 ms) only after its copy ended (at 60.5 ms) held the CPU for it and blocks; one that
+    returned before its copy started did not."""
+    ms = 1_000_000
+    runtime = pd.DataFrame({"name": ["cudaMemcpyAsync", "cudaMemcpyAsync"],
+                            "correlation": [3, 5], "start": [6 * ms, 70 * ms],
+                            "end": [61 * ms, 70 * ms + 10_000]})
+    memcpy = pd.DataFrame({"kind": ["unknown", "unknown"], "dst_kind": ["unknown", "unknown"],
+                           "correlation": [3, 5], "end": [60 * ms + 500_000, 70 * ms + 30_000]})
+    calls = concepts.blocking_calls(runtime, memcpy)
+    assert list(zip(calls["correlation"], calls["label"], strict=True)) == [
+        (3, "cudaMemcpyAsync (returned after its copy ended; copy direction unrecorded)")]
