@@ -1834,3 +1834,19 @@ def test_worker_advice_without_a_worker_count_says_what_it_assumes(tmp_path: Pat
         "of other work, so it needs about 6 workers if it loads batches in the main process "
         "(num_workers=0), or about 7.5 times as many workers as it has if it has some. Raise "
         "num_workers to that where the job has the CPUs, else make each sample cheaper")
+
+
+def test_a_loop_of_mostly_its_body_is_not_said_to_compute(tmp_path: Path) -> None:
+    """A hand-built .lprof whose loop line fetches in 60 ms of 6 passes and whose body takes
+    2.94 s: compute-bound by line_profiler's lights, but its evidence said 'compute 98% of the
+    step' of what is only the rest of the loop; it now names that part as the breakdown does."""
+    from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+
+    ms = 1_000_000
+    path = stats_file(tmp_path / "train.lprof", {("train.py", 10, "train"): [
+        (11, 1, 1 * ms), (12, 7, 60 * ms), (13, 6, 2400 * ms), (14, 6, 540 * ms),
+        (15, 1, 1 * ms)]})
+    run = analyze_paths([path], AnalyzeOptions()).runs[0]
+    evidence = next(f for f in run.findings if f.id == "COMPUTE_BOUND").evidence
+    assert evidence[0].text == ("Rest of the loop (line_profiler cannot tell compute from other "
+                                "work) 98% of 500.0 ms per step")

@@ -101,7 +101,8 @@ def compute_bound(facts: Facts) -> Finding | None:
         return None
     evidence = []
     if share is not None and m.breakdown is not None:
-        evidence.append(Evidence(f"compute {pct(share)} of {ms(m.breakdown.step_ns)} per step",
+        part = m.breakdown.labels.get("compute", "compute")  # what its source can tell
+        evidence.append(Evidence(f"{part} {pct(share)} of {ms(m.breakdown.step_ns)} per step",
                                  m.breakdown.origin))
     evidence += trial_evidence(m.trials, "compute")
     if m.gpu is None and m.breakdown is not None and m.breakdown.origin == "lprof":
