@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from profreport.model import Profile
-from profreport.parsers import parse_file
+from profreport.parsers import kineto, parse_file
 from profreport.reports.analysis import cpu
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.cpu import outer_calls, self_time_ns
@@ -28,7 +28,7 @@ from profreport.reports.analysis.steps import step_windows
 from profreport.reports.analysis.timeline import MAX_SEGMENTS, build_timeline
 
 sys.path.insert(0, str(Path(__file__).parent))
-from conftest import cpu_event, kineto_trace, write_nsys_export  # noqa: E402
+from conftest import cpu_event, device_event, kineto_trace, write_nsys_export  # noqa: E402
 
 
 def run_metrics(profiles: list) -> RunMetrics:
@@ -220,6 +220,33 @@ def test_launch_delay_past_two_seconds_widens_the_delays(tmp_path: Path) -> None
                                            calls))
     stats = launch_stats(profile, step_windows(profile))
     assert stats is not None and stats.launch_delay_p50_ns == 2000
+
+
+def test_launch_delay_counts_only_kernels_launched_onto_an_idle_stream(tmp_path: Path) -> None:
+    """A kernel launched behind work still running on its stream waits for that work, not for
+    its launch (the MI300X rank-0 trace: the GPU runs 21-32 ms behind the CPU, and the old
+    'launch delay p50' of 27.5 ms was that queue). Stream 7: A (launched at 100 us, starts 10 us
+    later, runs 1 ms), B and C launched meanwhile, queued behind A and each other, F behind C, D
+    launched at 3200 us once F has ended (starts 12 us later). Stream 8: a copy from 128 to
+    600 us, E launched at 130 us queued behind it. Measured: A and D (median 11 us); queued: 4
+    of 6 (every delay: median 730 us)."""
+    def launch(name: str, at: float, correlation: int, start: float, dur: float,
+               stream: int = 7) -> list[dict]:
+        return [cpu_event("cudaLaunchKernel", at, 5, cat="cuda_runtime",
+                          correlation=correlation),
+                device_event(name, start, dur, device=0, stream=stream, correlation=correlation)]
+    events = [cpu_event("ProfilerStep#1", 0, 4000, cat="user_annotation"),
+              cpu_event("cudaMemcpyAsync", 125, 2, cat="cuda_runtime", correlation=9),
+              device_event("Memcpy HtoD (Pageable -> Device)", 128, 472, cat="gpu_memcpy",
+                           device=0, stream=8, correlation=9, bytes=1 << 20),
+              *launch("A", 100, 1, 110, 1000), *launch("B", 120, 2, 1110, 1000),
+              *launch("C", 125, 3, 2110, 1000), *launch("E", 130, 5, 600, 50, stream=8),
+              *launch("F", 140, 6, 3110, 50), *launch("D", 3200, 4, 3212, 100)]
+    profile = kineto.parse(kineto_trace(tmp_path / "queued.json", events))
+    stats = launch_stats(profile, step_windows(profile))
+    assert stats is not None and stats.kernels_per_step == 6
+    assert stats.launch_delay_p50_ns == 11_000 and stats.launch_delay_kernels == 2
+    assert stats.queued_launch_fraction == pytest.approx(4 / 6)
 
 
 def test_launch_steps_take_the_narrowest_dtype(corpus: Path, nsys_available: str) -> None:

@@ -14,7 +14,7 @@ import pandas as pd
 
 from profreport import concepts
 from profreport.allocator import giving_back_memory
-from profreport.model import Profile, ids_at, narrowest_int
+from profreport.model import Profile, ids_at, narrowest_int, position_dtype
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.breakdown import Parts, claim, make_breakdown
 from profreport.reports.analysis.cpu import spans_where
@@ -245,10 +245,64 @@ def gpu_breakdown(profile: Profile, windows: StepWindows,
     return make_breakdown(profile.kind, windows, claims, overlapped)
 
 
+def stream_free_at(profile: Profile) -> np.ndarray:
+    """For each kernel, when the work ahead of it on its stream had all ended: the latest end of
+    the kernels, copies and memsets of the same device and stream that started before it (a
+    stream runs its work in order); INT64 min where none was recorded. A stream at a time, its
+    kernels a block at a time in start order (the tables come in start order; sorted only when
+    they do not), with no copy of a whole stream's times."""
+    kernels = profile.table("kernels")
+    free = np.full(len(kernels), np.iinfo(np.int64).min, dtype=np.int64)
+    if kernels.empty:
+        return free
+    starts, ends = kernels["start"].to_numpy(np.int64), kernels["end"].to_numpy(np.int64)
+    in_order = iv.ascending(starts)
+    for device, stream, rows in _stream_kernels(kernels):
+        if not in_order:
+            rows = rows[np.argsort(starts[rows], kind="stable")]
+        others = [reach for name in ("memcpy", "memset")
+                  if len((reach := _reach_of(profile.table(name), device, stream))[0])]
+        carried = np.iinfo(np.int64).min  # the reach of the stream's kernels before the block
+        for block in iv.blocks(len(rows)):
+            mine = rows[block]
+            reach = np.maximum.accumulate(ends[mine])
+            np.maximum(reach, carried, out=reach)
+            ahead = np.empty_like(reach)
+            ahead[0], ahead[1:] = carried, reach[:-1]
+            for copy_starts, copy_reach in others:  # copies and memsets started before each
+                before = np.searchsorted(copy_starts, starts[mine], side="left")
+                np.maximum(ahead, np.where(before > 0, copy_reach[before - 1], ahead), out=ahead)
+            free[mine] = ahead
+            carried = int(reach[-1])
+    return free
+
+
+def _stream_kernels(kernels: pd.DataFrame) -> Iterator[tuple[int, int, np.ndarray]]:
+    """Each device and stream of the kernels, with the positions of its kernels."""
+    devices, streams = kernels["device"].to_numpy(), kernels["stream"].to_numpy()
+    for device in pd.unique(devices).tolist():
+        on_device = devices == device
+        for stream in pd.unique(streams[on_device]).tolist():
+            rows = np.flatnonzero(on_device & (streams == stream))
+            yield device, stream, rows.astype(position_dtype(len(kernels)), copy=False)
+
+
+def _reach_of(table: pd.DataFrame, device: int, stream: int) -> tuple[np.ndarray, np.ndarray]:
+    """The starts of ``table``'s rows on ``device`` and ``stream``, in order, and the latest
+    end among the rows up to each."""
+    mine = ((table["device"].to_numpy() == device)
+            & (table["stream"].to_numpy() == stream))
+    starts = table["start"].to_numpy(np.int64)[mine]
+    order = np.argsort(starts, kind="stable")
+    return starts[order], np.maximum.accumulate(table["end"].to_numpy(np.int64)[mine][order])
+
+
 @giving_back_memory
 def launch_stats(profile: Profile, windows: StepWindows) -> LaunchStats | None:
     """Kernels launched per step, share of short kernels, launch delay and CPU runtime time per
-    step."""
+    step. The launch delay (launch call start to kernel start) is measured only over the
+    kernels launched onto an idle stream (the work ahead of them on it had ended by the launch
+    call's end): the wait of the others is queueing behind that work, not launch latency."""
     kernels = profile.table("kernels")
     mine = launch_steps(profile, "kernels", windows) >= 0
     count = int(mine.sum())
@@ -262,30 +316,50 @@ def launch_stats(profile: Profile, windows: StepWindows) -> LaunchStats | None:
     runtime = profile.table("runtime")
     starts = runtime["start"].to_numpy(np.int64)
     runtime_ns = _runtime_ns_in(starts, runtime["end"].to_numpy(np.int64), windows)
-    kernel_starts = kernels["start"].to_numpy(np.int64)
+    delay, launched, queued = _idle_stream_delays(profile, mine, windows)
+    return LaunchStats(origin=profile.kind, kernels_per_step=count / windows.count,
+                       short_kernel_fraction=short_fraction, short_kernel_ns=SHORT_KERNEL_NS,
+                       launch_delay_p50_ns=int(np.median(delay, overwrite_input=True))
+                       if len(delay) else None,
+                       launch_delay_kernels=len(delay),
+                       queued_launch_fraction=queued / launched if launched else None,
+                       runtime_ns_per_step=runtime_ns // windows.count,
+                       gpu_kernel_ns_per_step=kernel_ns // windows.count)
+
+
+def _idle_stream_delays(profile: Profile, rows: np.ndarray, windows: StepWindows
+                        ) -> tuple[np.ndarray, int, int]:
+    """The launch delays (kernel start minus launch call start) of the ``rows`` (a mask of the
+    kernels) launched by a launch call started inside the step ``windows`` onto an idle
+    stream, how many of the rows such a call launched, and how many of those it launched
+    behind work still queued or running on their stream (:func:`stream_free_at`)."""
+    kernel_starts = profile.table("kernels")["start"].to_numpy(np.int64)
+    runtime = profile.table("runtime")
+    call_starts = runtime["start"].to_numpy(np.int64)
+    call_ends = runtime["end"].to_numpy(np.int64)
+    free = stream_free_at(profile)
     # Filled in place (a list of blocks then joined held every delay twice): one per kernel,
     # more only where a correlation id repeats; int32 (half of 10 M kernels' 80 MB) until a
     # delay does not fit. Whether a call is a launch inside the windows is asked of the calls
     # paired, never of all 17 M at once.
-    delay, filled = np.empty(count, dtype=np.int32), 0
-    for kernel_at, call_at in launch_pairs(profile, "kernels", mine):
-        by_launch = starts_in_windows(starts[call_at], windows)
+    delay, filled = np.empty(int(rows.sum()), dtype=np.int32), 0
+    launched = queued = 0
+    for kernel_at, call_at in launch_pairs(profile, "kernels", rows):
+        by_launch = starts_in_windows(call_starts[call_at], windows)
         by_launch &= classified_at(profile, "runtime", concepts.is_launch_api, call_at)
-        block = kernel_starts[kernel_at[by_launch]]
-        block -= starts[call_at[by_launch]]
+        kernel_at, call_at = kernel_at[by_launch], call_at[by_launch]
+        idle = free[kernel_at] <= call_ends[call_at]
+        launched += len(idle)
+        queued += len(idle) - int(idle.sum())
+        block = kernel_starts[kernel_at[idle]]
+        block -= call_starts[call_at[idle]]
         if len(block) and narrowest_int(block) == np.int64:
             delay = delay.astype(np.int64, copy=False)
         if filled + len(block) > len(delay):
             delay = np.resize(delay, 2 * (filled + len(block)))
         delay[filled:filled + len(block)] = block
         filled += len(block)
-    delay = delay[:filled]
-    return LaunchStats(origin=profile.kind, kernels_per_step=count / windows.count,
-                       short_kernel_fraction=short_fraction, short_kernel_ns=SHORT_KERNEL_NS,
-                       launch_delay_p50_ns=int(np.median(delay, overwrite_input=True))
-                       if len(delay) else None,
-                       runtime_ns_per_step=runtime_ns // windows.count,
-                       gpu_kernel_ns_per_step=kernel_ns // windows.count)
+    return delay[:filled], launched, queued
 
 
 def _runtime_ns_in(starts: np.ndarray, ends: np.ndarray, windows: StepWindows) -> int:

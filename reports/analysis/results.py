@@ -339,9 +339,16 @@ class LaunchStats:
     kernels_per_step: float
     short_kernel_fraction: float
     short_kernel_ns: int
+    #: Median of launch call start to kernel start, over the kernels launched onto an idle
+    #: stream (``launch_delay_kernels`` of them); None when no kernel was.
     launch_delay_p50_ns: int | None
     runtime_ns_per_step: int
     gpu_kernel_ns_per_step: int
+    launch_delay_kernels: int = 0
+    #: Share of the step's kernels (with a launch call recorded) launched while work ahead of
+    #: them on their stream was still queued or running: their wait is queueing, the CPU ran
+    #: ahead of the GPU. None when no launch call was recorded.
+    queued_launch_fraction: float | None = None
 
 
 @dataclass(frozen=True)

@@ -399,9 +399,15 @@ def _launch_and_copy_rows(metrics: RunMetrics) -> list[MetricRow]:
         rows.append(MetricRow("Kernels per step", number(launch.kernels_per_step), launch.origin))
         rows.append(MetricRow(f"Kernels shorter than {duration(launch.short_kernel_ns)}",
                               percent(launch.short_kernel_fraction), launch.origin))
-        if launch.launch_delay_p50_ns is not None:
-            rows.append(MetricRow("Launch delay p50", duration(launch.launch_delay_p50_ns),
-                                  launch.origin))
+        if launch.queued_launch_fraction is not None:
+            delay = (f"{duration(launch.launch_delay_p50_ns)} over "
+                     f"{number(launch.launch_delay_kernels)} kernels"
+                     if launch.launch_delay_p50_ns is not None else
+                     "unknown: every kernel was launched behind work still queued on its stream")
+            rows.append(MetricRow("Launch delay p50 (kernels launched onto an idle stream)",
+                                  delay, launch.origin))
+            rows.append(MetricRow("Kernels launched behind work still queued on their stream",
+                                  percent(launch.queued_launch_fraction), launch.origin))
     if metrics.copies is not None:
         copies = metrics.copies
         source = (f"{nbytes(copies.h2d_pageable_bytes)} from pageable memory"

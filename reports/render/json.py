@@ -92,6 +92,8 @@ def metrics_json(m: RunMetrics) -> dict[str, Any]:
         "kernels_per_step": round(launch.kernels_per_step, 3) if launch else None,
         "short_kernel_fraction": _frac(launch.short_kernel_fraction) if launch else None,
         "launch_delay_p50_ms": _ms(launch.launch_delay_p50_ns) if launch else None,
+        "launch_delay_kernels": launch.launch_delay_kernels if launch else None,
+        "queued_launch_fraction": _frac(launch.queued_launch_fraction) if launch else None,
         "throughput_samples_per_s": m.throughput_samples_per_s,
         "per_rank_step_ms": {str(k): _ms(v) for k, v in m.per_rank_step_ns.items()},
         "cpu_phases": ({k: _frac(v) for k, v in sorted(m.cpu_phases.fractions.items())}
