@@ -619,6 +619,25 @@ def is_cpu_collective(names: pd.Series) -> pd.Series:
     return collective_layer(names).notna().astype(bool)
 
 
+#: What the dispatcher and the autograd engine name what they run: a C++ name, namespaced or not
+#: (``aten::add``, ``c10d::allreduce_``, ``torch::autograd::AccumulateGrad``, the 2021 format's
+#: ``detach`` and autograd nodes such as ``CudnnConvolutionBackward``). A span the program opens
+#: (``record_function``) carries the name Python gave it: a module's forward
+#: (``DistributedDataParallel.forward``), ``Optimizer.step#SGD.step``,
+#: ``enumerate(DataLoader)#...``, ``ProfilerStep#3``, ``## forward ##``.
+_DISPATCHED_OP = r"^[A-Za-z_]\w*(?:::[A-Za-z_]\w*)*$"
+
+
+def is_program_span(names: pd.Series) -> pd.Series:
+    """Whether each name of the 2021 Kineto format's ``Operator`` category (which holds every
+    span, that format having no ``user_annotation`` category) is a span the program opened, not
+    an operator the dispatcher or autograd ran: a name no C++ operator takes (see
+    :data:`_DISPATCHED_OP`). Such a span encloses the operators it calls; its own time is
+    Python, not an operator's work. A user's ``record_function("forward")`` is a C++-like name
+    and stays an operator: the format records nothing else that tells them apart."""
+    return ~_matches(names, _DISPATCHED_OP)
+
+
 def is_framework_op(names: pd.Series) -> pd.Series:
     """Whether each CPU op is the framework's own work: not a step span, a DataLoader wait or a
     collective call."""

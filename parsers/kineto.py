@@ -118,6 +118,12 @@ class _Tables:
                                 for name in ("cpu_op", "annotation")])
         self.is_step = _per_name(self.names, lambda s: concepts.step_numbers(s).notna(),
                                  spans).astype(bool)
+        # In the 2021 dialect the Operator category holds the program's spans too (it has no
+        # user_annotation): those are ranges, not operators (concepts.is_program_span).
+        self.is_range = self.is_step.copy()
+        if _dialect(builder.cats) == "2021":
+            self.is_range |= _per_name(self.names, concepts.is_program_span,
+                                       spans).astype(bool)
 
     def rows(self, store: str) -> Columns:
         """The events of one store: a group of categories or named spans (kineto_columns)."""
@@ -201,16 +207,19 @@ class _Tables:
         return out
 
     def cpu_ops(self) -> pd.DataFrame:
-        """Framework operators, without the ProfilerStep spans (those are ranges)."""
+        """Framework operators, without the ProfilerStep spans and the 2021 dialect's program
+        spans (those are ranges)."""
         rows = self.rows("cpu_op")
-        return conform("cpu_ops", self.cpu(rows.take(~self.is_step[rows.name]),
+        return conform("cpu_ops", self.cpu(rows.take(~self.is_range[rows.name]),
                                            categorical=True))
 
     def ranges(self) -> pd.DataFrame:
-        """User annotations, plus ProfilerStep spans recorded as operators (2021 dialect)."""
+        """User annotations, plus ProfilerStep spans recorded as operators and, in the 2021
+        dialect, the spans the program opened (``DistributedDataParallel.forward``...: see
+        concepts.is_program_span), which that dialect records as operators."""
         ops = self.rows("cpu_op")
         frame = pd.concat([self.cpu(self.rows("annotation")),
-                           self.cpu(ops.take(self.is_step[ops.name]))], ignore_index=True)
+                           self.cpu(ops.take(self.is_range[ops.name]))], ignore_index=True)
         frame["domain"] = ""
         return conform("ranges", by_time(frame))
 
@@ -308,7 +317,7 @@ class _Tables:
         # or parameter (aten::uniform_ while a model is built): only a span the program opened
         # (record_function: user_annotation) marks a pass.
         spans = pd.concat([self.cpu(self.rows("cpu_op")).assign(operator=True),
-                           ranges[["start", "end", "pid", "tid", "name"]].assign(operator=False)],
+                           self.cpu(self.rows("annotation")).assign(operator=False)],
                           ignore_index=True)
         optimizer = spans[concepts.is_optimizer_step_span(spans["name"])]
         # One step recorded twice, nested (a user's ``## optimizer ##`` annotation around

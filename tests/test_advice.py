@@ -616,6 +616,28 @@ def test_a_launch_wait_held_once_is_a_one_off(tmp_path: Path) -> None:
     assert "cheaper" not in advice
 
 
+def test_a_2021_module_span_is_no_operator_to_make_cheaper(tmp_path: Path) -> None:
+    """The 2021 Kineto format records DDP's record_function span in the Operator category (it
+    has no user_annotation): three 100 ms steps, each a 96 ms DistributedDataParallel.forward
+    enclosing one 1 ms aten::linear that launches the step's only kernel. The span's own time
+    is Python, no operator's: the advice named 'make DistributedDataParallel.forward cheaper
+    (95 ms per step)'; it is a range, and the wait lies outside every operator."""
+    events = []
+    for step in range(3):
+        at = step * 100_000
+        events += [event(f"ProfilerStep#{step + 1}", at, 100_000, "Operator"),
+                   event("DistributedDataParallel.forward", at + 100, 96_000, "Operator"),
+                   event("aten::linear", at + 95_000, 1_000, "Operator"),
+                   event("cudaLaunchKernel", at + 95_500, 5, "Runtime", correlation=step + 1),
+                   event("gemm_kernel", at + 95_600, 4_000, "Kernel", pid=0, tid=7,
+                         correlation=step + 1, device=0, stream=7)]
+    run = analyze_trace(tmp_path, events)
+    finding = {f.id: f for f in run.findings}["HOST_LAUNCH_BOUND"]
+    assert "DistributedDataParallel.forward" not in finding.recommendation
+    assert finding.recommendation.startswith("Cut the Python between operators in the step")
+    assert [op.name for op in run.metrics.top_ops] == ["aten::linear"]
+
+
 def test_a_launch_a_quarter_microsecond_before_the_gap_is_no_launch_wait(
         tmp_path: Path) -> None:
     """Epoch-based times (1.7e15 µs): the kernel that ends a 34 µs gap was launched 0.25 µs

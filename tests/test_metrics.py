@@ -455,12 +455,14 @@ def test_self_time_subtracts_direct_children_per_thread(monkeypatch: pytest.Monk
 
 
 def test_resnet50_top_ops_by_self_time(corpus: Path) -> None:
-    """resnet50 (23,640 CPU ops): the top op by self time is the leaf aten::add_ (78.1 ms over
-    2994 calls, 7.4% of the 6 steps); the backward wrapper chain no longer fills the list; the
-    self times on the step thread add up to that thread's busy time, not more."""
+    """resnet50 (23,622 CPU ops; its 18 DataLoader, zero_grad and optimizer-step spans are
+    ranges): the top op by self time is the leaf aten::add_ (78.1 ms over 2994 calls, 7.4% of
+    the 6 steps); the backward wrapper chain no longer fills the list; the self times on the
+    step thread add up to that thread's busy time, not more (479.6 ms: the 314 ms of Python
+    those spans hold between their operators is no operator's)."""
     profile = parse_file(corpus / "kineto" / "resnet50_num_workers_0.pt.trace.json.gz")
     ops = profile.table("cpu_ops")
-    assert len(ops) == 23640
+    assert len(ops) == 23622
     m = compute_run_metrics([profile])
     top = m.top_ops[0]
     assert (top.name, top.count, top.exclusive) == ("aten::add_", 2994, True)
@@ -472,7 +474,7 @@ def test_resnet50_top_ops_by_self_time(corpus: Path) -> None:
     step_tid = int(profile.table("steps")["tid"].iloc[0])
     on_step = (ops["tid"] == step_tid).to_numpy()
     busy = iv.union(ops.loc[on_step, "start"], ops.loc[on_step, "end"]).total
-    assert own[on_step].sum() <= busy and own[on_step].sum() / 1e6 == pytest.approx(793.9, abs=0.1)
+    assert own[on_step].sum() <= busy and own[on_step].sum() / 1e6 == pytest.approx(479.6, abs=0.1)
 
 
 def test_kernel_mix_of_real_runs(corpus: Path, nsys_available: str,
