@@ -528,11 +528,36 @@ def test_one_step_gives_a_verdict_of_low_confidence_and_says_why(tmp_path: Path)
         "compute-bound", "the model's CPU operators take 90% of step time")
     assert run.verdict_margin == pytest.approx(0.30, rel=1e-9)
     assert run.verdict_confidence == "low"
-    assert run.notes == [
-        "only 1 step measured: whether it is a typical step or holds one-off work (a first "
-        "step builds optimizer state, picks its kernels, grows the allocator's pool) one step "
-        "cannot show, so the verdict's confidence is low at most; profile several steps after "
-        "the first"]
+    assert run.notes == [ONE_STEP_NOTE]
+
+
+#: The note of a profile of one step.
+ONE_STEP_NOTE = ("only 1 step measured: one step cannot show the steady state, neither whether "
+                 "it is a typical step or holds one-off work (a first step builds optimizer "
+                 "state, picks its kernels, grows the allocator's pool) nor how the steps vary "
+                 "(no p50, p90 or spread is given), so the verdict's confidence is low at most; "
+                 "profile several steps after the first")
+
+
+def test_one_step_claims_no_spread(tmp_path: Path) -> None:
+    """A trace cut to one ProfilerStep (0.4 ms fetch, 3 ms kernel, no set-up call): its p50,
+    p90, min and max, the step window's and the DataLoader wait's median and p90 were all that
+    one step ("16.0 ms / 16.0 ms" on the MI300X trace cut to step 16): one value is no spread.
+    None is given, and the note says one step cannot show the steady state."""
+    path = write_trace(tmp_path / "one.pt.trace.json", [(400, 3000, [])])
+    report = analyze_paths([path], AnalyzeOptions())
+    run = report.runs[0]
+    steps, shape = run.metrics.steps, run.metrics.shape
+    assert steps.count == 1 and steps.mean_ns == 3_450_000
+    assert (steps.p50_ns, steps.p90_ns, steps.min_ns, steps.max_ns) == (None, None, None, None)
+    assert shape.warmup is None and shape.step_window is None and shape.dataloader_wait is None
+    assert run.notes[-1] == ONE_STEP_NOTE
+    text = render_markdown(report)
+    assert "p90" not in text.replace(ONE_STEP_NOTE, "")
+    data = json.loads(render_json(report))["runs"][0]["metrics"]
+    assert data["step_time_ms"] == {"mean": 3.45, "p50": None, "p90": None, "min": None,
+                                    "max": None}
+    assert data["step_shape"]["step_window_ms"] is None
 
 
 def test_the_time_between_a_users_step_ranges_is_no_fetch_torch_profiler_did_not_see(

@@ -35,7 +35,6 @@ from profreport.reports.analysis.findings import (
     verdict,
     verdict_confidence,
 )
-from profreport.reports.analysis.findings.verdicts import STEADY_MIN_STEPS
 from profreport.reports.analysis.job import PACE_EXPOSED_MARGIN, job_analysis
 from profreport.reports.analysis.memory import training_settings
 from profreport.reports.analysis.metrics import (
@@ -65,7 +64,7 @@ from profreport.reports.analysis.results import (
     rank_label,
 )
 from profreport.reports.analysis.scaling import run_world_size, scaling_studies
-from profreport.reports.analysis.steps import phases_text
+from profreport.reports.analysis.steps import STEADY_MIN_STEPS, phases_text
 from profreport.reports.analysis.timeline import build_timeline
 
 #: profreport's own JSON files in a run folder, never read as traces: the manifest, its report,
@@ -370,10 +369,11 @@ def few_steps_note(metrics: RunMetrics) -> list[str]:
     warmup = metrics.shape.warmup if metrics.shape is not None else None
     if steps is None or steps.count >= STEADY_MIN_STEPS or (warmup is not None and warmup.only):
         return []
-    return [f"only {steps.count} step measured: whether it is a typical step or holds one-off "
-            "work (a first step builds optimizer state, picks its kernels, grows the "
-            "allocator's pool) one step cannot show, so the verdict's confidence is low at "
-            "most; profile several steps after the first"]
+    return [f"only {steps.count} step measured: one step cannot show the steady state, neither "
+            "whether it is a typical step or holds one-off work (a first step builds optimizer "
+            "state, picks its kernels, grows the allocator's pool) nor how the steps vary (no "
+            "p50, p90 or spread is given), so the verdict's confidence is low at most; profile "
+            "several steps after the first"]
 
 
 def member_label(profile: Profile) -> str:

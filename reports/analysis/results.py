@@ -81,7 +81,8 @@ class StepStats:
     count: int
     mean_ns: int
     #: The spread of the step durations; None when the origin knows only the mean
-    #: (line_profiler records each line's total over the passes, not each pass).
+    #: (line_profiler records each line's total over the passes, not each pass) or with one
+    #: step (no spread: steps.STEADY_MIN_STEPS).
     p50_ns: int | None
     p90_ns: int | None
     min_ns: int | None

@@ -41,6 +41,11 @@ from profreport.reports.analysis.results import (
 from profreport.reports.analysis.shape import find_warmup, per_step
 from profreport.units import ms
 
+#: Fewer steps than this cannot tell a typical step from one holding one-off work (a first step
+#: builds optimizer state, picks its kernels, grows the allocator's pool): confidence low at most,
+#: and no spread (p50, p90, min, max) is measured over them.
+STEADY_MIN_STEPS = 2
+
 
 @dataclass(frozen=True, eq=False)
 class StepWindows:
@@ -315,9 +320,12 @@ def step_stats(windows: StepWindows) -> StepStats:
     durations = windows.range_ends - windows.range_starts
     # Start to next start, over the steps that follow one another (not across a step left out).
     wall = durations if windows.tiled else np.diff(windows.range_starts)[windows.follows()]
+    spread = len(durations) >= STEADY_MIN_STEPS  # one step has no spread to measure
     return StepStats(origin=windows.origin, count=windows.count, mean_ns=int(durations.mean()),
-                     p50_ns=_pct(durations, 50), p90_ns=_pct(durations, 90),
-                     min_ns=int(durations.min()), max_ns=int(durations.max()),
+                     p50_ns=_pct(durations, 50) if spread else None,
+                     p90_ns=_pct(durations, 90) if spread else None,
+                     min_ns=int(durations.min()) if spread else None,
+                     max_ns=int(durations.max()) if spread else None,
                      wall_mean_ns=int(wall.mean()) if len(wall) else None,
                      wall_intervals=len(wall),
                      stdev_ns=int(durations.std(ddof=1)) if len(durations) > 1 else None,
@@ -398,8 +406,10 @@ def step_shape(profile: Profile, windows: StepWindows,
                gpu_busy: iv.Intervals | None = None) -> StepShape:
     """Start-up and the spread of the step window and the DataLoader wait over the whole
     windows (StepWindows.whole: the last left out when it is only its own range, with no fetch
-    after it); with the GPUs' busy intervals, how busy they are during the DataLoader stalls."""
+    after it), no spread over fewer than STEADY_MIN_STEPS of them; with the GPUs' busy
+    intervals, how busy they are during the DataLoader stalls."""
     whole = windows.whole
+    spread = whole >= STEADY_MIN_STEPS
     numbers, starts, ends = (windows.numbers[:whole], windows.starts[:whole],
                              windows.ends[:whole])
     lengths = windows.whole_lengths()
@@ -412,9 +422,11 @@ def step_shape(profile: Profile, windows: StepWindows,
                      compiling=windows.compiling,
                      compiling_left_out=windows.compiling_left_out,
                      evaluating=windows.evaluating,
-                     step_window=per_step(lengths, numbers, starts, ends, median),
+                     step_window=per_step(lengths, numbers, starts, ends, median)
+                     if spread else None,
                      dataloader_wait=per_step(np.asarray(waits, np.int64), numbers, starts,
-                                              ends, median, busy) if waits.any() else None)
+                                              ends, median, busy)
+                     if spread and waits.any() else None)
 
 
 def loader_known(profile: Profile, windows: StepWindows) -> bool:

@@ -20,6 +20,7 @@ from profreport.reports.analysis.results import (
     Verdict,
     origin_label,
 )
+from profreport.reports.analysis.steps import STEADY_MIN_STEPS
 from profreport.text import error_text
 from profreport.units import duration, ms, pct
 
@@ -42,9 +43,6 @@ SYNC_BOUND_IDLE_SHARE = 0.25
 CONFIDENT_MARGIN = 0.15
 #: Under 5 points from the threshold or the runner-up, a rerun could flip it: low confidence.
 CLEAR_MARGIN = 0.05
-#: Fewer steps than this cannot tell a typical step from one holding one-off work (a first step
-#: builds optimizer state, picks its kernels, grows the allocator's pool): confidence low at most.
-STEADY_MIN_STEPS = 2
 #: When more than this share of the step the GPU idles for no reason the trace shows (no data
 #: wait, sync or launch ends it), the verdict says unknown rather than guess.
 UNEXPLAINED_IDLE_SHARE = 0.50
