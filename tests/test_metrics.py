@@ -11,7 +11,7 @@ import pytest
 
 from profreport.model import Profile
 from profreport.parsers import kineto, parse_file
-from profreport.reports.analysis import cpu
+from profreport.reports.analysis import cpu, gpu
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.cpu import outer_calls, self_time_ns
 from profreport.reports.analysis.gpu import LONG_IDLE_GAP_NS, launch_stats
@@ -247,6 +247,31 @@ def test_launch_delay_counts_only_kernels_launched_onto_an_idle_stream(tmp_path:
     assert stats is not None and stats.kernels_per_step == 6
     assert stats.launch_delay_p50_ns == 11_000 and stats.launch_delay_kernels == 2
     assert stats.queued_launch_fraction == pytest.approx(4 / 6)
+
+
+@pytest.mark.parametrize("in_order", [True, False])
+def test_stream_free_at_is_the_reach_of_the_work_ahead_on_the_stream(
+        monkeypatch: pytest.MonkeyPatch, in_order: bool) -> None:
+    """Each kernel's stream_free_at, read in blocks of 16 kernels (a stream's reach carried
+    across them) from tables in start order or not, is the latest end of the kernels, copies
+    and memsets of its device and stream that started before it, counted one by one."""
+    monkeypatch.setattr(iv, "BLOCK_ROWS", 16)
+    rng = np.random.default_rng(7)
+
+    def work(count: int) -> pd.DataFrame:
+        start = rng.choice(10_000, count, replace=False)  # a stream starts one at a time
+        start = np.sort(start) if in_order else start
+        return pd.DataFrame({"start": start, "end": start + rng.integers(1, 400, count),
+                             "device": rng.integers(0, 2, count).astype(np.int8),
+                             "stream": rng.integers(3, 6, count).astype(np.int8)})
+
+    tables = {"kernels": work(300), "memcpy": work(40), "memset": work(20)}
+    free = gpu.stream_free_at(Profile(Path("hand-built"), "nsys", tables=tables))
+    every = pd.concat(tables.values(), ignore_index=True)
+    for row, kernel in enumerate(tables["kernels"].itertuples()):
+        ahead = every[(every["device"] == kernel.device) & (every["stream"] == kernel.stream)
+                      & (every["start"] < kernel.start)]
+        assert free[row] == (ahead["end"].max() if len(ahead) else np.iinfo(np.int64).min)
 
 
 def test_launch_steps_take_the_narrowest_dtype(corpus: Path, nsys_available: str) -> None:
