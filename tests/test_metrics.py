@@ -250,9 +250,9 @@ def test_launch_delay_counts_only_kernels_launched_onto_an_idle_stream(tmp_path:
 
 
 @pytest.mark.parametrize("in_order", [True, False])
-def test_stream_free_at_is_the_reach_of_the_work_ahead_on_the_stream(
+def test_stream_free_by_block_is_the_reach_of_the_work_ahead_on_the_stream(
         monkeypatch: pytest.MonkeyPatch, in_order: bool) -> None:
-    """Each kernel's stream_free_at, read in blocks of 16 kernels (a stream's reach carried
+    """Each kernel's stream_free_by_block, read in blocks of 16 kernels (a stream's reach carried
     across them) from tables in start order or not, is the latest end of the kernels, copies
     and memsets of its device and stream that started before it, counted one by one."""
     monkeypatch.setattr(iv, "BLOCK_ROWS", 16)
@@ -266,7 +266,8 @@ def test_stream_free_at_is_the_reach_of_the_work_ahead_on_the_stream(
                              "stream": rng.integers(3, 6, count).astype(np.int8)})
 
     tables = {"kernels": work(300), "memcpy": work(40), "memset": work(20)}
-    free = gpu.stream_free_at(Profile(Path("hand-built"), "nsys", tables=tables))
+    free = np.concatenate(list(gpu.stream_free_by_block(
+        Profile(Path("hand-built"), "nsys", tables=tables))))
     every = pd.concat(tables.values(), ignore_index=True)
     for row, kernel in enumerate(tables["kernels"].itertuples()):
         ahead = every[(every["device"] == kernel.device) & (every["stream"] == kernel.stream)

@@ -14,7 +14,7 @@ import pandas as pd
 
 from profreport import concepts
 from profreport.allocator import giving_back_memory
-from profreport.model import Profile, ids_at, narrowest_int, position_dtype
+from profreport.model import Profile, ids_at, narrowest_int
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.breakdown import Parts, claim, make_breakdown
 from profreport.reports.analysis.cpu import spans_where
@@ -245,46 +245,72 @@ def gpu_breakdown(profile: Profile, windows: StepWindows,
     return make_breakdown(profile.kind, windows, claims, overlapped)
 
 
-def stream_free_at(profile: Profile) -> np.ndarray:
-    """For each kernel, when the work ahead of it on its stream had all ended: the latest end of
-    the kernels, copies and memsets of the same device and stream that started before it (a
-    stream runs its work in order); INT64 min where none was recorded. A stream at a time, its
-    kernels a block at a time in start order (the tables come in start order; sorted only when
-    they do not), with no copy of a whole stream's times."""
+def stream_free_by_block(profile: Profile) -> Iterator[np.ndarray]:
+    """For each block of the kernel table's rows (:func:`intervals.blocks`, as
+    :func:`launches.launch_pairs` reads them), when the work ahead of each kernel on its stream
+    had all ended: the latest end of the kernels, copies and memsets of the same device and
+    stream that started before it (a stream runs its work in order); INT64 min where none was
+    recorded. A table in start order (as the parsers hand them over) is read a block at a
+    time, each stream's reach carried from block to block, with no array as long as the
+    table; one out of order is first read whole in start order."""
     kernels = profile.table("kernels")
-    free = np.full(len(kernels), np.iinfo(np.int64).min, dtype=np.int64)
-    if kernels.empty:
+    reach = _StreamReach(profile)
+    if iv.ascending(kernels["start"].to_numpy(np.int64)):
+        for block in iv.blocks(len(kernels)):
+            yield reach.ahead(np.arange(block.start, block.stop))
+        return
+    order = np.argsort(kernels["start"].to_numpy(np.int64), kind="stable")
+    free = np.empty(len(kernels), dtype=np.int64)
+    for block in iv.blocks(len(order)):
+        free[order[block]] = reach.ahead(order[block])
+    yield from (free[block] for block in iv.blocks(len(kernels)))
+
+
+class _StreamReach:
+    """The latest end of the work each stream of a profile ran, as its kernels are read in
+    start order: the kernels read so far, and the copies and memsets."""
+
+    def __init__(self, profile: Profile) -> None:
+        kernels = profile.table("kernels")
+        self.profile = profile
+        self.starts = kernels["start"].to_numpy(np.int64)
+        self.ends = kernels["end"].to_numpy(np.int64)
+        self.devices, self.streams = kernels["device"].to_numpy(), kernels["stream"].to_numpy()
+        #: Each (device, stream)'s reach of the kernels read so far.
+        self.carried: dict[tuple[int, int], int] = {}
+        #: Each (device, stream)'s copies and memsets: starts in order and reach up to each.
+        self.others: dict[tuple[int, int], list[tuple[np.ndarray, np.ndarray]]] = {}
+
+    def ahead(self, rows: np.ndarray) -> np.ndarray:
+        """For the kernels at ``rows`` (positions, in start order, after every row read
+        before), when the work ahead of each on its stream had ended."""
+        free = np.empty(len(rows), dtype=np.int64)
+        devices, streams = self.devices[rows], self.streams[rows]
+        for device in pd.unique(devices).tolist():
+            on_device = devices == device
+            for stream in pd.unique(streams[on_device]).tolist():
+                at = np.flatnonzero(on_device & (streams == stream))
+                free[at] = self._ahead_on(device, stream, rows[at])
         return free
-    starts, ends = kernels["start"].to_numpy(np.int64), kernels["end"].to_numpy(np.int64)
-    in_order = iv.ascending(starts)
-    for device, stream, rows in _stream_kernels(kernels):
-        if not in_order:
-            rows = rows[np.argsort(starts[rows], kind="stable")]
-        others = [reach for name in ("memcpy", "memset")
-                  if len((reach := _reach_of(profile.table(name), device, stream))[0])]
-        carried = np.iinfo(np.int64).min  # the reach of the stream's kernels before the block
-        for block in iv.blocks(len(rows)):
-            mine = rows[block]
-            reach = np.maximum.accumulate(ends[mine])
-            np.maximum(reach, carried, out=reach)
-            ahead = np.empty_like(reach)
-            ahead[0], ahead[1:] = carried, reach[:-1]
-            for copy_starts, copy_reach in others:  # copies and memsets started before each
-                before = np.searchsorted(copy_starts, starts[mine], side="left")
-                np.maximum(ahead, np.where(before > 0, copy_reach[before - 1], ahead), out=ahead)
-            free[mine] = ahead
-            carried = int(reach[-1])
-    return free
 
-
-def _stream_kernels(kernels: pd.DataFrame) -> Iterator[tuple[int, int, np.ndarray]]:
-    """Each device and stream of the kernels, with the positions of its kernels."""
-    devices, streams = kernels["device"].to_numpy(), kernels["stream"].to_numpy()
-    for device in pd.unique(devices).tolist():
-        on_device = devices == device
-        for stream in pd.unique(streams[on_device]).tolist():
-            rows = np.flatnonzero(on_device & (streams == stream))
-            yield device, stream, rows.astype(position_dtype(len(kernels)), copy=False)
+    def _ahead_on(self, device: int, stream: int, rows: np.ndarray) -> np.ndarray:
+        """:meth:`ahead` for kernels of one device and stream."""
+        key = (device, stream)
+        carried = self.carried.get(key, np.iinfo(np.int64).min)
+        reach = np.maximum.accumulate(self.ends[rows])
+        np.maximum(reach, carried, out=reach)
+        ahead = np.empty_like(reach)
+        ahead[0], ahead[1:] = carried, reach[:-1]
+        if key not in self.others:
+            self.others[key] = [found for name in ("memcpy", "memset")
+                                if len((found := _reach_of(self.profile.table(name), device,
+                                                           stream))[0])]
+        starts = self.starts[rows]
+        for copy_starts, copy_reach in self.others[key]:  # copies and memsets started before
+            before = np.searchsorted(copy_starts, starts, side="left")
+            np.maximum(ahead, np.where(before > 0, copy_reach[before - 1], ahead), out=ahead)
+        self.carried[key] = int(reach[-1])
+        return ahead
 
 
 def _reach_of(table: pd.DataFrame, device: int, stream: int) -> tuple[np.ndarray, np.ndarray]:
@@ -332,23 +358,24 @@ def _idle_stream_delays(profile: Profile, rows: np.ndarray, windows: StepWindows
     """The launch delays (kernel start minus launch call start) of the ``rows`` (a mask of the
     kernels) launched by a launch call started inside the step ``windows`` onto an idle
     stream, how many of the rows such a call launched, and how many of those it launched
-    behind work still queued or running on their stream (:func:`stream_free_at`)."""
+    behind work still queued or running on their stream (:func:`stream_free_by_block`)."""
     kernel_starts = profile.table("kernels")["start"].to_numpy(np.int64)
     runtime = profile.table("runtime")
     call_starts = runtime["start"].to_numpy(np.int64)
     call_ends = runtime["end"].to_numpy(np.int64)
-    free = stream_free_at(profile)
     # Filled in place (a list of blocks then joined held every delay twice): one per kernel,
     # more only where a correlation id repeats; int32 (half of 10 M kernels' 80 MB) until a
     # delay does not fit. Whether a call is a launch inside the windows is asked of the calls
     # paired, never of all 17 M at once.
     delay, filled = np.empty(int(rows.sum()), dtype=np.int32), 0
     launched = queued = 0
-    for kernel_at, call_at in launch_pairs(profile, "kernels", rows):
+    pairs = launch_pairs(profile, "kernels", rows)
+    for block, (kernel_at, call_at), free in zip(iv.blocks(len(rows)), pairs,
+                                                 stream_free_by_block(profile), strict=True):
         by_launch = starts_in_windows(call_starts[call_at], windows)
         by_launch &= classified_at(profile, "runtime", concepts.is_launch_api, call_at)
         kernel_at, call_at = kernel_at[by_launch], call_at[by_launch]
-        idle = free[kernel_at] <= call_ends[call_at]
+        idle = free[kernel_at - block.start] <= call_ends[call_at]
         launched += len(idle)
         queued += len(idle) - int(idle.sum())
         block = kernel_starts[kernel_at[idle]]
