@@ -9,7 +9,9 @@
   optimizer seen only, so a GAN's two optimizers still make whole iterations). The marks give
   the plain run's steps/s, drive ``prof.step()`` under torch.profiler and open an NVTX range
   ``step N`` per iteration under nsys, where each rank of a torchrun job also marks its rank
-  (``rank 1 of 2``, from torchrun's RANK and WORLD_SIZE: see launch.record_rank);
+  (``rank 1 of 2``, from torchrun's RANK and WORLD_SIZE: see launch.record_rank); the last
+  step ends where the training loop's last iteration ends (FirstOptimizerStepper), not at
+  the script's end;
 - the DataLoader the script trains from (the one whose batches feed ``backward()``; a
   validation loader is not it) is watched, so its batch size, workers and pinning are recorded
   as the run's knobs (what the script really did, not what it was told), and only its fetches
@@ -41,7 +43,7 @@ from typing import Any
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils.data import DataLoader
-from torch.utils.data.dataloader import _BaseDataLoaderIter
+from torch.utils.data.dataloader import _BaseDataLoaderIter, _DatasetKind
 
 from profreport import concepts
 from profreport.fileio import write_text
@@ -104,6 +106,10 @@ class StepMarks:
     #: knobs of the DataLoader it came from (loader_knobs).
     last_fetch: int | None = None
     last_knobs: dict[str, Any] = field(default_factory=dict)
+    #: Whether the last training fetch took the last batch of its iterator (a loader over a
+    #: map-style dataset knows how many it holds): the pass over the loader ends at the next
+    #: step, and the fetch after that raises StopIteration.
+    loader_exhausted: bool = False
 
     def training_loader(self) -> LoaderUse | None:
         """The loader whose batches fed the most ``backward()`` calls (the one the script trains
@@ -166,7 +172,15 @@ class StepMarks:
 
 class FirstOptimizerStepper:
     """An optimizer-step hook: marks the first optimizer's steps and advances the profiler and
-    the NVTX step ranges on them."""
+    the NVTX step ranges on them.
+
+    A step's range (and ProfilerStep span) runs from one mark to the next, holding the fetch of
+    its batch, and ends where the training loop's last iteration ends: no range opens at a mark
+    whose iteration took the training loader's last batch (StepMarks.loader_exhausted), an open
+    one closes when the training loader's iterator raises StopIteration (a loader that does not
+    know its length), and the next pass over the training loader (another epoch) opens the
+    next step's range as it starts. So the fetch that ends the loop, and whatever the script
+    does after the loop (evaluation, saving, printing), lie outside every step."""
 
     def __init__(self, marks: StepMarks, profiler: Any | None, nvtx_ranges: bool) -> None:
         """Record into ``marks``; step ``profiler`` and NVTX ranges when given."""
@@ -174,6 +188,8 @@ class FirstOptimizerStepper:
         self.profiler = profiler
         self.nvtx = __import__("nvtx") if nvtx_ranges else None
         self.optimizer_id: int | None = None
+        #: Whether a step's range (and ProfilerStep span) is open.
+        self.in_step = False
 
     def __call__(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         """Called by PyTorch after every ``optimizer.step()``."""
@@ -186,17 +202,52 @@ class FirstOptimizerStepper:
         self.marks.mark()
         if self.marks.last_backward is not None:
             self.marks.losses.append(self.marks.last_backward)
-        if self.profiler is not None:
+        self.close()
+        last = self.marks.loader_exhausted
+        if self.profiler is not None:  # its schedule counts every step, the last one too
+            steps = self.profiler.record_steps
+            self.profiler.record_steps = steps and not last  # no ProfilerStep#N opens then
             self.profiler.step()
+            self.profiler.record_steps = steps
+        if not last:
+            self.open()
+
+    def open(self) -> None:
+        """Open step ``N`` (N steps marked so far): its NVTX range, and ProfilerStep#N when
+        the profiler's own step did not open it."""
         if self.nvtx is not None:
-            if len(self.marks.ends_ns) > 1:
-                self.nvtx.pop_range()
             self.nvtx.push_range(concepts.step_range_name(len(self.marks.ends_ns)))
+        span = getattr(self.profiler, "step_rec_fn", None) if self.profiler else None
+        if self.profiler is not None and self.profiler.record_steps and span is None:
+            span = torch.autograd.profiler.record_function(
+                f"ProfilerStep#{self.profiler.step_num}")
+            span.__enter__()
+            self.profiler.step_rec_fn = span
+        self.in_step = True
+
+    def pass_starts(self) -> None:
+        """The training loader is iterated again (another epoch): the step that starts with
+        it opens, when a step was marked before and none is open."""
+        if self.marks.ends_ns and not self.in_step:
+            self.open()
 
     def close(self) -> None:
-        """Close the NVTX range the last step opened."""
-        if self.nvtx is not None and self.marks.ends_ns:
+        """Close the open step's NVTX range and the open ProfilerStep span, if any."""
+        if self.nvtx is not None and self.in_step:
             self.nvtx.pop_range()
+        span = getattr(self.profiler, "step_rec_fn", None) if self.profiler else None
+        if span is not None:  # torch.profiler's next step or stop then exits none twice
+            span.__exit__(None, None, None)
+            self.profiler.step_rec_fn = None
+        self.in_step = False
+
+
+def batches_left(iterator: _BaseDataLoaderIter) -> int | None:
+    """Batches ``iterator`` has yet to yield; None when its loader cannot know (an
+    IterableDataset's length is the dataset's own claim)."""
+    if iterator._dataset_kind != _DatasetKind.Map:
+        return None
+    return len(iterator) - iterator._num_yielded
 
 
 def loader_knobs(loader: DataLoader) -> dict[str, Any]:
@@ -208,20 +259,25 @@ def loader_knobs(loader: DataLoader) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def watch_loaders(marks: StepMarks, nvtx: Any | None = None) -> Any:
-    """Count the batches each DataLoader yields, and note its knobs, while the script runs; with
-    the ``nvtx`` module (under nsys), each fetch of a batch for training is an NVTX
+def watch_loaders(marks: StepMarks, stepper: FirstOptimizerStepper) -> Any:
+    """Count the batches each DataLoader yields, and note its knobs, while the script runs; under
+    nsys (the ``stepper``'s ``nvtx`` module), each fetch of a batch for training is an NVTX
     ``dataloader`` range, so the capture records the wait inside the ``step N`` ranges, which
     run from one optimizer step to the next and hold the fetch. Any other fetch (a validation
     loader's, or one under ``no_grad``: see StepMarks.trains_from) is a range, and a
-    torch.profiler span, named concepts.OTHER_LOADER_RANGE: visible, and no DataLoader wait."""
+    torch.profiler span, named concepts.OTHER_LOADER_RANGE: visible, and no DataLoader wait.
+    The training loader's passes bound the steps (FirstOptimizerStepper): a new pass opens the
+    step it starts, the end of one closes the open step."""
     original_iter, original_next = DataLoader.__iter__, _BaseDataLoaderIter.__next__
+    nvtx = stepper.nvtx
 
     def iterate(loader: DataLoader) -> Any:
-        iterator = original_iter(loader)
         key, knobs = id(loader.dataset), loader_knobs(loader)
         if key not in marks.loaders:
             marks.loaders[key] = LoaderUse(**knobs)
+        if marks.trains_from(key):
+            stepper.pass_starts()  # before its workers start: the step waits for them
+        iterator = original_iter(loader)
         iterator._profreport_loader = key  # type: ignore[union-attr]
         iterator._profreport_knobs = knobs  # type: ignore[union-attr]
         iterator._profreport_span = iterator._profile_name  # type: ignore[union-attr]
@@ -235,11 +291,18 @@ def watch_loaders(marks: StepMarks, nvtx: Any | None = None) -> Any:
         iterator._profile_name = iterator._profreport_span if training \
             else concepts.OTHER_LOADER_RANGE
         name = concepts.DATALOADER_RANGE if training else concepts.OTHER_LOADER_RANGE
-        with nvtx.annotate(name) if nvtx is not None else contextlib.nullcontext():
-            batch = original_next(iterator)
+        try:
+            with nvtx.annotate(name) if nvtx is not None else contextlib.nullcontext():
+                batch = original_next(iterator)
+        except StopIteration:
+            if training:
+                stepper.close()
+            raise
         if torch.is_grad_enabled():
             marks.loaders[key].batches += 1
             marks.last_fetch, marks.last_knobs = key, iterator._profreport_knobs
+        if training:
+            marks.loader_exhausted = batches_left(iterator) == 0
         return batch
 
     DataLoader.__iter__ = iterate  # type: ignore[method-assign]
@@ -351,7 +414,7 @@ def run_script(launch: ScriptLaunch, marks: StepMarks) -> None:
     sys.path.insert(0, str(script.parent))
     handle = register_optimizer_step_post_hook(stepper)
     try:
-        with watch_loaders(marks, stepper.nvtx), watch_backward(marks, launch.record_loss), \
+        with watch_loaders(marks, stepper), watch_backward(marks, launch.record_loss), \
                 profiler if profiler is not None else contextlib.nullcontext():
             run_as_main(code, script, extra)
     finally:

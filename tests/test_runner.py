@@ -1487,3 +1487,88 @@ def test_a_validation_loaders_fetches_are_no_dataloader_wait(
     assert slow.get(True, 0) >= 2 and slow.get(False, 0) <= 1  # the fetch that ends epoch 1
     events = json.loads(gzip.decompress(trace_path.read_bytes()))["traceEvents"]
     assert any(event.get("name") == concepts.OTHER_LOADER_RANGE for event in events)
+
+
+#: A script that trains 2 epochs of 3 batches (a DataLoader made anew each epoch over the same
+#: map-style dataset), then spends 300 ms after its loop (an evaluation, a checkpoint: a sleep
+#: here), marked by a range of its own.
+_AFTER_THE_LOOP_SCRIPT = """\
+import time, nvtx, torch
+from torch.utils.data import DataLoader
+
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+data = torch.randn(12, 8)
+for epoch in range(2):
+    for x in DataLoader(data, batch_size=4):
+        model(x).sum().backward()
+        opt.step()
+        opt.zero_grad()
+        time.sleep(0.01)
+with nvtx.annotate("after training"), torch.profiler.record_function("after training"):
+    time.sleep(0.3)
+"""
+
+
+@pytest.mark.nsys
+@pytest.mark.slow
+def test_the_last_step_ends_where_the_training_loop_ends(
+        tmp_path: Path, nsys_available: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A script's 6 optimizer steps over 2 epochs, then 300 ms after its loop: the wrapper's
+    last ``step 6`` range ran from the last optimizer step to the script's end, holding the
+    fetch that ended the loop and the 300 ms (ProfilerStep#6 too), and the capture kept it as
+    a step (work follows the fetch). Now no range opens at a step that took the loader's last
+    batch and the next epoch's pass opens the next: steps 1 to 5 under nsys, each ending before
+    the stretch after the loop, and torch.profiler's ProfilerSteps are the same steps."""
+    monkeypatch.chdir(tmp_path)
+    script = tmp_path / "after_the_loop.py"
+    script.write_text(_AFTER_THE_LOOP_SCRIPT, encoding="utf-8")
+    options = replace(script_options(tmp_path / "out", str(script), "torch,nsys"),
+                      active_steps=6)
+    summary = run_all([], options)
+    assert summary.failures == []
+    folder = summary.folders[0]
+    parse = ParseOptions(cache_dir=tmp_path / "cache")
+    capture = parse_file(folder / "nsys.nsys-rep", parse)
+    ranges = capture.table("ranges")
+    after = int(ranges.loc[ranges["name"] == "after training", "start"].iloc[0])
+    steps = capture.table("steps")
+    assert steps["number"].tolist() == [1, 2, 3, 4, 5]
+    assert (steps["end"] <= after).all()
+    assert ((steps["end"] - steps["start"]) < 300_000_000).all()
+    trace = parse_file(next((folder / "trace").glob("*.pt.trace.json.gz")), parse)
+    spans = trace.table("ranges")
+    after = int(spans.loc[spans["name"] == "after training", "start"].iloc[0])
+    profiler_steps = trace.table("steps")
+    assert set(profiler_steps["number"]) <= {1, 2, 3, 4, 5}
+    assert len(profiler_steps) >= 3 and (profiler_steps["end"] <= after).all()
+
+
+def test_a_loader_of_unknown_length_ends_the_last_step_as_it_runs_out(tmp_path: Path) -> None:
+    """Over an IterableDataset (the loader cannot know it holds 3 batches), then 300 ms after
+    the loop: torch.profiler's last ProfilerStep, opened at the last optimizer step, ran to
+    the script's end and held the 300 ms; it ends now where the loader ran out (the fetch that
+    raised StopIteration), before the stretch after the loop."""
+    script = tmp_path / "iterable.py"
+    script.write_text(
+        "import time, torch\n"
+        "class Stream(torch.utils.data.IterableDataset):\n"
+        "    def __iter__(self):\n"
+        "        return (torch.ones(4, 8) for _ in range(3))\n"
+        "model = torch.nn.Linear(8, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for x in torch.utils.data.DataLoader(Stream(), batch_size=None):\n"
+        "    model(x).sum().backward()\n"
+        "    opt.step()\n"
+        "with torch.profiler.record_function('after training'):\n"
+        "    time.sleep(0.3)\n")
+    subprocess.run([sys.executable, "-m", "profreport.runner.script_profile", "--mode", "torch",
+                    "--trace-dir", str(tmp_path / "trace"), "--active", "5", str(script)],
+                   check=True, cwd=tmp_path, timeout=120)
+    trace = parse_file(next((tmp_path / "trace").glob("*.pt.trace.json.gz")),
+                       ParseOptions(cache_dir=tmp_path / "cache"))
+    spans = trace.table("ranges")
+    after = int(spans.loc[spans["name"] == "after training", "start"].iloc[0])
+    steps = trace.table("steps")
+    assert steps["number"].tolist() == [2, 3]
+    assert (steps["end"] <= after).all()
