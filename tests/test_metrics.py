@@ -656,7 +656,8 @@ def test_device_activity_takes_no_other_devices_rows() -> None:
     from profreport.reports.analysis.gpu import device_activity
 
     activity = {device: list(zip(busy.starts.tolist(), busy.ends.tolist(), strict=True))
-                for device, busy in device_activity(_two_devices()).items()}
+                for device, busy in ((d, packed.intervals())
+                                     for d, packed in device_activity(_two_devices()).items())}
     assert activity == {0: [(0, 10), (12, 18), (20, 30), (50, 60)], 1: [(5, 15), (40, 45)]}
 
 
@@ -688,7 +689,7 @@ def test_timeline_idle_holes_are_the_device_activity_gaps(low: int, high: int,
     assert found == holes
     span = iv.union(np.array([low]), np.array([high]))
     for device, busy in device_activity(profile).items():
-        gaps = iv.intersect(iv.gaps(busy), span)
+        gaps = iv.intersect(iv.gaps(busy.intervals()), span)
         assert list(zip(gaps.starts.tolist(), gaps.ends.tolist(), strict=True)) == \
             holes.get(f"GPU {device}", [])
 

@@ -86,22 +86,27 @@ def device_rows(tables: list[pd.DataFrame]) -> Iterator[tuple[int, list[np.ndarr
 
 
 @per_profile
-def device_activity(profile: Profile) -> dict[int, iv.Intervals]:
+def device_activity(profile: Profile) -> dict[int, iv.Packed]:
     """Per device (in order), the union of its kernel, memcpy and memset intervals (a device's
-    rows read in place from the columns, not copied out)."""
+    rows read in place from the columns, not copied out), packed a stretch of time at a time
+    as it is made (intervals.Packed: 5.8 M intervals of a 10 M-kernel export in 46 MB, never
+    92 MB) and read a piece at a time."""
     tables = [t for t in gpu_tables(profile) if not t.empty]
-    return {device: iv.union_each([(t["start"], t["end"], None if isinstance(m, slice) else m)
-                                   for t, m in zip(tables, masks, strict=True)])
-            for device, masks in device_rows(tables)}
+    packed = {}
+    for device, masks in device_rows(tables):
+        most, made = iv.union_pieces([(t["start"], t["end"], None if isinstance(m, slice) else m)
+                                      for t, m in zip(tables, masks, strict=True)])
+        packed[device] = iv.pack(made, most)
+    return packed
 
 
-def busy_intervals(profile: Profile) -> iv.Intervals:
-    """When any GPU of the profile is busy (kernels, copies, memsets on any device); made from
-    the kept per-device unions, not kept itself (one question asks it: 5.8 M intervals, 92 MB
-    for a 10 M-kernel export, held through the whole analysis when it was)."""
+def busy_within(profile: Profile, spans: iv.Intervals) -> iv.Intervals:
+    """The parts of ``spans`` when any GPU of the profile is busy (kernels, copies, memsets on
+    any device): each device's kept activity read a piece at a time against them, the union of
+    all devices never built (5.8 M intervals, 92 MB for a 10 M-kernel export)."""
     busy = iv.EMPTY
     for activity in device_activity(profile).values():
-        busy = iv.merge(busy, activity)
+        busy = iv.merge(busy, iv.intersect_pieces(spans, activity))
     return busy
 
 

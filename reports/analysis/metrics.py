@@ -22,6 +22,7 @@ assembles :class:`RunMetrics`.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pandas as pd
@@ -40,7 +41,7 @@ from profreport.reports.analysis.cpu import (
 )
 from profreport.reports.analysis.dataloader import loader_shares_agree, training_fetches
 from profreport.reports.analysis.gpu import (
-    busy_intervals,
+    busy_within,
     copy_stats,
     device_activity,
     gpu_breakdown,
@@ -322,7 +323,7 @@ def _add_step_metrics(metrics: RunMetrics, timed: list[tuple[Profile, StepWindow
     if timed:
         metrics.steps = metrics.steps_by_origin[0]
         profile, windows = timed[0]
-        metrics.shape = step_shape(profile, windows, busy_intervals(profile)
+        metrics.shape = step_shape(profile, windows, functools.partial(busy_within, profile)
                                    if has_gpu_events(profile) else None)
         return
     for profile in ordered:

@@ -20,6 +20,7 @@ those of the steps before it, as if it were not recorded, and keep it as ``closi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -403,11 +404,11 @@ def compile_intervals(profile: Profile) -> iv.Intervals:
 
 
 def step_shape(profile: Profile, windows: StepWindows,
-               gpu_busy: iv.Intervals | None = None) -> StepShape:
+               gpu_busy: Callable[[iv.Intervals], iv.Intervals] | None = None) -> StepShape:
     """Start-up and the spread of the step window and the DataLoader wait over the whole
     windows (StepWindows.whole: the last left out when it is only its own range, with no fetch
-    after it), no spread over fewer than STEADY_MIN_STEPS of them; with the GPUs' busy
-    intervals, how busy they are during the DataLoader stalls."""
+    after it), no spread over fewer than STEADY_MIN_STEPS of them; with ``gpu_busy`` (the parts
+    of given spans when a GPU is busy), how busy the GPUs are during the DataLoader stalls."""
     whole = windows.whole
     spread = whole >= STEADY_MIN_STEPS
     numbers, starts, ends = (windows.numbers[:whole], windows.starts[:whole],
@@ -417,7 +418,7 @@ def step_shape(profile: Profile, windows: StepWindows,
     loader = dataloader_intervals(profile, windows)
     waits = iv.overlap_per_window(loader, starts, ends)
     busy = None if gpu_busy is None else \
-        iv.overlap_per_window(iv.intersect(loader, gpu_busy), starts, ends)
+        iv.overlap_per_window(gpu_busy(loader), starts, ends)
     return StepShape(origin=windows.origin, warmup=windows.warmup,
                      compiling=windows.compiling,
                      compiling_left_out=windows.compiling_left_out,
