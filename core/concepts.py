@@ -31,10 +31,12 @@ LOOP_PASS = "loop pass"
 START_TO_NEXT_START = "start to next start"
 #: Copy directions, as nsys and Kineto name them (the ``kind`` column of the ``memcpy`` table).
 HTOD, DTOH, DTOD, HTOH, PTOP = "HtoD", "DtoH", "DtoD", "HtoH", "PtoP"
-COPY_KINDS = (HTOD, DTOH, DTOD, HTOH, PTOP, "unknown")
+#: The copy direction or memory kind of a copy whose profile records none.
+UNKNOWN_KIND = "unknown"
+COPY_KINDS = (HTOD, DTOH, DTOD, HTOH, PTOP, UNKNOWN_KIND)
 #: Memory kinds at either end of a copy (``src_kind``/``dst_kind``).
 PAGEABLE, PINNED = "Pageable", "Pinned"
-MEMORY_KINDS = (PAGEABLE, PINNED, "Device", "Managed", "Array", "unknown")
+MEMORY_KINDS = (PAGEABLE, PINNED, "Device", "Managed", "Array", UNKNOWN_KIND)
 
 # A kernel that moves data between GPUs for a collective: NCCL (``ncclKernel_*``, the newer
 # ``ncclDevKernel_*``), and RCCL on AMD, which keeps NCCL's names.
@@ -339,7 +341,7 @@ def recorded_copy_kind(value: object) -> str:
     """A copy direction as a profiler recorded it (``HtoD``, ``CopyHostToDevice``,
     ``hipMemcpyHostToDevice``, ``1``...) as one of COPY_KINDS; "unknown" when it says none."""
     match = _RECORDED_KIND.match(str(value)) if value is not None else None
-    return RECORDED_COPY_KINDS.get(match.group(1).lower(), "unknown") if match else "unknown"
+    return RECORDED_COPY_KINDS.get(match.group(1).lower(), UNKNOWN_KIND) if match else UNKNOWN_KIND
 
 
 def copy_kinds(names: pd.Series, recorded: pd.Series | None = None) -> pd.DataFrame:
@@ -353,9 +355,9 @@ def copy_kinds(names: pd.Series, recorded: pd.Series | None = None) -> pd.DataFr
     parts["kind"] = parts["kind"].where(parts["kind"].isin(COPY_KINDS), by_name)
     if recorded is not None:
         stated = recorded.map(recorded_copy_kind)
-        parts["kind"] = stated.where(stated != "unknown", parts["kind"]).to_numpy()
+        parts["kind"] = stated.where(stated != UNKNOWN_KIND, parts["kind"]).to_numpy()
     for column in ("src_kind", "dst_kind"):
-        parts[column] = parts[column].where(parts[column].isin(MEMORY_KINDS), "unknown")
+        parts[column] = parts[column].where(parts[column].isin(MEMORY_KINDS), UNKNOWN_KIND)
     return parts.astype(object)
 
 
@@ -409,8 +411,9 @@ def blocking_calls(runtime: pd.DataFrame, memcpy: pd.DataFrame,
         dtoh.loc[dtoh["dst_kind"] == PAGEABLE, "correlation"]).to_numpy()
     reasons = np.full(len(rows), "", dtype=object)
     reasons[to_pageable] = " DtoH to pageable"
-    for unrecorded, reason in ((dtoh[dtoh["dst_kind"] == "unknown"], COPY_WAITED["memory"]),
-                               (linked[linked["kind"] == "unknown"], COPY_WAITED["direction"])):
+    for unrecorded, reason in ((dtoh[dtoh["dst_kind"] == UNKNOWN_KIND], COPY_WAITED["memory"]),
+                               (linked[linked["kind"] == UNKNOWN_KIND],
+                                COPY_WAITED["direction"])):
         if unrecorded.empty:
             continue
         ends = unrecorded.groupby("correlation")["end"].max()  # int64: no float rounding

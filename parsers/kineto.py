@@ -83,8 +83,8 @@ ACCELERATOR_SYNC_NAMES = frozenset({"event_wait", "event_record"})
 #: MTIA command-processor events that move data (the ``memcpy`` table).
 ACCELERATOR_COPY_NAMES = frozenset({"dma_request"})
 #: MTIA ``dma_request`` directions as copy kinds, with the memory at each end.
-ACCELERATOR_COPY_KINDS = {"HOST_TO_DEVICE": ("HtoD", "unknown", "Device"),
-                          "DEVICE_TO_HOST": ("DtoH", "Device", "unknown"),
+ACCELERATOR_COPY_KINDS = {"HOST_TO_DEVICE": ("HtoD", concepts.UNKNOWN_KIND, "Device"),
+                          "DEVICE_TO_HOST": ("DtoH", "Device", concepts.UNKNOWN_KIND),
                           "DEVICE_TO_DEVICE": ("DtoD", "Device", "Device")}
 #: Header members that list the accelerators, in the order they are looked for.
 DEVICE_LIST_KEYS = ("deviceProperties", "computeProperties")
@@ -261,7 +261,7 @@ class _Tables:
         """MTIA DMA requests: direction in ``args.direction``, size in ``args.size``."""
         rows = self.named(self.rows("accelerator"), ACCELERATOR_COPY_NAMES)
         frame = self.gpu(rows)
-        kinds = [ACCELERATOR_COPY_KINDS.get(str(d), ("unknown",) * 3)
+        kinds = [ACCELERATOR_COPY_KINDS.get(str(d), (concepts.UNKNOWN_KIND,) * 3)
                  for d in self.details[rows.detail]]
         for index, column in enumerate(("kind", "src_kind", "dst_kind")):
             frame[column] = [kind[index] for kind in kinds]

@@ -1734,8 +1734,9 @@ def _enum_names(export: _Export, enum: str, codes: pd.Series, fallback: dict[int
     if vocabulary is None:
         names = {code: token.lower() for code, token in tokens.items()}
     else:
-        names = {code: vocabulary.get(token, "unknown") for code, token in tokens.items()}
-    return codes.map(names).fillna("unknown").astype("category")
+        names = {code: vocabulary.get(token, concepts.UNKNOWN_KIND)
+                 for code, token in tokens.items()}
+    return codes.map(names).fillna(concepts.UNKNOWN_KIND).astype("category")
 
 
 def _map_unique(values: pd.Series, func: Callable[[str], str]) -> pd.Series:

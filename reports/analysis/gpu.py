@@ -415,7 +415,7 @@ def copy_stats(profile: Profile) -> CopyStats | None:
     d2h = copies_of_kind(profile, concepts.DTOH)
     tiny = d2h[d2h["bytes"].between(0, TINY_COPY_BYTES)]
     syncs = runtime[classified(profile, "runtime", concepts.is_sync_api)]
-    unrecorded = int((known["src_kind"] == "unknown").sum())
+    unrecorded = int((known["src_kind"] == concepts.UNKNOWN_KIND).sum())
     unknown = (f"the profile records no source memory kind for {unrecorded:,} of its "
                f"{len(known):,} host-to-device copies" if unrecorded else None)
     return CopyStats(origin=profile.kind, h2d_bytes=int(known["bytes"].sum()),
