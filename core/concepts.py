@@ -624,11 +624,13 @@ def is_cpu_collective(names: pd.Series) -> pd.Series:
 
 #: What the dispatcher and the autograd engine name what they run: a C++ name, namespaced or not
 #: (``aten::add``, ``c10d::allreduce_``, ``torch::autograd::AccumulateGrad``, the 2021 format's
-#: ``detach`` and autograd nodes such as ``CudnnConvolutionBackward``). A span the program opens
-#: (``record_function``) carries the name Python gave it: a module's forward
-#: (``DistributedDataParallel.forward``), ``Optimizer.step#SGD.step``,
-#: ``enumerate(DataLoader)#...``, ``ProfilerStep#3``, ``## forward ##``.
-_DISPATCHED_OP = r"^[A-Za-z_]\w*(?:::[A-Za-z_]\w*)*$"
+#: ``detach`` and autograd nodes such as ``CudnnConvolutionBackward``), the autograd engine's
+#: record followed by the node it runs (``autograd::engine::evaluate_function:
+#: ConvolutionBackward0``). A span the program opens (``record_function``) carries the name
+#: Python gave it: a module's forward (``DistributedDataParallel.forward``),
+#: ``Optimizer.step#SGD.step``, ``enumerate(DataLoader)#...``, ``ProfilerStep#3``,
+#: ``## forward ##``.
+_DISPATCHED_OP = r"^[A-Za-z_]\w*(?:::[A-Za-z_]\w*)*(?:: [A-Za-z_]\w*)?$"
 
 
 def is_program_span(names: pd.Series) -> pd.Series:

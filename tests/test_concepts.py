@@ -185,3 +185,18 @@ def test_a_copy_of_unrecorded_direction_blocks_when_it_outlasts_its_copy() -> No
     calls = concepts.blocking_calls(runtime, memcpy)
     assert list(zip(calls["correlation"], calls["label"], strict=True)) == [
         (3, "cudaMemcpyAsync (returned after its copy ended; copy direction unrecorded)")]
+
+
+def test_the_autograd_engines_records_are_no_program_spans() -> None:
+    """In the 2021 Kineto format every span is an ``Operator``: what the dispatcher and the
+    autograd engine record keeps a C++ name, the engine's ``evaluate_function`` record followed
+    by the node it runs (torch 1.10's ``autograd::engine::evaluate_function:
+    ConvolutionBackward0``); it was read as a span the program opened, so a backward node's
+    operators lost their enclosing record. What Python named stays a program span."""
+    names = pd.Series(["aten::add", "torch::autograd::AccumulateGrad", "CudnnConvolutionBackward",
+                       "autograd::engine::evaluate_function: ConvolutionBackward0",
+                       "DistributedDataParallel.forward", "Optimizer.step#SGD.step",
+                       "## forward ##",
+                       "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"])
+    assert concepts.is_program_span(names).tolist() == [False, False, False, False,
+                                                         True, True, True, True]
