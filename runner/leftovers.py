@@ -20,7 +20,6 @@ ends comes back to the runner, however short-lived (:class:`MarkedCpu`).
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
 import resource
@@ -28,7 +27,7 @@ import secrets
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
@@ -85,12 +84,27 @@ def marked_environment(mark: str) -> dict[str, str]:
 
 def carries_mark(pid: int, mark: str) -> bool:
     """Whether process ``pid`` was started with the launch's mark in its environment (False
-    for a process that is gone, a zombie, or another user's, whose environment is unreadable)."""
+    for a process that is gone, a zombie, or another user's, whose environment is unreadable).
+    A process whose main thread has ended while others run on (its /proc entry a zombie, its
+    environment unreadable there) is read through one of those threads."""
+    entry = f"{LAUNCH_MARK}={mark}".encode()
+    for environ_file in _process_files(pid, "environ"):
+        try:
+            return entry in environ_file.read_bytes().split(b"\0")
+        except OSError:
+            continue
+    return False
+
+
+def _process_files(pid: int, name: str) -> Iterator[Path]:
+    """The /proc file ``name`` of process ``pid``: its own, then each of its threads' (read
+    there once its main thread has ended)."""
+    yield PROC / str(pid) / name
     try:
-        environ = (PROC / str(pid) / "environ").read_bytes()
+        threads = sorted((PROC / str(pid) / "task").iterdir())
     except OSError:
-        return False
-    return f"{LAUNCH_MARK}={mark}".encode() in environ.split(b"\0")
+        return
+    yield from (thread / name for thread in threads if thread.name != str(pid))
 
 
 def marked_processes(mark: str) -> list[int]:
@@ -107,12 +121,15 @@ def marked_processes(mark: str) -> list[int]:
 def command_of(pid: int) -> str:
     """The first words of the command line of process ``pid`` (program name without its
     folder), or ``?`` once it is gone."""
-    try:
-        words = (PROC / str(pid) / "cmdline").read_bytes().split(b"\0")[:NAMED_WORDS]
-    except OSError:
-        return "?"
-    names = [os.fsdecode(word) for word in words if word]
-    return " ".join([Path(names[0]).name, *names[1:]]) if names else "?"
+    for cmdline in _process_files(pid, "cmdline"):
+        try:
+            words = cmdline.read_bytes().split(b"\0")[:NAMED_WORDS]
+        except OSError:
+            continue
+        names = [os.fsdecode(word) for word in words if word]
+        if names:
+            return " ".join([Path(names[0]).name, *names[1:]])
+    return "?"
 
 
 def signal_marked(pid: int, mark: str, signum: int) -> None:
@@ -289,9 +306,7 @@ class MarkedCpu:
                 if key in self._before:
                     continue
                 if fields[_STATE] == "Z":
-                    # ChildProcessError: reaped meanwhile by whoever started it
-                    with contextlib.suppress(ChildProcessError):
-                        os.waitpid(key[0], os.WNOHANG)
+                    exiting = not _reap(key[0]) or exiting
                 else:
                     exiting = exiting or bool(int(fields[_FLAGS]) & PF_EXITING)
             if not exiting or time.monotonic() >= deadline:
@@ -353,6 +368,15 @@ class MarkedCpu:
                     if (s.round == self._round and key not in self._ended)
                     or not self._counted_by_kernel(s))
         return self._reaped_s + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _reap(pid: int) -> bool:
+    """Reap child ``pid``, a zombie, without waiting; False while it cannot be reaped yet: a
+    process whose main thread ended first reads as a zombie until its last thread has ended."""
+    try:
+        return os.waitpid(pid, os.WNOHANG)[0] != 0
+    except ChildProcessError:  # reaped meanwhile by whoever started it
+        return True
 
 
 def _steady(earlier: _Reading, later: _Reading) -> bool:

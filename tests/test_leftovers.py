@@ -270,6 +270,60 @@ def test_a_plain_launchs_orphaned_worker_is_counted_and_ended(
     assert zombie_children() == []
 
 
+#: A launch that leaves an orphan whose main thread ends (pthread_exit) while another thread
+#: runs on for argv[1] seconds, then ends the process: until then its /proc entry reads as a
+#: zombie that cannot be reaped yet, its environment unreadable there. The launch returns once
+#: the main thread has ended.
+LEADER_ENDS_FIRST = """\
+import ctypes, os, sys, threading, time
+said, saying = os.pipe()
+if os.fork() == 0:
+    if os.fork() == 0:
+        def run_on():
+            time.sleep(float(sys.argv[1]))
+            os._exit(0)
+        threading.Thread(target=run_on).start()
+        os.write(saying, str(os.getpid()).encode())
+        ctypes.CDLL(None).pthread_exit(None)
+    os._exit(0)
+os.wait()
+orphan = os.read(said, 16).decode()
+while open(f"/proc/{orphan}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+    time.sleep(0.01)
+"""
+
+
+def test_an_adopted_process_whose_main_thread_ended_first_is_reaped_once_ended(
+        tmp_path: Path) -> None:
+    """An orphan the launch adopted ended its main thread, its other thread ending 0.5 s later:
+    as the launch returns it reads as a zombie that waitpid cannot reap yet. Unmarked (started
+    without the launch's mark, so no leftover is looked for), it is waited for as exiting and
+    reaped. Before, the runner tried once and went on: the orphan became a zombie of the runner
+    for good once its thread ended (one failed every later zombie check in CI)."""
+    with MarkedCpu(new_mark()):
+        subprocess.run([sys.executable, "-c", LEADER_ENDS_FIRST, "0.5"], check=True,
+                       stdin=subprocess.DEVNULL, timeout=30)
+    time.sleep(1.0)
+    assert zombie_children() == []
+
+
+def test_a_leftover_whose_main_thread_ended_is_found_by_its_threads_and_ended(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plain launch leaves an orphan whose main thread ended while another runs on for 300 s:
+    its mark is read through that thread, so it is named as left over, ended and reaped.
+    Before, its unreadable environment read as no mark: it ran on, unnamed (and, once named,
+    its command read as ``?``: the command line is read through the thread too)."""
+    monkeypatch.setattr(leftovers, "LEFTOVER_GRACE_S", 0.5)
+    command = [sys.executable, "-c", LEADER_ENDS_FIRST, "300"]
+    record = run_launch(Launch("none", command, tmp_path / "plain.log"))
+    assert record.exit_status == 0, record.error
+    python = Path(sys.executable).name
+    assert record.leftovers is not None and record.leftovers.startswith(
+        f"the plain run left 1 process(es) running after the launch ended: {python} -c (pid ")
+    assert record.leftovers.endswith("ended (SIGTERM)")
+    assert zombie_children() == []
+
+
 #: A launch whose child outlives it and, as their parent, reaps its own children when told: it
 #: forks argv[1] children that each spin argv[2] CPU seconds, write their pid to a file in
 #: argv[3] and wait to be killed; the child waits for each in turn, and the launch returns once
