@@ -203,22 +203,30 @@ os.read(done, 1)
 """
 
 
-def zombie_children() -> list[int]:
+def zombie_children() -> set[int]:
     """This process's children that ended and were never reaped."""
-    found = []
+    found = set()
     for proc in Path("/proc").iterdir():
         try:
             fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue
         if fields[0] == "Z" and int(fields[1]) == os.getpid():
-            found.append(int(proc.name))
+            found.add(int(proc.name))
     return found
 
 
+@pytest.fixture
+def new_zombies() -> Callable[[], set[int]]:
+    """This process's zombie children that were not there when the test began (what the test's
+    launch left, not an earlier test's)."""
+    before = zombie_children()
+    return lambda: zombie_children() - before
+
+
 @pytest.mark.parametrize("profiler", ["none", "kernprof", "torch", "nsys"])
-def test_short_lived_children_and_orphans_of_a_launch_are_counted(tmp_path: Path,
-                                                                  profiler: str) -> None:
+def test_short_lived_children_and_orphans_of_a_launch_are_counted(
+        tmp_path: Path, profiler: str, new_zombies: Callable[[], set[int]]) -> None:
     """Six children waited for and four orphans, each spinning 0.15 s of CPU, none living a
     sample period: the launch used their 1.5 s, and its launcher's start (under 0.5 s more).
     Sampled every 0.5 s, most of it was missed (the launch read 0.75-0.87 s). The runner
@@ -229,7 +237,7 @@ def test_short_lived_children_and_orphans_of_a_launch_are_counted(tmp_path: Path
     record = run_launch(Launch(profiler, command, tmp_path / "launcher.log"))
     assert record.exit_status == 0, record.error
     assert 1.5 <= record.cpu_s <= 2.0
-    assert zombie_children() == []
+    assert new_zombies() == set()
     assert not leftovers.is_subreaper()
 
 
@@ -253,7 +261,8 @@ os.read(said, 1)
 
 
 def test_a_plain_launchs_orphaned_worker_is_counted_and_ended(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        new_zombies: Callable[[], set[int]]) -> None:
     """A plain launch leaves a worker spinning 0.8 s of CPU, orphaned, still there when it
     returns: the launch used the 0.8 s (with its start, under 0.5 s more), and the worker is
     ended and named as left over. Before, only nsys launches were marked: the plain run read
@@ -267,7 +276,7 @@ def test_a_plain_launchs_orphaned_worker_is_counted_and_ended(
     assert record.leftovers is not None and record.leftovers.startswith(
         f"the plain run left 1 process(es) running after the launch ended: {python} -c (pid ")
     assert record.leftovers.endswith("ended (SIGTERM)")
-    assert zombie_children() == []
+    assert new_zombies() == set()
 
 
 #: A launch that leaves an orphan whose main thread ends (pthread_exit) while another thread
@@ -294,7 +303,7 @@ while open(f"/proc/{orphan}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
 
 
 def test_an_adopted_process_whose_main_thread_ended_first_is_reaped_once_ended(
-        tmp_path: Path) -> None:
+        new_zombies: Callable[[], set[int]]) -> None:
     """An orphan the launch adopted ended its main thread, its other thread ending 0.5 s later:
     as the launch returns it reads as a zombie that waitpid cannot reap yet. Unmarked (started
     without the launch's mark, so no leftover is looked for), it is waited for as exiting and
@@ -304,11 +313,12 @@ def test_an_adopted_process_whose_main_thread_ended_first_is_reaped_once_ended(
         subprocess.run([sys.executable, "-c", LEADER_ENDS_FIRST, "0.5"], check=True,
                        stdin=subprocess.DEVNULL, timeout=30)
     time.sleep(1.0)
-    assert zombie_children() == []
+    assert new_zombies() == set()
 
 
 def test_a_leftover_whose_main_thread_ended_is_found_by_its_threads_and_ended(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        new_zombies: Callable[[], set[int]]) -> None:
     """A plain launch leaves an orphan whose main thread ended while another runs on for 300 s:
     its mark is read through that thread, so it is named as left over, ended and reaped.
     Before, its unreadable environment read as no mark: it ran on, unnamed (and, once named,
@@ -321,7 +331,7 @@ def test_a_leftover_whose_main_thread_ended_is_found_by_its_threads_and_ended(
     assert record.leftovers is not None and record.leftovers.startswith(
         f"the plain run left 1 process(es) running after the launch ended: {python} -c (pid ")
     assert record.leftovers.endswith("ended (SIGTERM)")
-    assert zombie_children() == []
+    assert new_zombies() == set()
 
 
 #: A launch whose child outlives it and, as their parent, reaps its own children when told: it
