@@ -387,6 +387,13 @@ def may_block(names: pd.Series) -> pd.Series:
     return _always_blocks(names) | _matches(names, _COPY_CALL)
 
 
+def blocks_by_its_copy(names: pd.Series) -> pd.Series:
+    """Whether each runtime call is a copy call that no name makes blocking (cudaMemcpyAsync):
+    whether it blocked is its copy's to decide, through the correlation id that links them
+    (see :func:`blocking_calls`)."""
+    return may_block(names) & ~_always_blocks(names)
+
+
 def blocking_calls(runtime: pd.DataFrame, memcpy: pd.DataFrame,
                    candidates: np.ndarray | None = None) -> pd.DataFrame:
     """The runtime calls that block the CPU until the GPU catches up, with a ``label``: among

@@ -24,7 +24,12 @@ from profreport.reports.analysis.kept import (
     per_profile,
     table_name_codes,
 )
-from profreport.reports.analysis.launches import GPU_TABLES, launch_pairs, launch_steps
+from profreport.reports.analysis.launches import (
+    GPU_TABLES,
+    launch_pairs,
+    launch_steps,
+    unlinked,
+)
 from profreport.reports.analysis.results import (
     Breakdown,
     CopyStats,
@@ -502,9 +507,14 @@ def kernel_mix(profile: Profile, windows: StepWindows | None) -> KernelMix | Non
     optimizer = iv.union_of([spans])
     in_optimizer = launched_in(profile, optimizer) if len(optimizer) else None
     classes = [c for c in map(concepts.optimizer_class, spans["name"].unique()) if c]
-    per_step = None
-    if in_optimizer is not None and windows is not None:
-        per_step = launched_in_steps(profile, "kernels", in_optimizer, windows) / windows.count
+    per_step = zero_grad = unknown = None
+    if windows is not None:
+        zero_grad = zero_grad_work_per_step(profile, windows)
+        if in_optimizer is not None:
+            per_step = launched_in_steps(profile, "kernels", in_optimizer, windows) / windows.count
+        unknown = unlinked(profile, "kernels") if (per_step, zero_grad) != (None, None) else None
+    if unknown is not None:
+        per_step = zero_grad = None
     pool = in_optimizer if in_optimizer is not None and in_optimizer.any() else compute
     present = np.zeros(len(distinct) + 1, dtype=bool)  # the last: kernels without a name
     present[codes[pool]] = True
@@ -516,7 +526,7 @@ def kernel_mix(profile: Profile, windows: StepWindows | None) -> KernelMix | Non
         optimizer_kernels_per_step=per_step,
         fused_optimizer=bool(concepts.is_fused_optimizer_kernel(distinct[present[:-1]]).any()),
         optimizer_name=classes[0] if classes else None,
-        zero_grad_work_per_step=zero_grad_work_per_step(profile, windows))
+        zero_grad_work_per_step=zero_grad, launches_unknown=unknown)
 
 
 def max_devices_per_process(profile: Profile) -> int:

@@ -16,10 +16,30 @@ from profreport.executors import cpu_share
 from profreport.model import Profile, narrowest_int, position_dtype
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.kept import per_profile
+from profreport.reports.analysis.results import origin_label
 from profreport.reports.analysis.steps import StepWindows
 
 #: The tables of the GPU's activity, in the order their rows are taken.
 GPU_TABLES = ("kernels", "memcpy", "memset")
+#: What the rows of each table are, in a sentence.
+_ROWS = {"runtime": "runtime calls", "kernels": "kernels", "memcpy": "copies",
+         "memset": "memsets"}
+
+
+def unlinked(profile: Profile, table: str) -> str | None:
+    """Why which runtime call launched each row of GPU table ``table`` is unknown: the table's
+    rows, or the runtime calls, record no correlation id (an nsys table without correlationId,
+    Kineto events without ``args.correlation`` or an ``ac2g`` flow), the evidence that links a
+    launch call to its work; None when some do, or the table has no rows."""
+    if profile.table(table).empty:
+        return None
+    for name in ("runtime", table):
+        ids = profile.table(name)["correlation"].to_numpy()
+        if len(ids) and int(ids.max()) < 0:
+            return (f"the {origin_label(profile.kind)} profile records no correlation id on its "
+                    f"{_ROWS[name]}, the evidence that links each launch call to the "
+                    f"{_ROWS[table]} it launched")
+    return None
 
 
 def _by_correlation(profile: Profile) -> tuple[np.ndarray, np.ndarray]:

@@ -427,6 +427,10 @@ class SyncStats:
     fraction: float
     outside_calls: int
     outside_ns: int
+    #: Why the copy calls that only their copy makes blocking (cudaMemcpyAsync into pageable
+    #: memory) cannot be judged, with how many there are per step: no correlation id links
+    #: them to their copies (launches.unlinked); None when they can.
+    copies_unknown: str | None = None
 
 
 @dataclass(frozen=True)
@@ -490,6 +494,10 @@ class KernelMix:
     #: Kernels and memsets ``zero_grad()`` launches per step (0 with ``set_to_none=True``);
     #: None without zero_grad spans.
     zero_grad_work_per_step: float | None = None
+    #: Why the kernels launched inside the optimizer step's and zero_grad()'s spans are unknown
+    #: (then both counts above are None): no correlation id links the kernels to their launch
+    #: calls (launches.unlinked); None when known or without such spans.
+    launches_unknown: str | None = None
 
 
 @dataclass(frozen=True)

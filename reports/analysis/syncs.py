@@ -22,7 +22,7 @@ from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.cpu import SPAN_BLOCK_ROWS, self_time_ns
 from profreport.reports.analysis.gpu import device_activity, has_gpu_events
 from profreport.reports.analysis.kept import classified, classified_rows, per_profile
-from profreport.reports.analysis.launches import GPU_TABLES, launch_times
+from profreport.reports.analysis.launches import GPU_TABLES, launch_times, unlinked
 from profreport.reports.analysis.results import IdleCauses, SyncCall, SyncStats, TopItem
 from profreport.reports.analysis.steps import StepWindows, dataloader_intervals
 from profreport.reports.analysis.top import ranked
@@ -66,13 +66,35 @@ def queued_at(profile: Profile, times: np.ndarray) -> np.ndarray:
     return out
 
 
+def copies_unjudged(profile: Profile, windows: StepWindows) -> str | None:
+    """Why the copy calls inside the step windows that only their copy makes blocking
+    (concepts.blocks_by_its_copy) cannot be judged, with their number per step: no
+    correlation id links them to their copies (launches.unlinked); None when it links them, or
+    there are none."""
+    why = unlinked(profile, "memcpy")
+    if why is None:
+        return None
+    rows = classified_rows(profile, "runtime", concepts.blocks_by_its_copy)
+    starts = profile.table("runtime")["start"].to_numpy(np.int64)[rows]
+    inside = int((windows.index_of(starts) >= 0).sum())
+    if not inside:
+        return None
+    return ("the copy calls that block only when their copy goes device-to-host into pageable "
+            f"memory (cudaMemcpyAsync), {round(inside / windows.count, 1):g} per step, cannot "
+            f"be judged: {why}")
+
+
 @giving_back_memory
 def sync_stats(profile: Profile, windows: StepWindows) -> SyncStats | None:
     """Blocking calls per step inside the step windows, by call, with the GPU work queued when
-    each began; the rest apart."""
+    each began; the rest apart; and why the copy calls whose copy decides could not be judged,
+    when they could not (then with no blocking call too)."""
     calls = blocking(profile)
+    unjudged = copies_unjudged(profile, windows)
     if calls.empty:
-        return None
+        return None if unjudged is None else SyncStats(
+            origin=profile.kind, calls=[], ns_per_step=0, fraction=0.0, outside_calls=0,
+            outside_ns=0, copies_unknown=unjudged)
     starts = calls["start"].to_numpy(np.int64)
     calls = calls.assign(ns=calls["end"] - calls["start"], queued=queued_at(profile, starts),
                          inside=windows.index_of(starts) >= 0)
@@ -92,7 +114,8 @@ def sync_stats(profile: Profile, windows: StepWindows) -> SyncStats | None:
     blocked = windows.covered(iv.union_of([inside]))
     return SyncStats(origin=profile.kind, calls=rows, ns_per_step=blocked // windows.count,
                      fraction=blocked / max(windows.total_ns, 1),
-                     outside_calls=len(outside), outside_ns=int(outside["ns"].sum()))
+                     outside_calls=len(outside), outside_ns=int(outside["ns"].sum()),
+                     copies_unknown=unjudged)
 
 
 @dataclass(frozen=True)

@@ -363,6 +363,9 @@ def _mix_rows(metrics: RunMetrics) -> list[MetricRow]:
             rows.append(MetricRow(f"Optimizer ({mix.optimizer_name or 'unnamed'}) kernels per step",
                                   f"{number(mix.optimizer_kernels_per_step)} ({fused})",
                                   mix.origin))
+        elif mix.launches_unknown is not None:
+            rows.append(MetricRow(f"Optimizer ({mix.optimizer_name or 'unnamed'}) kernels per step",
+                                  f"unknown: {mix.launches_unknown}", mix.origin))
     if metrics.cpu_op_mix is not None:
         ops = metrics.cpu_op_mix
         rows += [

@@ -69,6 +69,16 @@ def _sync_evidence(syncs: SyncStats, m: RunMetrics) -> list[Evidence]:
     return out
 
 
+def unjudged_copies_evidence(syncs: SyncStats | None) -> list[Evidence]:
+    """The copy calls whose blocking is unknown, and why (SyncStats.copies_unknown): the time
+    the CPU blocked in them is in no figure, so no stall is ruled out by it."""
+    if syncs is None or syncs.copies_unknown is None:
+        return []
+    return [Evidence(f"time the CPU blocked in copy calls (SYNC_STALL): unknown, "
+                     f"{syncs.copies_unknown}",
+                     syncs.origin)]
+
+
 def minor_sync_evidence(syncs: SyncStats | None) -> list[Evidence]:
     """Blocking calls that exist but are too short to be the stall: said, so that a reader who
     sees them in the trace knows they were weighed."""
@@ -99,7 +109,8 @@ def sync_stall(facts: Facts) -> Finding | None:
                    "does not block")
     return Finding("SYNC_STALL", "medium",
                    f"The CPU waits for the GPU in blocking calls for {pct(syncs.fraction)} of "
-                   f"each step, most in {top.name}.", _sync_evidence(syncs, m), advice + ".")
+                   f"each step, most in {top.name}.",
+                   _sync_evidence(syncs, m) + unjudged_copies_evidence(syncs), advice + ".")
 
 
 def _copy_evidence(m: RunMetrics, c: StepCopies, kind: str) -> list[Evidence]:

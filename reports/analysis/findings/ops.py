@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from profreport import concepts
 from profreport.reports.analysis.findings.catalogue import Facts, rule
+from profreport.reports.analysis.findings.copies import unjudged_copies_evidence
 from profreport.reports.analysis.results import (
     Evidence,
     Finding,
@@ -236,3 +237,26 @@ def op_checks_unknown(facts: Facts) -> Finding | None:
                    "Profile a few steps with torch.profiler(record_shapes=True)"
                    f"{' on the GPU' if gpu else ''}: the operators' input dtypes and shapes "
                    "answer these checks.")
+
+
+@rule("LAUNCH_LINKS_UNKNOWN", severity=("info",), needs=("profiles",))
+def launch_links_unknown(facts: Facts) -> Finding | None:
+    """The checks that need each kernel or copy linked to the call that launched it (blocking
+    copy calls, kernels per optimizer step and per zero_grad) when the profiles record no
+    correlation id, the link: unknown and why, never read as no problem."""
+    m = facts.metrics
+    evidence = unjudged_copies_evidence(m.syncs)
+    mix = m.kernel_mix
+    if mix is not None and mix.launches_unknown is not None:
+        evidence.append(Evidence("kernels launched inside the optimizer step and zero_grad() "
+                                 f"(OPTIMIZER_NOT_FUSED, ZERO_GRAD_NOT_NONE): unknown, "
+                                 f"{mix.launches_unknown}", mix.origin))
+    if not evidence:
+        return None
+    return Finding("LAUNCH_LINKS_UNKNOWN", "info",
+                   "Some checks could not be made: these profiles do not link GPU work to the "
+                   "calls that launched it.", evidence,
+                   "Profile with the correlation ids kept: torch.profiler records them on its "
+                   "runtime, kernel and copy events (args.correlation), and Nsight Systems "
+                   "exports them as the correlationId column of its CUPTI tables; export the "
+                   "report again with an nsys version that writes that column.")

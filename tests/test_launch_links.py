@@ -1,0 +1,137 @@
+"""Checks that need each kernel or copy linked to the call that launched it (the correlation id):
+when a profile records no such id (an nsys table without correlationId, Kineto events without
+``args.correlation``), the check is said to be unknown and why, in the typed results and every
+renderer, instead of reading as "no problem"."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+
+from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+from profreport.reports.render.html import render_html
+from profreport.reports.render.json import render_json
+from profreport.reports.render.markdown import render_markdown
+
+sys.path.insert(0, str(Path(__file__).parent))
+from conftest import cpu_event, device_event, kineto_trace, write_nsys_export  # noqa: E402
+
+MS, US = 1_000_000, 1000
+
+
+def _blocking_copy_export(path: Path) -> Path:
+    """4 steps of 100 ms (NVTX ranges of 90 ms): each launches a 48 ms kernel at 2 ms, then
+    reads 4 bytes back with a cudaMemcpyAsync into pageable memory from 3 ms, which returns at
+    51 ms, after its copy (50 to 50.5 ms): the CPU is blocked 48% of each step."""
+    kernels, runtime, copies = [], [], []
+    for i in range(4):
+        t, c = i * 100 * MS, i * 10
+        runtime += [(t + 1 * MS, t + 1 * MS + 10 * US, c + 1, "cudaLaunchKernel_v7000"),
+                    (t + 3 * MS, t + 51 * MS, c + 2, "cudaMemcpyAsync_v3020")]
+        kernels.append((t + 2 * MS, t + 50 * MS, c + 1, "conv_kernel"))
+        copies.append((t + 50 * MS, t + 50 * MS + 500 * US, c + 2))
+    steps = [(i * 100 * MS, i * 100 * MS + 90 * MS, f"step {i}") for i in range(4)]
+    write_nsys_export(path, kernels, steps, runtime)
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (start INT, end INT, deviceId INT, "
+                     "streamId INT, correlationId INT, bytes INT, copyKind INT, srcKind INT, "
+                     "dstKind INT)")
+        # copyKind 2: device-to-host; srcKind 2: device, dstKind 0: pageable host memory
+        conn.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES (?, ?, 0, 7, ?, 4, 2, 2, "
+                         "0)", copies)
+    return path
+
+
+def test_blocking_copies_with_their_correlation_ids_are_a_sync_stall(tmp_path: Path) -> None:
+    """The export as nsys 2022.4 writes it: each cudaMemcpyAsync is linked to its pageable
+    device-to-host copy and blocks 48 ms of the 100 ms step: SYNC_STALL, nothing unknown."""
+    run = analyze_paths([_blocking_copy_export(tmp_path / "linked.sqlite")],
+                        AnalyzeOptions()).runs[0]
+    syncs = run.metrics.syncs
+    assert [(c.name, c.calls_per_step, c.ns_per_step) for c in syncs.calls] == [
+        ("cudaMemcpyAsync DtoH to pageable", 1, 48 * MS)]
+    assert syncs.copies_unknown is None
+    found = {f.id for f in run.findings}
+    assert "SYNC_STALL" in found and "LAUNCH_LINKS_UNKNOWN" not in found
+
+
+@pytest.mark.parametrize(("table", "rows"), [("CUPTI_ACTIVITY_KIND_MEMCPY", "copies"),
+                                             ("CUPTI_ACTIVITY_KIND_RUNTIME", "runtime calls")])
+def test_blocking_copies_without_correlation_ids_are_unknown(tmp_path: Path, table: str,
+                                                             rows: str) -> None:
+    """The same export whose copies or runtime calls lack correlationId (another nsys
+    version's schema): no copy call can be linked to its copy, so the 48% the CPU blocks was
+    in no figure, SYNC_STALL was absent and only a parser note said a column was missing. The
+    blocking is now said to be unknown, with why, in the results, in a finding and in every
+    renderer."""
+    path = _blocking_copy_export(tmp_path / "unlinked.sqlite")
+    with sqlite3.connect(path) as conn:
+        conn.execute(f"ALTER TABLE {table} DROP COLUMN correlationId")
+    report = analyze_paths([path], AnalyzeOptions())
+    run = report.runs[0]
+    why = ("the copy calls that block only when their copy goes device-to-host into pageable "
+           "memory (cudaMemcpyAsync), 1 per step, cannot be judged: the Nsight Systems profile "
+           f"records no correlation id on its {rows}, the evidence that links each launch call "
+           "to the copies it launched")
+    assert run.metrics.syncs.calls == [] and run.metrics.syncs.copies_unknown == why
+    found = {f.id: f for f in run.findings}
+    assert "SYNC_STALL" not in found
+    evidence = f"time the CPU blocked in copy calls (SYNC_STALL): unknown, {why}"
+    assert [e.text for e in found["LAUNCH_LINKS_UNKNOWN"].evidence] == [evidence]
+    assert evidence.replace("_", "\\_") in render_markdown(report)
+    assert evidence in render_html(report)
+    data = json.loads(render_json(report))["runs"][0]["findings"]
+    assert evidence in [e["text"] for f in data for e in f["evidence"]]
+
+
+def _optimizer_trace(path: Path, correlated: bool) -> Path:
+    """3 ProfilerSteps of 10 ms, each with an SGD step span launching 60 kernels (one per
+    parameter, none multi-tensor), their launch calls and kernels correlated or not."""
+    events, corr = [], 1
+    for n in range(3):
+        ts = 1000 + n * 10_000
+        events += [cpu_event(f"ProfilerStep#{n}", ts, 10_000, cat="user_annotation"),
+                   cpu_event("Optimizer.step#SGD.step", ts + 5000, 4000,
+                             cat="user_annotation")]
+        for k in range(60):
+            ids = {"correlation": corr} if correlated else {}
+            events += [cpu_event("cudaLaunchKernel", ts + 5010 + 60 * k, 5, cat="cuda_runtime",
+                                 **ids),
+                       device_event("void at::native::vectorized_elementwise_kernel<4>",
+                                    ts + 5020 + 60 * k, 40, device=0, stream=7, **ids)]
+            corr += 1
+    return kineto_trace(path, events)
+
+
+def test_optimizer_kernels_without_correlation_ids_are_unknown(tmp_path: Path) -> None:
+    """Kineto events with ``args.correlation``: 60 kernels per SGD step, OPTIMIZER_NOT_FUSED.
+    The same events without it linked no kernel to its launch: '0 kernels per step (one
+    kernel per tensor)' in the key metrics and no finding, as if the optimizer were fine. Now
+    the count is unknown and why, in the metrics and a finding, in every renderer."""
+    linked = analyze_paths([_optimizer_trace(tmp_path / "linked.pt.trace.json", True)],
+                           AnalyzeOptions()).runs[0]
+    assert linked.metrics.kernel_mix.optimizer_kernels_per_step == 60
+    assert linked.metrics.kernel_mix.launches_unknown is None
+    assert {"OPTIMIZER_NOT_FUSED"} <= {f.id for f in linked.findings}
+    assert "LAUNCH_LINKS_UNKNOWN" not in {f.id for f in linked.findings}
+    report = analyze_paths([_optimizer_trace(tmp_path / "unlinked.pt.trace.json", False)],
+                           AnalyzeOptions())
+    mix = report.runs[0].metrics.kernel_mix
+    why = ("the torch.profiler profile records no correlation id on its runtime calls, the "
+           "evidence that links each launch call to the kernels it launched")
+    assert (mix.optimizer_kernels_per_step, mix.launches_unknown) == (None, why)
+    found = {f.id: f for f in report.runs[0].findings}
+    assert "OPTIMIZER_NOT_FUSED" not in found
+    evidence = ("kernels launched inside the optimizer step and zero_grad() (OPTIMIZER_NOT_FUSED, "
+                f"ZERO_GRAD_NOT_NONE): unknown, {why}")
+    assert [e.text for e in found["LAUNCH_LINKS_UNKNOWN"].evidence] == [evidence]
+    markdown = render_markdown(report)
+    assert f"| Optimizer (SGD) kernels per step | unknown: {why} |" in markdown
+    assert evidence.replace("_", "\\_") in markdown and evidence in render_html(report)
+    data = json.loads(render_json(report))["runs"][0]
+    assert data["metrics"]["kernel_mix"]["launches_unknown"] == why
+    assert evidence in [e["text"] for f in data["findings"] for e in f["evidence"]]
