@@ -15,6 +15,7 @@ from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
 from profreport.reports.analysis.job import PACE_EXPOSED_MARGIN, job_analysis
 from profreport.reports.analysis.lines import slowest_loop_line
 from profreport.reports.analysis.results import RankVerdict
+from profreport.reports.render.charts import run_charts
 from profreport.reports.render.html import render_html
 from profreport.reports.render.json import render_json
 from profreport.reports.render.markdown import render_markdown
@@ -133,6 +134,29 @@ def test_a_rank_whose_own_figures_count_more_steps_is_said_to_under_the_table(
     write_rank(tmp_path, 1, compute_us=9000, comm_us=1000, first_extra_us=9000)
     alike = analyze_paths([tmp_path], AnalyzeOptions()).runs[0].job
     assert alike.common_steps_note is None
+
+
+def test_the_per_rank_chart_says_which_steps_its_bars_count(tmp_path: Path) -> None:
+    """The ranks of the test above: the per-rank chart's bars (10.2 ms each, steps 1-4) count
+    fewer steps than rank 0's key metrics (12.0 ms, steps 0-4), and the chart, drawn in the
+    details far from the per-rank table and its note, said nothing of it. The analysis gives
+    the chart its own note (the same words), shown under the chart and in report.json."""
+    write_rank(tmp_path, 0, compute_us=9000, comm_us=1000, first_extra_us=9000)
+    write_rank(tmp_path, 1, compute_us=9000, comm_us=1000, first_extra_us=15000)
+    report = analyze_paths([tmp_path], AnalyzeOptions())
+    run = report.runs[0]
+    note = run.job.common_steps_note
+    assert note is not None and note.startswith("The mean steps count steps 1 to 4")
+    assert run.metrics.per_rank_steps_note == note
+    chart = next(c for c in run_charts(run, 0) if c.id == "chart-run0-ranks")
+    assert chart.note == note
+    html = render_html(report)
+    assert '<figcaption class="note">' + note.replace("'", "&#39;") + "</figcaption>" in html
+    assert json.loads(render_json(report))["runs"][0]["metrics"]["per_rank_steps_note"] == note
+    write_rank(tmp_path, 1, compute_us=9000, comm_us=1000, first_extra_us=9000)
+    alike = analyze_paths([tmp_path], AnalyzeOptions()).runs[0]
+    assert alike.metrics.per_rank_steps_note is None
+    assert next(c for c in run_charts(alike, 0) if c.id == "chart-run0-ranks").note is None
 
 
 def test_ranks_given_as_separate_inputs_are_said_to_be_other_runs(tmp_path: Path) -> None:

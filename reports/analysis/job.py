@@ -68,25 +68,34 @@ def _steps_text(numbers: Sequence[int]) -> str:
     return "steps " + ", ".join(map(str, numbers))
 
 
-def common_steps_note(ranks: Sequence[RankVerdict]) -> str | None:
-    """Why a rank's mean step in the per-rank table may differ from its own figures: the table
-    compares the ranks over the steps every timed rank counts (common_step_means), each
-    profile having judged its own start-up, recompiling and evaluation-only steps, while the
-    rank's own figures (its Why, the key metrics of the rank the details come from) count its
-    own steps. ``ranks`` with their own means (RankVerdict.step_ns); None when every rank
-    counts the same steps, or they share none."""
-    timed = [r for r in ranks if r.step_ns is not None]
-    if not common_step_means({r.order: r.step_ranges for r in timed}):
+#: One member of a job for a steps note: its label, the steps it counts as (number, ns), and
+#: its own mean over them, ns.
+Counted = tuple[str, tuple[tuple[int, int], ...], int]
+
+
+def steps_note(members: Sequence[Counted]) -> str | None:
+    """Why a member's mean step compared over the steps every member counts
+    (common_step_means) may differ from its own figures: each profile judged its own
+    start-up, recompiling and evaluation-only steps, while the member's own figures (its Why,
+    the key metrics of the rank the details come from) count its own steps. None when every
+    member counts the same steps, or they share none."""
+    if not common_step_means({label: ranges for label, ranges, _ in members}):
         return None
-    counted = {r.order: sorted(dict(r.step_ranges)) for r in timed}
+    counted = {label: sorted(dict(ranges)) for label, ranges, _ in members}
     shared = sorted(set.intersection(*(set(numbers) for numbers in counted.values())))
-    more = [f"{r.label}'s counts {_steps_text(sorted(set(counted[r.order]) - set(shared)))} "
-            f"too: {ms(r.step_ns)} per step over its own {len(counted[r.order])} steps"  # type: ignore[arg-type]
-            for r in timed if len(counted[r.order]) > len(shared)]
+    more = [f"{label}'s counts {_steps_text(sorted(set(counted[label]) - set(shared)))} "
+            f"too: {ms(own)} per step over its own {len(counted[label])} steps"
+            for label, _, own in members if len(counted[label]) > len(shared)]
     return (f"The mean steps count {_steps_text(shared)}, those every rank's profile counts "
             "(each profile judges its own start-up, recompiling and evaluation-only steps): "
             f"{'; '.join(more)}. A rank's own figures (its Why, and the key metrics of the rank "
             "the details come from) count its own steps.")
+
+
+def common_steps_note(ranks: Sequence[RankVerdict]) -> str | None:
+    """The per-rank table's steps_note: ``ranks`` with their own means (RankVerdict.step_ns)."""
+    return steps_note([(r.label, r.step_ranges, r.step_ns) for r in ranks
+                       if r.step_ns is not None])
 
 
 def _on_common_steps(ranks: Sequence[RankVerdict]) -> list[RankVerdict]:

@@ -23,7 +23,7 @@ from profreport.reports.analysis.compare import common_source
 from profreport.reports.analysis.cpu import dataparallel_ops, ddp_forward_calls
 from profreport.reports.analysis.findings import profiler_verdict, verdict_confidence
 from profreport.reports.analysis.gpu import has_gpu_events
-from profreport.reports.analysis.job import common_step_means
+from profreport.reports.analysis.job import common_step_means, steps_note
 from profreport.reports.analysis.lines import slowest_loop_line
 from profreport.reports.analysis.memory import memory_stats
 from profreport.reports.analysis.metrics import compute_run_metrics, preference
@@ -235,22 +235,36 @@ def job_step_source(summaries: Sequence[RankSummary]) -> tuple[Origin | None, st
     return common_source([(rank_label(*key), origins) for key, origins in ordered], "rank")
 
 
-def per_rank_step_ns(summaries: Sequence[RankSummary], origin: Origin | None
-                     ) -> dict[int | str, int]:
-    """Mean annotated step time of every rank of the job (ns, see job_members) as ``origin``
-    (see job_step_source) timed it, by rank, then by ``pid N`` for a process of a capture of
-    several whose rank is unknown; none when no profiler timed every rank."""
+def _rank_steps(summaries: Sequence[RankSummary], origin: Origin | None
+                ) -> dict[Member, StepStats]:
+    """The steps of every rank of the job (see job_members) as ``origin`` timed them, from
+    each rank's preferred profile of it, in rank order (see _member_order)."""
     ranks = job_members(summaries)
     found: dict[Member, StepStats] = {}
     for summary in sorted(summaries, key=lambda s: s.preference):
         steps, key = summary.step_stats, member(summary.input.rank, summary.input.process)
         if key in ranks and steps is not None and steps.origin == origin:
             found.setdefault(key, steps)
+    return dict(sorted(found.items(), key=lambda item: _member_order(item[0])))
+
+
+def per_rank_step_ns(summaries: Sequence[RankSummary], origin: Origin | None
+                     ) -> dict[int | str, int]:
+    """Mean annotated step time of every rank of the job (ns, see job_members) as ``origin``
+    (see job_step_source) timed it, by rank, then by ``pid N`` for a process of a capture of
+    several whose rank is unknown; none when no profiler timed every rank."""
+    found = _rank_steps(summaries, origin)
     common = common_step_means({key: steps.pace_by_number for key, steps in found.items()})
     out = {key: common.get(key, steps.pace_mean_ns) for key, steps in found.items()}
     return {rank if rank is not None else rank_label(None, process): ns
-            for (rank, process), ns in sorted(out.items(), key=lambda item: _member_order(
-                item[0]))}
+            for (rank, process), ns in out.items()}
+
+
+def per_rank_steps_note(summaries: Sequence[RankSummary], origin: Origin | None) -> str | None:
+    """Which steps per_rank_step_ns's means count when some rank's profile counts more than
+    the others' (job.steps_note): that rank's own figures then differ from its bar."""
+    return steps_note([(rank_label(*key), steps.pace_by_number, steps.pace_mean_ns)
+                       for key, steps in _rank_steps(summaries, origin).items()])
 
 
 def per_rank_labels(summaries: Sequence[RankSummary], keys: Sequence[int | str]
@@ -293,6 +307,7 @@ def add_rank_metrics(metrics: RunMetrics, summaries: Sequence[RankSummary],
     """The figures of a run that every rank contributes to: per-rank step times (as ``origin``
     timed them, see job_step_source), DataParallel ops and the memory of every device."""
     metrics.per_rank_step_ns = per_rank_step_ns(summaries, origin)
+    metrics.per_rank_steps_note = per_rank_steps_note(summaries, origin)
     metrics.per_rank_labels = per_rank_labels(summaries, list(metrics.per_rank_step_ns))
     for summary in sorted(summaries, key=lambda s: s.preference):
         metrics.ddp_forward_calls += summary.ddp_forward_calls

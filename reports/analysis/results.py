@@ -792,6 +792,10 @@ class RunMetrics:
     #: How the report names each key of ``per_rank_step_ns``: ``rank 1``, ``pid 7``, and
     #: ``rank 0, pid 9`` for a rank that is a process of a capture of several.
     per_rank_labels: dict[int | str, str] = field(default_factory=dict)
+    #: Which steps ``per_rank_step_ns``'s means count when some rank's profile counts more
+    #: steps than the others' (ranks.per_rank_steps_note): its own figures then differ from
+    #: its bar; None when every rank counts the same steps.
+    per_rank_steps_note: str | None = None
     #: Signs of ``nn.DataParallel``: its Broadcast/Scatter/Gather/ReduceAddCoalesced ops by count.
     dataparallel_ops: dict[str, int] = field(default_factory=dict)
     #: Most GPUs one process launched kernels on (several = one process drives many GPUs).

@@ -101,6 +101,8 @@ class Chart:
     id: str
     title: str
     figure: go.Figure
+    #: A note the analysis gives the figure (which steps its bars count), shown under it.
+    note: str | None = None
 
 
 def safe_label(text: str) -> str:
@@ -406,7 +408,8 @@ def run_charts(run: RunAnalysis, index: int) -> list[Chart]:
         ("comm", "Communication and compute", comm_overlap_figure(run)),
         ("ranks", "Per-rank step time", per_rank_figure(run)),
     ]
-    return [Chart(f"chart-run{index}-{key}", title, figure)
+    notes = {"ranks": run.metrics.per_rank_steps_note}
+    return [Chart(f"chart-run{index}-{key}", title, figure, notes.get(key))
             for key, title, figure in candidates if figure is not None]
 
 

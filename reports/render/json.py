@@ -96,6 +96,7 @@ def metrics_json(m: RunMetrics) -> dict[str, Any]:
         "queued_launch_fraction": _frac(launch.queued_launch_fraction) if launch else None,
         "throughput_samples_per_s": m.throughput_samples_per_s,
         "per_rank_step_ms": {str(k): _ms(v) for k, v in m.per_rank_step_ns.items()},
+        "per_rank_steps_note": m.per_rank_steps_note,
         "cpu_phases": ({k: _frac(v) for k, v in sorted(m.cpu_phases.fractions.items())}
                        if m.cpu_phases else None),
         "trials": _trials(m.trials),
