@@ -210,6 +210,25 @@ def device_event(name: str, ts: float, dur: float, cat: str = "kernel", pid: int
             "args": args}
 
 
+def gpu_trace(path: Path, step_us: int, loader_us: int, kernel_us: int = 5000,
+              steps: int = 6) -> Path:
+    """A torch.profiler trace of ``steps`` ProfilerStep#N spans of ``step_us`` one after the
+    other, each opening with a DataLoader wait of ``loader_us`` and then launching one kernel
+    of ``kernel_us``."""
+    events = []
+    for i in range(steps):
+        t, at = 1000 + i * step_us, 1000 + i * step_us + loader_us
+        events += [
+            cpu_event(f"ProfilerStep#{i + 1}", t, step_us, cat="user_annotation"),
+            cpu_event("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t,
+                      loader_us, cat="user_annotation"),
+            cpu_event("aten::mm", at + 10, 100),
+            cpu_event("cudaLaunchKernel", at + 20, 20, cat="cuda_runtime", correlation=100 + i),
+            device_event("gemm_kernel", at + 50, kernel_us, correlation=100 + i, stream=7,
+                         device=0)]
+    return kineto_trace(path, events)
+
+
 def write_nsys_export(path: Path, kernels: list[tuple], steps: list[tuple],
                       runtime: list[tuple] = (), osrt: list[tuple] = ()) -> Path:
     """A minimal Nsight Systems SQLite export built by hand: ``kernels`` rows are

@@ -44,7 +44,7 @@ from profreport.reports.render.json import render_json
 from profreport.reports.render.markdown import render_markdown
 
 sys.path.insert(0, str(Path(__file__).parent))
-from conftest import cpu_event, device_event, kineto_trace, write_nsys_export  # noqa: E402
+from conftest import gpu_trace, write_nsys_export  # noqa: E402
 
 
 def test_t_quantile_matches_the_tables() -> None:
@@ -622,23 +622,6 @@ def test_both_runs_parts_are_split_over_the_steps_of_the_common_source(
         in row.explanation
 
 
-def gpu_trace(path: Path, step_us: int, loader_us: int, kernel_us: int = 5000) -> Path:
-    """A torch.profiler trace of 6 ProfilerStep#N spans of ``step_us``, each opening with a
-    DataLoader wait of ``loader_us`` and then launching one kernel of ``kernel_us``."""
-    events = []
-    for i in range(6):
-        t, at = 1000 + i * step_us, 1000 + i * step_us + loader_us
-        events += [
-            cpu_event(f"ProfilerStep#{i + 1}", t, step_us, cat="user_annotation"),
-            cpu_event("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t,
-                      loader_us, cat="user_annotation"),
-            cpu_event("aten::mm", at + 10, 100),
-            cpu_event("cudaLaunchKernel", at + 20, 20, cat="cuda_runtime", correlation=100 + i),
-            device_event("gemm_kernel", at + 50, kernel_us, correlation=100 + i, stream=7,
-                         device=0)]
-    return kineto_trace(path, events)
-
-
 def test_a_run_profiled_twice_is_split_over_the_steps_it_shares(tmp_path: Path) -> None:
     """One run under nsys (NVTX 'step i' ranges opened after a 3 ms fetch, 10 ms apart) and
     torch.profiler (10 ms ProfilerStep spans holding the fetch), against a run under
@@ -861,3 +844,26 @@ def test_breakdowns_of_two_profilers_are_not_compared_part_by_part() -> None:
         "torch.profiler), and each profiler slows the parts it times by its own amount, so "
         "their parts are not compared: the step time alone is compared. Also different between "
         "these runs: amp False -> True.")
+
+
+def test_a_step_time_of_one_window_is_said_to_be_one_interval(tmp_path: Path) -> None:
+    """A run of one 10 ms ProfilerStep against one of six 8 ms steps: the first row's step
+    time is the median of a single step window, one measurement, and the comparison table
+    showed it as '10.0 ms median' like the other's median of six. The row says how many windows
+    its step time is the median of, and the table says 'one interval' where it is one."""
+    one, six = tmp_path / "one", tmp_path / "six"
+    one.mkdir(), six.mkdir()
+    gpu_trace(one / "one.pt.trace.json", 10_000, 3_000, steps=1)
+    gpu_trace(six / "six.pt.trace.json", 8_000, 1_000)
+    report = analyze_paths([one, six], AnalyzeOptions())
+    rows = report.comparison.rows
+    assert [(r.step_time_ns, r.step_time_kind, r.step_intervals) for r in rows] == [
+        (10_000_000, "median", 1), (8_000_000, "median", 6)]
+    assert [r.single_interval for r in rows] == [True, False]
+    markdown = render_markdown(report)
+    assert "| one | 10.0 ms median (one interval: a single measurement) |" in markdown
+    assert "| six | 8.0 ms median |" in markdown
+    html = render_html(report)
+    assert ('<td class="num">10.0 ms median (one interval: a single measurement)</td>' in html)
+    data = json.loads(render_json(report))["comparison"]["rows"]
+    assert [r["step_time_intervals"] for r in data] == [1, 6]

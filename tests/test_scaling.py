@@ -24,7 +24,12 @@ from profreport.reports.analysis.results import (
     TopItem,
 )
 from profreport.reports.analysis.scaling import _same_training, scaling_studies
-from profreport.reports.render.json import scaling_json
+from profreport.reports.render.html import render_html
+from profreport.reports.render.json import render_json, scaling_json
+from profreport.reports.render.markdown import render_markdown
+
+sys.path.insert(0, str(Path(__file__).parent))
+from conftest import gpu_trace  # noqa: E402
 
 MS = 1_000_000
 
@@ -318,3 +323,27 @@ def test_a_study_of_runs_that_shared_the_cpus_says_its_efficiency_is_not_their_o
         "used 84% of its CPUs' time while it ran; 2-process run's: other processes used 73% of "
         "its CPUs' time while it ran): their throughput, and this efficiency, are not their own "
         "(a comparison of these runs takes their profiled step times instead)")
+
+
+def test_a_throughput_from_one_interval_is_said_to_be_one(tmp_path: Path) -> None:
+    """A study from profiled steps: the 1-process run holds two ProfilerSteps (10 ms apart),
+    the 2-process run six (12 ms apart). The first point's 100 local batches/s comes from one
+    start-to-next-start interval, one measurement, and the scaling table showed it like the
+    other's mean of five. The point says how many intervals its throughput is the mean of,
+    and both tables say 'one interval' where it is one."""
+    report = analyze_paths([gpu_trace(tmp_path / "np1.pt.trace.json", 10_000, 1_000, steps=2),
+                            gpu_trace(tmp_path / "np2.pt.trace.json", 12_000, 1_000)],
+                           AnalyzeOptions())
+    runs = [dataclasses.replace(run, world_size=size, scaling_point={"group": "cnn"})
+            for run, size in zip(report.runs, (1, 2), strict=True)]
+    study = scaling_studies(runs)[0]
+    assert study.unit == "local batches/s"
+    assert [(p.throughput, p.throughput_intervals, p.single_interval) for p in study.points] == [
+        (pytest.approx(100.0), 1, True), (pytest.approx(166.667, abs=1e-3), 5, False)]
+    shown = dataclasses.replace(report, runs=runs, scaling=[study])
+    assert "| np1 | 1 | 100 (one interval: a single measurement) |" in render_markdown(shown)
+    assert "| np2 | 2 | 166.7 |" in render_markdown(shown)
+    assert ('<td class="num">100 (one interval: a single measurement)</td>'
+            in render_html(shown))
+    points = json.loads(render_json(shown))["scaling"][0]["points"]
+    assert [p["throughput_intervals"] for p in points] == [1, 5]

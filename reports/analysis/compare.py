@@ -972,7 +972,8 @@ def _row(base: RunAnalysis, run: RunAnalysis, origin: Origin | None,
         confounds=[d.phrase for d in confounds(base, run)] if run is not base else [],
         unexplained_ns=unexplained_ns(changes, total),
         step_time_kind=step_kind if step is not None else None,
-        parts_not_compared=parts_not_compared(base, run), breakdown=run.metrics.breakdown)
+        parts_not_compared=parts_not_compared(base, run), breakdown=run.metrics.breakdown,
+        step_intervals=len(step_samples(run, origin)) if step is not None else 0)
 
 
 def compare_runs(runs: list[RunAnalysis], baseline: str | None = None) -> Comparison | None:

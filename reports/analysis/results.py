@@ -1070,6 +1070,14 @@ class ComparisonRow:
     #: The run's step breakdown the row's parts come from: its own, or over the comparison's
     #: step source when the runs' own come from different profilers (compare.one_step_definition).
     breakdown: Breakdown | None = None
+    #: How many step windows (start to next start, StepStats.window_ns) ``step_time_ns`` is the
+    #: median of: 1 is a single interval, one measurement; 0 for a mean or no step time.
+    step_intervals: int = 0
+
+    @property
+    def single_interval(self) -> bool:
+        """Whether ``step_time_ns`` is one interval, a single measurement."""
+        return self.step_intervals == 1
 
 
 @dataclass(frozen=True)
@@ -1270,6 +1278,15 @@ class ScalingPoint:
     #: them for the CPUs (compare.shared_cpus: its throughput is then not its own); None when it
     #: had them to itself or nothing measured it.
     shared_cpu: SharedCpu | None = None
+    #: How many start-to-next-start intervals (StepStats.wall_intervals) the throughput from the
+    #: profiled steps is the mean of: 1 is a single interval, one measurement; 0 when the
+    #: throughput is the runner's unprofiled one or comes from no such interval.
+    throughput_intervals: int = 0
+
+    @property
+    def single_interval(self) -> bool:
+        """Whether ``throughput`` comes from one interval, a single measurement."""
+        return self.throughput_intervals == 1
 
 
 @dataclass(frozen=True)

@@ -119,6 +119,13 @@ def _local_batches_per_s(run: RunAnalysis, origin: Origin | None) -> float | Non
     return run.world_size * 1e9 / step_ns if step_ns > 0 else None
 
 
+def _intervals(run: RunAnalysis, origin: Origin | None) -> int:
+    """How many start-to-next-start intervals _local_batches_per_s's step time is the mean of
+    (0 when it is the mean range: no such interval)."""
+    steps = steps_of(run, origin)
+    return steps.wall_intervals if steps is not None and steps.wall_mean_ns else 0
+
+
 def _comm(run: RunAnalysis) -> tuple[int | None, int | None]:
     """Communication per step and its exposed part (ns), None when no source measured it."""
     comm, breakdown = run.metrics.comm, run.metrics.breakdown
@@ -182,7 +189,8 @@ def _points(members: list[RunAnalysis]) -> tuple[str, list[ScalingPoint]]:
             threads_per_process=_int_or_none(run.environment.get("torch_threads")),
             local_batch_size=_int_or_none(run.scaling_point.get("local_batch_size")),
             confounds=_besides_processes(base, run),
-            shared_cpu=run.metrics.plain_cpu if measured and shared_cpus(run) else None))
+            shared_cpu=run.metrics.plain_cpu if measured and shared_cpus(run) else None,
+            throughput_intervals=0 if measured or value is None else _intervals(run, origin)))
     return unit, points
 
 

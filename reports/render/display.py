@@ -139,6 +139,12 @@ def noise_mark(within_noise: bool | None, noise_fraction: float | None) -> str:
     return f"within noise ({band})" if within_noise else band
 
 
+def one_interval(single: bool) -> str:
+    """What a step time or throughput that is one start-to-next-start interval says of itself
+    (StepStats.single_interval and its carriers), nothing otherwise."""
+    return " (one interval: a single measurement)" if single else ""
+
+
 def number(value: float | None, digits: int = 1) -> str:
     """A count or rate with thousands separators."""
     if value is None:
@@ -276,9 +282,8 @@ def metric_rows(metrics: RunMetrics) -> list[MetricRow]:
                                   steps.origin))
         if steps.wall_mean_ns is not None:
             rows.append(MetricRow("Wall time per step (start to next start)",
-                                  duration(steps.wall_mean_ns) + (
-                                      " (one interval: a single measurement)"
-                                      if steps.single_interval else ""),
+                                  duration(steps.wall_mean_ns)
+                                  + one_interval(steps.single_interval),
                                   steps.origin))
     rows.extend(_shape_rows(metrics))
     for other in metrics.steps_by_origin:

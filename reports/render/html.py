@@ -47,6 +47,7 @@ _FILTERS = {
     "percent": display.percent,
     "ratio": display.ratio,
     "noise_mark": display.noise_mark,
+    "one_interval": display.one_interval,
     "number": display.number,
     "nbytes": display.nbytes,
     "verdict_label": display.verdict_label,

@@ -273,6 +273,7 @@ def comparison_json(c: Comparison | None) -> dict[str, Any] | None:
             "steps_origin": c.steps_origin, "steps_unknown_reason": c.steps_unknown_reason,
             "rows": [{
         "name": r.name, "step_time_ms": _ms(r.step_time_ns), "step_time_kind": r.step_time_kind,
+        "step_time_intervals": r.step_intervals,
         "throughput_samples_per_s": r.throughput_samples_per_s,
         "speedup": None if r.speedup is None else round(r.speedup, 4),
         "speedup_basis": r.speedup_basis,
@@ -347,7 +348,9 @@ def scaling_json(study: ScalingStudy) -> dict[str, Any]:
     return {"group": study.group, "mode": study.mode, "unit": study.unit,
             "findings": [_finding(f) for f in study.findings],
             "points": [{"run": p.run, "processes": p.processes,
-                        "throughput": rounded(p.throughput), "ideal": rounded(p.ideal),
+                        "throughput": rounded(p.throughput),
+                        "throughput_intervals": p.throughput_intervals,
+                        "ideal": rounded(p.ideal),
                         "efficiency": _frac(p.efficiency),
                         "loader_alone": rounded(p.loader_alone),
                         "synthetic": rounded(p.synthetic), "step_time_ms": _ms(p.step_ns),
