@@ -640,14 +640,29 @@ def is_cpu_collective(names: pd.Series) -> pd.Series:
 _DISPATCHED_OP = r"^[A-Za-z_]\w*(?:::[A-Za-z_]\w*)*(?:: [A-Za-z_]\w*)?$"
 
 
-def is_program_span(names: pd.Series) -> pd.Series:
+#: The autograd engine's record around each backward node it runs: the engine enters it with
+#: no inputs (``RECORD_FUNCTION(..., {})`` in torch/csrc/autograd/engine.cpp), as
+#: ``record_function`` does, yet it is no span the program opened.
+_ENGINE_RECORD = r"^autograd::engine::evaluate_function: "
+
+
+def is_program_span(names: pd.Series, records_inputs: np.ndarray | None = None) -> pd.Series:
     """Whether each name of the 2021 Kineto format's ``Operator`` category (which holds every
     span, that format having no ``user_annotation`` category) is a span the program opened, not
     an operator the dispatcher or autograd ran: a name no C++ operator takes (see
-    :data:`_DISPATCHED_OP`). Such a span encloses the operators it calls; its own time is
-    Python, not an operator's work. A user's ``record_function("forward")`` is a C++-like name
-    and stays an operator: the format records nothing else that tells them apart."""
-    return ~_matches(names, _DISPATCHED_OP)
+    :data:`_DISPATCHED_OP`), or, where the trace records the operators' inputs
+    (``record_shapes``; ``records_inputs`` then says whether any event of each name recorded
+    one), a name that never recorded an input: the dispatcher enters every operator's
+    RecordFunction with its arguments, ``record_function`` enters its own with none (the
+    engine's evaluate_function record, see :data:`_ENGINE_RECORD`, aside). Such a span encloses
+    the operators it calls; its own time is Python, not an operator's work. Without recorded
+    inputs a user's ``record_function("forward")`` is a C++-like name and stays an operator:
+    the format records nothing else that tells them apart."""
+    unnamed = ~_matches(names, _DISPATCHED_OP)
+    if records_inputs is None:
+        return unnamed
+    engine = _matches(names, _ENGINE_RECORD).to_numpy(bool)
+    return unnamed | (~np.asarray(records_inputs, dtype=bool) & ~engine)
 
 
 def is_framework_op(names: pd.Series) -> pd.Series:

@@ -122,8 +122,7 @@ class _Tables:
         # user_annotation): those are ranges, not operators (concepts.is_program_span).
         self.is_range = self.is_step.copy()
         if _dialect(builder.cats) == "2021":
-            self.is_range |= _per_name(self.names, concepts.is_program_span,
-                                       spans).astype(bool)
+            self.is_range |= _program_spans(self.names, spans, builder.with_inputs)
 
     def rows(self, store: str) -> Columns:
         """The events of one store: a group of categories or named spans (kineto_columns)."""
@@ -444,6 +443,18 @@ def _steps_between_ends(optimizer: pd.DataFrame) -> pd.DataFrame:
                           "tid": optimizer["tid"].iloc[0],
                           "origin": concepts.OPTIMIZER_STEPS})
     return conform("steps", frame)
+
+
+def _program_spans(names: np.ndarray, ids: np.ndarray, with_inputs: set[int]) -> np.ndarray:
+    """Which of the 2021 dialect's span names ``ids`` are spans the program opened
+    (concepts.is_program_span), told by their recorded inputs where the trace records any
+    (``with_inputs``: the name ids whose events recorded one); indexed by name id."""
+    distinct = np.unique(ids)
+    records = np.isin(distinct, np.fromiter(with_inputs, np.int64, len(with_inputs)))
+    out = np.zeros(len(names), dtype=bool)
+    out[distinct] = concepts.is_program_span(pd.Series(names[distinct], dtype=object),
+                                             records if with_inputs else None).to_numpy(bool)
+    return out
 
 
 def _per_name(names: np.ndarray, rule: Any, ids: np.ndarray) -> np.ndarray:

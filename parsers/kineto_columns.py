@@ -367,6 +367,19 @@ class _NameFlags:
         return self._flags[ids]
 
 
+#: The 2021 dialect's category of every CPU span, operators and the program's ranges alike
+#: (lower-cased, as Symbols.lookup compares).
+_LEGACY_OPERATOR = frozenset({"operator"})
+
+
+def _records_inputs(args: _Args) -> bool:
+    """Whether an event's ``Input Dims`` (``Input dims`` in January 2021) lists an input: the
+    profiler writes one entry per argument the RecordFunction was entered with (an empty list,
+    or no key, for none)."""
+    dims = bytes(args.input_dims) or bytes(args.input_dims_2021)
+    return dims.replace(b" ", b"") not in (b"", b"[]")
+
+
 def _input_checked(names: pd.Series) -> np.ndarray:
     """Whether each name is an operator whose inputs the op_inputs table keeps."""
     return np.fromiter((isinstance(name, str) and concepts.is_input_checked_name(name)
@@ -450,6 +463,10 @@ class ColumnBuilder:
         self.metadata: list[Event] = []
         self.memory = _MemoryEvents()
         self.op_inputs = _OpInputs()
+        #: Name ids of the 2021 dialect's ``Operator`` events that recorded an input (see
+        #: :func:`_records_inputs`): every operator the dispatcher or autograd ran does under
+        #: ``record_shapes``, a ``record_function`` range never does.
+        self.with_inputs: set[int] = set()
         self.dropped: Counter[str] = Counter()
         self.events = 0
         #: Group or named-span store name -> its rows.
@@ -492,7 +509,8 @@ class ColumnBuilder:
         args = list(map(_ARGS, spans))
         start, end, keep = self._times(np.fromiter(map(_TS, spans), np.float64, count),
                                        np.fromiter(map(_DUR, spans), np.float64, count))
-        group = self._groups(self.cats.ids(map(_CAT, spans), count))
+        cats = self.cats.ids(map(_CAT, spans), count)
+        group = self._groups(cats)
         part = {
             "name": self.names.ids(map(_NAME, spans), count),
             "pid": self.threads.ids(map(_PID, spans), count),
@@ -502,6 +520,9 @@ class ColumnBuilder:
         part.update(self._arg_columns(args, end - start, keep,
                                       np.isin(group, _DETAILED_GROUPS)))
         self.op_inputs.add(self.names, part, args, keep & (group == _GROUP_CODES["cpu_op"]))
+        legacy = np.flatnonzero(keep & np.isin(cats, self.cats.lookup(_LEGACY_OPERATOR)))
+        self.with_inputs.update(part["name"][[i for i in legacy.tolist()
+                                              if _records_inputs(args[i])]].tolist())
         for code in np.unique(group[keep]).tolist():
             store = self.stores.get(_GROUP_NAMES[code]) if code >= 0 else None
             if store is not None:
@@ -624,6 +645,7 @@ class ColumnBuilder:
         self.metadata.extend(other.metadata)
         self.memory.extend(other.memory)
         self.op_inputs.extend(other.op_inputs, maps)
+        self.with_inputs.update(maps["names"][sorted(other.with_inputs)].tolist())
         self.dropped.update(other.dropped)
         self.events += other.events
         MAX_EVENTS.check(self.events, self.path)

@@ -11,6 +11,7 @@ import json
 from functools import cache
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -200,3 +201,17 @@ def test_the_autograd_engines_records_are_no_program_spans() -> None:
                        "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"])
     assert concepts.is_program_span(names).tolist() == [False, False, False, False,
                                                          True, True, True, True]
+
+
+def test_names_that_never_recorded_an_input_are_program_spans() -> None:
+    """Where the 2021 trace records inputs (record_shapes), a C++-like name none of whose
+    events recorded one is a ``record_function`` range (entered with no arguments), except
+    the autograd engine's evaluate_function record (entered with none too); one that recorded
+    inputs stays an operator, and a name no C++ operator takes is a range either way."""
+    names = pd.Series(["forward", "model::stage", "aten::add",
+                       "autograd::engine::evaluate_function: AddBackward0",
+                       "Optimizer.step#SGD.step"])
+    records = np.array([False, False, True, False, True])
+    assert concepts.is_program_span(names, records).tolist() == [True, True, False, False,
+                                                                 True]
+    assert concepts.is_program_span(names).tolist() == [False, False, False, False, True]

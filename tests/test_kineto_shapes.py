@@ -11,7 +11,7 @@ import pytest
 from profreport.commands import _summary_lines
 from profreport.executors import ExecutorOptions
 from profreport.model import DataLoaderIterators
-from profreport.parsers import kineto
+from profreport.parsers import kineto, kineto_stream
 from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
 from profreport.reports.analysis.results import RunAnalysis
 from profreport.reports.render.display import metric_groups
@@ -418,6 +418,65 @@ def test_earliest_kineto_format(tmp_path: Path) -> None:
     assert inputs["input_dims"].iloc[0][:2] == ((32, 3, 224, 224), (64, 3, 7, 7))
     assert profile.meta.dataloader.workers == "single-process"
     assert _analyzed(tmp_path / "2021.pt.trace.json").verdict != "unknown"
+
+
+@pytest.mark.parametrize("dims_key", ["Input Dims", "Input dims"])
+def test_a_2021_range_with_an_operators_name_is_told_by_its_inputs(tmp_path: Path,
+                                                                   dims_key: str) -> None:
+    """The 2021 format (torch 1.8-1.9: every CPU span an ``Operator``) under record_shapes: a
+    user's ``record_function("forward")`` and ``record_function("model::stage")`` take C++-like
+    names and were read as operators (a 'forward' op with 300 µs of self time). The profiler
+    writes one Input Dims entry per argument a RecordFunction was entered with; the dispatcher
+    enters every operator with its arguments, ``record_function`` with none: names that never
+    recorded an input are ranges. The autograd engine's evaluate_function record, entered with
+    none too, stays an operator. Without recorded inputs (record_shapes off) nothing tells
+    them apart: the names alone decide, as before."""
+    engine = "autograd::engine::evaluate_function: AddBackward0"
+    events = []
+    for step in range(3):
+        base = 1000.0 * step
+        events += [
+            cpu_event("forward", base, 500, cat="Operator"),
+            cpu_event("model::stage", base + 10, 200, cat="Operator"),
+            cpu_event("aten::conv2d", base + 20, 100, cat="Operator",
+                      **{dims_key: [[8, 3, 32, 32], [16, 3, 3, 3], [], [], [], [], []]}),
+            cpu_event("aten::empty", base + 250, 5, cat="Operator", **{dims_key: [[], [], []]}),
+            cpu_event(engine, base + 600, 100, cat="Operator"),
+            cpu_event("AddBackward0", base + 610, 80, cat="Operator",
+                      **{dims_key: [[8, 16, 30, 30]]}),
+            cpu_event("Optimizer.step#SGD.step", base + 800, 150, cat="Operator")]
+    profile = kineto.parse(kineto_trace(tmp_path / "shapes.pt.trace.json", events))
+    assert profile.meta.dialect == "2021"
+    assert set(profile.table("cpu_ops")["name"]) == {"aten::conv2d", "aten::empty", engine,
+                                                    "AddBackward0"}
+    assert set(profile.table("ranges")["name"]) == {"forward", "model::stage",
+                                                   "Optimizer.step#SGD.step"}
+    for event in events:
+        event["args"].pop(dims_key, None)
+    bare = kineto.parse(kineto_trace(tmp_path / "bare.pt.trace.json", events))
+    assert set(bare.table("ranges")["name"]) == {"Optimizer.step#SGD.step"}
+    assert {"forward", "model::stage"} <= set(bare.table("cpu_ops")["name"])
+
+
+def test_inputs_recorded_in_every_part_of_a_trace_read_in_parallel_tell_the_ranges(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 2021 trace read in parts by several processes: each part's operators that recorded
+    inputs are joined (kineto_columns.ColumnBuilder.absorb) by name, so an operator met only in
+    a later part (``aten::op5``) stays an operator, and ``forward`` is a range in every part."""
+    events = []
+    for step in range(6):
+        base = 1000.0 * step
+        events += [cpu_event("forward", base, 500, cat="Operator"),
+                   cpu_event(f"aten::op{step}", base + 20, 100, cat="Operator",
+                             **{"Input Dims": [[8, 3, 32, 32]]})]
+    path = kineto_trace(tmp_path / "parts.pt.trace.json", events)
+    monkeypatch.setattr(kineto_stream, "PARALLEL_MIN_BYTES", path.stat().st_size // 3)
+    monkeypatch.setattr(kineto_stream, "SPLIT_PROBE_BYTES", 1024)
+    if len(kineto_stream._parallel_ranges(path, 30, path.stat().st_size)) < 2:
+        pytest.skip("one CPU: the trace is read in one part")
+    profile = kineto.parse(path)
+    assert set(profile.table("cpu_ops")["name"]) == {f"aten::op{step}" for step in range(6)}
+    assert set(profile.table("ranges")["name"]) == {"forward"}
 
 
 def test_compute_properties_name_the_devices(tmp_path: Path) -> None:
