@@ -88,6 +88,31 @@ def test_blocking_copies_without_correlation_ids_are_unknown(tmp_path: Path, tab
     assert evidence in [e["text"] for f in data for e in f["evidence"]]
 
 
+def test_a_sync_stall_found_without_the_copies_says_they_are_unknown(tmp_path: Path) -> None:
+    """The export without the copies' correlationId whose steps also sync for 30 ms
+    (cudaStreamSynchronize at 60 ms): SYNC_STALL stands on the sync alone (30% of the step),
+    and its evidence says that the copy calls could not be counted, so the stall may be
+    longer."""
+    path = _blocking_copy_export(tmp_path / "stall.sqlite")
+    with sqlite3.connect(path) as conn:
+        conn.execute("ALTER TABLE CUPTI_ACTIVITY_KIND_MEMCPY DROP COLUMN correlationId")
+        name = conn.execute("SELECT COALESCE(MAX(id), -1) + 1 FROM StringIds").fetchone()[0]
+        conn.execute("INSERT INTO StringIds VALUES (?, 'cudaStreamSynchronize_v3020')", (name,))
+        conn.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?, ?)",
+                         [(i * 100 * MS + 60 * MS, i * 100 * MS + 90 * MS, (1 << 24) | 1,
+                           i * 10 + 3, name) for i in range(4)])
+    run = analyze_paths([path], AnalyzeOptions()).runs[0]
+    syncs = run.metrics.syncs
+    assert [(c.name, c.ns_per_step) for c in syncs.calls] == [
+        ("cudaStreamSynchronize", 30 * MS)]
+    stall = next(f for f in run.findings if f.id == "SYNC_STALL")
+    assert stall.evidence[-1].text == (
+        f"time the CPU blocked in copy calls (SYNC_STALL): unknown, {syncs.copies_unknown}")
+    assert syncs.copies_unknown.startswith("the copy calls that block only when their copy "
+                                           "goes device-to-host into pageable memory "
+                                           "(cudaMemcpyAsync), 1 per step, cannot be judged")
+
+
 def _optimizer_trace(path: Path, correlated: bool) -> Path:
     """3 ProfilerSteps of 10 ms, each with an SGD step span launching 60 kernels (one per
     parameter, none multi-tensor), their launch calls and kernels correlated or not."""
