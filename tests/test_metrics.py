@@ -589,6 +589,32 @@ def test_what_the_idle_gpu_waits_for(corpus: Path) -> None:
     assert triton.share("unexplained") > 0.999
 
 
+def test_one_process_on_two_gpus_idles_each_a_share_of_the_step(tmp_path: Path) -> None:
+    """nn.DataParallel's one process launching onto GPUs 0 and 1: 3 steps of 10 ms, each one
+    kernel per GPU (0: 3 ms from 2220 us into the step, 1: 2.5 ms from 2230 us) launched 20 us
+    before it starts. Each GPU waits for a launch from the first step's start to its first
+    kernel (2.22 and 2.23 ms) and between steps (2 x 7 ms on GPU 0, 2 x 7.5 ms on GPU 1):
+    33.45 ms over 3 steps and 2 GPUs, 5.575 ms (56%) per step and GPU (the devices' idle summed
+    read 'the GPU idles 97% of the step' on such a trace, and 133% with short kernels). The
+    waits' union (GPU 1's gaps hold GPU 0's) is 2.23 + 15 ms, 5.743 ms per step."""
+    events = []
+    for step in range(3):
+        base = 1000 + step * 10_000
+        events.append(cpu_event(f"ProfilerStep#{step + 1}", base, 10_000, cat="user_annotation"))
+        for device, offset, dur in ((0, 2200, 3000), (1, 2210, 2500)):
+            correlation = 2 * step + device + 1
+            events += [cpu_event("cudaLaunchKernel", base + offset, 5, cat="cuda_runtime",
+                                 correlation=correlation),
+                       device_event("gemm", base + offset + 20, dur, device=device, stream=7,
+                                    correlation=correlation)]
+    idle = metrics_of(kineto_trace(tmp_path / "two_gpus.json", events)).gpu_idle
+    assert idle is not None and idle.step_ns == 10_000_000
+    assert idle.idle_ns_per_step["launch"] == 33_450_000 // 6
+    assert idle.share("launch") == pytest.approx(0.5575)
+    assert idle.launch_wait_ns == 17_230_000 // 3
+    assert idle.launch_wait_outside_ops_ns == 17_230_000 // 3  # no CPU op covers any of it
+
+
 def _ddp_hook_trace(path: Path, beside: bool) -> Path:
     """A CPU DDP trace shaped as torch 2.13 records gloo: 3 ProfilerSteps of 4 ms, each 1 ms of
     aten::mm, then autograd's AccumulateGrad op holding DDP's hook, c10d::allreduce_, for 2 ms

@@ -443,7 +443,11 @@ class IdleCauses:
 
     origin: Origin
     step_ns: int
+    #: Per cause, one device's idle ns per step: the devices' mean, so a share of the step.
     idle_ns_per_step: dict[str, int]
+    #: Per step, the time some device waited for a launch: the union of every device's waits,
+    #: what ``launch_wait_ops`` and ``launch_wait_outside_ops_ns`` are shares of.
+    launch_wait_ns: int
     #: The framework ops with the most self time (per step) while the GPU waited for launches;
     #: their ``share`` is of that wait.
     launch_wait_ops: list[TopItem] = field(default_factory=list)

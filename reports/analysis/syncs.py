@@ -192,17 +192,21 @@ def _blocked_in(blocked: iv.Intervals, starts: np.ndarray, ends: np.ndarray,
 
 @giving_back_memory
 def idle_causes(profile: Profile, windows: StepWindows) -> IdleCauses | None:
-    """What each device's idle time inside the step windows waits for (see IdleCauses), summed
-    over devices, per step. The gaps are judged a block at a time (a GPU kept busy by 10 M
-    kernels has millions of short ones)."""
+    """What each device's idle time inside the step windows waits for (see IdleCauses), per
+    step and device: one process driving several GPUs idles each of them, and their idle times
+    summed would read as more than the step. The gaps are judged a block at a time (a GPU kept
+    busy by 10 M kernels has millions of short ones)."""
     if not has_gpu_events(profile):
         return None
     # The gaps' own arrays are gone (the helper returned) before every CPU op is read.
-    idle, waited, waited_ns, longest = _idle_by_cause(profile, windows)
+    idle, devices, waited, waited_ns, longest = _idle_by_cause(profile, windows)
     ops, outside = (_cpu_in(profile, waited, windows.count) if waited is not None
                     else ([], waited_ns // windows.count))  # no CPU op covers any of it
+    per_device_step = windows.count * max(devices, 1)
     return IdleCauses(origin=profile.kind, step_ns=windows.total_ns // max(windows.count, 1),
-                      idle_ns_per_step={cause: ns // windows.count for cause, ns in idle.items()},
+                      idle_ns_per_step={cause: ns // per_device_step
+                                        for cause, ns in idle.items()},
+                      launch_wait_ns=waited_ns // windows.count,
                       launch_wait_ops=ops, launch_wait_outside_ops_ns=outside,
                       longest_launch_wait=longest[1:] if longest[0] else None)
 
@@ -214,8 +218,9 @@ GAP_BLOCK_ROWS = 1 << 16
 
 
 def _idle_by_cause(profile: Profile, windows: StepWindows
-                   ) -> tuple[dict[str, int], iv.Intervals | None, int, tuple[int, int, int]]:
-    """The devices' idle ns inside the step windows by cause, the launch waits' union (None
+                   ) -> tuple[dict[str, int], int, iv.Intervals | None, int, tuple[int, int, int]]:
+    """The devices' idle ns inside the step windows by cause, summed over the devices, their
+    number, the launch waits' union (None
     where no CPU op could cover them: see _waits_kept) and its ns, and the longest launch wait
     (length, start, end; the first of equals), the gaps a stretch of time at a time (see
     intervals.subtract_blocks)."""
@@ -260,7 +265,8 @@ def _idle_by_cause(profile: Profile, windows: StepWindows
                     longest = (int(length[at_most]), int(starts[at_most]), int(ends[at_most]))
         del work
         waited = iv.merge(waited, iv.Intervals(wait_starts[:waits], wait_ends[:waits]))
-    return idle, waited if kept else None, waited.total if kept else waited_ns, longest
+    return (idle, len(activity), waited if kept else None,
+            waited.total if kept else waited_ns, longest)
 
 
 def _waits_kept(profile: Profile, devices: int) -> bool:

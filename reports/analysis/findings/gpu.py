@@ -95,7 +95,7 @@ def _launch_wait_evidence(idle: IdleCauses) -> list[Evidence]:
         out.append(Evidence("while the GPU waited, no CPU operator held more than "
                             f"{pct(LAUNCH_WAIT_OP_SHARE)} of the wait (top by self time: "
                             f"{spread}): the time is spread over many operators", idle.origin))
-    waited = idle.idle_ns_per_step.get("launch", 0)
+    waited = idle.launch_wait_ns
     outside = idle.launch_wait_outside_ops_ns
     if waited and outside / waited >= LAUNCH_WAIT_OP_SHARE:
         out.append(Evidence(f"{ms(outside)} per step ({pct(outside / waited)} of the wait) lies "
@@ -119,7 +119,7 @@ def _launch_wait_advice(idle: IdleCauses, steps: int, ctx: RunContext) -> str:
     """Advice aimed at what the CPU does while the GPU waits: the top op (or that it ran once,
     a start-up cost), or Python between ops, or generic when the trace names neither."""
     top = next((op for op in idle.launch_wait_ops if op.share >= LAUNCH_WAIT_OP_SHARE), None)
-    waited = idle.idle_ns_per_step.get("launch", 0)
+    waited = idle.launch_wait_ns
     outside = idle.launch_wait_outside_ops_ns / waited if waited else 0.0
     if top is not None and top.share >= outside and top.count == 1 and steps > 1:
         return (f"{top.name} held the CPU once in {steps} steps ({ms(top.total_ns * steps)}): "
