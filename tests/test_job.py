@@ -296,10 +296,27 @@ def test_a_rank_without_collectives_is_not_read_as_free_of_communication() -> No
 
 def test_ranks_that_tie_have_no_slowest() -> None:
     """Ranks whose steps take the same time (to the 0.1% shown) are not said to have a slowest
-    rank lagging by +0.0%."""
+    rank lagging by +0.0%: not in the sentence, the JSON's slowest_rank nor the table (where
+    rank 0, first in order, read 'rank 0 (slowest)' beside rank 1's equal 100.0 ms)."""
     job = job_analysis([rank(0, "compute-bound", 100, 0.10), rank(1, "compute-bound", 100, 0.12)])
     assert "every rank takes 100.0 ms per step" in job.verdict_reason
     assert "slowest" not in job.verdict_reason and "+0.0%" not in job.verdict_reason
+    assert job.slowest is None and job.slowest_rank is None
+    # They wait alike (2 points apart): the job's verdict is rank 0's, none is marked.
+    assert job.paced_by == 0 and job.pacer is None
+
+
+def test_the_rank_table_marks_no_slowest_of_ranks_that_tie(tmp_path: Path) -> None:
+    """Two ranks of identical 10.2 ms steps: the per-rank table marks neither slowest nor the
+    one the other waits for."""
+    for number in (0, 1):
+        write_rank(tmp_path, number, compute_us=9000, comm_us=1000)
+    report = analyze_paths([tmp_path], AnalyzeOptions())
+    job = report.runs[0].job
+    assert [r.step_ns for r in job.ranks] == [10_200_000, 10_200_000]
+    assert json.loads(render_json(report))["runs"][0]["job"]["slowest_rank"] is None
+    table = render_markdown(report)
+    assert "| 0 | Compute-bound | 10.2 ms |" in table and "| 1 | Compute-bound | 10.2 ms |" in table
 
 
 def test_one_rank_is_no_job() -> None:

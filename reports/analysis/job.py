@@ -232,6 +232,9 @@ def job_analysis(ranks: Sequence[RankVerdict], steps_origin: Origin | None = Non
             f"every rank takes {ms(slowest.step_ns)} per step")  # type: ignore[arg-type]
     straggler = lag > STRAGGLER_LAG
     pacer = pace_setter(ranks, slowest, straggler)
+    # Tied ranks have no slowest: the first in order is named neither slowest nor, when the
+    # ranks wait alike too, the one the others wait for.
+    tied = lag < TIED_LAG
     if straggler:
         lead = f"{pace} and the job runs at its pace"
     elif pacer is slowest:
@@ -245,8 +248,10 @@ def job_analysis(ranks: Sequence[RankVerdict], steps_origin: Origin | None = Non
                 f"({pct(pacer.comm_exposed_fraction or 0)} of its step exposed), so the others "
                 "wait for it")
     return JobAnalysis(ranks, pacer.verdict, f"{lead}: {pacer.verdict_reason}",
-                       slowest_rank=slowest.rank, slowest_step_ns=slowest.step_ns,
-                       others_step_ns=others, slowest=slowest.label, pacer=pacer.label,
+                       slowest_rank=None if tied else slowest.rank,
+                       slowest_step_ns=slowest.step_ns, others_step_ns=others,
+                       slowest=None if tied else slowest.label,
+                       pacer=None if tied and pacer is slowest else pacer.label,
                        straggler=straggler, disagreement=disagreement(ranks, pacer),
                        paced_by=pacer.rank, steps_origin=steps_origin,
                        common_steps_note=steps_note)
