@@ -699,9 +699,12 @@ def one_row_per_step(steps: pd.DataFrame) -> pd.DataFrame:
 
 
 def _step_numbers(names: pd.Series) -> pd.Series:
-    """:func:`step_numbers` of distinct names."""
+    """:func:`step_numbers` of distinct names; a number past int64 (``ProfilerStep#`` and 20
+    digits) is no loop's count, and its name marks no step."""
     parts = names.astype("string").str.extract(_STEP)
-    return parts[0].fillna(parts[1]).astype("Int64")
+    digits = parts[0].fillna(parts[1])
+    countable = [number is not pd.NA and int(number) < 1 << 63 for number in digits]
+    return digits.where(pd.Series(countable, index=digits.index, dtype=bool)).astype("Int64")
 
 
 def is_profiler_step_span(names: pd.Series) -> pd.Series:

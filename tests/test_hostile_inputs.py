@@ -257,6 +257,33 @@ def test_nsys_impossible_times(hostile: list[tuple], tiny_trace: Path, tmp_path:
     assert run["metrics"]["gpu_busy_fraction"] == round(20 / 39, 4)
 
 
+def test_a_step_numbered_past_int64_is_no_step(tiny_trace: Path, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """``ProfilerStep#`` and 20 digits beside the tiny trace's two steps, and an nsys capture
+    whose ranges are ``step 99999999999999999990`` and on: such a number is no loop's count
+    (its name marks no step), where reading it stopped the trace with 'cannot read
+    (OverflowError: Python int too large to convert to C long)' and called the export 'damaged
+    nsys export: a column holds values of the wrong type'. The trace keeps its two 10 ms steps;
+    the capture's ranges, their counters too large to keep, are the repeated range, 4 steps of
+    9 ms."""
+    huge = {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#99999999999999999999",
+            "pid": 1, "tid": 1, "ts": 25000, "dur": 100}
+    bad = kineto_with(tmp_path, "bad.pt.trace.json",
+                      traceEvents=[*TINY_TRACE["traceEvents"], huge])
+    report, failures = analyze_beside_good(bad, tiny_trace, tmp_path, capsys)
+    run = next(run for run in report["runs"] if run["name"] == "bad")
+    assert failures == [] and run["metrics"]["steps"] == 2
+    assert run["metrics"]["step_time_ms"]["mean"] == 10.0
+    kernels = [(i * 10 * MS + 2 * MS, i * 10 * MS + 7 * MS, i, "gemm_kernel") for i in range(4)]
+    steps = [(i * 10 * MS, i * 10 * MS + 9 * MS, f"step 9999999999999999999{i}")
+             for i in range(4)]
+    bad = write_nsys_export(tmp_path / "bad.sqlite", kernels, steps)
+    report, failures = analyze_beside_good(bad, tiny_trace, tmp_path, capsys)
+    run = next(run for run in report["runs"] if run["name"] == "bad")
+    assert failures == [] and run["metrics"]["steps"] == 4
+    assert run["metrics"]["step_time_ms"]["mean"] == 9.0
+
+
 def test_last_guard_finds_impossible_fractions() -> None:
     """The guard after the analysis: any fraction outside [0, 1] (or NaN) is named."""
     import math
