@@ -249,6 +249,30 @@ def test_launch_delay_counts_only_kernels_launched_onto_an_idle_stream(tmp_path:
     assert stats.queued_launch_fraction == pytest.approx(4 / 6)
 
 
+def test_a_kernel_starting_before_its_launch_call_measures_the_clocks_skew(
+        tmp_path: Path) -> None:
+    """CUPTI can record a kernel starting before the call that launched it (pytorch/kineto
+    #1380: tightly clustered launches): that is the CPU's and GPU's clocks disagreeing, no
+    launch delay. Four kernels launched onto an idle stream, starting 11, 30 and 50 us after
+    their calls and one 2 us before its call: the median is 30 us over 3, the fourth counted
+    apart (it made the median 20.5 us over 4; a trace of such kernels alone read 'median
+    launch-to-start latency -3.0 us')."""
+    events = [cpu_event("ProfilerStep#1", 0, 2000, cat="user_annotation")]
+    for correlation, (at, delay) in enumerate(((100, 11), (400, 30), (800, 50), (1200, -2)),
+                                              start=1):
+        events += [cpu_event("cudaLaunchKernel", at, 5, cat="cuda_runtime",
+                             correlation=correlation),
+                   device_event("k", at + delay, 20, device=0, stream=7,
+                                correlation=correlation)]
+    profile = kineto.parse(kineto_trace(tmp_path / "skew.json", events))
+    stats = launch_stats(profile, step_windows(profile))
+    assert stats is not None and stats.kernels_per_step == 4
+    assert stats.launch_delay_p50_ns == 30_000 and stats.launch_delay_kernels == 3
+    assert stats.launch_delay_skewed == 1
+    assert stats.skewed_text() == ("1 kernel recorded as starting before its launch call left "
+                                   "out: the CPU's and the GPU's clocks disagree")
+
+
 @pytest.mark.parametrize("in_order", [True, False])
 def test_stream_free_by_block_is_the_reach_of_the_work_ahead_on_the_stream(
         monkeypatch: pytest.MonkeyPatch, in_order: bool) -> None:

@@ -338,7 +338,9 @@ def launch_stats(profile: Profile, windows: StepWindows) -> LaunchStats | None:
     """Kernels launched per step, share of short kernels, launch delay and CPU runtime time per
     step. The launch delay (launch call start to kernel start) is measured only over the
     kernels launched onto an idle stream (the work ahead of them on it had ended by the launch
-    call's end): the wait of the others is queueing behind that work, not launch latency."""
+    call's end): the wait of the others is queueing behind that work, not launch latency. A
+    kernel recorded as starting before its launch call did measures the skew between the CPU's
+    and the GPU's clocks, not a delay: left out and counted."""
     kernels = profile.table("kernels")
     mine = launch_steps(profile, "kernels", windows) >= 0
     count = int(mine.sum())
@@ -352,23 +354,25 @@ def launch_stats(profile: Profile, windows: StepWindows) -> LaunchStats | None:
     runtime = profile.table("runtime")
     starts = runtime["start"].to_numpy(np.int64)
     runtime_ns = _runtime_ns_in(starts, runtime["end"].to_numpy(np.int64), windows)
-    delay, launched, queued = _idle_stream_delays(profile, mine, windows)
+    delay, launched, queued, skewed = _idle_stream_delays(profile, mine, windows)
     return LaunchStats(origin=profile.kind, kernels_per_step=count / windows.count,
                        short_kernel_fraction=short_fraction, short_kernel_ns=SHORT_KERNEL_NS,
                        launch_delay_p50_ns=int(np.median(delay, overwrite_input=True))
                        if len(delay) else None,
-                       launch_delay_kernels=len(delay),
+                       launch_delay_kernels=len(delay), launch_delay_skewed=skewed,
                        queued_launch_fraction=queued / launched if launched else None,
                        runtime_ns_per_step=runtime_ns // windows.count,
                        gpu_kernel_ns_per_step=kernel_ns // windows.count)
 
 
 def _idle_stream_delays(profile: Profile, rows: np.ndarray, windows: StepWindows
-                        ) -> tuple[np.ndarray, int, int]:
+                        ) -> tuple[np.ndarray, int, int, int]:
     """The launch delays (kernel start minus launch call start) of the ``rows`` (a mask of the
     kernels) launched by a launch call started inside the step ``windows`` onto an idle
-    stream, how many of the rows such a call launched, and how many of those it launched
-    behind work still queued or running on their stream (:func:`stream_free_by_block`)."""
+    stream, how many of the rows such a call launched, how many of those it launched behind
+    work still queued or running on their stream (:func:`stream_free_by_block`), and how many
+    onto an idle stream start before their call did (their delay, the clocks' skew, left
+    out)."""
     kernel_starts = profile.table("kernels")["start"].to_numpy(np.int64)
     runtime = profile.table("runtime")
     call_starts = runtime["start"].to_numpy(np.int64)
@@ -378,7 +382,7 @@ def _idle_stream_delays(profile: Profile, rows: np.ndarray, windows: StepWindows
     # delay does not fit. Whether a call is a launch inside the windows is asked of the calls
     # paired, never of all 17 M at once.
     delay, filled = np.empty(int(rows.sum()), dtype=np.int32), 0
-    launched = queued = 0
+    launched = queued = skewed = 0
     pairs = launch_pairs(profile, "kernels", rows)
     for block, (kernel_at, call_at), free in zip(iv.blocks(len(rows)), pairs,
                                                  stream_free_by_block(profile), strict=True):
@@ -390,13 +394,17 @@ def _idle_stream_delays(profile: Profile, rows: np.ndarray, windows: StepWindows
         queued += len(idle) - int(idle.sum())
         block = kernel_starts[kernel_at[idle]]
         block -= call_starts[call_at[idle]]
+        before_call = block < 0  # a kernel cannot start before its launch: the clocks disagree
+        if before_call.any():
+            skewed += int(before_call.sum())
+            block = block[~before_call]
         if len(block) and narrowest_int(block) == np.int64:
             delay = delay.astype(np.int64, copy=False)
         if filled + len(block) > len(delay):
             delay = np.resize(delay, 2 * (filled + len(block)))
         delay[filled:filled + len(block)] = block
         filled += len(block)
-    return delay[:filled], launched, queued
+    return delay[:filled], launched, queued, skewed
 
 
 def _runtime_ns_in(starts: np.ndarray, ends: np.ndarray, windows: StepWindows) -> int:

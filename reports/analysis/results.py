@@ -346,10 +346,23 @@ class LaunchStats:
     runtime_ns_per_step: int
     gpu_kernel_ns_per_step: int
     launch_delay_kernels: int = 0
+    #: Kernels launched onto an idle stream whose recorded start precedes their launch call's
+    #: start: the CPU's and GPU's clocks disagree (CUPTI's skew), their delay is no launch's,
+    #: so the median leaves them out.
+    launch_delay_skewed: int = 0
     #: Share of the step's kernels (with a launch call recorded) launched while work ahead of
     #: them on their stream was still queued or running: their wait is queueing, the CPU ran
     #: ahead of the GPU. None when no launch call was recorded.
     queued_launch_fraction: float | None = None
+
+    def skewed_text(self) -> str:
+        """What the launch delay leaves out for the clocks' skew; empty when nothing."""
+        count = self.launch_delay_skewed
+        if not count:
+            return ""
+        kernels = "1 kernel recorded as starting before its" if count == 1 else \
+            f"{count:,} kernels recorded as starting before their"
+        return f"{kernels} launch call left out: the CPU's and the GPU's clocks disagree"
 
 
 @dataclass(frozen=True)

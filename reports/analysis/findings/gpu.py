@@ -71,9 +71,10 @@ def host_launch_bound(facts: Facts) -> Finding | None:
                          f"{whole_us(launch.short_kernel_ns)}; CUDA runtime calls take "
                          f"{ms(launch.runtime_ns_per_step)} of CPU time per step", launch.origin)]
     if launch.launch_delay_p50_ns is not None:
+        skewed = f" ({launch.skewed_text()})" if launch.launch_delay_skewed else ""
         evidence.append(Evidence(f"median launch-to-start latency {ms(launch.launch_delay_p50_ns)}"
                                  f" over the {launch.launch_delay_kernels:,} kernels launched "
-                                 "onto an idle stream", launch.origin))
+                                 f"onto an idle stream{skewed}", launch.origin))
     evidence += _launch_wait_evidence(idle) + minor_sync_evidence(m.syncs)
     title = ("The GPU waits for the CPU to launch many small kernels." if many_short else
              "The GPU waits for the CPU to launch its work.")
