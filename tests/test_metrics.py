@@ -639,6 +639,34 @@ def test_one_process_on_two_gpus_idles_each_a_share_of_the_step(tmp_path: Path) 
     assert idle.launch_wait_outside_ops_ns == 17_230_000 // 3  # no CPU op covers any of it
 
 
+def test_a_gpu_used_only_outside_the_steps_is_none_of_their_devices(tmp_path: Path) -> None:
+    """One 10 us kernel on GPU 1 before the first step (a tensor put on another GPU at
+    start-up, or a DDP rank touching cuda:0 before set_device), then 3 steps of 10 ms each
+    running a 6 ms kernel on GPU 0, launched 1 ms into the step: the steps' figures are GPU
+    0's, 60% busy of 30 ms, idle 4 ms per step waiting for launches but the last step's
+    tail. GPU 1's idle steps made it 'GPU busy 30% of 60 ms', 'the GPU idles 55% of the step,
+    and no ... launch in the trace ends that idle time' (unknown, not compute-bound) and 'one
+    process launched kernels on 2 GPUs' (DataParallel)."""
+    events = [cpu_event("cudaLaunchKernel", 100, 5, cat="cuda_runtime", correlation=99),
+              device_event("init", 120, 10, device=1, stream=7, correlation=99)]
+    for step in range(3):
+        base = 1000 + step * 10_000
+        events += [cpu_event(f"ProfilerStep#{step + 1}", base, 10_000, cat="user_annotation"),
+                   cpu_event("cudaLaunchKernel", base + 900, 5, cat="cuda_runtime",
+                             correlation=step + 1),
+                   device_event("gemm", base + 1000, 6000, device=0, stream=7,
+                                correlation=step + 1)]
+    metrics = metrics_of(kineto_trace(tmp_path / "stray.json", events))
+    assert metrics.gpu is not None and metrics.gpu.busy_fraction == pytest.approx(0.6)
+    assert metrics.gpu.window_ns == 30_000_000 and metrics.max_devices_per_process == 1
+    idle = metrics.gpu_idle
+    assert idle is not None
+    # GPU 0 idles 1 ms before the first kernel, 4 ms between steps twice (launch waits), and
+    # 3 ms after the last one (nothing ends it).
+    assert idle.idle_ns_per_step == {"data": 0, "sync": 0, "launch": 9_000_000 // 3,
+                                     "unexplained": 3_000_000 // 3}
+
+
 def _ddp_hook_trace(path: Path, beside: bool) -> Path:
     """A CPU DDP trace shaped as torch 2.13 records gloo: 3 ProfilerSteps of 4 ms, each 1 ms of
     aten::mm, then autograd's AccumulateGrad op holding DDP's hook, c10d::allreduce_, for 2 ms

@@ -105,6 +105,25 @@ def device_activity(profile: Profile) -> dict[int, iv.Packed]:
     return packed
 
 
+def step_devices(profile: Profile, span: iv.Intervals) -> dict[int, iv.Packed]:
+    """:func:`device_activity` of the devices with work inside ``span`` (the step windows): a
+    GPU one process used only outside them (a tensor put on another GPU at start-up) idles
+    through no step of its training; every device where none has work there."""
+    activity = device_activity(profile)
+    if len(activity) < 2:
+        return activity
+    used = {device: busy for device, busy in activity.items() if _busy_ns_in(busy, span)}
+    return used or activity
+
+
+def _busy_ns_in(activity: iv.Packed, span: iv.Intervals) -> int:
+    """How long ``activity`` covers ``span`` (disjoint intervals), read a piece at a time: no
+    intersection is built."""
+    return sum(int((iv.covered_before(piece, span.ends)
+                    - iv.covered_before(piece, span.starts)).sum())
+               for piece in iv.pieces(activity))
+
+
 def busy_within(profile: Profile, spans: iv.Intervals) -> iv.Intervals:
     """The parts of ``spans`` when any GPU of the profile is busy (kernels, copies, memsets on
     any device): each device's kept activity read a piece at a time against them, the union of
@@ -158,7 +177,7 @@ def gpu_utilization(profile: Profile, windows: StepWindows | None) -> GpuUtiliza
     long_gaps = 0
     # The idle stretches of one device inside the span, a stretch of time at a time (what they
     # leave of it is busy): only the longest few outlive it.
-    for order, (dev, activity) in enumerate(device_activity(profile).items()):
+    for order, (dev, activity) in enumerate(step_devices(profile, span).items()):
         idle_ns = holes = 0
         for idle in iv.subtract_blocks(span, activity):
             idle_ns += idle.total
@@ -537,14 +556,16 @@ def kernel_mix(profile: Profile, windows: StepWindows | None) -> KernelMix | Non
         zero_grad_work_per_step=zero_grad, launches_unknown=unknown)
 
 
-def max_devices_per_process(profile: Profile) -> int:
-    """Most GPUs whose kernels one process launched (kernels joined to runtime calls)."""
+def max_devices_per_process(profile: Profile, windows: StepWindows | None = None) -> int:
+    """Most GPUs whose kernels one process launched (kernels joined to runtime calls), inside
+    the step ``windows`` where there are steps (see step_devices)."""
     kernels = profile.table("kernels")
     pids, devices = profile.table("runtime")["pid"], kernels["device"].to_numpy()
+    inside = launch_steps(profile, "kernels", windows) >= 0 if windows is not None else None
     # Each device's launching processes (a few devices: a pass each per block, no table of
     # every launch), then the devices each process launched on.
     launchers: dict[int, set[int]] = {}
-    for kernel_at, call_at in launch_pairs(profile, "kernels"):
+    for kernel_at, call_at in launch_pairs(profile, "kernels", inside):
         launched_on, launched_by = devices[kernel_at], ids_at(pids, call_at)
         for device in pd.unique(launched_on).tolist():
             launchers.setdefault(device, set()).update(

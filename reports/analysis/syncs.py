@@ -20,7 +20,7 @@ from profreport.allocator import giving_back_memory
 from profreport.model import Profile
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.cpu import SPAN_BLOCK_ROWS, self_time_ns
-from profreport.reports.analysis.gpu import device_activity, has_gpu_events
+from profreport.reports.analysis.gpu import has_gpu_events, step_devices
 from profreport.reports.analysis.kept import classified, classified_rows, per_profile
 from profreport.reports.analysis.launches import GPU_TABLES, launch_times, unlinked
 from profreport.reports.analysis.results import IdleCauses, SyncCall, SyncStats, TopItem
@@ -227,7 +227,7 @@ def _idle_by_cause(profile: Profile, windows: StepWindows
     loader = dataloader_intervals(profile, windows)
     blocked = iv.union_of([blocking(profile)])
     idle = dict.fromkeys(IDLE_CAUSES, 0)
-    activity = device_activity(profile)
+    activity = step_devices(profile, windows.windows())
     kept = _waits_kept(profile, len(activity))
     waited, waited_ns = iv.EMPTY, 0
     longest = (0, 0, 0)  # length, start and end of the longest launch wait (the first of equals)
