@@ -374,7 +374,7 @@ class SourceScopes:
         self._bound: dict[int, dict[str, list[tuple[int, _Binding]]]] = {}
         self._parameters: dict[int, set[str]] = {}  # a function's scope -> its parameters
         self._returns: dict[int, list[tuple[int, _Span]]] = {}  # scope -> what it returns
-        self._module_functions: dict[str, int] = {}  # a module function's name -> first line
+        self._defined: dict[int, dict[str, int]] = {}  # scope -> the functions it defines
         self._firsts: dict[int, int] = {}  # a function's scope -> its first line
         self._receivers: dict[int, str] = {}  # a method's scope -> its first parameter (self)
         #: A class's scope -> each attribute its methods assign on their receiver
@@ -420,8 +420,7 @@ class SourceScopes:
                     arguments = [*node.args.posonlyargs, *node.args.args]
                     if scope in self._classes and arguments:
                         self._receivers[inner] = arguments[0].arg
-                    if scope == 0:
-                        self._module_functions[node.name] = first
+                    self._defined.setdefault(scope, {})[node.name] = inner
                 scope = inner
             todo += [(child, scope) for child in ast.iter_child_nodes(node)]
         self.loader_calls.sort(key=lambda call: call[0])
@@ -440,7 +439,7 @@ class SourceScopes:
         if function is None:
             return None
         if name.endswith("()"):
-            return self.returned(name[:-2])
+            return self._called(function, name[:-2])
         receiver, _, attribute = name.partition(".")
         if attribute and self._receivers.get(function) == receiver:
             return self.attribute(function, lineno, attribute)
@@ -453,19 +452,43 @@ class SourceScopes:
         """What the module's own code last assigns to ``name`` before line ``lineno``; None
         when none does or the source does not parse; ``f()``, as for assigned."""
         if name.endswith("()"):
-            return self.returned(name[:-2])
+            return self._called(0, name[:-2])
         bound = self._last_before(0, lineno, name)
         return self._text(bound) if bound else None
 
     def returned(self, function: str) -> str | None:
-        """What the function the module defines as ``function`` returns, its names read in its
-        own scope (``loader = DataLoader(ds)``, ``return loader``: ``DataLoader(ds)``); several
-        values written as alternatives (``a if ... else b``). None when it returns nothing,
-        or what a name it returns holds is not shown there (a parameter)."""
-        first = self._module_functions.get(function)
-        scope = self._functions[first] if first is not None else -1
-        return self._alternatives([(line, (span, _ITSELF), scope)
-                                   for line, span in self._returns.get(scope, [])])
+        """What the function the module defines as ``function`` returns (_returned_by)."""
+        return self._called(0, function)
+
+    def _called(self, scope: int, function: str) -> str | None:
+        """What a call of ``function`` made in ``scope`` returns: the function of that name
+        defined there or in the nearest scope around it (_defined_at: a factory nested in
+        ``main()``, the module's); None where none is."""
+        defined = self._defined_at(scope, function)
+        return self._returned_by(defined) if defined is not None else None
+
+    def _defined_at(self, scope: int, name: str) -> int | None:
+        """The scope of the function ``name`` calls at ``scope``: the one that scope defines,
+        else the nearest scope around it (a class body is no scope of its methods' code);
+        None where none does, or a parameter or assignment of that name comes first."""
+        at: int | None = scope
+        while at is not None:
+            if at not in self._classes:
+                defined = self._defined.get(at, {}).get(name)
+                if defined is not None:
+                    return defined
+                if name in self._parameters.get(at, ()) or name in self._bound.get(at, {}):
+                    return None
+            at = self._outer[at]
+        return None
+
+    def _returned_by(self, function: int) -> str | None:
+        """What the function of scope ``function`` returns, its names read in its own scope
+        (``loader = DataLoader(ds)``, ``return loader``: ``DataLoader(ds)``); several values
+        written as alternatives (``a if ... else b``). None when it returns nothing, or what a
+        name it returns holds is not shown there (a parameter)."""
+        return self._alternatives([(line, (span, _ITSELF), function)
+                                   for line, span in self._returns.get(function, [])])
 
     def attribute(self, method: int, lineno: int, attribute: str) -> str | None:
         """What a method's receiver holds as ``attribute`` at ``lineno`` (``self.train_dl``): the
@@ -680,7 +703,8 @@ def dataloader_origin(expression: str, assigned: Callable[[str], str | None]
     ``zip(a, b), a = DataLoader(ds), b = DataLoader(aux)``, and the items of a starred one's
     list or tuple literal: ``zip(*loaders), loaders = [DataLoader(a), DataLoader(b)]``. An item
     is read from the collection a name was assigned (_item: ``loaders[0]``, a ``for`` target),
-    a call of a function the file defines from what it returns (SourceScopes.returned), an
+    a call of a function the file defines from what it returns (SourceScopes.assigned: the
+    function of that name seen where it is called, a module's or a nested one), an
     attribute of a method's receiver from what its class's methods assign it
     (SourceScopes.attribute). The verdict is None when the source does not show it (a
     parameter, an attribute no method shown assigns), and so is the origin when no

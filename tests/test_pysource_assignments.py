@@ -237,3 +237,71 @@ def test_an_attribute_is_what_the_methods_of_its_class_assign_it() -> None:
     assert pysource.named_only("self.val_loader", lambda name: scopes.assigned(fit, 18, name))
     assert origin(fit + 5) == ("open(cfg.path)", False)
     assert origin(fit + 7) == ("DataLoader(self.model.ds, batch_size=8)", True)
+
+
+NESTED = """\
+from torch.utils.data import DataLoader
+
+
+def main(cfg):
+    def make_loader(split):
+        ds = build(cfg, split)
+        return DataLoader(ds, batch_size=32, num_workers=4, pin_memory=True)
+
+    def make_files():
+        return open(cfg.path)
+
+    dl = make_loader("train")
+    for x, y in dl:
+        pass
+    train_loader = make_files()
+    for line in train_loader:
+        pass
+
+    def evaluate():
+        for x, y in make_loader("val"):
+            pass
+    evaluate()
+
+
+def other(make_loader):
+    for x, y in make_loader("train"):
+        pass
+    for x, y in helper():
+        pass
+
+
+def helper():
+    def make_loader():
+        return DataLoader(ds_test)
+    return open("log.txt")
+"""
+
+
+def test_a_factory_nested_in_a_function_is_followed_into_it() -> None:
+    """``def make_loader(split): return DataLoader(...)`` defined inside ``main()``, then ``dl =
+    make_loader("train")``, ``for x, y in dl:``: only a function the module defines was
+    followed, so the call's result was not shown and ``dl`` read as no DataLoader (a call, no
+    name saying so), and ``train_loader = make_files()`` (returning a file) as one by its name.
+    A nested function is read where its name is seen: in the function defining it and the
+    functions nested there (``evaluate()``), not elsewhere (a parameter of that name in
+    ``other()``, a factory nested in ``helper()``)."""
+    source = NESTED.splitlines()
+    scopes = pysource.SourceScopes(source)
+    main = source.index("def main(cfg):") + 1
+    made = ("make_loader() = DataLoader(build(cfg, split), batch_size=32, num_workers=4, "
+            "pin_memory=True)")
+
+    def origin(first: int, lineno: int) -> tuple[str | None, bool | None]:
+        """dataloader_origin of the loop at ``lineno`` of the function starting at ``first``."""
+        return loop_origin(source, scopes, first, lineno)
+
+    assert origin(main, main + 9) == (f"make_loader('train'), {made}", True)
+    assert not pysource.named_only("dl", lambda name: scopes.assigned(main, main + 9, name))
+    assert origin(main, main + 12) == ("make_files(), make_files() = open(cfg.path)", False)
+    evaluate = source.index("    def evaluate():") + 1
+    assert origin(evaluate, evaluate + 1) == (f"make_loader('val'), {made}", True)
+    other = source.index("def other(make_loader):") + 1
+    assert origin(other, other + 1) == ("make_loader('train')", False)
+    assert origin(other, other + 3) == ("helper(), helper() = open('log.txt')", False)
+    assert scopes.returned("make_loader") is None
