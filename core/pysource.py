@@ -433,8 +433,8 @@ class SourceScopes:
         starts at ``first_lineno``: the function's last assignment to it before that line, else
         the enclosing scopes' (enclosing_assignment); None when none does, or the source does
         not parse or defines no function there, or ``name`` is a parameter of it (what the
-        caller passes is not shown here). ``f()`` asks what the function ``f`` the module
-        defines returns (returned)."""
+        caller passes is not shown here). ``f()`` asks what the function ``f`` seen there
+        returns, ``self.f()`` what the method ``f`` of its class returns (_called)."""
         function = self._functions.get(first_lineno)
         if function is None:
             return None
@@ -463,8 +463,15 @@ class SourceScopes:
     def _called(self, scope: int, function: str) -> str | None:
         """What a call of ``function`` made in ``scope`` returns: the function of that name
         defined there or in the nearest scope around it (_defined_at: a factory nested in
-        ``main()``, the module's); None where none is."""
-        defined = self._defined_at(scope, function)
+        ``main()``, the module's), or for ``self.build_loader``, the method of that name of the
+        class whose method ``scope`` is, called on its receiver; None where none is."""
+        receiver, _, method = function.rpartition(".")
+        if not receiver:
+            defined = self._defined_at(scope, function)
+        elif self._receivers.get(scope) == receiver:
+            defined = self._defined.get(self._outer[scope] or 0, {}).get(method)
+        else:
+            defined = None
         return self._returned_by(defined) if defined is not None else None
 
     def _defined_at(self, scope: int, name: str) -> int | None:
@@ -706,7 +713,8 @@ def dataloader_origin(expression: str, assigned: Callable[[str], str | None]
     a call of a function the file defines from what it returns (SourceScopes.assigned: the
     function of that name seen where it is called, a module's or a nested one), an
     attribute of a method's receiver from what its class's methods assign it
-    (SourceScopes.attribute). The verdict is None when the source does not show it (a
+    (SourceScopes.attribute), a call of a method on it (``self.build_loader()``) from what that
+    method of its class returns. The verdict is None when the source does not show it (a
     parameter, an attribute no method shown assigns), and so is the origin when no
     assignment is shown.
     """
@@ -804,15 +812,18 @@ def _given_name(node: ast.expr) -> str | None:
     """The name ``assigned`` is asked what a plain name, an attribute or a call's result holds:
     ``dl`` of ``dl``, ``self.train_dl`` of ``self.train_dl`` (what the class's methods assign
     it, SourceScopes.attribute), ``make_loader()`` of ``make_loader(cfg)`` (a call of a
-    function by its name, not DataLoader nor a builtin: what the module's function of that
-    name returns); None else."""
+    function by its name, not DataLoader nor a builtin: what the function of that name
+    returns), ``self.build_loader()`` of ``self.build_loader(cfg)`` (a call of a method of a
+    name: what that method returns); None else."""
     if isinstance(node, ast.Name):
         return node.id
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
         return f"{node.value.id}.{node.attr}"
-    called = node.func if isinstance(node, ast.Call) else None
-    if isinstance(called, ast.Name) and called.id not in _BUILTINS and not _is_loader_call(node):
+    called = node.func if isinstance(node, ast.Call) and not _is_loader_call(node) else None
+    if isinstance(called, ast.Name) and called.id not in _BUILTINS:
         return f"{called.id}()"
+    if isinstance(called, ast.Attribute) and isinstance(called.value, ast.Name):
+        return f"{called.value.id}.{called.attr}()"
     return None
 
 

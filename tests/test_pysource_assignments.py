@@ -305,3 +305,67 @@ def test_a_factory_nested_in_a_function_is_followed_into_it() -> None:
     assert origin(other, other + 1) == ("make_loader('train')", False)
     assert origin(other, other + 3) == ("helper(), helper() = open('log.txt')", False)
     assert scopes.returned("make_loader") is None
+
+
+METHODS = """\
+from torch.utils.data import DataLoader
+
+
+class Trainer:
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.loader = self.build_loader("train")
+        self.log = self.open_log()
+
+    def build_loader(self, split):
+        ds = make_dataset(self.cfg, split)
+        return DataLoader(ds, batch_size=self.cfg.bs, num_workers=8, pin_memory=True)
+
+    def open_log(self):
+        return open(self.cfg.log)
+
+    def fit(self):
+        for x, y in self.loader:
+            pass
+        for x, y in self.build_loader("val"):
+            pass
+        val_loader = self.open_log()
+        for line in val_loader:
+            pass
+        for x, y in self.inherited_loader():
+            pass
+        for line in self.log:
+            pass
+
+
+def build_loader(split):
+    return open(split)
+"""
+
+
+def test_a_loader_a_method_returns_is_followed_into_it() -> None:
+    """``self.loader = self.build_loader("train")`` in ``__init__``, or ``for x, y in
+    self.build_loader("val"):``, where the class's ``build_loader`` returns a DataLoader: a
+    method call's result was never read, so the first loop was a DataLoader loop by its name
+    alone (evidence ``name``), the second none (a call, no name saying so), and ``val_loader =
+    self.open_log()`` (returning a file) one by its name. A method is what the class of the
+    calling method defines (never the module's function of the same name); one it does not
+    define (inherited) shows nothing."""
+    source = METHODS.splitlines()
+    scopes = pysource.SourceScopes(source)
+    fit = source.index("    def fit(self):") + 1
+    built = ("self.build_loader() = DataLoader(make_dataset(self.cfg, split), "
+             "batch_size=self.cfg.bs, num_workers=8, pin_memory=True)")
+
+    def origin(lineno: int) -> tuple[str | None, bool | None]:
+        """dataloader_origin of the loop at ``lineno``."""
+        return loop_origin(source, scopes, fit, lineno)
+
+    assert origin(fit + 1) == (f"self.build_loader('train'), {built}", True)
+    assert not pysource.named_only("self.loader",
+                                   lambda name: scopes.assigned(fit, fit + 1, name))
+    assert origin(fit + 3) == (f"self.build_loader('val'), {built}", True)
+    assert origin(fit + 6) == ("self.open_log(), self.open_log() = open(self.cfg.log)", False)
+    assert origin(fit + 8) == ("self.inherited_loader()", False)
+    assert origin(fit + 10) == ("self.open_log(), self.open_log() = open(self.cfg.log)", False)
+    assert scopes.returned("build_loader") == "open(split)"
