@@ -10,6 +10,8 @@
 - :class:`BoundedReader`: a stream that stops with that error after a byte limit (decompression).
 - :func:`resolve_inside`: a path an input names (a source file, a manifest artifact) resolved and
   refused unless it lies inside the allowed roots, never in ``/proc``, ``/sys`` or ``/dev``.
+- :func:`source_refusal` / :func:`source_lines`: a Python source file shown beside a profile (a
+  profiled line's, a module it imports) only when it may be, and read as text, never run.
 """
 
 from __future__ import annotations
@@ -17,12 +19,13 @@ from __future__ import annotations
 import io
 import os
 import stat
+import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from profreport.errors import InputError
-from profreport.text import error_text
+from profreport.text import error_text, python_lines
 
 #: Folders whose files are never read as inputs or sources: kernel and device views, whose
 #: "files" hold the process environment, memory maps and devices, never a profile or a source.
@@ -233,3 +236,39 @@ def resolve_inside(named: str | Path, roots: list[Path] | tuple[Path, ...],
         places = ", ".join(error_text(root) for root in real_roots) or "no folder"
         raise RefusedPathError(named, f"it lies outside {places}{link}", owner)
     return real
+
+
+#: Bytes of one source file read for its lines: real modules are far smaller.
+MAX_SOURCE_BYTES = 8 * 1024 * 1024
+#: Only Python source is ever read as a "source file" (never /etc/passwd and the like).
+PYTHON_SUFFIXES = (".py", ".pyw")
+
+
+def source_refusal(candidate: Path, roots: list[Path], owner: Path | None = None) -> str | None:
+    """Why ``candidate`` may not be shown as source (outside ``roots`` or in a system folder,
+    see resolve_inside; no regular Python file; over MAX_SOURCE_BYTES), or None when it may."""
+    try:
+        real = resolve_inside(candidate, roots, owner=owner)
+    except RefusedPathError as exc:
+        return exc.reason
+    if real.suffix not in PYTHON_SUFFIXES:
+        return "not a Python source file (.py)"
+    try:
+        info = real.stat()
+    except OSError as exc:
+        return f"cannot read: {exc.strerror or exc}"
+    if not stat.S_ISREG(info.st_mode):
+        return "not a regular file"
+    return "larger than a source file can be" if info.st_size > MAX_SOURCE_BYTES else None
+
+
+def source_lines(path: Path | None) -> list[str] | None:
+    """The lines of a source file, decoded and numbered as Python reads it (text.python_lines);
+    None when unreadable."""
+    if path is None:
+        return None
+    try:
+        with tokenize.open(path) as handle:  # universal newlines
+            return python_lines(handle.read(MAX_SOURCE_BYTES))
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return None

@@ -32,8 +32,6 @@ import math
 import os
 import pickle
 import re
-import stat
-import tokenize
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -43,7 +41,7 @@ import pandas as pd
 
 from profreport.concepts import is_training_function
 from profreport.errors import InputError
-from profreport.inputs import MAX_LINE_ENTRIES, RefusedPathError, open_input, resolve_inside
+from profreport.inputs import MAX_LINE_ENTRIES, open_input, source_lines, source_refusal
 from profreport.manifest import MANIFEST_NAME
 from profreport.model import LprofFunction, LprofMeta, Profile, TrainingLoop, conform
 from profreport.pysource import (
@@ -62,7 +60,7 @@ from profreport.pysource import (
 
 if TYPE_CHECKING:  # the registry imports this module, never the other way round
     from profreport.parsers import ParseOptions
-from profreport.text import error_text, python_lines
+from profreport.text import error_text
 
 #: Where each era of line_profiler defines the pickled class, and the era that path tells.
 LINESTATS_CLASS_PATHS: dict[tuple[str, str], str] = {
@@ -80,10 +78,6 @@ PY2_STRING_ENCODING = "utf-8"
 # A whole program profiled line by line is a few MB. Each line entry takes at least 7 bytes of
 # pickle, so 32 MiB also bounds the unpickled objects (~100 B per entry) to a few hundred MB.
 MAX_LPROF_BYTES = 32 * 1024 * 1024
-# Bytes of one source file read for its lines: real modules are far smaller.
-MAX_SOURCE_BYTES = 8 * 1024 * 1024
-# Only Python source is ever read as a "source file" (never /etc/passwd and the like).
-PYTHON_SUFFIXES = (".py", ".pyw")
 # How many folders above the .lprof are searched for the run folder's manifest.json.
 RUN_FOLDER_DEPTH = 3
 # Lines between where a function's code starts (its first decorator) and its ``def``.
@@ -210,8 +204,8 @@ def source_roots(lprof_path: Path, source_root: Path | None) -> list[Path]:
 
 def _candidates(recorded: str, lprof_path: Path, source_root: Path | None) -> list[Path]:
     """Where a recorded file may be: as recorded, beside the .lprof, then under the root
-    (best trailing-path match first); absolute, as :func:`_refusal` would read a relative
-    path from the .lprof's folder, not from the working directory."""
+    (best trailing-path match first); absolute, as inputs.source_refusal would read a
+    relative path from the .lprof's folder, not from the working directory."""
     parts = _parts(recorded)
     here = lprof_path.absolute().parent
     found = [Path(recorded) if Path(recorded).is_absolute() else here / recorded,
@@ -222,29 +216,12 @@ def _candidates(recorded: str, lprof_path: Path, source_root: Path | None) -> li
     return found
 
 
-def _refusal(candidate: Path, roots: list[Path], owner: Path) -> str | None:
-    """Why ``candidate`` may not be shown as source, or None when it may."""
-    try:
-        real = resolve_inside(candidate, roots, owner=owner)
-    except RefusedPathError as exc:
-        return exc.reason
-    if real.suffix not in PYTHON_SUFFIXES:
-        return "not a Python source file (.py)"
-    try:
-        info = real.stat()
-    except OSError as exc:
-        return f"cannot read: {exc.strerror or exc}"
-    if not stat.S_ISREG(info.st_mode):
-        return "not a regular file"
-    return "larger than a source file can be" if info.st_size > MAX_SOURCE_BYTES else None
-
-
 def find_source(recorded: str, lprof_path: Path, source_root: Path | None
                 ) -> tuple[Path | None, str | None]:
     """The source file a recorded filename names, or None and why it is not shown.
 
     Tried as recorded, beside the .lprof, then under ``source_root``; a candidate counts only
-    when it exists and may be shown (see :func:`_refusal`).
+    when it exists and may be shown (see :func:`~profreport.inputs.source_refusal`).
     """
     if _NO_FILE.match(recorded) or not _parts(recorded):
         return None, "the profile names no file"
@@ -253,22 +230,10 @@ def find_source(recorded: str, lprof_path: Path, source_root: Path | None
     for candidate in _candidates(recorded, lprof_path, source_root):
         if not os.path.lexists(candidate) and ".." not in candidate.parts:
             continue
-        reason = _refusal(candidate, roots, lprof_path)
+        reason = source_refusal(candidate, roots, lprof_path)
         if reason is None:
             return candidate, None
     return None, reason or "not found beside the .lprof (pass --source-root)"
-
-
-def _source_lines(path: Path | None) -> list[str] | None:
-    """The lines of a source file, decoded and numbered as Python reads it (text.python_lines);
-    None when unreadable."""
-    if path is None:
-        return None
-    try:
-        with tokenize.open(path) as handle:  # universal newlines
-            return python_lines(handle.read(MAX_SOURCE_BYTES))
-    except (OSError, SyntaxError, UnicodeDecodeError):
-        return None
 
 
 def source_mismatch(source: list[str], first_lineno: int, function: str,
@@ -676,7 +641,7 @@ def parse(path: Path, *, source_root: Path | None = None) -> Profile:
     path = Path(path)
     timings, unit, class_path, protocol = _unpickle(path)
     located = {file: find_source(file, path, source_root) for file, _, _ in timings}
-    sources = {file: _source_lines(where) for file, (where, _) in located.items()}
+    sources = {file: source_lines(where) for file, (where, _) in located.items()}
     # A file edited since it was profiled would put other lines beside the times, and steer
     # the search for the training loop: it is not shown.
     for file, reason in _changed_sources(timings, sources).items():
