@@ -272,3 +272,9 @@ def source_lines(path: Path | None) -> list[str] | None:
             return python_lines(handle.read(MAX_SOURCE_BYTES))
     except (OSError, SyntaxError, UnicodeDecodeError):
         return None
+
+
+def shown_source(path: Path, roots: list[Path], owner: Path | None = None) -> list[str] | None:
+    """The lines of the Python source at ``path`` where it may be shown (source_refusal: a
+    module a shown source imports, inside the folders it may be read from); None else."""
+    return None if source_refusal(path, roots, owner) is not None else source_lines(path)

@@ -13,6 +13,8 @@ import builtins
 import enum
 import re
 from collections.abc import Callable
+from pathlib import Path
+from typing import NamedTuple
 
 # The words of one identifier (never a whole expression, ``yaml.load(f, Loader=...)``): its
 # snake_case parts and camelCase humps, digits left out (``valLoader_2`` -> val, Loader).
@@ -361,25 +363,99 @@ def _span(node: ast.expr | None) -> _Span | None:
             node.end_col_offset or node.col_offset)
 
 
+class _Import(NamedTuple):
+    """What an import binds a name to: a module or a name in one, as a dotted path
+    (``data.make_loader`` of ``from data import make_loader``, ``data`` of ``import data``),
+    and its level (the leading dots of a relative import)."""
+
+    dotted: str
+    level: int
+
+
+def _imports(node: ast.AST) -> list[tuple[str, _Import]]:
+    """The names an import statement binds and what each is (``import pkg.data`` binds
+    ``pkg``, ``import pkg.data as d`` binds ``d`` to ``pkg.data``); none for another node, nor
+    for ``from m import *``."""
+    if isinstance(node, ast.Import):
+        return [(alias.asname or alias.name.partition(".")[0],
+                 _Import(alias.name if alias.asname else alias.name.partition(".")[0], 0))
+                for alias in node.names]
+    if isinstance(node, ast.ImportFrom):
+        return [(alias.asname or alias.name,
+                 _Import(".".join(filter(None, (node.module, alias.name))), node.level))
+                for alias in node.names if alias.name != "*"]
+    return []
+
+
+#: Reads the source file at a path an import names, as text (never imported nor run): its
+#: lines, or None where it may not be shown (absent, outside the project's folders, no
+#: regular Python file).
+SourceReader = Callable[[Path], "list[str] | None"]
+
+
+class ModuleSources:
+    """The modules of a project that its shown sources import, found where Python would look
+    for them beside the importing file and read as text with ``read``, each parsed once."""
+
+    def __init__(self, read: SourceReader) -> None:
+        self._read = read
+        self._scopes: dict[Path, SourceScopes | None] = {}
+
+    def at(self, path: Path) -> SourceScopes | None:
+        """The scopes of the source file at ``path``; None where it is not read."""
+        if path not in self._scopes:
+            lines = self._read(path)
+            self._scopes[path] = SourceScopes(lines, path, self) if lines is not None else None
+        return self._scopes[path]
+
+    def imported(self, importer: Path, module: str, level: int) -> SourceScopes | None:
+        """The scopes of the module an import in the file at ``importer`` names (dotted,
+        ``level`` leading dots): a relative one from the importer's package (its folder, one
+        folder up per dot past the first), an absolute one from the importer's folder, else
+        from the folder above each package around it (a folder with an ``__init__.py``); a
+        package's ``__init__.py`` before a module's file. None where none is read."""
+        parts = module.split(".") if module else []
+        folders = [importer.parent, *importer.parent.parents]
+        if level > len(folders):
+            return None  # above the file system's root: Python refuses it too
+        folder = folders[max(level - 1, 0)]
+        while True:
+            for path in (folder.joinpath(*parts, "__init__.py"),
+                         *([folder.joinpath(*parts[:-1], parts[-1] + ".py")] if parts else [])):
+                found = self.at(path)
+                if found is not None:
+                    return found
+            if level or folder.parent == folder or self.at(folder / "__init__.py") is None:
+                return None
+            folder = folder.parent
+
+
 class SourceScopes:
     """The scopes of one source file, parsed once, and where each binds a name: kept as line
     and column spans, not as the syntax tree (a shown source may be 8 MiB, whose tree takes
     gigabytes), each bound expression written back only when asked for."""
 
-    def __init__(self, source: list[str]) -> None:
+    def __init__(self, source: list[str], path: Path | None = None,
+                 modules: ModuleSources | None = None) -> None:
         self._source = source
+        #: The file's path and the modules of its project, where the modules it imports are
+        #: read from (ModuleSources); without them an import shows nothing.
+        self._path, self._modules = path, modules
         self._functions: dict[int, int] = {}  # a function's first line -> its scope
         self._outer: dict[int, int | None] = {0: None}  # scope -> the scope around it
         self._classes: set[int] = set()
         self._bound: dict[int, dict[str, list[tuple[int, _Binding]]]] = {}
         self._parameters: dict[int, set[str]] = {}  # a function's scope -> its parameters
         self._returns: dict[int, list[tuple[int, _Span]]] = {}  # scope -> what it returns
-        self._defined: dict[int, dict[str, int]] = {}  # scope -> the functions it defines
+        #: A scope -> the functions it defines (by their scope) and the names it imports.
+        self._defined: dict[int, dict[str, int | _Import]] = {}
         self._firsts: dict[int, int] = {}  # a function's scope -> its first line
         self._receivers: dict[int, str] = {}  # a method's scope -> its first parameter (self)
         #: A class's scope -> each attribute its methods assign on their receiver
         #: (``self.train_dl = DataLoader(ds)``): the line, the binding, the method's scope.
         self._attributes: dict[int, dict[str, list[tuple[int, _Binding, int]]]] = {}
+        #: What each function returns as another file reads it, by scope and depth (_closed).
+        self._closings: dict[tuple[int, int], str | None] = {}
         #: Each ``DataLoader(...)`` call of the file: its line and loader_call_knobs, by line.
         self.loader_calls: list[tuple[int, dict[str, object]]] = []
         #: The header of each loop written over several lines (by its first line) as one
@@ -399,6 +475,8 @@ class SourceScopes:
                         and self._receivers.get(scope) == target.value.id:
                     self._attributes.setdefault(self._outer[scope] or 0, {}).setdefault(
                         target.attr, []).append((node.lineno, (_span(value), form), scope))
+            for name, imported in _imports(node):
+                self._defined.setdefault(scope, {})[name] = imported
             if isinstance(node, ast.Return) and node.value is not None:
                 self._returns.setdefault(scope, []).append((node.lineno, _span(node.value)))
             if _is_loader_call(node):
@@ -464,20 +542,88 @@ class SourceScopes:
         """What a call of ``function`` made in ``scope`` returns: the function of that name
         defined there or in the nearest scope around it (_defined_at: a factory nested in
         ``main()``, the module's), or for ``self.build_loader``, the method of that name of the
-        class whose method ``scope`` is, called on its receiver; None where none is."""
+        class whose method ``scope`` is, called on its receiver, or one a module it imports
+        defines (``make_loader`` after ``from data import make_loader``, ``data.make_loader``
+        after ``import data``: _imported_call); None where none is."""
         receiver, _, method = function.rpartition(".")
-        if not receiver:
-            defined = self._defined_at(scope, function)
-        elif self._receivers.get(scope) == receiver:
-            defined = self._defined.get(self._outer[scope] or 0, {}).get(method)
+        if receiver and self._receivers.get(scope) == receiver:
+            defined: int | _Import | None = self._defined.get(self._outer[scope] or 0, {}).get(
+                method)
         else:
-            defined = None
-        return self._returned_by(defined) if defined is not None else None
+            head, _, rest = function.partition(".")
+            defined = self._defined_at(scope, head)
+            if isinstance(defined, _Import):
+                return self._imported_call(defined, rest, 0)
+            defined = None if rest else defined
+        return self._returned_by(defined) if isinstance(defined, int) else None
 
-    def _defined_at(self, scope: int, name: str) -> int | None:
-        """The scope of the function ``name`` calls at ``scope``: the one that scope defines,
-        else the nearest scope around it (a class body is no scope of its methods' code);
-        None where none does, or a parameter or assignment of that name comes first."""
+    def _imported_call(self, imported: _Import, rest: str, depth: int) -> str | None:
+        """What a call of an imported name returns, ``rest`` the attributes after it (``make``
+        of ``data.make`` after ``import data``), ``depth`` calls deep: what the module the
+        import names defines under the last name (ModuleSources.imported, exported), read in
+        its own file; None when that file is not shown (absent, refused, outside the project),
+        nor past _FOLLOWED calls (a cycle of imports)."""
+        module, _, function = ".".join(filter(None, (imported.dotted, rest))).rpartition(".")
+        found = None
+        if self._modules is not None and self._path is not None and depth < _FOLLOWED \
+                and (module or imported.level):
+            found = self._modules.imported(self._path, module, imported.level)
+        return found.exported(function, depth + 1) if found is not None else None
+
+    def exported(self, function: str, depth: int = 0) -> str | None:
+        """What the module's function ``function`` returns as another file reads it, ``depth``
+        modules deep (_closed), or, for a name it imports, what the module it names shows;
+        None where it is no function of the module's, or what it returns is not shown."""
+        defined = self._defined_at(0, function)
+        if isinstance(defined, _Import):
+            return self._imported_call(defined, "", depth)
+        return self._closed(defined, depth) if isinstance(defined, int) else None
+
+    def _closed(self, function: int, depth: int) -> str | None:
+        """What the function of scope ``function`` returns (_returned_by), each call in it whose
+        value is followed (a call it returns, _reached) of a function seen there (defined or
+        imported, _defined_at) replaced by what that returns, closed so in turn (``depth``
+        calls deep): read here, where those names mean what this file defines, not where the
+        value is followed. None where one is not shown, or the value written back passes
+        _CLOSED_CHARS; each function closed once per depth."""
+        key = (function, depth)
+        if key not in self._closings:
+            self._closings[key] = None  # a call of itself, while it is closed
+            self._closings[key] = self._closing(function, depth)
+        return self._closings[key]
+
+    def _closing(self, function: int, depth: int) -> str | None:
+        """_closed, computed."""
+        text = self._returned_by(function)
+        tree = _parsed(text, mode="eval") if text is not None else None
+        if not isinstance(tree, ast.Expression):
+            return None
+        values: dict[int, ast.AST] = {}
+        size = len(text or "")
+        for call in _reached(tree.body):
+            given = _given_name(call) if isinstance(call, ast.Call) else None
+            head, _, rest = given[:-2].partition(".") if given and given.endswith("()") \
+                else ("", "", "")
+            defined = self._defined_at(function, head) if head else None
+            if defined is None:
+                continue
+            value = None
+            if isinstance(defined, _Import):
+                value = self._imported_call(defined, rest, depth + 1)
+            elif not rest and depth < _FOLLOWED:
+                value = self._closed(defined, depth + 1)
+            parsed = _parsed(value, mode="eval") if value is not None else None
+            size += len(value or "")
+            if not isinstance(parsed, ast.Expression) or size > _CLOSED_CHARS:
+                return None
+            values[id(call)] = parsed.body
+        return _written(_Replaced({}, values).visit(tree.body)) if values else text
+
+    def _defined_at(self, scope: int, name: str) -> int | _Import | None:
+        """The function ``name`` calls at ``scope`` (its scope) or the import it names: the one
+        that scope defines or imports, else the nearest scope around it (a class body is no
+        scope of its methods' code); None where none does, or a parameter or assignment of
+        that name comes first."""
         at: int | None = scope
         while at is not None:
             if at not in self._classes:
@@ -543,7 +689,8 @@ class SourceScopes:
                 return None
         function = self._functions[first_lineno]
         local = self._parameters.get(function, set()) | set(self._bound.get(function, {}))
-        if node is None or any(name.id in local for name in _reached(node)):
+        if node is None or any(isinstance(name, ast.Name) and name.id in local
+                               for name in _reached(node)):
             return None
         return _written(node)
 
@@ -586,21 +733,27 @@ class SourceScopes:
 
 
 class _Replaced(ast.NodeTransformer):
-    """Each name of an expression replaced by the parsed value given for it."""
+    """Each name of an expression replaced by the parsed value given for it, and each call
+    given (by its node's id) by the expression given for it."""
 
-    def __init__(self, values: dict[str, ast.AST | None]) -> None:
+    def __init__(self, values: dict[str, ast.AST | None],
+                 calls: dict[int, ast.AST] | None = None) -> None:
         self.values = values
+        self.calls = calls or {}
 
     def visit_Name(self, node: ast.Name) -> ast.AST:  # noqa: N802 (ast's spelling)
         value = self.values.get(node.id)
         return value.body if isinstance(value, ast.Expression) else node
 
+    def visit_Call(self, node: ast.Call) -> ast.AST:  # noqa: N802 (ast's spelling)
+        return self.calls.get(id(node)) or self.generic_visit(node)
 
-def _reached(node: ast.expr) -> list[ast.Name]:
-    """The names whose values reading an expression follows (_followed): the name it iterates
-    over, a tuple's or list's items', an alternative's (``a if c else b``)."""
+
+def _reached(node: ast.expr) -> list[ast.expr]:
+    """The names and calls whose values reading an expression follows (_followed): the one
+    it iterates over, a tuple's or list's items, an alternative's (``a if c else b``)."""
     node = _iterated(node)
-    if isinstance(node, ast.Name):
+    if isinstance(node, ast.Name | ast.Call):
         return [node]
     if isinstance(node, ast.Tuple | ast.List):
         return [name for element in node.elts for name in _reached(element)]
@@ -711,7 +864,8 @@ def dataloader_origin(expression: str, assigned: Callable[[str], str | None]
     list or tuple literal: ``zip(*loaders), loaders = [DataLoader(a), DataLoader(b)]``. An item
     is read from the collection a name was assigned (_item: ``loaders[0]``, a ``for`` target),
     a call of a function the file defines from what it returns (SourceScopes.assigned: the
-    function of that name seen where it is called, a module's or a nested one), an
+    function of that name seen where it is called, a module's or a nested one, or one a
+    module of the project beside the file defines and it imports: ModuleSources), an
     attribute of a method's receiver from what its class's methods assign it
     (SourceScopes.attribute), a call of a method on it (``self.build_loader()``) from what that
     method of its class returns. The verdict is None when the source does not show it (a
@@ -748,6 +902,10 @@ def _shows_loader_call(expression: str, assigned: Callable[[str], str | None], d
     return any(_shows_loader_call(value, assigned, depth - 1) for value in values if value)
 
 
+#: Characters of what a function another file imports returns, written back, that are shown:
+#: a factory's value is a few DataLoader calls (under 1 KiB), while the calls of a hostile
+#: file, each replaced by what it returns _FOLLOWED deep, could grow as their product.
+_CLOSED_CHARS = 1 << 16
 #: Assignments followed at most from one expression (``a = b``, ``b = c``...): a name assigned
 #: an expression of itself (``a = zip(a, b)``, ``x = x[0]``) is not followed for ever.
 _FOLLOWED = 4
@@ -813,8 +971,9 @@ def _given_name(node: ast.expr) -> str | None:
     ``dl`` of ``dl``, ``self.train_dl`` of ``self.train_dl`` (what the class's methods assign
     it, SourceScopes.attribute), ``make_loader()`` of ``make_loader(cfg)`` (a call of a
     function by its name, not DataLoader nor a builtin: what the function of that name
-    returns), ``self.build_loader()`` of ``self.build_loader(cfg)`` (a call of a method of a
-    name: what that method returns); None else."""
+    returns), ``self.build_loader()`` of ``self.build_loader(cfg)`` and ``data.make()`` of
+    ``data.make(cfg)`` (a call of a method of a name, or of a module's function: what it
+    returns); None else."""
     if isinstance(node, ast.Name):
         return node.id
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
@@ -822,9 +981,18 @@ def _given_name(node: ast.expr) -> str | None:
     called = node.func if isinstance(node, ast.Call) and not _is_loader_call(node) else None
     if isinstance(called, ast.Name) and called.id not in _BUILTINS:
         return f"{called.id}()"
-    if isinstance(called, ast.Attribute) and isinstance(called.value, ast.Name):
-        return f"{called.value.id}.{called.attr}()"
-    return None
+    dotted = _dotted(called) if isinstance(called, ast.Attribute) else None
+    return f"{dotted}()" if dotted is not None else None
+
+
+def _dotted(node: ast.expr) -> str | None:
+    """A name and the attributes after it as written (``pkg.data.make_loader``); None for
+    another expression (``loaders[0].make``)."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return ".".join([node.id, *reversed(parts)]) if isinstance(node, ast.Name) else None
 
 
 #: What an item of a collection is taken from: the one a subscript names (its key or index,

@@ -41,10 +41,17 @@ import pandas as pd
 
 from profreport.concepts import is_training_function
 from profreport.errors import InputError
-from profreport.inputs import MAX_LINE_ENTRIES, open_input, source_lines, source_refusal
+from profreport.inputs import (
+    MAX_LINE_ENTRIES,
+    open_input,
+    shown_source,
+    source_lines,
+    source_refusal,
+)
 from profreport.manifest import MANIFEST_NAME
 from profreport.model import LprofFunction, LprofMeta, Profile, TrainingLoop, conform
 from profreport.pysource import (
+    ModuleSources,
     SourceScopes,
     assigned_value,
     counts_passes,
@@ -290,15 +297,19 @@ _FUNCTION_KEY = ["file", "first_lineno", "function"]
 
 
 class _Scopes(dict[str, SourceScopes | None]):
-    """The parsed scopes of each shown source file, parsed when first asked for."""
+    """The parsed scopes of each shown source file, parsed when first asked for, and of the
+    modules they import, read where they may be shown (``roots``, inputs.shown_source)."""
 
-    def __init__(self, sources: dict[str, list[str] | None]) -> None:
+    def __init__(self, sources: dict[str, list[str] | None], paths: dict[str, Path | None],
+                 roots: list[Path], owner: Path) -> None:
         super().__init__()
         self.sources = sources
+        self.paths = paths
+        self.modules = ModuleSources(partial(shown_source, roots=roots, owner=owner))
 
     def __missing__(self, file: str) -> SourceScopes | None:
         source = self.sources.get(file)
-        self[file] = SourceScopes(source) if source else None
+        self[file] = SourceScopes(source, self.paths.get(file), self.modules) if source else None
         return self[file]
 
 
@@ -650,7 +661,8 @@ def parse(path: Path, *, source_root: Path | None = None) -> Profile:
                                source_path=None if located[file][0] is None
                                else str(located[file][0]), source_note=located[file][1])
                  for file, first, name in sorted(timings)]
-    scopes = _Scopes(sources)
+    scopes = _Scopes(sources, {file: where for file, (where, _) in located.items()},
+                     source_roots(path, source_root), path)
     frame = _lines_table(timings, unit, sources, scopes)
     loop = training_loop(frame, scopes)
     loader_knobs, loader_calls = _loader_knobs(scopes)

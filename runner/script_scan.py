@@ -13,6 +13,7 @@ from functools import partial
 from pathlib import Path
 
 from profreport import pysource
+from profreport.inputs import shown_source
 from profreport.text import python_lines
 
 #: Calls that mean the script records its own torch.profiler traces.
@@ -111,12 +112,13 @@ def has_bare_profile_decorator(tree: ast.Module) -> bool:
                for decorator in node.decorator_list)
 
 
-def loader_loop_line(tree: ast.Module, lines: list[str]) -> int | None:
+def loader_loop_line(tree: ast.Module, lines: list[str], path: Path) -> int | None:
     """Line number of a top-level ``for`` loop over a DataLoader, by the rule the .lprof parser
     reads a loop with (pysource.iterates_dataloader): ``for x, y in train_loader:``, or over a
-    name the module assigns one before the loop (``dl = DataLoader(ds)``, ``for b in dl:``);
-    else None."""
-    scopes = pysource.SourceScopes(lines)
+    name the module assigns one before the loop (``dl = DataLoader(ds)``, ``for b in dl:``),
+    the modules it imports read from the script's folder (``path``'s) alone; else None."""
+    scopes = pysource.SourceScopes(lines, path, pysource.ModuleSources(
+        partial(shown_source, roots=[path.parent], owner=path)))
     for node in tree.body:
         if isinstance(node, ast.For | ast.AsyncFor) and pysource.iterates_dataloader(
                 node, partial(scopes.module_assigned, node.lineno)):
@@ -145,7 +147,8 @@ def scan_script(path: Path) -> ScriptFacts:
     drives, folders = profiler_facts(tree)
     return ScriptFacts(drives_torch_profiler=drives, trace_dirs=folders,
                        has_profile_decorator=has_bare_profile_decorator(tree),
-                       module_level_loader_line=loader_loop_line(tree, python_lines(source)),
+                       module_level_loader_line=loader_loop_line(
+                           tree, python_lines(source), path.absolute()),
                        options=argparse_options(tree))
 
 

@@ -1749,6 +1749,35 @@ def test_a_loop_over_a_name_is_a_dataloader_loop_by_its_assignment_first(
     assert (loop.evidence, loop.named_by) == ("source", None)
 
 
+def test_a_loop_over_a_factory_of_a_module_beside_the_source_reads_that_module(
+        tmp_path: Path) -> None:
+    """``from data import make_loader``, ``train_loader = make_loader(path)``, then ``for x, y
+    in train_loader:``: the call's result was not read, so the loop was a DataLoader loop by
+    its name alone (evidence ``name``) whatever data.py returned. data.py beside the profiled
+    source is read as text (never run: it would leave ``ran``): returning a DataLoader, the
+    evidence is the source; returning a file, no DataLoader loop (hit counts tell). A data.py
+    reached through a link leading out of the folders sources are read from is not read."""
+    lines = [(4, 1, 10_000), (5, 21, 90_000_000), (6, 20, 10_000_000)]
+    source = ("from data import make_loader\n\n"
+              "def fit(model, path):\n"
+              "    train_loader = make_loader(path)\n"
+              "    for x, y in train_loader:\n"
+              "        step(model, x, y)\n")
+    ran = "import pathlib\npathlib.Path(__file__).with_name('ran').touch()\n"
+    for name, returned, evidence in (("built", "DataLoader(path, batch_size=8)", "source"),
+                                     ("opened", "open(path)", "hit counts")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "data.py").write_text(
+            f"{ran}\n\ndef make_loader(path):\n    return {returned}\n")
+        _, loop = profiled_beside(tmp_path / name / "fit.py", source, lines, "fit", 3)
+        assert (loop.lineno, loop.evidence) == (5, evidence), name
+        assert not (tmp_path / name / "ran").exists()
+    (tmp_path / "linked").mkdir()
+    (tmp_path / "linked" / "data.py").symlink_to(tmp_path / "opened" / "data.py")
+    _, loop = profiled_beside(tmp_path / "linked" / "fit.py", source, lines, "fit", 3)
+    assert (loop.evidence, loop.named_by) == ("name", "train_loader")
+
+
 def test_a_loop_over_an_item_of_a_comprehension_of_dataloaders_is_the_dataloader_loop(
         tmp_path: Path) -> None:
     """kernprof of ``loaders = [DataLoader(ds, batch_size=64) for ds in sets]``, then ``for

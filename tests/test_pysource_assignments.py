@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from functools import partial
+from pathlib import Path
+
 from profreport import pysource
+from profreport.inputs import shown_source
 
 
 def test_an_assignment_wins_over_a_name_that_says_it_holds_a_loader() -> None:
@@ -369,3 +373,120 @@ def test_a_loader_a_method_returns_is_followed_into_it() -> None:
     assert origin(fit + 8) == ("self.inherited_loader()", False)
     assert origin(fit + 10) == ("self.open_log(), self.open_log() = open(self.cfg.log)", False)
     assert scopes.returned("build_loader") == "open(split)"
+
+
+IMPORTING = """\
+import data
+from data import make_loader, open_log
+from loaders.build import build_loaders
+from absent import make_loader as absent_loader
+from ..outside import make_loader as outside_loader
+from linked import make_loader as linked_loader
+from cyc_a import make_loader as ring
+
+
+def _loader(cfg, shuffle):
+    return open(cfg.path)
+
+
+def main(cfg):
+    dl = make_loader(cfg)
+    for x, y in dl:
+        pass
+    for x, y in data.make_loader(cfg):
+        pass
+    train_loader = open_log(cfg)
+    for line in train_loader:
+        pass
+    train, val = build_loaders(cfg)
+    for x, y in train:
+        pass
+    test_loader = absent_loader(cfg)
+    for x, y in test_loader:
+        pass
+    val_loader = outside_loader(cfg)
+    for x, y in val_loader:
+        pass
+    eval_loader = linked_loader(cfg)
+    for x, y in eval_loader:
+        pass
+    ring_loader = ring(cfg)
+    for x, y in ring_loader:
+        pass
+"""
+
+#: The modules of the project IMPORTING reads, beside it; each would leave a file ``ran``
+#: if it were run.
+PROJECT = {
+    "data.py": "import pathlib\npathlib.Path(__file__).with_name('ran').touch()\n"
+               "from torch.utils.data import DataLoader\n\n\n"
+               "def make_loader(cfg):\n    return _loader(cfg, shuffle=True)\n\n\n"
+               "def _loader(cfg, shuffle):\n"
+               "    return DataLoader(dataset(cfg), batch_size=cfg.bs, shuffle=shuffle,\n"
+               "                      num_workers=6, pin_memory=True)\n\n\n"
+               "def open_log(cfg):\n    return open(cfg.log)\n",
+    "loaders/__init__.py": "",
+    "loaders/build.py": "from .common import pair\n\n\n"
+                        "def build_loaders(cfg):\n    return pair(cfg)\n",
+    "loaders/common.py": "from torch.utils.data import DataLoader\n\n\n"
+                         "def pair(cfg):\n"
+                         "    train = DataLoader(cfg.train, batch_size=64, num_workers=2)\n"
+                         "    return train, DataLoader(cfg.val, batch_size=64)\n",
+    "cyc_a.py": "from cyc_b import make_loader\n",
+    "cyc_b.py": "from cyc_a import make_loader\n",
+}
+
+
+def test_a_factory_imported_from_a_module_beside_the_script_is_followed_into_it(
+        tmp_path: Path) -> None:
+    """``from data import make_loader`` (or ``import data``, ``data.make_loader(cfg)``), where
+    the project's data.py returns a DataLoader: an imported name's call was never followed, so
+    ``dl = make_loader(cfg)`` read as no DataLoader (a call, no name saying so), ``train_loader
+    = open_log(cfg)`` (a file) as one by its name and ``train, val = build_loaders(cfg)``
+    unknown. The module's file is found where Python would look beside the script (a package's
+    module, a relative import from it) and read as text, never run; what its function returns
+    is read there (its own ``_loader``, not the script's). A module not shown (absent, outside
+    the project folder, through a link leading out of it, a cycle of imports) leaves the name
+    to tell, as before, and named_only says so."""
+    project = tmp_path / "project"
+    for name, text in PROJECT.items():
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(text)
+    outside = "def make_loader(cfg):\n    return open('/etc/passwd')\n"
+    (tmp_path / "outside.py").write_text(outside)
+    (project / "linked.py").symlink_to(tmp_path / "outside.py")
+    script = project / "train.py"
+    script.write_text(IMPORTING)
+    source = IMPORTING.splitlines()
+    scopes = pysource.SourceScopes(source, script, pysource.ModuleSources(
+        partial(shown_source, roots=[project], owner=script)))
+    main = source.index("def main(cfg):") + 1
+
+    def origin(lineno: int) -> tuple[str | None, bool | None]:
+        """dataloader_origin of the loop at ``lineno``."""
+        return loop_origin(source, scopes, main, lineno)
+
+    def named(lineno: int) -> bool:
+        """Whether the loop at ``lineno`` is a DataLoader loop on its name alone."""
+        return pysource.named_only(pysource.loop_iterable(source[lineno - 1]) or "",
+                                   lambda name: scopes.assigned(main, lineno, name))
+
+    made = ("DataLoader(dataset(cfg), batch_size=cfg.bs, shuffle=shuffle, num_workers=6, "
+            "pin_memory=True)")
+    assert origin(main + 2) == (f"make_loader(cfg), make_loader() = {made}", True)
+    assert not named(main + 2)
+    assert origin(main + 4) == (f"data.make_loader(cfg), data.make_loader() = {made}", True)
+    assert origin(main + 7) == ("open_log(cfg), open_log() = open(cfg.log)", False)
+    assert origin(main + 10) == (
+        "build_loaders(cfg)[0], build_loaders() = (DataLoader(cfg.train, batch_size=64, "
+        "num_workers=2), DataLoader(cfg.val, batch_size=64))", True)
+    assert not named(main + 10)
+    for lineno, call in ((main + 13, "absent_loader"), (main + 16, "outside_loader"),
+                         (main + 19, "linked_loader"), (main + 22, "ring")):
+        assert origin(lineno) == (f"{call}(cfg)", True), call
+        assert named(lineno), call
+    assert not (project / "ran").exists()
+    # Without the project's modules an import shows nothing, as before.
+    alone = pysource.SourceScopes(source)
+    assert pysource.dataloader_origin(
+        "dl", lambda name: alone.assigned(main, main + 2, name)) == ("make_loader(cfg)", False)

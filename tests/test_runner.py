@@ -258,6 +258,30 @@ def test_a_module_level_loop_over_a_name_assigned_a_dataloader_is_detected(tmp_p
     assert scan_script(config).module_level_loader_line is None
 
 
+def test_a_module_level_loop_over_a_factory_of_a_module_beside_the_script_is_detected(
+        tmp_path: Path) -> None:
+    """``from data import make_loader``, ``dl = make_loader(8)``, ``for x, y in dl:`` at module
+    level, data.py beside the script returning a DataLoader: the call's result was not read,
+    so ``dl`` was no DataLoader and no note said the loop sits where line_profiler records
+    nothing. data.py is read as text from the script's folder (never run: it would leave
+    ``ran``); a module outside that folder is not read."""
+    (tmp_path / "data.py").write_text(
+        "import pathlib\npathlib.Path(__file__).with_name('ran').touch()\n"
+        "from torch.utils.data import DataLoader\n\n\n"
+        "def make_loader(bs):\n    return DataLoader(range(64), batch_size=bs)\n")
+    script = tmp_path / "train.py"
+    script.write_text("from data import make_loader\ndl = make_loader(8)\n"
+                      "for x, y in dl:\n    step(x, y)\n")
+    assert scan_script(script).module_level_loader_line == 3
+    nested = tmp_path / "sub" / "train.py"
+    nested.parent.mkdir()
+    (nested.parent / "__init__.py").write_text("")  # a package: Python would look above it
+    nested.write_text("from data import make_loader\ndl = make_loader(8)\n"
+                      "for x, y in dl:\n    step(x, y)\n")
+    assert scan_script(nested).module_level_loader_line is None
+    assert not (tmp_path / "ran").exists()
+
+
 def test_emit_slurm_scripts_pass_bash_syntax_check(tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """One sbatch script per variant plus submit_all.sh, all valid bash: absolute interpreter,
