@@ -490,3 +490,24 @@ def test_a_factory_imported_from_a_module_beside_the_script_is_followed_into_it(
     alone = pysource.SourceScopes(source)
     assert pysource.dataloader_origin(
         "dl", lambda name: alone.assigned(main, main + 2, name)) == ("make_loader(cfg)", False)
+
+
+def test_what_an_imported_function_returns_is_shown_up_to_a_size(tmp_path: Path) -> None:
+    """A module whose functions each return 30 calls of the next, the last 30 DataLoaders:
+    what the first returns, each call replaced by what it returns, is 30^4 calls (12 MB
+    written back, a hostile file's product). It passes _CLOSED_CHARS, so it is not shown: the
+    call's result is unknown, as where the module is not shown at all."""
+    def returning(name: str, call: str) -> str:
+        """A function ``name`` returning a tuple of 30 calls ``call``."""
+        return f"def {name}(x):\n    return ({', '.join([call] * 30)})\n\n\n"
+
+    (tmp_path / "data.py").write_text(
+        returning("make_loader", "f(x)") + returning("f", "g(x)") + returning("g", "h(x)")
+        + returning("h", "DataLoader(x)"))
+    script = tmp_path / "train.py"
+    script.write_text("from data import make_loader, h\n")
+    scopes = pysource.SourceScopes(script.read_text().splitlines(), script,
+                                   pysource.ModuleSources(partial(shown_source,
+                                                                  roots=[tmp_path])))
+    assert scopes.module_assigned(2, "make_loader()") is None
+    assert scopes.module_assigned(2, "h()") == f"({', '.join(['DataLoader(x)'] * 30)})"
