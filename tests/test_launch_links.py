@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from profreport.parsers import parse_file
 from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+from profreport.reports.analysis.launches import unlinked
 from profreport.reports.render.html import render_html
 from profreport.reports.render.json import render_json
 from profreport.reports.render.markdown import render_markdown
@@ -160,3 +162,35 @@ def test_optimizer_kernels_without_correlation_ids_are_unknown(tmp_path: Path) -
     data = json.loads(render_json(report))["runs"][0]
     assert data["metrics"]["kernel_mix"]["launches_unknown"] == why
     assert evidence in [e["text"] for f in data["findings"] for e in f["evidence"]]
+
+
+def test_optimizer_kernels_without_runtime_calls_are_unknown(tmp_path: Path) -> None:
+    """The optimizer trace with its kernels correlated but no ``cuda_runtime`` event at all (a
+    trace that recorded the GPU's activity, not the calls that launched it): nothing links a
+    kernel to the SGD step's span, which read '0 kernels per step' and raised no finding. Now
+    the count is unknown, because no runtime call was recorded."""
+    path = _optimizer_trace(tmp_path / "no_runtime.pt.trace.json", True)
+    trace = json.loads(path.read_text())
+    trace["traceEvents"] = [e for e in trace["traceEvents"] if e["cat"] != "cuda_runtime"]
+    path.write_text(json.dumps(trace))
+    run = analyze_paths([path], AnalyzeOptions()).runs[0]
+    mix = run.metrics.kernel_mix
+    why = ("the torch.profiler profile records no runtime calls, the calls that launched its "
+           "kernels")
+    assert (mix.optimizer_kernels_per_step, mix.launches_unknown) == (None, why)
+    found = {f.id: f for f in run.findings}
+    assert "OPTIMIZER_NOT_FUSED" not in found
+    assert found["LAUNCH_LINKS_UNKNOWN"].evidence[0].text.endswith(f"unknown, {why}")
+
+
+def test_an_nsys_export_without_its_runtime_table_says_the_kernels_launches_are_unknown(
+        tmp_path: Path) -> None:
+    """An nsys export of kernels with no CUPTI_ACTIVITY_KIND_RUNTIME table (traced without the
+    CUDA API): which call launched each kernel is unknown, said with why."""
+    path = _blocking_copy_export(tmp_path / "no_runtime.sqlite")
+    with sqlite3.connect(path) as conn:
+        conn.execute("DROP TABLE CUPTI_ACTIVITY_KIND_RUNTIME")
+    profile = parse_file(path)
+    assert unlinked(profile, "kernels") == (
+        "the Nsight Systems profile records no runtime calls, the calls that launched its "
+        "kernels")

@@ -30,9 +30,14 @@ def unlinked(profile: Profile, table: str) -> str | None:
     """Why which runtime call launched each row of GPU table ``table`` is unknown: the table's
     rows, or the runtime calls, record no correlation id (an nsys table without correlationId,
     Kineto events without ``args.correlation`` or an ``ac2g`` flow), the evidence that links a
-    launch call to its work; None when some do, or the table has no rows."""
+    launch call to its work, or the profile records no runtime call at all (an nsys export
+    without its runtime table, a trace without ``cuda_runtime`` events); None when some do, or
+    the table has no rows."""
     if profile.table(table).empty:
         return None
+    if profile.table("runtime").empty:
+        return (f"the {origin_label(profile.kind)} profile records no runtime calls, the calls "
+                f"that launched its {_ROWS[table]}")
     for name in ("runtime", table):
         ids = profile.table(name)["correlation"].to_numpy()
         if len(ids) and int(ids.max()) < 0:
