@@ -80,6 +80,10 @@ SourceKind = Literal["nsys", "kineto", "lprof"]
 #: categoricals of those ids (:func:`id_categorical`): read a few rows' with :func:`ids_at`, not
 #: the whole column.
 ID_COLUMNS = frozenset({"device", "stream", "correlation", "pid", "tid"})
+#: CUPTI numbers correlation ids per process, from 1 and below this: where one export holds
+#: several processes' runtime calls, the nsys parser qualifies each id by its process above it
+#: (index * PROCESS_CORRELATIONS + id), so ids of one process share their high bits.
+PROCESS_CORRELATIONS = 1 << 32
 #: The signed dtypes an id column may take, narrowest first.
 _ID_DTYPES = (np.int8, np.int16, np.int32, np.int64)
 

@@ -41,6 +41,7 @@ from profreport.executors import cpu_share
 from profreport.inputs import EVENT_TIMES
 from profreport.model import (
     ID_COLUMNS,
+    PROCESS_CORRELATIONS,
     TABLE_SCHEMAS,
     NsysMeta,
     Profile,
@@ -692,11 +693,10 @@ _ChunkReduce = Callable[[dict[str, np.ndarray], dict[str, np.ndarray], dict[str,
 
 # CUPTI numbers correlation ids per process, from 1 and below 2**32, so two processes traced in
 # one capture reuse them. When more than one process made runtime calls, each id is qualified
-# by its process in every table, index * _PROCESS_CORRELATIONS + id, the index being the
+# by its process in every table, index * PROCESS_CORRELATIONS + id, the index being the
 # process's place among those that made runtime calls (a process, host and VM bits included,
 # takes 40 bits: too many to stand beside the id itself): a join on correlation ids then never
-# pairs one process's launch with another's GPU work.
-_PROCESS_CORRELATIONS = 1 << 32
+# pairs one process's launch with another's GPU work (model.PROCESS_CORRELATIONS).
 
 
 def _qualified(correlation: np.ndarray, pids: np.ndarray, launching: np.ndarray) -> np.ndarray:
@@ -705,7 +705,7 @@ def _qualified(correlation: np.ndarray, pids: np.ndarray, launching: np.ndarray)
     takes the index after them, whose ids no runtime call holds."""
     index = np.searchsorted(launching, pids).astype(np.int64)
     index[launching[np.minimum(index, len(launching) - 1)] != pids] = len(launching)
-    return np.where(correlation < 0, -1, index * _PROCESS_CORRELATIONS + correlation)
+    return np.where(correlation < 0, -1, index * PROCESS_CORRELATIONS + correlation)
 
 
 def _process_column(export: _Export, table: str) -> list[str]:

@@ -153,8 +153,7 @@ def test_optimizer_kernels_without_correlation_ids_are_unknown(tmp_path: Path) -
     assert (mix.optimizer_kernels_per_step, mix.launches_unknown) == (None, why)
     found = {f.id: f for f in report.runs[0].findings}
     assert "OPTIMIZER_NOT_FUSED" not in found
-    evidence = ("kernels launched inside the optimizer step and zero_grad() (OPTIMIZER_NOT_FUSED, "
-                f"ZERO_GRAD_NOT_NONE): unknown, {why}")
+    evidence = f"kernels launched inside each optimizer step (OPTIMIZER_NOT_FUSED): unknown, {why}"
     assert [e.text for e in found["LAUNCH_LINKS_UNKNOWN"].evidence] == [evidence]
     markdown = render_markdown(report)
     assert f"| Optimizer (SGD) kernels per step | unknown: {why} |" in markdown
@@ -194,3 +193,82 @@ def test_an_nsys_export_without_its_runtime_table_says_the_kernels_launches_are_
     assert unlinked(profile, "kernels") == (
         "the Nsight Systems profile records no runtime calls, the calls that launched its "
         "kernels")
+
+
+def _partly_correlated_trace(path: Path, linked: int) -> Path:
+    """The optimizer trace whose SGD steps launch 60 kernels each, of which only the first
+    ``linked`` kernels (and their launch calls) record their correlation id."""
+    trace = json.loads(_optimizer_trace(path, True).read_text())
+    kernels = [e for e in trace["traceEvents"] if e["cat"] == "kernel"]
+    calls = [e for e in trace["traceEvents"] if e["cat"] == "cuda_runtime"]
+    for n, (call, kernel) in enumerate(zip(calls, kernels, strict=True)):
+        if n % 60 >= linked:
+            del call["args"]["correlation"], kernel["args"]["correlation"]
+    path.write_text(json.dumps(trace))
+    return path
+
+
+def test_an_optimizer_count_short_of_the_verdict_with_unlinked_kernels_is_unknown(
+        tmp_path: Path) -> None:
+    """40 of the 60 kernels of each SGD step are linked to their launch calls: the count read
+    40 per step, under OPTIMIZER_KERNELS_MANY (50), and no finding, though the 20 kernels per
+    step with no launch call may be the optimizer's too. Now it is a lower bound, the 20
+    unlinked ones per step said, and since they could reach the verdict, the count is said
+    to be unknown in LAUNCH_LINKS_UNKNOWN and every renderer."""
+    report = analyze_paths([_partly_correlated_trace(tmp_path / "partial.pt.trace.json", 40)],
+                           AnalyzeOptions())
+    mix = report.runs[0].metrics.kernel_mix
+    why = ("the torch.profiler profile records no launch call for 60 of its 180 kernels that "
+           "may have been launched after an optimizer step began (60 with no correlation id, "
+           "0 with one that no recorded runtime call carries)")
+    assert (mix.optimizer_kernels_per_step, mix.optimizer_unlinked_per_step,
+            mix.optimizer_unknown) == (40, 20, why)
+    found = {f.id: f for f in report.runs[0].findings}
+    assert "OPTIMIZER_NOT_FUSED" not in found
+    evidence = ("kernels launched inside each optimizer step (OPTIMIZER_NOT_FUSED): unknown, "
+                f"between 40 and 60 per step, {why}")
+    assert [e.text for e in found["LAUNCH_LINKS_UNKNOWN"].evidence] == [evidence]
+    markdown = render_markdown(report)
+    assert ("| Optimizer (SGD) kernels per step | at least 40 (one kernel per tensor); 20 more "
+            f"per step may be: {why} |") in markdown
+    assert evidence in render_html(report)
+    data = json.loads(render_json(report))["runs"][0]
+    assert data["metrics"]["kernel_mix"]["optimizer_unlinked_kernels_per_step"] == 20
+
+
+def test_an_optimizer_count_past_the_verdict_with_unlinked_kernels_is_a_lower_bound(
+        tmp_path: Path) -> None:
+    """55 of the 60 kernels linked: 55 per step already makes OPTIMIZER_NOT_FUSED, whatever the
+    5 unlinked ones are: the finding says 'at least' and why, and nothing is unknown."""
+    run = analyze_paths([_partly_correlated_trace(tmp_path / "partial.pt.trace.json", 55)],
+                        AnalyzeOptions()).runs[0]
+    found = {f.id: f for f in run.findings}
+    assert "LAUNCH_LINKS_UNKNOWN" not in found
+    texts = [e.text for e in found["OPTIMIZER_NOT_FUSED"].evidence]
+    assert texts[0].startswith("at least 55 kernels launched inside each optimizer step")
+    why = run.metrics.kernel_mix.optimizer_unknown
+    assert texts[1] == f"kernels whose launch is unknown: {why}"
+    assert "at least 55 kernels per step" in found["OPTIMIZER_NOT_FUSED"].title
+
+
+def test_blocking_copies_some_without_correlation_ids_are_unknown(tmp_path: Path) -> None:
+    """The blocking-copy export whose last two steps' copies have a NULL correlationId (an nsys
+    table with the column, some rows without a value): only the first two steps' copy calls
+    were judged blocking, the other two silently not. Now those are said to be unjudged,
+    with how many copies lack the link."""
+    path = _blocking_copy_export(tmp_path / "partial.sqlite")
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET correlationId = NULL "
+                      "WHERE start >= 200000000")
+    run = analyze_paths([path], AnalyzeOptions()).runs[0]
+    syncs = run.metrics.syncs
+    assert [(c.name, c.calls_per_step) for c in syncs.calls] == [
+        ("cudaMemcpyAsync DtoH to pageable", 0.5)]
+    assert syncs.copies_unknown == (
+        "the copy calls that block only when their copy goes device-to-host into pageable "
+        "memory (cudaMemcpyAsync), 0.5 per step, cannot be judged: the Nsight Systems profile "
+        "records no launch call for 2 of its 4 copies that may have been launched in or after "
+        "the steps, device-to-host or of unrecorded direction into pageable or unrecorded "
+        "memory (2 with no correlation id, 0 with one that no recorded runtime call carries)")
+    stall = next(f for f in run.findings if f.id == "SYNC_STALL")
+    assert stall.evidence[-1].text.endswith(syncs.copies_unknown)

@@ -8,6 +8,7 @@ memsets are their own categories.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -26,8 +27,10 @@ from profreport.reports.analysis.kept import (
 )
 from profreport.reports.analysis.launches import (
     GPU_TABLES,
+    launch_calls,
     launch_pairs,
     launch_steps,
+    may_be_launched_after,
     unlinked,
 )
 from profreport.reports.analysis.results import (
@@ -492,14 +495,47 @@ def launched_in_steps(profile: Profile, table: str, rows: np.ndarray,
     return int((rows & (launch_steps(profile, table, windows) >= 0)).sum())
 
 
-def zero_grad_work_per_step(profile: Profile, windows: StepWindows | None) -> float | None:
-    """Kernels and memsets launched inside ``optimizer.zero_grad()`` spans, per step; None
-    without such spans or steps. ``set_to_none=True`` frees the gradients and launches none."""
-    spans = iv.union_of([spans_where(profile, concepts.is_zero_grad_span)])
-    if windows is None or not len(spans):
-        return None
-    return sum(launched_in_steps(profile, table, launched_in(profile, spans, table), windows)
-               for table in ("kernels", "memset")) / windows.count
+@dataclass(frozen=True)
+class SpanLaunches:
+    """The GPU rows launched inside some CPU spans within the step windows, per step."""
+
+    #: Rows launched inside the spans per step; None when no row is linked to a launch call
+    #: at all (see ``why``), or there are no such spans or steps.
+    per_step: float | None
+    #: Rows per step linked to no launch call that may have been launched after the first such
+    #: span inside the windows began, so inside one: ``per_step`` is then a lower bound; None
+    #: when there are none.
+    unlinked_per_step: float | None = None
+    #: Why some rows' launch calls are unknown (launches.unlinked); None when every one's is.
+    why: str | None = None
+
+
+def launched_in_spans(profile: Profile, spans: pd.DataFrame, windows: StepWindows | None,
+                      tables: tuple[str, ...], which: str) -> SpanLaunches:
+    """The rows of ``tables`` launched inside ``spans`` within the step windows, per step, with
+    the rows that may have been launched there but are linked to no launch call: those that may
+    have been launched after the first span inside the windows began
+    (launches.may_be_launched_after; ``which`` says so in the reason)."""
+    union = iv.union_of([spans])
+    if windows is None or not len(union):
+        return SpanLaunches(None)
+    inside = iv.intersect(union, windows.windows())
+    count = unlinked_rows = 0
+    why, linked = [], False
+    for table in tables:
+        calls = launch_calls(profile, table)
+        linked |= bool((calls >= 0).any())
+        count += launched_in_steps(profile, table, launched_in(profile, union, table), windows)
+        if not len(inside):
+            continue
+        later = may_be_launched_after(profile, table, int(inside.starts[0]))
+        reason = unlinked(profile, table, later, which)
+        if reason is not None:
+            why.append(reason)
+            unlinked_rows += int(later.sum())
+    return SpanLaunches(count / windows.count if linked or not why else None,
+                        unlinked_rows / windows.count if why else None,
+                        "; ".join(why) if why else None)
 
 
 def ns_by_name(table: pd.DataFrame, rows: np.ndarray, codes: np.ndarray,
@@ -534,14 +570,11 @@ def kernel_mix(profile: Profile, windows: StepWindows | None) -> KernelMix | Non
     optimizer = iv.union_of([spans])
     in_optimizer = launched_in(profile, optimizer) if len(optimizer) else None
     classes = [c for c in map(concepts.optimizer_class, spans["name"].unique()) if c]
-    per_step = zero_grad = unknown = None
-    if windows is not None:
-        zero_grad = zero_grad_work_per_step(profile, windows)
-        if in_optimizer is not None:
-            per_step = launched_in_steps(profile, "kernels", in_optimizer, windows) / windows.count
-        unknown = unlinked(profile, "kernels") if (per_step, zero_grad) != (None, None) else None
-    if unknown is not None:
-        per_step = zero_grad = None
+    step = launched_in_spans(profile, spans, windows, ("kernels",),
+                             "that may have been launched after an optimizer step began")
+    zero_grad = launched_in_spans(profile, spans_where(profile, concepts.is_zero_grad_span),
+                                  windows, ("kernels", "memset"),
+                                  "that may have been launched after a zero_grad() began")
     pool = in_optimizer if in_optimizer is not None and in_optimizer.any() else compute
     present = np.zeros(len(distinct) + 1, dtype=bool)  # the last: kernels without a name
     present[codes[pool]] = True
@@ -550,10 +583,12 @@ def kernel_mix(profile: Profile, windows: StepWindows | None) -> KernelMix | Non
         reduced_precision_fraction=share(concepts.is_reduced_precision_kernel),
         layout_conversion_fraction=share(concepts.is_layout_conversion_kernel),
         elementwise_fraction=share(concepts.is_elementwise_kernel),
-        optimizer_kernels_per_step=per_step,
+        optimizer_kernels_per_step=step.per_step,
         fused_optimizer=bool(concepts.is_fused_optimizer_kernel(distinct[present[:-1]]).any()),
         optimizer_name=classes[0] if classes else None,
-        zero_grad_work_per_step=zero_grad, launches_unknown=unknown)
+        zero_grad_work_per_step=zero_grad.per_step, optimizer_unknown=step.why,
+        optimizer_unlinked_per_step=step.unlinked_per_step, zero_grad_unknown=zero_grad.why,
+        zero_grad_unlinked_per_step=zero_grad.unlinked_per_step)
 
 
 def max_devices_per_process(profile: Profile, windows: StepWindows | None = None) -> int:

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from profreport.executors import cpu_share
-from profreport.model import Profile, narrowest_int, position_dtype
+from profreport.model import PROCESS_CORRELATIONS, Profile, narrowest_int, position_dtype
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.kept import per_profile
 from profreport.reports.analysis.results import origin_label
@@ -26,25 +26,70 @@ _ROWS = {"runtime": "runtime calls", "kernels": "kernels", "memcpy": "copies",
          "memset": "memsets"}
 
 
-def unlinked(profile: Profile, table: str) -> str | None:
-    """Why which runtime call launched each row of GPU table ``table`` is unknown: the table's
-    rows, or the runtime calls, record no correlation id (an nsys table without correlationId,
-    Kineto events without ``args.correlation`` or an ``ac2g`` flow), the evidence that links a
-    launch call to its work, or the profile records no runtime call at all (an nsys export
-    without its runtime table, a trace without ``cuda_runtime`` events); None when some do, or
-    the table has no rows."""
-    if profile.table(table).empty:
+def unlinked(profile: Profile, table: str, rows: np.ndarray | None = None,
+             which: str = "") -> str | None:
+    """Why which runtime call launched the ``rows`` (a mask; all by default) of GPU table
+    ``table`` is unknown: the table's rows, or the runtime calls, record no correlation id (an
+    nsys table without correlationId, Kineto events without ``args.correlation`` or an
+    ``ac2g`` flow), the evidence that links a launch call to its work, or the profile records
+    no runtime call at all (an nsys export without its runtime table, a trace without
+    ``cuda_runtime`` events); else how many of the rows (``which`` says what they are) no
+    launch call is linked to, those without an id apart from those whose id no recorded call
+    carries. None when each row has its launch call, or there are no rows."""
+    chosen = np.ones(len(profile.table(table)), dtype=bool) if rows is None else rows
+    if not chosen.any():
         return None
+    origin = origin_label(profile.kind)
     if profile.table("runtime").empty:
-        return (f"the {origin_label(profile.kind)} profile records no runtime calls, the calls "
-                f"that launched its {_ROWS[table]}")
+        return (f"the {origin} profile records no runtime calls, the calls that launched its "
+                f"{_ROWS[table]}")
     for name in ("runtime", table):
         ids = profile.table(name)["correlation"].to_numpy()
         if len(ids) and int(ids.max()) < 0:
-            return (f"the {origin_label(profile.kind)} profile records no correlation id on its "
-                    f"{_ROWS[name]}, the evidence that links each launch call to the "
-                    f"{_ROWS[table]} it launched")
-    return None
+            return (f"the {origin} profile records no correlation id on its {_ROWS[name]}, the "
+                    f"evidence that links each launch call to the {_ROWS[table]} it launched")
+    missing = chosen & (launch_calls(profile, table) < 0)
+    count = int(missing.sum())
+    if not count:
+        return None
+    no_id = int((missing & (_ids_of(profile, table) < 0)).sum())
+    return (f"the {origin} profile records no launch call for {count:,} of its "
+            f"{len(missing):,} {_ROWS[table]}{f' {which}' if which else ''} ({no_id:,} with no "
+            f"correlation id, {count - no_id:,} with one that no recorded runtime call carries)")
+
+
+def unlinked_launched_by(profile: Profile, table: str) -> tuple[np.ndarray, np.ndarray]:
+    """The rows (positions) of GPU table ``table`` linked to no launch call, and the latest
+    time each can have been launched: its own start (work starts after its launch), or, where
+    earlier, the start of the recorded runtime call with the next larger correlation id of
+    the same process (CUPTI counts the ids up as the calls are made, so that call began after
+    the row's own launch call: work whose id lies below every recorded call's was launched
+    before the profile recorded any)."""
+    rows = np.flatnonzero(launch_calls(profile, table) < 0)
+    latest = profile.table(table)["start"].to_numpy(np.int64)[rows]
+    keys = _ids_of(profile, table)[rows].astype(np.int64)
+    runtime = profile.table("runtime")
+    ids = runtime["correlation"].to_numpy().astype(np.int64)
+    known = keys >= 0
+    if not known.any() or not len(ids):
+        return rows, latest
+    order = np.argsort(ids, kind="stable")
+    at = np.searchsorted(ids[order], keys[known], side="right")
+    later = at < len(ids)
+    call = order[np.minimum(at, len(ids) - 1)]
+    later &= ids[call] // PROCESS_CORRELATIONS == keys[known] // PROCESS_CORRELATIONS
+    bound = np.where(later, runtime["start"].to_numpy(np.int64)[call], latest[known])
+    latest[known] = np.minimum(latest[known], bound)
+    return rows, latest
+
+
+def may_be_launched_after(profile: Profile, table: str, time: int) -> np.ndarray:
+    """Which rows of GPU table ``table`` are linked to no launch call and may have been
+    launched at or after ``time`` (see :func:`unlinked_launched_by`): a mask."""
+    rows, latest = unlinked_launched_by(profile, table)
+    mask = np.zeros(len(profile.table(table)), dtype=bool)
+    mask[rows[latest >= time]] = True
+    return mask
 
 
 def _by_correlation(profile: Profile) -> tuple[np.ndarray, np.ndarray]:
@@ -82,17 +127,32 @@ def _launch_index(profile: Profile
     slots = _slots_by_id(ids, dtype)
     if slots is not None:
         low, row_of = slots
-        return {name: _looked_up(profile.table(name)["correlation"].to_numpy(), low, row_of)
+        return {name: _known(profile, name, _looked_up(_ids_of(profile, name), low, row_of))
                 for name in GPU_TABLES}, None
     rising = _rising_ids(ids)
     if rising is not None:
-        return {name: _found_rising(profile.table(name)["correlation"].to_numpy(), ids,
-                                    *rising, dtype) for name in GPU_TABLES}, None
+        return {name: _known(profile, name, _found_rising(_ids_of(profile, name), ids, *rising,
+                                                          dtype)) for name in GPU_TABLES}, None
     order, ordered = _by_correlation(profile)
     unique = bool((ordered[1:] != ordered[:-1]).all())
-    calls = {name: _first_in(profile.table(name)["correlation"].to_numpy(), order, ordered,
-                             dtype) for name in GPU_TABLES}
+    calls = {name: _known(profile, name, _first_in(_ids_of(profile, name), order, ordered,
+                                                   dtype)) for name in GPU_TABLES}
     return calls, None if unique else (order, ordered)
+
+
+def _ids_of(profile: Profile, table: str) -> np.ndarray:
+    """The correlation ids of GPU table ``table``'s rows (-1 where none was recorded)."""
+    return profile.table(table)["correlation"].to_numpy()
+
+
+def _known(profile: Profile, table: str, calls: np.ndarray) -> np.ndarray:
+    """``calls`` (each row's launch call) with -1 for the rows that record no correlation id:
+    an unknown id links nothing, though runtime calls that record none share it too (an MTIA
+    trace's). Block by block, in place."""
+    ids = _ids_of(profile, table)
+    for block in iv.blocks(len(ids)):
+        calls[block][ids[block] < 0] = -1
+    return calls
 
 
 def _slots_by_id(ids: np.ndarray, dtype: type) -> tuple[int, np.ndarray] | None:

@@ -511,10 +511,24 @@ class KernelMix:
     #: Kernels and memsets ``zero_grad()`` launches per step (0 with ``set_to_none=True``);
     #: None without zero_grad spans.
     zero_grad_work_per_step: float | None = None
-    #: Why the kernels launched inside the optimizer step's and zero_grad()'s spans are unknown
-    #: (then both counts above are None): no correlation id links the kernels to their launch
-    #: calls (launches.unlinked); None when known or without such spans.
-    launches_unknown: str | None = None
+    #: Why the kernels launched inside the optimizer step's spans are not all known
+    #: (launches.unlinked): no correlation id links any kernel to its launch call (then the
+    #: count is None), or some that may have been launched there have none (then the count is
+    #: a lower bound, ``optimizer_unlinked_per_step`` the rest); None when known or without
+    #: such spans.
+    optimizer_unknown: str | None = None
+    #: Kernels per step that started after an optimizer step began, so may have been launched
+    #: inside one, with no launch call linked; None when there are none.
+    optimizer_unlinked_per_step: float | None = None
+    #: The same two for the kernels and memsets zero_grad() launches.
+    zero_grad_unknown: str | None = None
+    zero_grad_unlinked_per_step: float | None = None
+
+    @property
+    def launches_unknown(self) -> str | None:
+        """Why the optimizer's or zero_grad()'s launches are not all known, both reasons once."""
+        why = dict.fromkeys(r for r in (self.optimizer_unknown, self.zero_grad_unknown) if r)
+        return "; ".join(why) or None
 
 
 @dataclass(frozen=True)

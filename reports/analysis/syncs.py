@@ -22,7 +22,12 @@ from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.cpu import SPAN_BLOCK_ROWS, self_time_ns
 from profreport.reports.analysis.gpu import has_gpu_events, step_devices
 from profreport.reports.analysis.kept import classified, classified_rows, per_profile
-from profreport.reports.analysis.launches import GPU_TABLES, launch_times, unlinked
+from profreport.reports.analysis.launches import (
+    GPU_TABLES,
+    launch_times,
+    unlinked,
+    unlinked_launched_by,
+)
 from profreport.reports.analysis.results import IdleCauses, SyncCall, SyncStats, TopItem
 from profreport.reports.analysis.steps import StepWindows, dataloader_intervals
 from profreport.reports.analysis.top import ranked
@@ -67,21 +72,48 @@ def queued_at(profile: Profile, times: np.ndarray) -> np.ndarray:
 
 
 def copies_unjudged(profile: Profile, windows: StepWindows) -> str | None:
-    """Why the copy calls inside the step windows that only their copy makes blocking
-    (concepts.blocks_by_its_copy) cannot be judged, with their number per step: no
-    correlation id links them to their copies (launches.unlinked); None when it links them, or
-    there are none."""
-    why = unlinked(profile, "memcpy")
-    if why is None:
+    """Why some copy calls inside the step windows that only their copy makes blocking
+    (concepts.blocks_by_its_copy) cannot be judged, with their number per step: a call linked
+    to no copy may have launched one of the copies linked to no call that could block it
+    (:func:`_unlinked_blocking_copies`); None when none may have."""
+    copies, latest = _unlinked_blocking_copies(profile)
+    if not len(copies):
         return None
+    runtime = profile.table("runtime")
     rows = classified_rows(profile, "runtime", concepts.blocks_by_its_copy)
-    starts = profile.table("runtime")["start"].to_numpy(np.int64)[rows]
-    inside = int((windows.index_of(starts) >= 0).sum())
+    starts = runtime["start"].to_numpy(np.int64)[rows]
+    ids = runtime["correlation"].to_numpy()[rows]
+    copy_ids = profile.table("memcpy")["correlation"].to_numpy()
+    # A call with an id launched the copy with that id: only a copy without one may be its
+    # unlinked copy. One without an id may have launched any; each launched it before it began.
+    any_copy = latest.max(initial=_NO_LAUNCH_NS)
+    no_id_copy = latest[copy_ids[copies] < 0].max(initial=_NO_LAUNCH_NS)
+    owns = (ids >= 0) & np.isin(ids, copy_ids[copy_ids >= 0])
+    may = np.where(ids < 0, any_copy, np.where(owns, _NO_LAUNCH_NS, no_id_copy)) >= starts
+    inside = int((may & (windows.index_of(starts) >= 0)).sum())
     if not inside:
         return None
+    mask = np.zeros(len(profile.table("memcpy")), dtype=bool)
+    mask[copies[latest >= windows.first_ns]] = True
+    why = unlinked(profile, "memcpy", mask, "that may have been launched in or after the "
+                   "steps, device-to-host or of unrecorded direction into pageable or "
+                   "unrecorded memory")
     return ("the copy calls that block only when their copy goes device-to-host into pageable "
             f"memory (cudaMemcpyAsync), {round(inside / windows.count, 1):g} per step, cannot "
             f"be judged: {why}")
+
+
+def _unlinked_blocking_copies(profile: Profile) -> tuple[np.ndarray, np.ndarray]:
+    """The copies (positions) linked to no launch call that could make their copy call block
+    (device-to-host or of unrecorded direction, into pageable or unrecorded memory: see
+    concepts.blocking_calls), and the latest time each can have been launched
+    (launches.unlinked_launched_by)."""
+    rows, latest = unlinked_launched_by(profile, "memcpy")
+    memcpy = profile.table("memcpy")
+    kinds, memory = memcpy["kind"].to_numpy()[rows], memcpy["dst_kind"].to_numpy()[rows]
+    could = (np.isin(kinds, [concepts.DTOH, concepts.UNKNOWN_KIND])
+             & np.isin(memory, [concepts.PAGEABLE, concepts.UNKNOWN_KIND]))
+    return rows[could], latest[could]
 
 
 @giving_back_memory

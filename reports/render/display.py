@@ -365,12 +365,15 @@ def _mix_rows(metrics: RunMetrics) -> list[MetricRow]:
         ]
         if mix.optimizer_kernels_per_step is not None:
             fused = "multi-tensor" if mix.fused_optimizer else "one kernel per tensor"
+            value = f"{number(mix.optimizer_kernels_per_step)} ({fused})"
+            if mix.optimizer_unlinked_per_step is not None:
+                value = (f"at least {value}; {number(mix.optimizer_unlinked_per_step)} more "
+                         f"per step may be: {mix.optimizer_unknown}")
             rows.append(MetricRow(f"Optimizer ({mix.optimizer_name or 'unnamed'}) kernels per step",
-                                  f"{number(mix.optimizer_kernels_per_step)} ({fused})",
-                                  mix.origin))
-        elif mix.launches_unknown is not None:
+                                  value, mix.origin))
+        elif mix.optimizer_unknown is not None:
             rows.append(MetricRow(f"Optimizer ({mix.optimizer_name or 'unnamed'}) kernels per step",
-                                  f"unknown: {mix.launches_unknown}", mix.origin))
+                                  f"unknown: {mix.optimizer_unknown}", mix.origin))
     if metrics.cpu_op_mix is not None:
         ops = metrics.cpu_op_mix
         rows += [

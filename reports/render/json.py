@@ -175,6 +175,8 @@ def _kernel_mix(k: KernelMix | None) -> dict[str, Any] | None:
             "layout_conversion_fraction": _frac(k.layout_conversion_fraction),
             "elementwise_fraction": _frac(k.elementwise_fraction),
             "optimizer_kernels_per_step": None if per_step is None else round(per_step, 3),
+            "optimizer_unlinked_kernels_per_step": None if k.optimizer_unlinked_per_step is None
+            else round(k.optimizer_unlinked_per_step, 3),
             "fused_optimizer": k.fused_optimizer, "launches_unknown": k.launches_unknown,
             "source": k.origin}
 

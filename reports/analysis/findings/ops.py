@@ -5,6 +5,8 @@ the profiles cannot make.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from profreport import concepts
 from profreport.reports.analysis.findings.catalogue import Facts, rule
 from profreport.reports.analysis.findings.copies import unjudged_copies_evidence
@@ -38,7 +40,8 @@ def zero_grad_not_none(facts: Facts) -> Finding | None:
     kernels = mix.zero_grad_work_per_step if mix is not None else None
     fills = m.zero_grad_fills_per_step
     if kernels:
-        evidence = Evidence(f"{kernels:.0f} kernels and memsets launched inside "
+        evidence = Evidence(f"{_at_least(mix.zero_grad_unlinked_per_step)}{kernels:.0f} kernels "
+                            "and memsets launched inside "
                             "Optimizer.zero_grad per step (set_to_none=True launches none)",
                             mix.origin)
         saving = "a kernel per parameter"
@@ -153,9 +156,13 @@ def optimizer_not_fused(facts: Facts) -> Finding | None:
     if mix is None or not optimizer_many_kernels(mix):
         return None
     per_step = mix.optimizer_kernels_per_step or 0.0
-    evidence = [Evidence(f"{per_step:.0f} kernels launched inside each optimizer step (launch "
-                         "calls inside its span, kernels joined by correlation id), none of "
-                         "them multi-tensor (multi_tensor_apply)", mix.origin)]
+    at_least = _at_least(mix.optimizer_unlinked_per_step)
+    evidence = [Evidence(f"{at_least}{per_step:.0f} kernels launched inside each optimizer step "
+                         "(launch calls inside its span, kernels joined by correlation id), none "
+                         "of them multi-tensor (multi_tensor_apply)", mix.origin)]
+    if mix.optimizer_unknown is not None:
+        evidence.append(Evidence(f"kernels whose launch is unknown: {mix.optimizer_unknown}",
+                                 mix.origin))
     if m.launch is not None and m.launch.kernels_per_step:
         evidence.append(Evidence(f"{pct(per_step / m.launch.kernels_per_step)} of the "
                                  f"{m.launch.kernels_per_step:.0f} kernels launched per step",
@@ -163,11 +170,18 @@ def optimizer_not_fused(facts: Facts) -> Finding | None:
     name = mix.optimizer_name
     return Finding("OPTIMIZER_NOT_FUSED", "low",
                    f"The optimizer{f' ({name})' if name else ''} updates the parameters one "
-                   f"small kernel at a time: {per_step:.0f} kernels per step.", evidence,
+                   f"small kernel at a time: {at_least}{per_step:.0f} kernels per step.",
+                   evidence,
                    f"Build it with foreach=True (torch.optim.{name or 'AdamW'}(..., "
                    "foreach=True); the default on CUDA since PyTorch 2.0) or fused=True where "
                    "the optimizer has it (Adam, AdamW, SGD): a few multi-tensor kernels replace "
                    "the per-parameter ones.")
+
+
+def _at_least(unlinked_per_step: float | None) -> str:
+    """'at least ' before a count of launches that leaves out the GPU work linked to no launch
+    call that may belong to it (KernelMix.*_unlinked_per_step), else nothing."""
+    return "at least " if unlinked_per_step else ""
 
 
 @rule("CONV_BIAS_BEFORE_BN", severity=("low",), needs=("profiles",))
@@ -239,6 +253,22 @@ def op_checks_unknown(facts: Facts) -> Finding | None:
                    "answer these checks.")
 
 
+def _launch_count_evidence(mix: KernelMix, label: str, linked: float | None,
+                           unlinked: float | None, why: str | None,
+                           flags: Callable[[float], bool]) -> list[Evidence]:
+    """A count of launches (``label``) that is unknown, and why: none could be linked, or the
+    ``linked`` per step do not make its finding (``flags``: whether a count per step does)
+    and with the ``unlinked`` ones that may belong to it they would."""
+    if why is None:
+        return []
+    if linked is None:
+        return [Evidence(f"{label}: unknown, {why}", mix.origin)]
+    if unlinked is None or flags(linked) or not flags(linked + unlinked):
+        return []
+    return [Evidence(f"{label}: unknown, between {linked:.0f} and {linked + unlinked:.0f} per "
+                     f"step, {why}", mix.origin)]
+
+
 @rule("LAUNCH_LINKS_UNKNOWN", severity=("info",), needs=("profiles",))
 def launch_links_unknown(facts: Facts) -> Finding | None:
     """The checks that need each kernel or copy linked to the call that launched it (blocking
@@ -247,10 +277,16 @@ def launch_links_unknown(facts: Facts) -> Finding | None:
     m = facts.metrics
     evidence = unjudged_copies_evidence(m.syncs)
     mix = m.kernel_mix
-    if mix is not None and mix.launches_unknown is not None:
-        evidence.append(Evidence("kernels launched inside the optimizer step and zero_grad() "
-                                 f"(OPTIMIZER_NOT_FUSED, ZERO_GRAD_NOT_NONE): unknown, "
-                                 f"{mix.launches_unknown}", mix.origin))
+    if mix is not None:
+        evidence += _launch_count_evidence(
+            mix, "kernels launched inside each optimizer step (OPTIMIZER_NOT_FUSED)",
+            mix.optimizer_kernels_per_step, mix.optimizer_unlinked_per_step,
+            mix.optimizer_unknown,
+            lambda count: not mix.fused_optimizer and count >= OPTIMIZER_KERNELS_MANY)
+        evidence += _launch_count_evidence(
+            mix, "kernels and memsets launched inside zero_grad() (ZERO_GRAD_NOT_NONE)",
+            mix.zero_grad_work_per_step, mix.zero_grad_unlinked_per_step,
+            mix.zero_grad_unknown, lambda count: count > 0)
     if not evidence:
         return None
     return Finding("LAUNCH_LINKS_UNKNOWN", "info",
