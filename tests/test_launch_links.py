@@ -83,7 +83,12 @@ def test_blocking_copies_without_correlation_ids_are_unknown(tmp_path: Path, tab
     found = {f.id: f for f in run.findings}
     assert "SYNC_STALL" not in found
     evidence = f"time the CPU blocked in copy calls (SYNC_STALL): unknown, {why}"
-    assert [e.text for e in found["LAUNCH_LINKS_UNKNOWN"].evidence] == [evidence]
+    # Without the runtime calls' ids no kernel is linked either: the launch delay is unknown.
+    delay = ("launch delay and kernels launched behind queued work: unknown, the Nsight "
+             "Systems profile records no correlation id on its runtime calls, the evidence that "
+             "links each launch call to the kernels it launched")
+    assert [e.text for e in found["LAUNCH_LINKS_UNKNOWN"].evidence] == [evidence] + (
+        [delay] if rows == "runtime calls" else [])
     assert evidence.replace("_", "\\_") in render_markdown(report)
     assert evidence in render_html(report)
     data = json.loads(render_json(report))["runs"][0]["findings"]
@@ -154,7 +159,7 @@ def test_optimizer_kernels_without_correlation_ids_are_unknown(tmp_path: Path) -
     found = {f.id: f for f in report.runs[0].findings}
     assert "OPTIMIZER_NOT_FUSED" not in found
     evidence = f"kernels launched inside each optimizer step (OPTIMIZER_NOT_FUSED): unknown, {why}"
-    assert [e.text for e in found["LAUNCH_LINKS_UNKNOWN"].evidence] == [evidence]
+    assert [e.text for e in found["LAUNCH_LINKS_UNKNOWN"].evidence][0] == evidence
     markdown = render_markdown(report)
     assert f"| Optimizer (SGD) kernels per step | unknown: {why} |" in markdown
     assert evidence.replace("_", "\\_") in markdown and evidence in render_html(report)
@@ -218,7 +223,7 @@ def test_an_optimizer_count_short_of_the_verdict_with_unlinked_kernels_is_unknow
     report = analyze_paths([_partly_correlated_trace(tmp_path / "partial.pt.trace.json", 40)],
                            AnalyzeOptions())
     mix = report.runs[0].metrics.kernel_mix
-    why = ("the torch.profiler profile records no launch call for 60 of its 180 kernels that "
+    why = ("the torch.profiler profile records no launch call for 60 of the 180 kernels that "
            "may have been launched after an optimizer step began (60 with no correlation id, "
            "0 with one that no recorded runtime call carries)")
     assert (mix.optimizer_kernels_per_step, mix.optimizer_unlinked_per_step,
@@ -267,8 +272,106 @@ def test_blocking_copies_some_without_correlation_ids_are_unknown(tmp_path: Path
     assert syncs.copies_unknown == (
         "the copy calls that block only when their copy goes device-to-host into pageable "
         "memory (cudaMemcpyAsync), 0.5 per step, cannot be judged: the Nsight Systems profile "
-        "records no launch call for 2 of its 4 copies that may have been launched in or after "
+        "records no launch call for 2 of the 4 copies that may have been launched in or after "
         "the steps, device-to-host or of unrecorded direction into pageable or unrecorded "
         "memory (2 with no correlation id, 0 with one that no recorded runtime call carries)")
     stall = next(f for f in run.findings if f.id == "SYNC_STALL")
     assert stall.evidence[-1].text.endswith(syncs.copies_unknown)
+
+
+def test_idle_gaps_ended_by_unlinked_kernels_are_no_launch_wait(tmp_path: Path) -> None:
+    """The optimizer trace's GPU idles 7.1 ms of each 10 ms step until a kernel launched during
+    the gap arrives: linked, that is a launch wait, HOST_LAUNCH_BOUND. Without correlation ids
+    each kernel's launch was taken to be its own start, so every such gap read as a launch wait
+    and HOST_LAUNCH_BOUND fired on no evidence; the launch delay and queued share were absent
+    with nothing said. Now those gaps are unexplained, the time that may have waited for a
+    launch and why in IdleCauses, the launch delay unknown and why, in every renderer."""
+    linked = analyze_paths([_optimizer_trace(tmp_path / "linked.pt.trace.json", True)],
+                           AnalyzeOptions()).runs[0]
+    assert linked.metrics.gpu_idle.idle_ns_per_step["launch"] == 7_133_333
+    assert linked.metrics.gpu_idle.launch_unknown is None
+    assert linked.metrics.launch.launches_unknown is None
+    assert "HOST_LAUNCH_BOUND" in {f.id for f in linked.findings}
+    report = analyze_paths([_optimizer_trace(tmp_path / "unlinked.pt.trace.json", False)],
+                           AnalyzeOptions())
+    run = report.runs[0]
+    idle, launch = run.metrics.gpu_idle, run.metrics.launch
+    none = ("the torch.profiler profile records no correlation id on its runtime calls, the "
+            "evidence that links each launch call to the kernels it launched")
+    assert idle.idle_ns_per_step == {"data": 0, "sync": 0, "launch": 0, "unexplained": 7_600_000}
+    assert (idle.launch_unknown_ns_per_step, idle.launch_unknown) == (
+        7_133_333, "180 idle gaps end with work linked to no launch call that may have been "
+                   f"launched during the gap: {none}")
+    assert (launch.queued_launch_fraction, launch.launches_unknown) == (None, none)
+    found = {f.id: f for f in run.findings}
+    assert "HOST_LAUNCH_BOUND" not in found
+    texts = [e.text for e in found["LAUNCH_LINKS_UNKNOWN"].evidence]
+    assert texts[1:] == [
+        "GPU idle time waiting for launches (HOST_LAUNCH_BOUND): unknown for 7.1 ms per step, "
+        f"counted as unexplained, {idle.launch_unknown}",
+        f"launch delay and kernels launched behind queued work: unknown, {none}"]
+    markdown = render_markdown(report)
+    assert f"| Launch delay and kernels launched behind queued work | unknown: {none} |" in markdown
+    assert texts[1].replace("_", "\\_") in markdown and texts[1] in render_html(report)
+    data = json.loads(render_json(report))["runs"][0]["metrics"]
+    assert (data["idle_launch_unknown_ms_per_step"], data["idle_launch_unknown_reason"],
+            data["launch_delay_unknown_reason"]) == (7.133, idle.launch_unknown, none)
+
+
+def test_a_launch_bound_gpu_with_some_unlinked_kernels_says_more_may_wait(
+        tmp_path: Path) -> None:
+    """55 of each SGD step's 60 kernels linked: the launch waits the linked ones end make
+    HOST_LAUNCH_BOUND; the gaps the 5 unlinked ones end are unexplained, the finding says
+    they may wait for launches too, and the launch delay says which kernels it leaves out."""
+    report = analyze_paths([_partly_correlated_trace(tmp_path / "partial.pt.trace.json", 55)],
+                           AnalyzeOptions())
+    run = report.runs[0]
+    idle, launch = run.metrics.gpu_idle, run.metrics.launch
+    assert idle.launch_unknown_ns_per_step == 100_000  # 5 gaps of 20 us per step
+    assert idle.launch_unknown.startswith("15 idle gaps end with work linked to no launch call")
+    stall = next(f for f in run.findings if f.id == "HOST_LAUNCH_BOUND")
+    assert ("0.1 ms more idle time per step, counted as unexplained, may wait for launches too: "
+            f"{idle.launch_unknown}") in [e.text for e in stall.evidence]
+    assert launch.launches_unknown == (
+        "the torch.profiler profile records no launch call for 15 of the 180 kernels that ran "
+        "in the steps (15 with no correlation id, 0 with one that no recorded runtime call "
+        "carries)")
+    assert ("| Kernels the launch delay and queued share leave out (linked to no launch call) | "
+            f"{launch.launches_unknown} |") in render_markdown(report)
+
+
+def _comm_trace(path: Path, correlated: int) -> Path:
+    """3 ProfilerSteps of 10 ms, each launching two NCCL all-reduce kernels of 1 ms; only the
+    first ``correlated`` of the six kernels and their launch calls record a correlation id."""
+    events, n = [], 0
+    for step in range(3):
+        ts = 1000 + step * 10_000
+        events.append(cpu_event(f"ProfilerStep#{step}", ts, 10_000, cat="user_annotation"))
+        for k in range(2):
+            ids = {"correlation": n + 1} if n < correlated else {}
+            events += [cpu_event("cudaLaunchKernel", ts + 100 + 4000 * k, 5, cat="cuda_runtime",
+                                 **ids),
+                       device_event("ncclKernel_AllReduce_RING_LL_Sum_float",
+                                    ts + 200 + 4000 * k, 1000, device=0, stream=9, **ids)]
+            n += 1
+    return kineto_trace(path, events)
+
+
+def test_collective_calls_without_their_launch_say_how_they_were_counted(
+        tmp_path: Path) -> None:
+    """Collective calls per step are counted by the step that launched each NCCL kernel. Two
+    of the six kernels have no launch call linked: they were counted by the step they ran in
+    with nothing said; now CommStats says so and why, in every renderer."""
+    linked = analyze_paths([_comm_trace(tmp_path / "linked.pt.trace.json", 6)],
+                           AnalyzeOptions()).runs[0].metrics.comm
+    assert (linked.calls_per_step, linked.calls_unknown) == (2, None)
+    report = analyze_paths([_comm_trace(tmp_path / "partial.pt.trace.json", 4)],
+                           AnalyzeOptions())
+    comm = report.runs[0].metrics.comm
+    why = ("each counted by the step it started in: the torch.profiler profile records no "
+           "launch call for 2 of the 6 kernels that communicate (2 with no correlation id, 0 "
+           "with one that no recorded runtime call carries)")
+    assert (comm.calls_per_step, comm.calls_unknown) == (2, why)
+    assert f"| Collective calls per step | 2 ({why}) |" in render_markdown(report)
+    assert json.loads(render_json(report))["runs"][0]["metrics"][
+        "comm_calls_unknown_reason"] == why

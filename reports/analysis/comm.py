@@ -9,6 +9,8 @@ step windows. Calls per step are counted by the step that launched them (correla
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 
@@ -18,7 +20,7 @@ from profreport.model import Profile, ids_at
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.cpu import spans_where
 from profreport.reports.analysis.gpu import comm_intervals, comm_under_compute, launched_in_steps
-from profreport.reports.analysis.launches import launch_calls
+from profreport.reports.analysis.launches import launch_calls, unlinked
 from profreport.reports.analysis.ops import outermost
 from profreport.reports.analysis.results import AllReduceSizes, CommStats
 from profreport.reports.analysis.steps import StepWindows, in_windows
@@ -239,10 +241,14 @@ def gpu_comm_stats(profile: Profile, windows: StepWindows,
         return None
     kernels = profile.table("kernels")[comm]
     launched = launched_in_steps(profile, "kernels", comm, windows)
-    return _comm_stats(profile, windows, comm_intervals(profile), claims["comm_exposed"],
-                       comm_under_compute(profile, windows), (launched, len(kernels)), kernels,
-                       kernel_collective_kinds(profile, kernels, np.flatnonzero(comm)),
-                       on_gpu=True)
+    stats = _comm_stats(profile, windows, comm_intervals(profile), claims["comm_exposed"],
+                        comm_under_compute(profile, windows), (launched, len(kernels)), kernels,
+                        kernel_collective_kinds(profile, kernels, np.flatnonzero(comm)),
+                        on_gpu=True)
+    why = unlinked(profile, "kernels", comm, "that communicate")
+    if why is None:
+        return stats
+    return replace(stats, calls_unknown=f"each counted by the step it started in: {why}")
 
 
 def collective_calls(calls: pd.DataFrame) -> int:

@@ -384,7 +384,8 @@ def launch_stats(profile: Profile, windows: StepWindows) -> LaunchStats | None:
                        launch_delay_kernels=len(delay), launch_delay_skewed=skewed,
                        queued_launch_fraction=queued / launched if launched else None,
                        runtime_ns_per_step=runtime_ns // windows.count,
-                       gpu_kernel_ns_per_step=kernel_ns // windows.count)
+                       gpu_kernel_ns_per_step=kernel_ns // windows.count,
+                       launches_unknown=unlinked(profile, "kernels", mine, "that ran in the steps"))
 
 
 def _idle_stream_delays(profile: Profile, rows: np.ndarray, windows: StepWindows
@@ -532,7 +533,7 @@ def launched_in_spans(profile: Profile, spans: pd.DataFrame, windows: StepWindow
         reason = unlinked(profile, table, later, which)
         if reason is not None:
             why.append(reason)
-            unlinked_rows += int(later.sum())
+            unlinked_rows += int((later & (calls < 0)).sum())
     return SpanLaunches(count / windows.count if linked or not why else None,
                         unlinked_rows / windows.count if why else None,
                         "; ".join(why) if why else None)

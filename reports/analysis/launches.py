@@ -53,11 +53,13 @@ def unlinked(profile: Profile, table: str, rows: np.ndarray | None = None,
     if not count:
         return None
     no_id = int((missing & (_ids_of(profile, table) < 0)).sum())
-    return (f"the {origin} profile records no launch call for {count:,} of its "
-            f"{len(missing):,} {_ROWS[table]}{f' {which}' if which else ''} ({no_id:,} with no "
-            f"correlation id, {count - no_id:,} with one that no recorded runtime call carries)")
+    return (f"the {origin} profile records no launch call for {count:,} of the "
+            f"{int(chosen.sum()):,} {_ROWS[table]}{f' {which}' if which else ''} ({no_id:,} "
+            f"with no correlation id, {count - no_id:,} with one that no recorded runtime call "
+            "carries)")
 
 
+@per_profile
 def unlinked_launched_by(profile: Profile, table: str) -> tuple[np.ndarray, np.ndarray]:
     """The rows (positions) of GPU table ``table`` linked to no launch call, and the latest
     time each can have been launched: its own start (work starts after its launch), or, where
@@ -83,12 +85,26 @@ def unlinked_launched_by(profile: Profile, table: str) -> tuple[np.ndarray, np.n
     return rows, latest
 
 
+def launched_by(profile: Profile, table: str, rows: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """For the ``rows`` (positions) of GPU table ``table``: when each was launched, the start
+    of its launch call, or, for a row linked to none, the latest time it can have been
+    launched (:func:`unlinked_launched_by`); and whether each is linked."""
+    call = launch_calls(profile, table)[rows]
+    linked = call >= 0
+    times = np.empty(len(rows), dtype=np.int64)
+    times[linked] = profile.table("runtime")["start"].to_numpy(np.int64)[call[linked]]
+    loose, latest = unlinked_launched_by(profile, table)
+    times[~linked] = latest[np.searchsorted(loose, rows[~linked])]
+    return times, linked
+
+
 def may_be_launched_after(profile: Profile, table: str, time: int) -> np.ndarray:
-    """Which rows of GPU table ``table`` are linked to no launch call and may have been
-    launched at or after ``time`` (see :func:`unlinked_launched_by`): a mask."""
-    rows, latest = unlinked_launched_by(profile, table)
-    mask = np.zeros(len(profile.table(table)), dtype=bool)
-    mask[rows[latest >= time]] = True
+    """Which rows of GPU table ``table`` were launched at or after ``time``, or, linked to no
+    launch call, may have been (:func:`launched_by`): a mask, made a block of rows at a time."""
+    mask = np.empty(len(profile.table(table)), dtype=bool)
+    for block in iv.blocks(len(mask)):
+        mask[block] = launched_by(profile, table, np.arange(block.start, block.stop))[0] >= time
     return mask
 
 

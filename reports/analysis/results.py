@@ -330,6 +330,10 @@ class CommStats:
     #: The library of the communication kernels (concepts.collective_library: "NCCL", "RCCL");
     #: None on CPU-only runs.
     library: str | None = None
+    #: Why some communication kernels are counted in ``calls_per_step`` by the step they
+    #: started in, not the one that launched them: they are linked to no launch call
+    #: (launches.unlinked); None when every one is, and on CPU-only runs.
+    calls_unknown: str | None = None
 
 
 @dataclass(frozen=True)
@@ -354,6 +358,10 @@ class LaunchStats:
     #: them on their stream was still queued or running: their wait is queueing, the CPU ran
     #: ahead of the GPU. None when no launch call was recorded.
     queued_launch_fraction: float | None = None
+    #: Why the launch delay and the queued share leave out some of the step's kernels (they
+    #: are over the kernels linked to their launch call; None when none is): how many are
+    #: linked to none (launches.unlinked); None when every one is.
+    launches_unknown: str | None = None
 
     def skewed_text(self) -> str:
         """What the launch delay leaves out for the clocks' skew; empty when nothing."""
@@ -468,6 +476,13 @@ class IdleCauses:
     launch_wait_outside_ops_ns: int = 0
     #: The longest idle gap that waited for a launch: its start and end, ns.
     longest_launch_wait: tuple[int, int] | None = None
+    #: One device's idle time per step (the devices' mean, as ``idle_ns_per_step``), counted
+    #: unexplained, that may have waited for a launch: the work
+    #: ending its gaps is linked to no launch call (no correlation id, or no call recorded with
+    #: it) and may have been launched during them; None when there is none.
+    launch_unknown_ns_per_step: int | None = None
+    #: Why, with how many gaps (syncs._launch_wait_unknown); None when there are none.
+    launch_unknown: str | None = None
 
     def share(self, cause: str) -> float:
         """Share of the step the GPU idles for ``cause``."""

@@ -25,6 +25,8 @@ from profreport.reports.analysis.kept import classified, classified_rows, per_pr
 from profreport.reports.analysis.launches import (
     GPU_TABLES,
     launch_times,
+    launched_by,
+    may_be_launched_after,
     unlinked,
     unlinked_launched_by,
 )
@@ -93,8 +95,9 @@ def copies_unjudged(profile: Profile, windows: StepWindows) -> str | None:
     inside = int((may & (windows.index_of(starts) >= 0)).sum())
     if not inside:
         return None
-    mask = np.zeros(len(profile.table("memcpy")), dtype=bool)
-    mask[copies[latest >= windows.first_ns]] = True
+    memcpy = profile.table("memcpy")
+    mask = may_be_launched_after(profile, "memcpy", windows.first_ns) & _could_block(
+        memcpy["kind"].to_numpy(), memcpy["dst_kind"].to_numpy())
     why = unlinked(profile, "memcpy", mask, "that may have been launched in or after the "
                    "steps, device-to-host or of unrecorded direction into pageable or "
                    "unrecorded memory")
@@ -110,10 +113,16 @@ def _unlinked_blocking_copies(profile: Profile) -> tuple[np.ndarray, np.ndarray]
     (launches.unlinked_launched_by)."""
     rows, latest = unlinked_launched_by(profile, "memcpy")
     memcpy = profile.table("memcpy")
-    kinds, memory = memcpy["kind"].to_numpy()[rows], memcpy["dst_kind"].to_numpy()[rows]
-    could = (np.isin(kinds, [concepts.DTOH, concepts.UNKNOWN_KIND])
-             & np.isin(memory, [concepts.PAGEABLE, concepts.UNKNOWN_KIND]))
+    could = _could_block(memcpy["kind"].to_numpy()[rows], memcpy["dst_kind"].to_numpy()[rows])
     return rows[could], latest[could]
+
+
+def _could_block(kinds: np.ndarray, memory: np.ndarray) -> np.ndarray:
+    """Whether each copy (of these ``kinds`` into this destination ``memory``) could make its
+    copy call block: device-to-host or of unrecorded direction, into pageable or unrecorded
+    memory (see concepts.blocking_calls)."""
+    return (np.isin(kinds, [concepts.DTOH, concepts.UNKNOWN_KIND])
+            & np.isin(memory, [concepts.PAGEABLE, concepts.UNKNOWN_KIND]))
 
 
 @giving_back_memory
@@ -184,21 +193,25 @@ def _work_of(profile: Profile, device: int) -> list[_Work]:
 _NO_LAUNCH_NS = np.iinfo(np.int64).min
 
 
-def _launch_of_work_at(profile: Profile, work: list[_Work], times: np.ndarray) -> np.ndarray:
+def _launch_of_work_at(profile: Profile, work: list[_Work], times: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray]:
     """For each time, the launch time (ns) of the first row of ``work`` (kernels, then copies,
-    then memsets; each in row order) that starts exactly then; _NO_LAUNCH_NS, before every time,
-    where none does. Integers throughout: a float64 would round epoch-based Kineto times to
+    then memsets; each in row order) that starts exactly then (for a row linked to no launch
+    call, the latest it can have been launched: launches.launched_by), _NO_LAUNCH_NS, before
+    every time, where none does; and whether that row is linked to its launch call (True where
+    none starts then). Integers throughout: a float64 would round epoch-based Kineto times to
     256 ns, enough to move a launch across the gap's start."""
     out = np.full(len(times), _NO_LAUNCH_NS, dtype=np.int64)
+    linked = np.ones(len(times), dtype=bool)
     pending = np.ones(len(times), dtype=bool)
     for rows in work:
         at = np.minimum(np.searchsorted(rows.starts, times, side="left"), len(rows.starts) - 1)
         found = pending & (rows.starts[at] == times)
         row = at[found] if rows.order is None else rows.order[at[found]]
-        out[found] = launch_times(profile, rows.table, row if rows.rows is None
-                                  else rows.rows[row])
+        out[found], linked[found] = launched_by(profile, rows.table, row if rows.rows is None
+                                                else rows.rows[row])
         pending &= ~found
-    return out
+    return out, linked
 
 
 def _mostly(covering: iv.Intervals, starts: np.ndarray, ends: np.ndarray,
@@ -231,7 +244,8 @@ def idle_causes(profile: Profile, windows: StepWindows) -> IdleCauses | None:
     if not has_gpu_events(profile):
         return None
     # The gaps' own arrays are gone (the helper returned) before every CPU op is read.
-    idle, devices, waited, waited_ns, longest = _idle_by_cause(profile, windows)
+    idle, devices, waited, waited_ns, longest, (unknown_ns, unknown_gaps) = (
+        _idle_by_cause(profile, windows))
     ops, outside = (_cpu_in(profile, waited, windows.count) if waited is not None
                     else ([], waited_ns // windows.count))  # no CPU op covers any of it
     per_device_step = windows.count * max(devices, 1)
@@ -240,7 +254,21 @@ def idle_causes(profile: Profile, windows: StepWindows) -> IdleCauses | None:
                                         for cause, ns in idle.items()},
                       launch_wait_ns=waited_ns // windows.count,
                       launch_wait_ops=ops, launch_wait_outside_ops_ns=outside,
-                      longest_launch_wait=longest[1:] if longest[0] else None)
+                      longest_launch_wait=longest[1:] if longest[0] else None,
+                      launch_unknown_ns_per_step=unknown_ns // per_device_step
+                      if unknown_gaps else None,
+                      launch_unknown=_launch_wait_unknown(profile, unknown_gaps))
+
+
+def _launch_wait_unknown(profile: Profile, gaps: int) -> str | None:
+    """Why whether ``gaps`` idle gaps waited for a launch is unknown: the work that ends each
+    is linked to no launch call, and may have been launched during the gap (see
+    launches.launched_by); None for no such gap."""
+    if not gaps:
+        return None
+    why = [reason for name in GPU_TABLES if (reason := unlinked(profile, name)) is not None]
+    return (f"{gaps:,} idle gap{'s end' if gaps > 1 else ' ends'} with work linked to no launch "
+            f"call that may have been launched during the gap: {'; '.join(why)}")
 
 
 #: Gaps judged at a time by :func:`_idle_by_cause`: each block's holes ask a dozen arrays of
@@ -250,15 +278,18 @@ GAP_BLOCK_ROWS = 1 << 16
 
 
 def _idle_by_cause(profile: Profile, windows: StepWindows
-                   ) -> tuple[dict[str, int], int, iv.Intervals | None, int, tuple[int, int, int]]:
+                   ) -> tuple[dict[str, int], int, iv.Intervals | None, int, tuple[int, int, int],
+                              tuple[int, int]]:
     """The devices' idle ns inside the step windows by cause, summed over the devices, their
-    number, the launch waits' union (None
-    where no CPU op could cover them: see _waits_kept) and its ns, and the longest launch wait
-    (length, start, end; the first of equals), the gaps a stretch of time at a time (see
-    intervals.subtract_blocks)."""
+    number, the launch waits' union (None where no CPU op could cover them: see _waits_kept)
+    and its ns, the longest launch wait (length, start, end; the first of equals), and the ns
+    (summed over the devices) and number of the gaps, counted unexplained, whose ending work is
+    linked to no launch call and may have been launched during them (whether they waited for a
+    launch is unknown); the gaps a stretch of time at a time (see intervals.subtract_blocks)."""
     loader = dataloader_intervals(profile, windows)
     blocked = iv.union_of([blocking(profile)])
     idle = dict.fromkeys(IDLE_CAUSES, 0)
+    unknown = [0, 0]  # ns and number of the gaps whose wait for a launch is unknown
     activity = step_devices(profile, windows.windows())
     kept = _waits_kept(profile, len(activity))
     waited, waited_ns = iv.EMPTY, 0
@@ -280,7 +311,11 @@ def _idle_by_cause(profile: Profile, windows: StepWindows
             # only of the gaps neither the DataLoader nor a blocking call explains).
             launch = ~data & ~sync
             asked = np.flatnonzero(launch)
-            launch[asked] = _launch_of_work_at(profile, work, ends[asked]) >= starts[asked]
+            launched, linked = _launch_of_work_at(profile, work, ends[asked])
+            during = launched >= starts[asked]
+            launch[asked] = during & linked
+            unknown[0] += int(length[asked[during & ~linked]].sum())
+            unknown[1] += int((during & ~linked).sum())
             for cause, mask in (("data", data), ("sync", sync), ("launch", launch),
                                 ("unexplained", ~(data | sync | launch))):
                 idle[cause] += int(length[mask].sum())
@@ -298,7 +333,7 @@ def _idle_by_cause(profile: Profile, windows: StepWindows
         del work
         waited = iv.merge(waited, iv.Intervals(wait_starts[:waits], wait_ends[:waits]))
     return (idle, len(activity), waited if kept else None,
-            waited.total if kept else waited_ns, longest)
+            waited.total if kept else waited_ns, longest, (unknown[0], unknown[1]))
 
 
 def _waits_kept(profile: Profile, devices: int) -> bool:

@@ -398,7 +398,8 @@ def _comm_rows(metrics: RunMetrics) -> list[MetricRow]:
                   percent(comm.exposed_fraction), comm.origin),
         MetricRow("Share of communication overlapping compute", percent(comm.overlap_fraction),
                   comm.origin),
-        MetricRow("Collective calls per step", number(comm.calls_per_step), comm.origin),
+        MetricRow("Collective calls per step", number(comm.calls_per_step)
+                  + (f" ({comm.calls_unknown})" if comm.calls_unknown else ""), comm.origin),
     ]
 
 
@@ -422,6 +423,13 @@ def _launch_and_copy_rows(metrics: RunMetrics) -> list[MetricRow]:
                                   delay, launch.origin))
             rows.append(MetricRow("Kernels launched behind work still queued on their stream",
                                   percent(launch.queued_launch_fraction), launch.origin))
+            if launch.launches_unknown is not None:
+                rows.append(MetricRow("Kernels the launch delay and queued share leave out "
+                                      "(linked to no launch call)", launch.launches_unknown,
+                                      launch.origin))
+        elif launch.launches_unknown is not None:
+            rows.append(MetricRow("Launch delay and kernels launched behind queued work",
+                                  f"unknown: {launch.launches_unknown}", launch.origin))
     if metrics.copies is not None:
         copies = metrics.copies
         source = (f"{nbytes(copies.h2d_pageable_bytes)} from pageable memory"

@@ -58,7 +58,7 @@ def _step_time(steps: StepStats | None) -> dict[str, float | None] | None:
 
 def metrics_json(m: RunMetrics) -> dict[str, Any]:
     """The documented metric keys of one run."""
-    comm, launch, copies, gpu = m.comm, m.launch, m.copies, m.gpu
+    comm, launch, copies, gpu, idle = m.comm, m.launch, m.copies, m.gpu, m.gpu_idle
     return {
         "steps": m.steps.count if m.steps else None,
         "steps_origin": m.steps.origin if m.steps else None,
@@ -79,6 +79,7 @@ def metrics_json(m: RunMetrics) -> dict[str, Any]:
         "comm_exposed_fraction": _frac(comm.exposed_fraction) if comm else None,
         "comm_overlap_fraction": _frac(comm.overlap_fraction) if comm else None,
         "comm_calls_per_step": round(comm.calls_per_step, 3) if comm else None,
+        "comm_calls_unknown_reason": comm.calls_unknown if comm else None,
         "comm_on_gpu": comm.on_gpu if comm else None,
         "comm_ms_per_step_by_collective": ({kind: _ms(ns) for kind, ns in
                                             comm.ns_per_step_by_collective.items()}
@@ -94,6 +95,10 @@ def metrics_json(m: RunMetrics) -> dict[str, Any]:
         "launch_delay_p50_ms": _ms(launch.launch_delay_p50_ns) if launch else None,
         "launch_delay_kernels": launch.launch_delay_kernels if launch else None,
         "queued_launch_fraction": _frac(launch.queued_launch_fraction) if launch else None,
+        "launch_delay_unknown_reason": launch.launches_unknown if launch else None,
+        "idle_launch_unknown_ms_per_step": _ms(idle.launch_unknown_ns_per_step)
+        if idle is not None and idle.launch_unknown_ns_per_step is not None else None,
+        "idle_launch_unknown_reason": idle.launch_unknown if idle else None,
         "throughput_samples_per_s": m.throughput_samples_per_s,
         "per_rank_step_ms": {str(k): _ms(v) for k, v in m.per_rank_step_ns.items()},
         "per_rank_steps_note": m.per_rank_steps_note,

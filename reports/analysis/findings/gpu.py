@@ -75,6 +75,10 @@ def host_launch_bound(facts: Facts) -> Finding | None:
         evidence.append(Evidence(f"median launch-to-start latency {ms(launch.launch_delay_p50_ns)}"
                                  f" over the {launch.launch_delay_kernels:,} kernels launched "
                                  f"onto an idle stream{skewed}", launch.origin))
+    if idle.launch_unknown is not None:
+        evidence.append(Evidence(f"{ms(idle.launch_unknown_ns_per_step or 0)} more idle time per "
+                                 "step, counted as unexplained, may wait for launches too: "
+                                 f"{idle.launch_unknown}", idle.origin))
     evidence += _launch_wait_evidence(idle) + minor_sync_evidence(m.syncs)
     title = ("The GPU waits for the CPU to launch many small kernels." if many_short else
              "The GPU waits for the CPU to launch its work.")

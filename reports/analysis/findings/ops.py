@@ -10,6 +10,7 @@ from collections.abc import Callable
 from profreport import concepts
 from profreport.reports.analysis.findings.catalogue import Facts, rule
 from profreport.reports.analysis.findings.copies import unjudged_copies_evidence
+from profreport.reports.analysis.findings.verdicts import HOST_BOUND_IDLE_SHARE
 from profreport.reports.analysis.results import (
     Evidence,
     Finding,
@@ -253,6 +254,26 @@ def op_checks_unknown(facts: Facts) -> Finding | None:
                    "answer these checks.")
 
 
+def _launch_wait_unknown_evidence(m: RunMetrics) -> list[Evidence]:
+    """The GPU idle time that may have waited for launches no call is linked to
+    (IdleCauses.launch_unknown), when it could make the host-bound share the linked launches
+    do not, and the launch delay when no kernel of the steps is linked
+    (LaunchStats.launches_unknown): unknown and why."""
+    out = []
+    idle, launch = m.gpu_idle, m.launch
+    if idle is not None and idle.launch_unknown is not None and \
+            idle.share("launch") < HOST_BOUND_IDLE_SHARE <= idle.share("launch") + \
+            (idle.launch_unknown_ns_per_step or 0) / max(idle.step_ns, 1):
+        out.append(Evidence(f"GPU idle time waiting for launches (HOST_LAUNCH_BOUND): unknown for "
+                            f"{ms(idle.launch_unknown_ns_per_step or 0)} per step, counted as "
+                            f"unexplained, {idle.launch_unknown}", idle.origin))
+    if launch is not None and launch.queued_launch_fraction is None and \
+            launch.launches_unknown is not None:
+        out.append(Evidence("launch delay and kernels launched behind queued work: unknown, "
+                            f"{launch.launches_unknown}", launch.origin))
+    return out
+
+
 def _launch_count_evidence(mix: KernelMix, label: str, linked: float | None,
                            unlinked: float | None, why: str | None,
                            flags: Callable[[float], bool]) -> list[Evidence]:
@@ -272,8 +293,9 @@ def _launch_count_evidence(mix: KernelMix, label: str, linked: float | None,
 @rule("LAUNCH_LINKS_UNKNOWN", severity=("info",), needs=("profiles",))
 def launch_links_unknown(facts: Facts) -> Finding | None:
     """The checks that need each kernel or copy linked to the call that launched it (blocking
-    copy calls, kernels per optimizer step and per zero_grad) when the profiles record no
-    correlation id, the link: unknown and why, never read as no problem."""
+    copy calls, kernels per optimizer step and per zero_grad, the GPU's wait for launches, the
+    launch delay) when the profiles record no correlation id, or not on every row, the link:
+    unknown and why, never read as no problem."""
     m = facts.metrics
     evidence = unjudged_copies_evidence(m.syncs)
     mix = m.kernel_mix
@@ -287,6 +309,7 @@ def launch_links_unknown(facts: Facts) -> Finding | None:
             mix, "kernels and memsets launched inside zero_grad() (ZERO_GRAD_NOT_NONE)",
             mix.zero_grad_work_per_step, mix.zero_grad_unlinked_per_step,
             mix.zero_grad_unknown, lambda count: count > 0)
+    evidence += _launch_wait_unknown_evidence(m)
     if not evidence:
         return None
     return Finding("LAUNCH_LINKS_UNKNOWN", "info",
