@@ -375,3 +375,39 @@ def test_collective_calls_without_their_launch_say_how_they_were_counted(
     assert f"| Collective calls per step | 2 ({why}) |" in render_markdown(report)
     assert json.loads(render_json(report))["runs"][0]["metrics"][
         "comm_calls_unknown_reason"] == why
+
+
+def _sync_bound_export(path: Path) -> Path:
+    """4 steps of 100 ms: each launches an 8 ms kernel at 1 ms (running 2 to 10 ms), then
+    blocks in cudaStreamSynchronize from 1.5 ms until just after it ends; the GPU then idles
+    till the next step: sync-bound, the call waiting for the one kernel queued."""
+    kernels, runtime = [], []
+    for i in range(4):
+        t, c = i * 100 * MS, i * 10
+        runtime += [(t + 1 * MS, t + 1 * MS + 10 * US, c + 1, "cudaLaunchKernel_v7000"),
+                    (t + 1500 * US, t + 10 * MS + 10 * US, c + 2, "cudaStreamSynchronize_v3020")]
+        kernels.append((t + 2 * MS, t + 10 * MS, c + 1, "conv_kernel"))
+    steps = [(i * 100 * MS, i * 100 * MS + 90 * MS, f"step {i}") for i in range(4)]
+    return write_nsys_export(path, kernels, steps, runtime)
+
+
+def test_the_work_a_sync_waited_for_is_at_least_the_linked_work(tmp_path: Path) -> None:
+    """The sync-bound verdict says what the blocking call waited for: the GPU work queued when
+    it began. With the kernels' correlationId NULL, the queued kernel was taken to be launched
+    at its own start, after the call began, and the verdict said 'with nothing queued on the
+    GPU when it began', which the profile does not show. Now SyncStats says why the queue is a
+    lower bound and the verdict claims no empty queue."""
+    linked = analyze_paths([_sync_bound_export(tmp_path / "linked.sqlite")],
+                           AnalyzeOptions()).runs[0]
+    assert linked.verdict == "sync-bound" and linked.metrics.syncs.queued_unknown is None
+    assert ", which waited for the 1 GPU operations queued before it;" in linked.verdict_reason
+    path = _sync_bound_export(tmp_path / "unlinked.sqlite")
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET correlationId = NULL")
+    run = analyze_paths([path], AnalyzeOptions()).runs[0]
+    syncs = run.metrics.syncs
+    assert run.verdict == "sync-bound" and syncs.calls[0].queued == (0, 0)
+    assert syncs.queued_unknown == (
+        "the Nsight Systems profile records no correlation id on its kernels, the evidence that "
+        "links each launch call to the kernels it launched")
+    assert run.verdict_reason.endswith("blocked in cudaStreamSynchronize")

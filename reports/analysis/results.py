@@ -452,6 +452,11 @@ class SyncStats:
     #: memory) cannot be judged, with how many there are per step: no correlation id links
     #: them to their copies (launches.unlinked); None when they can.
     copies_unknown: str | None = None
+    #: Why the GPU operations queued when each call began (SyncCall.queued) are at least what
+    #: they say: some GPU work is linked to no launch call (launches.unlinked), and was
+    #: counted as queued only where its id shows it was launched before the call began
+    #: (launches.launched_by); None when all of it is linked.
+    queued_unknown: str | None = None
 
 
 @dataclass(frozen=True)

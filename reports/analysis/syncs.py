@@ -24,7 +24,6 @@ from profreport.reports.analysis.gpu import has_gpu_events, step_devices
 from profreport.reports.analysis.kept import classified, classified_rows, per_profile
 from profreport.reports.analysis.launches import (
     GPU_TABLES,
-    launch_times,
     launched_by,
     may_be_launched_after,
     unlinked,
@@ -51,7 +50,9 @@ def blocking(profile: Profile) -> pd.DataFrame:
 
 def queued_at(profile: Profile, times: np.ndarray) -> np.ndarray:
     """How many GPU operations (kernels, copies, memsets) were queued or running at each time:
-    launched before it (the launch call joined by correlation id) and not yet finished."""
+    launched before it (the launch call joined by correlation id; one linked to none, where
+    the latest it can have been launched is before it: launches.launched_by) and not yet
+    finished."""
     order = np.argsort(times, kind="stable")
     asked = np.asarray(times, dtype=np.int64)[order]
     # The GPU rows launched before each asked time and those ended by it, counted a block of
@@ -62,8 +63,8 @@ def queued_at(profile: Profile, times: np.ndarray) -> np.ndarray:
     for name in GPU_TABLES:
         end = profile.table(name)["end"].to_numpy(np.int64)
         for block in iv.blocks(len(end)):
-            launched += np.searchsorted(np.sort(launch_times(profile, name, block)), asked,
-                                        side="left")
+            times = launched_by(profile, name, np.arange(block.start, block.stop))[0]
+            launched += np.searchsorted(np.sort(times), asked, side="left")
             ended += np.searchsorted(np.sort(end[block]), asked, side="right")
     # Work that ended by t was launched before t, so the difference counts the pending work.
     queued = launched
@@ -156,7 +157,9 @@ def sync_stats(profile: Profile, windows: StepWindows) -> SyncStats | None:
     return SyncStats(origin=profile.kind, calls=rows, ns_per_step=blocked // windows.count,
                      fraction=blocked / max(windows.total_ns, 1),
                      outside_calls=len(outside), outside_ns=int(outside["ns"].sum()),
-                     copies_unknown=unjudged)
+                     copies_unknown=unjudged, queued_unknown="; ".join(
+                         why for name in GPU_TABLES
+                         if (why := unlinked(profile, name)) is not None) or None)
 
 
 @dataclass(frozen=True)

@@ -142,21 +142,25 @@ def _gpu_idle_candidates(m: RunMetrics) -> list[Candidate]:
         call = m.syncs.calls[0] if m.syncs is not None and m.syncs.calls else None
         out.append((sync, SYNC_BOUND_IDLE_SHARE, "sync-bound",
                     f"the GPU idles {pct(sync)} of the step after the CPU blocked in "
-                    f"{call.name if call is not None else 'a sync'}{_queued_text(call)}"))
+                    f"{call.name if call is not None else 'a sync'}"
+                    f"{_queued_text(call, m.syncs.queued_unknown if m.syncs else None)}"))
     return out
 
 
-def _queued_text(call: SyncCall | None) -> str:
+def _queued_text(call: SyncCall | None, unknown: str | None) -> str:
     """What the blocking call waited for: the GPU work queued when it began (launch and work
-    joined by correlation id), then nothing more until the CPU was released."""
+    joined by correlation id), then nothing more until the CPU was released; at least that
+    work where some is linked to no launch call (``unknown``: SyncStats.queued_unknown), and
+    nothing said of an empty queue then."""
     if call is None or call.queued is None:
         return ""
     low, high = call.queued
     if high == 0:
-        return ", with nothing queued on the GPU when it began"
+        return "" if unknown else ", with nothing queued on the GPU when it began"
     count = f"{low:,}" if low == high else f"{low:,}–{high:,}"
-    return (f", which waited for the {count} GPU operations queued before it; once they ran "
-            "the GPU had nothing more until the CPU, released, launched again")
+    return (f", which waited for {'at least ' if unknown else ''}the {count} GPU operations "
+            "queued before it; once they ran the GPU had nothing more until the CPU, released, "
+            "launched again")
 
 
 def _unexplained_idle(m: RunMetrics) -> tuple[Verdict, str] | None:
