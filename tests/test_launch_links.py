@@ -411,3 +411,39 @@ def test_the_work_a_sync_waited_for_is_at_least_the_linked_work(tmp_path: Path) 
         "the Nsight Systems profile records no correlation id on its kernels, the evidence that "
         "links each launch call to the kernels it launched")
     assert run.verdict_reason.endswith("blocked in cudaStreamSynchronize")
+
+
+def _copying_trace(path: Path, correlated: int) -> Path:
+    """3 ProfilerSteps of 10 ms, each with six aten::copy_ ops launching a 4-byte host-to-device
+    copy (cudaMemcpyAsync inside the op); only the first ``correlated`` of the 18 copies and
+    their calls record a correlation id."""
+    events, n = [], 0
+    for step in range(3):
+        ts = 1000 + step * 10_000
+        events.append(cpu_event(f"ProfilerStep#{step}", ts, 10_000, cat="user_annotation"))
+        for k in range(6):
+            at = ts + 100 + 1500 * k
+            ids = {"correlation": n + 1} if n < correlated else {}
+            events += [cpu_event("aten::copy_", at, 50),
+                       cpu_event("cudaMemcpyAsync", at + 10, 20, cat="cuda_runtime", **ids),
+                       device_event("Memcpy HtoD (Pageable -> Device)", at + 40, 2,
+                                    cat="gpu_memcpy", device=0, stream=7, bytes=4, **ids)]
+            n += 1
+    return kineto_trace(path, events)
+
+
+def test_copies_linked_to_no_launch_call_have_an_unknown_launcher(tmp_path: Path) -> None:
+    """Which operator launched each host-to-device copy comes through its launch call. Six of
+    the 18 copies have none linked: they were listed as launched by 'no recorded operator',
+    outside every recorded op, which the profile does not show; now as linked to no launch
+    call, in the results and in HOST_DEVICE_COPIES_PER_STEP's evidence."""
+    linked = analyze_paths([_copying_trace(tmp_path / "linked.pt.trace.json", 18)],
+                           AnalyzeOptions()).runs[0].metrics.step_copies
+    assert linked.launchers["HtoD"] == [("aten::copy_", 6)]
+    run = analyze_paths([_copying_trace(tmp_path / "partial.pt.trace.json", 12)],
+                        AnalyzeOptions()).runs[0]
+    assert run.metrics.step_copies.launchers["HtoD"] == [("aten::copy_", 4),
+                                                         ("(no launch call)", 2)]
+    copies = next(f for f in run.findings if f.id == "HOST_DEVICE_COPIES_PER_STEP")
+    assert ("launched (runtime call joined by correlation id) inside: aten::copy_ (4 per step), "
+            "unknown, linked to no launch call (2 per step)") in [e.text for e in copies.evidence]

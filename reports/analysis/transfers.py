@@ -23,15 +23,22 @@ DIRECTIONS = (concepts.HTOD, concepts.DTOH)
 SMALL_COPY_BYTES = 64 * 2**10
 #: Launching operators kept per direction (most copies first).
 TOP_LAUNCHERS = 3
+#: The launcher of copies launched outside every recorded operator.
+NO_OPERATOR = "(no operator)"
+#: The launcher of copies linked to no launch call (no correlation id, or no call recorded
+#: with it): which operator launched them is unknown.
+NO_LAUNCH_CALL = "(no launch call)"
 
 
 def _launchers(profile: Profile, copies: pd.DataFrame, steps: int) -> list[tuple[str, float]]:
     """The outermost CPU ops that launched ``copies`` (their launching runtime calls in column
-    ``call``), with copies per step, most first; ``(no operator)`` for copies launched outside
-    every recorded op."""
+    ``call``), with copies per step, most first; NO_OPERATOR for copies launched outside
+    every recorded op, NO_LAUNCH_CALL for copies linked to no launch call."""
     ops = outermost(profile.table("cpu_ops"))
-    where = launching_op(profile, ops, copies["call"].to_numpy())
-    names = np.append(ops["name"].to_numpy(object), "(no operator)")[where]
+    calls = copies["call"].to_numpy()
+    where = launching_op(profile, ops, calls)
+    names = np.append(ops["name"].to_numpy(object), NO_OPERATOR)[where]
+    names[calls < 0] = NO_LAUNCH_CALL
     counts = pd.Series(names).value_counts()
     return [(str(name), count / steps) for name, count in counts.head(TOP_LAUNCHERS).items()]
 

@@ -16,6 +16,7 @@ from profreport.reports.analysis.results import (
     SyncStats,
     origin_label,
 )
+from profreport.reports.analysis.transfers import NO_LAUNCH_CALL, NO_OPERATOR
 from profreport.units import ms, nbytes, pct
 
 #: Pageable copies are staged through a bounce buffer: worth fixing once half the H2D bytes ...
@@ -123,8 +124,9 @@ def _copy_evidence(m: RunMetrics, c: StepCopies, kind: str) -> list[Evidence]:
                     f"{nbytes(c.bytes_per_step[kind])} and {ms(c.ns_per_step[kind])} of copy "
                     "time per step", c.origin, m.locate(c.origin, c.longest.get(kind)))]
     if c.launchers.get(kind):
-        listed = ", ".join(f"{name} ({_count(count)} per step)" if name != "(no operator)" else
-                           f"no recorded operator ({_count(count)} per step)"
+        labels = {NO_OPERATOR: "no recorded operator",
+                  NO_LAUNCH_CALL: "unknown, linked to no launch call"}
+        listed = ", ".join(f"{labels.get(name, name)} ({_count(count)} per step)"
                            for name, count in c.launchers[kind])
         out.append(Evidence(f"launched (runtime call joined by correlation id) inside: {listed}",
                             c.origin))
