@@ -447,3 +447,54 @@ def test_copies_linked_to_no_launch_call_have_an_unknown_launcher(tmp_path: Path
     copies = next(f for f in run.findings if f.id == "HOST_DEVICE_COPIES_PER_STEP")
     assert ("launched (runtime call joined by correlation id) inside: aten::copy_ (4 per step), "
             "unknown, linked to no launch call (2 per step)") in [e.text for e in copies.evidence]
+
+
+def _linear_trace_unlinking(path: Path, kernel: str) -> Path:
+    """test_op_checks' fp32 linear trace on an A100 (a 400 us GEMM and a 100 us elementwise
+    kernel per step) whose ``kernel`` kernels and their launch calls record no correlation id."""
+    from test_op_checks import A100, linear_trace
+
+    trace = json.loads(linear_trace(path, "float", [A100]).read_text())
+    unlinked_ids = {e["args"]["correlation"] for e in trace["traceEvents"]
+                    if e["cat"] == "kernel" and e["name"] == kernel}
+    for event in trace["traceEvents"]:
+        if event.get("args", {}).get("correlation") in unlinked_ids:
+            del event["args"]["correlation"]
+    path.write_text(json.dumps(trace))
+    return path
+
+
+def test_an_fp32_share_that_unlinked_kernels_could_carry_is_unknown(tmp_path: Path) -> None:
+    """The GEMMs the fp32 linear launches (80% of compute-kernel time) have no launch call
+    linked: they counted as launched by no call, the fp32 share read 0% and
+    FP32_ON_TENSOR_CORES was silently absent. Now OpPrecision says how much kernel time no
+    call is linked to and why, and LAUNCH_LINKS_UNKNOWN says the share is unknown."""
+    report = analyze_paths([_linear_trace_unlinking(tmp_path / "t.json", "gemm_128x64")],
+                           AnalyzeOptions())
+    run = report.runs[0]
+    p = run.metrics.op_precision
+    why = ("the torch.profiler profile records no launch call for 2 of the 4 kernels in the "
+           "steps (2 with no correlation id, 0 with one that no recorded runtime call carries)")
+    assert (p.kernel_ns["fp32"], p.unlinked_kernel_ns, p.launches_unknown) == (0, 800_000, why)
+    found = {f.id: f for f in run.findings}
+    assert "FP32_ON_TENSOR_CORES" not in found
+    evidence = ("compute-kernel time fp32 matmuls/convolutions launched (FP32_ON_TENSOR_CORES): "
+                f"unknown, between 0.0% and 80%, {why}")
+    assert evidence in [e.text for e in found["LAUNCH_LINKS_UNKNOWN"].evidence]
+    assert evidence in render_html(report)
+
+
+def test_an_fp32_share_past_the_threshold_with_unlinked_kernels_says_at_least(
+        tmp_path: Path) -> None:
+    """The elementwise kernels unlinked instead: the linked GEMMs already make 80%,
+    FP32_ON_TENSOR_CORES stands and says the unlinked kernel time may add to it."""
+    run = analyze_paths([_linear_trace_unlinking(tmp_path / "t.json",
+                                                 "vectorized_elementwise_kernel")],
+                        AnalyzeOptions()).runs[0]
+    p = run.metrics.op_precision
+    assert (p.kernel_ns["fp32"], p.unlinked_kernel_ns) == (800_000, 200_000)
+    found = {f.id: f for f in run.findings}
+    assert ("at least that: 0.1 ms per step of compute kernels, linked to no launch call, may be "
+            f"fp32 calls' too: {p.launches_unknown}") in [
+                e.text for e in found["FP32_ON_TENSOR_CORES"].evidence]
+    assert "LAUNCH_LINKS_UNKNOWN" not in found

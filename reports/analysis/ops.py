@@ -21,7 +21,7 @@ import pandas as pd
 from profreport import concepts
 from profreport.model import Profile, ids_at, position_dtype
 from profreport.reports.analysis import intervals as iv
-from profreport.reports.analysis.launches import launch_calls, launch_steps
+from profreport.reports.analysis.launches import launch_calls, launch_steps, unlinked
 from profreport.reports.analysis.results import (
     ConvBiasStats,
     ConvFormats,
@@ -143,8 +143,9 @@ def op_precision(profile: Profile, devices: pd.DataFrame,
     units = _precision_units(profile)
     # Without a unit (nsys records no operator inputs) no kernel has one to launch it: the
     # launch calls of 10 M kernels are not gathered to find none.
-    launcher = launching_op(profile, units, launch_calls(profile, "kernels")[stepped]) \
-        if not units.empty else np.full(int(stepped.sum()), -1, dtype=np.int8)
+    calls = launch_calls(profile, "kernels")[stepped] if not units.empty else None
+    launcher = launching_op(profile, units, calls) if calls is not None \
+        else np.full(int(stepped.sum()), -1, dtype=np.int8)
     # Each kernel's precision as its place in PRECISIONS: position -1 (launched by no
     # matmul/convolution) reads the trailing -1.
     precision = np.append(pd.Categorical(units["precision"], categories=PRECISIONS).codes,
@@ -176,7 +177,11 @@ def op_precision(profile: Profile, devices: pd.DataFrame,
         tf32_kernel_fraction=(float(duration[tf32].sum()) / kernel_ns["fp32"]
                               if kernel_ns["fp32"] else 0.0),
         unknown_reason=_unknown_reason(profile, units, capability),
-        longest_fp32=_longest_call(units, launcher[fp32], duration))
+        longest_fp32=_longest_call(units, launcher[fp32], duration),
+        unlinked_kernel_ns=0 if calls is None else int(
+            _durations(profile, np.flatnonzero(stepped)[calls < 0]).sum()),
+        launches_unknown=None if calls is None else unlinked(profile, "kernels", stepped,
+                                                             "in the steps"))
 
 
 def _precision_units(profile: Profile) -> pd.DataFrame:

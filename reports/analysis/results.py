@@ -579,6 +579,12 @@ class OpPrecision:
     unknown_reason: str | None = None
     #: Start and end (ns) of the fp32 call that launched the most kernel time, for the evidence.
     longest_fp32: tuple[int, int] | None = None
+    #: Compute-kernel time linked to no launch call, so launched by no call known (counted in
+    #: ``compute_kernel_ns``, in no ``kernel_ns`` label: each label's share is a lower bound),
+    #: ns; 0 when every kernel is linked.
+    unlinked_kernel_ns: int = 0
+    #: Why, with how many kernels (launches.unlinked); None when every kernel is linked.
+    launches_unknown: str | None = None
 
     def share(self, label: str) -> float:
         """Share of compute-kernel time launched by the calls of one precision label."""

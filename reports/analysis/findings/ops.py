@@ -121,6 +121,10 @@ def fp32_on_tensor_cores(facts: Facts) -> Finding | None:
         Evidence(f"the kernels ran on {_capability_text(p)}: tensor cores from 7.0, TF32 "
                  "from 8.0 (the profiles' device properties)", p.origin),
         Evidence("fp32 operators by kernel time: " + ", ".join(p.fp32_ops[:4]), p.origin)]
+    if p.launches_unknown is not None:
+        evidence.append(Evidence(f"at least that: {_per_step_ms(p, p.unlinked_kernel_ns)} of "
+                                 "compute kernels, linked to no launch call, may be fp32 "
+                                 f"calls' too: {p.launches_unknown}", p.origin))
     if p.calls["reduced"]:
         evidence.append(Evidence(f"calls already in fp16/bf16: {_per_step(p, p.calls['reduced'])}"
                                  f" ({pct(p.share('reduced'))} of compute-kernel time)",
@@ -254,6 +258,24 @@ def op_checks_unknown(facts: Facts) -> Finding | None:
                    "answer these checks.")
 
 
+def _fp32_share_unknown_evidence(m: RunMetrics) -> list[Evidence]:
+    """The share of compute-kernel time fp32 matmuls and convolutions launched, when the
+    kernels linked to no launch call (OpPrecision.unlinked_kernel_ns) could make it reach
+    FP32_MATMUL_SHARE the linked ones do not: unknown, between the two, and why."""
+    p = m.op_precision
+    if p is None or p.launches_unknown is None or p.unknown_reason is not None or \
+            p.compute_capability is None or \
+            p.compute_capability < concepts.TENSOR_CORE_CAPABILITY:
+        return []
+    low = p.share("fp32")
+    high = low + p.unlinked_kernel_ns / max(p.compute_kernel_ns, 1)
+    if not low < FP32_MATMUL_SHARE <= high:
+        return []
+    return [Evidence("compute-kernel time fp32 matmuls/convolutions launched "
+                     f"(FP32_ON_TENSOR_CORES): unknown, between {pct(low)} and {pct(high)}, "
+                     f"{p.launches_unknown}", p.origin)]
+
+
 def _launch_wait_unknown_evidence(m: RunMetrics) -> list[Evidence]:
     """The GPU idle time that may have waited for launches no call is linked to
     (IdleCauses.launch_unknown), when it could make the host-bound share the linked launches
@@ -309,7 +331,7 @@ def launch_links_unknown(facts: Facts) -> Finding | None:
             mix, "kernels and memsets launched inside zero_grad() (ZERO_GRAD_NOT_NONE)",
             mix.zero_grad_work_per_step, mix.zero_grad_unlinked_per_step,
             mix.zero_grad_unknown, lambda count: count > 0)
-    evidence += _launch_wait_unknown_evidence(m)
+    evidence += _launch_wait_unknown_evidence(m) + _fp32_share_unknown_evidence(m)
     if not evidence:
         return None
     return Finding("LAUNCH_LINKS_UNKNOWN", "info",
