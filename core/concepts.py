@@ -406,8 +406,10 @@ def blocking_calls(runtime: pd.DataFrame, memcpy: pd.DataFrame,
     when it returned only after its copy had ended on the GPU: labelled with COPY_WAITED's
     reason. Calls are judged by their name, correlation id and end alone; only the chosen ones
     are copied whole."""
-    linked = memcpy[memcpy["correlation"] >= 0]
-    dtoh = linked[linked["kind"] == DTOH]
+    # Masks of the copies, not a copy of the linked ones (889 k rows, 28 MB, on a 10 M-kernel
+    # export): only the rows each question reads are taken.
+    linked = memcpy["correlation"].to_numpy() >= 0
+    dtoh = memcpy[linked & (memcpy["kind"] == DTOH).to_numpy(bool)]
     rows = np.arange(len(runtime)) if candidates is None else candidates
     names = pd.Series(runtime["name"].array.take(rows))
     eligible = may_block(names).to_numpy()
@@ -419,7 +421,7 @@ def blocking_calls(runtime: pd.DataFrame, memcpy: pd.DataFrame,
     reasons = np.full(len(rows), "", dtype=object)
     reasons[to_pageable] = " DtoH to pageable"
     for unrecorded, reason in ((dtoh[dtoh["dst_kind"] == UNKNOWN_KIND], COPY_WAITED["memory"]),
-                               (linked[linked["kind"] == UNKNOWN_KIND],
+                               (memcpy[linked & (memcpy["kind"] == UNKNOWN_KIND).to_numpy(bool)],
                                 COPY_WAITED["direction"])):
         if unrecorded.empty:
             continue

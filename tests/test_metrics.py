@@ -15,7 +15,7 @@ from profreport.reports.analysis import cpu, gpu
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.cpu import outer_calls, self_time_ns
 from profreport.reports.analysis.gpu import LONG_IDLE_GAP_NS, launch_stats
-from profreport.reports.analysis.launches import launch_steps
+from profreport.reports.analysis.launches import launched_in_windows
 from profreport.reports.analysis.metrics import (
     ATTRIBUTES_CPU_OPS,
     RANGES_ONLY,
@@ -299,16 +299,16 @@ def test_stream_free_by_block_is_the_reach_of_the_work_ahead_on_the_stream(
         assert free[row] == (ahead["end"].max() if len(ahead) else np.iinfo(np.int64).min)
 
 
-def test_launch_steps_take_the_narrowest_dtype(corpus: Path, nsys_available: str) -> None:
-    """Each kernel's step (kept through the analysis) in the narrowest dtype numbering the
-    windows: the sc22 4-GPU capture's 59 steps in int8; 22,537 of its 22,564 kernels launched
-    inside them, 349 in the first."""
+def test_launched_in_windows_is_a_read_only_byte_a_kernel(corpus: Path,
+                                                          nsys_available: str) -> None:
+    """Whether each kernel was launched inside the step windows, kept through the analysis: a
+    byte a kernel, read-only (its readers share it); 22,537 of the sc22 4-GPU capture's 22,564
+    kernels were launched inside its 59 windows."""
     profile = parse_file(corpus / "nsys" / "sc22_4gpu_baseline.nsys-rep")
     windows = step_windows(profile)
-    steps = launch_steps(profile, "kernels", windows)
-    assert steps.dtype == np.int8 and windows.count == 59 and steps.max() == 58
-    assert len(steps) == 22564 and int((steps >= 0).sum()) == 22537
-    assert np.bincount(steps[steps >= 0])[0] == 349
+    inside = launched_in_windows(profile, "kernels", windows)
+    assert inside.dtype == np.bool_ and not inside.flags.writeable
+    assert windows.count == 59 and len(inside) == 22564 and int(inside.sum()) == 22537
 
 
 def test_sc22_1gpu_gpu_idle_between_steps(sc22_1gpu: RunMetrics) -> None:

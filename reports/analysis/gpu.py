@@ -20,8 +20,8 @@ from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.breakdown import Parts, claim, make_breakdown
 from profreport.reports.analysis.cpu import spans_where
 from profreport.reports.analysis.kept import (
-    classified,
     classified_at,
+    classified_rows,
     per_profile,
     table_name_codes,
 )
@@ -29,7 +29,7 @@ from profreport.reports.analysis.launches import (
     GPU_TABLES,
     launch_calls,
     launch_pairs,
-    launch_steps,
+    launched_in_windows,
     may_be_launched_after,
     unlinked,
 )
@@ -300,32 +300,38 @@ def stream_free_by_block(profile: Profile) -> Iterator[np.ndarray]:
 
 class _StreamReach:
     """The latest end of the work each stream of a profile ran, as its kernels are read in
-    start order: the kernels read so far, and the copies and memsets."""
+    start order: the kernels read so far, and the copies and memsets started before them."""
 
     def __init__(self, profile: Profile) -> None:
         kernels = profile.table("kernels")
-        self.profile = profile
         self.starts = kernels["start"].to_numpy(np.int64)
         self.ends = kernels["end"].to_numpy(np.int64)
         self.devices, self.streams = kernels["device"].to_numpy(), kernels["stream"].to_numpy()
         #: Each (device, stream)'s reach of the kernels read so far.
         self.carried: dict[tuple[int, int], int] = {}
-        #: Each (device, stream)'s copies and memsets: starts in order and reach up to each.
-        self.others: dict[tuple[int, int], list[tuple[np.ndarray, np.ndarray]]] = {}
+        #: The copies and memsets, taken in start order as the kernels pass them.
+        self.others = [_Started(profile.table(name)) for name in ("memcpy", "memset")]
 
     def ahead(self, rows: np.ndarray) -> np.ndarray:
         """For the kernels at ``rows`` (positions, in start order, after every row read
         before), when the work ahead of each on its stream had ended."""
         free = np.empty(len(rows), dtype=np.int64)
+        if not len(rows):
+            return free
+        # The copies and memsets started before the last of these kernels, not yet taken.
+        taken = [other.take(int(self.starts[rows[-1]])) for other in self.others]
         devices, streams = self.devices[rows], self.streams[rows]
         for device in pd.unique(devices).tolist():
             on_device = devices == device
             for stream in pd.unique(streams[on_device]).tolist():
                 at = np.flatnonzero(on_device & (streams == stream))
-                free[at] = self._ahead_on(device, stream, rows[at])
+                free[at] = self._ahead_on(device, stream, rows[at], taken)
+        for other, block in zip(self.others, taken, strict=True):
+            other.carry(block)
         return free
 
-    def _ahead_on(self, device: int, stream: int, rows: np.ndarray) -> np.ndarray:
+    def _ahead_on(self, device: int, stream: int, rows: np.ndarray,
+                  taken: list[_Taken]) -> np.ndarray:
         """:meth:`ahead` for kernels of one device and stream."""
         key = (device, stream)
         carried = self.carried.get(key, np.iinfo(np.int64).min)
@@ -333,26 +339,66 @@ class _StreamReach:
         np.maximum(reach, carried, out=reach)
         ahead = np.empty_like(reach)
         ahead[0], ahead[1:] = carried, reach[:-1]
-        if key not in self.others:
-            self.others[key] = [found for name in ("memcpy", "memset")
-                                if len((found := _reach_of(self.profile.table(name), device,
-                                                           stream))[0])]
         starts = self.starts[rows]
-        for copy_starts, copy_reach in self.others[key]:  # copies and memsets started before
-            before = np.searchsorted(copy_starts, starts, side="left")
-            np.maximum(ahead, np.where(before > 0, copy_reach[before - 1], ahead), out=ahead)
+        for other, block in zip(self.others, taken, strict=True):
+            np.maximum(ahead, other.reach(key), out=ahead)  # taken with earlier kernels
+            copy_starts, copy_reach = block.on(device, stream)
+            if len(copy_starts):
+                before = np.searchsorted(copy_starts, starts, side="left")
+                np.maximum(ahead, np.where(before > 0, copy_reach[before - 1], ahead), out=ahead)
         self.carried[key] = int(reach[-1])
         return ahead
 
 
-def _reach_of(table: pd.DataFrame, device: int, stream: int) -> tuple[np.ndarray, np.ndarray]:
-    """The starts of ``table``'s rows on ``device`` and ``stream``, in order, and the latest
-    end among the rows up to each."""
-    mine = ((table["device"].to_numpy() == device)
-            & (table["stream"].to_numpy() == stream))
-    starts = table["start"].to_numpy(np.int64)[mine]
-    order = np.argsort(starts, kind="stable")
-    return starts[order], np.maximum.accumulate(table["end"].to_numpy(np.int64)[mine][order])
+@dataclass(frozen=True)
+class _Taken:
+    """Rows of a copy or memset table, in start order: their starts, ends, devices, streams."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    devices: np.ndarray
+    streams: np.ndarray
+
+    def on(self, device: int, stream: int) -> tuple[np.ndarray, np.ndarray]:
+        """The starts of the rows on ``device`` and ``stream``, and the latest end among the
+        rows up to each."""
+        mine = (self.devices == device) & (self.streams == stream)
+        return self.starts[mine], np.maximum.accumulate(self.ends[mine])
+
+
+class _Started:
+    """A copy or memset table read in start order, a block at a time as the kernels pass its
+    rows (no array as long as the table where it is in start order, as the parsers hand it
+    over), and each (device, stream)'s latest end over the rows taken so far."""
+
+    def __init__(self, table: pd.DataFrame) -> None:
+        self.columns = [table[name].to_numpy(np.int64 if name in ("start", "end") else None)
+                        for name in ("start", "end", "device", "stream")]
+        if not iv.ascending(self.columns[0]):
+            order = np.argsort(self.columns[0], kind="stable")
+            self.columns = [column[order] for column in self.columns]
+        self.done = 0
+        self.reached: dict[tuple[int, int], int] = {}
+
+    def take(self, bound: int) -> _Taken:
+        """The rows not taken yet that start before ``bound``."""
+        stop = int(np.searchsorted(self.columns[0], bound, side="left"))
+        block = slice(self.done, max(stop, self.done))
+        self.done = block.stop
+        return _Taken(*(column[block] for column in self.columns))
+
+    def reach(self, key: tuple[int, int]) -> int:
+        """The latest end of the rows carried on stream ``key`` (INT64 min for none)."""
+        return self.reached.get(key, np.iinfo(np.int64).min)
+
+    def carry(self, taken: _Taken) -> None:
+        """Add the ``taken`` rows to each stream's reach."""
+        if not len(taken.starts):
+            return
+        latest = pd.Series(taken.ends).groupby([taken.devices, taken.streams]).max()
+        for (device, stream), end in latest.items():
+            key = (int(device), int(stream))
+            self.reached[key] = max(self.reach(key), int(end))
 
 
 @giving_back_memory
@@ -364,7 +410,7 @@ def launch_stats(profile: Profile, windows: StepWindows) -> LaunchStats | None:
     kernel recorded as starting before its launch call did measures the skew between the CPU's
     and the GPU's clocks, not a delay: left out and counted."""
     kernels = profile.table("kernels")
-    mine = launch_steps(profile, "kernels", windows) >= 0
+    mine = launched_in_windows(profile, "kernels", windows)
     count = int(mine.sum())
     if count == 0:
         return None
@@ -450,7 +496,7 @@ def copy_stats(profile: Profile) -> CopyStats | None:
     known = h2d[h2d["bytes"] >= 0]
     d2h = copies_of_kind(profile, concepts.DTOH)
     tiny = d2h[d2h["bytes"].between(0, TINY_COPY_BYTES)]
-    syncs = runtime[classified(profile, "runtime", concepts.is_sync_api)]
+    syncs = runtime.iloc[classified_rows(profile, "runtime", concepts.is_sync_api)]
     unrecorded = int((known["src_kind"] == concepts.UNKNOWN_KIND).sum())
     unknown = (f"the profile records no source memory kind for {unrecorded:,} of its "
                f"{len(known):,} host-to-device copies" if unrecorded else None)
@@ -493,7 +539,7 @@ def launched_in_steps(profile: Profile, table: str, rows: np.ndarray,
                       windows: StepWindows) -> int:
     """How many of the ``rows`` (a mask) of GPU table ``table`` were launched inside a step
     window."""
-    return int((rows & (launch_steps(profile, table, windows) >= 0)).sum())
+    return int((rows & launched_in_windows(profile, table, windows)).sum())
 
 
 @dataclass(frozen=True)
@@ -597,7 +643,7 @@ def max_devices_per_process(profile: Profile, windows: StepWindows | None = None
     the step ``windows`` where there are steps (see step_devices)."""
     kernels = profile.table("kernels")
     pids, devices = profile.table("runtime")["pid"], kernels["device"].to_numpy()
-    inside = launch_steps(profile, "kernels", windows) >= 0 if windows is not None else None
+    inside = launched_in_windows(profile, "kernels", windows) if windows is not None else None
     # Each device's launching processes (a few devices: a pass each per block, no table of
     # every launch), then the devices each process launched on.
     launchers: dict[int, set[int]] = {}

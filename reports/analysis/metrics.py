@@ -53,7 +53,7 @@ from profreport.reports.analysis.gpu import (
     max_devices_per_process,
     top_kernels,
 )
-from profreport.reports.analysis.launches import join_beside
+from profreport.reports.analysis.launches import forget_launches, join_beside
 from profreport.reports.analysis.lines import (
     dataloader_loop,
     function_listings,
@@ -265,6 +265,8 @@ def compute_run_metrics(profiles: list[Profile], manifest: Manifest | None = Non
         conv_windows = _windows_of(conv_profile, timed)
         metrics.conv_bias = conv_bias_before_bn(conv_profile, conv_windows)
         metrics.conv_formats = conv_formats(conv_profile, conv_windows)
+    for profile in ordered:  # the metrics above were the last to read the launch join
+        forget_launches(profile, _windows_of(profile, timed))
     metrics.compiled_regions = compiled_regions(ordered)
     for profile in ordered:
         first = first_recorded_ns(profile)

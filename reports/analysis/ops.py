@@ -21,7 +21,7 @@ import pandas as pd
 from profreport import concepts
 from profreport.model import Profile, ids_at, position_dtype
 from profreport.reports.analysis import intervals as iv
-from profreport.reports.analysis.launches import launch_calls, launch_steps, unlinked
+from profreport.reports.analysis.launches import launch_calls, launched_in_windows, unlinked
 from profreport.reports.analysis.results import (
     ConvBiasStats,
     ConvFormats,
@@ -89,7 +89,7 @@ def _stepped_kernels(profile: Profile, windows: StepWindows | None) -> np.ndarra
     kernel without windows)."""
     compute = ~profile.table("kernels")["is_comm"].to_numpy(bool)
     if windows is not None:
-        compute &= launch_steps(profile, "kernels", windows) >= 0
+        compute &= launched_in_windows(profile, "kernels", windows)
     return compute
 
 
@@ -102,10 +102,10 @@ def _durations(profile: Profile, rows: np.ndarray) -> np.ndarray:
 
 
 def _capability(devices: pd.DataFrame,
-                ran_on: np.ndarray) -> tuple[tuple[int, int] | None, str | None]:
-    """Compute capability and name of the GPUs ``ran_on`` (the device of each kernel; the
-    lowest when they differ); None when the profiles do not record it."""
-    ran = devices[devices["device"].isin(pd.unique(ran_on))]
+                ran_on: list[int]) -> tuple[tuple[int, int] | None, str | None]:
+    """Compute capability and name of the GPUs ``ran_on`` (the devices the kernels ran on;
+    the lowest when they differ); None when the profiles do not record it."""
+    ran = devices[devices["device"].isin(ran_on)]
     known = ran[(ran["compute_major"] >= 0) & (ran["compute_minor"] >= 0)]
     if known.empty:
         return None, (str(ran["name"].iloc[0]) if not ran.empty else None)
@@ -141,33 +141,17 @@ def op_precision(profile: Profile, devices: pd.DataFrame,
         return None
     kernels = profile.table("kernels")
     units = _precision_units(profile)
-    # Without a unit (nsys records no operator inputs) no kernel has one to launch it: the
-    # launch calls of 10 M kernels are not gathered to find none.
-    calls = launch_calls(profile, "kernels")[stepped] if not units.empty else None
-    launcher = launching_op(profile, units, calls) if calls is not None \
-        else np.full(int(stepped.sum()), -1, dtype=np.int8)
-    # Each kernel's precision as its place in PRECISIONS: position -1 (launched by no
-    # matmul/convolution) reads the trailing -1.
-    precision = np.append(pd.Categorical(units["precision"], categories=PRECISIONS).codes,
-                          np.int8(-1))[launcher]
-    # Kernel time per precision (the last slot: launched by none), summed block by block.
-    per_precision = np.zeros(len(PRECISIONS) + 1, dtype=np.int64)
-    done = 0
-    for duration in iv.lengths(kernels["start"], kernels["end"], stepped):
-        np.add.at(per_precision, precision[done:done + len(duration)], duration)
-        done += len(duration)
+    per_precision, fp32_rows, fp32_launcher, ran_on, unlinked_ns = _kernel_precisions(
+        profile, units, stepped)
     kernel_ns = {label: int(per_precision[code]) for code, label in enumerate(PRECISIONS)}
     in_steps = units if windows is None else units[windows.index_of(
         units["start"].to_numpy(np.int64)) >= 0]
-    fp32 = precision == PRECISIONS.index("fp32")
-    del precision
-    fp32_rows = np.flatnonzero(stepped)[fp32] if fp32.any() else np.empty(0, dtype=np.intp)
     duration = _durations(profile, fp32_rows)
     tf32 = concepts.is_tf32_kernel(kernels["name"]).to_numpy(bool)[fp32_rows] \
         if len(fp32_rows) else np.zeros(0, dtype=bool)
-    capability, device_name = _capability(devices, kernels["device"].to_numpy()[stepped])
+    capability, device_name = _capability(devices, ran_on)
     by_name = pd.Series(duration, index=np.append(units["name"].to_numpy(object),
-                                                  "")[launcher[fp32]])
+                                                  "")[fp32_launcher])
     return OpPrecision(
         origin=profile.kind, compute_capability=capability, device_name=device_name,
         steps=windows.count if windows is not None else None,
@@ -177,11 +161,48 @@ def op_precision(profile: Profile, devices: pd.DataFrame,
         tf32_kernel_fraction=(float(duration[tf32].sum()) / kernel_ns["fp32"]
                               if kernel_ns["fp32"] else 0.0),
         unknown_reason=_unknown_reason(profile, units, capability),
-        longest_fp32=_longest_call(units, launcher[fp32], duration),
-        unlinked_kernel_ns=0 if calls is None else int(
-            _durations(profile, np.flatnonzero(stepped)[calls < 0]).sum()),
-        launches_unknown=None if calls is None else unlinked(profile, "kernels", stepped,
-                                                             "in the steps"))
+        longest_fp32=_longest_call(units, fp32_launcher, duration),
+        unlinked_kernel_ns=unlinked_ns,
+        # Without a unit no kernel's launch call was gathered (see _kernel_precisions).
+        launches_unknown=None if units.empty else unlinked(profile, "kernels", stepped,
+                                                           "in the steps"))
+
+
+def _kernel_precisions(profile: Profile, units: pd.DataFrame, stepped: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int], int]:
+    """Over the ``stepped`` kernels (a mask), read :data:`intervals.BLOCK_ROWS` kernels at a
+    time (no array as long as the kernels): the kernel time per precision of the unit that
+    launched each (the last slot: launched by none), the positions of the kernels an fp32 unit
+    launched and that unit's position in ``units``, the devices the kernels ran on, and the
+    time of the kernels linked to no launch call (0 without units: no call is gathered)."""
+    kernels = profile.table("kernels")
+    starts, ends = kernels["start"].to_numpy(np.int64), kernels["end"].to_numpy(np.int64)
+    devices = kernels["device"].to_numpy()
+    # Each unit's precision as its place in PRECISIONS: position -1 (launched by no
+    # matmul/convolution) reads the trailing -1.
+    codes = np.append(pd.Categorical(units["precision"], categories=PRECISIONS).codes,
+                      np.int8(-1))
+    # Without a unit (nsys records no operator inputs) no kernel has one to launch it: the
+    # launch calls of 10 M kernels are not gathered to find none.
+    calls = launch_calls(profile, "kernels") if not units.empty else None
+    per_precision = np.zeros(len(PRECISIONS) + 1, dtype=np.int64)
+    fp32_rows, fp32_launcher, ran_on = [np.empty(0, np.intp)], [np.empty(0, np.intp)], set()
+    unlinked_ns = 0
+    for block in iv.blocks(len(kernels)):
+        rows = np.flatnonzero(stepped[block]) + block.start
+        launcher = launching_op(profile, units, calls[rows]) if calls is not None \
+            else np.full(len(rows), -1, dtype=np.int8)
+        precision = codes[launcher]
+        duration = ends[rows] - starts[rows]
+        np.add.at(per_precision, precision, duration)
+        if calls is not None:
+            unlinked_ns += int(duration[calls[rows] < 0].sum())
+        fp32 = precision == PRECISIONS.index("fp32")
+        fp32_rows.append(rows[fp32])
+        fp32_launcher.append(launcher[fp32])
+        ran_on.update(pd.unique(devices[rows]).tolist())
+    return (per_precision, np.concatenate(fp32_rows), np.concatenate(fp32_launcher),
+            sorted(ran_on), unlinked_ns)
 
 
 def _precision_units(profile: Profile) -> pd.DataFrame:

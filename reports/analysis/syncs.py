@@ -181,7 +181,10 @@ def _work_of(profile: Profile, device: int) -> list[_Work]:
     for name in GPU_TABLES:
         table = profile.table(name)
         devices = table["device"].to_numpy()
-        rows = np.flatnonzero(devices == device) if (devices != device).any() else None
+        # Told by the distinct devices (hashed): no masks as long as the table to find a
+        # device holds every row.
+        rows = None if pd.unique(devices).tolist() == [device] \
+            else np.flatnonzero(devices == device)
         starts = table["start"].to_numpy(np.int64)
         if rows is not None:
             starts = starts[rows]

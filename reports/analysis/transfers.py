@@ -11,7 +11,7 @@ import pandas as pd
 from profreport import concepts
 from profreport.model import Profile
 from profreport.reports.analysis.cpu import spans_where
-from profreport.reports.analysis.launches import launch_calls, launch_steps
+from profreport.reports.analysis.launches import launch_calls, launched_in_windows
 from profreport.reports.analysis.ops import launching_op, outermost
 from profreport.reports.analysis.results import StepCopies
 from profreport.reports.analysis.steps import StepWindows
@@ -49,7 +49,7 @@ def step_copies(profile: Profile, windows: StepWindows | None) -> StepCopies | N
     if windows is None or not profile.has("memcpy"):
         return None
     memcpy = profile.table("memcpy")
-    rows = np.flatnonzero((launch_steps(profile, "memcpy", windows) >= 0)
+    rows = np.flatnonzero(launched_in_windows(profile, "memcpy", windows)
                           & memcpy["kind"].isin(DIRECTIONS).to_numpy())
     copies = memcpy.iloc[rows].assign(call=launch_calls(profile, "memcpy")[rows])
     if copies.empty:
