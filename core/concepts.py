@@ -418,21 +418,23 @@ def blocking_calls(runtime: pd.DataFrame, memcpy: pd.DataFrame,
     correlation = pd.Series(runtime["correlation"].to_numpy()[rows])
     to_pageable = is_copy & correlation.isin(  # hashes the copies, sorts nothing
         dtoh.loc[dtoh["dst_kind"] == PAGEABLE, "correlation"]).to_numpy()
-    reasons = np.full(len(rows), "", dtype=object)
-    reasons[to_pageable] = " DtoH to pageable"
-    for unrecorded, reason in ((dtoh[dtoh["dst_kind"] == UNKNOWN_KIND], COPY_WAITED["memory"]),
-                               (memcpy[linked & (memcpy["kind"] == UNKNOWN_KIND).to_numpy(bool)],
-                                COPY_WAITED["direction"])):
+    # Each call's reason as its place in the suffixes (0: none yet), a byte a call: no object
+    # array of a million empty strings compared again for each reason.
+    suffixes = ("", " DtoH to pageable", COPY_WAITED["memory"], COPY_WAITED["direction"])
+    reason = np.zeros(len(rows), dtype=np.int8)
+    reason[to_pageable] = 1
+    for code, unrecorded in ((2, dtoh[dtoh["dst_kind"] == UNKNOWN_KIND]),
+                             (3, memcpy[linked & (memcpy["kind"] == UNKNOWN_KIND).to_numpy(bool)])):
         if unrecorded.empty:
             continue
         ends = unrecorded.groupby("correlation")["end"].max()  # int64: no float rounding
         at = ends.index.get_indexer(correlation)
         copy_end = np.where(at >= 0, ends.to_numpy(np.int64)[at], np.iinfo(np.int64).max)
-        waited = is_copy & (reasons == "") & (copy_end <= runtime["end"].to_numpy(np.int64)[rows])
-        reasons[waited] = reason
-    chosen = np.flatnonzero((reasons != "") | (eligible & _always_blocks(names).to_numpy()))
+        waited = is_copy & (reason == 0) & (copy_end <= runtime["end"].to_numpy(np.int64)[rows])
+        reason[waited] = code
+    chosen = np.flatnonzero((reason > 0) | (eligible & _always_blocks(names).to_numpy()))
     calls = runtime.iloc[rows[chosen]]
-    said = reasons[chosen]
+    said = np.array(suffixes, dtype=object)[reason[chosen]]
     labelled = said != ""  # only these rows' labels are new strings
     label = calls["name"].astype(object)
     return calls.assign(label=label.mask(labelled, label[labelled] + said[labelled]))
