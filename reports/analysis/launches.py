@@ -70,17 +70,16 @@ def unlinked_launched_by(profile: Profile, table: str) -> tuple[np.ndarray, np.n
     rows = np.flatnonzero(launch_calls(profile, table) < 0)
     latest = profile.table(table)["start"].to_numpy(np.int64)[rows]
     keys = _ids_of(profile, table)[rows].astype(np.int64)
-    runtime = profile.table("runtime")
-    ids = runtime["correlation"].to_numpy().astype(np.int64)
     known = keys >= 0
-    if not known.any() or not len(ids):
+    runtime = profile.table("runtime")
+    if not known.any() or runtime.empty:  # no call's id is read: nothing to bound
         return rows, latest
-    order = np.argsort(ids, kind="stable")
-    at = np.searchsorted(ids[order], keys[known], side="right")
-    later = at < len(ids)
-    call = order[np.minimum(at, len(ids) - 1)]
-    later &= ids[call] // PROCESS_CORRELATIONS == keys[known] // PROCESS_CORRELATIONS
-    bound = np.where(later, runtime["start"].to_numpy(np.int64)[call], latest[known])
+    order, ordered = _by_correlation(profile)
+    at = np.minimum(np.searchsorted(ordered, keys[known], side="right"), len(ordered) - 1)
+    later = ordered[at].astype(np.int64) > keys[known]  # a larger id: none past the last
+    later &= ordered[at].astype(np.int64) // PROCESS_CORRELATIONS \
+        == keys[known] // PROCESS_CORRELATIONS
+    bound = np.where(later, runtime["start"].to_numpy(np.int64)[order[at]], latest[known])
     latest[known] = np.minimum(latest[known], bound)
     return rows, latest
 
