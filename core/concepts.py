@@ -780,6 +780,12 @@ def is_training_fetch_range(names: pd.Series) -> pd.Series:
     return _matches(names, rf"^{re.escape(DATALOADER_RANGE)}$")
 
 
+def is_other_fetch_range(names: pd.Series) -> pd.Series:
+    """Whether each range is the one profreport's runner opens around a fetch that feeds no
+    training (OTHER_LOADER_RANGE): a fetch the capture records, though no DataLoader wait."""
+    return _matches(names, rf"^{re.escape(OTHER_LOADER_RANGE)}$")
+
+
 def is_in_process_loader_span(names: pd.Series) -> pd.Series:
     """Whether each DataLoader span is a single-process iterator (``num_workers=0``)."""
     return _matches(names, _IN_PROCESS_LOADER)

@@ -583,11 +583,12 @@ def test_both_runs_parts_are_split_over_the_steps_of_the_common_source(
     """loader_heavy's nsys report (NVTX ranges on a CPU-only run: DataLoader wait and the rest)
     against compute_heavy's nsys report and torch.profiler trace: nsys timed both runs' steps,
     so compute_heavy's parts are split over nsys's steps too (its own breakdown, torch.profiler's,
-    is over ProfilerStep spans and measures compute): DataLoader wait 864.4 -> 30.5 ms, Other
-    200.6 -> 1636.3 ms, adding up to the 601.8 ms step difference, and no compute is claimed
-    from a capture that never measured it. The parts had not been compared at all ('the
-    breakdowns split the step differently'); before that, 'Compute grew 0.0 ms -> 1616.6 ms'
-    (278% of the difference) credited a part nsys never measured."""
+    is over ProfilerStep spans and measures compute): DataLoader wait 862.6 -> 29.4 ms (its
+    `dataloader` ranges; it was 864.4 -> 30.5 ms while the time between the step ranges counted
+    as fetching), Other 202.4 -> 1637.3 ms, adding up to the 601.8 ms step difference, and no
+    compute is claimed from a capture that never measured it. The parts had not been compared
+    at all ('the breakdowns split the step differently'); before that, 'Compute grew 0.0 ms ->
+    1616.6 ms' (278% of the difference) credited a part nsys never measured."""
     traced = tmp_path / "traced"
     traced.mkdir()
     for source in [fixtures_dir / "compute_heavy" / "nsys.nsys-rep",
@@ -601,16 +602,16 @@ def test_both_runs_parts_are_split_over_the_steps_of_the_common_source(
     assert ops.origin == "kineto"  # the run's own section keeps the best-attributing source
     assert ops.measured == {"dataloader", "compute", "comm_exposed", "other"}
     row = report.comparison.rows[1]
-    assert row.breakdown_delta_ns == {"dataloader": -833_935_357, "other": 1_435_694_297}
+    assert row.breakdown_delta_ns == {"dataloader": -833_171_068, "other": 1_434_930_008}
     assert row.unexplained_ns == 0 and row.parts_not_compared is None
     assert row.breakdown.origin == "nsys" and row.breakdown.measured == {"dataloader", "other"}
     assert row.breakdown.step_ns == 1_666_721_796
     assert ("In the profiled runs, mean step time grew by 601.8 ms per step (1065.0 ms -> "
-            "1666.7 ms): Other grew 200.6 ms -> 1636.3 ms (+1435.7 ms, 239% of the difference); "
-            "offset by DataLoader wait fell 864.4 ms -> 30.5 ms (-833.9 ms).") in row.explanation
+            "1666.7 ms): Other grew 202.4 ms -> 1637.3 ms (+1434.9 ms, 238% of the difference); "
+            "offset by DataLoader wait fell 862.6 ms -> 29.4 ms (-833.2 ms).") in row.explanation
     assert "Compute" not in row.explanation
-    assert ("| traced | -833.9 ms | unmeasured | unmeasured | unmeasured | unmeasured | "
-            "unmeasured | +1,435.7 ms |") in render_markdown(report)
+    assert ("| traced | -833.2 ms | unmeasured | unmeasured | unmeasured | unmeasured | "
+            "unmeasured | +1,434.9 ms |") in render_markdown(report)
     # Runs whose own breakdowns one profiler made keep them: loader_heavy's folder (nsys,
     # torch.profiler, line_profiler) against this one, both split over ProfilerStep spans.
     whole = analyze_paths([fixtures_dir / "loader_heavy", traced], AnalyzeOptions())

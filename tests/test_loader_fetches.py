@@ -404,16 +404,16 @@ def test_the_fetch_that_ends_the_loop_in_an_nsys_capture_is_no_step(tmp_path: Pa
     """The last ``step N`` range of an nsys capture holds only the fetch that raised
     StopIteration: it was a fifth step of 500 µs beside four of 9 ms (the mean step 7.3 ms,
     the DataLoader wait 8.35 of 40.5 ms, 20.6%). It is no step now, as in a Kineto trace: four
-    steps of 9 ms, whose wait is their fetches and the 1 ms between the ranges (the loop
-    fetching), 6.96 of 39 ms, 17.8%; the notes say so, the phases' too. The parser's table
-    keeps it."""
+    steps of 9 ms, whose wait is their fetches, 3.96 of 39 ms, 10.2% (the 1 ms between the
+    ranges is no fetch: the capture records the fetches, inside the ranges); the notes say so,
+    the phases' too. The parser's table keeps it."""
     ranges, kernels, runtime = _nsys_loop_to_its_end(fetch)
     path = write_nsys_export(tmp_path / "infer.sqlite", kernels, sorted(ranges), runtime)
     run = _analyzed(path)
     assert run.metrics.steps is not None
     assert (run.metrics.steps.count, run.metrics.steps.mean_ns) == (4, 9_000_000)
     assert [n for n, _ in run.metrics.steps.range_by_number] == [0, 1, 2, 3]
-    assert run.metrics.dataloader_fraction == pytest.approx((4 * 990 + 3 * 1000) / 39_000)
+    assert run.metrics.dataloader_fraction == pytest.approx(4 * 990 / 39_000)
     assert ("infer.sqlite: step 4, the last step (500.0 µs), holds only a DataLoader fetch "
             "(390.0 µs) and no work is recorded after it before the trace ends, so it is no step, "
             "and its fetch no DataLoader wait") in run.notes
@@ -458,3 +458,53 @@ def test_a_trace_without_steps_says_nothing_of_a_wait_inside_them(tmp_path: Path
     run = _analyzed(kineto_trace(tmp_path / "cut.json", events))
     assert (run.metrics.steps, run.metrics.dataloader_fraction) == (None, None)
     assert not [note for note in run.notes if "DataLoader" in note or "step" in note]
+
+
+def _epochs_with_validation(fetch: str, validation: str) -> list[tuple]:
+    """The NVTX ranges of two epochs of four ``step N`` ranges of 10 ms each, as the runner
+    closing a step at its optimizer step ranged them: between two steps 800 µs of post-step
+    work and the next step's 200 µs fetch (ranged ``fetch``), and after the first epoch, before
+    that fetch, 100 ms of validation, its five 100 µs fetches ranged ``validation``."""
+    ranges, at = [], 1000 * US
+    for k in range(8):
+        gap = 100_000 * US if k == 4 else 0
+        ranges += [(at + gap - 200 * US, at + gap, fetch),
+                   (at + gap, at + gap + 10_000 * US, f"step {k}")]
+        ranges += [(at + (20_000 + 10_000 * j) * US, at + (20_100 + 10_000 * j) * US, validation)
+                   for j in range(5) if gap]
+        at += gap + 11_000 * US
+    return sorted(ranges)
+
+
+def test_a_capture_recording_its_fetches_counts_no_other_gap_as_wait(tmp_path: Path) -> None:
+    """Steps whose ranges leave out the time after the optimizer step: the capture records
+    each fetch (the runner's ``dataloader`` ranges, 200 µs), so the rest of the time between
+    the ranges is other work (post-step work, 100 ms of validation after the first epoch), as
+    in a torch.profiler trace. Counted whole as the loop fetching, the wait was 107 of the 187
+    ms of windows (57%, loader-bound, step 3 waiting 101 ms); it is the 7 fetches inside the
+    windows, 1.4 ms (0.7%), 200 µs in every step."""
+    path = write_nsys_export(tmp_path / "epochs.sqlite", [],
+                             _epochs_with_validation("dataloader",
+                                                     "dataloader (not training)"))
+    run = _analyzed(path)
+    m = run.metrics
+    assert m.steps is not None and m.shape is not None and m.shape.dataloader_wait is not None
+    assert m.steps.count == 8
+    assert m.dataloader_fraction == pytest.approx(1400 / 187_000)
+    assert run.verdict != "loader-bound"
+    wait = m.shape.dataloader_wait
+    assert (wait.count, wait.median_ns, wait.max_ns, wait.total_ns) == (7, 200 * US, 200 * US,
+                                                                        1400 * US)
+    windows = step_windows(nsys.parse(path))
+    assert windows is not None and not windows.fetch_between
+
+
+def test_a_capture_of_no_training_fetch_waits_for_none(tmp_path: Path) -> None:
+    """The same loop with every fetch ranged ``dataloader (not training)`` (the runner's name
+    for a fetch feeding no training: under no_grad, say): the capture records the fetches and
+    none fed training, so the wait is known, and none; the gaps between the ranges were
+    counted as the loop fetching (57%)."""
+    path = write_nsys_export(tmp_path / "epochs.sqlite", [],
+                             _epochs_with_validation("dataloader (not training)",
+                                                     "dataloader (not training)"))
+    assert _analyzed(path).metrics.dataloader_fraction == 0.0

@@ -3,8 +3,9 @@
 A step's window runs from its start to the next step's start (the last step's window is its own
 range), so the time between annotated ranges belongs to a step. Inside a window, time outside the
 annotated range is the training loop fetching the next batch (``for batch in loader:`` runs
-``next(loader)`` before the body's range opens), and is counted as DataLoader wait together with
-explicit DataLoader spans.
+``next(loader)`` before the body's range opens) where the profile records no fetch of its own
+(StepWindows.fetch_between), and is then counted as DataLoader wait together with explicit
+DataLoader spans.
 
 A first step that is start-up (see reports.analysis.shape) is left out of the windows when later
 steps follow, so every per-step figure describes steady state; the windows keep it as
@@ -33,7 +34,7 @@ from profreport.parsers.repeats import phases_per_step
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.closing import CLOSING_REASON, closing_fetch
 from profreport.reports.analysis.dataloader import training_fetches
-from profreport.reports.analysis.kept import classified, per_profile
+from profreport.reports.analysis.kept import classified, classified_rows, per_profile
 from profreport.reports.analysis.results import (
     Origin,
     StepShape,
@@ -70,9 +71,10 @@ class StepWindows:
     #: ProfilerStep spans (see concepts.PROFILER_STEP), nor between the ranges of a repeated
     #: range that no name marks as a step (``batch 3`` of an inference loop over a list: nothing
     #: says what runs between them), nor in a torch.profiler trace, which records the
-    #: DataLoader iterator's spans on its own: they say when the loop fetched, and the rest of
-    #: the time between a user's ``step N`` ranges is other work (a thread joined, a log
-    #: written).
+    #: DataLoader iterator's spans on its own, nor in a capture that records its fetches
+    #: (records_fetches: the runner's ``dataloader`` ranges, a user's): they say when the loop
+    #: fetched, and the rest of the time between ``step N`` ranges is other work (a thread
+    #: joined, a log written, validation between epochs).
     fetch_between: bool = True
     #: What each step is (see concepts.step_marker).
     marker: str = concepts.ANNOTATED_RANGE
@@ -231,7 +233,7 @@ def step_windows(profile: Profile) -> StepWindows | None:
                        evaluating=tuple(int(n) for n in numbers[evaluating]),
                        closing=closing.number if closing else None,
                        fetch_between=not profile.meta.records_torch_spans
-                       and profile.meta.step_span is None,
+                       and profile.meta.step_span is None and not records_fetches(profile),
                        marker=concepts.step_marker(str(steps["origin"].iloc[0]),
                                                    profile.meta.step_span),
                        tiled=tiled,
@@ -445,13 +447,23 @@ def step_shape(profile: Profile, windows: StepWindows,
                      if spread and waits.any() else None)
 
 
+def records_fetches(profile: Profile) -> bool:
+    """Whether the profile records the loop's fetches as ranges of their own: DataLoader spans
+    (its ``dataloader`` table, whichever loop's), or the ranges profreport's runner opens around
+    the fetches that fed no training (concepts.is_other_fetch_range)."""
+    return not profile.table("dataloader").empty or (
+        profile.has("ranges")
+        and classified_rows(profile, "ranges", concepts.is_other_fetch_range).size > 0)
+
+
 def loader_known(profile: Profile, windows: StepWindows) -> bool:
     """Whether the profile records the DataLoader wait: torch.profiler records the DataLoader
     iterator's spans on its own (ProfileMeta.records_torch_spans; none: no wait), an nsys
-    capture only the ranges the program opened: its DataLoader ranges, or the fetch between
-    NVTX step ranges (see StepWindows.fetch_between)."""
+    capture only the ranges the program opened: its fetch ranges (records_fetches; none that
+    fed training: no wait), or else the fetch between NVTX step ranges (see
+    StepWindows.fetch_between)."""
     return (profile.meta.records_torch_spans or windows.fetch_between
-            or not profile.table("dataloader").empty)
+            or records_fetches(profile))
 
 
 def dataloader_fraction(profile: Profile, windows: StepWindows) -> float | None:
