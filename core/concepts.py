@@ -398,40 +398,38 @@ def blocking_calls(runtime: pd.DataFrame, memcpy: pd.DataFrame,
                    candidates: np.ndarray | None = None) -> pd.DataFrame:
     """The runtime calls that block the CPU until the GPU catches up, with a ``label``: among
     the calls that :func:`may_block` (of the ``candidates``, positions of such calls, when
-    given), the sync APIs, the synchronous copy APIs, and any copy call whose copy goes from the
+    given), the sync APIs, the synchronous copy APIs, any copy call whose copy goes from the
     device to pageable host memory (``cudaMemcpyAsync`` too: the driver must wait for the GPU
-    before it can write pageable memory), labelled ``<call> DtoH to pageable``. Where the
-    profile does not record what decides that (a device-to-host copy's destination memory, or
-    a copy's direction: an nsys export without ``dstKind`` or ``copyKind``), the call blocked
-    when it returned only after its copy had ended on the GPU: labelled with COPY_WAITED's
-    reason. Calls are judged by their name, correlation id and end alone; only the chosen ones
-    are copied whole."""
-    # Masks of the copies, not a copy of the linked ones (889 k rows, 28 MB, on a 10 M-kernel
-    # export): only the rows each question reads are taken.
-    linked = memcpy["correlation"].to_numpy() >= 0
-    dtoh = memcpy[linked & (memcpy["kind"] == DTOH).to_numpy(bool)]
+    before it can write pageable memory), labelled ``<call> DtoH to pageable``, and any other
+    copy call that returned only after the copy its correlation id links to it had ended on
+    the GPU: it held the CPU until the GPU reached and finished the copy (a pageable
+    host-to-device copy, which CUDA stages and may synchronize with the stream, too), labelled
+    by the copy's direction and COPY_WAITED's reason (by what the profile lacks where it does
+    not record a copy's direction or a device-to-host copy's destination memory: an nsys export
+    without ``copyKind`` or ``dstKind``). Calls are judged by their name, correlation id and
+    end alone; only the chosen ones are copied whole."""
     rows = np.arange(len(runtime)) if candidates is None else candidates
     names = pd.Series(runtime["name"].array.take(rows))
     eligible = may_block(names).to_numpy()
     is_copy = eligible & _matches(names, _COPY_CALL).to_numpy()
     # A copy call launched the copy with its correlation id; -1 (unknown) links nothing.
     correlation = pd.Series(runtime["correlation"].to_numpy()[rows])
-    to_pageable = is_copy & correlation.isin(  # hashes the copies, sorts nothing
-        dtoh.loc[dtoh["dst_kind"] == PAGEABLE, "correlation"]).to_numpy()
-    # Each call's reason as its place in the suffixes (0: none yet), a byte a call: no object
-    # array of a million empty strings compared again for each reason.
-    suffixes = ("", " DtoH to pageable", COPY_WAITED["memory"], COPY_WAITED["direction"])
+    call_end = runtime["end"].to_numpy(np.int64)[rows]
+    copy_correlation = memcpy["correlation"].to_numpy()
+    copy_end = memcpy["end"].to_numpy(np.int64)
+    groups = _copies_by_reason(memcpy)
+    # Each call's reason as its place in the labels (0: none yet), a byte a call: no object
+    # array of a million empty strings compared again for each group.
+    suffixes = ("", *(label for _, label in groups))
     reason = np.zeros(len(rows), dtype=np.int8)
-    reason[to_pageable] = 1
-    for code, unrecorded in ((2, dtoh[dtoh["dst_kind"] == UNKNOWN_KIND]),
-                             (3, memcpy[linked & (memcpy["kind"] == UNKNOWN_KIND).to_numpy(bool)])):
-        if unrecorded.empty:
-            continue
-        ends = unrecorded.groupby("correlation")["end"].max()  # int64: no float rounding
+    for code, (copies, label) in enumerate(groups, start=1):
+        # int64: no float rounding; only the group's ids and ends are taken, no copy of rows
+        ends = pd.Series(copy_end[copies]).groupby(copy_correlation[copies]).max()
         at = ends.index.get_indexer(correlation)
-        copy_end = np.where(at >= 0, ends.to_numpy(np.int64)[at], np.iinfo(np.int64).max)
-        waited = is_copy & (reason == 0) & (copy_end <= runtime["end"].to_numpy(np.int64)[rows])
-        reason[waited] = code
+        judged = is_copy & (reason == 0) & (at >= 0)
+        if label != COPY_TO_PAGEABLE:  # the others blocked if the call outlasted its copy
+            judged &= ends.to_numpy(np.int64)[at] <= call_end
+        reason[judged] = code
     chosen = np.flatnonzero((reason > 0) | (eligible & _always_blocks(names).to_numpy()))
     calls = runtime.iloc[rows[chosen]]
     said = np.array(suffixes, dtype=object)[reason[chosen]]
@@ -440,10 +438,32 @@ def blocking_calls(runtime: pd.DataFrame, memcpy: pd.DataFrame,
     return calls.assign(label=label.mask(labelled, label[labelled] + said[labelled]))
 
 
-#: How a copy call that blocked is labelled where the profile does not record what decides it
-#: (see blocking_calls): by what it lacks.
-COPY_WAITED = {"memory": " DtoH (returned after its copy ended; host memory kind unrecorded)",
+#: How a copy call whose copy wrote pageable host memory is labelled (see blocking_calls).
+COPY_TO_PAGEABLE = " DtoH to pageable"
+#: How a copy call that blocked by returning only after its copy ended is labelled (see
+#: blocking_calls): after its copy's direction, or by what the profile lacks to know it.
+COPY_WAITED = {"recorded": " (returned after its copy ended)",
+               "memory": " DtoH (returned after its copy ended; host memory kind unrecorded)",
                "direction": " (returned after its copy ended; copy direction unrecorded)"}
+
+
+def _copies_by_reason(memcpy: pd.DataFrame) -> list[tuple[np.ndarray, str]]:
+    """The copies a correlation id links to a call, in groups (masks of ``memcpy``'s rows),
+    each with the label its call takes when it blocked, in the order a call is judged:
+    device-to-host into pageable memory first (such a call always blocked), then those of
+    unrecorded host memory, and each direction's."""
+    linked = memcpy["correlation"].to_numpy() >= 0
+    kinds = memcpy["kind"]
+    dtoh = linked & (kinds == DTOH).to_numpy(bool)
+    memory = memcpy["dst_kind"].to_numpy()
+    groups = [(dtoh & (memory == PAGEABLE), COPY_TO_PAGEABLE),
+              (dtoh & (memory == UNKNOWN_KIND), COPY_WAITED["memory"])]
+    rest = linked & ~(dtoh & np.isin(memory, [PAGEABLE, UNKNOWN_KIND]))
+    kind_of = kinds.to_numpy()
+    for kind in kinds[rest].drop_duplicates().sort_values():  # as groupby(sort=True) orders
+        groups.append((rest & (kind_of == kind), COPY_WAITED["direction"]
+                       if kind == UNKNOWN_KIND else f" {kind}{COPY_WAITED['recorded']}"))
+    return [(copies, label) for copies, label in groups if copies.any()]
 
 
 def is_reduced_precision_kernel(names: pd.Series) -> pd.Series:

@@ -215,3 +215,23 @@ def test_names_that_never_recorded_an_input_are_program_spans() -> None:
     assert concepts.is_program_span(names, records).tolist() == [True, True, False, False,
                                                                  True]
     assert concepts.is_program_span(names).tolist() == [False, False, False, False, True]
+
+
+def test_a_host_to_device_copy_call_that_outlasted_its_copy_blocks() -> None:
+    """A pageable host-to-device copy that CUDA staged and synchronized with the stream: its
+    cudaMemcpyAsync returned (at 61 ms) only after its copy ended (at 60.5 ms), so it held the
+    CPU until the GPU reached and finished the copy, and blocks; a pinned one whose call
+    returned before its copy ended did not, nor does a copy call whose copy no correlation id
+    links to it."""
+    ms = 1_000_000
+    runtime = pd.DataFrame({"name": ["cudaMemcpyAsync", "cudaMemcpyAsync", "cudaMemcpyAsync"],
+                            "correlation": [3, 5, 7], "start": [6 * ms, 70 * ms, 80 * ms],
+                            "end": [61 * ms, 70 * ms + 10_000, 90 * ms]})
+    memcpy = pd.DataFrame({"kind": [concepts.HTOD] * 3,
+                           "dst_kind": ["Device"] * 3,
+                           "correlation": [3, 5, -1],
+                           "end": [60 * ms + 500_000, 70 * ms + 30_000, 85 * ms]})
+    calls = concepts.blocking_calls(runtime, memcpy)
+    assert list(zip(calls["correlation"], calls["label"], calls["end"] - calls["start"],
+                    strict=True)) == [
+        (3, "cudaMemcpyAsync HtoD (returned after its copy ended)", 55 * ms)]

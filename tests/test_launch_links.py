@@ -76,7 +76,8 @@ def test_blocking_copies_without_correlation_ids_are_unknown(tmp_path: Path, tab
     report = analyze_paths([path], AnalyzeOptions())
     run = report.runs[0]
     why = ("the copy calls that block only when their copy goes device-to-host into pageable "
-           "memory (cudaMemcpyAsync), 1 per step, cannot be judged: the Nsight Systems profile "
+           "memory or ends before they return (cudaMemcpyAsync), 1 per step, cannot be judged: "
+           "the Nsight Systems profile "
            f"records no correlation id on its {rows}, the evidence that links each launch call "
            "to the copies it launched")
     assert run.metrics.syncs.calls == [] and run.metrics.syncs.copies_unknown == why
@@ -116,8 +117,9 @@ def test_a_sync_stall_found_without_the_copies_says_they_are_unknown(tmp_path: P
     assert stall.evidence[-1].text == (
         f"time the CPU blocked in copy calls (SYNC_STALL): unknown, {syncs.copies_unknown}")
     assert syncs.copies_unknown.startswith("the copy calls that block only when their copy "
-                                           "goes device-to-host into pageable memory "
-                                           "(cudaMemcpyAsync), 1 per step, cannot be judged")
+                                           "goes device-to-host into pageable memory or "
+                                           "ends before they return (cudaMemcpyAsync), 1 per "
+                                           "step, cannot be judged")
 
 
 def _optimizer_trace(path: Path, correlated: bool) -> Path:

@@ -449,8 +449,9 @@ class SyncStats:
     outside_calls: int
     outside_ns: int
     #: Why the copy calls that only their copy makes blocking (cudaMemcpyAsync into pageable
-    #: memory) cannot be judged, with how many there are per step: no correlation id links
-    #: them to their copies (launches.unlinked); None when they can.
+    #: memory, or returning after its copy ended) cannot be judged, with how many there are
+    #: per step: no correlation id links them to their copies (launches.unlinked); None when
+    #: they can.
     copies_unknown: str | None = None
     #: Why the GPU operations queued when each call began (SyncCall.queued) are at least what
     #: they say: some GPU work is linked to no launch call (launches.unlinked), and was

@@ -103,8 +103,8 @@ def copies_unjudged(profile: Profile, windows: StepWindows) -> str | None:
                    "steps, device-to-host or of unrecorded direction into pageable or "
                    "unrecorded memory")
     return ("the copy calls that block only when their copy goes device-to-host into pageable "
-            f"memory (cudaMemcpyAsync), {round(inside / windows.count, 1):g} per step, cannot "
-            f"be judged: {why}")
+            "memory or ends before they return (cudaMemcpyAsync), "
+            f"{round(inside / windows.count, 1):g} per step, cannot be judged: {why}")
 
 
 def _unlinked_blocking_copies(profile: Profile) -> tuple[np.ndarray, np.ndarray]:

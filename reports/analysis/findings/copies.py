@@ -23,7 +23,7 @@ from profreport.units import ms, nbytes, pct
 PAGEABLE_SHARE = 0.50
 #: ... and at least this many bytes (64 MiB) come from pageable memory over the profile.
 PAGEABLE_MIN_BYTES = 64 * 2**20
-#: Blocking calls (syncs, copies to pageable memory) holding the CPU 10% of the step while the
+#: Blocking calls (syncs, blocking copy calls) holding the CPU 10% of the step while the
 #: GPU is not saturated stall the pipeline.
 SYNC_STALL_FRACTION = 0.10
 #: A batch is a few tensors, one of them perhaps small (the labels): from 4 small (<64 KiB)
@@ -94,7 +94,11 @@ def minor_sync_evidence(syncs: SyncStats | None) -> list[Evidence]:
 @rule("SYNC_STALL", severity=("medium",), needs=("profiles",))
 def sync_stall(facts: Facts) -> Finding | None:
     """The CPU blocks in syncs or blocking copies for a large share of each step while the GPU is
-    not saturated (a CPU waiting on a busy GPU costs nothing)."""
+    not saturated (a CPU waiting on a busy GPU costs nothing). A copy call blocks when its copy
+    goes device-to-host into pageable memory, or when it returned only after the copy its
+    correlation id links to it ended: it held the CPU until the GPU reached and finished the copy
+    (a pageable host-to-device copy, which CUDA stages and may synchronize with the stream, too),
+    its whole call counted."""
     m = facts.metrics
     syncs = m.syncs
     if syncs is None or syncs.fraction < SYNC_STALL_FRACTION or \
