@@ -28,6 +28,9 @@ from profreport.model import conform, empty_table, in_start_order, narrowed
 
 # Largest value an id or a byte count may have to fit an int64 column.
 _INT64_MAX = (1 << 63) - 1
+#: One past the highest device number an event may record: CUDA and HIP number a node's
+#: devices from 0 (a C int), and no node holds 65,536 accelerators; a larger one is damage.
+MAX_DEVICES = 1 << 16
 
 #: Event categories (lower-cased) of each table, for every dialect and vendor.
 CPU_OP_CATS = frozenset({"cpu_op", "operator"})
@@ -396,8 +399,9 @@ def _integers(values: list[Any], absent: int = -1) -> tuple[np.ndarray, np.ndarr
         column = np.array(values)
     except (TypeError, ValueError, OverflowError):
         column = np.empty(0, dtype=object)
+    # numpy reads a bool among ints as 0 or 1: such a column takes the checked path.
     if len(column) == len(values) and column.dtype.kind == "i" and (
-            not len(column) or column.min() >= -1):
+            not len(column) or column.min() >= -1) and bool not in set(map(type, values)):
         return column.astype(np.int64), np.zeros(len(column), dtype=bool)
     parsed = [checked_int(v) for v in values]
     bad = np.array([p is None and v != absent for p, v in zip(parsed, values, strict=True)],
@@ -562,12 +566,18 @@ class ColumnBuilder:
         bad_correlation[~detailed] = other_bad_correlation
         bad_bytes = _spread(bad_bytes, detailed, False)
         bad_bytes[~detailed] = other_bad_bytes
-        self._drop(bad_correlation & keep, "correlation is not an int64")
-        self._drop(bad_bytes & keep, "bytes is not an int64")
-        keep &= ~bad_correlation & ~bad_bytes
-        stream = _first_present(_integers(list(map(_STREAM, found))),
-                                _integers(list(map(_STREAM_ID, found))))[0]
-        return {"device": _spread(_integers(list(map(_DEVICE, found)))[0], detailed, -1),
+        device, bad_device = _integers(list(map(_DEVICE, found)))
+        bad_device = _spread(bad_device | (device >= MAX_DEVICES), detailed, False)
+        stream, bad_stream = _first_present(_integers(list(map(_STREAM, found))),
+                                            _integers(list(map(_STREAM_ID, found))))
+        bad_stream = _spread(bad_stream, detailed, False)
+        for bad, reason in ((bad_correlation, "correlation is not an int64"),
+                            (bad_bytes, "bytes is not an int64"),
+                            (bad_device, f"device is not a device number below {MAX_DEVICES:,}"),
+                            (bad_stream, "stream is not an int64")):
+            self._drop(bad & keep, reason)
+            keep &= ~bad
+        return {"device": _spread(device, detailed, -1),
                 "stream": _spread(stream, detailed, -1),
                 "correlation": _spread(correlation, detailed, -1),
                 "bytes": _spread(copied, detailed, -1),

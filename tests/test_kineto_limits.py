@@ -239,3 +239,23 @@ def test_batches_wait_for_their_block_compact(tmp_path: Path) -> None:
             "dur": "int16"}
     columns = builder.stores["kernel"].columns()
     assert columns.end[-1] - columns.start[-1] == 30_500 and columns.end.dtype == "int64"
+
+
+def test_unusable_ids_of_device_work_are_dropped_and_counted(tmp_path: Path) -> None:
+    """A bool correlation among ints (numpy reads it as 1), a stream of -3, a device of 2^40 or
+    "cuda:0": each event dropped and counted in the notes, not kept or read as another id; the
+    kernels with usable ids stay."""
+    def kernel(ts: float, **args: object) -> dict:
+        return {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": ts,
+                "dur": 1, "args": {"device": 0, "stream": 7, "correlation": 5, **args}}
+
+    events = [_event("ProfilerStep#1", cat="user_annotation", ts=0, dur=100),
+              kernel(10, correlation=9), kernel(12, correlation=True), kernel(14, stream=-3),
+              kernel(16, device=2**40), kernel(18, device="cuda:0"), kernel(20, device=1)]
+    profile = kineto.parse(_write(tmp_path / "ids.json", events))
+    kernels = profile.table("kernels")
+    assert kernels[["device", "stream", "correlation"]].values.tolist() == [[0, 7, 9], [1, 7, 5]]
+    assert profile.meta.dropped == {"correlation is not an int64": 1,
+                                    "stream is not an int64": 1,
+                                    "device is not a device number below 65,536": 2}
+    assert "2 records dropped: device is not a device number below 65,536" in profile.meta.notes
