@@ -98,7 +98,11 @@ STEP_RANGE_FORMAT = "step {n}"
 #: environment, so the mark is how the parser learns which rank a process of the capture is.
 RANK_DOMAIN = "profreport"
 RANK_MARK_FORMAT = "rank {rank} of {world_size}"
-_RANK_MARK = re.compile(r"^rank (\d+) of (\d+)$")
+# Digits no more than a world size holds (a longer number is no rank, not parsed).
+_RANK_MARK = re.compile(r"^rank (\d{1,7}) of (\d{1,7})$")
+#: The most processes a job may have: past the largest jobs trained (10^5 GPUs, one process
+#: each) and NCCL's communicators; a larger world size in a mark is damage, not a job.
+MAX_WORLD_SIZE = 1 << 20
 
 # A kernel computing in reduced precision: fp16 (``__half``, ``c10::Half``, cuDNN/cuBLAS names
 # with ``f16``/``fp16``), bfloat16 (``c10::BFloat16``, ``bf16``), and the tensor-core HMMA
@@ -707,13 +711,13 @@ def rank_mark_name(rank: int, world_size: int) -> str:
 
 
 def rank_of_mark(text: str) -> tuple[int, int] | None:
-    """The (rank, world size) a mark of :data:`RANK_DOMAIN` records; None for another text or
-    a rank outside its world."""
+    """The (rank, world size) a mark of :data:`RANK_DOMAIN` records; None for another text, a
+    rank outside its world or a world size past MAX_WORLD_SIZE."""
     match = _RANK_MARK.match(text)
     if match is None:
         return None
     rank, world_size = int(match.group(1)), int(match.group(2))
-    return (rank, world_size) if rank < world_size else None
+    return (rank, world_size) if rank < world_size <= MAX_WORLD_SIZE else None
 
 
 def one_row_per_step(steps: pd.DataFrame) -> pd.DataFrame:

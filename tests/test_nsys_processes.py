@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from profreport import concepts
 from profreport.parsers import nsys
 from profreport.reports.analysis.steps import phases_text
 
@@ -835,3 +836,27 @@ def test_the_steps_note_is_that_of_the_steps_kept(tmp_path: Path) -> None:
     assert [note for note in profile.meta.notes if "steps are NVTX ranges" in note] == [
         "the 3 steps are NVTX ranges named as steps"]
     assert phases_text(profile) == "; inside each: forward 4.0 ms per step"
+
+
+def test_rank_marks_past_a_world_size_bound_are_no_rank_and_sizes_that_differ_are_said(
+        tmp_path: Path) -> None:
+    """A mark 'rank 0 of 99999999999999999999' (a 20-digit world size once read into
+    report.json) and one past MAX_WORLD_SIZE are no rank: those processes' ranks are
+    unknown; two processes recording world sizes 2 and 4 keep them, and the run's notes say
+    the profiles disagree (the job's size was the larger, silently)."""
+    huge = "9" * 20
+    path = write_export(tmp_path / "bounds.sqlite", [
+        _marked(_stepped(7, 20), f"rank 0 of {huge}"),
+        _marked(_stepped(8, 20), f"rank 1 of {concepts.MAX_WORLD_SIZE + 1}")])
+    parts = nsys.process_profiles(nsys.parse(path))
+    assert [(p.process, p.rank, p.meta.world_size) for p in parts] == [(7, None, None),
+                                                                      (8, None, None)]
+    assert concepts.rank_of_mark(f"rank 1 of {concepts.MAX_WORLD_SIZE}") == (
+        1, concepts.MAX_WORLD_SIZE)
+    path = write_export(tmp_path / "disagree.sqlite", [
+        _marked(_stepped(7, 20), "rank 0 of 2"), _marked(_stepped(8, 20), "rank 1 of 4")])
+    run = _report(path).runs[0]
+    assert run.world_size == 4
+    assert ("the profiles of this run record different world sizes (2 by rank 0; 4 by rank "
+            "1): the job's is taken as the largest, 4, and a profile may be of another run"
+            ) in run.notes

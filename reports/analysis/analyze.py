@@ -63,7 +63,11 @@ from profreport.reports.analysis.results import (
     Verdict,
     rank_label,
 )
-from profreport.reports.analysis.scaling import run_world_size, scaling_studies
+from profreport.reports.analysis.scaling import (
+    run_world_size,
+    scaling_studies,
+    world_sizes_note,
+)
 from profreport.reports.analysis.steps import STEADY_MIN_STEPS, phases_text
 from profreport.reports.analysis.timeline import build_timeline
 
@@ -475,7 +479,7 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
         timeline=build_timeline(*timed[0]) if timed else None,
         knobs=context.knobs, environment=context.environment,
         notes=_notes(manifest) + source_notes(profiles) + knob_notes + detailed_note
-        + left_out_notes(profiles, summaries)
+        + left_out_notes(profiles, summaries) + world_sizes_note(summaries)
         + missing_ranks_note(partial, len({s.input.rank for s in summaries} - {None}))
         + few_steps_note(metrics),
         world_size=world_size,

@@ -15,6 +15,7 @@ the synthetic-data throughput from the runner's trials, and the communication pe
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 from profreport.manifest import Manifest
 from profreport.reports.analysis.compare import (
@@ -32,6 +33,7 @@ from profreport.reports.analysis.results import (
     RunAnalysis,
     ScalingPoint,
     ScalingStudy,
+    rank_label,
 )
 
 # --- thresholds -------------------------------------------------------------------------------
@@ -68,6 +70,23 @@ def run_world_size(manifest: Manifest | None, summaries: Sequence[RankSummary],
         return len(ranks)
     traces = [s for s in summaries if s.records_process_group]
     return 1 if traces and not communicates and not any(s.distributed for s in traces) else None
+
+
+def world_sizes_note(summaries: Sequence[RankSummary]) -> list[str]:
+    """The note saying that the profiles of one run record different world sizes (each process
+    its own distributedInfo or rank mark: a trace of another run, or a damaged record), whose
+    largest run_world_size takes; [] when they agree."""
+    sizes: dict[int, list[str]] = {}
+    for summary in summaries:
+        if summary.world_size is not None:
+            sizes.setdefault(summary.world_size, []).append(
+                rank_label(summary.input.rank, summary.input.process)
+                or Path(summary.input.path).name)
+    if len(sizes) < 2:
+        return []
+    said = "; ".join(f"{size} by {', '.join(members)}" for size, members in sorted(sizes.items()))
+    return [f"the profiles of this run record different world sizes ({said}): the job's is "
+            f"taken as the largest, {max(sizes)}, and a profile may be of another run"]
 
 
 def _same_training(run: RunAnalysis, other: RunAnalysis) -> bool:
