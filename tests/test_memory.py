@@ -508,3 +508,20 @@ def test_the_memory_of_each_profiling_cycle_names_its_file(tmp_path: Path) -> No
     assert "| host\\_7.1.pt.trace.json, cuda:0 | torch.profiler (allocated) |" in markdown
     alone = analyze_paths([folder / "host_7.0.pt.trace.json"], options)
     assert alone.runs[0].metrics.memory.devices[0].source_label is None
+
+
+def test_growth_of_host_and_gpu_memory_names_both(tmp_path: Path) -> None:
+    """The GPU keeps 4 MiB a step and the host 8 MiB: both levels end every step higher, and
+    the finding names both, the host's larger growth first (it named the host alone, and the
+    GPU leak was left out)."""
+    path = _training(tmp_path, kept_per_step=4 * MIB, temporary=64 * MIB, device_total=16 * GIB)
+    document = json.loads(path.read_text())
+    document["traceEvents"] += [
+        _memory_event(100.0 + n * 100 + 40, 8 * MIB, device_type=0, device=-1,
+                      totals=((n + 1) * 8 * MIB, 0), addr=0x1000 + n) for n in range(4)]
+    path.write_text(json.dumps(document))
+    _, findings = _analysed(path, memory.TrainingSettings())
+    growth = next(f for f in findings if f.id == "MEMORY_GROWTH")
+    levels = [e.text for e in growth.evidence if "the level at the end" in e.text]
+    assert [text.split(": the")[0] for text in levels] == ["host memory", "cuda:0 (Test GPU)"]
+    assert "+25.2 MB (24.0 MiB) in all" in levels[0] and "+12.6 MB (12.0 MiB) in all" in levels[1]

@@ -166,6 +166,16 @@ def _held_evidence(device: DeviceMemory) -> list[Evidence]:
             for held in device.held or []]
 
 
+def _growth_evidence(device: DeviceMemory, growth: int, grown: int) -> list[Evidence]:
+    """How one device's level grew, ``growth`` bytes over ``grown`` steps, and what it holds."""
+    steps = sum(1 for step in device.steps if step.events)
+    return [Evidence(f"{_where(device)}: the level at the end of each of {steps} steps is "
+                     f"above the previous one, +{memory_size(growth)} in all "
+                     f"(+{memory_size(growth / grown)} per step); it will run out of "
+                     "memory in a long run", device.origin),
+            *_held_evidence(device)]
+
+
 @rule("MEMORY_GROWTH", severity=("high",), needs=("memory",))
 def memory_growth(facts: Facts) -> Finding | None:
     """The level at the end of each step above the previous step's: a leak."""
@@ -175,16 +185,12 @@ def memory_growth(facts: Facts) -> Finding | None:
     leaking = [(g, d) for d in stats.devices if (g := _growing(d)) is not None]
     if not leaking:
         return None
-    (growth, grown), device = max(leaking, key=lambda item: item[0][0])
-    steps = sum(1 for step in device.steps if step.events)
+    leaking.sort(key=lambda item: -item[0][0])  # every growing device, the most first
     return Finding(
         id="MEMORY_GROWTH", severity="high",
         title="Memory grows from step to step: something keeps tensors alive across iterations",
-        evidence=[Evidence(f"{_where(device)}: the level at the end of each of {steps} steps is "
-                           f"above the previous one, +{memory_size(growth)} in all "
-                           f"(+{memory_size(growth / grown)} per step); it will run out of "
-                           "memory in a long run", device.origin),
-                  *_held_evidence(device)],
+        evidence=[item for (growth, grown), device in leaking
+                  for item in _growth_evidence(device, growth, grown)],
         recommendation="Find what keeps a reference from one step to the next: accumulating "
                        "the loss tensor (total += loss keeps every step's graph; use "
                        "loss.item() every N steps, or loss.detach()), lists of outputs or "
