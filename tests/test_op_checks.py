@@ -471,7 +471,7 @@ def test_one_long_stall_in_an_otherwise_busy_run(tmp_path: Path) -> None:
     finding = found["LONG_GPU_IDLE_GAPS"]
     assert finding.title == "The GPU stops for more than 500.0 ms at a time (1 time)."
     gap = finding.evidence[1]  # from step 3's kernel end (10 ms before step 4) to step 4's
-    assert gap.text == "idle 610.0 ms on GPU 0, inside step 3"
+    assert gap.text == "idle 610.0 ms on GPU 0, from step 3 into step 4"
     assert (gap.at.offset_ns, gap.at.duration_ns) == (790_005_000, 610_000_000)
     assert "nothing the trace shows" in finding.evidence[-1].text
 

@@ -381,7 +381,8 @@ def test_a_time_in_a_step_left_out_names_that_step_and_why(tmp_path: Path) -> No
     path.write_text(json.dumps(document))
     windows = step_windows(kineto.parse(path))
     assert windows.numbers.tolist() == [1, 2, 4, 5]
-    assert where_in_steps(np.array([5_000_000, 24_100_000, 23_000_000]), windows) == [
+    assert where_in_steps(np.array([5_000_000, 24_100_000, 23_000_000]),
+                          np.array([5_000_001, 24_100_001, 23_000_001]), windows) == [
         "inside step 0 (left out: start-up)",
         "inside step 3 (left out: torch.compile compiling again)", "inside step 2"]
 
@@ -910,3 +911,20 @@ def test_the_last_profiler_step_counts_in_the_per_step_figures(tmp_path: Path) -
     assert shape.step_window.count == 7
     assert shape.dataloader_wait.median_ns == 14_748_000
     assert shape.step_window.max_ns == 25_200_000 + 5_000_000 + 50_000
+
+
+def test_an_idle_gap_across_a_step_boundary_says_so(tmp_path: Path) -> None:
+    """Step 2 waits 3 ms for data before its kernel: the GPU idles from the end of step 1's
+    kernel (35 µs before step 1 ends) into step 2. That gap spans the boundary; it read
+    "inside step 1". A gap that ends in the step it began in is still inside it."""
+    from profreport.parsers import kineto
+    from profreport.reports.analysis.steps import step_windows, where_in_steps
+
+    steps = [(100, 1000, []), (100, 1000, []), (3000, 1000, []), (100, 1000, [])]
+    path = write_trace(tmp_path / "run.pt.trace.json", steps)
+    gaps = analyze_paths([path], AnalyzeOptions()).runs[0].metrics.gpu.largest_gaps
+    assert (gaps[0].duration_ns, gaps[0].where) == (3_050_000, "from step 1 into step 2")
+    windows = step_windows(kineto.parse(path))
+    start = int(windows.range_starts[1])
+    assert where_in_steps(np.array([start, start]), np.array([start + 10, start + 10**9]),
+                          windows) == ["inside step 1", "from step 1 past its end"]

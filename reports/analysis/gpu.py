@@ -195,7 +195,9 @@ def gpu_utilization(profile: Profile, windows: StepWindows | None) -> GpuUtiliza
     # Longest first; equal lengths in device, then time order.
     top = [(device, start, -negative)
            for negative, _, _, device, start in sorted(candidates)[:TOP_GAPS]]
-    where = where_in_steps(np.array([start for _, start, _ in top], dtype=np.int64), windows)
+    where = where_in_steps(np.array([start for _, start, _ in top], dtype=np.int64),
+                           np.array([start + ns for _, start, ns in top], dtype=np.int64),
+                           windows)
     largest = [IdleGap(d, s, n, w) for (d, s, n), w in zip(top, where, strict=True)]
     return GpuUtilization(origin=profile.kind, busy_fraction=busy_ns / max(window_ns, 1),
                           window_ns=window_ns, busy_ns=busy_ns, per_device=per_device,

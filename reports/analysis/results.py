@@ -238,7 +238,8 @@ class IdleGap:
     device: int
     start_ns: int
     duration_ns: int
-    #: "between steps", "inside step N", or "outside steps".
+    #: "between steps", "inside step N", "from step N into step M" (it spans the boundary),
+    #: or "outside steps" (see steps.where_in_steps).
     where: str
 
 

@@ -383,18 +383,26 @@ def starts_in_windows(starts: np.ndarray, windows: StepWindows) -> np.ndarray:
     return inside
 
 
-def where_in_steps(starts: np.ndarray, windows: StepWindows | None) -> list[str]:
-    """Where each time lies relative to the step ranges: "inside step N", inside one the windows
+def where_in_steps(starts: np.ndarray, ends: np.ndarray,
+                   windows: StepWindows | None) -> list[str]:
+    """Where each stretch of time (``starts`` to ``ends``) lies relative to the step ranges:
+    "inside step N", one that begins inside step N and runs past its end "from step N into
+    step M" (M the step it ends in) or "from step N past its end", inside a step the windows
     leave out "inside step N (left out: start-up)" or "(left out: torch.compile compiling
-    again)", "between steps" or "outside steps"."""
+    again)", "between steps" or "outside steps" (by where it begins)."""
     if windows is None:
         return ["outside steps"] * len(starts)
     k = np.searchsorted(windows.range_starts, starts, side="right") - 1
     inside = (k >= 0) & (starts < windows.range_ends[np.maximum(k, 0)])
     spanned = (starts >= windows.range_starts[0]) & (starts < windows.range_ends[-1])
-    where = [f"inside step {windows.numbers[i]}" if inn else
+    # The step each stretch ends in: the last to begin before its end, holding that end.
+    last = np.searchsorted(windows.range_starts, ends, side="left") - 1
+    ends_in = np.where((last >= 0) & (ends <= windows.range_ends[np.maximum(last, 0)]), last, -1)
+    where = [(f"inside step {windows.numbers[i]}" if end_step == i else
+              f"from step {windows.numbers[i]} into step {windows.numbers[end_step]}"
+              if end_step >= 0 else f"from step {windows.numbers[i]} past its end") if inn else
              ("between steps" if sp else "outside steps")
-             for i, inn, sp in zip(k, inside, spanned, strict=True)]
+             for i, end_step, inn, sp in zip(k, ends_in, inside, spanned, strict=True)]
     for number, start, end in windows.left_out:
         for i in np.flatnonzero((starts >= start) & (starts < end)).tolist():
             where[i] = f"inside {step_label(number, windows)}"
