@@ -11,6 +11,7 @@ parser module plus one record. Records without a parser name files that are give
 
 from __future__ import annotations
 
+import codecs
 import importlib
 import re
 import zlib
@@ -149,19 +150,22 @@ _KNOWN = ", ".join(f.description for f in FORMATS if f.entry_point)
 
 
 def read_head(path: Path) -> Head:
-    """The first :data:`HEAD_BYTES` of ``path``, inflated when it is gzip-compressed."""
+    """The first :data:`HEAD_BYTES` of ``path``, inflated when it is gzip-compressed, without
+    the UTF-8 byte order mark a text file may open with (Windows editors and PowerShell write
+    one before JSON; RFC 8259 lets a reader ignore it)."""
     try:
         with open_input(path) as handle:
             data = handle.read(HEAD_BYTES)
     except OSError as exc:
         raise InputError(f"cannot read: {exc.strerror or exc}", path) from None
     if not data.startswith(GZIP_MAGIC):
-        return Head(path.name, data, compressed=False)
+        return Head(path.name, data.removeprefix(codecs.BOM_UTF8), compressed=False)
     inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
     try:
-        return Head(path.name, inflater.decompress(data, HEAD_BYTES), compressed=True)
+        data = inflater.decompress(data, HEAD_BYTES)
     except zlib.error as exc:
         raise InputError(f"damaged gzip file: {exc}", path) from None
+    return Head(path.name, data.removeprefix(codecs.BOM_UTF8), compressed=True)
 
 
 def detect_format(path: Path) -> InputFormat:

@@ -13,6 +13,7 @@ string or a nested object fails at the last byte, and an error earlier than that
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import io
 import multiprocessing
@@ -132,8 +133,12 @@ class _TraceText:
 
         The members before it are scanned once, token by token, keeping the nesting depth, so
         a key ``traceEvents`` inside a nested object is skipped in linear time. Returns the
-        offset of the first byte after the bracket.
+        offset of the first byte after the bracket. A UTF-8 byte order mark before the text is
+        skipped (see parsers.read_head).
         """
+        self._fill_to(len(codecs.BOM_UTF8))
+        if self._buf.startswith(codecs.BOM_UTF8):
+            self._consume(len(codecs.BOM_UTF8))
         position, depth = 0, 0
         while True:
             token = _HEADER_TOKEN.match(self._buf, position)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import json
 import subprocess
@@ -271,3 +272,19 @@ def test_empty_event_list(tmp_path: Path) -> None:
     assert profile.table("kernels").empty and profile.table("steps").empty
     assert list(profile.table("steps").columns) == ["number", "start", "end", "pid", "tid",
                                                     "origin"]
+
+
+@pytest.mark.parametrize("name", ["bom.json", "bom.json.gz"])
+def test_a_trace_opening_with_a_byte_order_mark_is_read(tmp_path: Path, name: str) -> None:
+    """A trace saved with a UTF-8 byte order mark before its JSON (a Windows editor's or
+    PowerShell's UTF-8), plain or gzip-compressed, is a Kineto trace and reads as one: it was
+    'not a profile profreport knows (unknown content)'."""
+    from profreport.parsers import detect_format
+
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10,
+               "dur": 5}]
+    text = codecs.BOM_UTF8 + json.dumps({"schemaVersion": 1, "traceEvents": events}).encode()
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(text) if name.endswith(".gz") else text)
+    assert detect_format(path).name == "kineto"
+    assert kineto.parse(path).table("cpu_ops")["name"].tolist() == ["aten::mm"]
