@@ -9,6 +9,7 @@ data, a rate per second) divides by these names, never by a literal (tests/test_
 from __future__ import annotations
 
 import math
+from decimal import ROUND_HALF_UP, Decimal
 
 import numpy as np
 
@@ -34,6 +35,17 @@ SECOND_FROM_NS = 10_000_000_000
 _BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 
 
+def _in_unit(ns: float, per: int, decimals: int, spec: str = "") -> str:
+    """``ns`` in the unit of ``per`` ns with ``decimals`` decimals (``spec`` adds format flags:
+    ``,`` groups thousands, ``+`` signs), rounded half up exactly in decimal: integer ns are
+    exact, so 118_050_000 ns is '118.1 ms' (a binary float rounded it to '118.0')."""
+    exact = Decimal(int(ns)) if isinstance(ns, (int, np.integer)) else Decimal(float(ns))
+    if not exact.is_finite():
+        return f"{float(ns):{spec}.{decimals}f}"
+    rounded = (exact / per).quantize(Decimal(1).scaleb(-decimals), rounding=ROUND_HALF_UP)
+    return f"{rounded:{spec}.{decimals}f}"
+
+
 def duration(ns: float | None) -> str:
     """A duration in the unit that reads best: µs, ms or s."""
     if ns is None:
@@ -41,18 +53,19 @@ def duration(ns: float | None) -> str:
     if ns == 0:
         return "0 ms"
     if abs(ns) < MICROSECOND_BELOW_NS:
-        return f"{ns / 1e3:,.1f} µs"
+        return f"{_in_unit(ns, NS_PER_US, 1, ',')} µs"
     if abs(ns) < SECOND_FROM_NS:
-        return f"{ns / 1e6:,.1f} ms"
-    return f"{ns / 1e9:,.2f} s"
+        return f"{_in_unit(ns, NS_PER_MS, 1, ',')} ms"
+    return f"{_in_unit(ns, NS_PER_S, 2, ',')} s"
 
 
 def ms(ns: float) -> str:
     """A duration for sentences: milliseconds, microseconds below MICROSECOND_SENTENCE_BELOW_NS
     (so that '0.0 ms' never hides a figure), seconds from SECOND_FROM_NS on."""
     if 0 < abs(ns) < MICROSECOND_SENTENCE_BELOW_NS:
-        return f"{ns / 1e3:.1f} µs"
-    return f"{ns / 1e6:.1f} ms" if abs(ns) < SECOND_FROM_NS else f"{ns / 1e9:.1f} s"
+        return f"{_in_unit(ns, NS_PER_US, 1)} µs"
+    return f"{_in_unit(ns, NS_PER_MS, 1)} ms" if abs(ns) < SECOND_FROM_NS \
+        else f"{_in_unit(ns, NS_PER_S, 1)} s"
 
 
 def ms_range(low: float, high: float) -> str:
@@ -77,7 +90,7 @@ def delta_ms(ns: float | None) -> str:
     if ns == 0:
         return "0 ms"
     digits = 1 if abs(ns) >= MICROSECOND_BELOW_NS else 2
-    return f"{ns / NS_PER_MS:+,.{digits}f} ms"
+    return f"{_in_unit(ns, NS_PER_MS, digits, '+,')} ms"
 
 
 def ordinal(n: int) -> str:

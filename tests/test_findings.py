@@ -723,7 +723,7 @@ def test_a_profiler_that_made_the_steps_far_longer_is_named() -> None:
                              "profiler: its figures describe mostly its own work.")
     assert [(e.text, e.origin) for e in finding.evidence] == [
         ("mean step 127.9 ms under it", "kineto"),
-        ("mean step 332.2 µs over 4 steps without a profiler", "manifest")]
+        ("mean step 332.3 µs over 4 steps without a profiler", "manifest")]
     assert "PROFILER_SLOWED" not in ids(RunMetrics(plain_step_ns=plain,
                                                    steps_by_origin=timed[:1]))
     assert "PROFILER_SLOWED" not in ids(RunMetrics(steps_by_origin=timed))

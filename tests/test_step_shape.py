@@ -123,9 +123,9 @@ def test_one_iteration_traced_without_a_schedule_is_start_up_only(tmp_path: Path
 
 
 def test_a_long_first_step_is_left_out_of_the_per_step_figures(tmp_path: Path) -> None:
-    """A first step of 20.4 ms (context creation, 20 ms of first fill) before five steady
-    steps of 1.1 ms: it is start-up, the per-step figures cover the five (mean 1.1 ms, wait
-    0.1 ms) and the report says which step was left out."""
+    """A first step of 20.5 ms (context creation, 20 ms of first fill) before five steady
+    steps of 1.15 ms: it is start-up, the per-step figures cover the five (mean 1.15 ms, shown
+    half up as 1.2 ms, wait 0.1 ms) and the report says which step was left out."""
     steady = [(100, 1000, [])] * 5
     path = write_trace(tmp_path / "run.pt.trace.json", [(20000, 400, SETUP)] + steady)
     report = analyze_paths([path], AnalyzeOptions())
@@ -148,33 +148,34 @@ def test_a_long_first_step_is_left_out_of_the_per_step_figures(tmp_path: Path) -
     text = render_markdown(report)
     assert "Start-up | 20.5 ms (step 0, left out of the per-step figures)" in text
     # Each step time says which it is: the annotated range, start to next start, the window.
-    assert "| Mean annotated step (its range alone) | 1.1 ms |" in text
-    assert "| Wall time per step (start to next start) | 1.1 ms |" in text
+    assert "| Mean annotated step (its range alone) | 1.2 ms |" in text
+    assert "| Wall time per step (start to next start) | 1.2 ms |" in text
     assert "Step window, mean (start to next start; the last step its range)" in text
-    assert _summary_lines(run)[1] == ("  steps: 5 × 1.1 ms annotated range (kineto, 1.1 ms start "
-                                      "to next start, median window 1.1 ms)")
+    assert _summary_lines(run)[1] == ("  steps: 5 × 1.2 ms annotated range (kineto, 1.2 ms start "
+                                      "to next start, median window 1.2 ms)")
 
 
 def test_start_to_next_start_of_two_steps_is_said_to_be_one_interval(tmp_path: Path) -> None:
-    """Two steps (1.2 ms and 1.4 ms: waits of 100 and 300 µs): the wall time per step, start to
-    next start, is step 0's start to step 1's alone, 1.1 ms; the report stated it like a mean
-    of several. It says so where it shows it (key metrics, the terminal summary, report.json's
-    wall_step_intervals); three steps give two intervals and no such word."""
+    """Two steps (1.15 ms and 1.35 ms: waits of 100 and 300 µs): the wall time per step, start
+    to next start, is step 0's start to step 1's alone, 1.15 ms (1.2 ms shown); the report
+    stated it like a mean of several. It says so where it shows it (key metrics, the terminal
+    summary, report.json's wall_step_intervals); three steps give two intervals and no such
+    word."""
     path = write_trace(tmp_path / "two.pt.trace.json", [(100, 1000, []), (300, 1000, [])])
     report = analyze_paths([path], AnalyzeOptions())
-    assert ("| Wall time per step (start to next start) | 1.1 ms (one interval: a single "
+    assert ("| Wall time per step (start to next start) | 1.2 ms (one interval: a single "
             "measurement) |") in render_markdown(report)
     steps = report.runs[0].metrics.steps
     assert (steps.count, steps.wall_mean_ns, steps.wall_intervals) == (2, 1_150_000, 1)
     assert _summary_lines(report.runs[0])[1] == (
-        "  steps: 2 × 1.2 ms annotated range (kineto, 1.1 ms start to next start over one "
-        "interval, median window 1.2 ms)")
+        "  steps: 2 × 1.3 ms annotated range (kineto, 1.2 ms start to next start over one "
+        "interval, median window 1.3 ms)")
     assert json.loads(render_json(report))["runs"][0]["metrics"]["wall_step_intervals"] == 1
     three = analyze_paths([write_trace(tmp_path / "three.pt.trace.json",
                                        [(100, 1000, []), (300, 1000, []), (100, 1000, [])])],
                           AnalyzeOptions())
     assert three.runs[0].metrics.steps.wall_intervals == 2
-    assert ("| Wall time per step (start to next start) | 1.2 ms |"
+    assert ("| Wall time per step (start to next start) | 1.3 ms |"
             in render_markdown(three))
 
 

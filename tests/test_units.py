@@ -8,6 +8,7 @@ import ast
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from profreport import units
@@ -159,3 +160,12 @@ def test_a_share_that_rounds_to_zero_keeps_a_significant_digit() -> None:
     assert [whole_pct(0.000996), percent(-0.0004)] == ["0.1%", "-0.04%"]
     assert [whole_pct(0.0), pct(0.0), percent(0.0)] == ["0%", "0.0%", "0.0%"]
     assert [whole_pct(0.873), pct(0.05), percent(0.873)] == ["87%", "5.0%", "87.3%"]
+
+
+def test_integer_ns_round_half_up_exactly() -> None:
+    """118_050_000 ns is exactly 118.05 ms: it reads 118.1 ms in sentences, tables and
+    changes (the binary float 118.05 lies below it and rounded to '118.0 ms'); numpy integers
+    alike, and a half below a unit rounds up in µs and s too."""
+    assert units.ms(118_050_000) == "118.1 ms" == units.duration(np.int64(118_050_000))
+    assert units.delta_ms(-118_050_000) == "-118.1 ms"
+    assert units.ms(50_050) == "50.1 µs" and units.duration(12_345_005_000_000) == "12,345.01 s"
