@@ -964,3 +964,17 @@ def test_ranks_whose_step_ranges_leave_the_fetch_out_are_paced_by_their_windows(
     assert run.metrics.per_rank_step_ns == {0: 13_000_000, 1: 13_000_000}
     assert "| Rank | Verdict | Mean step (annotated range, start to next start) |" in \
         render_markdown(analyze_paths([tmp_path], AnalyzeOptions()))
+
+
+def test_two_of_three_ranks_tying_as_slowest_have_no_slowest() -> None:
+    """Ranks 0 and 1 take 100 ms a step, rank 2 90 ms: the two tie as the slowest, so neither
+    is named the slowest (rank 0, first in order, was: 'rank 0, the slowest, takes 100.0 ms
+    ... (+5.3%)' against rank 1's equal step and 2's, and slowest_rank 0); the lag is theirs
+    against the rank outside the tie."""
+    job = job_analysis([rank(0, "compute-bound", 100, 0.10), rank(1, "compute-bound", 100, 0.12),
+                        rank(2, "compute-bound", 90, 0.30)])
+    assert job.slowest is None and job.slowest_rank is None and job.pacer is None
+    assert job.verdict_reason.startswith(
+        "rank 0, 1, the slowest alike, take 100.0 ms per step against 90.0 ms for the other "
+        "ranks (+11.1%) and the job runs at their pace")
+    assert job.straggler

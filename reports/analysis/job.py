@@ -22,7 +22,7 @@ from profreport.units import duration, ms, pct
 #: mean: below that, ranks of one job differ by the ordinary step-to-step wobble.
 STRAGGLER_LAG = 0.10
 #: Ranks whose mean steps differ by less than this are tied: the sentence gives the lag to 0.1%,
-#: and a slowest rank 'lagging by +0.0%' is no slowest.
+#: and a slowest rank 'lagging by +0.0%' behind another is no slowest.
 TIED_LAG = 0.0005
 #: A rank that keeps pace is the one the others wait for only when its exposed communication is
 #: this share of the step below every other rank's: ranks within it wait alike inside the
@@ -105,15 +105,18 @@ def _on_common_steps(ranks: Sequence[RankVerdict]) -> list[RankVerdict]:
     return [replace(r, step_ns=means[r.order]) if r.order in means else r for r in ranks]
 
 
-def _slowest(ranks: Sequence[RankVerdict]) -> tuple[RankVerdict, int] | None:
-    """The rank with the longest mean step and the other ranks' mean step, ns; None when fewer
-    than two ranks time steps."""
+def _slowest(ranks: Sequence[RankVerdict]) -> tuple[list[RankVerdict], int] | None:
+    """The ranks with the longest mean step, those within TIED_LAG of it tying (the longest
+    first, then in order), and the other ranks' mean step, ns (of all but the first when every
+    rank ties); None when fewer than two ranks time steps."""
     timed = [r for r in ranks if r.step_ns is not None]
     if len(timed) < 2:
         return None
-    slowest = max(timed, key=lambda r: (r.step_ns, tuple(-key for key in r.order)))
-    others = [r.step_ns for r in timed if r is not slowest]
-    return slowest, round(sum(others) / len(others))  # type: ignore[arg-type]
+    timed.sort(key=lambda r: (-r.step_ns, r.order))  # type: ignore[operator]
+    longest = timed[0].step_ns
+    tying = max(1, sum(1 for r in timed if longest < r.step_ns * (1 + TIED_LAG)))  # type: ignore[operator]
+    others = [r.step_ns for r in timed[tying:] or timed[1:]]
+    return timed[:tying], round(sum(others) / len(others))  # type: ignore[arg-type]
 
 
 def _comm_note(ranks: Sequence[RankVerdict]) -> str | None:
@@ -225,18 +228,25 @@ def job_analysis(ranks: Sequence[RankVerdict], steps_origin: Origin | None = Non
     if apart is not None:
         return JobAnalysis(ranks, "unknown", apart, disagreement=disagreement(ranks, None),
                            steps_origin=steps_origin, common_steps_note=steps_note)
-    slowest, others = found
+    tying, others = found
+    slowest = tying[0]
     lag = slowest.step_ns / others - 1 if others else 0.0  # type: ignore[operator]
-    pace = (f"{slowest.label}, the slowest, takes {ms(slowest.step_ns)} per step against "  # type: ignore[arg-type]
-            f"{ms(others)} for the other ranks ({lag:+.1%})" if lag >= TIED_LAG else
-            f"every rank takes {ms(slowest.step_ns)} per step")  # type: ignore[arg-type]
+    step = ms(slowest.step_ns)  # type: ignore[arg-type]
+    if lag < TIED_LAG:
+        pace = f"every rank takes {step} per step"
+    elif len(tying) > 1:
+        pace = (f"{_named(tying)}, the slowest alike, take {step} per step against "
+                f"{ms(others)} for the other ranks ({lag:+.1%})")
+    else:
+        pace = (f"{slowest.label}, the slowest, takes {step} per step against {ms(others)} "
+                f"for the other ranks ({lag:+.1%})")
     straggler = lag > STRAGGLER_LAG
     pacer = pace_setter(ranks, slowest, straggler)
-    # Tied ranks have no slowest: the first in order is named neither slowest nor, when the
-    # ranks wait alike too, the one the others wait for.
-    tied = lag < TIED_LAG
+    # Ranks that tie as the slowest have no slowest: the first of them is named neither slowest
+    # nor, when they set the pace, the one the others wait for.
+    tied = len(tying) > 1
     if straggler:
-        lead = f"{pace} and the job runs at its pace"
+        lead = f"{pace} and the job runs at {'their' if tied else 'its'} pace"
     elif pacer is slowest:
         lead = f"the ranks keep pace within {STRAGGLER_LAG:.0%}: {pace}"
         alike = _wait_alike([r for r in ranks if r.comm_exposed_fraction is not None])
