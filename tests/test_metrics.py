@@ -792,3 +792,24 @@ def test_a_forgotten_kept_result_is_made_again() -> None:
     device_activity.forget(profile)
     again = device_activity(profile)
     assert again is not kept and again.keys() == kept.keys()
+
+
+def test_one_collective_on_each_gpu_of_one_process_is_one_call(tmp_path: Path) -> None:
+    """One process driving two GPUs (nn.DataParallel): each step's broadcast is one NCCL group
+    call launching a kernel on each GPU, each launch with its own correlation id. That is one
+    collective a step, not two (it read 2 calls per step, 6 in all)."""
+    events = []
+    for n in range(3):
+        start = 1000 + n * 1000
+        events.append(cpu_event(f"ProfilerStep#{n + 1}", start, 900, cat="user_annotation"))
+        events.append(cpu_event("Broadcast", start + 10, 100))
+        for device in (0, 1):
+            correlation = 10 * n + device + 1
+            events.append(cpu_event("cudaLaunchKernel", start + 20 + 10 * device, 5,
+                                    cat="cuda_runtime", correlation=correlation))
+            events.append(device_event("ncclKernel_Broadcast_RING_LL_Sum_int8_t",
+                                       start + 40, 200, pid=device, device=device, stream=7,
+                                       correlation=correlation))
+    m = metrics_of(kineto_trace(tmp_path / "dataparallel.json", events))
+    assert m.comm is not None and m.comm.on_gpu
+    assert (m.comm.calls_total, m.comm.calls_per_step) == (3, 1)

@@ -19,8 +19,8 @@ from profreport.allocator import giving_back_memory
 from profreport.model import Profile, ids_at
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.cpu import spans_where
-from profreport.reports.analysis.gpu import comm_intervals, comm_under_compute, launched_in_steps
-from profreport.reports.analysis.launches import launch_calls, unlinked
+from profreport.reports.analysis.gpu import comm_intervals, comm_under_compute
+from profreport.reports.analysis.launches import launch_calls, launched_in_windows, unlinked
 from profreport.reports.analysis.ops import outermost
 from profreport.reports.analysis.results import AllReduceSizes, CommStats
 from profreport.reports.analysis.steps import StepWindows, in_windows
@@ -235,20 +235,30 @@ def _comm_stats(profile: Profile, windows: StepWindows, comm: iv.Intervals,
 def gpu_comm_stats(profile: Profile, windows: StepWindows,
                    claims: dict[str, np.ndarray]) -> CommStats | None:
     """NCCL/RCCL kernels: share of step time, exposed share (what they claim in the breakdown),
-    overlap with compute kernels, calls launched per step."""
+    overlap with compute kernels, calls launched per step (see kernel_collectives)."""
     comm = profile.table("kernels")["is_comm"].to_numpy(bool)
     if not comm.any():
         return None
     kernels = profile.table("kernels")[comm]
-    launched = launched_in_steps(profile, "kernels", comm, windows)
+    devices = kernels["device"].to_numpy()
+    in_steps = launched_in_windows(profile, "kernels", windows)[comm]
+    calls = (kernel_collectives(devices[in_steps]), kernel_collectives(devices))
     stats = _comm_stats(profile, windows, comm_intervals(profile), claims["comm_exposed"],
-                        comm_under_compute(profile, windows), (launched, len(kernels)), kernels,
+                        comm_under_compute(profile, windows), calls, kernels,
                         kernel_collective_kinds(profile, kernels, np.flatnonzero(comm)),
                         on_gpu=True)
     why = unlinked(profile, "kernels", comm, "that communicate")
     if why is None:
         return stats
     return replace(stats, calls_unknown=f"each counted by the step it started in: {why}")
+
+
+def kernel_collectives(devices: np.ndarray) -> int:
+    """Collectives among communication kernels, given the device each ran on: a collective
+    runs one kernel on each GPU of its communicator, so a process driving several GPUs (one
+    nn.DataParallel broadcast, launched by one NCCL group call with a correlation id per GPU)
+    records each collective once per GPU; the count is that of the GPU with the most."""
+    return int(np.unique(devices, return_counts=True)[1].max(initial=0))
 
 
 def collective_calls(calls: pd.DataFrame) -> int:
