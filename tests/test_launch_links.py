@@ -273,10 +273,10 @@ def test_blocking_copies_some_without_correlation_ids_are_unknown(tmp_path: Path
         ("cudaMemcpyAsync DtoH to pageable", 0.5)]
     assert syncs.copies_unknown == (
         "the copy calls that block only when their copy goes device-to-host into pageable "
-        "memory (cudaMemcpyAsync), 0.5 per step, cannot be judged: the Nsight Systems profile "
-        "records no launch call for 2 of the 4 copies that may have been launched in or after "
-        "the steps, device-to-host or of unrecorded direction into pageable or unrecorded "
-        "memory (2 with no correlation id, 0 with one that no recorded runtime call carries)")
+        "memory or ends before they return (cudaMemcpyAsync), 0.5 per step, cannot be judged: "
+        "the Nsight Systems profile records no launch call for 2 of the 4 copies that may have "
+        "been launched in or after the steps (2 with no correlation id, 0 with one that no "
+        "recorded runtime call carries)")
     stall = next(f for f in run.findings if f.id == "SYNC_STALL")
     assert stall.evidence[-1].text.endswith(syncs.copies_unknown)
 

@@ -77,9 +77,10 @@ def queued_at(profile: Profile, times: np.ndarray) -> np.ndarray:
 def copies_unjudged(profile: Profile, windows: StepWindows) -> str | None:
     """Why some copy calls inside the step windows that only their copy makes blocking
     (concepts.blocks_by_its_copy) cannot be judged, with their number per step: a call linked
-    to no copy may have launched one of the copies linked to no call that could block it
-    (:func:`_unlinked_blocking_copies`); None when none may have."""
-    copies, latest = _unlinked_blocking_copies(profile)
+    to no copy may have launched one of the copies linked to no call (any copy can make its
+    call block: one device-to-host into pageable memory always, any other when the call
+    returned only after it ended, see concepts.blocking_calls); None when none may have."""
+    copies, latest = unlinked_launched_by(profile, "memcpy")
     if not len(copies):
         return None
     runtime = profile.table("runtime")
@@ -96,34 +97,11 @@ def copies_unjudged(profile: Profile, windows: StepWindows) -> str | None:
     inside = int((may & (windows.index_of(starts) >= 0)).sum())
     if not inside:
         return None
-    memcpy = profile.table("memcpy")
-    mask = may_be_launched_after(profile, "memcpy", windows.first_ns) & _could_block(
-        memcpy["kind"].to_numpy(), memcpy["dst_kind"].to_numpy())
-    why = unlinked(profile, "memcpy", mask, "that may have been launched in or after the "
-                   "steps, device-to-host or of unrecorded direction into pageable or "
-                   "unrecorded memory")
+    why = unlinked(profile, "memcpy", may_be_launched_after(profile, "memcpy", windows.first_ns),
+                   "that may have been launched in or after the steps")
     return ("the copy calls that block only when their copy goes device-to-host into pageable "
             "memory or ends before they return (cudaMemcpyAsync), "
             f"{round(inside / windows.count, 1):g} per step, cannot be judged: {why}")
-
-
-def _unlinked_blocking_copies(profile: Profile) -> tuple[np.ndarray, np.ndarray]:
-    """The copies (positions) linked to no launch call that could make their copy call block
-    (device-to-host or of unrecorded direction, into pageable or unrecorded memory: see
-    concepts.blocking_calls), and the latest time each can have been launched
-    (launches.unlinked_launched_by)."""
-    rows, latest = unlinked_launched_by(profile, "memcpy")
-    memcpy = profile.table("memcpy")
-    could = _could_block(memcpy["kind"].to_numpy()[rows], memcpy["dst_kind"].to_numpy()[rows])
-    return rows[could], latest[could]
-
-
-def _could_block(kinds: np.ndarray, memory: np.ndarray) -> np.ndarray:
-    """Whether each copy (of these ``kinds`` into this destination ``memory``) could make its
-    copy call block: device-to-host or of unrecorded direction, into pageable or unrecorded
-    memory (see concepts.blocking_calls)."""
-    return (np.isin(kinds, [concepts.DTOH, concepts.UNKNOWN_KIND])
-            & np.isin(memory, [concepts.PAGEABLE, concepts.UNKNOWN_KIND]))
 
 
 @giving_back_memory
