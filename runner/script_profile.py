@@ -9,9 +9,9 @@
   optimizer seen only, so a GAN's two optimizers still make whole iterations). The marks give
   the plain run's steps/s, drive ``prof.step()`` under torch.profiler and open an NVTX range
   ``step N`` per iteration under nsys, where each rank of a torchrun job also marks its rank
-  (``rank 1 of 2``, from torchrun's RANK and WORLD_SIZE: see launch.record_rank); the last
-  step ends where the training loop's last iteration ends (FirstOptimizerStepper), not at
-  the script's end;
+  (``rank 1 of 2``, from torchrun's RANK and WORLD_SIZE: see launch.record_rank); a step
+  runs from where the loop asks for its batch to where it asks for the next, and the last one
+  ends where the training loop ends (FirstOptimizerStepper), not at the script's end;
 - the DataLoader the script trains from (the one whose batches feed ``backward()``; a
   validation loader is not it) is watched, so its batch size, workers and pinning are recorded
   as the run's knobs (what the script really did, not what it was told), and only its fetches
@@ -106,10 +106,6 @@ class StepMarks:
     #: knobs of the DataLoader it came from (loader_knobs).
     last_fetch: int | None = None
     last_knobs: dict[str, Any] = field(default_factory=dict)
-    #: Whether the last training fetch took the last batch of its iterator (a loader over a
-    #: map-style dataset knows how many it holds): the pass over the loader ends at the next
-    #: step, and the fetch after that raises StopIteration.
-    loader_exhausted: bool = False
 
     def training_loader(self) -> LoaderUse | None:
         """The loader whose batches fed the most ``backward()`` calls (the one the script trains
@@ -171,16 +167,19 @@ class StepMarks:
 
 
 class FirstOptimizerStepper:
-    """An optimizer-step hook: marks the first optimizer's steps and advances the profiler and
-    the NVTX step ranges on them.
+    """An optimizer-step hook: marks the first optimizer's steps, and places the step boundaries
+    that advance the profiler and the NVTX step ranges.
 
-    A step's range (and ProfilerStep span) runs from one mark to the next, holding the fetch of
-    its batch, and ends where the training loop's last iteration ends: no range opens at a mark
-    whose iteration took the training loader's last batch (StepMarks.loader_exhausted), an open
-    one closes when the training loader's iterator raises StopIteration (a loader that does not
-    know its length), and the next pass over the training loader (another epoch) opens the
-    next step's range as it starts. So the fetch that ends the loop, and whatever the script
-    does after the loop (evaluation, saving, printing), lie outside every step."""
+    A step runs from where the training loop asks for its batch to where it asks for the next:
+    its fetch, forward, backward, optimizer step and what the loop does after that step
+    (zeroing gradients, logging), the same in every epoch. The hook marks where an iteration's
+    optimizer step ends (StepMarks.mark); the boundary after it is the next training fetch
+    (watch_loaders), or the loop's end: the start of the fetch with which a loader that knows
+    its length ends its pass (no step opens there), or a fetch raising StopIteration. The next
+    pass over the training loader (another epoch) opens the next step as it starts, so what runs
+    between two epochs (the fetch that ends one, a validation) is no step's, and neither is
+    what the script does after its loop. A loop fed by no DataLoader (data made in the loop)
+    has its boundaries at the marks."""
 
     def __init__(self, marks: StepMarks, profiler: Any | None, nvtx_ranges: bool) -> None:
         """Record into ``marks``; step ``profiler`` and NVTX ranges when given."""
@@ -190,6 +189,11 @@ class FirstOptimizerStepper:
         self.optimizer_id: int | None = None
         #: Whether a step's range (and ProfilerStep span) is open.
         self.in_step = False
+        #: Whether an iteration was marked whose step boundary is yet to come.
+        self.pending = False
+        #: Whether a training batch was fetched since the last mark (the loop is fed by a
+        #: DataLoader, whose next fetch is the boundary).
+        self.fetched = False
 
     def __call__(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         """Called by PyTorch after every ``optimizer.step()``."""
@@ -202,34 +206,56 @@ class FirstOptimizerStepper:
         self.marks.mark()
         if self.marks.last_backward is not None:
             self.marks.losses.append(self.marks.last_backward)
+        self.pending = True
+        if not self.fetched:  # no DataLoader feeds the loop: the mark is the boundary
+            self.boundary(open_next=True)
+        self.fetched = False
+
+    def boundary(self, open_next: bool) -> None:
+        """A step boundary: close the open step, step the profiler's schedule once per iteration
+        marked since the last boundary, and open the next step when ``open_next``."""
         self.close()
-        last = self.marks.loader_exhausted
-        if self.profiler is not None:  # its schedule counts every step, the last one too
-            steps = self.profiler.record_steps
-            self.profiler.record_steps = steps and not last  # no ProfilerStep#N opens then
-            self.profiler.step()
+        if self.profiler is not None:  # ProfilerStep#N spans are opened here (open)
+            steps, self.profiler.record_steps = self.profiler.record_steps, False
+            while self.profiler.step_num < len(self.marks.ends_ns):
+                self.profiler.step()
             self.profiler.record_steps = steps
-        if not last:
+        self.pending = False
+        if open_next:
             self.open()
+
+    def fetch_starts(self, left: int | None) -> None:
+        """A training fetch starts, with ``left`` batches still to come from its iterator (None
+        when its loader cannot know): the step boundary when an iteration was marked since the
+        last one, where no step opens when the fetch is sure to end the pass (none left)."""
+        self.fetched = True
+        if left == 0:
+            self.loop_ends()
+        elif self.pending:
+            self.boundary(open_next=True)
+
+    def loop_ends(self) -> None:
+        """The training loop ends: the open step ends, and no step opens."""
+        if self.in_step or self.pending:
+            self.boundary(open_next=False)
+
+    def pass_starts(self) -> None:
+        """The training loader is iterated again (another epoch): the step that starts with
+        it opens, when a step was marked before and none is open."""
+        if self.marks.ends_ns and (self.pending or not self.in_step):
+            self.boundary(open_next=True)
 
     def open(self) -> None:
         """Open step ``N`` (N steps marked so far): its NVTX range, and ProfilerStep#N when
-        the profiler's own step did not open it."""
+        the profiler records its steps."""
         if self.nvtx is not None:
             self.nvtx.push_range(concepts.step_range_name(len(self.marks.ends_ns)))
-        span = getattr(self.profiler, "step_rec_fn", None) if self.profiler else None
-        if self.profiler is not None and self.profiler.record_steps and span is None:
+        if self.profiler is not None and self.profiler.record_steps:
             span = torch.autograd.profiler.record_function(
                 f"ProfilerStep#{self.profiler.step_num}")
             span.__enter__()
             self.profiler.step_rec_fn = span
         self.in_step = True
-
-    def pass_starts(self) -> None:
-        """The training loader is iterated again (another epoch): the step that starts with
-        it opens, when a step was marked before and none is open."""
-        if self.marks.ends_ns and not self.in_step:
-            self.open()
 
     def close(self) -> None:
         """Close the open step's NVTX range and the open ProfilerStep span, if any."""
@@ -263,11 +289,12 @@ def watch_loaders(marks: StepMarks, stepper: FirstOptimizerStepper) -> Any:
     """Count the batches each DataLoader yields, and note its knobs, while the script runs; under
     nsys (the ``stepper``'s ``nvtx`` module), each fetch of a batch for training is an NVTX
     ``dataloader`` range, so the capture records the wait inside the ``step N`` ranges, which
-    run from one optimizer step to the next and hold the fetch. Any other fetch (a validation
-    loader's, or one under ``no_grad``: see StepMarks.trains_from) is a range, and a
+    start where the loop asks for their batch and so hold the fetch. Any other fetch (a
+    validation loader's, or one under ``no_grad``: see StepMarks.trains_from) is a range, and a
     torch.profiler span, named concepts.OTHER_LOADER_RANGE: visible, and no DataLoader wait.
-    The training loader's passes bound the steps (FirstOptimizerStepper): a new pass opens the
-    step it starts, the end of one closes the open step."""
+    The training loader's fetches and passes place the step boundaries (FirstOptimizerStepper):
+    the first fetch after an optimizer step starts the next step, a new pass opens the step it
+    starts, the end of one closes the open step."""
     original_iter, original_next = DataLoader.__iter__, _BaseDataLoaderIter.__next__
     nvtx = stepper.nvtx
 
@@ -291,18 +318,18 @@ def watch_loaders(marks: StepMarks, stepper: FirstOptimizerStepper) -> Any:
         iterator._profile_name = iterator._profreport_span if training \
             else concepts.OTHER_LOADER_RANGE
         name = concepts.DATALOADER_RANGE if training else concepts.OTHER_LOADER_RANGE
+        if training:
+            stepper.fetch_starts(batches_left(iterator))
         try:
             with nvtx.annotate(name) if nvtx is not None else contextlib.nullcontext():
                 batch = original_next(iterator)
         except StopIteration:
             if training:
-                stepper.close()
+                stepper.loop_ends()
             raise
         if torch.is_grad_enabled():
             marks.loaders[key].batches += 1
             marks.last_fetch, marks.last_knobs = key, iterator._profreport_knobs
-        if training:
-            marks.loader_exhausted = batches_left(iterator) == 0
         return batch
 
     DataLoader.__iter__ = iterate  # type: ignore[method-assign]

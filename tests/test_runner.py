@@ -19,6 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 # Without the train extra (an analysis-only install) the runner cannot be imported: skip it all.
@@ -1596,3 +1597,58 @@ def test_a_loader_of_unknown_length_ends_the_last_step_as_it_runs_out(tmp_path: 
     steps = trace.table("steps")
     assert steps["number"].tolist() == [2, 3]
     assert (steps["end"] <= after).all()
+
+
+def torch_mode_trace(tmp_path: Path, source: str, active: int) -> tuple[pd.DataFrame,
+                                                                        pd.DataFrame]:
+    """Run ``source`` as a script through the wrapper under torch.profiler (``active`` steps
+    recorded after its wait and warm-up steps): the trace's steps and its spans."""
+    script = tmp_path / "script.py"
+    script.write_text(source, encoding="utf-8")
+    subprocess.run([sys.executable, "-m", "profreport.runner.script_profile", "--mode", "torch",
+                    "--trace-dir", str(tmp_path / "trace"), "--active", str(active), str(script)],
+                   check=True, cwd=tmp_path, timeout=120)
+    trace = parse_file(next((tmp_path / "trace").glob("*.pt.trace.json.gz")),
+                       ParseOptions(cache_dir=tmp_path / "cache"))
+    return trace.table("steps"), trace.table("ranges")
+
+
+def spans_in(steps: pd.DataFrame, spans: pd.DataFrame, name: str) -> list[int]:
+    """How many spans named ``name`` lie inside each of ``steps``."""
+    named = spans[spans["name"] == name]
+    return [int(((named["start"] >= start) & (named["end"] <= end)).sum())
+            for start, end in zip(steps["start"], steps["end"], strict=True)]
+
+
+def test_every_epochs_steps_hold_what_the_loop_does_after_the_optimizer_step(
+        tmp_path: Path) -> None:
+    """3 epochs of 3 batches (a DataLoader made anew each epoch), 20 ms of work after each
+    optimizer step (zero_grad, a log line: a span here) and 100 ms of validation after each
+    epoch. The first step of epoch 2 and 3 opened where its pass started, so it held no
+    after-the-step work while every other step held one: the last iteration of the epoch before
+    ended at its optimizer step and its after-the-step work was no step's. A step now runs from
+    where the loop asks for its batch to where it asks for the next, in every epoch: each holds
+    its own after-the-step work, and the validation between epochs is no step's."""
+    steps, spans = torch_mode_trace(tmp_path, """\
+import time, torch
+from torch.profiler import record_function
+from torch.utils.data import DataLoader
+
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+data = torch.randn(12, 8)
+for epoch in range(3):
+    for x in DataLoader(data, batch_size=4):
+        model(x).sum().backward()
+        opt.step()
+        with record_function("after the step"):
+            opt.zero_grad()
+            time.sleep(0.02)
+    with record_function("validation"):
+        time.sleep(0.1)
+""", active=10)
+    assert steps["number"].tolist() == [2, 3, 4, 5, 6, 7, 8]
+    assert spans_in(steps, spans, "after the step") == [1] * 7
+    validation = spans[spans["name"] == "validation"]
+    for start, end in zip(validation["start"], validation["end"], strict=True):
+        assert ((steps["end"] <= start) | (steps["start"] >= end)).all()
