@@ -175,11 +175,14 @@ class FirstOptimizerStepper:
     (zeroing gradients, logging), the same in every epoch. The hook marks where an iteration's
     optimizer step ends (StepMarks.mark); the boundary after it is the next training fetch
     (watch_loaders), or the loop's end: the start of the fetch with which a loader that knows
-    its length ends its pass (no step opens there), or a fetch raising StopIteration. The next
-    pass over the training loader (another epoch) opens the next step as it starts, so what runs
-    between two epochs (the fetch that ends one, a validation) is no step's, and neither is
-    what the script does after its loop. A loop fed by no DataLoader (data made in the loop)
-    has its boundaries at the marks."""
+    its length ends its pass (no step opens there), or a fetch raising StopIteration. Over a
+    loader that cannot know its length (an IterableDataset's), the next step opens when the
+    fetch returns a batch, since it may raise StopIteration instead: such a step does not hold
+    its fetch (the ``dataloader`` range before it does), and the fetch that ends the pass is
+    no step. The next pass over the training loader (another epoch) opens the next step as it
+    starts, so what runs between two epochs (the fetch that ends one, a validation) is no
+    step's, and neither is what the script does after its loop. A loop fed by no DataLoader
+    (data made in the loop) has its boundaries at the marks."""
 
     def __init__(self, marks: StepMarks, profiler: Any | None, nvtx_ranges: bool) -> None:
         """Record into ``marks``; step ``profiler`` and NVTX ranges when given."""
@@ -194,6 +197,9 @@ class FirstOptimizerStepper:
         #: Whether a training batch was fetched since the last mark (the loop is fed by a
         #: DataLoader, whose next fetch is the boundary).
         self.fetched = False
+        #: Whether the next step opens when the fetch under way returns a batch (its loader
+        #: cannot know whether it has one).
+        self.open_on_batch = False
 
     def __call__(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         """Called by PyTorch after every ``optimizer.step()``."""
@@ -227,23 +233,34 @@ class FirstOptimizerStepper:
     def fetch_starts(self, left: int | None) -> None:
         """A training fetch starts, with ``left`` batches still to come from its iterator (None
         when its loader cannot know): the step boundary when an iteration was marked since the
-        last one, where no step opens when the fetch is sure to end the pass (none left)."""
+        last one, where no step opens when the fetch is sure to end the pass (none left), and
+        the next opens as the fetch returns a batch when it may end the pass (left unknown)."""
         self.fetched = True
         if left == 0:
             self.loop_ends()
         elif self.pending:
-            self.boundary(open_next=True)
+            self.boundary(open_next=left is not None)
+            self.open_on_batch = left is None
+
+    def fetch_returns(self) -> None:
+        """A training fetch returned a batch: the step waiting for it opens."""
+        if self.open_on_batch:
+            self.open_on_batch = False
+            self.open()
 
     def loop_ends(self) -> None:
         """The training loop ends: the open step ends, and no step opens."""
+        self.open_on_batch = False
         if self.in_step or self.pending:
             self.boundary(open_next=False)
 
-    def pass_starts(self) -> None:
+    def pass_starts(self, length_known: bool) -> None:
         """The training loader is iterated again (another epoch): the step that starts with
-        it opens, when a step was marked before and none is open."""
+        it opens, when a step was marked before and none is open (as its first fetch returns
+        a batch when the loader cannot know its length)."""
         if self.marks.ends_ns and (self.pending or not self.in_step):
-            self.boundary(open_next=True)
+            self.boundary(open_next=length_known)
+            self.open_on_batch = not length_known
 
     def open(self) -> None:
         """Open step ``N`` (N steps marked so far): its NVTX range, and ProfilerStep#N when
@@ -288,10 +305,11 @@ def loader_knobs(loader: DataLoader) -> dict[str, Any]:
 def watch_loaders(marks: StepMarks, stepper: FirstOptimizerStepper) -> Any:
     """Count the batches each DataLoader yields, and note its knobs, while the script runs; under
     nsys (the ``stepper``'s ``nvtx`` module), each fetch of a batch for training is an NVTX
-    ``dataloader`` range, so the capture records the wait inside the ``step N`` ranges, which
-    start where the loop asks for their batch and so hold the fetch. Any other fetch (a
-    validation loader's, or one under ``no_grad``: see StepMarks.trains_from) is a range, and a
-    torch.profiler span, named concepts.OTHER_LOADER_RANGE: visible, and no DataLoader wait.
+    ``dataloader`` range, so the capture records the wait, which the ``step N`` ranges hold
+    (they start where the loop asks for their batch; just after its fetch, over a loader that
+    cannot know its length). Any other fetch (a validation loader's, or one under ``no_grad``:
+    see StepMarks.trains_from) is a range, and a torch.profiler span, named
+    concepts.OTHER_LOADER_RANGE: visible, and no DataLoader wait.
     The training loader's fetches and passes place the step boundaries (FirstOptimizerStepper):
     the first fetch after an optimizer step starts the next step, a new pass opens the step it
     starts, the end of one closes the open step."""
@@ -303,7 +321,8 @@ def watch_loaders(marks: StepMarks, stepper: FirstOptimizerStepper) -> Any:
         if key not in marks.loaders:
             marks.loaders[key] = LoaderUse(**knobs)
         if marks.trains_from(key):
-            stepper.pass_starts()  # before its workers start: the step waits for them
+            # before its workers start: the step waits for them
+            stepper.pass_starts(loader._dataset_kind == _DatasetKind.Map)
         iterator = original_iter(loader)
         iterator._profreport_loader = key  # type: ignore[union-attr]
         iterator._profreport_knobs = knobs  # type: ignore[union-attr]
@@ -330,6 +349,8 @@ def watch_loaders(marks: StepMarks, stepper: FirstOptimizerStepper) -> Any:
         if torch.is_grad_enabled():
             marks.loaders[key].batches += 1
             marks.last_fetch, marks.last_knobs = key, iterator._profreport_knobs
+        if training:
+            stepper.fetch_returns()
         return batch
 
     DataLoader.__iter__ = iterate  # type: ignore[method-assign]

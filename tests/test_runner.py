@@ -1569,36 +1569,6 @@ def test_the_last_step_ends_where_the_training_loop_ends(
     assert len(profiler_steps) >= 3 and (profiler_steps["end"] <= after).all()
 
 
-def test_a_loader_of_unknown_length_ends_the_last_step_as_it_runs_out(tmp_path: Path) -> None:
-    """Over an IterableDataset (the loader cannot know it holds 3 batches), then 300 ms after
-    the loop: torch.profiler's last ProfilerStep, opened at the last optimizer step, ran to
-    the script's end and held the 300 ms; it ends now where the loader ran out (the fetch that
-    raised StopIteration), before the stretch after the loop."""
-    script = tmp_path / "iterable.py"
-    script.write_text(
-        "import time, torch\n"
-        "class Stream(torch.utils.data.IterableDataset):\n"
-        "    def __iter__(self):\n"
-        "        return (torch.ones(4, 8) for _ in range(3))\n"
-        "model = torch.nn.Linear(8, 1)\n"
-        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
-        "for x in torch.utils.data.DataLoader(Stream(), batch_size=None):\n"
-        "    model(x).sum().backward()\n"
-        "    opt.step()\n"
-        "with torch.profiler.record_function('after training'):\n"
-        "    time.sleep(0.3)\n")
-    subprocess.run([sys.executable, "-m", "profreport.runner.script_profile", "--mode", "torch",
-                    "--trace-dir", str(tmp_path / "trace"), "--active", "5", str(script)],
-                   check=True, cwd=tmp_path, timeout=120)
-    trace = parse_file(next((tmp_path / "trace").glob("*.pt.trace.json.gz")),
-                       ParseOptions(cache_dir=tmp_path / "cache"))
-    spans = trace.table("ranges")
-    after = int(spans.loc[spans["name"] == "after training", "start"].iloc[0])
-    steps = trace.table("steps")
-    assert steps["number"].tolist() == [2, 3]
-    assert (steps["end"] <= after).all()
-
-
 def torch_mode_trace(tmp_path: Path, source: str, active: int) -> tuple[pd.DataFrame,
                                                                         pd.DataFrame]:
     """Run ``source`` as a script through the wrapper under torch.profiler (``active`` steps
@@ -1652,3 +1622,40 @@ for epoch in range(3):
     validation = spans[spans["name"] == "validation"]
     for start, end in zip(validation["start"], validation["end"], strict=True):
         assert ((steps["end"] <= start) | (steps["start"] >= end)).all()
+
+
+def test_a_loader_of_unknown_length_leaves_the_fetch_that_ends_its_pass_out_of_every_step(
+        tmp_path: Path) -> None:
+    """2 epochs over an IterableDataset (the loader cannot know it holds 3 batches), 20 ms of
+    work after each optimizer step, then 300 ms after the loop. A step opened where the loop
+    asked for its next batch, before the loader could say it had none: the fetch that raised
+    StopIteration made a step of its own (ProfilerStep#3 and #6, holding that fetch alone), kept
+    as a step since work follows it, and the next epoch's first step took its number again.
+    Over such a loader a step now opens when its fetch returns a batch: steps 2 to 5, each
+    holding one iteration's work after its optimizer step, every one ending before the stretch
+    after the loop."""
+    steps, spans = torch_mode_trace(tmp_path, """\
+import time, torch
+from torch.profiler import record_function
+
+class Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        return (torch.ones(4, 8) for _ in range(3))
+
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = torch.utils.data.DataLoader(Stream(), batch_size=None)
+for epoch in range(2):
+    for x in loader:
+        model(x).sum().backward()
+        opt.step()
+        with record_function("after the step"):
+            opt.zero_grad()
+            time.sleep(0.02)
+with record_function("after training"):
+    time.sleep(0.3)
+""", active=10)
+    assert steps["number"].tolist() == [2, 3, 4, 5]
+    assert spans_in(steps, spans, "after the step") == [1] * 4
+    after = int(spans.loc[spans["name"] == "after training", "start"].iloc[0])
+    assert (steps["end"] <= after).all()
