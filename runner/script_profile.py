@@ -36,6 +36,7 @@ import os
 import sys
 import time
 import types
+import weakref
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -175,7 +176,8 @@ class FirstOptimizerStepper:
     (zeroing gradients, logging), the same in every epoch. The hook marks where an iteration's
     optimizer step ends (StepMarks.mark); the boundary after it is the next training fetch
     (watch_loaders), or the loop's end: the start of the fetch with which a loader that knows
-    its length ends its pass (no step opens there), or a fetch raising StopIteration. Over a
+    its length ends its pass (no step opens there), a fetch raising StopIteration, or the loop
+    letting go of the pass's iterator (it breaks off: CPython frees the iterator there). Over a
     loader that cannot know its length (an IterableDataset's), the next step opens when the
     fetch returns a batch, since it may raise StopIteration instead: such a step does not hold
     its fetch (the ``dataloader`` range before it does), and the fetch that ends the pass is
@@ -200,6 +202,8 @@ class FirstOptimizerStepper:
         #: Whether the next step opens when the fetch under way returns a batch (its loader
         #: cannot know whether it has one).
         self.open_on_batch = False
+        #: What ends the loop when it lets go of the latest pass's iterator.
+        self.release: weakref.finalize | None = None
 
     def __call__(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         """Called by PyTorch after every ``optimizer.step()``."""
@@ -256,11 +260,23 @@ class FirstOptimizerStepper:
 
     def pass_starts(self, length_known: bool) -> None:
         """The training loader is iterated again (another epoch): the step that starts with
-        it opens, when a step was marked before and none is open (as its first fetch returns
-        a batch when the loader cannot know its length)."""
+        it opens, when a step was marked before (as its first fetch returns a batch when the
+        loader cannot know its length), ending the open step when an iteration was marked
+        since it opened (a loop that ended unseen: its iterator kept)."""
         if self.marks.ends_ns and (self.pending or not self.in_step):
             self.boundary(open_next=length_known)
             self.open_on_batch = not length_known
+
+    def watch_pass(self, iterator: _BaseDataLoaderIter | None) -> None:
+        """Follow the latest pass over the training loader (None: no more): the loop ends when it
+        lets go of the pass's ``iterator``, as CPython frees it when the loop breaks off (or
+        after its StopIteration, when the loop has ended already). An iterator something else
+        keeps (a loader with persistent workers holds its own) ends nothing."""
+        if self.release is not None:
+            self.release.detach()
+        self.release = None if iterator is None else weakref.finalize(iterator, self.loop_ends)
+        if self.release is not None:
+            self.release.atexit = False
 
     def open(self) -> None:
         """Open step ``N`` (N steps marked so far): its NVTX range, and ProfilerStep#N when
@@ -320,13 +336,16 @@ def watch_loaders(marks: StepMarks, stepper: FirstOptimizerStepper) -> Any:
         key, knobs = id(loader.dataset), loader_knobs(loader)
         if key not in marks.loaders:
             marks.loaders[key] = LoaderUse(**knobs)
-        if marks.trains_from(key):
+        training = marks.trains_from(key)
+        if training:
             # before its workers start: the step waits for them
             stepper.pass_starts(loader._dataset_kind == _DatasetKind.Map)
         iterator = original_iter(loader)
         iterator._profreport_loader = key  # type: ignore[union-attr]
         iterator._profreport_knobs = knobs  # type: ignore[union-attr]
         iterator._profreport_span = iterator._profile_name  # type: ignore[union-attr]
+        if training:
+            stepper.watch_pass(iterator)
         return iterator
 
     def next_batch(iterator: _BaseDataLoaderIter) -> Any:
@@ -358,6 +377,7 @@ def watch_loaders(marks: StepMarks, stepper: FirstOptimizerStepper) -> Any:
     try:
         yield
     finally:
+        stepper.watch_pass(None)
         DataLoader.__iter__ = original_iter  # type: ignore[method-assign]
         _BaseDataLoaderIter.__next__ = original_next  # type: ignore[method-assign]
 
@@ -462,8 +482,9 @@ def run_script(launch: ScriptLaunch, marks: StepMarks) -> None:
     sys.path.insert(0, str(script.parent))
     handle = register_optimizer_step_post_hook(stepper)
     try:
-        with watch_loaders(marks, stepper), watch_backward(marks, launch.record_loss), \
-                profiler if profiler is not None else contextlib.nullcontext():
+        # the profiler outermost: no pass's release steps it once it has stopped
+        with profiler if profiler is not None else contextlib.nullcontext(), \
+                watch_loaders(marks, stepper), watch_backward(marks, launch.record_loss):
             run_as_main(code, script, extra)
     finally:
         handle.remove()

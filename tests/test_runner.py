@@ -1659,3 +1659,68 @@ with record_function("after training"):
     assert spans_in(steps, spans, "after the step") == [1] * 4
     after = int(spans.loc[spans["name"] == "after training", "start"].iloc[0])
     assert (steps["end"] <= after).all()
+
+
+def test_a_loop_that_breaks_off_ends_its_last_step_where_it_breaks(tmp_path: Path) -> None:
+    """A loop that breaks off after 6 of its loader's 10 batches (``if step == 5: break``, 20 ms
+    of work after each optimizer step), then 300 ms after the loop: its last step ran on to the
+    script's end (ProfilerStep#5 held the 300 ms), since no fetch came to end it. The loop lets
+    go of its iterator as it breaks off (CPython frees it there), which now ends the step: steps
+    2 to 5, each holding one iteration's work after its optimizer step, every one ending before
+    the stretch after the loop."""
+    steps, spans = torch_mode_trace(tmp_path, """\
+import time, torch
+from torch.profiler import record_function
+from torch.utils.data import DataLoader
+
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step, x in enumerate(DataLoader(torch.randn(40, 8), batch_size=4)):
+    model(x).sum().backward()
+    opt.step()
+    with record_function("after the step"):
+        opt.zero_grad()
+        time.sleep(0.02)
+    if step == 5:
+        break
+with record_function("after training"):
+    time.sleep(0.3)
+""", active=10)
+    assert steps["number"].tolist() == [2, 3, 4, 5]
+    assert spans_in(steps, spans, "after the step") == [1] * 4
+    after = int(spans.loc[spans["name"] == "after training", "start"].iloc[0])
+    assert (steps["end"] <= after).all()
+
+
+@pytest.mark.nsys
+@pytest.mark.slow
+def test_under_nsys_a_loop_that_breaks_off_ends_its_last_step_range_where_it_breaks(
+        tmp_path: Path, nsys_available: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The NVTX side of the loop that breaks off (see the torch.profiler test above): its last
+    ``step 5`` range ran on to the script's end, through the 300 ms after the loop; it ends now
+    where the loop let go of its iterator, and steps 1 to 5 all end before that stretch."""
+    monkeypatch.chdir(tmp_path)
+    script = tmp_path / "breaks_off.py"
+    script.write_text("""\
+import time, nvtx, torch
+from torch.utils.data import DataLoader
+
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step, x in enumerate(DataLoader(torch.randn(40, 8), batch_size=4)):
+    model(x).sum().backward()
+    opt.step()
+    if step == 5:
+        break
+with nvtx.annotate("after training"):
+    time.sleep(0.3)
+""", encoding="utf-8")
+    summary = run_all([], script_options(tmp_path / "out", str(script), "nsys"))
+    assert summary.failures == []
+    capture = parse_file(summary.folders[0] / "nsys.nsys-rep",
+                         ParseOptions(cache_dir=tmp_path / "cache"))
+    ranges = capture.table("ranges")
+    after = int(ranges.loc[ranges["name"] == "after training", "start"].iloc[0])
+    steps = capture.table("steps")
+    assert steps["number"].tolist() == [1, 2, 3, 4, 5]
+    assert (steps["end"] <= after).all()
