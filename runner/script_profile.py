@@ -178,7 +178,7 @@ class FirstOptimizerStepper:
     (watch_loaders), or the loop's end: the start of the fetch with which a loader that knows
     its length ends its pass (no step opens there), a fetch raising StopIteration, or the loop
     letting go of the pass's iterator (it breaks off: CPython frees the iterator there). Over a
-    loader that cannot know its length (an IterableDataset's), the next step opens when the
+    loader that cannot know its length (pass_length), the next step opens when the
     fetch returns a batch, since it may raise StopIteration instead: such a step does not hold
     its fetch (the ``dataloader`` range before it does), and the fetch that ends the pass is
     no step. The next pass over the training loader (another epoch) opens the next step as it
@@ -301,12 +301,22 @@ class FirstOptimizerStepper:
         self.in_step = False
 
 
-def batches_left(iterator: _BaseDataLoaderIter) -> int | None:
-    """Batches ``iterator`` has yet to yield; None when its loader cannot know (an
-    IterableDataset's length is the dataset's own claim)."""
-    if iterator._dataset_kind != _DatasetKind.Map:
+def pass_length(source: DataLoader | _BaseDataLoaderIter) -> int | None:
+    """Batches a pass over a DataLoader (or made by its iterator) yields; None when the loader
+    cannot know: an IterableDataset's length is the dataset's own claim, and a sampler may have
+    none (an endless one, whose loop ends by breaking off)."""
+    if source._dataset_kind != _DatasetKind.Map:
         return None
-    return len(iterator) - iterator._num_yielded
+    try:
+        return len(source._index_sampler)
+    except TypeError:
+        return None
+
+
+def batches_left(iterator: _BaseDataLoaderIter) -> int | None:
+    """Batches ``iterator`` has yet to yield; None when its loader cannot know (pass_length)."""
+    total = pass_length(iterator)
+    return None if total is None else total - iterator._num_yielded
 
 
 def loader_knobs(loader: DataLoader) -> dict[str, Any]:
@@ -339,7 +349,7 @@ def watch_loaders(marks: StepMarks, stepper: FirstOptimizerStepper) -> Any:
         training = marks.trains_from(key)
         if training:
             # before its workers start: the step waits for them
-            stepper.pass_starts(loader._dataset_kind == _DatasetKind.Map)
+            stepper.pass_starts(pass_length(loader) is not None)
         iterator = original_iter(loader)
         iterator._profreport_loader = key  # type: ignore[union-attr]
         iterator._profreport_knobs = knobs  # type: ignore[union-attr]

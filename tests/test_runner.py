@@ -1542,9 +1542,10 @@ def test_the_last_step_ends_where_the_training_loop_ends(
     """A script's 6 optimizer steps over 2 epochs, then 300 ms after its loop: the wrapper's
     last ``step 6`` range ran from the last optimizer step to the script's end, holding the
     fetch that ended the loop and the 300 ms (ProfilerStep#6 too), and the capture kept it as
-    a step (work follows the fetch). Now no range opens at a step that took the loader's last
-    batch and the next epoch's pass opens the next: steps 1 to 5 under nsys, each ending before
-    the stretch after the loop, and torch.profiler's ProfilerSteps are the same steps."""
+    a step (work follows the fetch). Now no range opens for the fetch that ends a pass (the
+    loader knows it has no batch left) and the next epoch's pass opens the next: steps 1 to 5
+    under nsys, each ending before the stretch after the loop, and torch.profiler's
+    ProfilerSteps are the same steps."""
     monkeypatch.chdir(tmp_path)
     script = tmp_path / "after_the_loop.py"
     script.write_text(_AFTER_THE_LOOP_SCRIPT, encoding="utf-8")
@@ -1723,4 +1724,40 @@ with nvtx.annotate("after training"):
     after = int(ranges.loc[ranges["name"] == "after training", "start"].iloc[0])
     steps = capture.table("steps")
     assert steps["number"].tolist() == [1, 2, 3, 4, 5]
+    assert (steps["end"] <= after).all()
+
+
+def test_a_loader_whose_sampler_has_no_length_runs_and_its_steps_end_where_it_breaks_off(
+        tmp_path: Path) -> None:
+    """A DataLoader over a map-style dataset with an endless sampler (no ``__len__``: the loop
+    ends by breaking off after 6 batches). Asking how many batches its pass had left raised the
+    sampler's TypeError inside the script's fetch, so the script died under the wrapper though
+    it runs on its own; the loader now counts as one that cannot know its length: steps 2 to 5,
+    each holding one iteration's work after its optimizer step, all ending before the stretch
+    after the loop."""
+    steps, spans = torch_mode_trace(tmp_path, """\
+import itertools, time, torch
+from torch.profiler import record_function
+from torch.utils.data import DataLoader, Sampler
+
+class Endless(Sampler):
+    def __iter__(self):
+        return itertools.cycle(range(8))
+
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step, x in enumerate(DataLoader(torch.randn(8, 8), batch_size=4, sampler=Endless())):
+    model(x).sum().backward()
+    opt.step()
+    with record_function("after the step"):
+        opt.zero_grad()
+        time.sleep(0.02)
+    if step == 5:
+        break
+with record_function("after training"):
+    time.sleep(0.3)
+""", active=10)
+    assert steps["number"].tolist() == [2, 3, 4, 5]
+    assert spans_in(steps, spans, "after the step") == [1] * 4
+    after = int(spans.loc[spans["name"] == "after training", "start"].iloc[0])
     assert (steps["end"] <= after).all()
