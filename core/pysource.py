@@ -400,6 +400,9 @@ class ModuleSources:
     def __init__(self, read: SourceReader) -> None:
         self._read = read
         self._scopes: dict[Path, SourceScopes | None] = {}
+        #: The modules an import was followed into (not a folder only tried as a package), by
+        #: path, in the order first followed.
+        self.followed: dict[Path, SourceScopes] = {}
 
     def at(self, path: Path) -> SourceScopes | None:
         """The scopes of the source file at ``path``; None where it is not read."""
@@ -424,7 +427,7 @@ class ModuleSources:
                          *([folder.joinpath(*parts[:-1], parts[-1] + ".py")] if parts else [])):
                 found = self.at(path)
                 if found is not None:
-                    return found
+                    return self.followed.setdefault(path, found)
             if level or folder.parent == folder or self.at(folder / "__init__.py") is None:
                 return None
             folder = folder.parent

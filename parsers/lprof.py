@@ -632,11 +632,18 @@ LOADER_CALLS_NAMED = 3
 
 
 def _loader_knobs(scopes: _Scopes) -> tuple[dict[str, object], str]:
-    """The DataLoader knobs the shown sources' ``DataLoader(...)`` calls all give alike (a knob
-    two calls set apart is not the run's), and where the calls are (``train.py line 12``);
-    ``({}, "")`` when the sources show no such call. Read from the syntax tree, never run."""
-    calls = [(file, line, knobs) for file, lines in scopes.sources.items() if lines
+    """The DataLoader knobs the ``DataLoader(...)`` calls of the shown sources and of the
+    modules beside them their loaders were followed into (``from data import make_loader``:
+    ModuleSources.followed) all give alike (a knob two calls set apart is not the run's), and
+    where the calls are (``train.py line 12``, ``data.py line 7``); ``({}, "")`` when they show
+    no such call. Read from the syntax tree, never run."""
+    shown = [file for file, lines in scopes.sources.items() if lines]
+    files = {str(where.resolve()) for file in shown
+             for where in (scopes.paths.get(file),) if where is not None}
+    calls = [(file, line, knobs) for file in shown
              for line, knobs in scopes[file].loader_calls]  # type: ignore[union-attr]
+    calls += [(str(path), line, knobs) for path, module in scopes.modules.followed.items()
+              if str(path.resolve()) not in files for line, knobs in module.loader_calls]
     if not calls:
         return {}, ""
     agreed = {name: value for name, value in calls[0][2].items()

@@ -1778,6 +1778,38 @@ def test_a_loop_over_a_factory_of_a_module_beside_the_source_reads_that_module(
     assert (loop.evidence, loop.named_by) == ("name", "train_loader")
 
 
+def test_the_dataloader_call_of_a_module_a_loader_was_followed_into_gives_the_runs_knobs(
+        tmp_path: Path) -> None:
+    """``train_loader = make_loader(path)`` with ``make_loader`` imported from data.py beside
+    the source, which calls ``DataLoader(path, batch_size=8, num_workers=2, pin_memory=True)``:
+    only the shown sources' calls were read, so the run had no DataLoader knobs and the advice
+    said the profile does not record num_workers. The call in data.py now gives them, named by
+    that file and line in the note; a module no loader was followed into gives none."""
+    from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+
+    (tmp_path / "data.py").write_text(
+        "from torch.utils.data import DataLoader\n\n\ndef make_loader(path):\n"
+        "    return DataLoader(path, batch_size=8, num_workers=2, pin_memory=True)\n")
+    (tmp_path / "other.py").write_text(
+        "from torch.utils.data import DataLoader\n\nL = DataLoader(0, batch_size=64)\n")
+    path, loop = profiled_beside(
+        tmp_path / "fit.py", "from data import make_loader\nimport other\n\n"
+        "def fit(model, path):\n    train_loader = make_loader(path)\n"
+        "    for x, y in train_loader:\n        step(model, x, y)\n",
+        [(5, 1, 10_000), (6, 61, 30_000_000), (7, 60, 6_000_000)], "fit", 4)
+    assert (loop.lineno, loop.evidence) == (6, "source")
+    meta = lprof.parse(path).meta
+    assert (meta.loader_knobs, meta.loader_calls) == (
+        {"batch_size": 8, "num_workers": 2, "pin_memory": True}, "data.py line 5")
+    run = analyze_paths([path], AnalyzeOptions()).runs[0]
+    assert run.verdict == "loader-bound"
+    assert ("fit.py.lprof: DataLoader knobs read from the DataLoader(...) call its source "
+            "shows (data.py line 5; PyTorch's default where the call leaves one out), as no "
+            "manifest records them: batch_size=8, num_workers=2, pin_memory=True") in run.notes
+    advice = next(f for f in run.findings if f.id == "LOADER_BOUND").recommendation
+    assert advice.startswith("Raise DataLoader num_workers from 2 to 18 ")
+
+
 def test_a_loop_over_an_item_of_a_comprehension_of_dataloaders_is_the_dataloader_loop(
         tmp_path: Path) -> None:
     """kernprof of ``loaders = [DataLoader(ds, batch_size=64) for ds in sets]``, then ``for
