@@ -13,6 +13,7 @@ import builtins
 import enum
 import re
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
@@ -459,6 +460,8 @@ class SourceScopes:
         self._attributes: dict[int, dict[str, list[tuple[int, _Binding, int]]]] = {}
         #: What each function returns as another file reads it, by scope and depth (_closed).
         self._closings: dict[tuple[int, int], str | None] = {}
+        #: The module-level names whose value another file reads now (exported_value).
+        self._exporting: set[str] = set()
         #: Each ``DataLoader(...)`` call of the file: its line and loader_call_knobs, by line.
         self.loader_calls: list[tuple[int, dict[str, object]]] = []
         #: The header of each loop written over several lines (by its first line) as one
@@ -527,15 +530,54 @@ class SourceScopes:
         bound = self._last_before(function, lineno, name)
         if bound is None and name in self._parameters.get(function, ()):
             return None
-        return self._text(bound) if bound else self.enclosing_assignment(first_lineno, name)
+        if bound:
+            return self._text(bound)
+        return self.enclosing_assignment(first_lineno, name) or self._import_value(function, name)
 
     def module_assigned(self, lineno: int, name: str) -> str | None:
-        """What the module's own code last assigns to ``name`` before line ``lineno``; None
-        when none does or the source does not parse; ``f()``, as for assigned."""
+        """What the module's own code last assigns to ``name`` before line ``lineno``, else
+        what a module it imports it from binds (_import_value); None when none does or the
+        source does not parse; ``f()``, as for assigned."""
         if name.endswith("()"):
             return self._called(0, name[:-2])
         bound = self._last_before(0, lineno, name)
-        return self._text(bound) if bound else None
+        return self._text(bound) if bound else self._import_value(0, name)
+
+    def _import_value(self, scope: int, name: str) -> str | None:
+        """What a name imported where ``scope`` sees it holds (``train_loader`` after ``from
+        data import train_loader``, ``data.train_loader`` after ``import data``): what the
+        module the import names binds it to at module level, read in that module's file
+        (exported_value); None for a name not imported there, or a value not shown."""
+        head, _, rest = name.partition(".")
+        imported = self._defined_at(scope, head)
+        if not isinstance(imported, _Import):
+            return None
+        module, _, value = ".".join(filter(None, (imported.dotted, rest))).rpartition(".")
+        found = None
+        if self._modules is not None and self._path is not None and (module or imported.level):
+            found = self._modules.imported(self._path, module, imported.level)
+        return found.exported_value(value) if found is not None else None
+
+    def exported_value(self, name: str) -> str | None:
+        """What the module's own code last binds ``name`` to at module level (``train_loader =
+        DataLoader(ds)``), as another file that imports it reads it: its names read in this
+        module's scope (_resolved), its calls of what this module defines or imports closed
+        here (_closed_calls); for a name it only imports, what the module it names binds
+        (_import_value). None where it binds no such value or does not show it; one whose
+        value is being read (a cycle of imports) shows nothing."""
+        if name in self._exporting:
+            return None
+        self._exporting.add(name)
+        try:
+            bound = self._bound.get(0, {}).get(name)
+            if not bound:
+                return self._import_value(0, name)
+            line, binding = bound[-1]
+            text = self._text(binding)
+            resolved = self._resolved(None, line, text) if text is not None else None
+            return self._closed_calls(resolved, 0, 0) if resolved is not None else None
+        finally:
+            self._exporting.discard(name)
 
     def returned(self, function: str) -> str | None:
         """What the function the module defines as ``function`` returns (_returned_by)."""
@@ -598,7 +640,13 @@ class SourceScopes:
     def _closing(self, function: int, depth: int) -> str | None:
         """_closed, computed."""
         text = self._returned_by(function)
-        tree = _parsed(text, mode="eval") if text is not None else None
+        return self._closed_calls(text, function, depth) if text is not None else None
+
+    def _closed_calls(self, text: str, scope: int, depth: int) -> str | None:
+        """``text``, read in ``scope``, with each call whose value is followed (_reached) of a
+        function seen there replaced by what it returns, closed (_closed, _imported_call);
+        None where one is not shown, or the value written back passes _CLOSED_CHARS."""
+        tree = _parsed(text, mode="eval")
         if not isinstance(tree, ast.Expression):
             return None
         values: dict[int, ast.AST] = {}
@@ -607,7 +655,7 @@ class SourceScopes:
             given = _given_name(call) if isinstance(call, ast.Call) else None
             head, _, rest = given[:-2].partition(".") if given and given.endswith("()") \
                 else ("", "", "")
-            defined = self._defined_at(function, head) if head else None
+            defined = self._defined_at(scope, head) if head else None
             if defined is None:
                 continue
             value = None
@@ -674,23 +722,29 @@ class SourceScopes:
         tree = _parsed(" if ... else ".join(alternatives), mode="eval") if alternatives else None
         return _written(tree.body) if isinstance(tree, ast.Expression) else None
 
-    def _resolved(self, first_lineno: int, lineno: int, text: str) -> str | None:
-        """``text``, bound at ``lineno`` of the function starting at ``first_lineno``, with
-        each name the function's scopes assign replaced by its value (_FOLLOWED times at most);
-        None when a name whose value would be followed (_reached) is not shown there."""
+    def _resolved(self, first_lineno: int | None, lineno: int, text: str) -> str | None:
+        """``text``, bound at ``lineno`` of the function starting at ``first_lineno`` (None:
+        of the module's own code), with each name its scopes assign replaced by its value
+        (_FOLLOWED times at most); None when a name whose value would be followed (_reached)
+        is not shown there, or the values put in would pass _CLOSED_CHARS."""
         tree = _parsed(text, mode="eval")
         node = tree.body if isinstance(tree, ast.Expression) else None
+        assigned = self.module_assigned if first_lineno is None else partial(
+            self.assigned, first_lineno)
         for _ in range(_FOLLOWED):
-            names = {name.id: self.assigned(first_lineno, lineno, name.id)
-                     for name in ast.walk(node) if isinstance(name, ast.Name)} if node else {}
+            found = [name.id for name in ast.walk(node) if isinstance(name, ast.Name)] \
+                if node else []
+            names = {name: assigned(lineno, name) for name in found}
             values = {name: _parsed(value, mode="eval") for name, value in names.items() if value}
             if node is None or not values:
                 break
+            if sum(len(names[name] or "") for name in found) > _CLOSED_CHARS:
+                return None
             try:
                 node = _Replaced(values).visit(node)
             except _UNREADABLE_SYNTAX:  # nested deeper than the visit recurses
                 return None
-        function = self._functions[first_lineno]
+        function = 0 if first_lineno is None else self._functions[first_lineno]
         local = self._parameters.get(function, set()) | set(self._bound.get(function, {}))
         if node is None or any(isinstance(name, ast.Name) and name.id in local
                                for name in _reached(node)):
@@ -868,7 +922,8 @@ def dataloader_origin(expression: str, assigned: Callable[[str], str | None]
     is read from the collection a name was assigned (_item: ``loaders[0]``, a ``for`` target),
     a call of a function the file defines from what it returns (SourceScopes.assigned: the
     function of that name seen where it is called, a module's or a nested one, or one a
-    module of the project beside the file defines and it imports: ModuleSources), an
+    module of the project beside the file defines and it imports: ModuleSources; a name such
+    a module binds at module level and it imports from what that module binds: exported_value), an
     attribute of a method's receiver from what its class's methods assign it
     (SourceScopes.attribute), a call of a method on it (``self.build_loader()``) from what that
     method of its class returns. The verdict is None when the source does not show it (a

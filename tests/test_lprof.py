@@ -1810,6 +1810,30 @@ def test_the_dataloader_call_of_a_module_a_loader_was_followed_into_gives_the_ru
     assert advice.startswith("Raise DataLoader num_workers from 2 to 18 ")
 
 
+def test_a_loader_imported_from_a_module_beside_the_source_is_read_there(
+        tmp_path: Path) -> None:
+    """``from data import train_loader`` then ``for x, y in train_loader:``, data.py beside
+    the profiled source binding ``train_loader = DataLoader(ds, batch_size=16, num_workers=4)``
+    at module level: the loop was a DataLoader loop by its name alone (evidence ``name``) and
+    the run had no knobs. What data.py binds is now read there (never run): the evidence is
+    the source and its call gives the knobs; bound to a file, no DataLoader loop."""
+    lines = [(5, 61, 30_000_000), (6, 60, 6_000_000)]
+    source = ("from data import train_loader\n\n\ndef fit(model):\n"
+              "    for x, y in train_loader:\n        step(model, x, y)\n")
+    ran = "import pathlib\npathlib.Path(__file__).with_name('ran').touch()\n"
+    for name, bound, evidence in (
+            ("built", "DataLoader(ds, batch_size=16, num_workers=4)", "source"),
+            ("opened", "open('log.txt')", "hit counts")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "data.py").write_text(f"{ran}ds = Folder()\ntrain_loader = {bound}\n")
+        path, loop = profiled_beside(tmp_path / name / "fit.py", source, lines, "fit", 4)
+        assert (loop.lineno, loop.evidence) == (5, evidence), name
+        assert not (tmp_path / name / "ran").exists()
+    meta = lprof.parse(tmp_path / "built" / "fit.py.lprof").meta
+    assert (meta.loader_knobs, meta.loader_calls) == (
+        {"batch_size": 16, "num_workers": 4, "pin_memory": False}, "data.py line 4")
+
+
 def test_a_loop_over_an_item_of_a_comprehension_of_dataloaders_is_the_dataloader_loop(
         tmp_path: Path) -> None:
     """kernprof of ``loaders = [DataLoader(ds, batch_size=64) for ds in sets]``, then ``for

@@ -511,3 +511,81 @@ def test_what_an_imported_function_returns_is_shown_up_to_a_size(tmp_path: Path)
                                                                   roots=[tmp_path])))
     assert scopes.module_assigned(2, "make_loader()") is None
     assert scopes.module_assigned(2, "h()") == f"({', '.join(['DataLoader(x)'] * 30)})"
+
+
+#: A script looping over loaders a module beside it binds at module level.
+VARIABLES = """\
+import data
+from data import train_loader, val_loader, test_loader, log_loader, eval_loader
+from cyc_a import ring_loader
+
+
+def main(model):
+    for x, y in train_loader:
+        pass
+    for x, y in data.val_loader:
+        pass
+    for x, y in test_loader:
+        pass
+    for line in log_loader:
+        pass
+    for x, y in eval_loader:
+        pass
+    for x, y in ring_loader:
+        pass
+"""
+
+#: The modules VARIABLES imports; each would leave a file ``ran`` if it were run.
+VARIABLE_MODULES = {
+    "data.py": "import pathlib\npathlib.Path(__file__).with_name('ran').touch()\n"
+               "from torch.utils.data import DataLoader\n"
+               "from loaders import test_loader\n\n"
+               "train_set = Folder('train')\n"
+               "train_loader = DataLoader(train_set, batch_size=8, num_workers=2)\n"
+               "loaders = {'val': DataLoader(Folder('val'), batch_size=16)}\n"
+               "val_loader = loaders['val']\n"
+               "log_loader = open('log.txt')\n\n\n"
+               "def make(split):\n    return DataLoader(Folder(split))\n\n\n"
+               "eval_loader = make('eval')\n",
+    "loaders.py": "from torch.utils.data import DataLoader\n\n"
+                  "test_loader = DataLoader(Folder('test'), batch_size=4)\n",
+    "cyc_a.py": "from cyc_b import ring_loader\n",
+    "cyc_b.py": "from cyc_a import ring_loader\n",
+}
+
+
+def test_a_loader_imported_as_a_module_variable_is_followed_into_its_module(
+        tmp_path: Path) -> None:
+    """``from data import train_loader`` (or ``import data``, ``data.val_loader``), data.py
+    beside the script binding it at module level: the import was no assignment, so each
+    loop was a DataLoader loop by its name alone (named_only), ``log_loader`` (a file)
+    too. What the module binds is now read in its file (never run), its names read there
+    (``train_set``, ``loaders['val']``), its calls of its own functions closed there
+    (``make('eval')``), a name it imports in turn followed (loaders.py); a cycle of imports
+    shows nothing and the name tells, as before."""
+    for name, text in VARIABLE_MODULES.items():
+        (tmp_path / name).write_text(text)
+    script = tmp_path / "train.py"
+    script.write_text(VARIABLES)
+    source = VARIABLES.splitlines()
+    scopes = pysource.SourceScopes(source, script, pysource.ModuleSources(
+        partial(shown_source, roots=[tmp_path], owner=script)))
+    main = source.index("def main(model):") + 1
+
+    def named(lineno: int) -> bool:
+        """Whether the loop at ``lineno`` is a DataLoader loop on its name alone."""
+        return pysource.named_only(pysource.loop_iterable(source[lineno - 1]) or "",
+                                   lambda name: scopes.assigned(main, lineno, name))
+
+    assert loop_origin(source, scopes, main, main + 1) == (
+        "DataLoader(Folder('train'), batch_size=8, num_workers=2)", True)
+    assert loop_origin(source, scopes, main, main + 3) == (
+        "{'val': DataLoader(Folder('val'), batch_size=16)}['val']", True)
+    assert loop_origin(source, scopes, main, main + 5) == (
+        "DataLoader(Folder('test'), batch_size=4)", True)
+    assert loop_origin(source, scopes, main, main + 7) == ("open('log.txt')", False)
+    assert loop_origin(source, scopes, main, main + 9) == ("DataLoader(Folder(split))", True)
+    assert not any(named(main + offset) for offset in (1, 3, 5, 9))
+    assert loop_origin(source, scopes, main, main + 11) == ("ring_loader", True)
+    assert named(main + 11)
+    assert not (tmp_path / "ran").exists()

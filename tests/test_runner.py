@@ -283,6 +283,21 @@ def test_a_module_level_loop_over_a_factory_of_a_module_beside_the_script_is_det
     assert not (tmp_path / "ran").exists()
 
 
+def test_a_module_level_loop_over_a_loader_a_module_beside_the_script_binds_is_detected(
+        tmp_path: Path) -> None:
+    """``from data import dl``, ``for x, y in dl:`` at module level, data.py beside the script
+    binding ``dl = DataLoader(...)``: the import was no assignment and ``dl`` names no loader,
+    so no note said the loop sits where line_profiler records nothing. What data.py binds is
+    read there as text (never run: it would leave ``ran``)."""
+    (tmp_path / "data.py").write_text(
+        "import pathlib\npathlib.Path(__file__).with_name('ran').touch()\n"
+        "from torch.utils.data import DataLoader\ndl = DataLoader(range(64), batch_size=8)\n")
+    script = tmp_path / "train.py"
+    script.write_text("from data import dl\n\nfor x, y in dl:\n    step(x, y)\n")
+    assert scan_script(script).module_level_loader_line == 3
+    assert not (tmp_path / "ran").exists()
+
+
 def test_emit_slurm_scripts_pass_bash_syntax_check(tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """One sbatch script per variant plus submit_all.sh, all valid bash: absolute interpreter,
