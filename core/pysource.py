@@ -433,6 +433,27 @@ class ModuleSources:
                 return None
             folder = folder.parent
 
+    def reached(self, source: SourceScopes) -> list[Path]:
+        """The files of the modules ``source`` imports, and those they import in turn, that
+        are read (imported): each import's module, else the module the name it imports is in
+        (``from data import make_loader``: data.py), in the order first reached."""
+        found: dict[Path, None] = {}
+        todo = [source]
+        while todo:
+            scopes = todo.pop()
+            for imported in scopes.imports() if scopes._path is not None else ():
+                holder = imported.dotted.rpartition(".")[0]
+                for module in dict.fromkeys((imported.dotted, holder)):
+                    reached = self.imported(scopes._path, module, imported.level) \
+                        if module or imported.level else None
+                    if reached is None:
+                        continue
+                    if reached._path is not None and reached._path not in found:
+                        found[reached._path] = None
+                        todo.append(reached)
+                    break
+        return list(found)
+
 
 class SourceScopes:
     """The scopes of one source file, parsed once, and where each binds a name: kept as line
@@ -533,6 +554,11 @@ class SourceScopes:
         if bound:
             return self._text(bound)
         return self.enclosing_assignment(first_lineno, name) or self._import_value(function, name)
+
+    def imports(self) -> list[_Import]:
+        """What each import of the file, in any of its scopes, names."""
+        return [defined for names in self._defined.values() for defined in names.values()
+                if isinstance(defined, _Import)]
 
     def module_assigned(self, lineno: int, name: str) -> str | None:
         """What the module's own code last assigns to ``name`` before line ``lineno``, else

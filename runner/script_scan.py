@@ -126,6 +126,26 @@ def loader_loop_line(tree: ast.Module, lines: list[str], path: Path) -> int | No
     return None
 
 
+def imported_modules(script: Path) -> list[Path]:
+    """The modules beside ``script`` that it imports, and those they import in turn, as paths
+    relative to its folder, each package's ``__init__.py`` between them and it too: found as
+    the report follows them (pysource.ModuleSources.reached), read as text from the script's
+    folder alone (never imported nor run; nothing outside it, nor a link leading out)."""
+    script = script.absolute()
+    read = partial(shown_source, roots=[script.parent], owner=script)
+    lines = read(script)
+    if lines is None:
+        return []
+    modules = pysource.ModuleSources(read)
+    found = modules.reached(pysource.SourceScopes(lines, script, modules))
+    relative = [path.relative_to(script.parent) for path in found
+                if path.is_relative_to(script.parent) and path != script]
+    packages = [package / "__init__.py" for path in relative for package in path.parents
+                if package != Path()
+                and read(script.parent / package / "__init__.py") is not None]
+    return list(dict.fromkeys([*relative, *packages]))
+
+
 def argparse_options(tree: ast.Module) -> tuple[str, ...]:
     """Every ``--option`` string passed to an ``add_argument`` call."""
     options = [arg.value for node in ast.walk(tree)

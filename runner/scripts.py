@@ -16,8 +16,9 @@ from typing import Any
 from profreport.errors import UsageError
 from profreport.manifest import Manifest
 from profreport.runner.launch import TRACE_DIR, TRACE_PATTERNS
-from profreport.runner.script_scan import ScriptFacts, option_for
+from profreport.runner.script_scan import ScriptFacts, imported_modules, option_for
 from profreport.runner.variants import Knobs
+from profreport.text import error_text
 
 #: Knobs the advice knows, by name: every training knob, the batch size and learning rate.
 KNOWN_KNOBS = frozenset({f.name for f in fields(Knobs)} | {"batch_size", "lr", "prefetch_factor"})
@@ -188,11 +189,19 @@ def collect_own_traces(files: list[Path], folder: Path) -> list[str]:
 
 
 def keep_source_copy(script: Path, folder: Path) -> str:
-    """Copy the script beside its profiles: the report reads the profiled lines from the copy
-    (the source may change or sit outside the folders a report may read); returns a note."""
+    """Copy the script beside its profiles, and the modules beside it that it imports in the
+    same layout (script_scan.imported_modules): the report reads the profiled lines from the
+    copy (the source may change or sit outside the folders a report may read) and follows its
+    loaders into those modules' copies; returns a note naming them."""
     shutil.copy2(script, folder / script.name)
-    return (f"{script.name}: a copy of the script as profiled is kept in the run folder; the "
-            "line profile's source lines come from it")
+    modules = imported_modules(script)
+    for relative in modules:
+        (folder / relative).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(script.parent / relative, folder / relative)
+    listed = ", ".join(error_text(str(relative)) for relative in modules)
+    beside = f", with the modules beside it that it imports ({listed})" if modules else ""
+    return (f"{script.name}: a copy of the script as profiled is kept in the run folder{beside}; "
+            "the line profile's source lines come from it")
 
 
 def read_results(folder: Path, profiler: str) -> list[dict[str, Any]]:

@@ -298,6 +298,59 @@ def test_a_module_level_loop_over_a_loader_a_module_beside_the_script_binds_is_d
     assert not (tmp_path / "ran").exists()
 
 
+def test_the_run_folder_keeps_the_modules_beside_the_script_that_it_imports(
+        tmp_path: Path) -> None:
+    """The runner keeps a copy of the script in the run folder; ``from data import
+    make_loader`` read data.py beside the original, but data.py was not copied, so
+    re-analysing the run folder (a kernprof .lprof naming the script) read the loop by its
+    name alone and had no knobs. The modules beside the script that it imports, in turn too
+    (loaders/common.py through loaders/build.py, with the package's __init__.py), are copied
+    in the same layout and named in the note; one outside its folder, or reached through a
+    link leading out of it, is not copied, and nothing is run (it would leave ``ran``)."""
+    import pickle
+
+    from line_profiler.line_profiler import LineStats
+
+    from profreport.runner.scripts import keep_source_copy
+
+    project, folder = tmp_path / "project", tmp_path / "runs" / "s"
+    (project / "loaders").mkdir(parents=True)
+    folder.mkdir(parents=True)
+    ran = "import pathlib\npathlib.Path(__file__).with_name('ran').touch()\n"
+    (project / "data.py").write_text(
+        f"{ran}from loaders.build import make_loader\n")
+    (project / "loaders" / "__init__.py").write_text("")
+    (project / "loaders" / "build.py").write_text(
+        "from .common import pair\n\n\ndef make_loader(path):\n    return pair(path)\n")
+    (project / "loaders" / "common.py").write_text(
+        "from torch.utils.data import DataLoader\n\n\ndef pair(path):\n"
+        "    return DataLoader(path, batch_size=8, num_workers=3)\n")
+    (tmp_path / "outside.py").write_text("def make():\n    return open('/etc/passwd')\n")
+    (project / "linked.py").symlink_to(tmp_path / "outside.py")
+    (project / "unused.py").write_text("x = 1\n")
+    script = project / "train.py"
+    script.write_text("from data import make_loader\nimport linked\n\n\ndef fit(path):\n"
+                      "    train_loader = make_loader(path)\n"
+                      "    for x, y in train_loader:\n        step(x, y)\n")
+    note = keep_source_copy(script, folder)
+    assert note == ("train.py: a copy of the script as profiled is kept in the run folder, "
+                    "with the modules beside it that it imports (data.py, loaders/build.py, "
+                    "loaders/common.py, loaders/__init__.py); the line profile's source lines "
+                    "come from it")
+    assert sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) == [
+        "data.py", "loaders", "loaders/__init__.py", "loaders/build.py", "loaders/common.py",
+        "train.py"]
+    lines = {(str(script), 5, "fit"): [(6, 1, 10_000), (7, 61, 30_000_000),
+                                       (8, 60, 6_000_000)]}
+    (folder / "train.py.lprof").write_bytes(pickle.dumps(LineStats(lines, 1e-9), protocol=5))
+    shutil.rmtree(project)  # re-analysed from the run folder alone
+    profile = parse_file(folder / "train.py.lprof", ParseOptions())
+    assert (profile.meta.loop.lineno, profile.meta.loop.evidence) == (7, "source")
+    assert (profile.meta.loader_knobs, profile.meta.loader_calls) == (
+        {"batch_size": 8, "num_workers": 3, "pin_memory": False}, "common.py line 5")
+    assert not (folder / "ran").exists()
+
+
 def test_emit_slurm_scripts_pass_bash_syntax_check(tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """One sbatch script per variant plus submit_all.sh, all valid bash: absolute interpreter,
