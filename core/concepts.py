@@ -417,29 +417,47 @@ def blocking_calls(runtime: pd.DataFrame, memcpy: pd.DataFrame,
     eligible = may_block(names).to_numpy()
     is_copy = eligible & _matches(names, _COPY_CALL).to_numpy()
     # A copy call launched the copy with its correlation id; -1 (unknown) links nothing.
-    correlation = pd.Series(runtime["correlation"].to_numpy()[rows])
+    correlation = runtime["correlation"].to_numpy()[rows]
     call_end = runtime["end"].to_numpy(np.int64)[rows]
-    copy_correlation = memcpy["correlation"].to_numpy()
-    copy_end = memcpy["end"].to_numpy(np.int64)
     groups = _copies_by_reason(memcpy)
     # Each call's reason as its place in the labels (0: none yet), a byte a call: no object
     # array of a million empty strings compared again for each group.
     suffixes = ("", *(label for _, label in groups))
     reason = np.zeros(len(rows), dtype=np.int8)
     for code, (copies, label) in enumerate(groups, start=1):
-        # int64: no float rounding; only the group's ids and ends are taken, no copy of rows
-        ends = pd.Series(copy_end[copies]).groupby(copy_correlation[copies]).max()
-        at = ends.index.get_indexer(correlation)
-        judged = is_copy & (reason == 0) & (at >= 0)
-        if label != COPY_TO_PAGEABLE:  # the others blocked if the call outlasted its copy
-            judged &= ends.to_numpy(np.int64)[at] <= call_end
-        reason[judged] = code
+        keys, last_end = _last_copy_ends(memcpy, copies)
+        for at in range(0, len(rows), JUDGED_CALLS):
+            block = slice(at, at + JUDGED_CALLS)
+            place = np.minimum(np.searchsorted(keys, correlation[block]), len(keys) - 1)
+            judged = is_copy[block] & (reason[block] == 0) & (keys[place] == correlation[block])
+            if label != COPY_TO_PAGEABLE:  # the others blocked if the call outlasted its copy
+                judged &= last_end[place] <= call_end[block]
+            reason[block][judged] = code
     chosen = np.flatnonzero((reason > 0) | (eligible & _always_blocks(names).to_numpy()))
     calls = runtime.iloc[rows[chosen]]
     said = np.array(suffixes, dtype=object)[reason[chosen]]
     labelled = said != ""  # only these rows' labels are new strings
     label = calls["name"].astype(object)
     return calls.assign(label=label.mask(labelled, label[labelled] + said[labelled]))
+
+
+#: Copy calls judged at a time against a group's copies: the lookups' arrays stay a few MB
+#: beside a 10 M-kernel export's largest tables instead of a million calls' worth each.
+JUDGED_CALLS = 1 << 16
+
+
+def _last_copy_ends(memcpy: pd.DataFrame, copies: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct correlation ids of the ``copies`` (a mask of ``memcpy``'s rows, not empty),
+    ascending, and when the last copy with each ended (int64 ns: no float rounding): sorted
+    ids to search, no hash table of a group that holds most of a large export's copies."""
+    copy_ids = memcpy["correlation"].to_numpy()[copies]
+    ends = memcpy["end"].to_numpy(np.int64)[copies]
+    if (copy_ids[1:] < copy_ids[:-1]).any():  # CUPTI's ids mostly rise with the copies
+        order = np.argsort(copy_ids, kind="stable")
+        copy_ids, ends = copy_ids[order], ends[order]
+        del order
+    first = np.flatnonzero(np.r_[True, copy_ids[1:] != copy_ids[:-1]])
+    return copy_ids[first], np.maximum.reduceat(ends, first)
 
 
 #: How a copy call whose copy wrote pageable host memory is labelled (see blocking_calls).
@@ -457,15 +475,14 @@ def _copies_by_reason(memcpy: pd.DataFrame) -> list[tuple[np.ndarray, str]]:
     device-to-host into pageable memory first (such a call always blocked), then those of
     unrecorded host memory, and each direction's."""
     linked = memcpy["correlation"].to_numpy() >= 0
-    kinds = memcpy["kind"]
+    kinds = memcpy["kind"]  # compared as pandas columns: a categorical's codes, no objects
     dtoh = linked & (kinds == DTOH).to_numpy(bool)
-    memory = memcpy["dst_kind"].to_numpy()
-    groups = [(dtoh & (memory == PAGEABLE), COPY_TO_PAGEABLE),
-              (dtoh & (memory == UNKNOWN_KIND), COPY_WAITED["memory"])]
-    rest = linked & ~(dtoh & np.isin(memory, [PAGEABLE, UNKNOWN_KIND]))
-    kind_of = kinds.to_numpy()
+    pageable = (memcpy["dst_kind"] == PAGEABLE).to_numpy(bool)
+    unrecorded = (memcpy["dst_kind"] == UNKNOWN_KIND).to_numpy(bool)
+    groups = [(dtoh & pageable, COPY_TO_PAGEABLE), (dtoh & unrecorded, COPY_WAITED["memory"])]
+    rest = linked & ~(dtoh & (pageable | unrecorded))
     for kind in kinds[rest].drop_duplicates().sort_values():  # as groupby(sort=True) orders
-        groups.append((rest & (kind_of == kind), COPY_WAITED["direction"]
+        groups.append((rest & (kinds == kind).to_numpy(bool), COPY_WAITED["direction"]
                        if kind == UNKNOWN_KIND else f" {kind}{COPY_WAITED['recorded']}"))
     return [(copies, label) for copies, label in groups if copies.any()]
 
