@@ -1693,6 +1693,42 @@ for epoch in range(3):
         assert ((steps["end"] <= start) | (steps["start"] >= end)).all()
 
 
+#: A training loop over ``{loader}`` that breaks off after its sixth batch, each iteration
+#: doing 20 ms of work after its optimizer step, then 300 ms after the loop (``{preamble}``:
+#: what the loader needs defined first).
+BREAKS_OFF = """\
+import time, torch
+from torch.profiler import record_function
+from torch.utils.data import DataLoader
+{preamble}
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step, x in enumerate({loader}):
+    model(x).sum().backward()
+    opt.step()
+    with record_function("after the step"):
+        opt.zero_grad()
+        time.sleep(0.02)
+    if step == 5:
+        break
+with record_function("after training"):
+    time.sleep(0.3)
+"""
+
+
+def assert_steps_end_where_the_loop_breaks_off(tmp_path: Path, preamble: str,
+                                               loader: str) -> None:
+    """Under torch.profiler, :data:`BREAKS_OFF` over ``loader`` has steps 2 to 5, each holding
+    one iteration's work after its optimizer step, every one ending before the stretch after
+    the loop."""
+    steps, spans = torch_mode_trace(tmp_path, BREAKS_OFF.format(preamble=preamble,
+                                                                loader=loader), active=10)
+    assert steps["number"].tolist() == [2, 3, 4, 5]
+    assert spans_in(steps, spans, "after the step") == [1] * 4
+    after = int(spans.loc[spans["name"] == "after training", "start"].iloc[0])
+    assert (steps["end"] <= after).all()
+
+
 def test_a_loader_of_unknown_length_leaves_the_fetch_that_ends_its_pass_out_of_every_step(
         tmp_path: Path) -> None:
     """2 epochs over an IterableDataset (the loader cannot know it holds 3 batches), 20 ms of
@@ -1737,28 +1773,8 @@ def test_a_loop_that_breaks_off_ends_its_last_step_where_it_breaks(tmp_path: Pat
     go of its iterator as it breaks off (CPython frees it there), which now ends the step: steps
     2 to 5, each holding one iteration's work after its optimizer step, every one ending before
     the stretch after the loop."""
-    steps, spans = torch_mode_trace(tmp_path, """\
-import time, torch
-from torch.profiler import record_function
-from torch.utils.data import DataLoader
-
-model = torch.nn.Linear(8, 1)
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for step, x in enumerate(DataLoader(torch.randn(40, 8), batch_size=4)):
-    model(x).sum().backward()
-    opt.step()
-    with record_function("after the step"):
-        opt.zero_grad()
-        time.sleep(0.02)
-    if step == 5:
-        break
-with record_function("after training"):
-    time.sleep(0.3)
-""", active=10)
-    assert steps["number"].tolist() == [2, 3, 4, 5]
-    assert spans_in(steps, spans, "after the step") == [1] * 4
-    after = int(spans.loc[spans["name"] == "after training", "start"].iloc[0])
-    assert (steps["end"] <= after).all()
+    assert_steps_end_where_the_loop_breaks_off(
+        tmp_path, "", "DataLoader(torch.randn(40, 8), batch_size=4)")
 
 
 @pytest.mark.nsys
@@ -1803,29 +1819,11 @@ def test_a_loader_whose_sampler_has_no_length_runs_and_its_steps_end_where_it_br
     it runs on its own; the loader now counts as one that cannot know its length: steps 2 to 5,
     each holding one iteration's work after its optimizer step, all ending before the stretch
     after the loop."""
-    steps, spans = torch_mode_trace(tmp_path, """\
-import itertools, time, torch
-from torch.profiler import record_function
-from torch.utils.data import DataLoader, Sampler
+    assert_steps_end_where_the_loop_breaks_off(tmp_path, """\
+import itertools
+from torch.utils.data import Sampler
 
 class Endless(Sampler):
     def __iter__(self):
         return itertools.cycle(range(8))
-
-model = torch.nn.Linear(8, 1)
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for step, x in enumerate(DataLoader(torch.randn(8, 8), batch_size=4, sampler=Endless())):
-    model(x).sum().backward()
-    opt.step()
-    with record_function("after the step"):
-        opt.zero_grad()
-        time.sleep(0.02)
-    if step == 5:
-        break
-with record_function("after training"):
-    time.sleep(0.3)
-""", active=10)
-    assert steps["number"].tolist() == [2, 3, 4, 5]
-    assert spans_in(steps, spans, "after the step") == [1] * 4
-    after = int(spans.loc[spans["name"] == "after training", "start"].iloc[0])
-    assert (steps["end"] <= after).all()
+""", "DataLoader(torch.randn(8, 8), batch_size=4, sampler=Endless())")
