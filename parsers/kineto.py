@@ -505,8 +505,10 @@ def _distributed(header: dict[str, Any], dropped: Counter[str]) -> dict[str, Any
         return {}
     world = _header_int(info.get("world_size"))
     rank = _header_int(info.get("rank"))
-    checked = {"world_size": world if world >= 1 else None,
-               "rank": rank if rank >= 0 and (world < 1 or rank < world) else None,
+    # A rank lies inside its world, or, where the world size is not usable, inside any job's.
+    ranks = world if 1 <= world <= concepts.MAX_WORLD_SIZE else concepts.MAX_WORLD_SIZE
+    checked = {"world_size": world if 1 <= world <= concepts.MAX_WORLD_SIZE else None,
+               "rank": rank if 0 <= rank < ranks else None,
                "backend": info.get("backend") if isinstance(info.get("backend"), str) else None,
                "nccl_version": (info.get("nccl_version")
                                 if isinstance(info.get("nccl_version"), str) else None)}

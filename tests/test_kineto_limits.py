@@ -88,6 +88,17 @@ def test_bad_values_are_dropped_and_counted(tmp_path: Path) -> None:
     assert len(profile.table("steps")) == 1
 
 
+def test_a_world_size_past_any_job_is_not_usable(tmp_path: Path) -> None:
+    """distributedInfo with world size 10^20 and rank 2^40 (a damaged header): neither is a
+    job's (concepts.MAX_WORLD_SIZE), both left out and counted. Before, report.json gave that
+    21-digit world size and the rank, where nsys rank marks past the bound were already no rank."""
+    profile = kineto.parse(_write(tmp_path / "dist.json", [_event()],
+                                  distributedInfo={"rank": 1 << 40, "world_size": 10 ** 20}))
+    assert profile.rank is None and profile.meta.world_size is None
+    assert profile.meta.dropped == {"distributedInfo.rank is not usable": 1,
+                                    "distributedInfo.world_size is not usable": 1}
+
+
 def test_bad_distributed_values(tmp_path: Path) -> None:
     """A rank outside the world, a world size of zero: unknown, and counted."""
     profile = kineto.parse(_write(tmp_path / "dist.json", [_event()],
