@@ -178,7 +178,8 @@ def id_categorical(ids: np.ndarray, codes: np.ndarray) -> pd.Categorical:
     would have), a small code per row."""
     categories, remap = np.unique(ids, return_inverse=True)
     remap = remap.astype(narrowest_int(np.array([-1, len(categories)])))
-    return pd.Categorical.from_codes(remap[codes], pd.Index(narrowed(categories)))
+    return pd.Categorical.from_codes(one_value_held_once(remap[codes]),
+                                     pd.Index(narrowed(categories)))
 
 
 def ids_at(column: pd.Series, rows: np.ndarray | slice) -> np.ndarray:
@@ -279,9 +280,20 @@ def narrowed_ids(frame: pd.DataFrame) -> pd.DataFrame:
                                  f"(NA or inf) to integer")
             values = values.astype(np.int64)
         dtype = narrowest_int(values)
-        if values.dtype != dtype or frame[column].dtype != dtype:
-            frame[column] = values.astype(dtype, copy=False)
+        held = one_value_held_once(values.astype(dtype, copy=False))
+        if held is not values or frame[column].dtype != dtype:
+            # A Series on the frame's own index is taken as it is; an array would be copied.
+            frame[column] = pd.Series(held, index=frame.index, copy=False)
     return frame
+
+
+def one_value_held_once(values: np.ndarray) -> np.ndarray:
+    """An id column (or a categorical's codes) holding one value throughout, as that value
+    broadcast to its length (a read-only view, no memory a row: a one-GPU process's 10 M
+    kernels' device, a one-process capture's 17 M runtime calls' pid codes); else as it is."""
+    if len(values) < 2 or values.strides == (0,) or values.min() != values.max():
+        return values
+    return np.broadcast_to(values[:1].copy(), values.shape)
 
 
 def conform(name: str, frame: pd.DataFrame) -> pd.DataFrame:

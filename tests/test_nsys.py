@@ -337,6 +337,24 @@ def test_sync_events_carry_the_correlation_of_their_call(profiles: dict[str, Pro
         ("stream_synchronize", "cudaStreamWaitEvent"): 2124,
         ("stream_wait_event", "cudaEventQuery"): 1,
         ("stream_wait_event", "cudaEventSynchronize"): 185}
+    # CUPTI records 0xFFFFFFFF as the stream of a sync that waited on none: read as -1, none,
+    # so the column holds the few real stream ids in one byte.
+    assert sync[sync["stream"] < 0].groupby("kind", observed=True).size().to_dict() == {
+        "stream_wait_event": 186, "event_synchronize": 1}
+    assert (sync["stream"].dtype, int(sync["stream"].max())) == (np.int8, 84)
+
+
+def test_a_column_of_one_value_is_held_once(profiles: dict[str, Profile]) -> None:
+    """A one-GPU process's device column and a one-process capture's pid codes hold one value
+    throughout: each is that value broadcast to the rows (read-only, no byte a row); a column
+    of several values (the streams) is an array as before."""
+    profile = profiles["sc22_4gpu_baseline"]
+    kernels, runtime = profile.table("kernels"), profile.table("runtime")
+    assert kernels["device"].to_numpy().strides == (0,)
+    assert kernels["device"].value_counts().to_dict() == {0: len(kernels)}
+    assert runtime["pid"].array.codes.strides == (0,)
+    assert runtime["pid"].value_counts().to_dict() == {79184: len(runtime)}
+    assert kernels["stream"].to_numpy().strides == (1,) and kernels["stream"].nunique() > 1
 
 
 @pytest.mark.parametrize("damage", ["truncated", "garbage-pages", "wrong-column-type"])
