@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import os
 import shutil
+from functools import partial
 from pathlib import Path
 
 import pytest
+
+from profreport import pysource
+from profreport.inputs import shown_source
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "fixtures"
@@ -308,3 +312,31 @@ def torch_heap_crash(launch: object, run_folder: Path) -> bool:
                       log.read_text(errors="replace") if log.is_file() else ""])
     return bool(getattr(launch, "signal", None)) and any(
         sign in text for sign in TORCH_TEARDOWN_CRASH)
+
+
+def loop_origin(source: list[str], scopes: pysource.SourceScopes, first: int, lineno: int
+                ) -> tuple[str | None, bool | None]:
+    """dataloader_origin of what the loop at ``lineno`` of the function starting at ``first``
+    iterates over, as the .lprof parser reads it."""
+    return pysource.dataloader_origin(pysource.loop_iterable(source[lineno - 1]) or "",
+                                      lambda name: scopes.assigned(first, lineno, name))
+
+
+def loop_named_only(source: list[str], scopes: pysource.SourceScopes, first: int, lineno: int
+                    ) -> bool:
+    """Whether the loop at ``lineno`` of the function starting at ``first`` is a DataLoader
+    loop on its name alone (pysource.named_only)."""
+    return pysource.named_only(pysource.loop_iterable(source[lineno - 1]) or "",
+                               lambda name: scopes.assigned(first, lineno, name))
+
+
+def project_scopes(folder: Path, files: dict[str, str], script: str) -> pysource.SourceScopes:
+    """The scopes of ``script`` among ``files`` (relative path -> text) written under
+    ``folder``, the modules it imports read from that folder as the .lprof parser reads them
+    (never run)."""
+    for name, text in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    path = folder / script
+    return pysource.SourceScopes(files[script].splitlines(), path, pysource.ModuleSources(
+        partial(shown_source, roots=[folder], owner=path)))

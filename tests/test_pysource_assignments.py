@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import sys
 from functools import partial
 from pathlib import Path
 
 from profreport import pysource
 from profreport.inputs import shown_source
+
+sys.path.insert(0, str(Path(__file__).parent))
+from conftest import loop_named_only, loop_origin  # noqa: E402
 
 
 def test_an_assignment_wins_over_a_name_that_says_it_holds_a_loader() -> None:
@@ -117,14 +121,6 @@ def test_a_comprehension_of_dataloaders_is_followed_to_its_items() -> None:
     assert pysource.dataloader_origin('named["values"]', shown)[1] is None  # no such key
     assert pysource.dataloader_origin("pair[-1]", shown)[1] is True
     assert pysource.dataloader_origin("pair[2]", shown)[1] is None
-
-
-def loop_origin(source: list[str], scopes: pysource.SourceScopes, first: int, lineno: int
-                ) -> tuple[str | None, bool | None]:
-    """dataloader_origin of what the loop at ``lineno`` of the function starting at ``first``
-    iterates over, as the .lprof parser reads it."""
-    return pysource.dataloader_origin(pysource.loop_iterable(source[lineno - 1]) or "",
-                                      lambda name: scopes.assigned(first, lineno, name))
 
 
 FACTORIES = """\
@@ -466,11 +462,7 @@ def test_a_factory_imported_from_a_module_beside_the_script_is_followed_into_it(
         """dataloader_origin of the loop at ``lineno``."""
         return loop_origin(source, scopes, main, lineno)
 
-    def named(lineno: int) -> bool:
-        """Whether the loop at ``lineno`` is a DataLoader loop on its name alone."""
-        return pysource.named_only(pysource.loop_iterable(source[lineno - 1]) or "",
-                                   lambda name: scopes.assigned(main, lineno, name))
-
+    named = partial(loop_named_only, source, scopes, main)
     made = ("DataLoader(dataset(cfg), batch_size=cfg.bs, shuffle=shuffle, num_workers=6, "
             "pin_memory=True)")
     assert origin(main + 2) == (f"make_loader(cfg), make_loader() = {made}", True)
@@ -572,11 +564,7 @@ def test_a_loader_imported_as_a_module_variable_is_followed_into_its_module(
         partial(shown_source, roots=[tmp_path], owner=script)))
     main = source.index("def main(model):") + 1
 
-    def named(lineno: int) -> bool:
-        """Whether the loop at ``lineno`` is a DataLoader loop on its name alone."""
-        return pysource.named_only(pysource.loop_iterable(source[lineno - 1]) or "",
-                                   lambda name: scopes.assigned(main, lineno, name))
-
+    named = partial(loop_named_only, source, scopes, main)
     assert loop_origin(source, scopes, main, main + 1) == (
         "DataLoader(Folder('train'), batch_size=8, num_workers=2)", True)
     assert loop_origin(source, scopes, main, main + 3) == (
