@@ -13,9 +13,10 @@ import builtins
 import enum
 import re
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeGuard
 
 # The words of one identifier (never a whole expression, ``yaml.load(f, Loader=...)``): its
 # snake_case parts and camelCase humps, digits left out (``valLoader_2`` -> val, Loader).
@@ -373,19 +374,64 @@ class _Import(NamedTuple):
     level: int
 
 
-def _imports(node: ast.AST) -> list[tuple[str, _Import]]:
-    """The names an import statement binds and what each is (``import pkg.data`` binds
-    ``pkg``, ``import pkg.data as d`` binds ``d`` to ``pkg.data``); none for another node, nor
-    for ``from m import *``."""
+def _imports(node: ast.AST) -> list[tuple[str, _Import, _Import]]:
+    """The names an import statement binds, what each is, and the module each loads (``import
+    pkg.data`` binds ``pkg`` and loads ``pkg.data``, ``import pkg.data as d`` binds ``d`` to
+    ``pkg.data``); none for another node, nor for ``from m import *``."""
     if isinstance(node, ast.Import):
         return [(alias.asname or alias.name.partition(".")[0],
-                 _Import(alias.name if alias.asname else alias.name.partition(".")[0], 0))
-                for alias in node.names]
+                 _Import(alias.name if alias.asname else alias.name.partition(".")[0], 0),
+                 _Import(alias.name, 0)) for alias in node.names]
     if isinstance(node, ast.ImportFrom):
-        return [(alias.asname or alias.name,
-                 _Import(".".join(filter(None, (node.module, alias.name))), node.level))
-                for alias in node.names if alias.name != "*"]
+        named = [(alias.asname or alias.name,
+                  _Import(".".join(filter(None, (node.module, alias.name))), node.level))
+                 for alias in node.names if alias.name != "*"]
+        return [(name, imported, imported) for name, imported in named]
     return []
+
+
+@dataclass(frozen=True)
+class _Class:
+    """A class the source shows: the scopes of the file that defines it, its scope there, and
+    the modules crossed to reach that file (MODULE_HOPS), which is no part of which class it
+    is."""
+
+    scopes: SourceScopes
+    scope: int
+    hops: int = field(compare=False)
+
+
+def _merged(orders: list[list[_Class | str]]) -> list[_Class | str] | None:
+    """The C3 merge of a class's bases' orders, as Python computes a method resolution order:
+    each time the first head that is in no order's tail; None where none is (Python refuses
+    such bases)."""
+    merged: list[_Class | str] = []
+    orders = [order for order in orders if order]
+    while orders:
+        heads = [order[0] for order in orders
+                 if not any(order[0] in other[1:] for other in orders)]
+        if not heads:
+            return None
+        merged.append(heads[0])
+        orders = [rest for rest in (order[1:] if order[0] == heads[0] else order
+                                    for order in orders) if rest]
+    return merged
+
+
+def _joined(values: list[str | None]) -> str | None:
+    """Values shown as one expression: ``(a) if ... else (b)`` when they differ, a None
+    value left out (a loop over it would raise); None without one, when one is not shown
+    (None), or when they are only None."""
+    if None in values:
+        return None
+    alternatives = [f"({value})" for value in dict.fromkeys(values) if value != "None"]
+    tree = _parsed(" if ... else ".join(alternatives), mode="eval") if alternatives else None
+    return _written(tree.body) if isinstance(tree, ast.Expression) else None
+
+
+def _is_static(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """Whether a method is a ``@staticmethod``, whose first parameter is no receiver."""
+    return any(_name_of(decorator) == "staticmethod" for decorator in function.decorator_list)
 
 
 #: Reads the source file at a path an import names, as text (never imported nor run): its
@@ -479,10 +525,17 @@ class SourceScopes:
         #: A class's scope -> each attribute its methods assign on their receiver
         #: (``self.train_dl = DataLoader(ds)``): the line, the binding, the method's scope.
         self._attributes: dict[int, dict[str, list[tuple[int, _Binding, int]]]] = {}
-        #: What each function returns as another file reads it, by scope and depth (_closed).
-        self._closings: dict[tuple[int, int], str | None] = {}
-        #: The module-level names whose value another file reads now (exported_value).
+        #: What each function returns as another file reads it, by scope, depth and module hops
+        #: (_closed).
+        self._closings: dict[tuple[int, int, int], str | None] = {}
+        #: The module-level names whose value another file reads now (_once).
         self._exporting: set[str] = set()
+        #: The modules the file's imports load (``pkg.data`` of ``import pkg.data``).
+        self._loads: list[_Import] = []
+        #: A class's scope -> its bases as written (``Base``, ``nn.Module``), ``object`` left out.
+        self._bases: dict[int, list[str]] = {}
+        #: A class's method resolution order, by its scope, module hops and depth (_linearized).
+        self._mros: dict[tuple[int, int, int], list[_Class | str] | None] = {}
         #: Each ``DataLoader(...)`` call of the file: its line and loader_call_knobs, by line.
         self.loader_calls: list[tuple[int, dict[str, object]]] = []
         #: The header of each loop written over several lines (by its first line) as one
@@ -502,8 +555,9 @@ class SourceScopes:
                         and self._receivers.get(scope) == target.value.id:
                     self._attributes.setdefault(self._outer[scope] or 0, {}).setdefault(
                         target.attr, []).append((node.lineno, (_span(value), form), scope))
-            for name, imported in _imports(node):
+            for name, imported, loaded in _imports(node):
                 self._defined.setdefault(scope, {})[name] = imported
+                self._loads.append(loaded)
             if isinstance(node, ast.Return) and node.value is not None:
                 self._returns.setdefault(scope, []).append((node.lineno, _span(node.value)))
             if _is_loader_call(node):
@@ -516,6 +570,10 @@ class SourceScopes:
                 self._outer[inner] = scope
                 if isinstance(node, ast.ClassDef):
                     self._classes.add(inner)
+                    self._bases[inner] = [written for written in (
+                        _dotted(base) or _written(base) or "" for base in node.bases)
+                        if written != "object"]
+                    self._defined.setdefault(scope, {})[node.name] = inner
                 if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
                     self._parameters[inner] = _parameters(node.args)
                 if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -523,7 +581,7 @@ class SourceScopes:
                     self._functions[first] = inner
                     self._firsts[inner] = first
                     arguments = [*node.args.posonlyargs, *node.args.args]
-                    if scope in self._classes and arguments:
+                    if scope in self._classes and arguments and not _is_static(node):
                         self._receivers[inner] = arguments[0].arg
                     self._defined.setdefault(scope, {})[node.name] = inner
                 scope = inner
@@ -533,142 +591,262 @@ class SourceScopes:
             for spans in names.values():
                 spans.sort()
 
-    def assigned(self, first_lineno: int, lineno: int, name: str) -> str | None:
+    def assigned(self, first_lineno: int, lineno: int, name: str, hops: int = 0) -> str | None:
         """What the source gives ``name`` at line ``lineno`` of the function whose definition
         starts at ``first_lineno``: the function's last assignment to it before that line, else
         the enclosing scopes' (enclosing_assignment); None when none does, or the source does
         not parse or defines no function there, or ``name`` is a parameter of it (what the
         caller passes is not shown here). ``f()`` asks what the function ``f`` seen there
-        returns, ``self.f()`` what the method ``f`` of its class returns (_called)."""
+        returns, ``self.f()`` what the method ``f`` of its class returns (_called);
+        ``self.train_dl`` what its class's methods assign it (attribute), ``dm.train_dl`` what
+        those of the class ``dm`` holds an instance of do (_instance_value). ``hops``: the
+        modules crossed to read this file (MODULE_HOPS)."""
         function = self._functions.get(first_lineno)
         if function is None:
             return None
         if name.endswith("()"):
-            return self._called(function, name[:-2])
+            return self._called(function, lineno, name[:-2], hops)
         receiver, _, attribute = name.partition(".")
-        if attribute and self._receivers.get(function) == receiver:
-            return self.attribute(function, lineno, attribute)
+        if attribute and "." not in attribute and self._receivers.get(function) == receiver:
+            return self.attribute(function, lineno, attribute, hops)
         bound = self._last_before(function, lineno, name)
         if bound is None and name in self._parameters.get(function, ()):
             return None
         if bound:
             return self._text(bound)
-        return self.enclosing_assignment(first_lineno, name) or self._import_value(function, name)
+        return self.enclosing_assignment(first_lineno, name) \
+            or self._instance_value(function, lineno, name, hops) \
+            or self._import_value(function, name, hops)
 
     def imports(self) -> list[_Import]:
-        """What each import of the file, in any of its scopes, names."""
-        return [defined for names in self._defined.values() for defined in names.values()
-                if isinstance(defined, _Import)]
+        """What each import of the file, in any of its scopes, loads."""
+        return list(self._loads)
 
-    def module_assigned(self, lineno: int, name: str) -> str | None:
+    def module_assigned(self, lineno: int, name: str, hops: int = 0) -> str | None:
         """What the module's own code last assigns to ``name`` before line ``lineno``, else
-        what a module it imports it from binds (_import_value); None when none does or the
-        source does not parse; ``f()``, as for assigned."""
+        what an instance it holds is assigned (_instance_value) or what a module it imports it
+        from binds (_import_value); None when none does or the source does not parse; ``f()``,
+        as for assigned."""
         if name.endswith("()"):
-            return self._called(0, name[:-2])
+            return self._called(0, lineno, name[:-2], hops)
         bound = self._last_before(0, lineno, name)
-        return self._text(bound) if bound else self._import_value(0, name)
+        return self._text(bound) if bound else (
+            self._instance_value(0, lineno, name, hops) or self._import_value(0, name, hops))
 
-    def _import_value(self, scope: int, name: str) -> str | None:
+    def _value_at(self, scope: int, lineno: int, name: str, hops: int) -> str | None:
+        """What ``name`` holds at ``lineno`` of ``scope`` (a function's, else the module's):
+        assigned, module_assigned."""
+        if scope in self._firsts:
+            return self.assigned(self._firsts[scope], lineno, name, hops)
+        return self.module_assigned(lineno, name, hops)
+
+    def _module_named(self, imported: _Import, rest: str, hops: int
+                      ) -> tuple[SourceScopes, str] | None:
+        """The module an import names with the attributes after it but the last, and that last
+        name (``data.make`` after ``import data``: data.py and ``make``; ``pkg.data.make`` after
+        ``import pkg.data``: pkg/data.py), found where Python would look
+        (ModuleSources.imported); None where it is not shown, or ``hops`` modules were crossed
+        already (MODULE_HOPS)."""
+        module, _, name = ".".join(filter(None, (imported.dotted, rest))).rpartition(".")
+        if self._modules is None or self._path is None or hops >= MODULE_HOPS \
+                or not (module or imported.level):
+            return None
+        found = self._modules.imported(self._path, module, imported.level)
+        return (found, name) if found is not None else None
+
+    def _import_value(self, scope: int, name: str, hops: int) -> str | None:
         """What a name imported where ``scope`` sees it holds (``train_loader`` after ``from
-        data import train_loader``, ``data.train_loader`` after ``import data``): what the
-        module the import names binds it to at module level, read in that module's file
-        (exported_value); None for a name not imported there, or a value not shown."""
+        data import train_loader``, ``data.train_loader`` after ``import data``,
+        ``pkg.data.train_loader`` after ``import pkg.data``): what the module the import names
+        binds it to at module level, read in that module's file (exported_value); None for a
+        name not imported there, or a value not shown."""
         head, _, rest = name.partition(".")
         imported = self._defined_at(scope, head)
-        if not isinstance(imported, _Import):
-            return None
-        module, _, value = ".".join(filter(None, (imported.dotted, rest))).rpartition(".")
-        found = None
-        if self._modules is not None and self._path is not None and (module or imported.level):
-            found = self._modules.imported(self._path, module, imported.level)
-        return found.exported_value(value) if found is not None else None
+        found = self._module_named(imported, rest, hops) if isinstance(imported, _Import) \
+            else None
+        return found[0].exported_value(found[1], hops + 1) if found is not None else None
 
-    def exported_value(self, name: str) -> str | None:
-        """What the module's own code last binds ``name`` to at module level (``train_loader =
-        DataLoader(ds)``), as another file that imports it reads it: its names read in this
-        module's scope (_resolved), its calls of what this module defines or imports closed
-        here (_closed_calls); for a name it only imports, what the module it names binds
-        (_import_value). None where it binds no such value or does not show it; one whose
-        value is being read (a cycle of imports) shows nothing."""
+    def _once(self, name: str, read: Callable[[], str | None]) -> str | None:
+        """``read()`` of the module-level ``name`` for another file; None while it is being
+        read already (a cycle of imports: ``from b import f`` in a.py, ``from a import f`` in
+        b.py)."""
         if name in self._exporting:
             return None
         self._exporting.add(name)
         try:
-            bound = self._bound.get(0, {}).get(name)
-            if not bound:
-                return self._import_value(0, name)
-            line, binding = bound[-1]
-            text = self._text(binding)
-            resolved = self._resolved(None, line, text) if text is not None else None
-            return self._closed_calls(resolved, 0, 0) if resolved is not None else None
+            return read()
         finally:
             self._exporting.discard(name)
 
+    def exported_value(self, name: str, hops: int = 0) -> str | None:
+        """What the module's own code last binds ``name`` to at module level (``train_loader =
+        DataLoader(ds)``), as another file that imports it reads it, ``hops`` modules away:
+        its names read in this module's scope (_resolved), its calls of what this module
+        defines or imports closed here (_closed_calls); for a name it only imports, what the
+        module it names binds (_import_value). None where it binds no such value or does not
+        show it, or in a cycle of imports (_once)."""
+        return self._once(name, partial(self._exporting_value, name, hops))
+
+    def _exporting_value(self, name: str, hops: int) -> str | None:
+        """exported_value, read."""
+        bound = self._bound.get(0, {}).get(name)
+        if not bound:
+            return self._import_value(0, name, hops)
+        line, binding = bound[-1]
+        text = self._text(binding)
+        resolved = self._resolved(None, line, text, hops) if text is not None else None
+        return self._closed_calls(resolved, 0, 0, hops) if resolved is not None else None
+
     def returned(self, function: str) -> str | None:
         """What the function the module defines as ``function`` returns (_returned_by)."""
-        return self._called(0, function)
+        return self._called(0, len(self._source) + 1, function, 0)
 
-    def _called(self, scope: int, function: str) -> str | None:
-        """What a call of ``function`` made in ``scope`` returns: the function of that name
-        defined there or in the nearest scope around it (_defined_at: a factory nested in
-        ``main()``, the module's), or for ``self.build_loader``, the method of that name of the
-        class whose method ``scope`` is, called on its receiver, or one a module it imports
-        defines (``make_loader`` after ``from data import make_loader``, ``data.make_loader``
-        after ``import data``: _imported_call); None where none is."""
-        receiver, _, method = function.rpartition(".")
-        if receiver and self._receivers.get(scope) == receiver:
-            defined: int | _Import | None = self._defined.get(self._outer[scope] or 0, {}).get(
-                method)
-        else:
-            head, _, rest = function.partition(".")
-            defined = self._defined_at(scope, head)
-            if isinstance(defined, _Import):
-                return self._imported_call(defined, rest, 0)
-            defined = None if rest else defined
-        return self._returned_by(defined) if isinstance(defined, int) else None
+    def _called(self, scope: int, lineno: int, function: str, hops: int) -> str | None:
+        """What a call of ``function`` made at ``lineno`` of ``scope`` returns: the function of
+        that name defined there or in the nearest scope around it (_defined_at: a factory
+        nested in ``main()``, the module's), or for ``self.build_loader``, ``cls.make`` or
+        ``self.data.make_loader``, the method of that name that the class of the instance
+        before it finds (_instance, _method_value), or one a module it imports defines
+        (``make_loader`` after ``from data import make_loader``, ``data.make_loader`` after
+        ``import data``: _imported_call); None where none is."""
+        holder, _, method = function.rpartition(".")
+        instance = self._instance(scope, lineno, holder, hops) if holder else None
+        if instance is not None:
+            return instance.scopes._method_value(instance, method, holder)
+        head, _, rest = function.partition(".")
+        defined = self._defined_at(scope, head)
+        if isinstance(defined, _Import):
+            return self._imported_call(defined, rest, hops)
+        return self._returned_by(defined, hops) if self._is_function(defined) and not rest \
+            else None
 
-    def _imported_call(self, imported: _Import, rest: str, depth: int) -> str | None:
+    def _is_function(self, defined: int | _Import | None) -> TypeGuard[int]:
+        """Whether what _defined_at found is a function's scope (not a class's, an import)."""
+        return isinstance(defined, int) and defined not in self._classes
+
+    def _instance(self, scope: int, lineno: int, written: str, hops: int) -> _Class | None:
+        """The class whose instance ``written`` holds at ``lineno`` of ``scope``: the receiver's
+        class, of a method (``self``, or ``cls`` in a classmethod), or the class a call
+        assigned it makes (``self.data = DataModule(cfg)``, ``dm = DataModule(cfg)``), one this
+        file defines or imports (_class_named); None where the source does not show one, or
+        ``written`` passes _FOLLOWED attributes (each read as an instance in turn)."""
+        if written == self._receivers.get(scope):
+            return _Class(self, self._outer[scope] or 0, hops)
+        if written.count(".") >= _FOLLOWED:
+            return None
+        value = self._value_at(scope, lineno, written, hops)
+        tree = _parsed(value, mode="eval") if value is not None else None
+        call = tree.body if isinstance(tree, ast.Expression) else None
+        dotted = _dotted(call.func) if isinstance(call, ast.Call) else None
+        return self._class_named(scope, dotted, hops) if dotted is not None else None
+
+    def _class_named(self, scope: int, dotted: str, hops: int) -> _Class | None:
+        """The class a dotted name seen from ``scope`` names: one this file defines, or one a
+        module it imports defines or imports in turn (``from base import Base``, ``import
+        models`` then ``models.Base``); None where the source does not show one."""
+        head, _, rest = dotted.partition(".")
+        defined = self._defined_at(scope, head)
+        if isinstance(defined, _Import):
+            found = self._module_named(defined, rest, hops)
+            return found[0]._class_named(0, found[1], hops + 1) if found is not None else None
+        return _Class(self, defined, hops) if isinstance(defined, int) \
+            and defined in self._classes and not rest else None
+
+    def _linearized(self, cls: _Class, depth: int = 0) -> list[_Class | str] | None:
+        """The method resolution order of a class of this file, as Python computes it (C3,
+        _merged): the class, then its bases', a base the source does not show kept as written
+        (its own bases unknown); None where Python would refuse it (bases in no consistent
+        order, a class among its own bases), or past _CLASS_DEPTH bases of bases (``depth``:
+        how many this class is below the one asked about)."""
+        key = (cls.scope, cls.hops, depth)
+        if key not in self._mros:
+            self._mros[key] = None  # a class among its own bases, while it is read
+            self._mros[key] = self._linearizing(cls, depth) if depth < _CLASS_DEPTH else None
+        return self._mros[key]
+
+    def _linearizing(self, cls: _Class, depth: int) -> list[_Class | str] | None:
+        """_linearized, computed."""
+        around = self._outer[cls.scope] or 0
+        bases = [self._class_named(around, written, cls.hops) or written
+                 for written in self._bases.get(cls.scope, [])]
+        orders = [base.scopes._linearized(base, depth + 1) if isinstance(base, _Class)
+                  else [base] for base in bases]
+        if any(order is None for order in orders):
+            return None
+        return _merged([[cls], *[order for order in orders if order is not None], bases])
+
+    def _method_value(self, cls: _Class, method: str, written: str) -> str | None:
+        """What the method ``method`` that the order of class ``cls`` (of this file) finds first
+        returns, called on ``written`` (_as_called_on); None where a base the source does not
+        show comes first, or no class defines it."""
+        for entry in self._linearized(cls) or []:
+            if isinstance(entry, str):
+                return None
+            owner = entry.scopes
+            defined = owner._defined.get(entry.scope, {}).get(method)
+            if defined is None and method not in owner._bound.get(entry.scope, {}):
+                continue
+            if not owner._is_function(defined):
+                return None
+            text = owner._closed(defined, 0, entry.hops) if entry.hops \
+                else owner._returned_by(defined, 0)
+            return owner._as_called_on(text, defined, written)
+        return None
+
+    def _as_called_on(self, text: str | None, method: int, written: str) -> str | None:
+        """A value the method of scope ``method`` shows, as its caller reads it: the method's
+        receiver written as the caller writes the instance (``self.data.train_dl`` of
+        ``self.train_dl`` for ``self.data.make_loader()``)."""
+        receiver = self._receivers.get(method)
+        if receiver is None or receiver == written or text is None:
+            return text
+        tree, instance = _parsed(text, mode="eval"), _parsed(written, mode="eval")
+        if not isinstance(tree, ast.Expression) or instance is None:
+            return None
+        return _written(_Replaced({receiver: instance}).visit(tree.body))
+
+    def _imported_call(self, imported: _Import, rest: str, hops: int) -> str | None:
         """What a call of an imported name returns, ``rest`` the attributes after it (``make``
-        of ``data.make`` after ``import data``), ``depth`` calls deep: what the module the
-        import names defines under the last name (ModuleSources.imported, exported), read in
-        its own file; None when that file is not shown (absent, refused, outside the project),
-        nor past _FOLLOWED calls (a cycle of imports)."""
-        module, _, function = ".".join(filter(None, (imported.dotted, rest))).rpartition(".")
-        found = None
-        if self._modules is not None and self._path is not None and depth < _FOLLOWED \
-                and (module or imported.level):
-            found = self._modules.imported(self._path, module, imported.level)
-        return found.exported(function, depth + 1) if found is not None else None
+        of ``data.make`` after ``import data``), ``hops`` modules away: what the module the
+        import names defines under the last name (_module_named, exported), read in its own
+        file; None when that file is not shown (absent, refused, outside the project), past
+        MODULE_HOPS modules or in a cycle of imports."""
+        found = self._module_named(imported, rest, hops)
+        return found[0].exported(found[1], hops + 1) if found is not None else None
 
-    def exported(self, function: str, depth: int = 0) -> str | None:
-        """What the module's function ``function`` returns as another file reads it, ``depth``
-        modules deep (_closed), or, for a name it imports, what the module it names shows;
-        None where it is no function of the module's, or what it returns is not shown."""
+    def exported(self, function: str, hops: int = 0) -> str | None:
+        """What the module's function ``function`` returns as another file reads it, ``hops``
+        modules away (_closed), or, for a name it imports, what the module it names shows;
+        None where it is no function of the module's, what it returns is not shown, or in a
+        cycle of imports (_once)."""
+        return self._once(function, partial(self._exporting_call, function, hops))
+
+    def _exporting_call(self, function: str, hops: int) -> str | None:
+        """exported, read."""
         defined = self._defined_at(0, function)
         if isinstance(defined, _Import):
-            return self._imported_call(defined, "", depth)
-        return self._closed(defined, depth) if isinstance(defined, int) else None
+            return self._imported_call(defined, "", hops)
+        return self._closed(defined, 0, hops) if self._is_function(defined) else None
 
-    def _closed(self, function: int, depth: int) -> str | None:
+    def _closed(self, function: int, depth: int, hops: int) -> str | None:
         """What the function of scope ``function`` returns (_returned_by), each call in it whose
         value is followed (a call it returns, _reached) of a function seen there (defined or
         imported, _defined_at) replaced by what that returns, closed so in turn (``depth``
         calls deep): read here, where those names mean what this file defines, not where the
         value is followed. None where one is not shown, or the value written back passes
-        _CLOSED_CHARS; each function closed once per depth."""
-        key = (function, depth)
+        _CLOSED_CHARS; each function closed once per depth and module hops."""
+        key = (function, depth, hops)
         if key not in self._closings:
             self._closings[key] = None  # a call of itself, while it is closed
-            self._closings[key] = self._closing(function, depth)
+            self._closings[key] = self._closing(function, depth, hops)
         return self._closings[key]
 
-    def _closing(self, function: int, depth: int) -> str | None:
+    def _closing(self, function: int, depth: int, hops: int) -> str | None:
         """_closed, computed."""
-        text = self._returned_by(function)
-        return self._closed_calls(text, function, depth) if text is not None else None
+        text = self._returned_by(function, hops)
+        return self._closed_calls(text, function, depth, hops) if text is not None else None
 
-    def _closed_calls(self, text: str, scope: int, depth: int) -> str | None:
+    def _closed_calls(self, text: str, scope: int, depth: int, hops: int) -> str | None:
         """``text``, read in ``scope``, with each call whose value is followed (_reached) of a
         function seen there replaced by what it returns, closed (_closed, _imported_call);
         None where one is not shown, or the value written back passes _CLOSED_CHARS."""
@@ -682,13 +860,13 @@ class SourceScopes:
             head, _, rest = given[:-2].partition(".") if given and given.endswith("()") \
                 else ("", "", "")
             defined = self._defined_at(scope, head) if head else None
-            if defined is None:
+            if defined is None or (isinstance(defined, int) and defined in self._classes):
                 continue
             value = None
             if isinstance(defined, _Import):
-                value = self._imported_call(defined, rest, depth + 1)
+                value = self._imported_call(defined, rest, hops)
             elif not rest and depth < _FOLLOWED:
-                value = self._closed(defined, depth + 1)
+                value = self._closed(defined, depth + 1, hops)
             parsed = _parsed(value, mode="eval") if value is not None else None
             size += len(value or "")
             if not isinstance(parsed, ast.Expression) or size > _CLOSED_CHARS:
@@ -697,10 +875,10 @@ class SourceScopes:
         return _written(_Replaced({}, values).visit(tree.body)) if values else text
 
     def _defined_at(self, scope: int, name: str) -> int | _Import | None:
-        """The function ``name`` calls at ``scope`` (its scope) or the import it names: the one
-        that scope defines or imports, else the nearest scope around it (a class body is no
-        scope of its methods' code); None where none does, or a parameter or assignment of
-        that name comes first."""
+        """The function or class ``name`` names at ``scope`` (its scope) or the import it
+        names: the one that scope defines or imports, else the nearest scope around it (a
+        class body is no scope of its methods' code); None where none does, or a parameter or
+        assignment of that name comes first."""
         at: int | None = scope
         while at is not None:
             if at not in self._classes:
@@ -712,51 +890,84 @@ class SourceScopes:
             at = self._outer[at]
         return None
 
-    def _returned_by(self, function: int) -> str | None:
+    def _returned_by(self, function: int, hops: int) -> str | None:
         """What the function of scope ``function`` returns, its names read in its own scope
         (``loader = DataLoader(ds)``, ``return loader``: ``DataLoader(ds)``); several values
         written as alternatives (``a if ... else b``). None when it returns nothing, or what a
         name it returns holds is not shown there (a parameter)."""
-        return self._alternatives([(line, (span, _ITSELF), function)
-                                   for line, span in self._returns.get(function, [])])
+        values = [self._read_in(function, line, (span, _ITSELF), hops)
+                  for line, span in self._returns.get(function, [])]
+        return _joined(values)
 
-    def attribute(self, method: int, lineno: int, attribute: str) -> str | None:
+    def attribute(self, method: int, lineno: int, attribute: str, hops: int = 0) -> str | None:
         """What a method's receiver holds as ``attribute`` at ``lineno`` (``self.train_dl``): the
         method's own last assignment to it before that line, else what the other methods of
-        its class assign it (``self.train_dl = DataLoader(ds)`` in ``__init__``), read in
-        their scopes, as alternatives; an assignment of None is left out (a loop over it would
-        raise). None when none does, or one assigns what its method does not show."""
-        assigned = self._attributes.get(self._outer[method] or 0, {}).get(attribute, [])
+        its class, and of the bases its method resolution order shows, assign it
+        (_instance_attribute). None when none does, or one assigns what its method does not
+        show."""
+        cls = self._outer[method] or 0
+        assigned = self._attributes.get(cls, {}).get(attribute, [])
         own = [bound for line, bound, scope in assigned if scope == method and line < lineno]
         if own:
             return self._text(own[-1])
-        return self._alternatives([(line, bound, scope) for line, bound, scope in assigned
-                                   if scope != method])
+        return self._instance_attribute(_Class(self, cls, hops), attribute,
+                                        self._receivers.get(method, ""), (self, method))
 
-    def _alternatives(self, values: list[tuple[int, _Binding, int]]) -> str | None:
-        """The values bound at (line, binding, function scope), each read in its function's
-        scope (_resolved), as one expression: ``a if ... else b`` when they differ; None
-        without one, when one is not shown, or when they are only None."""
-        written = []
-        for line, bound, scope in values:
-            text = self._text(bound)
-            value = self._resolved(self._firsts[scope], line, text) if text is not None else None
-            if value is None:
-                return None
-            written.append(value)
-        alternatives = [f"({value})" for value in dict.fromkeys(written) if value != "None"]
-        tree = _parsed(" if ... else ".join(alternatives), mode="eval") if alternatives else None
-        return _written(tree.body) if isinstance(tree, ast.Expression) else None
+    def _instance_value(self, scope: int, lineno: int, name: str, hops: int) -> str | None:
+        """What an attribute of an instance of a class the source shows holds (``dm.train_dl``
+        after ``dm = DataModule(cfg)``, ``self.data.train_dl`` after ``self.data =
+        DataModule(cfg)``): _instance_attribute; None for another name."""
+        holder, _, attribute = name.rpartition(".")
+        instance = self._instance(scope, lineno, holder, hops) if holder else None
+        return self._instance_attribute(instance, attribute, holder, None) \
+            if instance is not None else None
 
-    def _resolved(self, first_lineno: int | None, lineno: int, text: str) -> str | None:
+    @staticmethod
+    def _instance_attribute(cls: _Class, attribute: str, written: str,
+                            skip: tuple[SourceScopes, int] | None) -> str | None:
+        """What the methods of class ``cls`` and of the bases its order shows (a base not shown
+        assigns nothing shown) assign their receiver as ``attribute``, but method ``skip``'s,
+        each read in its method's scope, as the instance ``written`` holds it (_assigned_on),
+        as alternatives; an assignment of None is left out (a loop over it would raise). None
+        when none does, or one is not shown."""
+        values: list[str | None] = []
+        for entry in cls.scopes._linearized(cls) or []:
+            if isinstance(entry, _Class):
+                values += entry.scopes._assigned_on(entry, attribute, written, skip)
+        return _joined(values)
+
+    def _assigned_on(self, cls: _Class, attribute: str, written: str,
+                     skip: tuple[SourceScopes, int] | None) -> list[str | None]:
+        """The values the methods of class ``cls`` of this file, but ``skip``, assign their
+        receiver as ``attribute``, each read in its method's scope (_read_in), closed here when
+        read for another file (``hops``), and as the instance ``written`` holds it
+        (_as_called_on); None for one not shown."""
+        values: list[str | None] = []
+        for line, bound, method in self._attributes.get(cls.scope, {}).get(attribute, []):
+            if skip != (self, method):
+                value = self._read_in(method, line, bound, cls.hops)
+                if value is not None and cls.hops:
+                    value = self._closed_calls(value, method, 0, cls.hops)
+                values.append(self._as_called_on(value, method, written))
+        return values
+
+    def _read_in(self, function: int, line: int, bound: _Binding, hops: int) -> str | None:
+        """The value bound at ``line`` of the function of scope ``function``, read in its scope
+        (_resolved); None where it is not shown."""
+        text = self._text(bound)
+        return self._resolved(self._firsts[function], line, text, hops) if text is not None \
+            else None
+
+    def _resolved(self, first_lineno: int | None, lineno: int, text: str, hops: int = 0
+                  ) -> str | None:
         """``text``, bound at ``lineno`` of the function starting at ``first_lineno`` (None:
         of the module's own code), with each name its scopes assign replaced by its value
         (_FOLLOWED times at most); None when a name whose value would be followed (_reached)
         is not shown there, or the values put in would pass _CLOSED_CHARS."""
         tree = _parsed(text, mode="eval")
         node = tree.body if isinstance(tree, ast.Expression) else None
-        assigned = self.module_assigned if first_lineno is None else partial(
-            self.assigned, first_lineno)
+        assigned = partial(self.module_assigned, hops=hops) if first_lineno is None else partial(
+            self.assigned, first_lineno, hops=hops)
         for _ in range(_FOLLOWED):
             found = [name.id for name in ast.walk(node) if isinstance(name, ast.Name)] \
                 if node else []
@@ -950,9 +1161,11 @@ def dataloader_origin(expression: str, assigned: Callable[[str], str | None]
     function of that name seen where it is called, a module's or a nested one, or one a
     module of the project beside the file defines and it imports: ModuleSources; a name such
     a module binds at module level and it imports from what that module binds: exported_value), an
-    attribute of a method's receiver from what its class's methods assign it
+    attribute of a method's receiver from what its class's methods, and its bases', assign it
     (SourceScopes.attribute), a call of a method on it (``self.build_loader()``) from what that
-    method of its class returns. The verdict is None when the source does not show it (a
+    method of its class or of the first base that defines it returns, and so too an attribute
+    or method of an instance a name or attribute was assigned (``self.data =
+    DataModule(cfg)``). The verdict is None when the source does not show it (a
     parameter, an attribute no method shown assigns), and so is the origin when no
     assignment is shown.
     """
@@ -990,6 +1203,15 @@ def _shows_loader_call(expression: str, assigned: Callable[[str], str | None], d
 #: a factory's value is a few DataLoader calls (under 1 KiB), while the calls of a hostile
 #: file, each replaced by what it returns _FOLLOWED deep, could grow as their product.
 _CLOSED_CHARS = 1 << 16
+#: Module files crossed at most from the file read to the one that shows a value (a re-export
+#: through a package's ``__init__.py`` is one): real projects reach their factory in a few
+#: (train.py -> pkg/__init__.py -> pkg/data.py -> pkg/loaders.py); each crossing reads a file
+#: of up to 8 MiB, and the Python stack grows with every one.
+MODULE_HOPS = 8
+#: Classes a method resolution order is read through at most, each a base of the one before:
+#: a project's own hierarchy is a few deep, a hostile file's chain of thousands of classes
+#: would pass Python's recursion limit.
+_CLASS_DEPTH = 16
 #: Assignments followed at most from one expression (``a = b``, ``b = c``...): a name assigned
 #: an expression of itself (``a = zip(a, b)``, ``x = x[0]``) is not followed for ever.
 _FOLLOWED = 4
@@ -1053,15 +1275,16 @@ def _followed(node: ast.expr, assigned: Callable[[str], str | None], depth: int
 def _given_name(node: ast.expr) -> str | None:
     """The name ``assigned`` is asked what a plain name, an attribute or a call's result holds:
     ``dl`` of ``dl``, ``self.train_dl`` of ``self.train_dl`` (what the class's methods assign
-    it, SourceScopes.attribute), ``make_loader()`` of ``make_loader(cfg)`` (a call of a
+    it, SourceScopes.attribute), ``pkg.data.train_loader`` of itself (a dotted name),
+    ``make_loader()`` of ``make_loader(cfg)`` (a call of a
     function by its name, not DataLoader nor a builtin: what the function of that name
     returns), ``self.build_loader()`` of ``self.build_loader(cfg)`` and ``data.make()`` of
     ``data.make(cfg)`` (a call of a method of a name, or of a module's function: what it
     returns); None else."""
     if isinstance(node, ast.Name):
         return node.id
-    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-        return f"{node.value.id}.{node.attr}"
+    if isinstance(node, ast.Attribute):
+        return _dotted(node)
     called = node.func if isinstance(node, ast.Call) and not _is_loader_call(node) else None
     if isinstance(called, ast.Name) and called.id not in _BUILTINS:
         return f"{called.id}()"

@@ -1935,3 +1935,26 @@ def test_a_loop_of_mostly_its_body_is_not_said_to_compute(tmp_path: Path) -> Non
     evidence = next(f for f in run.findings if f.id == "COMPUTE_BOUND").evidence
     assert evidence[0].text == ("Rest of the loop (line_profiler cannot tell compute from other "
                                 "work) 98% of 500.0 ms per step")
+
+
+def test_an_attribute_a_base_class_beside_the_source_assigns_is_read_there(
+        tmp_path: Path) -> None:
+    """``class Trainer(BaseTrainer)`` looping over ``self.train_dl`` that BaseTrainer's
+    ``__init__`` (bases.py beside the source) assigns a DataLoader: only the class's own
+    methods were read, so the loop was found from the hit counts (``train_dl`` says nothing)
+    and the run had no knobs. The base is now read in its file (never run): the evidence is
+    the source and its DataLoader call gives the run's knobs."""
+    (tmp_path / "bases.py").write_text(
+        "import pathlib\npathlib.Path(__file__).with_name('ran').touch()\n"
+        "from torch.utils.data import DataLoader\n\n\nclass BaseTrainer:\n"
+        "    def __init__(self, ds):\n"
+        "        self.train_dl = DataLoader(ds, batch_size=16, num_workers=4)\n")
+    path, loop = profiled_beside(
+        tmp_path / "fit.py", "from bases import BaseTrainer\n\n\nclass Trainer(BaseTrainer):\n"
+        "    def fit(self, model):\n        for x, y in self.train_dl:\n"
+        "            step(model, x, y)\n", [(6, 61, 30_000_000), (7, 60, 6_000_000)], "fit", 5)
+    assert (loop.lineno, loop.evidence) == (6, "source")
+    meta = lprof.parse(path).meta
+    assert (meta.loader_knobs, meta.loader_calls) == (
+        {"batch_size": 16, "num_workers": 4, "pin_memory": False}, "bases.py line 8")
+    assert not (tmp_path / "ran").exists()
