@@ -11,11 +11,13 @@
   ``step N`` per iteration under nsys, where each rank of a torchrun job also marks its rank
   (``rank 1 of 2``, from torchrun's RANK and WORLD_SIZE: see launch.record_rank); a step
   runs from where the loop asks for its batch to where it asks for the next, and the last one
-  ends where the training loop ends (FirstOptimizerStepper), not at the script's end;
-- the DataLoader the script trains from (the one whose batches feed ``backward()``; a
-  validation loader is not it) is watched, so its batch size, workers and pinning are recorded
-  as the run's knobs (what the script really did, not what it was told), and only its fetches
-  with autograd on are the DataLoader wait a profile records;
+  ends where the training loop ends (FirstOptimizerStepper), not at the script's end; a loop fed
+  by no DataLoader has its steps run from the model's forward to the optimizer step;
+- the DataLoader the script trains from (the one whose batches feed ``backward()``, or one
+  made anew whose pass starts where its passes start; a validation loader is not it) is
+  watched, so its batch size, workers and pinning are recorded as the run's knobs (what the
+  script really did, not what it was told), and only its fetches with autograd on are the
+  DataLoader wait a profile records;
 - under kernprof, when the script has no ``@profile`` of its own, every function it defines is
   line-profiled through a decorator under a name no script uses (``from torch.profiler import
   profile`` in the script cannot collide with it);
@@ -42,9 +44,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.nn.modules.module import register_module_forward_pre_hook
 from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils.data import DataLoader
 from torch.utils.data.dataloader import _BaseDataLoaderIter, _DatasetKind
+from torch.utils.hooks import RemovableHandle
 
 from profreport import concepts
 from profreport.fileio import write_text
@@ -71,7 +75,8 @@ def install_profile_builtin() -> None:
 @dataclass
 class LoaderUse:
     """The knobs of the DataLoaders over one dataset (a loader made anew each epoch over the
-    same dataset is the same one) and how many batches the script took from them; the knobs
+    same dataset is the same one; so is one over a new dataset that takes over the training
+    role: StepMarks.loader_key) and how many batches the script took from them; the knobs
     are those of the loader whose batch last fed a ``backward()`` (one over the same dataset
     that only evaluates, under ``no_grad``, never sets them), the first one's until then."""
 
@@ -103,15 +108,35 @@ class StepMarks:
     losses: list[float] = field(default_factory=list)
     last_backward: float | None = None
 
-    #: The loader of the last batch fetched while autograd was on (by dataset id), and the
-    #: knobs of the DataLoader it came from (loader_knobs).
+    #: The loader of the last batch fetched while autograd was on (by dataset id), the
+    #: knobs of the DataLoader it came from (loader_knobs) and where its pass started
+    #: (pass_site).
     last_fetch: int | None = None
     last_knobs: dict[str, Any] = field(default_factory=dict)
+    last_site: tuple[tuple[types.CodeType, int], ...] | None = None
+    #: Where the passes of the loader whose batch last fed a ``backward()`` start: the
+    #: training loop.
+    training_site: tuple[tuple[types.CodeType, int], ...] | None = None
+
+    def loader_key(self, loader: DataLoader, site: tuple[tuple[types.CodeType, int], ...]
+                   ) -> int:
+        """The key (a dataset id) of the LoaderUse that ``loader``'s pass starting at ``site``
+        counts in, made when new: its dataset's, where a loader over the same dataset has
+        been seen (one made anew each epoch); else, for a pass started with autograd on where
+        the training loader's passes start (the training loop, over a dataset made anew each
+        epoch), the training loader's, which this loader now is; else a loader of its own."""
+        key = id(loader.dataset)
+        if key not in self.loaders:
+            training = self.training_loader() if site == self.training_site \
+                and torch.is_grad_enabled() else None
+            self.loaders[key] = training or LoaderUse(**loader_knobs(loader))
+        return key
 
     def training_loader(self) -> LoaderUse | None:
         """The loader whose batches fed the most ``backward()`` calls (the one the script trains
         from, not a validation loader however many batches it yields); without a backward seen,
-        the one the script took the most batches from."""
+        the one the script took the most batches from. (Several datasets' keys may hold the one
+        training loader: loader_key.)"""
         return max(self.loaders.values(), key=lambda use: (use.fed_backward, use.batches),
                    default=None)
 
@@ -127,10 +152,11 @@ class StepMarks:
 
     def fed_backward(self) -> None:
         """A ``backward()`` call: the loader of the last batch fetched with autograd on fed it,
-        and its knobs are that DataLoader's."""
+        its knobs are that DataLoader's, and where its pass started is the training loop."""
         use = self.loaders.get(self.last_fetch) if self.last_fetch is not None else None
         if use is not None:
             use.fed_backward += 1
+            self.training_site = self.last_site
             for name, value in self.last_knobs.items():
                 setattr(use, name, value)
 
@@ -177,14 +203,16 @@ class FirstOptimizerStepper:
     optimizer step ends (StepMarks.mark); the boundary after it is the next training fetch
     (watch_loaders), or the loop's end: the start of the fetch with which a loader that knows
     its length ends its pass (no step opens there), a fetch raising StopIteration, or the loop
-    letting go of the pass's iterator (it breaks off: CPython frees the iterator there). Over a
+    letting go of the pass's iterator (it breaks off: CPython frees the iterator there, or the
+    LoopIterator standing for one its loader keeps). Over a
     loader that cannot know its length (pass_length), the next step opens when the
     fetch returns a batch, since it may raise StopIteration instead: such a step does not hold
     its fetch (the ``dataloader`` range before it does), and the fetch that ends the pass is
     no step. The next pass over the training loader (another epoch) opens the next step as it
     starts, so what runs between two epochs (the fetch that ends one, a validation) is no
     step's, and neither is what the script does after its loop. A loop fed by no DataLoader
-    (data made in the loop) has its boundaries at the marks."""
+    (data made in the loop) has its steps run from a module's forward to the optimizer step
+    (iteration_ends)."""
 
     def __init__(self, marks: StepMarks, profiler: Any | None, nvtx_ranges: bool) -> None:
         """Record into ``marks``; step ``profiler`` and NVTX ranges when given."""
@@ -204,6 +232,10 @@ class FirstOptimizerStepper:
         self.open_on_batch = False
         #: What ends the loop when it lets go of the latest pass's iterator.
         self.release: weakref.finalize | None = None
+        #: Whether a loop fed by no DataLoader opens its steps at a module's forward (else at
+        #: its optimizer steps), and the hook awaiting that forward (iteration_ends).
+        self.opens_at_forward = True
+        self.next_forward: RemovableHandle | None = None
 
     def __call__(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         """Called by PyTorch after every ``optimizer.step()``."""
@@ -217,9 +249,28 @@ class FirstOptimizerStepper:
         if self.marks.last_backward is not None:
             self.marks.losses.append(self.marks.last_backward)
         self.pending = True
-        if not self.fetched:  # no DataLoader feeds the loop: the mark is the boundary
-            self.boundary(open_next=True)
+        if not self.fetched:  # no DataLoader feeds the loop
+            self.iteration_ends()
         self.fetched = False
+
+    def iteration_ends(self) -> None:
+        """An iteration of a loop fed by no DataLoader (its batches sliced by hand) is marked:
+        its step ends at its optimizer step, and the next opens at the next forward of a module
+        under autograd (forward_starts), the first sign of another iteration, so none opens
+        after the loop's last. A loop that ran a whole iteration with no such forward (a model
+        of bare tensors) opens its next steps at its optimizer steps instead."""
+        if self.next_forward is not None:  # none came since the last mark
+            self.opens_at_forward = False
+        self.boundary(open_next=not self.opens_at_forward)
+        if self.opens_at_forward:
+            self.next_forward = register_module_forward_pre_hook(self.forward_starts)
+
+    def forward_starts(self, module: torch.nn.Module, args: Any) -> None:
+        """A module's forward pre-hook: under autograd, the step awaiting it opens."""
+        if torch.is_grad_enabled() and self.next_forward is not None:
+            self.next_forward.remove()
+            self.next_forward = None
+            self.open()
 
     def boundary(self, open_next: bool) -> None:
         """A step boundary: close the open step, step the profiler's schedule once per iteration
@@ -267,11 +318,12 @@ class FirstOptimizerStepper:
             self.boundary(open_next=length_known)
             self.open_on_batch = not length_known
 
-    def watch_pass(self, iterator: _BaseDataLoaderIter | None) -> None:
+    def watch_pass(self, iterator: _BaseDataLoaderIter | LoopIterator | None) -> None:
         """Follow the latest pass over the training loader (None: no more): the loop ends when it
         lets go of the pass's ``iterator``, as CPython frees it when the loop breaks off (or
-        after its StopIteration, when the loop has ended already). An iterator something else
-        keeps (a loader with persistent workers holds its own) ends nothing."""
+        after its StopIteration, when the loop has ended already). A loader that keeps its
+        iterator (persistent workers) hands the loop a LoopIterator of its own to let go of;
+        an iterator the script itself keeps (``it = iter(loader)``) ends nothing."""
         if self.release is not None:
             self.release.detach()
         self.release = None if iterator is None else weakref.finalize(iterator, self.loop_ends)
@@ -291,7 +343,11 @@ class FirstOptimizerStepper:
         self.in_step = True
 
     def close(self) -> None:
-        """Close the open step's NVTX range and the open ProfilerStep span, if any."""
+        """Close the open step's NVTX range and the open ProfilerStep span, if any; a step
+        awaiting a forward no longer opens."""
+        if self.next_forward is not None:
+            self.next_forward.remove()
+            self.next_forward = None
         if self.nvtx is not None and self.in_step:
             self.nvtx.pop_range()
         span = getattr(self.profiler, "step_rec_fn", None) if self.profiler else None
@@ -319,12 +375,50 @@ def batches_left(iterator: _BaseDataLoaderIter) -> int | None:
     return None if total is None else total - iterator._num_yielded
 
 
+def pass_site(frame: types.FrameType | None) -> tuple[tuple[types.CodeType, int], ...]:
+    """Where a pass over a DataLoader starts: the code and line of each frame of the call stack
+    from ``frame``, the one asking for the iterator, out (the loop, and what runs it)."""
+    site = []
+    while frame is not None:
+        site.append((frame.f_code, frame.f_lineno))
+        frame = frame.f_back
+    return tuple(site)
+
+
 def loader_knobs(loader: DataLoader) -> dict[str, Any]:
     """The knobs of one DataLoader, as LoaderUse records them."""
     return {"batch_size": loader.batch_size, "num_workers": loader.num_workers,
             "pin_memory": bool(loader.pin_memory),
             "persistent_workers": bool(loader.persistent_workers),
             "prefetch_factor": loader.prefetch_factor}
+
+
+class LoopIterator:
+    """The iterator of a pass over a DataLoader that keeps it for its next pass (persistent
+    workers), as the loop gets it: the loader's own, behind a reference only the loop holds,
+    so the loop letting go of it (breaking off) frees this one (FirstOptimizerStepper.watch_pass)
+    while the workers live on. It yields the loader's batches and reads as its iterator (its
+    attributes are the iterator's; an ``isinstance`` check of its class is not)."""
+
+    def __init__(self, iterator: _BaseDataLoaderIter) -> None:
+        """Stand for ``iterator``."""
+        self.iterator = iterator
+
+    def __iter__(self) -> LoopIterator:
+        """The loop's iterator is itself."""
+        return self
+
+    def __next__(self) -> Any:
+        """The loader's next batch."""
+        return next(self.iterator)
+
+    def __len__(self) -> int:
+        """The batches of the loader's pass."""
+        return len(self.iterator)
+
+    def __getattr__(self, name: str) -> Any:
+        """Anything else, the loader's iterator's."""
+        return getattr(self.iterator, name)
 
 
 @contextlib.contextmanager
@@ -343,20 +437,22 @@ def watch_loaders(marks: StepMarks, stepper: FirstOptimizerStepper) -> Any:
     nvtx = stepper.nvtx
 
     def iterate(loader: DataLoader) -> Any:
-        key, knobs = id(loader.dataset), loader_knobs(loader)
-        if key not in marks.loaders:
-            marks.loaders[key] = LoaderUse(**knobs)
+        site = pass_site(sys._getframe(1))
+        key = marks.loader_key(loader, site)
         training = marks.trains_from(key)
         if training:
             # before its workers start: the step waits for them
             stepper.pass_starts(pass_length(loader) is not None)
         iterator = original_iter(loader)
         iterator._profreport_loader = key  # type: ignore[union-attr]
-        iterator._profreport_knobs = knobs  # type: ignore[union-attr]
+        iterator._profreport_knobs = loader_knobs(loader)  # type: ignore[union-attr]
+        iterator._profreport_site = site  # type: ignore[union-attr]
         iterator._profreport_span = iterator._profile_name  # type: ignore[union-attr]
+        kept = getattr(loader, "_iterator", None) is iterator  # for the loader's next pass
+        loop_iterator = LoopIterator(iterator) if kept else iterator
         if training:
-            stepper.watch_pass(iterator)
-        return iterator
+            stepper.watch_pass(loop_iterator)
+        return loop_iterator
 
     def next_batch(iterator: _BaseDataLoaderIter) -> Any:
         key = getattr(iterator, "_profreport_loader", None)
@@ -378,6 +474,7 @@ def watch_loaders(marks: StepMarks, stepper: FirstOptimizerStepper) -> Any:
         if torch.is_grad_enabled():
             marks.loaders[key].batches += 1
             marks.last_fetch, marks.last_knobs = key, iterator._profreport_knobs
+            marks.last_site = iterator._profreport_site
         if training:
             stepper.fetch_returns()
         return batch

@@ -1641,11 +1641,13 @@ def test_the_last_step_ends_where_the_training_loop_ends(
 def torch_mode_trace(tmp_path: Path, source: str, active: int) -> tuple[pd.DataFrame,
                                                                         pd.DataFrame]:
     """Run ``source`` as a script through the wrapper under torch.profiler (``active`` steps
-    recorded after its wait and warm-up steps): the trace's steps and its spans."""
+    recorded after its wait and warm-up steps, the wrapper's result in ``result.json``): the
+    trace's steps and its spans."""
     script = tmp_path / "script.py"
     script.write_text(source, encoding="utf-8")
     subprocess.run([sys.executable, "-m", "profreport.runner.script_profile", "--mode", "torch",
-                    "--trace-dir", str(tmp_path / "trace"), "--active", str(active), str(script)],
+                    "--trace-dir", str(tmp_path / "trace"), "--active", str(active),
+                    "--result", str(tmp_path / "result.json"), str(script)],
                    check=True, cwd=tmp_path, timeout=120)
     trace = parse_file(next((tmp_path / "trace").glob("*.pt.trace.json.gz")),
                        ParseOptions(cache_dir=tmp_path / "cache"))
@@ -1659,16 +1661,23 @@ def spans_in(steps: pd.DataFrame, spans: pd.DataFrame, name: str) -> list[int]:
             for start, end in zip(steps["start"], steps["end"], strict=True)]
 
 
+@pytest.mark.parametrize("dataset", ["data", "datasets[epoch]"])
 def test_every_epochs_steps_hold_what_the_loop_does_after_the_optimizer_step(
-        tmp_path: Path) -> None:
-    """3 epochs of 3 batches (a DataLoader made anew each epoch), 20 ms of work after each
-    optimizer step (zero_grad, a log line: a span here) and 100 ms of validation after each
-    epoch. The first step of epoch 2 and 3 opened where its pass started, so it held no
-    after-the-step work while every other step held one: the last iteration of the epoch before
-    ended at its optimizer step and its after-the-step work was no step's. A step now runs from
-    where the loop asks for its batch to where it asks for the next, in every epoch: each holds
-    its own after-the-step work, and the validation between epochs is no step's."""
-    steps, spans = torch_mode_trace(tmp_path, """\
+        tmp_path: Path, dataset: str) -> None:
+    """3 epochs of 3 batches (a DataLoader made anew each epoch over ``dataset``: the same one,
+    or each epoch's own), 20 ms of work after each optimizer step (zero_grad, a log line: a
+    span here) and 100 ms of validation after each epoch. The first step of epoch 2 and 3
+    opened where its pass started, so it held no after-the-step work while every other step
+    held one: the last iteration of the epoch before ended at its optimizer step and its
+    after-the-step work was no step's. A step now runs from where the loop asks for its batch
+    to where it asks for the next, in every epoch: each holds its own after-the-step work, and
+    the validation between epochs is no step's. Over each epoch's own dataset, each epoch's
+    loader read as another loader: its first fetch came after the training loader's batches
+    had fed backward, so it read as no training fetch (a span named
+    concepts.OTHER_LOADER_RANGE, no step boundary there) and the epoch's first step opened at
+    its optimizer step. A loader whose pass starts where the training loader's passes start
+    is now the training loader: the same steps, and the 9 batches one loader's, 1 per step."""
+    steps, spans = torch_mode_trace(tmp_path, f"""\
 import time, torch
 from torch.profiler import record_function
 from torch.utils.data import DataLoader
@@ -1676,8 +1685,9 @@ from torch.utils.data import DataLoader
 model = torch.nn.Linear(8, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 data = torch.randn(12, 8)
+datasets = [torch.randn(12, 8) for _ in range(3)]
 for epoch in range(3):
-    for x in DataLoader(data, batch_size=4):
+    for x in DataLoader({dataset}, batch_size=4):
         model(x).sum().backward()
         opt.step()
         with record_function("after the step"):
@@ -1691,6 +1701,10 @@ for epoch in range(3):
     validation = spans[spans["name"] == "validation"]
     for start, end in zip(validation["start"], validation["end"], strict=True):
         assert ((steps["end"] <= start) | (steps["start"] >= end)).all()
+    assert not (spans["name"] == concepts.OTHER_LOADER_RANGE).any()
+    result = json.loads((tmp_path / "result.json").read_text(encoding="utf-8"))
+    assert result["loader"]["batches"] == 9 and result["loader"]["fed_backward"] == 9
+    assert result["batches_per_step"] == 1.0
 
 
 #: A training loop over ``{loader}`` that breaks off after its sixth batch, each iteration
@@ -1827,3 +1841,73 @@ class Endless(Sampler):
     def __iter__(self):
         return itertools.cycle(range(8))
 """, "DataLoader(torch.randn(8, 8), batch_size=4, sampler=Endless())")
+
+
+def test_a_loop_that_breaks_off_a_loader_with_persistent_workers_ends_its_last_step_there(
+        tmp_path: Path) -> None:
+    """:data:`BREAKS_OFF` over a loader with persistent workers, bound to a name: the loader
+    keeps its iterator for the next pass, so the loop breaking off freed nothing and the last
+    step ran on through the 300 ms after the loop (ProfilerStep#5 held them). The loop now
+    holds the pass's iterator behind a reference of its own, freed as it breaks off: steps 2
+    to 5, each holding one iteration's work after its optimizer step, all ending before the
+    stretch after the loop."""
+    assert_steps_end_where_the_loop_breaks_off(tmp_path, """\
+loader = DataLoader(torch.randn(40, 8), batch_size=4, num_workers=1, persistent_workers=True)
+""", "loader")
+
+
+#: 6 iterations over batches sliced by hand (no DataLoader) through ``{output}`` of ``x``
+#: (``{preamble}``: the model and its optimizer ``opt``), 20 ms of work after each optimizer
+#: step, then 300 ms after the loop.
+SLICED_BY_HAND = """\
+import time, torch
+from torch.profiler import record_function
+{preamble}
+data = torch.randn(24, 8)
+for i in range(0, 24, 4):
+    x = data[i:i + 4]
+    {output}.sum().backward()
+    opt.step()
+    with record_function("after the step"):
+        opt.zero_grad()
+        time.sleep(0.02)
+with record_function("after training"):
+    time.sleep(0.3)
+"""
+
+
+def test_a_loop_fed_by_no_dataloader_ends_its_last_step_at_its_last_optimizer_step(
+        tmp_path: Path) -> None:
+    """:data:`SLICED_BY_HAND` through a module. Each step opened at an optimizer step and ran
+    to the next, so the last one (ProfilerStep#6, opened after the last optimizer step) ran on
+    through the 300 ms to the script's end. A step now opens with the model's first forward
+    under autograd after an optimizer step and ends at the next optimizer step: steps 2 to 5,
+    each holding one optimizer step (its hook, inside it, ends the step) and none of the work
+    after it, all ending before the stretch after the loop."""
+    steps, spans = torch_mode_trace(tmp_path, SLICED_BY_HAND.format(preamble="""\
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+""", output="model(x)"), active=10)
+    assert steps["number"].tolist() == [2, 3, 4, 5]
+    optimizer = spans.loc[spans["name"] == "Optimizer.step#SGD.step", "start"].to_numpy()
+    assert [int(((optimizer >= start) & (optimizer <= end)).sum())  # its hook ends the step
+            for start, end in zip(steps["start"], steps["end"], strict=True)] == [1] * 4
+    assert spans_in(steps, spans, "after the step") == [0] * 4
+    after = int(spans.loc[spans["name"] == "after training", "start"].iloc[0])
+    assert (steps["end"] <= after).all()
+
+
+def test_a_loop_whose_model_is_no_module_opens_its_steps_at_its_optimizer_steps(
+        tmp_path: Path) -> None:
+    """:data:`SLICED_BY_HAND` with a model of bare tensors (``x @ w``): no module's forward
+    ever comes to open a step, so the steps would all be lost. An iteration that ran with no
+    such forward makes the loop's steps run from one optimizer step to the next again: steps 2
+    to 6, each holding the work after its optimizer step, the last one on to the script's
+    end."""
+    steps, spans = torch_mode_trace(tmp_path, SLICED_BY_HAND.format(preamble="""\
+w = torch.zeros(8, 1, requires_grad=True)
+opt = torch.optim.SGD([w], lr=0.1)
+""", output="(x @ w)"), active=10)
+    assert steps["number"].tolist() == [2, 3, 4, 5, 6]
+    assert spans_in(steps, spans, "after the step") == [1] * 5
+    assert spans_in(steps, spans, "after training") == [0, 0, 0, 0, 1]
