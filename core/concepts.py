@@ -403,40 +403,50 @@ def blocks_by_its_copy(names: pd.Series) -> pd.Series:
     return may_block(names) & ~_always_blocks(names)
 
 
-def blocking_calls(runtime: pd.DataFrame, memcpy: pd.DataFrame,
+def blocking_calls(runtime: pd.DataFrame, memcpy: pd.DataFrame, ahead: np.ndarray,
                    candidates: np.ndarray | None = None) -> pd.DataFrame:
     """The runtime calls that block the CPU until the GPU catches up, with a ``label``: among
     the calls that :func:`may_block` (of the ``candidates``, positions of such calls, when
     given), the sync APIs, the synchronous copy APIs, any copy call whose copy goes from the
     device to pageable host memory (``cudaMemcpyAsync`` too: the driver must wait for the GPU
     before it can write pageable memory), labelled ``<call> DtoH to pageable``, and any other
-    copy call that returned only after the copy its correlation id links to it had ended on
-    the GPU: it held the CPU until the GPU reached and finished the copy (a pageable
-    host-to-device copy, which CUDA stages and may synchronize with the stream, too), labelled
-    by the copy's direction and COPY_WAITED's reason (by what the profile lacks where it does
-    not record a copy's direction or a device-to-host copy's destination memory: an nsys export
-    without ``copyKind`` or ``dstKind``). Calls are judged by their name, correlation id and
-    end alone; only the chosen ones are copied whole."""
+    copy call that waited for work queued ahead of its copy: it returned only after the copy
+    its correlation id links to it had ended on the GPU, and the work queued ahead of that copy
+    on its device's stream (``ahead``: for each row of ``memcpy``, when that work had all
+    ended, INT64 min for none, :data:`QUEUE_UNKNOWN` where its stream is unrecorded) ended
+    after the call began: the GPU reached the copy only then, so the call held the CPU until
+    the GPU caught up (a pageable host-to-device copy, which CUDA stages and may synchronize
+    with the stream, too). A call whose copy's stream was idle as it began only waited for its
+    own copy (a small pinned copy runs within the call): copy time, no wait for the GPU.
+    These are labelled by the copy's direction and COPY_WAITED's reason; by what the profile
+    lacks where it does not record a copy's direction, a device-to-host copy's destination
+    memory (an nsys export without ``copyKind`` or ``dstKind``) or its stream: such a call
+    blocked when it returned only after its copy ended (it may have gone into pageable
+    memory, or waited behind queued work). Calls are judged by their name, correlation id,
+    start and end alone; only the chosen ones are copied whole."""
     rows = np.arange(len(runtime)) if candidates is None else candidates
     names = pd.Series(runtime["name"].array.take(rows))
     eligible = may_block(names).to_numpy()
     is_copy = eligible & _matches(names, _COPY_CALL).to_numpy()
     # A copy call launched the copy with its correlation id; -1 (unknown) links nothing.
     correlation = runtime["correlation"].to_numpy()[rows]
+    call_start = runtime["start"].to_numpy(np.int64)[rows]
     call_end = runtime["end"].to_numpy(np.int64)[rows]
-    groups = _copies_by_reason(memcpy)
+    groups = _copies_by_reason(memcpy, ahead == QUEUE_UNKNOWN)
     # Each call's reason as its place in the labels (0: none yet), a byte a call: no object
     # array of a million empty strings compared again for each group.
-    suffixes = ("", *(label for _, label in groups))
+    suffixes = ("", *(label for _, label, _ in groups))
     reason = np.zeros(len(rows), dtype=np.int8)
-    for code, (copies, label) in enumerate(groups, start=1):
-        keys, last_end = _last_copy_ends(memcpy, copies)
+    for code, (copies, label, queued) in enumerate(groups, start=1):
+        keys, last_end, first_ahead = _copy_ends(memcpy, ahead, copies)
         for at in range(0, len(rows), JUDGED_CALLS):
             block = slice(at, at + JUDGED_CALLS)
             place = np.minimum(np.searchsorted(keys, correlation[block]), len(keys) - 1)
             judged = is_copy[block] & (reason[block] == 0) & (keys[place] == correlation[block])
             if label != COPY_TO_PAGEABLE:  # the others blocked if the call outlasted its copy
                 judged &= last_end[place] <= call_end[block]
+            if queued:  # ... and the copy waited behind work still running as the call began
+                judged &= first_ahead[place] > call_start[block]
             reason[block][judged] = code
     chosen = np.flatnonzero((reason > 0) | (eligible & _always_blocks(names).to_numpy()))
     calls = runtime.iloc[rows[chosen]]
@@ -457,20 +467,27 @@ def _labels(names: pd.Series, suffixes: tuple[str, ...], reason: np.ndarray) -> 
 #: Copy calls judged at a time against a group's copies: the lookups' arrays stay a few MB
 #: beside a 10 M-kernel export's largest tables instead of a million calls' worth each.
 JUDGED_CALLS = 1 << 16
+#: When the work queued ahead of a copy ended, where its stream is unrecorded (see
+#: blocking_calls): later than any time, as if the copy waited behind work.
+QUEUE_UNKNOWN = np.iinfo(np.int64).max
 
 
-def _last_copy_ends(memcpy: pd.DataFrame, copies: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _copy_ends(memcpy: pd.DataFrame, ahead: np.ndarray, copies: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The distinct correlation ids of the ``copies`` (a mask of ``memcpy``'s rows, not empty),
-    ascending, and when the last copy with each ended (int64 ns: no float rounding): sorted
-    ids to search, no hash table of a group that holds most of a large export's copies."""
+    ascending, when the last copy with each ended and when the work queued ahead of the first
+    of them (the earliest ``ahead``: later ones queue behind it) had ended (int64 ns: no float
+    rounding): sorted ids to search, no hash table of a group that holds most of a large
+    export's copies."""
     copy_ids = memcpy["correlation"].to_numpy()[copies]
     ends = memcpy["end"].to_numpy(np.int64)[copies]
+    queued = ahead[copies]
     if (copy_ids[1:] < copy_ids[:-1]).any():  # CUPTI's ids mostly rise with the copies
         order = np.argsort(copy_ids, kind="stable")
-        copy_ids, ends = copy_ids[order], ends[order]
+        copy_ids, ends, queued = copy_ids[order], ends[order], queued[order]
         del order
     first = np.flatnonzero(np.r_[True, copy_ids[1:] != copy_ids[:-1]])
-    return copy_ids[first], np.maximum.reduceat(ends, first)
+    return copy_ids[first], np.maximum.reduceat(ends, first), np.minimum.reduceat(queued, first)
 
 
 #: How a copy call whose copy wrote pageable host memory is labelled (see blocking_calls).
@@ -479,25 +496,34 @@ COPY_TO_PAGEABLE = " DtoH to pageable"
 #: blocking_calls): after its copy's direction, or by what the profile lacks to know it.
 COPY_WAITED = {"recorded": " (returned after its copy ended)",
                "memory": " DtoH (returned after its copy ended; host memory kind unrecorded)",
-               "direction": " (returned after its copy ended; copy direction unrecorded)"}
+               "direction": " (returned after its copy ended; copy direction unrecorded)",
+               "stream": " (returned after its copy ended; stream unrecorded)"}
 
 
-def _copies_by_reason(memcpy: pd.DataFrame) -> list[tuple[np.ndarray, str]]:
+def _copies_by_reason(memcpy: pd.DataFrame, unqueued: np.ndarray
+                      ) -> list[tuple[np.ndarray, str, bool]]:
     """The copies a correlation id links to a call, in groups (masks of ``memcpy``'s rows),
-    each with the label its call takes when it blocked, in the order a call is judged:
+    each with the label its call takes when it blocked and whether its call blocked only when
+    its copy queued behind work (not where that copy may have gone into pageable memory, nor
+    where the copy's stream is unrecorded: ``unqueued``), in the order a call is judged:
     device-to-host into pageable memory first (such a call always blocked), then those of
-    unrecorded host memory, and each direction's."""
+    unrecorded host memory, and each direction's, those of unrecorded stream after."""
     linked = memcpy["correlation"].to_numpy() >= 0
     kinds = memcpy["kind"]  # compared as pandas columns: a categorical's codes, no objects
     dtoh = linked & (kinds == DTOH).to_numpy(bool)
     pageable = (memcpy["dst_kind"] == PAGEABLE).to_numpy(bool)
     unrecorded = (memcpy["dst_kind"] == UNKNOWN_KIND).to_numpy(bool)
-    groups = [(dtoh & pageable, COPY_TO_PAGEABLE), (dtoh & unrecorded, COPY_WAITED["memory"])]
+    groups = [(dtoh & pageable, COPY_TO_PAGEABLE, False),
+              (dtoh & unrecorded, COPY_WAITED["memory"], False)]
     rest = linked & ~(dtoh & (pageable | unrecorded))
     for kind in kinds[rest].drop_duplicates().sort_values():  # as groupby(sort=True) orders
-        groups.append((rest & (kinds == kind).to_numpy(bool), COPY_WAITED["direction"]
-                       if kind == UNKNOWN_KIND else f" {kind}{COPY_WAITED['recorded']}"))
-    return [(copies, label) for copies, label in groups if copies.any()]
+        mine = rest & (kinds == kind).to_numpy(bool)
+        if kind == UNKNOWN_KIND:  # a copy of unknown direction may go into pageable memory
+            groups.append((mine, COPY_WAITED["direction"], False))
+            continue
+        groups += [(mine & ~unqueued, f" {kind}{COPY_WAITED['recorded']}", True),
+                   (mine & unqueued, f" {kind}{COPY_WAITED['stream']}", False)]
+    return [group for group in groups if group[0].any()]
 
 
 def is_reduced_precision_kernel(names: pd.Series) -> pd.Series:

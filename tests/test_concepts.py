@@ -17,6 +17,9 @@ import pytest
 
 from profreport import concepts
 
+#: When the work ahead of a copy on an idle stream ended: none was recorded (stream_free_by_block).
+IDLE = np.iinfo(np.int64).min
+
 
 @cache
 def _raw_names(path: Path) -> dict[str, set[str]]:
@@ -168,14 +171,15 @@ def test_a_blocking_copy_is_linked_by_a_known_correlation_id() -> None:
     memcpy = pd.DataFrame({"kind": [concepts.DTOH, concepts.DTOH],
                            "dst_kind": [concepts.PAGEABLE, concepts.PAGEABLE],
                            "correlation": [-1, 5], "end": [12, 22]})
-    calls = concepts.blocking_calls(runtime, memcpy)
+    calls = concepts.blocking_calls(runtime, memcpy, np.full(2, IDLE))
     assert list(zip(calls["correlation"], calls["label"], strict=True)) == [
         (-1, "cudaDeviceSynchronize"), (5, "cudaMemcpyAsync DtoH to pageable")]
 
 
 def test_a_copy_of_unrecorded_direction_blocks_when_it_outlasts_its_copy() -> None:
     """An nsys export without copyKind records no copy's direction: a copy call that returned
-    (at 61 ms) only after its copy ended (at 60.5 ms) held the CPU for it and blocks; one that
+    (at 61 ms) only after its copy ended (at 60.5 ms) held the CPU for it and blocks, though
+    nothing was queued ahead of the copy (it may have gone into pageable memory); one that
     returned before its copy started did not."""
     ms = 1_000_000
     runtime = pd.DataFrame({"name": ["cudaMemcpyAsync", "cudaMemcpyAsync"],
@@ -183,7 +187,7 @@ def test_a_copy_of_unrecorded_direction_blocks_when_it_outlasts_its_copy() -> No
                             "end": [61 * ms, 70 * ms + 10_000]})
     memcpy = pd.DataFrame({"kind": ["unknown", "unknown"], "dst_kind": ["unknown", "unknown"],
                            "correlation": [3, 5], "end": [60 * ms + 500_000, 70 * ms + 30_000]})
-    calls = concepts.blocking_calls(runtime, memcpy)
+    calls = concepts.blocking_calls(runtime, memcpy, np.full(2, IDLE))
     assert list(zip(calls["correlation"], calls["label"], strict=True)) == [
         (3, "cudaMemcpyAsync (returned after its copy ended; copy direction unrecorded)")]
 
@@ -217,12 +221,12 @@ def test_names_that_never_recorded_an_input_are_program_spans() -> None:
     assert concepts.is_program_span(names).tolist() == [False, False, False, False, True]
 
 
-def test_a_host_to_device_copy_call_that_outlasted_its_copy_blocks() -> None:
+def test_a_host_to_device_copy_call_that_waited_behind_queued_work_blocks() -> None:
     """A pageable host-to-device copy that CUDA staged and synchronized with the stream: its
-    cudaMemcpyAsync returned (at 61 ms) only after its copy ended (at 60.5 ms), so it held the
-    CPU until the GPU reached and finished the copy, and blocks; a pinned one whose call
-    returned before its copy ended did not, nor does a copy call whose copy no correlation id
-    links to it."""
+    cudaMemcpyAsync began at 6 ms while a kernel queued ahead of its copy ran until 60 ms, and
+    returned (at 61 ms) only after its copy ended (at 60.5 ms), so it held the CPU until the GPU
+    reached and finished the copy, and blocks; a pinned one whose call returned before its copy
+    ended did not, nor does a copy call whose copy no correlation id links to it."""
     ms = 1_000_000
     runtime = pd.DataFrame({"name": ["cudaMemcpyAsync", "cudaMemcpyAsync", "cudaMemcpyAsync"],
                             "correlation": [3, 5, 7], "start": [6 * ms, 70 * ms, 80 * ms],
@@ -231,7 +235,41 @@ def test_a_host_to_device_copy_call_that_outlasted_its_copy_blocks() -> None:
                            "dst_kind": ["Device"] * 3,
                            "correlation": [3, 5, -1],
                            "end": [60 * ms + 500_000, 70 * ms + 30_000, 85 * ms]})
-    calls = concepts.blocking_calls(runtime, memcpy)
+    calls = concepts.blocking_calls(runtime, memcpy, np.array([60 * ms, IDLE, IDLE]))
     assert list(zip(calls["correlation"], calls["label"], calls["end"] - calls["start"],
                     strict=True)) == [
         (3, "cudaMemcpyAsync HtoD (returned after its copy ended)", 55 * ms)]
+
+
+@pytest.mark.parametrize(("ahead_ms", "label"), [
+    (None, None), (0, None), (5, None),
+    (6.5, "cudaMemcpyAsync HtoD (returned after its copy ended)"),
+    ("unknown", "cudaMemcpyAsync HtoD (returned after its copy ended; stream unrecorded)")])
+def test_a_copy_call_on_an_idle_stream_only_waited_for_its_copy(
+        ahead_ms: float | str | None, label: str | None) -> None:
+    """A pinned host-to-device cudaMemcpyAsync from 6 ms to 6.03 ms whose copy ran inside it
+    (6.01 to 6.02 ms) returned after its copy ended but waited for nothing queued: on an idle
+    stream (nothing ahead of its copy, or work that ended before the call began at 6 ms) it is
+    copy time, no blocking call. Behind work still running when it began (until 6.5 ms) it
+    blocked; where the copy's stream is unrecorded it is said so."""
+    ms = 1_000_000
+    runtime = pd.DataFrame({"name": ["cudaMemcpyAsync"], "correlation": [3],
+                            "start": [6 * ms], "end": [6 * ms + 30_000]})
+    memcpy = pd.DataFrame({"kind": [concepts.HTOD], "dst_kind": ["Device"],
+                           "correlation": [3], "end": [6 * ms + 20_000]})
+    ahead = (IDLE if ahead_ms is None else concepts.QUEUE_UNKNOWN if ahead_ms == "unknown"
+             else int(float(ahead_ms) * ms))
+    calls = concepts.blocking_calls(runtime, memcpy, np.array([ahead]))
+    assert calls["label"].tolist() == ([] if label is None else [label])
+
+
+def test_a_device_to_host_copy_into_pageable_memory_blocks_on_an_idle_stream() -> None:
+    """A device-to-host cudaMemcpyAsync into pageable memory blocks whatever was queued ahead
+    of its copy: the driver waits for the GPU before it writes pageable memory. On an idle
+    stream, its copy inside the call, it is still a blocking call."""
+    runtime = pd.DataFrame({"name": ["cudaMemcpyAsync"], "correlation": [3],
+                            "start": [6_000_000], "end": [6_030_000]})
+    memcpy = pd.DataFrame({"kind": [concepts.DTOH], "dst_kind": [concepts.PAGEABLE],
+                           "correlation": [3], "end": [6_020_000]})
+    calls = concepts.blocking_calls(runtime, memcpy, np.array([IDLE]))
+    assert calls["label"].tolist() == ["cudaMemcpyAsync DtoH to pageable"]

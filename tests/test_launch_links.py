@@ -25,17 +25,24 @@ from conftest import cpu_event, device_event, kineto_trace, write_nsys_export  #
 MS, US = 1_000_000, 1000
 
 
-def _blocking_copy_export(path: Path) -> Path:
+def _blocking_copy_export(path: Path, kinds: tuple[int, int, int] = (2, 2, 0),
+                          idle_copy: bool = False) -> Path:
     """4 steps of 100 ms (NVTX ranges of 90 ms): each launches a 48 ms kernel at 2 ms, then
     reads 4 bytes back with a cudaMemcpyAsync into pageable memory from 3 ms, which returns at
-    51 ms, after its copy (50 to 50.5 ms): the CPU is blocked 48% of each step."""
+    51 ms, after its copy (50 to 50.5 ms) on the kernel's stream: the CPU is blocked 48% of each
+    step. ``kinds``: the copies' copyKind, srcKind and dstKind instead; ``idle_copy``: each step
+    also copies with a cudaMemcpyAsync from 60 ms to 60.03 ms, its copy (60.01 to 60.02 ms) on
+    the stream left idle since 50.5 ms."""
     kernels, runtime, copies = [], [], []
     for i in range(4):
         t, c = i * 100 * MS, i * 10
         runtime += [(t + 1 * MS, t + 1 * MS + 10 * US, c + 1, "cudaLaunchKernel_v7000"),
                     (t + 3 * MS, t + 51 * MS, c + 2, "cudaMemcpyAsync_v3020")]
         kernels.append((t + 2 * MS, t + 50 * MS, c + 1, "conv_kernel"))
-        copies.append((t + 50 * MS, t + 50 * MS + 500 * US, c + 2))
+        copies.append((t + 50 * MS, t + 50 * MS + 500 * US, c + 2, *kinds))
+        if idle_copy:
+            runtime.append((t + 60 * MS, t + 60 * MS + 30 * US, c + 3, "cudaMemcpyAsync_v3020"))
+            copies.append((t + 60 * MS + 10 * US, t + 60 * MS + 20 * US, c + 3, *kinds))
     steps = [(i * 100 * MS, i * 100 * MS + 90 * MS, f"step {i}") for i in range(4)]
     write_nsys_export(path, kernels, steps, runtime)
     with sqlite3.connect(path) as conn:
@@ -43,8 +50,8 @@ def _blocking_copy_export(path: Path) -> Path:
                      "streamId INT, correlationId INT, bytes INT, copyKind INT, srcKind INT, "
                      "dstKind INT)")
         # copyKind 2: device-to-host; srcKind 2: device, dstKind 0: pageable host memory
-        conn.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES (?, ?, 0, 7, ?, 4, 2, 2, "
-                         "0)", copies)
+        conn.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES (?, ?, 0, 7, ?, 4, ?, ?, "
+                         "?)", copies)
     return path
 
 
@@ -59,6 +66,24 @@ def test_blocking_copies_with_their_correlation_ids_are_a_sync_stall(tmp_path: P
     assert syncs.copies_unknown is None
     found = {f.id for f in run.findings}
     assert "SYNC_STALL" in found and "LAUNCH_LINKS_UNKNOWN" not in found
+
+
+@pytest.mark.parametrize(("kinds", "calls"), [
+    # copyKind 1: host-to-device, srcKind 1: pinned host memory, dstKind 2: device
+    ((1, 1, 2), [("cudaMemcpyAsync HtoD (returned after its copy ended)", 1, 48 * MS)]),
+    ((2, 2, 0), [("cudaMemcpyAsync DtoH to pageable", 2, 48 * MS + 30 * US)])])
+def test_a_copy_call_blocked_only_behind_work_queued_on_its_stream(
+        tmp_path: Path, kinds: tuple[int, int, int], calls: list[tuple[str, int, int]]) -> None:
+    """Each step's two cudaMemcpyAsync calls both returned only after their copy ended. A
+    pinned host-to-device one blocked where its copy was queued behind the kernel still running
+    as the call began (48 ms); the one whose copy ran inside it on the idle stream waited for
+    nothing queued (its 30 us are copy time) and was counted a blocking call: 2 a step. A
+    device-to-host one into pageable memory blocks on the idle stream too."""
+    run = analyze_paths([_blocking_copy_export(tmp_path / "queued.sqlite", kinds, True)],
+                        AnalyzeOptions()).runs[0]
+    syncs = run.metrics.syncs
+    assert [(c.name, c.calls_per_step, c.ns_per_step) for c in syncs.calls] == calls
+    assert syncs.copies_unknown is None
 
 
 @pytest.mark.parametrize(("table", "rows"), [("CUPTI_ACTIVITY_KIND_MEMCPY", "copies"),
@@ -76,7 +101,8 @@ def test_blocking_copies_without_correlation_ids_are_unknown(tmp_path: Path, tab
     report = analyze_paths([path], AnalyzeOptions())
     run = report.runs[0]
     why = ("the copy calls that block only when their copy goes device-to-host into pageable "
-           "memory or ends before they return (cudaMemcpyAsync), 1 per step, cannot be judged: "
+           "memory or ends before they return behind queued work (cudaMemcpyAsync), 1 per "
+           "step, cannot be judged: "
            "the Nsight Systems profile "
            f"records no correlation id on its {rows}, the evidence that links each launch call "
            "to the copies it launched")
@@ -118,8 +144,8 @@ def test_a_sync_stall_found_without_the_copies_says_they_are_unknown(tmp_path: P
         f"time the CPU blocked in copy calls (SYNC_STALL): unknown, {syncs.copies_unknown}")
     assert syncs.copies_unknown.startswith("the copy calls that block only when their copy "
                                            "goes device-to-host into pageable memory or "
-                                           "ends before they return (cudaMemcpyAsync), 1 per "
-                                           "step, cannot be judged")
+                                           "ends before they return behind queued work "
+                                           "(cudaMemcpyAsync), 1 per step, cannot be judged")
 
 
 def _optimizer_trace(path: Path, correlated: bool) -> Path:
@@ -273,7 +299,8 @@ def test_blocking_copies_some_without_correlation_ids_are_unknown(tmp_path: Path
         ("cudaMemcpyAsync DtoH to pageable", 0.5)]
     assert syncs.copies_unknown == (
         "the copy calls that block only when their copy goes device-to-host into pageable "
-        "memory or ends before they return (cudaMemcpyAsync), 0.5 per step, cannot be judged: "
+        "memory or ends before they return behind queued work (cudaMemcpyAsync), 0.5 per "
+        "step, cannot be judged: "
         "the Nsight Systems profile records no launch call for 2 of the 4 copies that may have "
         "been launched in or after the steps (2 with no correlation id, 0 with one that no "
         "recorded runtime call carries)")

@@ -273,12 +273,14 @@ def test_a_kernel_starting_before_its_launch_call_measures_the_clocks_skew(
                                    "out: the CPU's and the GPU's clocks disagree")
 
 
+@pytest.mark.parametrize("table", ["kernels", "memcpy"])
 @pytest.mark.parametrize("in_order", [True, False])
 def test_stream_free_by_block_is_the_reach_of_the_work_ahead_on_the_stream(
-        monkeypatch: pytest.MonkeyPatch, in_order: bool) -> None:
-    """Each kernel's stream_free_by_block, read in blocks of 16 kernels (a stream's reach carried
-    across them) from tables in start order or not, is the latest end of the kernels, copies
-    and memsets of its device and stream that started before it, counted one by one."""
+        monkeypatch: pytest.MonkeyPatch, in_order: bool, table: str) -> None:
+    """Each kernel's (or copy's) stream_free_by_block, read in blocks of 16 rows (a stream's
+    reach carried across them; a block of the 40 copies spans more than 16 of the 300 kernels,
+    taken 16 at a time) from tables in start order or not, is the latest end of the kernels,
+    copies and memsets of its device and stream that started before it, counted one by one."""
     monkeypatch.setattr(iv, "BLOCK_ROWS", 16)
     rng = np.random.default_rng(7)
 
@@ -291,11 +293,11 @@ def test_stream_free_by_block_is_the_reach_of_the_work_ahead_on_the_stream(
 
     tables = {"kernels": work(300), "memcpy": work(40), "memset": work(20)}
     free = np.concatenate(list(gpu.stream_free_by_block(
-        Profile(Path("hand-built"), "nsys", tables=tables))))
+        Profile(Path("hand-built"), "nsys", tables=tables), table)))
     every = pd.concat(tables.values(), ignore_index=True)
-    for row, kernel in enumerate(tables["kernels"].itertuples()):
-        ahead = every[(every["device"] == kernel.device) & (every["stream"] == kernel.stream)
-                      & (every["start"] < kernel.start)]
+    for row, work_row in enumerate(tables[table].itertuples()):
+        ahead = every[(every["device"] == work_row.device)
+                      & (every["stream"] == work_row.stream) & (every["start"] < work_row.start)]
         assert free[row] == (ahead["end"].max() if len(ahead) else np.iinfo(np.int64).min)
 
 

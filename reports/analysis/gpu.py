@@ -279,82 +279,87 @@ def gpu_breakdown(profile: Profile, windows: StepWindows,
     return make_breakdown(profile.kind, windows, claims, overlapped)
 
 
-def stream_free_by_block(profile: Profile) -> Iterator[np.ndarray]:
-    """For each block of the kernel table's rows (:func:`intervals.blocks`, as
-    :func:`launches.launch_pairs` reads them), when the work ahead of each kernel on its stream
-    had all ended: the latest end of the kernels, copies and memsets of the same device and
-    stream that started before it (a stream runs its work in order); INT64 min where none was
-    recorded. A table in start order (as the parsers hand them over) is read a block at a
-    time, each stream's reach carried from block to block, with no array as long as the
-    table; one out of order is first read whole in start order."""
-    kernels = profile.table("kernels")
-    reach = _StreamReach(profile)
-    if iv.ascending(kernels["start"].to_numpy(np.int64)):
-        for block in iv.blocks(len(kernels)):
+def stream_free_by_block(profile: Profile, table: str = "kernels") -> Iterator[np.ndarray]:
+    """For each block of ``table``'s rows (one of GPU_TABLES, the kernels unless named;
+    :func:`intervals.blocks`, as :func:`launches.launch_pairs` reads them), when the work ahead
+    of each row on its stream had all ended: the latest end of the kernels, copies and memsets
+    of the same device and stream that started before it (a stream runs its work in order);
+    INT64 min where none was recorded. A table in start order (as the parsers hand them over)
+    is read a block at a time, each stream's reach carried from block to block, with no array
+    as long as the table; one out of order is first read whole in start order."""
+    rows = profile.table(table)
+    reach = _StreamReach(profile, table)
+    if iv.ascending(rows["start"].to_numpy(np.int64)):
+        for block in iv.blocks(len(rows)):
             yield reach.ahead(np.arange(block.start, block.stop))
         return
-    order = np.argsort(kernels["start"].to_numpy(np.int64), kind="stable")
-    free = np.empty(len(kernels), dtype=np.int64)
+    order = np.argsort(rows["start"].to_numpy(np.int64), kind="stable")
+    free = np.empty(len(rows), dtype=np.int64)
     for block in iv.blocks(len(order)):
         free[order[block]] = reach.ahead(order[block])
-    yield from (free[block] for block in iv.blocks(len(kernels)))
+    yield from (free[block] for block in iv.blocks(len(rows)))
 
 
 class _StreamReach:
-    """The latest end of the work each stream of a profile ran, as its kernels are read in
-    start order: the kernels read so far, and the copies and memsets started before them."""
+    """The latest end of the work each stream of a profile ran, as the rows of one GPU table
+    are read in start order: those rows read so far, and the other tables' rows started before
+    them."""
 
-    def __init__(self, profile: Profile) -> None:
-        kernels = profile.table("kernels")
-        self.starts = kernels["start"].to_numpy(np.int64)
-        self.ends = kernels["end"].to_numpy(np.int64)
-        self.devices, self.streams = kernels["device"].to_numpy(), kernels["stream"].to_numpy()
-        #: Each (device, stream)'s reach of the kernels read so far.
+    def __init__(self, profile: Profile, table: str) -> None:
+        rows = profile.table(table)
+        self.starts = rows["start"].to_numpy(np.int64)
+        self.ends = rows["end"].to_numpy(np.int64)
+        self.devices, self.streams = rows["device"].to_numpy(), rows["stream"].to_numpy()
+        #: Each (device, stream)'s reach of the rows read so far.
         self.carried: dict[tuple[int, int], int] = {}
-        #: The copies and memsets, taken in start order as the kernels pass them.
-        self.others = [_Started(profile.table(name)) for name in ("memcpy", "memset")]
+        #: The other tables' rows, taken in start order as the rows read pass them.
+        self.others = [_Started(profile.table(name)) for name in GPU_TABLES if name != table]
 
     def ahead(self, rows: np.ndarray) -> np.ndarray:
-        """For the kernels at ``rows`` (positions, in start order, after every row read
-        before), when the work ahead of each on its stream had ended."""
+        """For the rows at ``rows`` (positions, in start order, after every row read before),
+        when the work ahead of each on its stream had ended."""
         free = np.empty(len(rows), dtype=np.int64)
         if not len(rows):
             return free
-        # The copies and memsets started before the last of these kernels, not yet taken.
-        taken = [other.take(int(self.starts[rows[-1]])) for other in self.others]
         devices, streams = self.devices[rows], self.streams[rows]
+        on_streams = []  # each (device, stream) of these rows, with their places
         for device in pd.unique(devices).tolist():
             on_device = devices == device
             for stream in pd.unique(streams[on_device]).tolist():
                 at = np.flatnonzero(on_device & (streams == stream))
-                free[at] = self._ahead_on(device, stream, rows[at], taken)
-        for other, block in zip(self.others, taken, strict=True):
-            other.carry(block)
+                free[at] = self._ahead_on((device, stream), rows[at])
+                on_streams.append(((device, stream), at))
+        # The other tables' rows started before the last of these rows, not yet taken, a block
+        # at a time: a sparse table's block (the copies) spans millions of a dense one's rows.
+        starts = self.starts[rows]
+        for other in self.others:
+            for taken in other.take(int(starts[-1])):
+                for (device, stream), at in on_streams:
+                    other_starts, other_reach = taken.on(device, stream)
+                    if len(other_starts):
+                        before = np.searchsorted(other_starts, starts[at], side="left")
+                        free[at] = np.maximum(free[at], np.where(
+                            before > 0, other_reach[before - 1], free[at]))
+                other.carry(taken)
         return free
 
-    def _ahead_on(self, device: int, stream: int, rows: np.ndarray,
-                  taken: list[_Taken]) -> np.ndarray:
-        """:meth:`ahead` for kernels of one device and stream."""
-        key = (device, stream)
+    def _ahead_on(self, key: tuple[int, int], rows: np.ndarray) -> np.ndarray:
+        """:meth:`ahead` for rows of one device and stream, by the rows read before them on
+        it and the other tables' rows carried so far."""
         carried = self.carried.get(key, np.iinfo(np.int64).min)
         reach = np.maximum.accumulate(self.ends[rows])
         np.maximum(reach, carried, out=reach)
         ahead = np.empty_like(reach)
         ahead[0], ahead[1:] = carried, reach[:-1]
-        starts = self.starts[rows]
-        for other, block in zip(self.others, taken, strict=True):
-            np.maximum(ahead, other.reach(key), out=ahead)  # taken with earlier kernels
-            copy_starts, copy_reach = block.on(device, stream)
-            if len(copy_starts):
-                before = np.searchsorted(copy_starts, starts, side="left")
-                np.maximum(ahead, np.where(before > 0, copy_reach[before - 1], ahead), out=ahead)
+        for other in self.others:
+            np.maximum(ahead, other.reach(key), out=ahead)  # taken with earlier rows
         self.carried[key] = int(reach[-1])
         return ahead
 
 
 @dataclass(frozen=True)
 class _Taken:
-    """Rows of a copy or memset table, in start order: their starts, ends, devices, streams."""
+    """Rows of a GPU table, in start order: their starts, ends, devices, streams."""
 
     starts: np.ndarray
     ends: np.ndarray
@@ -369,7 +374,7 @@ class _Taken:
 
 
 class _Started:
-    """A copy or memset table read in start order, a block at a time as the kernels pass its
+    """A GPU table read in start order, a block at a time as another table's rows pass its
     rows (no array as long as the table where it is in start order, as the parsers hand it
     over), and each (device, stream)'s latest end over the rows taken so far."""
 
@@ -382,12 +387,13 @@ class _Started:
         self.done = 0
         self.reached: dict[tuple[int, int], int] = {}
 
-    def take(self, bound: int) -> _Taken:
-        """The rows not taken yet that start before ``bound``."""
+    def take(self, bound: int) -> Iterator[_Taken]:
+        """The rows not taken yet that start before ``bound``, :data:`intervals.BLOCK_ROWS`
+        at a time; each block is to be carried (:meth:`carry`) before the next is asked."""
         stop = int(np.searchsorted(self.columns[0], bound, side="left"))
-        block = slice(self.done, max(stop, self.done))
-        self.done = block.stop
-        return _Taken(*(column[block] for column in self.columns))
+        for block in iv.blocks(stop, first=self.done):
+            self.done = block.stop
+            yield _Taken(*(column[block] for column in self.columns))
 
     def reach(self, key: tuple[int, int]) -> int:
         """The latest end of the rows carried on stream ``key`` (INT64 min for none)."""

@@ -20,7 +20,11 @@ from profreport.allocator import giving_back_memory
 from profreport.model import Profile
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.cpu import SPAN_BLOCK_ROWS, self_time_ns
-from profreport.reports.analysis.gpu import has_gpu_events, step_devices
+from profreport.reports.analysis.gpu import (
+    has_gpu_events,
+    step_devices,
+    stream_free_by_block,
+)
 from profreport.reports.analysis.kept import classified, classified_rows, per_profile
 from profreport.reports.analysis.launches import (
     GPU_TABLES,
@@ -45,7 +49,21 @@ def blocking(profile: Profile) -> pd.DataFrame:
     that could be one (a sync or copy API by name, asked once per distinct name): each call is
     judged on its own, so the few candidates give the same rows as all 17 M calls."""
     candidates = classified_rows(profile, "runtime", concepts.may_block)
-    return concepts.blocking_calls(profile.table("runtime"), profile.table("memcpy"), candidates)
+    return concepts.blocking_calls(profile.table("runtime"), profile.table("memcpy"),
+                                   queued_ahead_of_copies(profile), candidates)
+
+
+def queued_ahead_of_copies(profile: Profile) -> np.ndarray:
+    """For each copy, when the work queued ahead of it on its device's stream had all ended
+    (:func:`gpu.stream_free_by_block`; INT64 min for none), concepts.QUEUE_UNKNOWN where its
+    stream is unrecorded (-1): one int64 a copy, filled a block at a time."""
+    streams = profile.table("memcpy")["stream"].to_numpy()
+    ahead = np.empty(len(streams), dtype=np.int64)
+    for block, free in zip(iv.blocks(len(streams)), stream_free_by_block(profile, "memcpy"),
+                           strict=True):
+        ahead[block] = free
+    ahead[streams < 0] = concepts.QUEUE_UNKNOWN
+    return ahead
 
 
 def queued_at(profile: Profile, times: np.ndarray) -> np.ndarray:
@@ -79,7 +97,8 @@ def copies_unjudged(profile: Profile, windows: StepWindows) -> str | None:
     (concepts.blocks_by_its_copy) cannot be judged, with their number per step: a call linked
     to no copy may have launched one of the copies linked to no call (any copy can make its
     call block: one device-to-host into pageable memory always, any other when the call
-    returned only after it ended, see concepts.blocking_calls); None when none may have."""
+    returned only after it ended, queued behind work, see concepts.blocking_calls); None when
+    none may have."""
     copies, latest = unlinked_launched_by(profile, "memcpy")
     if not len(copies):
         return None
@@ -100,7 +119,7 @@ def copies_unjudged(profile: Profile, windows: StepWindows) -> str | None:
     why = unlinked(profile, "memcpy", may_be_launched_after(profile, "memcpy", windows.first_ns),
                    "that may have been launched in or after the steps")
     return ("the copy calls that block only when their copy goes device-to-host into pageable "
-            "memory or ends before they return (cudaMemcpyAsync), "
+            "memory or ends before they return behind queued work (cudaMemcpyAsync), "
             f"{round(inside / windows.count, 1):g} per step, cannot be judged: {why}")
 
 

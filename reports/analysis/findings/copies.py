@@ -96,9 +96,12 @@ def sync_stall(facts: Facts) -> Finding | None:
     """The CPU blocks in syncs or blocking copies for a large share of each step while the GPU is
     not saturated (a CPU waiting on a busy GPU costs nothing). A copy call blocks when its copy
     goes device-to-host into pageable memory, or when it returned only after the copy its
-    correlation id links to it ended: it held the CPU until the GPU reached and finished the copy
-    (a pageable host-to-device copy, which CUDA stages and may synchronize with the stream, too),
-    its whole call counted."""
+    correlation id links to it ended and work queued ahead of that copy on its stream ran past
+    the call's start: it held the CPU until the GPU reached and finished the copy (a pageable
+    host-to-device copy, which CUDA stages and may synchronize with the stream, too), its whole
+    call counted; on an idle stream it only waited for its own copy, copy time and no stall
+    (where the profile records no copy direction, destination memory kind or stream, returning
+    after its copy ended is enough, its label saying which is unrecorded)."""
     m = facts.metrics
     syncs = m.syncs
     if syncs is None or syncs.fraction < SYNC_STALL_FRACTION or \
