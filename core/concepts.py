@@ -430,24 +430,25 @@ def blocking_calls(runtime: pd.DataFrame, memcpy: pd.DataFrame, ahead: np.ndarra
     is_copy = eligible & _matches(names, _COPY_CALL).to_numpy()
     # A copy call launched the copy with its correlation id; -1 (unknown) links nothing.
     correlation = runtime["correlation"].to_numpy()[rows]
-    call_start = runtime["start"].to_numpy(np.int64)[rows]
-    call_end = runtime["end"].to_numpy(np.int64)[rows]
+    # The calls' times read a block at a time: no two arrays of every candidate's times.
+    call_start, call_end = runtime["start"].to_numpy(np.int64), runtime["end"].to_numpy(np.int64)
     groups = _copies_by_reason(memcpy, ahead == QUEUE_UNKNOWN)
     # Each call's reason as its place in the labels (0: none yet), a byte a call: no object
     # array of a million empty strings compared again for each group.
     suffixes = ("", *(label for _, label, _ in groups))
     reason = np.zeros(len(rows), dtype=np.int8)
-    for code, (copies, label, queued) in enumerate(groups, start=1):
+    for code, (copies, label, behind_work) in enumerate(groups, start=1):
         keys, last_end, first_ahead = _copy_ends(memcpy, ahead, copies)
         for at in range(0, len(rows), JUDGED_CALLS):
             block = slice(at, at + JUDGED_CALLS)
             place = np.minimum(np.searchsorted(keys, correlation[block]), len(keys) - 1)
             judged = is_copy[block] & (reason[block] == 0) & (keys[place] == correlation[block])
             if label != COPY_TO_PAGEABLE:  # the others blocked if the call outlasted its copy
-                judged &= last_end[place] <= call_end[block]
-            if queued:  # ... and the copy waited behind work still running as the call began
-                judged &= first_ahead[place] > call_start[block]
+                judged &= last_end[place] <= call_end[rows[block]]
+            if behind_work:  # ... and its copy waited for work still running as it began
+                judged &= first_ahead[place] > call_start[rows[block]]
             reason[block][judged] = code
+        del keys, last_end, first_ahead  # gone before the next group's are made
     chosen = np.flatnonzero((reason > 0) | (eligible & _always_blocks(names).to_numpy()))
     calls = runtime.iloc[rows[chosen]]
     return calls.assign(label=_labels(calls["name"], suffixes, reason[chosen]))
@@ -481,13 +482,19 @@ def _copy_ends(memcpy: pd.DataFrame, ahead: np.ndarray, copies: np.ndarray
     export's copies."""
     copy_ids = memcpy["correlation"].to_numpy()[copies]
     ends = memcpy["end"].to_numpy(np.int64)[copies]
-    queued = ahead[copies]
+    ahead = ahead[copies]
     if (copy_ids[1:] < copy_ids[:-1]).any():  # CUPTI's ids mostly rise with the copies
         order = np.argsort(copy_ids, kind="stable")
-        copy_ids, ends, queued = copy_ids[order], ends[order], queued[order]
+        # One column sorted at a time, each unsorted one gone before the next is sorted.
+        copy_ids = copy_ids[order]
+        ends = ends[order]
+        ahead = ahead[order]
         del order
-    first = np.flatnonzero(np.r_[True, copy_ids[1:] != copy_ids[:-1]])
-    return copy_ids[first], np.maximum.reduceat(ends, first), np.minimum.reduceat(queued, first)
+    repeats = copy_ids[1:] == copy_ids[:-1]
+    if not repeats.any():  # one copy per id, as CUPTI links them: no reduced copies of each
+        return copy_ids, ends, ahead
+    first = np.flatnonzero(np.r_[True, ~repeats])
+    return copy_ids[first], np.maximum.reduceat(ends, first), np.minimum.reduceat(ahead, first)
 
 
 #: How a copy call whose copy wrote pageable host memory is labelled (see blocking_calls).
@@ -500,12 +507,12 @@ COPY_WAITED = {"recorded": " (returned after its copy ended)",
                "stream": " (returned after its copy ended; stream unrecorded)"}
 
 
-def _copies_by_reason(memcpy: pd.DataFrame, unqueued: np.ndarray
+def _copies_by_reason(memcpy: pd.DataFrame, stream_unknown: np.ndarray
                       ) -> list[tuple[np.ndarray, str, bool]]:
     """The copies a correlation id links to a call, in groups (masks of ``memcpy``'s rows),
     each with the label its call takes when it blocked and whether its call blocked only when
     its copy queued behind work (not where that copy may have gone into pageable memory, nor
-    where the copy's stream is unrecorded: ``unqueued``), in the order a call is judged:
+    where the copy's stream is unrecorded: ``stream_unknown``), in the order a call is judged:
     device-to-host into pageable memory first (such a call always blocked), then those of
     unrecorded host memory, and each direction's, those of unrecorded stream after."""
     linked = memcpy["correlation"].to_numpy() >= 0
@@ -521,8 +528,8 @@ def _copies_by_reason(memcpy: pd.DataFrame, unqueued: np.ndarray
         if kind == UNKNOWN_KIND:  # a copy of unknown direction may go into pageable memory
             groups.append((mine, COPY_WAITED["direction"], False))
             continue
-        groups += [(mine & ~unqueued, f" {kind}{COPY_WAITED['recorded']}", True),
-                   (mine & unqueued, f" {kind}{COPY_WAITED['stream']}", False)]
+        groups += [(mine & ~stream_unknown, f" {kind}{COPY_WAITED['recorded']}", True),
+                   (mine & stream_unknown, f" {kind}{COPY_WAITED['stream']}", False)]
     return [group for group in groups if group[0].any()]
 
 

@@ -9,9 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from profreport import concepts
 from profreport.model import Profile
 from profreport.parsers import kineto, parse_file
-from profreport.reports.analysis import cpu, gpu
+from profreport.reports.analysis import cpu, gpu, syncs
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.cpu import outer_calls, self_time_ns
 from profreport.reports.analysis.gpu import LONG_IDLE_GAP_NS, launch_stats
@@ -299,6 +300,22 @@ def test_stream_free_by_block_is_the_reach_of_the_work_ahead_on_the_stream(
         ahead = every[(every["device"] == work_row.device)
                       & (every["stream"] == work_row.stream) & (every["start"] < work_row.start)]
         assert free[row] == (ahead["end"].max() if len(ahead) else np.iinfo(np.int64).min)
+
+
+def test_the_work_ahead_of_a_copy_of_unrecorded_stream_is_unknown() -> None:
+    """A Kineto copy recorded without its stream (-1) cannot be put behind the work of any
+    stream: when the work ahead of it ended is concepts.QUEUE_UNKNOWN, not that of the other
+    streamless rows (it read as their stream -1). The copy on stream 7 queued behind the
+    kernel (ended at 50), and the one after it behind both (ended at 65); nothing was ahead of
+    the one on stream 8."""
+    def work(rows: list[tuple[int, int, int]]) -> pd.DataFrame:
+        return pd.DataFrame(rows, columns=["start", "end", "stream"]).assign(device=0)
+
+    tables = {"kernels": work([(0, 50, 7), (5, 20, -1)]),
+              "memcpy": work([(10, 15, -1), (50, 65, 7), (60, 61, 7), (70, 75, 8)]),
+              "memset": work([])}
+    ahead = syncs.queued_ahead_of_copies(Profile(Path("hand-built"), "kineto", tables=tables))
+    assert ahead.tolist() == [concepts.QUEUE_UNKNOWN, 50, 65, np.iinfo(np.int64).min]
 
 
 def test_launched_in_windows_is_a_read_only_byte_a_kernel(corpus: Path,

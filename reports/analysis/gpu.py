@@ -321,26 +321,27 @@ class _StreamReach:
         free = np.empty(len(rows), dtype=np.int64)
         if not len(rows):
             return free
+        starts = self.starts[rows]
         devices, streams = self.devices[rows], self.streams[rows]
-        on_streams = []  # each (device, stream) of these rows, with their places
+        queues = []  # each (device, stream) of these rows
         for device in pd.unique(devices).tolist():
             on_device = devices == device
             for stream in pd.unique(streams[on_device]).tolist():
                 at = np.flatnonzero(on_device & (streams == stream))
-                free[at] = self._ahead_on((device, stream), rows[at])
-                on_streams.append(((device, stream), at))
+                queues.append(_Queue((device, stream), at, starts[at],
+                                     self._ahead_on((device, stream), rows[at])))
         # The other tables' rows started before the last of these rows, not yet taken, a block
         # at a time: a sparse table's block (the copies) spans millions of a dense one's rows.
-        starts = self.starts[rows]
         for other in self.others:
             for taken in other.take(int(starts[-1])):
-                for (device, stream), at in on_streams:
-                    other_starts, other_reach = taken.on(device, stream)
-                    if len(other_starts):
-                        before = np.searchsorted(other_starts, starts[at], side="left")
-                        free[at] = np.maximum(free[at], np.where(
-                            before > 0, other_reach[before - 1], free[at]))
-                other.carry(taken)
+                elsewhere = np.ones(len(taken.starts), dtype=bool)
+                for queue in queues:
+                    mine = (taken.devices == queue.key[0]) & (taken.streams == queue.key[1])
+                    elsewhere &= ~mine
+                    other.raise_to(queue.key, queue.meet(taken.starts[mine], taken.ends[mine]))
+                other.carry(taken, elsewhere)
+        for queue in queues:
+            free[queue.at] = queue.done()
         return free
 
     def _ahead_on(self, key: tuple[int, int], rows: np.ndarray) -> np.ndarray:
@@ -357,6 +358,37 @@ class _StreamReach:
         return ahead
 
 
+class _Queue:
+    """Rows of one device and stream being read (``at``: their places among the rows read, in
+    start order), when the work ahead of each had ended so far, raised by the other tables'
+    rows on the stream as they are taken a block at a time."""
+
+    def __init__(self, key: tuple[int, int], at: np.ndarray, starts: np.ndarray,
+                 free: np.ndarray) -> None:
+        self.key, self.at, self.starts, self.free = key, at, starts, free
+        #: At each row, the latest end of a block of other rows that all started before it;
+        #: the rows after it are raised to it too (see :meth:`done`).
+        self.after = np.full(len(at), np.iinfo(np.int64).min, dtype=np.int64)
+
+    def meet(self, starts: np.ndarray, ends: np.ndarray) -> int:
+        """Raise each row to the latest end of the other rows (``starts``, ``ends``: on this
+        stream, in start order) started before it: searched only for the rows among them,
+        those after them marked (:attr:`after`); their latest end (INT64 min for none)."""
+        if not len(starts):
+            return int(np.iinfo(np.int64).min)
+        reach = np.maximum.accumulate(ends)
+        among, after = np.searchsorted(self.starts, starts[[0, -1]], side="right").tolist()
+        before = np.searchsorted(starts, self.starts[among:after], side="left")
+        np.maximum(self.free[among:after], reach[before - 1], out=self.free[among:after])
+        if after < len(self.after):
+            self.after[after] = max(self.after[after], reach[-1])
+        return int(reach[-1])
+
+    def done(self) -> np.ndarray:
+        """When the work ahead of each row had ended: each raised by the blocks before it."""
+        return np.maximum(self.free, np.maximum.accumulate(self.after), out=self.free)
+
+
 @dataclass(frozen=True)
 class _Taken:
     """Rows of a GPU table, in start order: their starts, ends, devices, streams."""
@@ -365,12 +397,6 @@ class _Taken:
     ends: np.ndarray
     devices: np.ndarray
     streams: np.ndarray
-
-    def on(self, device: int, stream: int) -> tuple[np.ndarray, np.ndarray]:
-        """The starts of the rows on ``device`` and ``stream``, and the latest end among the
-        rows up to each."""
-        mine = (self.devices == device) & (self.streams == stream)
-        return self.starts[mine], np.maximum.accumulate(self.ends[mine])
 
 
 class _Started:
@@ -399,14 +425,19 @@ class _Started:
         """The latest end of the rows carried on stream ``key`` (INT64 min for none)."""
         return self.reached.get(key, np.iinfo(np.int64).min)
 
-    def carry(self, taken: _Taken) -> None:
-        """Add the ``taken`` rows to each stream's reach."""
-        if not len(taken.starts):
+    def raise_to(self, key: tuple[int, int], end: int) -> None:
+        """Carry ``end`` into stream ``key``'s reach."""
+        self.reached[key] = max(self.reach(key), end)
+
+    def carry(self, taken: _Taken, rows: np.ndarray) -> None:
+        """Add the ``taken`` rows where ``rows`` (a mask) to each stream's reach: grouped by
+        stream, the rows on a stream being read are carried as they are met instead."""
+        if not rows.any():
             return
-        latest = pd.Series(taken.ends).groupby([taken.devices, taken.streams]).max()
+        latest = pd.Series(taken.ends[rows]).groupby([taken.devices[rows],
+                                                      taken.streams[rows]]).max()
         for (device, stream), end in latest.items():
-            key = (int(device), int(stream))
-            self.reached[key] = max(self.reach(key), int(end))
+            self.raise_to((int(device), int(stream)), int(end))
 
 
 @giving_back_memory
