@@ -527,3 +527,58 @@ def test_an_fp32_share_past_the_threshold_with_unlinked_kernels_says_at_least(
             f"fp32 calls' too: {p.launches_unknown}") in [
                 e.text for e in found["FP32_ON_TENSOR_CORES"].evidence]
     assert "LAUNCH_LINKS_UNKNOWN" not in found
+
+
+def _two_gpu_trace(path: Path, linked: tuple[int, ...]) -> Path:
+    """3 ProfilerSteps of 10 ms of one process (as nn.DataParallel runs) launching a 2 ms
+    kernel on GPU 0 and one on GPU 1 each; the launches on the GPUs in ``linked`` record their
+    correlation ids, the others none."""
+    events, corr = [], 1
+    for n in range(3):
+        ts = 1000 + n * 10_000
+        events.append(cpu_event(f"ProfilerStep#{n}", ts, 10_000, cat="user_annotation"))
+        for device in (0, 1):
+            ids = {"correlation": corr} if device in linked else {}
+            events += [cpu_event("cudaLaunchKernel", ts + 100 + 10 * device, 5,
+                                 cat="cuda_runtime", **ids),
+                       device_event("gemm_kernel", ts + 200, 2000, pid=device, device=device,
+                                    **ids)]
+            corr += 1
+    return kineto_trace(path, events)
+
+
+def test_gpus_one_process_drives_are_unknown_without_the_launch_links(tmp_path: Path) -> None:
+    """One process launches kernels on GPUs 0 and 1: linked, 2 GPUs and DATAPARALLEL_NOT_DDP.
+    With no kernel linked to its launch call the figure was every GPU of the table, 2, and the
+    finding said 'one process launched kernels on 2 GPUs' on no evidence (they may be two
+    processes'); now it is unknown and why, no DATAPARALLEL_NOT_DDP, and LAUNCH_LINKS_UNKNOWN
+    says so. With GPU 0's launches linked alone it is at least 1, unknown."""
+    linked = analyze_paths([_two_gpu_trace(tmp_path / "linked.pt.trace.json", (0, 1))],
+                           AnalyzeOptions()).runs[0]
+    assert (linked.metrics.max_devices_per_process,
+            linked.metrics.devices_per_process_unknown) == (2, None)
+    found = {f.id: f for f in linked.findings}
+    assert "one process launched kernels on 2 GPUs" in [
+        e.text for e in found["DATAPARALLEL_NOT_DDP"].evidence]
+    assert "LAUNCH_LINKS_UNKNOWN" not in found
+    none = analyze_paths([_two_gpu_trace(tmp_path / "none.pt.trace.json", ())],
+                         AnalyzeOptions()).runs[0]
+    why = ("the torch.profiler profile records no correlation id on its runtime calls, the "
+           "evidence that links each launch call to the kernels it launched")
+    assert (none.metrics.max_devices_per_process,
+            none.metrics.devices_per_process_unknown) == (None, why)
+    found = {f.id: f for f in none.findings}
+    assert "DATAPARALLEL_NOT_DDP" not in found
+    assert ("GPUs one process launched kernels on (DATAPARALLEL_NOT_DDP): unknown, "
+            f"{why}") in [e.text for e in found["LAUNCH_LINKS_UNKNOWN"].evidence]
+    half = analyze_paths([_two_gpu_trace(tmp_path / "half.pt.trace.json", (0,))],
+                         AnalyzeOptions()).runs[0]
+    why = ("the torch.profiler profile records no launch call for 3 of the 6 kernels that ran "
+           "in the steps (3 with no correlation id, 0 with one that no recorded runtime call "
+           "carries)")
+    assert (half.metrics.max_devices_per_process,
+            half.metrics.devices_per_process_unknown) == (1, why)
+    found = {f.id: f for f in half.findings}
+    assert "DATAPARALLEL_NOT_DDP" not in found
+    assert ("GPUs one process launched kernels on (DATAPARALLEL_NOT_DDP): unknown, at least 1, "
+            f"{why}") in [e.text for e in found["LAUNCH_LINKS_UNKNOWN"].evidence]

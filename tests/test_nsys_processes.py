@@ -124,7 +124,7 @@ def test_colliding_pids_of_two_hosts_keep_their_own_launches(tmp_path: Path,
     assert (runtime["tid"] == 7).all()
     pairs = sum(len(rows) for rows, _ in launch_pairs(profile, "kernels"))
     assert pairs == len(kernels) == 8  # one launch per kernel, not two
-    assert max_devices_per_process(profile) == 1
+    assert max_devices_per_process(profile) == (1, None)
     launched = kernels[["correlation", "device"]].merge(runtime[["correlation", "pid"]])
     assert launched.groupby("device")["pid"].unique().map(list).tolist() == [
         [(1 << 24) | 7], [(2 << 24) | 7]]

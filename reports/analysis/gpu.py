@@ -677,12 +677,17 @@ def kernel_mix(profile: Profile, windows: StepWindows | None) -> KernelMix | Non
         zero_grad_unlinked_per_step=zero_grad.unlinked_per_step)
 
 
-def max_devices_per_process(profile: Profile, windows: StepWindows | None = None) -> int:
+def max_devices_per_process(profile: Profile, windows: StepWindows | None = None
+                            ) -> tuple[int | None, str | None]:
     """Most GPUs whose kernels one process launched (kernels joined to runtime calls), inside
-    the step ``windows`` where there are steps (see step_devices)."""
+    the step ``windows`` where there are steps (see step_devices), and why it is not known:
+    kernels linked to no launch call (launches.unlinked) may be any process's, so with none
+    linked the figure is None, with some a lower bound. Known whatever the links when the
+    kernels ran on at most one GPU, or the linked ones already reach every GPU they ran on."""
     kernels = profile.table("kernels")
     pids, devices = profile.table("runtime")["pid"], kernels["device"].to_numpy()
     inside = launched_in_windows(profile, "kernels", windows) if windows is not None else None
+    ran_on = len(pd.unique(devices if inside is None else devices[inside]))
     # Each device's launching processes (a few devices: a pass each per block, no table of
     # every launch), then the devices each process launched on.
     launchers: dict[int, set[int]] = {}
@@ -691,10 +696,12 @@ def max_devices_per_process(profile: Profile, windows: StepWindows | None = None
         for device in pd.unique(launched_on).tolist():
             launchers.setdefault(device, set()).update(
                 pd.unique(launched_by[launched_on == device]).tolist())
-    if not launchers:
-        return int(kernels["device"].nunique())
     per_pid: dict[int, int] = {}
     for launching in launchers.values():
         for pid in launching:
             per_pid[pid] = per_pid.get(pid, 0) + 1
-    return max(per_pid.values())
+    most = max(per_pid.values(), default=0)
+    if ran_on <= 1 or most == ran_on:
+        return ran_on, None
+    why = unlinked(profile, "kernels", inside, "that ran in the steps" if windows else "")
+    return (None if not launchers and why else most), why

@@ -247,8 +247,8 @@ def compute_run_metrics(profiles: list[Profile], manifest: Manifest | None = Non
         metrics.top_kernels = top_kernels(gpu_profile)
         metrics.kernel_mix = kernel_mix(gpu_profile, _windows_of(gpu_profile, timed))
         metrics.copies = copy_stats(gpu_profile)
-        metrics.max_devices_per_process = max_devices_per_process(
-            gpu_profile, _windows_of(gpu_profile, timed))
+        metrics.max_devices_per_process, metrics.devices_per_process_unknown = \
+            max_devices_per_process(gpu_profile, _windows_of(gpu_profile, timed))
         metrics.step_copies = step_copies(gpu_profile, _windows_of(gpu_profile, timed))
         if metrics.gpu is None:
             metrics.gpu = gpu_utilization(gpu_profile, None)

@@ -857,8 +857,13 @@ class RunMetrics:
     per_rank_steps_note: str | None = None
     #: Signs of ``nn.DataParallel``: its Broadcast/Scatter/Gather/ReduceAddCoalesced ops by count.
     dataparallel_ops: dict[str, int] = field(default_factory=dict)
-    #: Most GPUs one process launched kernels on (several = one process drives many GPUs).
-    max_devices_per_process: int = 0
+    #: Most GPUs one process launched kernels on (several = one process drives many GPUs);
+    #: None when unknown: the kernels ran on several GPUs and none is linked to its launch call.
+    max_devices_per_process: int | None = 0
+    #: Why ``max_devices_per_process`` is unknown (None) or, with a count, a lower bound:
+    #: kernels linked to no launch call may be any process's (launches.unlinked); None when
+    #: known.
+    devices_per_process_unknown: str | None = None
     #: DistributedDataParallel forward spans seen (DDP's own signature).
     ddp_forward_calls: int = 0
     #: The fewest DDP forward passes one gradient all-reduce round takes over the steps

@@ -280,7 +280,7 @@ def dataparallel_not_ddp(facts: Facts) -> Finding | None:
     m, ctx = facts.metrics, facts.context
     forward = bool(m.dataparallel_ops) and bool(
         concepts.is_dataparallel_forward(pd.Series(list(m.dataparallel_ops))).any())
-    multi_device = m.max_devices_per_process > 1 and m.gpu is not None
+    multi_device = (m.max_devices_per_process or 0) > 1 and m.gpu is not None
     if not (forward or multi_device or ctx.knob("dataparallel")):
         return None
     evidence = []
@@ -289,8 +289,9 @@ def dataparallel_not_ddp(facts: Facts) -> Finding | None:
         origin: Origin = "nsys" if m.gpu is not None and m.gpu.origin == "nsys" else "kineto"
         evidence.append(Evidence(f"nn.DataParallel ops: {listed[:200]}", origin))
     if multi_device:
-        evidence.append(Evidence(f"one process launched kernels on {m.max_devices_per_process} "
-                                 "GPUs", m.gpu.origin))
+        at_least = "at least " if m.devices_per_process_unknown else ""
+        evidence.append(Evidence(f"one process launched kernels on {at_least}"
+                                 f"{m.max_devices_per_process} GPUs", m.gpu.origin))
     if ctx.knob("dataparallel"):
         evidence.append(Evidence("the run's knobs use nn.DataParallel", "manifest"))
     return Finding("DATAPARALLEL_NOT_DDP", "high",

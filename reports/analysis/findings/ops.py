@@ -296,6 +296,18 @@ def _launch_wait_unknown_evidence(m: RunMetrics) -> list[Evidence]:
     return out
 
 
+def _devices_unknown_evidence(m: RunMetrics) -> list[Evidence]:
+    """The most GPUs one process launched kernels on, when the kernels linked to no launch
+    call (RunMetrics.devices_per_process_unknown) could make it several where the linked ones
+    do not: unknown, at least the linked ones' count where some are, and why."""
+    why, most = m.devices_per_process_unknown, m.max_devices_per_process
+    if why is None or m.gpu is None or (most or 0) > 1:
+        return []
+    bound = "" if most is None else f"at least {most}, "
+    return [Evidence(f"GPUs one process launched kernels on (DATAPARALLEL_NOT_DDP): unknown, "
+                     f"{bound}{why}", m.gpu.origin)]
+
+
 def _launch_count_evidence(mix: KernelMix, label: str, linked: float | None,
                            unlinked: float | None, why: str | None,
                            flags: Callable[[float], bool]) -> list[Evidence]:
@@ -316,8 +328,8 @@ def _launch_count_evidence(mix: KernelMix, label: str, linked: float | None,
 def launch_links_unknown(facts: Facts) -> Finding | None:
     """The checks that need each kernel or copy linked to the call that launched it (blocking
     copy calls, kernels per optimizer step and per zero_grad, the GPU's wait for launches, the
-    launch delay) when the profiles record no correlation id, or not on every row, the link:
-    unknown and why, never read as no problem."""
+    launch delay, the GPUs one process drives) when the profiles record no correlation id, or
+    not on every row, the link: unknown and why, never read as no problem."""
     m = facts.metrics
     evidence = unjudged_copies_evidence(m.syncs)
     mix = m.kernel_mix
@@ -332,6 +344,7 @@ def launch_links_unknown(facts: Facts) -> Finding | None:
             mix.zero_grad_work_per_step, mix.zero_grad_unlinked_per_step,
             mix.zero_grad_unknown, lambda count: count > 0)
     evidence += _launch_wait_unknown_evidence(m) + _fp32_share_unknown_evidence(m)
+    evidence += _devices_unknown_evidence(m)
     if not evidence:
         return None
     return Finding("LAUNCH_LINKS_UNKNOWN", "info",
