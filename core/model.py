@@ -382,6 +382,9 @@ class NsysMeta(ProfileMeta):
     #: The distinct (rank, world size) each process recorded by its NVTX marks of
     #: concepts.RANK_DOMAIN (``rank 1 of 2``), by pid; empty when none did.
     recorded_ranks: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    #: The first mark of concepts.RANK_DOMAIN that is no rank (``rank 5 of 4``) each process
+    #: recorded, and how many such it recorded, by pid (parsers.nsys.refused_rank_marks).
+    refused_rank_marks: dict[int, tuple[str, int]] = field(default_factory=dict)
     #: The note among ``notes`` that says what the steps are and the phases inside them (see
     #: parsers.nsys._nvtx_structure), None without one: replaced when the steps are found again
     #: in some processes' ranges.

@@ -62,6 +62,7 @@ if TYPE_CHECKING:  # the registry imports this module, never the other way round
     from profreport.parsers import ParseOptions
 from profreport.parsers import NSYS_REPORT_MAGIC, sqlite_pages
 from profreport.parsers.repeats import masked_numbers, phases_per_step, steps_from_repeats
+from profreport.text import MAX_ERROR_NAME, elide, error_text
 
 NSYS_MISSING = ("nsys is not installed; needed to read .nsys-rep: run scripts/setup.sh --system, "
                 "or pass a .sqlite export")
@@ -209,6 +210,7 @@ def read_export(export_path: Path, *, source: Path | None = None) -> Profile:
                              f"({exc})", source) from None
         meta = _export_meta(export)
     meta.recorded_ranks = recorded_ranks(export.rank_marks)
+    meta.refused_rank_marks = refused_rank_marks(export.rank_marks)
     meta.export_path = str(export_path)
     # Nsight Systems times are ns since the session started: its timeline's zero.
     meta.time_zero_ns = 0
@@ -1422,6 +1424,7 @@ def process_profiles(profile: Profile) -> list[Profile]:
     if len(_pid_bounds(profile.tables)) <= 1:
         return [profile]  # one process: no table of 10^7 pids hashed, nor ranges copied
     recorded = profile.meta.recorded_ranks if isinstance(profile.meta, NsysMeta) else {}
+    refused = profile.meta.refused_rank_marks if isinstance(profile.meta, NsysMeta) else {}
     callers = set(distinct_ids(runtime["pid"]).tolist())
     marked, spans = _stepped_processes(ranges)
     candidates = np.array(sorted(callers.union(marked, spans, recorded) - {-1}))
@@ -1468,7 +1471,8 @@ def process_profiles(profile: Profile) -> list[Profile]:
     return [_process_part(profile, int(pid), mine, rank, said + rank_said + (
         ": it is named by its pid" if rank is None else "") + lost_said + idle_said)
             for pid, mine, (rank, rank_said) in zip(
-                members.tolist(), tables, member_ranks(members.tolist(), recorded), strict=True)]
+                members.tolist(), tables, member_ranks(members.tolist(), recorded, refused),
+                strict=True)]
 
 
 def _no_rank_notes(idle: list[int], lone: dict[int, str], where: str,
@@ -1600,7 +1604,7 @@ def _held_ids(column: pd.Series) -> np.ndarray:
 def _capture_rank(tables: dict[str, pd.DataFrame], meta: NsysMeta) -> int | None:
     """The rank of a capture whose ranges and runtime calls are one process's (see _own_rank);
     None otherwise (a capture of several takes its ranks in process_profiles)."""
-    if not meta.recorded_ranks:
+    if not meta.recorded_ranks and not meta.refused_rank_marks:
         return None
     pids = _pid_bounds(tables)
     return _own_rank(meta, pids.pop()) if len(pids) == 1 else None
@@ -1610,10 +1614,10 @@ def _own_rank(meta: NsysMeta, pid: int) -> int | None:
     """The rank of a capture whose one process with work of its own, ``pid``, recorded its
     rank (nsys run by each rank, as the runner does on each node of a multi-node job, beside a
     launcher or a DataLoader worker): its world size set in ``meta`` and a note saying so (or
-    why not, when it recorded several); None when it recorded none."""
-    if pid not in meta.recorded_ranks:
+    why not, when it recorded several or a mark that is no rank); None when it recorded none."""
+    if pid not in meta.recorded_ranks and pid not in meta.refused_rank_marks:
         return None
-    rank, said = member_ranks([pid], meta.recorded_ranks)[0]
+    rank, said = member_ranks([pid], meta.recorded_ranks, meta.refused_rank_marks)[0]
     meta.notes.append(f"{process_label(pid)}, the capture's one process with work of its own: "
                       f"{said}")
     if rank is None:
@@ -1633,11 +1637,38 @@ def recorded_ranks(marks: Iterable[tuple[int, str]]) -> dict[int, list[tuple[int
     return {pid: sorted(ranks) for pid, ranks in sorted(found.items())}
 
 
-def member_ranks(members: list[int], recorded: dict[int, list[tuple[int, int]]]
+def refused_rank_marks(marks: Iterable[tuple[int, str]]) -> dict[int, tuple[str, int]]:
+    """The marks of concepts.RANK_DOMAIN (``(pid, text)``) that are no rank
+    (concepts.rank_of_mark: ``rank 5 of 4``, a world size past MAX_WORLD_SIZE), by pid: the
+    first such text each process recorded, cut to what a note quotes, and how many it
+    recorded."""
+    found: dict[int, tuple[str, int]] = {}
+    for pid, text in marks:
+        if concepts.rank_of_mark(text) is None:
+            first, count = found.get(pid, (elide(str(text), 4 * MAX_ERROR_NAME), 0))
+            found[pid] = (first, count + 1)
+    return dict(sorted(found.items()))
+
+
+def _refused_said(refused: tuple[str, int]) -> str:
+    """Why a process whose rank marks are no rank (``refused``: the first, and how many; see
+    refused_rank_marks) has no rank, the mark quoted as an error line quotes a name."""
+    text, count = refused
+    marks = "a mark" if count == 1 else f"{count:,} marks"
+    first = "" if count == 1 else "the first "
+    rule = concepts.RANK_MARK_FORMAT.format(rank="R", world_size="W")
+    return (f"its rank is unknown: it recorded {marks} in domain '{concepts.RANK_DOMAIN}' that "
+            f"{'is' if count == 1 else 'are'} no rank, {first}{error_text(repr(text))} (a rank "
+            f"mark is '{rule}', R below W, W at most {concepts.MAX_WORLD_SIZE:,})")
+
+
+def member_ranks(members: list[int], recorded: dict[int, list[tuple[int, int]]],
+                 refused: dict[int, tuple[str, int]] | None = None
                  ) -> list[tuple[tuple[int, int] | None, str]]:
     """For each process of a capture (``members``, pids), the (rank, world size) it recorded
     (:func:`recorded_ranks`) and the sentence saying so; None, and why, when it recorded none,
-    several, or one that another process recorded too (no two processes are one rank)."""
+    only marks that are no rank (``refused``, :func:`refused_rank_marks`), several, or one that
+    another process recorded too (no two processes are one rank)."""
     claims: dict[tuple[int, int], list[int]] = {}
     for pid in members:
         for rank in recorded.get(pid, []):
@@ -1646,7 +1677,9 @@ def member_ranks(members: list[int], recorded: dict[int, list[tuple[int, int]]]
     for pid in members:
         ranks = recorded.get(pid, [])
         names = [concepts.rank_mark_name(*rank) for rank in ranks]
-        if not ranks:
+        if not ranks and refused and pid in refused:
+            out.append((None, _refused_said(refused[pid])))
+        elif not ranks:
             mark = concepts.RANK_MARK_FORMAT.format(rank="R", world_size="W")
             out.append((None, "its rank is unknown (it recorded none, as profreport's runner "
                               f"does with an NVTX mark '{mark}' in domain "

@@ -841,16 +841,36 @@ def test_the_steps_note_is_that_of_the_steps_kept(tmp_path: Path) -> None:
 def test_rank_marks_past_a_world_size_bound_are_no_rank_and_sizes_that_differ_are_said(
         tmp_path: Path) -> None:
     """A mark 'rank 0 of 99999999999999999999' (a 20-digit world size once read into
-    report.json) and one past MAX_WORLD_SIZE are no rank: those processes' ranks are
-    unknown; two processes recording world sizes 2 and 4 keep them, and the run's notes say
-    the profiles disagree (the job's size was the larger, silently)."""
+    report.json), one past MAX_WORLD_SIZE and 'rank 5 of 4' are no rank: those processes'
+    ranks are unknown, each note quoting the mark (they read 'it recorded none'; a capture of
+    one such process said nothing); two processes recording world sizes 2 and 4 keep them,
+    and the run's notes say the profiles disagree (the job's size was the larger, silently)."""
     huge = "9" * 20
     path = write_export(tmp_path / "bounds.sqlite", [
         _marked(_stepped(7, 20), f"rank 0 of {huge}"),
-        _marked(_stepped(8, 20), f"rank 1 of {concepts.MAX_WORLD_SIZE + 1}")])
+        _marked(_stepped(8, 20), f"rank 1 of {concepts.MAX_WORLD_SIZE + 1}"),
+        _marked(_stepped(9, 20), "rank 6 of\u202e 4", "rank 5 of 4")])
     parts = nsys.process_profiles(nsys.parse(path))
     assert [(p.process, p.rank, p.meta.world_size) for p in parts] == [(7, None, None),
-                                                                      (8, None, None)]
+                                                                      (8, None, None),
+                                                                      (9, None, None)]
+    # Each note says the process recorded a mark that is no rank (it read 'it recorded
+    # none'), the mark quoted with its control characters escaped.
+    rule = "(a rank mark is 'rank R of W', R below W, W at most 1,048,576)"
+    assert [next(note.split("; ")[1] for note in p.meta.notes if note.startswith(
+        f"pid {p.process}: one of")) for p in parts] == [
+        f"its rank is unknown: it recorded a mark in domain 'profreport' that is no rank, "
+        f"'rank 0 of {huge}' {rule}: it is named by its pid",
+        "its rank is unknown: it recorded a mark in domain 'profreport' that is no rank, "
+        f"'rank 1 of 1048577' {rule}: it is named by its pid",
+        "its rank is unknown: it recorded 2 marks in domain 'profreport' that are no rank, "
+        f"the first 'rank 6 of\\u202e 4' {rule}: it is named by its pid"]
+    alone = nsys.parse(write_export(tmp_path / "alone.sqlite",
+                                    [_marked(_stepped(7, 20), "rank 5 of 4")]))
+    assert alone.rank is None and (
+        "pid 7, the capture's one process with work of its own: its rank is unknown: it "
+        f"recorded a mark in domain 'profreport' that is no rank, 'rank 5 of 4' {rule}"
+        ) in alone.meta.notes
     assert concepts.rank_of_mark(f"rank 1 of {concepts.MAX_WORLD_SIZE}") == (
         1, concepts.MAX_WORLD_SIZE)
     path = write_export(tmp_path / "disagree.sqlite", [
