@@ -5,6 +5,7 @@ renderer, instead of reading as "no problem"."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 import sys
@@ -14,6 +15,7 @@ import pytest
 
 from profreport.parsers import parse_file
 from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+from profreport.reports.analysis.findings import RunContext, find_all
 from profreport.reports.analysis.launches import unlinked
 from profreport.reports.render.html import render_html
 from profreport.reports.render.json import render_json
@@ -582,3 +584,40 @@ def test_gpus_one_process_drives_are_unknown_without_the_launch_links(tmp_path: 
     assert "DATAPARALLEL_NOT_DDP" not in found
     assert ("GPUs one process launched kernels on (DATAPARALLEL_NOT_DDP): unknown, at least 1, "
             f"{why}") in [e.text for e in found["LAUNCH_LINKS_UNKNOWN"].evidence]
+
+
+def test_kernels_and_copies_per_step_say_how_unlinked_ones_are_counted(tmp_path: Path) -> None:
+    """The blocking-copy export (a kernel and a 4-byte device-to-host copy launched in each of
+    4 steps) with its last two steps' kernels and copies holding a NULL correlationId: those
+    were put in the step they started in on the GPU with nothing said, as if linked. The
+    counts stay (each starts inside the step that launched it here), and the metrics row,
+    report.json and the copies finding say those linked to no launch call are counted by the
+    step they started in, with how many and why."""
+    path = _blocking_copy_export(tmp_path / "partial.sqlite")
+    with sqlite3.connect(path) as conn:
+        for table in ("CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_KERNEL"):
+            conn.execute(f"UPDATE {table} SET correlationId = NULL WHERE start >= 200000000")
+    report = analyze_paths([path], AnalyzeOptions())
+    m = report.runs[0].metrics
+    kernels = ("those linked to no launch call counted by the step they started in: the Nsight "
+               "Systems profile records no launch call for 2 of the 4 kernels that ran in the "
+               "steps (2 with no correlation id, 0 with one that no recorded runtime call "
+               "carries)")
+    assert (m.launch.kernels_per_step, m.launch.kernels_unknown) == (1, kernels)
+    assert f"| Kernels per step | 1 ({kernels}) |" in render_markdown(report)
+    data = json.loads(render_json(report))["runs"][0]["metrics"]
+    assert data["kernels_per_step_unknown_reason"] == kernels
+    copies = ("those linked to no launch call counted by the step they started in: the Nsight "
+              "Systems profile records no launch call for 2 of the 4 copies between host and "
+              "device that ran in the steps (2 with no correlation id, 0 with one that no "
+              "recorded runtime call carries)")
+    assert (m.step_copies.copies_per_step["DtoH"], m.step_copies.launches_unknown) == (1, copies)
+    # Two reads back per step make HOST_DEVICE_COPIES_PER_STEP, whose evidence says it.
+    doubled = dataclasses.replace(m.step_copies, copies_per_step={"HtoD": 0, "DtoH": 2})
+    found = {f.id: f for f in find_all(dataclasses.replace(m, step_copies=doubled),
+                                       RunContext())}
+    assert f"copies per step: {copies}" in [
+        e.text for e in found["HOST_DEVICE_COPIES_PER_STEP"].evidence]
+    linked = analyze_paths([_blocking_copy_export(tmp_path / "linked.sqlite")],
+                           AnalyzeOptions()).runs[0].metrics
+    assert (linked.launch.kernels_unknown, linked.step_copies.launches_unknown) == (None, None)

@@ -27,6 +27,7 @@ from profreport.reports.analysis.kept import (
 )
 from profreport.reports.analysis.launches import (
     GPU_TABLES,
+    counted_by_start,
     launch_calls,
     launch_pairs,
     launched_in_windows,
@@ -462,6 +463,7 @@ def launch_stats(profile: Profile, windows: StepWindows) -> LaunchStats | None:
     starts = runtime["start"].to_numpy(np.int64)
     runtime_ns = _runtime_ns_in(starts, runtime["end"].to_numpy(np.int64), windows)
     delay, launched, queued, skewed = _idle_stream_delays(profile, mine, windows)
+    why = unlinked(profile, "kernels", mine, "that ran in the steps")
     return LaunchStats(origin=profile.kind, kernels_per_step=count / windows.count,
                        short_kernel_fraction=short_fraction, short_kernel_ns=SHORT_KERNEL_NS,
                        launch_delay_p50_ns=int(np.median(delay, overwrite_input=True))
@@ -470,7 +472,7 @@ def launch_stats(profile: Profile, windows: StepWindows) -> LaunchStats | None:
                        queued_launch_fraction=queued / launched if launched else None,
                        runtime_ns_per_step=runtime_ns // windows.count,
                        gpu_kernel_ns_per_step=kernel_ns // windows.count,
-                       launches_unknown=unlinked(profile, "kernels", mine, "that ran in the steps"))
+                       launches_unknown=why, kernels_unknown=counted_by_start(why))
 
 
 def _idle_stream_delays(profile: Profile, rows: np.ndarray, windows: StepWindows

@@ -59,6 +59,14 @@ def unlinked(profile: Profile, table: str, rows: np.ndarray | None = None,
             "carries)")
 
 
+def counted_by_start(why: str | None) -> str | None:
+    """How a count of GPU rows launched per step (launched_in_windows) counts those linked to
+    no launch call, ``why`` they are (:func:`unlinked`): by the step they started in on the
+    GPU, the latest they can have been launched; None when every row is linked."""
+    return None if why is None else (
+        f"those linked to no launch call counted by the step they started in: {why}")
+
+
 @per_profile
 def unlinked_launched_by(profile: Profile, table: str) -> tuple[np.ndarray, np.ndarray]:
     """The rows (positions) of GPU table ``table`` linked to no launch call, and the latest
@@ -356,9 +364,11 @@ def launch_times(profile: Profile, table: str, rows: np.ndarray | slice = slice(
 @per_profile
 def launched_in_windows(profile: Profile, table: str, windows: StepWindows) -> np.ndarray:
     """Whether each row of GPU table ``table`` was launched inside a step window: a kernel
-    launched in step N that runs in step N+1 belongs to the steps. Kept read-only, a byte a
-    row (its readers ask only whether, never which step: 10 MB held through the analysis for
-    10 M kernels, not the 20 MB of int16 step numbers, and no mask made again per reader)."""
+    launched in step N that runs in step N+1 belongs to the steps; one linked to no launch
+    call is taken by its own start (launch_times; its counts say so: counted_by_start). Kept
+    read-only, a byte a row (its readers ask only whether, never which step: 10 MB held
+    through the analysis for 10 M kernels, not the 20 MB of int16 step numbers, and no mask
+    made again per reader)."""
     rows = len(profile.table(table))
     inside = np.empty(rows, dtype=bool)
     for block in iv.blocks(rows):

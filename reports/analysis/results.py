@@ -364,6 +364,12 @@ class LaunchStats:
     #: linked to none (launches.unlinked); None when every one is.
     launches_unknown: str | None = None
 
+    #: How ``kernels_per_step`` (and the short share and kernel time per step) counts the
+    #: kernels linked to no launch call, whose launch step is unknown: by the step they
+    #: started in on the GPU, with how many and why (launches.counted_by_start); None when
+    #: every one is linked.
+    kernels_unknown: str | None = None
+
     def skewed_text(self) -> str:
         """What the launch delay leaves out for the clocks' skew; empty when nothing."""
         count = self.launch_delay_skewed
@@ -417,6 +423,10 @@ class StepCopies:
     #: Whether the profile's format records the operators that launch copies
     #: (ProfileMeta.records_torch_spans): without them, which call launched a copy is unknown.
     records_operators: bool = True
+    #: How the copies linked to no launch call, whose launch step is unknown, are counted: by
+    #: the step they started in on the GPU, with how many and why (launches.unlinked); None
+    #: when every copy of the steps is linked.
+    launches_unknown: str | None = None
 
 
 @dataclass(frozen=True)

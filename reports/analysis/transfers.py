@@ -11,7 +11,12 @@ import pandas as pd
 from profreport import concepts
 from profreport.model import Profile
 from profreport.reports.analysis.cpu import spans_where
-from profreport.reports.analysis.launches import launch_calls, launched_in_windows
+from profreport.reports.analysis.launches import (
+    counted_by_start,
+    launch_calls,
+    launched_in_windows,
+    unlinked,
+)
 from profreport.reports.analysis.ops import launching_op, outermost
 from profreport.reports.analysis.results import StepCopies
 from profreport.reports.analysis.steps import StepWindows
@@ -44,13 +49,15 @@ def _launchers(profile: Profile, copies: pd.DataFrame, steps: int) -> list[tuple
 
 
 def step_copies(profile: Profile, windows: StepWindows | None) -> StepCopies | None:
-    """Host-to-device and device-to-host copies launched inside the step windows, per step;
-    None without steps or copies."""
+    """Host-to-device and device-to-host copies launched inside the step windows, per step,
+    those linked to no launch call by the step they started in (said, with how many); None
+    without steps or copies."""
     if windows is None or not profile.has("memcpy"):
         return None
     memcpy = profile.table("memcpy")
-    rows = np.flatnonzero(launched_in_windows(profile, "memcpy", windows)
-                          & memcpy["kind"].isin(DIRECTIONS).to_numpy())
+    mine = launched_in_windows(profile, "memcpy", windows) \
+        & memcpy["kind"].isin(DIRECTIONS).to_numpy()
+    rows = np.flatnonzero(mine)
     copies = memcpy.iloc[rows].assign(call=launch_calls(profile, "memcpy")[rows])
     if copies.empty:
         return None
@@ -70,7 +77,9 @@ def step_copies(profile: Profile, windows: StepWindows | None) -> StepCopies | N
                    for kind, part in by_kind.items() if not part.empty},
         blocking_per_step=int(blocking.sum()) / steps,
         longest={kind: _longest(part) for kind, part in by_kind.items() if not part.empty},
-        training=_training(profile), records_operators=profile.meta.records_torch_spans)
+        training=_training(profile), records_operators=profile.meta.records_torch_spans,
+        launches_unknown=counted_by_start(unlinked(
+            profile, "memcpy", mine, "between host and device that ran in the steps")))
 
 
 def _training(profile: Profile) -> bool | None:

@@ -408,7 +408,8 @@ def _launch_and_copy_rows(metrics: RunMetrics) -> list[MetricRow]:
     rows: list[MetricRow] = []
     if metrics.launch is not None:
         launch = metrics.launch
-        rows.append(MetricRow("Kernels per step", number(launch.kernels_per_step), launch.origin))
+        rows.append(MetricRow("Kernels per step", number(launch.kernels_per_step) + (
+            f" ({launch.kernels_unknown})" if launch.kernels_unknown else ""), launch.origin))
         rows.append(MetricRow(f"Kernels shorter than {duration(launch.short_kernel_ns)}",
                               percent(launch.short_kernel_fraction), launch.origin))
         if launch.queued_launch_fraction is not None:

@@ -91,6 +91,7 @@ def metrics_json(m: RunMetrics) -> dict[str, Any]:
         "h2d_pageable_unknown_reason": copies.h2d_kinds_unknown if copies else None,
         "sync_api_calls": copies.sync_api_calls if copies else None,
         "kernels_per_step": round(launch.kernels_per_step, 3) if launch else None,
+        "kernels_per_step_unknown_reason": launch.kernels_unknown if launch else None,
         "short_kernel_fraction": _frac(launch.short_kernel_fraction) if launch else None,
         "launch_delay_p50_ms": _ms(launch.launch_delay_p50_ns) if launch else None,
         "launch_delay_kernels": launch.launch_delay_kernels if launch else None,

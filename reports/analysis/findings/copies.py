@@ -159,6 +159,8 @@ def host_device_copies(facts: Facts) -> Finding | None:
     if not (small_in or read_back):
         return None
     evidence = _copy_evidence(m, c, concepts.HTOD) + _copy_evidence(m, c, concepts.DTOH)
+    if c.launches_unknown is not None:
+        evidence.append(Evidence(f"copies per step: {c.launches_unknown}", c.origin))
     if not c.records_operators:
         evidence.append(Evidence(f"{origin_label(c.origin)} records no framework operators: "
                                  "which call launched the copies is unknown", c.origin))
