@@ -254,7 +254,7 @@ def test_an_optimizer_count_short_of_the_verdict_with_unlinked_kernels_is_unknow
                            AnalyzeOptions())
     mix = report.runs[0].metrics.kernel_mix
     why = ("the torch.profiler profile records no launch call for 60 of the 180 kernels that "
-           "may have been launched after an optimizer step began (60 with no correlation id, "
+           "may have been launched inside an optimizer step (60 with no correlation id, "
            "0 with one that no recorded runtime call carries)")
     assert (mix.optimizer_kernels_per_step, mix.optimizer_unlinked_per_step,
             mix.optimizer_unknown) == (40, 20, why)
@@ -621,3 +621,42 @@ def test_kernels_and_copies_per_step_say_how_unlinked_ones_are_counted(tmp_path:
     linked = analyze_paths([_blocking_copy_export(tmp_path / "linked.sqlite")],
                            AnalyzeOptions()).runs[0].metrics
     assert (linked.launch.kernels_unknown, linked.step_copies.launches_unknown) == (None, None)
+
+
+def _orphans_after_the_optimizer_trace(path: Path) -> Path:
+    """3 ProfilerSteps of 10 ms, each with an SGD step span (5 to 9 ms) launching 60 kernels,
+    then, after the span, a launch call at 9.5 ms and 2 kernels; the runtime calls of the
+    span's last kernel and of the second kernel after it are missing, their kernels keeping
+    their correlation ids (CUPTI counts the ids up as the calls are made)."""
+    events = []
+    for n in range(3):
+        ts, corr = 1000 + n * 10_000, 100 * n + 1
+        events += [cpu_event(f"ProfilerStep#{n}", ts, 10_000, cat="user_annotation"),
+                   cpu_event("Optimizer.step#SGD.step", ts + 5000, 4000,
+                             cat="user_annotation")]
+        launches = [(ts + 5010 + 60 * k, ts + 5020 + 60 * k) for k in range(60)]
+        launches += [(ts + 9500, ts + 9600), (ts + 9510, ts + 9700)]
+        for k, (at, starts) in enumerate(launches):
+            if k not in (59, 61):
+                events.append(cpu_event("cudaLaunchKernel", at, 5, cat="cuda_runtime",
+                                        correlation=corr + k))
+            events.append(device_event("void at::native::vectorized_elementwise_kernel<4>",
+                                       starts, 40, device=0, stream=7, correlation=corr + k))
+    return kineto_trace(path, events)
+
+
+def test_unlinked_kernels_launched_after_the_optimizer_span_are_none_of_its(
+        tmp_path: Path) -> None:
+    """Each step's last optimizer kernel and a kernel after the span have no recorded launch
+    call. The optimizer's kernel may be the span's (the call before its id began inside it);
+    the other was launched after the call of the id below it began, at 9.5 ms, after the
+    span ended at 9 ms, so it cannot be the span's. It was counted as maybe the optimizer's
+    (its latest launch, its start, came after a span began: 'between 59 and 61'); now the
+    bound counts only the first."""
+    mix = analyze_paths([_orphans_after_the_optimizer_trace(tmp_path / "o.pt.trace.json")],
+                        AnalyzeOptions()).runs[0].metrics.kernel_mix
+    assert (mix.optimizer_kernels_per_step, mix.optimizer_unlinked_per_step) == (59, 1)
+    assert mix.optimizer_unknown == (
+        "the torch.profiler profile records no launch call for 3 of the 180 kernels that may "
+        "have been launched inside an optimizer step (0 with no correlation id, 3 with one "
+        "that no recorded runtime call carries)")

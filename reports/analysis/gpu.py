@@ -31,7 +31,7 @@ from profreport.reports.analysis.launches import (
     launch_calls,
     launch_pairs,
     launched_in_windows,
-    may_be_launched_after,
+    may_be_launched_in,
     unlinked,
 )
 from profreport.reports.analysis.results import (
@@ -590,9 +590,9 @@ class SpanLaunches:
     #: Rows launched inside the spans per step; None when no row is linked to a launch call
     #: at all (see ``why``), or there are no such spans or steps.
     per_step: float | None
-    #: Rows per step linked to no launch call that may have been launched after the first such
-    #: span inside the windows began, so inside one: ``per_step`` is then a lower bound; None
-    #: when there are none.
+    #: Rows per step linked to no launch call that may have been launched inside such a span
+    #: within the windows (launches.may_be_launched_in): ``per_step`` is then a lower bound;
+    #: None when there are none.
     unlinked_per_step: float | None = None
     #: Why some rows' launch calls are unknown (launches.unlinked); None when every one's is.
     why: str | None = None
@@ -601,9 +601,9 @@ class SpanLaunches:
 def launched_in_spans(profile: Profile, spans: pd.DataFrame, windows: StepWindows | None,
                       tables: tuple[str, ...], which: str) -> SpanLaunches:
     """The rows of ``tables`` launched inside ``spans`` within the step windows, per step, with
-    the rows that may have been launched there but are linked to no launch call: those that may
-    have been launched after the first span inside the windows began
-    (launches.may_be_launched_after; ``which`` says so in the reason)."""
+    the rows that may have been launched there but are linked to no launch call: those a span
+    inside the windows holds a time each can have been launched at
+    (launches.may_be_launched_in; ``which`` says so in the reason)."""
     union = iv.union_of([spans])
     if windows is None or not len(union):
         return SpanLaunches(None)
@@ -616,11 +616,11 @@ def launched_in_spans(profile: Profile, spans: pd.DataFrame, windows: StepWindow
         count += launched_in_steps(profile, table, launched_in(profile, union, table), windows)
         if not len(inside):
             continue
-        later = may_be_launched_after(profile, table, int(inside.starts[0]))
-        reason = unlinked(profile, table, later, which)
+        may = may_be_launched_in(profile, table, inside)
+        reason = unlinked(profile, table, may, which)
         if reason is not None:
             why.append(reason)
-            unlinked_rows += int((later & (calls < 0)).sum())
+            unlinked_rows += int((may & (calls < 0)).sum())
     return SpanLaunches(count / windows.count if linked or not why else None,
                         unlinked_rows / windows.count if why else None,
                         "; ".join(why) if why else None)
@@ -659,10 +659,10 @@ def kernel_mix(profile: Profile, windows: StepWindows | None) -> KernelMix | Non
     in_optimizer = launched_in(profile, optimizer) if len(optimizer) else None
     classes = [c for c in map(concepts.optimizer_class, spans["name"].unique()) if c]
     step = launched_in_spans(profile, spans, windows, ("kernels",),
-                             "that may have been launched after an optimizer step began")
+                             "that may have been launched inside an optimizer step")
     zero_grad = launched_in_spans(profile, spans_where(profile, concepts.is_zero_grad_span),
                                   windows, ("kernels", "memset"),
-                                  "that may have been launched after a zero_grad() began")
+                                  "that may have been launched inside a zero_grad()")
     pool = in_optimizer if in_optimizer is not None and in_optimizer.any() else compute
     present = np.zeros(len(distinct) + 1, dtype=bool)  # the last: kernels without a name
     present[codes[pool]] = True

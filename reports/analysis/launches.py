@@ -92,6 +92,28 @@ def unlinked_launched_by(profile: Profile, table: str) -> tuple[np.ndarray, np.n
     return rows, latest
 
 
+def unlinked_launched_after(profile: Profile, table: str) -> np.ndarray:
+    """For the rows of GPU table ``table`` linked to no launch call (those of
+    :func:`unlinked_launched_by`, in its order), the earliest time each can have been launched:
+    the start of the recorded runtime call with the next smaller correlation id of the same
+    process (CUPTI counts the ids up as the calls are made, so that call began before the
+    row's own launch call); INT64 min for a row without an id or none recorded below it."""
+    rows = unlinked_launched_by(profile, table)[0]
+    earliest = np.full(len(rows), np.iinfo(np.int64).min, dtype=np.int64)
+    keys = _ids_of(profile, table)[rows].astype(np.int64)
+    known = np.flatnonzero(keys >= 0)
+    if not len(known) or profile.table("runtime").empty:  # no call's id is read: no bound
+        return earliest
+    order, ordered = _by_correlation(profile)
+    at = np.searchsorted(ordered, keys[known], side="left") - 1  # the largest id below
+    below = np.maximum(at, 0)
+    found = (at >= 0) & (ordered[below].astype(np.int64) // PROCESS_CORRELATIONS
+                         == keys[known] // PROCESS_CORRELATIONS)
+    starts = profile.table("runtime")["start"].to_numpy(np.int64)
+    earliest[known[found]] = starts[order[below[found]]]
+    return earliest
+
+
 def launched_by(profile: Profile, table: str, rows: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray]:
     """For the ``rows`` (positions) of GPU table ``table``: when each was launched, the start
@@ -112,6 +134,27 @@ def may_be_launched_after(profile: Profile, table: str, time: int) -> np.ndarray
     mask = np.empty(len(profile.table(table)), dtype=bool)
     for block in iv.blocks(len(mask)):
         mask[block] = launched_by(profile, table, np.arange(block.start, block.stop))[0] >= time
+    return mask
+
+
+def may_be_launched_in(profile: Profile, table: str, spans: iv.Intervals) -> np.ndarray:
+    """Which rows of GPU table ``table`` were launched inside ``spans``, or, linked to no launch
+    call, may have been: a span holds a time between the earliest
+    (:func:`unlinked_launched_after`) and the latest (:func:`launched_by`) it can have been
+    launched. A mask, made a block of rows at a time."""
+    mask = np.empty(len(profile.table(table)), dtype=bool)
+    loose, earliest = unlinked_launched_by(profile, table)[0], unlinked_launched_after(
+        profile, table)
+    for block in iv.blocks(len(mask)):
+        rows = np.arange(block.start, block.stop)
+        times, linked = launched_by(profile, table, rows)
+        mask[block] = iv.inside(spans, times)
+        # The last span starting by the latest time ends the latest of those that do.
+        at = np.searchsorted(spans.starts, times[~linked], side="right") - 1
+        meets = at >= 0
+        meets[meets] = spans.ends[at[meets]] > earliest[
+            np.searchsorted(loose, rows[~linked][meets])]
+        mask[block][~linked] = meets
     return mask
 
 
