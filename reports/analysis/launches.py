@@ -92,12 +92,15 @@ def unlinked_launched_by(profile: Profile, table: str) -> tuple[np.ndarray, np.n
     return rows, latest
 
 
+@per_profile
 def unlinked_launched_after(profile: Profile, table: str) -> np.ndarray:
     """For the rows of GPU table ``table`` linked to no launch call (those of
     :func:`unlinked_launched_by`, in its order), the earliest time each can have been launched:
     the start of the recorded runtime call with the next smaller correlation id of the same
     process (CUPTI counts the ids up as the calls are made, so that call began before the
-    row's own launch call); INT64 min for a row without an id or none recorded below it."""
+    row's own launch call); INT64 min for a row without an id or none recorded below it.
+    Kept: the optimizer's and zero_grad()'s counts both ask it, and where a row's id is read
+    it sorts every runtime call by id."""
     rows = unlinked_launched_by(profile, table)[0]
     earliest = np.full(len(rows), np.iinfo(np.int64).min, dtype=np.int64)
     keys = _ids_of(profile, table)[rows].astype(np.int64)
