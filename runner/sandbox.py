@@ -10,8 +10,8 @@ and the sandbox's own ``/proc``. A root grader's sandbox drops to ``nobody`` (ui
 file of the machine (a user namespace would map it back to root, the owner of ``/etc/shadow``).
 Limits are set before it starts with ``setrlimit``: CPU seconds, address space, file size, open
 files, processes (``RLIMIT_NPROC``, which binds every uid but root) and no core dumps. At the
-wall-clock limit the whole process group is killed; the PID namespace then takes every process
-inside with it, those that made their own session included.
+wall-clock limit bwrap and the PID namespace's init are killed, which takes every process inside
+with it, those that made their own session included, and the grader waits until they are gone.
 
 A wall that cannot be built here is a :class:`SandboxError` ("sandbox unavailable: ...") before
 anything runs: untrusted code never runs without its walls.
@@ -19,9 +19,12 @@ anything runs: untrusted code never runs without its walls.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import json
 import os
 import resource
+import select
 import shutil
 import signal
 import subprocess
@@ -46,6 +49,9 @@ PACKAGES = ("profreport", "profreport.runner", "profreport.parsers", "profreport
 #: GPU device nodes passed through when present.
 GPU_DEVICES = ("nvidia0", "nvidia1", "nvidia2", "nvidia3", "nvidia4", "nvidia5", "nvidia6",
                "nvidia7", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
+#: Seconds a killed sandbox's PID namespace gets to empty (the kernel's SIGKILL of every process
+#: in it): a hang guard only, it takes milliseconds.
+NAMESPACE_EXIT_TIMEOUT_S = 30
 #: Seconds the probe of the sandbox may take.
 PROBE_TIMEOUT_S = 30
 #: The private home inside the sandbox (on its private /tmp).
@@ -161,8 +167,11 @@ def _parents(paths: list[Path]) -> list[str]:
                                                              str(folder))]
 
 
-def bwrap_command(sandbox: Sandbox, command: list[str], cwd: Path) -> list[str]:
-    """The ``bwrap`` command line running ``command`` in ``cwd`` inside ``sandbox``."""
+def bwrap_command(sandbox: Sandbox, command: list[str], cwd: Path,
+                  info_fd: int | None = None) -> list[str]:
+    """The ``bwrap`` command line running ``command`` in ``cwd`` inside ``sandbox``; with
+    ``info_fd``, bwrap writes there the pid of the sandbox's first process (its PID
+    namespace's init) as JSON."""
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         raise SandboxError("bubblewrap (bwrap) is not installed (apt-get install bubblewrap)")
@@ -171,6 +180,8 @@ def bwrap_command(sandbox: Sandbox, command: list[str], cwd: Path) -> list[str]:
             "--new-session", "--hostname", "sandbox", *_system_mounts(), "--perms", "1777",
             "--tmpfs", "/tmp", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm",
             "--proc", "/proc", "--perms", "0777", "--dir", SANDBOX_HOME]
+    if info_fd is not None:
+        args += ["--info-fd", str(info_fd)]
     for device in GPU_DEVICES:
         if Path("/dev", device).exists():
             args += ["--dev-bind", f"/dev/{device}", f"/dev/{device}"]
@@ -199,28 +210,64 @@ def _own_for_nobody(folder: Path) -> None:
     os.chown(folder, NOBODY, NOBODY)
 
 
+def _namespace_init(info_read: int) -> int | None:
+    """A pidfd of the sandbox's PID-namespace init, read from bwrap's ``--info-fd`` JSON (None
+    when bwrap exited before writing it)."""
+    data = b""
+    while chunk := os.read(info_read, 4096):
+        data += chunk
+    try:
+        return os.pidfd_open(int(json.loads(data)["child-pid"]))
+    except (ValueError, KeyError, TypeError, OSError):
+        return None
+
+
+def _kill_sandbox(process: subprocess.Popen, init_pidfd: int | None) -> int:
+    """Kill bwrap and the sandbox's PID namespace; return once every process in it is gone.
+
+    ``--new-session`` puts the namespace's init outside bwrap's process group, so killing the
+    group kills bwrap only and the init follows later, by its parent-death signal: a process
+    inside could still write after bwrap is reaped. The init is killed too and waited for: it
+    exits only after the kernel has killed and reaped every process of its namespace.
+    """
+    os.killpg(process.pid, signal.SIGKILL)
+    if init_pidfd is not None:
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(init_pidfd, signal.SIGKILL)
+        select.select([init_pidfd], [], [], NAMESPACE_EXIT_TIMEOUT_S)
+    return process.wait()
+
+
 def run_sandboxed(sandbox: Sandbox, command: list[str], cwd: Path, stdout: Path,
                   stderr: Path) -> Finished:
     """Run ``command`` in the sandbox, output into the two files (outside the sandbox's view
-    unless they lie in its writable folder); the process group is killed at the wall-clock
-    limit."""
-    argv = bwrap_command(sandbox, command, cwd)
+    unless they lie in its writable folder); at the wall-clock limit every process in it is
+    killed before this returns."""
+    info_read, info_write = os.pipe()
+    argv = bwrap_command(sandbox, command, cwd, info_write)
     _own_for_nobody(sandbox.writable)
     started = time.perf_counter()
+    init_pidfd = None
     try:
         with open(stdout, "wb") as out, open(stderr, "wb") as err:
             process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                       start_new_session=True,
+                                       start_new_session=True, pass_fds=(info_write,),
                                        preexec_fn=limit_setter(sandbox.limits))
+            os.close(info_write)
+            info_write = None
+            init_pidfd = _namespace_init(info_read)
             killed = None
             try:
                 status = process.wait(timeout=sandbox.limits.wall_s)
             except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                status = process.wait()
+                status = _kill_sandbox(process, init_pidfd)
                 killed = f"wall-clock limit of {sandbox.limits.wall_s:g} s"
     except OSError as exc:
         raise RunError(f"cannot start the sandbox: {exc}") from None
+    finally:
+        for fd in (info_read, info_write, init_pidfd):
+            if fd is not None:
+                os.close(fd)
     return Finished(status, time.perf_counter() - started, killed)
 
 
