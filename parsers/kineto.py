@@ -50,6 +50,7 @@ from profreport.model import (
     id_categorical,
     nothing_recorded,
     objects,
+    sorted_times,
 )
 from profreport.parsers.kineto_columns import (
     ColumnBuilder,
@@ -381,7 +382,7 @@ def optimizers_per_iteration(optimizer: pd.DataFrame, spans: pd.DataFrame,
     what each step does (the operators it runs: each optimizer updates its own parameters),
     its first period left out (a first step creates the optimizer's state); 1 when neither
     tells."""
-    fetched = np.searchsorted(np.sort(loader["start"].to_numpy(np.int64)),
+    fetched = np.searchsorted(sorted_times(loader["start"].to_numpy(np.int64)),
                               optimizer["start"].to_numpy(np.int64))
     per_fetch = np.unique(np.unique(fetched, return_counts=True)[1][1:-1])
     if len(per_fetch) == 1:
@@ -395,7 +396,7 @@ def _operators_inside(optimizer: pd.DataFrame, spans: pd.DataFrame) -> np.ndarra
                 & (spans["pid"] == optimizer["pid"].iloc[0]).to_numpy()
                 & (spans["tid"] == optimizer["tid"].iloc[0]).to_numpy()
                 & ~concepts.is_optimizer_step_span(spans["name"]).to_numpy(bool)]
-    starts = np.sort(ops["start"].to_numpy(np.int64))
+    starts = sorted_times(ops["start"].to_numpy(np.int64))
     return (np.searchsorted(starts, optimizer["end"].to_numpy(np.int64))
             - np.searchsorted(starts, optimizer["start"].to_numpy(np.int64)))
 
@@ -421,7 +422,7 @@ def _alternating_steps_note(steps: pd.DataFrame, span: str | None, cpu_ops: pd.D
     if span is not None or not steps["origin"].eq(concepts.OPTIMIZER_STEPS).all():
         return None
     mine = cpu_ops[(cpu_ops["pid"] == steps["pid"].iloc[0]).to_numpy()]
-    starts = np.sort(mine["start"].to_numpy(np.int64))
+    starts = sorted_times(mine["start"].to_numpy(np.int64))
     held = (np.searchsorted(starts, steps["end"].to_numpy(np.int64))
             - np.searchsorted(starts, steps["start"].to_numpy(np.int64)))
     every = _period(held)

@@ -1026,7 +1026,8 @@ def _native_activity(export: _Export, table: str, name: str, extras: list[str]
 
     parts = export.native_parts(table, ["start", "end", *_GPU_ID_COLUMNS, *extras,
                                         *_process_column(export, table)], part)
-    return None if parts is None else pd.DataFrame(_counted(export, name, parts[0]))
+    return None if parts is None else pd.DataFrame(_counted(export, name, parts[0]),
+                                                   copy=False)
 
 
 def _memcpy(export: _Export) -> pd.DataFrame | None:

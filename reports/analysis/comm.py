@@ -16,7 +16,7 @@ import pandas as pd
 
 from profreport import concepts
 from profreport.allocator import giving_back_memory
-from profreport.model import Profile, ids_at
+from profreport.model import Profile, ids_at, sorted_times
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.cpu import spans_where
 from profreport.reports.analysis.gpu import comm_intervals, comm_under_compute
@@ -189,7 +189,7 @@ def ddp_forwards_per_sync(profile: Profile, windows: StepWindows | None) -> int 
     syncs = gradient_syncs(profile)
     if not len(syncs):
         return None
-    starts = np.sort(outermost(spans)["start"].to_numpy(np.int64))
+    starts = sorted_times(outermost(spans)["start"].to_numpy(np.int64))
     following = np.r_[starts[1:], np.iinfo(np.int64).max]
     synced = np.searchsorted(syncs, following) > np.searchsorted(syncs, starts)
     index = windows.index_of(starts)

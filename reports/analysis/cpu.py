@@ -14,7 +14,7 @@ import pandas as pd
 
 from profreport import concepts
 from profreport.allocator import giving_back_memory
-from profreport.model import Profile, narrowest_int, position_dtype
+from profreport.model import Profile, narrowest_int, position_dtype, sorted_times
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.kept import classified, table_name_codes
 from profreport.reports.analysis.ops import outermost
@@ -110,7 +110,7 @@ def _nesting_depth(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     before it less those that ended by its start, counted with a sorted copy of the ends (no
     sweep over twice as many start/end events)."""
     depth = np.empty(len(starts), dtype=position_dtype(len(starts)))
-    ended = np.sort(ends)
+    ended = sorted_times(ends)
     for block in iv.blocks(len(starts), SPAN_BLOCK_ROWS):
         depth[block] = np.arange(block.start, block.stop)
         depth[block] -= np.searchsorted(ended, starts[block], side="right")

@@ -17,7 +17,7 @@ import pandas as pd
 
 from profreport import concepts
 from profreport.allocator import giving_back_memory
-from profreport.model import Profile
+from profreport.model import Profile, sorted_times
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.cpu import SPAN_BLOCK_ROWS, self_time_ns
 from profreport.reports.analysis.gpu import (
@@ -82,8 +82,8 @@ def queued_at(profile: Profile, times: np.ndarray) -> np.ndarray:
         end = profile.table(name)["end"].to_numpy(np.int64)
         for block in iv.blocks(len(end)):
             times = launched_by(profile, name, np.arange(block.start, block.stop))[0]
-            launched += np.searchsorted(np.sort(times), asked, side="left")
-            ended += np.searchsorted(np.sort(end[block]), asked, side="right")
+            launched += np.searchsorted(sorted_times(times), asked, side="left")
+            ended += np.searchsorted(sorted_times(end[block]), asked, side="right")
     # Work that ended by t was launched before t, so the difference counts the pending work.
     queued = launched
     queued -= ended
