@@ -201,7 +201,7 @@ def _integers(windows: np.ndarray, pos: np.ndarray, types: np.ndarray) -> np.nda
     """Signed integers of serial types 1..6 (and the constants 8, 9; 0 for others) at each
     position: the type's first bytes of the 8-byte window, sign-extended by a right shift."""
     index = _one_byte(types)
-    out = windows[pos].byteswap().view(np.int64)
+    out = windows[pos].byteswap(inplace=True).view(np.int64)  # the gather is a fresh array
     low, high = int(index.min(initial=1)), int(index.max(initial=1))
     if low == high:  # one type for the whole chunk (ids, times of one width): scalar decoding
         if _IS_STORED_INT[low]:
