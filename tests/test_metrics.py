@@ -665,7 +665,7 @@ def test_one_process_on_two_gpus_idles_each_a_share_of_the_step(tmp_path: Path) 
     assert idle.idle_ns_per_step["launch"] == 33_450_000 // 6
     assert idle.share("launch") == pytest.approx(0.5575)
     assert idle.launch_wait_ns == 17_230_000 // 3
-    assert idle.launch_wait_outside_ops_ns == 17_230_000 // 3  # no CPU op covers any of it
+    assert idle.launch_wait_outside_ops_ns is None  # no CPU op recorded: what ran is unknown
 
 
 def test_a_gpu_used_only_outside_the_steps_is_none_of_their_devices(tmp_path: Path) -> None:

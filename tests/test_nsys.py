@@ -1003,3 +1003,28 @@ def test_a_column_only_some_figures_need_is_not_required(tmp_path: Path, table: 
     copy = profile.table("memcpy").iloc[0]
     assert (copy["bytes"], copy["kind"]) == ({"bytes": -1}.get(column, 4),
                                              {"copyKind": "unknown"}.get(column, "DtoH"))
+
+
+def test_a_launch_wait_without_cpu_operators_is_not_said_to_be_python(tmp_path: Path) -> None:
+    """4 back-to-back 10 ms ``step N`` ranges, each launching a 2 ms kernel 1 ms in that starts
+    1 ms later: the GPU waits for those launches 2 + 3 x 8 = 26 ms (6.5 ms per step, 65%). An
+    nsys export records no CPU operators, so what the CPU ran meanwhile is unknown; the finding
+    said '6.5 ms per step (100% of the wait) lies outside every recorded CPU operator: Python
+    code between operators' and advised cutting that Python."""
+    ms = 10**6
+    path = write_nsys_export(
+        tmp_path / "launch_wait.sqlite",
+        [(i * 10 * ms + 2 * ms, i * 10 * ms + 4 * ms, i + 1, "gemm_kernel") for i in range(4)],
+        [(i * 10 * ms, (i + 1) * 10 * ms, f"step {i}") for i in range(4)],
+        [(i * 10 * ms + 1 * ms, i * 10 * ms + 1 * ms + 10_000, i + 1, "cudaLaunchKernel_v7000")
+         for i in range(4)])
+    run = analyze_paths([path], AnalyzeOptions()).runs[0]
+    idle = run.metrics.gpu_idle
+    assert (idle.launch_wait_ns, idle.launch_wait_outside_ops_ns) == (6_500_000, None)
+    (bound,) = [f for f in run.findings if f.id == "HOST_LAUNCH_BOUND"]
+    texts = [e.text for e in bound.evidence]
+    assert ("what the CPU ran while the GPU waited is unknown: the profile records no CPU "
+            "operators") in texts
+    assert not any("Python code between operators" in text for text in texts)
+    assert "Python between operators" not in bound.recommendation
+

@@ -489,8 +489,9 @@ class IdleCauses:
     #: The framework ops with the most self time (per step) while the GPU waited for launches;
     #: their ``share`` is of that wait.
     launch_wait_ops: list[TopItem] = field(default_factory=list)
-    #: Per step, the launch wait that no CPU op on any thread covers (Python between ops).
-    launch_wait_outside_ops_ns: int = 0
+    #: Per step, the launch wait that no CPU op on any thread covers (Python between ops);
+    #: None when the profile records no CPU ops (what the CPU ran then is unknown).
+    launch_wait_outside_ops_ns: int | None = 0
     #: The longest idle gap that waited for a launch: its start and end, ns.
     longest_launch_wait: tuple[int, int] | None = None
     #: One device's idle time per step (the devices' mean, as ``idle_ns_per_step``), counted

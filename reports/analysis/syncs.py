@@ -249,8 +249,10 @@ def idle_causes(profile: Profile, windows: StepWindows) -> IdleCauses | None:
     # The gaps' own arrays are gone (the helper returned) before every CPU op is read.
     idle, devices, waited, waited_ns, longest, (unknown_ns, unknown_gaps) = (
         _idle_by_cause(profile, windows))
-    ops, outside = (_cpu_in(profile, waited, windows.count) if waited is not None
-                    else ([], waited_ns // windows.count))  # no CPU op covers any of it
+    # Without CPU operators (an nsys export, a trace of CUDA activity alone) what the CPU ran
+    # while the GPU waited is unknown, not Python between operators.
+    ops, outside = (_cpu_in(profile, waited, windows.count)
+                    if waited is not None and profile.has("cpu_ops") else ([], None))
     per_device_step = windows.count * max(devices, 1)
     return IdleCauses(origin=profile.kind, step_ns=windows.total_ns // max(windows.count, 1),
                       idle_ns_per_step={cause: ns // per_device_step

@@ -102,7 +102,10 @@ def _launch_wait_evidence(idle: IdleCauses) -> list[Evidence]:
                             f"{spread}): the time is spread over many operators", idle.origin))
     waited = idle.launch_wait_ns
     outside = idle.launch_wait_outside_ops_ns
-    if waited and outside / waited >= LAUNCH_WAIT_OP_SHARE:
+    if outside is None:
+        out.append(Evidence("what the CPU ran while the GPU waited is unknown: the profile "
+                            "records no CPU operators", idle.origin))
+    elif waited and outside / waited >= LAUNCH_WAIT_OP_SHARE:
         out.append(Evidence(f"{ms(outside)} per step ({pct(outside / waited)} of the wait) lies "
                             "outside every recorded CPU operator: Python code between "
                             "operators", idle.origin))
@@ -125,7 +128,7 @@ def _launch_wait_advice(idle: IdleCauses, steps: int, ctx: RunContext) -> str:
     a start-up cost), or Python between ops, or generic when the trace names neither."""
     top = next((op for op in idle.launch_wait_ops if op.share >= LAUNCH_WAIT_OP_SHARE), None)
     waited = idle.launch_wait_ns
-    outside = idle.launch_wait_outside_ops_ns / waited if waited else 0.0
+    outside = (idle.launch_wait_outside_ops_ns or 0) / waited if waited else 0.0
     if top is not None and top.share >= outside and top.count == 1 and steps > 1:
         return (f"{top.name} held the CPU once in {steps} steps ({ms(top.total_ns * steps)}): "
                 "a one-off cost (first call: lazy initialisation, allocation, autotuning), not "
