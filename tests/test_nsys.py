@@ -18,6 +18,7 @@ from profreport.model import Profile, distinct_ids
 from profreport.parsers import ParseOptions, nsys, parse_file
 from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
 from profreport.reports.analysis.steps import phases_text
+from profreport.reports.render.display import metric_rows
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import write_nsys_export  # noqa: E402
@@ -1028,3 +1029,36 @@ def test_a_launch_wait_without_cpu_operators_is_not_said_to_be_python(tmp_path: 
     assert not any("Python code between operators" in text for text in texts)
     assert "Python between operators" not in bound.recommendation
 
+
+def test_copies_of_unrecorded_direction_leave_the_host_to_device_bytes_unknown(
+        tmp_path: Path) -> None:
+    """4 steps each copying 1 MiB in a row whose copyKind, srcKind and dstKind are NULL (CUPTI's
+    UNKNOWN): any of them may be a host-to-device copy from pageable memory. The report said
+    'Host-to-device copies: none recorded' and 0 pageable bytes, as if none had been made; the
+    pageable and pinned bytes are now unknown, and the reason counts the copies and bytes."""
+    ms = 10**6
+    path = write_nsys_export(
+        tmp_path / "undirected.sqlite",
+        [(i * 10 * ms + 2 * ms, i * 10 * ms + 7 * ms, i + 1, "gemm_kernel") for i in range(4)],
+        [(i * 10 * ms, i * 10 * ms + 9 * ms, f"step {i}") for i in range(4)],
+        [(i * 10 * ms + 1 * ms, i * 10 * ms + 1 * ms + 10_000, i + 1, "cudaLaunchKernel_v7000")
+         for i in range(4)] + [(i * 10 * ms + 8 * ms, i * 10 * ms + 8 * ms + 5000, 100 + i,
+                                "cudaMemcpyAsync_v3020") for i in range(4)])
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (start INT, end INT, deviceId INT, "
+                     "streamId INT, correlationId INT, bytes INT, copyKind INT, srcKind INT, "
+                     "dstKind INT)")
+        conn.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES "
+                         "(?, ?, 0, 7, ?, 1048576, NULL, NULL, NULL)",
+                         [(i * 10 * ms + 8 * ms + 100, i * 10 * ms + 8 * ms + 200_000, 100 + i)
+                          for i in range(4)])
+    run = analyze_paths([path], AnalyzeOptions()).runs[0]
+    copies = run.metrics.copies
+    assert (copies.h2d_bytes, copies.h2d_pageable_bytes, copies.h2d_pinned_bytes) == (0, None,
+                                                                                      None)
+    assert copies.h2d_kinds_unknown == ("the profile records no direction for 4 of its 4 copies "
+                                        "(4.0 MiB), which may be host-to-device")
+    rows = {row.label: row.value for row in metric_rows(run.metrics)}
+    assert rows["Host-to-device copies"] == (
+        "0 B in 0 ms (from pageable or pinned memory: unknown, the profile records no direction "
+        "for 4 of its 4 copies (4.0 MiB), which may be host-to-device)")

@@ -50,6 +50,7 @@ from profreport.reports.analysis.steps import (
     where_in_steps,
 )
 from profreport.reports.analysis.top import TOP_KERNELS, calls_by_name, top_items
+from profreport.units import nbytes
 
 #: An idle GPU gap longer than this is a stall, not launch jitter: the sc22 tutorial reads its
 #: 500 ms gaps as the GPU waiting for the DataLoader between iterations.
@@ -538,9 +539,8 @@ def copy_stats(profile: Profile) -> CopyStats | None:
     d2h = copies_of_kind(profile, concepts.DTOH)
     tiny = d2h[d2h["bytes"].between(0, TINY_COPY_BYTES)]
     syncs = runtime.iloc[classified_rows(profile, "runtime", concepts.is_sync_api)]
-    unrecorded = int((known["src_kind"] == concepts.UNKNOWN_KIND).sum())
-    unknown = (f"the profile records no source memory kind for {unrecorded:,} of its "
-               f"{len(known):,} host-to-device copies" if unrecorded else None)
+    unknown = _h2d_kinds_unknown(known, copies_of_kind(profile, concepts.UNKNOWN_KIND),
+                                 len(memcpy))
     return CopyStats(origin=profile.kind, h2d_bytes=int(known["bytes"].sum()),
                      h2d_ns=int((h2d["end"] - h2d["start"]).sum()),
                      h2d_pageable_bytes=None if unknown else int(
@@ -550,6 +550,22 @@ def copy_stats(profile: Profile) -> CopyStats | None:
                      h2d_kinds_unknown=unknown, tiny_d2h_count=len(tiny),
                      sync_api_ns=int((syncs["end"] - syncs["start"]).sum()),
                      sync_api_calls=len(syncs))
+
+
+def _h2d_kinds_unknown(h2d: pd.DataFrame, undirected: pd.DataFrame, copies: int) -> str | None:
+    """Why the pageable and pinned bytes of the host-to-device copies ``h2d`` are unknown: some
+    record no source memory kind, or some of the profile's ``copies`` (``undirected``) record no
+    direction and may be host-to-device copies of either memory; None when they are known."""
+    unrecorded = int((h2d["src_kind"] == concepts.UNKNOWN_KIND).sum())
+    why = [f"the profile records no source memory kind for {unrecorded:,} of its "
+           f"{len(h2d):,} host-to-device copies"] if unrecorded else []
+    if len(undirected):
+        sized = undirected["bytes"][undirected["bytes"] >= 0]
+        why.append(f"the profile records no direction for {len(undirected):,} of its "
+                   f"{copies:,} copies ({nbytes(int(sized.sum()))}"
+                   f"{'' if len(sized) == len(undirected) else ' with bytes recorded'}), "
+                   "which may be host-to-device")
+    return "; ".join(why) or None
 
 
 def top_kernels(profile: Profile) -> list[TopItem]:

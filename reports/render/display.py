@@ -437,7 +437,7 @@ def _launch_and_copy_rows(metrics: RunMetrics) -> list[MetricRow]:
                   if copies.h2d_pageable_bytes is not None
                   else f"from pageable or pinned memory: unknown, {copies.h2d_kinds_unknown}")
         copied = (f"{nbytes(copies.h2d_bytes)} in {duration(copies.h2d_ns)} ({source})"
-                  if copies.h2d_bytes else "none recorded")
+                  if copies.h2d_bytes or copies.h2d_kinds_unknown else "none recorded")
         rows.append(MetricRow("Host-to-device copies", copied, copies.origin))
         rows.append(MetricRow("Synchronising API calls", f"{number(copies.sync_api_calls)} "
                               f"({duration(copies.sync_api_ns)})", copies.origin))
