@@ -865,3 +865,52 @@ def test_communication_names_the_library_the_trace_records(tmp_path: Path, launc
     assert finding.evidence[0].text.startswith(f"{library} kernels take 40% of step time")
     rows = [row.label for group in metric_groups(run.metrics) for row in group.rows]
     assert f"Communication per step, GPU ({library})" in rows
+
+
+def _copy_loop(name: str, **copy_args: int) -> list[dict]:
+    """Four 1 ms ProfilerStep spans, each copying once (300 µs on the GPU, a copy event named
+    ``name`` with ``copy_args``) and then running a 200 µs kernel."""
+    events = []
+    for i in range(4):
+        t = 1000 + 1000 * i
+        events += [cpu_event(f"ProfilerStep#{i + 1}", t, 990, cat="user_annotation"),
+                   cpu_event("cudaMemcpyAsync", t + 10, 10, cat="cuda_runtime",
+                             correlation=900 + i),
+                   device_event(name, t + 20, 300, cat="gpu_memcpy", device=0, stream=7,
+                                correlation=900 + i, **copy_args),
+                   cpu_event("cudaLaunchKernel", t + 350, 10, cat="cuda_runtime",
+                             correlation=100 + i),
+                   device_event("gemm_kernel", t + 360, 200, device=0, stream=7,
+                                correlation=100 + i)]
+    return events
+
+
+def _h2d_row(run: RunAnalysis) -> str:
+    """The key-metrics value of the host-to-device copies."""
+    return next(row.value for group in metric_groups(run.metrics) for row in group.rows
+                if row.label == "Host-to-device copies")
+
+
+def test_host_to_device_copies_without_a_size_are_not_none(tmp_path: Path) -> None:
+    """Four pageable HtoD copies (1.2 ms) whose events carry no ``bytes``: the breakdown gave
+    them 300 µs of each step, and the key metrics said 'Host-to-device copies: none recorded'
+    (the row asked for bytes) and 0 B from pageable memory. They are copies of unrecorded size,
+    whose pageable share is unknown; with one of the four sized, 'at least' its bytes."""
+    run = _analyzed(kineto_trace(tmp_path / "unsized.json",
+                                 _copy_loop("Memcpy HtoD (Pageable -> Device)")))
+    copies = run.metrics.copies
+    assert copies is not None
+    assert (copies.h2d_unsized, copies.h2d_bytes, copies.h2d_ns) == (4, 0, 1_200_000)
+    assert copies.h2d_pageable_bytes is None and copies.h2d_pinned_bytes is None
+    why = "the profile records no size for 4 of its 4 host-to-device copies"
+    assert copies.h2d_kinds_unknown == why
+    assert _h2d_row(run) == (
+        f"size unrecorded in 1.2 ms (from pageable or pinned memory: unknown, {why})")
+    assert "PAGEABLE_MEMCPY" not in {f.id for f in run.findings}
+    assert metrics_json(run.metrics)["h2d_unsized_copies"] == 4
+    events = _copy_loop("Memcpy HtoD (Pageable -> Device)")
+    events[2]["args"]["bytes"] = 1 << 20
+    one = _analyzed(kineto_trace(tmp_path / "one_sized.json", events))
+    assert _h2d_row(one).startswith("at least 1.0 MiB in 1.2 ms (from pageable or pinned "
+                                    "memory: unknown, the profile records no size for 3 of its "
+                                    "4 host-to-device copies)")

@@ -539,8 +539,9 @@ def copy_stats(profile: Profile) -> CopyStats | None:
     d2h = copies_of_kind(profile, concepts.DTOH)
     tiny = d2h[d2h["bytes"].between(0, TINY_COPY_BYTES)]
     syncs = runtime.iloc[classified_rows(profile, "runtime", concepts.is_sync_api)]
+    unsized = len(h2d) - len(known)
     unknown = _h2d_kinds_unknown(known, copies_of_kind(profile, concepts.UNKNOWN_KIND),
-                                 len(memcpy))
+                                 len(memcpy), unsized)
     return CopyStats(origin=profile.kind, h2d_bytes=int(known["bytes"].sum()),
                      h2d_ns=int((h2d["end"] - h2d["start"]).sum()),
                      h2d_pageable_bytes=None if unknown else int(
@@ -549,16 +550,21 @@ def copy_stats(profile: Profile) -> CopyStats | None:
                          known.loc[known["src_kind"] == concepts.PINNED, "bytes"].sum()),
                      h2d_kinds_unknown=unknown, tiny_d2h_count=len(tiny),
                      sync_api_ns=int((syncs["end"] - syncs["start"]).sum()),
-                     sync_api_calls=len(syncs))
+                     sync_api_calls=len(syncs), h2d_unsized=unsized)
 
 
-def _h2d_kinds_unknown(h2d: pd.DataFrame, undirected: pd.DataFrame, copies: int) -> str | None:
-    """Why the pageable and pinned bytes of the host-to-device copies ``h2d`` are unknown: some
-    record no source memory kind, or some of the profile's ``copies`` (``undirected``) record no
-    direction and may be host-to-device copies of either memory; None when they are known."""
+def _h2d_kinds_unknown(h2d: pd.DataFrame, undirected: pd.DataFrame, copies: int,
+                       unsized: int) -> str | None:
+    """Why the pageable and pinned bytes of the host-to-device copies ``h2d`` (those recording
+    a size) are unknown: some record no source memory kind, ``unsized`` more record no size, or
+    some of the profile's ``copies`` (``undirected``) record no direction and may be
+    host-to-device copies of either memory; None when they are known."""
     unrecorded = int((h2d["src_kind"] == concepts.UNKNOWN_KIND).sum())
     why = [f"the profile records no source memory kind for {unrecorded:,} of its "
            f"{len(h2d):,} host-to-device copies"] if unrecorded else []
+    if unsized:
+        why.append(f"the profile records no size for {unsized:,} of its "
+                   f"{len(h2d) + unsized:,} host-to-device copies")
     if len(undirected):
         sized = undirected["bytes"][undirected["bytes"] >= 0]
         why.append(f"the profile records no direction for {len(undirected):,} of its "

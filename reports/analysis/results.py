@@ -395,6 +395,9 @@ class CopyStats:
     tiny_d2h_count: int
     sync_api_ns: int
     sync_api_calls: int
+    #: Host-to-device copies that record no size: their bytes are in no figure (``h2d_ns``
+    #: counts their time), and the pageable and pinned bytes are unknown.
+    h2d_unsized: int = 0
 
 
 @dataclass(frozen=True)

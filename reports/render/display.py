@@ -436,7 +436,9 @@ def _launch_and_copy_rows(metrics: RunMetrics) -> list[MetricRow]:
         source = (f"{nbytes(copies.h2d_pageable_bytes)} from pageable memory"
                   if copies.h2d_pageable_bytes is not None
                   else f"from pageable or pinned memory: unknown, {copies.h2d_kinds_unknown}")
-        copied = (f"{nbytes(copies.h2d_bytes)} in {duration(copies.h2d_ns)} ({source})"
+        size = (nbytes(copies.h2d_bytes) if not copies.h2d_unsized else
+                f"at least {nbytes(copies.h2d_bytes)}" if copies.h2d_bytes else "size unrecorded")
+        copied = (f"{size} in {duration(copies.h2d_ns)} ({source})"
                   if copies.h2d_bytes or copies.h2d_kinds_unknown else "none recorded")
         rows.append(MetricRow("Host-to-device copies", copied, copies.origin))
         rows.append(MetricRow("Synchronising API calls", f"{number(copies.sync_api_calls)} "

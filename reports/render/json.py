@@ -89,6 +89,7 @@ def metrics_json(m: RunMetrics) -> dict[str, Any]:
         "h2d_bytes": copies.h2d_bytes if copies else None,
         "h2d_pageable_bytes": copies.h2d_pageable_bytes if copies else None,
         "h2d_pageable_unknown_reason": copies.h2d_kinds_unknown if copies else None,
+        "h2d_unsized_copies": copies.h2d_unsized if copies else None,
         "sync_api_calls": copies.sync_api_calls if copies else None,
         "kernels_per_step": round(launch.kernels_per_step, 3) if launch else None,
         "kernels_per_step_unknown_reason": launch.kernels_unknown if launch else None,
