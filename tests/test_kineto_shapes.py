@@ -914,3 +914,29 @@ def test_host_to_device_copies_without_a_size_are_not_none(tmp_path: Path) -> No
     assert _h2d_row(one).startswith("at least 1.0 MiB in 1.2 ms (from pageable or pinned "
                                     "memory: unknown, the profile records no size for 3 of its "
                                     "4 host-to-device copies)")
+
+
+@pytest.mark.parametrize("dataparallel", [False, True])
+def test_one_process_on_two_gpus_is_dataparallel_only_with_its_functions(
+        tmp_path: Path, dataparallel: bool) -> None:
+    """One process, three 1 ms steps, each an aten::mm on GPU 0 then one on GPU 1 (a model
+    split over two GPUs: layers .to('cuda:1'), a device_map), operators recorded: the report
+    said 'The model uses nn.DataParallel' (high) and advised DDP, from the two GPUs alone.
+    DataParallel's forward runs its Scatter and Gather functions, which the trace would
+    record beside the operators: with them it is DataParallel; without, it is not."""
+    events = []
+    for n in range(3):
+        at = 1000 + 1000 * n
+        events.append(cpu_event(f"ProfilerStep#{n + 1}", at, 990, cat="user_annotation"))
+        if dataparallel:
+            events += [cpu_event("Scatter", at + 5, 10), cpu_event("Gather", at + 900, 10)]
+        for device in (0, 1):
+            correlation = 10 * n + device + 1
+            events += [cpu_event("aten::mm", at + 20 + 300 * device, 50),
+                       cpu_event("cudaLaunchKernel", at + 30 + 300 * device, 10,
+                                 cat="cuda_runtime", correlation=correlation),
+                       device_event("gemm_kernel", at + 50 + 300 * device, 250, pid=device,
+                                    device=device, stream=7, correlation=correlation)]
+    run = _analyzed(kineto_trace(tmp_path / "split.json", events))
+    assert run.metrics.max_devices_per_process == 2
+    assert ("DATAPARALLEL_NOT_DDP" in {f.id for f in run.findings}) is dataparallel

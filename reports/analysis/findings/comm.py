@@ -276,11 +276,16 @@ def dataparallel_not_ddp(facts: Facts) -> Finding | None:
 
     DataParallel's autograd
     functions alone (Broadcast, Gather...) are not enough: ``GatherBackward0`` is torch.gather's
-    backward, and a DistributedDataParallel run is no DataParallel run."""
+    backward, and a DistributedDataParallel run is no DataParallel run. Nor are several GPUs
+    where the GPU profile records CPU operators and none of DataParallel's: its forward runs
+    its Scatter and Gather functions, which a profile recording operators records, so such a
+    process splits its model over the GPUs (model parallelism, a device_map), which DDP does
+    not replace."""
     m, ctx = facts.metrics, facts.context
     forward = bool(m.dataparallel_ops) and bool(
         concepts.is_dataparallel_forward(pd.Series(list(m.dataparallel_ops))).any())
-    multi_device = (m.max_devices_per_process or 0) > 1 and m.gpu is not None
+    multi_device = (m.max_devices_per_process or 0) > 1 and m.gpu is not None and not (
+        m.top_ops and m.top_ops_origin == m.gpu.origin and not m.dataparallel_ops)
     if not (forward or multi_device or ctx.knob("dataparallel")):
         return None
     evidence = []
