@@ -601,19 +601,32 @@ def steps_of_ops(path: Path, ops: list[tuple[str, float, float]], dtype: str | N
 def test_gpu_advice_reads_the_recorded_dtypes_before_kernel_names(tmp_path: Path) -> None:
     """A compute-bound GPU whose GEMM's name says no precision: the matmuls' recorded bf16
     inputs say mixed precision is on, so it is not advised; fp32 inputs get it, with the
-    figure read from the dtypes; without them the kernel names are the hint, as before."""
-    def advice(dtype: str | None) -> str:
+    figure read from the dtypes; without them the kernel names are the hint, as before. The
+    evidence reads the same: it said 'no compute kernel runs in fp16/bf16: the model trains in
+    full precision' from the names whatever the dtypes, beside advice saying the kernels
+    already run in reduced precision; by names alone it now says it is a hint."""
+    def advice(dtype: str | None) -> tuple[str, list[str]]:
         # An nn.Linear (aten::linear -> aten::addmm) launching a 900 us GEMM in each 1 ms step.
         profile = kineto.parse(steps_of_ops(
             tmp_path / f"{dtype}.json", [("aten::linear", 5, 30), ("aten::addmm", 10, 20)],
             dtype, [[32, 64], [128, 64], [128]], 1000, [A100], kernel_us=900))
-        return findings_of(profile)["COMPUTE_BOUND"].recommendation
+        finding = findings_of(profile)["COMPUTE_BOUND"]
+        return finding.recommendation, [e.text for e in finding.evidence]
 
-    assert "mixed precision" not in advice("c10::BFloat16")
+    fix, texts = advice("c10::BFloat16")
+    assert "mixed precision" not in fix
+    assert "100% of the matmuls' and convolutions' time has fp16/bf16 inputs, by their " \
+        "recorded dtypes" in texts and not any("full precision" in t for t in texts)
+    fix, texts = advice("float")
     assert ("enable mixed precision (torch.autocast + GradScaler; the matmuls and convolutions "
-            "take no fp16/bf16 input now, by their recorded dtypes)") in advice("float")
-    assert "enable mixed precision (torch.autocast + GradScaler; every kernel runs in fp32 " \
-        "now)" in advice(None)
+            "take no fp16/bf16 input now, by their recorded dtypes)") in fix
+    assert "0.0% of the matmuls' and convolutions' time has fp16/bf16 inputs, by their " \
+        "recorded dtypes" in texts
+    fix, texts = advice(None)
+    assert "enable mixed precision (torch.autocast + GradScaler; no kernel is named fp16/bf16 " \
+        "now)" in fix
+    assert ("0.0% of compute-kernel time is in kernels named fp16/bf16 (kernel names only: the "
+            "profiles record no input dtypes, and a name need not carry one)") in texts
 
 
 def test_cpu_autocast_advice_reads_the_recorded_dtypes(tmp_path: Path) -> None:

@@ -116,19 +116,31 @@ def compute_bound(facts: Facts) -> Finding | None:
         evidence.append(Evidence(f"top kernel {top.name[:80]} takes {pct(top.share)} of "
                                  "kernel time", m.gpu.origin))
     if m.kernel_mix is not None:
-        evidence += _kernel_mix_evidence(m.kernel_mix)
+        evidence += _kernel_mix_evidence(m.kernel_mix, reduced_precision(m))
     return Finding("COMPUTE_BOUND", "info",
                    "The GPU's kernels set the pace of training.", evidence,
                    _gpu_compute_advice(m.kernel_mix, ctx, conv_ranks(m),
                                        reduced_precision(m)))
 
 
-def _kernel_mix_evidence(mix: KernelMix) -> list[Evidence]:
-    """What the kernel names say: precision, layout conversions, how the optimizer runs."""
-    precision = (f"{pct(mix.reduced_precision_fraction)} of compute-kernel time runs in "
-                 "fp16/bf16 kernels" if mix.reduced_precision_fraction > 0 else
-                 "no compute kernel runs in fp16/bf16: the model trains in full precision")
-    out = [Evidence(precision, mix.origin)]
+def _precision_evidence(reading: PrecisionReading) -> str | None:
+    """What the model computes in, as the advice reads it (ops.reduced_precision): by the
+    recorded input dtypes, else by kernel names, said to be a hint (a name need not carry its
+    dtype: ROCm's ``Cijk_..._BBS_...``, Triton's); None when neither tells."""
+    if reading.share is None:
+        return None
+    if reading.source != "kernel names":
+        return (f"{pct(reading.share)} of the matmuls' and convolutions' time has fp16/bf16 "
+                "inputs, by their recorded dtypes")
+    return (f"{pct(reading.share)} of compute-kernel time is in kernels named fp16/bf16 (kernel "
+            "names only: the profiles record no input dtypes, and a name need not carry one)")
+
+
+def _kernel_mix_evidence(mix: KernelMix, reading: PrecisionReading) -> list[Evidence]:
+    """What the kernels say: precision (``reading``), layout conversions, how the optimizer
+    runs."""
+    precision = _precision_evidence(reading)
+    out = [Evidence(precision, mix.origin)] if precision is not None else []
     if mix.layout_conversion_fraction >= LAYOUT_CONVERSION_SHARE:
         out.append(Evidence(f"NCHW/NHWC layout conversion kernels (nchwToNhwc, nhwcToNchw) take "
                             f"{pct(mix.layout_conversion_fraction)} of compute-kernel time",
@@ -152,7 +164,7 @@ def _amp_step(reading: PrecisionReading, ctx: RunContext) -> str | None:
                 f"fp32 (the profiles cannot tell: {reading.source})")
     if reading.source == "kernel names":
         now = (f"{pct(reading.share)} of kernel time is fp16/bf16 now" if reading.share > 0
-               else "every kernel runs in fp32 now")
+               else "no kernel is named fp16/bf16 now")
     elif reading.share > 0:
         now = (f"{pct(reading.share)} of the matmuls' and convolutions' time has fp16/bf16 "
                "inputs now, by their recorded dtypes")
