@@ -940,3 +940,37 @@ def test_one_process_on_two_gpus_is_dataparallel_only_with_its_functions(
     run = _analyzed(kineto_trace(tmp_path / "split.json", events))
     assert run.metrics.max_devices_per_process == 2
     assert ("DATAPARALLEL_NOT_DDP" in {f.id for f in run.findings}) is dataparallel
+
+
+@pytest.mark.parametrize("shapes", [True, False])
+def test_a_rocm_trace_recording_dtypes_is_not_told_to_record_them(tmp_path: Path,
+                                                                   shapes: bool) -> None:
+    """An MI300X trace under record_shapes=True (bf16 matmuls launching a hipBLASLt GEMM, as
+    the TraceLens MI300X trace records them): the precision check is unknown because the
+    check does not model AMD matrix cores, and the fix said 'Profile a few steps with
+    torch.profiler(record_shapes=True) on the GPU', which the trace already did and which
+    answers nothing there. Without the dtypes recorded, that is still the fix."""
+    inputs = {"Input type": ["c10::BFloat16", "c10::BFloat16"],
+              "Input Dims": [[512, 512], [512, 512]]} if shapes else {}
+    events = []
+    for i in range(4):
+        t = 1000 + 1000 * i
+        events += [cpu_event(f"ProfilerStep#{i + 1}", t, 990, cat="user_annotation"),
+                   cpu_event("aten::mm", t + 10, 100, **inputs),
+                   cpu_event("hipLaunchKernel", t + 20, 10, cat="cuda_runtime",
+                             correlation=100 + i),
+                   device_event("Cijk_Ailk_Bljk_BBS_BH_MT128x128x64_MI32x32x8x1", t + 50, 800,
+                                device=0, stream=7, correlation=100 + i)]
+    run = _analyzed(kineto_trace(tmp_path / "mi300x.json", events, deviceProperties=[
+        {"id": 0, "name": "AMD Instinct MI300X", "totalGlobalMem": 205822885888}]))
+    finding = {f.id: f for f in run.findings}["OP_CHECKS_UNKNOWN"]
+    assert finding.evidence[0].text == (
+        "fp32 matmuls/convolutions on tensor cores: unknown, " + (
+            "the trace is from a ROCm (AMD) GPU, whose matrix cores this check does not model"
+            if shapes else "the trace's 4 matmul/convolution calls carry no 'Input type' "
+            "(torch.profiler ran without record_shapes=True)"))
+    assert finding.recommendation == (
+        "No profiling option answers these checks: the trace records the operators' input "
+        "dtypes; why each is unknown is said above." if shapes else
+        "Profile a few steps with torch.profiler(record_shapes=True) on the GPU: the "
+        "operators' input dtypes and shapes answer these checks.")

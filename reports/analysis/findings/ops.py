@@ -11,6 +11,7 @@ from profreport import concepts
 from profreport.reports.analysis.findings.catalogue import Facts, rule
 from profreport.reports.analysis.findings.copies import unjudged_copies_evidence
 from profreport.reports.analysis.findings.verdicts import HOST_BOUND_IDLE_SHARE
+from profreport.reports.analysis.ops import UNRECORDED
 from profreport.reports.analysis.results import (
     Evidence,
     Finding,
@@ -250,12 +251,22 @@ def op_checks_unknown(facts: Facts) -> Finding | None:
     if not evidence:
         return None
     # The precision check needs the GPU's compute capability; the bias check reads shapes only.
-    gpu = m.op_precision is not None and m.op_precision.unknown_reason is not None
+    # Profiling with record_shapes=True answers a check only where the operators' inputs went
+    # unrecorded: a precision check the recorded dtypes leave unknown (a ROCm GPU, an
+    # unrecorded compute capability) it does not answer.
+    p = m.op_precision
+    gpu = p is not None and p.unknown_reason is not None and not any(
+        count for label, count in p.calls.items() if label != UNRECORDED)
+    if not gpu and (m.conv_bias is None or m.conv_bias.unknown_reason is None):
+        advice = ("No profiling option answers these checks: the trace records the operators' "
+                  "input dtypes; why each is unknown is said above.")
+    else:
+        advice = ("Profile a few steps with torch.profiler(record_shapes=True)"
+                  f"{' on the GPU' if gpu else ''}: the operators' input dtypes and shapes "
+                  "answer these checks.")
     return Finding("OP_CHECKS_UNKNOWN", "info",
                    "Some operator checks could not be made from these profiles.", evidence,
-                   "Profile a few steps with torch.profiler(record_shapes=True)"
-                   f"{' on the GPU' if gpu else ''}: the operators' input dtypes and shapes "
-                   "answer these checks.")
+                   advice)
 
 
 def _fp32_share_unknown_evidence(m: RunMetrics) -> list[Evidence]:
