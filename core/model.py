@@ -129,8 +129,9 @@ ROW_WORDS = {"runtime": "runtime calls", "sync": "GPU sync records", "osrt": "OS
              "memory": "allocator events"}
 
 
-def nothing_recorded(tables: dict[str, pd.DataFrame]) -> str | None:
-    """Why a file holds nothing to analyse (what it does hold, over which span), else None."""
+def nothing_recorded(tables: dict[str, pd.DataFrame], dropped: int = 0) -> str | None:
+    """Why a file holds nothing to analyse (what it does hold, over which span, and the
+    ``dropped`` records its parser refused for impossible values), else None."""
     if any(not tables[name].empty for name in SUBSTANCE_TABLES if name in tables):
         return None
     held = [(name, len(frame)) for name, frame in tables.items()
@@ -142,7 +143,8 @@ def nothing_recorded(tables: dict[str, pd.DataFrame]) -> str | None:
     return ("nothing to analyse: no kernels, copies, operators, ranges, steps or lines recorded"
             + (f" (only {what}{span})" if held else "")
             + ": the profiler traced none of them, or the capture ended before the first "
-            "iteration")
+            "iteration" + (f", or they are among the {dropped:,} records dropped for impossible "
+                           "values (see the notes)" if dropped else ""))
 
 
 def empty_table(name: str) -> pd.DataFrame:

@@ -604,7 +604,7 @@ def parse(path: Path) -> Profile:
                                                         len(steps)),
                                     _alternating_steps_note(steps, step_span, cpu_ops)])
     meta.notes += closing
-    meta.empty = nothing_recorded(frames)
+    meta.empty = nothing_recorded(frames, sum(meta.dropped.values()))
     give_back_freed_memory()
     return Profile(path=path, kind="kineto",
                    tool_version=_tool_version(header, dialect, distributed),

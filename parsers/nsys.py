@@ -218,7 +218,7 @@ def read_export(export_path: Path, *, source: Path | None = None) -> Profile:
     meta.notes = [dropped_note(table, count) for table, count in export.dropped.items()]
     meta.notes += export.lacking_notes
     _nvtx_structure(tables, meta)
-    meta.empty = nothing_recorded(tables)
+    meta.empty = nothing_recorded(tables, sum(export.dropped.values()))
     return Profile(path=source, kind="nsys", tool_version=meta.exporter_version,
                    rank=_capture_rank(tables, meta), tables=tables, meta=meta)
 

@@ -974,3 +974,21 @@ def test_a_rocm_trace_recording_dtypes_is_not_told_to_record_them(tmp_path: Path
         "dtypes; why each is unknown is said above." if shapes else
         "Profile a few steps with torch.profiler(record_shapes=True) on the GPU: the "
         "operators' input dtypes and shapes answer these checks.")
+
+
+def test_a_trace_whose_every_record_is_dropped_is_not_said_to_trace_nothing(
+        tmp_path: Path) -> None:
+    """Every timed event of a trace at a negative time (Kineto clamps its own to the base time;
+    a converted or edited trace may not): all are dropped as impossible, and the verdict said
+    'the profiler traced none of them', which the file contradicts. It says they may be among
+    the records dropped."""
+    events = [cpu_event("ProfilerStep#1", -5000.5, 990, cat="user_annotation"),
+              cpu_event("aten::mm", -4990, 100),
+              cpu_event("cudaLaunchKernel", -4980, 10, cat="cuda_runtime", correlation=1),
+              device_event("gemm_kernel", -4950, 600, device=0, stream=7, correlation=1)]
+    profile = kineto.parse(kineto_trace(tmp_path / "negative.json", events))
+    assert profile.meta.dropped == {"ts outside the possible range": 4}
+    assert profile.meta.empty == (
+        "nothing to analyse: no kernels, copies, operators, ranges, steps or lines recorded: "
+        "the profiler traced none of them, or the capture ended before the first iteration, or "
+        "they are among the 4 records dropped for impossible values (see the notes)")
