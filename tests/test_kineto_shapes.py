@@ -916,14 +916,9 @@ def test_host_to_device_copies_without_a_size_are_not_none(tmp_path: Path) -> No
                                     "4 host-to-device copies)")
 
 
-@pytest.mark.parametrize("dataparallel", [False, True])
-def test_one_process_on_two_gpus_is_dataparallel_only_with_its_functions(
-        tmp_path: Path, dataparallel: bool) -> None:
-    """One process, three 1 ms steps, each an aten::mm on GPU 0 then one on GPU 1 (a model
-    split over two GPUs: layers .to('cuda:1'), a device_map), operators recorded: the report
-    said 'The model uses nn.DataParallel' (high) and advised DDP, from the two GPUs alone.
-    DataParallel's forward runs its Scatter and Gather functions, which the trace would
-    record beside the operators: with them it is DataParallel; without, it is not."""
+def _split_model(dataparallel: bool) -> list[dict]:
+    """One process, three 1 ms steps, each an aten::mm launching a 250 µs kernel on GPU 0 then
+    one on GPU 1; with nn.DataParallel's Scatter and Gather around them if asked."""
     events = []
     for n in range(3):
         at = 1000 + 1000 * n
@@ -937,7 +932,18 @@ def test_one_process_on_two_gpus_is_dataparallel_only_with_its_functions(
                                  cat="cuda_runtime", correlation=correlation),
                        device_event("gemm_kernel", at + 50 + 300 * device, 250, pid=device,
                                     device=device, stream=7, correlation=correlation)]
-    run = _analyzed(kineto_trace(tmp_path / "split.json", events))
+    return events
+
+
+@pytest.mark.parametrize("dataparallel", [False, True])
+def test_one_process_on_two_gpus_is_dataparallel_only_with_its_functions(
+        tmp_path: Path, dataparallel: bool) -> None:
+    """One process, three 1 ms steps, each an aten::mm on GPU 0 then one on GPU 1 (a model
+    split over two GPUs: layers .to('cuda:1'), a device_map), operators recorded: the report
+    said 'The model uses nn.DataParallel' (high) and advised DDP, from the two GPUs alone.
+    DataParallel's forward runs its Scatter and Gather functions, which the trace would
+    record beside the operators: with them it is DataParallel; without, it is not."""
+    run = _analyzed(kineto_trace(tmp_path / "split.json", _split_model(dataparallel)))
     assert run.metrics.max_devices_per_process == 2
     assert ("DATAPARALLEL_NOT_DDP" in {f.id for f in run.findings}) is dataparallel
 
@@ -992,3 +998,20 @@ def test_a_trace_whose_every_record_is_dropped_is_not_said_to_trace_nothing(
         "nothing to analyse: no kernels, copies, operators, ranges, steps or lines recorded: "
         "the profiler traced none of them, or the capture ended before the first iteration, or "
         "they are among the 4 records dropped for impossible values (see the notes)")
+
+
+def test_two_gpus_windows_are_said_to_be_two(tmp_path: Path) -> None:
+    """The split model's two GPUs, each busy 750 µs of the 2.99 ms of steps: the GPU window is
+    their windows summed (5.98 ms), and the report read 'GPU busy 25.1% of 6.0 ms' and 'cover
+    1.5 ms of the 6.0 ms GPU window' of a 3 ms profile; it says 2 GPUs × 3.0 ms, and the JSON
+    the devices its window adds up."""
+    run = _analyzed(kineto_trace(tmp_path / "split.json", _split_model(False)))
+    gpu = run.metrics.gpu
+    assert gpu is not None and (gpu.window_ns, gpu.busy_ns) == (5_980_000, 1_500_000)
+    rows = {row.label: row.value for group in metric_groups(run.metrics) for row in group.rows}
+    assert rows["GPU busy"] == "25.1% of 2 GPUs × 3.0 ms (1.5 ms busy)"
+    low = {f.id: f for f in run.findings}["LOW_GPU_UTIL"]
+    assert low.evidence[0].text == ("kernels, copies and memsets cover 1.5 ms of the 2 GPUs × "
+                                    "3.0 ms GPU window")
+    assert (metrics_json(run.metrics)["gpu_window_ms"],
+            metrics_json(run.metrics)["gpu_window_devices"]) == (5.98, 2)

@@ -297,7 +297,7 @@ def metric_rows(metrics: RunMetrics) -> list[MetricRow]:
     if metrics.gpu is not None:
         gpu = metrics.gpu
         rows.append(MetricRow("GPU busy", f"{percent(gpu.busy_fraction)} of "
-                              f"{duration(gpu.window_ns)} ({duration(gpu.busy_ns)} busy)",
+                              f"{gpu.window_text(duration)} ({duration(gpu.busy_ns)} busy)",
                               gpu.origin))
         rows.append(MetricRow(f"Idle gaps longer than {duration(gpu.long_gap_ns)}",
                               number(gpu.long_gap_count), gpu.origin))

@@ -69,6 +69,7 @@ def metrics_json(m: RunMetrics) -> dict[str, Any]:
         "wall_step_intervals": m.steps.wall_intervals if m.steps else None,
         "gpu_busy_fraction": _frac(gpu.busy_fraction) if gpu else None,
         "gpu_window_ms": _ms(gpu.window_ns) if gpu else None,
+        "gpu_window_devices": len(gpu.per_device) if gpu else None,
         "gpu_busy_ms": _ms(gpu.busy_ns) if gpu else None,
         "long_idle_gaps": gpu.long_gap_count if gpu else None,
         "long_idle_gap_threshold_ms": _ms(gpu.long_gap_ns) if gpu else None,

@@ -110,7 +110,7 @@ def compute_bound(facts: Facts) -> Finding | None:
     if m.gpu is None:
         return _cpu_compute_bound(m, ctx, share or 0.0, evidence)
     evidence.append(Evidence(f"GPU busy {pct(m.gpu.busy_fraction)} of its "
-                             f"{ms(m.gpu.window_ns)} window", m.gpu.origin))
+                             f"{m.gpu.window_text(ms)} window", m.gpu.origin))
     top = _top_compute_kernel(m)
     if top is not None:
         evidence.append(Evidence(f"top kernel {top.name[:80]} takes {pct(top.share)} of "

@@ -192,7 +192,7 @@ def low_gpu_util(facts: Facts) -> Finding | None:
         return None
     severity: Severity = "high" if g.busy_fraction < VERY_LOW_GPU_BUSY else "medium"
     evidence = [Evidence(f"kernels, copies and memsets cover {ms(g.busy_ns)} of the "
-                         f"{ms(g.window_ns)} GPU window", g.origin)]
+                         f"{g.window_text(ms)} GPU window", g.origin)]
     if g.largest_gaps:
         gap = g.largest_gaps[0]
         evidence.append(Evidence(f"largest idle gap {ms(gap.duration_ns)} on GPU {gap.device},"
