@@ -28,10 +28,15 @@ from profreport.reports.analysis.results import (
 )
 from profreport.reports.analysis.steps import StepWindows, dataloader_intervals, loader_known
 
-#: A part's intervals, or a table's rows (merged into the claimed time row by row, never built
-#: into a union of their own).
-Part = iv.Intervals | iv.Rows
+#: A part's intervals, a table's rows, or several tables' rows (merged into the claimed time row
+#: by row, never built into a union of their own).
+Part = iv.Intervals | iv.Rows | tuple[iv.Rows, ...]
 Parts = Iterable[tuple[str, Part]]
+
+
+def _sets(part: Part) -> tuple[iv.Intervals | iv.Rows, ...]:
+    """The one or more sets of intervals a part joins the claimed time with."""
+    return part if isinstance(part, tuple) else (part,)
 
 
 def claim(parts: Parts, windows: StepWindows) -> dict[str, np.ndarray]:
@@ -40,16 +45,16 @@ def claim(parts: Parts, windows: StepWindows) -> dict[str, np.ndarray]:
     part claims what it adds, a stretch of time at a time (iv.stretches: what a window holds is
     the sum of what its pieces in the stretches hold), so no union of the whole profile is built,
     nor any part's own remainder."""
-    named = list(parts)
-    stretched = [iv.Stretched(part) for _, part in named]
+    named = [(name, [iv.Stretched(rows) for rows in _sets(part)]) for name, part in parts]
     out = {name: np.zeros(windows.count, dtype=np.int64) for name, _ in named}
-    for low, high in iv.stretches(stretched):
+    for low, high in iv.stretches([rows for _, sets in named for rows in sets]):
         near = iv.reaching(windows.starts, windows.ends, low, high)  # the others hold none
         starts, ends = windows.starts[near], windows.ends[near]
         claimed = iv.EMPTY
         before = np.zeros(len(near), dtype=np.int64)
-        for (name, _), part in zip(named, stretched, strict=True):
-            claimed = iv.merge_rows(claimed, part.within(low, high))
+        for name, sets in named:
+            for rows in sets:
+                claimed = iv.merge_rows(claimed, rows.within(low, high))
             covered = np.asarray(iv.overlap_per_window(claimed, starts, ends), np.int64)
             out[name][near] += covered - before
             before = covered
