@@ -1062,3 +1062,25 @@ def test_copies_of_unrecorded_direction_leave_the_host_to_device_bytes_unknown(
     assert rows["Host-to-device copies"] == (
         "0 B in 0 ms (from pageable or pinned memory: unknown, the profile records no direction "
         "for 4 of its 4 copies (4.0 MiB), which may be host-to-device)")
+
+
+def test_a_capture_without_fetch_or_step_ranges_leaves_the_dataloader_part_unmeasured(
+        tmp_path: Path) -> None:
+    """A GPU capture whose NVTX ranges are 3 'load' ranges 10 ms apart (the repeated range, so
+    the steps) and an 'eval' range: nothing records when the loop fetched, so the DataLoader
+    share is unknown (null); the breakdown gave the DataLoader wait as a measured 0 ms beside
+    it. It is now unmeasured, the steps' 3.7 ms of compute and 4.0 ms of rest as before."""
+    ms = 10**6
+    path = write_nsys_export(
+        tmp_path / "no_fetches.sqlite",
+        [(i * 10 * ms + 2 * ms, i * 10 * ms + 7 * ms, i + 1, "gemm_kernel") for i in range(6)],
+        [(i * 10 * ms, i * 10 * ms + 3 * ms, "load") for i in range(3)] + [(40 * ms, 45 * ms,
+                                                                           "eval")],
+        [(i * 10 * ms + 1 * ms, i * 10 * ms + 1 * ms + 10_000, i + 1, "cudaLaunchKernel_v7000")
+         for i in range(6)])
+    run = analyze_paths([path], AnalyzeOptions()).runs[0]
+    assert run.metrics.dataloader_fraction is None
+    breakdown = run.metrics.breakdown
+    assert "dataloader" not in breakdown.measured
+    assert (breakdown.parts_ns["compute"], breakdown.parts_ns["other"]) == (11 * ms // 3,
+                                                                            3_990_000)

@@ -35,6 +35,7 @@ from profreport.reports.analysis.launches import (
     unlinked,
 )
 from profreport.reports.analysis.results import (
+    BREAKDOWN_PARTS,
     Breakdown,
     CopyStats,
     GpuUtilization,
@@ -46,6 +47,7 @@ from profreport.reports.analysis.results import (
 from profreport.reports.analysis.steps import (
     StepWindows,
     dataloader_intervals,
+    loader_known,
     starts_in_windows,
     where_in_steps,
 )
@@ -275,9 +277,13 @@ def comm_under_compute(profile: Profile, windows: StepWindows) -> int:
 def gpu_breakdown(profile: Profile, windows: StepWindows,
                   claims: dict[str, np.ndarray]) -> Breakdown:
     """Step time split into the parts of :func:`gpu_parts`; ``comm_overlapped_ns`` is the
-    communication that runs under compute kernels."""
+    communication that runs under compute kernels. The DataLoader wait is unmeasured where the
+    profile does not record it (steps.loader_known: an nsys capture without fetch or step
+    ranges), its time in "other"."""
     overlapped = comm_under_compute(profile, windows) // max(windows.count, 1)
-    return make_breakdown(profile.kind, windows, claims, overlapped)
+    measured = frozenset(BREAKDOWN_PARTS) - (set() if loader_known(profile, windows)
+                                             else {"dataloader"})
+    return make_breakdown(profile.kind, windows, claims, overlapped, measured)
 
 
 def stream_free_by_block(profile: Profile, table: str = "kernels") -> Iterator[np.ndarray]:
