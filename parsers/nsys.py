@@ -107,6 +107,12 @@ NVTX_RANGE_TYPE_NAMES = ("NvtxPushPopRange", "NvtxStartEndRange", "NvtxtPushPopR
 NVTX_MARK_NAME = "NvtxMark"
 NVTX_DOMAIN_CREATE_NAME = "NvtxDomainCreate"
 _EVENT_TYPE_TABLE = "ENUM_NSYS_EVENT_TYPE"
+# When the capture stopped (``duration``, ns from its start as the events' times are): nsys ends
+# a range still open then at that time (2022.4, checked on a capture whose last range was never
+# popped), so such a range's real end is unrecorded.
+_ANALYSIS_TABLE = "ANALYSIS_DETAILS"
+# Ranges still open at the capture's end named in their note at most.
+OPEN_RANGES_NAMED = 3
 # The code of an event type the export's enum does not name: no event carries it.
 _NO_EVENT_TYPE = -1
 
@@ -217,6 +223,7 @@ def read_export(export_path: Path, *, source: Path | None = None) -> Profile:
     meta.dropped = dict(export.dropped)
     meta.notes = [dropped_note(table, count) for table, count in export.dropped.items()]
     meta.notes += export.lacking_notes
+    meta.notes += [export.open_ranges_note] if export.open_ranges_note else []
     _nvtx_structure(tables, meta)
     meta.empty = nothing_recorded(tables, sum(export.dropped.values()))
     return Profile(path=source, kind="nsys", tool_version=meta.exporter_version,
@@ -432,6 +439,8 @@ class _Export:
         self.rank_marks: list[tuple[int, str]] = []
         #: Notes on the figures left unknown by columns this export's schema lacks (lacking).
         self.lacking_notes: list[str] = []
+        #: The note on the NVTX ranges left out for being open at the capture's end, if any.
+        self.open_ranges_note: str | None = None
 
     @classmethod
     def open(cls, export_path: Path, source: Path) -> _Export:
@@ -593,9 +602,40 @@ def _read_tables(export: _Export) -> dict[str, pd.DataFrame]:
     tables = {name: frame for name, read in readers.items()
               if (frame := read(export)) is not None}
     if "ranges" in tables:
+        tables["ranges"] = _ended_ranges(export, tables["ranges"])
         tables["steps"] = steps_from_ranges(tables["ranges"])
         tables["dataloader"] = dataloader_from_ranges(tables["ranges"], tables["steps"])
     return tables
+
+
+def _capture_ends(export: _Export) -> list[int]:
+    """When the capture stopped (each VM's, ANALYSIS_DETAILS.duration), in the events' ns; none
+    where the export does not record it."""
+    if "duration" not in export.columns(_ANALYSIS_TABLE):
+        return []
+    rows = export.query(f"SELECT DISTINCT duration FROM {_ANALYSIS_TABLE} "
+                        "WHERE typeof(duration) = 'integer'")
+    return [int(end) for end in rows["duration"]]
+
+
+def _ended_ranges(export: _Export, ranges: pd.DataFrame) -> pd.DataFrame:
+    """``ranges`` less those still open when the capture stopped, which nsys ends at the
+    capture's end (_capture_ends): their real end is unrecorded (a step cut by ``--duration``,
+    a range never popped), so they are no step, phase or fetch of a known length; a note
+    counts and names them."""
+    still_open = ranges["end"].isin(_capture_ends(export)).to_numpy()
+    if not still_open.any():
+        return ranges
+    names = pd.unique(ranges["name"].to_numpy(dtype=object)[still_open]).tolist()
+    shown = ", ".join(f"'{error_text(name)}'" for name in names[:OPEN_RANGES_NAMED])
+    more = f" and {len(names) - OPEN_RANGES_NAMED:,} more" if len(names) > OPEN_RANGES_NAMED \
+        else ""
+    count = int(still_open.sum())
+    export.open_ranges_note = (
+        f"nsys: {count:,} NVTX range{'s' if count > 1 else ''} still open when the capture "
+        f"stopped ({shown}{more}), which nsys ends at the capture's end: their end is "
+        "unknown, so they are left out")
+    return ranges[~still_open].reset_index(drop=True)
 
 
 def _nvtx_structure(tables: dict[str, pd.DataFrame], meta: NsysMeta) -> None:

@@ -1084,3 +1084,27 @@ def test_a_capture_without_fetch_or_step_ranges_leaves_the_dataloader_part_unmea
     assert "dataloader" not in breakdown.measured
     assert (breakdown.parts_ns["compute"], breakdown.parts_ns["other"]) == (11 * ms // 3,
                                                                             3_990_000)
+
+
+def test_ranges_still_open_when_the_capture_stopped_are_left_out(tmp_path: Path) -> None:
+    """nsys ends a range still open when the capture stops at the capture's end (2022.4, seen
+    on a real capture whose last range was never popped: its end is ANALYSIS_DETAILS.duration).
+    4 steps of 9 ms, 10 ms apart, then 'step 4' and a 'forward' inside it cut by the capture's
+    end at 100 ms: step 4 read as a 60 ms step (mean 19.2 ms, 5 steps, a 60 ms 'forward'). Both
+    are left out and named in a note; the 4 steps keep their 9 ms."""
+    ms = 10**6
+    ranges = [(i * 10 * ms, i * 10 * ms + 9 * ms, f"step {i}") for i in range(4)] + [
+        (40 * ms, 100 * ms, "step 4"), (41 * ms, 100 * ms, "forward")]
+    path = write_nsys_export(tmp_path / "cut.sqlite", [], ranges)
+    with sqlite3.connect(path) as conn:
+        conn.executescript("CREATE TABLE ANALYSIS_DETAILS (globalVid INT, duration INT, "
+                           "startTime INT, stopTime INT);"
+                           f"INSERT INTO ANALYSIS_DETAILS VALUES (0, {100 * ms}, 0, {100 * ms});")
+    profile = nsys.parse(path)
+    steps = profile.table("steps")
+    assert steps["number"].tolist() == [0, 1, 2, 3]
+    assert (steps["end"] - steps["start"]).tolist() == [9 * ms] * 4
+    assert "forward" not in set(profile.table("ranges")["name"])
+    assert ("nsys: 2 NVTX ranges still open when the capture stopped ('step 4', 'forward'), "
+            "which nsys ends at the capture's end: their end is unknown, so they are left out"
+            in profile.meta.notes)
