@@ -929,3 +929,19 @@ def test_an_idle_gap_across_a_step_boundary_says_so(tmp_path: Path) -> None:
     start = int(windows.range_starts[1])
     assert where_in_steps(np.array([start, start]), np.array([start + 10, start + 10**9]),
                           windows) == ["inside step 1", "from step 1 past its end"]
+
+
+def test_two_step_ranges_make_no_stall_of_the_fetch_only_one_of_them_holds(
+        tmp_path: Path) -> None:
+    """An nsys capture of two 9 ms ``step N`` ranges 2 ms apart: the loop fetched between them
+    (2 ms: 10% of the two windows), but the last window is its range alone, kept so that two
+    remain, and its fetch after it is not recorded. DATA_STALLS read '1 of 2 steps stall for
+    2.0 ms, the other steps wait 0.0 ms (median)'; one window holding a fetch gives no spread
+    of the wait, so no stall."""
+    ms = 10**6
+    path = write_nsys_export(tmp_path / "two.sqlite", [],
+                             [(0, 9 * ms, "step 0"), (11 * ms, 20 * ms, "step 1")])
+    run = analyze_paths([path], AnalyzeOptions()).runs[0]
+    assert run.metrics.dataloader_fraction == pytest.approx(0.1)
+    assert run.metrics.shape.dataloader_wait is None
+    assert "DATA_STALLS" not in [f.id for f in run.findings]

@@ -131,6 +131,14 @@ class StepWindows:
         whole_last = last_window_whole(self.tiled, self.holds_fetch, self.last_followed)
         return self.count - 1 if self.count > 2 and not whole_last else self.count
 
+    @property
+    def fetching(self) -> int:
+        """Number of the whole windows that can hold their step's fetch: all but the last when
+        it is only its own range, kept whole so that two remain (its fetch, after it, is not
+        recorded: its DataLoader wait is unknown, not 0)."""
+        bare_last = not last_window_whole(self.tiled, self.holds_fetch, self.last_followed)
+        return self.whole - 1 if bare_last and self.whole == self.count else self.whole
+
     def whole_lengths(self) -> np.ndarray:
         """Lengths of the whole windows (see :attr:`whole`), ns."""
         return (self.ends[:self.whole] - self.starts[:self.whole]).astype(np.int64)
@@ -432,7 +440,8 @@ def step_shape(profile: Profile, windows: StepWindows,
                gpu_busy: Callable[[iv.Intervals], iv.Intervals] | None = None) -> StepShape:
     """Start-up and the spread of the step window and the DataLoader wait over the whole
     windows (StepWindows.whole: the last left out when it is only its own range, with no fetch
-    after it), no spread over fewer than STEADY_MIN_STEPS of them; with ``gpu_busy`` (the parts
+    after it; for the DataLoader wait, StepWindows.fetching: so too when it was kept so that two
+    remain), no spread over fewer than STEADY_MIN_STEPS of them; with ``gpu_busy`` (the parts
     of given spans when a GPU is busy), how busy the GPUs are during the DataLoader stalls."""
     whole = windows.whole
     spread = whole >= STEADY_MIN_STEPS
@@ -441,18 +450,19 @@ def step_shape(profile: Profile, windows: StepWindows,
     lengths = windows.whole_lengths()
     median = int(np.median(lengths))
     loader = dataloader_intervals(profile, windows)
-    waits = iv.overlap_per_window(loader, starts, ends)
+    fetching = windows.fetching
+    waits = iv.overlap_per_window(loader, starts[:fetching], ends[:fetching])
     busy = None if gpu_busy is None else \
-        iv.overlap_per_window(gpu_busy(loader), starts, ends)
+        iv.overlap_per_window(gpu_busy(loader), starts[:fetching], ends[:fetching])
     return StepShape(origin=windows.origin, warmup=windows.warmup,
                      compiling=windows.compiling,
                      compiling_left_out=windows.compiling_left_out,
                      evaluating=windows.evaluating,
                      step_window=per_step(lengths, numbers, starts, ends, median)
                      if spread else None,
-                     dataloader_wait=per_step(np.asarray(waits, np.int64), numbers, starts,
-                                              ends, median, busy)
-                     if spread and waits.any() else None)
+                     dataloader_wait=per_step(np.asarray(waits, np.int64), numbers[:fetching],
+                                              starts[:fetching], ends[:fetching], median, busy)
+                     if fetching >= STEADY_MIN_STEPS and waits.any() else None)
 
 
 def records_fetches(profile: Profile) -> bool:
