@@ -660,3 +660,28 @@ def test_unlinked_kernels_launched_after_the_optimizer_span_are_none_of_its(
         "the torch.profiler profile records no launch call for 3 of the 180 kernels that may "
         "have been launched inside an optimizer step (0 with no correlation id, 3 with one "
         "that no recorded runtime call carries)")
+
+
+@pytest.mark.parametrize("lacking", ["ids", "calls"])
+def test_the_fix_for_unlinked_work_names_what_the_profile_lacks(tmp_path: Path,
+                                                                 lacking: str) -> None:
+    """The blocking-copy export with its copies' correlationId dropped (another nsys version's
+    schema), or with each kernel's id one that no recorded call carries (its call made before
+    the capture recorded calls, or dropped): LAUNCH_LINKS_UNKNOWN's fix told both to profile
+    with the correlation ids kept, which the second already records. It now names what each
+    profile lacks: the ids, or the calls of ids the work carries."""
+    path = _blocking_copy_export(tmp_path / f"{lacking}.sqlite")
+    with sqlite3.connect(path) as conn:
+        if lacking == "ids":
+            conn.execute("ALTER TABLE CUPTI_ACTIVITY_KIND_MEMCPY DROP COLUMN correlationId")
+        else:
+            conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET correlationId = "
+                         "correlationId + 1000")
+    run = analyze_paths([path], AnalyzeOptions()).runs[0]
+    fix = {f.id: f for f in run.findings}["LAUNCH_LINKS_UNKNOWN"].recommendation
+    assert run.metrics.launch_link_gaps == (
+        ("no correlation ids",) if lacking == "ids" else ("calls unrecorded",))
+    assert fix.startswith("Profile with the correlation ids kept" if lacking == "ids" else
+                          "The unlinked GPU work carries correlation ids that no recorded call "
+                          "holds")
+    assert ("correlation ids kept" in fix) == (lacking == "ids")

@@ -59,6 +59,40 @@ def unlinked(profile: Profile, table: str, rows: np.ndarray | None = None,
             "carries)")
 
 
+#: What a profile lacks where some of its GPU work is linked to no launch call (link_gaps):
+#: the runtime calls altogether; correlation ids (on the calls, or on some of the work); or,
+#: the work carrying ids, the calls of those ids (launched before the capture recorded calls,
+#: or dropped by the profiler).
+NO_RUNTIME_CALLS = "no runtime calls"
+NO_CORRELATION_IDS = "no correlation ids"
+CALLS_UNRECORDED = "calls unrecorded"
+
+
+@per_profile
+def link_gaps(profile: Profile) -> frozenset[str]:
+    """What the profile lacks where some of its kernels, copies or memsets are linked to no
+    launch call (NO_RUNTIME_CALLS, NO_CORRELATION_IDS, CALLS_UNRECORDED), read as
+    :func:`unlinked` reads it; empty when every row is linked (or there are none)."""
+    gaps: set[str] = set()
+    calls_have_ids = False
+    if not profile.table("runtime").empty:
+        calls_have_ids = int(profile.table("runtime")["correlation"].to_numpy().max()) >= 0
+    for table in GPU_TABLES:
+        if profile.table(table).empty:
+            continue
+        if profile.table("runtime").empty:
+            return frozenset({NO_RUNTIME_CALLS})
+        missing = launch_calls(profile, table) < 0
+        if not missing.any():
+            continue
+        with_id = _ids_of(profile, table) >= 0
+        if not calls_have_ids or (missing & ~with_id).any():
+            gaps.add(NO_CORRELATION_IDS)
+        if calls_have_ids and (missing & with_id).any():
+            gaps.add(CALLS_UNRECORDED)
+    return frozenset(gaps)
+
+
 def counted_by_start(why: str | None) -> str | None:
     """How a count of GPU rows launched per step (launched_in_windows) counts those linked to
     no launch call, ``why`` they are (:func:`unlinked`): by the step they started in on the

@@ -53,7 +53,7 @@ from profreport.reports.analysis.gpu import (
     max_devices_per_process,
     top_kernels,
 )
-from profreport.reports.analysis.launches import forget_launches, join_beside
+from profreport.reports.analysis.launches import forget_launches, join_beside, link_gaps
 from profreport.reports.analysis.lines import (
     dataloader_loop,
     function_listings,
@@ -243,6 +243,8 @@ def compute_run_metrics(profiles: list[Profile], manifest: Manifest | None = Non
     _add_lprof_metrics(metrics, lines, loop)
     _add_attributed_metrics(metrics, timed, loop)
     _add_other_breakdowns(metrics, timed, loop)
+    metrics.launch_link_gaps = tuple(sorted(set().union(
+        *(link_gaps(profile) for profile in profiles if has_gpu_events(profile)))))
     if gpu_profile is not None:
         metrics.top_kernels = top_kernels(gpu_profile)
         metrics.kernel_mix = kernel_mix(gpu_profile, _windows_of(gpu_profile, timed))

@@ -888,6 +888,10 @@ class RunMetrics:
     #: kernels linked to no launch call may be any process's (launches.unlinked); None when
     #: known.
     devices_per_process_unknown: str | None = None
+    #: What the profiles with GPU work lack where some of it is linked to no launch call
+    #: (launches.link_gaps: no runtime calls, no correlation ids, calls unrecorded), sorted;
+    #: empty when every kernel, copy and memset is linked.
+    launch_link_gaps: tuple[str, ...] = ()
     #: DistributedDataParallel forward spans seen (DDP's own signature).
     ddp_forward_calls: int = 0
     #: The fewest DDP forward passes one gradient all-reduce round takes over the steps

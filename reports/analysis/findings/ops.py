@@ -11,6 +11,11 @@ from profreport import concepts
 from profreport.reports.analysis.findings.catalogue import Facts, rule
 from profreport.reports.analysis.findings.copies import unjudged_copies_evidence
 from profreport.reports.analysis.findings.verdicts import HOST_BOUND_IDLE_SHARE
+from profreport.reports.analysis.launches import (
+    CALLS_UNRECORDED,
+    NO_CORRELATION_IDS,
+    NO_RUNTIME_CALLS,
+)
 from profreport.reports.analysis.ops import UNRECORDED
 from profreport.reports.analysis.results import (
     Evidence,
@@ -358,10 +363,27 @@ def launch_links_unknown(facts: Facts) -> Finding | None:
     evidence += _devices_unknown_evidence(m)
     if not evidence:
         return None
+    fixes = [_LINK_FIXES[gap] for gap in m.launch_link_gaps] or [
+        _LINK_FIXES[NO_CORRELATION_IDS]]
     return Finding("LAUNCH_LINKS_UNKNOWN", "info",
                    "Some checks could not be made: these profiles do not link GPU work to the "
-                   "calls that launched it.", evidence,
-                   "Profile with the correlation ids kept: torch.profiler records them on its "
-                   "runtime, kernel and copy events (args.correlation), and Nsight Systems "
-                   "exports them as the correlationId column of its CUPTI tables; export the "
-                   "report again with an nsys version that writes that column.")
+                   "calls that launched it.", evidence, " ".join(fixes))
+
+
+#: LAUNCH_LINKS_UNKNOWN's fix for each thing the profiles lack (launches.link_gaps).
+_LINK_FIXES = {
+    NO_RUNTIME_CALLS: "Record the CPU side of the launches too: torch.profiler with "
+                      "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] records the "
+                      "runtime calls that launch the GPU work, and nsys profile --trace=cuda "
+                      "records them (CUPTI_ACTIVITY_KIND_RUNTIME).",
+    NO_CORRELATION_IDS: "Profile with the correlation ids kept: torch.profiler records them "
+                        "on its runtime, kernel and copy events (args.correlation), and Nsight "
+                        "Systems exports them as the correlationId column of its CUPTI tables; "
+                        "export the report again with an nsys version that writes that column.",
+    CALLS_UNRECORDED: "The unlinked GPU work carries correlation ids that no recorded call "
+                      "holds: the profile recorded the work but not the calls that launched it, "
+                      "made before the capture began recording calls (work still queued as it "
+                      "started) or dropped by the profiler (see its notes for lost records). "
+                      "Profile more steps, so that work launched before the capture weighs "
+                      "less, and start the capture between steps, not inside one.",
+}
