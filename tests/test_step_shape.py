@@ -63,6 +63,19 @@ def write_trace(path: Path, steps: list[tuple[int, int, list[str]]],
 SETUP = ["cuInit", "cuDevicePrimaryCtxRetain"] + ["cudaMalloc"] * 6
 
 
+def test_loading_gpu_code_is_start_up_work(tmp_path: Path) -> None:
+    """A step whose runtime calls load kernel images (cuModuleLoadData, cuLibraryLoadData: CUDA's
+    lazy loading at a kernel's first launch) besides the allocator's growth: the loads were
+    not counted as set-up calls, so STARTUP named only the allocations."""
+    loads = ["cuModuleLoadData", "cuLibraryLoadData", "cuModuleLoadData"]
+    path = write_trace(tmp_path / "lazy.pt.trace.json", [(400, 3000, loads + ["cudaMalloc"])])
+    run = analyze_paths([path], AnalyzeOptions()).runs[0]
+    assert run.metrics.shape.warmup.setup_calls == {"cuModuleLoadData": 2, "cudaMalloc": 1,
+                                                    "cuLibraryLoadData": 1}
+    found = next(f for f in run.findings if f.id == "STARTUP")
+    assert "cuModuleLoadData ×2, cuLibraryLoadData ×1, cudaMalloc ×1" in found.evidence[0].text
+
+
 def test_a_trace_of_start_up_only_says_so(tmp_path: Path) -> None:
     """One step holding context creation and allocator growth is start-up only: a high
     STARTUP finding naming the calls, and the step is still the only one measured."""

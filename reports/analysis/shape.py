@@ -67,11 +67,14 @@ OUTLIERS_LISTED = 5
 #: creation (driver entry points; ``cudaFree(0)`` is its usual trigger, but cudaFree also frees,
 #: so it counts only with cudaMalloc below), cuDNN/MIOpen autotuning (benchmark=True runs the
 #: ``Find`` searches), and the CUDA caching allocator growing (cudaMalloc: a steady loop reuses
-#: its blocks and calls none), and torch.compile compiling (the spans its dynamo_timed records
-#: around Dynamo compiling a frame and AOTAutograd compiling the backward at its first call).
+#: its blocks and calls none), GPU code being loaded (a module or library of kernels: with
+#: CUDA's lazy loading, at a kernel's first launch, never again for it), and torch.compile
+#: compiling (the spans its dynamo_timed records around Dynamo compiling a frame and
+#: AOTAutograd compiling the backward at its first call).
 _SETUP_CALL = re.compile(
     r"^(?:cuInit|cuDevicePrimaryCtxRetain|cuCtxCreate\w*|cudnnFind\w*|miopenFind\w*|"
     r"cudnnGet\w*Algorithm\w*|cudaMalloc|cuMemAlloc\w*|hipMalloc|hipInit|"
+    r"cuModuleLoad\w*|cuLibraryLoad\w*|hipModuleLoad\w*|"
     + "|".join(sorted(concepts.COMPILE_SPANS)) + r")$")
 
 
