@@ -82,15 +82,17 @@ def per_step_samples(claims: dict[str, np.ndarray],
 
 def make_breakdown(origin: Origin, windows: StepWindows, claims: dict[str, np.ndarray],
                    overlapped_ns: int = 0,
-                   measured: frozenset[str] = frozenset(BREAKDOWN_PARTS)) -> Breakdown:
+                   measured: frozenset[str] = frozenset(BREAKDOWN_PARTS),
+                   h2d_overlapped_ns: int = 0) -> Breakdown:
     """A Breakdown whose parts (in BREAKDOWN_PARTS order) add up to the mean window, with each
-    part's per-step samples and the parts its source ``measured``."""
+    part's per-step samples, the parts its source ``measured``, and the communication and the
+    host-to-device copies per step that run under compute kernels."""
     step_ns = windows.total_ns // max(windows.count, 1)
     parts_ns = dict.fromkeys(BREAKDOWN_PARTS, 0)
     parts_ns.update(mean_per_step(claims, windows))
     parts_ns["other"] = max(step_ns - sum(v for k, v in parts_ns.items() if k != "other"), 0)
     return Breakdown(origin=origin, step_ns=step_ns, parts_ns=parts_ns,
-                     comm_overlapped_ns=overlapped_ns,
+                     comm_overlapped_ns=overlapped_ns, h2d_overlapped_ns=h2d_overlapped_ns,
                      per_step_ns=per_step_samples(claims, windows), measured=measured)
 
 

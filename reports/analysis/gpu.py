@@ -17,7 +17,7 @@ from profreport import concepts
 from profreport.allocator import giving_back_memory
 from profreport.model import Profile, ids_at, narrowest_int
 from profreport.reports.analysis import intervals as iv
-from profreport.reports.analysis.breakdown import Parts, claim, make_breakdown
+from profreport.reports.analysis.breakdown import Part, Parts, claim, make_breakdown
 from profreport.reports.analysis.cpu import spans_where
 from profreport.reports.analysis.kept import (
     classified_at,
@@ -259,31 +259,41 @@ def comm_intervals(profile: Profile) -> iv.Intervals:
     return iv.union_of([comm_kernels(profile)])
 
 
-@per_profile
-def comm_under_compute(profile: Profile, windows: StepWindows) -> int:
-    """The ns inside the step windows with communication kernels running while a compute
-    kernel runs (copies and memsets are not compute: overlap with them hides nothing); kept as
-    that figure, not as its intervals. Measured a stretch of time at a time (iv.stretches), the
-    compute kernels' union never built whole."""
-    comm, compute = iv.Stretched(comm_intervals(profile)), iv.Stretched(compute_rows(profile))
+def under_compute(profile: Profile, windows: StepWindows, part: Part) -> int:
+    """The ns inside the step windows with ``part`` running while a compute kernel runs (copies
+    and memsets are not compute: overlap with them hides nothing). Measured a stretch of time
+    at a time (iv.stretches), the compute kernels' union never built whole."""
+    mine_all, compute = iv.Stretched(part), iv.Stretched(compute_rows(profile))
     covered = 0
-    for low, high in iv.stretches([comm, compute]):
-        mine, theirs = comm.within(low, high), compute.within(low, high)
+    for low, high in iv.stretches([mine_all, compute]):
+        mine, theirs = mine_all.within(low, high), compute.within(low, high)
         covered += windows.covered(iv.intersect(iv.union(mine.starts, mine.ends),
                                                 iv.union(theirs.starts, theirs.ends)))
     return covered
 
 
+@per_profile
+def comm_under_compute(profile: Profile, windows: StepWindows) -> int:
+    """The ns inside the step windows with communication kernels running while a compute
+    kernel runs (under_compute); kept as that figure, not as its intervals."""
+    return under_compute(profile, windows, comm_intervals(profile))
+
+
 def gpu_breakdown(profile: Profile, windows: StepWindows,
                   claims: dict[str, np.ndarray]) -> Breakdown:
     """Step time split into the parts of :func:`gpu_parts`; ``comm_overlapped_ns`` is the
-    communication that runs under compute kernels. The DataLoader wait is unmeasured where the
-    profile does not record it (steps.loader_known: an nsys capture without fetch or step
-    ranges), its time in "other"."""
-    overlapped = comm_under_compute(profile, windows) // max(windows.count, 1)
+    communication that runs under compute kernels, ``h2d_overlapped_ns`` the host-to-device
+    copies that do. The DataLoader wait is unmeasured where the profile does not record it
+    (steps.loader_known: an nsys capture without fetch or step ranges), its time in "other"."""
+    steps = max(windows.count, 1)
+    overlapped = comm_under_compute(profile, windows) // steps
+    h2d = claims.get("h2d_copy")  # none claimed: no hidden copy time to measure
+    h2d_hidden = (under_compute(profile, windows, copy_rows(profile, host_to_device=True)) // steps
+                  if h2d is not None and h2d.any() else 0)
     measured = frozenset(BREAKDOWN_PARTS) - (set() if loader_known(profile, windows)
                                              else {"dataloader"})
-    return make_breakdown(profile.kind, windows, claims, overlapped, measured)
+    return make_breakdown(profile.kind, windows, claims, overlapped, measured,
+                          h2d_overlapped_ns=h2d_hidden)
 
 
 def stream_free_by_block(profile: Profile, table: str = "kernels") -> Iterator[np.ndarray]:

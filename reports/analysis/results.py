@@ -25,7 +25,7 @@ SCHEMA = "profreport/1"
 
 Severity = Literal["high", "medium", "low", "info"]
 Verdict = Literal["loader-bound", "compute-bound", "communication-bound", "host-bound",
-                  "sync-bound", "balanced", "unknown"]
+                  "sync-bound", "transfer-bound", "balanced", "unknown"]
 #: Which statistic a comparison row's step time is.
 StepTimeKind = Literal["median", "mean"]
 #: Where a metric came from: a profiler, or the runner's own measurement.
@@ -281,6 +281,9 @@ class Breakdown:
     parts_ns: dict[str, int]
     #: Communication hidden under compute (not a part: compute already claims it).
     comm_overlapped_ns: int = 0
+    #: Host-to-device copy time with a compute kernel running beside it (not a part: the
+    #: h2d_copy part, which claims before compute, holds it): copies hidden under the kernels.
+    h2d_overlapped_ns: int = 0
     #: Each part's ns in every whole step window (for robust comparisons); empty when the
     #: origin splits no window (line_profiler).
     per_step_ns: dict[str, tuple[int, ...]] = field(default_factory=dict)

@@ -36,6 +36,7 @@ VERDICT_LABELS = {
     "communication-bound": "Communication-bound",
     "host-bound": "Host-bound (the CPU cannot feed the GPU)",
     "sync-bound": "Sync-bound (the CPU blocks in syncs, the GPU drains)",
+    "transfer-bound": "Transfer-bound (the GPU's copies set the pace)",
     "balanced": "Balanced",
     "unknown": "Unknown",
 }

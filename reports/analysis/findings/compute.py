@@ -93,8 +93,8 @@ def conv_ranks(m: RunMetrics) -> tuple[int, ...]:
 
 @rule("COMPUTE_BOUND", severity=("info",), needs=("profiles", "manifest"))
 def compute_bound(facts: Facts) -> Finding | None:
-    """The GPU is saturated (by more than its collectives), or compute fills most of the step:
-    the model's math sets the pace."""
+    """The GPU is saturated (by more than its collectives and copies), or compute fills most of
+    the step: the model's math sets the pace."""
     m, ctx = facts.metrics, facts.context
     share = compute_share(m)
     if not (gpu_saturated_by_compute(m) or (share is not None and share >= COMPUTE_BOUND_SHARE)):

@@ -1,13 +1,19 @@
-"""Findings about copies and syncs: pageable host-to-device copies, copies in every step, the CPU
-blocked waiting for the GPU.
+"""Findings about copies and syncs: copies setting the pace, pageable host-to-device copies,
+copies in every step, the CPU blocked waiting for the GPU.
 """
 
 from __future__ import annotations
 
 from profreport import concepts
 from profreport.reports.analysis.findings.catalogue import Facts, rule
-from profreport.reports.analysis.findings.verdicts import COMPUTE_BOUND_BUSY
+from profreport.reports.analysis.findings.verdicts import (
+    COMPUTE_BOUND_BUSY,
+    COPY_PARTS,
+    compute_share,
+    transfer_bound_share,
+)
 from profreport.reports.analysis.results import (
+    CopyStats,
     Evidence,
     Finding,
     RunMetrics,
@@ -186,3 +192,61 @@ def host_device_copies(facts: Facts) -> Finding | None:
     return Finding("HOST_DEVICE_COPIES_PER_STEP", severity,
                    f"Each step copies between host and device more often than a batch needs: "
                    f"{counts} copies.", evidence, "; ".join(steps) + ".")
+
+
+def _memory_evidence(c: CopyStats | None) -> list[Evidence]:
+    """Which host memory the host-to-device copies come from: pinned and pageable bytes, or
+    unknown and why (CopyStats.h2d_kinds_unknown)."""
+    if c is None or (c.h2d_bytes <= 0 and c.h2d_kinds_unknown is None):
+        return []
+    if c.h2d_pageable_bytes is None or c.h2d_pinned_bytes is None:
+        return [Evidence(f"pinned or pageable host memory: unknown, {c.h2d_kinds_unknown}",
+                         c.origin)]
+    return [Evidence(f"host-to-device bytes over the profile: {nbytes(c.h2d_pinned_bytes)} from "
+                     f"pinned memory, {nbytes(c.h2d_pageable_bytes)} from pageable memory",
+                     c.origin)]
+
+
+def _transfer_advice(m: RunMetrics) -> str:
+    """What to change when copies set the pace: keep the data on the GPU, pin and overlap the
+    copies (pinning only where some come from pageable memory or it is unknown), fewer larger
+    copies where a step makes several, a smaller dtype."""
+    c, steps = m.copies, m.step_copies
+    pageable = c is None or c.h2d_pageable_bytes is None or c.h2d_pageable_bytes > 0
+    advice = ["Keep the data on the GPU: move a dataset (or its tensors) that fits in GPU memory "
+              "there once, before the loop, not each step"]
+    advice.append("use pin_memory=True in the DataLoader with .to(device, non_blocking=True) so "
+                  "the copies overlap the kernels" if pageable else
+                  "the copies already come from pinned memory: issue them with "
+                  ".to(device, non_blocking=True) (and prefetch the next batch) so they overlap "
+                  "the kernels")
+    if steps is not None and steps.copies_per_step[concepts.HTOD] >= SMALL_HTOD_PER_STEP:
+        advice.append(f"make fewer, larger copies ({_count(steps.copies_per_step[concepts.HTOD])} "
+                      "host-to-device copies per step now: stack the tensors into one)")
+    advice.append("copy a smaller dtype (uint8 images, fp16/bf16 features) and convert on the GPU")
+    return "; ".join(advice) + "."
+
+
+@rule("TRANSFER_BOUND", severity=("high",), needs=("profiles",))
+def transfer_bound(facts: Facts) -> Finding | None:
+    """The GPU's copies and memsets, with no compute kernel beside them, hold most of the step
+    (the breakdown's host-to-device copy and other copy parts), not its kernels: moving data
+    sets the pace."""
+    m = facts.metrics
+    share, b = transfer_bound_share(m), m.breakdown
+    if share is None or b is None:
+        return None
+    h2d, other = (ms(b.parts_ns[part]) for part in COPY_PARTS)
+    hidden = (f" ({ms(b.h2d_overlapped_ns)} of it beside compute kernels)"
+              if b.h2d_overlapped_ns else "")
+    evidence = [Evidence(f"host-to-device copies {h2d}{hidden} and other copies and memsets "
+                         f"{other} per step: {pct(share)} of {ms(b.step_ns)} with no compute "
+                         f"kernel beside them; compute kernels {pct(compute_share(m) or 0.0)}",
+                         b.origin)]
+    if m.step_copies is not None:
+        evidence += (_copy_evidence(m, m.step_copies, concepts.HTOD)
+                     + _copy_evidence(m, m.step_copies, concepts.DTOH))
+    evidence += _memory_evidence(m.copies)
+    return Finding("TRANSFER_BOUND", "high",
+                   f"Copies on the GPU set the pace of training: {pct(share)} of each step.",
+                   evidence, _transfer_advice(m))

@@ -27,11 +27,14 @@ from profreport.units import duration, ms, pct
 #: Communication not hidden under compute for a quarter of the step makes the run comm-bound.
 COMM_BOUND_EXPOSED_FRACTION = 0.25
 #: A GPU busy 80% of its window is limited by its own kernels: the run is compute-bound (unless
-#: its collectives keep it busy: see gpu_saturated_by_compute).
+#: its collectives or copies keep it busy: see gpu_saturated_by_compute).
 COMPUTE_BOUND_BUSY = 0.80
 #: Compute (GPU kernels, or CPU framework ops on CPU-only runs) filling 60% of the step makes
 #: the model's own math the bottleneck.
 COMPUTE_BOUND_SHARE = 0.60
+#: Copies and memsets holding half the step with no compute kernel beside them (the breakdown's
+#: h2d_copy and copy_memset parts) leave every other part less: the run is transfer-bound.
+TRANSFER_BOUND_SHARE = 0.50
 #: Half the step with the GPU idle until work launched during the idle time arrives (nothing
 #: queued): the GPU waits for the CPU more than it works, the run is host-bound.
 HOST_BOUND_IDLE_SHARE = 0.50
@@ -60,12 +63,14 @@ PROFILER_SLOWDOWN_LIMIT = 10.0
 VERDICT_LIMIT = {"loader-bound": "loader", "compute-bound": "compute",
                  "host-bound": "compute", "communication-bound": "compute",
                  "sync-bound": "compute"}
+# The breakdown's parts that are GPU copies and memsets, not kernels (see gpu.gpu_parts).
+COPY_PARTS = ("h2d_copy", "copy_memset")
 _LIMIT_VERDICT: dict[str, Verdict] = {"loader": "loader-bound", "compute": "compute-bound"}
 #: The finding that explains each verdict: it leads the run's findings, whatever its severity.
 VERDICT_FINDINGS: dict[str, str] = {
     "loader-bound": "LOADER_BOUND", "compute-bound": "COMPUTE_BOUND",
     "communication-bound": "COMM_OVERHEAD", "host-bound": "HOST_LAUNCH_BOUND",
-    "sync-bound": "SYNC_STALL",
+    "sync-bound": "SYNC_STALL", "transfer-bound": "TRANSFER_BOUND",
 }
 
 
@@ -104,6 +109,25 @@ def compute_share(m: RunMetrics) -> float | None:
     if m.breakdown is None or m.breakdown.step_ns <= 0 or "compute" not in m.breakdown.measured:
         return None
     return m.breakdown.parts_ns["compute"] / m.breakdown.step_ns
+
+
+def copy_share(m: RunMetrics) -> float | None:
+    """Share of the step the GPU's copies and memsets take with no compute kernel beside them:
+    the breakdown's COPY_PARTS (claimed after the DataLoader wait; other copies and memsets
+    after compute too) less the host-to-device copy time under compute kernels
+    (Breakdown.h2d_overlapped_ns); None without a GPU breakdown that measured them."""
+    b = m.breakdown
+    if m.gpu is None or b is None or b.step_ns <= 0 or not b.measured.issuperset(COPY_PARTS):
+        return None
+    h2d = b.parts_ns["h2d_copy"] - min(b.h2d_overlapped_ns, b.parts_ns["h2d_copy"])
+    return (h2d + b.parts_ns["copy_memset"]) / b.step_ns
+
+
+def transfer_bound_share(m: RunMetrics) -> float | None:
+    """The copies' share of the step (copy_share) when it reaches TRANSFER_BOUND_SHARE: the
+    figure of the transfer-bound verdict and of TRANSFER_BOUND; None below it."""
+    share = copy_share(m)
+    return share if share is not None and share >= TRANSFER_BOUND_SHARE else None
 
 
 def compute_where(m: RunMetrics) -> str:
@@ -204,6 +228,10 @@ def _waste_candidates(m: RunMetrics) -> list[Candidate]:
     if exposed >= COMM_BOUND_EXPOSED_FRACTION:
         out.append((exposed, COMM_BOUND_EXPOSED_FRACTION, "communication-bound",
                     f"{pct(exposed)} of step time is communication not hidden by compute"))
+    if (copies := transfer_bound_share(m)) is not None:
+        out.append((copies, TRANSFER_BOUND_SHARE, "transfer-bound",
+                    f"GPU copies and memsets take {pct(copies)} of step time, its compute "
+                    f"kernels {pct(compute_share(m) or 0.0)}: moving data sets the pace"))
     return out + _gpu_idle_candidates(m)
 
 
@@ -247,14 +275,15 @@ def profiler_verdict(m: RunMetrics) -> tuple[Verdict, str]:
 
 
 def gpu_saturated_by_compute(m: RunMetrics) -> bool:
-    """Whether the GPU is busy COMPUTE_BOUND_BUSY of its window with more than communication:
-    exposed communication (collectives running with no compute beside them) of
-    1 - COMPUTE_BOUND_BUSY of the step or more leaves the other kernels less than
-    COMPUTE_BOUND_BUSY of it, so a GPU kept busy by its collectives is not saturated by the
-    model's math."""
+    """Whether the GPU is busy COMPUTE_BOUND_BUSY of its window with more than communication
+    and copies: exposed communication (collectives running with no compute beside them) and
+    exposed copies and memsets (copy_share) holding 1 - COMPUTE_BOUND_BUSY of the step or more
+    together leave the compute kernels less than COMPUTE_BOUND_BUSY of it, so a GPU kept busy
+    by its collectives or its copies is not saturated by the model's math."""
     if m.gpu is None or m.gpu.busy_fraction < COMPUTE_BOUND_BUSY:
         return False
-    return m.comm is None or m.comm.exposed_fraction < 1 - COMPUTE_BOUND_BUSY
+    exposed = m.comm.exposed_fraction if m.comm is not None else 0.0
+    return exposed + (copy_share(m) or 0.0) < 1 - COMPUTE_BOUND_BUSY
 
 
 def _compute_figure(m: RunMetrics) -> tuple[float, float] | None:

@@ -1,0 +1,145 @@
+"""A GPU kept busy by copies is transfer-bound, not compute-bound: the verdict reads the step
+breakdown's copy parts (h2d_copy, copy_memset), and compute-bound needs the kernels to hold the
+step (hand-built Kineto traces: the steps of 1 ms a reviewer built, of pinned host-to-device
+copies and of kernels; an nsys export of pageable copies reads the same)."""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+
+from profreport.executors import ExecutorOptions
+from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+from profreport.reports.analysis.results import RunAnalysis
+
+sys.path.insert(0, str(Path(__file__).parent))
+from conftest import cpu_event, device_event, kineto_trace, write_nsys_export  # noqa: E402
+
+#: The one device of the traces.
+DEVICE = [{"id": 0, "name": "NVIDIA A100-SXM4-40GB", "totalGlobalMem": 42314694656,
+           "computeMajor": 8, "computeMinor": 0, "numSms": 108}]
+
+
+def gpu_steps(path: Path, work_us: int, copy: bool, beside_us: int = 0, steps: int = 4) -> Path:
+    """``steps`` ProfilerStep#N of 990 us, 1 ms apart, each launching one GPU operation of
+    ``work_us``: a 64 MiB host-to-device copy from pinned memory (``copy``) or a kernel, with a
+    pinned copy of ``beside_us`` under it on another stream (non_blocking, overlapped)."""
+    events = []
+    for i in range(steps):
+        t = 1000 + i * 1000
+        if beside_us:
+            events += [cpu_event("cudaMemcpyAsync", t + 15, 5, cat="cuda_runtime",
+                                 correlation=500 + i),
+                       device_event("Memcpy HtoD (Pinned -> Device)", t + 60, beside_us,
+                                    cat="gpu_memcpy", device=0, stream=8, tid=8,
+                                    correlation=500 + i, bytes=1 << 26)]
+        op, call = ("aten::to", "cudaMemcpyAsync") if copy else ("aten::mm", "cudaLaunchKernel")
+        events += [cpu_event(f"ProfilerStep#{i + 1}", t, 990, cat="user_annotation"),
+                   cpu_event(op, t + 10, 500 if copy else 100),
+                   cpu_event(call, t + 20, 10, cat="cuda_runtime", correlation=100 + i)]
+        if copy:
+            events.append(device_event("Memcpy HtoD (Pinned -> Device)", t + 50, work_us,
+                                       cat="gpu_memcpy", device=0, stream=7,
+                                       correlation=100 + i, bytes=1 << 26))
+        else:
+            events.append(device_event("gemm_kernel", t + 50, work_us, device=0, stream=7,
+                                       correlation=100 + i))
+    return kineto_trace(path, events, deviceProperties=DEVICE)
+
+
+def analyzed(path: Path) -> RunAnalysis:
+    """The one run ``profreport analyze PATH`` makes of a file (in this process)."""
+    (run,) = analyze_paths([path], AnalyzeOptions(executor=ExecutorOptions(processes=1))).runs
+    return run
+
+
+@pytest.mark.parametrize(("copy_us", "share"), [(900, "90%"), (700, "70%")])
+def test_steps_of_pinned_copies_are_transfer_bound(tmp_path: Path, copy_us: int,
+                                                   share: str) -> None:
+    """Steps of 90% (the GPU busy past COMPUTE_BOUND_BUSY) and of 70% host-to-device copies and
+    no kernel: they were compute-bound ('compute 0.0%') and balanced with no finding; the copies
+    set the pace, with their share, direction, bytes and memory as evidence."""
+    run = analyzed(gpu_steps(tmp_path / "copies.json", copy_us, copy=True))
+    assert run.verdict == "transfer-bound"
+    assert run.verdict_reason == (f"GPU copies and memsets take {share} of step time, its compute "
+                                  "kernels 0.0%: moving data sets the pace")
+    ids = [f.id for f in run.findings]
+    assert ids[0] == "TRANSFER_BOUND" and "COMPUTE_BOUND" not in ids
+    found = run.findings[0]
+    assert found.title == f"Copies on the GPU set the pace of training: {share} of each step."
+    evidence = [e.text for e in found.evidence]
+    per_step = f"{copy_us / 1000:.1f} ms"
+    assert evidence[0] == (f"host-to-device copies {per_step} and other copies and memsets 0.0 "
+                           f"ms per step: {share} of 1.0 ms with no compute kernel beside them; "
+                           "compute kernels 0.0%")
+    assert evidence[1] == ("1 host-to-device copies launched per step (0 under 64 KiB), 64.0 MiB "
+                           f"and {per_step} of copy time per step")
+    assert evidence[-1] == ("host-to-device bytes over the profile: 256.0 MiB from pinned "
+                            "memory, 0 B from pageable memory")
+    advice = found.recommendation
+    assert "already come from pinned memory" in advice and "pin_memory=True" not in advice
+    assert "mixed precision" not in advice
+
+
+def test_steps_of_kernels_stay_compute_bound(tmp_path: Path) -> None:
+    """The same steps with a 900 us kernel in place of the copy: the kernels hold the step, the
+    run is compute-bound and TRANSFER_BOUND stays silent."""
+    run = analyzed(gpu_steps(tmp_path / "kernels.json", 900, copy=False))
+    assert run.verdict == "compute-bound"
+    assert run.verdict_reason == "GPU busy 90% of the step windows"
+    ids = [f.id for f in run.findings]
+    assert ids[0] == "COMPUTE_BOUND" and "TRANSFER_BOUND" not in ids
+    assert "compute 90% of 1.0 ms per step" in [e.text for e in run.findings[0].evidence]
+
+
+def test_nsys_steps_of_pageable_copies_are_transfer_bound(tmp_path: Path) -> None:
+    """An Nsight Systems export: 4 NVTX steps of 10 ms, each copying 64 MiB host-to-device from
+    pageable memory for 8 ms and running a 1 ms kernel (busy 90%: compute-bound before). The
+    same rule as Kineto's: transfer-bound, pinning advised."""
+    ms = 1_000_000
+    kernels, runtime, copies = [], [], []
+    for i in range(4):
+        t, c = i * 10 * ms, i * 10
+        runtime += [(t + 100_000, t + 200_000, c + 1, "cudaMemcpyAsync_v3020"),
+                    (t + 300_000, t + 310_000, c + 2, "cudaLaunchKernel_v7000")]
+        copies.append((t + 500_000, t + 8_500_000, c + 1, 2**26, 1, 0, 2))
+        kernels.append((t + 8_600_000, t + 9_600_000, c + 2, "gemm"))
+    steps = [(i * 10 * ms, i * 10 * ms + 10 * ms, f"step {i}") for i in range(4)]
+    path = write_nsys_export(tmp_path / "copies.sqlite", kernels, steps, runtime)
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (start INT, end INT, deviceId INT, "
+                     "streamId INT, correlationId INT, bytes INT, copyKind INT, srcKind INT, "
+                     "dstKind INT)")
+        conn.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES "
+                         "(?, ?, 0, 7, ?, ?, ?, ?, ?)", copies)
+    run = analyzed(path)
+    assert run.verdict == "transfer-bound"
+    assert run.verdict_reason == ("GPU copies and memsets take 80% of step time, its compute "
+                                  "kernels 10%: moving data sets the pace")
+    found = run.findings[0]
+    assert found.id == "TRANSFER_BOUND"
+    assert [e.text for e in found.evidence] == [
+        "host-to-device copies 8.0 ms and other copies and memsets 0.0 ms per step: 80% of "
+        "10.0 ms with no compute kernel beside them; compute kernels 10%",
+        "1 host-to-device copies launched per step (0 under 64 KiB), 64.0 MiB and 8.0 ms of "
+        "copy time per step",
+        "host-to-device bytes over the profile: 0 B from pinned memory, 256.0 MiB from "
+        "pageable memory"]
+    assert "pin_memory=True" in found.recommendation
+
+
+def test_copies_hidden_under_the_kernels_leave_it_compute_bound(tmp_path: Path) -> None:
+    """The kernel steps with a 600 us pinned copy on a second stream under each 900 us kernel:
+    the breakdown's h2d_copy part claims those 600 us before compute (60% of the step), but
+    the kernels run beside them all along, so the copies set no pace: compute-bound, no
+    TRANSFER_BOUND, the hidden copy time kept beside the breakdown."""
+    run = analyzed(gpu_steps(tmp_path / "overlapped.json", 900, copy=False, beside_us=600))
+    breakdown = run.metrics.breakdown
+    assert (breakdown.parts_ns["h2d_copy"], breakdown.parts_ns["compute"],
+            breakdown.h2d_overlapped_ns) == (600_000, 300_000, 600_000)
+    assert run.verdict == "compute-bound"
+    assert run.verdict_reason == "GPU busy 90% of the step windows"
+    assert "TRANSFER_BOUND" not in [f.id for f in run.findings]
