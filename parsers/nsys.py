@@ -113,6 +113,11 @@ _EVENT_TYPE_TABLE = "ENUM_NSYS_EVENT_TYPE"
 _ANALYSIS_TABLE = "ANALYSIS_DETAILS"
 # Ranges still open at the capture's end named in their note at most.
 OPEN_RANGES_NAMED = 3
+# NVTX domains a library owns whose every range is one call of that library (NCCL annotates each
+# ncclAllReduce, ncclGroupStart... in its domain "NCCL"): no pass of the program's loop, so never
+# a step by repetition. Other domains, the user's own included, stay candidates: a domain's name
+# does not say whether its ranges are calls or passes.
+LIBRARY_DOMAINS = frozenset({"NCCL"})
 # The code of an event type the export's enum does not name: no event carries it.
 _NO_EVENT_TYPE = -1
 
@@ -641,8 +646,10 @@ def _ended_ranges(export: _Export, ranges: pd.DataFrame) -> pd.DataFrame:
 def _nvtx_structure(tables: dict[str, pd.DataFrame], meta: NsysMeta) -> None:
     """What a capture's steps are, in a note (NsysMeta.steps_note): its ``step N`` ranges, said
     when ranges lie inside them (their phases); or, when its NVTX ranges name no step, the
-    range that repeats is the step and the ranges inside it its phases. The analysis adds the
-    phases' time per step, over the steps the per-step figures count (steps.phases_text)."""
+    program's range that repeats is the step and the ranges inside it its phases (a library's
+    range is one call of it, no step: where only those are, the steps are unknown and the note
+    says why). The analysis adds the phases' time per step, over the steps the per-step figures
+    count (steps.phases_text)."""
     ranges = tables.get("ranges")
     if ranges is None or ranges.empty:
         return
@@ -651,12 +658,31 @@ def _nvtx_structure(tables: dict[str, pd.DataFrame], meta: NsysMeta) -> None:
             _steps_note(meta, f"the {len(tables['steps']):,} steps are NVTX ranges named as "
                               "steps")
         return
-    steps, span = steps_from_repeats(ranges, "nvtx", masked_numbers, own_extent=True)
+    steps, span = steps_from_repeats(_program_ranges(ranges), "nvtx", masked_numbers,
+                                     own_extent=True)
     if span is None:
+        calls = _library_calls(ranges)
+        if calls.any():
+            domains = ", ".join(sorted(map(str, pd.unique(ranges["domain"].to_numpy()[calls]))))
+            _steps_note(meta, f"no NVTX range is named as a step and none of the program's own "
+                              f"repeats as one: the {int(calls.sum()):,} ranges in the NVTX "
+                              f"domain of a library ({domains}) are each one call of it, not a "
+                              "pass of the training loop, so the steps are unknown")
         return
     tables["steps"], meta.step_span = steps, span
     _steps_note(meta, f"no NVTX range is named as a step: the {len(steps):,} steps are the "
                       f"repeated range '{span}'")
+
+
+def _library_calls(ranges: pd.DataFrame) -> np.ndarray:
+    """Which NVTX ranges are in a library's domain (LIBRARY_DOMAINS): each one library call."""
+    return ranges["domain"].isin(LIBRARY_DOMAINS).to_numpy()
+
+
+def _program_ranges(ranges: pd.DataFrame) -> pd.DataFrame:
+    """The NVTX ranges that may be the program's steps by repetition: those of no library's
+    domain (LIBRARY_DOMAINS)."""
+    return ranges[~_library_calls(ranges)]
 
 
 def _steps_note(meta: NsysMeta, note: str) -> None:
@@ -1602,7 +1628,8 @@ def _lone_steps(profile: Profile, lone: dict[int, str]) -> dict[int, str]:
 def _repeat_extents(ranges: pd.DataFrame, pids: list[int]) -> tuple[np.ndarray, np.ndarray]:
     """The (starts, ends), by start, of the range that repeats as a step in the ranges of
     ``pids`` (on its busiest thread, see _nvtx_structure)."""
-    steps = steps_from_repeats(ranges[np.isin(ranges["pid"].to_numpy(), pids)], "nvtx",
+    own = _program_ranges(ranges)
+    steps = steps_from_repeats(own[np.isin(own["pid"].to_numpy(), pids)], "nvtx",
                                masked_numbers, own_extent=True)[0].sort_values("start")
     return steps["start"].to_numpy(np.int64), steps["end"].to_numpy(np.int64)
 
@@ -1747,8 +1774,9 @@ def _stepped_processes(ranges: pd.DataFrame) -> tuple[set[int], dict[int, str]]:
     marked = concepts.step_marks(ranges)["pid"]
     if len(marked):
         return set(marked.tolist()), {}
-    return set(), {pid: span for pid in pd.unique(ranges["pid"]).tolist() if (
-        span := steps_from_repeats(ranges[ranges["pid"].to_numpy() == pid], "nvtx",
+    own = _program_ranges(ranges)
+    return set(), {pid: span for pid in pd.unique(own["pid"]).tolist() if (
+        span := steps_from_repeats(own[own["pid"].to_numpy() == pid], "nvtx",
                                    masked_numbers, own_extent=True)[1])}
 
 

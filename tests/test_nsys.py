@@ -1108,3 +1108,38 @@ def test_ranges_still_open_when_the_capture_stopped_are_left_out(tmp_path: Path)
     assert ("nsys: 2 NVTX ranges still open when the capture stopped ('step 4', 'forward'), "
             "which nsys ends at the capture's end: their end is unknown, so they are left out"
             in profile.meta.notes)
+
+
+def test_a_librarys_ranges_are_no_steps(tmp_path: Path) -> None:
+    """A DDP capture with no range of its own, only NCCL's: 6 iterations 20 ms apart, each 3
+    gradient buckets of a GEMM then an ``ncclAllReduce`` (50 µs, NCCL's domain, its name by
+    textId as nsys records it) launching the all-reduce kernel. The range that repeats was read
+    as the step: 18 steps of 50 µs. A range in a library's domain is one call of it, no pass of
+    the loop: the steps are unknown, and a note says why."""
+    ms, us = 10**6, 1000
+    kernels, runtime, calls = [], [], []
+    for step in range(6):
+        for bucket in range(3):
+            at, gemm = step * 20 * ms + bucket * 5 * ms, 2 * (step * 3 + bucket) + 1
+            runtime += [(at, at + 10 * us, gemm, "cudaLaunchKernel_v7000"),
+                        (at + 110 * us, at + 120 * us, gemm + 1, "cudaLaunchKernel_v7000")]
+            kernels += [(at + 50 * us, at + 3 * ms, gemm, "gemm_kernel"),
+                        (at + 3 * ms, at + 4 * ms, gemm + 1, NCCL_KERNEL)]
+            calls.append((at + 100 * us, at + 150 * us))
+    path = write_nsys_export(tmp_path / "nccl.sqlite", kernels, [], runtime)
+    global_tid = (1 << 24) | 1
+    with sqlite3.connect(path) as conn:
+        conn.execute("INSERT INTO StringIds VALUES (1000, 'ncclAllReduce')")
+        conn.execute("INSERT INTO NVTX_EVENTS VALUES (0, NULL, 75, ?, 1, 'NCCL', NULL)",
+                     (global_tid,))
+        conn.executemany("INSERT INTO NVTX_EVENTS VALUES (?, ?, 59, ?, 1, NULL, 1000)",
+                         [(start, end, global_tid) for start, end in calls])
+    profile = nsys.parse(path)
+    ranges = profile.table("ranges")
+    assert len(ranges) == 18 and set(ranges["name"]) == {"ncclAllReduce"}
+    assert set(ranges["domain"]) == {"NCCL"}
+    assert profile.table("steps").empty and profile.meta.step_span is None
+    assert profile.meta.notes == [
+        "no NVTX range is named as a step and none of the program's own repeats as one: the 18 "
+        "ranges in the NVTX domain of a library (NCCL) are each one call of it, not a pass of "
+        "the training loop, so the steps are unknown"]
