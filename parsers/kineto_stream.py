@@ -78,8 +78,14 @@ _TRACE_EVENTS_KEY = b'"traceEvents"'
 _HEADER_TOKEN = re.compile(rb'[^"\[\]{}]*("[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}])', re.DOTALL)
 _KEY_COLON = re.compile(rb"\s*:\s*(\S)")
 _EVENT_GAP = re.compile(rb"\}\s*,\s*\{")
-_ARRAY_CLOSE = re.compile(rb"\}\s*\]|\A\s*\]")
 _DECODE_ERROR_BYTE = re.compile(r"\(byte (\d+)\)")
+# Where text after a complete JSON value starts (msgspec counts from 1).
+_TRAILING_BYTE = re.compile(r"trailing characters \(byte (\d+)\)")
+# What lies between two elements of an array, or after its opening bracket.
+_ELEMENT_GAP = re.compile(rb"[\s,]*")
+# What an element that is no object is, by its first byte.
+_JSON_KINDS = {ord("n"): "null", ord("t"): "a boolean", ord("f"): "a boolean",
+               ord('"'): "a string", ord("["): "an array"}
 _ERROR_FIELD = re.compile(r"at `\$(?:\[\d+\])?\.?([^`]*)`")
 
 
@@ -227,14 +233,30 @@ class _TraceText:
 
     def _last_batch(self) -> list[Event]:
         """Decode the events left at the end of the file and keep the text after the array."""
-        for close in list(_ARRAY_CLOSE.finditer(self._buf))[:MAX_CUT_TRIES]:
-            events = self._decode(close.start() + 1 if close.group().startswith(b"}") else 0)
-            if events is not None:
-                self.suffix = bytes(self._buf[close.end():])
-                self._consume(len(self._buf))
-                return events
+        close = self._array_close()
+        events = None if close is None else self._decode(close)
+        if close is not None and events is not None:
+            self.suffix = bytes(self._buf[close + 1:])
+            self._consume(len(self._buf))
+            return events
         self._check_prefix()
         raise InputError("truncated trace: the file ends inside traceEvents", self._path)
+
+    def _array_close(self) -> int | None:
+        """The position of the event array's closing bracket in the buffer, found by decoding
+        the buffer whole (whatever the elements and the text after it hold); None when the
+        array does not close in it."""
+        try:
+            with memoryview(self._buf) as view:
+                _RAW_EVENTS_DECODER.decode(b"".join((b"[", view)))
+        except RecursionError:
+            raise _too_deep(self._path) from None
+        except msgspec.DecodeError as exc:
+            trailing = _TRAILING_BYTE.search(str(exc))
+            # The text after the array starts at that byte of "[" + buffer, counted from 1.
+            return None if trailing is None else self._buf.rindex(
+                b"]", 0, int(trailing.group(1)) - 2)
+        return self._buf.rindex(b"]")
 
     def _decode(self, length: int) -> list[Event] | None:
         """Decode the first ``length`` bytes as an array; None when they end inside an event."""
@@ -260,6 +282,7 @@ class _TraceText:
         except msgspec.DecodeError as exc:
             self._raise_if_damaged(exc, len(text) - 1)
             return None
+        self._refuse_non_events(raws, text)
         events = []
         for raw in raws:
             try:
@@ -269,6 +292,20 @@ class _TraceText:
                 self._builder.drop_unreadable(
                     f"{field.group(1) if field else 'event'} of an unexpected type")
         return events
+
+    def _refuse_non_events(self, raws: list[msgspec.Raw], text: bytes) -> None:
+        """Raise for the first of ``raws`` (the elements of the array ``text``, "[" + buffer...)
+        that is no JSON object, naming its byte in the trace text."""
+        position = 1
+        for raw in raws:
+            with memoryview(raw) as element:
+                position = _ELEMENT_GAP.match(text, position).end()  # type: ignore[union-attr]
+                if element[0] != ord("{"):
+                    kind = _JSON_KINDS.get(element[0], "a number")
+                    raise InputError(f"an element of traceEvents is {kind}, not an event object "
+                                     f"(at byte {self._offset + position - 1} of the trace "
+                                     f"text)", self._path)
+                position += element.nbytes
 
     def _check_prefix(self) -> None:
         """Raise if the buffer is not the valid start of a run of events (no cut decoded)."""

@@ -89,6 +89,23 @@ def test_bad_event_values(event: dict, tiny_trace: Path, tmp_path: Path,
         assert run["metrics"]["step_time_ms"]["mean"] == 10.0
 
 
+@pytest.mark.parametrize("name", ["bad.pt.trace.json", "bad.pt.trace.json.gz"])
+@pytest.mark.parametrize("element", [None, 5])
+def test_trace_events_ending_with_no_event_object(name: str, element: object, tiny_trace: Path,
+                                                  tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """``..., {"ph": "X", ...}, null]}``: one line saying which element is no event object,
+    where it said 'truncated trace: the file ends inside traceEvents'."""
+    text = json.dumps({**TINY_TRACE, "traceEvents": [*TINY_TRACE["traceEvents"], element]})
+    bad = tmp_path / name
+    bad.write_bytes(gzip.compress(text.encode()) if name.endswith(".gz") else text.encode())
+    _, failures = analyze_beside_good(bad, tiny_trace, tmp_path, capsys)
+    byte = text.rindex(f", {json.dumps(element)}]") + 2
+    kind = "null" if element is None else "a number"
+    assert failures == [f"profreport: failed: {bad}: an element of traceEvents is {kind}, not "
+                        f"an event object (at byte {byte} of the trace text)"]
+
+
 def test_distributed_info_that_is_a_string(tiny_trace: Path, tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     bad = kineto_with(tmp_path, "bad.pt.trace.json", distributedInfo="rank zero")

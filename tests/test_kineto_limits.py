@@ -137,6 +137,59 @@ def test_many_decoy_keys_before_the_event_array(tmp_path: Path) -> None:
     assert profile.table("cpu_ops")["name"].tolist() == ["aten::mm"]
 
 
+def _with_element(path: Path, element: str, at: int, events: int, packed: bool = False
+                  ) -> tuple[Path, int]:
+    """A trace of ``events`` CPU operators with the JSON ``element`` put before event ``at``
+    (after the last when ``at`` is ``events``), gzipped when ``packed``; and that element's
+    byte in the trace text."""
+    head = '{"schemaVersion": 1, "traceEvents": ['
+    event = json.dumps(_event())
+    before = ", ".join([event] * at + [""]) if at else ""
+    text = head + before + ", ".join([element] + [event] * (events - at)) + "]}"
+    path.write_bytes(gzip.compress(text.encode()) if packed else text.encode())
+    return path, len(head) + len(before)
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["plain", "gzip"])
+@pytest.mark.parametrize("at", [0, 2, 3], ids=["first", "middle", "last"])
+@pytest.mark.parametrize(("element", "kind"), [
+    ("null", "null"), ("5", "a number"), ('"x"', "a string"), ("[{}]", "an array"),
+    ("true", "a boolean")])
+def test_an_element_that_is_no_event_object_is_named_where_it_is(
+        tmp_path: Path, element: str, kind: str, at: int, packed: bool) -> None:
+    """traceEvents holding null, a number, a string, an array or a boolean among its events:
+    one line saying so and giving the element's byte, wherever it is and whether the file is
+    gzipped. Last in the array, it read as 'truncated trace: the file ends inside traceEvents'
+    (the array's end was looked for after a ``}``); before an event, it was dropped as an
+    'event of an unexpected type' and the trace read on."""
+    path, byte = _with_element(tmp_path / ("t.json.gz" if packed else "t.json"), element,
+                               at, events=3, packed=packed)
+    with pytest.raises(InputError) as caught:
+        kineto.parse(path)
+    assert caught.value.one_line() == (
+        f"{path}: an element of traceEvents is {kind}, not an event object (at byte {byte} "
+        "of the trace text)")
+
+
+@pytest.mark.parametrize("where", ["middle", "last"])
+def test_an_element_that_is_no_event_object_in_parallel_ranges(tmp_path: Path,
+                                                              where: str) -> None:
+    """A plain trace just large enough to be read in two byte ranges (one here, one by a
+    worker process, on two cores or more) gives the same line as a small one: a null in the
+    first range or last in the array of the second, its byte in the whole file."""
+    event = len(json.dumps(_event())) + 2
+    events = 2 * kineto_stream.PARALLEL_MIN_BYTES // event + 100
+    at = events // 4 if where == "middle" else events
+    path, byte = _with_element(tmp_path / "big.json", "null", at, events)
+    ranges = kineto_stream._parallel_ranges(path, 37, path.stat().st_size)
+    assert len(ranges) == 2 or kineto_stream.cpu_share() < 2
+    with pytest.raises(InputError) as caught:
+        kineto.parse(path)
+    assert caught.value.one_line() == (
+        f"{path}: an element of traceEvents is null, not an event object (at byte {byte} "
+        "of the trace text)")
+
+
 def test_gzip_with_one_600_mb_name(tmp_path: Path) -> None:
     """A ~600 KB gzip holding one 600 MB name stops at the event size limit, quickly."""
     path = tmp_path / "name.json.gz"
