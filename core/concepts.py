@@ -33,6 +33,10 @@ START_TO_NEXT_START = "start to next start"
 HTOD, DTOH, DTOD, HTOH, PTOP = "HtoD", "DtoH", "DtoD", "HtoH", "PtoP"
 #: The copy direction or memory kind of a copy whose profile records none.
 UNKNOWN_KIND = "unknown"
+#: The name shown for an event or kernel whose profile records none (a Kineto event without
+#: ``name``, an nsys kernel whose name ids are NULL or missing from StringIds); the name
+#: classifiers read it as no name, so it is no communication kernel or anything else by name.
+UNRECORDED_NAME = "(name unrecorded)"
 COPY_KINDS = (HTOD, DTOH, DTOD, HTOH, PTOP, UNKNOWN_KIND)
 #: Memory kinds at either end of a copy (``src_kind``/``dst_kind``).
 PAGEABLE, PINNED = "Pageable", "Pinned"
@@ -280,8 +284,9 @@ def per_distinct(codes: np.ndarray, distinct: pd.Series,
 def _distinct_answers(distinct: pd.Series, classify: Callable[[pd.Series], pd.Series]
                      ) -> pd.Series:
     """``classify``'s answer for each of the ``distinct`` names, then for no name (None): read
-    at a name code, -1 (no name) reads the last."""
-    return classify(pd.concat([distinct, pd.Series([None], dtype=object)], ignore_index=True))
+    at a name code, -1 (no name) reads the last. :data:`UNRECORDED_NAME` is asked as no name."""
+    named = distinct.where(distinct != UNRECORDED_NAME, None)
+    return classify(pd.concat([named, pd.Series([None], dtype=object)], ignore_index=True))
 
 
 def _per_distinct(names: pd.Series, classify: Callable[[pd.Series], pd.Series]) -> pd.Series:

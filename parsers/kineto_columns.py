@@ -106,7 +106,7 @@ class Event(msgspec.Struct, gc=False):
 
     ph: str = ""
     cat: str = ""
-    name: str = ""
+    name: str = concepts.UNRECORDED_NAME
     pid: int | str = -1
     tid: int | str = -1
     ts: float = float("nan")

@@ -1035,11 +1035,12 @@ def _native_table(name: str, columns: dict[str, np.ndarray | pd.Categorical]) ->
 
 def _kernel_names(names: list[str | None], shorts: list[str | None]
                   ) -> tuple[list[str], list[str], np.ndarray]:
-    """For distinct (demangled, short) name pairs: the name (demangled, else short), the short
-    name (recorded, else cut from the name) and whether it is a communication kernel."""
-    full = [name if name is not None else (short or "") for name, short in
+    """For distinct (demangled, short) name pairs: the name (demangled, else short, else
+    :data:`~profreport.concepts.UNRECORDED_NAME`), the short name (recorded, else cut from the
+    name) and whether it is a communication kernel."""
+    full = [name or short or concepts.UNRECORDED_NAME for name, short in
             zip(names, shorts, strict=True)]
-    short = [given if given is not None else concepts.short_kernel_name(name)
+    short = [given or concepts.short_kernel_name(name)
              for name, given in zip(full, shorts, strict=True)]
     comm = concepts.is_comm_kernel(pd.Series(full, dtype=object)).to_numpy(bool)
     return full, short, comm

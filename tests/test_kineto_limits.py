@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from profreport import concepts
 from profreport.errors import InputError
 from profreport.inputs import Limit
 from profreport.parsers import kineto, kineto_columns, kineto_stream
@@ -86,6 +87,21 @@ def test_bad_values_are_dropped_and_counted(tmp_path: Path) -> None:
         "ts of an unexpected type": 1, "distributedInfo is not an object": 1}
     assert profile.rank is None and profile.meta.distributed_info == {}
     assert len(profile.table("steps")) == 1
+
+
+def test_an_event_without_a_name_says_its_name_is_unrecorded(tmp_path: Path) -> None:
+    """A kernel and an operator without ``name`` are named '(name unrecorded)'
+    (concepts.UNRECORDED_NAME, as an nsys kernel of NULL name is), where they were named '',
+    and the kernel is no communication kernel by that name."""
+    kernel = {"ph": "X", "cat": "kernel", "pid": 0, "tid": 7, "ts": 20, "dur": 3,
+              "args": {"device": 0, "stream": 7, "correlation": 1}}
+    operator = {key: value for key, value in _event().items() if key != "name"}
+    profile = kineto.parse(_write(tmp_path / "unnamed.json", [kernel, operator, _event()]))
+    kernels = profile.table("kernels")
+    assert kernels["name"].astype(str).tolist() == [concepts.UNRECORDED_NAME]
+    assert kernels["is_comm"].tolist() == [False]
+    assert profile.table("cpu_ops")["name"].astype(str).tolist() == [
+        concepts.UNRECORDED_NAME, "aten::mm"]
 
 
 def test_a_world_size_past_any_job_is_not_usable(tmp_path: Path) -> None:

@@ -1143,3 +1143,36 @@ def test_a_librarys_ranges_are_no_steps(tmp_path: Path) -> None:
         "no NVTX range is named as a step and none of the program's own repeats as one: the 18 "
         "ranges in the NVTX domain of a library (NCCL) are each one call of it, not a pass of "
         "the training loop, so the steps are unknown"]
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_a_kernel_of_unrecorded_name_says_so(tmp_path: Path, native: bool,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kernel rows whose demangledName and shortName are NULL, or ids missing from StringIds,
+    are named '(name unrecorded)' (concepts.UNRECORDED_NAME, as a Kineto event without a name
+    is), in the kernels table and the top kernels, and are no communication kernel or
+    collective by that name; the page reader and SQL alike. They were named '' (an empty row
+    in the top-kernels table)."""
+    from profreport.concepts import UNRECORDED_NAME, collective_kind
+
+    monkeypatch.setattr(nsys, "NATIVE_READER", native)
+    ms = 1_000_000
+    names = ["gemm_kernel", "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "null", "missing"]
+    kernels = [(i * 10 * ms + 2 * ms, i * 10 * ms + 3 * ms + i * ms, i, name)
+               for i, name in enumerate(names)]
+    steps = [(i * 10 * ms, i * 10 * ms + 9 * ms, f"step {i}") for i in range(4)]
+    path = write_nsys_export(tmp_path / "unnamed.sqlite", kernels, steps)
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET demangledName = NULL, "
+                     "shortName = NULL WHERE correlationId = 2")
+        conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET demangledName = 999, "
+                     "shortName = 998 WHERE correlationId = 3")
+    table = nsys.parse(path).table("kernels")
+    assert table["name"].astype(str).tolist() == [*names[:2], UNRECORDED_NAME, UNRECORDED_NAME]
+    assert table["short_name"].astype(str).tolist()[2:] == [UNRECORDED_NAME] * 2
+    assert table["is_comm"].tolist() == [False, True, False, False]
+    assert collective_kind(table["name"]).isna().tolist() == [True, False, True, True]
+    report = analyze_paths([path], AnalyzeOptions())
+    assert [(item.name, item.total_ns) for item in report.runs[0].metrics.top_kernels] == [
+        (UNRECORDED_NAME, 7 * ms), ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 2 * ms),
+        ("gemm_kernel", 1 * ms)]
