@@ -786,3 +786,48 @@ def test_worker_advice_counts_the_ranks_a_script_started_on_the_node(tmp_path: P
     assert advice(local_world_size=2).startswith(
         "Each of the 2 ranks' share of the job's 2 CPUs leaves no core for DataLoader workers "
         "beside the training loop")
+
+
+def _module_load_trace(path: Path) -> Path:
+    """4 steps of 10 ms: each opens with aten::linear (1 ms) launching a 1 ms kernel, then the
+    CPU loads GPU code outside every operator (cuModuleLoadData, a driver call, 6 ms) before
+    aten::relu launches the next 1 ms kernel: the GPU idles 7 ms a step waiting for it."""
+    events, corr = [], 1
+    for step in range(4):
+        t = step * 10_000
+        events.append(cpu_event(f"ProfilerStep#{step}", t, 10_000, cat="user_annotation"))
+        for name, at in (("aten::linear", t + 100), ("aten::relu", t + 8_100)):
+            events += [cpu_event(name, at, 1_000),
+                       cpu_event("cudaLaunchKernel", at + 500, 20, cat="cuda_runtime",
+                                 correlation=corr),
+                       {"ph": "X", "cat": "kernel", "name": "gemm_kernel", "pid": 0, "tid": 7,
+                        "ts": at + 600, "dur": 1_000,
+                        "args": {"correlation": corr, "device": 0, "stream": 7}}]
+            corr += 1
+        events.append(cpu_event("cuModuleLoadData", t + 1_500, 6_000, cat="cuda_driver",
+                                correlation=100_000 + step))
+    return kineto_trace(path, events)
+
+
+def test_a_launch_wait_in_cuda_calls_outside_operators_is_not_python(tmp_path: Path) -> None:
+    """The GPU waits ~7 ms a step for the relu's launch while the CPU loads GPU code in a driver
+    call outside every operator: HOST_LAUNCH_BOUND said that time was 'Python code between
+    operators' and advised cutting Python. It now names the call and its time, and only what
+    neither an op nor a call covers is Python."""
+    m = metrics_of(_module_load_trace(tmp_path / "lazy_load.json"))
+    idle = m.gpu_idle
+    # Each step waits from the linear's kernel's end (1.7 ms) to the relu's kernel (8.7 ms),
+    # and 1 ms from the relu's kernel's end to the next step's first (0.7 ms before the first
+    # step's): 7.925 ms a step. The load holds 5.8 ms of it, the two ops 0.6 ms each, and the
+    # rest, 0.925 ms (7.5 to 8.1 ms, and between the steps), is Python.
+    assert (idle.launch_wait_ns, idle.launch_wait_runtime_ns) == (7_925_000, 5_800_000)
+    assert [(c.name, c.total_ns) for c in idle.launch_wait_runtime_calls] == [
+        ("cuModuleLoadData", 5_800_000)]
+    assert idle.launch_wait_outside_ops_ns == 925_000
+    finding = ids(m)["HOST_LAUNCH_BOUND"]
+    texts = [e.text for e in finding.evidence]
+    assert ("5.8 ms per step (73% of the wait) lies in CUDA runtime or driver calls outside "
+            "every recorded CPU operator (cuModuleLoadData 5.8 ms)") in texts
+    assert not any("Python code between operators" in text for text in texts)
+    assert finding.recommendation.startswith("The CPU spends the wait in CUDA calls made "
+                                             "outside torch's operators (cuModuleLoadData)")

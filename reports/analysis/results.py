@@ -505,9 +505,15 @@ class IdleCauses:
     #: The framework ops with the most self time (per step) while the GPU waited for launches;
     #: their ``share`` is of that wait.
     launch_wait_ops: list[TopItem] = field(default_factory=list)
-    #: Per step, the launch wait that no CPU op on any thread covers (Python between ops);
-    #: None when the profile records no CPU ops (what the CPU ran then is unknown).
+    #: Per step, the launch wait that no CPU op on any thread covers, nor a CUDA runtime or
+    #: driver call (Python between ops); None when the profile records no CPU ops (what the
+    #: CPU ran then is unknown).
     launch_wait_outside_ops_ns: int | None = 0
+    #: Per step, the launch wait no CPU op covers that CUDA runtime or driver calls do (calls
+    #: made outside torch's operators: a module load, an allocation); None as above.
+    launch_wait_runtime_ns: int | None = 0
+    #: The runtime and driver calls with the most such time per step (share: of the wait).
+    launch_wait_runtime_calls: list[TopItem] = field(default_factory=list)
     #: The longest idle gap that waited for a launch: its start and end, ns.
     longest_launch_wait: tuple[int, int] | None = None
     #: One device's idle time per step (the devices' mean, as ``idle_ns_per_step``), counted

@@ -17,6 +17,7 @@ import pandas as pd
 
 from profreport import concepts
 from profreport.allocator import giving_back_memory
+from profreport.concepts import name_codes
 from profreport.model import Profile, sorted_times
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.cpu import SPAN_BLOCK_ROWS, self_time_ns
@@ -35,7 +36,7 @@ from profreport.reports.analysis.launches import (
 )
 from profreport.reports.analysis.results import IdleCauses, SyncCall, SyncStats, TopItem
 from profreport.reports.analysis.steps import StepWindows, dataloader_intervals
-from profreport.reports.analysis.top import ranked
+from profreport.reports.analysis.top import calls_by_name, ranked, top_items
 
 #: Order in which an idle gap's cause is decided: the first that fits wins.
 IDLE_CAUSES = ("data", "sync", "launch", "unexplained")
@@ -251,14 +252,17 @@ def idle_causes(profile: Profile, windows: StepWindows) -> IdleCauses | None:
         _idle_by_cause(profile, windows))
     # Without CPU operators (an nsys export, a trace of CUDA activity alone) what the CPU ran
     # while the GPU waited is unknown, not Python between operators.
-    ops, outside = (_cpu_in(profile, waited, windows.count)
-                    if waited is not None and profile.has("cpu_ops") else ([], None))
+    cpu = (_cpu_in(profile, waited, windows.count)
+           if waited is not None and profile.has("cpu_ops") else None)
     per_device_step = windows.count * max(devices, 1)
     return IdleCauses(origin=profile.kind, step_ns=windows.total_ns // max(windows.count, 1),
                       idle_ns_per_step={cause: ns // per_device_step
                                         for cause, ns in idle.items()},
                       launch_wait_ns=waited_ns // windows.count,
-                      launch_wait_ops=ops, launch_wait_outside_ops_ns=outside,
+                      launch_wait_ops=cpu.ops if cpu else [],
+                      launch_wait_outside_ops_ns=cpu.outside_ns if cpu else None,
+                      launch_wait_runtime_calls=cpu.runtime_calls if cpu else [],
+                      launch_wait_runtime_ns=cpu.runtime_ns if cpu else None,
                       longest_launch_wait=longest[1:] if longest[0] else None,
                       launch_unknown_ns_per_step=unknown_ns // per_device_step
                       if unknown_gaps else None,
@@ -350,12 +354,14 @@ def _waits_kept(profile: Profile, devices: int) -> bool:
 
 
 @giving_back_memory
-def _cpu_in(profile: Profile, waited: iv.Intervals, steps: int) -> tuple[list[TopItem], int]:
+def _cpu_in(profile: Profile, waited: iv.Intervals, steps: int) -> _CpuInWait:
     """What the CPU did while the GPU waited for launches, per step: the framework ops with the
-    most self time inside ``waited`` (share: of ``waited``), and the waited time no CPU op on
-    any thread covers (Python between operators, or a thread the profiler did not record)."""
+    most self time inside ``waited`` (share: of ``waited``), the waited time no CPU op on any
+    thread covers but CUDA runtime or driver calls do (:func:`_runtime_outside`), and the
+    waited time neither covers (Python between operators, or a thread the profiler did not
+    record)."""
     if waited.total == 0:
-        return [], 0
+        return _CpuInWait([], 0, [], 0)
     ops = profile.table("cpu_ops")
     start, end = ops["start"].to_numpy(), ops["end"].to_numpy()  # in file order: unsorted
     # Unioned in blocks of the intervals module's size: each merge into the union so far reads
@@ -371,7 +377,8 @@ def _cpu_in(profile: Profile, waited: iv.Intervals, steps: int) -> tuple[list[To
     covered = sum(int((iv.covered_before(busy, waited.ends[block], from_end)
                        - iv.covered_before(busy, waited.starts[block], from_start)).sum())
                   for block in iv.blocks(len(waited), SPAN_BLOCK_ROWS))
-    outside = waited.total - covered
+    calls, in_calls = _runtime_outside(profile, waited, busy, steps)
+    outside = waited.total - covered - in_calls
     del busy  # each large step's temporaries gone before the next one's
     ns = self_time_ns(ops, waited)
     ns //= steps
@@ -379,5 +386,50 @@ def _cpu_in(profile: Profile, waited: iv.Intervals, steps: int) -> tuple[list[To
     spans = pd.DataFrame({"name": ops["name"][chosen].reset_index(drop=True), "ns": ns[chosen],
                           "outer": True}, copy=False)  # only the rows and columns ranked reads
     del ns, chosen
-    return ranked(spans, "name", LAUNCH_WAIT_OPS, waited.total // steps, exclusive=True), \
-        outside // steps
+    return _CpuInWait(ranked(spans, "name", LAUNCH_WAIT_OPS, waited.total // steps,
+                             exclusive=True), outside // steps, calls, in_calls // steps)
+
+
+@dataclass(frozen=True)
+class _CpuInWait:
+    """What the CPU ran while the GPU waited for launches (:func:`_cpu_in`), per step."""
+
+    ops: list[TopItem]
+    outside_ns: int
+    runtime_calls: list[TopItem]
+    runtime_ns: int
+
+
+def _runtime_outside(profile: Profile, waited: iv.Intervals, busy: iv.Intervals,
+                     steps: int) -> tuple[list[TopItem], int]:
+    """The CUDA runtime and driver calls made while the GPU waited for launches outside every
+    CPU op (``busy``: their union): the names with the most such time per step (share: of
+    ``waited``), and the time their union covers there (the whole, not per step). A call the
+    program or a library makes outside torch's operators (a module load, an allocation) is
+    CPU time spent in CUDA, not Python between operators. Only the calls that reach into the
+    wait are read."""
+    runtime = profile.table("runtime")
+    if runtime.empty:
+        return [], 0
+    starts = runtime["start"].to_numpy(np.int64)
+    ends = runtime["end"].to_numpy(np.int64)
+    from_end, from_start = iv.Cursor(), iv.Cursor()  # the calls come in start order
+    reach = np.concatenate([
+        np.flatnonzero(iv.covered_before(waited, ends[block], from_end)
+                       > iv.covered_before(waited, starts[block], from_start)) + block.start
+        for block in iv.blocks(len(runtime))])
+    if not len(reach):
+        return [], 0
+    outside = iv.subtract(iv.intersect(iv.union(starts[reach], ends[reach]), waited), busy)
+    held = reach[(iv.covered_before(outside, ends[reach])
+                  > iv.covered_before(outside, starts[reach]))]
+    # Each name's time is the union of its calls there: calls nest (a runtime call's driver
+    # calls) and run on several threads at once, so their lengths would add up past the wait.
+    codes, distinct = name_codes(runtime["name"].iloc[held])
+    ns = np.zeros(len(distinct) + 1, dtype=np.int64)
+    for code in range(len(distinct)):
+        mine = held[codes == code]
+        ns[code] = iv.intersect(iv.union(starts[mine], ends[mine]), outside).total // steps
+    count, first = calls_by_name(codes, len(distinct))
+    return top_items(distinct, ns, count, first, LAUNCH_WAIT_OPS, waited.total // steps), \
+        outside.total

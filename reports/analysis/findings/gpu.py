@@ -105,10 +105,17 @@ def _launch_wait_evidence(idle: IdleCauses) -> list[Evidence]:
     if outside is None:
         out.append(Evidence("what the CPU ran while the GPU waited is unknown: the profile "
                             "records no CPU operators", idle.origin))
-    elif waited and outside / waited >= LAUNCH_WAIT_OP_SHARE:
+    runtime = idle.launch_wait_runtime_ns or 0
+    if waited and runtime / waited >= LAUNCH_WAIT_OP_SHARE:
+        calls = ", ".join(f"{call.name} {ms(call.total_ns)}"
+                          for call in idle.launch_wait_runtime_calls)
+        out.append(Evidence(f"{ms(runtime)} per step ({pct(runtime / waited)} of the wait) lies "
+                            "in CUDA runtime or driver calls outside every recorded CPU "
+                            f"operator ({calls})", idle.origin))
+    if outside is not None and waited and outside / waited >= LAUNCH_WAIT_OP_SHARE:
         out.append(Evidence(f"{ms(outside)} per step ({pct(outside / waited)} of the wait) lies "
-                            "outside every recorded CPU operator: Python code between "
-                            "operators", idle.origin))
+                            "outside every recorded CPU operator and runtime call: Python code "
+                            "between operators", idle.origin))
     return out
 
 
@@ -129,6 +136,14 @@ def _launch_wait_advice(idle: IdleCauses, steps: int, ctx: RunContext) -> str:
     top = next((op for op in idle.launch_wait_ops if op.share >= LAUNCH_WAIT_OP_SHARE), None)
     waited = idle.launch_wait_ns
     outside = (idle.launch_wait_outside_ops_ns or 0) / waited if waited else 0.0
+    runtime = (idle.launch_wait_runtime_ns or 0) / waited if waited else 0.0
+    if runtime >= LAUNCH_WAIT_OP_SHARE and runtime >= outside and (top is None
+                                                                   or runtime >= top.share):
+        names = ", ".join(call.name for call in idle.launch_wait_runtime_calls)
+        return (f"The CPU spends the wait in CUDA calls made outside torch's operators ({names}): "
+                "where they are one-off set-up (loading GPU code, growing the allocator), "
+                "profile after a warm-up step (torch.profiler.schedule with warmup=1) to see the "
+                "steady state; where the step makes them itself, move them out of the loop.")
     if top is not None and top.share >= outside and top.count == 1 and steps > 1:
         return (f"{top.name} held the CPU once in {steps} steps ({ms(top.total_ns * steps)}): "
                 "a one-off cost (first call: lazy initialisation, allocation, autotuning), not "
