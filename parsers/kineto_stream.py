@@ -246,17 +246,24 @@ class _TraceText:
         """The position of the event array's closing bracket in the buffer, found by decoding
         the buffer whole (whatever the elements and the text after it hold); None when the
         array does not close in it."""
+        error = self._decode_error()
+        if error is None:
+            return self._buf.rindex(b"]")
+        trailing = _TRAILING_BYTE.search(str(error))
+        # The text after the array starts at that byte of "[" + buffer, counted from 1.
+        return None if trailing is None else self._buf.rindex(b"]", 0, int(trailing.group(1)) - 2)
+
+    def _decode_error(self) -> msgspec.DecodeError | None:
+        """What decoding the buffer as the inside of a JSON array raises (None: it decodes);
+        nesting too deep to decode is the trace's error, raised."""
         try:
             with memoryview(self._buf) as view:
                 _RAW_EVENTS_DECODER.decode(b"".join((b"[", view)))
         except RecursionError:
             raise _too_deep(self._path) from None
         except msgspec.DecodeError as exc:
-            trailing = _TRAILING_BYTE.search(str(exc))
-            # The text after the array starts at that byte of "[" + buffer, counted from 1.
-            return None if trailing is None else self._buf.rindex(
-                b"]", 0, int(trailing.group(1)) - 2)
-        return self._buf.rindex(b"]")
+            return exc
+        return None
 
     def _decode(self, length: int) -> list[Event] | None:
         """Decode the first ``length`` bytes as an array; None when they end inside an event."""
@@ -309,13 +316,9 @@ class _TraceText:
 
     def _check_prefix(self) -> None:
         """Raise if the buffer is not the valid start of a run of events (no cut decoded)."""
-        try:
-            with memoryview(self._buf) as view:
-                _RAW_EVENTS_DECODER.decode(b"".join((b"[", view)))
-        except RecursionError:
-            raise _too_deep(self._path) from None
-        except msgspec.DecodeError as exc:
-            self._raise_if_damaged(exc, len(self._buf) + 1)
+        error = self._decode_error()
+        if error is not None:
+            self._raise_if_damaged(error, len(self._buf) + 1)
 
     def _raise_if_damaged(self, exc: msgspec.DecodeError, end: int) -> None:
         """Turn a decode error of ``"[" + buffer...`` before byte ``end`` into an InputError.
