@@ -75,7 +75,7 @@ def test_steps_of_pinned_copies_are_transfer_bound(tmp_path: Path, copy_us: int,
     assert evidence[0] == (f"host-to-device copies {per_step} and other copies and memsets 0.0 "
                            f"ms per step: {share} of 1.0 ms with no compute kernel beside them; "
                            "compute kernels 0.0%")
-    assert evidence[1] == ("1 host-to-device copies launched per step (0 under 64 KiB), 64.0 MiB "
+    assert evidence[1] == ("1 host-to-device copy launched per step (0 under 64 KiB), 64.0 MiB "
                            f"and {per_step} of copy time per step")
     assert evidence[-1] == ("host-to-device bytes over the profile: 256.0 MiB from pinned "
                             "memory, 0 B from pageable memory")
@@ -124,7 +124,7 @@ def test_nsys_steps_of_pageable_copies_are_transfer_bound(tmp_path: Path) -> Non
     assert [e.text for e in found.evidence] == [
         "host-to-device copies 8.0 ms and other copies and memsets 0.0 ms per step: 80% of "
         "10.0 ms with no compute kernel beside them; compute kernels 10%",
-        "1 host-to-device copies launched per step (0 under 64 KiB), 64.0 MiB and 8.0 ms of "
+        "1 host-to-device copy launched per step (0 under 64 KiB), 64.0 MiB and 8.0 ms of "
         "copy time per step",
         "host-to-device bytes over the profile: 0 B from pinned memory, 256.0 MiB from "
         "pageable memory"]

@@ -132,7 +132,8 @@ def _copy_evidence(m: RunMetrics, c: StepCopies, kind: str) -> list[Evidence]:
     if not c.copies_per_step[kind]:
         return []
     where = {concepts.HTOD: "host-to-device", concepts.DTOH: "device-to-host"}[kind]
-    out = [Evidence(f"{_count(c.copies_per_step[kind])} {where} copies launched per step "
+    noun = "copy" if c.copies_per_step[kind] == 1 else "copies"
+    out = [Evidence(f"{_count(c.copies_per_step[kind])} {where} {noun} launched per step "
                     f"({_count(c.small_per_step[kind])} under 64 KiB), "
                     f"{nbytes(c.bytes_per_step[kind])} and {ms(c.ns_per_step[kind])} of copy "
                     "time per step", c.origin, m.locate(c.origin, c.longest.get(kind)))]
