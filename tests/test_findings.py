@@ -826,8 +826,8 @@ def test_a_launch_wait_in_cuda_calls_outside_operators_is_not_python(tmp_path: P
     assert idle.launch_wait_outside_ops_ns == 925_000
     finding = ids(m)["HOST_LAUNCH_BOUND"]
     texts = [e.text for e in finding.evidence]
-    assert ("5.8 ms per step (73% of the wait) lies in CUDA runtime or driver calls outside "
+    assert ("5.8 ms per step (73% of the wait) lies in GPU runtime or driver calls outside "
             "every recorded CPU operator (cuModuleLoadData 5.8 ms)") in texts
     assert not any("Python code between operators" in text for text in texts)
-    assert finding.recommendation.startswith("The CPU spends the wait in CUDA calls made "
+    assert finding.recommendation.startswith("The CPU spends the wait in GPU runtime calls made "
                                              "outside torch's operators (cuModuleLoadData)")

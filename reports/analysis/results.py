@@ -509,7 +509,7 @@ class IdleCauses:
     #: driver call (Python between ops); None when the profile records no CPU ops (what the
     #: CPU ran then is unknown).
     launch_wait_outside_ops_ns: int | None = 0
-    #: Per step, the launch wait no CPU op covers that CUDA runtime or driver calls do (calls
+    #: Per step, the launch wait no CPU op covers that GPU runtime or driver calls do (calls
     #: made outside torch's operators: a module load, an allocation); None as above.
     launch_wait_runtime_ns: int | None = 0
     #: The runtime and driver calls with the most such time per step (share: of the wait).

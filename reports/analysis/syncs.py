@@ -357,7 +357,7 @@ def _waits_kept(profile: Profile, devices: int) -> bool:
 def _cpu_in(profile: Profile, waited: iv.Intervals, steps: int) -> _CpuInWait:
     """What the CPU did while the GPU waited for launches, per step: the framework ops with the
     most self time inside ``waited`` (share: of ``waited``), the waited time no CPU op on any
-    thread covers but CUDA runtime or driver calls do (:func:`_runtime_outside`), and the
+    thread covers but GPU runtime or driver calls do (:func:`_runtime_outside`), and the
     waited time neither covers (Python between operators, or a thread the profiler did not
     record)."""
     if waited.total == 0:
@@ -402,12 +402,12 @@ class _CpuInWait:
 
 def _runtime_outside(profile: Profile, waited: iv.Intervals, busy: iv.Intervals,
                      steps: int) -> tuple[list[TopItem], int]:
-    """The CUDA runtime and driver calls made while the GPU waited for launches outside every
-    CPU op (``busy``: their union): the names with the most such time per step (share: of
-    ``waited``), and the time their union covers there (the whole, not per step). A call the
-    program or a library makes outside torch's operators (a module load, an allocation) is
-    CPU time spent in CUDA, not Python between operators. Only the calls that reach into the
-    wait are read."""
+    """The GPU runtime and driver calls (CUDA, HIP...) made while the GPU waited for launches
+    outside every CPU op (``busy``: their union): the names with the most such time per step
+    (share: of ``waited``), and the time their union covers there (the whole, not per step). A
+    call the program or a library makes outside torch's operators (a module load, an
+    allocation) is CPU time spent in the GPU runtime, not Python between operators. Only the
+    calls that reach into the wait are read."""
     runtime = profile.table("runtime")
     if runtime.empty:
         return [], 0

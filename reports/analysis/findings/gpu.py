@@ -110,7 +110,7 @@ def _launch_wait_evidence(idle: IdleCauses) -> list[Evidence]:
         calls = ", ".join(f"{call.name} {ms(call.total_ns)}"
                           for call in idle.launch_wait_runtime_calls)
         out.append(Evidence(f"{ms(runtime)} per step ({pct(runtime / waited)} of the wait) lies "
-                            "in CUDA runtime or driver calls outside every recorded CPU "
+                            "in GPU runtime or driver calls outside every recorded CPU "
                             f"operator ({calls})", idle.origin))
     if outside is not None and waited and outside / waited >= LAUNCH_WAIT_OP_SHARE:
         out.append(Evidence(f"{ms(outside)} per step ({pct(outside / waited)} of the wait) lies "
@@ -140,7 +140,8 @@ def _launch_wait_advice(idle: IdleCauses, steps: int, ctx: RunContext) -> str:
     if runtime >= LAUNCH_WAIT_OP_SHARE and runtime >= outside and (top is None
                                                                    or runtime >= top.share):
         names = ", ".join(call.name for call in idle.launch_wait_runtime_calls)
-        return (f"The CPU spends the wait in CUDA calls made outside torch's operators ({names}): "
+        return ("The CPU spends the wait in GPU runtime calls made outside torch's operators "
+                f"({names}): "
                 "where they are one-off set-up (loading GPU code, growing the allocator), "
                 "profile after a warm-up step (torch.profiler.schedule with warmup=1) to see the "
                 "steady state; where the step makes them itself, move them out of the loop.")
