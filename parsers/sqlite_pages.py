@@ -4,7 +4,9 @@ An nsys export holds tens of millions of activity rows; SQLite's own row-at-a-ti
 (``sqlite3``, and the Arrow readers built on it) spends most of its time per value. This reader
 follows the documented file format (https://www.sqlite.org/fileformat2.html) instead: it walks
 the table's B-tree to its leaf pages, reads them in chunks, and decodes the cells, varints,
-record headers and big-endian integers of every row of a chunk at once, in numpy.
+record headers and big-endian integers of every row of a chunk: in one pass in C where the
+extension ``parsers/_pages.c`` is built (pyproject.toml builds it where a C compiler is found),
+else every row of the chunk at once, step by step, in numpy. Both give the same columns.
 
 It reads only what it is sure of: a rollback-journal database (no WAL file with content beside
 it), UTF-8, table B-trees. Rows whose record spills onto overflow pages are returned by rowid for
@@ -25,10 +27,18 @@ from typing import TypeVar
 
 import numpy as np
 
+try:  # built by pyproject.toml where a C compiler is found; numpy decodes the pages otherwise
+    from profreport.parsers import _pages
+except ImportError:
+    _pages = None
+
 HEADER_MAGIC = b"SQLite format 3\x00"
 # B-tree page types (file format, section 1.6).
 LEAF_TABLE_PAGE = 0x0D
 INTERIOR_TABLE_PAGE = 0x05
+# A table leaf's cell keeps at most (usable page size - 35) payload bytes on its page; a larger
+# record spills onto overflow pages (file format, section 1.6).
+LOCAL_PAYLOAD_RESERVE = 35
 # Leaf pages decoded at a time: 512 pages of 4 KiB (~25,000 rows) keep the per-row arrays of a
 # chunk within the CPU caches.
 CHUNK_PAGES = 512
@@ -70,6 +80,12 @@ _THREAD_BUFFERS = threading.local()
 
 #: What a caller's per-chunk reduction gives.
 T = TypeVar("T")
+
+
+#: A chunk's decoded columns: per wanted column its values and kinds, per text column where
+#: each row's content lies and its size, and the rowids of the rows that spill.
+_Decoded = tuple[dict[int, np.ndarray], dict[int, np.ndarray],
+                 dict[int, tuple[np.ndarray, np.ndarray]], np.ndarray]
 
 
 class PageFormatError(Exception):
@@ -341,15 +357,56 @@ class PageReader:
                       text_columns: tuple[int, ...] = ()) -> Columns:
         """Values and kinds of the ``wanted`` columns of ``count`` pages' rows, the texts of the
         ``text_columns`` among them, and the rowids of the rows that spill (only the rowids'
-        lengths are read for the others: nothing needs them)."""
+        lengths are read for the others: nothing needs them); in C where the extension is
+        built, else in numpy."""
+        decode = self._numpy_decoded if _pages is None else self._compiled_decoded
+        values, kinds, content, spilled = decode(buf, count, wanted, text_columns)
+        texts = {}
+        for column in text_columns:
+            rows = np.flatnonzero(kinds[column] == TEXT)
+            texts[column] = np.full(len(kinds[column]), None, dtype=object)
+            at, size = content[column]
+            texts[column][rows] = _texts(buf, at[rows], size[rows])
+        return Columns(values=values, kinds=kinds, spilled=spilled, texts=texts)
+
+    def _compiled_decoded(self, buf: np.ndarray, count: int, wanted: list[int],
+                          text_columns: tuple[int, ...]) -> _Decoded:
+        """:meth:`_decode_chunk`'s columns decoded by the C extension (parsers/_pages.c), one
+        pass over the cells with the GIL released."""
+        cells = int(_be(buf, np.arange(count, dtype=np.int64) * self.page_size + 3, 2).sum())
+        values = tuple(np.empty(cells, dtype=np.int64) for _ in wanted)
+        kinds = tuple(np.empty(cells, dtype=np.int8) for _ in wanted)
+        at = tuple(np.empty(cells, dtype=np.int64) if c in text_columns else None
+                   for c in wanted)
+        size = tuple(np.empty(cells, dtype=np.int64) if c in text_columns else None
+                     for c in wanted)
+        spilled = np.empty(cells, dtype=np.int64)
+        try:
+            rows, spills = _pages.decode(buf, count, self.page_size, self.usable, tuple(wanted),
+                                         values, kinds, at, size, spilled)
+        except ValueError as exc:
+            raise PageFormatError(str(exc)) from None
+        return ({c: v[:rows] for c, v in zip(wanted, values, strict=True)},
+                {c: k[:rows] for c, k in zip(wanted, kinds, strict=True)},
+                {c: (a[:rows], s[:rows]) for c, a, s in zip(wanted, at, size, strict=True)
+                 if c in text_columns},
+                spilled[:spills])
+
+    def _numpy_decoded(self, buf: np.ndarray, count: int, wanted: list[int],
+                       text_columns: tuple[int, ...]) -> _Decoded:
+        """:meth:`_decode_chunk`'s columns decoded in numpy, every row of the chunk at once
+        step by step (cells, varints, record headers, integers)."""
         cells = self._cells(buf, count)
         payload, n1 = _varints(buf, cells)
         windows = _windows(buf)
         rowid_at = cells + n1
         start = rowid_at + _varint_lengths(windows, rowid_at)
-        spills = payload > self.usable - 35
+        spills = payload > self.usable - LOCAL_PAYLOAD_RESERVE
         spilled = _varints(buf, rowid_at[spills])[0]
         start = start[~spills]
+        if (start + payload[~spills] > (cells[~spills] // self.page_size + 1) * self.page_size
+            ).any():
+            raise PageFormatError("a record runs past its page")
         serial, body = _serial_types(buf, start, max(wanted) + 1)
         sizes = _sizes(serial)
         values: dict[int, np.ndarray] = {}
@@ -364,12 +421,7 @@ class PageReader:
             kinds[column] = _kinds(serial[column])
             values[column] = _integers(windows, np.minimum(offsets[column], len(windows) - 1),
                                        serial[column])
-        texts = {}
-        for column in text_columns:
-            rows = np.flatnonzero(kinds[column] == TEXT)
-            texts[column] = np.full(len(start), None, dtype=object)
-            texts[column][rows] = _texts(buf, offsets[column][rows], sizes[column][rows])
-        return Columns(values=values, kinds=kinds, spilled=spilled, texts=texts)
+        return values, kinds, {c: (offsets[c], sizes[c]) for c in text_columns}, spilled
 
     def reduced(self, leaves: np.ndarray, wanted: list[int], text_columns: tuple[int, ...],
                 reduce: Callable[[Columns], T], threads: int = 1) -> Iterator[T]:

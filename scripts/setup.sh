@@ -140,6 +140,9 @@ install_python() {
     "$VENV/bin/python" -m pip install -q "torch==$TORCH_VERSION"
     say "installing profreport with its train and test extras"
     "$VENV/bin/python" -m pip install -q -e "$ROOT[train,pdf,test]"
+    "$VENV/bin/python" -c "from profreport.parsers import sqlite_pages as s; print('[setup]',
+        'nsys exports decode in', 'numpy: no C compiler built parsers/_pages.c (slower)'
+        if s._pages is None else 'C (parsers/_pages.c built)')"
     say "done: $("$VENV/bin/profreport" --version)"
 }
 

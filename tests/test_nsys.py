@@ -421,9 +421,10 @@ def test_damaged_kernel_pages_name_the_table(exports: dict[str, Path], tmp_path:
 
 @pytest.mark.parametrize("stem", STEMS)
 def test_page_reader_tables_equal_sql_tables(stem: str, exports: dict[str, Path],
-                                             profiles: dict[str, Profile],
+                                             page_decoder: str,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    native = profiles[stem]
+    """Every table the page reader gives (by each decoder) equals what SQL gives."""
+    native = nsys.parse(exports[stem])
     monkeypatch.setattr(nsys, "NATIVE_READER", False)
     through_sql = nsys.parse(exports[stem])
     for name in ("kernels", "runtime", "memcpy", "memset", "sync", "steps", "dataloader"):
@@ -473,10 +474,39 @@ def test_varint_lengths_without_values_match_decoded_varints() -> None:
     assert sqlite_pages._varint_lengths(windows, starts).tolist() == lengths.tolist()
 
 
-def test_page_reader_reads_every_integer_width(tmp_path: Path,
+@pytest.fixture(params=["C", "numpy"])
+def page_decoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each of the page reader's two decoders in turn: the C extension (parsers/_pages.c),
+    skipped where it is not built, and numpy."""
+    from profreport.parsers import sqlite_pages
+
+    if request.param == "numpy":
+        monkeypatch.setattr(sqlite_pages, "_pages", None)
+    elif sqlite_pages._pages is None:
+        pytest.skip("the C page decoder is not built (no C compiler at install)")
+    return request.param
+
+
+def test_the_c_page_decoder_is_built_where_a_compiler_is() -> None:
+    """An install on a machine with a C compiler builds the page reader's C decoder (the
+    extension is optional: a failed build would leave nsys exports to the slower numpy one
+    without a word)."""
+    import shutil
+    import sysconfig
+
+    from profreport.parsers import sqlite_pages
+
+    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(compiler) is None:
+        pytest.skip(f"no C compiler ({compiler}) here")
+    assert sqlite_pages._pages is not None, f"{compiler} is here but parsers/_pages.c is not built"
+
+
+def test_page_reader_reads_every_integer_width(tmp_path: Path, page_decoder: str,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """Integers of 1 to 8 bytes, negatives, the constants 0 and 1, NULL, reals and text, over
-    many pages (a B-tree of interior pages), with rows that spill onto overflow pages."""
+    many pages (a B-tree of interior pages), with rows that spill onto overflow pages; by
+    each decoder."""
     from profreport.parsers import sqlite_pages
 
     path = tmp_path / "widths.sqlite"
@@ -515,6 +545,33 @@ def test_page_reader_reads_every_integer_width(tmp_path: Path,
         rows = list(reader.reduced(leaves, [0, 2], (), lambda chunk: chunk.values[2], threads))
         assert len(rows) == sqlite_pages.chunk_count(leaves) > 1
         assert np.array_equal(np.concatenate(rows), b)
+    reader.close()
+
+
+def test_a_record_running_past_its_page_is_refused(tmp_path: Path, page_decoder: str) -> None:
+    """A cell whose payload size says more bytes than its page holds past it (a damaged size,
+    still small enough to be stored on the page): each decoder refuses the chunk, naming it,
+    and reads nothing past the page (the caller reads the table through SQL instead)."""
+    from profreport.parsers import sqlite_pages
+
+    path = tmp_path / "damaged.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE t (a INTEGER, b TEXT)")
+        conn.executemany("INSERT INTO t VALUES (?, ?)", [(i, "x" * 200) for i in range(100)])
+        root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 't'").fetchone()[0]
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    reader = sqlite_pages.PageReader(path)
+    first_leaf = int(reader.leaf_pages(root)[0])
+    reader.close()
+    data = bytearray(path.read_bytes())
+    page = (first_leaf - 1) * page_size
+    cell = page + int.from_bytes(data[page + 8: page + 10], "big")  # the first cell: at the end
+    assert data[cell] & 0x80 and not data[cell + 1] & 0x80  # a two-byte payload size (~205)
+    data[cell: cell + 2] = bytes([0x9F, 0x00])  # 3,968 bytes: stored locally, past the page
+    path.write_bytes(bytes(data))
+    reader = sqlite_pages.PageReader(path)
+    with pytest.raises(sqlite_pages.PageFormatError, match="a record runs past its page"):
+        list(reader.columns(root, [0, 1], text_columns=(1,)))
     reader.close()
 
 
