@@ -3,7 +3,9 @@
  * The compiled half of parsers/sqlite_pages.py (which documents the file format it follows and
  * decodes the same pages in numpy where this module is not built). One call decodes a chunk of
  * leaf pages: for each row of the wanted columns its integer value and value kind, where a
- * text column's text lies, and the rowids of the rows that spill onto overflow pages. It
+ * text column's text lies and the first row of the chunk holding the same text (texts repeat:
+ * each distinct one is then decoded once), and the rowids of the rows that spill onto overflow
+ * pages. It
  * writes into the caller's arrays and holds no Python object while it runs (the GIL is
  * released), so threads decode chunks side by side.
  *
@@ -88,6 +90,7 @@ typedef struct {
     int8_t **kinds;
     int64_t **text_pos;   /* NULL for a column whose texts are not asked for */
     int64_t **text_size;
+    int64_t **text_first; /* the first row holding the same text, -1 for a row of no text */
     Py_ssize_t capacity;  /* rows each output array holds */
     int64_t *spilled;
 } Outputs;
@@ -163,6 +166,52 @@ static const char *decode_pages(const uint8_t *buf, Py_ssize_t count, Py_ssize_t
     return NULL;
 }
 
+/* FNV-1a over ``size`` bytes at p: the hash that finds rows of the same text. */
+static uint64_t fnv1a(const uint8_t *p, int64_t size)
+{
+    uint64_t hash = 14695981039346656037ULL;
+    for (int64_t i = 0; i < size; i++)
+        hash = (hash ^ p[i]) * 1099511628211ULL;
+    return hash;
+}
+
+/* For each of ``rows`` rows whose kind is text, the first row with the same bytes (an open
+ * addressing table of row numbers, every match checked byte by byte); -1 for the others. 0,
+ * or -1 when the table's memory cannot be had. */
+static int first_of_same(const uint8_t *buf, Py_ssize_t rows, const int8_t *kinds,
+                         const int64_t *pos, const int64_t *size, int64_t *first)
+{
+    size_t slots = 16;
+    while (slots < 2 * (size_t)rows)
+        slots *= 2;
+    int64_t *table = malloc(slots * sizeof *table);
+    if (!table)
+        return -1;
+    for (size_t i = 0; i < slots; i++)
+        table[i] = -1;
+    for (Py_ssize_t row = 0; row < rows; row++) {
+        first[row] = -1;
+        if (kinds[row] != KIND_TEXT)
+            continue;
+        size_t slot = fnv1a(buf + pos[row], size[row]) & (slots - 1);
+        for (;; slot = (slot + 1) & (slots - 1)) {
+            int64_t held = table[slot];
+            if (held < 0) {
+                table[slot] = row;
+                first[row] = row;
+                break;
+            }
+            if (size[held] == size[row] &&
+                memcmp(buf + pos[held], buf + pos[row], (size_t)size[row]) == 0) {
+                first[row] = held;
+                break;
+            }
+        }
+    }
+    free(table);
+    return 0;
+}
+
 /* Views of the arrays a call writes into, released together. */
 typedef struct {
     Py_buffer views[512];
@@ -203,28 +252,32 @@ static void *writable(Views *views, PyObject *array, Py_ssize_t itemsize, Py_ssi
 }
 
 PyDoc_STRVAR(decode_doc,
-"decode(pages, count, page_size, usable, wanted, values, kinds, text_pos, text_size, spilled)\n"
+"decode(pages, count, page_size, usable, wanted, values, kinds, text_pos, text_size,\n"
+"       text_first, spilled)\n"
 "--\n\n"
 "Decode ``count`` table leaf pages of ``page_size`` bytes (``usable`` of them used) held one\n"
 "after another in the buffer ``pages``: for the columns ``wanted`` (0-based positions, a\n"
 "tuple), each row's integer value (int64) and value kind (int8) into the arrays ``values``\n"
 "and ``kinds`` (tuples, one per wanted column); for a wanted column whose ``text_pos`` and\n"
 "``text_size`` are arrays, not None, where each row's content lies in ``pages`` and its size\n"
-"(int64); and the rowids of rows that spill onto overflow pages into ``spilled``. Every array\n"
+"(int64), and into ``text_first`` the first row holding the same text (-1 for a row of no\n"
+"text); and the rowids of rows that spill onto overflow pages into ``spilled``. Every array\n"
 "holds as many rows as the pages have cells. Returns (rows, spilled rows); ValueError names\n"
 "what is damaged.");
 
 static PyObject *decode(PyObject *self, PyObject *args)
 {
-    PyObject *pages, *wanted, *values, *kinds, *text_pos, *text_size, *spilled;
+    PyObject *pages, *wanted, *values, *kinds, *text_pos, *text_size, *text_first, *spilled;
     Py_ssize_t count, page_size, usable;
-    if (!PyArg_ParseTuple(args, "OnnnO!O!O!O!O!O", &pages, &count, &page_size, &usable,
+    if (!PyArg_ParseTuple(args, "OnnnO!O!O!O!O!O!O", &pages, &count, &page_size, &usable,
                           &PyTuple_Type, &wanted, &PyTuple_Type, &values, &PyTuple_Type, &kinds,
-                          &PyTuple_Type, &text_pos, &PyTuple_Type, &text_size, &spilled))
+                          &PyTuple_Type, &text_pos, &PyTuple_Type, &text_size, &PyTuple_Type,
+                          &text_first, &spilled))
         return NULL;
     Py_ssize_t n = PyTuple_GET_SIZE(wanted);
     if (n < 1 || PyTuple_GET_SIZE(values) != n || PyTuple_GET_SIZE(kinds) != n ||
-        PyTuple_GET_SIZE(text_pos) != n || PyTuple_GET_SIZE(text_size) != n || count < 0 ||
+        PyTuple_GET_SIZE(text_pos) != n || PyTuple_GET_SIZE(text_size) != n ||
+        PyTuple_GET_SIZE(text_first) != n || count < 0 ||
         page_size < 512 || usable < 480 || usable > page_size) {
         PyErr_SetString(PyExc_ValueError, "inconsistent arguments");
         return NULL;
@@ -242,7 +295,8 @@ static PyObject *decode(PyObject *self, PyObject *args)
     out.kinds = calloc((size_t)n, sizeof *out.kinds);
     out.text_pos = calloc((size_t)n, sizeof *out.text_pos);
     out.text_size = calloc((size_t)n, sizeof *out.text_size);
-    if (!out.values || !out.kinds || !out.text_pos || !out.text_size) {
+    out.text_first = calloc((size_t)n, sizeof *out.text_first);
+    if (!out.values || !out.kinds || !out.text_pos || !out.text_size || !out.text_first) {
         PyErr_NoMemory();
         goto done;
     }
@@ -284,8 +338,13 @@ static PyObject *decode(PyObject *self, PyObject *args)
         if (!failed)
             out.text_size[i] = writable(&views, PyTuple_GET_ITEM(text_size, i), 8, cells, 1,
                                         &failed);
-        if (!failed && (out.text_pos[i] == NULL) != (out.text_size[i] == NULL)) {
-            PyErr_SetString(PyExc_ValueError, "a text column needs both position and size");
+        if (!failed)
+            out.text_first[i] = writable(&views, PyTuple_GET_ITEM(text_first, i), 8, cells, 1,
+                                         &failed);
+        if (!failed && ((out.text_pos[i] == NULL) != (out.text_size[i] == NULL) ||
+                        (out.text_pos[i] == NULL) != (out.text_first[i] == NULL))) {
+            PyErr_SetString(PyExc_ValueError,
+                            "a text column needs its position, size and first row");
             failed = 1;
         }
         if (failed)
@@ -294,11 +353,18 @@ static PyObject *decode(PyObject *self, PyObject *args)
     out.spilled = writable(&views, spilled, 8, cells, 0, &failed);
     if (failed)
         goto done;
+    int no_memory = 0;
     Py_BEGIN_ALLOW_THREADS
     damage = decode_pages(source.buf, count, page_size, usable, &out, &rows, &spills);
+    for (Py_ssize_t i = 0; !damage && !no_memory && i < n; i++)
+        if (out.text_first[i])
+            no_memory = first_of_same(source.buf, rows, out.kinds[i], out.text_pos[i],
+                                      out.text_size[i], out.text_first[i]) < 0;
     Py_END_ALLOW_THREADS
     if (damage)
         PyErr_SetString(PyExc_ValueError, damage);
+    else if (no_memory)
+        PyErr_NoMemory();
     else
         result = Py_BuildValue("nn", rows, spills);
 done:
@@ -309,6 +375,7 @@ done:
     free(out.kinds);
     free(out.text_pos);
     free(out.text_size);
+    free(out.text_first);
     return result;
 }
 

@@ -83,9 +83,10 @@ T = TypeVar("T")
 
 
 #: A chunk's decoded columns: per wanted column its values and kinds, per text column where
-#: each row's content lies and its size, and the rowids of the rows that spill.
+#: each row's content lies, its size and the first row holding the same text (-1: no text),
+#: and the rowids of the rows that spill.
 _Decoded = tuple[dict[int, np.ndarray], dict[int, np.ndarray],
-                 dict[int, tuple[np.ndarray, np.ndarray]], np.ndarray]
+                 dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]], np.ndarray]
 
 
 class PageFormatError(Exception):
@@ -120,11 +121,11 @@ def _padded_words(buf: np.ndarray, pos: np.ndarray, length: np.ndarray) -> np.nd
     return matrix.view(np.uint64)
 
 
-def _texts(buf: np.ndarray, pos: np.ndarray, size: np.ndarray) -> np.ndarray:
-    """The texts of ``size`` bytes at ``pos`` as Python strings, each distinct text decoded
-    once (texts repeat: NVTX range names, thread names). Short texts are grouped by a hash of
-    their 8-byte words and every group is checked word by word."""
-    out = np.full(len(pos), None, dtype=object)
+def _first_of_same(buf: np.ndarray, pos: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """For each text of ``size`` bytes at ``pos``, the index of the first with the same bytes
+    (its own for a text not grouped). Short texts are grouped by a hash of their 8-byte words
+    and every group is checked word by word; longer ones stand alone."""
+    first = np.arange(len(pos))
     rows = np.flatnonzero(size <= MAX_GROUPED_TEXT)
     length = size[rows]
     words = _padded_words(buf, pos[rows], length)
@@ -132,16 +133,24 @@ def _texts(buf: np.ndarray, pos: np.ndarray, size: np.ndarray) -> np.ndarray:
     for word in words.T:
         digest *= _FNV_PRIME
         digest ^= word
-    _, first, codes = np.unique(digest, return_index=True, return_inverse=True)
+    _, firsts, codes = np.unique(digest, return_index=True, return_inverse=True)
     codes = codes.ravel()
-    representative = rows[first]
-    distinct = np.array([_decode(buf, int(pos[r]), int(size[r])) for r in representative] + [""],
+    same = (length[firsts][codes] == length) & (words == words[firsts][codes]).all(axis=1)
+    first[rows[same]] = rows[firsts[codes[same]]]
+    return first
+
+
+def _texts(buf: np.ndarray, pos: np.ndarray, size: np.ndarray, rows: np.ndarray,
+           first: np.ndarray) -> np.ndarray:
+    """The texts of ``size`` bytes at ``pos`` of the ``rows`` as Python strings, each distinct
+    text decoded once (texts repeat: NVTX range names, thread names): ``first`` gives the row
+    holding the first of the same text (its own for that first), so no sort is needed."""
+    leads = rows[first[rows] == rows]
+    code = np.empty(len(first), dtype=np.int64)
+    code[leads] = np.arange(len(leads))
+    distinct = np.array([_decode(buf, int(pos[r]), int(size[r])) for r in leads] + [""],
                         dtype=object)[:-1]
-    same = (length[first][codes] == length) & (words == words[first][codes]).all(axis=1)
-    out[rows[same]] = distinct[codes[same]]
-    for row in np.concatenate([rows[~same], np.flatnonzero(size > MAX_GROUPED_TEXT)]):
-        out[row] = _decode(buf, int(pos[row]), int(size[row]))
-    return out
+    return distinct[code[first[rows]]]
 
 
 def _be(buf: np.ndarray, pos: np.ndarray, size: int) -> np.ndarray:
@@ -365,8 +374,8 @@ class PageReader:
         for column in text_columns:
             rows = np.flatnonzero(kinds[column] == TEXT)
             texts[column] = np.full(len(kinds[column]), None, dtype=object)
-            at, size = content[column]
-            texts[column][rows] = _texts(buf, at[rows], size[rows])
+            at, size, first = content[column]
+            texts[column][rows] = _texts(buf, at, size, rows, first)
         return Columns(values=values, kinds=kinds, spilled=spilled, texts=texts)
 
     def _compiled_decoded(self, buf: np.ndarray, count: int, wanted: list[int],
@@ -376,19 +385,17 @@ class PageReader:
         cells = int(_be(buf, np.arange(count, dtype=np.int64) * self.page_size + 3, 2).sum())
         values = tuple(np.empty(cells, dtype=np.int64) for _ in wanted)
         kinds = tuple(np.empty(cells, dtype=np.int8) for _ in wanted)
-        at = tuple(np.empty(cells, dtype=np.int64) if c in text_columns else None
-                   for c in wanted)
-        size = tuple(np.empty(cells, dtype=np.int64) if c in text_columns else None
-                     for c in wanted)
+        at, size, first = (tuple(np.empty(cells, dtype=np.int64) if c in text_columns else None
+                                 for c in wanted) for _ in range(3))
         spilled = np.empty(cells, dtype=np.int64)
         try:
             rows, spills = _pages.decode(buf, count, self.page_size, self.usable, tuple(wanted),
-                                         values, kinds, at, size, spilled)
+                                         values, kinds, at, size, first, spilled)
         except ValueError as exc:
             raise PageFormatError(str(exc)) from None
         return ({c: v[:rows] for c, v in zip(wanted, values, strict=True)},
                 {c: k[:rows] for c, k in zip(wanted, kinds, strict=True)},
-                {c: (a[:rows], s[:rows]) for c, a, s in zip(wanted, at, size, strict=True)
+                {c: (a, s, f[:rows]) for c, a, s, f in zip(wanted, at, size, first, strict=True)
                  if c in text_columns},
                 spilled[:spills])
 
@@ -421,7 +428,13 @@ class PageReader:
             kinds[column] = _kinds(serial[column])
             values[column] = _integers(windows, np.minimum(offsets[column], len(windows) - 1),
                                        serial[column])
-        return values, kinds, {c: (offsets[c], sizes[c]) for c in text_columns}, spilled
+        content = {}
+        for column in text_columns:
+            rows = np.flatnonzero(kinds[column] == TEXT)
+            first = np.full(len(start), -1, dtype=np.int64)
+            first[rows] = rows[_first_of_same(buf, offsets[column][rows], sizes[column][rows])]
+            content[column] = (offsets[column], sizes[column], first)
+        return values, kinds, content, spilled
 
     def reduced(self, leaves: np.ndarray, wanted: list[int], text_columns: tuple[int, ...],
                 reduce: Callable[[Columns], T], threads: int = 1) -> Iterator[T]:
