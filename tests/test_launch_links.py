@@ -16,7 +16,13 @@ import pytest
 from profreport.parsers import parse_file
 from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
 from profreport.reports.analysis.findings import RunContext, find_all
-from profreport.reports.analysis.launches import unlinked
+from profreport.reports.analysis.launches import (
+    CALLS_UNRECORDED,
+    NO_CORRELATION_IDS,
+    NO_RUNTIME_CALLS,
+    link_gaps,
+    unlinked,
+)
 from profreport.reports.render.html import render_html
 from profreport.reports.render.json import render_json
 from profreport.reports.render.markdown import render_markdown
@@ -228,6 +234,37 @@ def test_an_nsys_export_without_its_runtime_table_says_the_kernels_launches_are_
     assert unlinked(profile, "kernels") == (
         "the Nsight Systems profile records no runtime calls, the calls that launched its "
         "kernels")
+
+
+
+@pytest.mark.parametrize(("lacking", "why", "gaps"), [
+    ("runtime", "records no runtime calls, the calls that launched its copies",
+     {NO_RUNTIME_CALLS}),
+    ("call ids", "records no correlation id on its runtime calls, the evidence that links each "
+     "launch call to the copies it launched", {NO_CORRELATION_IDS}),
+    ("copy ids", "records no correlation id on its copies, the evidence that links each launch "
+     "call to the copies it launched", {NO_CORRELATION_IDS}),
+    ("some", "records no launch call for 2 of the 4 copies (1 with no correlation id, 1 with "
+     "one that no recorded runtime call carries)", {NO_CORRELATION_IDS, CALLS_UNRECORDED}),
+])
+def test_the_sentence_and_the_gaps_of_unlinked_copies_read_the_same_facts(
+        tmp_path: Path, lacking: str, why: str, gaps: set[str]) -> None:
+    """The blocking-copy export without its runtime table, without the calls' or the copies'
+    ids, or with one copy's id NULL and another's carried by no call: the sentence saying why
+    the copies' launch calls are unknown (unlinked) and what the profile lacks (link_gaps,
+    which picks LAUNCH_LINKS_UNKNOWN's fix) name the same gap."""
+    path = _blocking_copy_export(tmp_path / "gap.sqlite")
+    with sqlite3.connect(path) as conn:
+        conn.execute({
+            "runtime": "DROP TABLE CUPTI_ACTIVITY_KIND_RUNTIME",
+            "call ids": "UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET correlationId = NULL",
+            "copy ids": "UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET correlationId = NULL",
+            "some": "UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET correlationId = CASE start "
+                    f"WHEN {50 * MS} THEN NULL WHEN {150 * MS} THEN correlationId + 1000 "
+                    "ELSE correlationId END"}[lacking])
+    profile = parse_file(path)
+    assert unlinked(profile, "memcpy") == f"the Nsight Systems profile {why}"
+    assert link_gaps(profile) == gaps
 
 
 def _partly_correlated_trace(path: Path, linked: int) -> Path:

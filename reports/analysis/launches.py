@@ -9,6 +9,7 @@ profile (:func:`kept.per_profile`) for as long as the profile lives.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -26,39 +27,6 @@ _ROWS = {"runtime": "runtime calls", "kernels": "kernels", "memcpy": "copies",
          "memset": "memsets"}
 
 
-def unlinked(profile: Profile, table: str, rows: np.ndarray | None = None,
-             which: str = "") -> str | None:
-    """Why which runtime call launched the ``rows`` (a mask; all by default) of GPU table
-    ``table`` is unknown: the table's rows, or the runtime calls, record no correlation id (an
-    nsys table without correlationId, Kineto events without ``args.correlation`` or an
-    ``ac2g`` flow), the evidence that links a launch call to its work, or the profile records
-    no runtime call at all (an nsys export without its runtime table, a trace without
-    ``cuda_runtime`` events); else how many of the rows (``which`` says what they are) no
-    launch call is linked to, those without an id apart from those whose id no recorded call
-    carries. None when each row has its launch call, or there are no rows."""
-    chosen = np.ones(len(profile.table(table)), dtype=bool) if rows is None else rows
-    if not chosen.any():
-        return None
-    origin = origin_label(profile.kind)
-    if profile.table("runtime").empty:
-        return (f"the {origin} profile records no runtime calls, the calls that launched its "
-                f"{_ROWS[table]}")
-    for name in ("runtime", table):
-        ids = profile.table(name)["correlation"].to_numpy()
-        if len(ids) and int(ids.max()) < 0:
-            return (f"the {origin} profile records no correlation id on its {_ROWS[name]}, the "
-                    f"evidence that links each launch call to the {_ROWS[table]} it launched")
-    missing = chosen & (launch_calls(profile, table) < 0)
-    count = int(missing.sum())
-    if not count:
-        return None
-    no_id = int((missing & (_ids_of(profile, table) < 0)).sum())
-    return (f"the {origin} profile records no launch call for {count:,} of the "
-            f"{int(chosen.sum()):,} {_ROWS[table]}{f' {which}' if which else ''} ({no_id:,} "
-            f"with no correlation id, {count - no_id:,} with one that no recorded runtime call "
-            "carries)")
-
-
 #: What a profile lacks where some of its GPU work is linked to no launch call (link_gaps):
 #: the runtime calls altogether; correlation ids (on the calls, or on some of the work); or,
 #: the work carrying ids, the calls of those ids (launched before the capture recorded calls,
@@ -68,29 +36,84 @@ NO_CORRELATION_IDS = "no correlation ids"
 CALLS_UNRECORDED = "calls unrecorded"
 
 
+@dataclass(frozen=True)
+class _Gap:
+    """Why some chosen rows of a GPU table are linked to no launch call (:func:`_gap`)."""
+
+    #: What the profile lacks for them (NO_RUNTIME_CALLS, NO_CORRELATION_IDS, CALLS_UNRECORDED).
+    lacks: frozenset[str]
+    #: The table none of whose rows records a correlation id ("runtime" or the GPU table's
+    #: own); "" when both record ids, or there is no runtime call at all.
+    bare: str = ""
+    #: The rows chosen, those of them linked to no launch call, and of those the rows that
+    #: record no correlation id (counted only where both tables record ids).
+    chosen: int = 0
+    unlinked: int = 0
+    no_id: int = 0
+
+
+def _gap(profile: Profile, table: str, rows: np.ndarray | None) -> _Gap | None:
+    """What the profile lacks where some of the ``rows`` (a mask; all when None) of GPU table
+    ``table`` are linked to no launch call: any runtime call (NO_RUNTIME_CALLS); the
+    correlation ids of every runtime call, or of every row of the table (NO_CORRELATION_IDS,
+    that table named); else, counted over the chosen rows linked to no call, the ids of some
+    (NO_CORRELATION_IDS) or the calls of the ids the others carry (CALLS_UNRECORDED). None
+    when each chosen row has its launch call, or none is chosen."""
+    chosen = len(profile.table(table)) if rows is None else int(rows.sum())
+    if not chosen:
+        return None
+    if profile.table("runtime").empty:
+        return _Gap(frozenset({NO_RUNTIME_CALLS}))
+    for name in ("runtime", table):
+        ids = profile.table(name)["correlation"].to_numpy()
+        if int(ids.max()) < 0:  # neither is empty: the runtime checked, rows chosen
+            return _Gap(frozenset({NO_CORRELATION_IDS}), bare=name)
+    missing = launch_calls(profile, table) < 0
+    if rows is not None:
+        missing &= rows
+    count = int(missing.sum())
+    if not count:
+        return None
+    no_id = int((missing & (_ids_of(profile, table) < 0)).sum())
+    lacks = {NO_CORRELATION_IDS} if no_id else set()
+    if count > no_id:
+        lacks.add(CALLS_UNRECORDED)
+    return _Gap(frozenset(lacks), chosen=chosen, unlinked=count, no_id=no_id)
+
+
+def unlinked(profile: Profile, table: str, rows: np.ndarray | None = None,
+             which: str = "") -> str | None:
+    """Why which runtime call launched the ``rows`` (a mask; all by default) of GPU table
+    ``table`` is unknown (:func:`_gap`): the table's rows, or the runtime calls, record no
+    correlation id (an nsys table without correlationId, Kineto events without
+    ``args.correlation`` or an ``ac2g`` flow), the evidence that links a launch call to its
+    work, or the profile records no runtime call at all (an nsys export without its runtime
+    table, a trace without ``cuda_runtime`` events); else how many of the rows (``which`` says
+    what they are) no launch call is linked to, those without an id apart from those whose id
+    no recorded call carries. None when each row has its launch call, or there are no rows."""
+    gap = _gap(profile, table, rows)
+    if gap is None:
+        return None
+    origin = origin_label(profile.kind)
+    if NO_RUNTIME_CALLS in gap.lacks:
+        return (f"the {origin} profile records no runtime calls, the calls that launched its "
+                f"{_ROWS[table]}")
+    if gap.bare:
+        return (f"the {origin} profile records no correlation id on its {_ROWS[gap.bare]}, the "
+                f"evidence that links each launch call to the {_ROWS[table]} it launched")
+    return (f"the {origin} profile records no launch call for {gap.unlinked:,} of the "
+            f"{gap.chosen:,} {_ROWS[table]}{f' {which}' if which else ''} ({gap.no_id:,} "
+            f"with no correlation id, {gap.unlinked - gap.no_id:,} with one that no recorded "
+            "runtime call carries)")
+
+
 @per_profile
 def link_gaps(profile: Profile) -> frozenset[str]:
     """What the profile lacks where some of its kernels, copies or memsets are linked to no
-    launch call (NO_RUNTIME_CALLS, NO_CORRELATION_IDS, CALLS_UNRECORDED), read as
-    :func:`unlinked` reads it; empty when every row is linked (or there are none)."""
-    gaps: set[str] = set()
-    calls_have_ids = False
-    if not profile.table("runtime").empty:
-        calls_have_ids = int(profile.table("runtime")["correlation"].to_numpy().max()) >= 0
-    for table in GPU_TABLES:
-        if profile.table(table).empty:
-            continue
-        if profile.table("runtime").empty:
-            return frozenset({NO_RUNTIME_CALLS})
-        missing = launch_calls(profile, table) < 0
-        if not missing.any():
-            continue
-        with_id = _ids_of(profile, table) >= 0
-        if not calls_have_ids or (missing & ~with_id).any():
-            gaps.add(NO_CORRELATION_IDS)
-        if calls_have_ids and (missing & with_id).any():
-            gaps.add(CALLS_UNRECORDED)
-    return frozenset(gaps)
+    launch call (NO_RUNTIME_CALLS, NO_CORRELATION_IDS, CALLS_UNRECORDED; :func:`_gap` of each
+    table's rows); empty when every row is linked (or there are none)."""
+    return frozenset().union(*(gap.lacks for table in GPU_TABLES
+                               if (gap := _gap(profile, table, None)) is not None))
 
 
 def counted_by_start(why: str | None) -> str | None:
