@@ -34,8 +34,9 @@ HTOD, DTOH, DTOD, HTOH, PTOP = "HtoD", "DtoH", "DtoD", "HtoH", "PtoP"
 #: The copy direction or memory kind of a copy whose profile records none.
 UNKNOWN_KIND = "unknown"
 #: The name shown for an event or kernel whose profile records none (a Kineto event without
-#: ``name``, an nsys kernel whose name ids are NULL or missing from StringIds); the name
-#: classifiers read it as no name, so it is no communication kernel or anything else by name.
+#: ``name`` or with ``name`` null, an nsys kernel whose name ids are NULL or missing from
+#: StringIds); the name classifiers read it as no name, so it is no communication kernel or
+#: anything else by name.
 UNRECORDED_NAME = "(name unrecorded)"
 COPY_KINDS = (HTOD, DTOH, DTOD, HTOH, PTOP, UNKNOWN_KIND)
 #: Memory kinds at either end of a copy (``src_kind``/``dst_kind``).

@@ -106,7 +106,9 @@ class Event(msgspec.Struct, gc=False):
 
     ph: str = ""
     cat: str = ""
-    name: str = concepts.UNRECORDED_NAME
+    # None where the profiler recorded no name (no ``name`` key, or null): the names' symbol
+    # table reads it as concepts.UNRECORDED_NAME.
+    name: str | None = None
     pid: int | str = -1
     tid: int | str = -1
     ts: float = float("nan")
@@ -132,16 +134,23 @@ class _Ids(dict):  # type: ignore[type-arg]
 
     limit: Limit | None = None
     path: Path | None = None
+    #: The value that None (nothing recorded) is read as, sharing its id; None keeps None a
+    #: value of its own.
+    unrecorded: Any = None
 
     def __init__(self) -> None:
         super().__init__()
         self.order: list[Any] = []
 
     def __missing__(self, value: Any) -> int:
-        """Add ``value`` (checked against the length limit) with the next id."""
+        """Add ``value`` (checked against the length limit) with the next id; None, where it
+        is read as :attr:`unrecorded`, takes that value's id and adds no value."""
+        if value is None and self.unrecorded is not None:
+            self[None] = number = self[self.unrecorded]
+            return number
         if self.limit is not None:
             self.limit.check(len(str(value)), self.path)
-        self[value] = number = len(self)
+        self[value] = number = len(self.order)
         self.order.append(value)
         return number
 
@@ -149,9 +158,10 @@ class _Ids(dict):  # type: ignore[type-arg]
 class Symbols:
     """Interns values (names, categories, thread ids) to dense integer ids."""
 
-    def __init__(self, limit: Limit | None = None, path: Path | None = None) -> None:
+    def __init__(self, limit: Limit | None = None, path: Path | None = None,
+                 unrecorded: Any = None) -> None:
         self._ids = _Ids()
-        self._ids.limit, self._ids.path = limit, path
+        self._ids.limit, self._ids.path, self._ids.unrecorded = limit, path, unrecorded
 
     def ids(self, values: Iterable[Any], count: int) -> np.ndarray:
         """The id of each of ``count`` values, adding unseen values to the table."""
@@ -159,21 +169,22 @@ class Symbols:
 
     def remap(self, other: Symbols) -> np.ndarray:
         """For each id of ``other``, the id of the same value here (added when unseen)."""
-        return self.ids(other._ids, len(other._ids))
+        return self.ids(other._ids.order, len(other))
 
     def values(self, since: int = 0) -> np.ndarray:
         """Every interned value from id ``since`` on, indexed by id less ``since`` (objects)."""
-        out = np.empty(len(self._ids) - since, dtype=object)
+        out = np.empty(len(self) - since, dtype=object)
         out[:] = self._ids.order[since:]
         return out
 
     def __len__(self) -> int:
         """The number of interned values."""
-        return len(self._ids)
+        return len(self._ids.order)
 
     def lookup(self, wanted: frozenset[str]) -> np.ndarray:
         """Ids of the interned values whose lower-cased text is in ``wanted``."""
-        return np.array([i for v, i in self._ids.items() if str(v).lower() in wanted], np.int32)
+        return np.array([i for i, v in enumerate(self._ids.order) if str(v).lower() in wanted],
+                        np.int32)
 
 
 #: Columns of the complete-duration ("X") events and the symbol table each id column uses.
@@ -459,7 +470,7 @@ class ColumnBuilder:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.names = Symbols(MAX_NAME_CHARS, path)
+        self.names = Symbols(MAX_NAME_CHARS, path, concepts.UNRECORDED_NAME)
         self.phases = Symbols()
         self.cats = Symbols()
         self.threads = Symbols()

@@ -15,8 +15,10 @@ import pytest
 
 from profreport import concepts
 from profreport.errors import InputError
+from profreport.executors import ExecutorOptions
 from profreport.inputs import Limit
 from profreport.parsers import kineto, kineto_columns, kineto_stream
+from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
 
 # Seconds a hostile input may take before the test fails: linear parsing needs a few; the
 # quadratic or unbounded behaviour these inputs provoke took minutes.
@@ -102,6 +104,63 @@ def test_an_event_without_a_name_says_its_name_is_unrecorded(tmp_path: Path) -> 
     assert kernels["is_comm"].tolist() == [False]
     assert profile.table("cpu_ops")["name"].astype(str).tolist() == [
         concepts.UNRECORDED_NAME, "aten::mm"]
+
+
+def _null_named_steps(steps: int) -> list[dict]:
+    """``steps`` ProfilerStep spans of 1 ms, each running an operator of JSON null name and
+    ``aten::mm``, and launching a 40 us kernel of null name and a 60 us ``gemm``."""
+    events = []
+    for step in range(steps):
+        base, launch = 1000.0 * step, {"ph": "X", "cat": "cuda_runtime",
+                                       "name": "cudaLaunchKernel", "pid": 1, "tid": 1}
+        events += [
+            _event(f"ProfilerStep#{step}", cat="user_annotation", ts=base, dur=1000),
+            _event(None, ts=base + 10, dur=30), _event("aten::mm", ts=base + 50, dur=30),
+            {**launch, "ts": base + 20, "dur": 5, "args": {"correlation": 2 * step}},
+            {**launch, "ts": base + 60, "dur": 5, "args": {"correlation": 2 * step + 1}},
+            {"ph": "X", "cat": "kernel", "name": None, "pid": 0, "tid": 7, "ts": base + 100,
+             "dur": 40, "args": {"device": 0, "stream": 7, "correlation": 2 * step}},
+            {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": base + 200,
+             "dur": 60, "args": {"device": 0, "stream": 7, "correlation": 2 * step + 1}}]
+    return events
+
+
+@pytest.mark.parametrize("reading", ["plain", "gzip", "parallel"])
+def test_an_event_of_null_name_reads_as_one_without_a_name(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reading: str) -> None:
+    """A kernel and an operator whose ``name`` is JSON null read exactly as ones without
+    ``name``: kept, named '(name unrecorded)', no communication kernel by that name, in the
+    kernel time and counts, nothing dropped; in a plain trace, a gzip one and one read in byte
+    ranges by worker processes. They were dropped and counted as 'name of an unexpected
+    type', so a step held 1 kernel of 60 us where it launched 2 running 100 us."""
+    events = _null_named_steps(40)
+    unnamed = [{key: value for key, value in event.items()
+                if key != "name" or value is not None} for event in events]
+    paths = []
+    for stem, trace in (("null", events), ("unnamed", unnamed)):
+        text = json.dumps({"schemaVersion": 1, "traceEvents": trace}, indent=1).encode()
+        path = tmp_path / (f"{stem}.json.gz" if reading == "gzip" else f"{stem}.json")
+        path.write_bytes(gzip.compress(text) if reading == "gzip" else text)
+        paths.append(path)
+    if reading == "parallel":
+        monkeypatch.setattr(kineto_stream, "PARALLEL_MIN_BYTES", paths[0].stat().st_size // 3)
+        monkeypatch.setattr(kineto_stream, "SPLIT_PROBE_BYTES", 4096)
+        if len(kineto_stream._parallel_ranges(paths[0], 30, paths[0].stat().st_size)) < 2:
+            pytest.skip("one CPU: the trace is read in one part")
+    null, unnamed_profile = map(kineto.parse, paths)
+    assert null.meta.dropped == {} and null.meta.notes == []
+    kernels = null.table("kernels")
+    assert kernels["name"].astype(str).tolist() == [concepts.UNRECORDED_NAME, "gemm"] * 40
+    assert not kernels["is_comm"].any()
+    assert int((kernels["end"] - kernels["start"]).sum()) == 40 * 100_000
+    assert null.table("cpu_ops")["name"].astype(str).tolist() == [
+        concepts.UNRECORDED_NAME, "aten::mm"] * 40
+    for name, table in unnamed_profile.tables.items():
+        assert table.equals(null.tables[name]), name
+    launch = analyze_paths([paths[0]], AnalyzeOptions(
+        executor=ExecutorOptions(processes=1))).runs[0].metrics.launch
+    assert launch is not None
+    assert (launch.kernels_per_step, launch.gpu_kernel_ns_per_step) == (2, 100_000)
 
 
 def test_a_world_size_past_any_job_is_not_usable(tmp_path: Path) -> None:
