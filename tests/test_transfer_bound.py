@@ -1,7 +1,9 @@
 """A GPU kept busy by copies is transfer-bound, not compute-bound: the verdict reads the step
 breakdown's copy parts (h2d_copy, copy_memset), and compute-bound needs the kernels to hold the
 step (hand-built Kineto traces: the steps of 1 ms a reviewer built, of pinned host-to-device
-copies and of kernels; an nsys export of pageable copies reads the same)."""
+copies and of kernels; an nsys export of pageable copies reads the same). Nor is such a GPU
+saturated for the findings that excuse a blocked CPU on a saturated GPU: SYNC_STALL and
+HOST_DEVICE_COPIES_PER_STEP's severity read gpu_saturated_by_compute, not the busy fraction."""
 
 from __future__ import annotations
 
@@ -143,3 +145,78 @@ def test_copies_hidden_under_the_kernels_leave_it_compute_bound(tmp_path: Path) 
     assert run.verdict == "compute-bound"
     assert run.verdict_reason == "GPU busy 90% of the step windows"
     assert "TRANSFER_BOUND" not in [f.id for f in run.findings]
+
+
+def waiting_steps(path: Path, copy_us: int, kernel_us: int, wait: str) -> Path:
+    """4 training steps (ProfilerStep#N of 990 us, 1 ms apart, each with an optimizer step), each
+    queuing a 64 MiB pinned host-to-device copy of ``copy_us`` (none at 0) and then a kernel of
+    ``kernel_us`` on one stream, the CPU then waiting for the GPU to drain: in a
+    cudaStreamSynchronize (``wait`` "sync") or in two aten::item reads of 4 bytes into pageable
+    memory ("reads"), the first issued as the GPU work starts, the second after it."""
+    events = []
+    for i in range(4):
+        t = 1000 + i * 1000
+        end = t + 50 + copy_us + kernel_us  # the GPU has drained
+        events += [cpu_event(f"ProfilerStep#{i + 1}", t, 990, cat="user_annotation"),
+                   cpu_event("aten::mm", t + 30, 15),
+                   cpu_event("cudaLaunchKernel", t + 32, 5, cat="cuda_runtime",
+                             correlation=200 + i),
+                   device_event("gemm_kernel", t + 50 + copy_us, kernel_us, device=0, stream=7,
+                                correlation=200 + i),
+                   cpu_event("Optimizer.step#SGD.step", end + 40, 10, cat="user_annotation")]
+        if copy_us:
+            events += [cpu_event("aten::to", t + 10, 15),
+                       cpu_event("cudaMemcpyAsync", t + 12, 5, cat="cuda_runtime",
+                                 correlation=100 + i),
+                       device_event("Memcpy HtoD (Pinned -> Device)", t + 50, copy_us,
+                                    cat="gpu_memcpy", device=0, stream=7,
+                                    correlation=100 + i, bytes=1 << 26)]
+        if wait == "sync":
+            events.append(cpu_event("cudaStreamSynchronize", t + 50, end + 5 - (t + 50),
+                                    cat="cuda_runtime"))
+            continue
+        for k, (at, copied) in enumerate([(t + 50, end + 2), (end + 15, end + 19)]):
+            events += [cpu_event("aten::item", at, copied + 8 - at),
+                       cpu_event("cudaMemcpyAsync", at + 2, copied + 4 - at, cat="cuda_runtime",
+                                 correlation=300 + 10 * i + k),
+                       device_event("Memcpy DtoH (Device -> Pageable)", copied, 2,
+                                    cat="gpu_memcpy", device=0, stream=7,
+                                    correlation=300 + 10 * i + k, bytes=4)]
+    return kineto_trace(path, events, deviceProperties=DEVICE)
+
+
+@pytest.mark.parametrize(("copy_us", "kernel_us", "stall"), [(700, 150, True), (0, 850, False)])
+def test_a_cpu_waiting_on_copies_stalls_one_waiting_on_kernels_does_not(
+        tmp_path: Path, copy_us: int, kernel_us: int, stall: bool) -> None:
+    """The CPU blocks 86% of each step in cudaStreamSynchronize while the GPU is busy 85%: with
+    a 700 us copy and a 150 us kernel the GPU is transfer-bound, its kernels idle while the
+    copy runs alone, and the blocked CPU queues nothing to run beside it: SYNC_STALL (it read
+    the GPU busy fraction, copies included, as saturation and stayed silent). With an 850 us
+    kernel the kernels saturate the GPU and waiting on it costs nothing: no SYNC_STALL."""
+    run = analyzed(waiting_steps(tmp_path / "sync.json", copy_us, kernel_us, "sync"))
+    assert run.metrics.gpu.busy_fraction == pytest.approx(0.852, abs=0.001)
+    assert run.metrics.syncs.fraction == pytest.approx(0.857, abs=0.001)
+    assert run.verdict == ("transfer-bound" if stall else "compute-bound")
+    found = {f.id: f for f in run.findings}
+    assert ("SYNC_STALL" in found) == stall
+    if stall:
+        assert found["SYNC_STALL"].title == ("The CPU waits for the GPU in blocking calls for "
+                                             "86% of each step, most in cudaStreamSynchronize.")
+        assert run.findings[0].id == "TRANSFER_BOUND"
+
+
+@pytest.mark.parametrize(("copy_us", "kernel_us", "severity"),
+                         [(700, 150, "medium"), (0, 850, "low")])
+def test_reads_back_on_a_gpu_busy_with_copies_weigh_more(tmp_path: Path, copy_us: int,
+                                                         kernel_us: int, severity: str) -> None:
+    """Two aten::item reads into pageable memory per step, each blocking the CPU until the GPU
+    drains, on a GPU busy 86%: behind a 700 us copy and a 150 us kernel the drain leaves the
+    kernels idle beside the copy, medium (it was low: the busy fraction, copies included, read
+    as saturation); behind an 850 us kernel the GPU is saturated by compute, low."""
+    run = analyzed(waiting_steps(tmp_path / "reads.json", copy_us, kernel_us, "reads"))
+    assert run.metrics.gpu.busy_fraction == pytest.approx(0.856, abs=0.001)
+    assert run.metrics.step_copies.blocking_per_step == 2
+    found = next(f for f in run.findings if f.id == "HOST_DEVICE_COPIES_PER_STEP")
+    assert found.severity == severity
+    assert ("2 device-to-host copies per step go to pageable memory: each blocks the CPU until "
+            "the GPU drains") in [e.text for e in found.evidence]

@@ -7,9 +7,9 @@ from __future__ import annotations
 from profreport import concepts
 from profreport.reports.analysis.findings.catalogue import Facts, rule
 from profreport.reports.analysis.findings.verdicts import (
-    COMPUTE_BOUND_BUSY,
     COPY_PARTS,
     compute_share,
+    gpu_saturated_by_compute,
     transfer_bound_share,
 )
 from profreport.reports.analysis.results import (
@@ -30,7 +30,7 @@ PAGEABLE_SHARE = 0.50
 #: ... and at least this many bytes (64 MiB) come from pageable memory over the profile.
 PAGEABLE_MIN_BYTES = 64 * 2**20
 #: Blocking calls (syncs, blocking copy calls) holding the CPU 10% of the step while the
-#: GPU is not saturated stall the pipeline.
+#: GPU is not saturated by compute (gpu_saturated_by_compute) stall the pipeline.
 SYNC_STALL_FRACTION = 0.10
 #: A batch is a few tensors, one of them perhaps small (the labels): from 4 small (<64 KiB)
 #: host-to-device copies per step on, tensors are built on the host inside the loop.
@@ -99,19 +99,20 @@ def minor_sync_evidence(syncs: SyncStats | None) -> list[Evidence]:
 
 @rule("SYNC_STALL", severity=("medium",), needs=("profiles",))
 def sync_stall(facts: Facts) -> Finding | None:
-    """The CPU blocks in syncs or blocking copies for a large share of each step while the GPU is
-    not saturated (a CPU waiting on a busy GPU costs nothing). A copy call blocks when its copy
-    goes device-to-host into pageable memory, or when it returned only after the copy its
-    correlation id links to it ended and work queued ahead of that copy on its stream ran past
-    the call's start: it held the CPU until the GPU reached and finished the copy (a pageable
-    host-to-device copy, which CUDA stages and may synchronize with the stream, too), its whole
-    call counted; on an idle stream it only waited for its own copy, copy time and no stall
-    (where the profile records no copy direction, destination memory kind or stream, returning
-    after its copy ended is enough, its label saying which is unrecorded)."""
+    """The CPU blocks in syncs or blocking copies for a large share of each step while the GPU
+    is not saturated by compute (``COMPUTE_BOUND_BUSY``: a CPU waiting on a GPU its kernels fill
+    costs nothing, but a GPU kept busy by copies or collectives with no kernel beside them has
+    its kernels idle, and the blocked CPU queues none to run beside them). A copy call blocks
+    when its copy goes device-to-host into pageable memory, or when it returned only after the
+    copy its correlation id links to it ended and work queued ahead of that copy on its stream
+    ran past the call's start: it held the CPU until the GPU reached and finished the copy (a
+    pageable host-to-device copy, which CUDA stages and may synchronize with the stream, too),
+    its whole call counted; on an idle stream it only waited for its own copy, copy time and no
+    stall (where the profile records no copy direction, destination memory kind or stream,
+    returning after its copy ended is enough, its label saying which is unrecorded)."""
     m = facts.metrics
     syncs = m.syncs
-    if syncs is None or syncs.fraction < SYNC_STALL_FRACTION or \
-            (m.gpu is not None and m.gpu.busy_fraction >= COMPUTE_BOUND_BUSY):
+    if syncs is None or syncs.fraction < SYNC_STALL_FRACTION or gpu_saturated_by_compute(m):
         return None
     top = syncs.calls[0]
     pageable = any("pageable" in call.name and call.calls_per_step for call in syncs.calls)
@@ -155,7 +156,9 @@ def _count(value: float) -> str:
 @rule("HOST_DEVICE_COPIES_PER_STEP", severity=("medium", "low"), needs=("profiles",))
 def host_device_copies(facts: Facts) -> Finding | None:
     """More host <-> device copies per step than a batch needs: small tensors built on the host
-    in the loop, or values read back each step."""
+    in the loop, or values read back each step; medium where ``DTOH_PER_STEP`` reads a step go
+    to pageable memory, each blocking the CPU until the GPU drains, and the GPU is not saturated
+    by compute (as for SYNC_STALL)."""
     m = facts.metrics
     c = m.step_copies
     if c is None:
@@ -176,9 +179,8 @@ def host_device_copies(facts: Facts) -> Finding | None:
                                  "go to pageable memory: each blocks the CPU until the GPU "
                                  "drains",
                                  c.origin))
-    saturated = m.gpu is not None and m.gpu.busy_fraction >= COMPUTE_BOUND_BUSY
-    severity: Severity = ("medium" if c.blocking_per_step >= DTOH_PER_STEP and not saturated
-                          else "low")
+    severity: Severity = ("medium" if c.blocking_per_step >= DTOH_PER_STEP
+                          and not gpu_saturated_by_compute(m) else "low")
     steps = []
     if small_in:
         steps.append("Build per-step tensors on the GPU (torch.tensor(..., device='cuda'), "
