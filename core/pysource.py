@@ -521,6 +521,7 @@ class SourceScopes:
         #: A scope -> the functions it defines (by their scope) and the names it imports.
         self._defined: dict[int, dict[str, int | _Import]] = {}
         self._firsts: dict[int, int] = {}  # a function's scope -> its first line
+        self._ends: dict[int, int] = {}  # a function's first line -> its last line
         self._receivers: dict[int, str] = {}  # a method's scope -> its first parameter (self)
         #: A class's scope -> each attribute its methods assign on their receiver
         #: (``self.train_dl = DataLoader(ds)``): the line, the binding, the method's scope.
@@ -580,6 +581,7 @@ class SourceScopes:
                     first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
                     self._functions[first] = inner
                     self._firsts[inner] = first
+                    self._ends[first] = node.end_lineno or node.lineno
                     arguments = [*node.args.posonlyargs, *node.args.args]
                     if scope in self._classes and arguments and not _is_static(node):
                         self._receivers[inner] = arguments[0].arg
@@ -590,6 +592,11 @@ class SourceScopes:
         for names in self._bound.values():
             for spans in names.values():
                 spans.sort()
+
+    def function_end(self, first_lineno: int) -> int | None:
+        """The last line of the function whose definition starts at ``first_lineno`` (its first
+        decorator's line, as line_profiler records it); None where none starts there."""
+        return self._ends.get(first_lineno)
 
     def assigned(self, first_lineno: int, lineno: int, name: str, hops: int = 0) -> str | None:
         """What the source gives ``name`` at line ``lineno`` of the function whose definition

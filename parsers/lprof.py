@@ -244,10 +244,11 @@ def find_source(recorded: str, lprof_path: Path, source_root: Path | None
 
 
 def source_mismatch(source: list[str], first_lineno: int, function: str,
-                    linenos: list[int]) -> str | None:
+                    linenos: list[int], end: int | None) -> str | None:
     """Why a source file is not the one profiled (edited since), judged against what the profile
-    recorded for ``function``: its lines exist, the function is defined where it started, and
-    no line recorded with hits is blank or a comment. None when it matches."""
+    recorded for ``function``: its lines exist, the function is defined where it started, no
+    line recorded with hits is blank or a comment, and every one lies inside the definition
+    (which ends at line ``end``, where the source parses). None when it matches."""
     past = [n for n in linenos if n > len(source)]
     if past:
         return f"line {max(past)} is recorded but the file has {len(source):,} lines"
@@ -258,6 +259,11 @@ def source_mismatch(source: list[str], first_lineno: int, function: str,
                   or source[n - 1].lstrip().startswith("#")), None)
     if empty is not None:
         return f"line {empty} is recorded with hits but holds no code"
+    outside = next((n for n in linenos if end is not None and not first_lineno <= n <= end),
+                   None)
+    if outside is not None:
+        return (f"line {outside} is recorded for {function}(), which spans lines "
+                f"{first_lineno}-{end}")
     return None
 
 
@@ -271,14 +277,17 @@ def _defined_name(source: list[str], first_lineno: int) -> str | None:
     return next((found.group(1) for found in map(_DEF.match, lines) if found), None)
 
 
-def _changed_sources(timings: Timings, sources: dict[str, list[str] | None]) -> dict[str, str]:
+def _changed_sources(timings: Timings, scopes: _Scopes) -> dict[str, str]:
     """Why each source file found no longer matches the profile (see :func:`source_mismatch`),
     by recorded file: the first function of it that does not match."""
     changed: dict[str, str] = {}
     for (file, first, function), rows in sorted(timings.items()):
-        source = sources.get(file)
-        reason = source_mismatch(source, first, function, [row[0] for row in rows]) if (
-            source and file not in changed) else None
+        source = scopes.sources.get(file)
+        if not source or file in changed:
+            continue
+        parsed = scopes[file]
+        reason = source_mismatch(source, first, function, [row[0] for row in rows],
+                                 None if parsed is None else parsed.function_end(first))
         if reason:
             changed[file] = reason
     return changed
@@ -660,16 +669,17 @@ def parse(path: Path, *, source_root: Path | None = None) -> Profile:
     timings, unit, class_path, protocol = _unpickle(path)
     located = {file: find_source(file, path, source_root) for file, _, _ in timings}
     sources = {file: source_lines(where) for file, (where, _) in located.items()}
+    scopes = _Scopes(sources, {file: where for file, (where, _) in located.items()},
+                     source_roots(path, source_root), path)
     # A file edited since it was profiled would put other lines beside the times, and steer
     # the search for the training loop: it is not shown.
-    for file, reason in _changed_sources(timings, sources).items():
+    for file, reason in _changed_sources(timings, scopes).items():
         sources[file], located[file] = None, (None, f"it no longer matches the profile: {reason}")
+        scopes[file] = None
     functions = [LprofFunction(file=file, function=name, first_lineno=first,
                                source_path=None if located[file][0] is None
                                else str(located[file][0]), source_note=located[file][1])
                  for file, first, name in sorted(timings)]
-    scopes = _Scopes(sources, {file: where for file, (where, _) in located.items()},
-                     source_roots(path, source_root), path)
     frame = _lines_table(timings, unit, sources, scopes)
     loop = training_loop(frame, scopes)
     loader_knobs, loader_calls = _loader_knobs(scopes)

@@ -665,11 +665,15 @@ def test_nanosecond_unit_is_exact_for_long_times(tmp_path: Path) -> None:
     ({("F", 1, "train"): [(3, 1, 10), (4, 6, 900)]}, "train() is not defined at line 1"),
     ({("F", 1, "compute"): [(3, 1, 10), (7, 6, 900)]},
      "line 7 is recorded with hits but holds no code"),
+    ({("F", 1, "compute"): [(3, 1, 10), (9, 6, 900)]},
+     "line 9 is recorded for compute(), which spans lines 1-6"),
 ])
 def test_source_that_changed_since_profiling_is_not_shown(
         tmp_path: Path, timings: dict, reason: str) -> None:
     """A source found under ``--source-root`` that no longer matches the recorded function
-    (its lines, where it is defined, code on every timed line) is not shown, and the notes say
+    (its lines, where it is defined, every timed line inside its definition and holding code:
+    a body that lost lines puts the module's ``compute(...)`` call at a line recorded for
+    compute()) is not shown, and the notes say
     why: shown, it put other lines beside the times and steered the search for the loop."""
     root = tmp_path / "src"
     root.mkdir()
