@@ -198,9 +198,12 @@ class BoundedReader(io.RawIOBase):
 class RefusedPathError(InputError):
     """A path named inside an input is refused (outside the allowed roots, a system folder)."""
 
-    def __init__(self, named: str | Path, reason: str, owner: str | Path | None = None) -> None:
+    def __init__(self, named: str | Path, reason: str, owner: str | Path | None = None, *,
+                 outside: bool = False) -> None:
         super().__init__(f"refused {error_text(named)!s}: {reason}", owner)
         self.reason = reason
+        #: Refused only for lying outside every allowed root (a root holding it would admit it).
+        self.outside = outside
 
 
 def _inside(path: Path, folder: Path) -> bool:
@@ -234,7 +237,7 @@ def resolve_inside(named: str | Path, roots: list[Path] | tuple[Path, ...],
     if not any(_inside(real, root) for root in real_roots):
         link = " (through a symbolic link)" if real != Path(os.path.abspath(candidate)) else ""
         places = ", ".join(error_text(root) for root in real_roots) or "no folder"
-        raise RefusedPathError(named, f"it lies outside {places}{link}", owner)
+        raise RefusedPathError(named, f"it lies outside {places}{link}", owner, outside=True)
     return real
 
 
@@ -244,22 +247,34 @@ MAX_SOURCE_BYTES = 8 * 1024 * 1024
 PYTHON_SUFFIXES = (".py", ".pyw")
 
 
-def source_refusal(candidate: Path, roots: list[Path], owner: Path | None = None) -> str | None:
+@dataclass(frozen=True)
+class Refusal:
+    """Why a file may not be shown as source, and whether only for lying outside the roots."""
+
+    reason: str
+    #: Refused for lying outside every root it may be read from (RefusedPathError.outside).
+    outside: bool = False
+
+
+def source_refusal(candidate: Path, roots: list[Path], owner: Path | None = None
+                   ) -> Refusal | None:
     """Why ``candidate`` may not be shown as source (outside ``roots`` or in a system folder,
     see resolve_inside; no regular Python file; over MAX_SOURCE_BYTES), or None when it may."""
     try:
         real = resolve_inside(candidate, roots, owner=owner)
     except RefusedPathError as exc:
-        return exc.reason
+        return Refusal(exc.reason, exc.outside)
     if real.suffix not in PYTHON_SUFFIXES:
-        return "not a Python source file (.py)"
+        return Refusal("not a Python source file (.py)")
     try:
         info = real.stat()
     except OSError as exc:
-        return f"cannot read: {exc.strerror or exc}"
+        return Refusal(f"cannot read: {exc.strerror or exc}")
     if not stat.S_ISREG(info.st_mode):
-        return "not a regular file"
-    return "larger than a source file can be" if info.st_size > MAX_SOURCE_BYTES else None
+        return Refusal("not a regular file")
+    if info.st_size > MAX_SOURCE_BYTES:
+        return Refusal("larger than a source file can be")
+    return None
 
 
 def source_lines(path: Path | None) -> list[str] | None:

@@ -401,6 +401,22 @@ class NsysMeta(ProfileMeta):
     steps_note: str | None = None
 
 
+#: Why a profiled function's source is not shown: no file found for it ("absent"), the one
+#: found edited since profiling ("edited"), it lies outside the folders sources are read from
+#: ("outside"), refused otherwise ("refused": no regular Python file, a system folder...), or
+#: the profile names no file ("nameless": code run from a string).
+HiddenKind = Literal["absent", "edited", "outside", "refused", "nameless"]
+
+
+@dataclass(frozen=True)
+class SourceHidden:
+    """Why a profiled function's source is not shown (decided by parsers.lprof.find_source and
+    its check against the profile): the kind, and the reason the notes give."""
+
+    kind: HiddenKind
+    reason: str
+
+
 @dataclass(frozen=True)
 class LprofFunction:
     """One function a line_profiler file times, and whether its source is shown."""
@@ -411,7 +427,7 @@ class LprofFunction:
     #: The source file shown (an allowed Python file found for it), None when not shown.
     source_path: str | None
     #: Why the source is not shown, None when it is.
-    source_note: str | None
+    source_hidden: SourceHidden | None
 
 
 @dataclass(frozen=True)

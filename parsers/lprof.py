@@ -49,7 +49,14 @@ from profreport.inputs import (
     source_refusal,
 )
 from profreport.manifest import MANIFEST_NAME
-from profreport.model import LprofFunction, LprofMeta, Profile, TrainingLoop, conform
+from profreport.model import (
+    LprofFunction,
+    LprofMeta,
+    Profile,
+    SourceHidden,
+    TrainingLoop,
+    conform,
+)
 from profreport.pysource import (
     ModuleSources,
     SourceScopes,
@@ -224,23 +231,26 @@ def _candidates(recorded: str, lprof_path: Path, source_root: Path | None) -> li
 
 
 def find_source(recorded: str, lprof_path: Path, source_root: Path | None
-                ) -> tuple[Path | None, str | None]:
+                ) -> tuple[Path | None, SourceHidden | None]:
     """The source file a recorded filename names, or None and why it is not shown.
 
     Tried as recorded, beside the .lprof, then under ``source_root``; a candidate counts only
-    when it exists and may be shown (see :func:`~profreport.inputs.source_refusal`).
+    when it exists and may be shown (see :func:`~profreport.inputs.source_refusal`); the last
+    one refused says why none is shown.
     """
     if _NO_FILE.match(recorded) or not _parts(recorded):
-        return None, "the profile names no file"
+        return None, SourceHidden("nameless", "the profile names no file")
     roots = source_roots(lprof_path, source_root)
-    reason = None
+    refusal = None
     for candidate in _candidates(recorded, lprof_path, source_root):
         if not os.path.lexists(candidate) and ".." not in candidate.parts:
             continue
-        reason = source_refusal(candidate, roots, lprof_path)
-        if reason is None:
+        refusal = source_refusal(candidate, roots, lprof_path)
+        if refusal is None:
             return candidate, None
-    return None, reason or "not found beside the .lprof (pass --source-root)"
+    if refusal is None:
+        return None, SourceHidden("absent", "not found beside the .lprof (pass --source-root)")
+    return None, SourceHidden("outside" if refusal.outside else "refused", refusal.reason)
 
 
 def source_mismatch(source: list[str], first_lineno: int, function: str,
@@ -630,10 +640,10 @@ NO_LINES = ("nothing to analyse: the line profile times no line: kernprof -l tim
             "in none (move it into a function)")
 
 
-def _note(function: LprofFunction) -> str:
+def _note(function: LprofFunction, hidden: SourceHidden) -> str:
     """The note saying that a function's source is not shown, and why."""
     return (f"source of {error_text(function.function)} "
-            f"({error_text(function.file)}) not shown: {function.source_note}")
+            f"({error_text(function.file)}) not shown: {hidden.reason}")
 
 
 #: The DataLoader calls a note names by line at most (a source may hold any number).
@@ -674,11 +684,12 @@ def parse(path: Path, *, source_root: Path | None = None) -> Profile:
     # A file edited since it was profiled would put other lines beside the times, and steer
     # the search for the training loop: it is not shown.
     for file, reason in _changed_sources(timings, scopes).items():
-        sources[file], located[file] = None, (None, f"it no longer matches the profile: {reason}")
+        sources[file] = None
+        located[file] = None, SourceHidden("edited", f"it no longer matches the profile: {reason}")
         scopes[file] = None
     functions = [LprofFunction(file=file, function=name, first_lineno=first,
                                source_path=None if located[file][0] is None
-                               else str(located[file][0]), source_note=located[file][1])
+                               else str(located[file][0]), source_hidden=located[file][1])
                  for file, first, name in sorted(timings)]
     frame = _lines_table(timings, unit, sources, scopes)
     loop = training_loop(frame, scopes)
@@ -686,7 +697,7 @@ def parse(path: Path, *, source_root: Path | None = None) -> Profile:
     meta = LprofMeta(unit=unit, functions=functions, pickle_protocol=protocol,
                      class_path=".".join(class_path), loop=loop, loader_knobs=loader_knobs,
                      loader_calls=loader_calls,
-                     notes=[_note(f) for f in functions if f.source_note],
+                     notes=[_note(f, f.source_hidden) for f in functions if f.source_hidden],
                      empty=None if not frame.empty else NO_LINES)
     return Profile(path=path, kind="lprof", tool_version=LINESTATS_CLASS_PATHS[class_path],
                    tables={"lines": conform("lines", _mark_loader(frame, loop))}, meta=meta)

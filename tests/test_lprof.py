@@ -137,7 +137,7 @@ def test_loader_line_is_flagged_and_carries_the_time(loader_run: tuple[Path, Pat
     first = line_of(LOADER_SCRIPT, "@profile")  # a decorated function starts at its decorator
     assert profile.meta.functions == [LprofFunction(file=str(script), function="train",
                                                     first_lineno=first, source_path=str(script),
-                                                    source_note=None)]
+                                                    source_hidden=None)]
 
 
 def test_compute_loop_is_not_a_loader(compute_run: tuple[Path, Path]) -> None:
@@ -1435,6 +1435,9 @@ TRAINER_SOURCE = ("import torch\n" + "\n" * 8 + "class Trainer:\n    @profile\n"
                   "            self.opt.zero_grad()\n            out = self.model(x)\n"
                   "            loss = self.lossf(out, y)\n            loss.backward()\n"
                   "            self.opt.step()\n")
+#: kernprof's lines of that method: 66 hits of its loop for 2 calls of 32 batches.
+TRAINER_LINES = [(13, 66, 837_004_700), (14, 64, 10_400_300), (15, 64, 28_201_700),
+                 (16, 64, 10_167_200), (17, 64, 41_706_900), (18, 64, 30_636_200)]
 
 
 def test_a_loop_opening_its_function_without_its_source_asks_for_the_source(
@@ -1445,8 +1448,7 @@ def test_a_loop_opening_its_function_without_its_source_asks_for_the_source(
     verdict told the user to 'decorate the function that holds the training loop', the one
     they had decorated. It now says the function may open with a loop, which its source would
     show, and how to pass the source; with the source beside, the loop is found."""
-    lines = [(13, 66, 837_004_700), (14, 64, 10_400_300), (15, 64, 28_201_700),
-             (16, 64, 10_167_200), (17, 64, 41_706_900), (18, 64, 30_636_200)]
+    lines = TRAINER_LINES
     timings = {("method.py", 11, "Trainer.train_epoch"): lines}
     run = analyze_paths_of(stats_file(tmp_path / "alone" / "method.lprof", timings))
     assert run.verdict == "unknown" and run.verdict_reason == (
@@ -1460,6 +1462,80 @@ def test_a_loop_opening_its_function_without_its_source_asks_for_the_source(
                                  "Trainer.train_epoch", 11)
     assert loop is not None and (loop.lineno, loop.steps) == (13, 64)
     assert analyze_paths_of(path).verdict == "loader-bound"
+
+
+def _edited_beside(run: Path) -> str:
+    """The trainer's script beside the .lprof, two blank lines above its class gone since it
+    was profiled (its last line, 18, is now 16); the name kernprof recorded."""
+    (run / "method.py").write_text(TRAINER_SOURCE.replace("\n\n\n", "\n", 1))
+    return "method.py"
+
+
+def _linked_beside(run: Path) -> str:
+    """The trainer's script beside the .lprof, a link to the one profiled outside its folder."""
+    (run.parent / "elsewhere").mkdir()
+    (run.parent / "elsewhere" / "method.py").write_text(TRAINER_SOURCE)
+    (run / "method.py").symlink_to(run.parent / "elsewhere" / "method.py")
+    return "method.py"
+
+
+def _folder_beside(run: Path) -> str:
+    """A folder beside the .lprof named as the trainer's script."""
+    (run / "method.py").mkdir()
+    return "method.py"
+
+
+@pytest.mark.parametrize(("make", "kind", "advice"), [
+    (lambda run: "method.py", "absent",
+     "its source is not shown (put the .py file beside the .lprof or pass --source-root)"),
+    (_edited_beside, "edited",
+     "its source was edited since profiling (it no longer matches the profile: "
+     "line 18 is recorded but the file has 16 lines): profile it again to see its lines"),
+    (_linked_beside, "outside",
+     "its source lies outside the folders sources are read from (it lies outside {run} "
+     "(through a symbolic link)): pass --source-root the folder that holds it"),
+    (_folder_beside, "refused", "its source may not be shown (not a regular file)"),
+    (lambda run: "<string>", "nameless", "its source is not shown (the profile names no file)"),
+])
+def test_a_hidden_source_is_asked_for_by_why_it_is_hidden(
+        tmp_path: Path, make: Callable[[Path], str], kind: str, advice: str) -> None:
+    """The trainer's method that opens with its loop (no line before it counts its entries),
+    its source not shown: the verdict asks for the source by why it is not shown. With the
+    script beside the .lprof but edited since profiling, or a link out of the folders sources
+    are read from, it said 'put the .py file beside the .lprof', where the file already was;
+    the listing carries the reason the parser gave."""
+    run = tmp_path / "run"
+    run.mkdir()
+    recorded = make(run)
+    result = analyze_paths_of(stats_file(run / "method.lprof", {
+        (recorded, 11, "Trainer.train_epoch"): TRAINER_LINES}))
+    (listing,) = result.metrics.listings
+    assert listing.source_hidden is not None and listing.source_hidden.kind == kind
+    assert result.verdict == "unknown" and result.verdict_reason == (
+        "the line profile shows no training loop: none of the lines it timed is a loop known to "
+        "fetch the batches; Trainer.train_epoch() may open with one (its first line runs more "
+        "often than the next), which only its source line shows, as no line before it counts "
+        "its entries, and " + advice.format(run=os.path.realpath(run)))
+
+
+def test_hidden_sources_are_asked_for_by_each_reason(tmp_path: Path) -> None:
+    """Two functions that may open with a loop, one's script beside the .lprof edited since
+    profiling and the other's absent: the verdict asks for each source by its own reason."""
+    run = tmp_path / "run"
+    run.mkdir()
+    ms = 10**6
+    result = analyze_paths_of(stats_file(run / "method.lprof", {
+        (_edited_beside(run), 11, "Trainer.train_epoch"): TRAINER_LINES,
+        ("gone.py", 1, "fit"): [(2, 11, 5 * ms), (3, 10, ms)]}))
+    assert [f.source_hidden.kind for f in result.metrics.listings if f.source_hidden] == [
+        "edited", "absent"]
+    assert result.verdict_reason.endswith(
+        "Trainer.train_epoch(), fit() may open with one (its first line runs more often than "
+        "the next), which only its source line shows, as no line before it counts its entries, "
+        "and for Trainer.train_epoch(), its source was edited since profiling (it no longer "
+        "matches the profile: line 18 is recorded but the file has 16 lines): profile it again "
+        "to see its lines; for fit(), its source is not shown (put the .py file beside the "
+        ".lprof or pass --source-root)")
 
 
 def analyze_paths_of(path: Path):  # type: ignore[no-untyped-def]

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from profreport import concepts
-from profreport.model import LprofMeta, Profile, TrainingLoop
+from profreport.model import LprofMeta, Profile, SourceHidden, TrainingLoop
 from profreport.parsers.lprof import loop_lines
 from profreport.reports.analysis.results import (
     BREAKDOWN_PARTS,
@@ -179,10 +179,30 @@ def top_lines(lines: pd.DataFrame) -> list[LineItem]:
     return [line_item(row) for _, row in ordered.head(TOP_LINES).iterrows()]
 
 
-def function_listings(lines: pd.DataFrame) -> list[FunctionListing]:
-    """Every profiled function with all its lines in order, slowest function first; a
-    function is the line it starts at as line_profiler recorded it (its decorator's, as
-    line_profiler's own listing says), two of one name in a file apart."""
+#: A profiled function as line_profiler records it: its file, first line and name.
+FunctionKey = tuple[str, int, str]
+
+
+def hidden_sources(profiles: list[Profile]) -> dict[FunctionKey, SourceHidden | None]:
+    """Why the source of each function these line profiles time is not shown, as their parser
+    decided it (LprofFunction.source_hidden); None where one of them shows it, else the first's
+    reason."""
+    hidden: dict[FunctionKey, SourceHidden | None] = {}
+    for profile in profiles:
+        functions = profile.meta.functions if isinstance(profile.meta, LprofMeta) else []
+        for function in functions:
+            key = (function.file, function.first_lineno, function.function)
+            if key not in hidden or function.source_hidden is None:
+                hidden[key] = function.source_hidden
+    return hidden
+
+
+def function_listings(lines: pd.DataFrame, hidden: dict[FunctionKey, SourceHidden | None]
+                      ) -> list[FunctionListing]:
+    """Every profiled function with all its lines in order, and why its source is not shown
+    (``hidden``, see :func:`hidden_sources`), slowest function first; a function is the line it
+    starts at as line_profiler recorded it (its decorator's, as line_profiler's own listing
+    says), two of one name in a file apart."""
     listings = []
     for (file, first, function), part in lines.groupby(["file", "first_lineno", "function"],
                                                         sort=True):
@@ -190,5 +210,6 @@ def function_listings(lines: pd.DataFrame) -> list[FunctionListing]:
         listings.append(FunctionListing(
             file=str(file), function=str(function), first_lineno=int(first),
             total_ns=int(part["time_ns"].sum()),
-            lines=[line_item(row) for _, row in part.iterrows()]))
+            lines=[line_item(row) for _, row in part.iterrows()],
+            source_hidden=hidden[(str(file), int(first), str(function))]))
     return sorted(listings, key=lambda item: (-item.total_ns, item.file, item.function))

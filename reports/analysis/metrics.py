@@ -29,7 +29,7 @@ import pandas as pd
 
 from profreport import concepts
 from profreport.manifest import Manifest, ProfiledRun
-from profreport.model import Profile, TrainingLoop
+from profreport.model import Profile, SourceHidden, TrainingLoop
 from profreport.reports.analysis.breakdown import claim, cpu_breakdown, cpu_parts, cpu_phases
 from profreport.reports.analysis.comm import cpu_comm_stats, ddp_forwards_per_sync, gpu_comm_stats
 from profreport.reports.analysis.cpu import (
@@ -55,8 +55,10 @@ from profreport.reports.analysis.gpu import (
 )
 from profreport.reports.analysis.launches import forget_launches, join_beside, link_gaps
 from profreport.reports.analysis.lines import (
+    FunctionKey,
     dataloader_loop,
     function_listings,
+    hidden_sources,
     loop_identification,
     loop_line,
     lprof_breakdown,
@@ -240,7 +242,7 @@ def compute_run_metrics(profiles: list[Profile], manifest: Manifest | None = Non
     loop = dataloader_loop(used)
     _add_step_metrics(metrics, timed, ordered)
     _add_top_ops(metrics, timed, ordered)
-    _add_lprof_metrics(metrics, lines, loop)
+    _add_lprof_metrics(metrics, lines, loop, hidden_sources(used))
     _add_attributed_metrics(metrics, timed, loop)
     _add_other_breakdowns(metrics, timed, loop)
     metrics.launch_link_gaps = tuple(sorted(set().union(
@@ -445,16 +447,16 @@ def _breakdown_source(metrics: RunMetrics, timed: list[tuple[Profile, StepWindow
     return most
 
 
-def _add_lprof_metrics(metrics: RunMetrics, lines: pd.DataFrame,
-                       loop: TrainingLoop | None) -> None:
-    """Lines, listings, line_profiler's step and DataLoader figures; its steps stand in when no
-    profiler timed the steps."""
+def _add_lprof_metrics(metrics: RunMetrics, lines: pd.DataFrame, loop: TrainingLoop | None,
+                       hidden: dict[FunctionKey, SourceHidden | None]) -> None:
+    """Lines, listings (with why each source is hidden: ``hidden``), line_profiler's step and
+    DataLoader figures; its steps stand in when no profiler timed the steps."""
     if lines.empty:
         return
     metrics.lines = top_lines(lines)
     metrics.loop_line = loop_line(lines, loop)
     metrics.loop_identification = loop_identification(loop)
-    metrics.listings = function_listings(lines)
+    metrics.listings = function_listings(lines, hidden)
     steps = lprof_step_stats(loop)
     fraction = lprof_dataloader_fraction(loop)
     if steps is not None:

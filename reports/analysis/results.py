@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from profreport.concepts import ANNOTATED_RANGE
-from profreport.model import process_label
+from profreport.model import SourceHidden, process_label
 from profreport.units import pct
 
 SCHEMA = "profreport/1"
@@ -792,6 +792,8 @@ class FunctionListing:
     first_lineno: int
     total_ns: int
     lines: list[LineItem]
+    #: Why its source is not shown (lines.hidden_sources), None when it is.
+    source_hidden: SourceHidden | None
 
 
 @dataclass(frozen=True)

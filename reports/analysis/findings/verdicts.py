@@ -6,6 +6,7 @@ SHARED_CPUS when the unprofiled run competed with other work for the CPUs.
 from __future__ import annotations
 
 from profreport import concepts
+from profreport.model import HiddenKind, SourceHidden
 from profreport.reports.analysis.dataloader import LOADER_BOUND_FRACTION
 from profreport.reports.analysis.findings.catalogue import Facts, rule, run_findings
 from profreport.reports.analysis.findings.context import RunContext
@@ -241,20 +242,48 @@ def _functions(listings: list[FunctionListing]) -> str:
     return named + (f" and {len(listings) - 3} more" if len(listings) > 3 else "")
 
 
+#: What would show a function's source, by why the parser did not show it (SourceHidden.kind;
+#: ``{reason}`` is its reason).
+SHOW_SOURCE: dict[HiddenKind, str] = {
+    "absent": "its source is not shown (put the .py file beside the .lprof or pass "
+              "--source-root)",
+    "edited": "its source was edited since profiling ({reason}): profile it again to see its "
+              "lines",
+    "outside": "its source lies outside the folders sources are read from ({reason}): pass "
+               "--source-root the folder that holds it",
+    "refused": "its source may not be shown ({reason})",
+    "nameless": "its source is not shown ({reason})",
+}
+
+
+def _show_source(listings: list[FunctionListing]) -> str:
+    """Why these functions' sources are not shown and what would show them (SHOW_SOURCE), each
+    reason naming its functions where they differ."""
+    by_reason: dict[SourceHidden, list[FunctionListing]] = {}
+    for listing in listings:
+        if listing.source_hidden is not None:
+            by_reason.setdefault(listing.source_hidden, []).append(listing)
+    advice = {why: SHOW_SOURCE[why.kind].format(reason=why.reason) for why in by_reason}
+    if len(advice) == 1:
+        return next(iter(advice.values()))
+    return "; ".join(f"for {_functions(functions)}, {advice[why]}"
+                     for why, functions in by_reason.items())
+
+
 def _no_loop_reason(listings: list[FunctionListing]) -> str:
     """Why a line profile shows no training loop, and what would show one. A function whose
     first timed line runs more often than the next may open with a loop, which hit counts
-    cannot tell (no line before it counts its entries): its source would show it. Else the
-    loop is in a function kernprof did not time."""
+    cannot tell (no line before it counts its entries): its source would show it (what would
+    show it depends on why it is not shown: _show_source). Else the loop is in a function
+    kernprof did not time."""
     found = ("the line profile shows no training loop: none of the lines it timed is a loop "
              "known to fetch the batches")
     hidden = [f for f in listings if len(f.lines) >= 2 and f.lines[0].hits > f.lines[1].hits
-              and all(line.source is None for line in f.lines)]
+              and f.source_hidden is not None]
     if hidden:
         return (f"{found}; {_functions(hidden)} may open with one (its first line runs more "
                 "often than the next), which only its source line shows, as no line before it "
-                "counts its entries, and its source is not shown (put the .py file beside the "
-                ".lprof or pass --source-root)")
+                f"counts its entries, and {_show_source(hidden)}")
     return (f"{found} (kernprof timed {_functions(listings)}; decorate the function that holds "
             "the training loop)")
 
