@@ -21,9 +21,12 @@ each GPU activity's ``correlation`` is the Kineto ``correlation`` arg, or else t
 Values are checked at the edge: an event without ``ts``/``dur``, with a negative or impossible
 duration, a time outside the int64 nanosecond range or an id/size that is no int64 is dropped and
 counted in ``Profile.meta.dropped`` (reason -> count) and its notes; the tables hold only possible
-values. An event without ``name``, or with ``name`` null, is kept and named
-:data:`~profreport.concepts.UNRECORDED_NAME`. Limits (``profreport.inputs``) refuse a file with
-one line: decompressed size, events, name length, one event's size, JSON nesting.
+values. A field whose value is JSON null reads as one the event lacks (the profiler recorded
+nothing there): an event without ``name`` is kept and named
+:data:`~profreport.concepts.UNRECORDED_NAME`, one without ``args`` or an id in them is kept with
+that value unknown, one without ``ts``/``dur`` is dropped as such. Limits
+(``profreport.inputs``) refuse a file with one line: decompressed size, events, name length, one
+event's size, JSON nesting.
 
 ``[memory]`` instant events (``profile_memory=True``) go to ``memory`` in both dialects: 2021
 ones carry ``Device Type``, ``Device Id`` and ``Bytes``; current ones add ``Total Allocated``,

@@ -102,19 +102,24 @@ _NO_ARGS = _Args()
 
 
 class Event(msgspec.Struct, gc=False):
-    """One trace event, reduced to the fields the analysis reads."""
+    """One trace event, reduced to the fields the analysis reads.
 
-    ph: str = ""
-    cat: str = ""
-    # None where the profiler recorded no name (no ``name`` key, or null): the names' symbol
-    # table reads it as concepts.UNRECORDED_NAME.
+    JSON null in a field is the same fact as the key missing (the profiler recorded nothing
+    there), and reads the same wherever the field is read: ph and cat as "", pid and tid as -1
+    (null shares that value's id in their symbol tables; :func:`as_int` reads it as -1), name
+    as concepts.UNRECORDED_NAME, ts and dur as NaN (numpy reads None so), args through
+    :func:`_args_of`, an args id or size through :func:`_integers`.
+    """
+
+    ph: str | None = ""
+    cat: str | None = ""
     name: str | None = None
-    pid: int | str = -1
-    tid: int | str = -1
-    ts: float = float("nan")
-    dur: float = float("nan")
+    pid: int | str | None = -1
+    tid: int | str | None = -1
+    ts: float | None = float("nan")
+    dur: float | None = float("nan")
     id: Any = None
-    args: _Args = _NO_ARGS
+    args: _Args | None = _NO_ARGS
 # Field getters that run at C speed over a batch (``map``), instead of a Python loop per field.
 _PHASE, _CAT, _NAME = attrgetter("ph"), attrgetter("cat"), attrgetter("name")
 _PID, _TID, _TS, _DUR = attrgetter("pid"), attrgetter("tid"), attrgetter("ts"), attrgetter("dur")
@@ -127,6 +132,16 @@ _COPY_KIND = attrgetter("kind")
 _FLOW_ID = attrgetter("id")
 # Category of the flows that link a launch to the device work it started.
 _LAUNCH_FLOW = "ac2g"
+
+
+def _args_of(events: list[Event]) -> list[_Args]:
+    """Each event's ``args``; an event whose ``args`` is null is given none, as one without
+    ``args`` has (and keeps them, for whoever reads the event later)."""
+    args = list(map(_ARGS, events))
+    if None in args:  # a scan at C speed; only a trace holding a null args pays more
+        for index in [index for index, value in enumerate(args) if value is None]:
+            events[index].args = args[index] = _NO_ARGS
+    return args
 
 
 class _Ids(dict):  # type: ignore[type-arg]
@@ -389,9 +404,9 @@ _LEGACY_OPERATOR = frozenset({"operator"})
 def _records_inputs(args: _Args) -> bool:
     """Whether an event's ``Input Dims`` (``Input dims`` in January 2021) lists an input: the
     profiler writes one entry per argument the RecordFunction was entered with (an empty list,
-    or no key, for none)."""
+    or no key, for none; null is no key)."""
     dims = bytes(args.input_dims) or bytes(args.input_dims_2021)
-    return dims.replace(b" ", b"") not in (b"", b"[]")
+    return dims.replace(b" ", b"") not in (b"", b"[]", b"null")
 
 
 def _input_checked(names: pd.Series) -> np.ndarray:
@@ -403,8 +418,9 @@ def _input_checked(names: pd.Series) -> np.ndarray:
 def _integers(values: list[Any], absent: int = -1) -> tuple[np.ndarray, np.ndarray]:
     """Integer field values as int64 (``absent`` where missing) and where a value was unusable.
 
-    Ints in [0, 2^63) are taken as they are, strings as decimal or hex (``"0x1f"``); anything
-    else (a float, a bool, a number >= 2^63, text that is no number) is unusable.
+    Ints in [0, 2^63) are taken as they are, strings as decimal or hex (``"0x1f"``); None (JSON
+    null: nothing recorded) is missing; anything else (a float, a bool, a number >= 2^63, text
+    that is no number) is unusable.
     """
     try:
         column = np.array(values)
@@ -415,8 +431,8 @@ def _integers(values: list[Any], absent: int = -1) -> tuple[np.ndarray, np.ndarr
             not len(column) or column.min() >= -1) and bool not in set(map(type, values)):
         return column.astype(np.int64), np.zeros(len(column), dtype=bool)
     parsed = [checked_int(v) for v in values]
-    bad = np.array([p is None and v != absent for p, v in zip(parsed, values, strict=True)],
-                   dtype=bool)
+    bad = np.array([p is None and v is not None and v != absent
+                    for p, v in zip(parsed, values, strict=True)], dtype=bool)
     return np.array([absent if p is None else p for p in parsed], dtype=np.int64), bad
 
 
@@ -471,9 +487,10 @@ class ColumnBuilder:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.names = Symbols(MAX_NAME_CHARS, path, concepts.UNRECORDED_NAME)
-        self.phases = Symbols()
-        self.cats = Symbols()
-        self.threads = Symbols()
+        # A null phase, category or pid/tid is the value a missing one reads as.
+        self.phases = Symbols(unrecorded="")
+        self.cats = Symbols(unrecorded="")
+        self.threads = Symbols(unrecorded=-1)
         self.details = Symbols()
         self.metadata: list[Event] = []
         self.memory = _MemoryEvents()
@@ -502,13 +519,18 @@ class ColumnBuilder:
         MAX_EVENTS.check(self.events, self.path)
         phase = self.phases.ids(map(_PHASE, events), len(events))
         spans = list(compress(events, phase == self.phases.ids(["X"], 1)[0]))
-        for kind, keep in (("M", self.metadata.extend), ("f", self._add_flows),
+        for kind, keep in (("M", self._add_metadata), ("f", self._add_flows),
                            ("i", self._add_instants)):
             found = phase == self.phases.ids([kind], 1)[0]
             if found.any():
                 keep(list(compress(events, found)))
         if spans:
             self._add_spans(spans)
+
+    def _add_metadata(self, found: list[Event]) -> None:
+        """Keep metadata events as they are (``args`` null read as none)."""
+        _args_of(found)
+        self.metadata.extend(found)
 
     def _add_instants(self, instants: list[Event]) -> None:
         """Keep the ``[memory]`` instant events whose time is possible (the others counted)."""
@@ -521,7 +543,7 @@ class ColumnBuilder:
     def _add_spans(self, spans: list[Event]) -> None:
         """Check and append complete-duration events; count the ones dropped."""
         count = len(spans)
-        args = list(map(_ARGS, spans))
+        args = _args_of(spans)
         start, end, keep = self._times(np.fromiter(map(_TS, spans), np.float64, count),
                                        np.fromiter(map(_DUR, spans), np.float64, count))
         cats = self.cats.ids(map(_CAT, spans), count)
@@ -636,9 +658,9 @@ class ColumnBuilder:
         flows = list(compress(flows, map(_LAUNCH_FLOW.__eq__, map(_CAT, flows))))
         if not flows:
             return
-        ids, bad = _integers(list(map(_FLOW_ID, flows)))
+        ids, _ = _integers(list(map(_FLOW_ID, flows)))
         ts = np.fromiter(map(_TS, flows), np.float64, len(flows))
-        keep = ~bad & _possible_times(ts)
+        keep = (ids >= 0) & _possible_times(ts)  # a flow of no usable id links nothing
         self._flows.append({
             "pid": self.threads.ids(map(_PID, flows), len(flows))[keep],
             "tid": self.threads.ids(map(_TID, flows), len(flows))[keep],
@@ -700,7 +722,7 @@ class _MemoryEvents:
         """Keep a batch's memory events (their times already checked)."""
         if not found:
             return
-        args = list(map(_ARGS, found))
+        args = _args_of(found)
         part = {"time": _us_to_ns(np.fromiter(map(_TS, found), np.float64, len(found))),
                 "pid": _thread_column(list(map(_PID, found))),
                 "tid": _thread_column(list(map(_TID, found)))}

@@ -64,7 +64,8 @@ def _gzip_members(parts: list[tuple[bytes, int]]) -> bytes:
 
 
 def test_bad_values_are_dropped_and_counted(tmp_path: Path) -> None:
-    """Missing/negative/impossible times, ids >= 2^64, wrong types: dropped, counted, no crash."""
+    """Missing/negative/impossible times (a null ts is a missing one), ids >= 2^64, wrong types:
+    dropped, counted, no crash."""
     bad = [
         {"ph": "X", "cat": "cpu_op", "name": "no ts", "pid": 1, "tid": 1, "dur": 1},
         {"ph": "X", "cat": "cpu_op", "name": "no dur", "pid": 1, "tid": 1, "ts": 1},
@@ -83,10 +84,10 @@ def test_bad_values_are_dropped_and_counted(tmp_path: Path) -> None:
     assert profile.table("cpu_ops")["name"].tolist() == ["aten::mm"]
     assert profile.table("memcpy").empty and profile.table("runtime").empty
     assert profile.meta.dropped == {
-        "no ts": 1, "no dur": 1, "negative dur": 1, "dur longer than possible": 1,
+        "no ts": 2, "no dur": 1, "negative dur": 1, "dur longer than possible": 1,
         "ts outside the possible range": 1, "correlation is not an int64": 1,
         "bytes is not an int64": 1, "name of an unexpected type": 1,
-        "ts of an unexpected type": 1, "distributedInfo is not an object": 1}
+        "distributedInfo is not an object": 1}
     assert profile.rank is None and profile.meta.distributed_info == {}
     assert len(profile.table("steps")) == 1
 
@@ -125,6 +126,25 @@ def _null_named_steps(steps: int) -> list[dict]:
     return events
 
 
+def _written_to_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reading: str,
+                     traces: dict[str, list[dict]]) -> list[Path]:
+    """Each of ``traces`` (stem -> events) written to be read as ``reading`` says: plain, gzip,
+    or plain and cut into byte ranges read by worker processes (the test skipped on one CPU,
+    where it is read in one part)."""
+    paths = []
+    for stem, trace in traces.items():
+        text = json.dumps({"schemaVersion": 1, "traceEvents": trace}, indent=1).encode()
+        path = tmp_path / (f"{stem}.json.gz" if reading == "gzip" else f"{stem}.json")
+        path.write_bytes(gzip.compress(text) if reading == "gzip" else text)
+        paths.append(path)
+    if reading == "parallel":
+        monkeypatch.setattr(kineto_stream, "PARALLEL_MIN_BYTES", paths[0].stat().st_size // 3)
+        monkeypatch.setattr(kineto_stream, "SPLIT_PROBE_BYTES", 4096)
+        if len(kineto_stream._parallel_ranges(paths[0], 30, paths[0].stat().st_size)) < 2:
+            pytest.skip("one CPU: the trace is read in one part")
+    return paths
+
+
 @pytest.mark.parametrize("reading", ["plain", "gzip", "parallel"])
 def test_an_event_of_null_name_reads_as_one_without_a_name(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reading: str) -> None:
@@ -136,17 +156,8 @@ def test_an_event_of_null_name_reads_as_one_without_a_name(
     events = _null_named_steps(40)
     unnamed = [{key: value for key, value in event.items()
                 if key != "name" or value is not None} for event in events]
-    paths = []
-    for stem, trace in (("null", events), ("unnamed", unnamed)):
-        text = json.dumps({"schemaVersion": 1, "traceEvents": trace}, indent=1).encode()
-        path = tmp_path / (f"{stem}.json.gz" if reading == "gzip" else f"{stem}.json")
-        path.write_bytes(gzip.compress(text) if reading == "gzip" else text)
-        paths.append(path)
-    if reading == "parallel":
-        monkeypatch.setattr(kineto_stream, "PARALLEL_MIN_BYTES", paths[0].stat().st_size // 3)
-        monkeypatch.setattr(kineto_stream, "SPLIT_PROBE_BYTES", 4096)
-        if len(kineto_stream._parallel_ranges(paths[0], 30, paths[0].stat().st_size)) < 2:
-            pytest.skip("one CPU: the trace is read in one part")
+    paths = _written_to_read(tmp_path, monkeypatch, reading, {"null": events,
+                                                              "unnamed": unnamed})
     null, unnamed_profile = map(kineto.parse, paths)
     assert null.meta.dropped == {} and null.meta.notes == []
     kernels = null.table("kernels")
@@ -161,6 +172,98 @@ def test_an_event_of_null_name_reads_as_one_without_a_name(
         executor=ExecutorOptions(processes=1))).runs[0].metrics.launch
     assert launch is not None
     assert (launch.kernels_per_step, launch.gpu_kernel_ns_per_step) == (2, 100_000)
+
+
+def _device_work(name: str, cat: str, ts: float, args: dict | None) -> dict:
+    """One event of device work on stream 7 of GPU 0, 20 us long."""
+    return {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": 7, "ts": ts, "dur": 20,
+            "args": args}
+
+
+def _runtime_call(name: str, ts: float, correlation: int, tid: int | None = 1) -> dict:
+    """One runtime call of process 1, 5 us long."""
+    return {"ph": "X", "cat": "cuda_runtime", "name": name, "pid": 1, "tid": tid, "ts": ts,
+            "dur": 5, "args": {"correlation": correlation}}
+
+
+def _null_field_steps(steps: int) -> list[dict]:
+    """``steps`` ProfilerStep spans, each with JSON null in every field of an event the
+    profiler may leave unrecorded: an operator's pid, a launch's tid, a kernel's correlation
+    (its ``ac2g`` flow carries it, after one of null id), a kernel's device and stream, a
+    kernel's whole ``args``, a copy's ``bytes`` (its ``size`` says 4096), a memset's ``size``
+    and ``stream_id``, a memory event's tid and another's ``args``; and events of null ``ph``,
+    ``cat``, ``ts`` and ``dur``. The trace opens with a thread_name event of null ``args`` and
+    a process_name one of null pid."""
+    events: list[dict] = [
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": None},
+        {"ph": "M", "name": "process_name", "pid": None, "args": {"name": "python"}}]
+    for step in range(steps):
+        base, first = 1000.0 * step, 4 * step
+        flow = {"ph": "f", "pid": 0, "tid": 7, "ts": base + 100, "cat": "ac2g", "name": "ac2g",
+                "bp": "e"}
+        memory = {"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1}
+        events += [
+            _event(f"ProfilerStep#{step}", cat="user_annotation", ts=base, dur=1000),
+            _event("aten::mm", ts=base + 10, dur=30, pid=None),
+            _runtime_call("cudaLaunchKernel", base + 20, first, tid=None),
+            _runtime_call("cudaLaunchKernel", base + 26, first + 1),
+            _runtime_call("cudaLaunchKernel", base + 32, first + 2),
+            _runtime_call("cudaMemcpyAsync", base + 38, first + 3),
+            _device_work("gemm", "kernel", base + 100,
+                         {"device": 0, "stream": 7, "correlation": None}),
+            {**flow, "id": None}, {**flow, "id": first},
+            _device_work("relu", "kernel", base + 130,
+                         {"device": None, "stream": None, "correlation": first + 1}),
+            _device_work("softmax", "kernel", base + 160, None),
+            _device_work("Memcpy HtoD (Pinned -> Device)", "gpu_memcpy", base + 190, {
+                "device": 0, "stream": 7, "correlation": first + 3, "bytes": None,
+                "size": 4096}),
+            _device_work("Memset (Device)", "gpu_memset", base + 220, {
+                "device": 0, "stream": 7, "bytes": 512, "size": None, "stream_id": None}),
+            {**memory, "tid": None, "ts": base + 40,
+             "args": {"Device Type": 1, "Device Id": 0, "Bytes": 1024, "Addr": 7}},
+            {**memory, "tid": 1, "ts": base + 45, "args": None},
+            {**_event("phase unrecorded", ts=base + 50), "ph": None},
+            _event("category unrecorded", ts=base + 55, cat=None),
+            _event("time unrecorded", ts=None), _event("duration unrecorded", dur=None)]
+    return events
+
+
+@pytest.mark.parametrize("reading", ["plain", "gzip", "parallel"])
+def test_a_null_field_reads_as_a_missing_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reading: str) -> None:
+    """JSON null in an event's pid, tid, ``args``, args' correlation, device, stream,
+    stream_id, bytes or size, ph, cat, ts or dur reads exactly as the key missing: the tables,
+    drops and notes equal those of the same trace with every null key removed, in a plain
+    trace, a gzip one and one read in byte ranges. Device work is kept: 3 kernels, a copy of
+    4096 bytes (its ``size``) and a memset a step, the kernel of null correlation linked by
+    its flow; an event of null ph or cat is left out quietly, as one without them is, and one
+    of null ts or dur is dropped as 'no ts'/'no dur'. Before, each null dropped its event as
+    '... of an unexpected type' or '... is not an int64' (a step kept 1 of its 3 kernels and
+    no copy), and a thread_name event of null args was dropped."""
+    events = _null_field_steps(40)
+    missing = [{key: value for key, value in event.items() if value is not None}
+               | ({"args": {key: value for key, value in event["args"].items()
+                            if value is not None}} if event.get("args") else {})
+               for event in events]
+    paths = _written_to_read(tmp_path, monkeypatch, reading, {"null": events,
+                                                              "missing": missing})
+    null, without = map(kineto.parse, paths)
+    assert null.meta.dropped == {"no ts": 40, "no dur": 40}
+    assert null.meta.notes == without.meta.notes
+    for name, table in without.tables.items():
+        assert table.equals(null.tables[name]), name
+    kernels = null.table("kernels")
+    assert kernels["name"].astype(str).tolist() == ["gemm", "relu", "softmax"] * 40
+    assert kernels["correlation"].tolist() == [
+        value for step in range(40) for value in (4 * step, 4 * step + 1, -1)]
+    assert kernels["stream"].tolist() == [7, -1, -1] * 40
+    assert null.table("memcpy")["bytes"].tolist() == [4096] * 40
+    assert null.table("memset")["bytes"].tolist() == [512] * 40
+    assert null.table("cpu_ops")["pid"].tolist() == [-1] * 40
+    assert null.table("runtime")["tid"].tolist() == [-1, 1, 1, 1] * 40
+    assert null.table("memory")["bytes"].tolist() == [1024, 0] * 40
+    assert null.table("cpu_ops")["name"].astype(str).tolist() == ["aten::mm"] * 40
 
 
 def test_a_world_size_past_any_job_is_not_usable(tmp_path: Path) -> None:

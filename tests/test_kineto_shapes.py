@@ -430,7 +430,8 @@ def test_a_2021_range_with_an_operators_name_is_told_by_its_inputs(tmp_path: Pat
     enters every operator with its arguments, ``record_function`` with none: names that never
     recorded an input are ranges. The autograd engine's evaluate_function record, entered with
     none too, stays an operator. Without recorded inputs (record_shapes off) nothing tells
-    them apart: the names alone decide, as before."""
+    them apart: the names alone decide, as before. A range whose Input Dims is JSON null
+    listed no input (it read as an operator that recorded one)."""
     engine = "autograd::engine::evaluate_function: AddBackward0"
     events = []
     for step in range(3):
@@ -451,6 +452,12 @@ def test_a_2021_range_with_an_operators_name_is_told_by_its_inputs(tmp_path: Pat
                                                     "AddBackward0"}
     assert set(profile.table("ranges")["name"]) == {"forward", "model::stage",
                                                    "Optimizer.step#SGD.step"}
+    for event in events:  # an Input Dims of JSON null lists no input, as a missing one
+        if event["name"] in ("forward", "model::stage"):
+            event["args"][dims_key] = None
+    nulls = kineto.parse(kineto_trace(tmp_path / "nulls.pt.trace.json", events))
+    assert set(nulls.table("ranges")["name"]) == {"forward", "model::stage",
+                                                 "Optimizer.step#SGD.step"}
     for event in events:
         event["args"].pop(dims_key, None)
     bare = kineto.parse(kineto_trace(tmp_path / "bare.pt.trace.json", events))
