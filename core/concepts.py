@@ -318,6 +318,13 @@ def name_codes(names: pd.Series) -> tuple[np.ndarray, pd.Series]:
     return codes, pd.Series(list(number), dtype=object)
 
 
+def is_unrecorded_name(names: pd.Series) -> np.ndarray:
+    """Whether each name is none the profiler recorded: :data:`UNRECORDED_NAME`, or empty (an
+    NVTX range of no text, which the nsys reader names ''; a ``record_function("")``), a name
+    that says nothing of what its event was (a categorical's categories asked, not its rows)."""
+    return names.isin([UNRECORDED_NAME, ""]).to_numpy(bool)
+
+
 def is_comm_kernel(names: pd.Series) -> pd.Series:
     """Whether each kernel name is a communication (collective) kernel."""
     return _matches(names, _COMM_KERNEL)

@@ -72,6 +72,7 @@ from profreport.parsers.repeats import (
     on_busiest_thread,
     steps_from_repeats,
     top_level,
+    unrecorded_names_reason,
 )
 from profreport.units import duration
 
@@ -299,8 +300,10 @@ class _Tables:
         return conform("runtime", frame)
 
     def steps(self, ranges: pd.DataFrame, loader: pd.DataFrame
-              ) -> tuple[pd.DataFrame, str | None]:
-        """One row per iteration and the span name it came from (None for ProfilerStep).
+              ) -> tuple[pd.DataFrame, str | None, str | None]:
+        """One row per iteration, the span name it came from (None for ProfilerStep), and the
+        note saying why there are none where spans of no recorded name repeat (no evidence of
+        a pass: see repeats.steps_from_repeats), else None.
 
         ``ProfilerStep#N`` spans, else a user's ``step N`` ranges (origin ``step range``; see
         concepts.step_marks), when the trace has them; else the stretches between the ends
@@ -315,7 +318,8 @@ class _Tables:
         if not frame.empty:
             origin = (concepts.PROFILER_STEP if concepts.is_profiler_step_span(frame["name"]).all()
                       else "step range")
-            return conform("steps", concepts.one_row_per_step(frame).assign(origin=origin)), None
+            return (conform("steps", concepts.one_row_per_step(frame).assign(origin=origin)),
+                    None, None)
         # The operators' category (cpu_op; the 2021 dialect's Operator, which holds its
         # annotations too) is the dispatcher's record of one operator, which repeats per layer
         # or parameter (aten::uniform_ while a model is built): only a span the program opened
@@ -328,9 +332,13 @@ class _Tables:
         # torch's ``Optimizer.step#SGD.step``, as in HTA's traces), is one step: its outer span.
         optimizer = top_level(on_busiest_thread(optimizer)) if len(optimizer) else optimizer
         if len(optimizer) >= 2:
-            return _first_optimizers_steps(optimizer, spans, loader)
-        return steps_from_repeats(spans, concepts.REPEATED_SPAN, masked_numbers,
-                                  never="operator")
+            return (*_first_optimizers_steps(optimizer, spans, loader), None)
+        steps, span = steps_from_repeats(spans, concepts.REPEATED_SPAN, masked_numbers,
+                                         never="operator")
+        reason = None if span is not None else unrecorded_names_reason(
+            spans[~spans["operator"].to_numpy(bool)], "spans")
+        return steps, span, reason and (f"no ProfilerStep span, optimizer step or repeated span "
+                                        f"of a recorded name: {reason}, so the steps are unknown")
 
     def named_rows(self, store: str) -> pd.DataFrame:
         """The CPU-side spans picked by name as they were read (``NAMED_SPANS``), by start."""
@@ -582,7 +590,7 @@ def parse(path: Path) -> Profile:
     ranges = tables.ranges()
     fetches = tables.dataloader()
     cpu_ops = tables.cpu_ops()
-    steps, step_span = tables.steps(ranges, fetches)
+    steps, step_span, steps_unknown = tables.steps(ranges, fetches)
     collectives = tables.cpu_collectives()
     tables.release(tuple(name for name in tables.stores if name not in DEVICE_GROUPS))
     give_back_freed_memory()
@@ -607,6 +615,8 @@ def parse(path: Path) -> Profile:
         meta.notes += filter(None, [concepts.steps_note(steps["origin"].iloc[0], step_span,
                                                         len(steps)),
                                     _alternating_steps_note(steps, step_span, cpu_ops)])
+    elif steps_unknown is not None:
+        meta.notes.append(steps_unknown)
     meta.notes += closing
     meta.empty = nothing_recorded(frames, sum(meta.dropped.values()))
     give_back_freed_memory()

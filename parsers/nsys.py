@@ -61,7 +61,12 @@ from profreport.model import (
 if TYPE_CHECKING:  # the registry imports this module, never the other way round
     from profreport.parsers import ParseOptions
 from profreport.parsers import NSYS_REPORT_MAGIC, sqlite_pages
-from profreport.parsers.repeats import masked_numbers, phases_per_step, steps_from_repeats
+from profreport.parsers.repeats import (
+    masked_numbers,
+    phases_per_step,
+    steps_from_repeats,
+    unrecorded_names_reason,
+)
 from profreport.text import MAX_ERROR_NAME, elide, error_text
 
 NSYS_MISSING = ("nsys is not installed; needed to read .nsys-rep: run scripts/setup.sh --system, "
@@ -647,9 +652,9 @@ def _nvtx_structure(tables: dict[str, pd.DataFrame], meta: NsysMeta) -> None:
     """What a capture's steps are, in a note (NsysMeta.steps_note): its ``step N`` ranges, said
     when ranges lie inside them (their phases); or, when its NVTX ranges name no step, the
     program's range that repeats is the step and the ranges inside it its phases (a library's
-    range is one call of it, no step: where only those are, the steps are unknown and the note
-    says why). The analysis adds the phases' time per step, over the steps the per-step figures
-    count (steps.phases_text)."""
+    range is one call of it, and a range of no recorded name no evidence of a pass: no step;
+    where only those are, the steps are unknown and the note says why). The analysis adds the
+    phases' time per step, over the steps the per-step figures count (steps.phases_text)."""
     ranges = tables.get("ranges")
     if ranges is None or ranges.empty:
         return
@@ -658,16 +663,18 @@ def _nvtx_structure(tables: dict[str, pd.DataFrame], meta: NsysMeta) -> None:
             _steps_note(meta, f"the {len(tables['steps']):,} steps are NVTX ranges named as "
                               "steps")
         return
-    steps, span = steps_from_repeats(_program_ranges(ranges), "nvtx", masked_numbers,
-                                     own_extent=True)
+    own = _program_ranges(ranges)
+    steps, span = steps_from_repeats(own, "nvtx", masked_numbers, own_extent=True)
     if span is None:
-        calls = _library_calls(ranges)
+        calls, reasons = _library_calls(ranges), []
         if calls.any():
             domains = ", ".join(sorted(map(str, pd.unique(ranges["domain"].to_numpy()[calls]))))
+            reasons.append(f"the {int(calls.sum()):,} ranges in the NVTX domain of a library "
+                           f"({domains}) are each one call of it, not a pass of the training loop")
+        reasons += filter(None, [unrecorded_names_reason(own, "ranges")])
+        if reasons:
             _steps_note(meta, f"no NVTX range is named as a step and none of the program's own "
-                              f"repeats as one: the {int(calls.sum()):,} ranges in the NVTX "
-                              f"domain of a library ({domains}) are each one call of it, not a "
-                              "pass of the training loop, so the steps are unknown")
+                              f"repeats as one: {' and '.join(reasons)}, so the steps are unknown")
         return
     tables["steps"], meta.step_span = steps, span
     _steps_note(meta, f"no NVTX range is named as a step: the {len(steps):,} steps are the "

@@ -11,6 +11,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+from profreport import concepts
 from profreport.model import conform
 
 # A step found by repetition must repeat at least this often: two occurrences are not a loop.
@@ -56,7 +57,9 @@ def steps_from_repeats(spans: pd.DataFrame, origin: str,
     without a counter (``load batch``, ``forward``) may be any part of a pass. Each runs from one
     occurrence's start to the next one's (the last to its own end), or over the span itself
     when ``own_extent`` (an annotated range encloses its step, as ``step N`` ranges do). Spans
-    true in the boolean column ``never`` are no step, though they still enclose others.
+    true in the boolean column ``never``, and spans whose name the profiler did not record
+    (concepts.is_unrecorded_name: no evidence of what they were, so of no pass of a loop), are
+    no step, though they still enclose others and count in the busiest thread's time.
     Returns the ``steps`` table and the group's name (None when nothing repeats)."""
     if spans.empty:
         return conform("steps", spans.assign(number=0, origin="")), None
@@ -74,6 +77,16 @@ def steps_from_repeats(spans: pd.DataFrame, origin: str,
                           "pid": chosen["pid"].to_numpy(),
                           "tid": chosen["tid"].to_numpy(), "origin": origin})
     return conform("steps", frame), name
+
+
+def unrecorded_names_reason(spans: pd.DataFrame, what: str) -> str | None:
+    """Why the ``spans`` of no recorded name (``what``: "spans", "ranges") are no steps, for
+    the note saying the steps are unknown: None where too few are there to repeat as steps."""
+    count = int(concepts.is_unrecorded_name(spans["name"]).sum())
+    if count < MIN_STEP_REPEATS:
+        return None
+    return (f"the {count:,} {what} whose name the profiler did not record are no evidence of a "
+            "pass of the training loop")
 
 
 def step_counters(names: pd.Series) -> np.ndarray:
@@ -96,11 +109,14 @@ def _first_repeating_level(thread: pd.DataFrame, key: Callable[[pd.Series], pd.S
     that no other encloses, else those only such spans enclose, and so on down to
     STEP_NESTING_LEVELS: ``step`` ranges inside two ``epoch`` ranges), grouped by
     ``key(name)``: its spans and each group's count, total length and distinct names; the last
-    level looked at when none repeats. A level of ``never`` spans alone (operators) is not
-    looked into."""
+    level looked at when none repeats. Spans of ``never`` or of no recorded name are none of
+    its groups; a level of ``never`` spans alone (operators) is not looked into."""
     for _ in range(STEP_NESTING_LEVELS):
         level = top_level(thread)
-        top = level if never is None else level[~level[never].to_numpy(bool)]
+        excluded = concepts.is_unrecorded_name(level["name"])
+        if never is not None:
+            excluded = excluded | level[never].to_numpy(bool)
+        top = level[~excluded]
         top = top.assign(group=top["name"] if key is None else key(top["name"]))
         counts = top.groupby("group").agg(size=("length", "size"), sum=("length", "sum"),
                                           names=("name", "nunique"))

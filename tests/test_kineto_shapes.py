@@ -284,6 +284,49 @@ def test_steps_from_repeated_top_level_op(tmp_path: Path) -> None:
         "'train_step', each from its start to the next one's"]
 
 
+def _train_steps_beside_unnamed_spans(named: bool) -> list[dict]:
+    """10 passes 1 ms apart, each a 400 us ``train_step`` record_function range (when
+    ``named``) holding an aten::mm, then 3 top-level user annotations of 150 us whose name the
+    profiler did not record (no ``name`` key, or null): 30 spans of 4.5 ms in all against the
+    ``train_step`` ranges' 4 ms."""
+    events = []
+    for step in range(10):
+        base = 1000 * step
+        if named:
+            events += [cpu_event("train_step", base, 400, cat="user_annotation"),
+                       cpu_event("aten::mm", base + 10, 300)]
+        for index in range(3):
+            unnamed = cpu_event("", base + 450 + 150 * index, 140, cat="user_annotation")
+            unnamed["name"] = None
+            events.append(unnamed if index else {key: value for key, value in unnamed.items()
+                                                 if key != "name"})
+    return events
+
+
+def test_a_span_of_unrecorded_name_is_no_step(tmp_path: Path) -> None:
+    """No ProfilerStep nor optimizer step: 10 ``train_step`` ranges and 30 top-level spans of
+    no recorded name, which take more time. A span whose name the profiler did not record
+    says nothing of what it was, no evidence of a pass of the loop: the steps are the
+    ``train_step`` ranges; with the unnamed spans alone the steps are unknown, a note saying
+    why. The 30 spans, '(name unrecorded)' alike, were the steps (the repeated span
+    '(name unrecorded)': 30 steps of 315 us on average), with or without ``train_step``."""
+    profile = kineto.parse(kineto_trace(tmp_path / "named.json",
+                                        _train_steps_beside_unnamed_spans(named=True)))
+    steps = profile.table("steps")
+    assert profile.meta.step_span == "train_step" and steps["origin"].eq("repeated op").all()
+    assert steps["start"].tolist() == [1_000_000 * step for step in range(10)]
+    assert profile.meta.notes == [
+        "no ProfilerStep span or optimizer step: the 10 steps are the repeated span "
+        "'train_step', each from its start to the next one's"]
+    alone = kineto.parse(kineto_trace(tmp_path / "unnamed.json",
+                                      _train_steps_beside_unnamed_spans(named=False)))
+    assert alone.table("steps").empty and alone.meta.step_span is None
+    assert alone.meta.notes == [
+        "no ProfilerStep span, optimizer step or repeated span of a recorded name: the 30 spans "
+        "whose name the profiler did not record are no evidence of a pass of the training "
+        "loop, so the steps are unknown"]
+
+
 def test_cpu_only_trace_has_no_device_tables(tmp_path: Path) -> None:
     """A CPU-only trace: operators and steps, empty device tables, no dropped records."""
     events = [cpu_event("ProfilerStep#1", 0, 100, cat="user_annotation"),

@@ -1203,6 +1203,35 @@ def test_a_librarys_ranges_are_no_steps(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("native", [True, False])
+def test_a_range_of_unrecorded_name_is_no_step(tmp_path: Path, native: bool,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """No range named as a step: 10 ``train_step`` ranges 1 ms apart and, after each, 3 of
+    NULL text (named '', as nsys records nothing for them) taking more time (4.2 ms against
+    4 ms). A range whose name the capture did not record is no evidence of a pass of the loop:
+    the steps are the ``train_step`` ranges; with the unnamed ranges alone the steps are
+    unknown, a note saying why; the page reader and SQL alike. The 30 unnamed ranges were the
+    steps (the repeated range '')."""
+    monkeypatch.setattr(nsys, "NATIVE_READER", native)
+    us = 1000
+    named = [(step * 1000 * us, (step * 1000 + 400) * us, "train_step") for step in range(10)]
+    unnamed = [((step * 1000 + 450 + 150 * index) * us, (step * 1000 + 590 + 150 * index) * us,
+                None) for step in range(10) for index in range(3)]
+    profile = nsys.parse(write_nsys_export(tmp_path / "named.sqlite", [],
+                                           sorted(named + unnamed, key=lambda row: row[0])))
+    steps = profile.table("steps")
+    assert profile.meta.step_span == "train_step"
+    assert steps["start"].tolist() == [start for start, _, _ in named]
+    assert profile.meta.notes == [
+        "no NVTX range is named as a step: the 10 steps are the repeated range 'train_step'"]
+    alone = nsys.parse(write_nsys_export(tmp_path / "unnamed.sqlite", [], unnamed))
+    assert alone.table("steps").empty and alone.meta.step_span is None
+    assert alone.meta.notes == [
+        "no NVTX range is named as a step and none of the program's own repeats as one: the 30 "
+        "ranges whose name the profiler did not record are no evidence of a pass of the "
+        "training loop, so the steps are unknown"]
+
+
+@pytest.mark.parametrize("native", [True, False])
 def test_a_kernel_of_unrecorded_name_says_so(tmp_path: Path, native: bool,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """Kernel rows whose demangledName and shortName are NULL, or ids missing from StringIds,
