@@ -10,6 +10,8 @@ renumbered so that every copy adds its own steps. Then, each in a fresh process,
 time, CPU seconds (user + system) and peak memory (``peaks.run_measured``) of:
 
 - ``profreport analyze EXPORT --format json`` (the whole analysis, report written);
+- the same with the SQLite pages decoded in numpy (the decoder used where no C compiler built
+  ``parsers/_pages.c``), when the C one is built: what the compiled decoder gains;
 - ``nsys stats --report gpukernsum`` on the same export (Nsight's own kernel summary);
 - one ``sqlite3`` scan of the kernel table's start, end, device, stream, correlation and name
   columns in Python (the floor of reading the rows one by one).
@@ -119,6 +121,26 @@ def _sqlite_scan(export: Path) -> None:
     print(rows)
 
 
+def _numpy_decoded_analysis(export: Path, out: Path) -> None:
+    """``profreport analyze EXPORT --format json`` with the page reader's C decoder left out."""
+    from profreport.cli import main as profreport
+    from profreport.parsers import sqlite_pages
+
+    sqlite_pages._pages = None
+    sys.argv = ["profreport", "analyze", str(export), "--format", "json", "--out", str(out)]
+    profreport()
+
+
+def numpy_decoder_command(export: Path, out: Path) -> list[str] | None:
+    """The command of :func:`_numpy_decoded_analysis`; None where the C decoder is not built
+    (profreport analyze itself then decodes in numpy)."""
+    from profreport.parsers import sqlite_pages
+
+    if sqlite_pages._pages is None:
+        return None
+    return [sys.executable, __file__, "--numpy-decoder", str(export), str(out)]
+
+
 def main() -> int:
     """Build the export, measure each tool, print the table; 1 when a target is missed."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -127,9 +149,13 @@ def main() -> int:
                         default=Path.home() / ".cache" / "profreport" / "bench")
     parser.add_argument("--skip-nsys", action="store_true", help="do not run nsys stats")
     parser.add_argument("--scan", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--numpy-decoder", nargs=2, type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.scan:
         _sqlite_scan(args.scan)
+        return 0
+    if args.numpy_decoder:
+        _numpy_decoded_analysis(*args.numpy_decoder)
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -141,6 +167,9 @@ def main() -> int:
         wall, cpu, peak = _measure([sys.executable, "-m", "profreport", "analyze",
                                        str(export), "--format", "json", "--out", out])
         results["profreport analyze (json)"] = (wall, cpu, peak)
+        numpy_decoder = numpy_decoder_command(export, Path(out))
+        if numpy_decoder is not None:
+            results["profreport, numpy page decoder"] = _measure(numpy_decoder)
     nsys = shutil.which("nsys")
     if nsys and not args.skip_nsys:
         with tempfile.TemporaryDirectory() as out:
