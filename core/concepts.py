@@ -22,6 +22,9 @@ PROFILER_STEP = "ProfilerStep"
 #: The ``steps`` origins of a Kineto trace without step spans: the stretches from one optimizer
 #: step's end to the next one's, and the stretches between the starts of a repeated span.
 OPTIMIZER_STEPS, REPEATED_SPAN = "optimizer", "repeated op"
+#: The tables of what a process does on the CPU: a step's work shows in one of them (torch's
+#: operators, spans or NVTX ranges, CUDA runtime calls, collectives, OS runtime calls).
+CPU_WORK_TABLES = ("cpu_ops", "ranges", "runtime", "cpu_collectives", "osrt")
 #: What a step is when a span the loop (or torch.profiler) opens per pass marks it.
 ANNOTATED_RANGE = "annotated range"
 #: What a step is to line_profiler: one pass of the training loop (its lines hold totals).

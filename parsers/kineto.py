@@ -70,10 +70,12 @@ from profreport.parsers.kineto_stream import read_trace
 from profreport.parsers.repeats import (
     masked_numbers,
     on_busiest_thread,
+    pass_goes_on,
     steps_from_repeats,
     top_level,
     unrecorded_names_reason,
 )
+from profreport.text import error_text
 from profreport.units import duration
 
 if TYPE_CHECKING:  # the registry imports this module, never the other way round
@@ -610,6 +612,7 @@ def parse(path: Path) -> Profile:
         "op_inputs": builder.op_inputs.frame(tables.names, tables.thread_numbers),
     }
     frames["steps"], frames["ranges"], closing = _without_closing_span(frames)
+    frames["steps"], unended = _without_unended_pass(frames, step_span)
     steps = frames["steps"]
     if not steps.empty:
         meta.notes += filter(None, [concepts.steps_note(steps["origin"].iloc[0], step_span,
@@ -617,7 +620,7 @@ def parse(path: Path) -> Profile:
                                     _alternating_steps_note(steps, step_span, cpu_ops)])
     elif steps_unknown is not None:
         meta.notes.append(steps_unknown)
-    meta.notes += closing
+    meta.notes += closing + unended
     meta.empty = nothing_recorded(frames, sum(meta.dropped.values()))
     give_back_freed_memory()
     return Profile(path=path, kind="kineto",
@@ -652,6 +655,29 @@ def _without_closing_span(frames: dict[str, pd.DataFrame]
     note = (f"ProfilerStep#{int(last['number'])}, the last step span ({duration(end - start)}),"
             " holds nothing: prof.step() opened it as the profiler stopped, so it is no step")
     return steps.iloc[:-1], ranges[~itself.to_numpy()], [note]
+
+
+def _without_unended_pass(frames: dict[str, pd.DataFrame], span: str | None
+                          ) -> tuple[pd.DataFrame, list[str]]:
+    """The steps less the last occurrence of the repeated span they come from when its pass
+    goes on after it (repeats.pass_goes_on: its process records CPU work after its end), and
+    the note saying so: each step runs to the next occurrence's start and the last has none,
+    so its end is unrecorded. Cut at its own end it was only that part of its pass: a 10 ms
+    ``backward`` among 20 ms iterations, or a DataLoader fetch alone, then taken for a step
+    that only evaluates though its backward pass ran just after. With no work after it (a
+    range holding its whole task, as in HTA's MTIA inference trace) its own extent is its
+    whole step, and it is kept."""
+    steps = frames["steps"]
+    if steps.empty or not steps["origin"].eq(concepts.REPEATED_SPAN).all():
+        return steps, []
+    last = steps.iloc[-1]
+    if not pass_goes_on(last, (frames[name] for name in concepts.CPU_WORK_TABLES
+                               if name in frames)):
+        return steps, []
+    start, end = int(last["start"]), int(last["end"])
+    return steps.iloc[:-1], [
+        f"the last '{error_text(str(span))}' span ({duration(end - start)}) is no step: work is "
+        "recorded after it, so its pass goes on past it and its end is unrecorded"]
 
 
 def parse_input(path: Path, options: ParseOptions) -> Profile:

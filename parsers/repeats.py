@@ -6,13 +6,13 @@ because a loop annotates each pass with its counter."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import pandas as pd
 
 from profreport import concepts
-from profreport.model import conform
+from profreport.model import conform, ids_at
 
 # A step found by repetition must repeat at least this often: two occurrences are not a loop.
 MIN_STEP_REPEATS = 3
@@ -55,12 +55,14 @@ def steps_from_repeats(spans: pd.DataFrame, origin: str,
     occurrence has a name of its own (``iteration 3``, ``iteration 4``: the loop writes its
     counter into it) comes first: it marks the passes of the loop, where a repeated name
     without a counter (``load batch``, ``forward``) may be any part of a pass. Each runs from one
-    occurrence's start to the next one's (the last to its own end), or over the span itself
-    when ``own_extent`` (an annotated range encloses its step, as ``step N`` ranges do). Spans
-    true in the boolean column ``never``, and spans whose name the profiler did not record
-    (concepts.is_unrecorded_name: no evidence of what they were, so of no pass of a loop), are
-    no step, though they still enclose others and count in the busiest thread's time.
-    Returns the ``steps`` table and the group's name (None when nothing repeats)."""
+    occurrence's start to the next one's (the last to its own end: its whole step only where no
+    work is recorded after it, which the caller asks of its CPU tables, see pass_goes_on), or
+    over the span itself when ``own_extent`` (an annotated range encloses its step, as
+    ``step N`` ranges do). Spans true in the boolean column ``never``, and spans whose name the
+    profiler did not record (concepts.is_unrecorded_name: no evidence of what they were, so of
+    no pass of a loop), are no step, though they still enclose others and count in the busiest
+    thread's time. Returns the ``steps`` table and the group's name (None when nothing
+    repeats)."""
     if spans.empty:
         return conform("steps", spans.assign(number=0, origin="")), None
     top, counts = _first_repeating_level(on_busiest_thread(spans).reset_index(drop=True), key,
@@ -87,6 +89,20 @@ def unrecorded_names_reason(spans: pd.DataFrame, what: str) -> str | None:
         return None
     return (f"the {count:,} {what} whose name the profiler did not record are no evidence of a "
             "pass of the training loop")
+
+
+def pass_goes_on(step: pd.Series, work: Iterable[pd.DataFrame]) -> bool:
+    """Whether the process of ``step`` (the last occurrence of a repeated span) records CPU work
+    starting at or after its end: a row of one of ``work`` (its operators, ranges, runtime
+    calls..., on any of its threads). The span is then one part of its pass (``backward``, a
+    DataLoader fetch), which goes on past it: the step's end is unrecorded. Device work is not
+    looked at: launched inside the span, it is the span's own even when it runs on after it."""
+    end, pid = int(step["end"]), step["pid"]
+    for frame in work:
+        rows = np.flatnonzero(frame["start"].to_numpy() >= end)
+        if (ids_at(frame["pid"], rows) == pid).any():
+            return True
+    return False
 
 
 def step_counters(names: pd.Series) -> np.ndarray:

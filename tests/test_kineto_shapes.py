@@ -266,7 +266,8 @@ def test_steps_come_from_profiler_steps_alone_beside_a_users_step_ranges(
 
 def test_steps_from_repeated_top_level_op(tmp_path: Path) -> None:
     """No ProfilerStep nor optimizer: the top-level annotation (record_function) that repeats
-    most marks iterations."""
+    most marks iterations, each from its start to the next one's; an operator runs after each,
+    the last one's too, so the last pass goes on past its span and is no step."""
     events = [cpu_event("warmup", 0, 50, cat="user_annotation")]
     for i in range(5):
         start = 100 + 300 * i
@@ -275,13 +276,105 @@ def test_steps_from_repeated_top_level_op(tmp_path: Path) -> None:
                    cpu_event("aten::mm", start + 260, 10)]
     profile = kineto.parse(kineto_trace(tmp_path / "repeat.json", events))
     steps = profile.table("steps")
-    assert steps["origin"].eq("repeated op").all() and len(steps) == 5
+    assert steps["origin"].eq("repeated op").all() and len(steps) == 4
     assert profile.meta.step_span == "train_step"
-    assert steps["start"].tolist() == [(100 + 300 * i) * 1000 for i in range(5)]
-    assert steps["end"].iloc[-1] == (100 + 300 * 4 + 250) * 1000
+    assert steps["start"].tolist() == [(100 + 300 * i) * 1000 for i in range(4)]
+    assert steps["end"].iloc[-1] == (100 + 300 * 4) * 1000
+    assert profile.meta.notes == [
+        "no ProfilerStep span or optimizer step: the 4 steps are the repeated span "
+        "'train_step', each from its start to the next one's",
+        "the last 'train_step' span (250.0 µs) is no step: work is recorded after it, so its "
+        "pass goes on past it and its end is unrecorded"]
+
+
+#: One 20 ms iteration's record_function ranges (name, offset, duration in µs), the backward
+#: the longest: the span the steps come from.
+PHASES = (("forward", 0, 4000), ("backward", 4000, 10_000), ("opt_update", 15_000, 3000))
+
+
+def _passes(passes: int = 5, length: int = 20_000) -> list[dict]:
+    """``passes`` iterations of ``length`` µs, each holding the user annotations PHASES with an
+    operator inside each; the last pass's backward launches a kernel that runs 3 ms past its
+    end."""
+    events = []
+    for i in range(passes):
+        for name, offset, dur in PHASES:
+            at = length * i + offset
+            events += [cpu_event(name, at, dur, cat="user_annotation"),
+                       cpu_event("aten::mm", at + 10, dur - 20)]
+    name, offset, dur = PHASES[1]
+    at = length * (passes - 1) + offset
+    return events + [
+        cpu_event("cudaLaunchKernel", at + 20, 10, cat="cuda_runtime", correlation=7),
+        device_event("gemm_kernel", at + dur - 1000, 4000, correlation=7, stream=7, device=0)]
+
+
+def test_the_last_repeated_span_is_no_step_when_its_pass_goes_on_after_it(
+        tmp_path: Path) -> None:
+    """Five 20 ms iterations of record_function ranges forward (4 ms), backward (10 ms, the
+    span repeating most by time: the steps) and opt_update (3 ms), no ProfilerStep nor
+    optimizer step: each step runs from one backward's start to the next one's, but the last
+    backward's pass goes on after it (its opt_update is recorded): its window's end is
+    unrecorded, so it is no step. Cut at its own end, it was a 10 ms step: 'Mean step 18.0
+    ms', min 10 ms, of iterations of 20 ms."""
+    path = kineto_trace(tmp_path / "phases.json", _passes())
+    profile = kineto.parse(path)
+    steps = profile.table("steps")
+    assert profile.meta.step_span == "backward"
+    assert steps["start"].tolist() == [4_000_000 + 20_000_000 * i for i in range(4)]
+    assert steps["end"].tolist() == [24_000_000 + 20_000_000 * i for i in range(4)]
+    assert profile.meta.notes == [
+        "no ProfilerStep span or optimizer step: the 4 steps are the repeated span "
+        "'backward', each from its start to the next one's",
+        "the last 'backward' span (10.0 ms) is no step: work is recorded after it, so its "
+        "pass goes on past it and its end is unrecorded"]
+    stats = _analyzed(path).metrics.steps
+    assert stats is not None and (stats.count, stats.mean_ns, stats.min_ns) == (
+        4, 20_000_000, 20_000_000)
+
+
+def test_the_last_repeated_span_is_a_step_when_nothing_is_recorded_after_it(
+        tmp_path: Path) -> None:
+    """The same iterations with the trace ending at the last backward: no CPU work after it
+    (its kernel, launched inside it, runs on after it and is its own), so its own extent is its
+    whole step and it is kept, as HTA's MTIA inference trace's last task is."""
+    events = [e for e in _passes()
+              if not (e["name"] in ("opt_update", "aten::mm") and e["ts"] >= 95_000)]
+    profile = kineto.parse(kineto_trace(tmp_path / "phases.json", events))
+    steps = profile.table("steps")
+    assert len(steps) == 5 and steps["end"].iloc[-1] == 94_000_000
     assert profile.meta.notes == [
         "no ProfilerStep span or optimizer step: the 5 steps are the repeated span "
-        "'train_step', each from its start to the next one's"]
+        "'backward', each from its start to the next one's"]
+
+
+def test_a_last_fetch_whose_pass_goes_on_is_no_evaluation_step(tmp_path: Path) -> None:
+    """torch's DataLoader span repeats as the steps (forward, backward and optimizer recorded
+    as operators only): the last fetch's pass goes on after it (its forward and backward are
+    recorded), so it is no step, not a step holding only its fetch that was said to be
+    'Evaluation-only steps: 1 step (no backward pass or optimizer step)' and counted among
+    'the 6 steps' while 5 were measured."""
+    fetch = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    events = []
+    for i in range(6):
+        at = 20_000 * i
+        events += [cpu_event(fetch, at, 8000, cat="user_annotation"),
+                   cpu_event("aten::mm", at + 8000, 4000),
+                   cpu_event("autograd::engine::evaluate_function: MmBackward0", at + 12_500,
+                             4000),
+                   cpu_event("aten::add_", at + 17_000, 2000)]
+    path = kineto_trace(tmp_path / "loader.json", events)
+    profile = kineto.parse(path)
+    assert len(profile.table("steps")) == 5
+    assert profile.meta.notes == [
+        "no ProfilerStep span or optimizer step: the 5 steps are the repeated span "
+        f"'{fetch}', each from its start to the next one's",
+        f"the last '{fetch}' span (8.0 ms) is no step: work is recorded after it, so its pass "
+        "goes on past it and its end is unrecorded"]
+    run = _analyzed(path)
+    assert run.metrics.steps is not None and run.metrics.steps.count == 5
+    assert run.metrics.steps.mean_ns == 20_000_000
+    assert run.metrics.shape is not None and run.metrics.shape.evaluating == ()
 
 
 def _train_steps_beside_unnamed_spans(named: bool) -> list[dict]:
@@ -807,7 +900,8 @@ def test_annotations_that_count_the_passes_are_the_steps(tmp_path: Path) -> None
     """An inference loop annotated record_function(f"batch {i}"), no ProfilerStep nor
     optimizer: each name differs by its counter, so the annotations are grouped with their
     numbers masked (as NVTX ranges are) and are the steps; aten::addmm repeats as often and
-    takes more time, but it is an operator."""
+    takes more time, but it is an operator. The last batch's addmm runs after its annotation:
+    its pass goes on past it, so it is no step."""
     events = []
     for i in range(4):
         start = 1000 * i
@@ -816,7 +910,7 @@ def test_annotations_that_count_the_passes_are_the_steps(tmp_path: Path) -> None
     profile = kineto.parse(kineto_trace(tmp_path / "batches.json", events))
     steps = profile.table("steps")
     assert profile.meta.step_span == "batch #" and steps["origin"].eq("repeated op").all()
-    assert steps["start"].tolist() == [1_000_000 * i for i in range(4)]
+    assert steps["start"].tolist() == [1_000_000 * i for i in range(3)]
 
 
 def _step_labels(path: Path) -> tuple[str, list[str]]:

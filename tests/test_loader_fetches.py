@@ -146,11 +146,21 @@ def test_the_fetch_that_ends_the_loop_is_no_step_whatever_marks_it(tmp_path: Pat
 
 def test_a_last_step_that_works_after_its_fetch_is_a_step(tmp_path: Path) -> None:
     """A profiler stopped by its schedule after a pass whose fetch returned a batch: the work
-    after the fetch makes it a step, whatever its span holds."""
+    after the fetch makes it a step, whatever its span holds; in ProfilerStep spans it is the
+    fourth step. Where the fetch span marks the steps, that work after the last fetch says its
+    pass goes on past it: its end is unrecorded, so the parser leaves it out (it was a fourth
+    step of the 200 µs fetch alone) and the three passes before it are the steps."""
+    marked = [e for e in _inference(with_profiler_steps=True) if e["ts"] < 4000]
+    profile = kineto.parse(kineto_trace(tmp_path / "marked.json", marked))
+    windows = step_windows(profile)
+    assert closing_fetch(profile) is None and windows is not None and windows.count == 4
     events = _inference(with_profiler_steps=False)[:-1]
     profile = kineto.parse(kineto_trace(tmp_path / "cut.json", events))
     windows = step_windows(profile)
-    assert closing_fetch(profile) is None and windows is not None and windows.count == 4
+    assert closing_fetch(profile) is None and windows is not None and windows.count == 3
+    assert profile.meta.notes[-1] == (
+        f"the last '{EVAL_FETCH}' span (200.0 µs) is no step: work is recorded after it, so its "
+        "pass goes on past it and its end is unrecorded")
 
 
 def test_a_loop_that_breaks_off_after_a_fetch_keeps_its_steps(tmp_path: Path) -> None:

@@ -16,9 +16,6 @@ from profreport.model import Profile, covered_ns, ids_at
 from profreport.reports.analysis.kept import per_profile
 from profreport.units import duration
 
-#: The tables of what a process does on the CPU: a step's work shows in one of them (torch's
-#: operators, spans or NVTX ranges, CUDA runtime calls, collectives, OS runtime calls).
-CPU_WORK_TABLES = ("cpu_ops", "ranges", "runtime", "cpu_collectives", "osrt")
 #: Why the step windows leave the closing fetch's step out, as a drawing names it
 #: (steps.step_label).
 CLOSING_REASON = "only a DataLoader fetch, no work after it"
@@ -72,7 +69,7 @@ def _work_from(profile: Profile, step: pd.Series, fetches: pd.DataFrame) -> bool
     """Whether the process of ``step`` records any CPU work or allocation from the step's start
     on, other than the ``fetches`` and what runs inside them on their thread."""
     start, pid = int(step["start"]), step["pid"]
-    for name in CPU_WORK_TABLES:
+    for name in concepts.CPU_WORK_TABLES:
         if not profile.has(name):
             continue
         frame = profile.table(name)
