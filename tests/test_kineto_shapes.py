@@ -407,10 +407,14 @@ def test_a_span_of_unrecorded_name_is_no_step(tmp_path: Path) -> None:
                                         _train_steps_beside_unnamed_spans(named=True)))
     steps = profile.table("steps")
     assert profile.meta.step_span == "train_step" and steps["origin"].eq("repeated op").all()
-    assert steps["start"].tolist() == [1_000_000 * step for step in range(10)]
-    assert profile.meta.notes == [
-        "no ProfilerStep span or optimizer step: the 10 steps are the repeated span "
-        "'train_step', each from its start to the next one's"]
+    # The last train_step is no step: the unnamed spans after it are its pass going on.
+    assert steps["start"].tolist() == [1_000_000 * step for step in range(9)]
+    assert profile.meta.notes[0] == (
+        "no ProfilerStep span or optimizer step: the 9 steps are the repeated span "
+        "'train_step', each from its start to the next one's")
+    assert profile.meta.notes[1:] == [
+        "the last 'train_step' span (400.0 µs) is no step: work is recorded after it, so its "
+        "pass goes on past it and its end is unrecorded"]
     alone = kineto.parse(kineto_trace(tmp_path / "unnamed.json",
                                       _train_steps_beside_unnamed_spans(named=False)))
     assert alone.table("steps").empty and alone.meta.step_span is None
