@@ -1262,3 +1262,34 @@ def test_a_kernel_of_unrecorded_name_says_so(tmp_path: Path, native: bool,
     assert [(item.name, item.total_ns) for item in report.runs[0].metrics.top_kernels] == [
         (UNRECORDED_NAME, 7 * ms), ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 2 * ms),
         ("gemm_kernel", 1 * ms)]
+
+
+@pytest.mark.parametrize(("named_ms", "said"), [
+    (2, "which kernel takes the most time is unknown: kernels whose names the profile does not "
+        "record take 75% of kernel time together (the largest named one, gemm_kernel, 25%)"),
+    (8, "top kernel gemm_kernel takes 57% of kernel time")])
+def test_top_kernel_of_unrecorded_names_is_not_one_kernel(tmp_path: Path, named_ms: int,
+                                                          said: str) -> None:
+    """Kernels whose name ids StringIds lacks share the name '(name unrecorded)' in the top
+    kernels, however many distinct kernels (distinct ids) they are: three 2 ms kernels of three
+    missing ids are no one kernel taking 75% of kernel time, so the compute-bound finding says
+    the top kernel is unknown, naming the largest named one; a named kernel with more time than
+    all of them together is the top kernel. It said 'top kernel (name unrecorded) takes 75%'."""
+    ms = 1_000_000
+    kernels, steps = [], []
+    step_ns = (8 + named_ms) * ms  # 1 ms idle, the three 2 ms kernels, the named one, 1 ms idle
+    for step in range(4):
+        at = step * step_ns
+        steps.append((at, at + step_ns, f"step {step}"))
+        kernels += [(at + (1 + 2 * k) * ms, at + (3 + 2 * k) * ms, 10 * step + k, f"k{k}")
+                    for k in range(3)]
+        kernels.append((at + 7 * ms, at + (7 + named_ms) * ms, 10 * step + 3, "gemm_kernel"))
+    path = write_nsys_export(tmp_path / "unnamed.sqlite", kernels, steps)
+    with sqlite3.connect(path) as conn:  # k0, k1, k2: ids StringIds lacks, one per kernel
+        conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET demangledName = 900 + "
+                     "correlationId % 10, shortName = NULL WHERE correlationId % 10 < 3")
+        conn.execute("DELETE FROM StringIds WHERE value IN ('k0', 'k1', 'k2')")
+    run = analyze_paths([path], AnalyzeOptions()).runs[0]
+    finding = next(f for f in run.findings if f.id == "COMPUTE_BOUND")
+    assert said in [e.text for e in finding.evidence]
+

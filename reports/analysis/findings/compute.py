@@ -34,7 +34,6 @@ from profreport.reports.analysis.results import (
     PrecisionReading,
     RunMetrics,
     Severity,
-    TopItem,
 )
 from profreport.units import ms, pct
 
@@ -111,10 +110,9 @@ def compute_bound(facts: Facts) -> Finding | None:
         return _cpu_compute_bound(m, ctx, share or 0.0, evidence)
     evidence.append(Evidence(f"GPU busy {pct(m.gpu.busy_fraction)} of its "
                              f"{m.gpu.window_text(ms)} window", m.gpu.origin))
-    top = _top_compute_kernel(m)
+    top = _top_kernel_text(m)
     if top is not None:
-        evidence.append(Evidence(f"top kernel {top.name[:80]} takes {pct(top.share)} of "
-                                 "kernel time", m.gpu.origin))
+        evidence.append(Evidence(top, m.gpu.origin))
     if m.kernel_mix is not None:
         evidence += _kernel_mix_evidence(m.kernel_mix, reduced_precision(m))
     return Finding("COMPUTE_BOUND", "info",
@@ -365,9 +363,21 @@ def _top_op_levers(m: RunMetrics, ctx: RunContext) -> list[str]:
     return out
 
 
-def _top_compute_kernel(m: RunMetrics) -> TopItem | None:
-    """The kernel with the most time that is not a communication kernel."""
-    return next((k for k in m.top_kernels if not k.is_comm), None)
+def _top_kernel_text(m: RunMetrics) -> str | None:
+    """Which compute (non-communication) kernel takes the most time. The top kernels hold every
+    kernel of unrecorded name in one row (concepts.UNRECORDED_NAME), however many kernels that
+    is: when that row outweighs the top named kernel, the top kernel is unknown; a named kernel
+    with more time than all of them is the top kernel. None without compute kernels."""
+    compute = [k for k in m.top_kernels if not k.is_comm]
+    named = next((k for k in compute if k.name != concepts.UNRECORDED_NAME), None)
+    unnamed = next((k for k in compute if k.name == concepts.UNRECORDED_NAME), None)
+    if unnamed is None or (named is not None and named.total_ns >= unnamed.total_ns):
+        return (f"top kernel {named.name[:80]} takes {pct(named.share)} of kernel time"
+                if named is not None else None)
+    largest = (f" (the largest named one, {named.name[:80]}, {pct(named.share)})"
+               if named is not None else "")
+    return ("which kernel takes the most time is unknown: kernels whose names the profile does "
+            f"not record take {pct(unnamed.share)} of kernel time together{largest}")
 
 
 @rule("CPU_OVERSUBSCRIBED", severity=("medium", "low"), needs=("manifest", "profiles"))
