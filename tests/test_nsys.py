@@ -1293,3 +1293,34 @@ def test_top_kernel_of_unrecorded_names_is_not_one_kernel(tmp_path: Path, named_
     finding = next(f for f in run.findings if f.id == "COMPUTE_BOUND")
     assert said in [e.text for e in finding.evidence]
 
+
+def test_one_process_on_two_gpus_without_operators_is_not_called_dataparallel(
+        tmp_path: Path) -> None:
+    """An nsys capture of one process launching kernels on GPU 0 then GPU 1 each step, no CPU
+    operator recorded: nn.DataParallel and a model split over the two GPUs (layers on cuda:1, a
+    device_map) both look so, and the capture cannot tell them apart (a torch.profiler trace
+    can: DataParallel's Scatter and Gather). The finding said 'The model uses
+    nn.DataParallel' and advised DDP outright; it now says what was recorded and both."""
+    ms = 1_000_000
+    kernels, runtime, steps = [], [], []
+    for step in range(4):
+        at = step * 10 * ms
+        steps.append((at, at + 9 * ms, f"step {step}"))
+        for device in (0, 1):
+            correlation = 10 * step + device
+            start = at + (1 + 4 * device) * ms
+            runtime.append((start - 100_000, start - 90_000, correlation, "cudaLaunchKernel"))
+            kernels.append((start, start + 3 * ms, correlation, "gemm_kernel"))
+    path = write_nsys_export(tmp_path / "split.sqlite", kernels, steps, runtime)
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET deviceId = correlationId % 10")
+    run = analyze_paths([path], AnalyzeOptions()).runs[0]
+    assert run.metrics.max_devices_per_process == 2
+    finding = next(f for f in run.findings if f.id == "DATAPARALLEL_NOT_DDP")
+    assert finding.title == ("One process drives 2 GPUs: nn.DataParallel, or one model split "
+                             "over them (the profile records no CPU operator to tell which).")
+    assert finding.recommendation.startswith("If it is nn.DataParallel: switch to "
+                                             "DistributedDataParallel")
+    assert finding.recommendation.endswith("A model split over the GPUs (model parallelism, a "
+                                           "device_map) is no DataParallel: DDP does not "
+                                           "replace it.")

@@ -280,7 +280,8 @@ def dataparallel_not_ddp(facts: Facts) -> Finding | None:
     where the GPU profile records CPU operators and none of DataParallel's: its forward runs
     its Scatter and Gather functions, which a profile recording operators records, so such a
     process splits its model over the GPUs (model parallelism, a device_map), which DDP does
-    not replace."""
+    not replace. Where the GPU profile records no CPU operator (an nsys capture) the GPUs alone
+    cannot tell the two apart: the finding says so and advises DDP only for DataParallel."""
     m, ctx = facts.metrics, facts.context
     forward = bool(m.dataparallel_ops) and bool(
         concepts.is_dataparallel_forward(pd.Series(list(m.dataparallel_ops))).any())
@@ -288,7 +289,7 @@ def dataparallel_not_ddp(facts: Facts) -> Finding | None:
         m.top_ops and m.top_ops_origin == m.gpu.origin and not m.dataparallel_ops)
     if not (forward or multi_device or ctx.knob("dataparallel")):
         return None
-    evidence = []
+    evidence: list[Evidence] = []
     if m.dataparallel_ops:
         listed = ", ".join(f"{name} ×{count}" for name, count in m.dataparallel_ops.items())
         origin: Origin = "nsys" if m.gpu is not None and m.gpu.origin == "nsys" else "kineto"
@@ -299,8 +300,18 @@ def dataparallel_not_ddp(facts: Facts) -> Finding | None:
                                  f"{m.max_devices_per_process} GPUs", m.gpu.origin))
     if ctx.knob("dataparallel"):
         evidence.append(Evidence("the run's knobs use nn.DataParallel", "manifest"))
+    ddp = ("switch to DistributedDataParallel with one process per GPU (torchrun "
+           "--nproc_per_node=<GPUs>, or srun --ntasks-per-node=<GPUs>) and a DistributedSampler.")
+    if forward or ctx.knob("dataparallel") or m.dataparallel_ops:
+        return Finding("DATAPARALLEL_NOT_DDP", "high",
+                       "The model uses nn.DataParallel: one process drives every GPU.", evidence,
+                       ddp[0].upper() + ddp[1:])
+    # Only the GPUs one process launched on, in a GPU profile of no CPU operator (multi_device
+    # with no DataParallel op): DataParallel and a model split over the GPUs both look so.
+    at_least = "at least " if m.devices_per_process_unknown else ""
     return Finding("DATAPARALLEL_NOT_DDP", "high",
-                   "The model uses nn.DataParallel: one process drives every GPU.", evidence,
-                   "Switch to DistributedDataParallel with one process per GPU (torchrun "
-                   "--nproc_per_node=<GPUs>, or srun --ntasks-per-node=<GPUs>) and a "
-                   "DistributedSampler.")
+                   f"One process drives {at_least}{m.max_devices_per_process} GPUs: "
+                   "nn.DataParallel, or one model split over them (the profile records no CPU "
+                   "operator to tell which).", evidence,
+                   f"If it is nn.DataParallel: {ddp} A model split over the GPUs (model "
+                   "parallelism, a device_map) is no DataParallel: DDP does not replace it.")
