@@ -24,6 +24,7 @@ from profreport.parsers import ParseOptions
 from profreport.progress import read_progress
 from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths, find_profiles
 from profreport.reports.analysis.results import Report, RunAnalysis
+from profreport.reports.analysis.top import TopKernel, top_kernel
 from profreport.reports.render import require_renderers, write_reports
 from profreport.text import display_text, elide
 from profreport.units import ms
@@ -59,10 +60,9 @@ def _summary_lines(run: RunAnalysis) -> list[str]:
         lines.append(f"  steps: {m.steps.count} × {ms(m.steps.mean_ns)} {m.steps.marker} "
                      f"({m.steps.origin}{wall}{median})")
     lines += [f"  [{f.severity}] {f.title}" for f in run.findings[:SUMMARY_FINDINGS]]
-    if m.top_kernels:
-        k = m.top_kernels[0]
-        lines.append(f"  top kernel: {elide(k.name, SUMMARY_NAME_LIMIT)} {ms(k.total_ns)} "
-                     f"({k.share:.0%})")
+    top = top_kernel(m.top_kernels)
+    if top is not None:
+        lines.append(f"  top kernel: {_top_kernel_summary(top)}")
     if m.top_ops:
         op = m.top_ops[0]
         lines.append(f"  top op: {elide(op.name, SUMMARY_NAME_LIMIT)} {ms(op.total_ns)}")
@@ -73,6 +73,19 @@ def _summary_lines(run: RunAnalysis) -> list[str]:
         lines.append(f"  top line: {Path(line.file).name}:{line.lineno} {line.share:.0%} of "
                      f"{line.function}{code}{sync}")
     return lines
+
+
+def _top_kernel_summary(top: TopKernel) -> str:
+    """The top kernel as the summary says it: its name, time and share; 'unknown' when the
+    kernels of unrecorded name outweigh every named one (top.top_kernel), with both."""
+    k = top.top
+    if top.known:
+        return f"{elide(k.name, SUMMARY_NAME_LIMIT)} {ms(k.total_ns)} ({k.share:.0%})"
+    named = top.largest_named
+    largest = ("" if named is None else f"; the largest named one, "
+               f"{elide(named.name, SUMMARY_NAME_LIMIT)}, {ms(named.total_ns)} ({named.share:.0%})")
+    return (f"unknown (kernels whose names the profile does not record take {ms(k.total_ns)} "
+            f"({k.share:.0%}) together{largest})")
 
 
 def _display_available() -> bool:

@@ -453,6 +453,20 @@ def test_a_precision_change_read_two_ways_names_each_sides_reading() -> None:
         "matmul/convolution time (operator input dtypes)"]
 
 
+def test_a_precision_change_by_kernel_names_says_what_each_side_named() -> None:
+    """Shares of fp16/bf16 by kernel name are of the named compute-kernel time: a baseline with
+    every kernel named against a run with half its kernel time unnamed says each side's own
+    (it said '... -> 90% of compute-kernel time' of a share over the named half only)."""
+    base = run_with_parts("named", {"compute": 70})
+    run = run_with_parts("half unnamed", {"compute": 40})
+    base.metrics.kernel_mix = KernelMix("kineto", 10**9, 0.0, 0.0, 0.1, None, False)
+    run.metrics.kernel_mix = KernelMix("kineto", 10**9, 0.9, 0.0, 0.1, None, False,
+                                       unnamed_kernel_ns=5 * 10**8)
+    assert compare_runs([base, run]).rows[1].confounds == [
+        "fp16/bf16 compute 0.0% of compute-kernel time (kernel names) -> 90% of the named "
+        "compute-kernel time (50% of compute-kernel time has no recorded name) (kernel names)"]
+
+
 def test_the_amp_knob_and_the_bf16_compute_it_makes_are_one_difference() -> None:
     """amp False -> True and the compute going 0% -> 100% fp16/bf16 (the default CPU run's amp
     variant) are the knob and its own effect: credited to the knob with the profile's evidence,

@@ -1294,6 +1294,110 @@ def test_top_kernel_of_unrecorded_names_is_not_one_kernel(tmp_path: Path, named_
     assert said in [e.text for e in finding.evidence]
 
 
+def _half_unnamed_export(path: Path, named: bool,
+                         gemm: str = "volta_h884gemm_fp16_128x128_nn") -> Path:
+    """Four 12 ms steps of back-to-back kernels: a 5 ms one whose name ids are NULL (unrecorded
+    name), then 3 ms of ``gemm`` (fp16), 1 ms of an elementwise kernel and 1 ms of an NCHW ->
+    NHWC conversion, those three also unnamed unless ``named``."""
+    ms = 1_000_000
+    parts = [(5, "k_unnamed"), (3, gemm),
+             (1, "vectorized_elementwise_kernel<float>"), (1, "nchwToNhwcKernel")]
+    kernels, steps = [], []
+    for step in range(4):
+        at = step * 12 * ms
+        steps.append((at, at + 12 * ms, f"step {step}"))
+        start = at + 1 * ms
+        for k, (length, name) in enumerate(parts):
+            kernels.append((start, start + length * ms, 10 * step + k, name))
+            start += length * ms
+    write_nsys_export(path, kernels, steps)
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET demangledName = NULL, "
+                     f"shortName = NULL WHERE correlationId % 10 {'= 0' if named else '>= 0'}")
+    return path
+
+
+def test_shares_by_kernel_name_are_of_the_named_kernels(tmp_path: Path) -> None:
+    """Half the compute-kernel time in kernels of unrecorded name: the shares by name are of the
+    named half (fp16 60%, elementwise 20%, layout conversions 20%), the evidence says how much
+    is unnamed, and the unnamed half is no fp32: no mixed-precision advice (it said 30% of
+    kernel time fp16/bf16 and advised autocast), torch.compile advised for the elementwise
+    kernels (10% of all, below the threshold, before). The summary line's top kernel is
+    unknown, as the finding's is (it printed 'top kernel: (name unrecorded) 20.0 ms (50%)')."""
+    import json
+
+    from profreport.commands import _summary_lines
+    from profreport.reports.render.json import render_json
+
+    report = analyze_paths([_half_unnamed_export(tmp_path / "half.sqlite", True)],
+                           AnalyzeOptions())
+    run = report.runs[0]
+    mix = run.metrics.kernel_mix
+    assert (mix.compute_kernel_ns, mix.unnamed_kernel_ns) == (40_000_000, 20_000_000)
+    assert mix.reduced_precision_fraction == pytest.approx(0.6)
+    assert mix.elementwise_fraction == pytest.approx(0.2)
+    assert mix.layout_conversion_fraction == pytest.approx(0.2)
+    assert mix.names_unknown is None
+    finding = next(f for f in run.findings if f.id == "COMPUTE_BOUND")
+    evidence = [e.text for e in finding.evidence]
+    assert ("60% of the named compute-kernel time (50% of compute-kernel time has no recorded "
+            "name) is in kernels named fp16/bf16 (kernel names only: the profiles record no "
+            "input dtypes, and a name need not carry one)") in evidence
+    assert ("NCHW/NHWC layout conversion kernels (nchwToNhwc, nhwcToNchw) take 20% of the named "
+            "compute-kernel time (50% of compute-kernel time has no recorded name)") in evidence
+    assert "mixed precision" not in finding.recommendation
+    assert ("try torch.compile to fuse the elementwise kernels (20% of named kernel time)"
+            in finding.recommendation)
+    assert ("layout conversions take 20% of named kernel time" in finding.recommendation)
+    rows = {row.label: row.value for row in metric_rows(run.metrics)}
+    assert rows["Compute-kernel time of unrecorded name"] == "50.0%"
+    assert rows["Named compute-kernel time in fp16/bf16 kernels"] == "60.0%"
+    mixed = json.loads(render_json(report))["runs"][0]["metrics"]["kernel_mix"]
+    assert (mixed["reduced_precision_fraction"], mixed["unnamed_kernel_fraction"],
+            mixed["names_unknown"]) == (0.6, 0.5, None)
+    assert _summary_lines(run)[-1] == (
+        "  top kernel: unknown (kernels whose names the profile does not record take 20.0 ms "
+        "(50%) together; the largest named one, volta_h884gemm_fp16_128x128_nn, 12.0 ms (30%))")
+
+
+def test_mixed_precision_advice_by_kernel_name_says_the_unnamed_share(tmp_path: Path) -> None:
+    """The named half mostly fp32 (an sgemm): mixed precision is advised on the named kernels'
+    share, saying how much kernel time has no recorded name (it said '0.0% ... no kernel is
+    named fp16/bf16 now', nothing of the unnamed half)."""
+    path = _half_unnamed_export(tmp_path / "fp32.sqlite", True, "volta_sgemm_128x64_nn")
+    finding = next(f for f in analyze_paths([path], AnalyzeOptions()).runs[0].findings
+                   if f.id == "COMPUTE_BOUND")
+    assert ("enable mixed precision (torch.autocast + GradScaler; no kernel is named fp16/bf16 "
+            "now, 50% of compute-kernel time has no recorded name)") in finding.recommendation
+
+
+def test_shares_by_kernel_name_are_unknown_without_names(tmp_path: Path) -> None:
+    """No compute kernel's name recorded: the shares by name are unknown, with the reason, and
+    no advice reads them (it said '0.0% of compute-kernel time is in kernels named fp16/bf16'
+    and advised mixed precision as 'no kernel is named fp16/bf16 now')."""
+    report = analyze_paths([_half_unnamed_export(tmp_path / "none.sqlite", False)],
+                           AnalyzeOptions())
+    run = report.runs[0]
+    mix = run.metrics.kernel_mix
+    assert (mix.reduced_precision_fraction, mix.elementwise_fraction,
+            mix.layout_conversion_fraction) == (None, None, None)
+    assert mix.unnamed_kernel_fraction == 1.0
+    assert mix.names_unknown == "the profile records no compute kernel's name"
+    finding = next(f for f in run.findings if f.id == "COMPUTE_BOUND")
+    evidence = [e.text for e in finding.evidence]
+    assert ("the kernels' precision, layout conversions and elementwise share by name: unknown, "
+            "the profile records no compute kernel's name") in evidence
+    assert not any("named fp16/bf16" in text for text in evidence)
+    assert finding.recommendation == (
+        "To go faster: enable mixed precision (torch.autocast + GradScaler) if the model trains "
+        "in fp32 (the profiles cannot tell: no profile records the matmuls' and convolutions' "
+        "input dtypes (torch.profiler with record_shapes=True does); the profile records no "
+        "compute kernel's name).")
+    rows = {row.label: row.value for row in metric_rows(run.metrics)}
+    assert rows["Named compute-kernel time in fp16/bf16 kernels"] == (
+        "unknown: the profile records no compute kernel's name")
+
+
 def test_one_process_on_two_gpus_without_operators_is_not_called_dataparallel(
         tmp_path: Path) -> None:
     """An nsys capture of one process launching kernels on GPU 0 then GPU 1 each step, no CPU

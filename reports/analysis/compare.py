@@ -437,9 +437,13 @@ def _reduced_share(run: RunAnalysis) -> tuple[float, str] | None:
     return None if reading.share is None else (reading.share, reading.source)
 
 
-def _share_of(source: str) -> str:
-    """What a precision share read from ``source`` (ops.reduced_precision) is a share of."""
-    return "compute-kernel time" if source == "kernel names" else "matmul/convolution time"
+def _share_of(run: RunAnalysis, source: str) -> str:
+    """What ``run``'s precision share read from ``source`` (ops.reduced_precision) is a share
+    of: 'of matmul/convolution time', or by kernel names of its named compute-kernel time
+    (KernelMix.of_named_text)."""
+    mix = run.metrics.kernel_mix
+    return (mix.of_named_text() if source == "kernel names" and mix is not None
+            else "of matmul/convolution time")
 
 
 def _h2d_per_step(run: RunAnalysis) -> int | None:
@@ -549,10 +553,10 @@ def confounds(base: RunAnalysis, run: RunAnalysis) -> list[Confound]:
     before, after = _reduced_share(base), _reduced_share(run)
     if before is not None and after is not None and \
             (before[0] >= AMP_PRESENT_FRACTION) != (after[0] >= AMP_PRESENT_FRACTION):
-        # Each side's share is of what its own reading covers; one phrase when both read alike.
-        was = (pct(before[0]) if before[1] == after[1] else
-               f"{pct(before[0])} of {_share_of(before[1])} ({before[1]})")
-        phrase = f"fp16/bf16 compute {was} -> {pct(after[0])} of {_share_of(after[1])} " \
+        # Each side's share is of what its own reading covers; one phrase when both cover alike.
+        was = (pct(before[0]) if _share_of(base, before[1]) == _share_of(run, after[1]) else
+               f"{pct(before[0])} {_share_of(base, before[1])} ({before[1]})")
+        phrase = f"fp16/bf16 compute {was} -> {pct(after[0])} {_share_of(run, after[1])} " \
                  f"({after[1]})"
         made = _amp_made(knobs.get("amp"), after[0] >= AMP_PRESENT_FRACTION)  # type: ignore[arg-type]
         out = (_joined_to_knob(out, "amp", phrase) if made else []) or \

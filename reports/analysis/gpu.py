@@ -34,6 +34,7 @@ from profreport.reports.analysis.launches import (
     may_be_launched_in,
     unlinked,
 )
+from profreport.reports.analysis.ops import share_of_recorded
 from profreport.reports.analysis.results import (
     BREAKDOWN_PARTS,
     Breakdown,
@@ -678,7 +679,8 @@ def ns_by_name(table: pd.DataFrame, rows: np.ndarray, codes: np.ndarray,
 
 def kernel_mix(profile: Profile, windows: StepWindows | None) -> KernelMix | None:
     """Precision, layout conversions, elementwise share and optimizer kernels of the compute
-    kernels (communication kernels left out)."""
+    kernels (communication kernels left out); the shares by name of the kernels whose names
+    were recorded."""
     kernels = profile.table("kernels")
     compute = ~kernels["is_comm"].to_numpy(bool)  # masks, not a copy of the kernel table
     codes, distinct = table_name_codes(profile, "kernels")
@@ -686,10 +688,14 @@ def kernel_mix(profile: Profile, windows: StepWindows | None) -> KernelMix | Non
     total = int(ns.sum())
     if total <= 0:
         return None
+    named = ~concepts.is_unrecorded_name(distinct)  # the last slot of ns: kernels without one
+    named_ns = int(ns[:-1][named].sum())
 
-    def share(classify: Callable[[pd.Series], pd.Series]) -> float:
-        """Share of compute-kernel time in the kernels whose names ``classify`` selects."""
-        return float(ns[:-1][classify(distinct).to_numpy(bool)].sum()) / total
+    def share(classify: Callable[[pd.Series], pd.Series]) -> float | None:
+        """Share of the named compute-kernel time in the kernels whose names ``classify``
+        selects; None when no name is recorded."""
+        return share_of_recorded(int(ns[:-1][named & classify(distinct).to_numpy(bool)].sum()),
+                                 named_ns)
 
     spans = spans_where(profile, concepts.is_optimizer_step_span)
     optimizer = iv.union_of([spans])
@@ -713,7 +719,8 @@ def kernel_mix(profile: Profile, windows: StepWindows | None) -> KernelMix | Non
         optimizer_name=classes[0] if classes else None,
         zero_grad_work_per_step=zero_grad.per_step, optimizer_unknown=step.why,
         optimizer_unlinked_per_step=step.unlinked_per_step, zero_grad_unknown=zero_grad.why,
-        zero_grad_unlinked_per_step=zero_grad.unlinked_per_step)
+        zero_grad_unlinked_per_step=zero_grad.unlinked_per_step,
+        unnamed_kernel_ns=total - named_ns)
 
 
 def max_devices_per_process(profile: Profile, windows: StepWindows | None = None

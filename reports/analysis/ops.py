@@ -229,30 +229,40 @@ def op_dtypes(profile: Profile, windows: StepWindows | None) -> OpDtypes | None:
                     ns={label: int(spent.get(label, 0)) for label in PRECISIONS})
 
 
+def share_of_recorded(part_ns: int, recorded_ns: int) -> float | None:
+    """``part_ns``'s share of the time whose evidence the profile recorded (the calls' input
+    dtypes, the kernels' names); None when none was: time without it is no evidence either
+    way, so it is in neither."""
+    return part_ns / recorded_ns if recorded_ns else None
+
+
 def _reduced_of_recorded(spent: dict[str, int]) -> float | None:
     """Share in fp16/bf16 of the time of the calls whose input dtypes were recorded (GPU kernel
     time they launched, or their own time), by precision label; None when none was."""
     recorded = sum(ns for label, ns in spent.items() if label != UNRECORDED)
-    return spent.get("reduced", 0) / recorded if recorded else None
+    return share_of_recorded(spent.get("reduced", 0), recorded)
 
 
 def reduced_precision(m: RunMetrics) -> PrecisionReading:
     """The share of the matmul/convolution work in fp16/bf16 and what it is read from: their
     recorded input dtypes (of the GPU kernel time they launched, or of their own time on a
     CPU: what autocast casts, whatever the GPU's tensor cores), else the GPU kernels' names (a
-    hint, of all compute-kernel time); unknown, and why, when neither is there."""
+    hint, of the compute-kernel time whose names were recorded); unknown, and why, when
+    neither is there."""
     for spent in (m.op_precision.kernel_ns if m.op_precision is not None else {},
                   m.op_dtypes.ns if m.op_dtypes is not None else {}):
         share = _reduced_of_recorded(spent)
         if share is not None:
             return PrecisionReading(share, "operator input dtypes")
-    if m.kernel_mix is not None and m.kernel_mix.compute_kernel_ns:
+    if m.kernel_mix is not None and m.kernel_mix.reduced_precision_fraction is not None:
         return PrecisionReading(m.kernel_mix.reduced_precision_fraction, "kernel names")
+    names = ("" if m.kernel_mix is None or m.kernel_mix.names_unknown is None
+             else f"; {m.kernel_mix.names_unknown}")
     if m.op_dtypes is not None:
         return PrecisionReading(None, "the matmuls and convolutions carry no input dtypes "
-                                "(torch.profiler ran without record_shapes=True)")
+                                f"(torch.profiler ran without record_shapes=True){names}")
     return PrecisionReading(None, "no profile records the matmuls' and convolutions' input "
-                                  "dtypes (torch.profiler with record_shapes=True does)")
+                                  f"dtypes (torch.profiler with record_shapes=True does){names}")
 
 
 def _longest_call(units: pd.DataFrame, launcher: np.ndarray,

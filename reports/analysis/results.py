@@ -551,12 +551,15 @@ class KernelMix:
 
     origin: Origin
     compute_kernel_ns: int
-    #: Share of compute-kernel time in fp16/bf16 kernels (0..1).
-    reduced_precision_fraction: float
-    #: Share of compute-kernel time in NCHW <-> NHWC conversion kernels (0..1).
-    layout_conversion_fraction: float
-    #: Share of compute-kernel time in elementwise kernels, what torch.compile fuses (0..1).
-    elementwise_fraction: float
+    #: The shares by name below are of the compute-kernel time whose kernels' names the
+    #: profile records (ops.share_of_recorded: a kernel of unrecorded name is no evidence
+    #: either way), None when it records none (``names_unknown`` says so).
+    #: Share of the named compute-kernel time in fp16/bf16 kernels (0..1).
+    reduced_precision_fraction: float | None
+    #: Share of the named compute-kernel time in NCHW <-> NHWC conversion kernels (0..1).
+    layout_conversion_fraction: float | None
+    #: Share of the named compute-kernel time in elementwise kernels, what torch.compile fuses.
+    elementwise_fraction: float | None
     #: Kernels launched inside optimizer-step spans, per step; None without such spans.
     optimizer_kernels_per_step: float | None
     #: Whether the optimizer runs as multi-tensor (foreach/fused) kernels.
@@ -578,6 +581,41 @@ class KernelMix:
     #: The same two for the kernels and memsets zero_grad() launches.
     zero_grad_unknown: str | None = None
     zero_grad_unlinked_per_step: float | None = None
+    #: Compute-kernel time of kernels whose names the profile does not record
+    #: (concepts.is_unrecorded_name), in ``compute_kernel_ns``, in no share by name, ns.
+    unnamed_kernel_ns: int = 0
+
+    @property
+    def unnamed_kernel_fraction(self) -> float:
+        """Share of compute-kernel time in kernels whose names the profile does not record."""
+        return self.unnamed_kernel_ns / max(self.compute_kernel_ns, 1)
+
+    @property
+    def names_unknown(self) -> str | None:
+        """Why the shares by name are unknown: no compute kernel's name is recorded; None when
+        some is."""
+        return ("the profile records no compute kernel's name"
+                if self.unnamed_kernel_ns >= self.compute_kernel_ns else None)
+
+    @property
+    def named_time_text(self) -> str:
+        """What the shares by name are of, as advice says it: 'kernel time', 'named kernel time'
+        when some kernels' names are not recorded (the evidence says how much: of_named_text)."""
+        return "named kernel time" if self.unnamed_kernel_ns else "kernel time"
+
+    def of_named_text(self) -> str:
+        """What the shares by name are of, as evidence says it: 'of compute-kernel
+        time', or 'of the named compute-kernel time (50% of compute-kernel time has no recorded
+        name)' when some kernels' names are not recorded."""
+        unnamed = self.unnamed_text()
+        return ("of compute-kernel time" if unnamed is None
+                else f"of the named compute-kernel time ({unnamed})")
+
+    def unnamed_text(self) -> str | None:
+        """'50% of compute-kernel time has no recorded name'; None when every compute kernel's
+        name is recorded."""
+        return (f"{pct(self.unnamed_kernel_fraction)} of compute-kernel time has no recorded name"
+                if self.unnamed_kernel_ns else None)
 
     @property
     def launches_unknown(self) -> str | None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
-from profreport.concepts import name_codes
+from profreport.concepts import UNRECORDED_NAME, name_codes
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.results import TopItem
 
@@ -59,3 +61,33 @@ def top_items(distinct: pd.Series, ns: np.ndarray, count: np.ndarray, first: np.
                     count=int(count[code]), share=float(ns[code]) / max(total_ns, 1),
                     exclusive=exclusive, is_comm=comm is not None and bool(comm[code]))
             for code in top]
+
+
+@dataclass(frozen=True)
+class TopKernel:
+    """Which of some top kernels takes the most time. The top kernels hold every kernel of
+    unrecorded name in one row (concepts.UNRECORDED_NAME), however many kernels that is: when
+    that row outweighs the largest named kernel, the top kernel is unknown; a named kernel with
+    more time than all of them is the top kernel."""
+
+    #: The kernel with the most time, or the row of the kernels of unrecorded name when it
+    #: outweighs every named one (``known`` is then False).
+    top: TopItem
+    #: The named kernel with the most time when ``top`` is the row of unrecorded name; None
+    #: when ``top`` is named or no kernel is.
+    largest_named: TopItem | None = None
+
+    @property
+    def known(self) -> bool:
+        """Whether the top kernel is known: a named kernel outweighs the unnamed ones."""
+        return self.top.name != UNRECORDED_NAME
+
+
+def top_kernel(kernels: list[TopItem]) -> TopKernel | None:
+    """Which of ``kernels`` (most time first) takes the most time (:class:`TopKernel`); None
+    without any."""
+    named = next((k for k in kernels if k.name != UNRECORDED_NAME), None)
+    unnamed = next((k for k in kernels if k.name == UNRECORDED_NAME), None)
+    if unnamed is not None and (named is None or unnamed.total_ns > named.total_ns):
+        return TopKernel(unnamed, named)
+    return TopKernel(named) if named is not None else None

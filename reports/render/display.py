@@ -356,14 +356,17 @@ def _mix_rows(metrics: RunMetrics) -> list[MetricRow]:
     rows: list[MetricRow] = []
     if metrics.kernel_mix is not None:
         mix = metrics.kernel_mix
-        rows += [
-            MetricRow("Compute-kernel time in fp16/bf16 kernels",
-                      percent(mix.reduced_precision_fraction), mix.origin),
-            MetricRow("Compute-kernel time in layout conversions (NCHW ↔ NHWC)",
-                      percent(mix.layout_conversion_fraction), mix.origin),
-            MetricRow("Compute-kernel time in elementwise kernels",
-                      percent(mix.elementwise_fraction), mix.origin),
-        ]
+        of = "Named compute-kernel time" if mix.unnamed_kernel_ns else "Compute-kernel time"
+        if mix.unnamed_kernel_ns:
+            rows.append(MetricRow("Compute-kernel time of unrecorded name",
+                                  percent(mix.unnamed_kernel_fraction), mix.origin))
+        rows += [MetricRow(f"{of} in {kind}",
+                           percent(share) if share is not None else f"unknown: {mix.names_unknown}",
+                           mix.origin)
+                 for kind, share in (("fp16/bf16 kernels", mix.reduced_precision_fraction),
+                                     ("layout conversions (NCHW ↔ NHWC)",
+                                      mix.layout_conversion_fraction),
+                                     ("elementwise kernels", mix.elementwise_fraction))]
         if mix.optimizer_kernels_per_step is not None:
             fused = "multi-tensor" if mix.fused_optimizer else "one kernel per tensor"
             value = f"{number(mix.optimizer_kernels_per_step)} ({fused})"

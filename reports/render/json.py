@@ -182,6 +182,8 @@ def _kernel_mix(k: KernelMix | None) -> dict[str, Any] | None:
     return {"reduced_precision_fraction": _frac(k.reduced_precision_fraction),
             "layout_conversion_fraction": _frac(k.layout_conversion_fraction),
             "elementwise_fraction": _frac(k.elementwise_fraction),
+            "unnamed_kernel_fraction": _frac(k.unnamed_kernel_fraction),
+            "names_unknown": k.names_unknown,
             "optimizer_kernels_per_step": None if per_step is None else round(per_step, 3),
             "optimizer_unlinked_kernels_per_step": None if k.optimizer_unlinked_per_step is None
             else round(k.optimizer_unlinked_per_step, 3),

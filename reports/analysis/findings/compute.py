@@ -35,6 +35,7 @@ from profreport.reports.analysis.results import (
     RunMetrics,
     Severity,
 )
+from profreport.reports.analysis.top import top_kernel
 from profreport.units import ms, pct
 
 #: Autocast casts the matmuls' and convolutions' inputs to fp16/bf16: half of their time in
@@ -121,27 +122,31 @@ def compute_bound(facts: Facts) -> Finding | None:
                                        reduced_precision(m)))
 
 
-def _precision_evidence(reading: PrecisionReading) -> str | None:
+def _precision_evidence(mix: KernelMix, reading: PrecisionReading) -> str | None:
     """What the model computes in, as the advice reads it (ops.reduced_precision): by the
     recorded input dtypes, else by kernel names, said to be a hint (a name need not carry its
-    dtype: ROCm's ``Cijk_..._BBS_...``, Triton's); None when neither tells."""
+    dtype: ROCm's ``Cijk_..._BBS_...``, Triton's) of the named kernels' time; None when neither
+    tells."""
     if reading.share is None:
         return None
     if reading.source != "kernel names":
         return (f"{pct(reading.share)} of the matmuls' and convolutions' time has fp16/bf16 "
                 "inputs, by their recorded dtypes")
-    return (f"{pct(reading.share)} of compute-kernel time is in kernels named fp16/bf16 (kernel "
+    return (f"{pct(reading.share)} {mix.of_named_text()} is in kernels named fp16/bf16 (kernel "
             "names only: the profiles record no input dtypes, and a name need not carry one)")
 
 
 def _kernel_mix_evidence(mix: KernelMix, reading: PrecisionReading) -> list[Evidence]:
     """What the kernels say: precision (``reading``), layout conversions, how the optimizer
-    runs."""
-    precision = _precision_evidence(reading)
+    runs; that their names do not tell when the profile records none."""
+    precision = _precision_evidence(mix, reading)
     out = [Evidence(precision, mix.origin)] if precision is not None else []
-    if mix.layout_conversion_fraction >= LAYOUT_CONVERSION_SHARE:
+    if mix.names_unknown is not None:
+        out.append(Evidence("the kernels' precision, layout conversions and elementwise share "
+                            f"by name: unknown, {mix.names_unknown}", mix.origin))
+    if _share_reaches(mix.layout_conversion_fraction, LAYOUT_CONVERSION_SHARE):
         out.append(Evidence(f"NCHW/NHWC layout conversion kernels (nchwToNhwc, nhwcToNchw) take "
-                            f"{pct(mix.layout_conversion_fraction)} of compute-kernel time",
+                            f"{pct(mix.layout_conversion_fraction)} {mix.of_named_text()}",
                             mix.origin))
     if mix.fused_optimizer:
         out.append(Evidence("the optimizer already runs as fused multi_tensor_apply kernels",
@@ -152,17 +157,19 @@ def _kernel_mix_evidence(mix: KernelMix, reading: PrecisionReading) -> list[Evid
     return out
 
 
-def _amp_step(reading: PrecisionReading, ctx: RunContext) -> str | None:
-    """'enable mixed precision' with what the run computes in now; None when it is on (by the
-    recorded dtypes or kernel names, else the knob)."""
+def _amp_step(reading: PrecisionReading, ctx: RunContext, mix: KernelMix | None) -> str | None:
+    """'enable mixed precision' with what the run computes in now (by kernel names: of the
+    named kernels of ``mix``); None when it is on (by the recorded dtypes or kernel names, else
+    the knob)."""
     if amp_not_to_advise(reading, ctx):
         return None
     if reading.share is None:
         return ("enable mixed precision (torch.autocast + GradScaler) if the model trains in "
                 f"fp32 (the profiles cannot tell: {reading.source})")
-    if reading.source == "kernel names":
-        now = (f"{pct(reading.share)} of kernel time is fp16/bf16 now" if reading.share > 0
-               else "no kernel is named fp16/bf16 now")
+    if reading.source == "kernel names" and mix is not None:
+        unnamed = f", {mix.unnamed_text()}" if mix.unnamed_kernel_ns else ""
+        now = (f"{pct(reading.share)} of {mix.named_time_text} is fp16/bf16 now{unnamed}"
+               if reading.share > 0 else f"no kernel is named fp16/bf16 now{unnamed}")
     elif reading.share > 0:
         now = (f"{pct(reading.share)} of the matmuls' and convolutions' time has fp16/bf16 "
                "inputs now, by their recorded dtypes")
@@ -175,7 +182,7 @@ def _gpu_compute_advice(mix: KernelMix | None, ctx: RunContext, conv_ranks: tupl
                         reading: PrecisionReading) -> str:
     """What to change, from what the kernels show (and the run's knobs, its convolutions'
     input ranks and what it computes in)."""
-    amp_step = _amp_step(reading, ctx)
+    amp_step = _amp_step(reading, ctx, mix)
     if mix is None:
         amp = "" if amp_step is None else f"{amp_step}, "
         layout = ("" if ctx.channels_last() else
@@ -183,27 +190,38 @@ def _gpu_compute_advice(mix: KernelMix | None, ctx: RunContext, conv_ranks: tupl
         compiled = "" if ctx.compiled() else "try torch.compile, or "
         return f"To go faster, {amp}{layout}{compiled}reduce the model's work per sample."
     steps = [amp_step] if amp_step is not None else []
-    if mix.layout_conversion_fraction >= LAYOUT_CONVERSION_SHARE and ctx.channels_last():
+    layout = _share_reaches(mix.layout_conversion_fraction, LAYOUT_CONVERSION_SHARE)
+    if layout and ctx.channels_last():
         steps.append("find the layer or input still in the old layout: with channels_last on, "
                      f"layout conversions still take {pct(mix.layout_conversion_fraction)} of "
-                     "kernel time")
-    elif mix.layout_conversion_fraction >= LAYOUT_CONVERSION_SHARE:
+                     f"{mix.named_time_text}")
+    elif layout:
         steps.append(f"put the model and every batch in {memory_format_advice(conv_ranks)}: "
-                     f"layout conversions take {pct(mix.layout_conversion_fraction)} of kernel "
-                     "time")
+                     f"layout conversions take {pct(mix.layout_conversion_fraction)} of "
+                     f"{mix.named_time_text}")
     if optimizer_many_kernels(mix):
         optimizer = f"torch.optim.{mix.optimizer_name or 'AdamW'}"
         steps.append(f"build the optimizer with foreach=True ({optimizer}(..., foreach=True), or "
                      "fused=True where it supports it): each step launches "
                      f"{mix.optimizer_kernels_per_step:.0f} optimizer kernels")
-    if mix.elementwise_fraction >= ELEMENTWISE_SHARE and not ctx.compiled():
+    if _share_reaches(mix.elementwise_fraction, ELEMENTWISE_SHARE) and not ctx.compiled():
         steps.append("try torch.compile to fuse the elementwise kernels "
-                     f"({pct(mix.elementwise_fraction)} of kernel time)")
+                     f"({pct(mix.elementwise_fraction)} of {mix.named_time_text})")
+    if not steps and mix.names_unknown is not None:
+        return (f"The kernels' names do not say what to change ({mix.names_unknown}): the "
+                "remaining levers are less work per sample (a smaller model or input) or more "
+                "GPUs.")
     if not steps:
         return ("The kernels already run in reduced precision without layout conversions or an "
                 "unfused optimizer: the remaining levers are less work per sample (a smaller "
                 "model or input) or more GPUs.")
     return "To go faster: " + "; ".join(steps) + "."
+
+
+def _share_reaches(share: float | None, threshold: float) -> bool:
+    """Whether a share by kernel name is known and at least ``threshold`` (unknown: no advice
+    is built on it)."""
+    return share is not None and share >= threshold
 
 
 def _lines_compute_bound(share: float, evidence: list[Evidence]) -> Finding:
@@ -364,20 +382,19 @@ def _top_op_levers(m: RunMetrics, ctx: RunContext) -> list[str]:
 
 
 def _top_kernel_text(m: RunMetrics) -> str | None:
-    """Which compute (non-communication) kernel takes the most time. The top kernels hold every
-    kernel of unrecorded name in one row (concepts.UNRECORDED_NAME), however many kernels that
-    is: when that row outweighs the top named kernel, the top kernel is unknown; a named kernel
-    with more time than all of them is the top kernel. None without compute kernels."""
-    compute = [k for k in m.top_kernels if not k.is_comm]
-    named = next((k for k in compute if k.name != concepts.UNRECORDED_NAME), None)
-    unnamed = next((k for k in compute if k.name == concepts.UNRECORDED_NAME), None)
-    if unnamed is None or (named is not None and named.total_ns >= unnamed.total_ns):
-        return (f"top kernel {named.name[:80]} takes {pct(named.share)} of kernel time"
-                if named is not None else None)
+    """Which compute (non-communication) kernel takes the most time, unknown when the kernels of
+    unrecorded name outweigh the top named one (top.top_kernel). None without compute
+    kernels."""
+    top = top_kernel([k for k in m.top_kernels if not k.is_comm])
+    if top is None:
+        return None
+    if top.known:
+        return f"top kernel {top.top.name[:80]} takes {pct(top.top.share)} of kernel time"
+    named = top.largest_named
     largest = (f" (the largest named one, {named.name[:80]}, {pct(named.share)})"
                if named is not None else "")
     return ("which kernel takes the most time is unknown: kernels whose names the profile does "
-            f"not record take {pct(unnamed.share)} of kernel time together{largest}")
+            f"not record take {pct(top.top.share)} of kernel time together{largest}")
 
 
 @rule("CPU_OVERSUBSCRIBED", severity=("medium", "low"), needs=("manifest", "profiles"))

@@ -236,11 +236,11 @@ def _unknown_checks(m: RunMetrics) -> list[Evidence]:
     if p is not None and p.unknown_reason is not None:
         out.append(Evidence(f"fp32 matmuls/convolutions on tensor cores: unknown, "
                             f"{p.unknown_reason}", p.origin))
-        if m.kernel_mix is not None:
+        mix = m.kernel_mix
+        if mix is not None and mix.reduced_precision_fraction is not None:
             out.append(Evidence(f"kernel names only (supporting, not the dtypes): "
-                                f"{pct(m.kernel_mix.reduced_precision_fraction)} of "
-                                "compute-kernel time is in kernels named fp16/bf16",
-                                m.kernel_mix.origin))
+                                f"{pct(mix.reduced_precision_fraction)} {mix.of_named_text()} "
+                                "is in kernels named fp16/bf16", mix.origin))
     if bias is not None and bias.unknown_reason is not None:
         out.append(Evidence(f"convolution bias before BatchNorm: unknown, {bias.unknown_reason}",
                             bias.origin))
