@@ -246,6 +246,11 @@ SYNC_APIS = frozenset({
     "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize",
 })
 
+#: The kinds of a GPU sync record (the ``sync`` table) that tell a stream to wait on an event
+#: (``cudaStreamWaitEvent``): nsys's CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT token,
+#: as the nsys parser lower-cases it, and Kineto's ``cuda_sync_kind``.
+STREAM_WAIT_KINDS = frozenset({"stream_wait_event", "Stream Wait Event"})
+
 #: Copy calls that always block the CPU until the copy is done (the synchronous ``cudaMemcpy``).
 SYNC_COPY_APIS = frozenset({"cudaMemcpy", "cuMemcpy", "cuMemcpyDtoH", "hipMemcpy"})
 
@@ -398,6 +403,12 @@ def is_launch_api(names: pd.Series) -> pd.Series:
 def is_sync_api(names: pd.Series) -> pd.Series:
     """Whether each runtime call is a sync API, blocking the CPU until the GPU caught up."""
     return names.isin(SYNC_APIS)
+
+
+def is_stream_wait(kinds: pd.Series) -> pd.Series:
+    """Whether each GPU sync record tells a stream to wait on an event (STREAM_WAIT_KINDS): the
+    stream's next work starts only once another stream's work reaches that event."""
+    return kinds.isin(STREAM_WAIT_KINDS)
 
 
 def _always_blocks(names: pd.Series) -> pd.Series:

@@ -30,6 +30,7 @@ from profreport.reports.analysis.launches import (
     counted_by_start,
     launch_calls,
     launch_pairs,
+    launch_times,
     launched_in_windows,
     may_be_launched_in,
     unlinked,
@@ -458,14 +459,71 @@ class _Started:
             self.raise_to((int(device), int(stream)), int(end))
 
 
+@per_profile
+def waited_on_event(profile: Profile) -> np.ndarray:
+    """The kernels (positions, ascending) whose stream was told to wait on an event (a stream
+    wait-event sync record, concepts.is_stream_wait) after the work ahead of them on it was
+    launched and before their own launch call: each the first work of its stream launched
+    after such a record, it starts only once another stream's work reaches that event."""
+    sync = profile.table("sync")
+    waits = sync[concepts.is_stream_wait(sync["kind"]).to_numpy(bool)]
+    none = np.empty(0, dtype=np.int64)
+    if waits.empty:
+        return none
+    return np.unique(np.concatenate([none] + [
+        _first_kernels_after(profile, key, np.sort(np.concatenate(times)))
+        for key, times in _waits_by_stream(profile, waits).items()]))
+
+
+def _waits_by_stream(profile: Profile, waits: pd.DataFrame) -> dict[tuple[int, int],
+                                                                      list[np.ndarray]]:
+    """When each stream of the GPU tables was told to wait (the ``waits`` records' starts, the
+    call's time on the CPU), by (device, stream). A record whose stream or device is
+    unrecorded (CUPTI's invalid value, read as -1) may have been any stream's of its device
+    (or any device's): it is counted on each."""
+    streams = pd.concat([profile.table(name)[["device", "stream"]].drop_duplicates().astype(
+        np.int64) for name in GPU_TABLES]).drop_duplicates()
+    by_stream: dict[tuple[int, int], list[np.ndarray]] = {}
+    for (device, stream), times in waits.groupby(["device", "stream"], observed=True)["start"]:
+        matched = streams[((streams["device"] == device) | (device < 0))
+                          & ((streams["stream"] == stream) | (stream < 0))]
+        for key in matched.itertuples(index=False, name=None):
+            by_stream.setdefault(key, []).append(times.to_numpy(np.int64))
+    return by_stream
+
+
+def _first_kernels_after(profile: Profile, key: tuple[int, int], times: np.ndarray
+                         ) -> np.ndarray:
+    """The kernels (positions) that are, on stream ``key`` (device, stream), the first work
+    launched after one of the ``times`` (ascending): the stream's kernels, copies and memsets
+    linked to their launch call, in the order the stream ran them (its launches, in that
+    order, taken as never earlier than the one before); none where that work is no kernel."""
+    starts, launched, kernels = [], [], []
+    for name in GPU_TABLES:
+        rows = profile.table(name)
+        at = np.flatnonzero((launch_calls(profile, name) >= 0)
+                            & (rows["device"].to_numpy() == key[0])
+                            & (rows["stream"].to_numpy() == key[1]))
+        starts.append(rows["start"].to_numpy(np.int64)[at])
+        launched.append(launch_times(profile, name, at))
+        kernels.append(at if name == "kernels" else np.full(len(at), -1))
+    order = np.argsort(np.concatenate(starts), kind="stable")
+    launches = np.maximum.accumulate(np.concatenate(launched)[order]) if len(order) else order
+    first = np.searchsorted(launches, times, side="right")
+    chosen = np.concatenate(kernels)[order][first[first < len(order)]]
+    return chosen[chosen >= 0].astype(np.int64)
+
+
 @giving_back_memory
 def launch_stats(profile: Profile, windows: StepWindows) -> LaunchStats | None:
     """Kernels launched per step, share of short kernels, launch delay and CPU runtime time per
     step. The launch delay (launch call start to kernel start) is measured only over the
     kernels launched onto an idle stream (the work ahead of them on it had ended by the launch
     call's end): the wait of the others is queueing behind that work, not launch latency. A
-    kernel recorded as starting before its launch call did measures the skew between the CPU's
-    and the GPU's clocks, not a delay: left out and counted."""
+    kernel whose stream was told to wait on an event before its launch (:func:`waited_on_event`)
+    waits for another stream's work, and one recorded as starting before its launch call did
+    measures the skew between the CPU's and the GPU's clocks: neither is a launch delay, both
+    left out and counted."""
     kernels = profile.table("kernels")
     mine = launched_in_windows(profile, "kernels", windows)
     count = int(mine.sum())
@@ -479,13 +537,14 @@ def launch_stats(profile: Profile, windows: StepWindows) -> LaunchStats | None:
     runtime = profile.table("runtime")
     starts = runtime["start"].to_numpy(np.int64)
     runtime_ns = _runtime_ns_in(starts, runtime["end"].to_numpy(np.int64), windows)
-    delay, launched, queued, skewed = _idle_stream_delays(profile, mine, windows)
+    delay, launched, queued, skewed, waited = _idle_stream_delays(profile, mine, windows)
     why = unlinked(profile, "kernels", mine, "that ran in the steps")
     return LaunchStats(origin=profile.kind, kernels_per_step=count / windows.count,
                        short_kernel_fraction=short_fraction, short_kernel_ns=SHORT_KERNEL_NS,
                        launch_delay_p50_ns=int(np.median(delay, overwrite_input=True))
                        if len(delay) else None,
                        launch_delay_kernels=len(delay), launch_delay_skewed=skewed,
+                       launch_delay_waited=waited, waits_recorded=not profile.table("sync").empty,
                        queued_launch_fraction=queued / launched if launched else None,
                        runtime_ns_per_step=runtime_ns // windows.count,
                        gpu_kernel_ns_per_step=kernel_ns // windows.count,
@@ -493,13 +552,14 @@ def launch_stats(profile: Profile, windows: StepWindows) -> LaunchStats | None:
 
 
 def _idle_stream_delays(profile: Profile, rows: np.ndarray, windows: StepWindows
-                        ) -> tuple[np.ndarray, int, int, int]:
+                        ) -> tuple[np.ndarray, int, int, int, int]:
     """The launch delays (kernel start minus launch call start) of the ``rows`` (a mask of the
     kernels) launched by a launch call started inside the step ``windows`` onto an idle
     stream, how many of the rows such a call launched, how many of those it launched behind
-    work still queued or running on their stream (:func:`stream_free_by_block`), and how many
-    onto an idle stream start before their call did (their delay, the clocks' skew, left
-    out)."""
+    work still queued or running on their stream (:func:`stream_free_by_block`), and, of
+    those launched onto an idle stream, how many start before their call did (their delay, the
+    clocks' skew) and how many their stream was told to wait on an event for first
+    (:func:`waited_on_event`: their delay, another stream's work), both left out."""
     kernel_starts = profile.table("kernels")["start"].to_numpy(np.int64)
     runtime = profile.table("runtime")
     call_starts = runtime["start"].to_numpy(np.int64)
@@ -509,7 +569,8 @@ def _idle_stream_delays(profile: Profile, rows: np.ndarray, windows: StepWindows
     # delay does not fit. Whether a call is a launch inside the windows is asked of the calls
     # paired, never of all 17 M at once.
     delay, filled = np.empty(int(rows.sum()), dtype=np.int32), 0
-    launched = queued = skewed = 0
+    launched = queued = skewed = waited = 0
+    after_wait = waited_on_event(profile)
     pairs = launch_pairs(profile, "kernels", rows)
     for block, (kernel_at, call_at), free in zip(iv.blocks(len(rows)), pairs,
                                                  stream_free_by_block(profile), strict=True):
@@ -519,6 +580,10 @@ def _idle_stream_delays(profile: Profile, rows: np.ndarray, windows: StepWindows
         idle = free[kernel_at - block.start] <= call_ends[call_at]
         launched += len(idle)
         queued += len(idle) - int(idle.sum())
+        if len(after_wait):
+            on_event = np.isin(kernel_at, after_wait)
+            waited += int((idle & on_event).sum())
+            idle &= ~on_event
         block = kernel_starts[kernel_at[idle]]
         block -= call_starts[call_at[idle]]
         before_call = block < 0  # a kernel cannot start before its launch: the clocks disagree
@@ -531,7 +596,7 @@ def _idle_stream_delays(profile: Profile, rows: np.ndarray, windows: StepWindows
             delay = np.resize(delay, 2 * (filled + len(block)))
         delay[filled:filled + len(block)] = block
         filled += len(block)
-    return delay[:filled], launched, queued, skewed
+    return delay[:filled], launched, queued, skewed, waited
 
 
 def _runtime_ns_in(starts: np.ndarray, ends: np.ndarray, windows: StepWindows) -> int:

@@ -368,6 +368,15 @@ class LaunchStats:
     #: start: the CPU's and GPU's clocks disagree (CUPTI's skew), their delay is no launch's,
     #: so the median leaves them out.
     launch_delay_skewed: int = 0
+    #: Kernels launched onto an idle stream that had been told to wait on an event first (a
+    #: stream wait-event sync record, gpu.waited_on_event: cudaStreamWaitEvent, as DDP's NCCL
+    #: stream waits on the compute stream): they start when another stream's work reaches that
+    #: event, their delay is that wait, so the median leaves them out.
+    launch_delay_waited: int = 0
+    #: Whether the profile records GPU sync records at all (nsys's CUPTI synchronization
+    #: table, Kineto's ``cuda_sync`` events): where it does not, a stream told to wait on an
+    #: event is unseen and the launch delay may hold cross-stream waits.
+    waits_recorded: bool = True
     #: Share of the step's kernels (with a launch call recorded) launched while work ahead of
     #: them on their stream was still queued or running: their wait is queueing, the CPU ran
     #: ahead of the GPU. None when no launch call was recorded.
@@ -391,6 +400,21 @@ class LaunchStats:
         kernels = "1 kernel recorded as starting before its" if count == 1 else \
             f"{count:,} kernels recorded as starting before their"
         return f"{kernels} launch call left out: the CPU's and the GPU's clocks disagree"
+
+    def left_out_text(self) -> str:
+        """What the launch delay leaves out or may hold beyond launch latency, in a clause
+        (:meth:`skewed_text`, the kernels whose stream waited on an event, the waits a profile
+        without sync records cannot show); empty when nothing."""
+        waited = self.launch_delay_waited
+        kernels = "1 kernel" if waited == 1 else f"{waited:,} kernels"
+        parts = [self.skewed_text(),
+                 f"{kernels} whose stream was told to wait on an event (cudaStreamWaitEvent) "
+                 "before the launch left out: they wait for another stream's work"
+                 if waited else "",
+                 "" if self.waits_recorded else
+                 "the profile records no GPU sync records, so a stream told to wait on another "
+                 "stream's work is unseen: the delay may include such waits"]
+        return "; ".join(part for part in parts if part)
 
 
 @dataclass(frozen=True)

@@ -421,9 +421,10 @@ def _launch_and_copy_rows(metrics: RunMetrics) -> list[MetricRow]:
                      f"{number(launch.launch_delay_kernels)} kernels"
                      if launch.launch_delay_p50_ns is not None else
                      "unknown: every kernel was launched behind work still queued on its stream"
-                     if not launch.launch_delay_skewed else "unknown")
-            if launch.launch_delay_skewed:
-                delay += f" ({launch.skewed_text()})"
+                     if not (launch.launch_delay_skewed or launch.launch_delay_waited)
+                     else "unknown")
+            if launch.left_out_text():
+                delay += f" ({launch.left_out_text()})"
             rows.append(MetricRow("Launch delay p50 (kernels launched onto an idle stream)",
                                   delay, launch.origin))
             rows.append(MetricRow("Kernels launched behind work still queued on their stream",

@@ -71,10 +71,10 @@ def host_launch_bound(facts: Facts) -> Finding | None:
                          f"{whole_us(launch.short_kernel_ns)}; CUDA runtime calls take "
                          f"{ms(launch.runtime_ns_per_step)} of CPU time per step", launch.origin)]
     if launch.launch_delay_p50_ns is not None:
-        skewed = f" ({launch.skewed_text()})" if launch.launch_delay_skewed else ""
+        left_out = f" ({launch.left_out_text()})" if launch.left_out_text() else ""
         evidence.append(Evidence(f"median launch-to-start latency {ms(launch.launch_delay_p50_ns)}"
                                  f" over the {launch.launch_delay_kernels:,} kernels launched "
-                                 f"onto an idle stream{skewed}", launch.origin))
+                                 f"onto an idle stream{left_out}", launch.origin))
     if idle.launch_unknown is not None:
         evidence.append(Evidence(f"{ms(idle.launch_unknown_ns_per_step or 0)} more idle time per "
                                  "step, counted as unexplained, may wait for launches too: "

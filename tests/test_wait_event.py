@@ -1,0 +1,114 @@
+"""The launch delay leaves out the kernels whose stream was told to wait on an event: in DDP the
+NCCL stream waits (cudaStreamWaitEvent) on an event recorded on the compute stream, and its
+kernels' start-after-launch is that wait, not launch latency (a reviewer's hand-built nsys
+export read a launch delay p50 of 2.0 ms against a real launch latency of 50 us)."""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+
+from profreport.parsers import parse_file
+from profreport.reports.analysis.gpu import launch_stats
+from profreport.reports.analysis.results import LaunchStats
+from profreport.reports.analysis.steps import step_windows
+
+sys.path.insert(0, str(Path(__file__).parent))
+from conftest import write_nsys_export  # noqa: E402
+
+US, MS = 1_000, 1_000_000
+#: The side (communication) stream; the compute stream is write_nsys_export's 7.
+SIDE = 20
+#: nsys's CUPTI sync types: STREAM_WAIT_EVENT and STREAM_SYNCHRONIZE (parsers/nsys.py).
+STREAM_WAIT_EVENT, STREAM_SYNCHRONIZE = 2, 3
+#: CUPTI's invalid value: a sync record whose stream is not recorded.
+NO_STREAM = 0xFFFFFFFF
+
+
+def ddp_export(path: Path, syncs: str | None, stream: int = SIDE) -> Path:
+    """Two 10 ms steps. Each launches 2 compute kernels on stream 7 (at 0.1 and 5.1 ms, each
+    starting 50 us after its launch call: the real launch latency) and 3 side kernels on stream
+    ``SIDE``, each launched 20 us after a cudaStreamWaitEvent call (at 1, 4 and 7 ms) and
+    starting 2 ms after its launch, when the compute stream reaches the event; every kernel is
+    launched onto an idle stream. ``syncs``: the CUPTI sync records of those calls, on
+    ``stream``, with syncType STREAM_WAIT_EVENT ("wait"), STREAM_SYNCHRONIZE ("other"), or no
+    sync table at all (None)."""
+    kernels, runtime, side, waits = [], [], [], []
+    correlation = 1
+    for step in range(2):
+        at = step * 10 * MS
+        for launch in (at + 100 * US, at + 5100 * US):
+            runtime.append((launch, launch + 10 * US, correlation, "cudaLaunchKernel_v7000"))
+            kernels.append((launch + 50 * US, launch + 150 * US, correlation, "gemm"))
+            correlation += 1
+        for wait in (at + 1 * MS, at + 4 * MS, at + 7 * MS):
+            runtime.append((wait, wait + 10 * US, correlation, "cudaStreamWaitEvent_v3020"))
+            waits.append((wait, wait + 10 * US, correlation))
+            launch = wait + 20 * US
+            runtime.append((launch, launch + 10 * US, correlation + 1, "cudaLaunchKernel_v7000"))
+            kernels.append((launch + 2 * MS, launch + 2200 * US, correlation + 1, "allreduce"))
+            side.append(correlation + 1)
+            correlation += 2
+    path = write_nsys_export(path, sorted(kernels), [(0, 10 * MS, "step 0"),
+                                                     (10 * MS, 20 * MS, "step 1")], runtime)
+    with sqlite3.connect(path) as conn:
+        conn.executemany("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET streamId = ? "
+                         "WHERE correlationId = ?", [(SIDE, c) for c in side])
+        if syncs is not None:
+            kind = {"wait": STREAM_WAIT_EVENT, "other": STREAM_SYNCHRONIZE}[syncs]
+            conn.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_SYNCHRONIZATION (start INT, end INT, "
+                         "deviceId INT, streamId INT, correlationId INT, syncType INT)")
+            conn.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_SYNCHRONIZATION VALUES "
+                             "(?, ?, 0, ?, ?, ?)", [(s, e, stream, c, kind) for s, e, c in waits])
+    return path
+
+
+def stats_of(path: Path) -> LaunchStats:
+    """The launch statistics of the export at ``path``."""
+    profile = parse_file(path)
+    stats = launch_stats(profile, step_windows(profile))
+    assert stats is not None and stats.kernels_per_step == 5
+    assert stats.queued_launch_fraction == 0
+    return stats
+
+
+def test_kernels_after_a_stream_wait_event_are_left_out_of_the_launch_delay(
+        tmp_path: Path) -> None:
+    """The 6 side kernels follow a STREAM_WAIT_EVENT record on their stream: their 2 ms are the
+    wait for the compute stream, left out and counted; the median is the 4 compute kernels'
+    50 us (it read the side kernels' 2 ms, over all 10)."""
+    stats = stats_of(ddp_export(tmp_path / "ddp.sqlite", "wait"))
+    assert (stats.launch_delay_p50_ns, stats.launch_delay_kernels) == (50 * US, 4)
+    assert stats.launch_delay_waited == 6 and stats.waits_recorded
+    assert stats.left_out_text() == (
+        "6 kernels whose stream was told to wait on an event (cudaStreamWaitEvent) before the "
+        "launch left out: they wait for another stream's work")
+
+
+def test_a_wait_whose_stream_is_unrecorded_counts_on_every_stream_of_its_device(
+        tmp_path: Path) -> None:
+    """nsys 2022.4 records cudaStreamWaitEvent's sync with no stream (the sc22 4-GPU DDP
+    export): any stream of the device may have waited, so each stream's first kernel launched
+    after a wait is left out: the 6 side kernels and 3 compute kernels (those at 5.1 ms after
+    the waits at 1 and 4 ms, at 10.1 ms after the one at 7 ms, at 15.1 ms after those at 11 and
+    14 ms); the compute kernel at 0.1 ms, launched before any wait, is measured alone."""
+    stats = stats_of(ddp_export(tmp_path / "ddp.sqlite", "wait", stream=NO_STREAM))
+    assert (stats.launch_delay_p50_ns, stats.launch_delay_kernels) == (50 * US, 1)
+    assert stats.launch_delay_waited == 9
+
+
+@pytest.mark.parametrize("syncs", ["other", None])
+def test_without_wait_event_records_the_launch_delay_is_unchanged(
+        tmp_path: Path, syncs: str | None) -> None:
+    """Sync records of another kind (stream syncs), or none at all: no stream is known to have
+    waited, every kernel's delay counts (median 2 ms over 10); without any sync record the
+    figure says it may include such waits."""
+    stats = stats_of(ddp_export(tmp_path / "ddp.sqlite", syncs))
+    assert (stats.launch_delay_p50_ns, stats.launch_delay_kernels) == (2 * MS, 10)
+    assert stats.launch_delay_waited == 0 and stats.waits_recorded == (syncs is not None)
+    assert stats.left_out_text() == ("" if syncs else (
+        "the profile records no GPU sync records, so a stream told to wait on another stream's "
+        "work is unseen: the delay may include such waits"))
