@@ -5,12 +5,15 @@ export read a launch delay p50 of 2.0 ms against a real launch latency of 50 us)
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
+from profreport.model import Profile
 from profreport.parsers import parse_file
 from profreport.reports.analysis.gpu import launch_stats
 from profreport.reports.analysis.results import LaunchStats
@@ -112,3 +115,45 @@ def test_without_wait_event_records_the_launch_delay_is_unchanged(
     assert stats.left_out_text() == ("" if syncs else (
         "the profile records no GPU sync records, so a stream told to wait on another stream's "
         "work is unseen: the delay may include such waits"))
+
+
+def with_tables(profile: Profile, **tables: pd.DataFrame) -> Profile:
+    """``profile`` with the named tables replaced."""
+    return dataclasses.replace(profile, tables={**profile.tables, **tables})
+
+
+def test_a_runtime_table_out_of_start_order_finds_the_same_kernels(tmp_path: Path) -> None:
+    """The launches are compared by their calls' starts, not by the calls' places, where the
+    runtime table is not in start order (here reversed): the same 6 side kernels are left
+    out, the median is the 4 compute kernels' 50 us."""
+    profile = parse_file(ddp_export(tmp_path / "ddp.sqlite", "wait"))
+    runtime = profile.table("runtime")
+    profile = with_tables(profile, runtime=runtime.iloc[::-1].reset_index(drop=True))
+    stats = launch_stats(profile, step_windows(profile))
+    assert stats is not None
+    assert (stats.launch_delay_p50_ns, stats.launch_delay_kernels) == (50 * US, 4)
+    assert stats.launch_delay_waited == 6
+
+
+def test_a_copy_launched_after_the_wait_is_the_first_work_instead(tmp_path: Path) -> None:
+    """A copy on the side stream launched 5 us after the wait at 1 ms (running 1.010-1.015
+    ms, ended before the side kernel's launch call did) is that stream's first work after the
+    wait: the side kernel launched at 1.02 ms is no longer left out, its 2 ms joins the
+    median (50 us over 5 kernels), 5 left out."""
+    profile = parse_file(ddp_export(tmp_path / "ddp.sqlite", "wait"))
+    runtime = profile.table("runtime")
+    call = pd.DataFrame({"start": [1005 * US], "end": [1008 * US],
+                         "pid": runtime["pid"].iloc[:1].to_numpy(),
+                         "tid": runtime["tid"].iloc[:1].to_numpy(),
+                         "correlation": [100], "name": ["cudaMemcpyAsync"]})
+    copy = pd.DataFrame({"start": [1010 * US], "end": [1015 * US], "device": [0],
+                         "stream": [SIDE], "correlation": [100], "kind": ["HtoD"],
+                         "bytes": [4096], "src_kind": ["Pinned"], "dst_kind": ["Device"]})
+    runtime = pd.concat([runtime.astype({"name": str}), call], ignore_index=True).astype(
+        {"name": "category", "correlation": runtime["correlation"].dtype})
+    profile = with_tables(profile, runtime=runtime.sort_values("start", kind="stable")
+                          .reset_index(drop=True), memcpy=copy)
+    stats = launch_stats(profile, step_windows(profile))
+    assert stats is not None and stats.queued_launch_fraction == 0
+    assert (stats.launch_delay_p50_ns, stats.launch_delay_kernels) == (50 * US, 5)
+    assert stats.launch_delay_waited == 5

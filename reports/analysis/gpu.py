@@ -30,7 +30,6 @@ from profreport.reports.analysis.launches import (
     counted_by_start,
     launch_calls,
     launch_pairs,
-    launch_times,
     launched_in_windows,
     may_be_launched_in,
     unlinked,
@@ -342,13 +341,8 @@ class _StreamReach:
             return free
         starts = self.starts[rows]
         devices, streams = self.devices[rows], self.streams[rows]
-        queues = []  # each (device, stream) of these rows
-        for device in pd.unique(devices).tolist():
-            on_device = devices == device
-            for stream in pd.unique(streams[on_device]).tolist():
-                at = np.flatnonzero(on_device & (streams == stream))
-                queues.append(_Queue((device, stream), at, starts[at],
-                                     self._ahead_on((device, stream), rows[at])))
+        queues = [_Queue(key, at, starts[at], self._ahead_on(key, rows[at]))
+                  for key, at in _by_stream(devices, streams)]  # each stream of these rows
         # The other tables' rows started before the last of these rows, not yet taken, a block
         # at a time: a sparse table's block (the copies) spans millions of a dense one's rows.
         for other in self.others:
@@ -464,54 +458,121 @@ def waited_on_event(profile: Profile) -> np.ndarray:
     """The kernels (positions, ascending) whose stream was told to wait on an event (a stream
     wait-event sync record, concepts.is_stream_wait) after the work ahead of them on it was
     launched and before their own launch call: each the first work of its stream launched
-    after such a record, it starts only once another stream's work reaches that event."""
+    after such a record, it starts only once another stream's work reaches that event. The
+    kernels are read a block at a time (:func:`_first_kernels_after`), the copies and memsets
+    only on the streams and at the kernels found: no array as long as the kernels."""
     sync = profile.table("sync")
     waits = sync[concepts.is_stream_wait(sync["kind"]).to_numpy(bool)]
     none = np.empty(0, dtype=np.int64)
     if waits.empty:
         return none
+    keys = _LaunchKeys(profile)
     return np.unique(np.concatenate([none] + [
-        _first_kernels_after(profile, key, np.sort(np.concatenate(times)))
-        for key, times in _waits_by_stream(profile, waits).items()]))
+        found[_launched_ahead(profile, keys, key, found) <= told]
+        for key, (found, told) in _first_kernels_after(profile, keys, waits).items()]))
 
 
-def _waits_by_stream(profile: Profile, waits: pd.DataFrame) -> dict[tuple[int, int],
-                                                                      list[np.ndarray]]:
-    """When each stream of the GPU tables was told to wait (the ``waits`` records' starts, the
-    call's time on the CPU), by (device, stream). A record whose stream or device is
-    unrecorded (CUPTI's invalid value, read as -1) may have been any stream's of its device
-    (or any device's): it is counted on each."""
-    streams = pd.concat([profile.table(name)[["device", "stream"]].drop_duplicates().astype(
-        np.int64) for name in GPU_TABLES]).drop_duplicates()
-    by_stream: dict[tuple[int, int], list[np.ndarray]] = {}
-    for (device, stream), times in waits.groupby(["device", "stream"], observed=True)["start"]:
-        matched = streams[((streams["device"] == device) | (device < 0))
-                          & ((streams["stream"] == stream) | (stream < 0))]
-        for key in matched.itertuples(index=False, name=None):
-            by_stream.setdefault(key, []).append(times.to_numpy(np.int64))
-    return by_stream
+class _LaunchKeys:
+    """Launch calls as keys that order as the calls' starts: a call's runtime row where the
+    runtime table is in start order (no start read, as the nsys parser hands them over), else
+    its start; a time's key is that of the last call started by then."""
+
+    def __init__(self, profile: Profile) -> None:
+        self.starts = profile.table("runtime")["start"].to_numpy(np.int64)
+        self.in_order = iv.ascending(self.starts)
+
+    def of_calls(self, calls: np.ndarray) -> np.ndarray:
+        """The keys of the runtime rows ``calls``."""
+        return calls.astype(np.int64) if self.in_order else self.starts[calls]
+
+    def of_times(self, times: np.ndarray) -> np.ndarray:
+        """The key of the last call started at or before each of the ``times``."""
+        return np.searchsorted(self.starts, times, side="right") - 1 if self.in_order else times
 
 
-def _first_kernels_after(profile: Profile, key: tuple[int, int], times: np.ndarray
-                         ) -> np.ndarray:
-    """The kernels (positions) that are, on stream ``key`` (device, stream), the first work
-    launched after one of the ``times`` (ascending): the stream's kernels, copies and memsets
-    linked to their launch call, in the order the stream ran them (its launches, in that
-    order, taken as never earlier than the one before); none where that work is no kernel."""
-    starts, launched, kernels = [], [], []
-    for name in GPU_TABLES:
-        rows = profile.table(name)
-        at = np.flatnonzero((launch_calls(profile, name) >= 0)
-                            & (rows["device"].to_numpy() == key[0])
-                            & (rows["stream"].to_numpy() == key[1]))
-        starts.append(rows["start"].to_numpy(np.int64)[at])
-        launched.append(launch_times(profile, name, at))
-        kernels.append(at if name == "kernels" else np.full(len(at), -1))
-    order = np.argsort(np.concatenate(starts), kind="stable")
-    launches = np.maximum.accumulate(np.concatenate(launched)[order]) if len(order) else order
-    first = np.searchsorted(launches, times, side="right")
-    chosen = np.concatenate(kernels)[order][first[first < len(order)]]
-    return chosen[chosen >= 0].astype(np.int64)
+def _waits_on(waits: pd.DataFrame, key: tuple[int, int]) -> np.ndarray:
+    """Which of the ``waits`` records told stream ``key`` (device, stream) to wait (a mask). A
+    record whose stream or device is unrecorded (CUPTI's invalid value, read as -1) may have
+    been any stream's of its device (or any device's): it is counted on each."""
+    devices, streams = waits["device"].to_numpy(np.int64), waits["stream"].to_numpy(np.int64)
+    return ((devices == key[0]) | (devices < 0)) & ((streams == key[1]) | (streams < 0))
+
+
+def _by_stream(devices: np.ndarray, streams: np.ndarray
+               ) -> Iterator[tuple[tuple[int, int], np.ndarray]]:
+    """Each (device, stream) of rows with these ``devices`` and ``streams``, with the rows'
+    positions on it (ascending)."""
+    for device in pd.unique(devices).tolist():
+        on_device = devices == device
+        for stream in pd.unique(streams[on_device]).tolist():
+            yield (int(device), int(stream)), np.flatnonzero(on_device & (streams == stream))
+
+
+def _first_kernels_after(profile: Profile, keys: _LaunchKeys, waits: pd.DataFrame
+                         ) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]:
+    """For each stream (device, stream) of the kernels, the first of its kernels linked to
+    their launch call launched after each time it was told to wait (the ``waits`` records'
+    starts, the call's time on the CPU; :func:`_waits_on`), in the order the stream ran them
+    (their launches, in that order, taken as never earlier than the one before), and the keys
+    of those times (:class:`_LaunchKeys`). Read a block of kernels at a time in start order,
+    each stream's latest launch carried from block to block. A copy or memset of the stream
+    launched in between may come first instead (:func:`_launched_ahead`)."""
+    kernels = profile.table("kernels")
+    calls = launch_calls(profile, "kernels")
+    starts = kernels["start"].to_numpy(np.int64)
+    devices, streams = kernels["device"].to_numpy(), kernels["stream"].to_numpy()
+    order = None if iv.ascending(starts) else np.argsort(starts, kind="stable")
+    moments = keys.of_times(waits["start"].to_numpy(np.int64))
+    told: dict[tuple[int, int], np.ndarray] = {}
+    reached: dict[tuple[int, int], int] = {}
+    found: dict[tuple[int, int], list[np.ndarray]] = {}
+    for block in iv.blocks(len(starts)):
+        rows = np.arange(block.start, block.stop) if order is None else order[block]
+        rows = rows[calls[rows] >= 0]
+        for key, at in _by_stream(devices[rows], streams[rows]):
+            if key not in told:
+                told[key] = np.sort(moments[_waits_on(waits, key)])
+            launched = np.maximum.accumulate(keys.of_calls(calls[rows[at]]))
+            carried = reached.get(key, np.iinfo(np.int64).min)
+            np.maximum(launched, carried, out=launched)
+            reached[key] = int(launched[-1])
+            # The waits that no kernel of the stream before this block was launched after,
+            # but one of this block's was.
+            low, high = np.searchsorted(told[key], [carried, launched[-1]], side="left")
+            wait = told[key][low:high]
+            found.setdefault(key, []).extend(
+                (rows[at[np.searchsorted(launched, wait, side="right")]], wait))
+    return {key: (np.concatenate(parts[0::2]), np.concatenate(parts[1::2]))
+            for key, parts in found.items()}
+
+
+def _launched_ahead(profile: Profile, keys: _LaunchKeys, key: tuple[int, int],
+                    kernels: np.ndarray) -> np.ndarray:
+    """For each of the ``kernels`` (positions) on stream ``key`` (device, stream), the latest
+    launch (:class:`_LaunchKeys`) of the copies and memsets of that stream linked to their
+    launch call that started before it (a stream runs a kernel before other work of the same
+    start); INT64 min for none. Each table is read a block at a time in start order, the
+    stream's latest launch carried from block to block."""
+    starts = profile.table("kernels")["start"].to_numpy(np.int64)[kernels]
+    ahead = np.full(len(kernels), np.iinfo(np.int64).min, dtype=np.int64)
+    for name in (name for name in GPU_TABLES if name != "kernels"):
+        rows, calls = profile.table(name), launch_calls(profile, name)
+        begun = rows["start"].to_numpy(np.int64)
+        devices, streams = rows["device"].to_numpy(), rows["stream"].to_numpy()
+        order = None if iv.ascending(begun) else np.argsort(begun, kind="stable")
+        carried = np.iinfo(np.int64).min
+        for block in iv.blocks(len(begun)):
+            at = np.arange(block.start, block.stop) if order is None else order[block]
+            at = at[(calls[at] >= 0) & (devices[at] == key[0]) & (streams[at] == key[1])]
+            if not len(at):
+                continue
+            launched = np.maximum.accumulate(keys.of_calls(calls[at]))
+            np.maximum(launched, carried, out=launched)
+            carried = int(launched[-1])
+            place = np.searchsorted(begun[at], starts, side="left")
+            met = place > 0
+            ahead[met] = np.maximum(ahead[met], launched[place[met] - 1])
+    return ahead
 
 
 @giving_back_memory
@@ -581,7 +642,7 @@ def _idle_stream_delays(profile: Profile, rows: np.ndarray, windows: StepWindows
         launched += len(idle)
         queued += len(idle) - int(idle.sum())
         if len(after_wait):
-            on_event = np.isin(kernel_at, after_wait)
+            on_event = _among(after_wait, block)[kernel_at - block.start]
             waited += int((idle & on_event).sum())
             idle &= ~on_event
         block = kernel_starts[kernel_at[idle]]
@@ -597,6 +658,15 @@ def _idle_stream_delays(profile: Profile, rows: np.ndarray, windows: StepWindows
         delay[filled:filled + len(block)] = block
         filled += len(block)
     return delay[:filled], launched, queued, skewed, waited
+
+
+def _among(positions: np.ndarray, block: slice) -> np.ndarray:
+    """Which rows of ``block`` are among the ``positions`` (ascending): a mask of the block's
+    length, read off the positions inside it (no search of the block's rows among them)."""
+    mask = np.zeros(block.stop - block.start, dtype=bool)
+    low, high = np.searchsorted(positions, [block.start, block.stop], side="left")
+    mask[positions[low:high] - block.start] = True
+    return mask
 
 
 def _runtime_ns_in(starts: np.ndarray, ends: np.ndarray, windows: StepWindows) -> int:
