@@ -463,8 +463,11 @@ def analyze_run(name: str, profiles: list[Profile], manifest: Manifest | None,
             and metrics.shape.warmup.only:
         held = ("no step, set-up calls recorded" if metrics.shape.warmup.number is None
                 else "one step holding set-up calls")
-        reason += (f"; but the profile shows start-up only ({held}), so this is not the steady "
-                   "state of training")
+        # An unknown verdict claims nothing to set this against ("GPU busy 3.6% but no step
+        # markers ..."): the start-up is one more thing said, not a "but".
+        joined = "and" if name_verdict == "unknown" else "but"
+        reason += (f"; {joined} the profile shows start-up only ({held}), so this is not the "
+                   "steady state of training")
     confidence = verdict_confidence(metrics, name_verdict)
     paced = _paced_verdict(job, pacer, profiles)
     name_verdict, reason, confidence = paced if paced is not None else _partial_verdict(
