@@ -127,6 +127,7 @@ def test_one_iteration_traced_without_a_schedule_is_start_up_only(tmp_path: Path
     assert found.evidence[0].text == ("the 3.6 ms profiled hold no step and these set-up calls: "
                                       "cudaMalloc ×6, cuDevicePrimaryCtxRetain ×1, cuInit ×1")
     idle = next(f for f in run.findings if f.id == "LOW_GPU_UTIL")
+    assert idle.severity == "medium"  # 9.8% busy, but in set-up: not training's steady state
     assert "CPU activity" not in idle.recommendation
     assert idle.recommendation.startswith("The profile shows start-up only")
     # The verdict is unknown: the start-up is said beside its reason, not set against it.

@@ -201,12 +201,15 @@ def _idle_advice(m: RunMetrics) -> str:
 
 @rule("LOW_GPU_UTIL", severity=("high", "medium"), needs=("profiles",))
 def low_gpu_util(facts: Facts) -> Finding | None:
-    """The GPU idles for most of its window."""
+    """The GPU idles for most of its window; medium at most when the profile shows start-up
+    only (its idle time lies in one-off set-up, not in steady training: STARTUP says so)."""
     m = facts.metrics
     g = m.gpu
     if g is None or g.busy_fraction >= LOW_GPU_BUSY:
         return None
-    severity: Severity = "high" if g.busy_fraction < VERY_LOW_GPU_BUSY else "medium"
+    startup_only = m.shape is not None and m.shape.warmup is not None and m.shape.warmup.only
+    severity: Severity = ("high" if g.busy_fraction < VERY_LOW_GPU_BUSY and not startup_only
+                          else "medium")
     evidence = [Evidence(f"kernels, copies and memsets cover {ms(g.busy_ns)} of the "
                          f"{g.window_text(ms)} GPU window", g.origin)]
     if g.largest_gaps:
