@@ -137,6 +137,31 @@ def test_one_iteration_traced_without_a_schedule_is_start_up_only(tmp_path: Path
     assert "| Start-up | 3.6 ms (no step: start-up only) |" in render_markdown(report)
 
 
+def test_pageable_copies_of_a_start_up_profile_are_set_up(tmp_path: Path) -> None:
+    """A profile of start-up only (context creation, allocator growth, one kernel, no step)
+    that copies 128 MiB host-to-device from pageable memory (the model's weights moved to the
+    GPU): PAGEABLE_MEMCPY is low and says the copies are one-off set-up, which pinning does not
+    speed up; it advised pin_memory in the DataLoader at medium, as for batches copied every
+    step."""
+    path = write_trace(tmp_path / "weights.pt.trace.json", [(400, 300, SETUP)])
+    trace = json.loads(path.read_text())
+    events = [e for e in trace["traceEvents"] if not e["name"].startswith("ProfilerStep")]
+    events += [{"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": 1,
+                "tid": 1, "ts": 4400, "dur": 20, "args": {"correlation": 950}},
+               {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)",
+                "pid": 0, "tid": 7, "ts": 4410, "dur": 11_000,
+                "args": {"correlation": 950, "stream": 7, "device": 0, "bytes": 128 << 20}}]
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    run = analyze_paths([path], AnalyzeOptions()).runs[0]
+    assert run.metrics.shape.warmup.only
+    found = next(f for f in run.findings if f.id == "PAGEABLE_MEMCPY")
+    assert found.severity == "low"
+    assert found.recommendation.startswith(
+        "The profile shows start-up only (see the start-up finding): its 128.0 MiB of pageable "
+        "H2D copies are one-off set-up")
+
+
+
 def test_a_long_first_step_is_left_out_of_the_per_step_figures(tmp_path: Path) -> None:
     """A first step of 20.5 ms (context creation, 20 ms of first fill) before five steady
     steps of 1.15 ms: it is start-up, the per-step figures cover the five (mean 1.15 ms, shown

@@ -40,9 +40,11 @@ SMALL_HTOD_PER_STEP = 4
 DTOH_PER_STEP = 2
 
 
-@rule("PAGEABLE_MEMCPY", severity=("medium",), needs=("profiles", "manifest"))
+@rule("PAGEABLE_MEMCPY", severity=("medium", "low"), needs=("profiles", "manifest"))
 def pageable_memcpy(facts: Facts) -> Finding | None:
-    """Host-to-device copies come from pageable (unpinned) memory."""
+    """Host-to-device copies come from pageable (unpinned) memory; low when the profile shows
+    start-up only (one-off set-up copies, the model's weights among them: pinning pays for the
+    copies every step repeats, which such a profile does not show)."""
     m, ctx = facts.metrics, facts.context
     c = m.copies
     if c is None or c.h2d_bytes <= 0 or c.h2d_pageable_bytes is None:
@@ -51,14 +53,23 @@ def pageable_memcpy(facts: Facts) -> Finding | None:
             c.h2d_pageable_bytes / c.h2d_bytes < PAGEABLE_SHARE:
         return None
     pinned = "pin_memory=True" if not ctx.knob("pin_memory") else "pinned buffers"
-    return Finding("PAGEABLE_MEMCPY", "medium",
+    advice = (f"Use {pinned} in the DataLoader with .to(device, non_blocking=True): "
+              f"{nbytes(c.h2d_pageable_bytes)} of H2D copies came from pageable memory.")
+    startup_only = m.shape is not None and m.shape.warmup is not None and m.shape.warmup.only
+    if startup_only:
+        advice = (f"The profile shows start-up only (see the start-up finding): its "
+                  f"{nbytes(c.h2d_pageable_bytes)} of pageable H2D copies are one-off set-up "
+                  "(the model's weights and buffers moved to the device, a first batch), "
+                  "which pinning does not speed up. Profile later steps: if batches are copied "
+                  f"from pageable memory there, use {pinned} in the DataLoader with "
+                  ".to(device, non_blocking=True).")
+    return Finding("PAGEABLE_MEMCPY", "low" if startup_only else "medium",
                    f"{pct(c.h2d_pageable_bytes / c.h2d_bytes)} of host-to-device bytes come "
                    "from pageable memory.",
                    [Evidence(f"{nbytes(c.h2d_pageable_bytes)} of {nbytes(c.h2d_bytes)} H2D copied "
                              f"from pageable memory, {ms(c.h2d_ns)} of copy time",
                              c.origin)],
-                   f"Use {pinned} in the DataLoader with .to(device, non_blocking=True): "
-                   f"{nbytes(c.h2d_pageable_bytes)} of H2D copies came from pageable memory.")
+                   advice)
 
 
 def _sync_evidence(syncs: SyncStats, m: RunMetrics) -> list[Evidence]:
