@@ -437,6 +437,18 @@ def test_a_confounded_comparison_lists_what_differs_and_credits_no_one(tmp_path:
     assert "brought the gain" not in row.explanation
 
 
+@pytest.mark.parametrize("unknown", [0, 1])
+def test_an_optimizer_of_unknown_kind_is_no_change(unknown: int) -> None:
+    """A side whose optimizer kernels' names are unrecorded (fused_optimizer None) against a
+    per-tensor one: whether the optimizer changed is unknown, so no confound (it read None as
+    per-tensor, or named a change from an unknown to a known kind)."""
+    runs = run_with_parts("a", {"compute": 70}), run_with_parts("b", {"compute": 40})
+    for i, r in enumerate(runs):
+        r.metrics.kernel_mix = KernelMix("kineto", 10**9, 0.0, 0.0, 0.1, None,
+                                         None if i == unknown else bool(unknown))
+    assert compare_runs(list(runs)).rows[1].confounds == []
+
+
 def test_a_precision_change_read_two_ways_names_each_sides_reading() -> None:
     """A baseline traced without record_shapes (its share of fp16/bf16 read from kernel names,
     of every compute kernel's time) against a run whose matmuls' dtypes were recorded (bf16,

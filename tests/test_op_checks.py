@@ -14,6 +14,7 @@ from profreport.parsers import kineto, kineto_stream, nsys
 from profreport.reports.analysis.findings import RunContext, find_all
 from profreport.reports.analysis.metrics import compute_run_metrics
 from profreport.reports.analysis.results import Finding
+from profreport.reports.render.display import metric_rows
 
 PID = 77
 A100 = {"id": 0, "name": "NVIDIA A100-SXM4-40GB", "computeMajor": 8, "computeMinor": 0}
@@ -35,7 +36,7 @@ def _step_span(step: int, at: float, dur: float = 1000) -> dict:
             "tid": PID, "ts": at, "dur": dur}
 
 
-def _launch(ts: float, correlation: int, kernel: str, start: float, dur: float,
+def _launch(ts: float, correlation: int, kernel: str | None, start: float, dur: float,
             api: str = "cudaLaunchKernel", stream: int | str = 7) -> list[dict]:
     """A launch call on the training thread and the kernel it launched."""
     return [{"ph": "X", "cat": "cuda_runtime", "name": api, "pid": PID, "tid": PID, "ts": ts,
@@ -431,10 +432,12 @@ def test_corpus_copies_per_step(corpus: Path) -> None:
 
 
 def busy_steps_trace(path: Path, stall_ms: float, optimizer_kernels: int = 0,
-                     fused: bool = False) -> Path:
+                     fused: bool = False, kernel: str | None = "sgd_update",
+                     unnamed: int = 0) -> Path:
     """Ten 200 ms steps, each a 190 ms kernel launched at its start; step 4 first stalls for
     ``stall_ms`` (the CPU busy in an op that launches nothing); each step's Optimizer.step span
-    launches ``optimizer_kernels`` 10 us kernels (one multi_tensor_apply kernel when ``fused``)."""
+    launches ``optimizer_kernels`` 10 us ``kernel`` kernels (None: events with a null name; one
+    multi_tensor_apply kernel when ``fused``), then ``unnamed`` more with a null name."""
     events: list[dict] = []
     at, correlation = 0.0, 0
     for step in range(10):
@@ -446,7 +449,8 @@ def busy_steps_trace(path: Path, stall_ms: float, optimizer_kernels: int = 0,
             events.append(_op("aten::save_checkpoint", at + 1, stall - 2, None, None))
         correlation += 1
         events += _launch(at + stall + 1, correlation, "gemm", at + stall + 5, 190_000)
-        names = ["multi_tensor_apply_kernel"] if fused else ["sgd_update"] * optimizer_kernels
+        names = (["multi_tensor_apply_kernel"] if fused else [kernel] * optimizer_kernels) + \
+            [None] * unnamed
         if names:
             events.append({"ph": "X", "cat": "user_annotation", "name": "Optimizer.step#SGD.step",
                            "pid": PID, "tid": PID, "ts": at + stall + 100, "dur": 1000})
@@ -490,6 +494,30 @@ def test_unfused_optimizer(tmp_path: Path) -> None:
     assert finding.evidence[1].text == "98% of the 61 kernels launched per step"
     fused = kineto.parse(busy_steps_trace(tmp_path / "f.json", 0, fused=True))
     assert "OPTIMIZER_NOT_FUSED" not in findings_of(fused)
+    assert compute_run_metrics([profile]).kernel_mix.fused_optimizer is False
+
+
+def test_optimizer_of_unrecorded_kernel_names_is_not_called_unfused(tmp_path: Path) -> None:
+    """60 kernels per SGD step whose names the trace does not record (Kineto events with a null
+    name): whether they are multi-tensor is unknown, so no OPTIMIZER_NOT_FUSED and the display
+    says unknown, not 'one kernel per tensor'; a named multi_tensor_apply kernel beside unnamed
+    ones is fused; a named per-tensor kernel beside unnamed ones leaves it unknown."""
+    profile = kineto.parse(busy_steps_trace(tmp_path / "u.json", 0, optimizer_kernels=60,
+                                            kernel=None))
+    metrics = compute_run_metrics([profile])
+    mix = metrics.kernel_mix
+    assert mix.fused_optimizer is None and mix.optimizer_kernels_per_step == 60
+    found = findings_of(profile)
+    assert "OPTIMIZER_NOT_FUSED" not in found and "LAUNCH_LINKS_UNKNOWN" not in found
+    rows = {row.label: row.value for row in metric_rows(metrics)}
+    assert rows["Optimizer (SGD) kernels per step"] == (
+        "60 (multi-tensor or not: unknown, some of its kernels' names are not recorded)")
+    fused = kineto.parse(busy_steps_trace(tmp_path / "f.json", 0, fused=True, unnamed=5))
+    assert compute_run_metrics([fused]).kernel_mix.fused_optimizer is True
+    mixed = kineto.parse(busy_steps_trace(tmp_path / "m.json", 0, optimizer_kernels=55,
+                                          unnamed=5))
+    assert compute_run_metrics([mixed]).kernel_mix.fused_optimizer is None
+    assert "OPTIMIZER_NOT_FUSED" not in findings_of(mixed)
 
 
 def test_resnet50_sgd_is_not_fused(corpus: Path) -> None:

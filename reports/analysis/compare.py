@@ -562,10 +562,9 @@ def confounds(base: RunAnalysis, run: RunAnalysis) -> list[Confound]:
         out = (_joined_to_knob(out, "amp", phrase) if made else []) or \
             out + [Confound("precision", phrase)]
     mixes = base.metrics.kernel_mix, run.metrics.kernel_mix
-    if mixes[0] is not None and mixes[1] is not None and \
-            mixes[0].fused_optimizer != mixes[1].fused_optimizer:
-        kinds = ["fused (multi_tensor_apply)" if m.fused_optimizer else "per-tensor"
-                 for m in mixes]  # type: ignore[union-attr]
+    fused = [None if m is None else m.fused_optimizer for m in mixes]
+    if None not in fused and fused[0] != fused[1]:  # a change only between two known kinds
+        kinds = ["fused (multi_tensor_apply)" if f else "per-tensor" for f in fused]
         out.append(Confound("optimizer", f"optimizer kernels {kinds[0]} -> {kinds[1]}"))
     loaders = base.metrics.loader_in_process, run.metrics.loader_in_process
     if None not in loaders and loaders[0] != loaders[1] and \

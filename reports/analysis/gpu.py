@@ -812,6 +812,16 @@ def ns_by_name(table: pd.DataFrame, rows: np.ndarray, codes: np.ndarray,
     return ns
 
 
+def fused_among(distinct: pd.Series, present: np.ndarray) -> bool | None:
+    """Whether the kernels of the ``present`` names (a mask over ``distinct`` and one last slot
+    for kernels without a name) include a multi-tensor one: True when a named one is, False when
+    every one is named and none is, None when some are unnamed (no evidence either way)."""
+    names = distinct[present[:-1]]
+    if concepts.is_fused_optimizer_kernel(names).any():
+        return True
+    return None if present[-1] or concepts.is_unrecorded_name(names).any() else False
+
+
 def kernel_mix(profile: Profile, windows: StepWindows | None) -> KernelMix | None:
     """Precision, layout conversions, elementwise share and optimizer kernels of the compute
     kernels (communication kernels left out); the shares by name of the kernels whose names
@@ -850,7 +860,7 @@ def kernel_mix(profile: Profile, windows: StepWindows | None) -> KernelMix | Non
         layout_conversion_fraction=share(concepts.is_layout_conversion_kernel),
         elementwise_fraction=share(concepts.is_elementwise_kernel),
         optimizer_kernels_per_step=step.per_step,
-        fused_optimizer=bool(concepts.is_fused_optimizer_kernel(distinct[present[:-1]]).any()),
+        fused_optimizer=fused_among(distinct, present),
         optimizer_name=classes[0] if classes else None,
         zero_grad_work_per_step=zero_grad.per_step, optimizer_unknown=step.why,
         optimizer_unlinked_per_step=step.unlinked_per_step, zero_grad_unknown=zero_grad.why,

@@ -586,8 +586,10 @@ class KernelMix:
     elementwise_fraction: float | None
     #: Kernels launched inside optimizer-step spans, per step; None without such spans.
     optimizer_kernels_per_step: float | None
-    #: Whether the optimizer runs as multi-tensor (foreach/fused) kernels.
-    fused_optimizer: bool
+    #: Whether the optimizer runs as multi-tensor (foreach/fused) kernels: True when a named
+    #: one is among the kernels launched in the optimizer step (else the compute kernels),
+    #: False when each of them is named and none is, None (unknown) when some are unnamed.
+    fused_optimizer: bool | None
     #: The optimizer's class when the trace names it (``SGD``, ``AdamW``), else None.
     optimizer_name: str | None = None
     #: Kernels and memsets ``zero_grad()`` launches per step (0 with ``set_to_none=True``);

@@ -368,7 +368,9 @@ def _mix_rows(metrics: RunMetrics) -> list[MetricRow]:
                                       mix.layout_conversion_fraction),
                                      ("elementwise kernels", mix.elementwise_fraction))]
         if mix.optimizer_kernels_per_step is not None:
-            fused = "multi-tensor" if mix.fused_optimizer else "one kernel per tensor"
+            fused = {True: "multi-tensor", False: "one kernel per tensor",
+                     None: "multi-tensor or not: unknown, some of its kernels' names are not "
+                           "recorded"}[mix.fused_optimizer]
             value = f"{number(mix.optimizer_kernels_per_step)} ({fused})"
             if mix.optimizer_unlinked_per_step is not None:
                 value = (f"at least {value}; {number(mix.optimizer_unlinked_per_step)} more "

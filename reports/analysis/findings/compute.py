@@ -148,7 +148,7 @@ def _kernel_mix_evidence(mix: KernelMix, reading: PrecisionReading) -> list[Evid
         out.append(Evidence(f"NCHW/NHWC layout conversion kernels (nchwToNhwc, nhwcToNchw) take "
                             f"{pct(mix.layout_conversion_fraction)} {mix.of_named_text()}",
                             mix.origin))
-    if mix.fused_optimizer:
+    if mix.fused_optimizer is True:
         out.append(Evidence("the optimizer already runs as fused multi_tensor_apply kernels",
                             mix.origin))
     elif optimizer_many_kernels(mix):

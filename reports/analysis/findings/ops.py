@@ -155,7 +155,13 @@ def _per_step_ms(precision: OpPrecision, total_ns: int) -> str:
 def optimizer_many_kernels(mix: KernelMix) -> bool:
     """Whether the optimizer step launches many small kernels instead of fused ones."""
     per_step = mix.optimizer_kernels_per_step
-    return per_step is not None and per_step >= OPTIMIZER_KERNELS_MANY and not mix.fused_optimizer
+    return per_step is not None and _many_unfused(mix, per_step)
+
+
+def _many_unfused(mix: KernelMix, per_step: float) -> bool:
+    """Whether ``per_step`` optimizer kernels make OPTIMIZER_NOT_FUSED: many, and none multi-tensor
+    by their recorded names (never when some names are unrecorded: then it is unknown)."""
+    return mix.fused_optimizer is False and per_step >= OPTIMIZER_KERNELS_MANY
 
 
 @rule("OPTIMIZER_NOT_FUSED", severity=("low",), needs=("profiles",))
@@ -354,7 +360,7 @@ def launch_links_unknown(facts: Facts) -> Finding | None:
             mix, "kernels launched inside each optimizer step (OPTIMIZER_NOT_FUSED)",
             mix.optimizer_kernels_per_step, mix.optimizer_unlinked_per_step,
             mix.optimizer_unknown,
-            lambda count: not mix.fused_optimizer and count >= OPTIMIZER_KERNELS_MANY)
+            lambda count: _many_unfused(mix, count))
         evidence += _launch_count_evidence(
             mix, "kernels and memsets launched inside zero_grad() (ZERO_GRAD_NOT_NONE)",
             mix.zero_grad_work_per_step, mix.zero_grad_unlinked_per_step,
