@@ -997,6 +997,13 @@ class RunMetrics:
     #: The file each profiler's figures come from (the primary rank's), for evidence locations.
     trace_files: dict[str, TraceFile] = field(default_factory=dict)
 
+    @property
+    def startup_only(self) -> bool:
+        """Whether the profile shows start-up only (StepShape.warmup.only: no step, or one step
+        holding set-up calls): its figures are not training's steady state."""
+        return self.shape is not None and self.shape.warmup is not None \
+            and self.shape.warmup.only
+
     def locate(self, origin: Origin, span: tuple[int, int] | None) -> TraceLocation | None:
         """Where ``span`` (start, end ns of ``origin``'s clock) lies in its file; None without a
         span or when the run does not know that file."""

@@ -55,15 +55,14 @@ def pageable_memcpy(facts: Facts) -> Finding | None:
     pinned = "pin_memory=True" if not ctx.knob("pin_memory") else "pinned buffers"
     advice = (f"Use {pinned} in the DataLoader with .to(device, non_blocking=True): "
               f"{nbytes(c.h2d_pageable_bytes)} of H2D copies came from pageable memory.")
-    startup_only = m.shape is not None and m.shape.warmup is not None and m.shape.warmup.only
-    if startup_only:
+    if m.startup_only:
         advice = (f"The profile shows start-up only (see the start-up finding): its "
                   f"{nbytes(c.h2d_pageable_bytes)} of pageable H2D copies are one-off set-up "
                   "(the model's weights and buffers moved to the device, a first batch), "
                   "which pinning does not speed up. Profile later steps: if batches are copied "
                   f"from pageable memory there, use {pinned} in the DataLoader with "
                   ".to(device, non_blocking=True).")
-    return Finding("PAGEABLE_MEMCPY", "low" if startup_only else "medium",
+    return Finding("PAGEABLE_MEMCPY", "low" if m.startup_only else "medium",
                    f"{pct(c.h2d_pageable_bytes / c.h2d_bytes)} of host-to-device bytes come "
                    "from pageable memory.",
                    [Evidence(f"{nbytes(c.h2d_pageable_bytes)} of {nbytes(c.h2d_bytes)} H2D copied "

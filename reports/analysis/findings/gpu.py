@@ -184,7 +184,7 @@ def _idle_advice(m: RunMetrics) -> str:
     total = sum(waits.values())
     causes = [cause for cause, ns in sorted(waits.items(), key=lambda item: -item[1])
               if cause in _IDLE_CAUSE_FIX and ns > 0 and ns >= IDLE_CAUSE_SHARE * total]
-    if not causes and m.shape is not None and m.shape.warmup is not None and m.shape.warmup.only:
+    if not causes and m.startup_only:
         return ("The profile shows start-up only (see the start-up finding): its idle time lies "
                 "in the set-up, not in steady training. Profile later steps to see what the GPU "
                 "waits for then.")
@@ -207,8 +207,7 @@ def low_gpu_util(facts: Facts) -> Finding | None:
     g = m.gpu
     if g is None or g.busy_fraction >= LOW_GPU_BUSY:
         return None
-    startup_only = m.shape is not None and m.shape.warmup is not None and m.shape.warmup.only
-    severity: Severity = ("high" if g.busy_fraction < VERY_LOW_GPU_BUSY and not startup_only
+    severity: Severity = ("high" if g.busy_fraction < VERY_LOW_GPU_BUSY and not m.startup_only
                           else "medium")
     evidence = [Evidence(f"kernels, copies and memsets cover {ms(g.busy_ns)} of the "
                          f"{g.window_text(ms)} GPU window", g.origin)]
