@@ -340,3 +340,16 @@ def project_scopes(folder: Path, files: dict[str, str], script: str) -> pysource
     path = folder / script
     return pysource.SourceScopes(files[script].splitlines(), path, pysource.ModuleSources(
         partial(shown_source, roots=[folder], owner=path)))
+
+
+@pytest.fixture(params=["C", "numpy"])
+def search_passes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each of the analysis's two kinds of searches and unions in turn: the C extension
+    (core/_searches.c), skipped where it is not built, and numpy."""
+    from profreport import searches
+
+    if request.param == "numpy":
+        monkeypatch.setattr(searches, "_searches", None)
+    elif not searches.compiled():
+        pytest.skip("the C searches are not built (no C compiler at install)")
+    return request.param

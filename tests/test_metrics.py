@@ -57,6 +57,7 @@ def sc22_4gpu(corpus: Path, nsys_available: str) -> RunMetrics:
     return metrics_of(corpus / "nsys" / "sc22_4gpu_baseline.nsys-rep")
 
 
+@pytest.mark.usefixtures("search_passes")
 def test_union_merges_overlaps_and_touching() -> None:
     """Overlapping and nested intervals merge; disjoint ones stay apart."""
     merged = iv.union(np.array([0, 5, 2, 20, 30]), np.array([3, 10, 4, 25, 30]))
@@ -64,6 +65,7 @@ def test_union_merges_overlaps_and_touching() -> None:
     assert merged.total == 14
 
 
+@pytest.mark.usefixtures("search_passes")
 def test_subtract_intersect_and_windows() -> None:
     """A minus B, A and B, and the covered length per window."""
     a = iv.union(np.array([0, 20]), np.array([10, 30]))
@@ -88,6 +90,7 @@ def _claim_parts(rng: np.random.Generator) -> list[tuple[str, iv.Intervals | iv.
             ("calls", iv.Rows(*calls))]
 
 
+@pytest.mark.usefixtures("search_passes")
 def test_claim_a_stretch_at_a_time_holds_a_stretch_of_the_union(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Each part claims, in each window (windows overlapping and out of order too), what it
@@ -124,6 +127,7 @@ def test_claim_a_stretch_at_a_time_holds_a_stretch_of_the_union(
     assert held and max(map(len, held)) < 4 * 64
 
 
+@pytest.mark.usefixtures("search_passes")
 def test_union_each_a_stretch_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
     """Several tables' intervals (some rows by a mask, one table out of start order), their
     union made a stretch of time at a time (64 rows of each table), is the union of all their
@@ -155,6 +159,7 @@ def _covered_ns(rows: list[tuple[np.ndarray, np.ndarray]], span: int) -> np.ndar
     return covered
 
 
+@pytest.mark.usefixtures("search_passes")
 def test_stretch_wise_unions_and_claims_are_those_of_every_ns(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Randomized (fixed seed), against a boolean a ns: union_each (the very intervals of the

@@ -199,6 +199,7 @@ def _covered(intervals: iv.Intervals) -> np.ndarray:
     return grid
 
 
+@pytest.mark.usefixtures("search_passes")
 def test_interval_arithmetic_matches_a_plain_grid() -> None:
     for seed in range(20):
         a, b = _random_intervals(seed, 40), _random_intervals(seed + 100, 25)
@@ -211,6 +212,7 @@ def test_interval_arithmetic_matches_a_plain_grid() -> None:
         np.testing.assert_array_equal(_covered(again), np.isin(np.arange(500), a.ends - 1))
 
 
+@pytest.mark.usefixtures("search_passes")
 def test_subtraction_by_stretches_of_time_is_the_whole_subtraction() -> None:
     """subtract_blocks, 1 to 5 gaps of b at a time, joined, equals subtract, interval for
     interval (touching windows as a, step windows are: their parts in one gap stay merged)."""
@@ -235,6 +237,7 @@ def test_subtraction_by_stretches_of_time_is_the_whole_subtraction() -> None:
         assert list(iv.subtract_blocks(iv.EMPTY, b)) == []
 
 
+@pytest.mark.usefixtures("search_passes")
 def test_covered_lengths_match_a_plain_grid() -> None:
     """Covered length before any times (unsorted, repeated, outside every interval) and inside
     windows, summed over blocks of 4 intervals, as a grid of nanoseconds counts them."""
@@ -261,6 +264,7 @@ def test_covered_lengths_match_a_plain_grid() -> None:
                                           grid_b[ends[:2]] - grid_b[starts[:2]])
 
 
+@pytest.mark.usefixtures("search_passes")
 def test_covered_lengths_asked_block_after_block_go_on_from_where_the_last_ask_began(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Times asked a block at a time in rising order with a cursor: each ask reads the
@@ -362,6 +366,7 @@ def test_rising_ids_joined_across_blocks_of_calls(monkeypatch: pytest.MonkeyPatc
     np.testing.assert_array_equal(launch_calls(_launched(keys, calls), "kernels"), expected)
 
 
+@pytest.mark.usefixtures("search_passes")
 def test_packed_intervals_read_back_piece_by_piece_are_the_intervals() -> None:
     """Packed intervals (uint32 gaps and lengths, int64 beside them where a gap or length
     passes 2^32 - 1 ns) read back 1 to 5 at a time are the intervals they were made from, and

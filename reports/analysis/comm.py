@@ -14,7 +14,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from profreport import concepts
+from profreport import concepts, searches
 from profreport.allocator import giving_back_memory
 from profreport.model import Profile, ids_at, sorted_times
 from profreport.reports.analysis import intervals as iv
@@ -42,7 +42,7 @@ def _enclosing_kind(calls: pd.DataFrame, kinds: pd.Series, pids: np.ndarray, tid
         ends = calls["end"].to_numpy(np.int64)[on_thread][order]
         labels = kinds.to_numpy(dtype=object)[on_thread][order]
         asked = np.flatnonzero((pids == pid) & (tids == tid))
-        at = np.searchsorted(starts[order], times[asked], side="right") - 1
+        at = searches.searchsorted(starts[order], times[asked], side="right") - 1
         inside = (at >= 0) & (ends[np.maximum(at, 0)] >= times[asked])
         out[asked[inside]] = labels[at[inside]]
     return out
@@ -191,7 +191,7 @@ def ddp_forwards_per_sync(profile: Profile, windows: StepWindows | None) -> int 
         return None
     starts = sorted_times(outermost(spans)["start"].to_numpy(np.int64))
     following = np.r_[starts[1:], np.iinfo(np.int64).max]
-    synced = np.searchsorted(syncs, following) > np.searchsorted(syncs, starts)
+    synced = searches.searchsorted(syncs, following) > searches.searchsorted(syncs, starts)
     index = windows.index_of(starts)
     kept = index >= 0
     passes = np.bincount(index[kept], minlength=windows.count)

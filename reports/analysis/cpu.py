@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import numpy as np
 import pandas as pd
 
-from profreport import concepts
+from profreport import concepts, searches
 from profreport.allocator import giving_back_memory
 from profreport.model import Profile, narrowest_int, position_dtype, sorted_times
 from profreport.reports.analysis import intervals as iv
@@ -113,7 +113,7 @@ def _nesting_depth(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     ended = sorted_times(ends)
     for block in iv.blocks(len(starts), SPAN_BLOCK_ROWS):
         depth[block] = np.arange(block.start, block.stop)
-        depth[block] -= np.searchsorted(ended, starts[block], side="right")
+        depth[block] -= searches.searchsorted(ended, starts[block], side="right")
     return depth
 
 
@@ -125,7 +125,7 @@ def _parents(depth: np.ndarray) -> np.ndarray:
         above = np.flatnonzero(depth == level - 1)
         for block in iv.blocks(len(depth), SPAN_BLOCK_ROWS):
             here = np.flatnonzero(depth[block] == level) + block.start
-            k = np.searchsorted(above, here) - 1
+            k = searches.searchsorted(above, here) - 1
             parent[here] = np.where(k >= 0, above[np.maximum(k, 0)], -1)
     return parent
 
@@ -177,7 +177,7 @@ def _closed_parts(start: np.ndarray, end: np.ndarray, rows: np.ndarray) -> Itera
         cuts = np.flatnonzero(np.r_[reached <= s[0], reach[:-1] <= s[1:]]) + block.start
         reached = int(reach[-1])
         while len(cuts) and cuts[-1] - taken >= SELF_TIME_PART_ROWS:
-            cut = int(cuts[np.searchsorted(cuts, taken + SELF_TIME_PART_ROWS)])
+            cut = int(cuts[searches.searchsorted(cuts, taken + SELF_TIME_PART_ROWS)])
             yield rows[taken:cut]
             taken = cut
     if taken < len(rows):

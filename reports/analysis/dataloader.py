@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from profreport import concepts
+from profreport import concepts, searches
 from profreport.model import Profile, covered_ns, outermost, sorted_times
 from profreport.reports.analysis.kept import classified, per_profile
 from profreport.units import duration
@@ -104,6 +104,6 @@ def _fed_training(fetches: pd.DataFrame, work: pd.DataFrame) -> np.ndarray:
         last_ends = np.maximum.reduceat(ends, heads)
         following = np.r_[starts[heads[1:]], np.iinfo(np.int64).max]
         times = sorted_times(work.loc[(work["pid"] == pid).to_numpy(), "start"].to_numpy(np.int64))
-        held = np.searchsorted(times, following) > np.searchsorted(times, last_ends)
+        held = searches.searchsorted(times, following) > searches.searchsorted(times, last_ends)
         fed[order] = held[group]
     return fed

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from profreport import concepts
+from profreport import concepts, searches
 from profreport.allocator import giving_back_memory
 from profreport.model import Profile, ids_at, narrowest_int
 from profreport.reports.analysis import intervals as iv
@@ -390,8 +390,8 @@ class _Queue:
         if not len(starts):
             return int(np.iinfo(np.int64).min)
         reach = np.maximum.accumulate(ends)
-        among, after = np.searchsorted(self.starts, starts[[0, -1]], side="right").tolist()
-        before = np.searchsorted(starts, self.starts[among:after], side="left")
+        among, after = searches.searchsorted(self.starts, starts[[0, -1]], side="right").tolist()
+        before = searches.searchsorted(starts, self.starts[among:after], side="left")
         np.maximum(self.free[among:after], reach[before - 1], out=self.free[among:after])
         if after < len(self.after):
             self.after[after] = max(self.after[after], reach[-1])
@@ -429,7 +429,7 @@ class _Started:
     def take(self, bound: int) -> Iterator[_Taken]:
         """The rows not taken yet that start before ``bound``, :data:`intervals.BLOCK_ROWS`
         at a time; each block is to be carried (:meth:`carry`) before the next is asked."""
-        stop = int(np.searchsorted(self.columns[0], bound, side="left"))
+        stop = int(searches.searchsorted(self.columns[0], bound, side="left"))
         for block in iv.blocks(stop, first=self.done):
             self.done = block.stop
             yield _Taken(*(column[block] for column in self.columns))
@@ -487,7 +487,9 @@ class _LaunchKeys:
 
     def of_times(self, times: np.ndarray) -> np.ndarray:
         """The key of the last call started at or before each of the ``times``."""
-        return np.searchsorted(self.starts, times, side="right") - 1 if self.in_order else times
+        if not self.in_order:
+            return times
+        return searches.searchsorted(self.starts, times, side="right") - 1
 
 
 def _waits_on(waits: pd.DataFrame, key: tuple[int, int]) -> np.ndarray:
@@ -538,10 +540,10 @@ def _first_kernels_after(profile: Profile, keys: _LaunchKeys, waits: pd.DataFram
             reached[key] = int(launched[-1])
             # The waits that no kernel of the stream before this block was launched after,
             # but one of this block's was.
-            low, high = np.searchsorted(told[key], [carried, launched[-1]], side="left")
+            low, high = searches.searchsorted(told[key], [carried, launched[-1]], side="left")
             wait = told[key][low:high]
             found.setdefault(key, []).extend(
-                (rows[at[np.searchsorted(launched, wait, side="right")]], wait))
+                (rows[at[searches.searchsorted(launched, wait, side="right")]], wait))
     return {key: (np.concatenate(parts[0::2]), np.concatenate(parts[1::2]))
             for key, parts in found.items()}
 
@@ -569,7 +571,7 @@ def _launched_ahead(profile: Profile, keys: _LaunchKeys, key: tuple[int, int],
             launched = np.maximum.accumulate(keys.of_calls(calls[at]))
             np.maximum(launched, carried, out=launched)
             carried = int(launched[-1])
-            place = np.searchsorted(begun[at], starts, side="left")
+            place = searches.searchsorted(begun[at], starts, side="left")
             met = place > 0
             ahead[met] = np.maximum(ahead[met], launched[place[met] - 1])
     return ahead
@@ -664,7 +666,7 @@ def _among(positions: np.ndarray, block: slice) -> np.ndarray:
     """Which rows of ``block`` are among the ``positions`` (ascending): a mask of the block's
     length, read off the positions inside it (no search of the block's rows among them)."""
     mask = np.zeros(block.stop - block.start, dtype=bool)
-    low, high = np.searchsorted(positions, [block.start, block.stop], side="left")
+    low, high = searches.searchsorted(positions, [block.start, block.stop], side="left")
     mask[positions[low:high] - block.start] = True
     return mask
 

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from profreport import searches
+
 
 @dataclass(frozen=True)
 class Intervals:
@@ -126,7 +128,7 @@ def pieces(intervals: Intervals | Packed, rows: int | None = None) -> Iterator[I
     for block in blocks(len(intervals), rows):
         ends = intervals.gaps[block].astype(np.int64)
         length = intervals.lengths[block].astype(np.int64)
-        wide = slice(*np.searchsorted(intervals.wide_at, [block.start, block.stop]).tolist())
+        wide = slice(*searches.searchsorted(intervals.wide_at, [block.start, block.stop]).tolist())
         at = intervals.wide_at[wide] - block.start
         ends[at], length[at] = intervals.wide_gaps[wide], intervals.wide_lengths[wide]
         ends += length
@@ -148,6 +150,10 @@ def union(starts: np.ndarray | pd.Series, ends: np.ndarray | pd.Series,
             s, e, rows = s[rows], e[rows], None
         order = np.argsort(s, kind="stable")
         s, e = s[order], e[order]
+    if searches.compiled():  # one pass in C over the rows in place
+        writer = searches.UnionWriter(len(s))
+        writer.add(s, e, rows)
+        return _written(writer)
     if rows is None:
         return _union_blocks(((s[block], e[block]) for block in blocks(len(s))), len(s))
     return _union_blocks(((s[block][rows[block]], e[block][rows[block]])
@@ -158,7 +164,13 @@ def _union_blocks(blocks: Iterable[tuple[np.ndarray, np.ndarray]], rows: int) ->
     """The union of ``rows`` intervals given block after block, their starts ascending across
     blocks: a cumulative max of the ends, carried from one block to the next. The merged
     intervals are written into arrays sized for ``rows`` (their pages past the merged count are
-    never touched, so never resident) instead of being gathered and concatenated."""
+    never touched, so never resident) instead of being gathered and concatenated. In C
+    (:class:`searches.UnionWriter`) where it is built."""
+    if searches.compiled():
+        writer = searches.UnionWriter(rows)
+        for block_starts, block_ends in blocks:
+            writer.add(block_starts, block_ends)
+        return _written(writer)
     merged_starts = np.empty(rows, dtype=np.int64)
     merged_ends = np.empty(rows, dtype=np.int64)
     count = 0  # merged intervals opened so far; the last one's end is not known yet
@@ -168,7 +180,7 @@ def _union_blocks(blocks: Iterable[tuple[np.ndarray, np.ndarray]], rows: int) ->
             continue
         reach = np.maximum.accumulate(block_ends)
         if reached is not None:  # the carried reach: above a leading run of the block's only
-            reach[:int(np.searchsorted(reach, reached, side="left"))] = reached
+            reach[:int(searches.searchsorted(reach, reached, side="left"))] = reached
         # A merged interval starts where a start lies beyond everything reached before it; the
         # one before it ends at that reach (the carried one for a block's first row).
         new = np.empty(len(block_starts), dtype=bool)
@@ -194,6 +206,12 @@ def _union_blocks(blocks: Iterable[tuple[np.ndarray, np.ndarray]], rows: int) ->
     if held.all():
         return Intervals(merged_starts, merged_ends)
     return Intervals(merged_starts[held], merged_ends[held])
+
+
+def _written(writer: searches.UnionWriter) -> Intervals:
+    """The union a :class:`searches.UnionWriter` wrote (EMPTY when it holds none)."""
+    merged = Intervals(*writer.done())
+    return merged if len(merged) else EMPTY
 
 
 def lengths(starts: np.ndarray | pd.Series, ends: np.ndarray | pd.Series,
@@ -298,8 +316,8 @@ def _overlaps(a: Intervals, b: Intervals) -> Intervals:
     binary search in the sorted ends and starts (no sort of all the endpoints), made
     :data:`BLOCK_ROWS` pairs at a time (a few windows against millions of idle gaps are
     millions of pairs)."""
-    first = np.searchsorted(b.ends, a.starts, side="right")  # a[i] meets b[first[i]:stop[i]]
-    counts = np.searchsorted(b.starts, a.ends, side="left")
+    first = searches.searchsorted(b.ends, a.starts, side="right")  # a[i] meets b[first[i]:stop[i]]
+    counts = searches.searchsorted(b.starts, a.ends, side="left")
     counts -= first
     np.maximum(counts, 0, out=counts)
     through = np.cumsum(counts)  # pairs up to and including a[i]'s
@@ -313,7 +331,7 @@ def _pieces(a: Intervals, b: Intervals, first: np.ndarray, before: np.ndarray,
             through: np.ndarray, pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The overlaps of the ``pairs`` (numbers in the order of a, then b) of :func:`_overlaps`:
     pair p belongs to the a[i] whose pairs run through it, and is its (p - before[i])-th b."""
-    in_a = np.searchsorted(through, pairs, side="right")
+    in_a = searches.searchsorted(through, pairs, side="right")
     in_b = first[in_a] + pairs - before[in_a]
     starts = a.starts[in_a]
     np.maximum(starts, b.starts[in_b], out=starts)
@@ -356,8 +374,8 @@ def subtract_blocks(a: Intervals, b: Intervals | Packed, rows: int | None = None
 def _uncovered(a: Intervals, starts: np.ndarray, ends: np.ndarray) -> Iterator[Intervals]:
     """The parts of ``a`` inside the gaps ``[starts[i], ends[i])`` (disjoint, in order), made
     from the intervals of ``a`` that reach into them; none when nothing of ``a`` is there."""
-    reaching = slice(int(np.searchsorted(a.ends, starts[0], side="right")),
-                     int(np.searchsorted(a.starts, ends[-1], side="left")))
+    reaching = slice(int(searches.searchsorted(a.ends, starts[0], side="right")),
+                     int(searches.searchsorted(a.starts, ends[-1], side="left")))
     if reaching.stop > reaching.start:
         parts = _overlaps(Intervals(a.starts[reaching], a.ends[reaching]),
                           Intervals(starts, ends))
@@ -436,7 +454,7 @@ class Stretched:
 
     def within(self, low: int, high: int) -> Rows:
         """What the part covers in ``[low, high)``, the stretch after the last one asked."""
-        stop = int(np.searchsorted(self.starts, high, side="left"))
+        stop = int(searches.searchsorted(self.starts, high, side="left"))
         starts, ends = self.starts[self.taken:stop], self.ends[self.taken:stop]
         if self.rows is not None:
             chosen = self.rows[self.taken:stop]
@@ -472,10 +490,14 @@ def stretches(parts: list[Stretched], rows: int | None = None) -> Iterator[tuple
 def _merged(a: Intervals, b: Intervals, rows: np.ndarray | None = None) -> Intervals:
     """:func:`merge` of two non-empty sets whose starts ascend (``b`` may overlap itself; only
     its ``rows``, a mask, are taken when given)."""
+    if searches.compiled():  # one linear pass in C over both, in place
+        writer = searches.UnionWriter(len(a) + len(b))
+        writer.add_runs(a.starts, a.ends, b.starts, b.ends, rows)
+        return _written(writer)
     bounds = np.unique(np.concatenate([a.starts[BLOCK_ROWS::BLOCK_ROWS],
                                        b.starts[BLOCK_ROWS::BLOCK_ROWS]]))
-    cut_a = np.concatenate([[0], np.searchsorted(a.starts, bounds, side="left"), [len(a)]])
-    cut_b = np.concatenate([[0], np.searchsorted(b.starts, bounds, side="left"), [len(b)]])
+    cut_a = np.concatenate([[0], searches.searchsorted(a.starts, bounds, side="left"), [len(a)]])
+    cut_b = np.concatenate([[0], searches.searchsorted(b.starts, bounds, side="left"), [len(b)]])
     return _union_blocks((_interleaved(a, b, slice(*cut_a[k:k + 2]), slice(*cut_b[k:k + 2]),
                                        rows) for k in range(len(cut_a) - 1)), len(a) + len(b))
 
@@ -515,7 +537,7 @@ def covered_before(iv: Intervals, times: np.ndarray, cursor: Cursor | None = Non
         return np.zeros(len(times), dtype=np.int64)
     # The k intervals starting at or before t: all but the last end by its start, so they cover
     # their whole length but for what the last reaches past t.
-    k = np.searchsorted(iv.starts, times, side="right")
+    k = searches.searchsorted(iv.starts, times, side="right")
     past = iv.ends[k - 1]  # k == 0 reads the last interval: none is before t, set to 0 below
     past -= times
     np.maximum(past, 0, out=past)
@@ -543,14 +565,14 @@ def _length_before(iv: Intervals, positions: np.ndarray, cursor: Cursor | None =
     walk = cursor if cursor is not None and ordered[0] >= cursor.at else Cursor()
     found = np.zeros(len(positions), dtype=np.int64)
     carried = walk.before
-    done = int(np.searchsorted(ordered, walk.at, side="right"))  # nothing between them
+    done = int(searches.searchsorted(ordered, walk.at, side="right"))  # nothing between them
     found[:done] = carried
     first = None  # the block of the first position past the walk's: a later ask starts there
     for block in blocks(len(iv), first=walk.at):
         if done == len(ordered):
             break
         running = np.cumsum(iv.ends[block] - iv.starts[block])
-        upto = int(np.searchsorted(ordered, block.stop, side="right"))  # in (start, stop]
+        upto = int(searches.searchsorted(ordered, block.stop, side="right"))  # in (start, stop]
         found[done:upto] = carried + running[ordered[done:upto] - block.start - 1]
         if first is None and upto > done:
             first = Cursor(block.start, carried)
@@ -566,7 +588,7 @@ def _length_before(iv: Intervals, positions: np.ndarray, cursor: Cursor | None =
 def inside(iv: Intervals, times: np.ndarray) -> np.ndarray:
     """Whether each time lies in an interval of ``iv`` (``start <= t < end``)."""
     times = np.asarray(times, dtype=np.int64)
-    at = np.searchsorted(iv.starts, times, side="right") - 1
+    at = searches.searchsorted(iv.starts, times, side="right") - 1
     found = at >= 0
     found[found] = times[found] < iv.ends[at[found]]
     return found

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from profreport import searches
 from profreport.executors import cpu_share
 from profreport.model import PROCESS_CORRELATIONS, Profile, position_dtype
 from profreport.reports.analysis import intervals as iv
@@ -140,7 +141,7 @@ def unlinked_launched_by(profile: Profile, table: str) -> tuple[np.ndarray, np.n
     if not known.any() or runtime.empty:  # no call's id is read: nothing to bound
         return rows, latest
     order, ordered = _by_correlation(profile)
-    at = np.minimum(np.searchsorted(ordered, keys[known], side="right"), len(ordered) - 1)
+    at = np.minimum(searches.searchsorted(ordered, keys[known], side="right"), len(ordered) - 1)
     later = ordered[at].astype(np.int64) > keys[known]  # a larger id: none past the last
     later &= ordered[at].astype(np.int64) // PROCESS_CORRELATIONS \
         == keys[known] // PROCESS_CORRELATIONS
@@ -165,7 +166,7 @@ def unlinked_launched_after(profile: Profile, table: str) -> np.ndarray:
     if not len(known) or profile.table("runtime").empty:  # no call's id is read: no bound
         return earliest
     order, ordered = _by_correlation(profile)
-    at = np.searchsorted(ordered, keys[known], side="left") - 1  # the largest id below
+    at = searches.searchsorted(ordered, keys[known], side="left") - 1  # the largest id below
     below = np.maximum(at, 0)
     found = (at >= 0) & (ordered[below].astype(np.int64) // PROCESS_CORRELATIONS
                          == keys[known] // PROCESS_CORRELATIONS)
@@ -184,7 +185,7 @@ def launched_by(profile: Profile, table: str, rows: np.ndarray
     times = np.empty(len(rows), dtype=np.int64)
     times[linked] = profile.table("runtime")["start"].to_numpy(np.int64)[call[linked]]
     loose, latest = unlinked_launched_by(profile, table)
-    times[~linked] = latest[np.searchsorted(loose, rows[~linked])]
+    times[~linked] = latest[searches.searchsorted(loose, rows[~linked])]
     return times, linked
 
 
@@ -210,10 +211,10 @@ def may_be_launched_in(profile: Profile, table: str, spans: iv.Intervals) -> np.
         times, linked = launched_by(profile, table, rows)
         mask[block] = iv.inside(spans, times)
         # The last span starting by the latest time ends the latest of those that do.
-        at = np.searchsorted(spans.starts, times[~linked], side="right") - 1
+        at = searches.searchsorted(spans.starts, times[~linked], side="right") - 1
         meets = at >= 0
         meets[meets] = spans.ends[at[meets]] > earliest[
-            np.searchsorted(loose, rows[~linked][meets])]
+            searches.searchsorted(loose, rows[~linked][meets])]
         mask[block][~linked] = meets
     return mask
 
@@ -348,14 +349,14 @@ def _rising_rows(keys: np.ndarray, ids: np.ndarray, tops: np.ndarray) -> np.ndar
     where the running maximum reaches the key, found in the block whose maximum first does
     (:func:`_rising_ids`' ``tops``), its maximum made again."""
     found = np.full(len(keys), -1, dtype=np.int64)
-    at = np.searchsorted(tops, keys, side="left")  # len(tops): beyond every call's id
+    at = searches.searchsorted(tops, keys, side="left")  # len(tops): beyond every call's id
     by_block = np.argsort(at, kind="stable")
     ends = np.cumsum(np.bincount(at, minlength=len(tops) + 1))
     for number in np.flatnonzero(np.diff(ends[:-1], prepend=0)).tolist():
         block = slice(number * iv.BLOCK_ROWS, min((number + 1) * iv.BLOCK_ROWS, len(ids)))
         reach = _block_reach(ids, block, int(tops[number - 1]) if number else None)
         mine = by_block[ends[number - 1] if number else 0:ends[number]]
-        place = np.searchsorted(reach, keys[mine], side="left")  # the block's top reaches it
+        place = searches.searchsorted(reach, keys[mine], side="left")  # the block's top reaches it
         known = reach[place] == keys[mine]
         found[mine[known]] = place[known] + block.start
     return found
@@ -371,7 +372,7 @@ def _found_rising(keys: np.ndarray, ids: np.ndarray, tops: np.ndarray, late: np.
         wanted = keys[block]
         found[block] = _rising_rows(wanted, ids, tops)
         if len(late_ids):
-            place = np.minimum(np.searchsorted(late_ids, wanted, side="left"), len(late) - 1)
+            place = np.minimum(searches.searchsorted(late_ids, wanted, side="left"), len(late) - 1)
             known = late_ids[place] == wanted
             found[block][known] = late[place[known]]
     return found
@@ -414,7 +415,7 @@ def _first_in(keys: np.ndarray, order: np.ndarray, ordered: np.ndarray,
     if len(ordered) == 0:
         return found
     for block in iv.blocks(len(keys)):
-        place = np.searchsorted(ordered, keys[block], side="left")
+        place = searches.searchsorted(ordered, keys[block], side="left")
         np.minimum(place, len(ordered) - 1, out=place)
         known = ordered[place] == keys[block]
         found[block][known] = order[place[known]]
@@ -447,8 +448,8 @@ def launch_pairs(profile: Profile, table: str, rows: np.ndarray | None = None
             yield found + block.start, calls[block][found]
             continue
         keys = ids[block][found]
-        pair, row = iv.ranges_of(np.searchsorted(ordered, keys, side="left"),
-                                 np.searchsorted(ordered, keys, side="right"))
+        pair, row = iv.ranges_of(searches.searchsorted(ordered, keys, side="left"),
+                                 searches.searchsorted(ordered, keys, side="right"))
         yield found[row] + block.start, order[pair]
 
 

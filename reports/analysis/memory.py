@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from profreport import searches
 from profreport.manifest import Manifest
 from profreport.model import Profile
 from profreport.reports.analysis.results import (
@@ -112,7 +113,7 @@ def _step_stats(levels: _Levels, windows: StepWindows | None) -> list[MemoryStep
     out = []
     for number, start, end, after in zip(windows.numbers.tolist(), windows.range_starts.tolist(),
                                          windows.range_ends.tolist(), follows, strict=True):
-        lo, hi = (int(i) for i in np.searchsorted(times, [start, end]))
+        lo, hi = (int(i) for i in searches.searchsorted(times, [start, end]))
         taken = sizes[lo:hi][sizes[lo:hi] > 0]
         out.append(MemoryStep(
             number=number, peak_allocated=_peak(levels.allocated, lo, hi),
@@ -143,8 +144,8 @@ def _enclosing_ops(cpu_ops: pd.DataFrame, events: pd.DataFrame) -> list[str | No
         names = cpu_ops["name"].take(mine[order]).to_numpy()
         reach = np.maximum.accumulate(ends)
         times = wanted["time"].to_numpy(np.int64)
-        first = np.searchsorted(reach, times, side="left")
-        after = np.searchsorted(starts, times, side="right")
+        first = searches.searchsorted(reach, times, side="left")
+        after = searches.searchsorted(starts, times, side="right")
         for row, time, outer, stop in zip(wanted["row"], times, first, after, strict=True):
             if outer >= stop:
                 continue
@@ -209,7 +210,7 @@ def held_each_step(events: pd.DataFrame, profile: Profile) -> list[HeldAllocatio
     if followed < 2:
         return None
     times = events["time"].to_numpy(np.int64)
-    index = np.searchsorted(windows.range_starts, times, side="right") - 1
+    index = searches.searchsorted(windows.range_starts, times, side="right") - 1
     inside = (index >= 0) & (times < windows.range_ends[np.maximum(index, 0)])
     counted = np.flatnonzero(_unreleased(events) & inside & (index < followed))
     if not len(counted):
@@ -251,7 +252,7 @@ def _timeline(levels: _Levels, steps: pd.DataFrame,
     drawn = steps.sort_values("start").head(TIMELINE_STEPS)
     start = int(drawn["start"].min()) if not drawn.empty else int(times[0])
     end = int(drawn["end"].max()) if not drawn.empty else int(times[-1]) + 1
-    lo, hi = np.searchsorted(times, [start, end])
+    lo, hi = searches.searchsorted(times, [start, end])
     picked = lo + _downsample(times[lo:hi], [a[lo + 1:hi + 1] if a is not None else None
                                              for a in (levels.allocated, levels.reserved)],
                               TIMELINE_POINTS)

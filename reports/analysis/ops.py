@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from profreport import concepts
+from profreport import concepts, searches
 from profreport.model import Profile, ids_at, position_dtype
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.launches import launch_calls, launched_in_windows, unlinked
@@ -78,7 +78,7 @@ def launching_op(profile: Profile, spans: pd.DataFrame, call: np.ndarray) -> np.
         where = positions[mine.index].to_numpy()[order]
         mask = (call_pid == pid) & (call_tid == tid)
         rows, at = with_call[mask], call_start[mask]
-        slot = np.searchsorted(starts, at, side="right") - 1
+        slot = searches.searchsorted(starts, at, side="right") - 1
         inside = (slot >= 0) & (at < ends[np.maximum(slot, 0)])
         out[rows[inside]] = where[slot[inside]]
     return out
@@ -319,7 +319,7 @@ def feeds_batch_norm(conv: pd.Series, ops: _ThreadOps) -> bool:
     """Whether the op after a convolution on its thread is batch_norm on its output: between
     them only pointwise ops on scalars (BatchNorm's ``num_batches_tracked += 1``), and the
     BatchNorm's recorded input is the convolution's output shape."""
-    index = int(np.searchsorted(ops.start, int(conv["end"]), side="left"))
+    index = int(searches.searchsorted(ops.start, int(conv["end"]), side="left"))
     reached, seen = np.iinfo(np.int64).min, 0
     while index < len(ops.start) and seen < FOLLOWING_OPS:
         if ops.start[index] >= reached:  # a top-level op after the convolution

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from profreport import concepts
+from profreport import concepts, searches
 from profreport.model import Profile
 from profreport.parsers.repeats import phases_per_step
 from profreport.reports.analysis import intervals as iv
@@ -186,7 +186,7 @@ class StepWindows:
 
     def index_of(self, times: np.ndarray) -> np.ndarray:
         """The window each time lies in (-1 outside every window)."""
-        k = np.searchsorted(self.starts, times, side="right") - 1
+        k = searches.searchsorted(self.starts, times, side="right") - 1
         inside = (k >= 0) & (times < self.ends[np.maximum(k, 0)])
         return np.where(inside, k, -1)
 
@@ -264,7 +264,7 @@ def evaluation_only(profile: Profile, starts: np.ndarray, ends: np.ndarray) -> n
     def per_window(column: int) -> np.ndarray:
         """How many of the rows that ``column`` of ``work`` selects start in each window."""
         times = np.sort(np.concatenate([[], *(row[0][row[column]] for row in work.values())]))
-        return np.searchsorted(times, ends) - np.searchsorted(times, starts)
+        return searches.searchsorted(times, ends) - searches.searchsorted(times, starts)
 
     if not per_window(2).any():
         return np.zeros(len(starts), bool)
@@ -400,11 +400,11 @@ def where_in_steps(starts: np.ndarray, ends: np.ndarray,
     again)", "between steps" or "outside steps" (by where it begins)."""
     if windows is None:
         return ["outside steps"] * len(starts)
-    k = np.searchsorted(windows.range_starts, starts, side="right") - 1
+    k = searches.searchsorted(windows.range_starts, starts, side="right") - 1
     inside = (k >= 0) & (starts < windows.range_ends[np.maximum(k, 0)])
     spanned = (starts >= windows.range_starts[0]) & (starts < windows.range_ends[-1])
     # The step each stretch ends in: the last to begin before its end, holding that end.
-    last = np.searchsorted(windows.range_starts, ends, side="left") - 1
+    last = searches.searchsorted(windows.range_starts, ends, side="left") - 1
     ends_in = np.where((last >= 0) & (ends <= windows.range_ends[np.maximum(last, 0)]), last, -1)
     where = [(f"inside step {windows.numbers[i]}" if end_step == i else
               f"from step {windows.numbers[i]} into step {windows.numbers[end_step]}"

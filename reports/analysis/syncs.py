@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from profreport import concepts
+from profreport import concepts, searches
 from profreport.allocator import giving_back_memory
 from profreport.concepts import name_codes
 from profreport.model import Profile, sorted_times
@@ -83,8 +83,8 @@ def queued_at(profile: Profile, times: np.ndarray) -> np.ndarray:
         end = profile.table(name)["end"].to_numpy(np.int64)
         for block in iv.blocks(len(end)):
             times = launched_by(profile, name, np.arange(block.start, block.stop))[0]
-            launched += np.searchsorted(sorted_times(times), asked, side="left")
-            ended += np.searchsorted(sorted_times(end[block]), asked, side="right")
+            launched += searches.searchsorted(sorted_times(times), asked, side="left")
+            ended += searches.searchsorted(sorted_times(end[block]), asked, side="right")
     # Work that ended by t was launched before t, so the difference counts the pending work.
     queued = launched
     queued -= ended
@@ -209,7 +209,8 @@ def _launch_of_work_at(profile: Profile, work: list[_Work], times: np.ndarray
     linked = np.ones(len(times), dtype=bool)
     pending = np.ones(len(times), dtype=bool)
     for rows in work:
-        at = np.minimum(np.searchsorted(rows.starts, times, side="left"), len(rows.starts) - 1)
+        at = searches.searchsorted(rows.starts, times, side="left")
+        np.minimum(at, len(rows.starts) - 1, out=at)
         found = pending & (rows.starts[at] == times)
         row = at[found] if rows.order is None else rows.order[at[found]]
         out[found], linked[found] = launched_by(profile, rows.table, row if rows.rows is None
