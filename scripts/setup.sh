@@ -143,6 +143,9 @@ install_python() {
     "$VENV/bin/python" -c "from profreport.parsers import sqlite_pages as s; print('[setup]',
         'nsys exports decode in', 'numpy: no C compiler built parsers/_pages.c (slower)'
         if s._pages is None else 'C (parsers/_pages.c built)')"
+    "$VENV/bin/python" -c "from profreport import searches as s; print('[setup]',
+        'the analysis searches in', 'C (core/_searches.c built)' if s.compiled()
+        else 'numpy: no C compiler built core/_searches.c (slower)')"
     say "done: $("$VENV/bin/profreport" --version)"
 }
 
