@@ -38,8 +38,8 @@ HTOD, DTOH, DTOD, HTOH, PTOP = "HtoD", "DtoH", "DtoD", "HtoH", "PtoP"
 UNKNOWN_KIND = "unknown"
 #: The name shown for an event or kernel whose profile records none (a Kineto event without
 #: ``name`` or with ``name`` null, an nsys kernel whose name ids are NULL or missing from
-#: StringIds); the name classifiers read it as no name, so it is no communication kernel or
-#: anything else by name.
+#: StringIds, an NVTX range of neither text nor a textId that StringIds holds); the name
+#: classifiers read it as no name, so it is no communication kernel or anything else by name.
 UNRECORDED_NAME = "(name unrecorded)"
 COPY_KINDS = (HTOD, DTOH, DTOD, HTOH, PTOP, UNKNOWN_KIND)
 #: Memory kinds at either end of a copy (``src_kind``/``dst_kind``).
@@ -328,8 +328,8 @@ def name_codes(names: pd.Series) -> tuple[np.ndarray, pd.Series]:
 
 def is_unrecorded_name(names: pd.Series) -> np.ndarray:
     """Whether each name is none the profiler recorded: :data:`UNRECORDED_NAME`, or empty (an
-    NVTX range of no text, which the nsys reader names ''; a ``record_function("")``), a name
-    that says nothing of what its event was (a categorical's categories asked, not its rows)."""
+    NVTX range pushed with the text '', a ``record_function("")``), a name that says nothing of
+    what its event was (a categorical's categories asked, not its rows)."""
     return names.isin([UNRECORDED_NAME, ""]).to_numpy(bool)
 
 

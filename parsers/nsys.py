@@ -1233,6 +1233,9 @@ def _sync(export: _Export) -> pd.DataFrame | None:
 
 
 _RANGE_COLUMNS = ["start", "end", "eventType", "text", "globalTid", "textId", "domainId"]
+#: concepts.UNRECORDED_NAME as an SQL literal: the name of a range of no text and no textId
+#: string (see _range_name).
+_UNRECORDED_SQL = f"'{concepts.UNRECORDED_NAME}'"
 
 
 # A range's (domainId, pid) as one key: (domainId + 1) * _PID_KEYS + pid (a pid takes 40 bits
@@ -1292,14 +1295,21 @@ def _native_ranges(export: _Export, table: str) -> pd.DataFrame | None:
         for domain, pid, key in zip(marks["domain"].tolist(), marks["pid"].tolist(),
                                     marks["text"].tolist(), strict=True)
         if domain_of.get((domain, pid)) == concepts.RANK_DOMAIN]
-    texts = [key if isinstance(key, str) else export.strings.get(key) or ""  # a textId
-             for key in names.in_order()]
+    texts = [_range_name(export, key) for key in names.in_order()]
     domain_texts = [domain_of.get((key // _PID_KEYS - 1, key % _PID_KEYS), "")
                     for key in domains.in_order()]
     columns["name"] = categorical(texts, columns["name"])
     columns["domain"] = categorical(domain_texts, columns["domain"])
     _thread_categoricals(export, columns, threads)
     return _native_table("ranges", columns)
+
+
+def _range_name(export: _Export, key: str | int) -> str:
+    """A range's name from its key (its text, else its textId):
+    :data:`~profreport.concepts.UNRECORDED_NAME` where it has neither text nor a textId that
+    StringIds holds (nsys recorded no name for it), as the SQL reader names it."""
+    text = key if isinstance(key, str) else export.strings.get(key)
+    return concepts.UNRECORDED_NAME if text is None else text
 
 
 def _domain_names(creates: dict[str, np.ndarray]) -> dict[tuple[int, int], str]:
@@ -1333,7 +1343,8 @@ def _ranges(export: _Export) -> pd.DataFrame | None:
              f"AND d.pid = {_decoded_pid(export, 't.globalTid')} ")
     frame = export.query(
         f"{domains}SELECT {_checked_times('t')}, {_decoded_tid(export, 't.globalTid')}, "
-        f"COALESCE({text}, {text_id}, '') AS name, COALESCE(d.domain, '') AS domain {joins}"
+        f"COALESCE({text}, {text_id}, {_UNRECORDED_SQL}) AS name, "
+        f"COALESCE(d.domain, '') AS domain {joins}"
         f"WHERE t.eventType IN ({range_types}) AND t.end IS NOT NULL "
         f"AND t.globalTid IS NOT NULL ORDER BY t.start")
     marks = export.query(
@@ -1351,7 +1362,8 @@ def _domainless_ranges(export: _Export, table: str) -> pd.DataFrame:
     text, text_id, text_join = _range_texts(export, table)
     frame = export.query(
         f"SELECT {_checked_times('t')}, {_decoded_tid(export, 't.globalTid')}, "
-        f"COALESCE({text}, {text_id}, '') AS name, '' AS domain FROM {table} AS t {text_join} "
+        f"COALESCE({text}, {text_id}, {_UNRECORDED_SQL}) AS name, '' AS domain "
+        f"FROM {table} AS t {text_join} "
         f"WHERE t.eventType IN ({_range_types(export)}) AND t.end IS NOT NULL "
         f"AND t.globalTid IS NOT NULL ORDER BY t.start")
     return _categorical_names(conform("ranges", _valid_rows(export, "ranges", frame)),

@@ -1206,11 +1206,11 @@ def test_a_librarys_ranges_are_no_steps(tmp_path: Path) -> None:
 def test_a_range_of_unrecorded_name_is_no_step(tmp_path: Path, native: bool,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """No range named as a step: 10 ``train_step`` ranges 1 ms apart and, after each, 3 of
-    NULL text (named '', as nsys records nothing for them) taking more time (4.2 ms against
-    4 ms). A range whose name the capture did not record is no evidence of a pass of the loop:
-    the steps are the ``train_step`` ranges; with the unnamed ranges alone the steps are
-    unknown, a note saying why; the page reader and SQL alike. The 30 unnamed ranges were the
-    steps (the repeated range '')."""
+    NULL text (named '(name unrecorded)', as nsys records nothing for them) taking more time
+    (4.2 ms against 4 ms). A range whose name the capture did not record is no evidence of a
+    pass of the loop: the steps are the ``train_step`` ranges; with the unnamed ranges alone
+    the steps are unknown, a note saying why; the page reader and SQL alike. The 30 unnamed
+    ranges were the steps (the repeated range '', as the reader named them then)."""
     monkeypatch.setattr(nsys, "NATIVE_READER", native)
     us = 1000
     named = [(step * 1000 * us, (step * 1000 + 400) * us, "train_step") for step in range(10)]
@@ -1229,6 +1229,37 @@ def test_a_range_of_unrecorded_name_is_no_step(tmp_path: Path, native: bool,
         "no NVTX range is named as a step and none of the program's own repeats as one: the 30 "
         "ranges whose name the profiler did not record are no evidence of a pass of the "
         "training loop, so the steps are unknown"]
+
+
+@pytest.mark.parametrize("reader", ["native", "sql", "domainless"])
+def test_a_range_of_no_text_is_named_unrecorded(tmp_path: Path, reader: str,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inside each of 4 ``step N`` ranges: a range of NULL text and NULL textId (3 ms), one of
+    NULL text whose textId StringIds lacks (2 ms) and a ``forward`` range (1 ms). The two of
+    no name are named '(name unrecorded)' (concepts.UNRECORDED_NAME, as a Kineto event without
+    a name and an nsys kernel without one are), in the ranges table and the phases note; the
+    page reader, SQL and SQL without domainId alike. They were named '' (a phase ' 5.0 ms')."""
+    from profreport.concepts import UNRECORDED_NAME
+
+    monkeypatch.setattr(nsys, "NATIVE_READER", reader == "native")
+    ms = 10**6
+    ranges = []
+    for i in range(4):
+        base = i * 10 * ms
+        ranges += [(base, base + 8 * ms, f"step {i}"), (base + 1 * ms, base + 4 * ms, None),
+                   (base + 4 * ms, base + 6 * ms, "missing id"),
+                   (base + 6 * ms, base + 7 * ms, "forward")]
+    path = write_nsys_export(tmp_path / "untexted.sqlite", [], ranges)
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE NVTX_EVENTS SET text = NULL, textId = 999 WHERE text = 'missing id'")
+        if reader == "domainless":
+            conn.execute("ALTER TABLE NVTX_EVENTS DROP COLUMN domainId")
+    profile = nsys.parse(path)
+    assert profile.table("ranges")["name"].astype(str).tolist() == [
+        name for i in range(4) for name in (f"step {i}", UNRECORDED_NAME, UNRECORDED_NAME,
+                                            "forward")]
+    assert phases_text(profile) == (
+        f"; inside each: {UNRECORDED_NAME} 5.0 ms, forward 1.0 ms per step")
 
 
 @pytest.mark.parametrize("native", [True, False])
