@@ -520,6 +520,25 @@ def test_optimizer_of_unrecorded_kernel_names_is_not_called_unfused(tmp_path: Pa
     assert "OPTIMIZER_NOT_FUSED" not in findings_of(mixed)
 
 
+def test_an_optimizer_check_left_unknown_by_unrecorded_names_says_why(tmp_path: Path) -> None:
+    """60 kernels per SGD step, 5 of them of a null name (their kind unknown): OP_CHECKS_UNKNOWN
+    says that whether they are multi-tensor, which OPTIMIZER_NOT_FUSED asks of so many, is
+    unknown and why, and how to answer it; only the key-metrics row said so before. With 10
+    kernels per step, too few to be one per parameter whatever their kind, nothing is
+    unknown."""
+    many = kineto.parse(busy_steps_trace(tmp_path / "m.json", 0, optimizer_kernels=55,
+                                         unnamed=5))
+    unknown = findings_of(many)["OP_CHECKS_UNKNOWN"]
+    assert [e.text for e in unknown.evidence] == [
+        "whether the optimizer's 60 kernels per step are multi-tensor (OPTIMIZER_NOT_FUSED): "
+        "unknown, some of its kernels' names are not recorded"]
+    assert unknown.recommendation.startswith(
+        "Whether the optimizer is multi-tensor is read from the names of the kernels it launches")
+    few = kineto.parse(busy_steps_trace(tmp_path / "f.json", 0, optimizer_kernels=5, unnamed=5))
+    assert compute_run_metrics([few]).kernel_mix.fused_optimizer is None
+    assert "OP_CHECKS_UNKNOWN" not in findings_of(few)
+
+
 def test_resnet50_sgd_is_not_fused(corpus: Path) -> None:
     """torch 1.8's SGD launches 483 kernels per step (3 per parameter of 161), none fused."""
     profile = kineto.parse(corpus / "kineto" / "resnet50_num_workers_4.pt.trace.json.gz")

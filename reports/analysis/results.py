@@ -644,6 +644,13 @@ class KernelMix:
                 if self.unnamed_kernel_ns else None)
 
     @property
+    def fused_unknown(self) -> str | None:
+        """Why whether the optimizer runs as multi-tensor kernels is unknown (fused_optimizer
+        None): some of the kernels it launched have no recorded name; None when known."""
+        return "some of its kernels' names are not recorded" if self.fused_optimizer is None \
+            else None
+
+    @property
     def launches_unknown(self) -> str | None:
         """Why the optimizer's or zero_grad()'s launches are not all known, both reasons once."""
         why = dict.fromkeys(r for r in (self.optimizer_unknown, self.zero_grad_unknown) if r)

@@ -369,8 +369,8 @@ def _mix_rows(metrics: RunMetrics) -> list[MetricRow]:
                                      ("elementwise kernels", mix.elementwise_fraction))]
         if mix.optimizer_kernels_per_step is not None:
             fused = {True: "multi-tensor", False: "one kernel per tensor",
-                     None: "multi-tensor or not: unknown, some of its kernels' names are not "
-                           "recorded"}[mix.fused_optimizer]
+                     None: f"multi-tensor or not: unknown, {mix.fused_unknown}"}[
+                mix.fused_optimizer]
             value = f"{number(mix.optimizer_kernels_per_step)} ({fused})"
             if mix.optimizer_unlinked_per_step is not None:
                 value = (f"at least {value}; {number(mix.optimizer_unlinked_per_step)} more "

@@ -253,14 +253,45 @@ def _unknown_checks(m: RunMetrics) -> list[Evidence]:
     return out
 
 
+def _fusion_unknown(mix: KernelMix | None) -> list[Evidence]:
+    """OPTIMIZER_NOT_FUSED's check when its answer hangs on whether the optimizer's kernels are
+    multi-tensor and that is unknown (KernelMix.fused_unknown): many kernels per step (counting
+    those that may belong to it unlinked), some of unrecorded name. Empty otherwise: a few
+    kernels per step answer it whatever their kind."""
+    if mix is None or mix.fused_unknown is None or mix.optimizer_kernels_per_step is None:
+        return []
+    linked = mix.optimizer_kernels_per_step
+    if linked + (mix.optimizer_unlinked_per_step or 0) < OPTIMIZER_KERNELS_MANY:
+        return []
+    return [Evidence(f"whether the optimizer's {_at_least(mix.optimizer_unlinked_per_step)}"
+                     f"{linked:.0f} kernels per step are multi-tensor (OPTIMIZER_NOT_FUSED): "
+                     f"unknown, {mix.fused_unknown}", mix.origin)]
+
+
 @rule("OP_CHECKS_UNKNOWN", severity=("info",), needs=("profiles",))
 def op_checks_unknown(facts: Facts) -> Finding | None:
-    """The operator checks (precision, conv bias before BatchNorm) this run's profiles cannot
-    make, and why: said, never guessed."""
+    """The operator checks (precision, conv bias before BatchNorm, an unfused optimizer) this
+    run's profiles cannot make, and why: said, never guessed."""
     m = facts.metrics
-    evidence = _unknown_checks(m)
-    if not evidence:
+    operators, fusion = _unknown_checks(m), _fusion_unknown(m.kernel_mix)
+    if not operators and not fusion:
         return None
+    advice = [_operator_checks_advice(m)] if operators else []
+    if fusion:
+        advice.append("Whether the optimizer is multi-tensor is read from the names of the "
+                      "kernels it launches, which this profile does not record for all of them: "
+                      "a profile that records each kernel's name (the name of torch.profiler's "
+                      "kernel events, the StringIds an nsys export's kernel rows point to) "
+                      "answers it.")
+    return Finding("OP_CHECKS_UNKNOWN", "info",
+                   "Some operator checks could not be made from these profiles.",
+                   operators + fusion, " ".join(advice))
+
+
+def _operator_checks_advice(m: RunMetrics) -> str:
+    """OP_CHECKS_UNKNOWN's fix for the precision and bias checks (_unknown_checks): profile
+    with record_shapes, on the GPU for the precision check, where the operators' inputs went
+    unrecorded; else that no profiling option answers them."""
     # The precision check needs the GPU's compute capability; the bias check reads shapes only.
     # Profiling with record_shapes=True answers a check only where the operators' inputs went
     # unrecorded: a precision check the recorded dtypes leave unknown (a ROCm GPU, an
@@ -269,15 +300,11 @@ def op_checks_unknown(facts: Facts) -> Finding | None:
     gpu = p is not None and p.unknown_reason is not None and not any(
         count for label, count in p.calls.items() if label != UNRECORDED)
     if not gpu and (m.conv_bias is None or m.conv_bias.unknown_reason is None):
-        advice = ("No profiling option answers these checks: the trace records the operators' "
-                  "input dtypes; why each is unknown is said above.")
-    else:
-        advice = ("Profile a few steps with torch.profiler(record_shapes=True)"
-                  f"{' on the GPU' if gpu else ''}: the operators' input dtypes and shapes "
-                  "answer these checks.")
-    return Finding("OP_CHECKS_UNKNOWN", "info",
-                   "Some operator checks could not be made from these profiles.", evidence,
-                   advice)
+        return ("No profiling option answers these checks: the trace records the operators' "
+                "input dtypes; why each is unknown is said above.")
+    return ("Profile a few steps with torch.profiler(record_shapes=True)"
+            f"{' on the GPU' if gpu else ''}: the operators' input dtypes and shapes "
+            "answer these checks.")
 
 
 def _fp32_share_unknown_evidence(m: RunMetrics) -> list[Evidence]:
