@@ -6,6 +6,7 @@ export read a launch delay p50 of 2.0 ms against a real launch latency of 50 us)
 from __future__ import annotations
 
 import dataclasses
+import json
 import sqlite3
 import sys
 from pathlib import Path
@@ -15,9 +16,11 @@ import pytest
 
 from profreport.model import Profile
 from profreport.parsers import parse_file
+from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
 from profreport.reports.analysis.gpu import launch_stats
 from profreport.reports.analysis.results import LaunchStats
 from profreport.reports.analysis.steps import step_windows
+from profreport.reports.render.json import render_json
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import write_nsys_export  # noqa: E402
@@ -89,6 +92,16 @@ def test_kernels_after_a_stream_wait_event_are_left_out_of_the_launch_delay(
     assert stats.left_out_text() == (
         "6 kernels whose stream was told to wait on an event (cudaStreamWaitEvent) before the "
         "launch left out: they wait for another stream's work")
+
+
+def test_report_json_counts_the_kernels_left_out_for_a_wait(tmp_path: Path) -> None:
+    """report.json gives the kernels the launch delay leaves out for their stream's wait
+    (metrics.launch_delay_waited_kernels: the 6 side kernels) beside the 4 it is over; the
+    count was in the key metrics alone."""
+    report = analyze_paths([ddp_export(tmp_path / "ddp.sqlite", "wait")],
+                           AnalyzeOptions(title="t"))
+    metrics = json.loads(render_json(report))["runs"][0]["metrics"]
+    assert (metrics["launch_delay_kernels"], metrics["launch_delay_waited_kernels"]) == (4, 6)
 
 
 def test_a_wait_whose_stream_is_unrecorded_counts_on_every_stream_of_its_device(
