@@ -96,12 +96,14 @@ def test_kernels_after_a_stream_wait_event_are_left_out_of_the_launch_delay(
 
 def test_report_json_counts_the_kernels_left_out_for_a_wait(tmp_path: Path) -> None:
     """report.json gives the kernels the launch delay leaves out for their stream's wait
-    (metrics.launch_delay_waited_kernels: the 6 side kernels) beside the 4 it is over; the
-    count was in the key metrics alone."""
+    (metrics.launch_delay_waited_kernels: the 6 side kernels) beside the 4 it is over, and
+    those that may have waited (launch_delay_wait_unknown_kernels: none); the count was in the
+    key metrics alone."""
     report = analyze_paths([ddp_export(tmp_path / "ddp.sqlite", "wait")],
                            AnalyzeOptions(title="t"))
     metrics = json.loads(render_json(report))["runs"][0]["metrics"]
-    assert (metrics["launch_delay_kernels"], metrics["launch_delay_waited_kernels"]) == (4, 6)
+    assert (metrics["launch_delay_kernels"], metrics["launch_delay_waited_kernels"],
+            metrics["launch_delay_wait_unknown_kernels"]) == (4, 6, 0)
 
 
 def test_a_wait_whose_stream_is_unrecorded_counts_on_every_stream_of_its_device(
@@ -146,6 +148,58 @@ def test_a_runtime_table_out_of_start_order_finds_the_same_kernels(tmp_path: Pat
     assert stats is not None
     assert (stats.launch_delay_p50_ns, stats.launch_delay_kernels) == (50 * US, 4)
     assert stats.launch_delay_waited == 6
+
+
+def with_side_work(path: Path, unlinked: tuple[int, int],
+                   linked: tuple[int, int, int] | None = None) -> LaunchStats:
+    """The launch statistics of ``path`` (a ddp_export) with a kernel on the side stream
+    running over ``unlinked`` (start, end) whose correlation id no runtime call holds, and,
+    with ``linked`` (launch, start, end), one launched by a recorded cudaLaunchKernel."""
+    with sqlite3.connect(path) as conn:
+        name = conn.execute("SELECT id FROM StringIds WHERE value = 'allreduce'").fetchone()[0]
+        rows = [(*unlinked, 999)] + ([(*linked[1:], 998)] if linked else [])
+        conn.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, 0, ?, ?, ?, ?)",
+                         [(s, e, SIDE, c, name, name) for s, e, c in rows])
+        if linked:
+            call = conn.execute("SELECT id FROM StringIds WHERE value = "
+                                "'cudaLaunchKernel_v7000'").fetchone()[0]
+            conn.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, 998, ?)",
+                         (linked[0], linked[0] + 10 * US, (1 << 24) | 1, call))
+    profile = parse_file(path)
+    stats = launch_stats(profile, step_windows(profile))
+    assert stats is not None
+    return stats
+
+
+def test_unlinked_work_after_the_wait_leaves_whether_the_next_kernel_waited_unknown(
+        tmp_path: Path) -> None:
+    """A side-stream kernel linked to no launch call runs 1.005-1.010 ms, after the wait at
+    1 ms and before the side kernel launched at 1.02 ms: it may have been enqueued after the
+    wait (its launch is unknown, only that it came before 1.005 ms) and waited instead, so
+    whether that side kernel waited is unknown: it is left out of the median and counted so,
+    not as waited (it was one of 6 said to have waited)."""
+    stats = with_side_work(ddp_export(tmp_path / "ddp.sqlite", "wait"), (1005 * US, 1010 * US))
+    assert (stats.launch_delay_p50_ns, stats.launch_delay_kernels) == (50 * US, 4)
+    assert (stats.launch_delay_waited, stats.launch_delay_wait_unknown) == (5, 1)
+    assert stats.left_out_text() == (
+        "5 kernels whose stream was told to wait on an event (cudaStreamWaitEvent) before the "
+        "launch left out: they wait for another stream's work; 1 kernel whose stream was told "
+        "to wait on an event before the launch, behind work linked to no launch call that "
+        "started after the wait and may have waited instead, left out: whether they waited is "
+        "unknown")
+
+
+@pytest.mark.parametrize("linked", [None, (500 * US, 1003 * US, 1008 * US)])
+def test_unlinked_work_launched_before_the_wait_leaves_the_next_kernel_the_one_that_waited(
+        tmp_path: Path, linked: tuple[int, int, int] | None) -> None:
+    """A side-stream kernel linked to no launch call that started before the wait (0.95 ms,
+    the wait at 1 ms), or after it but ahead of a side kernel launched at 0.5 ms (running
+    1.003-1.008 ms: the stream runs its work in launch order), was launched before the wait:
+    the side kernel launched at 1.02 ms is still the one that waited, 6 as without it."""
+    unlinked = (950 * US, 990 * US) if linked is None else (1001 * US, 1002 * US)
+    stats = with_side_work(ddp_export(tmp_path / "ddp.sqlite", "wait"), unlinked, linked)
+    assert (stats.launch_delay_p50_ns, stats.launch_delay_kernels) == (50 * US, 4)
+    assert (stats.launch_delay_waited, stats.launch_delay_wait_unknown) == (6, 0)
 
 
 def test_a_copy_launched_after_the_wait_is_the_first_work_instead(tmp_path: Path) -> None:

@@ -454,22 +454,36 @@ class _Started:
 
 
 @per_profile
-def waited_on_event(profile: Profile) -> np.ndarray:
+def waited_on_event(profile: Profile) -> tuple[np.ndarray, np.ndarray]:
     """The kernels (positions, ascending) whose stream was told to wait on an event (a stream
     wait-event sync record, concepts.is_stream_wait) after the work ahead of them on it was
-    launched and before their own launch call: each the first work of its stream launched
-    after such a record, it starts only once another stream's work reaches that event. The
-    kernels are read a block at a time (:func:`_first_kernels_after`), the copies and memsets
-    only on the streams and at the kernels found: no array as long as the kernels."""
+    launched and before their own launch call, and those that may have been: the first work
+    of a stream enqueued after such a record starts only once another stream's work reaches
+    that event. Each is the first of its stream's work linked to a launch call launched after
+    the record; where work of the stream linked to no launch call ran between the record and
+    it, after the linked work launched before the record (:func:`_unlinked_between`), that
+    work may have been enqueued after the record and waited instead (its launch is unknown,
+    only that it came before its start): whether the kernel waited is unknown. Work linked to
+    no call that started before the record was launched before it, and so was work that ran
+    ahead of a linked kernel launched before it. The kernels are read a block at a time
+    (:func:`_first_kernels_after`), the copies and memsets only on the streams and at the
+    kernels found: no array as long as the kernels."""
     sync = profile.table("sync")
     waits = sync[concepts.is_stream_wait(sync["kind"]).to_numpy(bool)]
     none = np.empty(0, dtype=np.int64)
     if waits.empty:
-        return none
+        return none, none
     keys = _LaunchKeys(profile)
-    return np.unique(np.concatenate([none] + [
-        found[_launched_ahead(profile, keys, key, found) <= told]
-        for key, (found, told) in _first_kernels_after(profile, keys, waits).items()]))
+    starts = profile.table("kernels")["start"].to_numpy(np.int64)
+    known, unknown = [none], [none]
+    for key, (found, told, after) in _first_kernels_after(profile, keys, waits).items():
+        first = _launched_ahead(profile, keys, key, found) <= told
+        found, after = found[first], after[first]
+        maybe = _unlinked_between(profile, key, after, starts[found])
+        known.append(found[~maybe])
+        unknown.append(found[maybe])
+    waited = np.unique(np.concatenate(known))
+    return waited, np.setdiff1d(np.concatenate(unknown), waited)
 
 
 class _LaunchKeys:
@@ -511,41 +525,51 @@ def _by_stream(devices: np.ndarray, streams: np.ndarray
 
 
 def _first_kernels_after(profile: Profile, keys: _LaunchKeys, waits: pd.DataFrame
-                         ) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]:
+                         ) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """For each stream (device, stream) of the kernels, the first of its kernels linked to
     their launch call launched after each time it was told to wait (the ``waits`` records'
     starts, the call's time on the CPU; :func:`_waits_on`), in the order the stream ran them
-    (their launches, in that order, taken as never earlier than the one before), and the keys
-    of those times (:class:`_LaunchKeys`). Read a block of kernels at a time in start order,
-    each stream's latest launch carried from block to block. A copy or memset of the stream
-    launched in between may come first instead (:func:`_launched_ahead`)."""
+    (their launches, in that order, taken as never earlier than the one before), the keys of
+    those times (:class:`_LaunchKeys`), and after when work ahead of each may have been
+    enqueued after the record: the record's start, or the start of the stream's linked kernel
+    before it (launched before the record) where that is later (a linked copy or memset
+    launched before the record is not asked, so work behind one may be counted as perhaps
+    enqueued after it). Read a block of kernels at a
+    time in start order, each stream's latest launch and start carried from block to block. A
+    copy or memset of the stream launched in between may come first instead
+    (:func:`_launched_ahead`)."""
     kernels = profile.table("kernels")
     calls = launch_calls(profile, "kernels")
     starts = kernels["start"].to_numpy(np.int64)
     devices, streams = kernels["device"].to_numpy(), kernels["stream"].to_numpy()
     order = None if iv.ascending(starts) else np.argsort(starts, kind="stable")
-    moments = keys.of_times(waits["start"].to_numpy(np.int64))
-    told: dict[tuple[int, int], np.ndarray] = {}
-    reached: dict[tuple[int, int], int] = {}
+    times = waits["start"].to_numpy(np.int64)
+    moments = keys.of_times(times)
+    told: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+    reached: dict[tuple[int, int], tuple[int, int]] = {}
     found: dict[tuple[int, int], list[np.ndarray]] = {}
     for block in iv.blocks(len(starts)):
         rows = np.arange(block.start, block.stop) if order is None else order[block]
         rows = rows[calls[rows] >= 0]
         for key, at in _by_stream(devices[rows], streams[rows]):
             if key not in told:
-                told[key] = np.sort(moments[_waits_on(waits, key)])
+                mine = _waits_on(waits, key)
+                # Keys order as times do, so both sorted stay paired.
+                told[key] = (np.sort(moments[mine]), np.sort(times[mine]))
             launched = np.maximum.accumulate(keys.of_calls(calls[rows[at]]))
-            carried = reached.get(key, np.iinfo(np.int64).min)
+            carried, last_start = reached.get(key, (np.iinfo(np.int64).min,) * 2)
             np.maximum(launched, carried, out=launched)
-            reached[key] = int(launched[-1])
+            reached[key] = (int(launched[-1]), int(starts[rows[at[-1]]]))
             # The waits that no kernel of the stream before this block was launched after,
             # but one of this block's was.
-            low, high = searches.searchsorted(told[key], [carried, launched[-1]], side="left")
-            wait = told[key][low:high]
+            low, high = searches.searchsorted(told[key][0], [carried, launched[-1]], side="left")
+            wait = told[key][0][low:high]
+            first = searches.searchsorted(launched, wait, side="right")
+            before = np.r_[last_start, starts[rows[at]]][first]  # the kernel ahead's start
             found.setdefault(key, []).extend(
-                (rows[at[searches.searchsorted(launched, wait, side="right")]], wait))
-    return {key: (np.concatenate(parts[0::2]), np.concatenate(parts[1::2]))
-            for key, parts in found.items()}
+                (rows[at[first]], wait, np.maximum(before, told[key][1][low:high])))
+    return {key: (np.concatenate(parts[0::3]), np.concatenate(parts[1::3]),
+                  np.concatenate(parts[2::3])) for key, parts in found.items()}
 
 
 def _launched_ahead(profile: Profile, keys: _LaunchKeys, key: tuple[int, int],
@@ -558,23 +582,47 @@ def _launched_ahead(profile: Profile, keys: _LaunchKeys, key: tuple[int, int],
     starts = profile.table("kernels")["start"].to_numpy(np.int64)[kernels]
     ahead = np.full(len(kernels), np.iinfo(np.int64).min, dtype=np.int64)
     for name in (name for name in GPU_TABLES if name != "kernels"):
-        rows, calls = profile.table(name), launch_calls(profile, name)
-        begun = rows["start"].to_numpy(np.int64)
-        devices, streams = rows["device"].to_numpy(), rows["stream"].to_numpy()
-        order = None if iv.ascending(begun) else np.argsort(begun, kind="stable")
         carried = np.iinfo(np.int64).min
-        for block in iv.blocks(len(begun)):
-            at = np.arange(block.start, block.stop) if order is None else order[block]
-            at = at[(calls[at] >= 0) & (devices[at] == key[0]) & (streams[at] == key[1])]
-            if not len(at):
-                continue
-            launched = np.maximum.accumulate(keys.of_calls(calls[at]))
+        for begun, calls in _on_stream(profile, name, key, linked=True):
+            launched = np.maximum.accumulate(keys.of_calls(calls))
             np.maximum(launched, carried, out=launched)
             carried = int(launched[-1])
-            place = searches.searchsorted(begun[at], starts, side="left")
+            place = searches.searchsorted(begun, starts, side="left")
             met = place > 0
             ahead[met] = np.maximum(ahead[met], launched[place[met] - 1])
     return ahead
+
+
+def _unlinked_between(profile: Profile, key: tuple[int, int], after: np.ndarray,
+                      before: np.ndarray) -> np.ndarray:
+    """Whether work of stream ``key`` (device, stream; kernels, copies, memsets) linked to no
+    launch call started inside each interval from ``after`` to ``before`` (ns, both left
+    out): a mask. Each table is read a block at a time in start order."""
+    met = np.zeros(len(after), dtype=bool)
+    for name in GPU_TABLES:
+        calls = launch_calls(profile, name)
+        if not len(calls) or calls.min() >= 0:  # every row linked: no pass over the table
+            continue
+        for begun, _ in _on_stream(profile, name, key, linked=False):
+            met |= (np.searchsorted(begun, before, side="left")
+                    > np.searchsorted(begun, after, side="right"))
+    return met
+
+
+def _on_stream(profile: Profile, name: str, key: tuple[int, int], linked: bool
+               ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The rows of GPU table ``name`` on stream ``key`` (device, stream) that are linked to
+    their launch call (``linked``) or to none, :data:`intervals.BLOCK_ROWS` rows of the table
+    at a time in start order: their starts and launch calls (runtime rows, -1 for none)."""
+    rows, calls = profile.table(name), launch_calls(profile, name)
+    begun = rows["start"].to_numpy(np.int64)
+    devices, streams = rows["device"].to_numpy(), rows["stream"].to_numpy()
+    order = None if iv.ascending(begun) else np.argsort(begun, kind="stable")
+    for block in iv.blocks(len(begun)):
+        at = np.arange(block.start, block.stop) if order is None else order[block]
+        at = at[((calls[at] >= 0) == linked) & (devices[at] == key[0]) & (streams[at] == key[1])]
+        if len(at):
+            yield begun[at], calls[at]
 
 
 @giving_back_memory
@@ -600,14 +648,16 @@ def launch_stats(profile: Profile, windows: StepWindows) -> LaunchStats | None:
     runtime = profile.table("runtime")
     starts = runtime["start"].to_numpy(np.int64)
     runtime_ns = _runtime_ns_in(starts, runtime["end"].to_numpy(np.int64), windows)
-    delay, launched, queued, skewed, waited = _idle_stream_delays(profile, mine, windows)
+    delay, launched, queued, skewed, waited, may_wait = _idle_stream_delays(profile, mine,
+                                                                            windows)
     why = unlinked(profile, "kernels", mine, "that ran in the steps")
     return LaunchStats(origin=profile.kind, kernels_per_step=count / windows.count,
                        short_kernel_fraction=short_fraction, short_kernel_ns=SHORT_KERNEL_NS,
                        launch_delay_p50_ns=int(np.median(delay, overwrite_input=True))
                        if len(delay) else None,
                        launch_delay_kernels=len(delay), launch_delay_skewed=skewed,
-                       launch_delay_waited=waited, waits_recorded=not profile.table("sync").empty,
+                       launch_delay_waited=waited, launch_delay_wait_unknown=may_wait,
+                       waits_recorded=not profile.table("sync").empty,
                        queued_launch_fraction=queued / launched if launched else None,
                        runtime_ns_per_step=runtime_ns // windows.count,
                        gpu_kernel_ns_per_step=kernel_ns // windows.count,
@@ -615,14 +665,15 @@ def launch_stats(profile: Profile, windows: StepWindows) -> LaunchStats | None:
 
 
 def _idle_stream_delays(profile: Profile, rows: np.ndarray, windows: StepWindows
-                        ) -> tuple[np.ndarray, int, int, int, int]:
+                        ) -> tuple[np.ndarray, int, int, int, int, int]:
     """The launch delays (kernel start minus launch call start) of the ``rows`` (a mask of the
     kernels) launched by a launch call started inside the step ``windows`` onto an idle
     stream, how many of the rows such a call launched, how many of those it launched behind
     work still queued or running on their stream (:func:`stream_free_by_block`), and, of
     those launched onto an idle stream, how many start before their call did (their delay, the
-    clocks' skew) and how many their stream was told to wait on an event for first
-    (:func:`waited_on_event`: their delay, another stream's work), both left out."""
+    clocks' skew), how many their stream was told to wait on an event for first and how many
+    it may have been (:func:`waited_on_event`: their delay, another stream's work), all three
+    left out."""
     kernel_starts = profile.table("kernels")["start"].to_numpy(np.int64)
     runtime = profile.table("runtime")
     call_starts = runtime["start"].to_numpy(np.int64)
@@ -632,8 +683,8 @@ def _idle_stream_delays(profile: Profile, rows: np.ndarray, windows: StepWindows
     # delay does not fit. Whether a call is a launch inside the windows is asked of the calls
     # paired, never of all 17 M at once.
     delay, filled = np.empty(int(rows.sum()), dtype=np.int32), 0
-    launched = queued = skewed = waited = 0
-    after_wait = waited_on_event(profile)
+    launched = queued = skewed = waited = may_wait = 0
+    after_wait, perhaps = waited_on_event(profile)
     pairs = launch_pairs(profile, "kernels", rows)
     for block, (kernel_at, call_at), free in zip(iv.blocks(len(rows)), pairs,
                                                  stream_free_by_block(profile), strict=True):
@@ -643,10 +694,12 @@ def _idle_stream_delays(profile: Profile, rows: np.ndarray, windows: StepWindows
         idle = free[kernel_at - block.start] <= call_ends[call_at]
         launched += len(idle)
         queued += len(idle) - int(idle.sum())
-        if len(after_wait):
+        if len(after_wait) or len(perhaps):
             on_event = _among(after_wait, block)[kernel_at - block.start]
+            maybe = _among(perhaps, block)[kernel_at - block.start]
             waited += int((idle & on_event).sum())
-            idle &= ~on_event
+            may_wait += int((idle & maybe).sum())
+            idle &= ~(on_event | maybe)
         block = kernel_starts[kernel_at[idle]]
         block -= call_starts[call_at[idle]]
         before_call = block < 0  # a kernel cannot start before its launch: the clocks disagree
@@ -659,7 +712,7 @@ def _idle_stream_delays(profile: Profile, rows: np.ndarray, windows: StepWindows
             delay = np.resize(delay, 2 * (filled + len(block)))
         delay[filled:filled + len(block)] = block
         filled += len(block)
-    return delay[:filled], launched, queued, skewed, waited
+    return delay[:filled], launched, queued, skewed, waited, may_wait
 
 
 def _among(positions: np.ndarray, block: slice) -> np.ndarray:

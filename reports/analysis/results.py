@@ -373,6 +373,11 @@ class LaunchStats:
     #: stream waits on the compute stream): they start when another stream's work reaches that
     #: event, their delay is that wait, so the median leaves them out.
     launch_delay_waited: int = 0
+    #: Kernels launched onto an idle stream that may have waited on an event so: the first of
+    #: their stream's linked work launched after the record, but behind work linked to no launch
+    #: call that started after the record, which may have been enqueued after it and waited
+    #: instead (gpu.waited_on_event). Whether they waited is unknown; the median leaves them out.
+    launch_delay_wait_unknown: int = 0
     #: Whether the profile records GPU sync records at all (nsys's CUPTI synchronization
     #: table, Kineto's ``cuda_sync`` events): where it does not, a stream told to wait on an
     #: event is unseen and the launch delay may hold cross-stream waits.
@@ -403,18 +408,26 @@ class LaunchStats:
 
     def left_out_text(self) -> str:
         """What the launch delay leaves out or may hold beyond launch latency, in a clause
-        (:meth:`skewed_text`, the kernels whose stream waited on an event, the waits a profile
-        without sync records cannot show); empty when nothing."""
-        waited = self.launch_delay_waited
-        kernels = "1 kernel" if waited == 1 else f"{waited:,} kernels"
+        (:meth:`skewed_text`, the kernels whose stream waited on an event or may have, the waits
+        a profile without sync records cannot show); empty when nothing."""
+        waited, maybe = self.launch_delay_waited, self.launch_delay_wait_unknown
         parts = [self.skewed_text(),
-                 f"{kernels} whose stream was told to wait on an event (cudaStreamWaitEvent) "
-                 "before the launch left out: they wait for another stream's work"
-                 if waited else "",
+                 f"{_kernels(waited)} whose stream was told to wait on an event "
+                 "(cudaStreamWaitEvent) before the launch left out: they wait for another "
+                 "stream's work" if waited else "",
+                 f"{_kernels(maybe)} whose stream was told to wait on an event before the "
+                 "launch, behind work linked to no launch call that started after the wait and "
+                 "may have waited instead, left out: whether they waited is unknown"
+                 if maybe else "",
                  "" if self.waits_recorded else
                  "the profile records no GPU sync records, so a stream told to wait on another "
                  "stream's work is unseen: the delay may include such waits"]
         return "; ".join(part for part in parts if part)
+
+
+def _kernels(count: int) -> str:
+    """'1 kernel', '1,200 kernels'."""
+    return "1 kernel" if count == 1 else f"{count:,} kernels"
 
 
 @dataclass(frozen=True)

@@ -423,7 +423,8 @@ def _launch_and_copy_rows(metrics: RunMetrics) -> list[MetricRow]:
                      f"{number(launch.launch_delay_kernels)} kernels"
                      if launch.launch_delay_p50_ns is not None else
                      "unknown: every kernel was launched behind work still queued on its stream"
-                     if not (launch.launch_delay_skewed or launch.launch_delay_waited)
+                     if not (launch.launch_delay_skewed or launch.launch_delay_waited
+                             or launch.launch_delay_wait_unknown)
                      else "unknown")
             if launch.left_out_text():
                 delay += f" ({launch.left_out_text()})"

@@ -98,6 +98,8 @@ def metrics_json(m: RunMetrics) -> dict[str, Any]:
         "launch_delay_p50_ms": _ms(launch.launch_delay_p50_ns) if launch else None,
         "launch_delay_kernels": launch.launch_delay_kernels if launch else None,
         "launch_delay_waited_kernels": launch.launch_delay_waited if launch else None,
+        "launch_delay_wait_unknown_kernels": launch.launch_delay_wait_unknown if launch
+        else None,
         "queued_launch_fraction": _frac(launch.queued_launch_fraction) if launch else None,
         "launch_delay_unknown_reason": launch.launches_unknown if launch else None,
         "idle_launch_unknown_ms_per_step": _ms(idle.launch_unknown_ns_per_step)
