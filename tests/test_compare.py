@@ -131,8 +131,8 @@ def roles(row: ComparisonRow) -> dict[str, tuple[str, float | None]]:
 
 
 def test_corpus_speedup_is_attributed_to_the_parts_that_add_up(corpus: Path) -> None:
-    """ResNet-50 num_workers 0 -> 4: DataLoader wait fell 69.3 -> 1.4 ms and explains 193% of the
-    35.1 ms the step lost; Other, Compute and Host / CUDA runtime grew and are named as offsets;
+    """ResNet-50 num_workers 0 -> 4: DataLoader wait fell 59.3 -> 1.2 ms and explains 165% of the
+    35.1 ms the step lost; Other, Host / CUDA runtime and Compute grew and are named as offsets;
     the parts add up to the step-time difference exactly (both from torch.profiler)."""
     report = analyze_paths([corpus / "kineto" / f"resnet50_num_workers_{n}.pt.trace.json.gz"
                             for n in (0, 4)], AnalyzeOptions())
@@ -148,24 +148,24 @@ def test_corpus_speedup_is_attributed_to_the_parts_that_add_up(corpus: Path) -> 
     assert sum(c.delta_ns for c in row.attribution) == total and row.unexplained_ns == 0
     loader = row.attribution[0]
     assert (loader.part, loader.role, loader.before_ns, loader.after_ns) == (
-        "dataloader", "driver", 69_298_500, 1_420_333)
-    assert loader.share == pytest.approx(67_878_167 / 35_137_833)
+        "dataloader", "driver", 59_261_833, 1_186_166)
+    assert loader.share == pytest.approx(58_075_667 / 35_137_833)
     assert [c.part for c in row.attribution if c.role == "offset"] == [
-        "other", "compute", "host_runtime"]
+        "other", "host_runtime", "compute"]
     assert row.explanation.startswith(
         "Mean step time fell by 35.1 ms per step (174.9 ms -> 139.7 ms): DataLoader wait fell "
-        "69.3 ms -> 1.4 ms (-67.9 ms, 193% of the difference); offset by Other grew")
-    # Each part judged on its own spread: the DataLoader wait's median fell 69.8 -> 1.3 ms,
-    # far beyond its ±2.7 ms band.
-    assert (loader.median_before_ns, loader.median_after_ns) == (69_810_500, 1_310_500)
-    assert loader.beyond_noise and round(loader.band_ns) == 2_702_231
-    assert "these parts changed: DataLoader wait 69.8 ms -> 1.3 ms (±2.7 ms)" in row.explanation
+        "59.3 ms -> 1.2 ms (-58.1 ms, 165% of the difference); offset by Other grew")
+    # Each part judged on its own spread: the DataLoader wait's median fell 59.4 -> 0.7 ms,
+    # far beyond its ±5.9 ms band.
+    assert (loader.median_before_ns, loader.median_after_ns) == (59_441_000, 690_000)
+    assert loader.beyond_noise and round(loader.band_ns) == 5_938_939
+    assert "these parts changed: DataLoader wait 59.4 ms -> 0.7 ms (±5.9 ms)" in row.explanation
     data = json.loads(render_json(report))["comparison"]["rows"][1]
     assert (row.step_time_kind, data["step_time_kind"]) == ("median", "median")
-    assert data["attribution"][0] == {"part": "dataloader", "before_ms": 69.299,
-                                      "after_ms": 1.42, "delta_ms": -67.878,
-                                      "share_of_difference": 1.9318, "role": "driver",
-                                      "median_before_ms": 69.811, "median_after_ms": 1.31,
+    assert data["attribution"][0] == {"part": "dataloader", "before_ms": 59.262,
+                                      "after_ms": 1.186, "delta_ms": -58.076,
+                                      "share_of_difference": 1.6528, "role": "driver",
+                                      "median_before_ms": 59.441, "median_after_ms": 0.69,
                                       "band_ms": data["attribution"][0]["band_ms"],
                                       "beyond_noise": True}
     assert data["unexplained_ms"] == 0.0

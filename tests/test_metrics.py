@@ -366,12 +366,14 @@ def test_sc22_1gpu_steps_and_wait_between_ranges(sc22_1gpu: RunMetrics) -> None:
     assert steps is not None and steps.origin == "nsys" and steps.count == 59
     assert steps.mean_ns / 1e6 == pytest.approx(88.6, abs=0.1)
     assert steps.wall_mean_ns == 764_937_062
-    # The breakdown's 664_558_399 ns of DataLoader wait in its 753_186_389 ns step.
+    # The loop's 664_558_399 ns between the ranges in its 753_186_389 ns step.
     assert sc22_1gpu.dataloader_fraction == pytest.approx(664_558_399 / 753_186_389, abs=1e-6)
     breakdown = sc22_1gpu.breakdown
     assert breakdown is not None and sum(breakdown.parts_ns.values()) == breakdown.step_ns
-    # The 750 ms step is the wall time from one step to the next: 664.6 ms of it waits.
-    assert (breakdown.parts_ns["dataloader"], breakdown.step_ns) == (664_558_399, 753_186_389)
+    # The 750 ms step is the wall time from one step to the next: the GPU still runs the step's
+    # kernels and memsets 42.6 ms of the 664.6 ms after its range, compute's time; 622.0 ms of
+    # it the loop waits with the GPU idle.
+    assert (breakdown.parts_ns["dataloader"], breakdown.step_ns) == (621_992_269, 753_186_389)
 
 
 def test_sc22_4gpu_communication(sc22_4gpu: RunMetrics) -> None:
@@ -607,6 +609,69 @@ def test_exposed_communication_is_one_figure(corpus: Path) -> None:
     from_breakdown = m.breakdown.parts_ns["comm_exposed"] / m.breakdown.step_ns
     assert m.comm.exposed_fraction == pytest.approx(from_breakdown, abs=1e-6)
     assert m.comm.exposed_fraction == pytest.approx(0.0587, abs=0.0005)
+
+
+#: The NCCL kernel the hand-built traces below run (concepts.is_comm by its name).
+NCCL_KERNEL = "ncclKernel_AllReduce_RING_LL_Sum_float"
+
+
+def test_a_collective_between_step_ranges_is_communication_not_a_wait(tmp_path: Path) -> None:
+    """5 NVTX ``step N`` ranges of 6 ms, 10 ms apart, each running a 4 ms compute kernel, then
+    an all-reduce of 2.5 ms in the 4 ms after its range, where the loop fetches its next batch
+    (StepWindows.fetch_between): the device communicates there, it does not wait for data.
+    The gap claimed its whole 4 ms as DataLoader wait before communication, which read 0%
+    exposed; now the 4 collectives in the windows (46 ms) are 2 ms exposed per step, the
+    DataLoader wait the 1.5 ms of each gap the device idles."""
+    ms = 1_000_000
+    kernels, runtime, steps = [], [], []
+    for i in range(5):
+        t, c = i * 10 * ms, 10 * i
+        steps.append((t, t + 6 * ms, f"step {i}"))
+        runtime += [(t + ms // 2, t + ms // 2 + 10_000, c + 1, "cudaLaunchKernel_v7000"),
+                    (t + 5 * ms, t + 5 * ms + 10_000, c + 2, "ncclAllReduce")]
+        kernels += [(t + ms, t + 5 * ms, c + 1, "gemm"),
+                    (t + 6 * ms + ms // 2, t + 9 * ms, c + 2, NCCL_KERNEL)]
+    m = metrics_of(write_nsys_export(tmp_path / "ddp.sqlite", kernels, steps, runtime))
+    assert m.breakdown is not None and m.comm is not None
+    assert m.breakdown.step_ns == 46 * ms // 5
+    parts = m.breakdown.parts_ns
+    assert (parts["compute"], parts["comm_exposed"], parts["dataloader"]) == (
+        4 * ms, 4 * 5 * ms // 2 // 5, 4 * 3 * ms // 2 // 5)
+    assert m.comm.exposed_fraction == pytest.approx(2 / 9.2)
+    # The loop's whole time between the ranges stays its wait for data (the loader findings').
+    assert m.dataloader_fraction == pytest.approx(16 / 46)
+
+
+def test_a_collective_during_a_fetch_is_communication_not_a_wait(tmp_path: Path) -> None:
+    """4 ProfilerStep#N of 10 ms, each fetching for 4 ms, then running a 4 ms compute kernel
+    and an all-reduce of 3 ms that runs 2 ms into the next step's fetch: of that fetch the
+    device communicates 2 ms and idles 2 ms. The fetch claimed all 4 ms before communication
+    (exposed 1 ms of the 3: 10% of the step); now the collectives' time in the windows is
+    exposed (3 ms each, the last one's 1 ms before the profile's last step ends: 2.5 ms per
+    step), the DataLoader wait the time the device idles in the fetches (the first step's
+    4 ms, then 2 ms each: 2.5 ms per step)."""
+    events = []
+    for i in range(4):
+        t = 1000 + i * 10_000
+        events += [cpu_event(f"ProfilerStep#{i + 1}", t, 10_000, cat="user_annotation"),
+                   cpu_event("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t,
+                             4000, cat="user_annotation"),
+                   cpu_event("cudaLaunchKernel", t + 4100, 20, cat="cuda_runtime",
+                             correlation=100 + i),
+                   device_event("gemm_kernel", t + 4200, 4000, device=0, stream=7,
+                                correlation=100 + i),
+                   cpu_event("ncclAllReduce", t + 8300, 20, cat="cuda_runtime",
+                             correlation=200 + i),
+                   device_event(NCCL_KERNEL, t + 9000, 3000, device=0, stream=9,
+                                correlation=200 + i)]
+    m = metrics_of(kineto_trace(tmp_path / "ddp.json", events))
+    assert m.breakdown is not None and m.comm is not None
+    parts = m.breakdown.parts_ns
+    assert (parts["compute"], parts["comm_exposed"], parts["dataloader"]) == (
+        4_000_000, 2_500_000, 2_500_000)
+    assert m.comm.exposed_fraction == pytest.approx(0.25)
+    # The loop's whole time in its fetches stays its wait for data (the loader findings').
+    assert m.dataloader_fraction == pytest.approx(0.4)
 
 
 def test_busy_share_is_against_the_step_not_the_gpus_own_events(corpus: Path) -> None:

@@ -71,13 +71,13 @@ def test_folder_search_skips_nsys_cache_and_outputs(tmp_path: Path) -> None:
 #: mean step; each part's median is then judged on its own spread).
 RESNET_PARTS = (
     "step time fell by 35.1 ms per step (174.9 ms -> 139.7 ms): DataLoader wait fell "
-    "69.3 ms -> 1.4 ms (-67.9 ms, 193% of the difference); offset by Other grew 14.8 ms -> "
-    "26.9 ms (+12.1 ms), Compute grew 86.0 ms -> 97.7 ms (+11.7 ms), Host / CUDA runtime grew "
-    "2.8 ms -> 10.5 ms (+7.7 ms); smaller changes +1.3 ms together. Judged each on its own "
+    "59.3 ms -> 1.2 ms (-58.1 ms, 165% of the difference); offset by Other grew 14.8 ms -> "
+    "26.9 ms (+12.1 ms), Host / CUDA runtime grew 2.8 ms -> 10.5 ms (+7.7 ms), Compute grew "
+    "96.0 ms -> 97.9 ms (+1.9 ms); smaller changes +1.3 ms together. Judged each on its own "
     "step-to-step spread (median per step, 95% band), these parts changed: DataLoader wait "
-    "69.8 ms -> 1.3 ms (±2.7 ms); Compute 85.5 ms -> 98.8 ms (±3.7 ms); Host / CUDA runtime "
-    "2.8 ms -> 3.5 ms (±0.5 ms); Host-to-device copy 1.9 ms -> 3.0 ms (±88.5 µs); Other GPU "
-    "copies and memsets 84.5 µs -> 97.0 µs (±2.0 µs).")
+    "59.4 ms -> 0.7 ms (±5.9 ms); Host / CUDA runtime 2.8 ms -> 3.5 ms (±0.5 ms); "
+    "Host-to-device copy 1.9 ms -> 3.0 ms (±88.5 µs); Other GPU copies and memsets 88.5 µs -> "
+    "97.5 µs (±4.9 µs).")
 
 
 def test_comparison_names_the_dataloader_change(corpus: Path, tmp_path: Path) -> None:
@@ -94,7 +94,7 @@ def test_comparison_names_the_dataloader_change(corpus: Path, tmp_path: Path) ->
     assert row.within_noise is False and row.noise_fraction == pytest.approx(0.1061, abs=0.001)
     assert report.comparison.rows[0].within_noise is None
     assert row.changed_knobs == {"num_workers": {"from": 0, "to": 4}}
-    assert row.breakdown_delta_ns["dataloader"] < -60_000_000
+    assert row.breakdown_delta_ns["dataloader"] < -58_000_000
     assert row.explanation == (
         f"Mean {RESNET_PARTS}"
         " The DataLoader change (num_workers 0 -> 4) brought the gain.")
@@ -103,7 +103,7 @@ def test_comparison_names_the_dataloader_change(corpus: Path, tmp_path: Path) ->
     flipped = analyze_paths(folders, AnalyzeOptions(baseline="workers4")).comparison.rows[0]
     assert flipped.speedup == pytest.approx(100 / 140) and flipped.within_noise is False
     assert flipped.explanation.startswith("Mean step time grew by 35.1 ms per step (139.7 ms -> "
-                                          "174.9 ms): DataLoader wait grew 1.4 ms -> 69.3 ms")
+                                          "174.9 ms): DataLoader wait grew 1.2 ms -> 59.3 ms")
     assert flipped.explanation.endswith(
         "The DataLoader change (num_workers 4 -> 0) brought the loss.")
 
@@ -113,7 +113,7 @@ def test_comparison_calls_a_small_difference_noise(corpus: Path, tmp_path: Path)
     (their robust spread over every ProfilerStep, the last ones too: one slow first step no
     longer widens it to ±22%): the row says so and claims no gain for the whole step, and
     judges each part of the breakdown on its own spread, so the DataLoader wait's fall (median
-    69.8 -> 1.3 ms per step) is said beside it."""
+    59.4 -> 0.7 ms per step) is said beside it."""
     report = analyze_paths([run_folder(tmp_path, corpus, 0), run_folder(tmp_path, corpus, 4)],
                            AnalyzeOptions())
     row = report.comparison.rows[1]
@@ -122,12 +122,12 @@ def test_comparison_calls_a_small_difference_noise(corpus: Path, tmp_path: Path)
         "1.04× is within this machine's run-to-run noise (±11% at 95% confidence, from the "
         "step-to-step spread of both runs): no change can be claimed. "
         "In the profiled runs, mean step time fell by 35.1 ms per step (174.9 ms -> 139.7 ms): "
-        "DataLoader wait fell 69.3 ms "
-        "-> 1.4 ms (-67.9 ms, 193% of the difference); offset by Other grew 14.8 ms -> 26.9 ms "
-        "(+12.1 ms), Compute grew 86.0 ms -> 97.7 ms (+11.7 ms), Host / CUDA runtime grew 2.8 ms "
-        "-> 10.5 ms (+7.7 ms); smaller changes +1.3 ms together. Judged each on its own "
+        "DataLoader wait fell 59.3 ms "
+        "-> 1.2 ms (-58.1 ms, 165% of the difference); offset by Other grew 14.8 ms -> 26.9 ms "
+        "(+12.1 ms), Host / CUDA runtime grew 2.8 ms -> 10.5 ms (+7.7 ms), Compute grew 96.0 ms "
+        "-> 97.9 ms (+1.9 ms); smaller changes +1.3 ms together. Judged each on its own "
         "step-to-step spread (median per step, 95% band), these parts changed: DataLoader wait "
-        "69.8 ms -> 1.3 ms (±2.7 ms);")
+        "59.4 ms -> 0.7 ms (±5.9 ms);")
     assert row.explanation.endswith(" Also different between these runs: num_workers 0 -> 4.")
     data = json.loads(render_json(report))["comparison"]
     assert data["noise_confidence"] == 0.95
@@ -164,12 +164,12 @@ def test_comparison_without_knobs_and_baseline_choice(corpus: Path) -> None:
     """Without manifests the part that shrank most is named; --baseline picks the reference."""
     files = [kineto(corpus, 0), kineto(corpus, 4)]
     report = analyze_paths(files, AnalyzeOptions())
-    assert "DataLoader wait fell 69.3 ms -> 1.4 ms" in report.comparison.rows[1].explanation
+    assert "DataLoader wait fell 59.3 ms -> 1.2 ms" in report.comparison.rows[1].explanation
     row = report.comparison.rows[1]
     assert row.speedup_basis == "step time" and row.speedup == row.step_speedup
     flipped = analyze_paths(files, AnalyzeOptions(baseline="resnet50_num_workers_4"))
     assert flipped.comparison.baseline == "resnet50_num_workers_4"
-    assert "DataLoader wait grew 1.4 ms -> 69.3 ms" in flipped.comparison.rows[0].explanation
+    assert "DataLoader wait grew 1.2 ms -> 59.3 ms" in flipped.comparison.rows[0].explanation
     with pytest.raises(UsageError):
         analyze_paths(files, AnalyzeOptions(baseline="nope"))
 

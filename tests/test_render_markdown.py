@@ -40,7 +40,8 @@ def test_markdown_of_the_pair(corpus: Path) -> None:
     assert "**Verdict: Waiting for data (DataLoader-bound).**" in text
     assert "| 1.39× (±11%) |" in text  # median step windows, beyond their robust noise band
     assert r"| resnet50\_num\_workers\_4 | 126.6 ms median |" in text  # the statistic named
-    assert "| DataLoader wait | 69.3 ms |" in text  # 40% of the 174.9 ms step
+    # The 69.3 ms of fetches (40% of the 174.9 ms step) less the 10.0 ms the GPU computes in them.
+    assert "| DataLoader wait | 59.3 ms |" in text
     found = tables(text)
     assert len(found) >= 6
     for table in found:

@@ -135,16 +135,47 @@ def test_nsys_steps_of_pageable_copies_are_transfer_bound(tmp_path: Path) -> Non
 
 def test_copies_hidden_under_the_kernels_leave_it_compute_bound(tmp_path: Path) -> None:
     """The kernel steps with a 600 us pinned copy on a second stream under each 900 us kernel:
-    the breakdown's h2d_copy part claims those 600 us before compute (60% of the step), but
-    the kernels run beside them all along, so the copies set no pace: compute-bound, no
-    TRANSFER_BOUND, the hidden copy time kept beside the breakdown."""
+    the kernels run beside the copies all along, so compute claims those 600 us (the h2d_copy
+    part claimed them before compute: compute 300 us, 30% of the step) and the copies set no
+    pace: compute-bound, no TRANSFER_BOUND, the hidden copy time kept beside the breakdown."""
     run = analyzed(gpu_steps(tmp_path / "overlapped.json", 900, copy=False, beside_us=600))
     breakdown = run.metrics.breakdown
     assert (breakdown.parts_ns["h2d_copy"], breakdown.parts_ns["compute"],
-            breakdown.h2d_overlapped_ns) == (600_000, 300_000, 600_000)
+            breakdown.h2d_overlapped_ns) == (0, 900_000, 600_000)
     assert run.verdict == "compute-bound"
     assert run.verdict_reason == "GPU busy 90% of the step windows"
     assert "TRANSFER_BOUND" not in [f.id for f in run.findings]
+
+
+def test_a_copy_hidden_under_the_kernels_is_compute_time(tmp_path: Path) -> None:
+    """Kernels of 650 us a step (the GPU busy 65%, under COMPUTE_BOUND_BUSY) with a 300 us
+    pinned copy on a second stream under each: the kernels hold 65% of the step, past
+    COMPUTE_BOUND_SHARE. The copy claimed its 300 us before compute, which read 35%: balanced.
+    Now compute claims first and the copy shows only what it adds (none)."""
+    run = analyzed(gpu_steps(tmp_path / "hidden.json", 650, copy=False, beside_us=300))
+    breakdown = run.metrics.breakdown
+    assert (breakdown.parts_ns["compute"], breakdown.parts_ns["h2d_copy"],
+            breakdown.h2d_overlapped_ns) == (650_000, 0, 300_000)
+    assert run.verdict == "compute-bound"
+    assert run.verdict_reason == "GPU kernels take 65% of step time"
+
+
+def test_transfer_bound_counts_only_the_copy_time_no_kernel_hides(tmp_path: Path) -> None:
+    """A 300 us kernel a step with a 900 us pinned copy on a second stream starting under it:
+    290 us of the copy run beside the kernel, 610 us alone (61% of the step): transfer-bound.
+    The evidence gives the exposed copy time and the hidden time beside it, and the kernels
+    their 30% (the copy claimed all of its time first: 'compute kernels 1.0%')."""
+    run = analyzed(gpu_steps(tmp_path / "partly.json", 300, copy=False, beside_us=900))
+    breakdown = run.metrics.breakdown
+    assert (breakdown.parts_ns["compute"], breakdown.parts_ns["h2d_copy"],
+            breakdown.h2d_overlapped_ns) == (300_000, 610_000, 290_000)
+    assert run.verdict == "transfer-bound"
+    found = run.findings[0]
+    assert found.id == "TRANSFER_BOUND"
+    assert found.evidence[0].text == (
+        "host-to-device copies 0.6 ms (and 0.3 ms more beside compute kernels) and other copies "
+        "and memsets 0.0 ms per step: 61% of 1.0 ms with no compute kernel beside them; "
+        "compute kernels 30%")
 
 
 def waiting_steps(path: Path, copy_us: int, kernel_us: int, wait: str) -> Path:

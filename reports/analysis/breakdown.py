@@ -1,6 +1,7 @@
 """The step breakdown: each part of a step claims the time no earlier part claimed.
 
-The parts (``BREAKDOWN_PARTS``) claim in order, so they add up to the mean step window. The time
+The parts claim in their builder's order (gpu.gpu_parts, :func:`cpu_parts`), so they add up to
+the mean step window; ``BREAKDOWN_PARTS`` is the order they are shown in. The time
 the communication part claims is *the* exposed communication of the run: ``CommStats`` reads the
 same claimed time (:func:`claim`), so the breakdown and the communication figures never disagree.
 """

@@ -233,17 +233,21 @@ def copy_rows(profile: Profile, host_to_device: bool) -> iv.Rows:
 
 
 def gpu_parts(profile: Profile, windows: StepWindows) -> Parts:
-    """The parts of a GPU step in claiming order: DataLoader wait, H2D copies, compute kernels,
-    other copies and memsets, communication kernels (what they claim is the exposed
-    communication), CUDA runtime calls on the CPU while the GPU has nothing else; the rest is
-    other. The compute kernels, the copies, the memsets and the runtime calls are their tables'
-    rows, never built into unions of their own (8.4 M and 17 M intervals on a 10 M-kernel
-    export; its copies' and memsets' union took 36 MB of temporaries beside its own 24 MB)."""
-    yield "dataloader", dataloader_intervals(profile, windows)
-    yield "h2d_copy", copy_rows(profile, host_to_device=True)
+    """The parts of a GPU step in claiming order: the device's work first, compute kernels,
+    H2D copies, other copies and memsets, communication kernels (so each copy and collective
+    claims only the time no compute kernel runs beside it: what the communication kernels
+    claim is the exposed communication), then the DataLoader wait (the loop waiting for a batch
+    while the device runs nothing: a kernel queued before the fetch, or a collective still
+    running, is work the step does meanwhile), then CUDA runtime calls on the CPU while the GPU
+    has nothing else; the rest is other. The compute kernels, the copies, the memsets and the
+    runtime calls are their tables' rows, never built into unions of their own (8.4 M and 17 M
+    intervals on a 10 M-kernel export; its copies' and memsets' union took 36 MB of temporaries
+    beside its own 24 MB)."""
     yield "compute", compute_rows(profile)
+    yield "h2d_copy", copy_rows(profile, host_to_device=True)
     yield "copy_memset", (copy_rows(profile, host_to_device=False), table_rows(profile, "memset"))
     yield "comm_exposed", comm_intervals(profile)
+    yield "dataloader", dataloader_intervals(profile, windows)
     yield "host_runtime", table_rows(profile, "runtime")
 
 
@@ -284,13 +288,13 @@ def gpu_breakdown(profile: Profile, windows: StepWindows,
                   claims: dict[str, np.ndarray]) -> Breakdown:
     """Step time split into the parts of :func:`gpu_parts`; ``comm_overlapped_ns`` is the
     communication that runs under compute kernels, ``h2d_overlapped_ns`` the host-to-device
-    copies that do. The DataLoader wait is unmeasured where the profile does not record it
-    (steps.loader_known: an nsys capture without fetch or step ranges), its time in "other"."""
+    copies that do (compute claims both: neither is in its own part). The DataLoader wait is
+    unmeasured where the profile does not record it (steps.loader_known: an nsys capture
+    without fetch or step ranges), its time in "other"."""
     steps = max(windows.count, 1)
     overlapped = comm_under_compute(profile, windows) // steps
-    h2d = claims.get("h2d_copy")  # none claimed: no hidden copy time to measure
-    h2d_hidden = (under_compute(profile, windows, copy_rows(profile, host_to_device=True)) // steps
-                  if h2d is not None and h2d.any() else 0)
+    h2d_hidden = (0 if copies_of_kind(profile, concepts.HTOD).empty else
+                  under_compute(profile, windows, copy_rows(profile, host_to_device=True)) // steps)
     measured = frozenset(BREAKDOWN_PARTS) - (set() if loader_known(profile, windows)
                                              else {"dataloader"})
     return make_breakdown(profile.kind, windows, claims, overlapped, measured,

@@ -47,7 +47,9 @@ def origin_label(origin: str) -> str:
     """The name of the profiler (or the runner) a figure came from."""
     return ORIGIN_LABELS.get(origin, origin)
 
-#: The parts of a step, in the order they claim time (each claims only what is not yet claimed).
+#: The parts of a step, in the order tables and charts show them: the pipeline's order, not the
+#: order they claim time in (each claims only what is not yet claimed), which is their
+#: builder's (gpu.gpu_parts: the device's work first; breakdown.cpu_parts).
 BREAKDOWN_PARTS = ("dataloader", "h2d_copy", "compute", "copy_memset", "comm_exposed",
                    "host_runtime", "other")
 #: The name of each part, for tables, charts and sentences (keys in BREAKDOWN_PARTS order).
@@ -281,8 +283,8 @@ class Breakdown:
     parts_ns: dict[str, int]
     #: Communication hidden under compute (not a part: compute already claims it).
     comm_overlapped_ns: int = 0
-    #: Host-to-device copy time with a compute kernel running beside it (not a part: the
-    #: h2d_copy part, which claims before compute, holds it): copies hidden under the kernels.
+    #: Host-to-device copy time with a compute kernel running beside it (not a part: compute,
+    #: which claims before the h2d_copy part, holds it): copies hidden under the kernels.
     h2d_overlapped_ns: int = 0
     #: Each part's ns in every whole step window (for robust comparisons); empty when the
     #: origin splits no window (line_profiler).

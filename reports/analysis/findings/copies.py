@@ -250,7 +250,7 @@ def transfer_bound(facts: Facts) -> Finding | None:
     if share is None or b is None:
         return None
     h2d, other = (ms(b.parts_ns[part]) for part in COPY_PARTS)
-    hidden = (f" ({ms(b.h2d_overlapped_ns)} of it beside compute kernels)"
+    hidden = (f" (and {ms(b.h2d_overlapped_ns)} more beside compute kernels)"
               if b.h2d_overlapped_ns else "")
     evidence = [Evidence(f"host-to-device copies {h2d}{hidden} and other copies and memsets "
                          f"{other} per step: {pct(share)} of {ms(b.step_ns)} with no compute "

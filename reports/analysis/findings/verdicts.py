@@ -114,14 +114,12 @@ def compute_share(m: RunMetrics) -> float | None:
 
 def copy_share(m: RunMetrics) -> float | None:
     """Share of the step the GPU's copies and memsets take with no compute kernel beside them:
-    the breakdown's COPY_PARTS (claimed after the DataLoader wait; other copies and memsets
-    after compute too) less the host-to-device copy time under compute kernels
-    (Breakdown.h2d_overlapped_ns); None without a GPU breakdown that measured them."""
+    the breakdown's COPY_PARTS, which claim after compute (gpu.gpu_parts); None without a GPU
+    breakdown that measured them."""
     b = m.breakdown
     if m.gpu is None or b is None or b.step_ns <= 0 or not b.measured.issuperset(COPY_PARTS):
         return None
-    h2d = b.parts_ns["h2d_copy"] - min(b.h2d_overlapped_ns, b.parts_ns["h2d_copy"])
-    return (h2d + b.parts_ns["copy_memset"]) / b.step_ns
+    return sum(b.parts_ns[part] for part in COPY_PARTS) / b.step_ns
 
 
 def transfer_bound_share(m: RunMetrics) -> float | None:
