@@ -13,12 +13,18 @@
  * start and the latest end reached) from one call to the next. The unions come out as those
  * of the numpy passes of reports/analysis/intervals.py.
  *
+ * stream_free() says when the work queued ahead of each row of a GPU table on its stream had
+ * ended: one pass over the table's rows in start order and the other GPU tables' rows started
+ * before each, carrying each stream's latest end, as reports/analysis/gpu.py's block-wise
+ * numpy pass does.
+ *
  * Each call holds no Python object while it runs (the GIL is released), and reads only the
  * arrays' lengths it is given.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 /* Whether x lies before the place of key: below it (side "left"), or not above it ("right"). */
 static inline int lies_before(int64_t x, int64_t key, int right)
@@ -74,15 +80,26 @@ static Py_ssize_t place(const int64_t *a, Py_ssize_t n, int64_t key, int right, 
     return low;
 }
 
-/* A C-contiguous buffer of 8-byte items, its length in items in *count; 0 on failure (an
- * exception set). */
+/* Whether a buffer's items are signed integers (struct format b, h, i, l or q, in native
+ * order). */
+static int signed_integers(const Py_buffer *view)
+{
+    const char *format = view->format ? view->format : "B";
+    if (*format == '@' || *format == '=')
+        format++;
+    return format[0] && !format[1] && strchr("bhilq", format[0]) != NULL;
+}
+
+/* A C-contiguous buffer of 8-byte signed integers, its length in items in *count; 0 on failure
+ * (an exception set). */
 static int eight_byte_items(PyObject *array, Py_buffer *view, int writable, Py_ssize_t *count)
 {
-    if (PyObject_GetBuffer(array, view, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0)
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(array, view, flags) < 0)
         return 0;
-    if (view->itemsize != 8 || view->len % 8) {
+    if (view->itemsize != 8 || view->len % 8 || !signed_integers(view)) {
         PyBuffer_Release(view);
-        PyErr_SetString(PyExc_TypeError, "expected a contiguous array of 8-byte integers");
+        PyErr_SetString(PyExc_TypeError, "expected a contiguous array of 8-byte signed integers");
         return 0;
     }
     *count = view->len / 8;
@@ -191,11 +208,12 @@ static PyObject *union_into(PyObject *self, PyObject *args)
             break;
     int with_chosen = chosen_obj != Py_None;
     if (held == 6 && with_chosen) {
-        if (PyObject_GetBuffer(chosen_obj, &views[6], PyBUF_C_CONTIGUOUS) < 0)
+        if (PyObject_GetBuffer(chosen_obj, &views[6], PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
             with_chosen = -1;
-        else if (views[6].itemsize != 1 || views[6].len != sizes[2]) {
+        else if (views[6].itemsize != 1 || views[6].len != sizes[2] || !views[6].format
+                 || strcmp(views[6].format, "?")) {
             PyBuffer_Release(&views[6]);
-            PyErr_SetString(PyExc_ValueError, "b_chosen is not one byte per row of b");
+            PyErr_SetString(PyExc_ValueError, "b_chosen is not one bool per row of b");
             with_chosen = -1;
         }
     }
@@ -243,9 +261,207 @@ static PyObject *union_into(PyObject *self, PyObject *args)
                          u.is_open ? Py_True : Py_False);
 }
 
+/* A column of signed integers of 1, 2, 4 or 8 bytes (the narrowest dtype ids are held in). */
+typedef struct {
+    const char *data;
+    Py_ssize_t itemsize;
+} IdColumn;
+
+static inline int64_t id_at(const IdColumn *c, Py_ssize_t i)
+{
+    switch (c->itemsize) {
+    case 1: return ((const int8_t *)c->data)[i];
+    case 2: return ((const int16_t *)c->data)[i];
+    case 4: return ((const int32_t *)c->data)[i];
+    default: return ((const int64_t *)c->data)[i];
+    }
+}
+
+/* One table's rows in start order: starts and ends (int64), devices and streams (ids). */
+typedef struct {
+    const int64_t *starts, *ends;
+    IdColumn devices, streams;
+    Py_ssize_t count;
+} StreamRows;
+
+/* The streams met so far: (device, stream, reach) triples in the order met, in an int64
+ * array of `capacity` triples, the last one found remembered (rows come in runs per stream). */
+typedef struct {
+    int64_t *entries;
+    Py_ssize_t used, capacity, last;
+} Streams;
+
+/* The place of stream (device, stream) among the streams met, added with no reach (INT64
+ * min) when new; -1 when it is new and there is no room. */
+static Py_ssize_t stream_slot(Streams *met, int64_t device, int64_t stream)
+{
+    int64_t *e = met->entries;
+    if (met->last < met->used && e[3 * met->last] == device && e[3 * met->last + 1] == stream)
+        return met->last;
+    for (Py_ssize_t k = 0; k < met->used; k++)
+        if (e[3 * k] == device && e[3 * k + 1] == stream)
+            return met->last = k;
+    if (met->used == met->capacity)
+        return -1;
+    e[3 * met->used] = device;
+    e[3 * met->used + 1] = stream;
+    e[3 * met->used + 2] = INT64_MIN;
+    return met->last = met->used++;
+}
+
+/* Views of a table's four columns: 0 on failure (an exception set; views released). */
+static int stream_rows(PyObject *columns, Py_buffer views[4], StreamRows *rows)
+{
+    PyObject *items[4];
+    if (!PyArg_ParseTuple(columns, "OOOO", &items[0], &items[1], &items[2], &items[3]))
+        return 0;
+    Py_ssize_t sizes[4];
+    int held = 0;
+    for (; held < 4; held++) {
+        if (held < 2) {
+            if (!eight_byte_items(items[held], &views[held], 0, &sizes[held]))
+                break;
+            continue;
+        }
+        if (PyObject_GetBuffer(items[held], &views[held], PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+            break;
+        Py_ssize_t size = views[held].itemsize;
+        if ((size != 1 && size != 2 && size != 4 && size != 8) || views[held].len % size
+            || !signed_integers(&views[held])) {
+            PyBuffer_Release(&views[held]);
+            PyErr_SetString(PyExc_TypeError, "ids are not integers of 1, 2, 4 or 8 bytes");
+            break;
+        }
+        sizes[held] = views[held].len / size;
+    }
+    if (held == 4 && (sizes[1] != sizes[0] || sizes[2] != sizes[0] || sizes[3] != sizes[0])) {
+        PyErr_SetString(PyExc_ValueError, "a table's columns differ in length");
+    } else if (held == 4) {
+        rows->starts = views[0].buf;
+        rows->ends = views[1].buf;
+        rows->devices = (IdColumn){views[2].buf, views[2].itemsize};
+        rows->streams = (IdColumn){views[3].buf, views[3].itemsize};
+        rows->count = sizes[0];
+        return 1;
+    }
+    while (held--)
+        PyBuffer_Release(&views[held]);
+    return 0;
+}
+
+PyDoc_STRVAR(stream_free_doc,
+"stream_free(table, positions, others, taken, streams, used, out) -> (done, used)\n\n"
+"When the work ahead of each of a table's rows on its stream had all ended: the latest end of\n"
+"the rows of the same device and stream read before it (the table's rows at positions, in\n"
+"that order: an intp array of rows in start order) and of the other tables' rows that started\n"
+"before it (INT64 min where none). table and each of others: (starts, ends, devices, streams),\n"
+"the others in start order. taken (int64, one per other table) counts the rows of each taken so\n"
+"far; streams (int64, capacity x 3) holds the streams met so far (device, stream, reach), used\n"
+"of them. Both are carried from one call to the next and updated in place. Writes out (int64,\n"
+"one per position) and returns how many positions it did, fewer than all when streams is full\n"
+"(grow it and call again for the rest), and how many streams it holds.");
+
+static PyObject *stream_free(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *table_obj, *positions_obj, *others_obj, *taken_obj, *streams_obj, *out_obj;
+    Py_ssize_t used;
+    if (!PyArg_ParseTuple(args, "O!OO!OOnO", &PyTuple_Type, &table_obj, &positions_obj,
+                          &PyTuple_Type, &others_obj, &taken_obj, &streams_obj, &used, &out_obj))
+        return NULL;
+    Py_ssize_t other_count = PyTuple_GET_SIZE(others_obj);
+    if (other_count > 4) {
+        PyErr_SetString(PyExc_ValueError, "at most four other tables");
+        return NULL;
+    }
+    Py_buffer table_views[4], other_views[4][4], positions, taken, streams, out;
+    StreamRows table, others[4];
+    if (!stream_rows(table_obj, table_views, &table))
+        return NULL;
+    Py_ssize_t ready = 0;
+    for (; ready < other_count; ready++)
+        if (!stream_rows(PyTuple_GET_ITEM(others_obj, ready), other_views[ready], &others[ready]))
+            break;
+    Py_ssize_t count = 0, taken_count = 0, capacity = 0, out_count = 0;
+    int stage = 0; /* buffers held past the tables */
+    if (ready == other_count) {
+        if (eight_byte_items(positions_obj, &positions, 0, &count))
+            stage = 1;
+        if (stage == 1 && eight_byte_items(taken_obj, &taken, 1, &taken_count))
+            stage = 2;
+        if (stage == 2 && eight_byte_items(streams_obj, &streams, 1, &capacity))
+            stage = 3;
+        if (stage == 3 && eight_byte_items(out_obj, &out, 1, &out_count))
+            stage = 4;
+    }
+    int fits = stage == 4 && taken_count == other_count && out_count == count
+               && capacity % 3 == 0 && used >= 0 && used <= capacity / 3;
+    if (stage == 4 && !fits)
+        PyErr_SetString(PyExc_ValueError, "taken, streams or out do not fit");
+    const Py_ssize_t *at = stage >= 1 ? positions.buf : NULL;
+    for (Py_ssize_t i = 0; fits && i < count; i++)
+        if (at[i] < 0 || at[i] >= table.count) {
+            PyErr_SetString(PyExc_IndexError, "a position lies outside the table");
+            fits = 0;
+        }
+    for (Py_ssize_t t = 0; fits && t < other_count; t++)
+        if (((int64_t *)taken.buf)[t] < 0 || ((int64_t *)taken.buf)[t] > others[t].count) {
+            PyErr_SetString(PyExc_ValueError, "taken lies outside its table");
+            fits = 0;
+        }
+    Py_ssize_t done = 0;
+    if (fits) {
+        int64_t *taken_rows = taken.buf, *free_at = out.buf;
+        Streams met = {streams.buf, used, capacity / 3, 0};
+        Py_BEGIN_ALLOW_THREADS
+        for (; done < count; done++) {
+            Py_ssize_t row = at[done];
+            int64_t start = table.starts[row];
+            int full = 0;
+            for (Py_ssize_t t = 0; t < other_count && !full; t++) {
+                StreamRows *o = &others[t];
+                for (; taken_rows[t] < o->count && o->starts[taken_rows[t]] < start;
+                     taken_rows[t]++) {
+                    Py_ssize_t k = taken_rows[t];
+                    Py_ssize_t slot = stream_slot(&met, id_at(&o->devices, k),
+                                                  id_at(&o->streams, k));
+                    if (slot < 0) {
+                        full = 1;
+                        break;
+                    }
+                    if (o->ends[k] > met.entries[3 * slot + 2])
+                        met.entries[3 * slot + 2] = o->ends[k];
+                }
+            }
+            Py_ssize_t slot = full ? -1 : stream_slot(&met, id_at(&table.devices, row),
+                                                      id_at(&table.streams, row));
+            if (slot < 0)
+                break;
+            free_at[done] = met.entries[3 * slot + 2];
+            if (table.ends[row] > met.entries[3 * slot + 2])
+                met.entries[3 * slot + 2] = table.ends[row];
+        }
+        Py_END_ALLOW_THREADS
+        used = met.used;
+    }
+    if (stage >= 4) PyBuffer_Release(&out);
+    if (stage >= 3) PyBuffer_Release(&streams);
+    if (stage >= 2) PyBuffer_Release(&taken);
+    if (stage >= 1) PyBuffer_Release(&positions);
+    for (Py_ssize_t t = 0; t < ready; t++)
+        for (int c = 0; c < 4; c++)
+            PyBuffer_Release(&other_views[t][c]);
+    for (int c = 0; c < 4; c++)
+        PyBuffer_Release(&table_views[c]);
+    if (!fits)
+        return NULL;
+    return Py_BuildValue("nn", done, used);
+}
+
 static PyMethodDef methods[] = {
     {"search", search, METH_VARARGS, search_doc},
     {"union_into", union_into, METH_VARARGS, union_into_doc},
+    {"stream_free", stream_free, METH_VARARGS, stream_free_doc},
     {NULL, NULL, 0, NULL},
 };
 

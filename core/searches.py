@@ -81,3 +81,52 @@ _NONE = np.empty(0, dtype=np.int64)
 def _int64(values: Any) -> np.ndarray:
     """``values`` as a C-contiguous int64 array (as they are when they already are one)."""
     return np.ascontiguousarray(values, dtype=np.int64)
+
+
+#: Columns of a GPU table for :class:`StreamReach`: starts, ends (int64), devices, streams
+#: (integer ids of any width).
+StreamColumns = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+class StreamReach:
+    """When the work queued ahead of each row of a GPU table on its stream had all ended (the
+    latest end of the rows of the same device and stream before it in start order, and of the
+    other tables' rows started before it), asked for the rows a block at a time in start order:
+    the C pass of :func:`reports.analysis.gpu.stream_free_by_block`."""
+
+    def __init__(self, table: StreamColumns, others: list[StreamColumns]) -> None:
+        """Before any row of ``table``; ``others``' rows in start order."""
+        self.table = _stream_columns(table)
+        self.others = tuple(_stream_columns(columns) for columns in others)
+        self.taken = np.zeros(len(others), dtype=np.int64)  # rows of each other table passed
+        self.streams = np.empty((16, 3), dtype=np.int64)  # (device, stream, reach) met so far
+        self.used = 0
+
+    def ahead(self, rows: np.ndarray) -> np.ndarray:
+        """For the table's rows at ``rows`` (positions, in start order, after every row asked
+        before), when the work ahead of each on its stream had ended (INT64 min for none)."""
+        positions = np.ascontiguousarray(rows, dtype=np.intp)
+        free = np.empty(len(positions), dtype=np.int64)
+        done = 0
+        while True:
+            count, self.used = _searches.stream_free(self.table, positions[done:], self.others,
+                                                     self.taken, self.streams, self.used,
+                                                     free[done:])
+            done += count
+            if done == len(positions):
+                return free
+            grown = np.empty((2 * len(self.streams), 3), dtype=np.int64)  # full: room for more
+            grown[:self.used] = self.streams[:self.used]
+            self.streams = grown
+
+
+def _stream_columns(columns: StreamColumns) -> StreamColumns:
+    """A table's columns for the C pass: contiguous, times as int64, ids as they are where
+    they are signed integers (else int64: an empty table's columns may be of objects)."""
+    starts, ends, devices, streams = columns
+    return _int64(starts), _int64(ends), _ids(devices), _ids(streams)
+
+
+def _ids(values: np.ndarray) -> np.ndarray:
+    """Integer ids as a contiguous array of signed integers (their own width where they are)."""
+    return np.ascontiguousarray(values, dtype=None if values.dtype.kind == "i" else np.int64)

@@ -281,23 +281,28 @@ def test_a_kernel_starting_before_its_launch_call_measures_the_clocks_skew(
 
 @pytest.mark.parametrize("table", ["kernels", "memcpy"])
 @pytest.mark.parametrize("in_order", [True, False])
+@pytest.mark.parametrize("streams", [3, 40])
+@pytest.mark.usefixtures("search_passes")
 def test_stream_free_by_block_is_the_reach_of_the_work_ahead_on_the_stream(
-        monkeypatch: pytest.MonkeyPatch, in_order: bool, table: str) -> None:
+        monkeypatch: pytest.MonkeyPatch, in_order: bool, table: str, streams: int) -> None:
     """Each kernel's (or copy's) stream_free_by_block, read in blocks of 16 rows (a stream's
     reach carried across them; a block of the 40 copies spans more than 16 of the 300 kernels,
     taken 16 at a time) from tables in start order or not, is the latest end of the kernels,
-    copies and memsets of its device and stream that started before it, counted one by one."""
+    copies and memsets of its device and stream that started before it, counted one by one;
+    with 3 streams a device, or 40 (more streams than the C pass first makes room for), ids
+    of different widths in each table."""
     monkeypatch.setattr(iv, "BLOCK_ROWS", 16)
     rng = np.random.default_rng(7)
 
-    def work(count: int) -> pd.DataFrame:
+    def work(count: int, ids: type) -> pd.DataFrame:
         start = rng.choice(10_000, count, replace=False)  # a stream starts one at a time
         start = np.sort(start) if in_order else start
         return pd.DataFrame({"start": start, "end": start + rng.integers(1, 400, count),
-                             "device": rng.integers(0, 2, count).astype(np.int8),
-                             "stream": rng.integers(3, 6, count).astype(np.int8)})
+                             "device": rng.integers(0, 2, count).astype(ids),
+                             "stream": rng.integers(3, 3 + streams, count).astype(ids)})
 
-    tables = {"kernels": work(300), "memcpy": work(40), "memset": work(20)}
+    tables = {"kernels": work(300, np.int8), "memcpy": work(40, np.int32),
+              "memset": work(20, np.int64)}
     free = np.concatenate(list(gpu.stream_free_by_block(
         Profile(Path("hand-built"), "nsys", tables=tables), table)))
     every = pd.concat(tables.values(), ignore_index=True)
@@ -307,6 +312,7 @@ def test_stream_free_by_block_is_the_reach_of_the_work_ahead_on_the_stream(
         assert free[row] == (ahead["end"].max() if len(ahead) else np.iinfo(np.int64).min)
 
 
+@pytest.mark.usefixtures("search_passes")
 def test_the_work_ahead_of_a_copy_of_unrecorded_stream_is_unknown() -> None:
     """A Kineto copy recorded without its stream (-1) cannot be put behind the work of any
     stream: when the work ahead of it ended is concepts.QUEUE_UNKNOWN, not that of the other

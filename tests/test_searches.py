@@ -113,7 +113,7 @@ def test_the_c_passes_refuse_arrays_that_do_not_fit() -> None:
         pytest.skip("the C searches are not built (no C compiler at install)")
     c_searches = searches._searches
     column = np.arange(4, dtype=np.int64)
-    with pytest.raises(TypeError, match="8-byte"):
+    with pytest.raises(TypeError, match="8-byte signed"):
         c_searches.search(column.astype(np.int32), column, np.empty(4, np.intp), False)
     with pytest.raises(ValueError, match="as long as keys"):
         c_searches.search(column, column, np.empty(3, np.intp), False)
@@ -124,6 +124,46 @@ def test_the_c_passes_refuse_arrays_that_do_not_fit() -> None:
     with pytest.raises(ValueError, match="out is short"):
         c_searches.union_into(column, column, column[:1], column[:1], None, out, out, 0, 0,
                               0, False)
-    with pytest.raises(ValueError, match="one byte per row"):
+    with pytest.raises(ValueError, match="one bool per row"):
         c_searches.union_into(column[:0], column[:0], column, column, np.ones(3, bool), out,
                               out, 0, 0, 0, False)
+
+
+def test_the_stream_pass_refuses_what_does_not_fit() -> None:
+    """A position outside the table, columns of different lengths, ids that are not integers
+    and a taken count past its table are refused with a Python error, never read past."""
+    if not searches.compiled():
+        pytest.skip("the C searches are not built (no C compiler at install)")
+    c_searches = searches._searches
+    times = np.arange(3, dtype=np.int64)
+    table = (times, times + 1, np.zeros(3, np.int8), np.zeros(3, np.int16))
+    streams, out = np.empty((4, 3), np.int64), np.empty(1, np.int64)
+
+    def free(positions: list[int], others: tuple = (), taken: list[int] | None = None,
+             of: tuple = table) -> object:
+        return c_searches.stream_free(of, np.array(positions, np.intp), others,
+                                      np.array(taken or [0] * len(others), np.int64), streams,
+                                      0, out)
+
+    with pytest.raises(IndexError, match="outside the table"):
+        free([3])
+    with pytest.raises(ValueError, match="differ in length"):
+        free([0], of=(times, times[:2], table[2], table[3]))
+    with pytest.raises(TypeError, match="integers of 1, 2, 4 or 8"):
+        free([0], of=(times, times, np.zeros(3, np.float32), table[3]))
+    with pytest.raises(ValueError, match="taken lies outside"):
+        free([0], others=(table,), taken=[4])
+    assert free([2], others=(table,)) == (1, 1) and out.tolist() == [2]  # rows 0, 1 ahead
+
+
+def test_the_c_passes_refuse_floats_of_integer_width() -> None:
+    """Floats of 8 bytes are not int64 times, nor bytes a mask: refused, never read as them."""
+    if not searches.compiled():
+        pytest.skip("the C searches are not built (no C compiler at install)")
+    c_searches = searches._searches
+    column, out = np.arange(4, dtype=np.int64), np.empty(4, np.int64)
+    with pytest.raises(TypeError, match="8-byte signed"):
+        c_searches.search(column.astype(np.float64), column, np.empty(4, np.intp), False)
+    with pytest.raises(ValueError, match="one bool per row"):
+        c_searches.union_into(column[:0], column[:0], column, column, np.ones(4, np.uint8),
+                              out, out, 0, 0, 0, False)

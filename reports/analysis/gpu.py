@@ -310,7 +310,7 @@ def stream_free_by_block(profile: Profile, table: str = "kernels") -> Iterator[n
     is read a block at a time, each stream's reach carried from block to block, with no array
     as long as the table; one out of order is first read whole in start order."""
     rows = profile.table(table)
-    reach = _StreamReach(profile, table)
+    reach = _stream_reach(profile, table)
     if iv.ascending(rows["start"].to_numpy(np.int64)):
         for block in iv.blocks(len(rows)):
             yield reach.ahead(np.arange(block.start, block.stop))
@@ -320,6 +320,17 @@ def stream_free_by_block(profile: Profile, table: str = "kernels") -> Iterator[n
     for block in iv.blocks(len(order)):
         free[order[block]] = reach.ahead(order[block])
     yield from (free[block] for block in iv.blocks(len(rows)))
+
+
+def _stream_reach(profile: Profile, table: str) -> _StreamReach | searches.StreamReach:
+    """What :func:`stream_free_by_block` asks for each block: in C where it is built."""
+    if not searches.compiled():
+        return _StreamReach(profile, table)
+    rows = profile.table(table)
+    columns = (rows["start"].to_numpy(np.int64), rows["end"].to_numpy(np.int64),
+               rows["device"].to_numpy(), rows["stream"].to_numpy())
+    others = [_Started(profile.table(name)).columns for name in GPU_TABLES if name != table]
+    return searches.StreamReach(columns, others)
 
 
 class _StreamReach:
