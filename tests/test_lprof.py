@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from html import escape as html_escape
 from pathlib import Path
 
 import pytest
@@ -1510,7 +1511,7 @@ def test_a_hidden_source_is_asked_for_by_why_it_is_hidden(
     result = analyze_paths_of(stats_file(run / "method.lprof", {
         (recorded, 11, "Trainer.train_epoch"): TRAINER_LINES}))
     (listing,) = result.metrics.listings
-    assert listing.source_hidden is not None and listing.source_hidden.kind == kind
+    assert [why.kind for why in listing.source_hidden] == [kind]
     assert result.verdict == "unknown" and result.verdict_reason == (
         "the line profile shows no training loop: none of the lines it timed is a loop known to "
         "fetch the batches; Trainer.train_epoch() may open with one (its first line runs more "
@@ -1527,8 +1528,8 @@ def test_hidden_sources_are_asked_for_by_each_reason(tmp_path: Path) -> None:
     result = analyze_paths_of(stats_file(run / "method.lprof", {
         (_edited_beside(run), 11, "Trainer.train_epoch"): TRAINER_LINES,
         ("gone.py", 1, "fit"): [(2, 11, 5 * ms), (3, 10, ms)]}))
-    assert [f.source_hidden.kind for f in result.metrics.listings if f.source_hidden] == [
-        "edited", "absent"]
+    assert [[why.kind for why in f.source_hidden] for f in result.metrics.listings] == [
+        ["edited"], ["absent"]]
     assert result.verdict_reason.endswith(
         "Trainer.train_epoch(), fit() may open with one (its first line runs more often than "
         "the next), which only its source line shows, as no line before it counts its entries, "
@@ -1536,6 +1537,63 @@ def test_hidden_sources_are_asked_for_by_each_reason(tmp_path: Path) -> None:
         "matches the profile: line 18 is recorded but the file has 16 lines): profile it again "
         "to see its lines; for fit(), its source is not shown (put the .py file beside the "
         ".lprof or pass --source-root)")
+
+
+def _listing_html(page: str, function: str) -> str:
+    """The HTML of the annotated listing of ``function`` in a rendered report."""
+    return next(part.split("</table>")[0] for part in page.split('<div class="listing">')[1:]
+                if f"Function: {function} at line" in part)
+
+
+def test_each_listing_says_why_its_source_is_hidden(tmp_path: Path) -> None:
+    """Two functions of one .lprof whose sources are hidden, one's script absent and the
+    other's a link out of the run folder (named with markup): each listing of the HTML report
+    says why its own source is not shown, the reason escaped; only the notes said it."""
+    from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+    from profreport.reports.render.html import render_html
+
+    run = tmp_path / "r<i>n"
+    run.mkdir()
+    ms = 10**6
+    page = render_html(analyze_paths([stats_file(run / "method.lprof", {
+        (_linked_beside(run), 11, "Trainer.train_epoch"): TRAINER_LINES,
+        ("gone.py", 1, "fit"): [(2, 11, 5 * ms), (3, 10, ms)]})], AnalyzeOptions()))
+    assert "Source not shown: not found beside the .lprof (pass --source-root)" in \
+        _listing_html(page, "fit")
+    linked = _listing_html(page, "Trainer.train_epoch")
+    assert (f"Source not shown: it lies outside {html_escape(os.path.realpath(run))} (through "
+            "a symbolic link)") in linked
+    assert "r&lt;i&gt;n" in linked and "<i>" not in page
+
+
+def test_a_function_two_files_hide_apart_holds_each_reason(tmp_path: Path) -> None:
+    """A run whose manifest lists two .lprof files read whole (rank 0's, and one that records
+    no rank) timing one function, its script beside neither in one and edited since profiling
+    beside the other: the listing holds both reasons, in the files' order, and the HTML says
+    both; it held the first file's alone (not found), so the report hid the edit."""
+    from profreport.manifest import MANIFEST_SCHEMA
+    from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+    from profreport.reports.render.html import render_html
+
+    run = tmp_path / "run"
+    timings = {("method.py", 11, "Trainer.train_epoch"): TRAINER_LINES}
+    for part in ("first", "second"):
+        stats_file(run / part / "method.lprof", timings)
+    _edited_beside(run / "second")
+    (run / "manifest.json").write_text(json.dumps({
+        "schema": MANIFEST_SCHEMA, "name": "run", "workload": "hand-built",
+        "artifacts": [{"path": "first/method.lprof", "profiler": "kernprof", "rank": 0},
+                      {"path": "second/method.lprof", "profiler": "kernprof"}]}))
+    report = analyze_paths([run], AnalyzeOptions())
+    (listing,) = report.runs[0].metrics.listings
+    assert [(why.kind, why.reason) for why in listing.source_hidden] == [
+        ("absent", "not found beside the .lprof (pass --source-root)"),
+        ("edited", "it no longer matches the profile: line 18 is recorded but the file has 16 "
+                   "lines")]
+    page = render_html(report)
+    assert ("Source not shown: not found beside the .lprof (pass --source-root); it no longer "
+            "matches the profile: line 18 is recorded but the file has 16 lines") in \
+        _listing_html(page, "Trainer.train_epoch")
 
 
 def analyze_paths_of(path: Path):  # type: ignore[no-untyped-def]

@@ -183,21 +183,27 @@ def top_lines(lines: pd.DataFrame) -> list[LineItem]:
 FunctionKey = tuple[str, int, str]
 
 
-def hidden_sources(profiles: list[Profile]) -> dict[FunctionKey, SourceHidden | None]:
+def hidden_sources(profiles: list[Profile]) -> dict[FunctionKey, tuple[SourceHidden, ...]]:
     """Why the source of each function these line profiles time is not shown, as their parser
-    decided it (LprofFunction.source_hidden); None where one of them shows it, else the first's
-    reason."""
-    hidden: dict[FunctionKey, SourceHidden | None] = {}
+    decided it (LprofFunction.source_hidden): each distinct reason, in the profiles' order (two
+    files may hide one function apart: one's script absent, the other's edited); none where one
+    of them shows it."""
+    reasons: dict[FunctionKey, list[SourceHidden]] = {}
+    shown: set[FunctionKey] = set()
     for profile in profiles:
         functions = profile.meta.functions if isinstance(profile.meta, LprofMeta) else []
         for function in functions:
             key = (function.file, function.first_lineno, function.function)
-            if key not in hidden or function.source_hidden is None:
-                hidden[key] = function.source_hidden
-    return hidden
+            found = reasons.setdefault(key, [])
+            if function.source_hidden is None:
+                shown.add(key)
+            elif function.source_hidden not in found:
+                found.append(function.source_hidden)
+    return {key: () if key in shown else tuple(found) for key, found in reasons.items()}
 
 
-def function_listings(lines: pd.DataFrame, hidden: dict[FunctionKey, SourceHidden | None]
+def function_listings(lines: pd.DataFrame,
+                      hidden: dict[FunctionKey, tuple[SourceHidden, ...]]
                       ) -> list[FunctionListing]:
     """Every profiled function with all its lines in order, and why its source is not shown
     (``hidden``, see :func:`hidden_sources`), slowest function first; a function is the line it

@@ -448,7 +448,7 @@ def _breakdown_source(metrics: RunMetrics, timed: list[tuple[Profile, StepWindow
 
 
 def _add_lprof_metrics(metrics: RunMetrics, lines: pd.DataFrame, loop: TrainingLoop | None,
-                       hidden: dict[FunctionKey, SourceHidden | None]) -> None:
+                       hidden: dict[FunctionKey, tuple[SourceHidden, ...]]) -> None:
     """Lines, listings (with why each source is hidden: ``hidden``), line_profiler's step and
     DataLoader figures; its steps stand in when no profiler timed the steps."""
     if lines.empty:

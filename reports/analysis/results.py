@@ -878,8 +878,9 @@ class FunctionListing:
     first_lineno: int
     total_ns: int
     lines: list[LineItem]
-    #: Why its source is not shown (lines.hidden_sources), None when it is.
-    source_hidden: SourceHidden | None
+    #: Why its source is not shown: each distinct reason of the line profiles that time it
+    #: (lines.hidden_sources), in their order; empty when it is shown.
+    source_hidden: tuple[SourceHidden, ...]
 
 
 @dataclass(frozen=True)

@@ -259,8 +259,8 @@ def _show_source(listings: list[FunctionListing]) -> str:
     reason naming its functions where they differ."""
     by_reason: dict[SourceHidden, list[FunctionListing]] = {}
     for listing in listings:
-        if listing.source_hidden is not None:
-            by_reason.setdefault(listing.source_hidden, []).append(listing)
+        for why in listing.source_hidden:
+            by_reason.setdefault(why, []).append(listing)
     advice = {why: SHOW_SOURCE[why.kind].format(reason=why.reason) for why in by_reason}
     if len(advice) == 1:
         return next(iter(advice.values()))
@@ -277,7 +277,7 @@ def _no_loop_reason(listings: list[FunctionListing]) -> str:
     found = ("the line profile shows no training loop: none of the lines it timed is a loop "
              "known to fetch the batches")
     hidden = [f for f in listings if len(f.lines) >= 2 and f.lines[0].hits > f.lines[1].hits
-              and f.source_hidden is not None]
+              and f.source_hidden]
     if hidden:
         return (f"{found}; {_functions(hidden)} may open with one (its first line runs more "
                 "often than the next), which only its source line shows, as no line before it "
