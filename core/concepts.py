@@ -861,9 +861,12 @@ def step_marker(origin: str, span: str | None) -> str:
     return ANNOTATED_RANGE
 
 
-def steps_note(origin: str, span: str | None, count: int) -> str | None:
+def steps_note(origin: str, span: str | None, count: int, last: str | None = None
+               ) -> str | None:
     """The note saying where ``count`` steps of a Kineto trace came from when no ProfilerStep
-    span marks them (see :func:`step_marker`); None when one does."""
+    span marks them (see :func:`step_marker`), with ``last`` where the last of a repeated span's
+    steps runs to its own end (what is recorded past it: why, and whether that is its whole
+    pass); None when a ProfilerStep span marks them."""
     if origin == OPTIMIZER_STEPS and span is not None:
         return (f"no ProfilerStep span: the {count:,} steps run from the end of one step of the "
                 f"first optimizer, {error_text(span)}, to the end of its next (the trace's "
@@ -874,7 +877,8 @@ def steps_note(origin: str, span: str | None, count: int) -> str | None:
                 "step to the end of the next (the time before the first one's end is no step's)")
     if origin == REPEATED_SPAN:
         return (f"no ProfilerStep span or optimizer step: the {count:,} steps are the repeated "
-                f"span '{error_text(span)}', each from its start to the next one's")
+                f"span '{error_text(span)}', each from its start to the next one's"
+                + (f", the last to its own end: {last}" if last else ""))
     return None
 
 

@@ -341,6 +341,10 @@ class ProfileMeta:
     #: The repeated span the steps were taken from when no span is named as a step (Kineto: an
     #: operator; nsys: an NVTX range, numbers masked as ``#``); None otherwise.
     step_span: str | None = None
+    #: Whether the occurrences of ``step_span`` hold their whole passes: their process records
+    #: no work between them (Kineto, see parsers.repeats.PassEnds.holds_pass), so the last
+    #: step, to its own end, is as whole as the others.
+    steps_hold_passes: bool = False
     #: Whether the format records PyTorch's own spans (its RecordFunction hooks) without the
     #: program asking: the operators, with their inputs under record_shapes, and the DataLoader
     #: iterator's fetches. torch.profiler does; Nsight Systems records the CUDA calls and only

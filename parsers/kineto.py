@@ -68,9 +68,10 @@ from profreport.parsers.kineto_columns import (
 )
 from profreport.parsers.kineto_stream import read_trace
 from profreport.parsers.repeats import (
+    PassEnds,
     masked_numbers,
     on_busiest_thread,
-    pass_goes_on,
+    pass_ends,
     steps_from_repeats,
     top_level,
     unrecorded_names_reason,
@@ -99,6 +100,8 @@ DEVICE_LIST_KEYS = ("deviceProperties", "computeProperties")
 #: Where the rows of the ``steps`` table came from, for each way of finding them.
 STEP_ORIGINS = (concepts.PROFILER_STEP, "step range", concepts.OPTIMIZER_STEPS,
                 concepts.REPEATED_SPAN)
+#: The names a note lists at most (the rest as ``...``): a few tell what they are.
+NAMES_SHOWN = 3
 #: The stores (:data:`kineto_columns.GROUPS`) the device-side tables and API calls are built from.
 DEVICE_GROUPS = frozenset({"kernel", "accelerator", "memcpy", "memset", "sync", "runtime"})
 
@@ -311,10 +314,11 @@ class _Tables:
         concepts.step_marks), when the trace has them; else the stretches between the ends
         of consecutive optimizer steps (one of each optimizer per iteration: see
         _first_optimizers_steps, which reads the DataLoader's ``loader`` spans); else the
-        stretches between consecutive starts of the top-level span that repeats most on the
-        busiest thread (numbers masked, the one that counts the passes first, as nsys ranges
-        are read) that the program opened, never an operator the dispatcher recorded
-        (``aten::``...). ``origin`` says which.
+        occurrences of the top-level span that repeats most on the busiest thread (numbers
+        masked, the one that counts the passes first, as nsys ranges are read) that the
+        program opened, never an operator the dispatcher recorded (``aten::``...), each its
+        own extent (the parser then takes each from its start to the next one's:
+        _repeated_span_steps). ``origin`` says which.
         """
         frame = concepts.step_marks(ranges)
         if not frame.empty:
@@ -354,6 +358,20 @@ class _Tables:
         """Fetches of the next batch, every loader's (which fed training, the analysis tells:
         reports.analysis.dataloader), from operators, annotations and Python functions."""
         return conform("dataloader", self.named_rows("dataloader"))
+
+    def python_work(self, steps: pd.DataFrame) -> pd.DataFrame:
+        """The Python functions (start, pid, name) that may lie past the occurrences of the
+        repeated span the ``steps`` come from: those of its process starting at or after the
+        first one's end (work of that process, see repeats.pass_ends); none for steps of
+        another origin."""
+        ids, since = np.empty(0, dtype=np.int64), 0
+        if not steps.empty and steps["origin"].eq(concepts.REPEATED_SPAN).all():
+            ids = np.flatnonzero(self.thread_numbers == steps["pid"].iloc[0])
+            since = int(steps["end"].iloc[0])
+        rows = self.stores["python"].rows_where(
+            lambda block: np.isin(block["pid"], ids) & (block["start"] >= since))
+        return pd.DataFrame({"start": rows["start"], "pid": self.thread_numbers[rows["pid"]],
+                             "name": objects(self.names[rows["name"]])})
 
     def cpu_collectives(self) -> pd.DataFrame:
         """Collective calls on the CPU (c10d, gloo, nccl, record_param_comms)."""
@@ -593,6 +611,7 @@ def parse(path: Path) -> Profile:
     fetches = tables.dataloader()
     cpu_ops = tables.cpu_ops()
     steps, step_span, steps_unknown = tables.steps(ranges, fetches)
+    python = tables.python_work(steps)
     collectives = tables.cpu_collectives()
     tables.release(tuple(name for name in tables.stores if name not in DEVICE_GROUPS))
     give_back_freed_memory()
@@ -612,11 +631,12 @@ def parse(path: Path) -> Profile:
         "op_inputs": builder.op_inputs.frame(tables.names, tables.thread_numbers),
     }
     frames["steps"], frames["ranges"], closing = _without_closing_span(frames)
-    frames["steps"], unended = _without_unended_pass(frames, step_span)
+    frames["steps"], ends, unended = _repeated_span_steps(frames, python, step_span)
     steps = frames["steps"]
+    meta.steps_hold_passes = ends is not None and ends.holds_pass
     if not steps.empty:
         meta.notes += filter(None, [concepts.steps_note(steps["origin"].iloc[0], step_span,
-                                                        len(steps)),
+                                                        len(steps), _last_step_text(ends)),
                                     _alternating_steps_note(steps, step_span, cpu_ops)])
     elif steps_unknown is not None:
         meta.notes.append(steps_unknown)
@@ -657,27 +677,49 @@ def _without_closing_span(frames: dict[str, pd.DataFrame]
     return steps.iloc[:-1], ranges[~itself.to_numpy()], [note]
 
 
-def _without_unended_pass(frames: dict[str, pd.DataFrame], span: str | None
-                          ) -> tuple[pd.DataFrame, list[str]]:
-    """The steps less the last occurrence of the repeated span they come from when its pass
-    goes on after it (repeats.pass_goes_on: its process records CPU work after its end), and
-    the note saying so: each step runs to the next occurrence's start and the last has none,
-    so its end is unrecorded. Cut at its own end it was only that part of its pass: a 10 ms
-    ``backward`` among 20 ms iterations, or a DataLoader fetch alone, then taken for a step
-    that only evaluates though its backward pass ran just after. With no work after it (a
-    range holding its whole task, as in HTA's MTIA inference trace) its own extent is its
-    whole step, and it is kept."""
+def _repeated_span_steps(frames: dict[str, pd.DataFrame], python: pd.DataFrame,
+                         span: str | None) -> tuple[pd.DataFrame, PassEnds | None, list[str]]:
+    """The steps of a repeated span (the occurrences' own extents, see
+    repeats.steps_from_repeats), each from its start to the next one's, what is recorded past
+    them (None for steps of another origin) and the note saying when the last is no step. The
+    last runs to its own end, and is no step when its pass goes on after it
+    (repeats.PassEnds.last_goes_on): cut at its own end it was only that part of its pass, a
+    10 ms ``backward`` among 20 ms iterations, or a DataLoader fetch alone, then taken for a
+    step that only evaluates though its backward pass ran just after. Past it, the work of its
+    process counts: its operators, ranges, runtime calls and collectives
+    (concepts.CPU_WORK_TABLES) and its Python functions (``python``: the process runs Python
+    code)."""
     steps = frames["steps"]
     if steps.empty or not steps["origin"].eq(concepts.REPEATED_SPAN).all():
-        return steps, []
-    last = steps.iloc[-1]
-    if not pass_goes_on(last, (frames[name] for name in concepts.CPU_WORK_TABLES
-                               if name in frames)):
-        return steps, []
-    start, end = int(last["start"]), int(last["end"])
-    return steps.iloc[:-1], [
-        f"the last '{error_text(str(span))}' span ({duration(end - start)}) is no step: work is "
-        "recorded after it, so its pass goes on past it and its end is unrecorded"]
+        return steps, None, []
+    ends = pass_ends(steps, [*(frames[name] for name in concepts.CPU_WORK_TABLES
+                               if name in frames), python])
+    starts, last_end = steps["start"].to_numpy(np.int64), int(steps["end"].iloc[-1])
+    steps = steps.assign(end=np.r_[starts[1:], last_end])
+    if not ends.last_goes_on:
+        return steps, ends, []
+    common = sorted(ends.common & ends.after)
+    shown = ", ".join(f"'{error_text(name)}'" for name in common[:NAMES_SHOWN])
+    told = (f"its process records after it what every earlier pass recorded past its span "
+            f"({shown}{', ...' if len(common) > NAMES_SHOWN else ''})" if common else
+            "work is recorded after it and none follows every earlier span, to tell its pass "
+            "from other work")
+    return steps.iloc[:-1], ends, [
+        f"the last '{error_text(str(span))}' span ({duration(last_end - int(starts[-1]))}) is "
+        f"no step: {told}, so its pass goes on past it and its end is unrecorded"]
+
+
+def _last_step_text(ends: PassEnds | None) -> str | None:
+    """How the last step of a repeated span is measured when it is kept (to its own end), and
+    whether that is its whole pass, for the steps note; None otherwise."""
+    if ends is None or ends.last_goes_on:
+        return None
+    if ends.holds_pass:
+        return "no work is recorded between the spans, so each holds its whole pass"
+    why = ("no work of its process is recorded after it" if not ends.after else
+           "what its process records after it, none of what every earlier pass recorded past "
+           "its span, is other work")
+    return f"{why}, so it lacks what the others hold past their span"
 
 
 def parse_input(path: Path, options: ParseOptions) -> Profile:

@@ -246,13 +246,15 @@ _FLOW_COLUMNS = ("pid", "tid", "start", "flow")
 #: The groups of categories the tables are built from. Each group's events are kept in columns
 #: of their own as they are read, so that no table selects its rows among all the trace's events
 #: and each group's columns can be freed once its tables are built. Python functions are kept
-#: only where :data:`NAMED_SPANS` wants them; events of any other category
+#: whole only where :data:`NAMED_SPANS` wants them; events of any other category
 #: (``gpu_user_annotation``, ``Trace``...) are checked and counted, not kept.
 GROUPS = {"cpu_op": CPU_OP_CATS, "annotation": ANNOTATION_CATS, "python": PYTHON_CATS,
           "kernel": KERNEL_CATS, "accelerator": ACCELERATOR_CATS, "memcpy": MEMCPY_CATS,
           "memset": MEMSET_CATS, "sync": SYNC_CATS, "runtime": RUNTIME_CATS}
-#: The groups whose events are not kept whole.
-_UNSTORED_GROUPS = frozenset({"python"})
+#: The columns kept of the groups not kept whole: of a Python function (with_stack's events,
+#: the most numerous), its name, process and start, which say when a process runs Python code
+#: (the work past a repeated span: repeats.pass_ends), without its thread and end.
+_PARTLY_STORED = {"python": ("name", "pid", "start")}
 _GROUP_NAMES = tuple(GROUPS)
 _GROUP_CODES = {name: code for code, name in enumerate(GROUPS)}
 _DETAILED_GROUPS = np.array([code for name, code in _GROUP_CODES.items()
@@ -354,6 +356,15 @@ class _Store:
             if "dur" in self._joined:
                 self._joined["end"] = self._joined["start"] + self._joined.pop("dur")
         return self._joined
+
+    def rows_where(self, test: Callable[[dict[str, np.ndarray]], np.ndarray]
+                   ) -> dict[str, np.ndarray]:
+        """The rows of each block for which ``test`` (of the block's columns) holds, joined,
+        the blocks left as they are (no copy of every row is made)."""
+        self._flush()
+        blocks = [self._joined] if self._joined is not None else self._blocks
+        return _stack([{key: value[held] for key, value in block.items()}
+                       for block in blocks if (held := test(block)).any()], self._block_keys)
 
     def in_time_order(self) -> None:
         """Put the rows in start order, rows of equal starts as they were: one column
@@ -502,9 +513,8 @@ class ColumnBuilder:
         self.dropped: Counter[str] = Counter()
         self.events = 0
         #: Group or named-span store name -> its rows.
-        self.stores = {name: _Store(_PLAIN_COLUMNS + (_DETAIL_COLUMNS if cats & DETAILED_CATS
-                                                      else ()))
-                       for name, cats in GROUPS.items() if name not in _UNSTORED_GROUPS}
+        self.stores = {name: _Store(_PARTLY_STORED.get(name, _PLAIN_COLUMNS + (
+            _DETAIL_COLUMNS if cats & DETAILED_CATS else ()))) for name, cats in GROUPS.items()}
         self.stores.update({name: _Store(_PLAIN_COLUMNS + (("bytes", "detail") if name in
                                                           _MESSAGE_SPANS else ()))
                             for name in NAMED_SPANS})

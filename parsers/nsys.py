@@ -664,7 +664,7 @@ def _nvtx_structure(tables: dict[str, pd.DataFrame], meta: NsysMeta) -> None:
                               "steps")
         return
     own = _program_ranges(ranges)
-    steps, span = steps_from_repeats(own, "nvtx", masked_numbers, own_extent=True)
+    steps, span = steps_from_repeats(own, "nvtx", masked_numbers)
     if span is None:
         calls, reasons = _library_calls(ranges), []
         if calls.any():
@@ -1650,7 +1650,7 @@ def _repeat_extents(ranges: pd.DataFrame, pids: list[int]) -> tuple[np.ndarray, 
     ``pids`` (on its busiest thread, see _nvtx_structure)."""
     own = _program_ranges(ranges)
     steps = steps_from_repeats(own[np.isin(own["pid"].to_numpy(), pids)], "nvtx",
-                               masked_numbers, own_extent=True)[0].sort_values("start")
+                               masked_numbers)[0].sort_values("start")
     return steps["start"].to_numpy(np.int64), steps["end"].to_numpy(np.int64)
 
 
@@ -1797,7 +1797,7 @@ def _stepped_processes(ranges: pd.DataFrame) -> tuple[set[int], dict[int, str]]:
     own = _program_ranges(ranges)
     return set(), {pid: span for pid in pd.unique(own["pid"]).tolist() if (
         span := steps_from_repeats(own[own["pid"].to_numpy() == pid], "nvtx",
-                                   masked_numbers, own_extent=True)[1])}
+                                   masked_numbers)[1])}
 
 
 def _process_part(profile: Profile, pid: int, tables: dict[str, pd.DataFrame],

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -48,19 +49,17 @@ def masked_numbers(names: pd.Series) -> pd.Series:
 
 def steps_from_repeats(spans: pd.DataFrame, origin: str,
                        key: Callable[[pd.Series], pd.Series] | None = None,
-                       own_extent: bool = False,
                        never: str | None = None) -> tuple[pd.DataFrame, str | None]:
     """Iterations from the top-level span that repeats most (by time) on the busiest thread,
     spans grouped by ``key(name)`` (the name itself by default). A group whose every
     occurrence has a name of its own (``iteration 3``, ``iteration 4``: the loop writes its
     counter into it) comes first: it marks the passes of the loop, where a repeated name
-    without a counter (``load batch``, ``forward``) may be any part of a pass. Each runs from one
-    occurrence's start to the next one's (the last to its own end: its whole step only where no
-    work is recorded after it, which the caller asks of its CPU tables, see pass_goes_on), or
-    over the span itself when ``own_extent`` (an annotated range encloses its step, as
-    ``step N`` ranges do). Spans true in the boolean column ``never``, and spans whose name the
-    profiler did not record (concepts.is_unrecorded_name: no evidence of what they were, so of
-    no pass of a loop), are no step, though they still enclose others and count in the busiest
+    without a counter (``load batch``, ``forward``) may be any part of a pass. Each step is one
+    occurrence's own extent (an annotated range encloses its step, as ``step N`` ranges do; a
+    caller that takes a step from one start to the next asks what lies past them: see
+    pass_ends). Spans true in the boolean column ``never``, and spans whose name the profiler
+    did not record (concepts.is_unrecorded_name: no evidence of what they were, so of no pass
+    of a loop), are no step, though they still enclose others and count in the busiest
     thread's time. Returns the ``steps`` table and the group's name (None when nothing
     repeats)."""
     if spans.empty:
@@ -73,9 +72,8 @@ def steps_from_repeats(spans: pd.DataFrame, origin: str,
     counted = repeated[repeated["names"] == repeated["size"]]
     name = str((counted if not counted.empty else repeated)["sum"].idxmax())
     chosen = top[top["group"] == name]
-    starts, ends = chosen["start"].to_numpy(), chosen["end"].to_numpy()
-    frame = pd.DataFrame({"number": step_counters(chosen["name"]), "start": starts,
-                          "end": ends if own_extent else np.r_[starts[1:], ends[-1]],
+    frame = pd.DataFrame({"number": step_counters(chosen["name"]),
+                          "start": chosen["start"].to_numpy(), "end": chosen["end"].to_numpy(),
                           "pid": chosen["pid"].to_numpy(),
                           "tid": chosen["tid"].to_numpy(), "origin": origin})
     return conform("steps", frame), name
@@ -91,18 +89,66 @@ def unrecorded_names_reason(spans: pd.DataFrame, what: str) -> str | None:
             "pass of the training loop")
 
 
-def pass_goes_on(step: pd.Series, work: Iterable[pd.DataFrame]) -> bool:
-    """Whether the process of ``step`` (the last occurrence of a repeated span) records CPU work
-    starting at or after its end: a row of one of ``work`` (its operators, ranges, runtime
-    calls..., on any of its threads). The span is then one part of its pass (``backward``, a
-    DataLoader fetch), which goes on past it: the step's end is unrecorded. Device work is not
-    looked at: launched inside the span, it is the span's own even when it runs on after it."""
-    end, pid = int(step["end"]), step["pid"]
+@dataclass(frozen=True)
+class PassEnds:
+    """What the process of a repeated span's occurrences records past them: the names (numbers
+    masked) of the CPU work starting in each gap, from one occurrence's end to the next one's
+    start, and at or after the last one's end."""
+
+    between: tuple[frozenset[str], ...]
+    after: frozenset[str]
+
+    @property
+    def holds_pass(self) -> bool:
+        """Whether each occurrence holds its whole pass: no work starts between two of them
+        (what the loop does, it does inside the span), so the last one's own extent is its
+        whole step, whatever follows it."""
+        return not any(self.between)
+
+    @property
+    def common(self) -> frozenset[str]:
+        """The work every pass records after its occurrence (its pass going on: the rest of
+        the iteration, the next fetch), by name; empty when some gap holds none of it."""
+        return frozenset.intersection(*self.between) if self.between else frozenset()
+
+    @property
+    def last_goes_on(self) -> bool:
+        """Whether the last occurrence's pass goes on past it, so that its end is unrecorded:
+        work is recorded after it, the occurrences do not hold their passes, and that work is
+        some of what every earlier pass recorded after its occurrence, or anything where no
+        work is common to every gap (nothing then tells the pass from other work). Work none
+        of the passes went on with (the profiler's teardown, an evaluation after training) is
+        other work: the last pass ended at its occurrence's end."""
+        if not self.after or self.holds_pass:
+            return False
+        return not self.common or bool(self.common & self.after)
+
+
+def pass_ends(occurrences: pd.DataFrame, work: Iterable[pd.DataFrame]) -> PassEnds:
+    """The PassEnds of ``occurrences`` (a steps_from_repeats table: one thread's occurrences,
+    by start, each its own extent): the rows of ``work`` (start, pid, name: operators, ranges,
+    runtime calls, Python functions..., on any thread of the process) that start in each gap
+    or after the last. Device work is not looked at: launched inside an occurrence, it is the
+    occurrence's own even when it runs on after it."""
+    starts, ends = occurrences["start"].to_numpy(np.int64), occurrences["end"].to_numpy(np.int64)
+    pid = occurrences["pid"].iloc[0]
+    found = []
     for frame in work:
-        rows = np.flatnonzero(frame["start"].to_numpy() >= end)
-        if (ids_at(frame["pid"], rows) == pid).any():
-            return True
-    return False
+        times = frame["start"].to_numpy()
+        rows = np.flatnonzero(times >= ends[0])
+        rows = rows[ids_at(frame["pid"], rows) == pid]
+        gap = np.searchsorted(starts, times[rows], side="right") - 1
+        past = times[rows] >= ends[gap]
+        # Each name once a gap before it is text (a categorical's rows compared by code).
+        names = frame["name"].iloc[rows[past]].reset_index(drop=True)
+        found.append(pd.DataFrame({"gap": gap[past], "name": names}).drop_duplicates()
+                     .astype({"name": object}))
+    pairs = pd.concat(found, ignore_index=True).drop_duplicates() if found else None
+    named: dict[int, frozenset[str]] = {} if pairs is None or pairs.empty else {
+        int(gap): frozenset(names)
+        for gap, names in masked_numbers(pairs["name"]).groupby(pairs["gap"].to_numpy())}
+    return PassEnds(between=tuple(named.get(gap, frozenset()) for gap in range(len(starts) - 1)),
+                    after=named.get(len(starts) - 1, frozenset()))
 
 
 def step_counters(names: pd.Series) -> np.ndarray:

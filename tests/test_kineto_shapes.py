@@ -283,8 +283,9 @@ def test_steps_from_repeated_top_level_op(tmp_path: Path) -> None:
     assert profile.meta.notes == [
         "no ProfilerStep span or optimizer step: the 4 steps are the repeated span "
         "'train_step', each from its start to the next one's",
-        "the last 'train_step' span (250.0 µs) is no step: work is recorded after it, so its "
-        "pass goes on past it and its end is unrecorded"]
+        "the last 'train_step' span (250.0 µs) is no step: its process records after it what "
+        "every earlier pass recorded past its span ('aten::mm'), so its pass goes on past it "
+        "and its end is unrecorded"]
 
 
 #: One 20 ms iteration's record_function ranges (name, offset, duration in µs), the backward
@@ -326,8 +327,9 @@ def test_the_last_repeated_span_is_no_step_when_its_pass_goes_on_after_it(
     assert profile.meta.notes == [
         "no ProfilerStep span or optimizer step: the 4 steps are the repeated span "
         "'backward', each from its start to the next one's",
-        "the last 'backward' span (10.0 ms) is no step: work is recorded after it, so its "
-        "pass goes on past it and its end is unrecorded"]
+        "the last 'backward' span (10.0 ms) is no step: its process records after it what "
+        "every earlier pass recorded past its span ('aten::mm', 'opt_update'), so its pass "
+        "goes on past it and its end is unrecorded"]
     stats = _analyzed(path).metrics.steps
     assert stats is not None and (stats.count, stats.mean_ns, stats.min_ns) == (
         4, 20_000_000, 20_000_000)
@@ -336,16 +338,150 @@ def test_the_last_repeated_span_is_no_step_when_its_pass_goes_on_after_it(
 def test_the_last_repeated_span_is_a_step_when_nothing_is_recorded_after_it(
         tmp_path: Path) -> None:
     """The same iterations with the trace ending at the last backward: no CPU work after it
-    (its kernel, launched inside it, runs on after it and is its own), so its own extent is its
-    whole step and it is kept, as HTA's MTIA inference trace's last task is."""
+    (its kernel, launched inside it, runs on after it and is its own), so it is kept, to its
+    own end, as HTA's MTIA inference trace's last task is; the others hold their opt_update
+    and the next forward past their span, which it lacks: the spread of step windows leaves it
+    out, and the note says how it was measured."""
     events = [e for e in _passes()
               if not (e["name"] in ("opt_update", "aten::mm") and e["ts"] >= 95_000)]
-    profile = kineto.parse(kineto_trace(tmp_path / "phases.json", events))
+    path = kineto_trace(tmp_path / "phases.json", events)
+    profile = kineto.parse(path)
     steps = profile.table("steps")
     assert len(steps) == 5 and steps["end"].iloc[-1] == 94_000_000
+    stats = _analyzed(path).metrics.steps
+    assert stats is not None and stats.window_ns == (20_000_000,) * 4
     assert profile.meta.notes == [
         "no ProfilerStep span or optimizer step: the 5 steps are the repeated span "
-        "'backward', each from its start to the next one's"]
+        "'backward', each from its start to the next one's, the last to its own end: no work "
+        "of its process is recorded after it, so it lacks what the others hold past their span"]
+    assert not profile.meta.steps_hold_passes
+
+
+def _whole_passes(passes: int = 5) -> list[dict]:
+    """``passes`` 10 ms ``train_step`` record_function ranges 12 ms apart, each holding its
+    iteration (an aten::mm): nothing is recorded between them."""
+    events = []
+    for i in range(passes):
+        events += [cpu_event("train_step", 12_000 * i, 10_000, cat="user_annotation"),
+                   cpu_event("aten::mm", 12_000 * i + 100, 9000)]
+    return events
+
+
+#: The note of _whole_passes' 5 steps, each holding its pass, the last one kept whole.
+WHOLE_PASSES_NOTE = (
+    "no ProfilerStep span or optimizer step: the 5 steps are the repeated span 'train_step', "
+    "each from its start to the next one's, the last to its own end: no work is recorded "
+    "between the spans, so each holds its whole pass")
+
+
+def test_a_last_repeated_span_holding_its_whole_pass_is_a_whole_step(tmp_path: Path) -> None:
+    """Five ``train_step`` ranges with nothing recorded between them: each holds its whole
+    pass, so the last, measured to its own end, is as whole as the others and counts in the
+    spread of step windows (12 ms four times, then 10 ms); it was left out of it, as a last
+    NVTX ``step N`` range without its fetch is, and the note said every step ran to the next
+    one's start."""
+    path = kineto_trace(tmp_path / "whole.json", _whole_passes())
+    profile = kineto.parse(path)
+    assert len(profile.table("steps")) == 5 and profile.meta.steps_hold_passes
+    assert profile.meta.notes == [WHOLE_PASSES_NOTE]
+    metrics = _analyzed(path).metrics
+    assert metrics.steps is not None
+    assert metrics.steps.window_ns == (12_000_000,) * 4 + (10_000_000,)
+    assert metrics.shape is not None and metrics.shape.step_window is not None
+    assert (metrics.shape.step_window.count, metrics.shape.step_window.min_ns) == (
+        5, 10_000_000)
+
+
+def test_work_after_repeated_spans_holding_their_passes_is_none_of_the_last_pass(
+        tmp_path: Path) -> None:
+    """The same five ranges, then an evaluation (an ``evaluate`` range holding an aten::mm)
+    and the profiler's teardown (cudaDeviceSynchronize): the ranges hold their passes (nothing
+    is recorded between them), so what follows the last is other work, and the last is a whole
+    step. It was no step: any work after it was taken for its pass going on."""
+    events = _whole_passes() + [
+        cpu_event("evaluate", 60_000, 5000, cat="user_annotation"),
+        cpu_event("aten::mm", 60_100, 4000),
+        cpu_event("cudaDeviceSynchronize", 66_000, 50, cat="cuda_runtime", correlation=9)]
+    path = kineto_trace(tmp_path / "teardown.json", events)
+    profile = kineto.parse(path)
+    assert len(profile.table("steps")) == 5 and profile.meta.steps_hold_passes
+    assert profile.meta.notes == [WHOLE_PASSES_NOTE]
+    stats = _analyzed(path).metrics.steps
+    assert stats is not None and len(stats.window_ns) == 5
+
+
+def _passes_with_updates(updates: tuple[str, ...], after: list[dict]) -> list[dict]:
+    """Five 8 ms ``train_step`` ranges 12 ms apart, each followed by a 2 ms operator, the
+    update (``updates`` in turn), the last one by the events ``after`` instead."""
+    events = []
+    for i in range(5):
+        events += [cpu_event("train_step", 12_000 * i, 8000, cat="user_annotation"),
+                   cpu_event("aten::mm", 12_000 * i + 100, 7000)]
+        if i < 4:
+            events.append(cpu_event(updates[i % len(updates)], 12_000 * i + 9000, 2000))
+    return events + after
+
+
+#: The profiler's teardown after the last pass: it synchronises the device.
+TEARDOWN = [cpu_event("cudaDeviceSynchronize", 57_000, 50, cat="cuda_runtime", correlation=9)]
+
+
+def test_work_after_the_last_repeated_span_that_no_pass_went_on_with_is_other_work(
+        tmp_path: Path) -> None:
+    """Every pass runs aten::add_ after its ``train_step`` range, but only the profiler's
+    teardown follows the last: none of what every pass went on with, so the last pass ended
+    at its range's end and it is a step, to its own end, which lacks the aten::add_ the others
+    hold: the spread of step windows leaves it out. It was no step."""
+    path = kineto_trace(tmp_path / "updates.json",
+                        _passes_with_updates(("aten::add_",), TEARDOWN))
+    profile = kineto.parse(path)
+    assert len(profile.table("steps")) == 5 and not profile.meta.steps_hold_passes
+    assert profile.meta.notes == [
+        "no ProfilerStep span or optimizer step: the 5 steps are the repeated span "
+        "'train_step', each from its start to the next one's, the last to its own end: what "
+        "its process records after it, none of what every earlier pass recorded past its "
+        "span, is other work, so it lacks what the others hold past their span"]
+    stats = _analyzed(path).metrics.steps
+    assert stats is not None and stats.window_ns == (12_000_000,) * 4
+
+
+def test_work_after_the_last_repeated_span_is_its_pass_when_no_work_follows_every_span(
+        tmp_path: Path) -> None:
+    """The passes run aten::add_ and aten::sub in turn after their range: no work follows every
+    one, so nothing tells the last pass going on from other work, and the teardown after it is
+    taken for its pass: the last range is no step, as any work after it made it before."""
+    profile = kineto.parse(kineto_trace(tmp_path / "turns.json", _passes_with_updates(
+        ("aten::add_", "aten::sub"), TEARDOWN)))
+    assert len(profile.table("steps")) == 4
+    assert profile.meta.notes[1:] == [
+        "the last 'train_step' span (8.0 ms) is no step: work is recorded after it and none "
+        "follows every earlier span, to tell its pass from other work, so its pass goes on "
+        "past it and its end is unrecorded"]
+
+
+def test_python_functions_after_the_last_repeated_span_are_its_pass_going_on(
+        tmp_path: Path) -> None:
+    """with_stack records the Python functions each pass runs after its ``train_step`` range
+    (``train.py(41): log_metrics``), the last one's too, and nothing else after it: the
+    process runs the pass's Python code, so the last pass goes on past its range and it is no
+    step. Python functions were no work: the last range was a step, measured to its own end
+    as if nothing followed. Without them after the last range, it is kept, but lacks the
+    Python work the others hold past their range."""
+    def log(at: int) -> dict:
+        """The pass's Python function, 1 ms at ``at`` µs."""
+        return cpu_event("train.py(41): log_metrics", at, 1000, cat="python_function")
+
+    events = _passes_with_updates(("aten::add_",), [])
+    events = [e for e in events if e["name"] != "aten::add_"]
+    events += [log(12_000 * i + 9000) for i in range(4)]
+    profile = kineto.parse(kineto_trace(tmp_path / "python.json", events + [log(57_000)]))
+    assert len(profile.table("steps")) == 4
+    assert profile.meta.notes[1:] == [
+        "the last 'train_step' span (8.0 ms) is no step: its process records after it what "
+        "every earlier pass recorded past its span ('train.py(#): log_metrics'), so its pass "
+        "goes on past it and its end is unrecorded"]
+    kept = kineto.parse(kineto_trace(tmp_path / "kept.json", events))
+    assert len(kept.table("steps")) == 5 and not kept.meta.steps_hold_passes
 
 
 def test_a_last_fetch_whose_pass_goes_on_is_no_evaluation_step(tmp_path: Path) -> None:
@@ -369,8 +505,10 @@ def test_a_last_fetch_whose_pass_goes_on_is_no_evaluation_step(tmp_path: Path) -
     assert profile.meta.notes == [
         "no ProfilerStep span or optimizer step: the 5 steps are the repeated span "
         f"'{fetch}', each from its start to the next one's",
-        f"the last '{fetch}' span (8.0 ms) is no step: work is recorded after it, so its pass "
-        "goes on past it and its end is unrecorded"]
+        f"the last '{fetch}' span (8.0 ms) is no step: its process records after it what "
+        "every earlier pass recorded past its span ('aten::add_', 'aten::mm', "
+        "'autograd::engine::evaluate_function: MmBackward#'), so its pass goes on past it and "
+        "its end is unrecorded"]
     run = _analyzed(path)
     assert run.metrics.steps is not None and run.metrics.steps.count == 5
     assert run.metrics.steps.mean_ns == 20_000_000
@@ -413,8 +551,9 @@ def test_a_span_of_unrecorded_name_is_no_step(tmp_path: Path) -> None:
         "no ProfilerStep span or optimizer step: the 9 steps are the repeated span "
         "'train_step', each from its start to the next one's")
     assert profile.meta.notes[1:] == [
-        "the last 'train_step' span (400.0 µs) is no step: work is recorded after it, so its "
-        "pass goes on past it and its end is unrecorded"]
+        "the last 'train_step' span (400.0 µs) is no step: its process records after it what "
+        "every earlier pass recorded past its span ('(name unrecorded)'), so its pass goes on "
+        "past it and its end is unrecorded"]
     alone = kineto.parse(kineto_trace(tmp_path / "unnamed.json",
                                       _train_steps_beside_unnamed_spans(named=False)))
     assert alone.table("steps").empty and alone.meta.step_span is None

@@ -159,8 +159,9 @@ def test_a_last_step_that_works_after_its_fetch_is_a_step(tmp_path: Path) -> Non
     windows = step_windows(profile)
     assert closing_fetch(profile) is None and windows is not None and windows.count == 3
     assert profile.meta.notes[-1] == (
-        f"the last '{EVAL_FETCH}' span (200.0 µs) is no step: work is recorded after it, so its "
-        "pass goes on past it and its end is unrecorded")
+        f"the last '{EVAL_FETCH}' span (200.0 µs) is no step: its process records after it "
+        "what every earlier pass recorded past its span ('aten::addmm'), so its pass goes on "
+        "past it and its end is unrecorded")
 
 
 def test_a_loop_that_breaks_off_after_a_fetch_keeps_its_steps(tmp_path: Path) -> None:

@@ -86,6 +86,10 @@ class StepWindows:
     #: ranges need not meet: ProfilerStep spans (``prof.step()`` closes one and opens the next,
     #: so the loop's fetch falls inside one), the last one too.
     holds_fetch: bool = False
+    #: Whether the steps are occurrences of a repeated span that hold their whole passes, each
+    #: from its start to the next one's, the last to its own end (no work is recorded between
+    #: them: ProfileMeta.steps_hold_passes), so the last window is as whole as the others.
+    spans_hold_passes: bool = False
     #: The steps (after start-up) whose windows hold torch.compile compiling, as (step number,
     #: ns compiling in it): left out of the arrays above when some step does not compile (see
     #: :attr:`compiling_left_out`), kept when every one does.
@@ -123,21 +127,26 @@ class StepWindows:
                    if number != self.closing)
 
     @property
+    def last_whole(self) -> bool:
+        """Whether the last window is a whole iteration (see last_window_whole): the steps are
+        :attr:`tiled`, their ranges hold the fetch (:attr:`holds_fetch`) or their pass
+        (:attr:`spans_hold_passes`), or a recorded step follows it (:attr:`last_followed`)."""
+        return last_window_whole(self.tiled, self.holds_fetch or self.spans_hold_passes,
+                                 self.last_followed)
+
+    @property
     def whole(self) -> int:
         """Number of whole windows: the last one is left out when it is only its own range (no
-        fetch after it: no recorded step follows it, see :attr:`last_followed`), unless the
-        steps are :attr:`tiled`, their ranges hold the fetch (:attr:`holds_fetch`) or that
-        would leave fewer than two."""
-        whole_last = last_window_whole(self.tiled, self.holds_fetch, self.last_followed)
-        return self.count - 1 if self.count > 2 and not whole_last else self.count
+        fetch after it: no recorded step follows it), unless it is whole
+        (:attr:`last_whole`) or that would leave fewer than two."""
+        return self.count - 1 if self.count > 2 and not self.last_whole else self.count
 
     @property
     def fetching(self) -> int:
         """Number of the whole windows that can hold their step's fetch: all but the last when
         it is only its own range, kept whole so that two remain (its fetch, after it, is not
         recorded: its DataLoader wait is unknown, not 0)."""
-        bare_last = not last_window_whole(self.tiled, self.holds_fetch, self.last_followed)
-        return self.whole - 1 if bare_last and self.whole == self.count else self.whole
+        return self.whole - 1 if not self.last_whole and self.whole == self.count else self.whole
 
     def whole_lengths(self) -> np.ndarray:
         """Lengths of the whole windows (see :attr:`whole`), ns."""
@@ -191,12 +200,12 @@ class StepWindows:
         return np.where(inside, k, -1)
 
 
-def last_window_whole(tiled: bool, holds_fetch: bool, followed: bool) -> bool:
+def last_window_whole(tiled: bool, holds_pass: bool, followed: bool) -> bool:
     """Whether the last step window is a whole iteration, fetch included: the steps are the
-    optimizer's (tiled), their ranges hold the fetch (ProfilerStep spans), or a recorded step
-    left out follows it; else it is only its own range (an NVTX ``step N`` range opened after
-    the fetch, nothing after it)."""
-    return tiled or holds_fetch or followed
+    optimizer's (tiled), their ranges hold their pass (ProfilerStep spans, repeated spans with
+    nothing recorded between them), or a recorded step left out follows it; else it is only its
+    own range (an NVTX ``step N`` range opened after the fetch, nothing after it)."""
+    return tiled or holds_pass or followed
 
 
 @per_profile
@@ -220,9 +229,10 @@ def step_windows(profile: Profile) -> StepWindows | None:
     evaluating = evaluation_only(profile, starts, wall_ends)
     keep = ~evaluating
     tiled = bool(steps["origin"].eq(concepts.OPTIMIZER_STEPS).all())
+    held = profile.meta.steps_hold_passes
     warmup = find_warmup(profile, numbers[keep], starts[keep], wall_ends[keep],
                          steps_before=int(numbers[0]) if counted else 0,
-                         last_whole=last_window_whole(tiled, counted,
+                         last_whole=last_window_whole(tiled, counted or held,
                                                       bool(keep.any() and not keep[-1])))
     if warmup is not None and warmup.number is not None and not warmup.only:
         keep[np.flatnonzero(keep)[0]] = False
@@ -245,7 +255,7 @@ def step_windows(profile: Profile) -> StepWindows | None:
                        marker=concepts.step_marker(str(steps["origin"].iloc[0]),
                                                    profile.meta.step_span),
                        tiled=tiled,
-                       holds_fetch=counted)
+                       holds_fetch=counted, spans_hold_passes=held)
 
 
 def evaluation_only(profile: Profile, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
