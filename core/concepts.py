@@ -816,6 +816,18 @@ def one_row_per_step(steps: pd.DataFrame) -> pd.DataFrame:
     return steps.sort_values("start", kind="stable").drop_duplicates("number", keep="first")
 
 
+def stepping_thread(marks: pd.DataFrame) -> np.ndarray:
+    """Which of the step marks (:func:`step_marks`, not empty) are the thread's that records
+    the most of them (the first in (pid, tid) order on a tie): the steps of one profile are
+    one loop's. One thread's marks follow one another (``prof.step()`` closes a span before it
+    opens the next; a push/pop range nests); another thread's or process's (another rank's of
+    traces read as one, another loop's) cover the same time under numbers of their own, and
+    taken with them would count that time twice, as steps that are no iterations of this
+    loop."""
+    pid, tid = marks.groupby(["pid", "tid"], observed=True).size().idxmax()
+    return ((marks["pid"] == pid) & (marks["tid"] == tid)).to_numpy(bool)
+
+
 def _step_numbers(names: pd.Series) -> pd.Series:
     """:func:`step_numbers` of distinct names; a number past int64 (``ProfilerStep#`` and 20
     digits) is no loop's count, and its name marks no step."""

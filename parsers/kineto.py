@@ -54,6 +54,7 @@ from profreport.model import (
     id_categorical,
     nothing_recorded,
     objects,
+    process_label,
     sorted_times,
 )
 from profreport.parsers.kineto_columns import (
@@ -308,10 +309,13 @@ class _Tables:
               ) -> tuple[pd.DataFrame, str | None, str | None]:
         """One row per iteration, the span name it came from (None for ProfilerStep), and the
         note saying why there are none where spans of no recorded name repeat (no evidence of
-        a pass: see repeats.steps_from_repeats), else None.
+        a pass: see repeats.steps_from_repeats), or which step spans it leaves out (those of
+        other threads, see _other_threads_note), else None.
 
         ``ProfilerStep#N`` spans, else a user's ``step N`` ranges (origin ``step range``; see
-        concepts.step_marks), when the trace has them; else the stretches between the ends
+        concepts.step_marks), of the thread that records the most (concepts.stepping_thread:
+        torch.profiler writes one process's trace, whose ``prof.step()`` is called on one
+        thread), when the trace has them; else the stretches between the ends
         of consecutive optimizer steps (one of each optimizer per iteration: see
         _first_optimizers_steps, which reads the DataLoader's ``loader`` spans); else the
         occurrences of the top-level span that repeats most on the busiest thread (numbers
@@ -320,12 +324,14 @@ class _Tables:
         own extent (the parser then takes each from its start to the next one's:
         _repeated_span_steps). ``origin`` says which.
         """
-        frame = concepts.step_marks(ranges)
-        if not frame.empty:
+        marks = concepts.step_marks(ranges)
+        if not marks.empty:
+            mine = concepts.stepping_thread(marks)
+            frame = marks[mine]
             origin = (concepts.PROFILER_STEP if concepts.is_profiler_step_span(frame["name"]).all()
                       else "step range")
             return (conform("steps", concepts.one_row_per_step(frame).assign(origin=origin)),
-                    None, None)
+                    None, _other_threads_note(frame, marks[~mine]))
         # The operators' category (cpu_op; the 2021 dialect's Operator, which holds its
         # annotations too) is the dispatcher's record of one operator, which repeats per layer
         # or parameter (aten::uniform_ while a model is built): only a span the program opened
@@ -385,6 +391,23 @@ class _Tables:
             "name": [str(e.args.name) for e in named],
         })
         return conform("threads", frame.drop_duplicates(["pid", "tid"], keep="last"))
+
+
+def _other_threads_note(mine: pd.DataFrame, others: pd.DataFrame) -> str | None:
+    """The note naming the step spans of other threads than the steps' own (``mine``), left
+    out (see concepts.stepping_thread); None when there are none. The trace's other rows are
+    read with the steps as they are (one profile: a wait or a busy device of any thread counts
+    once in each figure, whichever thread's it is)."""
+    if others.empty:
+        return None
+    threads = len(others.groupby(["pid", "tid"], observed=True))
+    return (f"step spans are recorded on {threads + 1} threads: the steps are the "
+            f"{len(mine):,} spans of {process_label(int(mine['pid'].iloc[0]))} thread "
+            f"{int(mine['tid'].iloc[0])}, the thread that records the most; the "
+            f"{len(others):,} of the other {'thread' if threads == 1 else 'threads'} (another "
+            "loop's, or another process's, as in traces of several ranks read as one) cover the "
+            "same time and mark no step; the figures over these steps read every thread's "
+            "rows, each stretch of time once")
 
 
 def _first_optimizers_steps(optimizer: pd.DataFrame, spans: pd.DataFrame, loader: pd.DataFrame
@@ -610,7 +633,7 @@ def parse(path: Path) -> Profile:
     ranges = tables.ranges()
     fetches = tables.dataloader()
     cpu_ops = tables.cpu_ops()
-    steps, step_span, steps_unknown = tables.steps(ranges, fetches)
+    steps, step_span, steps_said = tables.steps(ranges, fetches)
     python = tables.python_work(steps)
     collectives = tables.cpu_collectives()
     tables.release(tuple(name for name in tables.stores if name not in DEVICE_GROUPS))
@@ -638,8 +661,8 @@ def parse(path: Path) -> Profile:
         meta.notes += filter(None, [concepts.steps_note(steps["origin"].iloc[0], step_span,
                                                         len(steps), _last_step_text(ends)),
                                     _alternating_steps_note(steps, step_span, cpu_ops)])
-    elif steps_unknown is not None:
-        meta.notes.append(steps_unknown)
+    if steps_said is not None:
+        meta.notes.append(steps_said)
     meta.notes += closing + unended
     meta.empty = nothing_recorded(frames, sum(meta.dropped.values()))
     give_back_freed_memory()

@@ -1467,8 +1467,7 @@ def steps_from_ranges(ranges: pd.DataFrame) -> pd.DataFrame:
     steps = concepts.step_marks(ranges)
     if steps.empty:
         return empty_table("steps")
-    pid, tid = steps.groupby(["pid", "tid"]).size().idxmax()
-    steps = steps[(steps["pid"] == pid) & (steps["tid"] == tid)]
+    steps = steps[concepts.stepping_thread(steps)]
     return conform("steps", concepts.one_row_per_step(steps).assign(origin="nvtx"))
 
 

@@ -1,7 +1,10 @@
 """Steps: the annotated iterations of one profile and the wall windows they own.
 
 A step's window runs from its start to the next step's start (the last step's window is its own
-range), so the time between annotated ranges belongs to a step. Inside a window, time outside the
+range), so the time between annotated ranges belongs to a step. The windows are time: they never
+overlap (a range that runs past the next step's start is cut there, the next step's from then on),
+so whatever is summed over them (the step time, a wait, a busy GPU) counts each stretch of time
+once, and their sum is the time of their union. Inside a window, time outside the
 annotated range is the training loop fetching the next batch (``for batch in loader:`` runs
 ``next(loader)`` before the body's range opens) where the profile records no fetch of its own
 (StepWindows.fetch_between), and is then counted as DataLoader wait together with explicit
@@ -60,7 +63,9 @@ class StepWindows:
     range_starts: np.ndarray
     range_ends: np.ndarray
     #: Window i runs from the start of step i to the start of the next recorded step (kept or
-    #: left out); the last recorded step's is its own range.
+    #: left out); the last recorded step's to the last end of a recorded range (its own, unless
+    #: an earlier one runs past it). They never overlap, and each range above ends inside its
+    #: window (cut at the next step's start when it ran past it).
     starts: np.ndarray
     ends: np.ndarray
     #: The first step when it is start-up: left out of the arrays above when later steps
@@ -154,7 +159,7 @@ class StepWindows:
 
     @property
     def total_ns(self) -> int:
-        """Sum of the window lengths."""
+        """Sum of the window lengths: the time of their union, as they never overlap."""
         return int((self.ends - self.starts).sum())
 
     @property
@@ -222,7 +227,10 @@ def step_windows(profile: Profile) -> StepWindows | None:
         return None
     starts = steps["start"].to_numpy(np.int64)
     ends = steps["end"].to_numpy(np.int64)
-    wall_ends = np.append(np.maximum(starts[1:], ends[:-1]), ends[-1])
+    # Start to next start: a range that runs past the next one's start (another loop's steps
+    # are not these, see concepts.stepping_thread; a user's ranges need not nest) gives the time
+    # after it to the next step, so that no time is in two windows nor in two steps' ranges.
+    wall_ends = np.append(starts[1:], ends.max())
     numbers = steps["number"].to_numpy(np.int64)
     counted = bool(steps["origin"].eq(concepts.PROFILER_STEP).all())
     # Start-up is judged among the training steps: an evaluation step is shorter than any.
@@ -241,8 +249,8 @@ def step_windows(profile: Profile) -> StepWindows | None:
     if (keep & (compiling == 0)).any():
         keep &= compiling == 0
     return StepWindows(origin=profile.kind, numbers=numbers[keep], range_starts=starts[keep],
-                       range_ends=ends[keep], starts=starts[keep], ends=wall_ends[keep],
-                       warmup=warmup,
+                       range_ends=np.minimum(ends, wall_ends)[keep], starts=starts[keep],
+                       ends=wall_ends[keep], warmup=warmup,
                        compiling=tuple((int(numbers[i]), int(compiling[i]))
                                        for i in np.flatnonzero(compiling)),
                        left_out=tuple((int(numbers[i]), int(starts[i]), int(ends[i]))
@@ -342,8 +350,9 @@ _STATS: weakref.WeakKeyDictionary[StepWindows, StepStats] = weakref.WeakKeyDicti
 
 
 def step_stats(windows: StepWindows) -> StepStats:
-    """Count and duration of the annotated step ranges; wall time is start-to-start (the last
-    step's range too when the steps are tiled); every whole window's length. Made once per
+    """Count and duration of the annotated step ranges (each up to its window's end: see
+    StepWindows.starts); wall time is start-to-start (the last step's range too when the
+    steps are tiled); every whole window's length. Made once per
     windows (a StepStats is frozen: its askers share it)."""
     stats = _STATS.get(windows)
     if stats is None:
