@@ -538,6 +538,27 @@ class Profile:
         return name in self.tables and not self.tables[name].empty
 
 
+#: The tables whose rows are what a profile watched the program do, on the CPU and the devices:
+#: its device work, runtime calls, operators, annotated ranges, steps and DataLoader fetches (a
+#: fetch can be a Python function's span alone). Not the GPU sync records (a wait ends with the
+#: work it waits on, or with the call that waits) nor the CPU collective calls (operators or
+#: ranges too), nor the OS runtime calls (nsys: every thread's waits and polls, whatever it
+#: runs) or the allocator's events (instants, no spans).
+PROFILED_TABLES = ("kernels", "memcpy", "memset", "runtime", "cpu_ops", "ranges", "steps",
+                   "dataloader")
+
+
+def profiled_span(profile: Profile) -> tuple[int, int] | None:
+    """The profiled span: the first start to the last end of the rows of PROFILED_TABLES (ns),
+    what the profiler watched; None when they hold no row. What a profile without steps is
+    measured over, where one with steps is measured over its step windows: the GPU's busy share,
+    the operators' share of time, start-up only."""
+    frames = [profile.table(name) for name in PROFILED_TABLES if profile.has(name)]
+    if not frames:
+        return None
+    return (min(int(f["start"].min()) for f in frames), max(int(f["end"].max()) for f in frames))
+
+
 #: A process id above this holds the host and VM ids nsys packs above the pid's 24 bits.
 PID_BITS = 24
 

@@ -931,6 +931,25 @@ def test_a_trace_without_steps_lists_its_top_operators_over_the_profiled_span(
     assert json.loads(render_json(report))["runs"][0]["top_ops_share_of"] == "profiled span"
 
 
+def test_the_operators_share_the_profiled_span_the_gpus_busy_share_is_over(
+        tmp_path: Path) -> None:
+    """Model construction (877 µs of operators), then a kernel launched at 880 µs and waited for
+    by cudaDeviceSynchronize until 1877 µs: the profile watched 1877 µs, as the GPU's busy share
+    says (its 'profiled span'). aten::uniform_'s 736 µs are 39% of it; they were 84%, over the
+    operators' own first start to last end, which the report called the profiled span too."""
+    events = _construction() + [
+        cpu_event("cudaLaunchKernel", 880, 5, cat="cuda_runtime", correlation=1),
+        device_event("init_kernel", 890, 980, correlation=1, stream=7, device=0),
+        cpu_event("cudaDeviceSynchronize", 886, 991, cat="cuda_runtime", correlation=2)]
+    (run,) = analyze_paths([kineto_trace(tmp_path / "construct.json", events)],
+                           AnalyzeOptions(executor=ExecutorOptions(processes=1))).runs
+    assert run.metrics.steps is None and run.metrics.top_ops_share_of == "profiled span"
+    assert (run.metrics.gpu.span, run.metrics.gpu.window_ns) == ("profiled span", 1_877_000)
+    top = run.metrics.top_ops[0]
+    assert (top.name, top.total_ns) == ("aten::uniform_", 736_000)
+    assert top.share == pytest.approx(736 / 1877)
+
+
 def test_a_second_trace_without_a_rank_is_said_to_be_left_out(tmp_path: Path) -> None:
     """tensorboard_trace_handler writes one file per profiling cycle of one process, neither with
     a rank: the figures come from the first; the report says the second's steps are not in

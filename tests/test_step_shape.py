@@ -96,13 +96,12 @@ def test_a_trace_of_start_up_only_says_so(tmp_path: Path) -> None:
     assert data["warmup"]["startup_only"] is True
 
 
-def test_one_iteration_traced_without_a_schedule_is_start_up_only(tmp_path: Path) -> None:
+def one_iteration(path: Path, backward_kernel_us: int = 50) -> Path:
     """One training iteration traced without schedule (no ProfilerStep span; one optimizer
-    step bounds no step): context creation and allocator growth, then one kernel. It holds no
-    step, and was reported as 'no step markers' with the advice that the trace shows no CPU
-    activity around the GPU's idle time (busy 350 us of 2.98 ms), while it records all of
-    it; it is start-up only."""
-    path = write_trace(tmp_path / "one.pt.trace.json", [(400, 300, SETUP)])
+    step bounds no step): a 400 µs DataLoader span from 1001 µs, context creation and
+    allocator growth, a 300 µs kernel, then from 4400 µs a backward op launching a kernel of
+    ``backward_kernel_us`` at 4420 µs and the optimizer step (4520-4580 µs)."""
+    write_trace(path, [(400, 300, SETUP)])
     trace = json.loads(path.read_text())
     events = [e for e in trace["traceEvents"] if not e["name"].startswith("ProfilerStep")]
     events += [{**cpu_event("autograd::engine::evaluate_function: MmBackward0", 4400, 100),
@@ -110,10 +109,20 @@ def test_one_iteration_traced_without_a_schedule_is_start_up_only(tmp_path: Path
                {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1,
                 "tid": 1, "ts": 4410, "dur": 5, "args": {"correlation": 900}},
                {"ph": "X", "cat": "kernel", "name": KERNEL, "pid": 0, "tid": 7, "ts": 4420,
-                "dur": 50, "args": {"correlation": 900, "stream": 7, "device": 0}},
+                "dur": backward_kernel_us,
+                "args": {"correlation": 900, "stream": 7, "device": 0}},
                {**cpu_event("Optimizer.step#SGD.step", 4520, 60, cat="user_annotation"),
                 "pid": 1, "tid": 1}]
     path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    return path
+
+
+def test_one_iteration_traced_without_a_schedule_is_start_up_only(tmp_path: Path) -> None:
+    """One training iteration traced without schedule (see one_iteration): context creation and
+    allocator growth, then one kernel. It holds no step, and was reported as 'no step markers'
+    with the advice that the trace shows no CPU activity around the GPU's idle time (busy
+    350 us of 2.98 ms), while it records all of it; it is start-up only."""
+    path = one_iteration(tmp_path / "one.pt.trace.json")
     report = analyze_paths([path], AnalyzeOptions())
     run = report.runs[0]
     assert run.metrics.steps is None
@@ -135,6 +144,21 @@ def test_one_iteration_traced_without_a_schedule_is_start_up_only(tmp_path: Path
                                   "and the profile shows start-up only (no step, set-up calls "
                                   "recorded), so this is not the steady state of training")
     assert "| Start-up | 3.6 ms (no step: start-up only) |" in render_markdown(report)
+
+
+def test_start_up_only_lasts_the_profiled_span_the_gpu_is_measured_over(
+        tmp_path: Path) -> None:
+    """One iteration traced without schedule whose last kernel (4420-4820 µs) ends after the
+    optimizer step (4580 µs): the profile watched 1001-4820 µs, the GPU's busy share is over
+    those 3.819 ms, and so is the start-up it shows (3.579 ms before, to the last CPU event's
+    end, while the GPU said 3.819 ms profiled)."""
+    run = analyze_paths([one_iteration(tmp_path / "one.pt.trace.json", backward_kernel_us=400)],
+                        AnalyzeOptions()).runs[0]
+    assert run.metrics.steps is None
+    warmup = run.metrics.shape.warmup
+    assert warmup.only and warmup.span == (1_001_000, 4_820_000)
+    assert warmup.duration_ns == run.metrics.gpu.window_ns == 3_819_000
+    assert run.metrics.gpu.span == "profiled span"
 
 
 def test_pageable_copies_of_a_start_up_profile_are_set_up(tmp_path: Path) -> None:

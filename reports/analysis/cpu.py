@@ -14,7 +14,13 @@ import pandas as pd
 
 from profreport import concepts, searches
 from profreport.allocator import giving_back_memory
-from profreport.model import Profile, narrowest_int, position_dtype, sorted_times
+from profreport.model import (
+    Profile,
+    narrowest_int,
+    position_dtype,
+    profiled_span,
+    sorted_times,
+)
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.kept import classified, table_name_codes
 from profreport.reports.analysis.ops import outermost
@@ -251,17 +257,17 @@ def top_ops(profile: Profile, windows: StepWindows | None) -> list[TopItem]:
     """CPU ops by self time (duration minus direct children), so a chain of wrappers
     (``autograd::engine::evaluate_function: ConvolutionBackward0`` > ``ConvolutionBackward0`` >
     ``aten::convolution_backward``) is counted once, where the work is done. ``share`` is the
-    self time over the summed step windows (first to last framework op without steps); ops on
-    several threads (autograd's device threads, workers) run beside each other, so shares of
-    different threads can add up to more than 1."""
+    self time over the summed step windows (the profiled span without steps: model.profiled_span,
+    as the GPU's busy share is); ops on several threads (autograd's device threads, workers) run
+    beside each other, so shares of different threads can add up to more than 1."""
     spans = op_self_times(profile, windows)
     if spans.empty:
         return []
     if windows is not None:
         total = windows.total_ns
     else:
-        ops = framework_ops(profile)
-        total = int(ops["end"].max() - ops["start"].min())
+        first, last = profiled_span(profile) or (0, 0)
+        total = last - first
     return ranked(spans, "name", TOP_OPS, total, exclusive=True)
 
 

@@ -15,7 +15,7 @@ import pandas as pd
 
 from profreport import concepts, searches
 from profreport.allocator import giving_back_memory
-from profreport.model import Profile, ids_at, narrowest_int
+from profreport.model import Profile, ids_at, narrowest_int, profiled_span
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.breakdown import Part, Parts, claim, make_breakdown
 from profreport.reports.analysis.cpu import spans_where
@@ -142,18 +142,6 @@ def busy_within(profile: Profile, spans: iv.Intervals) -> iv.Intervals:
     return busy
 
 
-def profiled_span(profile: Profile) -> iv.Intervals:
-    """First to last event of any table with times (CPU and GPU): what the profiler watched."""
-    frames = [profile.table(name) for name in ("kernels", "memcpy", "memset", "runtime",
-                                                "cpu_ops", "ranges", "steps")]
-    frames = [f for f in frames if not f.empty]
-    if not frames:
-        return iv.EMPTY
-    first = min(int(f["start"].min()) for f in frames)
-    last = max(int(f["end"].max()) for f in frames)
-    return iv.union(np.array([first]), np.array([max(last, first + 1)]))
-
-
 def _longest_candidates(order: int, device: int, idle: iv.Intervals, count: int, before: int
                         ) -> list[tuple[int, int, int, int, int]]:
     """The holes of a stretch of one device's that can be among the ``count`` longest of all,
@@ -179,7 +167,7 @@ def gpu_utilization(profile: Profile, windows: StepWindows | None) -> GpuUtiliza
     inside it."""
     if not has_gpu_events(profile):
         return None
-    span = windows.windows() if windows is not None else profiled_span(profile)
+    span = windows.windows() if windows is not None else _profiled(profile)
     busy: dict[int, int] = {}
     candidates: list[tuple[int, int, int, int, int]] = []
     long_gaps = 0
@@ -209,6 +197,15 @@ def gpu_utilization(profile: Profile, windows: StepWindows | None) -> GpuUtiliza
                           largest_gaps=largest, long_gap_count=long_gaps,
                           long_gap_ns=LONG_IDLE_GAP_NS,
                           span="step windows" if windows is not None else "profiled span")
+
+
+def _profiled(profile: Profile) -> iv.Intervals:
+    """The profiled span (model.profiled_span) as intervals, at least 1 ns long; none without
+    a recorded row."""
+    span = profiled_span(profile)
+    if span is None:
+        return iv.EMPTY
+    return iv.union(np.array([span[0]]), np.array([max(span[1], span[0] + 1)]))
 
 
 def compute_rows(profile: Profile) -> iv.Rows:

@@ -31,7 +31,7 @@ StepTimeKind = Literal["median", "mean"]
 #: Where a metric came from: a profiler, or the runner's own measurement.
 Origin = Literal["nsys", "kineto", "lprof", "manifest"]
 #: What a share of CPU-operator time is of: the summed step windows, or, in a profile without
-#: steps, the profiled span (its first framework operator's start to its last one's end).
+#: steps, the profiled span (model.profiled_span: its first recorded start to its last end).
 ShareBasis = Literal["step time", "profiled span"]
 
 #: The name people know each origin by, for evidence sentences and tables.

@@ -18,7 +18,7 @@ import re
 import numpy as np
 
 from profreport import concepts
-from profreport.model import Profile
+from profreport.model import Profile, profiled_span
 from profreport.reports.analysis import intervals as iv
 from profreport.reports.analysis.dataloader import training_fetches
 from profreport.reports.analysis.results import (
@@ -113,13 +113,11 @@ def _before_steps(profile: Profile, starts: np.ndarray, ends: np.ndarray) -> War
 def startup_without_steps(profile: Profile) -> Warmup | None:
     """Start-up in a profile that holds no step (one training iteration traced without a
     schedule: its one optimizer step bounds no step): the set-up calls recorded over its
-    profiled span (first to last runtime call, CPU operator, range or DataLoader span), which
-    is then start-up only. None when it records none."""
-    tables = [t for name in ("runtime", "cpu_ops", "ranges", "dataloader")
-              if profile.has(name) and not (t := profile.table(name)).empty]
-    if not tables:
+    profiled span (model.profiled_span: the device work it launched too), which is then
+    start-up only. None when it records none."""
+    span = profiled_span(profile)
+    if span is None:
         return None
-    span = (min(int(t["start"].min()) for t in tables), max(int(t["end"].max()) for t in tables))
     calls = setup_calls(profile, span[0], span[1] + 1)
     if not calls:
         return None
