@@ -27,6 +27,7 @@ from profreport.reports.analysis.ranks import add_rank_metrics, job_step_source,
 from profreport.reports.analysis.results import RunMetrics
 from profreport.reports.analysis.steps import step_stats, step_windows
 from profreport.reports.analysis.timeline import MAX_SEGMENTS, build_timeline
+from profreport.reports.render.json import metrics_json
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import cpu_event, device_event, kineto_trace, write_nsys_export  # noqa: E402
@@ -262,7 +263,7 @@ def test_a_kernel_starting_before_its_launch_call_measures_the_clocks_skew(
     launch delay. Four kernels launched onto an idle stream, starting 11, 30 and 50 us after
     their calls and one 2 us before its call: the median is 30 us over 3, the fourth counted
     apart (it made the median 20.5 us over 4; a trace of such kernels alone read 'median
-    launch-to-start latency -3.0 us')."""
+    launch-to-start latency -3.0 us'), in report.json too (launch_delay_skewed_kernels)."""
     events = [cpu_event("ProfilerStep#1", 0, 2000, cat="user_annotation")]
     for correlation, (at, delay) in enumerate(((100, 11), (400, 30), (800, 50), (1200, -2)),
                                               start=1):
@@ -277,6 +278,8 @@ def test_a_kernel_starting_before_its_launch_call_measures_the_clocks_skew(
     assert stats.launch_delay_skewed == 1
     assert stats.skewed_text() == ("1 kernel recorded as starting before its launch call left "
                                    "out: the CPU's and the GPU's clocks disagree")
+    metrics = metrics_json(run_metrics([profile]))
+    assert (metrics["launch_delay_kernels"], metrics["launch_delay_skewed_kernels"]) == (3, 1)
 
 
 @pytest.mark.parametrize("table", ["kernels", "memcpy"])

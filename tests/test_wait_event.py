@@ -1,7 +1,8 @@
 """The launch delay leaves out the kernels whose stream was told to wait on an event: in DDP the
 NCCL stream waits (cudaStreamWaitEvent) on an event recorded on the compute stream, and its
 kernels' start-after-launch is that wait, not launch latency (a reviewer's hand-built nsys
-export read a launch delay p50 of 2.0 ms against a real launch latency of 50 us)."""
+export read a launch delay p50 of 2.0 ms against a real launch latency of 50 us). nsys's CUPTI
+sync records and Kineto's ``cuda_sync`` events both tell it."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pandas as pd
 import pytest
 
 from profreport.model import Profile
-from profreport.parsers import parse_file
+from profreport.parsers import kineto, parse_file
 from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
 from profreport.reports.analysis.gpu import launch_stats
 from profreport.reports.analysis.results import LaunchStats
@@ -23,7 +24,7 @@ from profreport.reports.analysis.steps import step_windows
 from profreport.reports.render.json import render_json
 
 sys.path.insert(0, str(Path(__file__).parent))
-from conftest import write_nsys_export  # noqa: E402
+from conftest import cpu_event, device_event, kineto_trace, write_nsys_export  # noqa: E402
 
 US, MS = 1_000, 1_000_000
 #: The side (communication) stream; the compute stream is write_nsys_export's 7.
@@ -94,16 +95,36 @@ def test_kernels_after_a_stream_wait_event_are_left_out_of_the_launch_delay(
         "launch left out: they wait for another stream's work")
 
 
+def report_metrics(path: Path) -> dict:
+    """report.json's metrics of the one run of the profile at ``path``."""
+    report = analyze_paths([path], AnalyzeOptions(title="t"))
+    return json.loads(render_json(report))["runs"][0]["metrics"]
+
+
 def test_report_json_counts_the_kernels_left_out_for_a_wait(tmp_path: Path) -> None:
     """report.json gives the kernels the launch delay leaves out for their stream's wait
     (metrics.launch_delay_waited_kernels: the 6 side kernels) beside the 4 it is over, and
     those that may have waited (launch_delay_wait_unknown_kernels: none); the count was in the
     key metrics alone."""
-    report = analyze_paths([ddp_export(tmp_path / "ddp.sqlite", "wait")],
-                           AnalyzeOptions(title="t"))
-    metrics = json.loads(render_json(report))["runs"][0]["metrics"]
+    metrics = report_metrics(ddp_export(tmp_path / "ddp.sqlite", "wait"))
     assert (metrics["launch_delay_kernels"], metrics["launch_delay_waited_kernels"],
             metrics["launch_delay_wait_unknown_kernels"]) == (4, 6, 0)
+
+
+@pytest.mark.parametrize("syncs", ["wait", None])
+def test_report_json_gives_every_launch_statistic(tmp_path: Path, syncs: str | None) -> None:
+    """report.json holds each figure of the launch statistics, not only those the key metrics
+    quote: the profiler they come from, the short-kernel threshold, the kernel and runtime
+    call time per step (2 kernels of 0.1 ms and 3 of 0.2 ms a step: 0.8 ms; 8 calls of 10 us:
+    0.08 ms), the kernels left out for the clocks' skew (none) and whether the profile records GPU
+    sync records at all (without any, a stream's wait is unseen). Those figures were in no
+    JSON field."""
+    metrics = report_metrics(ddp_export(tmp_path / "ddp.sqlite", syncs))
+    assert (metrics["launch_origin"], metrics["short_kernel_threshold_ms"],
+            metrics["gpu_kernel_ms_per_step"], metrics["runtime_ms_per_step"]) == (
+        "nsys", 0.01, 0.8, 0.08)
+    assert metrics["launch_delay_skewed_kernels"] == 0
+    assert metrics["launch_delay_waits_recorded"] is (syncs is not None)
 
 
 def test_a_wait_whose_stream_is_unrecorded_counts_on_every_stream_of_its_device(
@@ -224,3 +245,69 @@ def test_a_copy_launched_after_the_wait_is_the_first_work_instead(tmp_path: Path
     assert stats is not None and stats.queued_launch_fraction == 0
     assert (stats.launch_delay_p50_ns, stats.launch_delay_kernels) == (50 * US, 5)
     assert stats.launch_delay_waited == 5
+
+
+#: The CUDA event id a Kineto trace's waits name (``wait_on_cuda_event_id``): any one.
+EVENT_ID = 8
+
+
+def ddp_trace(path: Path, kind: str) -> Path:
+    """ddp_export's two steps as torch.profiler writes them (times in us): ProfilerStep#N
+    spans, cudaLaunchKernel and cudaStreamWaitEvent calls (``cuda_runtime``), the kernels on
+    streams 7 and ``SIDE``, and each wait's CUPTI sync record as Kineto writes it: a
+    ``cuda_sync`` event on the waiting stream with ``cuda_sync_kind`` ``kind`` ("Stream Wait
+    Event", or "Stream Sync" for another kind), the stream the event was recorded on
+    (``wait_on_stream``: 7) and the call's correlation id."""
+    events, correlation = [], 1
+    for step in range(2):
+        at = step * 10_000
+        events.append(cpu_event(f"ProfilerStep#{step}", at, 10_000, cat="user_annotation"))
+        for launch in (at + 100, at + 5100):
+            events += [cpu_event("cudaLaunchKernel", launch, 10, cat="cuda_runtime",
+                                 correlation=correlation),
+                       device_event("gemm", launch + 50, 100, stream=7, device=0,
+                                    correlation=correlation)]
+            correlation += 1
+        for wait in (at + 1000, at + 4000, at + 7000):
+            launch = wait + 20
+            events += [
+                cpu_event("cudaStreamWaitEvent", wait, 10, cat="cuda_runtime",
+                          correlation=correlation),
+                device_event(kind, wait, 10, cat="cuda_sync", tid=SIDE, cuda_sync_kind=kind,
+                             wait_on_stream=7, wait_on_cuda_event_record_corr_id=1,
+                             wait_on_cuda_event_id=EVENT_ID, stream=SIDE,
+                             correlation=correlation, device=0, context=1),
+                cpu_event("cudaLaunchKernel", launch, 10, cat="cuda_runtime",
+                          correlation=correlation + 1),
+                device_event("allreduce", launch + 2000, 200, tid=SIDE, stream=SIDE, device=0,
+                             correlation=correlation + 1)]
+            correlation += 2
+    return kineto_trace(path, events)
+
+
+def kineto_stats_of(path: Path) -> LaunchStats:
+    """The launch statistics of the Kineto trace at ``path``."""
+    profile = kineto.parse(path)
+    stats = launch_stats(profile, step_windows(profile))
+    assert stats is not None and stats.kernels_per_step == 5
+    assert stats.queued_launch_fraction == 0
+    return stats
+
+
+def test_kineto_stream_wait_event_records_leave_the_waiting_kernels_out(tmp_path: Path) -> None:
+    """Kineto's "Stream Wait Event" cuda_sync records (its name for CUPTI's STREAM_WAIT_EVENT)
+    on the side stream leave its 6 kernels out of the launch delay, as nsys's records do: the
+    median is the 4 compute kernels' 50 us."""
+    stats = kineto_stats_of(ddp_trace(tmp_path / "ddp.json", "Stream Wait Event"))
+    assert (stats.launch_delay_p50_ns, stats.launch_delay_kernels) == (50 * US, 4)
+    assert (stats.launch_delay_waited, stats.launch_delay_wait_unknown) == (6, 0)
+    assert stats.waits_recorded
+
+
+def test_kineto_sync_records_of_another_kind_leave_the_launch_delay_whole(
+        tmp_path: Path) -> None:
+    """Kineto "Stream Sync" records on the side stream tell no stream to wait: every kernel's
+    delay counts (median 2 ms over 10), and the trace does record sync records."""
+    stats = kineto_stats_of(ddp_trace(tmp_path / "ddp.json", "Stream Sync"))
+    assert (stats.launch_delay_p50_ns, stats.launch_delay_kernels) == (2 * MS, 10)
+    assert stats.launch_delay_waited == 0 and stats.waits_recorded
