@@ -38,7 +38,8 @@ HTOD, DTOH, DTOD, HTOH, PTOP = "HtoD", "DtoH", "DtoD", "HtoH", "PtoP"
 UNKNOWN_KIND = "unknown"
 #: The name shown for an event or kernel whose profile records none (a Kineto event without
 #: ``name`` or with ``name`` null, an nsys kernel whose name ids are NULL or missing from
-#: StringIds, an NVTX range of neither text nor a textId that StringIds holds); the name
+#: StringIds, an NVTX range of neither text nor a textId that StringIds holds, an nsys runtime
+#: call, OS runtime call or thread whose nameId is NULL or missing from StringIds); the name
 #: classifiers read it as no name, so it is no communication kernel or anything else by name.
 UNRECORDED_NAME = "(name unrecorded)"
 COPY_KINDS = (HTOD, DTOH, DTOD, HTOH, PTOP, UNKNOWN_KIND)

@@ -1169,7 +1169,8 @@ def _native_runtime(export: _Export, table: str) -> pd.DataFrame | None:
     if parts is None:
         return None
     columns = _counted(export, "runtime", parts[0])
-    texts = [concepts.strip_api_version(export.strings.get(key) or "") for key in names.in_order()]
+    texts = [concepts.strip_api_version(_recorded_name(export, key))
+             for key in names.in_order()]
     columns["name"] = categorical(texts, columns["name"])
     _thread_categoricals(export, columns, threads)
     return _native_table("runtime", columns)
@@ -1200,7 +1201,8 @@ def _runtime(export: _Export) -> pd.DataFrame | None:
         f"{correlation}, s.value AS name FROM {table} AS t "
         f"LEFT JOIN StringIds AS s ON s.id = t.nameId ORDER BY t.start"))
     frame[["pid", "tid", "correlation"]] = frame[["pid", "tid", "correlation"]].fillna(-1)
-    frame["name"] = _map_unique(frame["name"].fillna(""), concepts.strip_api_version)
+    frame["name"] = _map_unique(frame["name"].fillna(concepts.UNRECORDED_NAME),
+                                concepts.strip_api_version)
     return _id_categoricals(_categorical_names(conform("runtime", frame), ("name",)))
 
 
@@ -1234,7 +1236,8 @@ def _sync(export: _Export) -> pd.DataFrame | None:
 
 _RANGE_COLUMNS = ["start", "end", "eventType", "text", "globalTid", "textId", "domainId"]
 #: concepts.UNRECORDED_NAME as an SQL literal: the name of a range of no text and no textId
-#: string (see _range_name).
+#: string (see _recorded_name), of a runtime call, OS runtime call or thread whose nameId is NULL
+#: or missing from StringIds (a name recorded as '' stays '').
 _UNRECORDED_SQL = f"'{concepts.UNRECORDED_NAME}'"
 
 
@@ -1295,7 +1298,7 @@ def _native_ranges(export: _Export, table: str) -> pd.DataFrame | None:
         for domain, pid, key in zip(marks["domain"].tolist(), marks["pid"].tolist(),
                                     marks["text"].tolist(), strict=True)
         if domain_of.get((domain, pid)) == concepts.RANK_DOMAIN]
-    texts = [_range_name(export, key) for key in names.in_order()]
+    texts = [_recorded_name(export, key) for key in names.in_order()]
     domain_texts = [domain_of.get((key // _PID_KEYS - 1, key % _PID_KEYS), "")
                     for key in domains.in_order()]
     columns["name"] = categorical(texts, columns["name"])
@@ -1304,9 +1307,9 @@ def _native_ranges(export: _Export, table: str) -> pd.DataFrame | None:
     return _native_table("ranges", columns)
 
 
-def _range_name(export: _Export, key: str | int) -> str:
-    """A range's name from its key (its text, else its textId):
-    :data:`~profreport.concepts.UNRECORDED_NAME` where it has neither text nor a textId that
+def _recorded_name(export: _Export, key: str | int) -> str:
+    """A name from its key (a range's text, else its textId; a runtime call's nameId):
+    :data:`~profreport.concepts.UNRECORDED_NAME` where it has neither text nor an id that
     StringIds holds (nsys recorded no name for it), as the SQL reader names it."""
     text = key if isinstance(key, str) else export.strings.get(key)
     return concepts.UNRECORDED_NAME if text is None else text
@@ -1392,7 +1395,7 @@ def _osrt(export: _Export) -> pd.DataFrame | None:
         return None
     frame = export.query(
         f"SELECT {_checked_times('t')}, {_decoded_tid(export, 't.globalTid')}, "
-        f"COALESCE(s.value, '') AS name "
+        f"COALESCE(s.value, {_UNRECORDED_SQL}) AS name "
         f"FROM {table} AS t LEFT JOIN StringIds AS s ON s.id = t.nameId ORDER BY t.start")
     return conform("osrt", _valid_rows(export, "osrt", frame))
 
@@ -1456,7 +1459,8 @@ def _threads(export: _Export) -> pd.DataFrame | None:
     if not export.usable(table, ("nameId", "globalTid")):
         return None
     frame = export.query(
-        f"SELECT {_decoded_tid(export, 't.globalTid')}, COALESCE(s.value, '') AS name "
+        f"SELECT {_decoded_tid(export, 't.globalTid')}, "
+        f"COALESCE(s.value, {_UNRECORDED_SQL}) AS name "
         f"FROM {table} AS t LEFT JOIN StringIds AS s ON s.id = t.nameId")
     return conform("threads", frame.drop_duplicates(["pid", "tid"], keep="last"))
 

@@ -1295,6 +1295,44 @@ def test_a_kernel_of_unrecorded_name_says_so(tmp_path: Path, native: bool,
         ("gemm_kernel", 1 * ms)]
 
 
+@pytest.mark.parametrize("native", [True, False])
+def test_calls_and_threads_of_unrecorded_name_say_so(tmp_path: Path, native: bool,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """CUDA runtime calls, OS runtime calls and threads whose nameId is NULL or missing from
+    StringIds are named '(name unrecorded)' (concepts.UNRECORDED_NAME), as a range or kernel
+    of no name is; one whose name StringIds records as '' keeps '' (a recorded name); the
+    page reader and SQL alike (OS runtime calls and threads are read by SQL alone). They were
+    named ''."""
+    from profreport.concepts import UNRECORDED_NAME
+
+    monkeypatch.setattr(nsys, "NATIVE_READER", native)
+    names = ["cudaLaunchKernel_v7000", "", "null", "missing"]
+    runtime = [(i * 100, i * 100 + 10, i, name) for i, name in enumerate(names)]
+    osrt = [(i * 100 + 20, i * 100 + 30, name) for i, name in enumerate(["poll", *names[1:]])]
+    path = write_nsys_export(tmp_path / "unnamed.sqlite", [], [], runtime, osrt)
+    tids = [(1 << 24) | tid for tid in range(1, 5)]  # pid 1, tids 1-4 as nsys packs them
+    with sqlite3.connect(path) as conn:
+        for table in ("CUPTI_ACTIVITY_KIND_RUNTIME", "OSRT_API"):
+            conn.execute(f"UPDATE {table} SET nameId = NULL WHERE nameId = "
+                         "(SELECT id FROM StringIds WHERE value = 'null')")
+            conn.execute(f"UPDATE {table} SET nameId = 999 WHERE nameId = "
+                         "(SELECT id FROM StringIds WHERE value = 'missing')")
+        conn.execute("CREATE TABLE ThreadNames (nameId INTEGER, priority INTEGER, "
+                     "globalTid INTEGER)")
+        conn.executemany("INSERT INTO ThreadNames VALUES ((SELECT id FROM StringIds WHERE "
+                         "value = ?), 0, ?)", zip(["poll", "", "null", "missing"], tids,
+                                                  strict=True))
+        conn.execute("UPDATE ThreadNames SET nameId = NULL WHERE globalTid = ?", (tids[2],))
+        conn.execute("UPDATE ThreadNames SET nameId = 999 WHERE globalTid = ?", (tids[3],))
+    profile = nsys.parse(path)
+    unnamed = ["", UNRECORDED_NAME, UNRECORDED_NAME]
+    assert profile.table("runtime")["name"].astype(str).tolist() == ["cudaLaunchKernel",
+                                                                     *unnamed]
+    assert profile.table("osrt")["name"].tolist() == ["poll", *unnamed]
+    threads = profile.table("threads").sort_values("tid")
+    assert threads["name"].tolist() == ["poll", *unnamed]
+
+
 @pytest.mark.parametrize(("named_ms", "said"), [
     (2, "which kernel takes the most time is unknown: kernels whose names the profile does not "
         "record take 75% of kernel time together (the largest named one, gemm_kernel, 25%)"),
