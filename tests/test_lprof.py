@@ -24,7 +24,7 @@ from profreport.errors import InputError
 from profreport.inputs import Limit
 from profreport.model import LprofFunction
 from profreport.parsers import lprof
-from profreport.reports.analysis.lines import lprof_step_stats, top_lines
+from profreport.reports.analysis.lines import line_table, lprof_step_stats, top_lines
 
 KERNPROF = Path(sys.executable).with_name("kernprof")
 LOADER_BATCHES = 25
@@ -727,9 +727,10 @@ def test_a_line_that_only_syncs_is_a_sync_point(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(SYNC_SCRIPT)
     path = stats_file(tmp_path / "train.lprof", {("train.py", 1, "train"): [
         (2, 1, 10), (3, 101, 5_000), (4, 100, 40_000), (5, 100, 9_000_000), (6, 1, 10)]})
-    lines = lprof.parse(path).table("lines").set_index("lineno")
+    profile = lprof.parse(path)
+    lines = profile.table("lines").set_index("lineno")
     assert lines.index[lines["is_sync_point"]].tolist() == [5]
-    (top, *_) = top_lines(lines.reset_index())
+    (top, *_) = top_lines(line_table([profile]))
     assert top.lineno == 5 and top.is_sync_point
     assert [pysource.is_sync_point_line(text) for text in (
         "        acc += loss.item()", "x = y.cpu().numpy()", "torch.cuda.synchronize()",
@@ -1511,7 +1512,7 @@ def test_a_hidden_source_is_asked_for_by_why_it_is_hidden(
     result = analyze_paths_of(stats_file(run / "method.lprof", {
         (recorded, 11, "Trainer.train_epoch"): TRAINER_LINES}))
     (listing,) = result.metrics.listings
-    assert [why.kind for why in listing.source_hidden] == [kind]
+    assert listing.source_hidden is not None and listing.source_hidden.kind == kind
     assert result.verdict == "unknown" and result.verdict_reason == (
         "the line profile shows no training loop: none of the lines it timed is a loop known to "
         "fetch the batches; Trainer.train_epoch() may open with one (its first line runs more "
@@ -1528,8 +1529,7 @@ def test_hidden_sources_are_asked_for_by_each_reason(tmp_path: Path) -> None:
     result = analyze_paths_of(stats_file(run / "method.lprof", {
         (_edited_beside(run), 11, "Trainer.train_epoch"): TRAINER_LINES,
         ("gone.py", 1, "fit"): [(2, 11, 5 * ms), (3, 10, ms)]}))
-    assert [[why.kind for why in f.source_hidden] for f in result.metrics.listings] == [
-        ["edited"], ["absent"]]
+    assert [f.source_hidden.kind for f in result.metrics.listings] == ["edited", "absent"]
     assert result.verdict_reason.endswith(
         "Trainer.train_epoch(), fit() may open with one (its first line runs more often than "
         "the next), which only its source line shows, as no line before it counts its entries, "
@@ -1566,11 +1566,14 @@ def test_each_listing_says_why_its_source_is_hidden(tmp_path: Path) -> None:
     assert "r&lt;i&gt;n" in linked and "<i>" not in page
 
 
-def test_a_function_two_files_hide_apart_holds_each_reason(tmp_path: Path) -> None:
+def test_a_function_two_files_hide_apart_is_listed_once_per_file(tmp_path: Path) -> None:
     """A run whose manifest lists two .lprof files read whole (rank 0's, and one that records
-    no rank) timing one function, its script beside neither in one and edited since profiling
-    beside the other: the listing holds both reasons, in the files' order, and the HTML says
-    both; it held the first file's alone (not found), so the report hid the edit."""
+    no rank) timing one function that opens with its loop, its script beside neither in one and
+    edited since profiling beside the other: two measurements, so one listing per file, each
+    naming its file (folder and name: both are method.lprof), each line once, its shares its
+    own, and its own reason. They were one listing holding each line twice (13, 13, 14, ...),
+    so the first two rows had equal hits and the verdict no longer said that the function may
+    open with a loop; the advice now names the function once, with both reasons."""
     from profreport.manifest import MANIFEST_SCHEMA
     from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
     from profreport.reports.render.html import render_html
@@ -1585,15 +1588,63 @@ def test_a_function_two_files_hide_apart_holds_each_reason(tmp_path: Path) -> No
         "artifacts": [{"path": "first/method.lprof", "profiler": "kernprof", "rank": 0},
                       {"path": "second/method.lprof", "profiler": "kernprof"}]}))
     report = analyze_paths([run], AnalyzeOptions())
-    (listing,) = report.runs[0].metrics.listings
-    assert [(why.kind, why.reason) for why in listing.source_hidden] == [
+    result = report.runs[0]
+    listings = result.metrics.listings
+    assert [(f.profile, f.function) for f in listings] == [
+        ("first/method.lprof", "Trainer.train_epoch"),
+        ("second/method.lprof", "Trainer.train_epoch")]
+    for listing in listings:
+        assert [line.lineno for line in listing.lines] == [13, 14, 15, 16, 17, 18]
+        assert {line.profile for line in listing.lines} == {listing.profile}
+        assert sum(line.share for line in listing.lines) == pytest.approx(1.0)
+    assert [(f.source_hidden.kind, f.source_hidden.reason) for f in listings] == [
         ("absent", "not found beside the .lprof (pass --source-root)"),
         ("edited", "it no longer matches the profile: line 18 is recorded but the file has 16 "
                    "lines")]
+    assert result.verdict == "unknown" and result.verdict_reason.endswith(
+        "; Trainer.train_epoch() may open with one (its first line runs more often than the "
+        "next), which only its source line shows, as no line before it counts its entries, "
+        "and its source is not shown (put the .py file beside the .lprof or pass "
+        "--source-root) and its source was edited since profiling (it no longer matches the "
+        "profile: line 18 is recorded but the file has 16 lines): profile it again to see its "
+        "lines")
     page = render_html(report)
-    assert ("Source not shown: not found beside the .lprof (pass --source-root); it no longer "
-            "matches the profile: line 18 is recorded but the file has 16 lines") in \
-        _listing_html(page, "Trainer.train_epoch")
+    first, second = (part for part in page.split('<div class="listing">')[1:])
+    assert "Profile: first/method.lprof" in first and "Profile: second/method.lprof" in second
+    assert "Source not shown: not found beside the .lprof (pass --source-root)</p>" in first
+    assert ("Source not shown: it no longer matches the profile: line 18 is recorded but the "
+            "file has 16 lines</p>") in second
+
+
+def test_two_line_profiles_of_one_rank_are_listed_and_ranked_apart(tmp_path: Path) -> None:
+    """A manifest listing two .lprof files that both record rank 0 (a run profiled twice), each
+    timing one function, equal times on line 4: each file has its own listing (its lines in
+    order, once), named by its file; the slowest lines name the file each row comes from, in
+    a fixed order (the manifest's where times tie), and so does the Markdown table. They had
+    been one listing of every line twice, in no fixed order."""
+    from profreport.manifest import MANIFEST_SCHEMA
+    from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
+    from profreport.reports.render.markdown import render_markdown
+
+    run = tmp_path / "run"
+    for name, header in (("first", 3_000_000), ("again", 1_000_000)):
+        stats_file(run / f"{name}.lprof",
+                   {("gone.py", 1, "train"): [(2, 1, 10), (3, 11, header), (4, 10, 9_000_000)]})
+    (run / "manifest.json").write_text(json.dumps({
+        "schema": MANIFEST_SCHEMA, "name": "run", "workload": "hand-built",
+        "artifacts": [{"path": f"{name}.lprof", "profiler": "kernprof", "rank": 0}
+                      for name in ("first", "again")]}))
+    report = analyze_paths([run], AnalyzeOptions())
+    metrics = report.runs[0].metrics
+    assert [(f.profile, [line.lineno for line in f.lines], f.total_ns)
+            for f in metrics.listings] == [("first.lprof", [2, 3, 4], 12_000_010),
+                                           ("again.lprof", [2, 3, 4], 10_000_010)]
+    assert [(line.profile, line.lineno) for line in metrics.lines] == [
+        ("first.lprof", 4), ("again.lprof", 4), ("first.lprof", 3), ("again.lprof", 3),
+        ("first.lprof", 2), ("again.lprof", 2)]
+    markdown = render_markdown(report)
+    assert "| gone.py:4 (train) in first.lprof |" in markdown
+    assert "| gone.py:4 (train) in again.lprof |" in markdown
 
 
 def analyze_paths_of(path: Path):  # type: ignore[no-untyped-def]

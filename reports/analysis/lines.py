@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -153,14 +154,34 @@ def _counting_identification(loop: TrainingLoop, where: str) -> LoopIdentificati
 
 
 def line_item(row: pd.Series) -> LineItem:
-    """One line_profiler row as a LineItem."""
-    return LineItem(file=str(row["file"]), function=str(row["function"]),
-                    lineno=int(row["lineno"]), hits=int(row["hits"]), time_ns=int(row["time_ns"]),
+    """One line_profiler row of a :func:`line_table` as a LineItem."""
+    return LineItem(profile=str(row["profile"]), file=str(row["file"]),
+                    function=str(row["function"]), lineno=int(row["lineno"]),
+                    hits=int(row["hits"]), time_ns=int(row["time_ns"]),
                     time_per_hit_ns=int(row["time_per_hit_ns"]),
                     share=float(row["function_share"]),
                     source=None if pd.isna(row["source"]) else str(row["source"]),
                     is_dataloader_loop=bool(row["is_dataloader_loop"]),
                     is_sync_point=bool(row["is_sync_point"]))
+
+
+def profile_labels(profiles: list[Profile]) -> list[str]:
+    """How a run's lines and listings name each of its line profiles: the .lprof's path from
+    the folder that holds them all, its name alone where one folder holds every one (kernprof's
+    ``train.rank0.lprof``, ``train.rank1.lprof``), so two files of one name stay apart."""
+    paths = [Path(profile.path).absolute() for profile in profiles]
+    if not paths:
+        return []
+    common = Path(os.path.commonpath([path.parent for path in paths]))
+    return [path.relative_to(common).as_posix() for path in paths]
+
+
+def line_table(profiles: list[Profile]) -> pd.DataFrame:
+    """The ``lines`` tables of these line profiles in one, in their order, each row naming its
+    profile (``profile``, see :func:`profile_labels`)."""
+    tables = [profile.table("lines").assign(profile=label)
+              for profile, label in zip(profiles, profile_labels(profiles), strict=True)]
+    return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
 
 
 def slowest_loop_line(profile: Profile) -> LineItem | None:
@@ -170,52 +191,56 @@ def slowest_loop_line(profile: Profile) -> LineItem | None:
     loop = profile.meta.loop if isinstance(profile.meta, LprofMeta) else None
     if loop is None or not loop.dataloader or not profile.has("lines"):
         return None
-    return next(iter(top_lines(loop_lines(profile.table("lines"), loop))), None)
+    return next(iter(top_lines(loop_lines(line_table([profile]), loop))), None)
 
 
 def top_lines(lines: pd.DataFrame) -> list[LineItem]:
-    """The lines with the most time, most first."""
-    ordered = lines.sort_values(["time_ns", "file", "lineno"], ascending=[False, True, True])
+    """The lines of a :func:`line_table` with the most time, most first; where times tie, by
+    file and line, then in the table's order of profiles (a stable sort)."""
+    ordered = lines.sort_values(["time_ns", "file", "lineno"], ascending=[False, True, True],
+                                kind="stable")
     return [line_item(row) for _, row in ordered.head(TOP_LINES).iterrows()]
 
 
-#: A profiled function as line_profiler records it: its file, first line and name.
-FunctionKey = tuple[str, int, str]
+#: A profiled function as one line profile records it: the profile (profile_labels), the
+#: function's file, first line and name.
+ListingKey = tuple[str, str, int, str]
 
 
-def hidden_sources(profiles: list[Profile]) -> dict[FunctionKey, tuple[SourceHidden, ...]]:
-    """Why the source of each function these line profiles time is not shown, as their parser
-    decided it (LprofFunction.source_hidden): each distinct reason, in the profiles' order (two
-    files may hide one function apart: one's script absent, the other's edited); none where one
-    of them shows it."""
-    reasons: dict[FunctionKey, list[SourceHidden]] = {}
-    shown: set[FunctionKey] = set()
-    for profile in profiles:
-        functions = profile.meta.functions if isinstance(profile.meta, LprofMeta) else []
-        for function in functions:
-            key = (function.file, function.first_lineno, function.function)
-            found = reasons.setdefault(key, [])
-            if function.source_hidden is None:
-                shown.add(key)
-            elif function.source_hidden not in found:
-                found.append(function.source_hidden)
-    return {key: () if key in shown else tuple(found) for key, found in reasons.items()}
+def hidden_sources(profiles: list[Profile]) -> dict[ListingKey, SourceHidden | None]:
+    """Why the source of each function these line profiles time is not shown, as the parser
+    of each decided it (LprofFunction.source_hidden), by profile (see :func:`profile_labels`)
+    and function; None where it is shown."""
+    return {(label, function.file, function.first_lineno, function.function):
+            function.source_hidden
+            for profile, label in zip(profiles, profile_labels(profiles), strict=True)
+            if isinstance(profile.meta, LprofMeta) for function in profile.meta.functions}
 
 
-def function_listings(lines: pd.DataFrame,
-                      hidden: dict[FunctionKey, tuple[SourceHidden, ...]]
+def function_listings(lines: pd.DataFrame, hidden: dict[ListingKey, SourceHidden | None]
                       ) -> list[FunctionListing]:
-    """Every profiled function with all its lines in order, and why its source is not shown
-    (``hidden``, see :func:`hidden_sources`), slowest function first; a function is the line it
-    starts at as line_profiler recorded it (its decorator's, as line_profiler's own listing
-    says), two of one name in a file apart."""
+    """Every function each line profile of a :func:`line_table` times, with all its lines in
+    order, and why its source is not shown (``hidden``, see :func:`hidden_sources`); the
+    profiles in the table's order, each one's slowest function first. A function is the line
+    it starts at as line_profiler recorded it (its decorator's, as line_profiler's own listing
+    says), two of one name in a file apart.
+
+    Two files timing one function (two ranks, or a run's file beside another's) are two
+    measurements: each has its listing, naming its file, as line_profiler shows each file.
+    Their lines are neither interleaved (each line twice: the first two rows would no longer
+    tell a function opening with a loop, _no_loop_reason) nor summed (two processes' totals
+    are no one run's time, the shares and the loop's steps come from one file, and the two
+    sources may differ, one edited since).
+    """
+    order = {label: at for at, label in enumerate(dict.fromkeys(lines["profile"]))}
     listings = []
-    for (file, first, function), part in lines.groupby(["file", "first_lineno", "function"],
-                                                        sort=True):
-        part = part.sort_values("lineno")
+    for (profile, file, first, function), part in lines.groupby(
+            ["profile", "file", "first_lineno", "function"], sort=False):
+        part = part.sort_values("lineno", kind="stable")
         listings.append(FunctionListing(
-            file=str(file), function=str(function), first_lineno=int(first),
-            total_ns=int(part["time_ns"].sum()),
+            profile=str(profile), file=str(file), function=str(function),
+            first_lineno=int(first), total_ns=int(part["time_ns"].sum()),
             lines=[line_item(row) for _, row in part.iterrows()],
-            source_hidden=hidden[(str(file), int(first), str(function))]))
-    return sorted(listings, key=lambda item: (-item.total_ns, item.file, item.function))
+            source_hidden=hidden[(str(profile), str(file), int(first), str(function))]))
+    return sorted(listings, key=lambda item: (order[item.profile], -item.total_ns, item.file,
+                                              item.function, item.first_lineno))

@@ -55,10 +55,11 @@ from profreport.reports.analysis.gpu import (
 )
 from profreport.reports.analysis.launches import forget_launches, join_beside, link_gaps
 from profreport.reports.analysis.lines import (
-    FunctionKey,
+    ListingKey,
     dataloader_loop,
     function_listings,
     hidden_sources,
+    line_table,
     loop_identification,
     loop_line,
     lprof_breakdown,
@@ -203,12 +204,6 @@ def line_profiles(profiles: list[Profile]) -> tuple[list[Profile], list[Profile]
     return [p for p in lprofs if id(p) not in left], alone[1:]
 
 
-def _lines_of(profiles: list[Profile]) -> pd.DataFrame:
-    """The line_profiler lines of these lprof profiles, in one table."""
-    tables = [p.table("lines") for p in profiles]
-    return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
-
-
 def loader_in_process(profile: Profile) -> bool | None:
     """Whether the profile's DataLoader spans that fed training (dataloader.training_fetches)
     are single-process iterators (num_workers=0); None without spans that name their
@@ -236,7 +231,7 @@ def compute_run_metrics(profiles: list[Profile], manifest: Manifest | None = Non
         join_beside(gpu_profile)
     timed = primary_timed(profiles)
     used, _ = line_profiles(profiles)
-    lines = _lines_of(used)
+    lines = line_table(used)
     if gpu_profile is None and without_gpu(manifest):
         lines = lines.assign(is_sync_point=False)  # .item() of a CPU tensor waits for nothing
     loop = dataloader_loop(used)
@@ -448,7 +443,7 @@ def _breakdown_source(metrics: RunMetrics, timed: list[tuple[Profile, StepWindow
 
 
 def _add_lprof_metrics(metrics: RunMetrics, lines: pd.DataFrame, loop: TrainingLoop | None,
-                       hidden: dict[FunctionKey, tuple[SourceHidden, ...]]) -> None:
+                       hidden: dict[ListingKey, SourceHidden | None]) -> None:
     """Lines, listings (with why each source is hidden: ``hidden``), line_profiler's step and
     DataLoader figures; its steps stand in when no profiler timed the steps."""
     if lines.empty:

@@ -853,6 +853,8 @@ class LoopIdentification:
 class LineItem:
     """One line of a line_profiler listing."""
 
+    #: The .lprof it comes from, as the run's listings name it (lines.profile_labels).
+    profile: str
     file: str
     function: str
     lineno: int
@@ -870,17 +872,20 @@ class LineItem:
 
 @dataclass(frozen=True)
 class FunctionListing:
-    """All lines of one profiled function, in line order, for the annotated listing."""
+    """All lines of one profiled function that one .lprof records, in line order, for the
+    annotated listing: two files timing one function are two measurements, two listings."""
 
+    #: The .lprof it comes from, as the run's listings name it (lines.profile_labels).
+    profile: str
     file: str
     function: str
     #: The line the function starts at as line_profiler recorded it (its first decorator's).
     first_lineno: int
     total_ns: int
     lines: list[LineItem]
-    #: Why its source is not shown: each distinct reason of the line profiles that time it
-    #: (lines.hidden_sources), in their order; empty when it is shown.
-    source_hidden: tuple[SourceHidden, ...]
+    #: Why its source is not shown, as the parser of its .lprof decided it
+    #: (LprofFunction.source_hidden); None when it is shown.
+    source_hidden: SourceHidden | None
 
 
 @dataclass(frozen=True)
@@ -1019,6 +1024,12 @@ class RunMetrics:
     step_copies: StepCopies | None = None
     #: The file each profiler's figures come from (the primary rank's), for evidence locations.
     trace_files: dict[str, TraceFile] = field(default_factory=dict)
+
+    @property
+    def several_line_profiles(self) -> bool:
+        """Whether the lines and listings come from more than one .lprof: each row and listing
+        then names its own (LineItem.profile)."""
+        return len({listing.profile for listing in self.listings}) > 1
 
     @property
     def startup_only(self) -> bool:

@@ -241,8 +241,8 @@ def _top(item: TopItem) -> dict[str, Any]:
 
 def _line(line: LineItem) -> dict[str, Any]:
     """One line_profiler line."""
-    return {"file": line.file, "function": line.function, "lineno": line.lineno,
-            "hits": line.hits, "time_s": round(line.time_ns / NS_PER_S, 6),
+    return {"profile": line.profile, "file": line.file, "function": line.function,
+            "lineno": line.lineno, "hits": line.hits, "time_s": round(line.time_ns / NS_PER_S, 6),
             "share": _frac(line.share), "source": line.source,
             "is_dataloader_loop": line.is_dataloader_loop, "is_sync_point": line.is_sync_point}
 

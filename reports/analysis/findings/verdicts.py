@@ -234,10 +234,16 @@ def _waste_candidates(m: RunMetrics) -> list[Candidate]:
     return out + _gpu_idle_candidates(m)
 
 
+def _named(functions: list[str]) -> str:
+    """``train_step()``, or the first three of these function names and how many more."""
+    return ", ".join(functions[:3]) + (f" and {len(functions) - 3} more"
+                                       if len(functions) > 3 else "")
+
+
 def _functions(listings: list[FunctionListing]) -> str:
-    """``train_step()``, or the first three of the profiled functions and how many more."""
-    named = ", ".join(f"{error_text(f.function)}()" for f in listings[:3])
-    return named + (f" and {len(listings) - 3} more" if len(listings) > 3 else "")
+    """The functions of these listings as :func:`_named` writes them, each once (two .lprof
+    files may each list it)."""
+    return _named(list(dict.fromkeys(f"{error_text(f.function)}()" for f in listings)))
 
 
 #: What would show a function's source, by why the parser did not show it (SourceHidden.kind;
@@ -256,16 +262,22 @@ SHOW_SOURCE: dict[HiddenKind, str] = {
 
 def _show_source(listings: list[FunctionListing]) -> str:
     """Why these functions' sources are not shown and what would show them (SHOW_SOURCE), each
-    reason naming its functions where they differ."""
-    by_reason: dict[SourceHidden, list[FunctionListing]] = {}
+    function named once, with each distinct reason its listings give (two .lprof files may
+    hide it apart) joined; the functions named where their reasons differ."""
+    reasons: dict[str, list[SourceHidden]] = {}
     for listing in listings:
-        for why in listing.source_hidden:
-            by_reason.setdefault(why, []).append(listing)
-    advice = {why: SHOW_SOURCE[why.kind].format(reason=why.reason) for why in by_reason}
+        found = reasons.setdefault(f"{error_text(listing.function)}()", [])
+        if listing.source_hidden is not None and listing.source_hidden not in found:
+            found.append(listing.source_hidden)
+    by_reasons: dict[tuple[SourceHidden, ...], list[str]] = {}
+    for function, found in reasons.items():
+        by_reasons.setdefault(tuple(found), []).append(function)
+    advice = {found: " and ".join(SHOW_SOURCE[why.kind].format(reason=why.reason)
+                                  for why in found) for found in by_reasons}
     if len(advice) == 1:
         return next(iter(advice.values()))
-    return "; ".join(f"for {_functions(functions)}, {advice[why]}"
-                     for why, functions in by_reason.items())
+    return "; ".join(f"for {_named(functions)}, {advice[found]}"
+                     for found, functions in by_reasons.items())
 
 
 def _no_loop_reason(listings: list[FunctionListing]) -> str:
