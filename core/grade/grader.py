@@ -27,7 +27,7 @@ from profreport.manifest import MANIFEST_NAME
 from profreport.parsers import ParseOptions
 from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths, find_profiles
 from profreport.reports.analysis.compare import compare_runs
-from profreport.reports.analysis.results import LineItem, Report, RunAnalysis
+from profreport.reports.analysis.results import FunctionListing, LineItem, Report, RunAnalysis
 from profreport.reports.render import display
 
 #: The run that profiles lying directly in a submission form.
@@ -237,6 +237,8 @@ def _analyse(root: Path, layout: Layout, moved: dict[Path, str]
         failures[folder.name] = [_relative(line, root, shown) for line in report.failures]
         run = report.runs[0]
         run.notes = [_relative(note, root, shown) for note in run.notes]
+        run.metrics.listings = [_relative_listing(listing, root, shown)
+                                for listing in run.metrics.listings]
         run.name = folder.name
         runs.append(run)
     return runs, failures, shown
@@ -247,6 +249,17 @@ def _relative(line: str, root: Path, shown: dict[str, str]) -> str:
     for path, name in shown.items():
         line = line.replace(path, name)
     return line.replace(f"{root}/", "").replace(str(root), "your submission")
+
+
+def _relative_listing(listing: FunctionListing, root: Path, shown: dict[str, str]
+                      ) -> FunctionListing:
+    """A line listing whose reason its source is hidden names the student's paths, as a note
+    does, never the staging folder."""
+    hidden = listing.source_hidden
+    if hidden is None:
+        return listing
+    reason = _relative(hidden.reason, root, shown)
+    return dataclasses.replace(listing, source_hidden=dataclasses.replace(hidden, reason=reason))
 
 
 def _source_missing(lines: list[LineItem]) -> bool:
