@@ -10,8 +10,9 @@ renumbered so that every copy adds its own steps. Then, each in a fresh process,
 time, CPU seconds (user + system) and peak memory (``peaks.run_measured``) of:
 
 - ``profreport analyze EXPORT --format json`` (the whole analysis, report written);
-- the same with the SQLite pages decoded in numpy (the decoder used where no C compiler built
-  ``parsers/_pages.c``), when the C one is built: what the compiled decoder gains;
+- the same with each C half left to numpy (``NUMPY_PEERS``: the SQLite page decoder,
+  ``parsers/_pages.c``, and the analysis's searches, ``core/_searches.c``), each that is built,
+  as where no C compiler built it: what each compiled half gains;
 - ``nsys stats --report gpukernsum`` on the same export (Nsight's own kernel summary);
 - one ``sqlite3`` scan of the kernel table's start, end, device, stream, correlation and name
   columns in Python (the floor of reading the rows one by one).
@@ -121,24 +122,34 @@ def _sqlite_scan(export: Path) -> None:
     print(rows)
 
 
-def _numpy_decoded_analysis(export: Path, out: Path) -> None:
-    """``profreport analyze EXPORT --format json`` with the page reader's C decoder left out."""
-    from profreport.cli import main as profreport
-    from profreport.parsers import sqlite_pages
+#: The C halves a peer row leaves to numpy, by the name the row gives them: the module whose
+#: ``attribute`` set to None makes profreport run that part in numpy.
+NUMPY_PEERS = {"page decoder": ("profreport.parsers.sqlite_pages", "_pages"),
+               "searches": ("profreport.searches", "_searches")}
 
-    sqlite_pages._pages = None
+
+def _numpy_analysis(part: str, export: Path, out: Path) -> None:
+    """``profreport analyze EXPORT --format json`` with the C half ``part`` (a NUMPY_PEERS
+    name) left out: numpy runs it, as where no C compiler built it."""
+    import importlib
+
+    from profreport.cli import main as profreport
+
+    module, attribute = NUMPY_PEERS[part]
+    setattr(importlib.import_module(module), attribute, None)
     sys.argv = ["profreport", "analyze", str(export), "--format", "json", "--out", str(out)]
     profreport()
 
 
-def numpy_decoder_command(export: Path, out: Path) -> list[str] | None:
-    """The command of :func:`_numpy_decoded_analysis`; None where the C decoder is not built
-    (profreport analyze itself then decodes in numpy)."""
-    from profreport.parsers import sqlite_pages
+def numpy_peer_commands(export: Path, out: Path) -> dict[str, list[str]]:
+    """The commands of :func:`_numpy_analysis` by row name (``profreport, numpy searches``),
+    for each C half that is built (where one is not, profreport itself runs it in numpy)."""
+    import importlib
 
-    if sqlite_pages._pages is None:
-        return None
-    return [sys.executable, __file__, "--numpy-decoder", str(export), str(out)]
+    return {f"profreport, numpy {part}": [sys.executable, __file__, "--numpy", part,
+                                          str(export), str(out)]
+            for part, (module, attribute) in NUMPY_PEERS.items()
+            if getattr(importlib.import_module(module), attribute) is not None}
 
 
 def main() -> int:
@@ -149,13 +160,14 @@ def main() -> int:
                         default=Path.home() / ".cache" / "profreport" / "bench")
     parser.add_argument("--skip-nsys", action="store_true", help="do not run nsys stats")
     parser.add_argument("--scan", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--numpy-decoder", nargs=2, type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--numpy", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.scan:
         _sqlite_scan(args.scan)
         return 0
-    if args.numpy_decoder:
-        _numpy_decoded_analysis(*args.numpy_decoder)
+    if args.numpy:
+        part, export, out = args.numpy
+        _numpy_analysis(part, Path(export), Path(out))
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -167,9 +179,8 @@ def main() -> int:
         wall, cpu, peak = _measure([sys.executable, "-m", "profreport", "analyze",
                                        str(export), "--format", "json", "--out", out])
         results["profreport analyze (json)"] = (wall, cpu, peak)
-        numpy_decoder = numpy_decoder_command(export, Path(out))
-        if numpy_decoder is not None:
-            results["profreport, numpy page decoder"] = _measure(numpy_decoder)
+        for name, command in numpy_peer_commands(export, Path(out)).items():
+            results[name] = _measure(command)
     nsys = shutil.which("nsys")
     if nsys and not args.skip_nsys:
         with tempfile.TemporaryDirectory() as out:

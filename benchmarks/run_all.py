@@ -156,9 +156,9 @@ def run_case(case: str, folder: Path, out: Path, peers_2gb: bool,
                             failed="not run: no nsys, or no benchmarks/bench_nsys.py")]
     import bench_nsys
 
-    numpy_decoder = bench_nsys.numpy_decoder_command(export, out)
     return [run("profreport analyze", _profreport("analyze", str(export), *report)),
-            *([run("profreport, numpy page decoder", numpy_decoder)] if numpy_decoder else []),
+            *(run(name, command)
+              for name, command in bench_nsys.numpy_peer_commands(export, out).items()),
             run("nsys stats gpukernsum",
                 [shutil.which("nsys") or "nsys", "stats", "--report", "gpukernsum",
                  "--format", "csv", "--output", str(out / "k"), str(export)]),
