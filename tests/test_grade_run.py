@@ -252,6 +252,55 @@ def test_grade_run_on_slurm(tmp_path: Path) -> None:
         assert len(measured["trials"]) == 4 and measured["run_folder"]
 
 
+#: A stand-in for Slurm's commands: sbatch submits array 42; squeue answers, call by call, with
+#: the lines of ``$FAKE/answers`` (``STATUS|STDOUT|STDERR``; the last repeats).
+FAKE_SBATCH = """#!/bin/sh
+echo "$@" > "$FAKE/sbatch.args"
+echo '42;cluster'
+"""
+FAKE_SQUEUE = """#!/bin/sh
+echo "$@" >> "$FAKE/squeue.args"
+line=$(sed -n "$(wc -l < "$FAKE/squeue.args")p" "$FAKE/answers")
+[ -n "$line" ] || line=$(tail -n 1 "$FAKE/answers")
+printf '%s' "$line" | cut -d'|' -f2 | sed '/^$/d'
+printf '%s' "$line" | cut -d'|' -f3 | sed '/^$/d' >&2
+exit "$(printf '%s' "$line" | cut -d'|' -f1)"
+"""
+
+
+@pytest.mark.parametrize(("answers", "asked"), [
+    (["0|PENDING|", "1||slurm_load_jobs error: Socket timed out on send/recv operation",
+      "0|RUNNING|", "0||"], 4),
+    (["1||slurm_load_jobs error: Invalid job id specified"], 1)])
+def test_slurm_array_is_waited_for_by_squeue(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             answers: list[str], asked: int) -> None:
+    """--slurm submits the array and asks squeue after it until it lists no task of the array
+    (the array ended), or the controller no longer knows the job; squeue's other failures are
+    asked again. Before, ``sbatch --wait`` waited, looking at the job only every 32 s once it
+    had run half a minute, so the grader sat idle up to 32 s after the array ended."""
+    from profreport.grade import slurm
+    from profreport.grade.execute import RunJob
+    from profreport.grade.rubric import load_rubric
+    from profreport.grade.submissions import Submission
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("sbatch", FAKE_SBATCH), ("squeue", FAKE_SQUEUE)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    (tmp_path / "answers").write_text("\n".join(answers) + "\n")
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE", str(tmp_path))
+    monkeypatch.setattr(slurm, "POLL_S", 0.01, raising=False)
+    rubric = load_rubric(RUBRIC)
+    runs = tmp_path / "runs"
+    job = RunJob(Submission("good", tmp_path / "subs" / "good"), rubric, runs / "good")
+    assert slurm.run_on_slurm([job], rubric, runs) == "42"
+    assert "--wait" not in (tmp_path / "sbatch.args").read_text().split()
+    asks = (tmp_path / "squeue.args").read_text().splitlines()
+    assert asks == ["--noheader --jobs 42 --format %T"] * asked
+
+
 def test_run_without_a_sandbox_runs_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                             ) -> None:
     """Without bubblewrap, --run stops before any student's script runs, with one line."""

@@ -1,6 +1,7 @@
 """``grade --run --slurm``: the per-submission runs as one Slurm job array, one task per
 submission, each running :mod:`.execute` (the same sandbox inside); the grader waits for the
-array to end (``sbatch --wait``) and grades the run folders the tasks left."""
+array to end (asking ``squeue`` every :data:`POLL_S`) and grades the run folders the tasks
+left."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import math
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from profreport.errors import RunError, UsageError
@@ -18,6 +20,11 @@ from profreport.grade.rubric import Rubric
 
 JOBS_NAME = "jobs.json"
 ARRAY_SCRIPT = "grade-array.sbatch"
+#: Seconds between two looks at the array's tasks while it runs. ``sbatch --wait`` backs off
+#: to 32 s between looks, so the grader sat idle up to half a minute after the array had ended.
+POLL_S = 5.0
+#: What squeue says of a job the controller no longer holds (it ended MinJobAge ago).
+FORGOTTEN = "Invalid job id"
 #: Launches of one task: each trial runs the reference and the submission, then one profiled
 #: run-and-report (its plain run and each profiler, counted as four launches at most).
 PROFILED_LAUNCHES = 4
@@ -55,11 +62,29 @@ def run_on_slurm(jobs: list[RunJob], rubric: Rubric, runs: Path) -> str:
                         for job in jobs]}, indent=1, ensure_ascii=False) + "\n")
     script = write_text(runs / ARRAY_SCRIPT, array_script(jobs_file, len(jobs), rubric, runs))
     try:
-        done = subprocess.run(["sbatch", "--parsable", "--wait", str(script)],
-                              capture_output=True, text=True, check=False)
+        done = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True,
+                              text=True, check=False)
     except OSError as exc:
         raise RunError(f"cannot submit to Slurm: {exc}") from None
     job_id = done.stdout.strip().split(";")[0]
     if not job_id:
         raise RunError(f"sbatch refused the array: {done.stderr.strip()[:300]}")
+    wait_for(job_id)
     return job_id
+
+
+def wait_for(job_id: str) -> None:
+    """Return once no task of the array is pending or running: squeue lists none of it (it
+    lists no finished task), or the controller no longer holds the job. Any other failure of
+    squeue (the controller busy or restarting) is asked again."""
+    while True:
+        time.sleep(POLL_S)
+        try:
+            shown = subprocess.run(["squeue", "--noheader", "--jobs", job_id, "--format", "%T"],
+                                   capture_output=True, text=True, check=False)
+        except OSError as exc:
+            raise RunError(f"cannot ask Slurm how array {job_id} is doing: {exc}") from None
+        if shown.returncode == 0 and not shown.stdout.strip():
+            return
+        if shown.returncode != 0 and FORGOTTEN in shown.stderr:
+            return
