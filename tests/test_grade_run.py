@@ -26,10 +26,10 @@ from profreport.grade.submissions import BACKSLASH_REASON
 CLASS = Path(__file__).resolve().parent / "scripts" / "grade_class"
 RUBRIC = CLASS / "rubric.toml"
 #: What each kind of student changes in the reference script (old text -> new text).
-SLOW_SAMPLE = """        x = self.x[index].clone()
+SLOW_SAMPLE = """        values = self.x[index].tolist()
         for _ in range(args.work):
-            x = x * 1.0
-        return x, self.y[index]"""
+            values = [value * 1.0 for value in values]
+        return torch.tensor(values), self.y[index]"""
 FAST_SAMPLE = "        return self.x[index], self.y[index]"
 EDITS = {
     "good": [(SLOW_SAMPLE, FAST_SAMPLE)],
@@ -106,7 +106,7 @@ def test_a_class_run_by_the_grader(tmp_path: Path) -> None:
 
     slower = graded["slower"]
     assert slower["measured"]["speedup"] < 1 and checks(slower)["speedup"]["points"] == 0
-    assert checks(slower)["trains"]["passed"]
+    assert checks(slower)["trains"]["passed"] and checks(slower)["profiled"]["passed"]
 
     wrong = checks(graded["wrong"])
     assert not wrong["trains"]["passed"] and wrong["speedup"]["points"] == 0
