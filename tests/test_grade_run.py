@@ -1,6 +1,6 @@
-"""``profreport grade --run``: a class of real scripts (good, slower, wrong loss, smaller batch,
-hostile, copied) run by the grader in the sandbox beside the reference, and graded on what the
-grader measured; the rubric's [run] table; the fair comparison on trials built by hand."""
+"""``profreport grade --run``: a class of real scripts (good, slower, wrong loss, hostile on a
+smaller batch, copied) run by the grader in the sandbox beside the reference, and graded on what
+the grader measured; the rubric's [run] table; the fair comparison on trials built by hand."""
 
 from __future__ import annotations
 
@@ -38,10 +38,12 @@ EDITS = {
     "small": [(SLOW_SAMPLE, FAST_SAMPLE),
               ("batch_size=args.batch_size", "batch_size=args.batch_size // 4")],
 }
-#: Submission folder -> the script it hands in as train.py (the hostile one runs a good copy
-#: once it has tried its attacks; 王小明 copied good's).
-STUDENTS = {"good": "good", "slower": "slower", "wrong": "wrong", "small": "small",
-            "hostile": "hostile.py", "王小明": "good"}
+#: Submission folder -> the script it hands in as train.py (the hostile one, once it has tried
+#: its attacks, runs the one that trains on a quarter of the batch; 王小明 copied good's).
+STUDENTS = {"good": "good", "slower": "slower", "wrong": "wrong", "hostile": "hostile.py",
+            "王小明": "good"}
+#: The script the hostile submission runs after its attacks, handed in beside it.
+HOSTILE_TRAINS = "small"
 
 
 def student_script(kind: str) -> str:
@@ -59,7 +61,7 @@ def make_class(folder: Path, students: dict[str, str]) -> Path:
         (folder / student).mkdir(parents=True)
         if kind == "hostile.py":
             shutil.copy(CLASS / kind, folder / student / "train.py")
-            (folder / student / "good_copy.py").write_text(student_script("good"))
+            (folder / student / "train_copy.py").write_text(student_script(HOSTILE_TRAINS))
         else:
             (folder / student / "train.py").write_text(student_script(kind))
     return folder
@@ -87,8 +89,8 @@ def checks(student: dict) -> dict[str, dict]:
 @pytest.mark.usefixtures("sandbox_available")
 def test_a_class_run_by_the_grader(tmp_path: Path) -> None:
     """Good earns the speedup; slower earns none; a run that does not train, or trains on a
-    smaller batch, is not compared; the hostile one is contained; the copy is found; a regrade
-    reuses every measurement."""
+    smaller batch (the hostile one's), is not compared; the hostile one is contained; the copy
+    is found; a regrade reuses every measurement."""
     subs = make_class(tmp_path / "subs", STUDENTS)
     out = tmp_path / "out"
     done = grade(subs, out, "--run", "--jobs", "1")
@@ -112,9 +114,9 @@ def test_a_class_run_by_the_grader(tmp_path: Path) -> None:
     assert not wrong["trains"]["passed"] and wrong["speedup"]["points"] == 0
     assert "does not train is not faster" in wrong["speedup"]["measured"]
 
-    small = graded["small"]["measured"]
-    assert "batch is 16 samples; the rubric asks for 64" in small["not_training"]
-    assert checks(graded["small"])["speedup"]["points"] == 0
+    hostile = graded["hostile"]
+    assert "batch is 16 samples; the rubric asks for 64" in hostile["measured"]["not_training"]
+    assert checks(hostile)["speedup"]["points"] == 0
 
     hostile_log = (out / "runs" / "hostile" / "logs" / "submission-trial0.out").read_text()
     assert "NETWORK REACHED" not in hostile_log and "refused network" in hostile_log
@@ -123,7 +125,7 @@ def test_a_class_run_by_the_grader(tmp_path: Path) -> None:
 
     summary = json.loads((out / "gradebook.json").read_text())["summary"]
     copied = [group["students"] for group in summary["duplicates"]]
-    assert ["good", "hostile", "王小明"] in copied or ["good", "王小明"] in copied
+    assert ["good", "王小明"] in copied
     rows = list(csv.reader((out / "gradebook-canvas.csv").open(encoding="utf-8")))
     assert "王小明" in [row[0] for row in rows]
 

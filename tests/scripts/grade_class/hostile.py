@@ -1,5 +1,5 @@
 """A hostile submission: reaches for the network, the other students, the grader's files and
-the reference, leaves a process behind, then trains as the good one does."""
+the reference, leaves a process behind, then trains with the script handed in beside it."""
 
 import os
 import socket
@@ -19,4 +19,4 @@ try:
 except OSError as exc:
     print("refused network", exc.strerror)
 subprocess.Popen([sys.executable, "-c", "import time; time.sleep(10**6)"], start_new_session=True)
-exec(compile((Path(__file__).parent / "good_copy.py").read_text(), "good_copy.py", "exec"))
+exec(compile((Path(__file__).parent / "train_copy.py").read_text(), "train_copy.py", "exec"))
