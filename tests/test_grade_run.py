@@ -433,3 +433,23 @@ def test_grade_run_says_what_staging_refused(tmp_path: Path) -> None:
 def staged_names(root: Path) -> set[str]:
     """The files under ``root``, relative to it."""
     return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
+
+
+def test_the_slurm_array_task_starts_without_a_warning(tmp_path: Path) -> None:
+    """Each task of the job array runs profreport.grade.array_task: with Python's warnings made
+    errors it starts and reads its jobs file (here one naming a rubric that is not there, so it
+    stops at the rubric), never warning that the module it runs was imported already (as
+    ``-m profreport.grade.execute`` did in every task's log: the package imports it)."""
+    from profreport.grade.rubric import load_rubric
+    from profreport.grade.slurm import array_script
+
+    rubric = tmp_path / "missing-rubric.toml"
+    jobs = tmp_path / "jobs.json"
+    jobs.write_text(json.dumps({"submissions": [["ann", str(tmp_path)]], "rubric": str(rubric),
+                                "runs": str(tmp_path / "runs")}), encoding="utf-8")
+    task = subprocess.run([sys.executable, "-W", "error", "-m", "profreport.grade.array_task",
+                           str(jobs), "0"], capture_output=True, text=True, timeout=120)
+    assert "found in sys.modules" not in task.stderr
+    assert str(rubric) in task.stderr or "missing-rubric" in task.stderr, task.stderr[-2000:]
+    assert "-m profreport.grade.array_task" in array_script(jobs, 1, load_rubric(RUBRIC),
+                                                            tmp_path)

@@ -15,7 +15,7 @@ refuses (links, entries climbing out or absolute, past the size or file limits) 
 sandbox's copy. The rest runs, and the measurement keeps every refusal so that the grade says
 what was left out of the run; a submission whose script itself was refused is not run.
 
-``python -m profreport.grade.execute JOBS.json INDEX`` runs one submission (a Slurm array task).
+:func:`main` runs one submission of a jobs file (a Slurm array task: :mod:`.array_task`).
 """
 
 from __future__ import annotations
@@ -341,7 +341,3 @@ def main(argv: list[str] | None = None) -> int:
     for line in measured.failures:
         print(f"{student}: {line}", file=sys.stderr)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -41,7 +41,7 @@ def time_limit(rubric: Rubric) -> str:
 def array_script(jobs_file: Path, count: int, rubric: Rubric, runs: Path) -> str:
     """The sbatch script: one task per submission, alone on its node (``--exclusive``) so that
     no other submission shares the CPUs its trials are timed on."""
-    command = shlex.join([str(Path(sys.executable).absolute()), "-m", "profreport.grade.execute",
+    command = shlex.join([str(Path(sys.executable).absolute()), "-m", "profreport.grade.array_task",
                           str(jobs_file)])
     return "\n".join([
         "#!/usr/bin/env bash", "#SBATCH --job-name=profreport-grade",
