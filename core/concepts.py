@@ -580,13 +580,9 @@ def op_family(names: pd.Series) -> pd.Series:
 _INPUT_CHECKED_OP = re.compile("|".join(f"(?:{p})" for p in _OP_FAMILIES.values()))
 
 
-def is_input_checked_op(names: pd.Series) -> pd.Series:
-    """Whether each CPU op is one whose inputs (dtypes, shapes) the analysis checks."""
-    return op_family(names).notna().astype(bool)
-
-
 def is_input_checked_name(name: str) -> bool:
-    """:func:`is_input_checked_op` of one name (for a parser classifying names as they come)."""
+    """Whether a CPU op is one whose inputs (dtypes, shapes) the analysis checks: one of an
+    :func:`op_family` (for a parser classifying names as they come)."""
     return _INPUT_CHECKED_OP.match(name) is not None
 
 

@@ -64,13 +64,6 @@ def write_text(path: str | Path, text: str) -> Path:
     return Path(path)
 
 
-def write_bytes(path: str | Path, data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically and return the path."""
-    with atomic_open(path, "wb", encoding=None) as handle:
-        handle.write(data)
-    return Path(path)
-
-
 def check_output_folder(folder: Path) -> None:
     """OutputError unless ``folder`` is, or can be made as, a writable folder (checked before
     any work, so an unusable ``--out`` costs nothing)."""

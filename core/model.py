@@ -42,7 +42,7 @@ empty frame with the right columns):
                    ``reserved``: driver allocations, i.e. the caching allocator's segments).
 ``devices``        GPUs: device, name, memory_bytes, sm_count, compute_major, compute_minor (the
                    compute capability, 7.0 = Volta; -1 unknown).
-``op_inputs``      Inputs of the operators :func:`concepts.is_input_checked_op` names (matmuls,
+``op_inputs``      Inputs of the operators :func:`concepts.is_input_checked_name` names (matmuls,
                    convolutions, batch norms, pointwise ops), Kineto with ``record_shapes=True``:
                    start, end, pid, tid, name, input_types (tuple of dtype names such as
                    ``float``, ``c10::Half``, "" for a None argument), input_dims (tuple of

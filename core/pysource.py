@@ -1093,14 +1093,6 @@ def loop_header(node: ast.AST) -> str | None:
     return f"{'async ' if isinstance(node, ast.AsyncFor) else ''}for {written[0]} in {written[1]}:"
 
 
-def iterated_name(expression: str) -> str | None:
-    """The name an iterator expression iterates over, out of _ITERATION_WRAPPERS: ``dl`` of
-    ``iter(dl)``, of ``enumerate(dl)`` or of ``dl``; None for anything else."""
-    tree = _parsed(expression, mode="eval")
-    node = _iterated(tree.body) if isinstance(tree, ast.Expression) else None
-    return node.id if isinstance(node, ast.Name) else None
-
-
 def iterates_dataloader(loop: ast.For | ast.AsyncFor, assigned: Callable[[str], str | None]
                         ) -> bool:
     """Whether a ``for`` statement iterates over a DataLoader as the source shows it

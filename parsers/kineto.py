@@ -98,9 +98,6 @@ ACCELERATOR_COPY_KINDS = {"HOST_TO_DEVICE": ("HtoD", concepts.UNKNOWN_KIND, "Dev
                           "DEVICE_TO_DEVICE": ("DtoD", "Device", "Device")}
 #: Header members that list the accelerators, in the order they are looked for.
 DEVICE_LIST_KEYS = ("deviceProperties", "computeProperties")
-#: Where the rows of the ``steps`` table came from, for each way of finding them.
-STEP_ORIGINS = (concepts.PROFILER_STEP, "step range", concepts.OPTIMIZER_STEPS,
-                concepts.REPEATED_SPAN)
 #: The names a note lists at most (the rest as ``...``): a few tell what they are.
 NAMES_SHOWN = 3
 #: The stores (:data:`kineto_columns.GROUPS`) the device-side tables and API calls are built from.

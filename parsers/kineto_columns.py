@@ -763,7 +763,7 @@ class _MemoryEvents:
 
 
 class _OpInputs:
-    """The operators :func:`concepts.is_input_checked_op` names, with the raw text of their
+    """The operators :func:`concepts.is_input_checked_name` names, with the raw text of their
     ``Input type``, ``Input Dims`` and ``Input Strides`` interned per distinct triple (a model
     repeats the same few hundred shapes every step)."""
 

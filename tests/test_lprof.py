@@ -1674,7 +1674,6 @@ def test_a_fetch_from_an_iterator_of_a_name_assigned_a_dataloader_is_the_wait(
     run = analyze_paths_of(path)
     assert run.verdict == "loader-bound"
     assert run.metrics.dataloader_fraction == pytest.approx(123_822_400 / 129_775_600)
-    assert pysource.iterated_name("iter(dl)") == "dl" and pysource.iterated_name("f(x)") is None
 
 
 def test_a_next_of_what_the_source_shows_is_no_dataloader_fetches_no_batch(

@@ -29,8 +29,6 @@ SUMMARY_TEMPLATE = "grade_summary.html.j2"
 HISTOGRAM_BINS = 10
 #: Width in pixels of the longest histogram bar.
 BAR_PX = 400
-#: The import formats ``--lms`` offers.
-LMS_FORMATS = ("canvas", "moodle")
 #: Characters that make a spreadsheet read a cell as a formula.
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
