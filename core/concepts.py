@@ -252,6 +252,10 @@ SYNC_APIS = frozenset({
 #: as the nsys parser lower-cases it, and Kineto's ``cuda_sync_kind``.
 STREAM_WAIT_KINDS = frozenset({"stream_wait_event", "Stream Wait Event"})
 
+#: The stream id CUPTI gives a record of no stream (CUPTI_INVALID_STREAM_ID, uint32 -1: event
+#: and context syncs), which nsys exports and Kineto writes as recorded: no real stream, read -1.
+UNSET_STREAM = 0xFFFFFFFF
+
 #: Copy calls that always block the CPU until the copy is done (the synchronous ``cudaMemcpy``).
 SYNC_COPY_APIS = frozenset({"cudaMemcpy", "cuMemcpy", "cuMemcpyDtoH", "hipMemcpy"})
 
@@ -404,6 +408,11 @@ def is_launch_api(names: pd.Series) -> pd.Series:
 def is_sync_api(names: pd.Series) -> pd.Series:
     """Whether each runtime call is a sync API, blocking the CPU until the GPU caught up."""
     return names.isin(SYNC_APIS)
+
+
+def recorded_streams(streams: np.ndarray) -> np.ndarray:
+    """Stream ids as the tables hold them: :data:`UNSET_STREAM` read as -1, unrecorded."""
+    return np.where(streams == UNSET_STREAM, -1, streams)
 
 
 def is_stream_wait(kinds: pd.Series) -> pd.Series:

@@ -8,7 +8,9 @@ be a pandas categorical (both parsers' kernel and runtime names, nsys range name
 operator names; see :func:`categorical`): a few hundred distinct names over millions of rows.
 
 Tables (a parser leaves out what its format cannot hold; :meth:`Profile.table` then returns an
-empty frame with the right columns):
+empty frame with the right columns). The ``stream`` of the GPU tables and ``sync`` is -1 where the
+profiler recorded none: CUPTI's unset id (concepts.UNSET_STREAM), as nsys exports it and Kineto
+writes it, is no stream, and both parsers read it so (concepts.recorded_streams).
 
 ``kernels``        GPU kernels: start, end, device, stream, correlation, name (demangled when the
                    format has it), short_name, is_comm (NCCL/RCCL, see concepts.is_comm_kernel).

@@ -621,7 +621,7 @@ class ColumnBuilder:
             self._drop(bad & keep, reason)
             keep &= ~bad
         return {"device": _spread(device, detailed, -1),
-                "stream": _spread(stream, detailed, -1),
+                "stream": _spread(concepts.recorded_streams(stream), detailed, -1),
                 "correlation": _spread(correlation, detailed, -1),
                 "bytes": _spread(copied, detailed, -1),
                 "detail": _spread(self._detail(found), detailed,

@@ -152,10 +152,6 @@ MEMCPY_OPER_CODES = {0: "UNKNOWN", 1: "HTOD", 2: "DTOH", 3: "HTOA", 4: "ATOH", 5
                      12: "UVM_DTOH", 13: "UVM_DTOD"}
 MEMORY_KIND_CODES = {0: "PAGEABLE", 1: "PINNED", 2: "DEVICE", 3: "ARRAY", 4: "MANAGED",
                      5: "DEVICE_STATIC", 6: "MANAGED_STATIC", 7: "UNKNOWN"}
-#: The stream CUPTI records for a sync that waited on none (an event or context sync:
-#: CUPTI_SYNCHRONIZATION_INVALID_VALUE), read as -1 like every unknown id (its int64 column
-#: held a million syncs in 8 bytes each instead of one).
-NO_SYNC_STREAM = 0xFFFFFFFF
 SYNC_TYPE_CODES = {0: "UNKNOWN", 1: "EVENT_SYNCHRONIZE", 2: "STREAM_WAIT_EVENT",
                    3: "STREAM_SYNCHRONIZE", 4: "CONTEXT_SYNCHRONIZE"}
 # Read the activity tables (kernels, runtime, copies, memsets, syncs) from the SQLite pages
@@ -1230,7 +1226,9 @@ def _sync(export: _Export) -> pd.DataFrame | None:
     frame["kind"] = _enum_names(export, "sync", frame["syncType"], SYNC_TYPE_CODES)
     frame[_GPU_IDS] = frame[_GPU_IDS].fillna(-1)
     stream = frame["stream"].to_numpy(np.int64)
-    frame["stream"] = narrowed(np.where(stream == NO_SYNC_STREAM, -1, stream))
+    # A sync that waited on no stream (concepts.UNSET_STREAM) reads -1 like every unknown id:
+    # its int64 column held a million syncs in 8 bytes each instead of one.
+    frame["stream"] = narrowed(concepts.recorded_streams(stream))
     return conform("sync", frame)
 
 

@@ -251,13 +251,13 @@ def test_a_copy_launched_after_the_wait_is_the_first_work_instead(tmp_path: Path
 EVENT_ID = 8
 
 
-def ddp_trace(path: Path, kind: str) -> Path:
+def ddp_trace(path: Path, kind: str, stream: int = SIDE) -> Path:
     """ddp_export's two steps as torch.profiler writes them (times in us): ProfilerStep#N
     spans, cudaLaunchKernel and cudaStreamWaitEvent calls (``cuda_runtime``), the kernels on
     streams 7 and ``SIDE``, and each wait's CUPTI sync record as Kineto writes it: a
-    ``cuda_sync`` event on the waiting stream with ``cuda_sync_kind`` ``kind`` ("Stream Wait
-    Event", or "Stream Sync" for another kind), the stream the event was recorded on
-    (``wait_on_stream``: 7) and the call's correlation id."""
+    ``cuda_sync`` event on the waiting stream (``stream``) with ``cuda_sync_kind`` ``kind``
+    ("Stream Wait Event", or "Stream Sync" for another kind), the stream the event was
+    recorded on (``wait_on_stream``: 7) and the call's correlation id."""
     events, correlation = [], 1
     for step in range(2):
         at = step * 10_000
@@ -275,7 +275,7 @@ def ddp_trace(path: Path, kind: str) -> Path:
                           correlation=correlation),
                 device_event(kind, wait, 10, cat="cuda_sync", tid=SIDE, cuda_sync_kind=kind,
                              wait_on_stream=7, wait_on_cuda_event_record_corr_id=1,
-                             wait_on_cuda_event_id=EVENT_ID, stream=SIDE,
+                             wait_on_cuda_event_id=EVENT_ID, stream=stream,
                              correlation=correlation, device=0, context=1),
                 cpu_event("cudaLaunchKernel", launch, 10, cat="cuda_runtime",
                           correlation=correlation + 1),
@@ -311,3 +311,18 @@ def test_kineto_sync_records_of_another_kind_leave_the_launch_delay_whole(
     stats = kineto_stats_of(ddp_trace(tmp_path / "ddp.json", "Stream Sync"))
     assert (stats.launch_delay_p50_ns, stats.launch_delay_kernels) == (2 * MS, 10)
     assert stats.launch_delay_waited == 0 and stats.waits_recorded
+
+
+def test_a_kineto_wait_whose_stream_is_unset_counts_on_every_stream_of_its_device(
+        tmp_path: Path) -> None:
+    """Kineto writes CUPTI's unset stream as the uint32 it is, 4294967295 (NO_STREAM; kineto
+    before pytorch/kineto#884 did so on its cuda_sync events): the parser reads it as -1,
+    unrecorded, as nsys's, so the waits count on every stream of their device as in
+    test_a_wait_whose_stream_is_unrecorded_counts_on_every_stream_of_its_device (9 left out,
+    the compute kernel at 0.1 ms measured alone). Read as a stream of its own, no kernel ran on
+    it: no wait counted, every kernel's 2 ms or 50 us in the median (2 ms over 10)."""
+    path = ddp_trace(tmp_path / "ddp.json", "Stream Wait Event", stream=NO_STREAM)
+    assert set(kineto.parse(path).table("sync")["stream"]) == {-1}
+    stats = kineto_stats_of(path)
+    assert (stats.launch_delay_p50_ns, stats.launch_delay_kernels) == (50 * US, 1)
+    assert (stats.launch_delay_waited, stats.launch_delay_wait_unknown) == (9, 0)
