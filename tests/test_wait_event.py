@@ -326,3 +326,32 @@ def test_a_kineto_wait_whose_stream_is_unset_counts_on_every_stream_of_its_devic
     stats = kineto_stats_of(path)
     assert (stats.launch_delay_p50_ns, stats.launch_delay_kernels) == (50 * US, 1)
     assert (stats.launch_delay_waited, stats.launch_delay_wait_unknown) == (9, 0)
+
+
+@pytest.mark.parametrize(("cat", "name", "call"), [
+    ("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", "cudaMemcpyAsync"),
+    ("gpu_memset", "Memset (Device)", "cudaMemsetAsync")])
+def test_unlinked_work_ahead_of_a_copy_launched_before_the_wait_leaves_the_next_kernel_the_one_that_waited(  # noqa: E501
+        tmp_path: Path, cat: str, name: str, call: str) -> None:
+    """The Kineto ddp trace with, on the side stream, a copy (or memset) launched at 0.5 ms,
+    before the wait at 1 ms, that ran 1.003-1.008 ms, and a kernel linked to no launch call
+    that ran 1.001-1.002 ms, ahead of it: the stream runs its work in the order it was
+    enqueued, so that kernel was enqueued before the copy, before the wait, and the side
+    kernel launched at 1.02 ms is still the one that waited: 6 waited, none unknown, as with a
+    linked kernel in the copy's place (test_unlinked_work_launched_before_the_wait_leaves_the_
+    next_kernel_the_one_that_waited). The bound read only the linked kernels ahead: the
+    unlinked kernel counted as perhaps enqueued after the wait, and the side kernel as perhaps
+    not having waited (5 and 1)."""
+    path = ddp_trace(tmp_path / "ddp.json", "Stream Wait Event")
+    document = json.loads(path.read_text())
+    document["traceEvents"] += [
+        cpu_event(call, 500, 10, cat="cuda_runtime", correlation=900),
+        device_event(name, 1003, 5, cat=cat, tid=SIDE, stream=SIDE, device=0, correlation=900,
+                     bytes=4096),
+        device_event("unlinked", 1001, 1, tid=SIDE, stream=SIDE, device=0)]
+    path.write_text(json.dumps(document))
+    profile = kineto.parse(path)
+    stats = launch_stats(profile, step_windows(profile))
+    assert stats is not None
+    assert (stats.launch_delay_p50_ns, stats.launch_delay_kernels) == (50 * US, 4)
+    assert (stats.launch_delay_waited, stats.launch_delay_wait_unknown) == (6, 0)

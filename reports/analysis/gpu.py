@@ -473,11 +473,12 @@ def waited_on_event(profile: Profile) -> tuple[np.ndarray, np.ndarray]:
     of a stream enqueued after such a record starts only once another stream's work reaches
     that event. Each is the first of its stream's work linked to a launch call launched after
     the record; where work of the stream linked to no launch call ran between the record and
-    it, after the linked work launched before the record (:func:`_unlinked_between`), that
-    work may have been enqueued after the record and waited instead (its launch is unknown,
-    only that it came before its start): whether the kernel waited is unknown. Work linked to
-    no call that started before the record was launched before it, and so was work that ran
-    ahead of a linked kernel launched before it. The kernels are read a block at a time
+    it, after the linked work (kernels, copies, memsets) launched before the record
+    (:func:`_unlinked_between`), that work may have been enqueued after the record and waited
+    instead (its launch is unknown, only that it came before its start): whether the kernel
+    waited is unknown. Work linked to no call that started before the record was launched
+    before it, and so was work that ran ahead of linked work launched before it: a stream
+    runs its work in the order it was enqueued. The kernels are read a block at a time
     (:func:`_first_kernels_after`), the copies and memsets only on the streams and at the
     kernels found: no array as long as the kernels."""
     sync = profile.table("sync")
@@ -489,8 +490,9 @@ def waited_on_event(profile: Profile) -> tuple[np.ndarray, np.ndarray]:
     starts = profile.table("kernels")["start"].to_numpy(np.int64)
     known, unknown = [none], [none]
     for key, (found, told, after) in _first_kernels_after(profile, keys, waits).items():
-        first = _launched_ahead(profile, keys, key, found) <= told
-        found, after = found[first], after[first]
+        launched, started = _other_work_ahead(profile, keys, key, found, told)
+        first = launched <= told
+        found, after = found[first], np.maximum(after[first], started[first])
         maybe = _unlinked_between(profile, key, after, starts[found])
         known.append(found[~maybe])
         unknown.append(found[maybe])
@@ -543,13 +545,12 @@ def _first_kernels_after(profile: Profile, keys: _LaunchKeys, waits: pd.DataFram
     starts, the call's time on the CPU; :func:`_waits_on`), in the order the stream ran them
     (their launches, in that order, taken as never earlier than the one before), the keys of
     those times (:class:`_LaunchKeys`), and after when work ahead of each may have been
-    enqueued after the record: the record's start, or the start of the stream's linked kernel
-    before it (launched before the record) where that is later (a linked copy or memset
-    launched before the record is not asked, so work behind one may be counted as perhaps
-    enqueued after it). Read a block of kernels at a
-    time in start order, each stream's latest launch and start carried from block to block. A
-    copy or memset of the stream launched in between may come first instead
-    (:func:`_launched_ahead`)."""
+    enqueued after the record, as the kernels tell: the record's start, or the start of the
+    stream's linked kernel before it (launched before the record) where that is later. Read a
+    block of kernels at a time in start order, each stream's latest launch and start carried
+    from block to block. A copy or memset of the stream launched in between may come first
+    instead, and one launched before the record raises that bound as a kernel does
+    (:func:`_other_work_ahead`)."""
     kernels = profile.table("kernels")
     calls = launch_calls(profile, "kernels")
     starts = kernels["start"].to_numpy(np.int64)
@@ -584,15 +585,20 @@ def _first_kernels_after(profile: Profile, keys: _LaunchKeys, waits: pd.DataFram
                   np.concatenate(parts[2::3])) for key, parts in found.items()}
 
 
-def _launched_ahead(profile: Profile, keys: _LaunchKeys, key: tuple[int, int],
-                    kernels: np.ndarray) -> np.ndarray:
-    """For each of the ``kernels`` (positions) on stream ``key`` (device, stream), the latest
-    launch (:class:`_LaunchKeys`) of the copies and memsets of that stream linked to their
-    launch call that started before it (a stream runs a kernel before other work of the same
-    start); INT64 min for none. Each table is read a block at a time in start order, the
-    stream's latest launch carried from block to block."""
+def _other_work_ahead(profile: Profile, keys: _LaunchKeys, key: tuple[int, int],
+                      kernels: np.ndarray, told: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each of the ``kernels`` (positions) on stream ``key`` (device, stream), over the
+    copies and memsets of that stream linked to their launch call that started before it (a
+    stream runs a kernel before other work of the same start): their latest launch
+    (:class:`_LaunchKeys`), and the latest start of those launched by the kernel's ``told``
+    (a launch key: its wait record's), before which work linked to no call was enqueued
+    before the record (the stream runs its work in the order it was enqueued); INT64 min for
+    none. A launch is taken as never earlier than the one before it in start order, so a copy
+    launched out of that order bounds no start. Each table is read a block at a time in start
+    order, the stream's latest launch carried from block to block."""
     starts = profile.table("kernels")["start"].to_numpy(np.int64)[kernels]
     ahead = np.full(len(kernels), np.iinfo(np.int64).min, dtype=np.int64)
+    started = ahead.copy()
     for name in (name for name in GPU_TABLES if name != "kernels"):
         carried = np.iinfo(np.int64).min
         for begun, calls in _on_stream(profile, name, key, linked=True):
@@ -602,7 +608,10 @@ def _launched_ahead(profile: Profile, keys: _LaunchKeys, key: tuple[int, int],
             place = searches.searchsorted(begun, starts, side="left")
             met = place > 0
             ahead[met] = np.maximum(ahead[met], launched[place[met] - 1])
-    return ahead
+            place = np.minimum(place, searches.searchsorted(launched, told, side="right"))
+            met = place > 0
+            started[met] = np.maximum(started[met], begun[place[met] - 1])
+    return ahead, started
 
 
 def _unlinked_between(profile: Profile, key: tuple[int, int], after: np.ndarray,
