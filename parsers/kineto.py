@@ -303,11 +303,12 @@ class _Tables:
         return conform("runtime", frame)
 
     def steps(self, ranges: pd.DataFrame, loader: pd.DataFrame
-              ) -> tuple[pd.DataFrame, str | None, str | None]:
-        """One row per iteration, the span name it came from (None for ProfilerStep), and the
-        note saying why there are none where spans of no recorded name repeat (no evidence of
-        a pass: see repeats.steps_from_repeats), or which step spans it leaves out (those of
-        other threads, see _other_threads_note), else None.
+              ) -> tuple[pd.DataFrame, str | None, str | None, tuple[pd.DataFrame, pd.DataFrame]]:
+        """One row per iteration, the span name it came from (None for ProfilerStep), the note
+        saying why there are none where spans of no recorded name repeat (no evidence of a
+        pass: see repeats.steps_from_repeats), else None, and the step marks of the stepping
+        thread and those of the other threads, left out (see :func:`_one_process`; both empty
+        where the steps come from no marks).
 
         ``ProfilerStep#N`` spans, else a user's ``step N`` ranges (origin ``step range``; see
         concepts.step_marks), of the thread that records the most (concepts.stepping_thread:
@@ -328,7 +329,7 @@ class _Tables:
             origin = (concepts.PROFILER_STEP if concepts.is_profiler_step_span(frame["name"]).all()
                       else "step range")
             return (conform("steps", concepts.one_row_per_step(frame).assign(origin=origin)),
-                    None, _other_threads_note(frame, marks[~mine]))
+                    None, None, (frame, marks[~mine]))
         # The operators' category (cpu_op; the 2021 dialect's Operator, which holds its
         # annotations too) is the dispatcher's record of one operator, which repeats per layer
         # or parameter (aten::uniform_ while a model is built): only a span the program opened
@@ -341,13 +342,14 @@ class _Tables:
         # torch's ``Optimizer.step#SGD.step``, as in HTA's traces), is one step: its outer span.
         optimizer = top_level(on_busiest_thread(optimizer)) if len(optimizer) else optimizer
         if len(optimizer) >= 2:
-            return (*_first_optimizers_steps(optimizer, spans, loader), None)
+            return (*_first_optimizers_steps(optimizer, spans, loader), None, (marks, marks))
         steps, span = steps_from_repeats(spans, concepts.REPEATED_SPAN, masked_numbers,
                                          never="operator")
         reason = None if span is not None else unrecorded_names_reason(
             spans[~spans["operator"].to_numpy(bool)], "spans")
         return steps, span, reason and (f"no ProfilerStep span, optimizer step or repeated span "
-                                        f"of a recorded name: {reason}, so the steps are unknown")
+                                        f"of a recorded name: {reason}, so the steps are "
+                                        "unknown"), (marks, marks)
 
     def named_rows(self, store: str) -> pd.DataFrame:
         """The CPU-side spans picked by name as they were read (``NAMED_SPANS``), by start."""
@@ -390,21 +392,91 @@ class _Tables:
         return conform("threads", frame.drop_duplicates(["pid", "tid"], keep="last"))
 
 
-def _other_threads_note(mine: pd.DataFrame, others: pd.DataFrame) -> str | None:
-    """The note naming the step spans of other threads than the steps' own (``mine``), left
-    out (see concepts.stepping_thread); None when there are none. The trace's other rows are
-    read with the steps as they are (one profile: a wait or a busy device of any thread counts
-    once in each figure, whichever thread's it is)."""
+#: The tables of what the CPU ran, each row one process's (its ``pid``).
+HOST_TABLES = ("ranges", "cpu_ops", "dataloader", "cpu_collectives", "op_inputs", "memory")
+#: The tables of device work and syncs: whose process they are, only the launch calls linked to
+#: them tell (Kineto files a device's work under the device).
+WORK_TABLES = ("kernels", "memcpy", "memset", "sync")
+
+
+def _one_process(frames: dict[str, pd.DataFrame], marks: tuple[pd.DataFrame, pd.DataFrame]
+                 ) -> tuple[dict[str, pd.DataFrame], str | None]:
+    """The tables of the process whose thread marks the steps (``marks``: its marks, and those
+    of the other threads, left out: concepts.stepping_thread), and the note saying what was
+    left out; the tables as they are and None where no other thread marks steps.
+
+    Another thread of the same process (another loop's) marks no step, and its rows are read
+    with the steps, each stretch of time once. Another process's (another rank's, as in traces
+    of several ranks read as one) runs a loop of its own: its fetches, operators and spans are
+    left out, and so are its launch calls and the device work on the GPUs only its calls
+    launched (:func:`_devices_launched`), so that the step figures are one loop's. Where the
+    launch calls do not tell whose some GPU's work is, the calls and every GPU's work are kept
+    and the note says the GPU figures read every process's work."""
+    mine, others = marks
     if others.empty:
-        return None
+        return frames, None
+    pid = int(mine["pid"].iloc[0])
     threads = len(others.groupby(["pid", "tid"], observed=True))
-    return (f"step spans are recorded on {threads + 1} threads: the steps are the "
-            f"{len(mine):,} spans of {process_label(int(mine['pid'].iloc[0]))} thread "
-            f"{int(mine['tid'].iloc[0])}, the thread that records the most; the "
-            f"{len(others):,} of the other {'thread' if threads == 1 else 'threads'} (another "
-            "loop's, or another process's, as in traces of several ranks read as one) cover the "
-            "same time and mark no step; the figures over these steps read every thread's "
-            "rows, each stretch of time once")
+    note = (f"step spans are recorded on {threads + 1} threads: the steps are the "
+            f"{len(mine):,} spans of {process_label(pid)} thread {int(mine['tid'].iloc[0])}, "
+            f"the thread that records the most; the {len(others):,} of the other "
+            f"{'thread' if threads == 1 else 'threads'} (another loop's, or another process's, "
+            "as in traces of several ranks read as one) cover the same time and mark no step")
+    gone = sorted({int(p) for p in others["pid"].to_numpy()} - {pid})
+    if not gone:
+        return frames, (f"{note}; the figures over these steps read every thread's rows, each "
+                        "stretch of time once")
+    theirs, untold = _devices_launched(frames, pid, gone)
+    kept = {name: _without(frame, "pid", gone) if name in HOST_TABLES else frame
+            for name, frame in frames.items()}
+    its = "its" if len(gone) == 1 else "their"
+    note += (f"; the rows of {', '.join(map(process_label, gone))} (another process's loop) are "
+             f"left out: {its} operators, spans, DataLoader fetches and memory events")
+    if untold:
+        return kept, (f"{note}, not {its} launch calls: whose the work on {_gpus(untold)} is, no "
+                      "launch call tells (it is linked to calls of several processes, or to "
+                      "none), so the launch calls and every GPU's work are kept: the CPU "
+                      f"figures are {process_label(pid)}'s, the GPU figures read every "
+                      "process's work")
+    kept["runtime"] = _without(frames["runtime"], "pid", gone)
+    for name in WORK_TABLES:
+        kept[name] = _without(frames[name], "device", theirs)
+    work = f", and the work on {_gpus(theirs)}, which only {its} calls launched" if theirs else ""
+    return kept, (f"{note}, {its} launch calls{work}; the figures are "
+                  f"{process_label(pid)}'s")
+
+
+def _devices_launched(frames: dict[str, pd.DataFrame], pid: int, gone: list[int]
+                      ) -> tuple[list[int], list[int]]:
+    """The devices whose work (kernels, copies, memsets, syncs) was launched by calls of the
+    ``gone`` processes alone, and those whose work no launch call tells: none of it is linked
+    to a call, or it is linked to calls of another process and of ``pid`` (or of a process that
+    is neither). A row is linked to the runtime calls of its correlation id; a row linked to
+    none (launched before the trace began) tells nothing."""
+    runtime = frames["runtime"]
+    calls = pd.DataFrame({"correlation": runtime["correlation"].to_numpy(np.int64),
+                          "pid": runtime["pid"].to_numpy(np.int64)})
+    work = pd.concat([pd.DataFrame({"device": frames[name]["device"].to_numpy(np.int64),
+                                    "correlation": frames[name]["correlation"]
+                                    .to_numpy(np.int64)})
+                      for name in WORK_TABLES], ignore_index=True)
+    linked = work.merge(calls[calls["correlation"] >= 0].drop_duplicates(), on="correlation")
+    launchers = linked.groupby("device")["pid"].agg(frozenset).to_dict()
+    theirs = sorted(d for d, by in launchers.items() if by <= set(gone))
+    untold = sorted(d for d in pd.unique(work["device"]).tolist()
+                    if launchers.get(d, frozenset()) != {pid} and d not in theirs)
+    return theirs, untold
+
+
+def _without(frame: pd.DataFrame, column: str, values: list[int]) -> pd.DataFrame:
+    """``frame`` less the rows whose ``column`` holds one of ``values``."""
+    gone = np.isin(frame[column].to_numpy(), values)
+    return frame[~gone].reset_index(drop=True) if gone.any() else frame
+
+
+def _gpus(devices: list[int]) -> str:
+    """Devices as a note names them: ``GPU 1``, ``GPUs 1, 2``."""
+    return f"GPU{'s' if len(devices) > 1 else ''} {', '.join(map(str, devices))}"
 
 
 def _first_optimizers_steps(optimizer: pd.DataFrame, spans: pd.DataFrame, loader: pd.DataFrame
@@ -630,7 +702,7 @@ def parse(path: Path) -> Profile:
     ranges = tables.ranges()
     fetches = tables.dataloader()
     cpu_ops = tables.cpu_ops()
-    steps, step_span, steps_said = tables.steps(ranges, fetches)
+    steps, step_span, steps_said, marks = tables.steps(ranges, fetches)
     python = tables.python_work(steps)
     collectives = tables.cpu_collectives()
     tables.release(tuple(name for name in tables.stores if name not in DEVICE_GROUPS))
@@ -641,7 +713,6 @@ def parse(path: Path) -> Profile:
     meta.notes = [f"{count:,} records dropped: {reason}"
                   for reason, count in sorted(meta.dropped.items()) if count]
     meta.step_span, meta.events = step_span, builder.events
-    meta.dataloader = _dataloader_meta(fetches)
     frames = {
         **device, "ranges": ranges,
         "cpu_ops": cpu_ops, "steps": steps, "dataloader": fetches,
@@ -650,6 +721,8 @@ def parse(path: Path) -> Profile:
         "memory": builder.memory.frame(),
         "op_inputs": builder.op_inputs.frame(tables.names, tables.thread_numbers),
     }
+    frames, one_process = _one_process(frames, marks)
+    meta.dataloader = _dataloader_meta(frames["dataloader"])
     frames["steps"], frames["ranges"], closing = _without_closing_span(frames)
     frames["steps"], ends, unended = _repeated_span_steps(frames, python, step_span)
     steps = frames["steps"]
@@ -657,9 +730,9 @@ def parse(path: Path) -> Profile:
     if not steps.empty:
         meta.notes += filter(None, [concepts.steps_note(steps["origin"].iloc[0], step_span,
                                                         len(steps), _last_step_text(ends)),
-                                    _alternating_steps_note(steps, step_span, cpu_ops)])
-    if steps_said is not None:
-        meta.notes.append(steps_said)
+                                    _alternating_steps_note(steps, step_span,
+                                                            frames["cpu_ops"])])
+    meta.notes += filter(None, [steps_said, one_process])
     meta.notes += closing + unended
     meta.empty = nothing_recorded(frames, sum(meta.dropped.values()))
     give_back_freed_memory()
