@@ -1,10 +1,12 @@
 """Kineto events decoded into columns: typed msgspec structs, interned symbols, checked values.
 
-A batch of trace events (decoded by :mod:`parsers.kineto_stream`) becomes numpy columns: names,
-categories and thread ids interned to integer ids, times in int64 ns, ids and sizes checked to fit
-int64; an event with an impossible value is dropped and counted by reason. ``[memory]`` instant
-events and the inputs of checked operators are kept in their own columns. What the columns mean
-(which table, which step) is :mod:`parsers.kineto`'s business.
+A batch of trace events (cut by :mod:`parsers.kineto_stream`, scanned in C by
+``parsers/_kineto_scan.c`` or decoded into msgspec structs, both seen as an :class:`EventBatch`)
+becomes numpy columns through one shared path: names, categories and thread ids interned to
+integer ids, times in int64 ns, ids and sizes checked to fit int64; an event with an impossible
+value is dropped and counted by reason. ``[memory]`` instant events and the inputs of checked
+operators are kept in their own columns. What the columns mean (which table, which step) is
+:mod:`parsers.kineto`'s business.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from itertools import compress
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,11 @@ import pandas as pd
 from profreport import concepts
 from profreport.inputs import EVENT_TIMES, MAX_EVENTS, MAX_NAME_CHARS, Limit
 from profreport.model import conform, empty_table, in_start_order, narrowed
+
+try:  # built by pyproject.toml where a C compiler is found; msgspec decodes every batch otherwise
+    from profreport.parsers import _kineto_scan
+except ImportError:
+    _kineto_scan = None
 
 # Largest value an id or a byte count may have to fit an int64 column.
 _INT64_MAX = (1 << 63) - 1
@@ -121,15 +127,9 @@ class Event(msgspec.Struct, gc=False):
     id: Any = None
     args: _Args | None = _NO_ARGS
 # Field getters that run at C speed over a batch (``map``), instead of a Python loop per field.
-_PHASE, _CAT, _NAME = attrgetter("ph"), attrgetter("cat"), attrgetter("name")
-_PID, _TID, _TS, _DUR = attrgetter("pid"), attrgetter("tid"), attrgetter("ts"), attrgetter("dur")
-_ARGS, _DEVICE = attrgetter("args"), attrgetter("device")
-_CORRELATION, _BANDWIDTH = attrgetter("correlation"), attrgetter("bandwidth")
-_BYTES, _SIZE = attrgetter("bytes"), attrgetter("size")
-_STREAM, _STREAM_ID = attrgetter("stream"), attrgetter("stream_id")
-_SYNC_KIND, _DIRECTION = attrgetter("sync_kind"), attrgetter("direction")
-_COPY_KIND = attrgetter("kind")
-_FLOW_ID = attrgetter("id")
+_TS, _ARGS, _FLOW_ID = attrgetter("ts"), attrgetter("args"), attrgetter("id")
+#: The symbol fields of an event (ph, cat, name, pid, tid), in the scanner's row order.
+_SYMBOL_FIELDS = ("ph", "cat", "name", "pid", "tid")
 # Category of the flows that link a launch to the device work it started.
 _LAUNCH_FLOW = "ac2g"
 
@@ -200,6 +200,214 @@ class Symbols:
         """Ids of the interned values whose lower-cased text is in ``wanted``."""
         return np.array([i for i, v in enumerate(self._ids.order) if str(v).lower() in wanted],
                         np.int32)
+
+
+class Vocabulary:
+    """The values a reader's codes stand for (code -> value, dense from 0), and for each
+    symbol table the id there of each code that has been asked for."""
+
+    def __init__(self) -> None:
+        self.values: list[Any] = []
+        self._ids: dict[Symbols, np.ndarray] = {}
+
+    def ids_in(self, symbols: Symbols, codes: np.ndarray) -> np.ndarray:
+        """The id in ``symbols`` of the value each of ``codes`` stands for; values unseen there
+        are added in the order they first appear in ``codes``, as :meth:`Symbols.ids` adds
+        them (so both readers build the same tables)."""
+        known = self._ids.get(symbols, np.empty(0, dtype=np.int32))
+        if len(known) < len(self.values):
+            known = np.concatenate([known, np.full(len(self.values) - len(known), -1, np.int32)])
+            self._ids[symbols] = known
+        ids = known[codes]
+        unseen = ids < 0
+        if unseen.any():
+            new, first = np.unique(codes[unseen], return_index=True)
+            new = new[np.argsort(first)]
+            known[new] = symbols.ids([self.values[code] for code in new.tolist()], len(new))
+            ids = known[codes]
+        return ids
+
+    def equals(self, codes: np.ndarray, value: Any) -> np.ndarray:
+        """Whether the value each of ``codes`` stands for equals ``value``."""
+        distinct, inverse = np.unique(codes, return_inverse=True)
+        return np.array([self.values[code] == value for code in distinct.tolist()],
+                        dtype=bool)[inverse]
+
+
+class _ValueCodes(dict):  # type: ignore[type-arg]
+    """Decoded values to dense codes, the next code given to an unseen value on lookup."""
+
+    def __init__(self, vocabulary: Vocabulary) -> None:
+        super().__init__()
+        self.vocabulary = vocabulary
+
+    def __missing__(self, value: Any) -> int:
+        """Give ``value`` the next code."""
+        self[value] = code = len(self.vocabulary.values)
+        self.vocabulary.values.append(value)
+        return code
+
+
+class EventBatch:
+    """One batch of events as columns, whichever reader read it: the symbol fields as codes of
+    the reader's :class:`Vocabulary`, ts and dur in us (NaN where missing). What only some rows
+    need (args ids and sizes, texts, whole events) is asked for by row."""
+
+    count: int
+    vocabulary: Vocabulary
+    symbols: dict[str, np.ndarray]  # ph, cat, name, pid, tid -> int32 codes
+    ts: np.ndarray
+    dur: np.ndarray
+
+    def integers(self, field: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """An id or size field (of ``args``, or the event's flow ``id``) of ``rows`` as
+        :func:`_integers` reads it: values (-1 absent) and where a value was unusable."""
+        raise NotImplementedError
+
+    def bandwidth(self, rows: np.ndarray) -> np.ndarray:
+        """``args``' memory bandwidth of ``rows`` as :func:`_floats` reads it (-1 absent)."""
+        raise NotImplementedError
+
+    def texts(self, field: str, rows: np.ndarray) -> list[bytes]:
+        """A raw-JSON ``args`` field of ``rows`` (the operators' inputs), b"" where absent."""
+        raise NotImplementedError
+
+    def values(self, field: str, rows: np.ndarray) -> list[Any]:
+        """An ``args`` field of ``rows`` as decoded JSON, None where absent."""
+        raise NotImplementedError
+
+    def events(self, rows: np.ndarray) -> list[Event]:
+        """The events of ``rows`` whole (``args`` as decoded, null included)."""
+        raise NotImplementedError
+
+    def args(self, rows: np.ndarray) -> list[_Args]:
+        """The ``args`` of ``rows`` (null read as none)."""
+        return [_NO_ARGS if a is None else a for a in map(_ARGS, self.events(rows))]
+
+
+class DecodedBatch(EventBatch):
+    """A batch that msgspec decoded into structs."""
+
+    def __init__(self, events: list[Event], codes: _ValueCodes) -> None:
+        self.count = count = len(events)
+        self.vocabulary = codes.vocabulary
+        self._events = events
+        self._args = _args_of(events)
+        self.symbols = {field: np.fromiter(map(codes.__getitem__, map(attrgetter(field), events)),
+                                           np.int32, count) for field in _SYMBOL_FIELDS}
+        self.ts = np.fromiter(map(_TS, events), np.float64, count)
+        self.dur = np.fromiter(map(attrgetter("dur"), events), np.float64, count)
+
+    def integers(self, field: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """See :meth:`EventBatch.integers`."""
+        source = self._events if field == "id" else self._args
+        return _integers([getattr(source[row], field) for row in rows.tolist()])
+
+    def bandwidth(self, rows: np.ndarray) -> np.ndarray:
+        """See :meth:`EventBatch.bandwidth`."""
+        return _floats([self._args[row].bandwidth for row in rows.tolist()])
+
+    def texts(self, field: str, rows: np.ndarray) -> list[bytes]:
+        """See :meth:`EventBatch.texts`."""
+        return [bytes(getattr(self._args[row], field)) for row in rows.tolist()]
+
+    def values(self, field: str, rows: np.ndarray) -> list[Any]:
+        """See :meth:`EventBatch.values`."""
+        return [getattr(self._args[row], field) for row in rows.tolist()]
+
+    def events(self, rows: np.ndarray) -> list[Event]:
+        """See :meth:`EventBatch.events`."""
+        return [self._events[row] for row in rows.tolist()]
+
+
+#: The scanner's row (parsers/_kineto_scan.c's ``Row``): symbol codes, numbers, ints, where the
+#: event's text lies, and where each ``args`` text field lies (first byte, length).
+_ROW = np.dtype([("symbol", np.int32, 5), ("pad", np.int32), ("number", np.float64, 3),
+                 ("integer", np.int64, 7), ("event", np.int64, 2), ("text", np.int64, (8, 2))])
+_SCANNED_INTEGERS = ("device", "stream", "stream_id", "correlation", "bytes", "size", "id")
+_SCANNED_TEXTS = ("input_types", "input_dims", "input_dims_2021", "input_strides", "sync_kind",
+                  "direction", "kind", "collective")
+_EVENT_DECODER = msgspec.json.Decoder(Event)
+
+
+class ScannedBatch(EventBatch):
+    """A batch that the C scanner (parsers/_kineto_scan.c) read into rows."""
+
+    def __init__(self, text: bytes, rows: bytes, count: int, vocabulary: Vocabulary) -> None:
+        self.count = count
+        self.vocabulary = vocabulary
+        self._text = text
+        self._rows = np.frombuffer(rows, dtype=_ROW, count=count)
+        codes = self._rows["symbol"]
+        self.symbols = {field: codes[:, index] for index, field in enumerate(_SYMBOL_FIELDS)}
+        self.ts, self.dur = self._rows["number"][:, 0], self._rows["number"][:, 1]
+
+    def integers(self, field: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """See :meth:`EventBatch.integers` (the scanner gives unusable values up)."""
+        return (self._rows["integer"][rows, _SCANNED_INTEGERS.index(field)],
+                np.zeros(len(rows), dtype=bool))
+
+    def bandwidth(self, rows: np.ndarray) -> np.ndarray:
+        """See :meth:`EventBatch.bandwidth`."""
+        return self._rows["number"][rows, 2]
+
+    def _present(self, field: str, rows: np.ndarray) -> tuple[np.ndarray, list[bytes]]:
+        """Which of ``rows`` (their indices) hold ``field``, and its text there."""
+        spans = self._rows["text"][rows, _SCANNED_TEXTS.index(field)]
+        present = np.flatnonzero(spans[:, 1])
+        text = self._text
+        return present, [text[start:start + length]
+                         for start, length in spans[present].tolist()]
+
+    def texts(self, field: str, rows: np.ndarray) -> list[bytes]:
+        """See :meth:`EventBatch.texts`."""
+        present, texts = self._present(field, rows)
+        if len(present) == len(rows):
+            return texts
+        out = [b""] * len(rows)
+        for index, text in zip(present.tolist(), texts, strict=True):
+            out[index] = text
+        return out
+
+    def values(self, field: str, rows: np.ndarray) -> list[Any]:
+        """See :meth:`EventBatch.values`."""
+        out: list[Any] = [None] * len(rows)
+        present, texts = self._present(field, rows)
+        for index, text in zip(present.tolist(), texts, strict=True):
+            out[index] = msgspec.json.decode(text)
+        return out
+
+    def events(self, rows: np.ndarray) -> list[Event]:
+        """See :meth:`EventBatch.events` (each decoded by msgspec from its text)."""
+        text = self._text
+        return [_EVENT_DECODER.decode(text[start:end])
+                for start, end in self._rows["event"][rows].tolist()]
+
+
+class BatchReader:
+    """Reads the batches of one stretch of a trace into :class:`EventBatch` es: the C scanner
+    where it is built and takes the batch, else msgspec's structs."""
+
+    def __init__(self) -> None:
+        self._scanner = None if _kineto_scan is None else _kineto_scan.Scanner()
+        self._scanned = Vocabulary()
+        self._codes = _ValueCodes(Vocabulary())
+
+    def scanned(self, text: bytes) -> ScannedBatch | None:
+        """The JSON array ``text`` scanned in C; None where the scanner is not built or gives
+        the batch up (it is then for msgspec to decode, or to refuse)."""
+        if self._scanner is None:
+            return None
+        result = self._scanner.scan(text)
+        if isinstance(result, str):
+            return None
+        rows, count, tokens = result
+        self._scanned.values.extend(map(msgspec.json.decode, tokens))
+        return ScannedBatch(text, rows, count, self._scanned)
+
+    def decoded(self, events: list[Event]) -> DecodedBatch:
+        """Events that msgspec decoded, as a batch."""
+        return DecodedBatch(events, self._codes)
 
 
 #: Columns of the complete-duration ("X") events and the symbol table each id column uses.
@@ -412,12 +620,11 @@ class _NameFlags:
 _LEGACY_OPERATOR = frozenset({"operator"})
 
 
-def _records_inputs(args: _Args) -> bool:
+def _records_inputs(dims: bytes, dims_2021: bytes) -> bool:
     """Whether an event's ``Input Dims`` (``Input dims`` in January 2021) lists an input: the
     profiler writes one entry per argument the RecordFunction was entered with (an empty list,
     or no key, for none; null is no key)."""
-    dims = bytes(args.input_dims) or bytes(args.input_dims_2021)
-    return dims.replace(b" ", b"") not in (b"", b"[]", b"null")
+    return (dims or dims_2021).replace(b" ", b"") not in (b"", b"[]", b"null")
 
 
 def _input_checked(names: pd.Series) -> np.ndarray:
@@ -445,15 +652,6 @@ def _integers(values: list[Any], absent: int = -1) -> tuple[np.ndarray, np.ndarr
     bad = np.array([p is None and v is not None and v != absent
                     for p, v in zip(parsed, values, strict=True)], dtype=bool)
     return np.array([absent if p is None else p for p in parsed], dtype=np.int64), bad
-
-
-def _ids_and_sizes(args: list[_Args]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Each event's correlation id and where it is unusable; its byte count (``bytes``, else
-    ``size``) and where that is unusable."""
-    correlation, bad_correlation = _integers(list(map(_CORRELATION, args)))
-    copied, bad_bytes = _first_present(_integers(list(map(_BYTES, args))),
-                                       _integers(list(map(_SIZE, args))))
-    return correlation, bad_correlation, copied, bad_bytes
 
 
 def _spread(values: np.ndarray, where: np.ndarray, fill: Any) -> np.ndarray:
@@ -523,65 +721,68 @@ class ColumnBuilder:
         self._group_of = np.zeros(0, dtype=np.int8)
         self._flows = _Store(_FLOW_COLUMNS)
 
-    def add(self, events: list[Event]) -> None:
+    def add(self, batch: EventBatch) -> None:
         """Append one batch: "X" events become columns, "M" events are kept as they are."""
-        self.events += len(events)
+        self.events += batch.count
         MAX_EVENTS.check(self.events, self.path)
-        phase = self.phases.ids(map(_PHASE, events), len(events))
-        spans = list(compress(events, phase == self.phases.ids(["X"], 1)[0]))
+        phase = batch.vocabulary.ids_in(self.phases, batch.symbols["ph"])
+        spans = np.flatnonzero(phase == self.phases.ids(["X"], 1)[0])
         for kind, keep in (("M", self._add_metadata), ("f", self._add_flows),
                            ("i", self._add_instants)):
-            found = phase == self.phases.ids([kind], 1)[0]
-            if found.any():
-                keep(list(compress(events, found)))
-        if spans:
-            self._add_spans(spans)
+            found = np.flatnonzero(phase == self.phases.ids([kind], 1)[0])
+            if len(found):
+                keep(batch, found)
+        if len(spans):
+            self._add_spans(batch, spans)
 
-    def _add_metadata(self, found: list[Event]) -> None:
+    def _add_metadata(self, batch: EventBatch, rows: np.ndarray) -> None:
         """Keep metadata events as they are (``args`` null read as none)."""
+        found = batch.events(rows)
         _args_of(found)
         self.metadata.extend(found)
 
-    def _add_instants(self, instants: list[Event]) -> None:
+    def _add_instants(self, batch: EventBatch, rows: np.ndarray) -> None:
         """Keep the ``[memory]`` instant events whose time is possible (the others counted)."""
-        memory = [e for e in instants if e.name == MEMORY_EVENT_NAME]
-        if memory:
-            possible = _possible_times(np.fromiter(map(_TS, memory), np.float64, len(memory)))
+        memory = rows[batch.vocabulary.equals(batch.symbols["name"][rows], MEMORY_EVENT_NAME)]
+        if len(memory):
+            possible = _possible_times(batch.ts[memory])
             self._drop(~possible, "memory event time outside the possible range")
-            self.memory.add(list(compress(memory, possible)))
+            self.memory.add(batch.events(memory[possible]))
 
-    def _add_spans(self, spans: list[Event]) -> None:
-        """Check and append complete-duration events; count the ones dropped."""
-        count = len(spans)
-        args = _args_of(spans)
-        start, end, keep = self._times(np.fromiter(map(_TS, spans), np.float64, count),
-                                       np.fromiter(map(_DUR, spans), np.float64, count))
-        cats = self.cats.ids(map(_CAT, spans), count)
+    def _add_spans(self, batch: EventBatch, rows: np.ndarray) -> None:
+        """Check and append the complete-duration events at ``rows``; count the ones dropped."""
+        vocabulary, symbols = batch.vocabulary, batch.symbols
+        start, end, keep = self._times(batch.ts[rows], batch.dur[rows])
+        cats = vocabulary.ids_in(self.cats, symbols["cat"][rows])
         group = self._groups(cats)
         part = {
-            "name": self.names.ids(map(_NAME, spans), count),
-            "pid": self.threads.ids(map(_PID, spans), count),
-            "tid": self.threads.ids(map(_TID, spans), count),
+            "name": vocabulary.ids_in(self.names, symbols["name"][rows]),
+            "pid": vocabulary.ids_in(self.threads, symbols["pid"][rows]),
+            "tid": vocabulary.ids_in(self.threads, symbols["tid"][rows]),
             "start": start, "end": end,
         }
-        part.update(self._arg_columns(args, end - start, keep,
+        part.update(self._arg_columns(batch, rows, end - start, keep,
                                       np.isin(group, _DETAILED_GROUPS)))
-        self.op_inputs.add(self.names, part, args, keep & (group == _GROUP_CODES["cpu_op"]))
+        self.op_inputs.add(self.names, part, batch, rows,
+                           keep & (group == _GROUP_CODES["cpu_op"]))
         legacy = np.flatnonzero(keep & np.isin(cats, self.cats.lookup(_LEGACY_OPERATOR)))
-        self.with_inputs.update(part["name"][[i for i in legacy.tolist()
-                                              if _records_inputs(args[i])]].tolist())
+        if len(legacy):
+            recorded = list(map(_records_inputs, batch.texts("input_dims", rows[legacy]),
+                                batch.texts("input_dims_2021", rows[legacy])))
+            self.with_inputs.update(part["name"][legacy[np.array(recorded, dtype=bool)]]
+                                    .tolist())
         for code in np.unique(group[keep]).tolist():
             store = self.stores.get(_GROUP_NAMES[code]) if code >= 0 else None
             if store is not None:
-                rows = keep & (group == code)
-                store.append({key: part[key][rows] for key in store.keys})
+                held = keep & (group == code)
+                store.append({key: part[key][held] for key in store.keys})
         for name, (codes, flags) in self._named.items():
-            rows = keep & np.isin(group, codes)
-            rows[rows] = flags.of(self.names, part["name"][rows])
-            if rows.any():
-                kept = {key: part[key][rows] for key in _PLAIN_COLUMNS}
+            held = keep & np.isin(group, codes)
+            held[held] = flags.of(self.names, part["name"][held])
+            if held.any():
+                kept = {key: part[key][held] for key in _PLAIN_COLUMNS}
                 if name in _MESSAGE_SPANS:
-                    kept.update(self._messages(list(compress(args, rows))))
+                    kept.update(self._messages(batch.args(rows[held])))
                 self.stores[name].append(kept)
 
     def _groups(self, cats: np.ndarray) -> np.ndarray:
@@ -594,25 +795,20 @@ class ColumnBuilder:
             self._group_of = np.concatenate([self._group_of, np.array(new, dtype=np.int8)])
         return self._group_of[cats]
 
-    def _arg_columns(self, args: list[_Args], duration: np.ndarray, keep: np.ndarray,
-                     detailed: np.ndarray) -> dict[str, np.ndarray]:
-        """device, stream, correlation, bytes and detail of each ``detailed`` event (the other
-        rows read -1: their table stores none of these); events with an id or size that is no
-        int64 are counted and taken out of ``keep``, whatever their category."""
-        found = list(compress(args, detailed))
-        correlation, bad_correlation, copied, bad_bytes = _ids_and_sizes(found)
-        copied = _with_bandwidth(copied, _floats(list(map(_BANDWIDTH, found))),
-                                 duration[detailed])
-        _, other_bad_correlation, _, other_bad_bytes = _ids_and_sizes(
-            list(compress(args, ~detailed)))
-        bad_correlation = _spread(bad_correlation, detailed, False)
-        bad_correlation[~detailed] = other_bad_correlation
-        bad_bytes = _spread(bad_bytes, detailed, False)
-        bad_bytes[~detailed] = other_bad_bytes
-        device, bad_device = _integers(list(map(_DEVICE, found)))
+    def _arg_columns(self, batch: EventBatch, rows: np.ndarray, duration: np.ndarray,
+                     keep: np.ndarray, detailed: np.ndarray) -> dict[str, np.ndarray]:
+        """device, stream, correlation, bytes and detail of each ``detailed`` event of ``rows``
+        (the other rows read -1: their table stores none of these); events with an id or size
+        that is no int64 are counted and taken out of ``keep``, whatever their category."""
+        found = rows[detailed]
+        correlation, bad_correlation = batch.integers("correlation", rows)
+        copied, bad_bytes = _first_present(batch.integers("bytes", rows),
+                                           batch.integers("size", rows))
+        copied = _with_bandwidth(copied[detailed], batch.bandwidth(found), duration[detailed])
+        device, bad_device = batch.integers("device", found)
         bad_device = _spread(bad_device | (device >= MAX_DEVICES), detailed, False)
-        stream, bad_stream = _first_present(_integers(list(map(_STREAM, found))),
-                                            _integers(list(map(_STREAM_ID, found))))
+        stream, bad_stream = _first_present(batch.integers("stream", found),
+                                            batch.integers("stream_id", found))
         bad_stream = _spread(bad_stream, detailed, False)
         for bad, reason in ((bad_correlation, "correlation is not an int64"),
                             (bad_bytes, "bytes is not an int64"),
@@ -622,9 +818,9 @@ class ColumnBuilder:
             keep &= ~bad
         return {"device": _spread(device, detailed, -1),
                 "stream": _spread(concepts.recorded_streams(stream), detailed, -1),
-                "correlation": _spread(correlation, detailed, -1),
+                "correlation": np.where(detailed, correlation, -1),
                 "bytes": _spread(copied, detailed, -1),
-                "detail": _spread(self._detail(found), detailed,
+                "detail": _spread(self._detail(batch, found), detailed,
                                   self.details.ids([None], 1)[0])}
 
     def _messages(self, args: list[_Args]) -> dict[str, np.ndarray]:
@@ -634,13 +830,13 @@ class ColumnBuilder:
                 "detail": self.details.ids((_detail_text(a.collective) for a in args),
                                            len(args))}
 
-    def _detail(self, args: list[_Args]) -> np.ndarray:
+    def _detail(self, batch: EventBatch, rows: np.ndarray) -> np.ndarray:
         """Ids of each event's sync kind (``cuda_sync``), else its copy direction (MTIA DMA's
         ``direction``, else ROCm's ``kind``), each as recorded text."""
         absent = self.details.ids([None], 1)[0]
-        detail = np.full(len(args), absent, dtype=np.int32)
-        for field in (_COPY_KIND, _DIRECTION, _SYNC_KIND):
-            values = list(map(field, args))
+        detail = np.full(len(rows), absent, dtype=np.int32)
+        for field in ("kind", "direction", "sync_kind"):
+            values = batch.values(field, rows)
             if values.count(None) == len(values):  # the usual case: no event records it
                 continue
             ids = self.details.ids(map(_detail_text, values), len(values))
@@ -663,17 +859,17 @@ class ColumnBuilder:
         start = _us_to_ns(np.where(keep, ts_us, 0.0))
         return start, start + _us_to_ns(np.where(keep, dur_us, 0.0)), keep
 
-    def _add_flows(self, flows: list[Event]) -> None:
+    def _add_flows(self, batch: EventBatch, rows: np.ndarray) -> None:
         """Keep the ends of ``ac2g`` (launch -> GPU) flows: where they land and their id."""
-        flows = list(compress(flows, map(_LAUNCH_FLOW.__eq__, map(_CAT, flows))))
-        if not flows:
+        flows = rows[batch.vocabulary.equals(batch.symbols["cat"][rows], _LAUNCH_FLOW)]
+        if not len(flows):
             return
-        ids, _ = _integers(list(map(_FLOW_ID, flows)))
-        ts = np.fromiter(map(_TS, flows), np.float64, len(flows))
+        ids, _ = batch.integers("id", flows)
+        ts = batch.ts[flows]
         keep = (ids >= 0) & _possible_times(ts)  # a flow of no usable id links nothing
         self._flows.append({
-            "pid": self.threads.ids(map(_PID, flows), len(flows))[keep],
-            "tid": self.threads.ids(map(_TID, flows), len(flows))[keep],
+            "pid": batch.vocabulary.ids_in(self.threads, batch.symbols["pid"][flows])[keep],
+            "tid": batch.vocabulary.ids_in(self.threads, batch.symbols["tid"][flows])[keep],
             "start": _us_to_ns(np.where(keep, ts, 0.0))[keep], "flow": ids[keep]})
 
     def _drop(self, mask: np.ndarray, reason: str) -> None:
@@ -734,8 +930,8 @@ class _MemoryEvents:
             return
         args = _args_of(found)
         part = {"time": _us_to_ns(np.fromiter(map(_TS, found), np.float64, len(found))),
-                "pid": _thread_column(list(map(_PID, found))),
-                "tid": _thread_column(list(map(_TID, found)))}
+                "pid": _thread_column(list(map(attrgetter("pid"), found))),
+                "tid": _thread_column(list(map(attrgetter("tid"), found)))}
         for key, absent in self._FIELDS.items():
             part[key] = _int_column(list(map(attrgetter(key), args)), absent)
         self._parts.append(part)
@@ -772,20 +968,24 @@ class _OpInputs:
         self._checked = _NameFlags(_input_checked)
         self._parts: list[dict[str, np.ndarray]] = []
 
-    def add(self, names: Symbols, part: dict[str, np.ndarray], args: list[_Args],
-            operators: np.ndarray) -> None:
-        """Keep the checked operators among one batch's complete events (``part``'s columns;
-        ``operators``: the rows that are operators with possible values)."""
-        rows = np.flatnonzero(operators)
-        rows = rows[self._checked.of(names, part["name"][rows])]
-        if not len(rows):
+    def add(self, names: Symbols, part: dict[str, np.ndarray], batch: EventBatch,
+            rows: np.ndarray, operators: np.ndarray) -> None:
+        """Keep the checked operators among one batch's complete events (``part``'s columns, of
+        the batch's ``rows``; ``operators``: the rows that are operators with possible
+        values)."""
+        held = np.flatnonzero(operators)
+        held = held[self._checked.of(names, part["name"][held])]
+        if not len(held):
             return
-        inputs = ((bytes(args[i].input_types),
-                   bytes(args[i].input_dims) or bytes(args[i].input_dims_2021),
-                   bytes(args[i].input_strides)) for i in rows)
-        self._parts.append({**{key: part[key][rows] for key in ("name", "pid", "tid", "start",
+        found = rows[held]
+        inputs = zip(batch.texts("input_types", found),
+                     (dims or dims_2021 for dims, dims_2021 in
+                      zip(batch.texts("input_dims", found),
+                          batch.texts("input_dims_2021", found), strict=True)),
+                     batch.texts("input_strides", found), strict=True)
+        self._parts.append({**{key: part[key][held] for key in ("name", "pid", "tid", "start",
                                                                   "end")},
-                            "inputs": self.values.ids(inputs, len(rows))})
+                            "inputs": self.values.ids(inputs, len(held))})
 
     def extend(self, other: _OpInputs, maps: dict[str, np.ndarray]) -> None:
         """Append the operators of a later part of the same trace (its ids mapped to ours)."""

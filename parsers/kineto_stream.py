@@ -2,9 +2,11 @@
 
 Kineto writes one JSON object: a few small members and ``traceEvents``, an array that can hold
 millions of events. The text is never loaded whole: a few megabytes are kept at a time, the event
-array is cut at event boundaries and each batch is decoded by msgspec into the structs of
-:mod:`parsers.kineto_columns`. A large plain ``.json`` is cut into byte ranges at verified event
-boundaries and the ranges are decoded in parallel processes, one per core.
+array is cut at event boundaries and each batch is read into columns by the C scanner
+(``parsers/_kineto_scan.c``) where it is built, else (and for the batches it gives up) decoded by
+msgspec into the structs of :mod:`parsers.kineto_columns`. A large plain ``.json`` is cut into
+byte ranges at verified event boundaries and the ranges are decoded in parallel processes, one
+per core.
 
 A cut is checked by decoding: a batch that starts at an event and ends at an event's closing
 brace decodes as a JSON array exactly when the brace closes a top-level event; a cut inside a
@@ -41,7 +43,7 @@ from profreport.inputs import (
     decompressed_limit,
     open_input,
 )
-from profreport.parsers.kineto_columns import ColumnBuilder, Event
+from profreport.parsers.kineto_columns import BatchReader, ColumnBuilder, Event, EventBatch
 
 # Decoders of a batch of events into structs, of one event, and of a batch left undecoded.
 _EVENTS_DECODER = msgspec.json.Decoder(list[Event])
@@ -104,6 +106,7 @@ class _TraceText:
         self._handle = handle
         self._path = path
         self._builder = builder
+        self._reader = BatchReader()
         self._buf = bytearray()
         self._offset = offset  # position of _buf[0] in the uncompressed text
         self._eof = False
@@ -193,7 +196,7 @@ class _TraceText:
         raise InputError(f"not a torch.profiler trace: a JSON {kind} without traceEvents",
                          self._path)
 
-    def batches(self) -> Iterator[list[Event]]:
+    def batches(self) -> Iterator[EventBatch]:
         """Yield the events of ``traceEvents`` in decoded batches; then read the suffix."""
         wanted = BATCH_BYTES
         while True:
@@ -211,7 +214,7 @@ class _TraceText:
                 wanted = BATCH_BYTES
                 yield events
 
-    def _next_batch(self) -> list[Event] | None:
+    def _next_batch(self) -> EventBatch | None:
         """Decode the longest run of whole events in the buffer, or None if none is whole."""
         for gap in reversed(self._cut_candidates()):
             events = self._decode(gap.start() + 1)
@@ -231,7 +234,7 @@ class _TraceText:
                 return gaps[-MAX_CUT_TRIES:]
             window *= 4
 
-    def _last_batch(self) -> list[Event]:
+    def _last_batch(self) -> EventBatch:
         """Decode the events left at the end of the file and keep the text after the array."""
         close = self._array_close()
         events = None if close is None else self._decode(close)
@@ -265,12 +268,18 @@ class _TraceText:
             return exc
         return None
 
-    def _decode(self, length: int) -> list[Event] | None:
-        """Decode the first ``length`` bytes as an array; None when they end inside an event."""
+    def _decode(self, length: int) -> EventBatch | None:
+        """Decode the first ``length`` bytes as an array; None when they end inside an event.
+
+        The C scanner reads the batch where it is built and takes it; msgspec decodes the
+        batches it gives up (and refuses the damaged ones)."""
         with memoryview(self._buf) as view:
             text = b"".join((b"[", view[:length], b"]"))
+        scanned = self._reader.scanned(text)
+        if scanned is not None:
+            return scanned
         try:
-            return _EVENTS_DECODER.decode(text)
+            return self._reader.decoded(_EVENTS_DECODER.decode(text))
         except RecursionError:
             raise _too_deep(self._path) from None
         except msgspec.ValidationError:
@@ -279,7 +288,7 @@ class _TraceText:
             self._raise_if_damaged(exc, len(text) - 1)
             return None
 
-    def _decode_each(self, text: bytes) -> list[Event] | None:
+    def _decode_each(self, text: bytes) -> EventBatch | None:
         """Decode a batch holding a value of an unexpected type event by event; the events
         that do not decode are dropped and counted. None when the text is no whole array."""
         try:
@@ -298,7 +307,7 @@ class _TraceText:
                 field = _ERROR_FIELD.search(str(exc))
                 self._builder.drop_unreadable(
                     f"{field.group(1) if field else 'event'} of an unexpected type")
-        return events
+        return self._reader.decoded(events)
 
     def _refuse_non_events(self, raws: list[msgspec.Raw], text: bytes) -> None:
         """Raise for the first of ``raws`` (the elements of the array ``text``, "[" + buffer...)
@@ -345,8 +354,8 @@ class _TraceText:
 
     def read_all(self) -> None:
         """Decode every remaining event into the builder."""
-        for events in self.batches():
-            self._builder.add(events)
+        for batch in self.batches():
+            self._builder.add(batch)
 
 
 class _RangeReader(io.RawIOBase):

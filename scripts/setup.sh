@@ -146,6 +146,9 @@ install_python() {
     "$VENV/bin/python" -c "from profreport import searches as s; print('[setup]',
         'the analysis searches in', 'C (core/_searches.c built)' if s.compiled()
         else 'numpy: no C compiler built core/_searches.c (slower)')"
+    "$VENV/bin/python" -c "from profreport.parsers import kineto_columns as k; print('[setup]',
+        'Kineto events scanned in', 'msgspec: no C compiler built parsers/_kineto_scan.c '
+        '(slower)' if k._kineto_scan is None else 'C (parsers/_kineto_scan.c built)')"
     say "done: $("$VENV/bin/profreport" --version)"
 }
 

@@ -353,3 +353,16 @@ def search_passes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
     elif not searches.compiled():
         pytest.skip("the C searches are not built (no C compiler at install)")
     return request.param
+
+
+@pytest.fixture(params=["C", "msgspec"])
+def scan_passes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each of the Kineto reader's two ways of reading a batch in turn: the C scanner
+    (parsers/_kineto_scan.c), skipped where it is not built, and msgspec's structs."""
+    from profreport.parsers import kineto_columns
+
+    if request.param == "msgspec":
+        monkeypatch.setattr(kineto_columns, "_kineto_scan", None)
+    elif kineto_columns._kineto_scan is None:
+        pytest.skip("the C scanner is not built (no C compiler at install)")
+    return request.param

@@ -14,6 +14,9 @@ import pytest
 from profreport.errors import InputError, UnsupportedFormatError
 from profreport.parsers import detect_format, kineto, kineto_stream
 
+# Every test reads its traces both ways: the C scanner and msgspec (conftest.scan_passes).
+pytestmark = pytest.mark.usefixtures("scan_passes")
+
 # A CPU-only training loop under torch.profiler with a schedule: 2 skipped steps, then 5 active
 # ones that span a single-process and a two-worker DataLoader, with a gloo all_reduce per
 # parameter in a one-process group.

@@ -20,6 +20,9 @@ from profreport.inputs import Limit
 from profreport.parsers import kineto, kineto_columns, kineto_stream
 from profreport.reports.analysis.analyze import AnalyzeOptions, analyze_paths
 
+# Every test reads its traces both ways: the C scanner and msgspec (conftest.scan_passes).
+pytestmark = pytest.mark.usefixtures("scan_passes")
+
 # Seconds a hostile input may take before the test fails: linear parsing needs a few; the
 # quadratic or unbounded behaviour these inputs provoke took minutes.
 HOSTILE_BUDGET_S = 60
@@ -472,7 +475,8 @@ def test_batches_wait_for_their_block_compact(tmp_path: Path) -> None:
                                                                  "correlation": i}}
                for i in range(3000)]
     builder = kineto_columns.ColumnBuilder(tmp_path / "t.json")
-    builder.add(kineto_stream._EVENTS_DECODER.decode(json.dumps(launches + kernels)))
+    builder.add(kineto_columns.BatchReader().decoded(
+        kineto_stream._EVENTS_DECODER.decode(json.dumps(launches + kernels))))
     for store in ("runtime", "kernel"):
         (waiting,) = builder.stores[store]._pending
         assert {key: str(value.dtype) for key, value in waiting.items()} == {

@@ -21,6 +21,9 @@ from profreport.reports.render.markdown import render_markdown
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import TRAINING_PID, cpu_event, device_event, kineto_trace  # noqa: E402
 
+# Every test reads its traces both ways: the C scanner and msgspec (conftest.scan_passes).
+pytestmark = pytest.mark.usefixtures("scan_passes")
+
 
 def test_rocm_hex_streams(tmp_path: Path) -> None:
     """ROCm writes ``args.stream`` as a hex string; HIP launches correlate to their kernels."""
