@@ -26,6 +26,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 /* Nesting the scan follows inside an event (profreport.inputs.MAX_JSON_DEPTH): deeper text is
  * left to msgspec, which raises the trace's error for it. */
@@ -46,7 +49,7 @@ typedef struct {
     int32_t pad;
     double number[N_FLOATS];
     int64_t integer[N_INTS];
-    int64_t event[2];            /* the event's first byte and the byte after it */
+    int64_t event[2];            /* the event's first byte and length */
     int64_t text[N_TEXTS][2];    /* a value's first byte and length (length 0: absent) */
 } Row;
 
@@ -65,6 +68,7 @@ typedef struct {
     size_t slot_mask;
     void *rows;            /* the rows of the last scan, kept for the next one's */
     Py_ssize_t rows_size;
+    int32_t last[N_SYMBOLS];   /* each symbol field's last token (events repeat them) */
 } Scanner;
 
 static uint64_t hash_bytes(const char *p, size_t n)
@@ -208,8 +212,23 @@ static int scan_string(Cursor *c, int *escaped)
     const unsigned char *end = (const unsigned char *)c->end;
     *escaped = 0;
     for (;;) {
-        /* Eight plain bytes at a time: none is a quote, a backslash, a control character or
-         * past ASCII. */
+        /* Plain bytes (no quote, backslash, control character or byte past ASCII) sixteen or
+         * eight at a time. */
+#if defined(__SSE2__)
+        while (end - p >= 16) {
+            __m128i v = _mm_loadu_si128((const __m128i *)p);
+            __m128i special = _mm_or_si128(
+                _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')),
+                             _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
+                _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)));  /* signed: past ASCII too */
+            int mask = _mm_movemask_epi8(special);
+            if (mask) {
+                p += __builtin_ctz((unsigned)mask);
+                break;
+            }
+            p += 16;
+        }
+#endif
         while (end - p >= 8) {
             uint64_t w;
             memcpy(&w, p, 8);
@@ -502,8 +521,9 @@ static int read_int(Cursor *c, int depth, int64_t *out, int *irregular)
 
 /* A symbol field: ph, cat and name hold a string or null; pid and tid an integer of at most 18
  * digits too. */
-static int read_symbol(Scanner *s, Cursor *c, int depth, int integer_too, int32_t *out)
+static int read_symbol(Scanner *s, Cursor *c, int depth, int field, int32_t *out)
 {
+    int integer_too = field == S_PID || field == S_TID;
     const char *start = c->p;
     int kind = value_kind(c, depth);
     if (kind < 0)
@@ -513,12 +533,19 @@ static int read_symbol(Scanner *s, Cursor *c, int depth, int integer_too, int32_
                                       : "a ph, cat or name that is no string or null");
     if (kind == V_INTEGER && c->p - start > 18)
         return give_up(c, "a pid or tid integer too long to read here");
-    int32_t id = intern(s, start, (size_t)(c->p - start));
+    size_t n = (size_t)(c->p - start);
+    int32_t last = s->last[field];
+    if ((size_t)(s->token_at[last + 1] - s->token_at[last]) == n
+        && memcmp(s->arena + s->token_at[last], start, n) == 0) {
+        *out = last;
+        return 0;
+    }
+    int32_t id = intern(s, start, n);
     if (id < 0) {
         c->out_of_memory = 1;
         return give_up(c, "out of memory");
     }
-    *out = id;
+    *out = s->last[field] = id;
     return 0;
 }
 
@@ -665,7 +692,7 @@ static int scan_event(Scanner *s, Cursor *c, Row *row)
     size_t phase_n = 0;
     if (c->p < c->end && *c->p == '}') {
         c->p++;
-        row->event[1] = c->p - c->base;
+        row->event[1] = (c->p - c->base) - row->event[0];
         return 0;
     }
     for (;;) {
@@ -703,7 +730,7 @@ static int scan_event(Scanner *s, Cursor *c, Row *row)
             phase = c->p;
         int failed;
         if (field >= 0 && field <= 4)
-            failed = read_symbol(s, c, 1, field >= 3, &row->symbol[field]);
+            failed = read_symbol(s, c, 1, field, &row->symbol[field]);
         else if (field == 5 || field == 6)
             failed = read_float(c, 1, &row->number[field == 5 ? F_TS : F_DUR]);
         else if (field == 7)
@@ -724,7 +751,7 @@ static int scan_event(Scanner *s, Cursor *c, Row *row)
     /* Only a flow's id is read (a flow event of another id goes the msgspec way). */
     if (id_irregular && phase_n == 3 && memcmp(phase, "\"f\"", 3) == 0)
         return give_up(c, "a flow id that is no plain int64");
-    row->event[1] = c->p - c->base;
+    row->event[1] = (c->p - c->base) - row->event[0];
     return 0;
 }
 
@@ -785,15 +812,52 @@ static int scan_array(Scanner *s, Cursor *c, Rows *rows)
     return 0;
 }
 
+/* The rows as columns, one after another: ts, dur, bandwidth (doubles); device, stream,
+ * stream_id, correlation, bytes, size, id (int64); where each event lies (int64 pairs); where
+ * each text field lies (int64 pairs, one column per field); ph, cat, name, pid, tid (int32).
+ * Each numpy operation on a column then reads that column alone. */
+static PyObject *columns_of(const Rows *rows)
+{
+    Py_ssize_t n = rows->count;
+    Py_ssize_t size = n * (Py_ssize_t)(N_FLOATS * 8 + N_INTS * 8 + 16 + N_TEXTS * 16
+                                       + N_SYMBOLS * 4);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, size);
+    if (!out)
+        return NULL;
+    char *at = PyBytes_AS_STRING(out);
+    const Row *r = rows->rows;
+    for (int k = 0; k < N_FLOATS; k++, at += n * 8)
+        for (Py_ssize_t i = 0; i < n; i++)
+            memcpy(at + i * 8, &r[i].number[k], 8);
+    for (int k = 0; k < N_INTS; k++, at += n * 8)
+        for (Py_ssize_t i = 0; i < n; i++)
+            memcpy(at + i * 8, &r[i].integer[k], 8);
+    for (Py_ssize_t i = 0; i < n; i++)
+        memcpy(at + i * 16, r[i].event, 16);
+    at += n * 16;
+    for (int k = 0; k < N_TEXTS; k++, at += n * 16)
+        for (Py_ssize_t i = 0; i < n; i++)
+            memcpy(at + i * 16, r[i].text[k], 16);
+    for (int k = 0; k < N_SYMBOLS; k++, at += n * 4)
+        for (Py_ssize_t i = 0; i < n; i++)
+            memcpy(at + i * 4, &r[i].symbol[k], 4);
+    return out;
+}
+
 PyDoc_STRVAR(scan_doc,
 "scan(text) -> (rows, count, tokens) | str\n\n"
-"Scan the JSON array of events ``text`` (a bytes-like object) into ``count`` rows (bytes of\n"
-"the row layout) and the raw tokens added to the table since the last scan that succeeded (a\n"
-"list of bytes; ids continue from there); or the reason the batch was given up (a str).");
+"Scan the JSON array of events ``text`` (a bytes-like object) into ``count`` rows (bytes\n"
+"holding their columns one after another) and the raw tokens added to the table since the\n"
+"last scan that succeeded (a list of bytes; ids continue from there); or the reason the batch\n"
+"was given up (a str).");
 
 static PyObject *scanner_scan(Scanner *self, PyObject *arg)
 {
     Py_buffer text;
+    if (!self->slots) {
+        PyErr_SetString(PyExc_ValueError, "the scanner was not initialised");
+        return NULL;
+    }
     if (PyObject_GetBuffer(arg, &text, PyBUF_SIMPLE) < 0)
         return NULL;
     Cursor c = {text.buf, text.buf, (const char *)text.buf + text.len, NULL, 0};
@@ -806,8 +870,7 @@ static PyObject *scanner_scan(Scanner *self, PyObject *arg)
         result = PyUnicode_FromString(c.reason);
     } else {
         PyObject *tokens = PyList_New(self->tokens - self->reported);
-        PyObject *out = PyBytes_FromStringAndSize((const char *)rows.rows,
-                                                  rows.count * (Py_ssize_t)sizeof(Row));
+        PyObject *out = columns_of(&rows);
         for (Py_ssize_t id = self->reported; tokens && id < self->tokens; id++) {
             PyObject *token = PyBytes_FromStringAndSize(
                 self->arena + self->token_at[id], self->token_at[id + 1] - self->token_at[id]);
@@ -829,13 +892,6 @@ static PyObject *scanner_scan(Scanner *self, PyObject *arg)
     self->rows_size = rows.size;
     PyBuffer_Release(&text);
     return result;
-}
-
-PyDoc_STRVAR(row_size_doc, "row_size() -> int\n\nBytes of one row.");
-
-static PyObject *scanner_row_size(PyObject *self, PyObject *unused)
-{
-    return PyLong_FromSize_t(sizeof(Row));
 }
 
 static int scanner_init(Scanner *self, PyObject *args, PyObject *kwargs)
@@ -864,7 +920,6 @@ static void scanner_dealloc(Scanner *self)
 
 static PyMethodDef scanner_methods[] = {
     {"scan", (PyCFunction)scanner_scan, METH_O, scan_doc},
-    {"row_size", (PyCFunction)scanner_row_size, METH_NOARGS | METH_STATIC, row_size_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -320,40 +320,49 @@ class DecodedBatch(EventBatch):
         return [self._events[row] for row in rows.tolist()]
 
 
-#: The scanner's row (parsers/_kineto_scan.c's ``Row``): symbol codes, numbers, ints, where the
-#: event's text lies, and where each ``args`` text field lies (first byte, length).
-_ROW = np.dtype([("symbol", np.int32, 5), ("pad", np.int32), ("number", np.float64, 3),
-                 ("integer", np.int64, 7), ("event", np.int64, 2), ("text", np.int64, (8, 2))])
-_SCANNED_INTEGERS = ("device", "stream", "stream_id", "correlation", "bytes", "size", "id")
-_SCANNED_TEXTS = ("input_types", "input_dims", "input_dims_2021", "input_strides", "sync_kind",
-                  "direction", "kind", "collective")
+#: The scanner's columns (parsers/_kineto_scan.c's ``columns_of``), in their order in its
+#: output: name, dtype, and the fields (columns) of that name.
+_SCANNED_COLUMNS = (("number", np.float64, ("ts", "dur", "bandwidth")),
+                    ("integer", np.int64, ("device", "stream", "stream_id", "correlation",
+                                           "bytes", "size", "id")),
+                    ("event", np.int64, ("event",)),
+                    ("text", np.int64, ("input_types", "input_dims", "input_dims_2021",
+                                        "input_strides", "sync_kind", "direction", "kind",
+                                        "collective")),
+                    ("symbol", np.int32, _SYMBOL_FIELDS))
 _EVENT_DECODER = msgspec.json.Decoder(Event)
 
 
 class ScannedBatch(EventBatch):
-    """A batch that the C scanner (parsers/_kineto_scan.c) read into rows."""
+    """A batch that the C scanner (parsers/_kineto_scan.c) read into columns."""
 
-    def __init__(self, text: bytes, rows: bytes, count: int, vocabulary: Vocabulary) -> None:
+    def __init__(self, text: bytes, columns: bytes, count: int, vocabulary: Vocabulary) -> None:
         self.count = count
         self.vocabulary = vocabulary
         self._text = text
-        self._rows = np.frombuffer(rows, dtype=_ROW, count=count)
-        codes = self._rows["symbol"]
-        self.symbols = {field: codes[:, index] for index, field in enumerate(_SYMBOL_FIELDS)}
-        self.ts, self.dur = self._rows["number"][:, 0], self._rows["number"][:, 1]
+        self._columns: dict[str, np.ndarray] = {}
+        offset = 0
+        for kind, dtype, fields in _SCANNED_COLUMNS:
+            # "event" and the texts are (first byte, length) pairs.
+            shape = (count, 2) if kind in ("event", "text") else (count,)
+            for field in fields:
+                column = np.frombuffer(columns, dtype, int(np.prod(shape)), offset)
+                self._columns[field] = column.reshape(shape)
+                offset += column.nbytes
+        self.symbols = {field: self._columns[field] for field in _SYMBOL_FIELDS}
+        self.ts, self.dur = self._columns["ts"], self._columns["dur"]
 
     def integers(self, field: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """See :meth:`EventBatch.integers` (the scanner gives unusable values up)."""
-        return (self._rows["integer"][rows, _SCANNED_INTEGERS.index(field)],
-                np.zeros(len(rows), dtype=bool))
+        return self._columns[field][rows], np.zeros(len(rows), dtype=bool)
 
     def bandwidth(self, rows: np.ndarray) -> np.ndarray:
         """See :meth:`EventBatch.bandwidth`."""
-        return self._rows["number"][rows, 2]
+        return self._columns["bandwidth"][rows]
 
     def _present(self, field: str, rows: np.ndarray) -> tuple[np.ndarray, list[bytes]]:
         """Which of ``rows`` (their indices) hold ``field``, and its text there."""
-        spans = self._rows["text"][rows, _SCANNED_TEXTS.index(field)]
+        spans = self._columns[field][rows]
         present = np.flatnonzero(spans[:, 1])
         text = self._text
         return present, [text[start:start + length]
@@ -380,8 +389,8 @@ class ScannedBatch(EventBatch):
     def events(self, rows: np.ndarray) -> list[Event]:
         """See :meth:`EventBatch.events` (each decoded by msgspec from its text)."""
         text = self._text
-        return [_EVENT_DECODER.decode(text[start:end])
-                for start, end in self._rows["event"][rows].tolist()]
+        return [_EVENT_DECODER.decode(text[start:start + length])
+                for start, length in self._columns["event"][rows].tolist()]
 
 
 class BatchReader:

@@ -12,7 +12,6 @@ import random
 from pathlib import Path
 
 import msgspec
-import numpy as np
 import pytest
 
 from profreport.errors import InputError
@@ -93,10 +92,11 @@ def test_scanned_times_read_as_python_floats() -> None:
               "0.1", "4458676522690.655", "1700000000000000.001"]
     events = [b'{"ph": "X", "ts": %s, "dur": %s}' % (text.encode(), text.encode())
               for text in texts]
-    rows, count, _ = _kineto_scan.Scanner().scan(b"[" + b",".join(events) + b"]")
-    scanned = np.frombuffer(rows, dtype=kineto_columns._ROW, count=count)["number"]
-    assert scanned[:, 0].tolist() == [float(text) for text in texts]
-    assert scanned[:, 1].tolist() == [float(text) for text in texts]
+    text = b"[" + b",".join(events) + b"]"
+    columns, count, _ = _kineto_scan.Scanner().scan(text)
+    scanned = kineto_columns.ScannedBatch(text, columns, count, kineto_columns.Vocabulary())
+    assert scanned.ts.tolist() == [float(text) for text in texts]
+    assert scanned.dur.tolist() == [float(text) for text in texts]
 
 
 @pytest.mark.parametrize(("event", "reason"), [
