@@ -51,6 +51,7 @@ typedef struct {
     int64_t integer[N_INTS];
     int64_t event[2];            /* the event's first byte and length */
     int64_t text[N_TEXTS][2];    /* a value's first byte and length (length 0: absent) */
+    uint32_t texts;              /* bit k set when text[k] was read (the others are stale) */
 } Row;
 
 /* The tokens a missing ph/cat, name, pid/tid reads as (the struct defaults of the msgspec
@@ -66,7 +67,7 @@ typedef struct {
     Py_ssize_t tokens, tokens_size, reported;
     int32_t *slots;        /* open addressing: token id + 1, 0 for an empty slot */
     size_t slot_mask;
-    void *rows;            /* the rows of the last scan, kept for the next one's */
+    char *rows;            /* the columns of the last scan, kept for the next one's */
     Py_ssize_t rows_size;
     int32_t last[N_SYMBOLS];   /* each symbol field's last token (events repeat them) */
 } Scanner;
@@ -581,6 +582,10 @@ static const ArgKey ARG_KEYS[] = {
     ARG("kind", 2, T_KIND), ARG("Collective name", 2, T_COLLECTIVE),
 };
 #define N_ARG_KEYS (sizeof(ARG_KEYS) / sizeof(ARG_KEYS[0]))
+/* Bit n set when some key read is n bytes long: most keys of other lengths are passed over
+ * without a comparison. */
+#define ARG_LENGTHS ((1u << 4) | (1u << 5) | (1u << 6) | (1u << 9) | (1u << 10) | (1u << 11) \
+                     | (1u << 13) | (1u << 14) | (1u << 15) | (1u << 23))
 
 /* A key at the cursor: where its text lies (without quotes), the cursor past its colon. */
 static int read_key(Cursor *c, const char **key, size_t *n, int *escaped)
@@ -640,7 +645,7 @@ static int scan_args(Cursor *c, Row *row)
         if (escaped)
             return give_up(c, "an escape in an args key");
         size_t which = N_ARG_KEYS;
-        if (n >= 4 && n <= 23)
+        if (n < 32 && (ARG_LENGTHS >> n) & 1)
             for (which = 0; which < N_ARG_KEYS; which++)
                 if (ARG_KEYS[which].length == n && memcmp(key, ARG_KEYS[which].key, n) == 0)
                     break;
@@ -661,8 +666,10 @@ static int scan_args(Cursor *c, Row *row)
             } else if (arg->kind == 1) {
                 if (read_float(c, 2, &row->number[arg->column]) < 0)
                     return -1;
-            } else if (read_text(c, 2, row->text[arg->column]) < 0) {
-                return -1;
+            } else {
+                if (read_text(c, 2, row->text[arg->column]) < 0)
+                    return -1;
+                row->texts |= 1u << arg->column;
             }
         }
         if ((more = next_member(c)) <= 0)
@@ -673,7 +680,7 @@ static int scan_args(Cursor *c, Row *row)
 /* One event object at the cursor into row. */
 static int scan_event(Scanner *s, Cursor *c, Row *row)
 {
-    memset(row, 0, sizeof(*row));
+    row->texts = 0;
     row->symbol[S_PH] = row->symbol[S_CAT] = TOKEN_EMPTY;
     row->symbol[S_NAME] = TOKEN_NULL;
     row->symbol[S_PID] = row->symbol[S_TID] = TOKEN_MINUS_ONE;
@@ -755,23 +762,68 @@ static int scan_event(Scanner *s, Cursor *c, Row *row)
     return 0;
 }
 
-/* Rows written so far, grown as needed. */
+/* The rows written so far, held as columns (each column's values one after another, the
+ * columns one after another in the order of COLUMN_WIDTHS), room for size rows. */
 typedef struct {
-    Row *rows;
+    char *buf;
     Py_ssize_t count, size;
 } Rows;
 
-static Row *next_row(Rows *r)
+/* The bytes of one value of each column: ts, dur, bandwidth; the ints; the event's (first
+ * byte, length); each text field's (first byte, length); the symbols. */
+#define N_COLUMNS (N_FLOATS + N_INTS + 1 + N_TEXTS + N_SYMBOLS)
+static const size_t COLUMN_WIDTHS[N_COLUMNS] = {
+    8, 8, 8,  8, 8, 8, 8, 8, 8, 8,  16,  16, 16, 16, 16, 16, 16, 16, 16,  4, 4, 4, 4, 4};
+
+/* Copy the first count rows of columns laid out for room rows into columns laid out for
+ * room_to rows. */
+static void copy_columns(char *to, Py_ssize_t room_to, const char *from, Py_ssize_t room,
+                         Py_ssize_t count)
+{
+    for (int k = 0; k < N_COLUMNS; k++) {
+        memcpy(to, from, (size_t)count * COLUMN_WIDTHS[k]);
+        to += (size_t)room_to * COLUMN_WIDTHS[k];
+        from += (size_t)room * COLUMN_WIDTHS[k];
+    }
+}
+
+/* Append row to the columns (grown as needed); -1 when out of memory. */
+static int store_row(Rows *r, const Row *row)
 {
     if (r->count == r->size) {
-        Py_ssize_t size = r->size ? 2 * r->size : 1024;
-        Row *rows = PyMem_Realloc(r->rows, (size_t)size * sizeof(Row));
-        if (!rows)
-            return NULL;
-        r->rows = rows;
+        Py_ssize_t size = r->size ? 2 * r->size : 4096;
+        size_t bytes = 0;
+        for (int k = 0; k < N_COLUMNS; k++)
+            bytes += COLUMN_WIDTHS[k] * (size_t)size;
+        char *buf = PyMem_Malloc(bytes);
+        if (!buf)
+            return -1;
+        if (r->buf)
+            copy_columns(buf, size, r->buf, r->size, r->count);
+        PyMem_Free(r->buf);
+        r->buf = buf;
         r->size = size;
     }
-    return &r->rows[r->count++];
+    Py_ssize_t i = r->count++, room = r->size;
+    double *number = (double *)r->buf;
+    for (int k = 0; k < N_FLOATS; k++)
+        number[k * room + i] = row->number[k];
+    int64_t *integer = (int64_t *)(number + N_FLOATS * room);
+    for (int k = 0; k < N_INTS; k++)
+        integer[k * room + i] = row->integer[k];
+    int64_t *event = integer + N_INTS * room;
+    event[2 * i] = row->event[0];
+    event[2 * i + 1] = row->event[1];
+    int64_t *text = event + 2 * room;
+    for (int k = 0; k < N_TEXTS; k++) {
+        int read = (row->texts >> k) & 1;
+        text[2 * (k * room + i)] = read ? row->text[k][0] : 0;
+        text[2 * (k * room + i) + 1] = read ? row->text[k][1] : 0;
+    }
+    int32_t *symbol = (int32_t *)(text + 2 * N_TEXTS * room);
+    for (int k = 0; k < N_SYMBOLS; k++)
+        symbol[k * room + i] = row->symbol[k];
+    return 0;
 }
 
 /* Scan the JSON array "[event, ...]" in c's text into rows. */
@@ -786,13 +838,13 @@ static int scan_array(Scanner *s, Cursor *c, Rows *rows)
         c->p++;
     } else {
         for (;;) {
-            Row *row = next_row(rows);
-            if (!row) {
+            Row row;
+            if (scan_event(s, c, &row) < 0)
+                return -1;
+            if (store_row(rows, &row) < 0) {
                 c->out_of_memory = 1;
                 return give_up(c, "out of memory");
             }
-            if (scan_event(s, c, row) < 0)
-                return -1;
             skip_space(c);
             if (c->p >= c->end)
                 return give_up(c, "invalid JSON: the batch ends inside its array");
@@ -812,35 +864,18 @@ static int scan_array(Scanner *s, Cursor *c, Rows *rows)
     return 0;
 }
 
-/* The rows as columns, one after another: ts, dur, bandwidth (doubles); device, stream,
- * stream_id, correlation, bytes, size, id (int64); where each event lies (int64 pairs); where
- * each text field lies (int64 pairs, one column per field); ph, cat, name, pid, tid (int32).
- * Each numpy operation on a column then reads that column alone. */
+/* The rows' columns, one after another with no room between them: ts, dur, bandwidth
+ * (doubles); device, stream, stream_id, correlation, bytes, size, id (int64); where each event
+ * lies (int64 pairs); where each text field lies (int64 pairs, one column per field); ph, cat,
+ * name, pid, tid (int32). */
 static PyObject *columns_of(const Rows *rows)
 {
-    Py_ssize_t n = rows->count;
-    Py_ssize_t size = n * (Py_ssize_t)(N_FLOATS * 8 + N_INTS * 8 + 16 + N_TEXTS * 16
-                                       + N_SYMBOLS * 4);
+    Py_ssize_t size = 0;
+    for (int k = 0; k < N_COLUMNS; k++)
+        size += (Py_ssize_t)COLUMN_WIDTHS[k] * rows->count;
     PyObject *out = PyBytes_FromStringAndSize(NULL, size);
-    if (!out)
-        return NULL;
-    char *at = PyBytes_AS_STRING(out);
-    const Row *r = rows->rows;
-    for (int k = 0; k < N_FLOATS; k++, at += n * 8)
-        for (Py_ssize_t i = 0; i < n; i++)
-            memcpy(at + i * 8, &r[i].number[k], 8);
-    for (int k = 0; k < N_INTS; k++, at += n * 8)
-        for (Py_ssize_t i = 0; i < n; i++)
-            memcpy(at + i * 8, &r[i].integer[k], 8);
-    for (Py_ssize_t i = 0; i < n; i++)
-        memcpy(at + i * 16, r[i].event, 16);
-    at += n * 16;
-    for (int k = 0; k < N_TEXTS; k++, at += n * 16)
-        for (Py_ssize_t i = 0; i < n; i++)
-            memcpy(at + i * 16, r[i].text[k], 16);
-    for (int k = 0; k < N_SYMBOLS; k++, at += n * 4)
-        for (Py_ssize_t i = 0; i < n; i++)
-            memcpy(at + i * 4, &r[i].symbol[k], 4);
+    if (out && rows->count)
+        copy_columns(PyBytes_AS_STRING(out), rows->count, rows->buf, rows->size, rows->count);
     return out;
 }
 
@@ -888,7 +923,7 @@ static PyObject *scanner_scan(Scanner *self, PyObject *arg)
             Py_XDECREF(out);
         }
     }
-    self->rows = rows.rows;
+    self->rows = rows.buf;
     self->rows_size = rows.size;
     PyBuffer_Release(&text);
     return result;
