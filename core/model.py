@@ -88,6 +88,10 @@ ID_COLUMNS = frozenset({"device", "stream", "correlation", "pid", "tid"})
 PROCESS_CORRELATIONS = 1 << 32
 #: The signed dtypes an id column may take, narrowest first.
 _ID_DTYPES = (np.int8, np.int16, np.int32, np.int64)
+# Each of them with its bounds, looked up once (the Kineto reader narrows every column of every
+# batch it reads: thousands of lookups a trace).
+_ID_BOUNDS = tuple((dtype, int(np.iinfo(dtype).min), int(np.iinfo(dtype).max))
+                   for dtype in _ID_DTYPES)
 
 _TIME = {"start": "int64", "end": "int64"}
 _CPU = {**_TIME, "pid": "int64", "tid": "int64"}
@@ -273,8 +277,7 @@ def narrowest_int(values: np.ndarray) -> type:
     if len(values) == 0:
         return np.int64
     low, high = int(values.min()), int(values.max())
-    return next(dtype for dtype in _ID_DTYPES
-                if np.iinfo(dtype).min <= low and high <= np.iinfo(dtype).max)
+    return next(dtype for dtype, least, most in _ID_BOUNDS if least <= low and high <= most)
 
 
 def narrowed_ids(frame: pd.DataFrame) -> pd.DataFrame:

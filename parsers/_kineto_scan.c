@@ -225,7 +225,7 @@ static int scan_string(Cursor *c, int *escaped)
             int mask = _mm_movemask_epi8(special);
             if (mask) {
                 p += __builtin_ctz((unsigned)mask);
-                break;
+                goto special;
             }
             p += 16;
         }
@@ -243,6 +243,9 @@ static int scan_string(Cursor *c, int *escaped)
         }
         while (p < end && *p >= 0x20 && *p != '"' && *p != '\\' && *p < 0x80)
             p++;
+#if defined(__SSE2__)
+    special:
+#endif
         if (p >= end)
             return give_up(c, "invalid JSON: a string runs past the batch");
         if (*p == '"')
