@@ -321,47 +321,55 @@ static int scan_literal(Cursor *c, const char *word, size_t n)
 enum { V_STRING, V_NUMBER, V_INTEGER, V_NULL, V_TRUE, V_FALSE, V_ARRAY, V_OBJECT };
 
 static int skip_value(Cursor *c, int depth);
+static int read_key(Cursor *c, const char **key, size_t *n, int *escaped);
 
-/* Skip an array or object at the cursor (its opening bracket), checking it. */
-static int skip_container(Cursor *c, int depth)
+/* Past the opening bracket of an array or object at the cursor: 0 when it closes at once
+ * (the cursor past it), 1 when an item follows. */
+static int open_items(Cursor *c, char close)
 {
-    char close = *c->p == '[' ? ']' : '}';
-    int object = close == '}';
-    if (depth >= MAX_DEPTH)
-        return give_up(c, "nesting deeper than the scan follows");
     c->p++;
     skip_space(c);
     if (c->p < c->end && *c->p == close) {
         c->p++;
         return 0;
     }
-    for (;;) {
-        if (object) {
-            int escaped;
-            if (c->p >= c->end || *c->p != '"')
-                return give_up(c, "invalid JSON: an object key is no string");
-            if (scan_string(c, &escaped) < 0)
-                return -1;
-            skip_space(c);
-            if (c->p >= c->end || *c->p != ':')
-                return give_up(c, "invalid JSON: no colon after a key");
-            c->p++;
-            skip_space(c);
-        }
+    return 1;
+}
+
+/* After an item of an array or object: past the comma (1) or the closing bracket (0). */
+static int next_item(Cursor *c, char close)
+{
+    skip_space(c);
+    if (c->p >= c->end)
+        return give_up(c, "invalid JSON: an array or object runs past the batch");
+    if (*c->p == close) {
+        c->p++;
+        return 0;
+    }
+    if (*c->p != ',')
+        return give_up(c, "invalid JSON: no comma or closing bracket after a value");
+    c->p++;
+    skip_space(c);
+    return 1;
+}
+
+/* Skip an array or object at the cursor (its opening bracket), checking it. */
+static int skip_container(Cursor *c, int depth)
+{
+    char close = *c->p == '[' ? ']' : '}';
+    int more;
+    if (depth >= MAX_DEPTH)
+        return give_up(c, "nesting deeper than the scan follows");
+    for (more = open_items(c, close); more > 0; more = next_item(c, close)) {
+        const char *key;
+        size_t n;
+        int escaped;
+        if (close == '}' && read_key(c, &key, &n, &escaped) < 0)
+            return -1;
         if (skip_value(c, depth + 1) < 0)
             return -1;
-        skip_space(c);
-        if (c->p >= c->end)
-            return give_up(c, "invalid JSON: a value runs past the batch");
-        if (*c->p == close) {
-            c->p++;
-            return 0;
-        }
-        if (*c->p != ',')
-            return give_up(c, "invalid JSON: no comma between two items");
-        c->p++;
-        skip_space(c);
     }
+    return more;
 }
 
 /* The kind of the value at the cursor, the cursor moved past it (checked). */
@@ -564,8 +572,6 @@ static int read_text(Cursor *c, int depth, int64_t *out)
     return 0;
 }
 
-#define KEY_IS(p, n, word) ((n) == sizeof(word) - 1 && memcmp((p), (word), (n)) == 0)
-
 /* The args keys read, each with its column (texts after the numbers). */
 typedef struct {
     const char *key;
@@ -608,23 +614,6 @@ static int read_key(Cursor *c, const char **key, size_t *n, int *escaped)
     return 0;
 }
 
-/* After an object's member: past the comma (1) or the closing brace (0). */
-static int next_member(Cursor *c)
-{
-    skip_space(c);
-    if (c->p >= c->end)
-        return give_up(c, "invalid JSON: an object runs past the batch");
-    if (*c->p == '}') {
-        c->p++;
-        return 0;
-    }
-    if (*c->p != ',')
-        return give_up(c, "invalid JSON: no comma between two members");
-    c->p++;
-    skip_space(c);
-    return 1;
-}
-
 /* An event's args object (or null). */
 static int scan_args(Cursor *c, Row *row)
 {
@@ -632,12 +621,8 @@ static int scan_args(Cursor *c, Row *row)
         return scan_literal(c, "null", 4);
     if (c->p >= c->end || *c->p != '{')
         return give_up(c, "args that is no object or null");
-    c->p++;
-    skip_space(c);
-    if (c->p < c->end && *c->p == '}') {
-        c->p++;
+    if (!open_items(c, '}'))
         return 0;
-    }
     uint32_t seen = 0;
     for (;;) {
         const char *key;
@@ -675,10 +660,18 @@ static int scan_args(Cursor *c, Row *row)
                 row->texts |= 1u << arg->column;
             }
         }
-        if ((more = next_member(c)) <= 0)
+        if ((more = next_item(c, '}')) <= 0)
             return more;
     }
 }
+
+/* The event keys read, by field number: the symbols (S_PH...S_TID), then ts, dur, id, args. */
+static const struct {
+    const char *key;
+    size_t length;
+} EVENT_KEYS[] = {{"ph", 2}, {"cat", 3}, {"name", 4}, {"pid", 3}, {"tid", 3}, {"ts", 2},
+                  {"dur", 3}, {"id", 2}, {"args", 4}};
+#define N_EVENT_KEYS ((int)(sizeof(EVENT_KEYS) / sizeof(EVENT_KEYS[0])))
 
 /* One event object at the cursor into row. */
 static int scan_event(Scanner *s, Cursor *c, Row *row)
@@ -694,43 +687,23 @@ static int scan_event(Scanner *s, Cursor *c, Row *row)
     if (c->p >= c->end || *c->p != '{')
         return give_up(c, "an element of traceEvents that is no object");
     row->event[0] = c->p - c->base;
-    c->p++;
-    skip_space(c);
     unsigned seen = 0;
     int id_irregular = 0;
     const char *phase = NULL;
     size_t phase_n = 0;
-    if (c->p < c->end && *c->p == '}') {
-        c->p++;
-        row->event[1] = (c->p - c->base) - row->event[0];
-        return 0;
-    }
-    for (;;) {
+    for (int more = open_items(c, '}'); more; ) {
         const char *key;
         size_t n;
-        int escaped, more, field = -1;
+        int escaped, field = -1;
         if (read_key(c, &key, &n, &escaped) < 0)
             return -1;
         if (escaped)
             return give_up(c, "an escape in an event key");
-        if (KEY_IS(key, n, "ph"))
-            field = 0;
-        else if (KEY_IS(key, n, "cat"))
-            field = 1;
-        else if (KEY_IS(key, n, "name"))
-            field = 2;
-        else if (KEY_IS(key, n, "pid"))
-            field = 3;
-        else if (KEY_IS(key, n, "tid"))
-            field = 4;
-        else if (KEY_IS(key, n, "ts"))
-            field = 5;
-        else if (KEY_IS(key, n, "dur"))
-            field = 6;
-        else if (KEY_IS(key, n, "id"))
-            field = 7;
-        else if (KEY_IS(key, n, "args"))
-            field = 8;
+        for (int k = 0; k < N_EVENT_KEYS; k++)
+            if (EVENT_KEYS[k].length == n && memcmp(key, EVENT_KEYS[k].key, n) == 0) {
+                field = k;
+                break;
+            }
         if (field >= 0) {
             if (seen & (1u << field))
                 return give_up(c, "an event key written twice");
@@ -753,10 +726,8 @@ static int scan_event(Scanner *s, Cursor *c, Row *row)
             return -1;
         if (field == 0)
             phase_n = (size_t)(c->p - phase);
-        if ((more = next_member(c)) < 0)
+        if ((more = next_item(c, '}')) < 0)
             return -1;
-        if (!more)
-            break;
     }
     /* Only a flow's id is read (a flow event of another id goes the msgspec way). */
     if (id_irregular && phase_n == 3 && memcmp(phase, "\"f\"", 3) == 0)
@@ -835,32 +806,18 @@ static int scan_array(Scanner *s, Cursor *c, Rows *rows)
     skip_space(c);
     if (c->p >= c->end || *c->p != '[')
         return give_up(c, "invalid JSON: the batch is no array");
-    c->p++;
-    skip_space(c);
-    if (c->p < c->end && *c->p == ']') {
-        c->p++;
-    } else {
-        for (;;) {
-            Row row;
-            if (scan_event(s, c, &row) < 0)
-                return -1;
-            if (store_row(rows, &row) < 0) {
-                c->out_of_memory = 1;
-                return give_up(c, "out of memory");
-            }
-            skip_space(c);
-            if (c->p >= c->end)
-                return give_up(c, "invalid JSON: the batch ends inside its array");
-            if (*c->p == ']') {
-                c->p++;
-                break;
-            }
-            if (*c->p != ',')
-                return give_up(c, "invalid JSON: no comma between two events");
-            c->p++;
-            skip_space(c);
+    int more;
+    for (more = open_items(c, ']'); more > 0; more = next_item(c, ']')) {
+        Row row;
+        if (scan_event(s, c, &row) < 0)
+            return -1;
+        if (store_row(rows, &row) < 0) {
+            c->out_of_memory = 1;
+            return give_up(c, "out of memory");
         }
     }
+    if (more < 0)
+        return -1;
     skip_space(c);
     if (c->p != c->end)
         return give_up(c, "invalid JSON: text after the batch's array");

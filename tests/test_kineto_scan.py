@@ -83,8 +83,9 @@ def test_plain_events_are_scanned_into_the_same_columns(tmp_path: Path,
 
 
 def test_scanned_times_read_as_python_floats() -> None:
-    """ts and dur as the scanner reads them are Python's float() of the text, for decimals of
-    every length (the short ones computed in C, the long ones by CPython's reader)."""
+    """ts and dur as the scanner reads them are Python's float() of the text, as msgspec reads
+    them, for decimals of every length (the short ones computed in C, the long ones by
+    CPython's reader)."""
     chance = random.Random(7)
     texts = [f"{chance.randrange(10 ** 16)}.{chance.randrange(10 ** chance.randrange(1, 12))}"
              for _ in range(3000)]
@@ -97,6 +98,8 @@ def test_scanned_times_read_as_python_floats() -> None:
     scanned = kineto_columns.ScannedBatch(text, columns, count, kineto_columns.Vocabulary())
     assert scanned.ts.tolist() == [float(text) for text in texts]
     assert scanned.dur.tolist() == [float(text) for text in texts]
+    # msgspec's path reads them so too.
+    assert [msgspec.json.decode(text, type=float) for text in texts] == list(map(float, texts))
 
 
 @pytest.mark.parametrize(("event", "reason"), [
@@ -162,7 +165,7 @@ def test_damaged_json_is_refused_either_way(tmp_path: Path) -> None:
     """A missing comma between two members: the scanner gives the batch up as invalid JSON and
     msgspec's path raises the trace's error."""
     damaged = KERNEL.replace(b'"dur": 3.25,', b'"dur": 3.25')
-    assert _reason(damaged) == "invalid JSON: no comma between two members"
+    assert _reason(damaged) == "invalid JSON: no comma or closing bracket after a value"
     with pytest.raises(InputError, match="invalid JSON"):
         kineto_stream.read_trace(_trace(tmp_path, damaged))
 
