@@ -493,8 +493,36 @@ static int read_float(Cursor *c, int depth, double *out)
     return read_double(c, start, (size_t)(c->p - start), out);
 }
 
-/* A field read as an id or size: a non-negative int64 or -1, -1 for null. *irregular set (the
- * value -1) for any other value, which the caller may give up on. */
+/* The digits p[0:n] of a string id ("123", or "0x7f" as ROCm writes stream ids), as Python's
+ * int(text, 0) reads them; -1 for any other text (which the caller gives up on): a leading
+ * zero, a sign, a space, an underscore, another base, or more digits than surely fit. */
+static int64_t string_int(const char *p, size_t n)
+{
+    uint64_t value = 0;
+    if (n >= 3 && n <= 17 && p[0] == '0' && (p[1] == 'x' || p[1] == 'X')) {
+        for (size_t i = 2; i < n; i++) {
+            char d = p[i];
+            int hex = d >= '0' && d <= '9' ? d - '0' : d >= 'a' && d <= 'f' ? d - 'a' + 10
+                      : d >= 'A' && d <= 'F' ? d - 'A' + 10 : -1;
+            if (hex < 0)
+                return -1;
+            value = value * 16 + (uint64_t)hex;
+        }
+        return (int64_t)value;
+    }
+    if (n < 1 || n > 18 || (p[0] == '0' && n > 1))
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9')
+            return -1;
+        value = value * 10 + (uint64_t)(p[i] - '0');
+    }
+    return (int64_t)value;
+}
+
+/* A field read as an id or size: a non-negative int64 or -1 (an integer, or a string of one as
+ * string_int reads it), -1 for null. *irregular set (the value -1) for any other value, which
+ * the caller may give up on. */
 static int read_int(Cursor *c, int depth, int64_t *out, int *irregular)
 {
     const char *start = c->p;
@@ -506,6 +534,12 @@ static int read_int(Cursor *c, int depth, int64_t *out, int *irregular)
     if (kind == V_NULL)
         return 0;
     size_t n = (size_t)(c->p - start);
+    if (kind == V_STRING) {
+        int64_t value = string_int(start + 1, n - 2);
+        *irregular = value < 0;
+        *out = value < 0 ? -1 : value;
+        return 0;
+    }
     if (kind != V_INTEGER) {
         *irregular = 1;
         return 0;

@@ -104,7 +104,13 @@ def test_scanned_times_read_as_python_floats() -> None:
 
 @pytest.mark.parametrize(("event", "reason"), [
     (KERNEL.replace(b'"name": "k"', b'"name": "\\u006b"'), "a \\u escape in a string"),
-    (KERNEL.replace(b'"stream": 7', b'"stream": "0x7"'),
+    (KERNEL.replace(b'"stream": 7', b'"stream": "0o7"'),
+     "an args id or size that is no plain int64"),
+    (KERNEL.replace(b'"stream": 7', b'"stream": " 7"'),
+     "an args id or size that is no plain int64"),
+    (KERNEL.replace(b'"stream": 7', b'"stream": "007"'),
+     "an args id or size that is no plain int64"),
+    (KERNEL.replace(b'"stream": 7', b'"stream": "-1"'),
      "an args id or size that is no plain int64"),
     (KERNEL.replace(b'"correlation": 11', b'"correlation": 11.5'),
      "an args id or size that is no plain int64"),
@@ -131,7 +137,7 @@ def test_scanned_times_read_as_python_floats() -> None:
     (KERNEL.replace(b'"stream": 7', b'"str\\u0065am": 8'), "a \\u escape in a string"),
     (KERNEL.replace(b'"stream": 7', b'"str\\team": 8'), "an escape in an args key"),
     (KERNEL.replace(b'"dur": 3.25', b'"d\\tur": 8'), "an escape in an event key"),
-    (FLOW.replace(b'"id": 11', b'"id": "0xb"'), "a flow id that is no plain int64"),
+    (FLOW.replace(b'"id": 11', b'"id": 11.0'), "a flow id that is no plain int64"),
     (KERNEL.replace(b'"name": "k"', b'"name": "k\xc3"'), "invalid UTF-8 in a string"),
     (KERNEL.replace(b'"args": {', b'"args": {"deep": ' + b"[" * 70 + b"]" * 70 + b", "),
      "nesting deeper than the scan follows"),
@@ -144,13 +150,17 @@ def test_irregular_events_are_left_to_msgspec(tmp_path: Path, monkeypatch: pytes
     _both_ways(_trace(tmp_path, LAUNCH, event, FLOW), monkeypatch)
 
 
-def test_hex_stream_ids_keep_their_kernels(tmp_path: Path,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    """ROCm's hex stream ids go msgspec's way and are read as numbers there: the kernel is
-    kept on stream 7 (not dropped as a bad stream)."""
-    kept = _both_ways(_trace(tmp_path, KERNEL.replace(b'"stream": 7', b'"stream": "0x7"')),
-                      monkeypatch)
-    assert "'stream': [7]" in kept and "'dropped': {}" in kept
+@pytest.mark.parametrize(("written", "stream"), [(b'"0x7"', 7), (b'"0X1F"', 31), (b'"12"', 12),
+                                                (b'"0"', 0)])
+def test_ids_written_as_strings_are_scanned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            written: bytes, stream: int) -> None:
+    """Stream ids and byte counts written as text (ROCm's hex stream ids, MTIA's decimal
+    stream_id, ROCm runtime calls' bytes) are scanned as the numbers msgspec's path reads
+    (Python's int(text, 0)): the kernel is kept on its stream, nothing dropped."""
+    kernel = KERNEL.replace(b'"stream": 7', b'"stream": ' + written)
+    assert _reason(kernel) is None
+    kept = _both_ways(_trace(tmp_path, kernel), monkeypatch)
+    assert f"'stream': [{stream}]" in kept and "'dropped': {}" in kept
 
 
 def test_an_element_that_is_no_object_is_refused_either_way(tmp_path: Path) -> None:
