@@ -330,7 +330,8 @@ _SCANNED_COLUMNS = (("number", np.float64, ("ts", "dur", "bandwidth")),
                                         "input_strides", "sync_kind", "direction", "kind",
                                         "collective")),
                     ("symbol", np.int32, _SYMBOL_FIELDS))
-_EVENT_DECODER = msgspec.json.Decoder(Event)
+#: The decoder of one event into its struct.
+EVENT_DECODER = msgspec.json.Decoder(Event)
 
 
 class ScannedBatch(EventBatch):
@@ -389,7 +390,7 @@ class ScannedBatch(EventBatch):
     def events(self, rows: np.ndarray) -> list[Event]:
         """See :meth:`EventBatch.events` (each decoded by msgspec from its text)."""
         text = self._text
-        return [_EVENT_DECODER.decode(text[start:start + length])
+        return [EVENT_DECODER.decode(text[start:start + length])
                 for start, length in self._columns["event"][rows].tolist()]
 
 

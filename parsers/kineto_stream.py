@@ -43,11 +43,17 @@ from profreport.inputs import (
     decompressed_limit,
     open_input,
 )
-from profreport.parsers.kineto_columns import BatchReader, ColumnBuilder, Event, EventBatch
+from profreport.parsers.kineto_columns import (
+    EVENT_DECODER,
+    BatchReader,
+    ColumnBuilder,
+    Event,
+    EventBatch,
+)
 
-# Decoders of a batch of events into structs, of one event, and of a batch left undecoded.
+# Decoders of a batch of events into structs, and of a batch left undecoded (one event:
+# kineto_columns.EVENT_DECODER).
 _EVENTS_DECODER = msgspec.json.Decoder(list[Event])
-_EVENT_DECODER = msgspec.json.Decoder(Event)
 _RAW_EVENTS_DECODER = msgspec.json.Decoder(list[msgspec.Raw])
 
 # Uncompressed bytes read at a time; large enough that Python's per-call costs vanish, small
@@ -302,7 +308,7 @@ class _TraceText:
         events = []
         for raw in raws:
             try:
-                events.append(_EVENT_DECODER.decode(raw))
+                events.append(EVENT_DECODER.decode(raw))
             except msgspec.ValidationError as exc:
                 field = _ERROR_FIELD.search(str(exc))
                 self._builder.drop_unreadable(
