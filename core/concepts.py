@@ -2,18 +2,25 @@
 
 Parsers use these to fill ``is_comm``, ``steps``, ``dataloader`` and ``cpu_collectives``;
 metrics use them for launch and sync calls. Nothing else may re-define what these words mean.
+
+The runner's launches import this module for the names they record (step ranges, the
+DataLoader's range, the rank marks) in every training process, so pandas loads only inside the
+functions that build tables: the child's start-up pays nothing for it.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
-from pandas.api.extensions import ExtensionArray
 
 from profreport.text import error_text
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from pandas.api.extensions import ExtensionArray
 
 #: The ``steps`` origin of torch.profiler's ``ProfilerStep#N`` spans: ``prof.step()`` closes one
 #: and opens the next back to back, so the loop's fetch of its next batch lies inside a span and
@@ -299,12 +306,16 @@ def _distinct_answers(distinct: pd.Series, classify: Callable[[pd.Series], pd.Se
                      ) -> pd.Series:
     """``classify``'s answer for each of the ``distinct`` names, then for no name (None): read
     at a name code, -1 (no name) reads the last. :data:`UNRECORDED_NAME` is asked as no name."""
+    import pandas as pd
+
     named = distinct.where(distinct != UNRECORDED_NAME, None)
     return classify(pd.concat([named, pd.Series([None], dtype=object)], ignore_index=True))
 
 
 def _per_distinct(names: pd.Series, classify: Callable[[pd.Series], pd.Series]) -> pd.Series:
     """:func:`per_distinct` of a column of names (same index, the answers' dtype)."""
+    import pandas as pd
+
     spread = per_distinct(*name_codes(names), classify)
     return pd.Series(spread, index=names.index, dtype=spread.dtype, copy=False)
 
@@ -319,6 +330,8 @@ def name_codes(names: pd.Series) -> tuple[np.ndarray, pd.Series]:
     those names: a categorical's own codes and sorted categories as they are (no pass to hash
     the rows), else the names in the order they first appear, int32 codes, the rows hashed a
     block at a time."""
+    import pandas as pd
+
     if isinstance(names.dtype, pd.CategoricalDtype):  # its codes as they are, not a copy
         return names.array.codes, pd.Series(names.cat.categories, dtype=object)
     values = names.to_numpy(dtype=object)
@@ -346,6 +359,8 @@ def is_comm_kernel(names: pd.Series) -> pd.Series:
 def _label_by_pattern(names: pd.Series, patterns: dict[str, str]) -> pd.Series:
     """For each distinct name, the label of the last of ``patterns`` (label -> regex) it
     matches, <NA> for none."""
+    import pandas as pd
+
     text = names.astype("string")
     label = pd.Series(pd.NA, index=names.index, dtype="string")
     for name, pattern in patterns.items():
@@ -461,6 +476,8 @@ def blocking_calls(runtime: pd.DataFrame, memcpy: pd.DataFrame, ahead: np.ndarra
     blocked when it returned only after its copy ended (it may have gone into pageable
     memory, or waited behind queued work). Calls are judged by their name, correlation id,
     start and end alone; only the chosen ones are copied whole."""
+    import pandas as pd
+
     rows = np.arange(len(runtime)) if candidates is None else candidates
     names = pd.Series(runtime["name"].array.take(rows))
     eligible = may_block(names).to_numpy()
@@ -494,6 +511,8 @@ def blocking_calls(runtime: pd.DataFrame, memcpy: pd.DataFrame, ahead: np.ndarra
 def _labels(names: pd.Series, suffixes: tuple[str, ...], reason: np.ndarray) -> pd.Categorical:
     """Each call's name followed by the suffix its ``reason`` picks, as a categorical: one
     string per distinct label, not one per call (a copy call a step labelled on a long run)."""
+    import pandas as pd
+
     codes, distinct = name_codes(names)
     texts = [*distinct.fillna("").astype(str), ""]  # a missing name (code -1) reads ""
     width = len(suffixes)
@@ -837,6 +856,8 @@ def stepping_thread(marks: pd.DataFrame) -> np.ndarray:
 def _step_numbers(names: pd.Series) -> pd.Series:
     """:func:`step_numbers` of distinct names; a number past int64 (``ProfilerStep#`` and 20
     digits) is no loop's count, and its name marks no step."""
+    import pandas as pd
+
     parts = names.astype("string").str.extract(_STEP)
     digits = parts[0].fillna(parts[1])
     countable = [number is not pd.NA and int(number) < 1 << 63 for number in digits]

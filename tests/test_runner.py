@@ -645,6 +645,17 @@ def test_train_entry_point_refuses_missing_config(tmp_path: Path) -> None:
     assert done.returncode != 0 and "none.json" in done.stderr
 
 
+def test_a_training_launch_starts_without_pandas() -> None:
+    """The modules every launch runs (the script wrapper, the built-in workload) load no pandas:
+    they import profreport.concepts for the names they record, and it loads pandas only where
+    it builds tables. Before, each launch paid pandas' import (~0.3 s) before training."""
+    probe = ("import sys, profreport.runner.script_profile, profreport.runner.train\n"
+             "print(sorted({m.split('.')[0] for m in sys.modules} & {'pandas', 'torch'}))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=300, check=True)
+    assert done.stdout.split() == ["['torch']"]
+
+
 def test_fixtures_say_what_limits_them(fixtures_dir: Path) -> None:
     """The made fixtures: the loader limits loader_heavy, the model limits compute_heavy, and
     ddp_gloo has one trace per rank."""
