@@ -67,11 +67,24 @@ def make_class(folder: Path, students: dict[str, str]) -> Path:
     return folder
 
 
-def grade(subs: Path, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+def grade(subs: Path, out: Path, *extra: str, rubric: Path = RUBRIC
+          ) -> subprocess.CompletedProcess[str]:
     """The teacher's command."""
     return subprocess.run([sys.executable, "-m", "profreport", "grade", str(subs), "--rubric",
-                           str(RUBRIC), "--out", str(out), "--lms", "canvas", *extra],
+                           str(rubric), "--out", str(out), "--lms", "canvas", *extra],
                           capture_output=True, text=True, check=False, timeout=1200)
+
+
+def quick_rubric(folder: Path) -> Path:
+    """The class's rubric and reference in ``folder``, the reference's loader doing one pass
+    over each sample (``--work 1``, the same values and loss): for tests that compare no
+    speeds, the reference's trials take the launch's start-up and little more."""
+    folder.mkdir()
+    shutil.copy(CLASS / "reference.py", folder / "reference.py")
+    text = RUBRIC.read_text()
+    assert '"--work", "1000"' in text
+    (folder / "rubric.toml").write_text(text.replace('"--work", "1000"', '"--work", "1"'))
+    return folder / "rubric.toml"
 
 
 def students(out: Path) -> dict[str, dict]:
@@ -397,7 +410,7 @@ def test_grade_run_says_what_staging_refused(tmp_path: Path) -> None:
     (tmp_path / "good.py").write_text(student_script("good"))
     (subs / "linked" / "train.py").symlink_to(tmp_path / "good.py")
     out = tmp_path / "out"
-    done = grade(subs, out, "--run", "--jobs", "1")
+    done = grade(subs, out, "--run", "--jobs", "1", rubric=quick_rubric(tmp_path / "rubric"))
     assert done.returncode == 1, done.stderr[-2000:]  # linked could not be graded
     graded = students(out)
 
